@@ -1,0 +1,40 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestStart_ServesAndRestartsEmpty(t *testing.T) {
+	s := Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Restart()
+	if n, err := rdb.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("after restart without persistence: exists=%d err=%v, want 0, nil", n, err)
+	}
+}
+
+func TestStartCluster_ServesEverySlot(t *testing.T) {
+	c := StartCluster(t)
+	rdb := c.Client()
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "c", "d", "e", "f"} {
+		if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+	shards := 0
+	err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		shards++
+		return nil
+	})
+	if err != nil || shards != 3 {
+		t.Fatalf("masters=%d err=%v, want 3", shards, err)
+	}
+}

@@ -1,0 +1,229 @@
+// Package redistest starts real redis-server processes for tests: a
+// standalone server, several independent masters, or a 3-master Redis
+// Cluster. Each listens on a free port on 127.0.0.1 only, keeps its files in
+// a temporary directory, and is stopped by t.Cleanup. Nothing here touches a
+// server the test did not start.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// InstallHint says how to get redis-server where it is missing.
+const InstallHint = "redis-server is not installed: install Redis 7 " +
+	"(Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis) " +
+	"or run ./test.sh, which installs it when run as root"
+
+// startTimeout bounds how long a server may take to answer PING.
+const startTimeout = 20 * time.Second
+
+// Server is one redis-server process.
+type Server struct {
+	t    T
+	bin  string
+	dir  string
+	args []string // extra configuration, as command-line arguments
+
+	mu   sync.Mutex
+	port int
+	cmd  *exec.Cmd
+	exit chan struct{} // closed when cmd has exited
+}
+
+// Start starts a standalone redis-server that keeps nothing on disk.
+// Extra arguments are redis-server configuration, e.g. "--appendonly", "yes".
+func Start(t T, args ...string) *Server {
+	t.Helper()
+	s := newServer(t, args...)
+	s.startFresh()
+	return s
+}
+
+// StartMasters starts n independent standalone servers.
+func StartMasters(t T, n int) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(t)
+	}
+	return servers
+}
+
+func newServer(t T, args ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(InstallHint)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// startFresh starts the server on a new free port, trying again when another
+// process takes the port between our probe and redis-server's bind.
+func (s *Server) startFresh() {
+	s.t.Helper()
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			s.t.Fatalf("redistest: finding a free port: %v", err)
+		}
+		if lastErr = s.startOn(port); lastErr == nil {
+			return
+		}
+	}
+	s.t.Fatalf("redistest: starting redis-server: %v", lastErr)
+}
+
+func (s *Server) startOn(port int) error {
+	logFile := filepath.Join(s.dir, "redis.log")
+	args := append([]string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", s.dir,
+		"--logfile", logFile,
+	}, s.args...)
+	cmd := exec.Command(s.bin, args...)
+	// Die with the test binary, even when it is killed or panics.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exit := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exit)
+	}()
+	s.mu.Lock()
+	s.port, s.cmd, s.exit = port, cmd, exit
+	s.mu.Unlock()
+
+	if err := waitReady(s.Addr(), cmd.Process.Pid, exit); err != nil {
+		s.Kill()
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("%w\n%s", err, lastLines(string(log), 10))
+	}
+	return nil
+}
+
+// waitReady polls until the server answers or exits. The answer must come
+// from our own process: should another test's server win the race for the
+// port, ours exits and we must not mistake theirs for it.
+func waitReady(addr string, pid int, exit <-chan struct{}) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer rdb.Close()
+	deadline := time.Now().Add(startTimeout)
+	for pause := time.Millisecond; ; pause = min(pause*2, 50*time.Millisecond) {
+		select {
+		case <-exit:
+			return errors.New("redis-server exited during start")
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := rdb.Info(ctx, "server").Result()
+		cancel()
+		if err == nil {
+			if !strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
+				return errors.New("another server answers on the port")
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server did not answer PING within %v: %w", startTimeout, err)
+		}
+		time.Sleep(pause) // an external process: there is nothing to wait on but its port
+	}
+}
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Client returns a go-redis client of the server, closed at the test's end.
+func (s *Server) Client() *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// Kill stops the server at once (SIGKILL), losing whatever it held in memory.
+// Killing a stopped server does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, exit := s.cmd, s.exit
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exit
+}
+
+// Restart kills the server and starts it again on the same port with the
+// same directory: without persistence it comes back empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.mu.Lock()
+	port := s.port
+	s.mu.Unlock()
+	if err := s.startOn(port); err != nil {
+		s.t.Fatalf("redistest: restarting redis-server on port %d: %v", port, err)
+	}
+}
+
+// Pause freezes the server process (SIGSTOP): it keeps its connections but
+// answers nothing, and its clock-driven expiry stops until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// freePort asks the kernel for a port that is free on 127.0.0.1 now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
