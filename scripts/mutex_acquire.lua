@@ -1,0 +1,32 @@
+-- Acquire a Mutex: take the lock if it is free and mint a fencing token.
+--
+-- KEYS[1]  lock key: a string holding the owner token, with a TTL
+-- KEYS[2]  fencing counter: an integer without TTL, in the same slot
+-- KEYS[3]  this attempt's tombstone, written by mutex_abandon.lua
+-- ARGV[1]  owner token of this attempt (random, unique per acquisition)
+-- ARGV[2]  TTL in milliseconds
+--
+-- Returns {1, fence}  acquired; fence is the new fencing token
+--         {0, pttl}   held by another owner; pttl is the milliseconds until it
+--                     expires (-1: the key has no TTL)
+--         {-1, 0}     this attempt was abandoned by its client: do nothing
+-- Fails with WRONGTYPE, changing nothing, when KEYS[1] is not a string.
+--
+-- Safe to send twice: the owner token is unique to this attempt, so a resend
+-- that finds it already in place reports the same acquisition and mints nothing.
+-- Safe to arrive late: a client that gave up on this attempt left a tombstone,
+-- so an attempt delayed past its own cleanup cannot leave an orphaned hold.
+
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {-1, 0}
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+-- SET NX succeeds on nothing but an absent key, so a key of another type lands
+-- here too; GET is what raises WRONGTYPE for it.
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+return {0, redis.call('PTTL', KEYS[1])}
