@@ -1,0 +1,185 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/notify"
+)
+
+// Client makes locks on one Redis deployment: a single server, a Sentinel
+// failover group or a Redis Cluster, whatever go-redis's
+// [redis.UniversalClient] reaches. It is safe for concurrent use. It runs at
+// most one renewal goroutine and one subscriber goroutine per shard, started
+// on first use and stopped by [Client.Close].
+type Client struct {
+	rdb redis.UniversalClient
+	cfg settings
+	err error // bad arguments to New, returned by every operation
+
+	renewer *renewer
+
+	mu      sync.Mutex
+	hub     *notify.Hub
+	publish string // "PUBLISH" or "SPUBLISH", once known
+	closed  bool
+}
+
+// New returns a Client that takes locks through rdb. Options set defaults for
+// every lock the Client makes.
+//
+// New sends nothing to Redis. Bad arguments (a nil rdb, a TTL below [MinTTL]…)
+// are not a panic: every operation of the Client returns the error, matching
+// [ErrInvalid].
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{rdb: rdb, cfg: defaultSettings().with(opts)}
+	switch {
+	case rdb == nil:
+		c.err = invalidf("nil Redis client")
+	default:
+		c.err = c.cfg.validate()
+	}
+	c.renewer = newRenewer(c)
+	return c
+}
+
+// Close stops the Client's background work: renewal and subscriptions. Leases
+// still held are no longer renewed and end as lost at their deadline; unlock
+// them first. Close does not close rdb.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	hub := c.hub
+	c.mu.Unlock()
+
+	c.renewer.close()
+	if hub != nil {
+		return hub.Close()
+	}
+	return nil
+}
+
+// keys are the Redis names of one lock. All share the hash tag {name}, so one
+// lock lives in one cluster slot and each script touches one slot.
+type keys struct {
+	lock    string // the lock's state
+	fence   string // fencing counter, no TTL
+	channel string // wake-ups
+}
+
+func keysFor(prefix, name string) keys {
+	base := prefix + "{" + name + "}"
+	return keys{lock: base, fence: base + ":fence", channel: base + ":wake"}
+}
+
+// tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).
+func (k keys) tombstone(owner string) string { return k.lock + ":void:" + owner }
+
+// usable is checked before any I/O.
+func (c *Client) usable() error {
+	if c == nil {
+		return invalidf("nil dlock.Client")
+	}
+	if c.err != nil {
+		return c.err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// publishCommand is what release scripts publish wake-ups with: SPUBLISH on a
+// Redis 7 cluster (a message stays on the slot's shard), PUBLISH elsewhere
+// (a cluster before 7 broadcasts it to every node). It asks a cluster's
+// version once.
+func (c *Client) publishCommand(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	known := c.publish
+	c.mu.Unlock()
+	if known != "" {
+		return known, nil
+	}
+	command := "PUBLISH"
+	if _, isCluster := c.rdb.(*redis.ClusterClient); isCluster {
+		info, err := c.rdb.Info(ctx, "server").Result()
+		if err != nil {
+			return "", fmt.Errorf("dlock: reading the cluster's version: %w", err)
+		}
+		if redisMajorVersion(info) >= 7 {
+			command = "SPUBLISH"
+		}
+	}
+	c.mu.Lock()
+	c.publish = command
+	c.mu.Unlock()
+	return command, nil
+}
+
+func redisMajorVersion(info string) int {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			major, _, _ := strings.Cut(v, ".")
+			n, _ := strconv.Atoi(major)
+			return n
+		}
+	}
+	return 0
+}
+
+// notifier returns the Client's subscriber, creating it on first use.
+func (c *Client) notifier(ctx context.Context) (*notify.Hub, error) {
+	publish, err := c.publishCommand(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.hub == nil {
+		c.hub = notify.New(notify.Config{Client: c.rdb, Sharded: publish == "SPUBLISH", Logger: c.cfg.logger})
+	}
+	return c.hub, nil
+}
+
+// release runs a release script for one owner and reports whether it let go
+// of a hold. It is not stopped by ctx's cancellation (only bounded by
+// [CleanupTimeout]): the caller's hold must go whatever the caller's context.
+// Its script takes the owner token and the publish command as ARGV[1] and
+// ARGV[2], then extra.
+func (c *Client) release(ctx context.Context, script *redis.Script, keys []string, owner string, extra ...any) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	publish, err := c.publishCommand(ctx)
+	if err != nil {
+		return false, err
+	}
+	args := append([]any{owner, publish}, extra...)
+	n, err := script.Run(ctx, c.rdb, keys, args...).Int64()
+	return n == 1, err
+}
+
+// abandon clears up after an acquire whose outcome is unknown: Redis may have
+// applied it before the client gave up on the reply, or may yet apply it.
+// The kind's abandon script releases the hold if it is there, and otherwise
+// leaves a tombstone for ttl that makes the late attempt refuse itself.
+func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, owner string, ttl time.Duration, log *slog.Logger) {
+	if _, err := c.release(ctx, script, keys, owner, ttl.Milliseconds()); err != nil {
+		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
+	}
+}

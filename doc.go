@@ -1,0 +1,63 @@
+// Package dlock provides distributed locks on Redis, with fencing tokens,
+// lock-loss notification and pub/sub wake-ups.
+//
+// A [Client] wraps a go-redis client (single server, Sentinel or Cluster).
+// Each lock is a handle made by the Client, such as [Client.Mutex]; each
+// acquisition returns a [Lease]:
+//
+//	mu := client.Mutex("orders:42")
+//	lease, err := mu.Lock(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer lease.Unlock(ctx)
+//	ctx = lease.Context(ctx) // cancelled if the lock is lost
+//	store.Write(ctx, lease.Token(), order) // the store refuses older tokens
+//
+// # Leases, and what a lock can promise
+//
+// A lock held in Redis is a lease: it lasts a TTL unless renewed, so that a
+// crashed holder cannot keep it forever. Leases renew themselves every TTL/3
+// (unless [WithLeaseTime] fixes their length) and report the end through
+// [Lease.Done], [Lease.Err] and [Lease.Context]. A lease counts itself lost
+// no later than Redis could hand the lock to someone else: at TTL × (1 −
+// drift) after the last confirmed renewal was sent, by this process's
+// monotonic clock.
+//
+// No lease can stop a holder that is paused (GC, swapping, a stopped VM)
+// past its deadline from acting on a resource it no longer holds. Fencing
+// tokens make that safe: [Lease.Token] strictly increases with each new hold
+// of a name, so the resource can reject a write carrying a token lower than
+// the highest it has seen.
+//
+// # Waiting
+//
+// A blocked Lock does not poll. Every release publishes on the lock's
+// channel; each Client keeps one subscriber connection (one per shard on a
+// Redis 7 cluster) and wakes one of its waiters per release. A waiter
+// subscribes before its attempt, so a release cannot slip between the two;
+// if pub/sub is unavailable, waiters retry when the holder's TTL runs out.
+//
+// # Redis
+//
+// Every operation is one Lua script (see package scripts), run by SHA, one
+// round trip. All keys of one lock share the hash tag {name}: with the
+// default prefix the lock "orders:42" lives in "dlock:{orders:42}", its
+// fencing counter in "dlock:{orders:42}:fence" (no TTL), and it publishes on
+// "dlock:{orders:42}:wake".
+//
+// # Contexts
+//
+// Every call that talks to Redis takes a context. go-redis honours a
+// context's deadline on the socket only when the client is created with
+// ContextTimeoutEnabled; otherwise a call on a stalled server waits for the
+// client's ReadTimeout. Enable it for contexts to bound each round trip.
+// Unlock, and the clean-up after a failed acquire, deliberately outlive a
+// cancelled context (bounded by [CleanupTimeout]).
+//
+// # Errors
+//
+// Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],
+// [ErrWrongType], [ErrInvalid] and [ErrClosed] with [errors.Is]. Bad input is
+// reported before anything is sent to Redis.
+package dlock

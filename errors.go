@@ -1,0 +1,56 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Match them with [errors.Is]: the errors dlock returns wrap
+// them with detail, and a wait that ends with its context also matches
+// [context.Canceled] or [context.DeadlineExceeded].
+var (
+	// ErrNotAcquired: the lock is held by someone else, and the call did not
+	// (or was not allowed to) wait for it.
+	ErrNotAcquired = errors.New("dlock: not acquired")
+
+	// ErrNotHeld: an Unlock, Extend or TTL of a hold that is not ours: already
+	// released, expired, deleted, or held by another owner.
+	ErrNotHeld = errors.New("dlock: not held")
+
+	// ErrLeaseLost: a lease ended without being released: Redis refused to
+	// renew it, or its deadline passed before a renewal was confirmed. From
+	// then on another owner may hold the lock.
+	ErrLeaseLost = errors.New("dlock: lease lost")
+
+	// ErrWrongType: the lock's key holds a Redis value of another type, not
+	// written by this kind of lock. dlock leaves such a key untouched.
+	ErrWrongType = errors.New("dlock: key holds the wrong type of value")
+
+	// ErrInvalid: bad input (an empty name, a TTL below [MinTTL]…). Returned
+	// before anything is sent to Redis.
+	ErrInvalid = errors.New("dlock: invalid argument")
+
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+)
+
+var errUnexpectedReply = errors.New("unexpected reply from Redis")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// redisError classifies an error from a script run on the lock name's keys.
+func redisError(op, name string, err error) error {
+	if isWrongType(err) {
+		return fmt.Errorf("%w: lock %q (%s)", ErrWrongType, name, op)
+	}
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+// isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at
+// the start of the message; miniredis wraps it in a script error.
+func isWrongType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
+}

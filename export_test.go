@@ -1,0 +1,26 @@
+package dlock
+
+// Internals the external tests look at.
+
+// RenewerRunning reports whether c's renewal goroutine is alive.
+func RenewerRunning(c *Client) bool { return c.renewer.isRunning() }
+
+// RenewerScheduled reports how many leases c renews.
+func RenewerScheduled(c *Client) int { return c.renewer.scheduled() }
+
+// SubscriberGoroutines reports how many subscriber goroutines c runs.
+func SubscriberGoroutines(c *Client) int {
+	c.mu.Lock()
+	hub := c.hub
+	c.mu.Unlock()
+	if hub == nil {
+		return 0
+	}
+	return hub.Goroutines()
+}
+
+// KeysOf returns the Redis names of a lock.
+func KeysOf(prefix, name string) (lock, fence, channel string) {
+	k := keysFor(prefix, name)
+	return k.lock, k.fence, k.channel
+}

@@ -1,0 +1,171 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// Servers shared by the tests of this package that need no server of their
+// own; tests that restart, pause or flush a server start their own.
+var (
+	shared         = redistest.NewShared()
+	standaloneOnce sync.Once
+	standalone     *redistest.Server
+	clusterOnce    sync.Once
+	cluster        *redistest.Cluster
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.Close()
+	os.Exit(code)
+}
+
+func sharedStandalone() *redistest.Server {
+	standaloneOnce.Do(func() { standalone = redistest.Start(shared) })
+	return standalone
+}
+
+func sharedCluster() *redistest.Cluster {
+	clusterOnce.Do(func() { cluster = redistest.StartCluster(shared) })
+	return cluster
+}
+
+// startServer starts a server of the test's own, for tests that restart,
+// pause or flush it.
+func startServer(t testing.TB) *redistest.Server { return redistest.Start(t) }
+
+// backend makes go-redis clients of one kind of deployment; each call is a
+// separate client with its own connections, as separate processes would be.
+type backend struct {
+	name     string
+	newRedis func(t testing.TB) redis.UniversalClient
+}
+
+var backends = []backend{
+	{"standalone", func(t testing.TB) redis.UniversalClient {
+		rdb := redis.NewClient(&redis.Options{Addr: sharedStandalone().Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}},
+	{"cluster", func(t testing.TB) redis.UniversalClient {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: sharedCluster().Addrs()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}},
+}
+
+// forEachBackend runs f on a standalone server and on a 3-master cluster.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// newClient makes a dlock Client on its own go-redis client, closed at the
+// test's end.
+func newClient(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	c := dlock.New(rdb, opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var nameSeq atomic.Int64
+
+// lockName is a lock name no other test uses.
+func lockName(t testing.TB) string {
+	return fmt.Sprintf("%s#%d", strings.ReplaceAll(t.Name(), "/", ":"), nameSeq.Add(1))
+}
+
+func lockKey(name string) string {
+	lock, _, _ := dlock.KeysOf(dlock.DefaultPrefix, name)
+	return lock
+}
+
+// ctxFor is a context that fails the test's wait instead of hanging forever
+// when something is broken. It is a guard, never a synchronisation.
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitDone fails the test when ch is not closed within the guard time.
+func waitDone(t testing.TB, ch <-chan struct{}, guard time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(guard):
+		t.Fatalf("%s did not happen within %v", what, guard)
+	}
+}
+
+// commandCounter is a go-redis hook counting the commands a client sends.
+type commandCounter struct {
+	commands atomic.Int64
+	onReply  func(cmd redis.Cmder) // optional, called after each reply
+}
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.commands.Add(1)
+		err := next(ctx, cmd)
+		if h.onReply != nil {
+			h.onReply(cmd)
+		}
+		return err
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.commands.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// fencedResource stands for what a lock protects. It counts critical
+// sections that overlap and writes whose fencing token is not above every
+// token seen before.
+type fencedResource struct {
+	mu        sync.Mutex
+	inside    int
+	highest   uint64
+	overlaps  int
+	stale     int
+	completed int
+}
+
+func (r *fencedResource) enter(token uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inside++
+	if r.inside > 1 {
+		r.overlaps++
+	}
+	if token <= r.highest {
+		r.stale++
+	} else {
+		r.highest = token
+	}
+}
+
+func (r *fencedResource) exit() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inside--
+	r.completed++
+}

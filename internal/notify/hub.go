@@ -1,0 +1,171 @@
+// Package notify turns Redis pub/sub messages into wake-ups for goroutines
+// waiting on a lock.
+//
+// A Hub keeps one subscriber connection per shard (one in all unless the
+// server is a Redis 7 cluster, where sharded pub/sub puts each channel on the
+// master of its slot) and fans each message out to the goroutines of this
+// process that wait on that channel: to one of them for a message "1", to all
+// of them for "*".
+//
+// The contract with a waiter is what makes wake-ups lossless: [Hub.Watch]
+// returns only once Redis has confirmed the subscription, so a waiter that
+// watches, then tries the lock and fails, cannot miss the release that follows
+// its try. Where the subscription cannot be had or breaks, Watch still
+// returns (the waiter is then woken on nothing and must bound its waits by the
+// holder's TTL, which it does anyway); nothing here ever blocks a waiter for
+// good.
+package notify
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Wake-up payloads published by the release scripts.
+const (
+	WakeOne = "1" // one waiter can proceed (a mutex was released)
+	WakeAll = "*" // every waiter can proceed (a writer left: all readers may enter)
+)
+
+// subscribeTimeout bounds how long Watch waits for Redis to confirm a
+// subscription before letting the waiter go on without wake-ups.
+const subscribeTimeout = 2 * time.Second
+
+// Config says how a Hub reaches Redis.
+type Config struct {
+	Client redis.UniversalClient
+	// Sharded makes the hub use SSUBSCRIBE on the master owning each channel's
+	// slot; set it for a Redis 7 cluster, whose release scripts use SPUBLISH.
+	Sharded bool
+	Logger  *slog.Logger
+}
+
+// Hub is the process-wide subscriber of one dlock client. The zero value is
+// not usable; call [New]. It starts a goroutine per shard on first use, and
+// [Hub.Close] stops them all.
+type Hub struct {
+	cfg Config
+
+	ctx    context.Context // cancelled by Close; used for the hub's own I/O
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	shards map[string]*shard // by node address; "" when not sharded
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// New returns a Hub that subscribes through cfg.Client.
+func New(cfg Config) *Hub {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Hub{cfg: cfg, ctx: ctx, cancel: cancel, shards: make(map[string]*shard)}
+}
+
+// ErrClosed is returned by Watch after Close.
+var ErrClosed = errors.New("notify: hub closed")
+
+// Watch registers the caller as a waiter on channel and returns once Redis has
+// confirmed the subscription, the subscription has failed (the waiter then
+// gets no wake-ups, see [Waiter.Subscribed]), or ctx is done (ctx.Err()). The
+// caller must Close the waiter.
+func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
+	sh, err := h.shardFor(ctx, channel)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		// No shard, no wake-ups: the waiter goes on with TTL-bounded retries.
+		h.cfg.Logger.Debug("dlock: no subscriber for channel", "channel", channel, "err", err)
+		return &Waiter{wake: make(chan struct{}, 1)}, nil
+	}
+	w, ready := sh.add(channel)
+	select {
+	case <-ready:
+		return w, nil
+	case <-ctx.Done():
+		w.Close(false)
+		return nil, ctx.Err()
+	case <-time.After(subscribeTimeout):
+		h.cfg.Logger.Debug("dlock: subscription not confirmed in time", "channel", channel)
+		return w, nil
+	}
+}
+
+// Close stops every subscriber goroutine and closes their connections.
+// Waiters still registered get no more wake-ups.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	shards := h.shards
+	h.shards = nil
+	h.mu.Unlock()
+
+	h.cancel()
+	for _, sh := range shards {
+		_ = sh.ps.Close() // unblocks the reader's Receive
+	}
+	h.wg.Wait()
+	return nil
+}
+
+// Goroutines reports how many subscriber goroutines run (one per shard in use).
+func (h *Hub) Goroutines() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.shards)
+}
+
+func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
+	addr, node, err := h.nodeFor(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if sh := h.shards[addr]; sh != nil {
+		return sh, nil
+	}
+	sh := newShard(h, addr, node)
+	h.shards[addr] = sh
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		sh.read()
+	}()
+	return sh, nil
+}
+
+// nodeFor names the shard a channel's messages are published on, and the
+// client that subscribes there.
+func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
+	if !h.cfg.Sharded {
+		return "", h.cfg.Client, nil
+	}
+	cluster, ok := h.cfg.Client.(*redis.ClusterClient)
+	if !ok {
+		return "", h.cfg.Client, nil
+	}
+	node, err := cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return "", nil, err
+	}
+	return node.Options().Addr, node, nil
+}

@@ -1,0 +1,281 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// shard is one subscriber connection and the channels it carries.
+type shard struct {
+	hub     *Hub
+	addr    string
+	sharded bool
+	ps      *redis.PubSub
+
+	mu     sync.Mutex
+	topics map[string]*topic
+
+	// sendMu orders SUBSCRIBE/UNSUBSCRIBE commands as they were decided under
+	// mu: taken before mu is released, so an unsubscribe decided before a
+	// subscribe is also sent before it.
+	sendMu sync.Mutex
+}
+
+// topic is the state of one channel on a shard.
+type topic struct {
+	waiters []*Waiter // in arrival order; a message "1" wakes the first
+
+	wanted  bool // a SUBSCRIBE is the last command sent for this channel
+	pending int  // commands sent whose confirmation has not arrived yet
+
+	// ready is closed once the channel is confirmed subscribed, or once it is
+	// known it will not be; waiters then stop waiting in Watch.
+	ready chan struct{}
+}
+
+func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
+	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", topics: make(map[string]*topic)}
+	if sh.sharded {
+		sh.ps = node.SSubscribe(h.ctx)
+	} else {
+		sh.ps = node.Subscribe(h.ctx)
+	}
+	return sh
+}
+
+// add registers a new waiter on channel, subscribing when it is the first. The
+// returned channel is closed once the subscription is confirmed or given up.
+func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
+	w := &Waiter{shard: sh, channel: channel, wake: make(chan struct{}, 1)}
+	sh.mu.Lock()
+	tp := sh.topics[channel]
+	if tp == nil {
+		tp = &topic{}
+		sh.topics[channel] = tp
+	}
+	w.topic = tp
+	tp.waiters = append(tp.waiters, w)
+	if tp.wanted {
+		ready := tp.ready
+		sh.mu.Unlock()
+		return w, ready
+	}
+	tp.wanted = true
+	tp.pending++
+	tp.ready = make(chan struct{})
+	ready := tp.ready
+	sh.sendMu.Lock()
+	sh.mu.Unlock()
+	err := sh.send(true, channel)
+	sh.sendMu.Unlock()
+	if err != nil {
+		sh.giveUp(channel, err)
+	}
+	return w, ready
+}
+
+// remove takes w off its channel, hands on a wake-up it did not use, and
+// unsubscribes when it was the last waiter.
+func (sh *shard) remove(w *Waiter, passOn bool) {
+	sh.mu.Lock()
+	tp := w.topic
+	for i, other := range tp.waiters {
+		if other == w {
+			tp.waiters = append(tp.waiters[:i], tp.waiters[i+1:]...)
+			break
+		}
+	}
+	select {
+	case <-w.wake:
+		passOn = true
+	default:
+	}
+	if passOn {
+		tp.wakeOne()
+	}
+	if len(tp.waiters) > 0 || !tp.wanted {
+		sh.mu.Unlock()
+		return
+	}
+	tp.wanted = false
+	tp.pending++
+	sh.sendMu.Lock()
+	sh.mu.Unlock()
+	err := sh.send(false, w.channel)
+	sh.sendMu.Unlock()
+	if err != nil {
+		sh.giveUp(w.channel, err)
+	}
+}
+
+// send writes SUBSCRIBE or UNSUBSCRIBE (sharded: SSUBSCRIBE, SUNSUBSCRIBE).
+// It runs on the hub's context: a waiter's cancellation must never cut the
+// shared connection, which go-redis would then reconnect.
+func (sh *shard) send(subscribe bool, channel string) error {
+	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
+	defer cancel()
+	switch {
+	case subscribe && sh.sharded:
+		return sh.ps.SSubscribe(ctx, channel)
+	case subscribe:
+		return sh.ps.Subscribe(ctx, channel)
+	case sh.sharded:
+		return sh.ps.SUnsubscribe(ctx, channel)
+	default:
+		return sh.ps.Unsubscribe(ctx, channel)
+	}
+}
+
+// giveUp stops counting on confirmations for channel: its waiters go on
+// without wake-ups, and the next waiter to come subscribes afresh.
+func (sh *shard) giveUp(channel string, err error) {
+	sh.hub.cfg.Logger.Debug("dlock: subscription failed", "channel", channel, "err", err)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if tp := sh.topics[channel]; tp != nil {
+		sh.reset(channel, tp)
+	}
+}
+
+// reset forgets what was sent for a channel, releases its waiters from Watch
+// and wakes them all: whatever was published meanwhile may have been lost.
+func (sh *shard) reset(channel string, tp *topic) {
+	tp.wanted = false
+	tp.pending = 0
+	tp.markReady()
+	tp.wakeAll()
+	if len(tp.waiters) == 0 {
+		delete(sh.topics, channel)
+	}
+}
+
+// read dispatches what the subscriber connection receives until the hub closes.
+func (sh *shard) read() {
+	failures := 0
+	for {
+		msg, err := sh.ps.Receive(sh.hub.ctx)
+		if err != nil {
+			if sh.hub.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			sh.failed(err)
+			// go-redis reconnects and resubscribes on the next Receive; do
+			// not spin while the server is away.
+			failures++
+			select {
+			case <-time.After(backoff(failures)):
+			case <-sh.hub.ctx.Done():
+				return
+			}
+			continue
+		}
+		failures = 0
+		switch m := msg.(type) {
+		case *redis.Message:
+			sh.deliver(m.Channel, m.Payload)
+		case *redis.Subscription:
+			sh.confirmed(m)
+		}
+	}
+}
+
+func backoff(failures int) time.Duration {
+	d := 10 * time.Millisecond << min(failures, 6)
+	return min(d, time.Second)
+}
+
+// failed handles a broken connection or an error reply. An error reply
+// (NOPERM, MOVED…) answers a pending command: those channels will not be
+// confirmed. Either way messages may have been lost, so every waiter retries.
+func (sh *shard) failed(err error) {
+	sh.hub.cfg.Logger.Debug("dlock: subscriber error", "addr", sh.addr, "err", err)
+	var replyErr redis.Error
+	serverReply := errors.As(err, &replyErr)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for channel, tp := range sh.topics {
+		if serverReply && tp.pending > 0 {
+			sh.reset(channel, tp)
+			continue
+		}
+		tp.wakeAll()
+	}
+}
+
+func (sh *shard) deliver(channel, payload string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tp := sh.topics[channel]
+	if tp == nil {
+		return
+	}
+	if payload == WakeAll {
+		tp.wakeAll()
+		return
+	}
+	tp.wakeOne()
+}
+
+func (sh *shard) confirmed(m *redis.Subscription) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tp := sh.topics[m.Channel]
+	if tp == nil {
+		return
+	}
+	if tp.pending == 0 {
+		// Nothing of ours was outstanding: go-redis resubscribed after a
+		// reconnect (messages may have been lost meanwhile), or the server
+		// dropped the channel (a cluster slot moved away).
+		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			tp.wakeAll()
+		} else if tp.wanted {
+			sh.reset(m.Channel, tp)
+		}
+		return
+	}
+	tp.pending--
+	if tp.pending > 0 {
+		return
+	}
+	if tp.wanted {
+		tp.markReady()
+	} else if len(tp.waiters) == 0 {
+		delete(sh.topics, m.Channel)
+	}
+}
+
+func (tp *topic) markReady() {
+	if tp.ready == nil {
+		tp.ready = make(chan struct{})
+	}
+	select {
+	case <-tp.ready:
+	default:
+		close(tp.ready)
+	}
+}
+
+// wakeOne wakes the longest-waiting waiter that has no wake-up pending.
+func (tp *topic) wakeOne() {
+	for _, w := range tp.waiters {
+		select {
+		case w.wake <- struct{}{}:
+			return
+		default: // already woken and not yet back: try the next
+		}
+	}
+}
+
+func (tp *topic) wakeAll() {
+	for _, w := range tp.waiters {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lease is one acquisition of a lock: the proof of holding it, the fencing
+// token to show the resource it protects, and the way to learn that the hold
+// has ended. A Lease is safe to use from several goroutines.
+//
+// A lease ends when it is released ([Lease.Unlock]) or lost: Redis refused a
+// renewal (the key expired, was deleted, or belongs to someone else), or the
+// lease's deadline passed before a renewal was confirmed. It counts itself
+// lost no later than Redis could give the lock to someone else: the deadline
+// is the moment the acquire (or the last confirmed renewal) was sent plus
+// TTL × (1 − drift), on this process's monotonic clock.
+type Lease struct {
+	c      *Client
+	name   string
+	kind   *leaseKind
+	keys   []string // KEYS of the kind's extend and TTL scripts
+	relKey []string // KEYS of its release script
+	owner  string   // secret: never logged, never in an error
+	token  uint64
+	drift  float64
+	renew  bool
+	log    *slog.Logger
+
+	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
+	unlocking atomic.Bool // set before a release is sent: renewals stop counting
+
+	mu       sync.Mutex
+	ttl      time.Duration // what each renewal asks for
+	deadline time.Time     // monotonic; moves only on a confirmed renewal
+	timer    *time.Timer   // fires at deadline
+	done     chan struct{}
+	err      error // set once done: nil when released, else wraps ErrLeaseLost
+	released bool  // Redis confirmed the release
+	onEnd    map[*func(error)]struct{}
+
+	// Owned by the Client's renewer, under its lock.
+	nextRenew time.Time
+	heapIndex int
+}
+
+// leaseKind is what differs between lock types: the scripts that renew,
+// release, inspect and abandon one hold. Every kind's scripts take the owner
+// token as ARGV[1]; extend takes the TTL in ms as ARGV[2] and returns 1 or 0;
+// release and abandon take the publish command as ARGV[2] (abandon then the
+// tombstone's lifetime in ms) and return 1 or 0; ttl returns milliseconds
+// left, or -3 when not held.
+type leaseKind struct {
+	extend  *redis.Script
+	release *redis.Script
+	ttl     *redis.Script
+	abandon *redis.Script
+}
+
+// leaseSpec is what a lock type knows about a hold it has just been granted.
+type leaseSpec struct {
+	name    string
+	kind    *leaseKind
+	keys    []string // KEYS of extend and TTL
+	relKeys []string // KEYS of release
+	owner   string
+	token   uint64
+	sent    time.Time // when the acquire that granted it was sent
+	cfg     settings
+}
+
+// startLease makes the lease of a granted hold and, unless it has a fixed
+// lease time, hands it to the renewer.
+func (c *Client) startLease(spec leaseSpec) *Lease {
+	ttl, autoRenew := spec.cfg.holdTTL()
+	l := &Lease{
+		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relKey: spec.relKeys,
+		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
+		log: spec.cfg.logger, ttl: ttl,
+		deadline:  validUntil(spec.sent, ttl, spec.cfg.drift),
+		done:      make(chan struct{}),
+		heapIndex: -1,
+	}
+	l.mu.Lock() // checkDeadline may run before AfterFunc returns
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
+	l.mu.Unlock()
+	if autoRenew {
+		c.renewer.add(l, spec.sent.Add(ttl/3))
+	}
+	return l
+}
+
+// validUntil is how long a hold sent at sent, for ttl, can be counted on.
+func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {
+	return sent.Add(ttl - time.Duration(float64(ttl)*drift))
+}
+
+// Name returns the name of the lock this lease holds.
+func (l *Lease) Name() string { return l.name }
+
+// Token returns the fencing token of this hold: larger than the token of every
+// earlier hold of the same lock name (for as long as the lock's data lives in
+// Redis). Pass it to the resource the lock protects and have the resource
+// refuse any token lower than the highest it has seen.
+func (l *Lease) Token() uint64 { return l.token }
+
+// Done returns a channel that is closed when the lease ends: released or lost.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held and after it was released; an error
+// matching [ErrLeaseLost] once it is lost, including the moment its deadline
+// has passed even if Done has not been closed yet.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isDone() {
+		return l.err
+	}
+	if !time.Now().Before(l.deadline) {
+		return errDeadlinePassed
+	}
+	return nil
+}
+
+func (l *Lease) currentTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// Deadline returns the moment this lease counts itself lost unless a renewal
+// is confirmed before it. It carries a monotonic clock reading.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Context returns a context derived from parent that is cancelled when the
+// lease ends; [context.Cause] then reports an error matching [ErrLeaseLost]
+// if it was lost. Work done under the lock with this context stops by itself
+// when the lock goes.
+func (l *Lease) Context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	stopOnEnd := func(err error) { cancel(err) }
+	l.mu.Lock()
+	if l.isDone() {
+		err := l.err
+		l.mu.Unlock()
+		cancel(err)
+		return ctx
+	}
+	if l.onEnd == nil {
+		l.onEnd = make(map[*func(error)]struct{})
+	}
+	l.onEnd[&stopOnEnd] = struct{}{}
+	l.mu.Unlock()
+	// Forget the callback when parent ends first, so a long-lived lease does
+	// not collect them.
+	context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		delete(l.onEnd, &stopOnEnd)
+		l.mu.Unlock()
+	})
+	return ctx
+}
+
+// String names the lease for logs; it leaves out the owner token.
+func (l *Lease) String() string {
+	return fmt.Sprintf("dlock.Lease{name: %q, token: %d}", l.name, l.token)
+}
+
+// Extend sets the lock's remaining time to ttl, if this lease still holds it,
+// and makes ttl the TTL of later automatic renewals. It never re-creates a
+// lock that has gone: then it returns [ErrNotHeld] and the lease is lost.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < MinTTL {
+		return invalidf("TTL %v is below the minimum %v", ttl, MinTTL)
+	}
+	if err := l.heldLocally(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return redisError("extend", l.name, err)
+	}
+	if n != 1 {
+		l.end(errRenewalRefused)
+		return fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
+	}
+	l.mu.Lock()
+	l.ttl = ttl
+	l.mu.Unlock()
+	l.confirmed(sent, ttl)
+	return nil
+}
+
+// TTL returns how long Redis will keep this hold if it is not renewed.
+// A hold that is no longer ours gives [ErrNotHeld] and the lease is lost.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if err := l.heldLocally(); err != nil {
+		return 0, err
+	}
+	ms, err := l.kind.ttl.Run(ctx, l.c.rdb, l.keys, l.owner).Int64()
+	if err != nil {
+		return 0, redisError("ttl", l.name, err)
+	}
+	if ms == -3 {
+		l.end(errRenewalRefused)
+		return 0, fmt.Errorf("%w: %q expired or was taken", ErrNotHeld, l.name)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Unlock releases the hold and wakes a waiter. It releases even when ctx is
+// already cancelled (bounded by [CleanupTimeout]): a cancelled caller must not
+// leave its lock behind.
+//
+// It returns [ErrNotHeld] when there was nothing of ours left to release: the
+// lease was released before, or was lost and someone else may hold the lock.
+// A lease that was lost but still held in Redis (a renewal that could not get
+// through in time) is released all the same, and Unlock returns nil.
+func (l *Lease) Unlock(ctx context.Context) error {
+	l.unlockMu.Lock()
+	defer l.unlockMu.Unlock()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
+	}
+	l.unlocking.Store(true)
+	l.c.renewer.remove(l)
+
+	ok, err := l.c.release(ctx, l.kind.release, l.relKey, l.owner)
+	if err != nil {
+		// Whether Redis let go is unknown; it does within the TTL at the latest.
+		l.end(fmt.Errorf("%w: unlock did not complete", ErrLeaseLost))
+		return redisError("unlock", l.name, err)
+	}
+	if !ok {
+		l.end(errRenewalRefused)
+		return fmt.Errorf("%w: %q expired or was taken before unlock", ErrNotHeld, l.name)
+	}
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	l.end(nil)
+	return nil
+}
+
+var (
+	errDeadlinePassed = fmt.Errorf("%w: no renewal confirmed before its deadline", ErrLeaseLost)
+	errRenewalRefused = fmt.Errorf("%w: the lock expired, was deleted or is held by another owner", ErrLeaseLost)
+)
+
+// heldLocally says whether the lease may still hold the lock as far as this
+// process knows; an ended lease is not extended or inspected.
+func (l *Lease) heldLocally() error {
+	if err := l.Err(); err != nil || l.ended() {
+		return fmt.Errorf("%w: the lease of %q has ended", ErrNotHeld, l.name)
+	}
+	return nil
+}
+
+func (l *Lease) ended() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.isDone()
+}
+
+// isDone reports whether done is closed; l.mu must be held.
+func (l *Lease) isDone() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// confirmed moves the deadline after Redis confirmed a renewal that was sent
+// at sent. A deadline that has already passed is not moved: from that moment
+// the lease was reported lost, and stays so.
+func (l *Lease) confirmed(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isDone() || !time.Now().Before(l.deadline) {
+		return
+	}
+	if next := validUntil(sent, ttl, l.drift); next.After(l.deadline) {
+		l.deadline = next
+		l.timer.Reset(time.Until(next))
+	}
+}
+
+// checkDeadline runs when the deadline timer fires.
+func (l *Lease) checkDeadline() {
+	l.mu.Lock()
+	if l.isDone() {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.deadline); left > 0 { // moved by a renewal meanwhile
+		l.timer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.end(errDeadlinePassed)
+}
+
+// end closes the lease once, with err nil for a release.
+func (l *Lease) end(err error) {
+	l.mu.Lock()
+	if l.isDone() {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	close(l.done)
+	l.timer.Stop()
+	callbacks := l.onEnd
+	l.onEnd = nil
+	l.mu.Unlock()
+
+	if l.renew {
+		l.c.renewer.remove(l)
+	}
+	if err != nil {
+		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
+	}
+	for cb := range callbacks {
+		(*cb)(cancelCause(err))
+	}
+}
+
+func cancelCause(err error) error {
+	if err == nil {
+		return context.Canceled
+	}
+	return err
+}

@@ -1,0 +1,102 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// Mutex is a distributed exclusive lock: at most one lease on its name is held
+// at a time (within the limits of leases: see the package documentation).
+// It is a handle, safe for concurrent use; each acquisition returns its own
+// [Lease].
+type Mutex struct {
+	c    *Client
+	name string
+	keys keys
+	cfg  settings
+	err  error // bad arguments, returned before any I/O
+}
+
+var mutexKind = &leaseKind{
+	extend:  scripts.MutexExtend,
+	release: scripts.MutexRelease,
+	ttl:     scripts.MutexTTL,
+	abandon: scripts.MutexAbandon,
+}
+
+// Mutex returns the exclusive lock called name. Options override the
+// Client's defaults for this lock. Nothing is sent to Redis; a bad name or
+// option is returned by the first TryLock or Lock, matching [ErrInvalid].
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	if c == nil {
+		return &Mutex{name: name, err: invalidf("nil dlock.Client")}
+	}
+	cfg := c.cfg.with(opts)
+	m := &Mutex{c: c, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
+	if m.err = validateName(name); m.err == nil {
+		m.err = cfg.validate()
+	}
+	return m
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// TryLock makes one attempt to take the lock and never waits. It returns
+// [ErrNotAcquired] when someone else holds it.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return tryOnce(ctx, m.attempt)
+}
+
+// Lock takes the lock, waiting for its release while someone else holds it,
+// until ctx ends or the wait set by [WithWait] runs out. A wait that ends
+// that way returns an error matching both [ErrNotAcquired] and ctx's error.
+//
+// Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
+// it is unlocked or lost.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return m.c.waitFor(ctx, m.cfg, m.keys.channel, m.attempt)
+}
+
+func (m *Mutex) check() error {
+	if m.err != nil {
+		return m.err
+	}
+	return m.c.usable()
+}
+
+func (m *Mutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
+	owner := newOwnerToken()
+	ttl, _ := m.cfg.holdTTL()
+	tombstone := m.keys.tombstone(owner)
+	sent := time.Now()
+	res, err := scripts.MutexAcquire.Run(ctx, m.c.rdb, []string{m.keys.lock, m.keys.fence, tombstone},
+		owner, ttl.Milliseconds()).Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] == -1) {
+		err = errUnexpectedReply // -1 answers only an attempt already abandoned
+	}
+	if err != nil {
+		if !isWrongType(err) {
+			m.c.abandon(ctx, m.name, mutexKind.abandon,
+				[]string{m.keys.lock, m.keys.channel, tombstone}, owner, ttl, m.cfg.logger)
+		}
+		return nil, 0, redisError("lock", m.name, err)
+	}
+	if res[0] != 1 {
+		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	return m.c.startLease(leaseSpec{
+		name: m.name, kind: mutexKind, keys: []string{m.keys.lock}, relKeys: m.releaseKeys(),
+		owner: owner, token: uint64(res[1]), sent: sent, cfg: m.cfg,
+	}), 0, nil
+}
+
+func (m *Mutex) releaseKeys() []string { return []string{m.keys.lock, m.keys.channel} }

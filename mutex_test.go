@@ -1,0 +1,345 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/scripts"
+)
+
+func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
+	const clients, goroutinesPerClient, acquisitions = 4, 8, 200 // 32 goroutines
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		var res fencedResource
+		var wg sync.WaitGroup
+		errs := make(chan error, clients*goroutinesPerClient)
+		for range clients {
+			c := newClient(t, b.newRedis(t))
+			mu := c.Mutex(name)
+			for range goroutinesPerClient {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx := ctxFor(t, 2*time.Minute)
+					for range acquisitions {
+						lease, err := mu.Lock(ctx)
+						if err != nil {
+							errs <- err
+							return
+						}
+						res.enter(lease.Token())
+						res.exit()
+						if err := lease.Unlock(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if res.completed != clients*goroutinesPerClient*acquisitions || res.overlaps != 0 || res.stale != 0 {
+			t.Fatalf("completed=%d overlaps=%d stale tokens=%d; want %d, 0, 0",
+				res.completed, res.overlaps, res.stale, clients*goroutinesPerClient*acquisitions)
+		}
+	})
+}
+
+func TestMutex_TryLockOfHeldLockIsNotAcquired(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		holder, err := newClient(t, b.newRedis(t)).Mutex(name).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Unlock(ctx)
+		_, err = newClient(t, b.newRedis(t)).Mutex(name).TryLock(ctx)
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock of a held lock: %v, want ErrNotAcquired", err)
+		}
+	})
+}
+
+func TestMutex_FencingTokenIsMintedPerAcquisition(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		mu := newClient(t, b.newRedis(t)).Mutex(lockName(t))
+		ctx := ctxFor(t, 30*time.Second)
+		var last uint64
+		for i := range 5 {
+			lease, err := mu.TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lease.Token() <= last {
+				t.Fatalf("acquisition %d: token %d not above %d", i, lease.Token(), last)
+			}
+			last = lease.Token()
+			if err := lease.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestLease_UnlockAfterAnotherOwnerTookOverIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		rdb := b.newRedis(t)
+		first, err := newClient(t, rdb, dlock.WithLeaseTime(dlock.MinTTL)).Mutex(name).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, first.Done(), 10*time.Second, "expiry of the first lease")
+
+		second, err := newClient(t, b.newRedis(t)).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := rdb.Dump(ctx, lockKey(name)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Unlock of a lease another owner took over: %v, want ErrNotHeld", err)
+		}
+		after, err := rdb.Dump(ctx, lockKey(name)).Result()
+		if err != nil || after != before {
+			t.Fatalf("the holder's key changed under a foreign Unlock (err %v)", err)
+		}
+		if err := second.Err(); err != nil {
+			t.Fatalf("holder's lease: %v", err)
+		}
+		if err := second.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestLease_DoubleUnlockIsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		lease, err := newClient(t, b.newRedis(t)).Mutex(lockName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
+		}
+		if err := lease.Err(); err != nil {
+			t.Fatalf("a released lease reports %v, want nil", err)
+		}
+		select {
+		case <-lease.Done():
+		default:
+			t.Fatal("a released lease is not done")
+		}
+	})
+}
+
+// A waiter must be woken by the release, not by the holder's TTL running out:
+// the holder's TTL is a minute, the test allows far less.
+func TestMutex_WaiterWakesOnUnlockNotOnTTL(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// The waiter's second refused attempt comes after its subscription
+		// is confirmed: from then on it is waiting for a wake-up.
+		waiting := make(chan struct{})
+		var refused sync.Once
+		attempts := 0
+		hook := &commandCounter{onReply: func(cmd redis.Cmder) {
+			if isAcquireReply(cmd, 0) {
+				attempts++
+				if attempts == 2 {
+					refused.Do(func() { close(waiting) })
+				}
+			}
+		}}
+		waiterRedis := b.newRedis(t)
+		waiterRedis.AddHook(hook)
+		acquired := make(chan *dlock.Lease, 1)
+		go func() {
+			lease, err := newClient(t, waiterRedis).Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			acquired <- lease
+		}()
+		waitDone(t, waiting, 10*time.Second, "the waiter's second attempt")
+
+		start := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case lease := <-acquired:
+			if lease == nil {
+				t.Fatal("waiter failed")
+			}
+			t.Logf("handoff after unlock: %v", time.Since(start))
+			_ = lease.Unlock(ctx)
+		case <-time.After(15 * time.Second):
+			t.Fatal("waiter was not woken by the release")
+		}
+	})
+}
+
+// isAcquireReply reports whether cmd ran the mutex acquire script and its
+// reply's first element is status (1 acquired, 0 refused).
+func isAcquireReply(cmd redis.Cmder, status int64) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok || len(cmd.Args()) < 2 || cmd.Name() != "evalsha" || cmd.Args()[1] != scripts.MutexAcquire.Hash() {
+		return false
+	}
+	vals, err := c.Int64Slice()
+	return err == nil && len(vals) == 2 && vals[0] == status
+}
+
+func TestMutex_CancelledLockLeavesNothingBehind(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		rdb := b.newRedis(t)
+		holder, err := newClient(t, rdb).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := rdb.Dump(ctx, lockKey(name)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		waitCtx, cancel := context.WithCancel(ctx)
+		refused := make(chan struct{})
+		var once sync.Once
+		hook := &commandCounter{onReply: func(cmd redis.Cmder) {
+			if isAcquireReply(cmd, 0) {
+				once.Do(func() { close(refused) })
+			}
+		}}
+		waiterRedis := b.newRedis(t)
+		waiterRedis.AddHook(hook)
+		result := make(chan error, 1)
+		go func() {
+			_, err := newClient(t, waiterRedis).Mutex(name).Lock(waitCtx)
+			result <- err
+		}()
+		waitDone(t, refused, 10*time.Second, "the waiter's refused attempt")
+		cancel()
+		err = <-result
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock: %v, want ErrNotAcquired and context.Canceled", err)
+		}
+		after, err := rdb.Dump(ctx, lockKey(name)).Result()
+		if err != nil || after != before {
+			t.Fatalf("the holder's key changed under a cancelled waiter (err %v)", err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A TryLock whose context expires while the server is stalled gives up; the
+// attempt still reaches Redis when it resumes, and must not leave a hold.
+func TestMutex_TryLockTimedOutOnStalledServerLeavesNoHold(t *testing.T) {
+	srv := startServer(t)
+	// Without ContextTimeoutEnabled go-redis does not cut a read short at the
+	// context's deadline: the call would wait for the server and succeed.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	name := lockName(t)
+	ctx := ctxFor(t, 30*time.Second)
+	mu := c.Mutex(name)
+	if lease, err := mu.TryLock(ctx); err != nil { // load the script while the server answers
+		t.Fatal(err)
+	} else if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Pause()
+	tryCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	result := make(chan error, 1)
+	go func() {
+		_, err := mu.TryLock(tryCtx)
+		result <- err
+	}()
+	<-tryCtx.Done() // the attempt is given up; its clean-up now waits for the server
+	srv.Resume()
+	err := <-result
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock on a stalled server: %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if n, err := rdb.Exists(ctx, lockKey(name)).Result(); err != nil || n != 0 {
+		t.Fatalf("lock key exists=%d (err %v) after the attempt was given up; want no hold", n, err)
+	}
+	// The lock is free for the next client at once.
+	lease, err := newClient(t, srv.Client()).Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("next TryLock: %v", err)
+	}
+	_ = lease.Unlock(ctx)
+}
+
+func TestLease_UnlockWithCancelledContextReleases(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		rdb := b.newRedis(t)
+		lease, err := newClient(t, rdb).Mutex(name).Lock(ctxFor(t, 30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := lease.Unlock(cancelled); err != nil {
+			t.Fatalf("Unlock with a cancelled context: %v", err)
+		}
+		if n, err := rdb.Exists(ctxFor(t, 10*time.Second), lockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("lock key exists=%d (err %v) after Unlock", n, err)
+		}
+	})
+}
+
+func TestMutex_WaitBoundedByWithWait(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		holder, err := newClient(t, b.newRedis(t)).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Unlock(ctx)
+		c := newClient(t, b.newRedis(t))
+		_, err = c.Mutex(name, dlock.WithWait(200*time.Millisecond)).Lock(ctx)
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("bounded wait: %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		_, err = c.Mutex(name, dlock.WithWait(0)).Lock(ctx)
+		if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WithWait(0): %v, want a plain ErrNotAcquired", err)
+		}
+	})
+}

@@ -1,0 +1,142 @@
+package dlock
+
+import (
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults and limits.
+const (
+	// DefaultPrefix starts every key and channel dlock writes.
+	DefaultPrefix = "dlock:"
+
+	// DefaultTTL is how long a lock outlives a holder that stopped renewing
+	// (crashed, partitioned). Auto-renewed locks are renewed every TTL/3.
+	DefaultTTL = 30 * time.Second
+
+	// DefaultDriftFactor is the share of each TTL a lease gives up to clock
+	// rate differences between this process and Redis: a lease counts itself
+	// lost at TTL × (1 − drift) after it was sent, before Redis lets go.
+	DefaultDriftFactor = 0.01
+
+	// MinTTL is the shortest TTL or lease time accepted. Below it, a network
+	// round trip and the renewal schedule leave too little of the TTL to use.
+	MinTTL = 100 * time.Millisecond
+
+	// MaxNameLen is the longest lock name accepted, in bytes.
+	MaxNameLen = 1024
+
+	// CleanupTimeout bounds the work dlock does after its caller has given
+	// up: the compare-and-delete that follows a failed or cancelled acquire,
+	// and Unlock, which releases even with a cancelled context.
+	CleanupTimeout = 5 * time.Second
+)
+
+// Option configures a Client (as defaults for every lock it makes) or one
+// lock (overriding the Client's). Options that make no sense for a lock type
+// are ignored by it.
+type Option func(*settings)
+
+type settings struct {
+	prefix    string
+	ttl       time.Duration
+	leaseTime time.Duration // > 0: fixed lease, no auto-renewal
+	drift     float64
+	wait      time.Duration
+	waitSet   bool
+	logger    *slog.Logger
+}
+
+func defaultSettings() settings {
+	return settings{
+		prefix: DefaultPrefix,
+		ttl:    DefaultTTL,
+		drift:  DefaultDriftFactor,
+		logger: slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithPrefix sets the prefix of every key and channel (default [DefaultPrefix]).
+// Point several applications at one Redis with different prefixes to keep
+// their locks apart. It may not contain '{' or '}', which would change the
+// cluster slot of the keys.
+func WithPrefix(prefix string) Option { return func(s *settings) { s.prefix = prefix } }
+
+// WithTTL sets how long a lock outlives a holder that stops renewing it
+// (default [DefaultTTL]). Leases are renewed automatically every TTL/3.
+func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl } }
+
+// WithLeaseTime makes each acquisition a fixed lease of d: it is not renewed,
+// and ends d after it was taken unless extended with [Lease.Extend].
+func WithLeaseTime(d time.Duration) Option { return func(s *settings) { s.leaseTime = d } }
+
+// WithDriftFactor sets the share of each TTL given up to clock drift, in
+// [0, 0.5) (default [DefaultDriftFactor]).
+func WithDriftFactor(f float64) Option { return func(s *settings) { s.drift = f } }
+
+// WithWait bounds how long Lock waits for the lock. WithWait(0) makes Lock a
+// single attempt, like TryLock. Without it Lock waits until its context ends.
+func WithWait(d time.Duration) Option {
+	return func(s *settings) { s.wait, s.waitSet = d, true }
+}
+
+// WithLogger sets where dlock logs renewals that failed, leases that were
+// lost and subscriptions that broke. Owner tokens never appear there.
+// Default: no logging.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *settings) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		s.logger = l
+	}
+}
+
+func (s settings) with(opts []Option) settings {
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&s)
+		}
+	}
+	return s
+}
+
+func (s settings) validate() error {
+	switch {
+	case strings.ContainsAny(s.prefix, "{}"):
+		return invalidf("prefix %q contains '{' or '}'", s.prefix)
+	case s.ttl < MinTTL:
+		return invalidf("TTL %v is below the minimum %v", s.ttl, MinTTL)
+	case s.leaseTime != 0 && s.leaseTime < MinTTL:
+		return invalidf("lease time %v is below the minimum %v", s.leaseTime, MinTTL)
+	case !(s.drift >= 0 && s.drift < 0.5):
+		return invalidf("drift factor %v is outside [0, 0.5)", s.drift)
+	case s.waitSet && s.wait < 0:
+		return invalidf("wait %v is negative", s.wait)
+	}
+	return nil
+}
+
+// holdTTL is the TTL each acquisition asks Redis for, and whether the lease
+// renews itself.
+func (s settings) holdTTL() (ttl time.Duration, autoRenew bool) {
+	if s.leaseTime > 0 {
+		return s.leaseTime, false
+	}
+	return s.ttl, true
+}
+
+func validateName(name string) error {
+	switch {
+	case name == "":
+		return invalidf("empty lock name")
+	case len(name) > MaxNameLen:
+		return invalidf("lock name of %d bytes exceeds %d", len(name), MaxNameLen)
+	case strings.ContainsAny(name, "{}"):
+		// The name becomes a cluster hash tag; a brace in it could split one
+		// lock's keys over several slots.
+		return invalidf("lock name %q contains '{' or '}'", name)
+	}
+	return nil
+}

@@ -1,0 +1,269 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// renewer keeps every auto-renewed lease of a Client alive with one goroutine,
+// however many leases there are: a heap ordered by when each is due, and the
+// leases due together sent as one pipeline (go-redis splits a pipeline by
+// node on a cluster). Each lease is renewed every TTL/3, so two renewals in a
+// row may fail before its deadline passes. The goroutine runs only while
+// there are leases to renew.
+type renewer struct {
+	c *Client
+
+	mu      sync.Mutex
+	due     leaseHeap
+	running bool
+	closed  bool
+	kick    chan struct{} // a lease became due earlier than the loop sleeps
+	wg      sync.WaitGroup
+
+	ctx    context.Context // cancelled by close: stops the loop and its I/O
+	cancel context.CancelFunc
+}
+
+// renewSlack lets a lease due a little later join a batch being sent now:
+// fewer round trips for a slightly earlier renewal.
+func renewSlack(ttl time.Duration) time.Duration { return min(ttl/12, 50*time.Millisecond) }
+
+func newRenewer(c *Client) *renewer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &renewer{c: c, kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+}
+
+// add schedules l's first renewal at at, starting the loop on first use.
+func (r *renewer) add(l *Lease, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return // the lease runs to its deadline, then reports itself lost
+	}
+	l.nextRenew = at
+	heap.Push(&r.due, l)
+	if !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.loop()
+	}
+	if l.heapIndex == 0 {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// remove stops renewing l; harmless when it is not scheduled.
+func (r *renewer) remove(l *Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.heapIndex >= 0 {
+		heap.Remove(&r.due, l.heapIndex)
+	}
+}
+
+func (r *renewer) close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+}
+
+// isRunning reports whether the loop goroutine is alive (for tests).
+func (r *renewer) isRunning() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running
+}
+
+// scheduled reports how many leases wait for renewal (for tests).
+func (r *renewer) scheduled() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.due)
+}
+
+func (r *renewer) loop() {
+	defer r.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		batch, sleep, idle := r.takeDue(time.Now())
+		if idle {
+			return
+		}
+		if len(batch) > 0 {
+			r.renew(r.ctx, batch)
+			continue
+		}
+		timer.Reset(sleep)
+		select {
+		case <-timer.C:
+		case <-r.kick:
+		case <-r.ctx.Done():
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+	}
+}
+
+// takeDue pops the leases due by now (with slack), or says how long to sleep,
+// or that nothing is left to renew: then the loop ends, marked not running
+// under the same lock that add starts a new one under.
+func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, idle bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.due) == 0 {
+		r.running = false
+		return nil, 0, true
+	}
+	for len(r.due) > 0 {
+		next := r.due[0]
+		if next.nextRenew.After(now.Add(renewSlack(next.currentTTL()))) {
+			if len(batch) == 0 {
+				return nil, next.nextRenew.Sub(now), false
+			}
+			break
+		}
+		heap.Pop(&r.due)
+		batch = append(batch, next)
+	}
+	return batch, 0, false
+}
+
+// renew sends one batch and applies each answer.
+func (r *renewer) renew(ctx context.Context, batch []*Lease) {
+	ttls := make([]time.Duration, len(batch))
+	timeout := time.Duration(0)
+	for i, l := range batch {
+		ttls[i] = l.currentTTL()
+		// Waiting past the earliest deadline in the batch would help no one.
+		if left := time.Until(l.Deadline()); i == 0 || left < timeout {
+			timeout = left
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
+	defer cancel()
+
+	sent := time.Now()
+	results := r.send(ctx, batch, ttls, false)
+	var retry []int
+	for i, err := range results {
+		if isNoScript(err) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 { // SCRIPT FLUSH or a restarted server: send the bodies
+		sub := make([]*Lease, len(retry))
+		subTTLs := make([]time.Duration, len(retry))
+		for j, i := range retry {
+			sub[j], subTTLs[j] = batch[i], ttls[i]
+		}
+		for j, err := range r.send(ctx, sub, subTTLs, true) {
+			results[retry[j]] = err
+		}
+	}
+
+	now := time.Now()
+	for i, l := range batch {
+		if l.unlocking.Load() {
+			// Unlock took over; a refusal here may be its own release.
+			continue
+		}
+		switch err := results[i]; {
+		case err == nil:
+			l.confirmed(sent, ttls[i])
+			r.reschedule(l, sent.Add(ttls[i]/3))
+		case errors.Is(err, errRenewalRefused) || isWrongType(err):
+			l.end(errRenewalRefused)
+		default:
+			// Try again soon, well before the deadline; if none gets through,
+			// the deadline timer reports the loss.
+			l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
+			r.reschedule(l, now.Add(max(time.Until(l.Deadline())/4, 5*time.Millisecond)))
+		}
+	}
+}
+
+// send pipelines one extend per lease: EVALSHA, or EVAL with the body.
+func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration, withBody bool) []error {
+	pipe := r.c.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, l := range batch {
+		args := []any{l.owner, ttls[i].Milliseconds()}
+		if withBody {
+			cmds[i] = l.kind.extend.Eval(ctx, pipe, l.keys, args...)
+		} else {
+			cmds[i] = l.kind.extend.EvalSha(ctx, pipe, l.keys, args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	errs := make([]error, len(batch))
+	for i, cmd := range cmds {
+		n, err := cmd.Int64()
+		switch {
+		case err != nil:
+			errs[i] = err
+		case n != 1:
+			errs[i] = errRenewalRefused
+		}
+	}
+	return errs
+}
+
+// reschedule puts l back unless it ended or was unlocked meanwhile.
+func (r *renewer) reschedule(l *Lease, at time.Time) {
+	if l.ended() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || l.heapIndex >= 0 || l.unlocking.Load() {
+		return
+	}
+	l.nextRenew = at
+	heap.Push(&r.due, l)
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// leaseHeap orders leases by next renewal; it implements heap.Interface.
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].nextRenew.Before(h[j].nextRenew) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex, h[j].heapIndex = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*Lease)
+	l.heapIndex = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.heapIndex = -1
+	*h = old[:len(old)-1]
+	return l
+}

@@ -1,0 +1,20 @@
+package dlock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// ownerTokenBytes is the entropy of an owner token: 128 bits, so that no two
+// acquisitions anywhere ever present the same proof of ownership.
+const ownerTokenBytes = 16
+
+// newOwnerToken returns the value that proves who holds a lock: random, from
+// crypto/rand, unique per acquisition. It is a secret of the holder: whoever
+// knows it can release or extend the hold, so it never appears in logs or
+// error strings.
+func newOwnerToken() string {
+	var b [ownerTokenBytes]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}
