@@ -3,8 +3,8 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"

@@ -1,0 +1,270 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// lossGuard bounds how long a test waits for a loss it expects: generous, so
+// a loaded machine does not fail it; the loss itself comes within a TTL.
+const lossGuard = 15 * time.Second
+
+func TestLease_DeletedKeyIsReportedLostAndNeverRecreated(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		rdb := b.newRedis(t)
+		lease, err := newClient(t, rdb, dlock.WithTTL(time.Second)).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		work := lease.Context(ctx)
+		if err := rdb.Del(ctx, lockKey(name)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, lease.Done(), lossGuard, "loss of the lease whose key was deleted")
+		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+			t.Fatalf("Err after the key was deleted: %v, want ErrLeaseLost", lease.Err())
+		}
+		waitDone(t, work.Done(), time.Second, "cancellation of the lease's context")
+		if !errors.Is(context.Cause(work), dlock.ErrLeaseLost) {
+			t.Fatalf("context cause: %v, want ErrLeaseLost", context.Cause(work))
+		}
+		if err := lease.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Extend of a lost lease: %v, want ErrNotHeld", err)
+		}
+		if n, err := rdb.Exists(ctx, lockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("lock key exists=%d (err %v): renewal or Extend re-created it", n, err)
+		}
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Unlock of a lost lease: %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+func TestLease_ServerRestartWithoutPersistenceLosesLease(t *testing.T) {
+	srv := startServer(t)
+	lease, err := newClient(t, srv.Client(), dlock.WithTTL(time.Second)).Mutex(lockName(t)).Lock(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	waitDone(t, lease.Done(), lossGuard, "loss of the lease after the server restarted empty")
+	if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("Err: %v, want ErrLeaseLost", lease.Err())
+	}
+	if n := srv.Client().DBSize(ctxFor(t, 5*time.Second)).Val(); n != 0 {
+		t.Fatalf("the restarted server holds %d keys: renewal re-created the lock", n)
+	}
+}
+
+// SCRIPT FLUSH takes the scripts, not the lock: renewal falls back to EVAL
+// and the lease stays held.
+func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
+	srv := startServer(t)
+	rdb := srv.Client()
+	ctx := ctxFor(t, 30*time.Second)
+	lease, err := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond)).Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	flushedAt := lease.Deadline()
+	// Two confirmed renewals after the flush move the deadline past a TTL on.
+	for lease.Deadline().Sub(flushedAt) < 300*time.Millisecond {
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease lost after SCRIPT FLUSH: %v", lease.Err())
+		case <-time.After(10 * time.Millisecond): // polling an observable: the deadline
+		}
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after SCRIPT FLUSH: %v", err)
+	}
+}
+
+func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const ttl = 500 * time.Millisecond
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb, dlock.WithTTL(ttl))
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		lease, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease ended while the watchdog should renew it: %v", lease.Err())
+		case <-time.After(5 * ttl): // the property under test is "still held after 5 TTLs"
+		}
+		left, err := lease.TTL(ctx)
+		if err != nil || left <= 0 || left > ttl {
+			t.Fatalf("TTL after 5 TTLs: %v, %v; want within (0, %v]", left, err, ttl)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := dlock.RenewerScheduled(c); n != 0 {
+			t.Fatalf("%d leases still scheduled for renewal after Unlock", n)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if dlock.RenewerRunning(c) || dlock.SubscriberGoroutines(c) != 0 {
+			t.Fatal("background goroutines still run after Close")
+		}
+	})
+}
+
+func TestLease_FixedLeaseTimeIsNotRenewed(t *testing.T) {
+	c := newClient(t, backends[0].newRedis(t))
+	lease, err := c.Mutex(lockName(t), dlock.WithLeaseTime(200*time.Millisecond)).Lock(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := dlock.RenewerScheduled(c); n != 0 {
+		t.Fatalf("a fixed lease is scheduled for renewal (%d)", n)
+	}
+	waitDone(t, lease.Done(), lossGuard, "end of the fixed lease")
+	if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("Err: %v, want ErrLeaseLost", lease.Err())
+	}
+}
+
+func TestLease_ExtendMovesTheDeadline(t *testing.T) {
+	c := newClient(t, backends[0].newRedis(t))
+	ctx := ctxFor(t, 10*time.Second)
+	lease, err := c.Mutex(lockName(t), dlock.WithLeaseTime(time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := lease.Deadline()
+	if err := lease.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !lease.Deadline().After(before.Add(30 * time.Second)) {
+		t.Fatalf("deadline %v after Extend(1m), was %v", time.Until(lease.Deadline()), time.Until(before))
+	}
+	if left, err := lease.TTL(ctx); err != nil || left < 30*time.Second {
+		t.Fatalf("TTL after Extend(1m): %v, %v", left, err)
+	}
+	if err := lease.Extend(ctx, time.Millisecond); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("Extend below MinTTL: %v, want ErrInvalid", err)
+	}
+	_ = lease.Unlock(ctx)
+}
+
+func TestMutex_WrongTypeKeyFailsAtOnceAndIsUntouched(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb)
+		ctx := ctxFor(t, 10*time.Second)
+		writers := map[string]func(key string) error{
+			"hash": func(k string) error { return rdb.HSet(ctx, k, "f", "v").Err() },
+			"list": func(k string) error { return rdb.RPush(ctx, k, "a", "b").Err() },
+			"set":  func(k string) error { return rdb.SAdd(ctx, k, "a").Err() },
+			"zset": func(k string) error { return rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a"}).Err() },
+		}
+		for kind, write := range writers {
+			name := lockName(t)
+			if err := write(lockKey(name)); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := rdb.Dump(ctx, lockKey(name)).Result()
+			mu := c.Mutex(name)
+			if _, err := mu.TryLock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("TryLock on a %s: %v, want ErrWrongType", kind, err)
+			}
+			if _, err := mu.Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+				t.Errorf("Lock on a %s: %v, want ErrWrongType at once", kind, err)
+			}
+			if after, _ := rdb.Dump(ctx, lockKey(name)).Result(); after != before {
+				t.Errorf("the %s under the lock name was changed", kind)
+			}
+		}
+	})
+}
+
+func TestMutex_InvalidArgumentsFailBeforeAnyCommand(t *testing.T) {
+	counter := &commandCounter{}
+	rdb := backends[0].newRedis(t)
+	rdb.AddHook(counter)
+	ctx := ctxFor(t, 10*time.Second)
+	cases := []struct {
+		what string
+		mu   *dlock.Mutex
+	}{
+		{"empty name", newClient(t, rdb).Mutex("")},
+		{"name with a brace", newClient(t, rdb).Mutex("a}b")},
+		{"name too long", newClient(t, rdb).Mutex(string(make([]byte, dlock.MaxNameLen+1)))},
+		{"zero TTL", newClient(t, rdb, dlock.WithTTL(0)).Mutex("x")},
+		{"negative TTL", newClient(t, rdb).Mutex("x", dlock.WithTTL(-time.Second))},
+		{"TTL below minimum", newClient(t, rdb).Mutex("x", dlock.WithTTL(dlock.MinTTL-1))},
+		{"lease time below minimum", newClient(t, rdb).Mutex("x", dlock.WithLeaseTime(time.Millisecond))},
+		{"drift of 1", newClient(t, rdb, dlock.WithDriftFactor(1)).Mutex("x")},
+		{"negative drift", newClient(t, rdb, dlock.WithDriftFactor(-0.1)).Mutex("x")},
+		{"negative wait", newClient(t, rdb).Mutex("x", dlock.WithWait(-time.Second))},
+		{"prefix with a brace", newClient(t, rdb, dlock.WithPrefix("app{")).Mutex("x")},
+		{"nil Redis client", newClient(t, nil).Mutex("x")},
+		{"nil dlock client", (*dlock.Client)(nil).Mutex("x")},
+	}
+	for _, tc := range cases {
+		if _, err := tc.mu.TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: TryLock gave %v, want ErrInvalid", tc.what, err)
+		}
+		if _, err := tc.mu.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: Lock gave %v, want ErrInvalid", tc.what, err)
+		}
+	}
+	if n := counter.commands.Load(); n != 0 {
+		t.Fatalf("%d commands sent for invalid arguments, want 0", n)
+	}
+}
+
+func TestMutex_UsingAClosedClientFails(t *testing.T) {
+	c := newClient(t, backends[0].newRedis(t))
+	_ = c.Close()
+	if _, err := c.Mutex("x").TryLock(ctxFor(t, time.Second)); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("TryLock on a closed client: %v, want ErrClosed", err)
+	}
+}
+
+// Once the scripts are cached on the server, an uncontended lock and unlock
+// is one round trip each.
+func TestMutex_UncontendedLockAndUnlockAreTwoRoundTrips(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		counter := &commandCounter{}
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb, dlock.WithLeaseTime(time.Minute))
+		mu := c.Mutex(lockName(t))
+		ctx := ctxFor(t, 10*time.Second)
+		lease, err := mu.Lock(ctx) // warm up: scripts loaded, cluster slots known
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rdb.AddHook(counter)
+		lease, err = mu.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter.commands.Load(); n != 2 {
+			t.Fatalf("lock+unlock sent %d commands, want 2", n)
+		}
+	})
+}
