@@ -136,36 +136,3 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		return next(ctx, cmds)
 	}
 }
-
-// fencedResource stands for what a lock protects. It counts critical
-// sections that overlap and writes whose fencing token is not above every
-// token seen before.
-type fencedResource struct {
-	mu        sync.Mutex
-	inside    int
-	highest   uint64
-	overlaps  int
-	stale     int
-	completed int
-}
-
-func (r *fencedResource) enter(token uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.inside++
-	if r.inside > 1 {
-		r.overlaps++
-	}
-	if token <= r.highest {
-		r.stale++
-	} else {
-		r.highest = token
-	}
-}
-
-func (r *fencedResource) exit() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.inside--
-	r.completed++
-}

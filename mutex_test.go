@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
 	"github.com/dlockio/dlock/scripts"
 )
 
@@ -17,13 +18,14 @@ func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
 	const clients, goroutinesPerClient, acquisitions = 4, 8, 200 // 32 goroutines
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := lockName(t)
-		var res fencedResource
+		var res check.Fenced
 		var wg sync.WaitGroup
 		errs := make(chan error, clients*goroutinesPerClient)
-		for range clients {
+		for client := range clients {
 			c := newClient(t, b.newRedis(t))
 			mu := c.Mutex(name)
-			for range goroutinesPerClient {
+			for g := range goroutinesPerClient {
+				holder := client*goroutinesPerClient + g
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -34,8 +36,8 @@ func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
 							errs <- err
 							return
 						}
-						res.enter(lease.Token())
-						res.exit()
+						res.Enter(holder, lease.Token())
+						res.Exit(holder)
 						if err := lease.Unlock(ctx); err != nil {
 							errs <- err
 							return
@@ -49,9 +51,9 @@ func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		if res.completed != clients*goroutinesPerClient*acquisitions || res.overlaps != 0 || res.stale != 0 {
-			t.Fatalf("completed=%d overlaps=%d stale tokens=%d; want %d, 0, 0",
-				res.completed, res.overlaps, res.stale, clients*goroutinesPerClient*acquisitions)
+		want := clients * goroutinesPerClient * acquisitions
+		if got := res.Result(); got.Completed != want || got.Overlaps != 0 || got.Stale != 0 {
+			t.Fatalf("%+v; want %d completed, 0 overlaps, 0 stale tokens", got, want)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -29,12 +30,12 @@ func TestStartCluster_ServesEverySlot(t *testing.T) {
 			t.Fatalf("SET %s: %v", key, err)
 		}
 	}
-	shards := 0
+	var shards atomic.Int32 // ForEachMaster calls concurrently
 	err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		shards++
+		shards.Add(1)
 		return nil
 	})
-	if err != nil || shards != 3 {
-		t.Fatalf("masters=%d err=%v, want 3", shards, err)
+	if err != nil || shards.Load() != 3 {
+		t.Fatalf("masters=%d err=%v, want 3", shards.Load(), err)
 	}
 }

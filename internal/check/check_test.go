@@ -1,0 +1,45 @@
+package check
+
+import (
+	"testing"
+	"time"
+)
+
+// The checker must see what it is for before any run it judges counts.
+func TestFenced_FlagsOverlapAndStaleTokens(t *testing.T) {
+	var f Fenced
+	f.Enter(1, 5)
+	f.Enter(2, 4) // inside together, and with a lower token
+	f.Exit(2)
+	f.Exit(1)
+	f.Enter(3, 5) // equal to the highest: stale too
+	f.Exit(3)
+	got := f.Result()
+	if got.Overlaps != 1 || got.Stale != 2 || got.Completed != 3 || got.Highest != 5 {
+		t.Fatalf("got %+v, want 1 overlap, 2 stale, 3 completed, highest 5", got)
+	}
+}
+
+func TestFenced_SequentialIncreasingTokensAreClean(t *testing.T) {
+	var f Fenced
+	for token := uint64(1); token <= 3; token++ {
+		f.Enter(int(token), token)
+		f.Exit(int(token))
+	}
+	if got := f.Result(); got.Overlaps != 0 || got.Stale != 0 || got.Completed != 3 {
+		t.Fatalf("got %+v, want a clean run of 3", got)
+	}
+}
+
+func TestLatencies_Percentiles(t *testing.T) {
+	var l Latencies
+	if l.Percentile(50) != 0 {
+		t.Fatal("percentile of nothing is not 0")
+	}
+	for i := 1; i <= 100; i++ {
+		l.Add(time.Duration(i) * time.Millisecond)
+	}
+	if p50, p99 := l.Percentile(50), l.Percentile(99); p50 != 50*time.Millisecond || p99 != 99*time.Millisecond {
+		t.Fatalf("p50 %v p99 %v, want 50ms 99ms", p50, p99)
+	}
+}

@@ -1,0 +1,66 @@
+// Package check holds the checkers that judge a run of locks: what a lock
+// protects, watching for what a lock must prevent.
+package check
+
+import (
+	"sync"
+	"time"
+)
+
+// Fenced stands for a resource protected by a lock and its fencing tokens.
+// Holders call Enter with their lease's token when their critical section
+// starts and Exit when it ends. Fenced counts critical sections that
+// overlapped, and entries whose token was not above every token seen before
+// (a real resource would reject those writes).
+type Fenced struct {
+	mu        sync.Mutex
+	inside    int
+	highest   uint64
+	overlaps  int
+	stale     int
+	completed int
+	lastExit  time.Time
+	lastOwner int
+}
+
+// Enter records the start of a critical section by holder, with token.
+// It returns when the previous critical section ended and who held it, for
+// measuring handoffs.
+func (f *Fenced) Enter(holder int, token uint64) (prevExit time.Time, prevHolder int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inside++
+	if f.inside > 1 {
+		f.overlaps++
+	}
+	if token <= f.highest {
+		f.stale++
+	} else {
+		f.highest = token
+	}
+	return f.lastExit, f.lastOwner
+}
+
+// Exit records the end of holder's critical section.
+func (f *Fenced) Exit(holder int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inside--
+	f.completed++
+	f.lastExit, f.lastOwner = time.Now(), holder
+}
+
+// Result is what a Fenced saw.
+type Result struct {
+	Completed int    // critical sections that ended
+	Overlaps  int    // entries while another holder was inside
+	Stale     int    // entries whose token was not above all earlier ones
+	Highest   uint64 // the highest token seen
+}
+
+// Result returns the counts so far.
+func (f *Fenced) Result() Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Result{Completed: f.completed, Overlaps: f.overlaps, Stale: f.stale, Highest: f.highest}
+}

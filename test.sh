@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every check dlock has: go vet, then all tests with the race detector
+# against real redis-server processes the tests start themselves.
+# Installs redis-server with apt-get when it is missing and we are root;
+# otherwise says what to install.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: redis-server missing; installing it with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    # The tests start their own servers; the package's service is not needed.
+  else
+    echo "test.sh: redis-server is required. Install Redis 7, e.g." >&2
+    echo "  Debian/Ubuntu: sudo apt-get install redis-server" >&2
+    echo "  macOS:         brew install redis" >&2
+    exit 1
+  fi
+fi
+
+echo "test.sh: $(go version); $(redis-server --version | cut -d' ' -f1-3)"
+go vet ./...
+go test -race -count=1 -timeout 8m ./...
