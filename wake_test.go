@@ -1,0 +1,197 @@
+package dlock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// attemptCounter counts a client's acquire attempts by outcome and signals
+// when the refused ones reach a number.
+type attemptCounter struct {
+	acquired, refused atomic.Int64
+	mu                sync.Mutex
+	waits             map[int64]chan struct{}
+}
+
+func countAttempts(rdb redis.UniversalClient) *attemptCounter {
+	a := &attemptCounter{waits: make(map[int64]chan struct{})}
+	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+		switch {
+		case isAcquireReply(cmd, 1):
+			a.acquired.Add(1)
+		case isAcquireReply(cmd, 0):
+			n := a.refused.Add(1)
+			a.mu.Lock()
+			if ch := a.waits[n]; ch != nil {
+				close(ch)
+				delete(a.waits, n)
+			}
+			a.mu.Unlock()
+		}
+	}})
+	return a
+}
+
+// refusedReach returns a channel closed when n attempts have been refused.
+func (a *attemptCounter) refusedReach(n int64) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := make(chan struct{})
+	if a.refused.Load() >= n {
+		close(ch)
+		return ch
+	}
+	a.waits[n] = ch
+	return ch
+}
+
+// A release wakes one waiter of a client, not all of them: with four
+// waiters, each release costs one attempt.
+func TestMutex_EachReleaseWakesOneLocalWaiter(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const waiters = 4
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := b.newRedis(t)
+		attempts := countAttempts(rdb)
+		mu := newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name)
+		var wg sync.WaitGroup
+		for range waiters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lease, err := mu.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		// Each waiter is refused twice (before and after subscribing), then waits.
+		waitDone(t, attempts.refusedReach(2*waiters), 10*time.Second, "every waiter waiting")
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got, refused := attempts.acquired.Load(), attempts.refused.Load(); got != waiters || refused != 2*waiters {
+			t.Fatalf("%d acquired, %d refused attempts; want %d and %d: one wake-up per release",
+				got, refused, waiters, 2*waiters)
+		}
+	})
+}
+
+// A user without permission to subscribe still gets the lock: waiters fall
+// back to retrying when the holder's TTL runs out.
+func TestMutex_WaitersFallBackToTTLWhenSubscribingIsRefused(t *testing.T) {
+	srv := startServer(t)
+	admin := srv.Client()
+	ctx := ctxFor(t, 30*time.Second)
+	err := admin.Do(ctx, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all",
+		"-subscribe", "-ssubscribe", "-psubscribe").Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nosub", Password: "pw"})
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	name := lockName(t)
+	holder, err := newClient(t, srv.Client(), dlock.WithTTL(time.Second)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := countAttempts(rdb)
+	acquired := make(chan error, 1)
+	go func() {
+		lease, err := newClient(t, rdb).Mutex(name).Lock(ctx)
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		acquired <- err
+	}()
+	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acquired:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter without a subscription never got the lock")
+	}
+}
+
+// When the subscriber connection is killed, go-redis reconnects and
+// resubscribes, and a release after that wakes the waiter again.
+func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {
+	srv := startServer(t)
+	admin := srv.Client()
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, srv.Client(), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client()
+	attempts := countAttempts(rdb)
+	acquired := make(chan error, 1)
+	go func() {
+		lease, err := newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		acquired <- err
+	}()
+	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
+	waitSubscribed(t, ctx, admin, channel)
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acquired:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter was not woken after its subscriber reconnected")
+	}
+}
+
+// waitSubscribed waits until the server counts a subscriber on channel: the
+// reconnection happens inside go-redis, and this is where it shows.
+func waitSubscribed(t *testing.T, ctx context.Context, rdb *redis.Client, channel string) {
+	t.Helper()
+	for {
+		counts, err := rdb.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts[channel] > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the subscription did not come back")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
