@@ -16,11 +16,15 @@
 -- that finds it already in place reports the same acquisition and mints nothing.
 -- Safe to arrive late: a client that gave up on this attempt left a tombstone,
 -- so an attempt delayed past its own cleanup cannot leave an orphaned hold.
+-- The tombstone is looked at only once the lock is taken, which spares the
+-- refused attempts of contending waiters a command; scripts are atomic, so
+-- nobody sees the hold that is taken back.
 
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {-1, 0}
-end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('DEL', KEYS[1])
+    return {-1, 0}
+  end
   return {1, redis.call('INCR', KEYS[2])}
 end
 -- SET NX succeeds on nothing but an absent key, so a key of another type lands

@@ -1,0 +1,183 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// Benchmarks run against a redis-server of their own, so the server's
+// command counters (INFO commandstats) see nothing but the benchmark.
+//
+//	go test -run '^$' -bench . -benchtime 5000x .
+
+// serverCommands sums the calls of every command the server has run,
+// counting commands run inside scripts, leaving out INFO itself.
+func serverCommands(b *testing.B, ctx context.Context, rdb *redis.Client) int64 {
+	b.Helper()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		total += n
+	}
+	return total
+}
+
+func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	counter := &commandCounter{}
+	rdb.AddHook(counter)
+	mu := newClient(b, rdb).Mutex("bench:uncontended")
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		lease, err := mu.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(counter.commands.Load())/float64(b.N), "roundtrips/op")
+}
+
+// Eight clients, each with its own connections, take one lock back to back.
+// A handoff is the time from a release to a different client holding it.
+func BenchmarkMutex_Contended8Clients(b *testing.B) {
+	const clients = 8
+	srv := redistest.Start(b)
+	admin := srv.Client()
+	ctx := context.Background()
+	var fenced check.Fenced
+	handoffs := &check.Latencies{}
+	mutexes := make([]*dlock.Mutex, clients)
+	for i := range mutexes {
+		mutexes[i] = newClient(b, srv.Client()).Mutex("bench:contended")
+	}
+	// Warm up: scripts loaded, subscriber connected.
+	for _, mu := range mutexes {
+		lease, err := mu.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = lease.Unlock(ctx)
+	}
+
+	before := serverCommands(b, ctx, admin)
+	var next sync.Mutex
+	remaining := b.N
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for worker, mu := range mutexes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				if remaining == 0 {
+					next.Unlock()
+					return
+				}
+				remaining--
+				next.Unlock()
+				asked := time.Now()
+				lease, err := mu.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				acquired := time.Now()
+				prevExit, prevHolder := fenced.Enter(worker, lease.Token())
+				if prevHolder != worker && prevExit.After(asked) {
+					handoffs.Add(acquired.Sub(prevExit))
+				}
+				fenced.Exit(worker)
+				if err := lease.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	commands := serverCommands(b, ctx, admin) - before
+	if r := fenced.Result(); r.Overlaps != 0 || r.Stale != 0 {
+		b.Fatalf("unsafe run: %+v", r)
+	}
+	b.ReportMetric(float64(commands)/float64(b.N), "rediscmds/acq")
+	b.ReportMetric(float64(handoffs.Percentile(50).Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(handoffs.Percentile(99).Microseconds()), "handoff-p99-µs")
+	b.ReportMetric(float64(handoffs.Count())/float64(b.N), "handoffs/acq")
+}
+
+// 10,000 leases held and renewed by one Client: what they cost in
+// goroutines and memory, and the renewal traffic they make.
+func BenchmarkLease_10000Held(b *testing.B) {
+	const leases = 10_000
+	const ttl = 3 * time.Second
+	srv := redistest.Start(b)
+	admin := srv.Client()
+	ctx := context.Background()
+	for b.Loop() {
+		c := dlock.New(srv.Client(), dlock.WithTTL(ttl))
+		runtime.GC()
+		var start runtime.MemStats
+		runtime.ReadMemStats(&start)
+		goroutinesBefore := runtime.NumGoroutine()
+
+		held := make([]*dlock.Lease, leases)
+		for i := range held {
+			lease, err := c.Mutex(fmt.Sprintf("bench:held:%d", i)).TryLock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			held[i] = lease
+		}
+		commandsBefore := serverCommands(b, ctx, admin)
+		hold := 2 * ttl // six renewal rounds
+		time.Sleep(hold)
+		renewalsPerSec := float64(serverCommands(b, ctx, admin)-commandsBefore) / hold.Seconds()
+
+		runtime.GC()
+		var end runtime.MemStats
+		runtime.ReadMemStats(&end)
+		goroutines := runtime.NumGoroutine() - goroutinesBefore
+		for _, lease := range held {
+			if err := lease.Err(); err != nil {
+				b.Fatalf("lease lost while held: %v", err)
+			}
+		}
+		b.ReportMetric(float64(end.HeapAlloc-start.HeapAlloc)/(1<<20), "heap-MB")
+		b.ReportMetric(float64(goroutines), "goroutines")
+		b.ReportMetric(renewalsPerSec, "rediscmds/s")
+		for _, lease := range held {
+			_ = lease.Unlock(ctx)
+		}
+		_ = c.Close()
+	}
+}
