@@ -176,6 +176,9 @@ func (l *Lease) String() string {
 	return fmt.Sprintf("dlock.Lease{name: %q, token: %d}", l.name, l.token)
 }
 
+// GoString is String, so that %#v does not print the owner token either.
+func (l *Lease) GoString() string { return l.String() }
+
 // Extend sets the lock's remaining time to ttl, if this lease still holds it,
 // and makes ttl the TTL of later automatic renewals. It never re-creates a
 // lock that has gone: then it returns [ErrNotHeld] and the lease is lost.

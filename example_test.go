@@ -1,0 +1,96 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// The examples run on miniredis, an in-process Redis, so they need no
+// server; in production pass a client of your Redis, Sentinel or Cluster.
+func exampleRedis() (*redis.Client, func()) {
+	srv := miniredis.NewMiniRedis()
+	srv.ClockTTL(true) // TTLs run on the real clock
+	if err := srv.Start(); err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	return rdb, func() { _ = rdb.Close(); srv.Close() }
+}
+
+func Example() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	lease, err := locks.Mutex("orders:42").Lock(ctx)
+	if err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	fmt.Println("holding", lease.Name(), "with fencing token", lease.Token())
+
+	_, err = locks.Mutex("orders:42").TryLock(ctx)
+	fmt.Println("a second TryLock is refused:", errors.Is(err, dlock.ErrNotAcquired))
+
+	if err := lease.Unlock(ctx); err != nil {
+		fmt.Println("unlock:", err)
+	}
+	lease, _ = locks.Mutex("orders:42").TryLock(ctx)
+	fmt.Println("after unlock the next holder gets token", lease.Token())
+	_ = lease.Unlock(ctx)
+
+	// Output:
+	// holding orders:42 with fencing token 1
+	// a second TryLock is refused: true
+	// after unlock the next holder gets token 2
+}
+
+// Work done with the lease's context stops when the lease ends, here because
+// someone removed the lock behind the holder's back.
+func ExampleLease_Context() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	defer locks.Close()
+	ctx := context.Background()
+
+	lease, err := locks.Mutex("reports").Lock(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	work := lease.Context(ctx)
+	rdb.Del(ctx, "dlock:{reports}") // an operator's force unlock
+
+	<-work.Done() // the renewal is refused within TTL/3
+	fmt.Println("work stopped; lease lost:", errors.Is(context.Cause(work), dlock.ErrLeaseLost))
+	// Output: work stopped; lease lost: true
+}
+
+// WithWait bounds how long Lock waits for a busy lock.
+func ExampleWithWait() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	holder, _ := locks.Mutex("nightly-report").Lock(ctx)
+	defer holder.Unlock(ctx)
+
+	_, err := locks.Mutex("nightly-report", dlock.WithWait(100*time.Millisecond)).Lock(ctx)
+	fmt.Println("not acquired:", errors.Is(err, dlock.ErrNotAcquired))
+	fmt.Println("because the wait ran out:", errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// not acquired: true
+	// because the wait ran out: true
+}
