@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -76,11 +75,12 @@ type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter, no TTL
 	channel string // wake-ups
+	waiters string // who waits to be woken, by registration expiry
 }
 
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":wake"}
+	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
 }
 
 // tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).
@@ -157,6 +157,15 @@ func (c *Client) notifier(ctx context.Context) (*notify.Hub, error) {
 	return c.hub, nil
 }
 
+// subscribed reports, without I/O, whether the Client already listens on
+// channel with a confirmed subscription.
+func (c *Client) subscribed(channel string) bool {
+	c.mu.Lock()
+	hub := c.hub
+	c.mu.Unlock()
+	return hub != nil && hub.Ready(channel)
+}
+
 // release runs a release script for one owner and reports whether it let go
 // of a hold. It is not stopped by ctx's cancellation (only bounded by
 // [CleanupTimeout]): the caller's hold must go whatever the caller's context.
@@ -174,12 +183,14 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 	return n == 1, err
 }
 
-// abandon clears up after an acquire whose outcome is unknown: Redis may have
-// applied it before the client gave up on the reply, or may yet apply it.
-// The kind's abandon script releases the hold if it is there, and otherwise
-// leaves a tombstone for ttl that makes the late attempt refuse itself.
-func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, owner string, ttl time.Duration, log *slog.Logger) {
-	if _, err := c.release(ctx, script, keys, owner, ttl.Milliseconds()); err != nil {
+// abandon clears up after an acquire that gives up: one whose outcome is
+// unknown (Redis may have applied it before the client gave up on the reply,
+// or may yet apply it), or a waiter that stops waiting. The kind's abandon
+// script releases a hold that is there, leaves a tombstone that makes a late
+// attempt refuse itself, and unregisters the waiter. Like release, it is not
+// stopped by ctx's cancellation.
+func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) {
+	if _, err := c.release(ctx, script, keys, owner, extra...); err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}
 }

@@ -32,11 +32,16 @@
 //
 // # Waiting
 //
-// A blocked Lock does not poll. Every release publishes on the lock's
-// channel; each Client keeps one subscriber connection (one per shard on a
-// Redis 7 cluster) and wakes one of its waiters per release. A waiter
-// subscribes before its attempt, so a release cannot slip between the two;
-// if pub/sub is unavailable, waiters retry when the holder's TTL runs out.
+// A blocked Lock does not poll the lock. Each Client keeps one subscriber
+// connection (one per shard on a Redis 7 cluster). A waiter subscribes, then
+// makes the attempt that, if refused, registers it in the lock's waiter set
+// in the same script; each release picks one live registered waiter and
+// publishes its id, so one release wakes one waiter, whichever client it is
+// in, and no release can slip between a waiter's attempt and its wait.
+// Waiters try again every second ([DefaultWaiterRefresh]) while they wait,
+// which keeps their registration alive: a waiter that died stops being
+// picked, and a wake-up sent to it holds the others up for a second at most.
+// If pub/sub is unavailable, waiters retry when the holder's TTL runs out.
 //
 // # Redis
 //

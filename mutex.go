@@ -50,7 +50,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, m.attempt)
+	return tryOnce(ctx, m)
 }
 
 // Lock takes the lock, waiting for its release while someone else holds it,
@@ -63,7 +63,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return m.c.waitFor(ctx, m.cfg, m.keys.channel, m.attempt)
+	return m.c.waitFor(ctx, m.cfg, m.keys.channel, m)
 }
 
 func (m *Mutex) check() error {
@@ -73,20 +73,19 @@ func (m *Mutex) check() error {
 	return m.c.usable()
 }
 
-func (m *Mutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
+func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
 	owner := newOwnerToken()
 	ttl, _ := m.cfg.holdTTL()
 	tombstone := m.keys.tombstone(owner)
 	sent := time.Now()
-	res, err := scripts.MutexAcquire.Run(ctx, m.c.rdb, []string{m.keys.lock, m.keys.fence, tombstone},
-		owner, ttl.Milliseconds()).Int64Slice()
+	res, err := scripts.MutexAcquire.Run(ctx, m.c.rdb, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters},
+		owner, ttl.Milliseconds(), waiterID, waiterLease(m.cfg.waiterRefresh).Milliseconds()).Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
 	if err != nil {
 		if !isWrongType(err) {
-			m.c.abandon(ctx, m.name, mutexKind.abandon,
-				[]string{m.keys.lock, m.keys.channel, tombstone}, owner, ttl, m.cfg.logger)
+			m.abandon(ctx, owner, waiterID)
 		}
 		return nil, 0, redisError("lock", m.name, err)
 	}
@@ -99,4 +98,15 @@ func (m *Mutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	}), 0, nil
 }
 
-func (m *Mutex) releaseKeys() []string { return []string{m.keys.lock, m.keys.channel} }
+func (m *Mutex) leave(ctx context.Context, waiterID string) { m.abandon(ctx, "", waiterID) }
+
+// abandon gives up an attempt whose outcome is unknown (owner), a waiter's
+// registration (waiterID), or both; see mutex_abandon.lua.
+func (m *Mutex) abandon(ctx context.Context, owner, waiterID string) {
+	ttl, _ := m.cfg.holdTTL()
+	m.c.abandon(ctx, m.name, mutexKind.abandon,
+		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters},
+		m.cfg.logger, owner, ttl.Milliseconds(), waiterID)
+}
+
+func (m *Mutex) releaseKeys() []string { return []string{m.keys.lock, m.keys.channel, m.keys.waiters} }

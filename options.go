@@ -46,6 +46,8 @@ type settings struct {
 	wait      time.Duration
 	waitSet   bool
 	logger    *slog.Logger
+
+	waiterRefresh time.Duration // DefaultWaiterRefresh; tests lengthen it
 }
 
 func defaultSettings() settings {
@@ -54,6 +56,8 @@ func defaultSettings() settings {
 		ttl:    DefaultTTL,
 		drift:  DefaultDriftFactor,
 		logger: slog.New(slog.DiscardHandler),
+
+		waiterRefresh: DefaultWaiterRefresh,
 	}
 }
 

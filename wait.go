@@ -6,18 +6,37 @@ import (
 	"time"
 )
 
-// attempt makes one try at a lock. It returns the lease when granted;
-// otherwise retryIn, how long until the current hold expires at the latest
-// (negative: unknown), with a nil error.
-type attempt func(ctx context.Context) (l *Lease, retryIn time.Duration, err error)
+// acquirer is what a lock type gives the waiting loop.
+type acquirer interface {
+	// attempt makes one try at the lock. It returns the lease when granted;
+	// otherwise retryIn, how long until the current hold expires at the
+	// latest (negative: unknown), with a nil error. A non-empty waiterID
+	// registers the caller, in the same step as its refusal, to be picked by
+	// the next release. An attempt that fails with an error has cleaned up
+	// after itself, waiter registration included.
+	attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error)
+
+	// leave unregisters a waiter that stops waiting without the lock, and
+	// passes on a wake-up a release may already have sent it.
+	leave(ctx context.Context, waiterID string)
+}
+
+// DefaultWaiterRefresh is how often a waiting Lock, registered to be woken
+// by the next release, tries again and so renews its registration: a waiter
+// that died stops being picked within a few refreshes, and a wake-up sent to
+// it holds the others up for one refresh at most.
+const DefaultWaiterRefresh = time.Second
+
+// waiterLease is how long a registration lasts without renewal.
+func waiterLease(refresh time.Duration) time.Duration { return 3 * refresh }
 
 // noExpiryRetry bounds a wait on a hold that reported no TTL (a key someone
 // made persistent outside dlock), when no wake-up comes.
 const noExpiryRetry = time.Second
 
 // tryOnce is TryLock: one attempt, never a wait.
-func tryOnce(ctx context.Context, try attempt) (*Lease, error) {
-	l, _, err := try(ctx)
+func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
+	l, _, err := a.attempt(ctx, "")
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
@@ -27,25 +46,32 @@ func tryOnce(ctx context.Context, try attempt) (*Lease, error) {
 	return l, nil
 }
 
-// waitFor is Lock: attempt, and while the lock is held, wait for its release
-// (a wake-up on channel) or for the hold's TTL to run out, then attempt again.
+// waitFor is Lock: attempt, and while the lock is held, wait to be woken by a
+// release or for the hold's TTL to run out, then attempt again.
 //
-// The first attempt goes without a subscription, so an uncontended Lock costs
-// one round trip. After a failure the waiter subscribes first and attempts
-// again before it waits: a release published after that attempt reaches it.
-func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, try attempt) (*Lease, error) {
+// A waiter subscribes to the lock's channel before the attempt that
+// registers it, so the release that follows cannot be missed: it picks a
+// registered waiter and publishes to it, and one release costs one attempt
+// whichever client the waiter is in. While waiting, the waiter tries again
+// every waiter refresh, which keeps its registration alive.
+//
+// Where this Client is not subscribed to the channel yet, the first attempt
+// goes without: an uncontended Lock then costs one round trip, and only a
+// refused one pays for subscribing.
+func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a acquirer) (*Lease, error) {
 	if cfg.waitSet {
 		if cfg.wait == 0 {
-			return tryOnce(ctx, try)
+			return tryOnce(ctx, a)
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
 	}
-	if l, _, err := try(ctx); l != nil || err != nil {
-		return l, acquireError(ctx, err)
+	if !c.subscribed(channel) {
+		if l, _, err := a.attempt(ctx, ""); l != nil || err != nil {
+			return l, acquireError(ctx, err)
+		}
 	}
-
 	hub, err := c.notifier(ctx)
 	if err != nil {
 		return nil, acquireError(ctx, err)
@@ -54,30 +80,36 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, try 
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	woken := false
-	defer func() { w.Close(woken) }() // hand on a wake-up we did not turn into a hold
+	defer w.Close()
+	waiterID, refresh := "", time.Duration(0)
+	if w.Subscribed() {
+		waiterID, refresh = w.ID(), cfg.waiterRefresh
+	}
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		l, retryIn, err := try(ctx)
+		l, retryIn, err := a.attempt(ctx, waiterID)
 		if l != nil {
-			woken = false
 			return l, nil
 		}
 		if err != nil {
 			return nil, acquireError(ctx, err)
 		}
-		woken = false
 		if retryIn < 0 {
 			retryIn = noExpiryRetry
+		}
+		if waiterID != "" {
+			retryIn = min(retryIn, refresh)
 		}
 		timer.Reset(retryIn)
 		select {
 		case <-w.C():
-			woken = true
 		case <-timer.C:
 		case <-ctx.Done():
+			if waiterID != "" {
+				a.leave(ctx, waiterID)
+			}
 			return nil, acquireError(ctx, nil)
 		}
 	}

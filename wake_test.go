@@ -52,44 +52,75 @@ func (a *attemptCounter) refusedReach(n int64) <-chan struct{} {
 	return ch
 }
 
-// A release wakes one waiter of a client, not all of them: with four
-// waiters, each release costs one attempt.
-func TestMutex_EachReleaseWakesOneLocalWaiter(t *testing.T) {
+// A release wakes one waiter, whichever client it is in: with eight waiters
+// in four clients, each release costs one attempt, not one per client.
+func TestMutex_EachReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		const waiters = 4
+		const clients, waitersPerClient = 4, 2
+		const waiters = clients * waitersPerClient
 		name := lockName(t)
 		ctx := ctxFor(t, 30*time.Second)
 		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rdb := b.newRedis(t)
-		attempts := countAttempts(rdb)
-		mu := newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name)
 		var wg sync.WaitGroup
-		for range waiters {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				lease, err := mu.Lock(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := lease.Unlock(ctx); err != nil {
-					t.Error(err)
-				}
-			}()
+		counters := make([]*attemptCounter, clients)
+		for i := range counters {
+			rdb := b.newRedis(t)
+			counters[i] = countAttempts(rdb)
+			// No heartbeat during the test: every attempt is a refusal or a wake-up.
+			mu := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Minute)).Mutex(name)
+			for range waitersPerClient {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					lease, err := mu.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := lease.Unlock(ctx); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
 		}
-		// Each waiter is refused twice (before and after subscribing), then waits.
-		waitDone(t, attempts.refusedReach(2*waiters), 10*time.Second, "every waiter waiting")
+		// Every waiter is refused at least once and registered when its client
+		// has a confirmed subscription; the last refusal of each waiter
+		// registers it. Wait until all are registered.
+		lock, _, _ := dlock.KeysOf(dlock.DefaultPrefix, name)
+		admin := b.newRedis(t)
+		for {
+			n, err := admin.ZCard(ctx, lock+":waiters").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == waiters {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%d of %d waiters registered", n, waiters)
+			case <-time.After(5 * time.Millisecond): // polling an observable: the registry
+			}
+		}
+		var refusedBefore int64
+		for _, c := range counters {
+			refusedBefore += c.refused.Load()
+		}
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 		wg.Wait()
-		if got, refused := attempts.acquired.Load(), attempts.refused.Load(); got != waiters || refused != 2*waiters {
-			t.Fatalf("%d acquired, %d refused attempts; want %d and %d: one wake-up per release",
-				got, refused, waiters, 2*waiters)
+		var acquired, refused int64
+		for _, c := range counters {
+			acquired += c.acquired.Load()
+			refused += c.refused.Load()
+		}
+		if acquired != waiters || refused != refusedBefore {
+			t.Fatalf("%d acquired, %d attempts refused after the first release; want %d and 0: one wake-up per release",
+				acquired, refused-refusedBefore, waiters)
 		}
 	})
 }
@@ -194,4 +225,53 @@ func waitSubscribed(t *testing.T, ctx context.Context, rdb *redis.Client, channe
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// A release may pick a waiter that died without leaving: nobody answers its
+// wake-up. The others find the lock free at their next refresh, long before
+// the old holder's TTL would have run out.
+func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const refresh = 2 * time.Second
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		rdb := b.newRedis(t)
+		holder, err := newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiterRedis := b.newRedis(t)
+		attempts := countAttempts(waiterRedis)
+		acquired := make(chan error, 1)
+		go func() {
+			lease, err := newClient(t, waiterRedis, dlock.WithWaiterRefresh(refresh)).Mutex(name).Lock(ctx)
+			if err == nil {
+				err = lease.Unlock(ctx)
+			}
+			acquired <- err
+		}()
+		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter registered")
+
+		// A ghost registered after the waiter but expiring sooner is picked first.
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock, _, _ := dlock.KeysOf(dlock.DefaultPrefix, name)
+		ghost := redis.Z{Score: float64(now.Add(refresh).UnixMilli()), Member: "ghost"}
+		if err := rdb.ZAdd(ctx, lock+":waiters", ghost).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-acquired:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the live waiter was stranded by a wake-up sent to a dead one")
+		}
+	})
 }

@@ -3,14 +3,22 @@
 -- KEYS[1]  lock key: a string holding the owner token, with a TTL
 -- KEYS[2]  fencing counter: an integer without TTL, in the same slot
 -- KEYS[3]  this attempt's tombstone, written by mutex_abandon.lua
+-- KEYS[4]  waiters: sorted set of waiter ids by registration expiry
 -- ARGV[1]  owner token of this attempt (random, unique per acquisition)
 -- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+--          not wait for a wake-up (TryLock, a first try, no subscription)
+-- ARGV[4]  how long a registration lasts, in milliseconds
 --
 -- Returns {1, fence}  acquired; fence is the new fencing token
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
 --                     expires (-1: the key has no TTL)
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
 -- Fails with WRONGTYPE, changing nothing, when KEYS[1] is not a string.
+--
+-- A refused waiter is registered in the same step as its refusal, after it
+-- subscribed: the release that follows pops it (or another live waiter) and
+-- publishes to it, so no wake-up is lost and one release wakes one waiter.
 --
 -- Safe to send twice: the owner token is unique to this attempt, so a resend
 -- that finds it already in place reports the same acquisition and mints nothing.
@@ -25,6 +33,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('DEL', KEYS[1])
     return {-1, 0}
   end
+  if ARGV[3] ~= '' then
+    redis.call('ZREM', KEYS[4], ARGV[3])
+  end
   return {1, redis.call('INCR', KEYS[2])}
 end
 -- SET NX succeeds on nothing but an absent key, so a key of another type lands
@@ -32,5 +43,11 @@ end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
+if ARGV[3] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4]) -- gone once nobody waits
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -3,6 +3,9 @@
 //
 // Scripts run by SHA (EVALSHA) and fall back to EVAL when the server answers
 // NOSCRIPT, as after SCRIPT FLUSH or a restart: see [redis.Script.Run].
+//
+// Scripts that free a lock call wake_next, defined once in wake_next.lua and
+// prepended to them here: Redis scripts cannot import one another.
 package scripts
 
 import (
@@ -12,6 +15,8 @@ import (
 )
 
 var (
+	//go:embed wake_next.lua
+	wakeNext string
 	//go:embed mutex_acquire.lua
 	mutexAcquire string
 	//go:embed mutex_release.lua
@@ -27,8 +32,8 @@ var (
 // Mutex scripts.
 var (
 	MutexAcquire = redis.NewScript(mutexAcquire)
-	MutexRelease = redis.NewScript(mutexRelease)
+	MutexRelease = redis.NewScript(wakeNext + mutexRelease)
 	MutexExtend  = redis.NewScript(mutexExtend)
 	MutexTTL     = redis.NewScript(mutexTTL)
-	MutexAbandon = redis.NewScript(mutexAbandon)
+	MutexAbandon = redis.NewScript(wakeNext + mutexAbandon)
 )

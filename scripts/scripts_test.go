@@ -14,10 +14,11 @@ import (
 // Redis, including when sent twice or out of order.
 
 const (
-	lockKey   = "t:{m}"
-	fenceKey  = "t:{m}:fence"
-	channel   = "t:{m}:wake"
-	tombstone = "t:{m}:void:owner-a"
+	lockKey    = "t:{m}"
+	fenceKey   = "t:{m}:fence"
+	channel    = "t:{m}:wake"
+	waitersKey = "t:{m}:waiters"
+	tombstone  = "t:{m}:void:owner-a"
 )
 
 func setup(t *testing.T) (context.Context, *redis.Client) {
@@ -29,11 +30,60 @@ func setup(t *testing.T) (context.Context, *redis.Client) {
 
 func acquire(t *testing.T, ctx context.Context, rdb *redis.Client, owner string) []int64 {
 	t.Helper()
-	res, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + owner}, owner, 10000).Int64Slice()
+	return acquireAsWaiter(t, ctx, rdb, owner, "")
+}
+
+// acquireAsWaiter attempts, registering waiter (when not "") if refused.
+func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string) []int64 {
+	t.Helper()
+	res, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + owner, waitersKey},
+		owner, 10000, waiter, 3000).Int64Slice()
 	if err != nil {
 		t.Fatalf("acquire by %s: %v", owner, err)
 	}
 	return res
+}
+
+func release(t *testing.T, ctx context.Context, rdb *redis.Client, owner string) int64 {
+	t.Helper()
+	n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey}, owner, "PUBLISH").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func abandon(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string) int64 {
+	t.Helper()
+	n, err := MutexAbandon.Run(ctx, rdb, []string{lockKey, channel, "t:{m}:void:" + owner, waitersKey},
+		owner, "PUBLISH", 10000, waiter).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// listen subscribes to the lock's channel and returns its messages.
+func listen(t *testing.T, ctx context.Context, rdb *redis.Client) <-chan *redis.Message {
+	t.Helper()
+	ps := rdb.Subscribe(ctx, channel)
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	return ps.Channel()
+}
+
+func expectMessage(t *testing.T, messages <-chan *redis.Message, want string) {
+	t.Helper()
+	select {
+	case m := <-messages:
+		if m.Payload != want {
+			t.Fatalf("published %q, want %q", m.Payload, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("nothing published, want %q", want)
+	}
 }
 
 func TestMutexAcquire_ResentAcquireCountsOnce(t *testing.T) {
@@ -61,9 +111,8 @@ func TestMutexAcquire_HeldLockReportsTimeLeft(t *testing.T) {
 // path) must not take the lock when it finally arrives.
 func TestMutexAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
-	n, err := MutexAbandon.Run(ctx, rdb, []string{lockKey, channel, tombstone}, "owner-a", "PUBLISH", 10000).Int64()
-	if err != nil || n != 0 {
-		t.Fatalf("abandon before arrival: %d, %v; want 0", n, err)
+	if n := abandon(t, ctx, rdb, "owner-a", ""); n != 0 {
+		t.Fatalf("abandon before arrival: %d; want 0", n)
 	}
 	if res := acquire(t, ctx, rdb, "owner-a"); res[0] != -1 {
 		t.Fatalf("late acquire: %v, want {-1, 0}", res)
@@ -79,9 +128,8 @@ func TestMutexAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 func TestMutexAbandon_ReleasesAnAppliedAttempt(t *testing.T) {
 	ctx, rdb := setup(t)
 	acquire(t, ctx, rdb, "owner-a")
-	n, err := MutexAbandon.Run(ctx, rdb, []string{lockKey, channel, tombstone}, "owner-a", "PUBLISH", 10000).Int64()
-	if err != nil || n != 1 {
-		t.Fatalf("abandon of an applied attempt: %d, %v; want 1", n, err)
+	if n := abandon(t, ctx, rdb, "owner-a", ""); n != 1 {
+		t.Fatalf("abandon of an applied attempt: %d; want 1", n)
 	}
 	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
 		t.Fatal("abandon left the hold in place")
@@ -91,18 +139,11 @@ func TestMutexAbandon_ReleasesAnAppliedAttempt(t *testing.T) {
 func TestMutexRelease_SentTwiceReleasesOnlyOnce(t *testing.T) {
 	ctx, rdb := setup(t)
 	acquire(t, ctx, rdb, "owner-a")
-	release := func(owner string) int64 {
-		n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel}, owner, "PUBLISH").Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := release("owner-a"); n != 1 {
+	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
 		t.Fatalf("release: %d, want 1", n)
 	}
 	acquire(t, ctx, rdb, "owner-b")
-	if n := release("owner-a"); n != 0 {
+	if n := release(t, ctx, rdb, "owner-a"); n != 0 {
 		t.Fatalf("resent release: %d, want 0", n)
 	}
 	if v, _ := rdb.Get(ctx, lockKey).Result(); v != "owner-b" {
@@ -127,7 +168,7 @@ func TestMutexScripts_WrongTypeKeyFailsAndIsUntouched(t *testing.T) {
 	ctx, rdb := setup(t)
 	rdb.HSet(ctx, lockKey, "field", "value")
 	before, _ := rdb.Dump(ctx, lockKey).Result()
-	_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone}, "owner-a", 10000).Result()
+	_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey}, "owner-a", 10000, "w", 3000).Result()
 	if err == nil {
 		t.Fatal("acquire on a hash: no error, want WRONGTYPE")
 	}
@@ -137,5 +178,67 @@ func TestMutexScripts_WrongTypeKeyFailsAndIsUntouched(t *testing.T) {
 	}
 	if n, _ := rdb.Exists(ctx, fenceKey).Result(); n != 0 {
 		t.Fatal("acquire on a wrong-type key minted a fencing token")
+	}
+}
+
+func TestMutexRelease_WakesTheRegisteredWaiterOnly(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-c", "waiter-c")
+	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 2 {
+		t.Fatalf("%d waiters registered, want 2", n)
+	}
+	release(t, ctx, rdb, "owner-a")
+	expectMessage(t, messages, "waiter-b")
+	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 1 {
+		t.Fatalf("%d waiters left after one release, want 1", n)
+	}
+	// The woken waiter takes the lock and is no longer registered.
+	if res := acquireAsWaiter(t, ctx, rdb, "owner-b2", "waiter-b"); res[0] != 1 {
+		t.Fatalf("woken waiter: %v, want acquired", res)
+	}
+	release(t, ctx, rdb, "owner-b2")
+	expectMessage(t, messages, "waiter-c")
+}
+
+func TestMutexRelease_SkipsExpiredWaiters(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: 1, Member: "long-dead"}) // expired in 1970
+	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
+	release(t, ctx, rdb, "owner-a")
+	expectMessage(t, messages, "waiter-b")
+}
+
+// A waiter picked by a release that then gives up must not swallow the
+// wake-up: the next waiter gets it.
+func TestMutexAbandon_PickedWaiterPassesTheWakeUpOn(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-c", "waiter-c")
+	release(t, ctx, rdb, "owner-a")
+	expectMessage(t, messages, "waiter-b")
+	abandon(t, ctx, rdb, "", "waiter-b")
+	expectMessage(t, messages, "waiter-c")
+}
+
+// A waiter that leaves while still registered just goes: the holder's
+// release will wake someone else.
+func TestMutexAbandon_RegisteredWaiterLeavesQuietly(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-c", "waiter-c")
+	abandon(t, ctx, rdb, "", "waiter-b")
+	release(t, ctx, rdb, "owner-a")
+	expectMessage(t, messages, "waiter-c")
+	if n, _ := rdb.Exists(ctx, "t:{m}:void:").Result(); n != 0 {
+		t.Fatal("a waiter leaving with no attempt in doubt wrote a tombstone")
 	}
 }

@@ -3,9 +3,10 @@
 //
 // A Hub keeps one subscriber connection per shard (one in all unless the
 // server is a Redis 7 cluster, where sharded pub/sub puts each channel on the
-// master of its slot) and fans each message out to the goroutines of this
-// process that wait on that channel: to one of them for a message "1", to all
-// of them for "*".
+// master of its slot) and hands each message to the goroutines of this
+// process that wait on that channel: a message carrying a waiter's id wakes
+// that waiter (the release scripts pick one waiter across all clients), a
+// message "*" wakes them all.
 //
 // The contract with a waiter is what makes wake-ups lossless: [Hub.Watch]
 // returns only once Redis has confirmed the subscription, so a waiter that
@@ -26,15 +27,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Wake-up payloads published by the release scripts.
-const (
-	WakeOne = "1" // one waiter can proceed (a mutex was released)
-	WakeAll = "*" // every waiter can proceed (a writer left: all readers may enter)
-)
+// WakeAll is the payload that wakes every waiter on a channel (a writer
+// left: all readers may enter). Any other payload is the id of the one
+// waiter to wake.
+const WakeAll = "*"
 
 // subscribeTimeout bounds how long Watch waits for Redis to confirm a
 // subscription before letting the waiter go on without wake-ups.
 const subscribeTimeout = 2 * time.Second
+
+// subscriptionLinger is how long a channel stays subscribed after its last
+// waiter left.
+const subscriptionLinger = 10 * time.Second
 
 // Config says how a Hub reaches Redis.
 type Config struct {
@@ -73,9 +77,9 @@ func New(cfg Config) *Hub {
 var ErrClosed = errors.New("notify: hub closed")
 
 // Watch registers the caller as a waiter on channel and returns once Redis has
-// confirmed the subscription, the subscription has failed (the waiter then
-// gets no wake-ups, see [Waiter.Subscribed]), or ctx is done (ctx.Err()). The
-// caller must Close the waiter.
+// confirmed the subscription, the subscription has failed or is late (the
+// waiter then gets no wake-ups and [Waiter.Subscribed] is false), or ctx is
+// done (ctx.Err()). The caller must Close the waiter.
 func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	sh, err := h.shardFor(ctx, channel)
 	if err != nil {
@@ -87,14 +91,15 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 		}
 		// No shard, no wake-ups: the waiter goes on with TTL-bounded retries.
 		h.cfg.Logger.Debug("dlock: no subscriber for channel", "channel", channel, "err", err)
-		return &Waiter{wake: make(chan struct{}, 1)}, nil
+		return &Waiter{id: newWaiterID(), wake: make(chan struct{}, 1)}, nil
 	}
 	w, ready := sh.add(channel)
 	select {
 	case <-ready:
+		w.subscribed = sh.isSubscribed(channel)
 		return w, nil
 	case <-ctx.Done():
-		w.Close(false)
+		w.Close()
 		return nil, ctx.Err()
 	case <-time.After(subscribeTimeout):
 		h.cfg.Logger.Debug("dlock: subscription not confirmed in time", "channel", channel)
@@ -117,10 +122,28 @@ func (h *Hub) Close() error {
 
 	h.cancel()
 	for _, sh := range shards {
+		sh.stopTimers()
 		_ = sh.ps.Close() // unblocks the reader's Receive
 	}
 	h.wg.Wait()
 	return nil
+}
+
+// Ready reports whether channel is subscribed and confirmed already, so that
+// Watch would return at once. It does no I/O.
+func (h *Hub) Ready(channel string) bool {
+	h.mu.Lock()
+	shards := make([]*shard, 0, len(h.shards))
+	for _, sh := range h.shards {
+		shards = append(shards, sh)
+	}
+	h.mu.Unlock()
+	for _, sh := range shards {
+		if sh.isSubscribed(channel) {
+			return true
+		}
+	}
+	return false
 }
 
 // Goroutines reports how many subscriber goroutines run (one per shard in use).

@@ -27,7 +27,7 @@ type shard struct {
 
 // topic is the state of one channel on a shard.
 type topic struct {
-	waiters []*Waiter // in arrival order; a message "1" wakes the first
+	waiters map[string]*Waiter // by id
 
 	wanted  bool // a SUBSCRIBE is the last command sent for this channel
 	pending int  // commands sent whose confirmation has not arrived yet
@@ -35,6 +35,11 @@ type topic struct {
 	// ready is closed once the channel is confirmed subscribed, or once it is
 	// known it will not be; waiters then stop waiting in Watch.
 	ready chan struct{}
+
+	// idle unsubscribes the channel once it has had no waiter for
+	// subscriptionLinger: contended locks are waited on again and again, and
+	// a subscription kept costs nothing but saves a round trip each time.
+	idle *time.Timer
 }
 
 func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
@@ -50,15 +55,19 @@ func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
 // add registers a new waiter on channel, subscribing when it is the first. The
 // returned channel is closed once the subscription is confirmed or given up.
 func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
-	w := &Waiter{shard: sh, channel: channel, wake: make(chan struct{}, 1)}
+	w := &Waiter{id: newWaiterID(), shard: sh, channel: channel, wake: make(chan struct{}, 1)}
 	sh.mu.Lock()
 	tp := sh.topics[channel]
 	if tp == nil {
-		tp = &topic{}
+		tp = &topic{waiters: make(map[string]*Waiter)}
 		sh.topics[channel] = tp
 	}
 	w.topic = tp
-	tp.waiters = append(tp.waiters, w)
+	tp.waiters[w.id] = w
+	if tp.idle != nil {
+		tp.idle.Stop()
+		tp.idle = nil
+	}
 	if tp.wanted {
 		ready := tp.ready
 		sh.mu.Unlock()
@@ -78,37 +87,63 @@ func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	return w, ready
 }
 
-// remove takes w off its channel, hands on a wake-up it did not use, and
-// unsubscribes when it was the last waiter.
-func (sh *shard) remove(w *Waiter, passOn bool) {
+// isSubscribed reports whether channel's subscription is confirmed (and not
+// given up).
+func (sh *shard) isSubscribed(channel string) bool {
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	tp := sh.topics[channel]
+	return tp != nil && tp.wanted && tp.pending == 0
+}
+
+// remove takes w off its channel; the last waiter to go leaves the channel
+// subscribed for subscriptionLinger.
+func (sh *shard) remove(w *Waiter) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	tp := w.topic
-	for i, other := range tp.waiters {
-		if other == w {
-			tp.waiters = append(tp.waiters[:i], tp.waiters[i+1:]...)
-			break
+	delete(tp.waiters, w.id)
+	if len(tp.waiters) > 0 {
+		return
+	}
+	if !tp.wanted {
+		if tp.pending == 0 {
+			delete(sh.topics, w.channel)
 		}
+		return
 	}
-	select {
-	case <-w.wake:
-		passOn = true
-	default:
-	}
-	if passOn {
-		tp.wakeOne()
-	}
-	if len(tp.waiters) > 0 || !tp.wanted {
+	channel := w.channel
+	tp.idle = time.AfterFunc(subscriptionLinger, func() { sh.unsubscribeIdle(channel, tp) })
+}
+
+// unsubscribeIdle drops channel's subscription if it is still unused.
+func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
+	sh.mu.Lock()
+	if sh.topics[channel] != tp || len(tp.waiters) > 0 || !tp.wanted || tp.idle == nil {
 		sh.mu.Unlock()
 		return
 	}
+	tp.idle = nil
 	tp.wanted = false
 	tp.pending++
 	sh.sendMu.Lock()
 	sh.mu.Unlock()
-	err := sh.send(false, w.channel)
+	err := sh.send(false, channel)
 	sh.sendMu.Unlock()
 	if err != nil {
-		sh.giveUp(w.channel, err)
+		sh.giveUp(channel, err)
+	}
+}
+
+// stopTimers stops every idle timer, when the hub closes.
+func (sh *shard) stopTimers() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, tp := range sh.topics {
+		if tp.idle != nil {
+			tp.idle.Stop()
+			tp.idle = nil
+		}
 	}
 }
 
@@ -146,6 +181,10 @@ func (sh *shard) giveUp(channel string, err error) {
 func (sh *shard) reset(channel string, tp *topic) {
 	tp.wanted = false
 	tp.pending = 0
+	if tp.idle != nil {
+		tp.idle.Stop()
+		tp.idle = nil
+	}
 	tp.markReady()
 	tp.wakeAll()
 	if len(tp.waiters) == 0 {
@@ -217,7 +256,9 @@ func (sh *shard) deliver(channel, payload string) {
 		tp.wakeAll()
 		return
 	}
-	tp.wakeOne()
+	if w := tp.waiters[payload]; w != nil {
+		w.notify()
+	}
 }
 
 func (sh *shard) confirmed(m *redis.Subscription) {
@@ -260,22 +301,16 @@ func (tp *topic) markReady() {
 	}
 }
 
-// wakeOne wakes the longest-waiting waiter that has no wake-up pending.
-func (tp *topic) wakeOne() {
+func (tp *topic) wakeAll() {
 	for _, w := range tp.waiters {
-		select {
-		case w.wake <- struct{}{}:
-			return
-		default: // already woken and not yet back: try the next
-		}
+		w.notify()
 	}
 }
 
-func (tp *topic) wakeAll() {
-	for _, w := range tp.waiters {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+// notify wakes w; a wake-up already pending stands for this one too.
+func (w *Waiter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }

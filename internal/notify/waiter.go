@@ -1,25 +1,46 @@
 package notify
 
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
 // Waiter is one goroutine's registration on a lock's channel.
 type Waiter struct {
-	shard   *shard // nil when no subscription could be had
-	topic   *topic
-	channel string
-	wake    chan struct{}
+	id         string
+	shard      *shard // nil when no subscription could be had
+	topic      *topic
+	channel    string
+	wake       chan struct{}
+	subscribed bool
 }
 
-// C receives a value when the lock may have become free: a release was
-// published, or the subscription had a gap in which one may have been lost.
-// Without a subscription it never receives.
+func newWaiterID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ID is the waiter's id: a release that picks this waiter publishes it.
+func (w *Waiter) ID() string { return w.id }
+
+// Subscribed reports whether the subscription was confirmed when Watch
+// returned: only then can a release reach this waiter, and only then should
+// it register to be picked.
+func (w *Waiter) Subscribed() bool { return w.subscribed }
+
+// C receives a value when the lock may have become free: a release picked
+// this waiter, or the subscription had a gap in which a wake-up may have been
+// lost. Without a subscription it never receives.
 func (w *Waiter) C() <-chan struct{} { return w.wake }
 
-// Close unregisters the waiter. With passOn, or when a wake-up reached it
-// that it did not take, the next waiter on the channel is woken in its place:
-// a waiter that leaves must not swallow the release meant for somebody.
-func (w *Waiter) Close(passOn bool) {
+// Close unregisters the waiter from this process. A wake-up it received and
+// did not act on is passed on in Redis by the caller (see mutex_abandon.lua),
+// where the other clients' waiters are.
+func (w *Waiter) Close() {
 	if w.shard == nil {
 		return
 	}
-	w.shard.remove(w, passOn)
+	w.shard.remove(w)
 	w.shard = nil
 }

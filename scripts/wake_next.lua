@@ -1,0 +1,29 @@
+-- wake_next(waiters, channel, publish): wake the next live waiter of a lock.
+-- Prepended to the scripts that free a lock (see scripts.go).
+--
+-- waiters  sorted set: member = waiter id, score = when its registration
+--          expires, in ms of the server's clock (waiters refresh it while
+--          they wait, so a dead waiter's entry runs out by itself)
+-- channel  the lock's wake-up channel
+-- publish  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+--
+-- Pops expired entries until it finds a live one and publishes its id: one
+-- release, one attempt, whichever client the waiter is in.
+local function wake_next(waiters, channel, publish)
+  local now
+  while true do
+    local popped = redis.call('ZPOPMIN', waiters)
+    if #popped == 0 then
+      return
+    end
+    if now == nil then -- no clock reading when nobody waits
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    if tonumber(popped[2]) >= now then
+      redis.call(publish, channel, popped[1])
+      return
+    end
+  end
+end
+
