@@ -43,6 +43,7 @@ type Lease struct {
 	done     chan struct{}
 	err      error // set once done: nil when released, else wraps ErrLeaseLost
 	released bool  // Redis confirmed the release
+	ending   bool  // end has begun: only its first call counts
 	onEnd    map[*func(error)]struct{}
 
 	// Owned by the Client's renewer, under its lock.
@@ -320,13 +321,21 @@ func (l *Lease) checkDeadline() {
 	l.end(errDeadlinePassed)
 }
 
-// end closes the lease once, with err nil for a release.
+// end closes the lease once, with err nil for a release. A loss is logged
+// before Done closes, so the log shows it before anyone reacts to it.
 func (l *Lease) end(err error) {
 	l.mu.Lock()
-	if l.isDone() {
+	if l.ending {
 		l.mu.Unlock()
 		return
 	}
+	l.ending = true
+	l.mu.Unlock()
+	if err != nil {
+		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
+	}
+
+	l.mu.Lock()
 	l.err = err
 	close(l.done)
 	l.timer.Stop()
@@ -336,9 +345,6 @@ func (l *Lease) end(err error) {
 
 	if l.renew {
 		l.c.renewer.remove(l)
-	}
-	if err != nil {
-		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
 	}
 	for cb := range callbacks {
 		(*cb)(cancelCause(err))
