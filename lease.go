@@ -196,7 +196,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return redisError("extend", l.name, err)
 	}
 	if n != 1 {
-		l.end(errRenewalRefused)
+		l.refused()
 		return fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
 	}
 	l.mu.Lock()
@@ -217,7 +217,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, redisError("ttl", l.name, err)
 	}
 	if ms == -3 {
-		l.end(errRenewalRefused)
+		l.refused()
 		return 0, fmt.Errorf("%w: %q expired or was taken", ErrNotHeld, l.name)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
@@ -264,6 +264,15 @@ var (
 	errDeadlinePassed = fmt.Errorf("%w: no renewal confirmed before its deadline", ErrLeaseLost)
 	errRenewalRefused = fmt.Errorf("%w: the lock expired, was deleted or is held by another owner", ErrLeaseLost)
 )
+
+// refused ends the lease as lost after Redis said it is not ours, unless an
+// Unlock has begun: its own release may be what Redis saw, and Unlock ends
+// the lease as it finds.
+func (l *Lease) refused() {
+	if !l.unlocking.Load() {
+		l.end(errRenewalRefused)
+	}
+}
 
 // heldLocally says whether the lease may still hold the lock as far as this
 // process knows; an ended lease is not extended or inspected.

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,6 +266,65 @@ func TestMutex_UncontendedLockAndUnlockAreTwoRoundTrips(t *testing.T) {
 		}
 		if n := counter.commands.Load(); n != 2 {
 			t.Fatalf("lock+unlock sent %d commands, want 2", n)
+		}
+	})
+}
+
+// A lease counts itself lost before Redis lets the key go: at Done the key is
+// still there, so nobody else can have been given the lock yet.
+func TestLease_ReportsLossBeforeRedisExpiresTheKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		rdb := b.newRedis(t)
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		// A large drift factor leaves half the lease as margin for a late timer.
+		c := newClient(t, rdb, dlock.WithLeaseTime(time.Second), dlock.WithDriftFactor(0.49))
+		lease, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, lease.Done(), lossGuard, "end of the fixed lease")
+		left, err := rdb.PTTL(ctx, lockKey(name)).Result()
+		if err != nil || left <= 0 {
+			t.Fatalf("at Done the key has %v left (err %v); the lease must end before Redis lets go", left, err)
+		}
+		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+			t.Fatalf("Err: %v, want ErrLeaseLost", lease.Err())
+		}
+	})
+}
+
+// A lease is handed around: many goroutines extend, inspect and unlock it at
+// once. Exactly one Unlock releases; the others are refused; nothing races.
+func TestLease_IsSafeToShareBetweenGoroutines(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const goroutines = 16
+		ctx := ctxFor(t, 30*time.Second)
+		lease, err := newClient(t, b.newRedis(t)).Mutex(lockName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		released := make(chan struct{}, goroutines)
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = lease.Extend(ctx, time.Minute)
+				_, _ = lease.TTL(ctx)
+				_ = lease.Context(ctx)
+				_, _ = lease.Err(), lease.Deadline()
+				if lease.Unlock(ctx) == nil {
+					released <- struct{}{}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := len(released); n != 1 {
+			t.Fatalf("%d Unlocks released the lease, want exactly 1", n)
+		}
+		if err := lease.Err(); err != nil {
+			t.Fatalf("a released lease reports %v", err)
 		}
 	})
 }

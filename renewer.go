@@ -182,16 +182,12 @@ func (r *renewer) renew(ctx context.Context, batch []*Lease) {
 
 	now := time.Now()
 	for i, l := range batch {
-		if l.unlocking.Load() {
-			// Unlock took over; a refusal here may be its own release.
-			continue
-		}
 		switch err := results[i]; {
 		case err == nil:
 			l.confirmed(sent, ttls[i])
 			r.reschedule(l, sent.Add(ttls[i]/3))
 		case errors.Is(err, errRenewalRefused) || isWrongType(err):
-			l.end(errRenewalRefused)
+			l.refused()
 		default:
 			// Try again soon, well before the deadline; if none gets through,
 			// the deadline timer reports the loss.
