@@ -136,3 +136,31 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		return next(ctx, cmds)
 	}
 }
+
+// lockInBackground runs Lock on mu and then Unlock, and reports the first
+// error (nil once it held and released the lock).
+func lockInBackground(ctx context.Context, mu *dlock.Mutex) <-chan error {
+	result := make(chan error, 1)
+	go func() {
+		lease, err := mu.Lock(ctx)
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		result <- err
+	}()
+	return result
+}
+
+// expectAcquired fails the test unless a lockInBackground reports success
+// within the guard time.
+func expectAcquired(t testing.TB, result <-chan error, guard time.Duration, failure string) {
+	t.Helper()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(guard):
+		t.Fatal(failure)
+	}
+}

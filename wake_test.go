@@ -146,26 +146,12 @@ func TestMutex_WaitersFallBackToTTLWhenSubscribingIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	attempts := countAttempts(rdb)
-	acquired := make(chan error, 1)
-	go func() {
-		lease, err := newClient(t, rdb).Mutex(name).Lock(ctx)
-		if err == nil {
-			err = lease.Unlock(ctx)
-		}
-		acquired <- err
-	}()
+	acquired := lockInBackground(ctx, newClient(t, rdb).Mutex(name))
 	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-acquired:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the waiter without a subscription never got the lock")
-	}
+	expectAcquired(t, acquired, 15*time.Second, "the waiter without a subscription never got the lock")
 }
 
 // When the subscriber connection is killed, go-redis reconnects and
@@ -181,14 +167,7 @@ func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {
 	}
 	rdb := srv.Client()
 	attempts := countAttempts(rdb)
-	acquired := make(chan error, 1)
-	go func() {
-		lease, err := newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
-		if err == nil {
-			err = lease.Unlock(ctx)
-		}
-		acquired <- err
-	}()
+	acquired := lockInBackground(ctx, newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name))
 	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
@@ -198,14 +177,7 @@ func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-acquired:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the waiter was not woken after its subscriber reconnected")
-	}
+	expectAcquired(t, acquired, 15*time.Second, "the waiter was not woken after its subscriber reconnected")
 }
 
 // waitSubscribed waits until the server counts a subscriber on channel: the
@@ -243,14 +215,7 @@ func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T)
 		}
 		waiterRedis := b.newRedis(t)
 		attempts := countAttempts(waiterRedis)
-		acquired := make(chan error, 1)
-		go func() {
-			lease, err := newClient(t, waiterRedis, dlock.WithWaiterRefresh(refresh)).Mutex(name).Lock(ctx)
-			if err == nil {
-				err = lease.Unlock(ctx)
-			}
-			acquired <- err
-		}()
+		acquired := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(refresh)).Mutex(name))
 		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter registered")
 
 		// A ghost registered after the waiter but expiring sooner is picked first.
@@ -266,13 +231,6 @@ func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T)
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-acquired:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("the live waiter was stranded by a wake-up sent to a dead one")
-		}
+		expectAcquired(t, acquired, 15*time.Second, "the live waiter was stranded by a wake-up sent to a dead one")
 	})
 }
