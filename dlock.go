@@ -29,6 +29,7 @@ type Client struct {
 	hub     *notify.Hub
 	publish string // "PUBLISH" or "SPUBLISH", once known
 	closed  bool
+	done    chan struct{} // closed by Close: waiting Locks give up
 }
 
 // New returns a Client that takes locks through rdb. Options set defaults for
@@ -38,7 +39,7 @@ type Client struct {
 // are not a panic: every operation of the Client returns the error, matching
 // [ErrInvalid].
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{rdb: rdb, cfg: defaultSettings().with(opts)}
+	c := &Client{rdb: rdb, cfg: defaultSettings().with(opts), done: make(chan struct{})}
 	switch {
 	case rdb == nil:
 		c.err = invalidf("nil Redis client")
@@ -49,16 +50,21 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	return c
 }
 
-// Close stops the Client's background work: renewal and subscriptions. Leases
-// still held are no longer renewed and end as lost at their deadline; unlock
-// them first. Close does not close rdb.
+// Close stops the Client's background work: renewal and subscriptions. Locks
+// still waiting return [ErrClosed]. Leases still held are no longer renewed
+// and end as lost at their deadline; unlock them first. Close does not close
+// rdb.
 func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
 	c.closed = true
+	close(c.done)
 	hub := c.hub
 	c.mu.Unlock()
 

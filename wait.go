@@ -111,6 +111,11 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 				a.leave(ctx, waiterID)
 			}
 			return nil, acquireError(ctx, nil)
+		case <-c.done:
+			if waiterID != "" {
+				a.leave(ctx, waiterID)
+			}
+			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 		}
 	}
 }

@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,4 +235,65 @@ func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T)
 		}
 		expectAcquired(t, acquired, 15*time.Second, "the live waiter was stranded by a wake-up sent to a dead one")
 	})
+}
+
+// However many locks a Client waits on, it listens on one connection per
+// shard, and its waiters give up when it closes.
+func TestClient_OneSubscriberConnectionForAllWaiters(t *testing.T) {
+	const locks = 8
+	srv := startServer(t)
+	admin := srv.Client()
+	ctx := ctxFor(t, 30*time.Second)
+	holders := newClient(t, srv.Client(), dlock.WithTTL(time.Minute))
+	rdb := srv.Client()
+	attempts := countAttempts(rdb)
+	waiters := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	results := make([]<-chan error, locks)
+	for i := range results {
+		name := lockName(t)
+		if _, err := holders.Mutex(name).Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		results[i] = lockInBackground(ctx, waiters.Mutex(name))
+	}
+	waitDone(t, attempts.refusedReach(2*locks), 10*time.Second, "every waiter waiting")
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := subscribedConnections(list); n != 1 {
+		t.Fatalf("%d connections subscribed, want 1:\n%s", n, list)
+	}
+	if n := dlock.SubscriberGoroutines(waiters); n != 1 {
+		t.Fatalf("%d subscriber goroutines, want 1", n)
+	}
+	if err := waiters.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, result := range results {
+		select {
+		case err := <-result:
+			if !errors.Is(err, dlock.ErrClosed) || !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("a Lock waiting when its Client closed: %v, want ErrNotAcquired and ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a Lock kept waiting after its Client closed")
+		}
+	}
+}
+
+// subscribedConnections counts the connections of a CLIENT LIST reply that
+// hold a subscription.
+func subscribedConnections(clientList string) int {
+	n := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(clientList), "\n") {
+		for field := range strings.FieldsSeq(line) {
+			key, value, _ := strings.Cut(field, "=")
+			if (key == "sub" || key == "ssub") && value != "0" {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
