@@ -36,9 +36,9 @@ const WakeAll = "*"
 // subscription before letting the waiter go on without wake-ups.
 const subscribeTimeout = 2 * time.Second
 
-// subscriptionLinger is how long a channel stays subscribed after its last
-// waiter left.
-const subscriptionLinger = 10 * time.Second
+// DefaultLinger is how long a channel stays subscribed after its last waiter
+// left.
+const DefaultLinger = 10 * time.Second
 
 // Config says how a Hub reaches Redis.
 type Config struct {
@@ -47,6 +47,10 @@ type Config struct {
 	// slot; set it for a Redis 7 cluster, whose release scripts use SPUBLISH.
 	Sharded bool
 	Logger  *slog.Logger
+	// Linger is how long a channel stays subscribed after its last waiter
+	// left (default DefaultLinger): contended locks are waited on again and
+	// again, and each subscription kept saves a round trip.
+	Linger time.Duration
 }
 
 // Hub is the process-wide subscriber of one dlock client. The zero value is
@@ -68,6 +72,9 @@ type Hub struct {
 func New(cfg Config) *Hub {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = DefaultLinger
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{cfg: cfg, ctx: ctx, cancel: cancel, shards: make(map[string]*shard)}

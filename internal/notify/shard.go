@@ -36,9 +36,8 @@ type topic struct {
 	// known it will not be; waiters then stop waiting in Watch.
 	ready chan struct{}
 
-	// idle unsubscribes the channel once it has had no waiter for
-	// subscriptionLinger: contended locks are waited on again and again, and
-	// a subscription kept costs nothing but saves a round trip each time.
+	// idle unsubscribes the channel once it has had no waiter for the hub's
+	// Linger time.
 	idle *time.Timer
 }
 
@@ -97,7 +96,7 @@ func (sh *shard) isSubscribed(channel string) bool {
 }
 
 // remove takes w off its channel; the last waiter to go leaves the channel
-// subscribed for subscriptionLinger.
+// subscribed for the hub's Linger time.
 func (sh *shard) remove(w *Waiter) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -113,7 +112,7 @@ func (sh *shard) remove(w *Waiter) {
 		return
 	}
 	channel := w.channel
-	tp.idle = time.AfterFunc(subscriptionLinger, func() { sh.unsubscribeIdle(channel, tp) })
+	tp.idle = time.AfterFunc(sh.hub.cfg.Linger, func() { sh.unsubscribeIdle(channel, tp) })
 }
 
 // unsubscribeIdle drops channel's subscription if it is still unused.

@@ -1,0 +1,138 @@
+package notify
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+func setup(t *testing.T, linger time.Duration) (context.Context, *redis.Client, *Hub) {
+	rdb := redistest.Start(t).Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	hub := New(Config{Client: rdb, Linger: linger})
+	t.Cleanup(func() { _ = hub.Close() })
+	return ctx, rdb, hub
+}
+
+func watch(t *testing.T, ctx context.Context, hub *Hub, channel string) *Waiter {
+	t.Helper()
+	w, err := hub.Watch(ctx, channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+func expectWoken(t *testing.T, w *Waiter) {
+	t.Helper()
+	select {
+	case <-w.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken")
+	}
+}
+
+func expectAsleep(t *testing.T, w *Waiter) {
+	t.Helper()
+	select {
+	case <-w.C():
+		t.Fatal("waiter woken by a message not for it")
+	default:
+	}
+}
+
+func subscribers(t *testing.T, ctx context.Context, rdb *redis.Client, channel string) int64 {
+	t.Helper()
+	counts, err := rdb.PubSubNumSub(ctx, channel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts[channel]
+}
+
+// Watch returns only once the server has the subscription: a message
+// published right after is delivered.
+func TestHub_WatchReturnsOnceTheServerHasTheSubscription(t *testing.T) {
+	ctx, rdb, hub := setup(t, 0)
+	w := watch(t, ctx, hub, "ch")
+	if !w.Subscribed() {
+		t.Fatal("Watch returned unsubscribed")
+	}
+	if n := subscribers(t, ctx, rdb, "ch"); n != 1 {
+		t.Fatalf("server counts %d subscribers after Watch, want 1", n)
+	}
+	rdb.Publish(ctx, "ch", w.ID())
+	expectWoken(t, w)
+}
+
+func TestHub_AMessageWakesTheWaiterItNames(t *testing.T) {
+	ctx, rdb, hub := setup(t, 0)
+	first, second := watch(t, ctx, hub, "ch"), watch(t, ctx, hub, "ch")
+	rdb.Publish(ctx, "ch", first.ID())
+	expectWoken(t, first)
+	expectAsleep(t, second) // messages are handled in order: the first's is done
+	rdb.Publish(ctx, "ch", "someone-elsewhere")
+	rdb.Publish(ctx, "ch", second.ID())
+	expectWoken(t, second)
+	expectAsleep(t, first)
+}
+
+func TestHub_WakeAllWakesEveryWaiter(t *testing.T) {
+	ctx, rdb, hub := setup(t, 0)
+	waiters := []*Waiter{watch(t, ctx, hub, "ch"), watch(t, ctx, hub, "ch"), watch(t, ctx, hub, "ch")}
+	rdb.Publish(ctx, "ch", WakeAll)
+	for _, w := range waiters {
+		expectWoken(t, w)
+	}
+}
+
+// The last waiter's departure leaves the subscription for the linger time,
+// so the next waiter finds it ready; after that it goes.
+func TestHub_SubscriptionLingersAfterTheLastWaiter(t *testing.T) {
+	ctx, rdb, hub := setup(t, 200*time.Millisecond)
+	w, err := hub.Watch(ctx, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if !hub.Ready("ch") || subscribers(t, ctx, rdb, "ch") != 1 {
+		t.Fatal("the subscription went with its last waiter")
+	}
+	for subscribers(t, ctx, rdb, "ch") != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("an idle subscription was never dropped")
+		case <-time.After(20 * time.Millisecond): // polling the server's count
+		}
+	}
+	if hub.Ready("ch") {
+		t.Fatal("hub reports a dropped subscription as ready")
+	}
+	w = watch(t, ctx, hub, "ch") // subscribes afresh
+	rdb.Publish(ctx, "ch", w.ID())
+	expectWoken(t, w)
+}
+
+func TestHub_CloseStopsItsGoroutines(t *testing.T) {
+	ctx, _, hub := setup(t, 0)
+	watch(t, ctx, hub, "a")
+	watch(t, ctx, hub, "b")
+	if n := hub.Goroutines(); n != 1 {
+		t.Fatalf("%d subscriber goroutines for one server, want 1", n)
+	}
+	if err := hub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := hub.Goroutines(); n != 0 {
+		t.Fatalf("%d subscriber goroutines after Close", n)
+	}
+	if _, err := hub.Watch(ctx, "c"); err != ErrClosed {
+		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
+	}
+}
