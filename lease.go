@@ -52,11 +52,11 @@ type Lease struct {
 }
 
 // leaseKind is what differs between lock types: the scripts that renew,
-// release, inspect and abandon one hold. Every kind's scripts take the owner
+// release, inspect and give up one hold. Every kind's scripts take the owner
 // token as ARGV[1]; extend takes the TTL in ms as ARGV[2] and returns 1 or 0;
 // release and abandon take the publish command as ARGV[2] (abandon then the
-// tombstone's lifetime in ms) and return 1 or 0; ttl returns milliseconds
-// left, or -3 when not held.
+// tombstone's lifetime in ms and the waiter id) and return 1 or 0; ttl
+// returns milliseconds left, or -3 when not held.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script

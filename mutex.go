@@ -45,7 +45,8 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 func (m *Mutex) Name() string { return m.name }
 
 // TryLock makes one attempt to take the lock and never waits. It returns
-// [ErrNotAcquired] when someone else holds it.
+// [ErrNotAcquired] when someone else holds it. Like Lock's, its lease renews
+// itself unless [WithLeaseTime] was given.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
