@@ -71,7 +71,8 @@ func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 	srv := startServer(t)
 	rdb := srv.Client()
 	ctx := ctxFor(t, 30*time.Second)
-	lease, err := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond)).Mutex(lockName(t)).Lock(ctx)
+	const ttl = time.Second
+	lease, err := newClient(t, rdb, dlock.WithTTL(ttl)).Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +80,8 @@ func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 		t.Fatal(err)
 	}
 	flushedAt := lease.Deadline()
-	// Two confirmed renewals after the flush move the deadline past a TTL on.
-	for lease.Deadline().Sub(flushedAt) < 300*time.Millisecond {
+	// Renewals confirmed after the flush move the deadline a TTL on.
+	for lease.Deadline().Sub(flushedAt) < ttl/2 {
 		select {
 		case <-lease.Done():
 			t.Fatalf("lease lost after SCRIPT FLUSH: %v", lease.Err())
@@ -94,7 +95,7 @@ func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 
 func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		const ttl = 500 * time.Millisecond
+		const ttl = time.Second // renewed every 333 ms: a loaded machine has 660 ms to spare
 		rdb := b.newRedis(t)
 		c := newClient(t, rdb, dlock.WithTTL(ttl))
 		name := lockName(t)
@@ -117,6 +118,14 @@ func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
 		}
 		if n := dlock.RenewerScheduled(c); n != 0 {
 			t.Fatalf("%d leases still scheduled for renewal after Unlock", n)
+		}
+		// With nothing to renew, the renewal goroutine ends by itself at its
+		// next wake-up, within a TTL/3.
+		for guard := time.Now().Add(lossGuard); dlock.RenewerRunning(c); {
+			if time.Now().After(guard) {
+				t.Fatal("the renewal goroutine still runs with nothing to renew")
+			}
+			time.Sleep(10 * time.Millisecond) // polling an observable: the goroutine's state
 		}
 		if err := c.Close(); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,4 +345,54 @@ func TestMutex_WaitBoundedByWithWait(t *testing.T) {
 			t.Fatalf("WithWait(0): %v, want a plain ErrNotAcquired", err)
 		}
 	})
+}
+
+// A grant that arrives as the caller's context ends is given back: a
+// cancelled call returns the context's error and leaves the lock as it was.
+func TestMutex_GrantArrivingAfterCancellationIsGivenBack(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		rdb := b.newRedis(t)
+		var giveUp atomic.Pointer[context.CancelFunc]
+		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+			if cancel := giveUp.Load(); cancel != nil && isAcquireReply(cmd, 1) {
+				(*cancel)() // the caller gives up just as Redis says yes
+			}
+		}})
+		mu := newClient(t, rdb).Mutex(name)
+		warmUp, err := mu.TryLock(ctxFor(t, 10*time.Second)) // loads the script: the hook knows EVALSHA
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = warmUp.Unlock(ctxFor(t, 10*time.Second))
+		for what, lock := range map[string]func(context.Context) (*dlock.Lease, error){"TryLock": mu.TryLock, "Lock": mu.Lock} {
+			ctx, cancel := context.WithCancel(ctxFor(t, 30*time.Second))
+			giveUp.Store(&cancel)
+			_, err := lock(ctx)
+			cancel()
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s granted after cancellation: %v, want ErrNotAcquired and context.Canceled", what, err)
+			}
+			if n, err := rdb.Exists(ctxFor(t, 5*time.Second), lockKey(name)).Result(); err != nil || n != 0 {
+				t.Fatalf("%s: lock key exists=%d (err %v): the late grant was kept", what, n, err)
+			}
+		}
+	})
+}
+
+func TestMutex_CancelledContextSendsNothing(t *testing.T) {
+	counter := &commandCounter{}
+	rdb := backends[0].newRedis(t)
+	rdb.AddHook(counter)
+	mu := newClient(t, rdb).Mutex(lockName(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for what, lock := range map[string]func(context.Context) (*dlock.Lease, error){"TryLock": mu.TryLock, "Lock": mu.Lock} {
+		if _, err := lock(ctx); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s with a cancelled context: %v, want ErrNotAcquired and context.Canceled", what, err)
+		}
+	}
+	if n := counter.commands.Load(); n != 0 {
+		t.Fatalf("%d commands sent with a cancelled context, want 0", n)
+	}
 }

@@ -39,7 +39,7 @@ func TestLease_OwnerTokenIsRandomAndNeverPrinted(t *testing.T) {
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rdb := backends[0].newRedis(t)
-	c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond), dlock.WithLogger(logger))
+	c := newClient(t, rdb, dlock.WithTTL(time.Second), dlock.WithLogger(logger))
 	ctx := ctxFor(t, 30*time.Second)
 	name := lockName(t)
 

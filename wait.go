@@ -36,6 +36,9 @@ const noExpiryRetry = time.Second
 
 // tryOnce is TryLock: one attempt, never a wait.
 func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, acquireError(ctx, err)
+	}
 	l, _, err := a.attempt(ctx, "")
 	if err != nil {
 		return nil, acquireError(ctx, err)
@@ -43,7 +46,19 @@ func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
 	if l == nil {
 		return nil, ErrNotAcquired
 	}
-	return l, nil
+	return keep(ctx, l)
+}
+
+// keep hands a granted lease to the caller, unless the caller's context
+// ended meanwhile: then, as with any cancelled call, the caller gets the
+// context's error and the lock is left as it was (given back, and the next
+// waiter woken). A client can see a reply after its context ended.
+func keep(ctx context.Context, l *Lease) (*Lease, error) {
+	if ctx.Err() == nil {
+		return l, nil
+	}
+	_ = l.Unlock(ctx) // releases whatever ctx; if it fails, the hold expires
+	return nil, acquireError(ctx, nil)
 }
 
 // waitFor is Lock: attempt, and while the lock is held, wait to be woken by a
@@ -67,9 +82,16 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, acquireError(ctx, err)
+	}
 	if !c.subscribed(channel) {
-		if l, _, err := a.attempt(ctx, ""); l != nil || err != nil {
-			return l, acquireError(ctx, err)
+		l, _, err := a.attempt(ctx, "")
+		if err != nil {
+			return nil, acquireError(ctx, err)
+		}
+		if l != nil {
+			return keep(ctx, l)
 		}
 	}
 	hub, err := c.notifier(ctx)
@@ -91,7 +113,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	for {
 		l, retryIn, err := a.attempt(ctx, waiterID)
 		if l != nil {
-			return l, nil
+			return keep(ctx, l)
 		}
 		if err != nil {
 			return nil, acquireError(ctx, err)
