@@ -337,3 +337,78 @@ func TestLease_IsSafeToShareBetweenGoroutines(t *testing.T) {
 		}
 	})
 }
+
+// A foreign value in one of the lock's other keys fails the attempts that
+// need that key, at once, and leaves neither a hold nor a changed value.
+func TestMutex_ForeignValueInTheLocksOtherKeysFailsAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		rdb := b.newRedis(t)
+		ctx := ctxFor(t, 30*time.Second)
+		c := newClient(t, rdb)
+
+		name := lockName(t)
+		_, fence, _ := dlock.KeysOf(dlock.DefaultPrefix, name)
+		rdb.HSet(ctx, fence, "f", "v")
+		if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("TryLock with a hash as fencing counter: %v, want ErrWrongType", err)
+		}
+		if n, _ := rdb.Exists(ctx, lockKey(name)).Result(); n != 0 {
+			t.Fatal("the failed attempt left a hold")
+		}
+
+		name = lockName(t)
+		rdb.HSet(ctx, lockKey(name)+":waiters", "f", "v")
+		holder, err := c.Mutex(name).TryLock(ctx) // takes no registration: works
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newClient(t, b.newRedis(t)).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("Lock that must register in a hash: %v, want ErrWrongType at once", err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock with a foreign waiter set: %v", err)
+		}
+	})
+}
+
+// With the server frozen past the TTL, no renewal gets through: the lease
+// reports its loss by its own clock, while Redis is still silent, and the
+// renewals queued meanwhile do not bring the hold back once Redis resumes.
+func TestLease_ServerStalledPastTheTTLIsReportedLostWithoutIt(t *testing.T) {
+	srv := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	name := lockName(t)
+	ctx := ctxFor(t, 30*time.Second)
+	lease, err := newClient(t, rdb, dlock.WithTTL(time.Second)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	waitDone(t, lease.Done(), lossGuard, "loss of the lease while the server is frozen")
+	srv.Resume()
+	if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("Err: %v, want ErrLeaseLost", lease.Err())
+	}
+	// The hold has expired by Redis's clock too; nothing renews it.
+	admin := srv.Client()
+	for {
+		n, err := admin.Exists(ctx, lockKey(name)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the stalled hold never expired: something renewed it")
+		case <-time.After(20 * time.Millisecond): // polling the server's view
+		}
+	}
+	next, err := newClient(t, srv.Client()).Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("the lock after the stall: %v", err)
+	}
+	_ = next.Unlock(ctx)
+}

@@ -29,7 +29,7 @@ if ARGV[1] ~= '' then
 end
 local picked = false
 if ARGV[4] ~= '' then
-  picked = redis.call('ZREM', KEYS[4], ARGV[4]) == 0
+  picked = redis.pcall('ZREM', KEYS[4], ARGV[4]) == 0 -- a foreign key there: not ours to fix
 end
 if released == 1 or (picked and redis.call('EXISTS', KEYS[1]) == 0) then
   wake_next(KEYS[4], KEYS[2], ARGV[2])

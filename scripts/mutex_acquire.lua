@@ -14,7 +14,8 @@
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
 --                     expires (-1: the key has no TTL)
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
--- Fails with WRONGTYPE, changing nothing, when KEYS[1] is not a string.
+-- Fails with WRONGTYPE, changing nothing, when a key of the lock holds a value
+-- of another type (written by something other than dlock).
 --
 -- A refused waiter is registered in the same step as its refusal, after it
 -- subscribed: the release that follows pops it (or another live waiter) and
@@ -33,10 +34,20 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('DEL', KEYS[1])
     return {-1, 0}
   end
+  -- From here an error must not leave the hold behind: pcall, undo, report.
   if ARGV[3] ~= '' then
-    redis.call('ZREM', KEYS[4], ARGV[3])
+    local removed = redis.pcall('ZREM', KEYS[4], ARGV[3])
+    if type(removed) == 'table' and removed.err then
+      redis.call('DEL', KEYS[1])
+      return removed
+    end
   end
-  return {1, redis.call('INCR', KEYS[2])}
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' and fence.err then
+    redis.call('DEL', KEYS[1])
+    return fence
+  end
+  return {1, fence}
 end
 -- SET NX succeeds on nothing but an absent key, so a key of another type lands
 -- here too; GET is what raises WRONGTYPE for it.

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +241,34 @@ func TestMutexAbandon_RegisteredWaiterLeavesQuietly(t *testing.T) {
 	expectMessage(t, messages, "waiter-c")
 	if n, _ := rdb.Exists(ctx, "t:{m}:void:").Result(); n != 0 {
 		t.Fatal("a waiter leaving with no attempt in doubt wrote a tombstone")
+	}
+}
+
+// A value of another type under the fencing counter or the waiter set fails
+// the acquire and leaves no hold behind; a release still releases.
+func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
+	for _, foreign := range []string{fenceKey, waitersKey} {
+		t.Run(foreign, func(t *testing.T) {
+			ctx, rdb := setup(t)
+			rdb.HSet(ctx, foreign, "field", "value")
+			before, _ := rdb.Dump(ctx, foreign).Result()
+			_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey},
+				"owner-a", 10000, "waiter-a", 3000).Result()
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("acquire: %v, want WRONGTYPE", err)
+			}
+			if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+				t.Fatal("a failed acquire left its hold behind")
+			}
+			if after, _ := rdb.Dump(ctx, foreign).Result(); after != before {
+				t.Fatal("the foreign value was changed")
+			}
+		})
+	}
+	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, "owner-a")
+	rdb.HSet(ctx, waitersKey, "field", "value")
+	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
+		t.Fatalf("release with a foreign waiter set: %d, want 1", n)
 	}
 }

@@ -8,12 +8,14 @@
 -- publish  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Pops expired entries until it finds a live one and publishes its id: one
--- release, one attempt, whichever client the waiter is in.
+-- release, one attempt, whichever client the waiter is in. A waiters key of
+-- another type (not dlock's) wakes nobody rather than failing the release:
+-- waiters then find the lock free at their next refresh.
 local function wake_next(waiters, channel, publish)
   local now
   while true do
-    local popped = redis.call('ZPOPMIN', waiters)
-    if #popped == 0 then
+    local popped = redis.pcall('ZPOPMIN', waiters)
+    if popped.err or #popped == 0 then
       return
     end
     if now == nil then -- no clock reading when nobody waits
