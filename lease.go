@@ -36,6 +36,12 @@ type Lease struct {
 	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
 	unlocking atomic.Bool // set before a release is sent: renewals stop counting
 
+	// extendMu keeps one extension (Extend or renewal) of this lease in
+	// flight at a time. Each sets the key's expiry anew, possibly shorter;
+	// the deadline must follow the one Redis applied last, and only one at a
+	// time makes that the one whose reply came last.
+	extendMu sync.Mutex
+
 	mu       sync.Mutex
 	ttl      time.Duration // what each renewal asks for
 	deadline time.Time     // monotonic; moves only on a confirmed renewal
@@ -190,6 +196,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.heldLocally(); err != nil {
 		return err
 	}
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
 	sent := time.Now()
 	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, ttl.Milliseconds()).Int64()
 	if err != nil {
@@ -299,19 +307,19 @@ func (l *Lease) isDone() bool {
 	}
 }
 
-// confirmed moves the deadline after Redis confirmed a renewal that was sent
-// at sent. A deadline that has already passed is not moved: from that moment
-// the lease was reported lost, and stays so.
+// confirmed sets the deadline after Redis confirmed an extension to ttl that
+// was sent at sent (the caller holds extendMu). It may move the deadline in
+// as well as out: the key now expires ttl after the extension arrived,
+// whatever it had left before. A deadline that has already passed is not
+// moved: from that moment the lease was reported lost, and stays so.
 func (l *Lease) confirmed(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isDone() || !time.Now().Before(l.deadline) {
 		return
 	}
-	if next := validUntil(sent, ttl, l.drift); next.After(l.deadline) {
-		l.deadline = next
-		l.timer.Reset(time.Until(next))
-	}
+	l.deadline = validUntil(sent, ttl, l.drift)
+	l.timer.Reset(time.Until(l.deadline))
 }
 
 // checkDeadline runs when the deadline timer fires.

@@ -412,3 +412,28 @@ func TestLease_ServerStalledPastTheTTLIsReportedLostWithoutIt(t *testing.T) {
 	}
 	_ = next.Unlock(ctx)
 }
+
+// Extend to a shorter TTL brings the lease's deadline in with it: the lease
+// must end before the key Redis now expires sooner.
+func TestLease_ExtendToAShorterTTLBringsTheDeadlineIn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		for _, opts := range [][]dlock.Option{{dlock.WithLeaseTime(time.Minute)}, {dlock.WithTTL(time.Minute)}} {
+			lease, err := newClient(t, b.newRedis(t), opts...).Mutex(lockName(t)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent := time.Now()
+			if err := lease.Extend(ctx, 500*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			if d := lease.Deadline(); d.After(sent.Add(500 * time.Millisecond)) {
+				t.Fatalf("deadline %v after Extend(500ms) sent %v ago: later than Redis's expiry",
+					time.Until(d), time.Since(sent))
+			}
+			if err := lease.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -147,8 +147,29 @@ func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, i
 	return batch, 0, false
 }
 
-// renew sends one batch and applies each answer.
-func (r *renewer) renew(ctx context.Context, batch []*Lease) {
+// extendBusyRetry is how soon a renewal skipped for an Extend in flight is
+// tried again.
+const extendBusyRetry = 5 * time.Millisecond
+
+// renew sends one batch and applies each answer. A lease whose Extend is in
+// flight is put back for a moment: one extension of a lease at a time.
+func (r *renewer) renew(ctx context.Context, due []*Lease) {
+	batch := due[:0]
+	for _, l := range due {
+		if l.extendMu.TryLock() {
+			batch = append(batch, l)
+		} else {
+			r.reschedule(l, time.Now().Add(extendBusyRetry))
+		}
+	}
+	defer func() {
+		for _, l := range batch {
+			l.extendMu.Unlock()
+		}
+	}()
+	if len(batch) == 0 {
+		return
+	}
 	ttls := make([]time.Duration, len(batch))
 	timeout := time.Duration(0)
 	for i, l := range batch {
