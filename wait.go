@@ -103,14 +103,14 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		return nil, acquireError(ctx, err)
 	}
 	defer w.Close()
-	waiterID, refresh := "", time.Duration(0)
-	if w.Subscribed() {
-		waiterID, refresh = w.ID(), cfg.waiterRefresh
-	}
 
+	waiterID := "" // set once a release can reach this waiter: then it registers
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if waiterID == "" && w.Subscribed() {
+			waiterID = w.ID()
+		}
 		l, retryIn, err := a.attempt(ctx, waiterID)
 		if l != nil {
 			return keep(ctx, l)
@@ -122,7 +122,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			retryIn = noExpiryRetry
 		}
 		if waiterID != "" {
-			retryIn = min(retryIn, refresh)
+			retryIn = min(retryIn, cfg.waiterRefresh)
 		}
 		timer.Reset(retryIn)
 		select {

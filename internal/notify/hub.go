@@ -103,7 +103,6 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	w, ready := sh.add(channel)
 	select {
 	case <-ready:
-		w.subscribed = sh.isSubscribed(channel)
 		return w, nil
 	case <-ctx.Done():
 		w.Close()

@@ -7,12 +7,11 @@ import (
 
 // Waiter is one goroutine's registration on a lock's channel.
 type Waiter struct {
-	id         string
-	shard      *shard // nil when no subscription could be had
-	topic      *topic
-	channel    string
-	wake       chan struct{}
-	subscribed bool
+	id      string
+	shard   *shard // nil when no subscription could be had
+	topic   *topic
+	channel string
+	wake    chan struct{}
 }
 
 func newWaiterID() string {
@@ -24,10 +23,11 @@ func newWaiterID() string {
 // ID is the waiter's id: a release that picks this waiter publishes it.
 func (w *Waiter) ID() string { return w.id }
 
-// Subscribed reports whether the subscription was confirmed when Watch
-// returned: only then can a release reach this waiter, and only then should
-// it register to be picked.
-func (w *Waiter) Subscribed() bool { return w.subscribed }
+// Subscribed reports whether the channel's subscription is confirmed now:
+// only then can a release reach this waiter, and only then should it
+// register to be picked. A subscription confirmed after Watch gave up
+// waiting for it counts from then on.
+func (w *Waiter) Subscribed() bool { return w.shard != nil && w.shard.isSubscribed(w.channel) }
 
 // C receives a value when the lock may have become free: a release picked
 // this waiter, or the subscription had a gap in which a wake-up may have been
