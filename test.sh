@@ -9,9 +9,15 @@ cd "$(dirname "$0")"
 if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: redis-server missing; installing it with apt-get"
+    # The tests start their own servers: keep the package from starting its
+    # service, which fails without an init system or with port 6379 taken.
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+      trap 'rm -f "$policy"' EXIT
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-    # The tests start their own servers; the package's service is not needed.
   else
     echo "test.sh: redis-server is required. Install Redis 7, e.g." >&2
     echo "  Debian/Ubuntu: sudo apt-get install redis-server" >&2

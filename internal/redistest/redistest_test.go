@@ -39,3 +39,19 @@ func TestStartCluster_ServesEverySlot(t *testing.T) {
 		t.Fatalf("masters=%d err=%v, want 3", shards.Load(), err)
 	}
 }
+
+func TestStartMasters_AreIndependent(t *testing.T) {
+	masters := StartMasters(t, 3)
+	ctx := context.Background()
+	if err := masters[0].Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range masters[1:] {
+		if m.Addr() == masters[0].Addr() {
+			t.Fatal("two masters share an address")
+		}
+		if n, err := m.Client().Exists(ctx, "k").Result(); err != nil || n != 0 {
+			t.Fatalf("a key written on one master shows on another (exists=%d err=%v)", n, err)
+		}
+	}
+}
