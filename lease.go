@@ -48,7 +48,6 @@ type Lease struct {
 	timer    *time.Timer   // fires at deadline
 	done     chan struct{}
 	err      error // set once done: nil when released, else wraps ErrLeaseLost
-	released bool  // Redis confirmed the release
 	ending   bool  // end has begun: only its first call counts
 	onEnd    map[*func(error)]struct{}
 
@@ -242,10 +241,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 func (l *Lease) Unlock(ctx context.Context) error {
 	l.unlockMu.Lock()
 	defer l.unlockMu.Unlock()
-	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if released {
+	if l.released() {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.unlocking.Store(true)
@@ -261,9 +257,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.end(errRenewalRefused)
 		return fmt.Errorf("%w: %q expired or was taken before unlock", ErrNotHeld, l.name)
 	}
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
 	l.end(nil)
 	return nil
 }
@@ -285,10 +278,20 @@ func (l *Lease) refused() {
 // heldLocally says whether the lease may still hold the lock as far as this
 // process knows; an ended lease is not extended or inspected.
 func (l *Lease) heldLocally() error {
-	if err := l.Err(); err != nil || l.ended() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isDone() || !time.Now().Before(l.deadline) {
 		return fmt.Errorf("%w: the lease of %q has ended", ErrNotHeld, l.name)
 	}
 	return nil
+}
+
+// released reports whether the lease ended by a release: only a release
+// ends it without an error.
+func (l *Lease) released() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.isDone() && l.err == nil
 }
 
 func (l *Lease) ended() bool {

@@ -17,6 +17,10 @@ type Mutex struct {
 	keys keys
 	cfg  settings
 	err  error // bad arguments, returned before any I/O
+
+	// The KEYS of every lease's extend/TTL and release scripts: the same for
+	// all acquisitions, so made once and shared (scripts never modify them).
+	extendKeys, releaseKeys []string
 }
 
 var mutexKind = &leaseKind{
@@ -34,7 +38,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 		return &Mutex{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
-	m := &Mutex{c: c, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
+	k := keysFor(cfg.prefix, name)
+	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
+		extendKeys: []string{k.lock}, releaseKeys: []string{k.lock, k.channel, k.waiters}}
 	if m.err = validateName(name); m.err == nil {
 		m.err = cfg.validate()
 	}
@@ -94,7 +100,7 @@ func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Dura
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
 	}
 	return m.c.startLease(leaseSpec{
-		name: m.name, kind: mutexKind, keys: []string{m.keys.lock}, relKeys: m.releaseKeys(),
+		name: m.name, kind: mutexKind, keys: m.extendKeys, relKeys: m.releaseKeys,
 		owner: owner, token: uint64(res[1]), sent: sent, cfg: m.cfg,
 	}), 0, nil
 }
@@ -109,5 +115,3 @@ func (m *Mutex) abandon(ctx context.Context, owner, waiterID string) {
 		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters},
 		m.cfg.logger, owner, ttl.Milliseconds(), waiterID)
 }
-
-func (m *Mutex) releaseKeys() []string { return []string{m.keys.lock, m.keys.channel, m.keys.waiters} }

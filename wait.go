@@ -125,19 +125,20 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			retryIn = min(retryIn, cfg.waiterRefresh)
 		}
 		timer.Reset(retryIn)
+		var stop error
 		select {
 		case <-w.C():
 		case <-timer.C:
 		case <-ctx.Done():
-			if waiterID != "" {
-				a.leave(ctx, waiterID)
-			}
-			return nil, acquireError(ctx, nil)
+			stop = acquireError(ctx, nil)
 		case <-c.done:
+			stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+		}
+		if stop != nil {
 			if waiterID != "" {
 				a.leave(ctx, waiterID)
 			}
-			return nil, fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+			return nil, stop
 		}
 	}
 }

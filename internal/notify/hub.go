@@ -102,12 +102,19 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	}
 	w, ready := sh.add(channel)
 	select {
+	case <-ready: // already subscribed: the common case under contention, no timer
+		return w, nil
+	default:
+	}
+	timeout := time.NewTimer(subscribeTimeout)
+	defer timeout.Stop()
+	select {
 	case <-ready:
 		return w, nil
 	case <-ctx.Done():
 		w.Close()
 		return nil, ctx.Err()
-	case <-time.After(subscribeTimeout):
+	case <-timeout.C:
 		h.cfg.Logger.Debug("dlock: subscription not confirmed in time", "channel", channel)
 		return w, nil
 	}
