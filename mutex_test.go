@@ -32,12 +32,13 @@ func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
 					defer wg.Done()
 					ctx := ctxFor(t, 2*time.Minute)
 					for range acquisitions {
+						asked := time.Now()
 						lease, err := mu.Lock(ctx)
 						if err != nil {
 							errs <- err
 							return
 						}
-						res.Enter(holder, lease.Token())
+						res.Enter(holder, lease.Token(), asked)
 						res.Exit(holder)
 						if err := lease.Unlock(ctx); err != nil {
 							errs <- err

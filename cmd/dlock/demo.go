@@ -94,8 +94,7 @@ func (v demoVerdict) ok() bool {
 // demoMutex has workers take the lock in turn until duration is up, each on
 // its own connection, as separate processes would.
 func demoMutex(ctx context.Context, newRedis func() *redis.Client, name string, workers int, duration time.Duration) (demoVerdict, error) {
-	var fenced check.Fenced
-	handoffs := &check.Latencies{}
+	fenced := &check.Fenced{}
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 
@@ -119,11 +118,7 @@ func demoMutex(ctx context.Context, newRedis func() *redis.Client, name string, 
 					}
 					return
 				}
-				acquired := time.Now()
-				prevExit, prevHolder := fenced.Enter(worker, lease.Token())
-				if prevHolder != worker && prevExit.After(asked) { // it waited for this release
-					handoffs.Add(acquired.Sub(prevExit))
-				}
+				fenced.Enter(worker, lease.Token(), asked)
 				time.Sleep(demoHold) // the work done under the lock
 				fenced.Exit(worker)
 				if err := lease.Unlock(ctx); err != nil && ctx.Err() == nil {
@@ -138,7 +133,7 @@ func demoMutex(ctx context.Context, newRedis func() *redis.Client, name string, 
 	if err := <-errs; err != nil {
 		return demoVerdict{}, err
 	}
-	return demoVerdict{fenced: fenced.Result(), handoffs: handoffs}, nil
+	return demoVerdict{fenced: fenced.Result(), handoffs: &fenced.Handoffs}, nil
 }
 
 func round(d time.Duration) string {

@@ -8,11 +8,12 @@ import (
 // The checker must see what it is for before any run it judges counts.
 func TestFenced_FlagsOverlapAndStaleTokens(t *testing.T) {
 	var f Fenced
-	f.Enter(1, 5)
-	f.Enter(2, 4) // inside together, and with a lower token
+	now := time.Now()
+	f.Enter(1, 5, now)
+	f.Enter(2, 4, now) // inside together, and with a lower token
 	f.Exit(2)
 	f.Exit(1)
-	f.Enter(3, 5) // equal to the highest: stale too
+	f.Enter(3, 5, now) // equal to the highest: stale too
 	f.Exit(3)
 	got := f.Result()
 	if got.Overlaps != 1 || got.Stale != 2 || got.Completed != 3 || got.Highest != 5 {
@@ -23,11 +24,29 @@ func TestFenced_FlagsOverlapAndStaleTokens(t *testing.T) {
 func TestFenced_SequentialIncreasingTokensAreClean(t *testing.T) {
 	var f Fenced
 	for token := uint64(1); token <= 3; token++ {
-		f.Enter(int(token), token)
+		f.Enter(int(token), token, time.Now())
 		f.Exit(int(token))
 	}
 	if got := f.Result(); got.Overlaps != 0 || got.Stale != 0 || got.Completed != 3 {
 		t.Fatalf("got %+v, want a clean run of 3", got)
+	}
+}
+
+// A handoff is counted only from another holder's exit to the entry of one
+// that was asking before that exit.
+func TestFenced_CountsHandoffsToWaitingHolders(t *testing.T) {
+	var f Fenced
+	f.Enter(1, 1, time.Now())
+	asked := time.Now() // holder 2 starts waiting while 1 holds
+	f.Exit(1)
+	f.Enter(2, 2, asked) // a handoff
+	f.Exit(2)
+	f.Enter(2, 3, time.Now()) // the same holder again: no handoff
+	f.Exit(2)
+	f.Enter(3, 4, time.Now()) // asked after 2 left: it did not wait, no handoff
+	f.Exit(3)
+	if n := f.Handoffs.Count(); n != 1 {
+		t.Fatalf("%d handoffs counted, want 1", n)
 	}
 }
 

@@ -11,8 +11,12 @@ import (
 // Holders call Enter with their lease's token when their critical section
 // starts and Exit when it ends. Fenced counts critical sections that
 // overlapped, and entries whose token was not above every token seen before
-// (a real resource would reject those writes).
+// (a real resource would reject those writes). It also measures handoffs:
+// the time from one holder's exit to the entry of another that was already
+// asking for the lock.
 type Fenced struct {
+	Handoffs Latencies
+
 	mu        sync.Mutex
 	inside    int
 	highest   uint64
@@ -23,12 +27,16 @@ type Fenced struct {
 	lastOwner int
 }
 
-// Enter records the start of a critical section by holder, with token.
-// It returns when the previous critical section ended and who held it, for
-// measuring handoffs.
-func (f *Fenced) Enter(holder int, token uint64) (prevExit time.Time, prevHolder int) {
+// Enter records the start of a critical section by holder, with token;
+// asked is when holder began asking for the lock. If another holder left
+// after that, holder was waiting for it: a handoff.
+func (f *Fenced) Enter(holder int, token uint64, asked time.Time) {
+	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.completed > 0 && f.lastOwner != holder && f.lastExit.After(asked) {
+		f.Handoffs.Add(now.Sub(f.lastExit))
+	}
 	f.inside++
 	if f.inside > 1 {
 		f.overlaps++
@@ -38,7 +46,6 @@ func (f *Fenced) Enter(holder int, token uint64) (prevExit time.Time, prevHolder
 	} else {
 		f.highest = token
 	}
-	return f.lastExit, f.lastOwner
 }
 
 // Exit records the end of holder's critical section.
