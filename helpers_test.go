@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/scripts"
 )
 
 // Servers shared by the tests of this package that need no server of their
@@ -162,5 +163,74 @@ func expectAcquired(t testing.TB, result <-chan error, guard time.Duration, fail
 		}
 	case <-time.After(guard):
 		t.Fatal(failure)
+	}
+}
+
+// isAcquireReply reports whether cmd ran the mutex acquire script and its
+// reply's first element is status (1 acquired, 0 refused).
+func isAcquireReply(cmd redis.Cmder, status int64) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok || len(cmd.Args()) < 2 || cmd.Name() != "evalsha" || cmd.Args()[1] != scripts.MutexAcquire.Hash() {
+		return false
+	}
+	vals, err := c.Int64Slice()
+	return err == nil && len(vals) == 2 && vals[0] == status
+}
+
+// attemptCounter counts a client's acquire attempts by outcome and signals
+// when the refused ones reach a number.
+type attemptCounter struct {
+	acquired, refused atomic.Int64
+	registered        atomic.Int64 // refusals that registered a waiter
+	mu                sync.Mutex
+	waits             map[int64]chan struct{}
+}
+
+func countAttempts(rdb redis.UniversalClient) *attemptCounter {
+	a := &attemptCounter{waits: make(map[int64]chan struct{})}
+	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+		switch {
+		case isAcquireReply(cmd, 1):
+			a.acquired.Add(1)
+		case isAcquireReply(cmd, 0):
+			if args := cmd.Args(); len(args) > 9 && args[9] != "" {
+				a.registered.Add(1)
+			}
+			n := a.refused.Add(1)
+			a.mu.Lock()
+			if ch := a.waits[n]; ch != nil {
+				close(ch)
+				delete(a.waits, n)
+			}
+			a.mu.Unlock()
+		}
+	}})
+	return a
+}
+
+// refusedReach returns a channel closed when n attempts have been refused.
+func (a *attemptCounter) refusedReach(n int64) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch := make(chan struct{})
+	if a.refused.Load() >= n {
+		close(ch)
+		return ch
+	}
+	a.waits[n] = ch
+	return ch
+}
+
+// eventually polls cond until it holds, failing the test when ctx ends. It
+// is for conditions only observable by asking (a server's counters, state
+// inside go-redis), never where a channel could say when.
+func eventually(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not happen", what)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

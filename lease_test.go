@@ -81,13 +81,12 @@ func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 	}
 	flushedAt := lease.Deadline()
 	// Renewals confirmed after the flush move the deadline a TTL on.
-	for lease.Deadline().Sub(flushedAt) < ttl/2 {
-		select {
-		case <-lease.Done():
-			t.Fatalf("lease lost after SCRIPT FLUSH: %v", lease.Err())
-		case <-time.After(10 * time.Millisecond): // polling an observable: the deadline
+	eventually(t, ctx, "a renewal after SCRIPT FLUSH", func() bool {
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease lost after SCRIPT FLUSH: %v", err)
 		}
-	}
+		return lease.Deadline().Sub(flushedAt) >= ttl/2
+	})
 	if err := lease.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock after SCRIPT FLUSH: %v", err)
 	}
@@ -121,12 +120,7 @@ func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
 		}
 		// With nothing to renew, the renewal goroutine ends by itself at its
 		// next wake-up, within a TTL/3.
-		for guard := time.Now().Add(lossGuard); dlock.RenewerRunning(c); {
-			if time.Now().After(guard) {
-				t.Fatal("the renewal goroutine still runs with nothing to renew")
-			}
-			time.Sleep(10 * time.Millisecond) // polling an observable: the goroutine's state
-		}
+		eventually(t, ctx, "the idle renewal goroutine ending", func() bool { return !dlock.RenewerRunning(c) })
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -390,22 +384,11 @@ func TestLease_ServerStalledPastTheTTLIsReportedLostWithoutIt(t *testing.T) {
 	if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
 		t.Fatalf("Err: %v, want ErrLeaseLost", lease.Err())
 	}
-	// The hold has expired by Redis's clock too; nothing renews it.
+	// The hold expires by Redis's clock too; nothing renews it.
 	admin := srv.Client()
-	for {
-		n, err := admin.Exists(ctx, lockKey(name)).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the stalled hold never expired: something renewed it")
-		case <-time.After(20 * time.Millisecond): // polling the server's view
-		}
-	}
+	eventually(t, ctx, "the stalled hold expiring in Redis", func() bool {
+		return admin.Exists(ctx, lockKey(name)).Val() == 0
+	})
 	next, err := newClient(t, srv.Client()).Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("the lock after the stall: %v", err)

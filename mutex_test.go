@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
-	"github.com/dlockio/dlock/scripts"
 )
 
 func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
@@ -169,55 +168,18 @@ func TestMutex_WaiterWakesOnUnlockNotOnTTL(t *testing.T) {
 
 		// The waiter's second refused attempt comes after its subscription
 		// is confirmed: from then on it is waiting for a wake-up.
-		waiting := make(chan struct{})
-		var refused sync.Once
-		attempts := 0
-		hook := &commandCounter{onReply: func(cmd redis.Cmder) {
-			if isAcquireReply(cmd, 0) {
-				attempts++
-				if attempts == 2 {
-					refused.Do(func() { close(waiting) })
-				}
-			}
-		}}
 		waiterRedis := b.newRedis(t)
-		waiterRedis.AddHook(hook)
-		acquired := make(chan *dlock.Lease, 1)
-		go func() {
-			lease, err := newClient(t, waiterRedis).Mutex(name).Lock(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			acquired <- lease
-		}()
-		waitDone(t, waiting, 10*time.Second, "the waiter's second attempt")
+		attempts := countAttempts(waiterRedis)
+		acquired := lockInBackground(ctx, newClient(t, waiterRedis).Mutex(name))
+		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter's second attempt")
 
 		start := time.Now()
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case lease := <-acquired:
-			if lease == nil {
-				t.Fatal("waiter failed")
-			}
-			t.Logf("handoff after unlock: %v", time.Since(start))
-			_ = lease.Unlock(ctx)
-		case <-time.After(15 * time.Second):
-			t.Fatal("waiter was not woken by the release")
-		}
+		expectAcquired(t, acquired, 15*time.Second, "waiter was not woken by the release")
+		t.Logf("handoff after unlock, and the waiter's own unlock: %v", time.Since(start))
 	})
-}
-
-// isAcquireReply reports whether cmd ran the mutex acquire script and its
-// reply's first element is status (1 acquired, 0 refused).
-func isAcquireReply(cmd redis.Cmder, status int64) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok || len(cmd.Args()) < 2 || cmd.Name() != "evalsha" || cmd.Args()[1] != scripts.MutexAcquire.Hash() {
-		return false
-	}
-	vals, err := c.Int64Slice()
-	return err == nil && len(vals) == 2 && vals[0] == status
 }
 
 func TestMutex_CancelledLockLeavesNothingBehind(t *testing.T) {
@@ -235,21 +197,14 @@ func TestMutex_CancelledLockLeavesNothingBehind(t *testing.T) {
 		}
 
 		waitCtx, cancel := context.WithCancel(ctx)
-		refused := make(chan struct{})
-		var once sync.Once
-		hook := &commandCounter{onReply: func(cmd redis.Cmder) {
-			if isAcquireReply(cmd, 0) {
-				once.Do(func() { close(refused) })
-			}
-		}}
 		waiterRedis := b.newRedis(t)
-		waiterRedis.AddHook(hook)
+		attempts := countAttempts(waiterRedis)
 		result := make(chan error, 1)
 		go func() {
 			_, err := newClient(t, waiterRedis).Mutex(name).Lock(waitCtx)
 			result <- err
 		}()
-		waitDone(t, refused, 10*time.Second, "the waiter's refused attempt")
+		waitDone(t, attempts.refusedReach(1), 10*time.Second, "the waiter's refused attempt")
 		cancel()
 		err = <-result
 		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {

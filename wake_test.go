@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,50 +12,6 @@ import (
 
 	"github.com/dlockio/dlock"
 )
-
-// attemptCounter counts a client's acquire attempts by outcome and signals
-// when the refused ones reach a number.
-type attemptCounter struct {
-	acquired, refused atomic.Int64
-	registered        atomic.Int64 // refusals that registered a waiter
-	mu                sync.Mutex
-	waits             map[int64]chan struct{}
-}
-
-func countAttempts(rdb redis.UniversalClient) *attemptCounter {
-	a := &attemptCounter{waits: make(map[int64]chan struct{})}
-	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
-		switch {
-		case isAcquireReply(cmd, 1):
-			a.acquired.Add(1)
-		case isAcquireReply(cmd, 0):
-			if args := cmd.Args(); len(args) > 9 && args[9] != "" {
-				a.registered.Add(1)
-			}
-			n := a.refused.Add(1)
-			a.mu.Lock()
-			if ch := a.waits[n]; ch != nil {
-				close(ch)
-				delete(a.waits, n)
-			}
-			a.mu.Unlock()
-		}
-	}})
-	return a
-}
-
-// refusedReach returns a channel closed when n attempts have been refused.
-func (a *attemptCounter) refusedReach(n int64) <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ch := make(chan struct{})
-	if a.refused.Load() >= n {
-		close(ch)
-		return ch
-	}
-	a.waits[n] = ch
-	return ch
-}
 
 // A release wakes one waiter, whichever client it is in: with eight waiters
 // in four clients, each release costs one attempt, not one per client.
@@ -94,20 +49,13 @@ func TestMutex_EachReleaseWakesOneWaiterAcrossClients(t *testing.T) {
 		}
 		// Each waiter's last refusal registers it (without a heartbeat, once).
 		// Wait until every client has seen the reply to each of those.
-		for {
+		eventually(t, ctx, "every waiter registered", func() bool {
 			var registered int64
 			for _, c := range counters {
 				registered += c.registered.Load()
 			}
-			if registered == waiters {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%d of %d waiters registered", registered, waiters)
-			case <-time.After(5 * time.Millisecond): // polling an observable: the hooks' counts
-			}
-		}
+			return registered == waiters
+		})
 		var refusedBefore int64
 		for _, c := range counters {
 			refusedBefore += c.refused.Load()
@@ -186,20 +134,9 @@ func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {
 // reconnection happens inside go-redis, and this is where it shows.
 func waitSubscribed(t *testing.T, ctx context.Context, rdb *redis.Client, channel string) {
 	t.Helper()
-	for {
-		counts, err := rdb.PubSubNumSub(ctx, channel).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if counts[channel] > 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the subscription did not come back")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	eventually(t, ctx, "the subscription coming back", func() bool {
+		return rdb.PubSubNumSub(ctx, channel).Val()[channel] > 0
+	})
 }
 
 // A release may pick a waiter that died without leaving: nobody answers its
