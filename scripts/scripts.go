@@ -4,8 +4,9 @@
 // Scripts run by SHA (EVALSHA) and fall back to EVAL when the server answers
 // NOSCRIPT, as after SCRIPT FLUSH or a restart: see [redis.Script.Run].
 //
-// Scripts that free a lock call wake_next, defined once in wake_next.lua and
-// prepended to them here: Redis scripts cannot import one another.
+// Redis scripts cannot import one another, so what several scripts share is
+// prepended to them here: wake_next.lua to the Mutex scripts that free a lock,
+// rw_lib.lua (the state of a read-write lock) to every RWMutex script.
 package scripts
 
 import (
@@ -27,6 +28,21 @@ var (
 	mutexTTL string
 	//go:embed mutex_abandon.lua
 	mutexAbandon string
+
+	//go:embed rw_lib.lua
+	rwLib string
+	//go:embed rw_acquire.lua
+	rwAcquire string
+	//go:embed rw_release.lua
+	rwRelease string
+	//go:embed rw_extend.lua
+	rwExtend string
+	//go:embed rw_ttl.lua
+	rwTTL string
+	//go:embed rw_abandon.lua
+	rwAbandon string
+	//go:embed rw_inspect.lua
+	rwInspect string
 )
 
 // Mutex scripts.
@@ -36,4 +52,14 @@ var (
 	MutexExtend  = redis.NewScript(mutexExtend)
 	MutexTTL     = redis.NewScript(mutexTTL)
 	MutexAbandon = redis.NewScript(wakeNext + mutexAbandon)
+)
+
+// RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
+var (
+	RWAcquire = redis.NewScript(rwLib + rwAcquire)
+	RWRelease = redis.NewScript(rwLib + rwRelease)
+	RWExtend  = redis.NewScript(rwLib + rwExtend)
+	RWTTL     = redis.NewScript(rwLib + rwTTL)
+	RWAbandon = redis.NewScript(rwLib + rwAbandon)
+	RWInspect = redis.NewScript(rwLib + rwInspect)
 )

@@ -1,0 +1,104 @@
+-- Acquire an RWMutex for reading or writing (a ReentrantMutex: writing).
+--
+-- KEYS[1..9] as in rw_lib.lua
+-- ARGV[1]  member of the new hold: mode .. hold id .. owner
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+--          not wait for a wake-up
+-- ARGV[4]  how long a registration lasts, in milliseconds
+--
+-- Returns {1, token}  acquired; token is the fencing token of the hold: new,
+--                     or the one the owner's holds in this mode already share
+--         {0, ms}     refused; ms is how long what blocks it may last at most
+--         {-1, 0}     this attempt was abandoned by its client: do nothing
+--         {-2, 0}     a write asked by an owner that holds only reads: an
+--                     upgrade would deadlock with another upgrading reader
+-- Fails with WRONGTYPE, adding no hold, when a key holds another type.
+--
+-- Who may go:
+--   write  the owner already writing (re-entry); else anyone, once nothing is
+--          held and no passed reader is still on its way
+--   read   the owner writing (it may keep reads past its write: downgrade) or
+--          already reading (re-entry); else anyone while nobody writes, unless
+--          a writer waits and this reader was not passed by the last writer
+--
+-- Safe to send twice: a hold already in place (its member is live) reports
+-- the same acquisition and counts once. Safe to arrive late: an attempt whose
+-- client gave up finds its tombstone and refuses itself.
+
+local member, waiter = ARGV[1], ARGV[3]
+local mode, owner = parse(member)
+local now = server_now()
+
+local function read_state()
+  return redis.call('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner)
+end
+local st = read_state() -- raises WRONGTYPE for a foreign state before anything is written
+if purge(now) > 0 then
+  st = read_state()
+end
+if redis.call('ZSCORE', HOLDS, member) then
+  return {1, tonumber(st[5])}
+end
+
+local writer, readers = st[1], tonumber(st[2]) or 0
+local mine = tonumber(mode == 'w' and st[3] or st[4]) or 0
+local my_reads = tonumber(st[4]) or 0
+
+local granted
+if mode == 'w' then
+  if writer == owner then
+    granted = true
+  elseif my_reads > 0 then
+    return {-2, 0}
+  else
+    granted = not writer and readers == 0 and redis.call('ZCOUNT', RPASS, '(' .. now, '+inf') == 0
+  end
+elseif writer then
+  granted = writer == owner
+elseif my_reads > 0 then
+  granted = true
+else
+  granted = redis.call('ZCOUNT', WWAIT, '(' .. now, '+inf') == 0
+  if not granted and waiter ~= '' then
+    granted = (tonumber(redis.call('ZSCORE', RPASS, waiter)) or 0) > now
+  end
+end
+
+if granted then
+  if redis.call('EXISTS', KEYS[9]) == 1 then
+    return {-1, 0}
+  end
+  if waiter ~= '' then
+    redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
+    redis.call('ZREM', RPASS, waiter)
+  end
+  local token
+  if mine > 0 then
+    token = tonumber(st[5])
+  else
+    token = redis.call('INCR', KEYS[8]) -- fails, before the hold is written, on a foreign counter
+    redis.call('HSET', STATE, 't' .. mode .. owner, token)
+    if mode == 'w' then
+      redis.call('HSET', STATE, 'W', owner)
+    end
+  end
+  redis.call('HINCRBY', STATE, 'n' .. mode .. owner, 1)
+  if mode == 'r' then
+    redis.call('HINCRBY', STATE, 'R', 1)
+  end
+  redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
+  expire_with_last()
+  return {1, token}
+end
+
+if waiter ~= '' then
+  local set = mode == 'w' and WWAIT or RWAIT
+  redis.call('ZADD', set, now + tonumber(ARGV[4]), waiter)
+  redis.call('PEXPIRE', set, ARGV[4]) -- gone once nobody waits
+end
+local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
+if #last == 0 then -- blocked by a waiting writer or passed readers, not by a hold
+  return {0, tonumber(ARGV[4])}
+end
+return {0, tonumber(last[2]) - now}

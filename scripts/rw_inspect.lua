@@ -1,0 +1,44 @@
+-- Describe an RWMutex or ReentrantMutex as it is now, without changing it.
+--
+-- KEYS[1..8] as in rw_lib.lua
+-- ARGV[1]  owner id of the asking handle
+--
+-- Returns {write holds, read holds, reading owners, the writer is ARGV[1]
+-- (1/0), ARGV[1]'s read holds, ms until the last hold expires (0: none),
+-- writers waiting, readers waiting, the write side's fencing token (0: none),
+-- the last fencing token minted}.
+-- Counted from the live holds, so expired ones not yet purged do not show.
+
+local now = server_now()
+local owner = ARGV[1]
+local writes, reads, own_reads, writer_is_owner, last = 0, 0, 0, 0, now
+local readers = {}
+local n_readers = 0
+local live = redis.call('ZRANGEBYSCORE', HOLDS, '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  local mode, holder = parse(live[i])
+  if mode == 'w' then
+    writes = writes + 1
+    if holder == owner then
+      writer_is_owner = 1
+    end
+  else
+    reads = reads + 1
+    if not readers[holder] then
+      readers[holder] = true
+      n_readers = n_readers + 1
+    end
+    if holder == owner then
+      own_reads = own_reads + 1
+    end
+  end
+  last = math.max(last, tonumber(live[i + 1]))
+end
+local token = 0
+local writer = redis.call('HGET', STATE, 'W')
+if writes > 0 and writer then
+  token = tonumber(redis.call('HGET', STATE, 'tw' .. writer)) or 0
+end
+return {writes, reads, n_readers, writer_is_owner, own_reads, last - now,
+  live_waiters(WWAIT, now), live_waiters(RWAIT, now), token,
+  tonumber(redis.call('GET', KEYS[8])) or 0}

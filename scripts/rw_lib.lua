@@ -1,0 +1,133 @@
+-- The state of an RWMutex, and of a ReentrantMutex (an RWMutex used only
+-- for writing), and what every script of theirs does with it. Prepended to
+-- those scripts (see scripts.go). Each script takes the same KEYS, as many of
+-- them as it uses, in this order; all are in the lock name's slot:
+--
+-- KEYS[1]  state: hash of counts, gone with the last hold
+--            'nw'..owner / 'nr'..owner  that owner's live write / read holds
+--            'tw'..owner / 'tr'..owner  their fencing token: every hold of
+--                                       one owner in one mode shares it
+--            'W'                        the owner holding the write side
+--            'R'                        read holds of all owners
+-- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
+--          it expires in ms of the server's clock. A member is
+--          mode .. hold id .. owner: mode 'w' or 'r', the hold id 32 random
+--          hex digits (a secret: it is the proof a Lease shows), the owner id
+--          the rest. Each hold expires on its own, so a crashed holder stops
+--          blocking others within its TTL while other holders renew theirs.
+-- KEYS[3]  writers waiting: sorted set of waiter ids by registration expiry.
+--          While a live one is there, owners not yet holding the lock may not
+--          start reading (writer preference).
+-- KEYS[4]  readers waiting: sorted set of waiter ids by registration expiry
+-- KEYS[5]  readers passed: the readers that were waiting when a writer left.
+--          They go before any writer, so writers cannot starve readers.
+-- KEYS[6]  the writers' wake-up channel (a waiter id is published)
+-- KEYS[7]  the readers' wake-up channel ('*' wakes them all)
+-- KEYS[8]  fencing counter, no TTL (acquire only)
+-- KEYS[9]  the tombstone of this hold id (acquire and abandon only)
+
+local STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The mode and owner of a hold.
+local function parse(member)
+  return member:sub(1, 1), member:sub(34)
+end
+
+local function is_live(member, now)
+  local score = tonumber(redis.call('ZSCORE', HOLDS, member))
+  return score ~= nil and score > now
+end
+
+-- Take one hold out of the counts; returns its mode and what its owner
+-- still holds in that mode.
+local function forget(member)
+  local mode, owner = parse(member)
+  local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, -1)
+  if left <= 0 then
+    redis.call('HDEL', STATE, 'n' .. mode .. owner, 't' .. mode .. owner)
+    if mode == 'w' then
+      redis.call('HDEL', STATE, 'W')
+    end
+  end
+  if mode == 'r' then
+    redis.call('HINCRBY', STATE, 'R', -1)
+  end
+  return mode, left
+end
+
+-- Drop the holds that expired; returns how many.
+local function purge(now)
+  local dead = redis.call('ZRANGEBYSCORE', HOLDS, '-inf', now)
+  for _, member in ipairs(dead) do
+    forget(member)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', HOLDS, '-inf', now)
+  end
+  return #dead
+end
+
+-- The state lives as long as its last hold, and no longer.
+local function expire_with_last()
+  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', STATE, HOLDS)
+  else
+    redis.call('PEXPIREAT', STATE, last[2])
+    redis.call('PEXPIREAT', HOLDS, last[2])
+  end
+end
+
+-- How many live registrations a waiter set has. A set of another type (not
+-- dlock's) counts as empty: waking nobody beats failing a release.
+local function live_waiters(set, now)
+  local n = redis.pcall('ZCOUNT', set, '(' .. now, '+inf')
+  if type(n) ~= 'number' then
+    return 0
+  end
+  return n
+end
+
+-- Wake the writer whose registration runs out first: the one that has
+-- refreshed it least recently. It stays registered, so readers keep
+-- waiting until it has had its turn.
+local function wake_writer(publish, now)
+  local first = redis.pcall('ZRANGEBYSCORE', WWAIT, '(' .. now, '+inf', 'LIMIT', 0, 1)
+  if first.err or #first == 0 then
+    return false
+  end
+  redis.call(publish, WCHAN, first[1])
+  return true
+end
+
+-- Wake whoever can go now that a hold has gone. writer_left: the write side
+-- just became free. Readers that were waiting for that writer go first (all
+-- of them, passed ahead of waiting writers); otherwise, once nothing is
+-- held, one writer, or if none waits, all readers.
+local function wake(publish, now, writer_left)
+  if writer_left and live_waiters(RWAIT, now) > 0 then
+    redis.call('RENAME', RWAIT, RPASS)
+    redis.call(publish, RCHAN, '*')
+    return
+  end
+  if redis.call('ZCARD', HOLDS) > 0 then
+    return
+  end
+  if not wake_writer(publish, now) and live_waiters(RWAIT, now) > 0 then
+    redis.call(publish, RCHAN, '*')
+  end
+end
+
+-- Release one live hold and wake whoever can go.
+local function release_hold(member, publish, now)
+  redis.call('ZREM', HOLDS, member)
+  local mode, left = forget(member)
+  wake(publish, now, mode == 'w' and left <= 0)
+  expire_with_last()
+end

@@ -1,0 +1,13 @@
+-- Report how long one hold of an RWMutex or ReentrantMutex has left.
+--
+-- KEYS[1..2] as in rw_lib.lua
+-- ARGV[1]  member of the hold
+--
+-- Returns the milliseconds left, or -3 when not held.
+
+local now = server_now()
+local score = tonumber(redis.call('ZSCORE', HOLDS, ARGV[1]))
+if score == nil or score <= now then
+  return -3
+end
+return score - now
