@@ -80,13 +80,20 @@ func (c *Client) Close() error {
 type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter, no TTL
-	channel string // wake-ups
+	channel string // wake-ups (of writers, for an RWMutex)
 	waiters string // who waits to be woken, by registration expiry
+
+	// Only an RWMutex's (see scripts/rw_lib.lua).
+	holds       string // one member per hold, by expiry
+	readChannel string // wakes all waiting readers
+	readWaiters string
+	readPass    string // readers let in ahead of waiting writers
 }
 
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
+	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters",
+		holds: base + ":holds", readChannel: base + ":rwake", readWaiters: base + ":rwaiters", readPass: base + ":rpass"}
 }
 
 // tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).

@@ -31,6 +31,12 @@ var (
 	// before anything is sent to Redis.
 	ErrInvalid = errors.New("dlock: invalid argument")
 
+	// ErrUpgrade: a write lock asked by an owner that holds only read locks
+	// of an [RWMutex]. Waiting would deadlock as soon as two readers did it,
+	// so it is refused at once: release the reads first. (The other way,
+	// taking reads while writing and keeping them past the write, works.)
+	ErrUpgrade = errors.New("dlock: read lock held: cannot upgrade to a write lock")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )

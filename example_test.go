@@ -94,3 +94,54 @@ func ExampleWithWait() {
 	// not acquired: true
 	// because the wait ran out: true
 }
+
+// A handle re-enters the holds of its own owner: a function that takes the
+// lock can call another that takes it too.
+func ExampleReentrantMutex() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	account := locks.ReentrantMutex("account:7")
+	outer, _ := account.Lock(ctx)
+	inner, _ := account.Lock(ctx) // the same owner: re-entry, not a deadlock
+	state, _ := account.Inspect(ctx)
+	fmt.Println("holds:", state.Count, "same token:", inner.Token() == outer.Token())
+
+	_ = inner.Unlock(ctx)
+	state, _ = account.Inspect(ctx)
+	fmt.Println("after one unlock, still held:", state.Held)
+	_ = outer.Unlock(ctx)
+	state, _ = account.Inspect(ctx)
+	fmt.Println("after both:", state.Held)
+	// Output:
+	// holds: 2 same token: true
+	// after one unlock, still held: true
+	// after both: false
+}
+
+// Many readers share the lock; a writer has it alone. The writer may keep a
+// read lock past its write (downgrade), never the other way round.
+func ExampleRWMutex() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	config := locks.RWMutex("config")
+	write, _ := config.Lock(ctx)
+	read, _ := config.RLock(ctx) // the writer may read too
+	_ = write.Unlock(ctx)        // and keeps reading: a downgrade
+
+	_, err := locks.RWMutex("config").RLock(ctx)
+	fmt.Println("another reader joins:", err == nil)
+	_, err = config.Lock(ctx)
+	fmt.Println("a reader cannot upgrade:", errors.Is(err, dlock.ErrUpgrade))
+	_ = read.Unlock(ctx)
+	// Output:
+	// another reader joins: true
+	// a reader cannot upgrade: true
+}

@@ -138,12 +138,12 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	}
 }
 
-// lockInBackground runs Lock on mu and then Unlock, and reports the first
-// error (nil once it held and released the lock).
-func lockInBackground(ctx context.Context, mu *dlock.Mutex) <-chan error {
+// lockInBackground runs lock (a Lock or RLock method) and then Unlock, and
+// reports the first error (nil once it held and released the lock).
+func lockInBackground(ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) <-chan error {
 	result := make(chan error, 1)
 	go func() {
-		lease, err := mu.Lock(ctx)
+		lease, err := lock(ctx)
 		if err == nil {
 			err = lease.Unlock(ctx)
 		}

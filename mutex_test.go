@@ -170,7 +170,7 @@ func TestMutex_WaiterWakesOnUnlockNotOnTTL(t *testing.T) {
 		// is confirmed: from then on it is waiting for a wake-up.
 		waiterRedis := b.newRedis(t)
 		attempts := countAttempts(waiterRedis)
-		acquired := lockInBackground(ctx, newClient(t, waiterRedis).Mutex(name))
+		acquired := lockInBackground(ctx, newClient(t, waiterRedis).Mutex(name).Lock)
 		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter's second attempt")
 
 		start := time.Now()

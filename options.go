@@ -46,6 +46,8 @@ type settings struct {
 	wait      time.Duration
 	waitSet   bool
 	logger    *slog.Logger
+	owner     string
+	ownerSet  bool // else a random owner id per handle
 
 	waiterRefresh time.Duration // DefaultWaiterRefresh; tests lengthen it
 }
@@ -97,6 +99,21 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle.
+// Holds are counted per owner, never per goroutine: every handle with the
+// same owner id, in this process or another, re-enters the holds of the
+// others and may take their read locks while they write. Without it each
+// handle is an owner of its own, with a random id. The id is not a secret
+// (a hold is released only through its Lease), but two unrelated parties
+// that pick the same id share their holds. It must not be empty and is at
+// most [MaxNameLen] bytes.
+func WithOwner(id string) Option {
+	return func(s *settings) {
+		s.owner = id
+		s.ownerSet = true
+	}
+}
+
 func (s settings) with(opts []Option) settings {
 	for _, opt := range opts {
 		if opt != nil {
@@ -118,6 +135,10 @@ func (s settings) validate() error {
 		return invalidf("drift factor %v is outside [0, 0.5)", s.drift)
 	case s.waitSet && s.wait < 0:
 		return invalidf("wait %v is negative", s.wait)
+	case s.ownerSet && s.owner == "":
+		return invalidf("empty owner id")
+	case len(s.owner) > MaxNameLen:
+		return invalidf("owner id of %d bytes exceeds %d", len(s.owner), MaxNameLen)
 	}
 	return nil
 }

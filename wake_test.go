@@ -96,7 +96,7 @@ func TestMutex_WaitersFallBackToTTLWhenSubscribingIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	attempts := countAttempts(rdb)
-	acquired := lockInBackground(ctx, newClient(t, rdb).Mutex(name))
+	acquired := lockInBackground(ctx, newClient(t, rdb).Mutex(name).Lock)
 	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {
 	}
 	rdb := srv.Client()
 	attempts := countAttempts(rdb)
-	acquired := lockInBackground(ctx, newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name))
+	acquired := lockInBackground(ctx, newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name).Lock)
 	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T)
 		}
 		waiterRedis := b.newRedis(t)
 		attempts := countAttempts(waiterRedis)
-		acquired := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(refresh)).Mutex(name))
+		acquired := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(refresh)).Mutex(name).Lock)
 		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter registered")
 
 		// A ghost registered after the waiter but expiring sooner is picked first.
@@ -191,7 +191,7 @@ func TestClient_OneSubscriberConnectionForAllWaiters(t *testing.T) {
 		if _, err := holders.Mutex(name).Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		results[i] = lockInBackground(ctx, waiters.Mutex(name))
+		results[i] = lockInBackground(ctx, waiters.Mutex(name).Lock)
 	}
 	waitDone(t, attempts.refusedReach(2*locks), 10*time.Second, "every waiter waiting")
 	list, err := admin.ClientList(ctx).Result()

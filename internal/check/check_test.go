@@ -62,3 +62,40 @@ func TestLatencies_Percentiles(t *testing.T) {
 		t.Fatalf("p50 %v p99 %v, want 50ms 99ms", p50, p99)
 	}
 }
+
+func TestShared_FlagsWritersWithAnyoneAndStaleWrites(t *testing.T) {
+	var s Shared
+	now := time.Now()
+	s.EnterRead(now)
+	s.EnterRead(now) // two readers: fine
+	s.EnterWrite(3, now)
+	s.ExitWrite()
+	s.ExitRead()
+	s.ExitRead()
+	s.EnterWrite(4, now)
+	s.EnterRead(now) // a reader with a writer
+	s.ExitRead()
+	s.ExitWrite()
+	s.EnterWrite(2, now) // lower than 4
+	s.ExitWrite()
+	got := s.Result()
+	if got.Conflicts != 2 || got.Stale != 1 || got.Reads != 3 || got.Writes != 3 || got.Highest != 4 {
+		t.Fatalf("got %+v, want 2 conflicts, 1 stale, 3 reads, 3 writes, highest 4", got)
+	}
+}
+
+func TestShared_MeasuresHandoffsToWaitingEntrants(t *testing.T) {
+	var s Shared
+	s.EnterWrite(1, time.Now())
+	asked := time.Now() // a reader and a writer wait while the writer holds
+	s.ExitWrite()
+	s.EnterRead(asked)
+	s.ExitRead()
+	s.EnterWrite(2, asked)
+	s.ExitWrite()
+	s.EnterRead(time.Now()) // asked after the last writer left: no handoff
+	s.ExitRead()
+	if r, w := s.ReadHandoffs.Count(), s.WriteHandoffs.Count(); r != 1 || w != 1 {
+		t.Fatalf("%d read and %d write handoffs, want 1 and 1", r, w)
+	}
+}

@@ -1,0 +1,167 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// holdLock is what ReentrantMutex and RWMutex share: holds counted per owner
+// and mode, each hold (each Lease) expiring on its own on the server's
+// clock. scripts/rw_lib.lua describes the state in Redis.
+type holdLock struct {
+	c     *Client
+	name  string
+	owner string
+	cfg   settings
+	keys  keys
+	err   error // bad arguments, returned before any I/O
+
+	// KEYS of the scripts in rw_lib.lua's order, up to the fencing counter:
+	// the same for every attempt and lease, so made once (scripts never
+	// modify them). An attempt adds its tombstone.
+	scriptKeys []string
+}
+
+const (
+	modeWrite byte = 'w'
+	modeRead  byte = 'r'
+)
+
+var rwKind = &leaseKind{
+	extend:  scripts.RWExtend,
+	release: scripts.RWRelease,
+	ttl:     scripts.RWTTL,
+	abandon: scripts.RWAbandon,
+}
+
+func (c *Client) newHoldLock(name string, opts []Option) holdLock {
+	if c == nil {
+		return holdLock{name: name, err: invalidf("nil dlock.Client")}
+	}
+	cfg := c.cfg.with(opts)
+	k := keysFor(cfg.prefix, name)
+	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k,
+		scriptKeys: []string{k.lock, k.holds, k.waiters, k.readWaiters, k.readPass, k.channel, k.readChannel, k.fence}}
+	if !cfg.ownerSet {
+		h.owner = newOwnerToken()
+	}
+	if h.err = validateName(name); h.err == nil {
+		h.err = cfg.validate()
+	}
+	return h
+}
+
+func (h *holdLock) check() error {
+	if h.err != nil {
+		return h.err
+	}
+	return h.c.usable()
+}
+
+// acquire is TryLock (try) or Lock, in mode.
+func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	a := holdAcquirer{h: h, mode: mode}
+	if try {
+		return tryOnce(ctx, a)
+	}
+	channel := h.keys.channel
+	if mode == modeRead {
+		channel = h.keys.readChannel
+	}
+	return h.c.waitFor(ctx, h.cfg, channel, a)
+}
+
+// holdAcquirer acquires a holdLock in one mode.
+type holdAcquirer struct {
+	h    *holdLock
+	mode byte
+}
+
+func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
+	h := a.h
+	// The member is what the hold's Lease shows to renew and release it: the
+	// random hold id makes it a secret, and makes a resent attempt count once.
+	holdID := newOwnerToken()
+	member := string(a.mode) + holdID + h.owner
+	keys := append(h.scriptKeys[:len(h.scriptKeys):len(h.scriptKeys)], h.keys.tombstone(holdID))
+	ttl, _ := h.cfg.holdTTL()
+	sent := time.Now()
+	res, err := scripts.RWAcquire.Run(ctx, h.c.rdb, keys,
+		member, ttl.Milliseconds(), waiterID, waiterLease(h.cfg.waiterRefresh).Milliseconds()).Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] == -1) {
+		err = errUnexpectedReply // -1 answers only an attempt already abandoned
+	}
+	if err != nil {
+		if !isWrongType(err) {
+			h.abandon(ctx, keys, member, waiterID)
+		}
+		return nil, 0, redisError(a.op(), h.name, err)
+	}
+	switch res[0] {
+	case 1:
+		return h.c.startLease(leaseSpec{
+			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:7:7],
+			owner: member, token: uint64(res[1]), sent: sent, cfg: h.cfg,
+		}), 0, nil
+	case -2:
+		if waiterID != "" {
+			a.leave(ctx, waiterID) // registered by an earlier attempt
+		}
+		return nil, 0, fmt.Errorf("%w: %q", ErrUpgrade, h.name)
+	}
+	return nil, time.Duration(res[1]) * time.Millisecond, nil
+}
+
+func (a holdAcquirer) leave(ctx context.Context, waiterID string) {
+	a.h.abandon(ctx, a.h.scriptKeys, "", waiterID)
+}
+
+func (a holdAcquirer) op() string {
+	if a.mode == modeRead {
+		return "read lock"
+	}
+	return "lock"
+}
+
+// abandon gives up an attempt whose outcome is unknown (member), a waiter's
+// registration (waiterID), or both; see rw_abandon.lua.
+func (h *holdLock) abandon(ctx context.Context, keys []string, member, waiterID string) {
+	ttl, _ := h.cfg.holdTTL()
+	h.c.abandon(ctx, h.name, rwKind.abandon, keys, h.cfg.logger, member, ttl.Milliseconds(), waiterID)
+}
+
+// holdState is what rw_inspect.lua reports.
+type holdState struct {
+	writeHolds, readHolds, readers int
+	writerIsOwner                  bool
+	ownReads                       int
+	ttl                            time.Duration
+	writersWaiting, readersWaiting int
+	writeToken, lastToken          uint64
+}
+
+func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
+	if err := h.check(); err != nil {
+		return holdState{}, err
+	}
+	r, err := scripts.RWInspect.Run(ctx, h.c.rdb, h.scriptKeys, h.owner).Int64Slice()
+	if err == nil && len(r) != 10 {
+		err = errUnexpectedReply
+	}
+	if err != nil {
+		return holdState{}, redisError("inspect", h.name, err)
+	}
+	return holdState{
+		writeHolds: int(r[0]), readHolds: int(r[1]), readers: int(r[2]),
+		writerIsOwner: r[3] == 1, ownReads: int(r[4]),
+		ttl:            time.Duration(r[5]) * time.Millisecond,
+		writersWaiting: int(r[6]), readersWaiting: int(r[7]),
+		writeToken: uint64(r[8]), lastToken: uint64(r[9]),
+	}, nil
+}

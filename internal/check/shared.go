@@ -1,0 +1,101 @@
+package check
+
+import (
+	"sync"
+	"time"
+)
+
+// Shared stands for a resource read and written under a read-write lock.
+// Readers and writers call Enter and Exit around their critical sections.
+// Shared counts conflicts (a writer inside with anyone else, a reader inside
+// with a writer) and writes whose token was not above every write token
+// seen before. It also measures handoffs: from the moment the lock became
+// free for an entrant (all holders gone, for a writer; the writer gone, for
+// a reader) to its entry, when it was asking before that moment.
+type Shared struct {
+	WriteHandoffs, ReadHandoffs Latencies
+
+	mu               sync.Mutex
+	readers, writers int
+	conflicts        int
+	highest          uint64
+	stale            int
+	reads, writes    int
+	allFree          time.Time // the last moment nobody was inside
+	writerFree       time.Time // the last moment a writer left
+}
+
+// EnterWrite records the start of a write with the writer's token; asked is
+// when the writer began asking for the lock.
+func (s *Shared) EnterWrite(token uint64, asked time.Time) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readers > 0 || s.writers > 0 {
+		s.conflicts++
+	}
+	if s.allFree.After(asked) {
+		s.WriteHandoffs.Add(now.Sub(s.allFree))
+	}
+	s.writers++
+	if token <= s.highest {
+		s.stale++
+	} else {
+		s.highest = token
+	}
+}
+
+// ExitWrite records the end of a write.
+func (s *Shared) ExitWrite() {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writers--
+	s.writes++
+	s.writerFree = now
+	if s.readers == 0 && s.writers == 0 {
+		s.allFree = now
+	}
+}
+
+// EnterRead records the start of a read; asked is when the reader began
+// asking for the lock.
+func (s *Shared) EnterRead(asked time.Time) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writers > 0 {
+		s.conflicts++
+	}
+	if s.writerFree.After(asked) {
+		s.ReadHandoffs.Add(now.Sub(s.writerFree))
+	}
+	s.readers++
+}
+
+// ExitRead records the end of a read.
+func (s *Shared) ExitRead() {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readers--
+	s.reads++
+	if s.readers == 0 && s.writers == 0 {
+		s.allFree = now
+	}
+}
+
+// SharedResult is what a Shared saw.
+type SharedResult struct {
+	Reads, Writes int    // critical sections that ended
+	Conflicts     int    // entries that broke many-readers-or-one-writer
+	Stale         int    // writes whose token was not above all earlier ones
+	Highest       uint64 // the highest write token seen
+}
+
+// Result returns the counts so far.
+func (s *Shared) Result() SharedResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SharedResult{Reads: s.reads, Writes: s.writes, Conflicts: s.conflicts, Stale: s.stale, Highest: s.highest}
+}
