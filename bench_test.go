@@ -175,3 +175,125 @@ func BenchmarkLease_10000Held(b *testing.B) {
 		_ = c.Close()
 	}
 }
+
+// One read or write lock and unlock at a time: the Redis commands each
+// acquisition costs (commands inside scripts counted) and round trips.
+func BenchmarkRWMutex_Uncontended(b *testing.B) {
+	for _, mode := range []string{"read", "write"} {
+		b.Run(mode, func(b *testing.B) {
+			srv := redistest.Start(b)
+			admin := srv.Client()
+			rdb := srv.Client()
+			counter := &commandCounter{}
+			rdb.AddHook(counter)
+			rw := newClient(b, rdb).RWMutex("bench:rw")
+			lock := rw.Lock
+			if mode == "read" {
+				lock = rw.RLock
+			}
+			ctx := context.Background()
+			before := serverCommands(b, ctx, admin)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				lease, err := lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(counter.commands.Load())/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(serverCommands(b, ctx, admin)-before)/float64(b.N), "rediscmds/op")
+		})
+	}
+}
+
+// 16 readers and 4 writers, each a client of its own, take one RWMutex back
+// to back. A handoff is from the moment the lock became free for a waiting
+// entrant (a writer leaving, for readers; everyone leaving, for a writer) to
+// that entrant holding it.
+func BenchmarkRWMutex_16Readers4Writers(b *testing.B) {
+	const readers, writers = 16, 4
+	srv := redistest.Start(b)
+	admin := srv.Client()
+	ctx := context.Background()
+	var shared check.Shared
+	type worker struct {
+		rw    *dlock.RWMutex
+		write bool
+	}
+	var workers []worker
+	for i := range readers + writers {
+		workers = append(workers, worker{newClient(b, srv.Client()).RWMutex("bench:rw16+4"), i >= readers})
+	}
+	for _, w := range workers { // scripts loaded, subscribers connected
+		lease, err := w.rw.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = lease.Unlock(ctx)
+	}
+
+	before := serverCommands(b, ctx, admin)
+	var next sync.Mutex
+	remaining := b.N
+	start := time.Now()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				if remaining == 0 {
+					next.Unlock()
+					return
+				}
+				remaining--
+				next.Unlock()
+				asked := time.Now()
+				var lease *dlock.Lease
+				var err error
+				if w.write {
+					lease, err = w.rw.Lock(ctx)
+				} else {
+					lease, err = w.rw.RLock(ctx)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if w.write {
+					shared.EnterWrite(lease.Token(), asked)
+					shared.ExitWrite()
+				} else {
+					shared.EnterRead(asked)
+					shared.ExitRead()
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	elapsed := time.Since(start)
+	commands := serverCommands(b, ctx, admin) - before
+	r := shared.Result()
+	if r.Conflicts != 0 || r.Stale != 0 {
+		b.Fatalf("unsafe run: %+v", r)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
+	b.ReportMetric(float64(r.Writes)/float64(b.N), "writes/acq")
+	b.ReportMetric(float64(commands)/float64(b.N), "rediscmds/acq")
+	b.ReportMetric(float64(shared.WriteHandoffs.Percentile(50).Microseconds()), "w-handoff-p50-µs")
+	b.ReportMetric(float64(shared.WriteHandoffs.Percentile(99).Microseconds()), "w-handoff-p99-µs")
+	b.ReportMetric(float64(shared.ReadHandoffs.Percentile(50).Microseconds()), "r-handoff-p50-µs")
+	b.ReportMetric(float64(shared.ReadHandoffs.Percentile(99).Microseconds()), "r-handoff-p99-µs")
+}

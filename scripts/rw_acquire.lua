@@ -78,9 +78,10 @@ if granted then
     token = tonumber(st[5])
   else
     token = redis.call('INCR', KEYS[8]) -- fails, before the hold is written, on a foreign counter
-    redis.call('HSET', STATE, 't' .. mode .. owner, token)
     if mode == 'w' then
-      redis.call('HSET', STATE, 'W', owner)
+      redis.call('HSET', STATE, 'tw' .. owner, token, 'W', owner)
+    else
+      redis.call('HSET', STATE, 'tr' .. owner, token)
     end
   end
   redis.call('HINCRBY', STATE, 'n' .. mode .. owner, 1)

@@ -49,11 +49,10 @@ end
 local function forget(member)
   local mode, owner = parse(member)
   local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, -1)
-  if left <= 0 then
-    redis.call('HDEL', STATE, 'n' .. mode .. owner, 't' .. mode .. owner)
-    if mode == 'w' then
-      redis.call('HDEL', STATE, 'W')
-    end
+  if left <= 0 and mode == 'w' then
+    redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'W')
+  elseif left <= 0 then
+    redis.call('HDEL', STATE, 'nr' .. owner, 'tr' .. owner)
   end
   if mode == 'r' then
     redis.call('HINCRBY', STATE, 'R', -1)
@@ -111,15 +110,15 @@ end
 -- of them, passed ahead of waiting writers); otherwise, once nothing is
 -- held, one writer, or if none waits, all readers.
 local function wake(publish, now, writer_left)
-  if writer_left and live_waiters(RWAIT, now) > 0 then
+  local held = redis.call('ZCARD', HOLDS) > 0
+  if held and not writer_left then
+    return
+  end
+  local readers_waiting = live_waiters(RWAIT, now) > 0
+  if writer_left and readers_waiting then
     redis.call('RENAME', RWAIT, RPASS)
     redis.call(publish, RCHAN, '*')
-    return
-  end
-  if redis.call('ZCARD', HOLDS) > 0 then
-    return
-  end
-  if not wake_writer(publish, now) and live_waiters(RWAIT, now) > 0 then
+  elseif not held and not wake_writer(publish, now) and readers_waiting then
     redis.call(publish, RCHAN, '*')
   end
 end
