@@ -14,6 +14,11 @@
 //	ctx = lease.Context(ctx) // cancelled if the lock is lost
 //	store.Write(ctx, lease.Token(), order) // the store refuses older tokens
 //
+// The types: [Mutex] (exclusive), [ReentrantMutex] (exclusive, re-entered
+// by its owner, holds counted) and [RWMutex] (many readers or one writer,
+// reentrant, writer-preferring). Their owner is a handle's owner id (see
+// [WithOwner]), never a goroutine.
+//
 // # Leases, and what a lock can promise
 //
 // A lock held in Redis is a lease: it lasts a TTL unless renewed, so that a
