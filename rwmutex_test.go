@@ -465,3 +465,32 @@ func TestRWMutex_WrongTypeAndBadInputFail(t *testing.T) {
 		}
 	}
 }
+
+// A writer that stops waiting withdraws at once: readers are not held back
+// until its registration would have run out.
+func TestRWMutex_CancelledWaitingWriterLetsReadersInAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		ctx := ctxFor(t, 30*time.Second)
+		reader := newClient(t, b.newRedis(t)).RWMutex(name)
+		held, err := reader.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A refresh of an hour: only the withdrawal can clear its registration.
+		writer := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour)).RWMutex(name)
+		wctx, cancel := context.WithCancel(ctx)
+		result := lockInBackground(wctx, writer.Lock)
+		eventually(t, ctx, "the writer registering", func() bool { return inspectRW(t, ctx, reader).WritersWaiting == 1 })
+		cancel()
+		if err := <-result; !errors.Is(err, context.Canceled) || !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("cancelled Lock: %v", err)
+		}
+		if _, err := newClient(t, b.newRedis(t)).RWMutex(name).TryRLock(ctx); err != nil {
+			t.Fatalf("a new reader after the writer withdrew: %v", err)
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
