@@ -43,8 +43,7 @@ func (c *Client) newHoldLock(name string, opts []Option) holdLock {
 	}
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
-	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k,
-		scriptKeys: []string{k.lock, k.holds, k.waiters, k.readWaiters, k.readPass, k.channel, k.readChannel, k.fence}}
+	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k)}
 	if !cfg.ownerSet {
 		h.owner = newOwnerToken()
 	}
@@ -52,6 +51,12 @@ func (c *Client) newHoldLock(name string, opts []Option) holdLock {
 		h.err = cfg.validate()
 	}
 	return h
+}
+
+// rwScriptKeys are the KEYS of the read-write scripts in rw_lib.lua's order,
+// up to the fencing counter.
+func rwScriptKeys(k keys) []string {
+	return []string{k.lock, k.holds, k.waiters, k.readWaiters, k.readPass, k.channel, k.readChannel, k.fence}
 }
 
 func (h *holdLock) check() error {
@@ -144,20 +149,43 @@ type holdState struct {
 	ttl                            time.Duration
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
+	holders                        []Holder
 }
 
 func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(); err != nil {
 		return holdState{}, err
 	}
-	r, err := scripts.RWInspect.Run(ctx, h.c.rdb, h.scriptKeys, h.owner).Int64Slice()
-	if err == nil && len(r) != 10 {
-		err = errUnexpectedReply
-	}
+	return inspectHolds(ctx, h.c, h.name, h.scriptKeys, h.owner)
+}
+
+// inspectHolds runs rw_inspect.lua on a read-write lock's keys, as seen by
+// owner.
+func inspectHolds(ctx context.Context, c *Client, name string, keys []string, owner string) (holdState, error) {
+	reply, err := scripts.RWInspect.Run(ctx, c.rdb, keys, owner).Slice()
 	if err != nil {
-		return holdState{}, redisError("inspect", h.name, err)
+		return holdState{}, redisError("inspect", name, err)
+	}
+	r := make([]int64, 0, 10)
+	for _, v := range reply[:min(10, len(reply))] {
+		n, ok := v.(int64)
+		if !ok {
+			return holdState{}, redisError("inspect", name, errUnexpectedReply)
+		}
+		r = append(r, n)
+	}
+	if len(r) != 10 || (len(reply)-10)%3 != 0 {
+		return holdState{}, redisError("inspect", name, errUnexpectedReply)
+	}
+	var holders []Holder
+	for i := 10; i < len(reply); i += 3 {
+		owner, _ := reply[i].(string)
+		mode, _ := reply[i+1].(string)
+		holds, _ := reply[i+2].(int64)
+		holders = append(holders, Holder{Owner: owner, Write: mode == "w", Holds: int(holds)})
 	}
 	return holdState{
+		holders:    holders,
 		writeHolds: int(r[0]), readHolds: int(r[1]), readers: int(r[2]),
 		writerIsOwner: r[3] == 1, ownReads: int(r[4]),
 		ttl:            time.Duration(r[5]) * time.Millisecond,

@@ -81,6 +81,7 @@ type RWState struct {
 	ReadersWaiting int           // readers registered to be woken
 	WriteToken     uint64        // the writer's fencing token; 0: nobody writes
 	LastToken      uint64        // the highest fencing token minted for the name
+	Holders        []Holder      // who holds it, the writer first
 }
 
 // Inspect reports who holds the lock, how often, and who waits.
@@ -93,6 +94,6 @@ func (rw *RWMutex) Inspect(ctx context.Context) (RWState, error) {
 		WriteHolds: s.writeHolds, WriterIsOwner: s.writerIsOwner,
 		ReadHolds: s.readHolds, Readers: s.readers, OwnerReadHolds: s.ownReads,
 		TTL: s.ttl, WritersWaiting: s.writersWaiting, ReadersWaiting: s.readersWaiting,
-		WriteToken: s.writeToken, LastToken: s.lastToken,
+		WriteToken: s.writeToken, LastToken: s.lastToken, Holders: s.holders,
 	}, nil
 }

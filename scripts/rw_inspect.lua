@@ -6,7 +6,8 @@
 -- Returns {write holds, read holds, reading owners, the writer is ARGV[1]
 -- (1/0), ARGV[1]'s read holds, ms until the last hold expires (0: none),
 -- writers waiting, readers waiting, the write side's fencing token (0: none),
--- the last fencing token minted}.
+-- the last fencing token minted}, followed by owner, mode, holds for each
+-- holder (the writer first).
 -- Counted from the live holds, so expired ones not yet purged do not show.
 
 local now = server_now()
@@ -14,9 +15,21 @@ local owner = ARGV[1]
 local writes, reads, own_reads, writer_is_owner, last = 0, 0, 0, 0, now
 local readers = {}
 local n_readers = 0
+local holders = {} -- owner .. mode -> holds
+local order = {}
 local live = redis.call('ZRANGEBYSCORE', HOLDS, '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   local mode, holder = parse(live[i])
+  local id = mode .. holder
+  if not holders[id] then
+    holders[id] = 0
+    if mode == 'w' then
+      table.insert(order, 1, id)
+    else
+      table.insert(order, id)
+    end
+  end
+  holders[id] = holders[id] + 1
   if mode == 'w' then
     writes = writes + 1
     if holder == owner then
@@ -39,6 +52,12 @@ local writer = redis.call('HGET', STATE, 'W')
 if writes > 0 and writer then
   token = tonumber(redis.call('HGET', STATE, 'tw' .. writer)) or 0
 end
-return {writes, reads, n_readers, writer_is_owner, own_reads, last - now,
+local reply = {writes, reads, n_readers, writer_is_owner, own_reads, last - now,
   live_waiters(WWAIT, now), live_waiters(RWAIT, now), token,
   tonumber(redis.call('GET', KEYS[8])) or 0}
+for _, id in ipairs(order) do
+  table.insert(reply, id:sub(2))
+  table.insert(reply, id:sub(1, 1))
+  table.insert(reply, holders[id])
+end
+return reply

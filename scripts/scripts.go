@@ -28,6 +28,10 @@ var (
 	mutexTTL string
 	//go:embed mutex_abandon.lua
 	mutexAbandon string
+	//go:embed mutex_inspect.lua
+	mutexInspect string
+	//go:embed force_unlock.lua
+	forceUnlock string
 
 	//go:embed rw_lib.lua
 	rwLib string
@@ -52,7 +56,11 @@ var (
 	MutexExtend  = redis.NewScript(mutexExtend)
 	MutexTTL     = redis.NewScript(mutexTTL)
 	MutexAbandon = redis.NewScript(wakeNext + mutexAbandon)
+	MutexInspect = redis.NewScript(mutexInspect)
 )
+
+// ForceUnlock removes a lock of any type.
+var ForceUnlock = redis.NewScript(forceUnlock)
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 var (

@@ -1,0 +1,105 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// Holder is one owner holding a lock.
+type Holder struct {
+	Owner string // the owner id; "" for a Mutex, whose owner token is a secret
+	Write bool   // holds the exclusive (write) side; else reads
+	Holds int    // how many holds (re-entries counted)
+}
+
+// LockInfo is what [Client.Describe] found under a lock name.
+type LockInfo struct {
+	Name           string
+	Type           string        // "Mutex", "RWMutex" (also a ReentrantMutex's), or "" when nothing holds it
+	Holders        []Holder      // the writer (or a Mutex's holder) first
+	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
+	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
+	ReadersWaiting int           // waiting RLocks registered to be woken
+	LastToken      uint64        // the highest fencing token minted for the name
+}
+
+// Describe reports who holds the lock called name, whatever its type, how
+// long it has left and who waits: for operators and tools such as
+// `dlock status`. It takes two round trips (the key's type, then its
+// state) and changes nothing.
+func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
+	if err := c.checkName(name); err != nil {
+		return LockInfo{}, err
+	}
+	k := keysFor(c.cfg.prefix, name)
+	kind, err := c.rdb.Type(ctx, k.lock).Result()
+	if err != nil {
+		return LockInfo{}, redisError("describe", name, err)
+	}
+	info := LockInfo{Name: name}
+	switch kind {
+	case "string":
+		r, err := scripts.MutexInspect.Run(ctx, c.rdb, []string{k.lock, k.fence, k.waiters}).Int64Slice()
+		if err == nil && len(r) != 4 {
+			err = errUnexpectedReply
+		}
+		if err != nil {
+			return LockInfo{}, redisError("describe", name, err)
+		}
+		if r[0] == 1 {
+			info.Type = "Mutex"
+			info.Holders = []Holder{{Write: true, Holds: 1}}
+			info.TTL = time.Duration(r[1]) * time.Millisecond
+			if r[1] < 0 {
+				info.TTL = -1
+			}
+		}
+		info.WritersWaiting, info.LastToken = int(r[2]), uint64(r[3])
+		return info, nil
+	case "hash", "none":
+		s, err := inspectHolds(ctx, c, name, rwScriptKeys(k), "")
+		if err != nil {
+			return LockInfo{}, err
+		}
+		if len(s.holders) > 0 {
+			info.Type = "RWMutex"
+		}
+		info.Holders, info.TTL = s.holders, s.ttl
+		info.WritersWaiting, info.ReadersWaiting, info.LastToken = s.writersWaiting, s.readersWaiting, s.lastToken
+		return info, nil
+	}
+	return LockInfo{}, fmt.Errorf("%w: lock %q holds a Redis %s", ErrWrongType, name, kind)
+}
+
+// ForceUnlock removes the lock called name whatever holds it, and wakes its
+// waiters: the operator's escape hatch for a lock whose holder is known to
+// be gone. The holders' leases report the loss at their next renewal (within
+// TTL/3); until then they may still act as holders, which is what fencing
+// tokens are for: the fencing counter is kept, so the next holder's token is
+// above theirs. It reports whether anything was held.
+func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
+	if err := c.checkName(name); err != nil {
+		return false, err
+	}
+	k := keysFor(c.cfg.prefix, name)
+	publish, err := c.publishCommand(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := scripts.ForceUnlock.Run(ctx, c.rdb,
+		[]string{k.lock, k.holds, k.readPass, k.channel, k.readChannel}, publish).Int64()
+	if err != nil {
+		return false, redisError("force unlock", name, err)
+	}
+	return n == 1, nil
+}
+
+func (c *Client) checkName(name string) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	return validateName(name)
+}

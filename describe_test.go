@@ -1,0 +1,116 @@
+package dlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+func TestClient_DescribeReportsEveryType(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb)
+		ctx := ctxFor(t, 30*time.Second)
+
+		free := lockName(t)
+		if info, err := c.Describe(ctx, free); err != nil || info.Type != "" || len(info.Holders) != 0 || info.TTL != 0 {
+			t.Fatalf("a free lock: %+v, %v", info, err)
+		}
+
+		mutex := lockName(t)
+		lease, err := c.Mutex(mutex).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Describe(ctx, mutex)
+		if err != nil || info.Type != "Mutex" || len(info.Holders) != 1 || info.Holders[0].Owner != "" ||
+			info.TTL <= 0 || info.LastToken != lease.Token() {
+			t.Fatalf("a held Mutex: %+v, %v", info, err)
+		}
+
+		rwName := lockName(t)
+		writer := c.RWMutex(rwName, dlock.WithOwner("writer"))
+		if _, err := writer.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := writer.RLock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err = c.Describe(ctx, rwName)
+		want := []dlock.Holder{{Owner: "writer", Write: true, Holds: 1}, {Owner: "writer", Holds: 2}}
+		if err != nil || info.Type != "RWMutex" || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
+			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != 2 {
+			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
+		}
+
+		wrong := lockName(t)
+		rdb.RPush(ctx, lockKey(wrong), "x")
+		if _, err := c.Describe(ctx, wrong); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("a list: %v, want ErrWrongType", err)
+		}
+		if _, err := c.Describe(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("empty name: %v, want ErrInvalid", err)
+		}
+	})
+}
+
+func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Second))
+		for kind, lock := range map[string]func(name string) func() (*dlock.Lease, error){
+			"Mutex": func(name string) func() (*dlock.Lease, error) {
+				return func() (*dlock.Lease, error) { return c.Mutex(name).Lock(ctx) }
+			},
+			"RWMutex": func(name string) func() (*dlock.Lease, error) {
+				return func() (*dlock.Lease, error) { return c.RWMutex(name).Lock(ctx) }
+			},
+		} {
+			name := lockName(t)
+			held, err := lock(name)()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A waiter that would otherwise try again only in an hour.
+			waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
+			wait := waiter.Mutex(name).Lock
+			if kind == "RWMutex" {
+				wait = waiter.RWMutex(name).Lock
+			}
+			result := make(chan *dlock.Lease, 1)
+			go func() {
+				l, err := wait(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				result <- l
+			}()
+			eventually(t, ctx, "the waiter registering", func() bool {
+				info, err := c.Describe(ctx, name)
+				return err == nil && info.WritersWaiting == 1
+			})
+			if removed, err := c.ForceUnlock(ctx, name); err != nil || !removed {
+				t.Fatalf("%s: ForceUnlock: %v, %v", kind, removed, err)
+			}
+			waitDone(t, held.Done(), lossGuard, kind+": the holder's loss")
+			if !errors.Is(held.Err(), dlock.ErrLeaseLost) {
+				t.Fatalf("%s: the holder ended with %v, want ErrLeaseLost", kind, held.Err())
+			}
+			select {
+			case next := <-result:
+				if next == nil || next.Token() <= held.Token() {
+					t.Fatalf("%s: the next holder's token is not above the removed one's %d", kind, held.Token())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the waiter was not woken by the force unlock", kind)
+			}
+			if removed, err := c.ForceUnlock(ctx, lockName(t)); err != nil || removed {
+				t.Fatalf("%s: ForceUnlock of a free lock: %v, %v", kind, removed, err)
+			}
+		}
+	})
+}
