@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/serverstats"
 )
 
 // Benchmarks run against a redis-server of their own, so the server's
@@ -22,25 +21,14 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 5000x .
 
-// serverCommands sums the calls of every command the server has run,
-// counting commands run inside scripts, leaving out INFO itself.
+// serverCommands is what the server has run so far, inside scripts too.
 func serverCommands(b *testing.B, ctx context.Context, rdb *redis.Client) int64 {
 	b.Helper()
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	n, err := serverstats.Commands(ctx, rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total int64
-	for line := range strings.SplitSeq(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		total += n
-	}
-	return total
+	return n
 }
 
 func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {

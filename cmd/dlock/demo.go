@@ -2,67 +2,99 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/check"
 )
 
 // demoHold is how long a worker keeps the lock: long enough that the others
-// are waiting when it lets go, so every release is a handoff to measure.
+// are waiting when it lets go, so releases are handoffs to measure.
 const demoHold = time.Millisecond
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration D]
+
+Workers contend for one lock of each type in turn (Mutex, ReentrantMutex,
+RWMutex), each with its own connection, and a checker watches them. Prints a
+verdict per type: acquisitions, overlapping holders (must be 0), whether
+fencing tokens only increased, and handoff latency from a release to a
+waiting worker holding the lock. Exits 0 only when every verdict holds.
+
+Without --redis (or REDIS_URL) it runs on an embedded Redis (miniredis) and
+needs nothing installed.
+
+Examples:
+  dlock demo
+  dlock demo --workers 16 --duration 2s
+  dlock demo --redis redis://127.0.0.1:6379
+`
+
+func runDemo(ctx context.Context, args []string, out *output) int {
+	fs := newFlagSet("demo", demoUsage, out)
 	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else an embedded Redis)")
-	workers := fs.Int("workers", 8, "workers contending for the lock, each with its own connection")
-	duration := fs.Duration("duration", 3*time.Second, "how long the workers contend")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	workers := fs.Int("workers", 8, "workers per lock type, each with its own connection")
+	duration := fs.Duration("duration", 3*time.Second, "how long the workers contend, per lock type")
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
-	if *workers < 1 || *duration <= 0 {
-		fmt.Fprintln(stderr, "dlock demo: --workers must be at least 1 and --duration positive")
-		return 2
+	if *workers < 1 || *duration <= 0 || fs.NArg() != 0 {
+		fmt.Fprintln(out.stderr, "dlock demo: --workers must be at least 1, --duration positive, and no arguments")
+		return exitUsage
 	}
 
 	newRedis, where, stopRedis, err := demoRedis(ctx, redisURL(*redisFlag))
 	if err != nil {
-		fmt.Fprintf(stderr, "dlock demo: %v\n", err)
-		return 1
+		fmt.Fprintf(out.stderr, "dlock demo: %v\n", err)
+		return exitRedis
 	}
 	defer stopRedis()
-	fmt.Fprintf(stdout, "dlock demo: %d workers contend for one lock for %v on %s\n\n", *workers, *duration, where)
+	fmt.Fprintf(out.stdout, "dlock demo: %d workers per lock type, %v each, on %s\n\n", *workers, *duration, where)
 
-	name := fmt.Sprintf("demo:%d", time.Now().UnixNano()) // fresh on a shared server
-	v, err := demoMutex(ctx, newRedis, name, *workers, *duration)
-	if err != nil {
-		fmt.Fprintf(stderr, "dlock demo: %v\n", err)
+	run := fmt.Sprintf("demo:%d", time.Now().UnixNano()) // fresh names on a shared server
+	results := make(map[string]contentionResult)
+	for _, lockType := range lockTypes {
+		c := &contention{lockType: lockType, newRedis: newRedis, name: run + ":" + lockType,
+			workers: *workers, duration: *duration, hold: demoHold}
+		stopProgress := out.progress(200*time.Millisecond, func() string {
+			return fmt.Sprintf("%-15s %d acquisitions", lockType, c.acquired.Load())
+		})
+		res, err := c.run(ctx)
+		stopProgress()
+		if err != nil {
+			fmt.Fprintf(out.stderr, "dlock demo: %s: %v\n", lockType, err)
+			return exitRedis
+		}
+		results[lockType] = res
+	}
+
+	ok := true
+	fmt.Fprintf(out.stdout, "%-15s %12s %9s %11s %12s %12s\n", "lock", "acquisitions", "overlaps", "tokens", "handoff p50", "handoff p99")
+	for _, lockType := range lockTypes {
+		r := results[lockType]
+		ok = ok && r.ok()
+		tokens := "increasing"
+		if r.stale > 0 {
+			tokens = "STALE"
+		}
+		fmt.Fprintf(out.stdout, "%-15s %12d %9d %11s %12s %12s\n", lockType, r.acquisitions, r.overlaps, tokens,
+			round(r.handoffs.Percentile(50)), round(r.handoffs.Percentile(99)))
+	}
+	rw := results["RWMutex"]
+	fmt.Fprintf(out.stdout, "\nRWMutex: one worker in four writes; overlaps count a writer inside with anyone;\n"+
+		"handoffs are to waiting writers (to waiting readers: p50 %s, p99 %s).\n",
+		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)))
+	if !ok {
+		fmt.Fprintln(out.stdout, "\nverdict: FAILED — a lock let holders overlap or a stale token through")
 		return 1
 	}
-	fmt.Fprintf(stdout, "%-8s %12s %9s %10s %12s %12s\n", "lock", "acquisitions", "overlaps", "tokens", "handoff p50", "handoff p99")
-	fmt.Fprintf(stdout, "%-8s %12d %9d %10s %12s %12s\n", "Mutex", v.fenced.Completed, v.fenced.Overlaps,
-		map[bool]string{true: "increasing", false: "STALE"}[v.fenced.Stale == 0],
-		round(v.handoffs.Percentile(50)), round(v.handoffs.Percentile(99)))
-	if !v.ok() {
-		fmt.Fprintln(stdout, "\nverdict: FAILED — the lock let holders overlap or a stale token through")
-		return 1
-	}
-	fmt.Fprintln(stdout, "\nverdict: OK — no overlapping holders, fencing tokens strictly increasing")
+	fmt.Fprintln(out.stdout, "\nverdict: OK — no overlapping holders, fencing tokens strictly increasing")
 	return 0
 }
 
 // demoRedis returns a way to open clients of the server the demo runs on:
 // the one at url, or an embedded miniredis whose TTLs run on the real clock.
-func demoRedis(ctx context.Context, url string) (newRedis func() *redis.Client, where string, stop func(), err error) {
+func demoRedis(ctx context.Context, url string) (newRedis func() redis.UniversalClient, where string, stop func(), err error) {
 	if url == "" {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true)
@@ -70,70 +102,21 @@ func demoRedis(ctx context.Context, url string) (newRedis func() *redis.Client, 
 			return nil, "", nil, fmt.Errorf("starting the embedded Redis: %w", err)
 		}
 		addr := m.Addr()
-		return func() *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) },
+		return func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) },
 			"an embedded Redis (miniredis)", m.Close, nil
 	}
-	probe, err := connect(ctx, url)
+	return realRedis(ctx, url)
+}
+
+// realRedis checks the server at url answers and returns a way to open more
+// clients of it.
+func realRedis(ctx context.Context, url string) (newRedis func() redis.UniversalClient, where string, stop func(), err error) {
+	d, probe, err := connect(ctx, url)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	opts := probe.Options()
 	_ = probe.Close()
-	return func() *redis.Client { return redis.NewClient(opts) }, "Redis at " + opts.Addr, func() {}, nil
-}
-
-type demoVerdict struct {
-	fenced   check.Result
-	handoffs *check.Latencies
-}
-
-func (v demoVerdict) ok() bool {
-	return v.fenced.Completed > 0 && v.fenced.Overlaps == 0 && v.fenced.Stale == 0
-}
-
-// demoMutex has workers take the lock in turn until duration is up, each on
-// its own connection, as separate processes would.
-func demoMutex(ctx context.Context, newRedis func() *redis.Client, name string, workers int, duration time.Duration) (demoVerdict, error) {
-	fenced := &check.Fenced{}
-	ctx, cancel := context.WithTimeout(ctx, duration)
-	defer cancel()
-
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for worker := range workers {
-		rdb := newRedis()
-		client := dlock.New(rdb)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer rdb.Close()
-			defer client.Close()
-			mu := client.Mutex(name)
-			for {
-				asked := time.Now()
-				lease, err := mu.Lock(ctx)
-				if err != nil {
-					if !errors.Is(err, context.DeadlineExceeded) {
-						errs <- err
-					}
-					return
-				}
-				fenced.Enter(worker, lease.Token(), asked)
-				time.Sleep(demoHold) // the work done under the lock
-				fenced.Exit(worker)
-				if err := lease.Unlock(ctx); err != nil && ctx.Err() == nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return demoVerdict{}, err
-	}
-	return demoVerdict{fenced: fenced.Result(), handoffs: &fenced.Handoffs}, nil
+	return d.client, "Redis at " + d.String(), func() {}, nil
 }
 
 func round(d time.Duration) string {

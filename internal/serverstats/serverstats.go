@@ -1,0 +1,41 @@
+// Package serverstats reads what Redis servers report about their own work.
+package serverstats
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Commands sums the calls of every command the servers behind rdb have run
+// (every master of a cluster), counting commands run inside scripts and
+// leaving out INFO itself, from INFO commandstats.
+func Commands(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		var total atomic.Int64
+		err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			n, err := Commands(ctx, node)
+			total.Add(n)
+			return err
+		})
+		return total.Load(), err
+	}
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		total += n
+	}
+	return total, nil
+}
