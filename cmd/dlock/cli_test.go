@@ -311,3 +311,23 @@ func TestUnlock_AsksBeforeRemoving(t *testing.T) {
 		t.Fatalf("unlock without --force: exit %d, want %d", code, exitUsage)
 	}
 }
+
+func TestRun_OnAClusterGivenAllNodesOrOne(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	var urls []string
+	for _, addr := range cluster.Addrs() {
+		urls = append(urls, "redis://"+addr)
+	}
+	for what, url := range map[string]string{"every node": strings.Join(urls, ","), "one node": urls[0]} {
+		for i := range 3 { // names in different slots
+			name := fmt.Sprintf("cluster-job-%d", i)
+			code, stdout, stderr := runDlock(t, url, "run", name, "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
+			if code != 0 || stdout == "" {
+				t.Fatalf("%s, %s: exit %d, %q, %q", what, name, code, stdout, stderr)
+			}
+			if code, stdout, _ := runDlock(t, url, "status", "--json", name); code != 0 || !strings.Contains(stdout, `"type": "free"`) {
+				t.Fatalf("%s, %s: status after the run: exit %d\n%s", what, name, code, stdout)
+			}
+		}
+	}
+}
