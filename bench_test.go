@@ -31,6 +31,34 @@ func serverCommands(b *testing.B, ctx context.Context, rdb *redis.Client) int64 
 	return n
 }
 
+// shareIterations runs b.N iterations of body over workers goroutines, each
+// taking the next iteration when done with its last, so fast workers do more.
+func shareIterations(b *testing.B, workers int, body func(worker int) error) {
+	var next sync.Mutex
+	remaining := b.N
+	var wg sync.WaitGroup
+	for worker := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				if remaining == 0 {
+					next.Unlock()
+					return
+				}
+				remaining--
+				next.Unlock()
+				if err := body(worker); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
@@ -75,38 +103,18 @@ func BenchmarkMutex_Contended8Clients(b *testing.B) {
 	}
 
 	before := serverCommands(b, ctx, admin)
-	var next sync.Mutex
-	remaining := b.N
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for worker, mu := range mutexes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				next.Lock()
-				if remaining == 0 {
-					next.Unlock()
-					return
-				}
-				remaining--
-				next.Unlock()
-				asked := time.Now()
-				lease, err := mu.Lock(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				fenced.Enter(worker, lease.Token(), asked)
-				fenced.Exit(worker)
-				if err := lease.Unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	shareIterations(b, len(mutexes), func(worker int) error {
+		mu := mutexes[worker]
+		asked := time.Now()
+		lease, err := mu.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		fenced.Enter(worker, lease.Token(), asked)
+		fenced.Exit(worker)
+		return lease.Unlock(ctx)
+	})
 	b.StopTimer()
 	commands := serverCommands(b, ctx, admin) - before
 	if r := fenced.Result(); r.Overlaps != 0 || r.Stale != 0 {
@@ -226,50 +234,30 @@ func BenchmarkRWMutex_16Readers4Writers(b *testing.B) {
 	}
 
 	before := serverCommands(b, ctx, admin)
-	var next sync.Mutex
-	remaining := b.N
 	start := time.Now()
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				next.Lock()
-				if remaining == 0 {
-					next.Unlock()
-					return
-				}
-				remaining--
-				next.Unlock()
-				asked := time.Now()
-				var lease *dlock.Lease
-				var err error
-				if w.write {
-					lease, err = w.rw.Lock(ctx)
-				} else {
-					lease, err = w.rw.RLock(ctx)
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if w.write {
-					shared.EnterWrite(lease.Token(), asked)
-					shared.ExitWrite()
-				} else {
-					shared.EnterRead(asked)
-					shared.ExitRead()
-				}
-				if err := lease.Unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	shareIterations(b, len(workers), func(i int) error {
+		w := workers[i]
+		asked := time.Now()
+		var lease *dlock.Lease
+		var err error
+		if w.write {
+			lease, err = w.rw.Lock(ctx)
+		} else {
+			lease, err = w.rw.RLock(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if w.write {
+			shared.EnterWrite(lease.Token(), asked)
+			shared.ExitWrite()
+		} else {
+			shared.EnterRead(asked)
+			shared.ExitRead()
+		}
+		return lease.Unlock(ctx)
+	})
 	b.StopTimer()
 	elapsed := time.Since(start)
 	commands := serverCommands(b, ctx, admin) - before
