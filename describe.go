@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/scripts"
@@ -28,50 +27,39 @@ type LockInfo struct {
 
 // Describe reports who holds the lock called name, whatever its type, how
 // long it has left and who waits: for operators and tools such as
-// `dlock status`. It takes two round trips (the key's type, then its
-// state) and changes nothing.
+// `dlock status`. It is one script, one round trip, and changes nothing.
 func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	if err := c.checkName(name); err != nil {
 		return LockInfo{}, err
 	}
-	k := keysFor(c.cfg.prefix, name)
-	kind, err := c.rdb.Type(ctx, k.lock).Result()
+	reply, err := scripts.Describe.Run(ctx, c.rdb, rwScriptKeys(keysFor(c.cfg.prefix, name)), "").Slice()
 	if err != nil {
 		return LockInfo{}, redisError("describe", name, err)
 	}
 	info := LockInfo{Name: name}
-	switch kind {
-	case "string":
-		r, err := scripts.MutexInspect.Run(ctx, c.rdb, []string{k.lock, k.fence, k.waiters}).Int64Slice()
-		if err == nil && len(r) != 4 {
-			err = errUnexpectedReply
-		}
+	if kind, _ := reply[0].(string); kind == "mutex" {
+		r, err := int64s(reply[1:], 4)
 		if err != nil {
 			return LockInfo{}, redisError("describe", name, err)
 		}
-		if r[0] == 1 {
-			info.Type = "Mutex"
-			info.Holders = []Holder{{Write: true, Holds: 1}}
-			info.TTL = time.Duration(r[1]) * time.Millisecond
-			if r[1] < 0 {
-				info.TTL = -1
-			}
+		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1}}
+		info.TTL = time.Duration(r[1]) * time.Millisecond
+		if r[1] < 0 {
+			info.TTL = -1
 		}
 		info.WritersWaiting, info.LastToken = int(r[2]), uint64(r[3])
 		return info, nil
-	case "hash", "none":
-		s, err := inspectHolds(ctx, c, name, rwScriptKeys(k), "")
-		if err != nil {
-			return LockInfo{}, err
-		}
-		if len(s.holders) > 0 {
-			info.Type = "RWMutex"
-		}
-		info.Holders, info.TTL = s.holders, s.ttl
-		info.WritersWaiting, info.ReadersWaiting, info.LastToken = s.writersWaiting, s.readersWaiting, s.lastToken
-		return info, nil
 	}
-	return LockInfo{}, fmt.Errorf("%w: lock %q holds a Redis %s", ErrWrongType, name, kind)
+	s, err := parseHoldState(reply)
+	if err != nil {
+		return LockInfo{}, redisError("describe", name, err)
+	}
+	if len(s.holders) > 0 {
+		info.Type = "RWMutex"
+	}
+	info.Holders, info.TTL = s.holders, s.ttl
+	info.WritersWaiting, info.ReadersWaiting, info.LastToken = s.writersWaiting, s.readersWaiting, s.lastToken
+	return info, nil
 }
 
 // ForceUnlock removes the lock called name whatever holds it, and wakes its
@@ -84,13 +72,12 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 	if err := c.checkName(name); err != nil {
 		return false, err
 	}
-	k := keysFor(c.cfg.prefix, name)
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
 		return false, err
 	}
-	n, err := scripts.ForceUnlock.Run(ctx, c.rdb,
-		[]string{k.lock, k.holds, k.readPass, k.channel, k.readChannel}, publish).Int64()
+	keys := rwScriptKeys(keysFor(c.cfg.prefix, name))[:rwReleaseKeys]
+	n, err := scripts.ForceUnlock.Run(ctx, c.rdb, keys, publish).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}

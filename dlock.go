@@ -76,24 +76,18 @@ func (c *Client) Close() error {
 }
 
 // keys are the Redis names of one lock. All share the hash tag {name}, so one
-// lock lives in one cluster slot and each script touches one slot.
+// lock lives in one cluster slot and each script touches one slot. A
+// read-write lock has a few more, made from these (see rwScriptKeys).
 type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter, no TTL
 	channel string // wake-ups (of writers, for an RWMutex)
 	waiters string // who waits to be woken, by registration expiry
-
-	// Only an RWMutex's (see scripts/rw_lib.lua).
-	holds       string // one member per hold, by expiry
-	readChannel string // wakes all waiting readers
-	readWaiters string
-	readPass    string // readers let in ahead of waiting writers
 }
 
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters",
-		holds: base + ":holds", readChannel: base + ":rwake", readWaiters: base + ":rwaiters", readPass: base + ":rpass"}
+	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
 }
 
 // tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).

@@ -54,10 +54,18 @@ func (c *Client) newHoldLock(name string, opts []Option) holdLock {
 }
 
 // rwScriptKeys are the KEYS of the read-write scripts in rw_lib.lua's order,
-// up to the fencing counter.
+// up to the fencing counter: a Mutex's keys and a read-write lock's own.
+// Made once per handle, not per Mutex.
 func rwScriptKeys(k keys) []string {
-	return []string{k.lock, k.holds, k.waiters, k.readWaiters, k.readPass, k.channel, k.readChannel, k.fence}
+	return []string{k.lock, k.lock + ":holds", k.waiters, k.lock + ":rwaiters", k.lock + ":rpass",
+		k.channel, k.lock + ":rwake", k.fence}
 }
+
+// Positions in rwScriptKeys of the keys Go code names itself.
+const (
+	rwReleaseKeys = 7 // the KEYS of release: up to the readers' channel
+	rwReadChannel = 6
+)
 
 func (h *holdLock) check() error {
 	if h.err != nil {
@@ -77,7 +85,7 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	}
 	channel := h.keys.channel
 	if mode == modeRead {
-		channel = h.keys.readChannel
+		channel = h.scriptKeys[rwReadChannel]
 	}
 	return h.c.waitFor(ctx, h.cfg, channel, a)
 }
@@ -111,13 +119,10 @@ func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, tim
 	switch res[0] {
 	case 1:
 		return h.c.startLease(leaseSpec{
-			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:7:7],
+			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
 			owner: member, token: uint64(res[1]), sent: sent, cfg: h.cfg,
 		}), 0, nil
-	case -2:
-		if waiterID != "" {
-			a.leave(ctx, waiterID) // registered by an earlier attempt
-		}
+	case -2: // the script unregistered the waiter too
 		return nil, 0, fmt.Errorf("%w: %q", ErrUpgrade, h.name)
 	}
 	return nil, time.Duration(res[1]) * time.Millisecond, nil
@@ -163,19 +168,21 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 // owner.
 func inspectHolds(ctx context.Context, c *Client, name string, keys []string, owner string) (holdState, error) {
 	reply, err := scripts.RWInspect.Run(ctx, c.rdb, keys, owner).Slice()
-	if err != nil {
-		return holdState{}, redisError("inspect", name, err)
-	}
-	r := make([]int64, 0, 10)
-	for _, v := range reply[:min(10, len(reply))] {
-		n, ok := v.(int64)
-		if !ok {
-			return holdState{}, redisError("inspect", name, errUnexpectedReply)
+	if err == nil {
+		var s holdState
+		if s, err = parseHoldState(reply); err == nil {
+			return s, nil
 		}
-		r = append(r, n)
 	}
-	if len(r) != 10 || (len(reply)-10)%3 != 0 {
-		return holdState{}, redisError("inspect", name, errUnexpectedReply)
+	return holdState{}, redisError("inspect", name, err)
+}
+
+// parseHoldState reads rw_inspect.lua's reply: ten numbers, then owner,
+// mode and holds of each holder.
+func parseHoldState(reply []any) (holdState, error) {
+	r, err := int64s(reply, 10)
+	if err != nil || (len(reply)-10)%3 != 0 {
+		return holdState{}, errUnexpectedReply
 	}
 	var holders []Holder
 	for i := 10; i < len(reply); i += 3 {
@@ -192,4 +199,20 @@ func inspectHolds(ctx context.Context, c *Client, name string, keys []string, ow
 		writersWaiting: int(r[6]), readersWaiting: int(r[7]),
 		writeToken: uint64(r[8]), lastToken: uint64(r[9]),
 	}, nil
+}
+
+// int64s reads the first n elements of a script's reply as integers.
+func int64s(reply []any, n int) ([]int64, error) {
+	if len(reply) < n {
+		return nil, errUnexpectedReply
+	}
+	r := make([]int64, n)
+	for i := range r {
+		v, ok := reply[i].(int64)
+		if !ok {
+			return nil, errUnexpectedReply
+		}
+		r[i] = v
+	}
+	return r, nil
 }

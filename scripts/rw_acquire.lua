@@ -12,7 +12,8 @@
 --         {0, ms}     refused; ms is how long what blocks it may last at most
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
 --         {-2, 0}     a write asked by an owner that holds only reads: an
---                     upgrade would deadlock with another upgrading reader
+--                     upgrade would deadlock with another upgrading reader.
+--                     The waiter, if registered, is no longer.
 -- Fails with WRONGTYPE, adding no hold, when a key holds another type.
 --
 -- Who may go:
@@ -50,6 +51,9 @@ if mode == 'w' then
   if writer == owner then
     granted = true
   elseif my_reads > 0 then
+    if waiter ~= '' then -- registered by an earlier attempt; the lock is held, no one to wake
+      redis.call('ZREM', WWAIT, waiter)
+    end
     return {-2, 0}
   else
     granted = not writer and readers == 0 and redis.call('ZCOUNT', RPASS, '(' .. now, '+inf') == 0

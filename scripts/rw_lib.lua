@@ -39,9 +39,13 @@ local function parse(member)
   return member:sub(1, 1), member:sub(34)
 end
 
-local function is_live(member, now)
+-- When a live hold expires; nil when it is not live.
+local function live_score(member, now)
   local score = tonumber(redis.call('ZSCORE', HOLDS, member))
-  return score ~= nil and score > now
+  if score ~= nil and score > now then
+    return score
+  end
+  return nil
 end
 
 -- Take one hold out of the counts; returns its mode and what its owner

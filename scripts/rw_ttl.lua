@@ -6,8 +6,8 @@
 -- Returns the milliseconds left, or -3 when not held.
 
 local now = server_now()
-local score = tonumber(redis.call('ZSCORE', HOLDS, ARGV[1]))
-if score == nil or score <= now then
+local score = live_score(ARGV[1], now)
+if score == nil then
   return -3
 end
 return score - now

@@ -6,7 +6,8 @@
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: wake_next.lua to the Mutex scripts that free a lock,
-// rw_lib.lua (the state of a read-write lock) to every RWMutex script.
+// rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
+// those that work on any lock.
 package scripts
 
 import (
@@ -28,10 +29,10 @@ var (
 	mutexTTL string
 	//go:embed mutex_abandon.lua
 	mutexAbandon string
-	//go:embed mutex_inspect.lua
-	mutexInspect string
 	//go:embed force_unlock.lua
 	forceUnlock string
+	//go:embed describe.lua
+	describe string
 
 	//go:embed rw_lib.lua
 	rwLib string
@@ -56,11 +57,14 @@ var (
 	MutexExtend  = redis.NewScript(mutexExtend)
 	MutexTTL     = redis.NewScript(mutexTTL)
 	MutexAbandon = redis.NewScript(wakeNext + mutexAbandon)
-	MutexInspect = redis.NewScript(mutexInspect)
 )
 
-// ForceUnlock removes a lock of any type.
-var ForceUnlock = redis.NewScript(forceUnlock)
+// Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys
+// are among them).
+var (
+	ForceUnlock = redis.NewScript(rwLib + forceUnlock)
+	Describe    = redis.NewScript(rwLib + describe + rwInspect)
+)
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 var (

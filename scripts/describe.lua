@@ -1,0 +1,19 @@
+-- Describe a lock of any type for Client.Describe, in one step so that the
+-- lock cannot change type between looking and reading. Prepended to
+-- rw_inspect.lua (see scripts.go), which describes a read-write lock, or
+-- nothing held; this part answers for a Mutex, whose key is a string.
+--
+-- KEYS[1..8] as in rw_lib.lua (a Mutex's key, waiters and fencing counter
+-- are KEYS[1], KEYS[3] and KEYS[8])
+-- ARGV[1]  '' (no owner asks)
+--
+-- Returns for a Mutex {'mutex', held (1/0), ms left (-1: no TTL), live
+-- waiters registered, the last fencing token minted}; the holder's owner
+-- token is a secret and is not returned. Otherwise what rw_inspect.lua
+-- returns, or WRONGTYPE for a key of another type.
+
+if redis.call('TYPE', STATE).ok == 'string' then
+  local now = server_now()
+  return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
+    tonumber(redis.call('GET', KEYS[8])) or 0}
+end
