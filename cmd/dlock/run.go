@@ -119,9 +119,6 @@ func acquire(ctx context.Context, client *dlock.Client, name string, shared bool
 	if shared {
 		lock = rw.RLock
 	}
-	if _, err := rw.Inspect(ctx); err != nil { // a bad name or a foreign key, before any wait
-		return nil, reportAcquire(name, err, out)
-	}
 	started := time.Now()
 	stop := out.progress(time.Second, func() string {
 		return waitingLine(ctx, client, name, time.Since(started))
@@ -152,13 +149,16 @@ func describeHolders(holders []dlock.Holder) string {
 		if owner == "" {
 			owner = "a Mutex holder"
 		}
-		mode := "read"
-		if h.Write {
-			mode = "write"
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", owner, mode, h.Holds))
+		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", owner, modeName(h), h.Holds))
 	}
 	return strings.Join(parts, ", ")
+}
+
+func modeName(h dlock.Holder) string {
+	if h.Write {
+		return "write"
+	}
+	return "read"
 }
 
 func reportAcquire(name string, err error, out *output) int {

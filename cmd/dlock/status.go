@@ -83,11 +83,7 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		s.Type = "free"
 	}
 	for _, h := range info.Holders {
-		mode := "read"
-		if h.Write {
-			mode = "write"
-		}
-		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
+		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: modeName(h), Holds: h.Holds})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(out.stdout)
