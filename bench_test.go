@@ -59,6 +59,17 @@ func shareIterations(b *testing.B, workers int, body func(worker int) error) {
 	wg.Wait()
 }
 
+// lockUnlock takes a lock and releases it, failing the benchmark on error.
+func lockUnlock(b *testing.B, ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) {
+	lease, err := lock(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
@@ -69,13 +80,7 @@ func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		lease, err := mu.Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
+		lockUnlock(b, ctx, mu.Lock)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(counter.commands.Load())/float64(b.N), "roundtrips/op")
@@ -93,13 +98,8 @@ func BenchmarkMutex_Contended8Clients(b *testing.B) {
 	for i := range mutexes {
 		mutexes[i] = newClient(b, srv.Client()).Mutex("bench:contended")
 	}
-	// Warm up: scripts loaded, subscriber connected.
-	for _, mu := range mutexes {
-		lease, err := mu.Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = lease.Unlock(ctx)
+	for _, mu := range mutexes { // scripts loaded, subscribers connected
+		lockUnlock(b, ctx, mu.Lock)
 	}
 
 	before := serverCommands(b, ctx, admin)
@@ -192,13 +192,7 @@ func BenchmarkRWMutex_Uncontended(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				lease, err := lock(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lease.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
+				lockUnlock(b, ctx, lock)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(counter.commands.Load())/float64(b.N), "roundtrips/op")
@@ -226,11 +220,7 @@ func BenchmarkRWMutex_16Readers4Writers(b *testing.B) {
 		workers = append(workers, worker{newClient(b, srv.Client()).RWMutex("bench:rw16+4"), i >= readers})
 	}
 	for _, w := range workers { // scripts loaded, subscribers connected
-		lease, err := w.rw.Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = lease.Unlock(ctx)
+		lockUnlock(b, ctx, w.rw.Lock)
 	}
 
 	before := serverCommands(b, ctx, admin)

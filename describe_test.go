@@ -62,24 +62,17 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxFor(t, 30*time.Second)
 		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Second))
-		for kind, lock := range map[string]func(name string) func() (*dlock.Lease, error){
-			"Mutex": func(name string) func() (*dlock.Lease, error) {
-				return func() (*dlock.Lease, error) { return c.Mutex(name).Lock(ctx) }
-			},
-			"RWMutex": func(name string) func() (*dlock.Lease, error) {
-				return func() (*dlock.Lease, error) { return c.RWMutex(name).Lock(ctx) }
-			},
-		} {
+		// A waiter that would otherwise try again only in an hour.
+		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
+		for _, kind := range []string{"Mutex", "RWMutex"} {
 			name := lockName(t)
-			held, err := lock(name)()
+			lock, wait := c.Mutex(name).Lock, waiter.Mutex(name).Lock
+			if kind == "RWMutex" {
+				lock, wait = c.RWMutex(name).Lock, waiter.RWMutex(name).Lock
+			}
+			held, err := lock(ctx)
 			if err != nil {
 				t.Fatal(err)
-			}
-			// A waiter that would otherwise try again only in an hour.
-			waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
-			wait := waiter.Mutex(name).Lock
-			if kind == "RWMutex" {
-				wait = waiter.RWMutex(name).Lock
 			}
 			result := make(chan *dlock.Lease, 1)
 			go func() {

@@ -132,7 +132,7 @@ func TestRWMutex_CrashedReaderFreesWithinItsTTLWhileOthersRenew(t *testing.T) {
 		if gone := time.Since(crashedAt); gone > ttl+5*time.Second {
 			t.Fatalf("the crashed reader blocked for %v, TTL %v", gone, ttl)
 		}
-		<-crashed.Done() // its own deadline has passed too
+		waitDone(t, crashed.Done(), lossGuard, "the crashed reader's own deadline")
 		select {
 		case err := <-writer:
 			t.Fatalf("the writer got in while a reader renews its hold: %v", err)
@@ -426,7 +426,7 @@ func TestRWMutex_ReadLeaseIsALease(t *testing.T) {
 	if err := lease.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-leaseCtx.Done()
+	waitDone(t, leaseCtx.Done(), lossGuard, "the lease's context ending with the Unlock")
 	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
 	}

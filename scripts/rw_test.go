@@ -10,13 +10,18 @@ import (
 
 // The RWMutex scripts' contracts (ReentrantMutex uses the write side).
 
-var rwKeys = []string{"t:{rw}", "t:{rw}:holds", "t:{rw}:waiters", "t:{rw}:rwaiters", "t:{rw}:rpass",
-	"t:{rw}:wake", "t:{rw}:rwake", "t:{rw}:fence"}
-
 const (
 	rwState, rwHolds, rwWriters, rwPass, rwWake, rwReadWake, rwFence = "t:{rw}", "t:{rw}:holds",
 		"t:{rw}:waiters", "t:{rw}:rpass", "t:{rw}:wake", "t:{rw}:rwake", "t:{rw}:fence"
 )
+
+// rwKeys are the KEYS of rw_lib.lua, up to the fencing counter.
+var rwKeys = []string{rwState, rwHolds, rwWriters, "t:{rw}:rwaiters", rwPass, rwWake, rwReadWake, rwFence}
+
+// withTombstone is rwKeys and the tombstone of a hold id.
+func withTombstone(holdID string) []string {
+	return append(rwKeys[:len(rwKeys):len(rwKeys)], "t:{rw}:void:"+holdID)
+}
 
 // hold makes the member of one hold: mode, a 32-character hold id, owner.
 func hold(mode, id, owner string) string {
@@ -25,8 +30,7 @@ func hold(mode, id, owner string) string {
 
 func tryRW(t *testing.T, ctx context.Context, rdb *redis.Client, member, waiter string) []int64 {
 	t.Helper()
-	keys := append(append([]string{}, rwKeys...), "t:{rw}:void:"+member[1:33])
-	res, err := RWAcquire.Run(ctx, rdb, keys, member, 10000, waiter, 3000).Int64Slice()
+	res, err := RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, waiter, 3000).Int64Slice()
 	if err != nil {
 		t.Fatalf("acquire %s: %v", member, err)
 	}
@@ -44,11 +48,11 @@ func releaseRW(t *testing.T, ctx context.Context, rdb *redis.Client, member stri
 
 func abandonRW(t *testing.T, ctx context.Context, rdb *redis.Client, member, waiter string) int64 {
 	t.Helper()
-	void := "t:{rw}:void:"
+	holdID := ""
 	if member != "" {
-		void += member[1:33]
+		holdID = member[1:33]
 	}
-	n, err := RWAbandon.Run(ctx, rdb, append(append([]string{}, rwKeys...), void), member, "PUBLISH", 10000, waiter).Int64()
+	n, err := RWAbandon.Run(ctx, rdb, withTombstone(holdID), member, "PUBLISH", 10000, waiter).Int64()
 	if err != nil {
 		t.Fatalf("abandon %s: %v", member, err)
 	}
@@ -297,8 +301,7 @@ func TestRWScripts_ForeignValuesFailWithoutAHold(t *testing.T) {
 		t.Run(foreign, func(t *testing.T) {
 			ctx, rdb := setup(t)
 			rdb.LPush(ctx, foreign, "x")
-			keys := append(append([]string{}, rwKeys...), "t:{rw}:void:x")
-			_, err := RWAcquire.Run(ctx, rdb, keys, hold("w", "1", "alice"), 10000, "waiter", 3000).Result()
+			_, err := RWAcquire.Run(ctx, rdb, withTombstone("x"), hold("w", "1", "alice"), 10000, "waiter", 3000).Result()
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("acquire: %v, want WRONGTYPE", err)
 			}
@@ -312,4 +315,23 @@ func TestRWScripts_ForeignValuesFailWithoutAHold(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A writer registered by an earlier attempt whose owner has since started
+// reading is refused the upgrade and no longer holds readers back.
+func TestRWAcquire_RefusedUpgradeUnregistersTheWaiter(t *testing.T) {
+	ctx, rdb := setup(t)
+	w := hold("w", "1", "carol")
+	tryRW(t, ctx, rdb, w, "")
+	expectRefused(t, tryRW(t, ctx, rdb, hold("r", "2", "alice"), "reader-alice"), "read while carol writes")
+	expectRefused(t, tryRW(t, ctx, rdb, hold("w", "3", "alice"), "writer-alice"), "write while carol writes")
+	releaseRW(t, ctx, rdb, w)
+	expectGranted(t, tryRW(t, ctx, rdb, hold("r", "2", "alice"), "reader-alice"), "alice's passed reader")
+	if res := tryRW(t, ctx, rdb, hold("w", "3", "alice"), "writer-alice"); res[0] != -2 {
+		t.Fatalf("upgrade: %v, want {-2, 0}", res)
+	}
+	if n, _ := rdb.ZCard(ctx, rwWriters).Result(); n != 0 {
+		t.Fatal("the refused writer is still registered")
+	}
+	expectGranted(t, tryRW(t, ctx, rdb, hold("r", "4", "bob"), ""), "a new reader once no writer waits")
 }

@@ -19,9 +19,8 @@ type Fenced struct {
 
 	mu        sync.Mutex
 	inside    int
-	highest   uint64
+	tokens    tokenOrder
 	overlaps  int
-	stale     int
 	completed int
 	lastExit  time.Time
 	lastOwner int
@@ -41,11 +40,7 @@ func (f *Fenced) Enter(holder int, token uint64, asked time.Time) {
 	if f.inside > 1 {
 		f.overlaps++
 	}
-	if token <= f.highest {
-		f.stale++
-	} else {
-		f.highest = token
-	}
+	f.tokens.see(token)
 }
 
 // Exit records the end of holder's critical section.
@@ -69,5 +64,20 @@ type Result struct {
 func (f *Fenced) Result() Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Result{Completed: f.completed, Overlaps: f.overlaps, Stale: f.stale, Highest: f.highest}
+	return Result{Completed: f.completed, Overlaps: f.overlaps, Stale: f.tokens.stale, Highest: f.tokens.highest}
+}
+
+// tokenOrder is what a fenced resource keeps of the tokens it was shown: the
+// highest, and how many were not above it (a real resource refuses those).
+type tokenOrder struct {
+	highest uint64
+	stale   int
+}
+
+func (o *tokenOrder) see(token uint64) {
+	if token <= o.highest {
+		o.stale++
+	} else {
+		o.highest = token
+	}
 }

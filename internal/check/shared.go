@@ -18,8 +18,7 @@ type Shared struct {
 	mu               sync.Mutex
 	readers, writers int
 	conflicts        int
-	highest          uint64
-	stale            int
+	writeTokens      tokenOrder
 	reads, writes    int
 	allFree          time.Time // the last moment nobody was inside
 	writerFree       time.Time // the last moment a writer left
@@ -38,11 +37,7 @@ func (s *Shared) EnterWrite(token uint64, asked time.Time) {
 		s.WriteHandoffs.Add(now.Sub(s.allFree))
 	}
 	s.writers++
-	if token <= s.highest {
-		s.stale++
-	} else {
-		s.highest = token
-	}
+	s.writeTokens.see(token)
 }
 
 // ExitWrite records the end of a write.
@@ -97,5 +92,5 @@ type SharedResult struct {
 func (s *Shared) Result() SharedResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return SharedResult{Reads: s.reads, Writes: s.writes, Conflicts: s.conflicts, Stale: s.stale, Highest: s.highest}
+	return SharedResult{Reads: s.reads, Writes: s.writes, Conflicts: s.conflicts, Stale: s.writeTokens.stale, Highest: s.writeTokens.highest}
 }
