@@ -1,7 +1,5 @@
 package dlock
 
-import "time"
-
 // Internals the external tests look at.
 
 // RenewerRunning reports whether c's renewal goroutine is alive.
@@ -26,7 +24,3 @@ func KeysOf(prefix, name string) (lock, fence, channel string) {
 	k := keysFor(prefix, name)
 	return k.lock, k.fence, k.channel
 }
-
-// WithWaiterRefresh sets how often waiters renew their registration, so a
-// test that counts attempts is not disturbed by the heartbeat.
-func WithWaiterRefresh(d time.Duration) Option { return func(s *settings) { s.waiterRefresh = d } }

@@ -24,6 +24,10 @@ const (
 	// round trip and the renewal schedule leave too little of the TTL to use.
 	MinTTL = 100 * time.Millisecond
 
+	// MinWaiterRefresh is the shortest waiter refresh accepted: each refresh
+	// of each waiter is a command sent to Redis.
+	MinWaiterRefresh = 10 * time.Millisecond
+
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
 
@@ -49,7 +53,7 @@ type settings struct {
 	owner     string
 	ownerSet  bool // else a random owner id per handle
 
-	waiterRefresh time.Duration // DefaultWaiterRefresh; tests lengthen it
+	waiterRefresh time.Duration
 }
 
 func defaultSettings() settings {
@@ -114,6 +118,14 @@ func WithOwner(id string) Option {
 	}
 }
 
+// WithWaiterRefresh sets how often a waiting Lock renews its place among the
+// waiters (default [DefaultWaiterRefresh]). A waiter that dies is dropped
+// within three refreshes; until then a wake-up or, for a [FairMutex], the
+// lock itself may be handed to it and held up for that long. Shorter
+// refreshes drop dead waiters sooner at the cost of one Redis command per
+// waiter per refresh; at least [MinWaiterRefresh].
+func WithWaiterRefresh(d time.Duration) Option { return func(s *settings) { s.waiterRefresh = d } }
+
 func (s settings) with(opts []Option) settings {
 	for _, opt := range opts {
 		if opt != nil {
@@ -135,6 +147,8 @@ func (s settings) validate() error {
 		return invalidf("drift factor %v is outside [0, 0.5)", s.drift)
 	case s.waitSet && s.wait < 0:
 		return invalidf("wait %v is negative", s.wait)
+	case s.waiterRefresh < MinWaiterRefresh:
+		return invalidf("waiter refresh %v is below the minimum %v", s.waiterRefresh, MinWaiterRefresh)
 	case s.ownerSet && s.owner == "":
 		return invalidf("empty owner id")
 	case len(s.owner) > MaxNameLen:

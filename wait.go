@@ -21,6 +21,17 @@ type acquirer interface {
 	leave(ctx context.Context, waiterID string)
 }
 
+// queuer is an acquirer whose waiters register even where no wake-up can
+// reach them (the subscription failed): registering is how a FairMutex
+// waiter keeps its place in line, and a waiter handed the lock finds it at
+// its next refresh.
+type queuer interface{ queues() }
+
+func queues(a acquirer) bool {
+	_, ok := a.(queuer)
+	return ok
+}
+
 // DefaultWaiterRefresh is how often a waiting Lock, registered to be woken
 // by the next release, tries again and so renews its registration: a waiter
 // that died stops being picked within a few refreshes, and a wake-up sent to
@@ -108,7 +119,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if waiterID == "" && w.Subscribed() {
+		if waiterID == "" && (w.Subscribed() || queues(a)) {
 			waiterID = w.ID()
 		}
 		l, retryIn, err := a.attempt(ctx, waiterID)

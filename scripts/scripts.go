@@ -6,6 +6,7 @@
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: wake_next.lua to the Mutex scripts that free a lock,
+// fair_lib.lua (a FairMutex's queue) to the FairMutex scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
 // those that work on any lock.
 package scripts
@@ -34,6 +35,15 @@ var (
 	//go:embed describe.lua
 	describe string
 
+	//go:embed fair_lib.lua
+	fairLib string
+	//go:embed fair_acquire.lua
+	fairAcquire string
+	//go:embed fair_release.lua
+	fairRelease string
+	//go:embed fair_abandon.lua
+	fairAbandon string
+
 	//go:embed rw_lib.lua
 	rwLib string
 	//go:embed rw_acquire.lua
@@ -57,6 +67,14 @@ var (
 	MutexExtend  = redis.NewScript(mutexExtend)
 	MutexTTL     = redis.NewScript(mutexTTL)
 	MutexAbandon = redis.NewScript(wakeNext + mutexAbandon)
+)
+
+// FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
+// inspects its holds with MutexExtend and MutexTTL.
+var (
+	FairAcquire = redis.NewScript(fairLib + fairAcquire)
+	FairRelease = redis.NewScript(fairLib + fairRelease)
+	FairAbandon = redis.NewScript(fairLib + fairAbandon)
 )
 
 // Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys

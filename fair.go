@@ -1,0 +1,146 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// FairMutex is an exclusive lock taken in the order it was asked for: the
+// first Lock to wait is the first to get it. A release hands the lock to the
+// head of the queue inside the release script, so neither the releaser
+// taking it again nor a newcomer can barge in, and wakes that waiter alone.
+//
+// Waiters keep their place by renewing it every [WithWaiterRefresh]. A
+// waiter that dies loses its place within three refreshes (3 s by default);
+// if the lock is handed to it meanwhile, it holds the lock up for no longer
+// than its place would have lasted. A Lock whose context ends leaves the
+// queue at once, passing the lock on if it had just been handed to it.
+//
+// Its key is a [Mutex]'s, so [Client.Describe], ForceUnlock and a Mutex of
+// the same name see its holds; but a Mutex does not queue, and its releases
+// do not hand over, so do not mix the two on one name.
+type FairMutex struct {
+	c    *Client
+	name string
+	keys keys
+	cfg  settings
+	err  error // bad arguments, returned before any I/O
+
+	// KEYS of the scripts in fair_lib.lua's order, up to the channel, and of
+	// a lease's extend and TTL: made once, shared by every attempt and lease.
+	scriptKeys, extendKeys []string
+}
+
+var fairKind = &leaseKind{
+	extend:  scripts.MutexExtend,
+	release: scripts.FairRelease,
+	ttl:     scripts.MutexTTL,
+	abandon: scripts.FairAbandon,
+}
+
+// FairMutex returns the fair (first come, first served) lock called name.
+// Options override the Client's defaults for this lock. Nothing is sent to
+// Redis; a bad name or option is returned by the first TryLock or Lock,
+// matching [ErrInvalid].
+func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
+	if c == nil {
+		return &FairMutex{name: name, err: invalidf("nil dlock.Client")}
+	}
+	cfg := c.cfg.with(opts)
+	k := keysFor(cfg.prefix, name)
+	f := &FairMutex{c: c, name: name, cfg: cfg, keys: k,
+		scriptKeys: []string{k.lock, k.fence, k.lock + ":queue", k.waiters, k.channel},
+		extendKeys: []string{k.lock},
+	}
+	if f.err = validateName(name); f.err == nil {
+		f.err = cfg.validate()
+	}
+	return f
+}
+
+// Name returns the lock's name.
+func (f *FairMutex) Name() string { return f.name }
+
+// TryLock makes one attempt and never waits. It takes the lock only when it
+// is free and nobody waits for it: a TryLock does not overtake the queue.
+// Otherwise it returns [ErrNotAcquired].
+func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return tryOnce(ctx, &fairAcquirer{f: f, owner: newOwnerToken()})
+}
+
+// Lock takes the lock in its turn, waiting behind those who asked before,
+// until ctx ends or the wait set by [WithWait] runs out. A wait that ends
+// that way returns an error matching both [ErrNotAcquired] and ctx's error,
+// and leaves the queue.
+//
+// Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
+// it is unlocked or lost.
+func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return f.c.waitFor(ctx, f.cfg, f.keys.channel, &fairAcquirer{f: f, owner: newOwnerToken()})
+}
+
+func (f *FairMutex) check() error {
+	if f.err != nil {
+		return f.err
+	}
+	return f.c.usable()
+}
+
+// fairAcquirer is one TryLock or Lock call: it keeps one owner token for all
+// its attempts, since a release may hand the lock to it while it waits.
+type fairAcquirer struct {
+	f     *FairMutex
+	owner string
+}
+
+func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
+	f := a.f
+	publish, err := f.c.publishCommand(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	ttl, _ := f.cfg.holdTTL()
+	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
+	sent := time.Now()
+	res, err := scripts.FairAcquire.Run(ctx, f.c.rdb, keys,
+		a.owner, ttl.Milliseconds(), waiterID, waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish).Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] == -1) {
+		err = errUnexpectedReply // -1 answers only a call already abandoned
+	}
+	if err != nil {
+		if !isWrongType(err) {
+			a.abandon(ctx, waiterID)
+		}
+		return nil, 0, redisError("lock", f.name, err)
+	}
+	if res[0] != 1 {
+		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	return f.c.startLease(leaseSpec{
+		name: f.name, kind: fairKind, keys: f.extendKeys, relKeys: f.scriptKeys,
+		owner: a.owner, token: uint64(res[1]), sent: sent, cfg: f.cfg,
+	}), 0, nil
+}
+
+func (a *fairAcquirer) queues() {}
+
+// leave also passes on the lock, should a release have handed it over just
+// as this waiter gave up.
+func (a *fairAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, waiterID) }
+
+// abandon gives up the Lock call: its place in the queue, a hold it may
+// have, and any attempt still on its way; see fair_abandon.lua.
+func (a *fairAcquirer) abandon(ctx context.Context, waiterID string) {
+	f := a.f
+	ttl, _ := f.cfg.holdTTL()
+	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
+	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, ttl.Milliseconds(), waiterID)
+}

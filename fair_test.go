@@ -1,0 +1,292 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/scripts"
+)
+
+func fairQueueKey(name string) string { return lockKey(name) + ":queue" }
+
+// queueLen is how many waiters a FairMutex has in line.
+func queueLen(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name string) int64 {
+	t.Helper()
+	n, err := rdb.ZCard(ctx, fairQueueKey(name)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// slowOwner is the owner token of a waiter the test queues by hand, which
+// then does nothing: dead, or slow to take up the lock handed to it.
+const slowOwner = "0123456789abcdef0123456789abcdef"
+
+// queueRaw puts a waiter in a FairMutex's line the way a Lock would, and
+// returns the KEYS of the fair scripts for the lock (with owner's tombstone).
+func queueRaw(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name, owner, waiterID string, lease time.Duration) []string {
+	t.Helper()
+	lock, fence, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
+	keys := []string{lock, fence, fairQueueKey(name), lock + ":waiters", channel, lock + ":void:" + owner}
+	publish := "PUBLISH"
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		publish = "SPUBLISH"
+	}
+	res, err := scripts.FairAcquire.Run(ctx, rdb, keys, owner, time.Minute.Milliseconds(), waiterID, lease.Milliseconds(), publish).Int64Slice()
+	if err != nil || res[0] != 0 {
+		t.Fatalf("queueing a waiter by hand: %v, %v; want it refused and queued", res, err)
+	}
+	return keys
+}
+
+func TestFairMutex_AcquiresInArrivalOrder(t *testing.T) {
+	const waiters = 6
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		observer := b.newRedis(t)
+		holder, err := newClient(t, b.newRedis(t)).FairMutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := make(chan int, waiters)
+		results := make([]<-chan error, waiters)
+		for i := range waiters {
+			fm := newClient(t, b.newRedis(t)).FairMutex(name)
+			results[i] = lockInBackground(ctx, func(ctx context.Context) (*dlock.Lease, error) {
+				lease, err := fm.Lock(ctx)
+				if err == nil {
+					order <- i
+				}
+				return lease, err
+			})
+			// The next one arrives only once this one has its place.
+			eventually(t, ctx, "waiter in line", func() bool { return queueLen(t, ctx, observer, name) == int64(i+1) })
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := range waiters {
+			expectAcquired(t, results[i], time.Minute, "a waiter never got the lock")
+			if got := <-order; got != i {
+				t.Fatalf("waiter %d got the lock in turn %d", got, i)
+			}
+		}
+	})
+}
+
+func TestFairMutex_ContendedClientsShareEvenlyWithoutOverlap(t *testing.T) {
+	const clients, total = 8, 400
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		var res check.Fenced
+		var mu sync.Mutex
+		taken, perClient := 0, make([]int, clients)
+		var wg sync.WaitGroup
+		errs := make(chan error, clients)
+		for client := range clients {
+			fm := newClient(t, b.newRedis(t)).FairMutex(name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := ctxFor(t, 2*time.Minute)
+				for {
+					asked := time.Now()
+					lease, err := fm.Lock(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					res.Enter(client, lease.Token(), asked)
+					mu.Lock()
+					done := taken == total
+					if !done {
+						taken++
+						perClient[client]++
+					}
+					mu.Unlock()
+					res.Exit(client)
+					if err := lease.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					if done {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := res.Result(); got.Overlaps != 0 || got.Stale != 0 {
+			t.Fatalf("%+v; want 0 overlaps, 0 stale tokens", got)
+		}
+		least, most := perClient[0], perClient[0]
+		for _, n := range perClient {
+			least, most = min(least, n), max(most, n)
+		}
+		t.Logf("acquisitions per client: %v", perClient)
+		if least == 0 || float64(most)/float64(least) > 1.2 {
+			t.Fatalf("acquisitions per client %v: max/min above 1.2", perClient)
+		}
+	})
+}
+
+func TestFairMutex_DeadWaiterDelaysTheNextOnlyForItsWaitLease(t *testing.T) {
+	const deadLease = time.Second
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		rdb := b.newRedis(t)
+		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).FairMutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A waiter that queues and dies: it never renews its place nor
+		// answers its wake-up.
+		queueRaw(t, ctx, rdb, name, slowOwner, "dead", deadLease)
+		next := lockInBackground(ctx, newClient(t, b.newRedis(t)).FairMutex(name).Lock)
+		eventually(t, ctx, "live waiter in line", func() bool { return queueLen(t, ctx, rdb, name) == 2 })
+
+		released := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectAcquired(t, next, time.Minute, "the waiter behind a dead one never got the lock")
+		// The bound is the dead waiter's wait lease, against the holder's TTL
+		// of a minute; the margin is for a loaded machine.
+		if waited := time.Since(released); waited > deadLease+5*time.Second {
+			t.Fatalf("waited %v behind a dead waiter whose place lasted %v", waited, deadLease)
+		}
+	})
+}
+
+func TestFairMutex_CancelledLockLeavesTheQueueAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		rdb := b.newRedis(t)
+		holder, err := newClient(t, b.newRedis(t)).FairMutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCtx, cancel := context.WithCancel(ctx)
+		waiting := lockInBackground(waitCtx, newClient(t, b.newRedis(t)).FairMutex(name).Lock)
+		eventually(t, ctx, "waiter in line", func() bool { return queueLen(t, ctx, rdb, name) == 1 })
+		cancel()
+		if err := <-waiting; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock returned %v", err)
+		}
+		if n := queueLen(t, ctx, rdb, name); n != 0 {
+			t.Fatalf("%d waiters left in line after the only one was cancelled", n)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newClient(t, b.newRedis(t)).FairMutex(name).TryLock(ctx); err != nil {
+			t.Fatalf("lock not free after its holder left and its waiter gave up: %v", err)
+		}
+	})
+}
+
+func TestFairMutex_WaiterHandedTheLockAsItLeavesPassesItOn(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	rdb := backends[0].newRedis(t)
+	holder, err := newClient(t, backends[0].newRedis(t)).FairMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := queueRaw(t, ctx, rdb, name, slowOwner, "leaving", time.Minute)
+	next := lockInBackground(ctx, newClient(t, backends[0].newRedis(t)).FairMutex(name).Lock)
+	eventually(t, ctx, "second waiter in line", func() bool { return queueLen(t, ctx, rdb, name) == 2 })
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rdb.Get(ctx, lockKey(name)).Result(); got != slowOwner {
+		t.Fatalf("the release did not hand the lock to the head of the line")
+	}
+	// The head gives up just after the hand-over reached it.
+	if n, err := scripts.FairAbandon.Run(ctx, rdb, keys, slowOwner, "PUBLISH", 60000, "leaving").Int64(); err != nil || n != 1 {
+		t.Fatalf("abandon of a handed-over lock: %v, %v; want 1", n, err)
+	}
+	expectAcquired(t, next, 10*time.Second, "the lock was not passed on by a waiter that left")
+}
+
+func TestFairMutex_NobodyBargesPastTheQueue(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		rdb := b.newRedis(t)
+		releaser := newClient(t, b.newRedis(t)).FairMutex(name)
+		holder, err := releaser.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A waiter that has not taken up its hand-over yet: the moment a
+		// barger would slip in.
+		queueRaw(t, ctx, rdb, name, slowOwner, "slow", time.Minute)
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, barger := range []*dlock.FairMutex{releaser, newClient(t, b.newRedis(t)).FairMutex(name)} {
+			if l, err := barger.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("TryLock after a release to a waiting line: %v, %v; want ErrNotAcquired", l, err)
+			}
+		}
+		if got, _ := rdb.Get(ctx, lockKey(name)).Result(); got != slowOwner {
+			t.Fatal("the release did not hand the lock to the head of the line")
+		}
+	})
+}
+
+func TestFairMutex_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb)
+	for _, fm := range []*dlock.FairMutex{
+		c.FairMutex(""),
+		c.FairMutex("a{b}"),
+		c.FairMutex("x", dlock.WithTTL(0)),
+		c.FairMutex("x", dlock.WithTTL(-time.Second)),
+		c.FairMutex("x", dlock.WithWaiterRefresh(0)),
+		(*dlock.Client)(nil).FairMutex("x"),
+	} {
+		if _, err := fm.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Lock of %q: %v; want ErrInvalid", fm.Name(), err)
+		}
+	}
+
+	name := lockName(t)
+	if err := rdb.HSet(ctx, lockKey(name), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FairMutex(name).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Lock on a hash: %v; want ErrWrongType", err)
+	}
+	if v, _ := rdb.HGet(ctx, lockKey(name), "f").Result(); v != "v" {
+		t.Fatal("a failed Lock changed the foreign key")
+	}
+
+	lease, err := c.FairMutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
+	}
+}

@@ -1,0 +1,70 @@
+-- Acquire a FairMutex: take the lock if it is free and nobody waits ahead,
+-- else keep (or take) a place in the queue.
+--
+-- KEYS[1..6] as in fair_lib.lua
+-- ARGV[1]  owner token of this Lock call (the same for all its attempts: the
+--          lock may be handed to it while it waits)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter id to queue under when refused; '' for an attempt that
+--          will not wait (TryLock, a first try before subscribing)
+-- ARGV[4]  how long a registration lasts, in milliseconds
+-- ARGV[5]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+--
+-- Returns {1, fence}  acquired (taken now, or handed over by a release)
+--         {0, pttl}   not this caller's turn; pttl is the milliseconds until
+--                     the current hold expires (-1: the key has no TTL)
+--         {-1, 0}     this Lock call was abandoned by its client: do nothing
+-- Fails with WRONGTYPE, changing nothing, when the lock key holds a value of
+-- another type.
+--
+-- Safe to send twice: an owner finding the lock already its own reports the
+-- same acquisition and mints nothing.
+
+local owner = ARGV[1]
+local holder = redis.call('GET', LOCK)
+if holder == owner then -- handed over while waiting, or a resend
+  redis.call('PEXPIRE', LOCK, ARGV[2])
+  return {1, tonumber(redis.call('GET', FENCE))}
+end
+local entry = ''
+if ARGV[3] ~= '' then
+  entry = owner .. ARGV[3]
+end
+local now, now_us = server_now()
+if not holder then
+  purge_queue(now)
+  local head = redis.call('ZRANGE', QUEUE, 0, 0)
+  if #head == 0 or head[1] == entry then
+    if redis.call('EXISTS', KEYS[6]) == 1 then
+      return {-1, 0}
+    end
+    redis.call('SET', LOCK, owner, 'PX', ARGV[2])
+    -- From here an error must not leave the hold behind: pcall, undo, report.
+    local fence = redis.pcall('INCR', FENCE)
+    if type(fence) == 'table' and fence.err then
+      redis.call('DEL', LOCK)
+      return fence
+    end
+    if entry ~= '' then
+      redis.call('ZREM', QUEUE, entry)
+      redis.call('ZREM', REG, entry)
+    end
+    return {1, fence}
+  end
+  -- Free with someone ahead: the holder expired, or was removed by force,
+  -- and nobody handed the lock on. Do it now rather than wait for the head
+  -- to find out.
+  hand_over(now, ARGV[5])
+end
+if entry ~= '' then
+  if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', KEYS[6]) == 1 then
+    redis.call('ZREM', QUEUE, entry)
+    return {-1, 0}
+  end
+  local lease = tonumber(ARGV[4])
+  redis.call('ZADD', REG, now + lease, entry)
+  -- The queue lives as long as its last live waiter.
+  redis.call('PEXPIRE', QUEUE, lease)
+  redis.call('PEXPIRE', REG, lease)
+end
+return {0, redis.call('PTTL', LOCK)}

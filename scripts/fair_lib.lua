@@ -1,0 +1,57 @@
+-- The state of a FairMutex and how its lock passes down the queue. Prepended
+-- to the FairMutex scripts (see scripts.go). They take the same KEYS, as many
+-- as they use, in this order; all are in the lock name's slot:
+--
+-- KEYS[1]  lock key: a string holding the owner token, with a TTL, as a
+--          Mutex's (so a Mutex's extend and TTL scripts serve a FairMutex)
+-- KEYS[2]  fencing counter, no TTL
+-- KEYS[3]  queue: sorted set of waiting entries by arrival, in microseconds
+--          of the server's clock. An entry is the waiter's owner token (32
+--          hex digits) followed by its waiter id, which its wake-up carries.
+-- KEYS[4]  registrations: the same entries, scored by when each expires in
+--          ms of the server's clock. A waiter renews its own while it
+--          waits, so a dead waiter loses its place by itself.
+-- KEYS[5]  the lock's wake-up channel
+-- KEYS[6]  the tombstone of this attempt (acquire and abandon only)
+
+local LOCK, FENCE, QUEUE, REG, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+
+-- The server's clock in ms and in µs.
+local function server_now()
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(us / 1000), us
+end
+
+-- Drop the entries whose registration ran out.
+local function purge_queue(now)
+  local dead = redis.call('ZRANGEBYSCORE', REG, '-inf', now)
+  for _, entry in ipairs(dead) do
+    redis.call('ZREM', QUEUE, entry)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', REG, '-inf', now)
+  end
+end
+
+-- Give the free lock to the first live waiter and wake it: the lock is set
+-- to its owner token for as long as its registration has left, which its
+-- own attempt then extends to its TTL. A waiter that died after its last
+-- renewal so holds the lock up no longer than it would have held its place.
+-- The fencing token is minted here, at the grant. Returns whether anyone
+-- was waiting.
+local function hand_over(now, publish)
+  purge_queue(now)
+  local head = redis.call('ZRANGE', QUEUE, 0, 0)
+  if #head == 0 then
+    return false
+  end
+  local entry = head[1]
+  local left = tonumber(redis.call('ZSCORE', REG, entry)) - now
+  redis.call('INCR', FENCE) -- first: a foreign value there fails before any change here
+  redis.call('ZREM', QUEUE, entry)
+  redis.call('ZREM', REG, entry)
+  redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
+  redis.call(publish, CHANNEL, entry:sub(33))
+  return true
+end
