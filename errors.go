@@ -37,6 +37,11 @@ var (
 	// taking reads while writing and keeping them past the write, works.)
 	ErrUpgrade = errors.New("dlock: read lock held: cannot upgrade to a write lock")
 
+	// ErrPermits: a [Semaphore] opened with a number of permits other than
+	// the one its name has in Redis. Every client must agree on it; change it
+	// deliberately with [Semaphore.SetPermits].
+	ErrPermits = errors.New("dlock: semaphore has another number of permits")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )

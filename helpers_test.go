@@ -169,12 +169,29 @@ func expectAcquired(t testing.TB, result <-chan error, guard time.Duration, fail
 // isAcquireReply reports whether cmd ran the mutex acquire script and its
 // reply's first element is status (1 acquired, 0 refused).
 func isAcquireReply(cmd redis.Cmder, status int64) bool {
+	return isReplyOf(cmd, scripts.MutexAcquire, status)
+}
+
+// isReplyOf reports whether cmd ran an acquire script and its reply's first
+// element is status.
+func isReplyOf(cmd redis.Cmder, script *redis.Script, status int64) bool {
 	c, ok := cmd.(*redis.Cmd)
-	if !ok || len(cmd.Args()) < 2 || cmd.Name() != "evalsha" || cmd.Args()[1] != scripts.MutexAcquire.Hash() {
+	if !ok || len(cmd.Args()) < 2 || cmd.Name() != "evalsha" || cmd.Args()[1] != script.Hash() {
 		return false
 	}
 	vals, err := c.Int64Slice()
 	return err == nil && len(vals) == 2 && vals[0] == status
+}
+
+// waiterArg is the waiter id an acquire script was sent: every acquire
+// script takes it as ARGV[3].
+func waiterArg(cmd redis.Cmder) any {
+	args := cmd.Args()
+	numKeys, _ := args[2].(int)
+	if i := 3 + numKeys + 2; i < len(args) {
+		return args[i]
+	}
+	return ""
 }
 
 // attemptCounter counts a client's acquire attempts by outcome and signals
@@ -186,14 +203,20 @@ type attemptCounter struct {
 	waits             map[int64]chan struct{}
 }
 
+// countAttempts counts a client's Mutex attempts.
 func countAttempts(rdb redis.UniversalClient) *attemptCounter {
+	return countAttemptsOf(rdb, scripts.MutexAcquire)
+}
+
+// countAttemptsOf counts a client's attempts with an acquire script.
+func countAttemptsOf(rdb redis.UniversalClient, script *redis.Script) *attemptCounter {
 	a := &attemptCounter{waits: make(map[int64]chan struct{})}
 	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
 		switch {
-		case isAcquireReply(cmd, 1):
+		case isReplyOf(cmd, script, 1):
 			a.acquired.Add(1)
-		case isAcquireReply(cmd, 0):
-			if args := cmd.Args(); len(args) > 9 && args[9] != "" {
+		case isReplyOf(cmd, script, 0):
+			if waiterArg(cmd) != "" {
 				a.registered.Add(1)
 			}
 			n := a.refused.Add(1)

@@ -6,7 +6,8 @@
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: wake_next.lua to the Mutex scripts that free a lock,
-// fair_lib.lua (a FairMutex's queue) to the FairMutex scripts,
+// fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
+// to the Semaphore scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
 // those that work on any lock.
 package scripts
@@ -44,6 +45,21 @@ var (
 	//go:embed fair_abandon.lua
 	fairAbandon string
 
+	//go:embed sem_lib.lua
+	semLib string
+	//go:embed sem_acquire.lua
+	semAcquire string
+	//go:embed sem_release.lua
+	semRelease string
+	//go:embed sem_extend.lua
+	semExtend string
+	//go:embed sem_ttl.lua
+	semTTL string
+	//go:embed sem_abandon.lua
+	semAbandon string
+	//go:embed sem_set_permits.lua
+	semSetPermits string
+
 	//go:embed rw_lib.lua
 	rwLib string
 	//go:embed rw_acquire.lua
@@ -75,6 +91,16 @@ var (
 	FairAcquire = redis.NewScript(fairLib + fairAcquire)
 	FairRelease = redis.NewScript(fairLib + fairRelease)
 	FairAbandon = redis.NewScript(fairLib + fairAbandon)
+)
+
+// Semaphore scripts.
+var (
+	SemAcquire    = redis.NewScript(semLib + semAcquire)
+	SemRelease    = redis.NewScript(wakeNext + semLib + semRelease)
+	SemExtend     = redis.NewScript(semLib + semExtend)
+	SemTTL        = redis.NewScript(semLib + semTTL)
+	SemAbandon    = redis.NewScript(wakeNext + semLib + semAbandon)
+	SemSetPermits = redis.NewScript(semLib + semSetPermits)
 )
 
 // Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys

@@ -99,3 +99,33 @@ func TestShared_MeasuresHandoffsToWaitingEntrants(t *testing.T) {
 		t.Fatalf("%d read and %d write handoffs, want 1 and 1", r, w)
 	}
 }
+
+func TestBounded_FlagsTooManyHoldersAndRepeatedTokens(t *testing.T) {
+	b := Bounded{Limit: 2}
+	b.Enter(1)
+	b.Enter(2)
+	b.Enter(3) // a third holder of two permits
+	b.Exit()
+	b.Enter(2) // a token granted twice
+	for range 3 {
+		b.Exit()
+	}
+	want := BoundedResult{Completed: 4, Most: 3, Over: 2, Repeated: 1}
+	if got := b.Result(); got != want {
+		t.Fatalf("%+v; want %+v", got, want)
+	}
+}
+
+func TestBounded_HoldersWithinTheLimitAreClean(t *testing.T) {
+	b := Bounded{Limit: 2}
+	for token := uint64(1); token <= 6; token += 2 {
+		b.Enter(token)
+		b.Enter(token + 1)
+		b.Exit()
+		b.Exit()
+	}
+	want := BoundedResult{Completed: 6, Most: 2}
+	if got := b.Result(); got != want {
+		t.Fatalf("%+v; want %+v", got, want)
+	}
+}

@@ -1,0 +1,61 @@
+package check
+
+import "sync"
+
+// Bounded stands for a resource that at most Limit holders may use at once,
+// under a semaphore. Holders call Enter with their permit's fencing token
+// when they start and Exit when they stop. Bounded counts entries that made
+// the holders more than Limit, and tokens shown twice (every permit granted
+// mints its own token, so a repeat means one grant was handed out twice).
+type Bounded struct {
+	Limit int
+
+	mu        sync.Mutex
+	inside    int
+	most      int
+	over      int
+	completed int
+	seen      map[uint64]bool
+	repeated  int
+}
+
+// Enter records a holder starting, with its permit's token.
+func (b *Bounded) Enter(token uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil {
+		b.seen = make(map[uint64]bool)
+	}
+	if b.seen[token] {
+		b.repeated++
+	}
+	b.seen[token] = true
+	b.inside++
+	b.most = max(b.most, b.inside)
+	if b.inside > b.Limit {
+		b.over++
+	}
+}
+
+// Exit records a holder stopping.
+func (b *Bounded) Exit() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inside--
+	b.completed++
+}
+
+// BoundedResult is what a Bounded saw.
+type BoundedResult struct {
+	Completed int // holds that ended
+	Most      int // the most holders inside at once
+	Over      int // entries that made the holders more than Limit
+	Repeated  int // entries with a token already shown
+}
+
+// Result returns the counts so far.
+func (b *Bounded) Result() BoundedResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return BoundedResult{Completed: b.completed, Most: b.most, Over: b.over, Repeated: b.repeated}
+}

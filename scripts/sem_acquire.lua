@@ -1,0 +1,61 @@
+-- Acquire a permit of a Semaphore.
+--
+-- KEYS[1..7] as in sem_lib.lua
+-- ARGV[1]  owner token of this attempt (random, unique per acquisition)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+--          not wait for a wake-up
+-- ARGV[4]  how long a registration lasts, in milliseconds
+-- ARGV[5]  the number of permits the caller expects
+--
+-- Returns {1, fence}  acquired; fence is the new fencing token
+--         {0, ms}     all permits held; ms until the first of them expires
+--         {-1, 0}     this attempt was abandoned by its client: do nothing
+--         {-2, n}     the semaphore has n permits, not ARGV[5]: nothing done
+-- Fails with WRONGTYPE, changing nothing, when a key of the semaphore holds
+-- a value of another type (or the permits key something not a number).
+--
+-- Safe to send twice: a resend finds its permit and reports its token.
+
+local owner = ARGV[1]
+local now = server_now()
+-- Read every key before writing any, so a foreign one fails the script
+-- with nothing changed.
+local stored = redis.call('GET', PERMITS)
+local permits = tonumber(stored)
+if stored and not permits then
+  return redis.error_reply('WRONGTYPE the permits key does not hold a number')
+end
+redis.call('HLEN', TOKENS)
+purge(now)
+if permits == nil then
+  permits = tonumber(ARGV[5])
+  redis.call('SET', PERMITS, permits)
+elseif permits ~= tonumber(ARGV[5]) then
+  return {-2, permits}
+end
+if live_score(owner, now) then
+  return {1, tonumber(redis.call('HGET', TOKENS, owner))}
+end
+if redis.call('ZCARD', HOLDERS) < permits then
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    return {-1, 0}
+  end
+  local fence = redis.pcall('INCR', KEYS[6])
+  if type(fence) == 'table' and fence.err then
+    return fence
+  end
+  redis.call('ZADD', HOLDERS, now + tonumber(ARGV[2]), owner)
+  redis.call('HSET', TOKENS, owner, fence)
+  expire_with_last(now)
+  if ARGV[3] ~= '' then
+    redis.pcall('ZREM', WAITERS, ARGV[3])
+  end
+  return {1, fence}
+end
+if ARGV[3] ~= '' then
+  redis.call('ZADD', WAITERS, now + tonumber(ARGV[4]), ARGV[3])
+  redis.call('PEXPIRE', WAITERS, ARGV[4]) -- gone once nobody waits
+end
+local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
+return {0, tonumber(first[2]) - now}

@@ -1,0 +1,59 @@
+-- The state of a Semaphore. Prepended to the Semaphore scripts (see
+-- scripts.go). They take the same KEYS, as many as they use, in this order;
+-- all are in the semaphore name's slot:
+--
+-- KEYS[1]  holders: sorted set, one member per permit held (the owner token
+--          of its Lease), scored by when it expires in ms of the server's
+--          clock. Each permit expires on its own, so a crashed holder's
+--          permit comes back within its TTL while the others renew theirs.
+-- KEYS[2]  tokens: hash of each holder's fencing token, for a resent acquire
+-- KEYS[3]  permits: the number of permits, a string without TTL, set by the
+--          first acquire (or by SetPermits) so that every client agrees
+-- KEYS[4]  waiters: sorted set of waiter ids by registration expiry
+-- KEYS[5]  wake-up channel (a waiter id is published; '*' wakes all)
+-- KEYS[6]  fencing counter, no TTL (acquire only)
+-- KEYS[7]  the tombstone of this attempt (acquire and abandon only)
+
+local HOLDERS, TOKENS, PERMITS, WAITERS, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Give back the permits whose holders stopped renewing.
+local function purge(now)
+  local dead = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now)
+  for _, owner in ipairs(dead) do
+    redis.call('HDEL', TOKENS, owner)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', HOLDERS, '-inf', now)
+  end
+end
+
+-- When a live permit of owner expires; nil when it holds none.
+local function live_score(owner, now)
+  local score = tonumber(redis.call('ZSCORE', HOLDERS, owner))
+  if score ~= nil and score > now then
+    return score
+  end
+  return nil
+end
+
+-- The holders' keys live as long as the last permit, and no longer.
+local function expire_with_last(now)
+  local last = redis.call('ZRANGE', HOLDERS, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    return
+  end
+  local left = math.max(tonumber(last[2]) - now, 1)
+  redis.call('PEXPIRE', HOLDERS, left)
+  redis.call('PEXPIRE', TOKENS, left)
+end
+
+-- Whether a permit is free for the next waiter.
+local function permit_free()
+  local n = tonumber(redis.call('GET', PERMITS)) or 0
+  return redis.call('ZCARD', HOLDERS) < n
+end

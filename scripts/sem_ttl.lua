@@ -1,0 +1,13 @@
+-- How long a Semaphore permit has left.
+--
+-- KEYS[1]  holders, as in sem_lib.lua
+-- ARGV[1]  owner token
+--
+-- Returns the milliseconds left, or -3 when this owner holds no permit.
+
+local now = server_now()
+local score = live_score(ARGV[1], now)
+if not score then
+  return -3
+end
+return score - now

@@ -1,0 +1,169 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// Semaphore is a distributed counting semaphore: at most its number of
+// permits are held at a time. Each permit is a [Lease] of its own, with a
+// fencing token, renewal and loss notification; a holder that crashes gives
+// its permit back within its TTL while the other holders renew theirs.
+//
+// The number of permits lives in Redis, set by the first acquisition, so
+// that every client agrees on it: a handle opened with another number fails
+// with [ErrPermits] until it is changed deliberately ([Semaphore.SetPermits]).
+// A Semaphore is a handle, safe for concurrent use.
+type Semaphore struct {
+	c       *Client
+	name    string
+	keys    keys
+	cfg     settings
+	permits atomic.Int64
+	err     error // bad arguments, returned before any I/O
+
+	// KEYS of the scripts in sem_lib.lua's order, up to the fencing counter:
+	// made once, shared by every attempt and lease.
+	scriptKeys []string
+}
+
+var semKind = &leaseKind{
+	extend:  scripts.SemExtend,
+	release: scripts.SemRelease,
+	ttl:     scripts.SemTTL,
+	abandon: scripts.SemAbandon,
+}
+
+// Semaphore returns the semaphore called name, with permits permits.
+// Options override the Client's defaults for it. Nothing is sent to Redis;
+// a bad name, option or number of permits (≤ 0) is returned by the first
+// acquisition, matching [ErrInvalid].
+//
+// A Semaphore's keys are its own type: a Mutex or another lock type of the
+// same name fails with [ErrWrongType].
+func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
+	if c == nil {
+		return &Semaphore{name: name, err: invalidf("nil dlock.Client")}
+	}
+	cfg := c.cfg.with(opts)
+	k := keysFor(cfg.prefix, name)
+	s := &Semaphore{c: c, name: name, cfg: cfg, keys: k,
+		scriptKeys: []string{k.lock, k.lock + ":tokens", k.lock + ":permits", k.waiters, k.channel, k.fence}}
+	s.permits.Store(int64(permits))
+	switch {
+	case permits <= 0:
+		s.err = invalidf("semaphore %q with %d permits", name, permits)
+	default:
+		if s.err = validateName(name); s.err == nil {
+			s.err = cfg.validate()
+		}
+	}
+	return s
+}
+
+// Positions in a Semaphore's scriptKeys.
+const (
+	semLeaseKeys   = 2 // extend and TTL: holders and tokens
+	semReleaseKeys = 5 // release and SetPermits: up to the channel
+)
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits returns the number of permits this handle expects.
+func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
+
+// TryAcquire makes one attempt to take a permit and never waits. It returns
+// [ErrNotAcquired] when all permits are held.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return tryOnce(ctx, s)
+}
+
+// Acquire takes a permit, waiting for one to be released while all are
+// held, until ctx ends or the wait set by [WithWait] runs out. A wait that
+// ends that way returns an error matching both [ErrNotAcquired] and ctx's
+// error. Unless [WithLeaseTime] was given, the permit's lease renews itself
+// every TTL/3 until it is unlocked or lost.
+func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.c.waitFor(ctx, s.cfg, s.keys.channel, s)
+}
+
+// SetPermits changes the number of permits of the semaphore in Redis, and
+// of this handle, to n. Other handles opened with the old number then fail
+// with [ErrPermits] until they are opened anew. Permits held above a lower
+// number are not taken back: no new one is granted until the holders are
+// fewer than n.
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return invalidf("semaphore %q with %d permits", s.name, n)
+	}
+	publish, err := s.c.publishCommand(ctx)
+	if err != nil {
+		return err
+	}
+	if err := scripts.SemSetPermits.Run(ctx, s.c.rdb, s.scriptKeys[:semReleaseKeys], n, publish).Err(); err != nil {
+		return redisError("set permits", s.name, err)
+	}
+	s.permits.Store(int64(n))
+	return nil
+}
+
+func (s *Semaphore) check() error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.c.usable()
+}
+
+func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
+	owner := newOwnerToken()
+	ttl, _ := s.cfg.holdTTL()
+	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
+	sent := time.Now()
+	res, err := scripts.SemAcquire.Run(ctx, s.c.rdb, keys,
+		owner, ttl.Milliseconds(), waiterID, waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load()).Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] == -1) {
+		err = errUnexpectedReply // -1 answers only an attempt already abandoned
+	}
+	if err != nil {
+		if !isWrongType(err) {
+			s.abandon(ctx, owner, waiterID)
+		}
+		return nil, 0, redisError("acquire", s.name, err)
+	}
+	switch res[0] {
+	case 1:
+		return s.c.startLease(leaseSpec{
+			name: s.name, kind: semKind, keys: s.scriptKeys[:semLeaseKeys], relKeys: s.scriptKeys[:semReleaseKeys],
+			owner: owner, token: uint64(res[1]), sent: sent, cfg: s.cfg,
+		}), 0, nil
+	case -2: // nothing was done, no waiter registered
+		return nil, 0, fmt.Errorf("%w: %q has %d permits in Redis, this handle %d", ErrPermits, s.name, res[1], s.permits.Load())
+	}
+	return nil, time.Duration(res[1]) * time.Millisecond, nil
+}
+
+func (s *Semaphore) leave(ctx context.Context, waiterID string) {
+	s.abandon(ctx, "", waiterID)
+}
+
+// abandon gives up an attempt whose outcome is unknown (owner), a waiter's
+// registration (waiterID), or both; see sem_abandon.lua.
+func (s *Semaphore) abandon(ctx context.Context, owner, waiterID string) {
+	ttl, _ := s.cfg.holdTTL()
+	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
+	s.c.abandon(ctx, s.name, semKind.abandon, keys, s.cfg.logger, owner, ttl.Milliseconds(), waiterID)
+}

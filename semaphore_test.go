@@ -1,0 +1,253 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/scripts"
+)
+
+func TestSemaphore_NeverMorePermitsHeldThanItHas(t *testing.T) {
+	const permits, rounds = 3, 60
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		res := check.Bounded{Limit: permits}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4*permits)
+		for range 4 * permits {
+			sem := newClient(t, b.newRedis(t)).Semaphore(name, permits)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := ctxFor(t, 2*time.Minute)
+				for range rounds {
+					lease, err := sem.Acquire(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					res.Enter(lease.Token())
+					time.Sleep(time.Millisecond) // the work: lets holders overlap
+					res.Exit()
+					if err := lease.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		got := res.Result()
+		t.Logf("%+v", got)
+		if got.Completed != 4*permits*rounds || got.Over != 0 || got.Repeated != 0 {
+			t.Fatalf("%+v; want %d completed, never over %d holders, no token twice", got, 4*permits*rounds, permits)
+		}
+	})
+}
+
+func TestSemaphore_CrashedHoldersLosePermitsToNobody(t *testing.T) {
+	const permits, holders = 3, 12
+	const ttl = 300 * time.Millisecond
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		res := check.Bounded{Limit: permits}
+		var wg sync.WaitGroup
+		errs := make(chan error, holders)
+		for range holders {
+			// Each holder takes a permit, then either gives it back or
+			// crashes (its client stops, so nothing renews the permit).
+			c := dlock.New(b.newRedis(t), dlock.WithTTL(ttl), dlock.WithWaiterRefresh(50*time.Millisecond))
+			crash := rand.IntN(2) == 0
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lease, err := c.Semaphore(name, permits).Acquire(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				res.Enter(lease.Token())
+				res.Exit()
+				if crash {
+					_ = c.Close()
+					return
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					errs <- err
+				}
+				_ = c.Close()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := res.Result(); got.Over != 0 || got.Repeated != 0 {
+			t.Fatalf("%+v; want never over %d holders, no token twice", got, permits)
+		}
+		// Every permit comes back, and no more than there are.
+		sem := newClient(t, b.newRedis(t)).Semaphore(name, permits)
+		for range permits {
+			if _, err := sem.Acquire(ctx); err != nil {
+				t.Fatalf("a permit did not come back: %v", err)
+			}
+		}
+		if l, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a permit beyond %d: %v, %v; want ErrNotAcquired", permits, l, err)
+		}
+	})
+}
+
+func TestSemaphore_ReleaseWakesAWaiter(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Semaphore(name, 1).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := b.newRedis(t)
+		// The first attempt goes before subscribing; the second registers.
+		registered := countAttemptsOf(rdb, scripts.SemAcquire).refusedReach(2)
+		waiting := lockInBackground(ctx, newClient(t, rdb, dlock.WithWaiterRefresh(time.Hour)).Semaphore(name, 1).Acquire)
+		waitDone(t, registered, time.Minute, "the waiter registering")
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Neither the holder's TTL nor the waiter's refresh ends within the
+		// guard: only the release's wake-up can let the waiter in.
+		expectAcquired(t, waiting, 20*time.Second, "the waiter was not woken by the release")
+	})
+}
+
+func TestSemaphore_PermitsAreAgreedAndChangedDeliberately(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	c := newClient(t, backends[0].newRedis(t))
+	two := c.Semaphore(name, 2)
+	first, err := two.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three := c.Semaphore(name, 3)
+	if _, err := three.TryAcquire(ctx); !errors.Is(err, dlock.ErrPermits) {
+		t.Fatalf("opened with 3 permits where Redis has 2: %v; want ErrPermits", err)
+	}
+	if err := three.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.TryAcquire(ctx); !errors.Is(err, dlock.ErrPermits) {
+		t.Fatalf("opened with 2 permits after the change to 3: %v; want ErrPermits", err)
+	}
+	for range 2 {
+		if _, err := three.TryAcquire(ctx); err != nil {
+			t.Fatalf("a permit of the 3: %v", err)
+		}
+	}
+	if _, err := three.TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a fourth permit of 3: %v; want ErrNotAcquired", err)
+	}
+	// Down to one: the three held stay held, none is granted until below it.
+	if err := three.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Semaphore(name, 1).TryAcquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a permit while 2 are held of 1: %v; want ErrNotAcquired", err)
+	}
+	if err := three.SetPermits(ctx, 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("SetPermits(0): %v; want ErrInvalid", err)
+	}
+}
+
+func TestSemaphore_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb)
+	for _, sem := range []*dlock.Semaphore{
+		c.Semaphore("x", 0),
+		c.Semaphore("x", -1),
+		c.Semaphore("", 1),
+		c.Semaphore("x", 1, dlock.WithTTL(time.Millisecond)),
+		(*dlock.Client)(nil).Semaphore("x", 1),
+	} {
+		if _, err := sem.Acquire(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Acquire of %q with %d permits: %v; want ErrInvalid", sem.Name(), sem.Permits(), err)
+		}
+	}
+
+	// A Mutex of the same name, and a foreign string.
+	held := lockName(t)
+	if _, err := c.Mutex(held).TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Semaphore(held, 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Semaphore on a held Mutex's name: %v; want ErrWrongType", err)
+	}
+	foreign := lockName(t)
+	if err := rdb.Set(ctx, lockKey(foreign)+":permits", "many", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dump := rdb.Dump(ctx, lockKey(foreign)+":permits").Val()
+	if _, err := c.Semaphore(foreign, 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("acquire with a foreign value where the permits are kept: %v; want ErrWrongType", err)
+	}
+	if rdb.Dump(ctx, lockKey(foreign)+":permits").Val() != dump {
+		t.Fatal("a failed acquire changed the foreign key")
+	}
+
+	lease, err := c.Semaphore(lockName(t), 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
+	}
+}
+
+func TestSemaphore_CancelledAcquireLeavesNothingBehind(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[0].newRedis(t)
+	name := lockName(t)
+	c := newClient(t, rdb)
+	holder, err := c.Semaphore(name, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Semaphore(name, 1).Acquire(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a cancelled context: %v", err)
+	}
+	waitCtx, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	if _, err := c.Semaphore(name, 1).Acquire(waitCtx); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire that timed out: %v", err)
+	}
+	if n := rdb.ZCard(ctx, lockKey(name)+":waiters").Val(); n != 0 {
+		t.Fatalf("%d waiters left registered", n)
+	}
+	if n := rdb.ZCard(ctx, lockKey(name)).Val(); n != 1 {
+		t.Fatalf("%d permits held; want the holder's alone", n)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
