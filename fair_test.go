@@ -90,14 +90,25 @@ func TestFairMutex_ContendedClientsShareEvenlyWithoutOverlap(t *testing.T) {
 		var res check.Fenced
 		var mu sync.Mutex
 		taken, perClient := 0, make([]int, clients)
-		var wg sync.WaitGroup
-		errs := make(chan error, clients)
+		var wg, warm sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, 2*clients)
 		for client := range clients {
 			fm := newClient(t, b.newRedis(t)).FairMutex(name)
 			wg.Add(1)
+			warm.Add(1)
 			go func() {
 				defer wg.Done()
 				ctx := ctxFor(t, 2*time.Minute)
+				// Connected and subscribed before the count starts, so that
+				// nobody is ahead for having started first.
+				err := <-lockInBackground(ctx, fm.Lock)
+				warm.Done()
+				if err != nil {
+					errs <- err
+					return
+				}
+				<-start
 				for {
 					asked := time.Now()
 					lease, err := fm.Lock(ctx)
@@ -124,6 +135,8 @@ func TestFairMutex_ContendedClientsShareEvenlyWithoutOverlap(t *testing.T) {
 				}
 			}()
 		}
+		warm.Wait()
+		close(start)
 		wg.Wait()
 		close(errs)
 		for err := range errs {
