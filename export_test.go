@@ -24,3 +24,6 @@ func KeysOf(prefix, name string) (lock, fence, channel string) {
 	k := keysFor(prefix, name)
 	return k.lock, k.fence, k.channel
 }
+
+// ClusterSlot is the hash slot dlock computes for a lock name's keys.
+var ClusterSlot = clusterSlot

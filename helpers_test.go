@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -176,11 +178,29 @@ func isAcquireReply(cmd redis.Cmder, status int64) bool {
 // element is status.
 func isReplyOf(cmd redis.Cmder, script *redis.Script, status int64) bool {
 	c, ok := cmd.(*redis.Cmd)
-	if !ok || len(cmd.Args()) < 2 || cmd.Name() != "evalsha" || cmd.Args()[1] != script.Hash() {
+	if !ok || !runs(cmd, script) {
 		return false
 	}
 	vals, err := c.Int64Slice()
-	return err == nil && len(vals) == 2 && vals[0] == status
+	return err == nil && len(vals) >= 2 && vals[0] == status
+}
+
+// runs reports whether cmd runs script: by its SHA, or by its source where
+// the server did not know it yet (NOSCRIPT, then EVAL).
+func runs(cmd redis.Cmder, script *redis.Script) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch cmd.Name() {
+	case "evalsha":
+		return args[1] == script.Hash()
+	case "eval":
+		src, _ := args[1].(string)
+		sum := sha1.Sum([]byte(src))
+		return hex.EncodeToString(sum[:]) == script.Hash()
+	}
+	return false
 }
 
 // waiterArg is the waiter id an acquire script was sent: every acquire

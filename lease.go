@@ -54,6 +54,13 @@ type Lease struct {
 	// Owned by the Client's renewer, under its lock.
 	nextRenew time.Time
 	heapIndex int
+
+	// A MultiLock's lease holds several locks: a group of them in one
+	// slot, taken by one script with one owner token (names and tokens),
+	// or the groups' leases (parts), one per slot, when they span several.
+	names  []string
+	tokens []uint64
+	parts  []*Lease
 }
 
 // leaseKind is what differs between lock types: the scripts that renew,
@@ -79,6 +86,9 @@ type leaseSpec struct {
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
 	cfg     settings
+
+	names  []string // a MultiLock group's locks, and their tokens
+	tokens []uint64
 }
 
 // startLease makes the lease of a granted hold and, unless it has a fixed
@@ -88,7 +98,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	l := &Lease{
 		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relKey: spec.relKeys,
 		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
-		log: spec.cfg.logger, ttl: ttl,
+		log: spec.cfg.logger, ttl: ttl, names: spec.names, tokens: spec.tokens,
 		deadline:  validUntil(spec.sent, ttl, spec.cfg.drift),
 		done:      make(chan struct{}),
 		heapIndex: -1,
@@ -107,14 +117,40 @@ func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {
 	return sent.Add(ttl - time.Duration(float64(ttl)*drift))
 }
 
-// Name returns the name of the lock this lease holds.
+// Name returns the name of the lock this lease holds; for a [MultiLock]'s,
+// the names it holds, sorted, joined by commas.
 func (l *Lease) Name() string { return l.name }
 
 // Token returns the fencing token of this hold: larger than the token of every
 // earlier hold of the same lock name (for as long as the lock's data lives in
 // Redis). Pass it to the resource the lock protects and have the resource
-// refuse any token lower than the highest it has seen.
+// refuse any token lower than the highest it has seen. A [MultiLock]'s lease
+// holds a token per name: Token is the first's, [Lease.Tokens] has them all.
 func (l *Lease) Token() uint64 { return l.token }
+
+// Tokens returns the fencing token of each lock the lease holds, by name:
+// one for most leases, one per name for a [MultiLock]'s. Show each resource
+// the token of the lock that protects it.
+func (l *Lease) Tokens() map[string]uint64 {
+	tokens := make(map[string]uint64)
+	l.addTokens(tokens)
+	return tokens
+}
+
+func (l *Lease) addTokens(tokens map[string]uint64) {
+	switch {
+	case l.parts != nil:
+		for _, p := range l.parts {
+			p.addTokens(tokens)
+		}
+	case l.names != nil:
+		for i, name := range l.names {
+			tokens[name] = l.tokens[i]
+		}
+	default:
+		tokens[l.name] = l.token
+	}
+}
 
 // Done returns a channel that is closed when the lease ends: released or lost.
 func (l *Lease) Done() <-chan struct{} { return l.done }
@@ -123,6 +159,9 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 // matching [ErrLeaseLost] once it is lost, including the moment its deadline
 // has passed even if Done has not been closed yet.
 func (l *Lease) Err() error {
+	if l.parts != nil {
+		return l.partsErr()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isDone() {
@@ -143,6 +182,9 @@ func (l *Lease) currentTTL() time.Duration {
 // Deadline returns the moment this lease counts itself lost unless a renewal
 // is confirmed before it. It carries a monotonic clock reading.
 func (l *Lease) Deadline() time.Time {
+	if l.parts != nil {
+		return l.partsDeadline()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
@@ -192,6 +234,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return invalidf("TTL %v is below the minimum %v", ttl, MinTTL)
 	}
+	if l.parts != nil {
+		return l.extendParts(ctx, ttl)
+	}
 	if err := l.heldLocally(); err != nil {
 		return err
 	}
@@ -216,6 +261,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns how long Redis will keep this hold if it is not renewed.
 // A hold that is no longer ours gives [ErrNotHeld] and the lease is lost.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if l.parts != nil {
+		return l.partsTTL(ctx)
+	}
 	if err := l.heldLocally(); err != nil {
 		return 0, err
 	}
@@ -245,6 +293,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.unlocking.Store(true)
+	if l.parts != nil {
+		return l.unlockParts(ctx)
+	}
 	l.c.renewer.remove(l)
 
 	ok, err := l.c.release(ctx, l.kind.release, l.relKey, l.owner)
@@ -358,7 +409,9 @@ func (l *Lease) end(err error) {
 	l.mu.Lock()
 	l.err = err
 	close(l.done)
-	l.timer.Stop()
+	if l.timer != nil { // a MultiLock's parts have their own
+		l.timer.Stop()
+	}
 	callbacks := l.onEnd
 	l.onEnd = nil
 	l.mu.Unlock()

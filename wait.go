@@ -32,6 +32,16 @@ func queues(a acquirer) bool {
 	return ok
 }
 
+// rewatcher is an acquirer that may be kept out by one of several locks, and
+// so waits on the channel of whichever kept it out last (a MultiLock).
+type rewatcher interface {
+	// rewatch reports the channel to wait on after the last refusal, and
+	// whether it is another than before. A waiter registers only on the lock
+	// whose channel it listens on, so a move means listening first, then
+	// trying again at once.
+	rewatch() (channel string, moved bool)
+}
+
 // DefaultWaiterRefresh is how often a waiting Lock, registered to be woken
 // by the next release, tries again and so renews its registration: a waiter
 // that died stops being picked within a few refreshes, and a wake-up sent to
@@ -109,11 +119,17 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
+	rw, moves := a.(rewatcher)
+	if moves {
+		if ch, moved := rw.rewatch(); moved {
+			channel = ch
+		}
+	}
 	w, err := hub.Watch(ctx, channel)
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	defer w.Close()
+	defer func() { w.Close() }()
 
 	waiterID := "" // set once a release can reach this waiter: then it registers
 	timer := time.NewTimer(time.Hour)
@@ -128,6 +144,19 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		}
 		if err != nil {
 			return nil, acquireError(ctx, err)
+		}
+		if moves {
+			if ch, moved := rw.rewatch(); moved {
+				// The attempt left the old lock's line: nothing to leave.
+				w.Close()
+				next, err := hub.Watch(ctx, ch)
+				if err != nil {
+					return nil, acquireError(ctx, err)
+				}
+				w = next
+				waiterID = ""
+				continue
+			}
 		}
 		if retryIn < 0 {
 			retryIn = noExpiryRetry

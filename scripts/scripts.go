@@ -7,7 +7,7 @@
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: wake_next.lua to the Mutex scripts that free a lock,
 // fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
-// to the Semaphore scripts,
+// to the Semaphore scripts, multi_lib.lua to the MultiLock scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
 // those that work on any lock.
 package scripts
@@ -60,6 +60,19 @@ var (
 	//go:embed sem_set_permits.lua
 	semSetPermits string
 
+	//go:embed multi_lib.lua
+	multiLib string
+	//go:embed multi_acquire.lua
+	multiAcquire string
+	//go:embed multi_release.lua
+	multiRelease string
+	//go:embed multi_extend.lua
+	multiExtend string
+	//go:embed multi_ttl.lua
+	multiTTL string
+	//go:embed multi_abandon.lua
+	multiAbandon string
+
 	//go:embed rw_lib.lua
 	rwLib string
 	//go:embed rw_acquire.lua
@@ -101,6 +114,15 @@ var (
 	SemTTL        = redis.NewScript(semLib + semTTL)
 	SemAbandon    = redis.NewScript(wakeNext + semLib + semAbandon)
 	SemSetPermits = redis.NewScript(semLib + semSetPermits)
+)
+
+// MultiLock scripts, for a group of Mutex locks in one slot.
+var (
+	MultiAcquire = redis.NewScript(wakeNext + multiLib + multiAcquire)
+	MultiRelease = redis.NewScript(wakeNext + multiLib + multiRelease)
+	MultiExtend  = redis.NewScript(multiLib + multiExtend)
+	MultiTTL     = redis.NewScript(multiLib + multiTTL)
+	MultiAbandon = redis.NewScript(wakeNext + multiLib + multiAbandon)
 )
 
 // Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys

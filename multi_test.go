@@ -1,0 +1,291 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/scripts"
+)
+
+// lockNames are n lock names no other test uses.
+func lockNames(t testing.TB, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = lockName(t)
+	}
+	return names
+}
+
+// expectFree fails the test when any of the locks is held.
+func expectFree(t testing.TB, ctx context.Context, rdb redis.UniversalClient, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if n := rdb.Exists(ctx, lockKey(name)).Val(); n != 0 {
+			t.Fatalf("lock %q is held", name)
+		}
+	}
+}
+
+func TestClusterSlot_MatchesTheCluster(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[1].newRedis(t)
+	for _, name := range []string{"a", "orders:42", "ü", lockName(t), "123456789"} {
+		want, err := rdb.ClusterKeySlot(ctx, lockKey(name)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dlock.ClusterSlot(name); int64(got) != want {
+			t.Errorf("slot of %q: %d; the cluster says %d", name, got, want)
+		}
+	}
+}
+
+func TestMultiLock_TakesAllOrNone(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb)
+		names := lockNames(t, 5)
+		for _, held := range names {
+			mu, err := c.Mutex(held).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l, err := c.MultiLock(names).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("TryLock with %q held: %v, %v; want ErrNotAcquired", held, l, err)
+			}
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			expectFree(t, ctx, rdb, names...)
+		}
+		lease, err := c.MultiLock(names).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("Mutex %q while the MultiLock holds it: %v; want ErrNotAcquired", name, err)
+			}
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectFree(t, ctx, rdb, names...)
+	})
+}
+
+func TestMultiLock_OverlappingSetsInOppositeOrdersNeverDeadlock(t *testing.T) {
+	const rounds = 40
+	forEachBackend(t, func(t *testing.T, b backend) {
+		names := lockNames(t, 4)
+		reversed := slices.Clone(names)
+		slices.Reverse(reversed)
+		sets := [][]string{names[:3], reversed[:3], {names[3], names[0]}, names[1:]}
+		resources := make(map[string]*check.Fenced)
+		for _, name := range names {
+			resources[name] = new(check.Fenced)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(sets))
+		for client, set := range sets {
+			ml := newClient(t, b.newRedis(t)).MultiLock(set)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// A deadlock would hold every client here until the guard.
+				ctx := ctxFor(t, 2*time.Minute)
+				for range rounds {
+					asked := time.Now()
+					lease, err := ml.Lock(ctx)
+					if err != nil {
+						errs <- fmt.Errorf("client %d: %w", client, err)
+						return
+					}
+					for name, token := range lease.Tokens() {
+						resources[name].Enter(client, token, asked)
+					}
+					for name := range lease.Tokens() {
+						resources[name].Exit(client)
+					}
+					if err := lease.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for name, res := range resources {
+			if got := res.Result(); got.Overlaps != 0 || got.Stale != 0 {
+				t.Fatalf("%s: %+v; want 0 overlaps, 0 stale tokens", name, got)
+			}
+		}
+	})
+}
+
+func TestMultiLock_CancelledMidwayLeavesNoPartialHold(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		names := lockNames(t, 6)
+		// Hold the lock a cluster takes last (the highest slot), so that the
+		// MultiLock has taken the others when it waits.
+		last := slices.MaxFunc(names, func(x, y string) int { return dlock.ClusterSlot(x) - dlock.ClusterSlot(y) })
+		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(last).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiterRedis := b.newRedis(t)
+		// Its first try on the held lock goes before subscribing; the second
+		// registers it as a waiter.
+		waiting := countAttemptsOf(waiterRedis, scripts.MultiAcquire).refusedReach(2)
+		waitCtx, cancel := context.WithCancel(ctx)
+		result := lockInBackground(waitCtx, newClient(t, waiterRedis).MultiLock(names).Lock)
+		waitDone(t, waiting, time.Minute, "the MultiLock waiting")
+		cancel()
+		if err := <-result; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock: %v", err)
+		}
+		others := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == last })
+		expectFree(t, ctx, rdb, others...)
+		if n := rdb.ZCard(ctx, lockKey(last)+":waiters").Val(); n != 0 {
+			t.Fatalf("%d waiters left registered on the held lock", n)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestMultiLock_WaiterFollowsTheLockInItsWay(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		names := lockNames(t, 2)
+		// In the order the MultiLock takes them: by name, and on a cluster
+		// slot after slot.
+		slices.Sort(names)
+		if b.name == "cluster" {
+			slices.SortStableFunc(names, func(x, y string) int { return dlock.ClusterSlot(x) - dlock.ClusterSlot(y) })
+		}
+		holders := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute))
+		var held []*dlock.Lease
+		for _, name := range names {
+			l, err := holders.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		waiterRedis := b.newRedis(t)
+		attempts := countAttemptsOf(waiterRedis, scripts.MultiAcquire)
+		registered := attempts.refusedReach(2)
+		// Neither the holders' TTL nor the waiter's refresh ends within the
+		// guard: only wake-ups can let it in.
+		result := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(time.Hour)).MultiLock(names).Lock)
+		waitDone(t, registered, time.Minute, "the MultiLock registering")
+		// Released in turn: each release finds the waiter registered on it
+		// (it tries each lock first before subscribing, then registers).
+		for i, l := range held {
+			next := attempts.refusedReach(int64(4 + 2*i))
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if i < len(held)-1 {
+				waitDone(t, next, 20*time.Second, "the MultiLock moving on to the next lock in its way")
+			}
+		}
+		expectAcquired(t, result, 20*time.Second, "the MultiLock was not woken by the last release")
+	})
+}
+
+func TestMultiLock_LeaseIsLostWhenAnyLockIsLost(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb, dlock.WithTTL(300*time.Millisecond))
+		names := lockNames(t, 4)
+		lease, err := c.MultiLock(names).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens := lease.Tokens()
+		if len(tokens) != len(names) {
+			t.Fatalf("tokens %v; want one per name of %v", tokens, names)
+		}
+		for _, name := range names {
+			_, fence, _ := dlock.KeysOf(dlock.DefaultPrefix, name)
+			if want, _ := rdb.Get(ctx, fence).Uint64(); tokens[name] != want {
+				t.Fatalf("token of %q: %d; its counter is at %d", name, tokens[name], want)
+			}
+		}
+		if _, err := c.ForceUnlock(ctx, names[2]); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, lease.Done(), lossGuard, "the loss of one lock ending the lease")
+		if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+			t.Fatalf("Err after one lock was removed: %v; want ErrLeaseLost", lease.Err())
+		}
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("Unlock of a lost MultiLock lease: %v; want ErrNotHeld", err)
+		}
+		expectFree(t, ctx, rdb, names...)
+	})
+}
+
+func TestMultiLock_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb)
+	for _, ml := range []*dlock.MultiLock{
+		c.MultiLock(nil),
+		c.MultiLock([]string{"a", ""}),
+		c.MultiLock([]string{"a", "b{c}"}),
+		c.MultiLock([]string{"a"}, dlock.WithTTL(0)),
+		(*dlock.Client)(nil).MultiLock([]string{"a"}),
+	} {
+		if _, err := ml.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Lock of %q: %v; want ErrInvalid", ml.Names(), err)
+		}
+	}
+	if got := c.MultiLock([]string{"b", "a", "b"}).Names(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("names %v; want sorted, each once", got)
+	}
+
+	names := lockNames(t, 3)
+	if err := rdb.HSet(ctx, lockKey(names[1]), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dump := rdb.Dump(ctx, lockKey(names[1])).Val()
+	if _, err := c.MultiLock(names).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Lock with a hash under one name: %v; want ErrWrongType", err)
+	}
+	if rdb.Dump(ctx, lockKey(names[1])).Val() != dump {
+		t.Fatal("a failed Lock changed the foreign key")
+	}
+	expectFree(t, ctx, rdb, names[0], names[2])
+
+	lease, err := c.MultiLock(lockNames(t, 2)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
+	}
+}

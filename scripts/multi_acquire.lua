@@ -1,0 +1,78 @@
+-- Acquire a MultiLock group: take every lock of it, or none.
+--
+-- KEYS     four per lock, then the tombstone: see multi_lib.lua
+-- ARGV[1]  owner token of this attempt (random, unique per acquisition)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+--          not wait for a wake-up
+-- ARGV[4]  how long a registration lasts, in milliseconds
+-- ARGV[5]  the lock (1-based) whose channel the waiter listens on
+-- ARGV[6]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+--
+-- Returns {1, fence1, ..., fenceN}  acquired all; a fencing token per lock
+--         {0, pttl, busy}  lock number busy is held (the first that is);
+--                          pttl is the milliseconds until it expires
+--         {-1, 0}          this attempt was abandoned by its client
+-- Fails with WRONGTYPE, changing nothing, when a lock key holds a value of
+-- another type.
+--
+-- A waiter registers on one lock only, the one it listens on, and only when
+-- that is the one in its way. When another lock is in its way now, it
+-- leaves the first lock's line (passing on a wake-up it may have taken) and
+-- the client listens on the other before trying again: no wake-up is lost
+-- and none is wasted on a waiter that cannot use it.
+--
+-- Safe to send twice: a resend finds the locks its own and mints nothing.
+
+local owner, waiter, watch = ARGV[1], ARGV[3], tonumber(ARGV[5])
+local busy = 0
+for i = 1, N do
+  local lock = part(i)
+  local holder = redis.call('GET', lock) -- raises WRONGTYPE before any change
+  if holder == owner then -- a resend: the attempt took them all
+    local tokens = {1}
+    for j = 1, N do
+      local _, fence = part(j)
+      tokens[j + 1] = tonumber(redis.call('GET', fence))
+    end
+    return tokens
+  end
+  if holder and busy == 0 then
+    busy = i
+  end
+end
+
+if busy == 0 then
+  if redis.call('EXISTS', KEYS[4 * N + 1]) == 1 then
+    return {-1, 0}
+  end
+  -- The counters first: a foreign value in one fails before any lock is set.
+  local tokens = {1}
+  for i = 1, N do
+    local _, fence = part(i)
+    tokens[i + 1] = redis.call('INCR', fence)
+  end
+  for i = 1, N do
+    local lock = part(i)
+    redis.call('SET', lock, owner, 'PX', ARGV[2])
+  end
+  if waiter ~= '' then
+    local _, _, waiters = part(watch)
+    redis.pcall('ZREM', waiters, waiter)
+  end
+  return tokens
+end
+
+if waiter ~= '' then
+  local lock, _, waiters, channel = part(watch)
+  if busy == watch then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', waiters, now + tonumber(ARGV[4]), waiter)
+    redis.call('PEXPIRE', waiters, ARGV[4]) -- gone once nobody waits
+  elseif redis.pcall('ZREM', waiters, waiter) == 0 and redis.call('EXISTS', lock) == 0 then
+    wake_next(waiters, channel, ARGV[6])
+  end
+end
+local busy_lock = part(busy)
+return {0, redis.call('PTTL', busy_lock), busy}

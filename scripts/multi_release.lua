@@ -1,0 +1,23 @@
+-- Release a MultiLock group and wake the next waiter of each lock.
+--
+-- KEYS     four per lock: see multi_lib.lua
+-- ARGV[1]  owner token
+-- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+--
+-- Returns 1 when every lock was held by this owner and is released; 0 when
+-- some were not (expired, or taken): those still held are released all the
+-- same.
+
+local released = 0
+for i = 1, N do
+  local lock, _, waiters, channel = part(i)
+  if redis.call('GET', lock) == ARGV[1] then
+    redis.call('DEL', lock)
+    wake_next(waiters, channel, ARGV[2])
+    released = released + 1
+  end
+end
+if released == N then
+  return 1
+end
+return 0
