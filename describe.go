@@ -17,8 +17,9 @@ type Holder struct {
 // LockInfo is what [Client.Describe] found under a lock name.
 type LockInfo struct {
 	Name           string
-	Type           string        // "Mutex", "RWMutex" (also a ReentrantMutex's), or "" when nothing holds it
-	Holders        []Holder      // the writer (or a Mutex's holder) first
+	Type           string        // "Mutex" (also a FairMutex's or MultiLock's), "RWMutex" (also a ReentrantMutex's), "Semaphore", or "" when nothing holds it
+	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder counting the permits held
+	Permits        int           // a Semaphore's number of permits; else 0
 	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
 	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
 	ReadersWaiting int           // waiting RLocks registered to be woken
@@ -32,12 +33,14 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	if err := c.checkName(name); err != nil {
 		return LockInfo{}, err
 	}
-	reply, err := scripts.Describe.Run(ctx, c.rdb, rwScriptKeys(keysFor(c.cfg.prefix, name)), "").Slice()
+	k := keysFor(c.cfg.prefix, name)
+	reply, err := scripts.Describe.Run(ctx, c.rdb, append(rwScriptKeys(k), k.lock+":permits"), "").Slice()
 	if err != nil {
 		return LockInfo{}, redisError("describe", name, err)
 	}
 	info := LockInfo{Name: name}
-	if kind, _ := reply[0].(string); kind == "mutex" {
+	switch kind, _ := reply[0].(string); kind {
+	case "mutex":
 		r, err := int64s(reply[1:], 4)
 		if err != nil {
 			return LockInfo{}, redisError("describe", name, err)
@@ -48,6 +51,17 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 			info.TTL = -1
 		}
 		info.WritersWaiting, info.LastToken = int(r[2]), uint64(r[3])
+		return info, nil
+	case "semaphore":
+		r, err := int64s(reply[1:], 5)
+		if err != nil {
+			return LockInfo{}, redisError("describe", name, err)
+		}
+		if r[0] > 0 {
+			info.Type, info.Holders = "Semaphore", []Holder{{Holds: int(r[0])}}
+		}
+		info.TTL = time.Duration(r[1]) * time.Millisecond
+		info.WritersWaiting, info.LastToken, info.Permits = int(r[2]), uint64(r[3]), int(r[4])
 		return info, nil
 	}
 	s, err := parseHoldState(reply)
@@ -62,8 +76,9 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	return info, nil
 }
 
-// ForceUnlock removes the lock called name whatever holds it, and wakes its
-// waiters: the operator's escape hatch for a lock whose holder is known to
+// ForceUnlock removes the lock called name whatever holds it (any type:
+// the holds of a Semaphore's every permit, a MultiLock's lock of that name),
+// and wakes its waiters: the operator's escape hatch for a lock whose holder is known to
 // be gone. The holders' leases report the loss at their next renewal (within
 // TTL/3); until then they may still act as holders, which is what fencing
 // tokens are for: the fencing counter is kept, so the next holder's token is

@@ -47,6 +47,29 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
 		}
 
+		fair := lockName(t)
+		fairLease, err := c.FairMutex(fair).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err = c.Describe(ctx, fair)
+		if err != nil || info.Type != "Mutex" || len(info.Holders) != 1 || info.LastToken != fairLease.Token() {
+			t.Fatalf("a held FairMutex: %+v, %v", info, err)
+		}
+
+		semName := lockName(t)
+		sem := c.Semaphore(semName, 3)
+		for range 2 {
+			if _, err := sem.Acquire(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err = c.Describe(ctx, semName)
+		if err != nil || info.Type != "Semaphore" || len(info.Holders) != 1 || info.Holders[0].Holds != 2 ||
+			info.Permits != 3 || info.TTL <= 0 || info.LastToken != 2 {
+			t.Fatalf("a Semaphore with 2 of 3 permits held: %+v, %v", info, err)
+		}
+
 		wrong := lockName(t)
 		rdb.RPush(ctx, lockKey(wrong), "x")
 		if _, err := c.Describe(ctx, wrong); !errors.Is(err, dlock.ErrWrongType) {
@@ -64,11 +87,16 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Second))
 		// A waiter that would otherwise try again only in an hour.
 		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
-		for _, kind := range []string{"Mutex", "RWMutex"} {
+		for _, kind := range []string{"Mutex", "RWMutex", "FairMutex", "Semaphore"} {
 			name := lockName(t)
 			lock, wait := c.Mutex(name).Lock, waiter.Mutex(name).Lock
-			if kind == "RWMutex" {
+			switch kind {
+			case "RWMutex":
 				lock, wait = c.RWMutex(name).Lock, waiter.RWMutex(name).Lock
+			case "FairMutex":
+				lock, wait = c.FairMutex(name).Lock, waiter.FairMutex(name).Lock
+			case "Semaphore":
+				lock, wait = c.Semaphore(name, 1).Acquire, waiter.Semaphore(name, 1).Acquire
 			}
 			held, err := lock(ctx)
 			if err != nil {

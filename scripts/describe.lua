@@ -4,16 +4,31 @@
 -- nothing held; this part answers for a Mutex, whose key is a string.
 --
 -- KEYS[1..8] as in rw_lib.lua (a Mutex's key, waiters and fencing counter
--- are KEYS[1], KEYS[3] and KEYS[8])
+-- are KEYS[1], KEYS[3] and KEYS[8]; a Semaphore's holders and waiters
+-- KEYS[1] and KEYS[3])
+-- KEYS[9]  a Semaphore's number of permits
 -- ARGV[1]  '' (no owner asks)
 --
--- Returns for a Mutex {'mutex', held (1/0), ms left (-1: no TTL), live
--- waiters registered, the last fencing token minted}; the holder's owner
--- token is a secret and is not returned. Otherwise what rw_inspect.lua
+-- Returns for a Mutex or FairMutex {'mutex', held (1/0), ms left (-1: no
+-- TTL), live waiters registered, the last fencing token minted}; the
+-- holder's owner token is a secret and is not returned. For a Semaphore
+-- {'semaphore', permits held, ms until the last expires, live waiters, the
+-- last fencing token, its number of permits}. Otherwise what rw_inspect.lua
 -- returns, or WRONGTYPE for a key of another type.
 
-if redis.call('TYPE', STATE).ok == 'string' then
+local kind = redis.call('TYPE', STATE).ok
+if kind == 'string' then
   local now = server_now()
   return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
     tonumber(redis.call('GET', KEYS[8])) or 0}
+end
+if kind == 'zset' then
+  local now = server_now()
+  local held = redis.call('ZCOUNT', STATE, '(' .. now, '+inf')
+  local ttl = 0
+  if held > 0 then
+    ttl = tonumber(redis.call('ZRANGE', STATE, -1, -1, 'WITHSCORES')[2]) - now
+  end
+  return {'semaphore', held, ttl, live_waiters(WWAIT, now),
+    tonumber(redis.call('GET', KEYS[8])) or 0, tonumber(redis.call('GET', KEYS[9])) or 0}
 end

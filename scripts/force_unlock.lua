@@ -1,5 +1,6 @@
--- Remove a lock whatever holds it: the operator's escape hatch. Works on a
--- Mutex (its key is KEYS[1]) and on an RWMutex or ReentrantMutex.
+-- Remove a lock whatever holds it: the operator's escape hatch. Works on
+-- every type: KEYS[1] is a Mutex's (FairMutex's, MultiLock's) lock key, a
+-- Semaphore's holders, an RWMutex's or ReentrantMutex's state.
 --
 -- KEYS[1..7] as in rw_lib.lua
 -- ARGV[1]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster

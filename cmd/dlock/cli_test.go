@@ -286,6 +286,20 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "host-a/pid-7  write ×1") {
 		t.Fatalf("text status: exit %d\n%s", code, stdout)
 	}
+
+	for range 2 {
+		if _, err := locks.Semaphore("workers", 5).Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, _ = runDlock(t, url, "status", "--json", "workers")
+	var sem statusJSON
+	if err := json.Unmarshal([]byte(stdout), &sem); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v:\n%s", code, err, stdout)
+	}
+	if sem.Type != "Semaphore" || sem.Permits != 5 || len(sem.Holders) != 1 || sem.Holders[0] != (holderJSON{"", "permit", 2}) {
+		t.Fatalf("a semaphore with 2 of 5 permits held: %+v", sem)
+	}
 }
 
 func TestUnlock_AsksBeforeRemoving(t *testing.T) {

@@ -38,18 +38,19 @@ Examples:
 // statusJSON is what status --json prints.
 type statusJSON struct {
 	Name           string       `json:"name"`
-	Type           string       `json:"type"` // "Mutex", "RWMutex" or "free"
+	Type           string       `json:"type"` // "Mutex", "RWMutex", "Semaphore" or "free"
 	Held           bool         `json:"held"`
 	Holders        []holderJSON `json:"holders"`
 	TTLMillis      int64        `json:"ttl_ms"` // -1: no expiry; 0: not held
 	WritersWaiting int          `json:"writers_waiting"`
 	ReadersWaiting int          `json:"readers_waiting"`
 	LastToken      uint64       `json:"last_token"`
+	Permits        int          `json:"permits,omitempty"` // a Semaphore's
 }
 
 type holderJSON struct {
 	Owner string `json:"owner"` // "" for a Mutex
-	Mode  string `json:"mode"`  // "write" or "read"
+	Mode  string `json:"mode"`  // "write", "read" or "permit"
 	Holds int    `json:"holds"`
 }
 
@@ -75,7 +76,7 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 	}
 	s := statusJSON{Name: info.Name, Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
 		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
-		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken}
+		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
 	if info.TTL < 0 {
 		s.TTLMillis = -1
 	}
@@ -83,7 +84,11 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		s.Type = "free"
 	}
 	for _, h := range info.Holders {
-		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: modeName(h), Holds: h.Holds})
+		mode := modeName(h)
+		if info.Permits > 0 {
+			mode = "permit"
+		}
+		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(out.stdout)
@@ -96,6 +101,9 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		fmt.Fprintf(out.stdout, "state:       free\n")
 	} else {
 		fmt.Fprintf(out.stdout, "type:        %s\n", s.Type)
+		if s.Permits > 0 {
+			fmt.Fprintf(out.stdout, "permits:     %d\n", s.Permits)
+		}
 		for i, h := range s.Holders {
 			label := "holders:"
 			if i > 0 {
