@@ -1,0 +1,242 @@
+package scripts
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The contracts of the FairMutex, Semaphore and MultiLock scripts: sent
+// twice, arriving late, and what their releases hand on.
+
+var (
+	fairKeys = []string{lockKey, fenceKey, "t:{m}:queue", waitersKey, channel}
+	semKeys  = []string{"t:{m}", "t:{m}:tokens", "t:{m}:permits", waitersKey, channel, fenceKey}
+)
+
+// with is keys and the tombstone of owner.
+func with(keys []string, owner string) []string {
+	return append(keys[:len(keys):len(keys)], "t:{m}:void:"+owner)
+}
+
+func run(t *testing.T, ctx context.Context, rdb *redis.Client, s *redis.Script, keys []string, args ...any) []int64 {
+	t.Helper()
+	res, err := s.Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func runInt(t *testing.T, ctx context.Context, rdb *redis.Client, s *redis.Script, keys []string, args ...any) int64 {
+	t.Helper()
+	n, err := s.Run(ctx, rdb, keys, args...).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Fair owners are 32 hex digits, as the queue entries require.
+const (
+	fairA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	fairB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	fairC = "cccccccccccccccccccccccccccccccc"
+)
+
+func fairTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string) []int64 {
+	t.Helper()
+	return run(t, ctx, rdb, FairAcquire, with(fairKeys, owner), owner, 10000, waiter, 3000, "PUBLISH")
+}
+
+func TestFairAcquire_ResentAcquireCountsOnce(t *testing.T) {
+	ctx, rdb := setup(t)
+	first := fairTry(t, ctx, rdb, fairA, "")
+	again := fairTry(t, ctx, rdb, fairA, "")
+	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
+		t.Fatalf("first %v, resend %v: want both acquired with the same token", first, again)
+	}
+	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != 1 {
+		t.Fatalf("fencing counter %d after a resent acquire, want 1", n)
+	}
+}
+
+func TestFairRelease_HandsOverToTheFirstLiveWaiter(t *testing.T) {
+	ctx, rdb := setup(t)
+	fairTry(t, ctx, rdb, fairA, "")
+	expectRefused(t, fairTry(t, ctx, rdb, fairB, "wb"), "first waiter")
+	expectRefused(t, fairTry(t, ctx, rdb, fairC, "wc"), "second waiter")
+	// The first waiter's place runs out, as if it had died.
+	if err := rdb.ZAddXX(ctx, waitersKey, redis.Z{Score: 1, Member: fairB + "wb"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	messages := listen(t, ctx, rdb)
+	if n := runInt(t, ctx, rdb, FairRelease, fairKeys, fairA, "PUBLISH"); n != 1 {
+		t.Fatalf("release: %d, want 1", n)
+	}
+	expectMessage(t, messages, "wc")
+	if holder, _ := rdb.Get(ctx, lockKey).Result(); holder != fairC {
+		t.Fatalf("handed to %q, want the live waiter", holder)
+	}
+	if ttl := rdb.PTTL(ctx, lockKey).Val(); ttl <= 0 || ttl.Milliseconds() > 3000 {
+		t.Fatalf("a hand-over held for %v, want no longer than the waiter's place (3s)", ttl)
+	}
+	if n := rdb.ZCard(ctx, "t:{m}:queue").Val(); n != 0 {
+		t.Fatalf("%d left in line", n)
+	}
+	if got := expectGranted(t, fairTry(t, ctx, rdb, fairC, "wc"), "the woken waiter"); got != 2 {
+		t.Fatalf("the hand-over's token %d, want 2", got)
+	}
+	if ttl := rdb.PTTL(ctx, lockKey).Val(); ttl.Milliseconds() <= 3000 {
+		t.Fatalf("taken up with %v left, want its own TTL", ttl)
+	}
+}
+
+func TestFairAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
+	ctx, rdb := setup(t)
+	fairTry(t, ctx, rdb, fairA, "")
+	if n := runInt(t, ctx, rdb, FairAbandon, with(fairKeys, fairB), fairB, "PUBLISH", 10000, "wb"); n != 0 {
+		t.Fatalf("abandon before arrival: %d, want 0", n)
+	}
+	if res := fairTry(t, ctx, rdb, fairB, "wb"); res[0] != -1 {
+		t.Fatalf("late queueing attempt: %v, want {-1, 0}", res)
+	}
+	if n := rdb.ZCard(ctx, "t:{m}:queue").Val(); n != 0 {
+		t.Fatalf("a refused late attempt left %d in line", n)
+	}
+}
+
+func semTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner string, permits int) []int64 {
+	t.Helper()
+	return run(t, ctx, rdb, SemAcquire, with(semKeys, owner), owner, 10000, "", 3000, permits)
+}
+
+func TestSemAcquire_ResentAcquireCountsOnce(t *testing.T) {
+	ctx, rdb := setup(t)
+	first := semTry(t, ctx, rdb, "owner-a", 2)
+	again := semTry(t, ctx, rdb, "owner-a", 2)
+	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
+		t.Fatalf("first %v, resend %v: want both acquired with the same token", first, again)
+	}
+	if n := rdb.ZCard(ctx, "t:{m}").Val(); n != 1 {
+		t.Fatalf("%d permits held after a resent acquire, want 1", n)
+	}
+	expectGranted(t, semTry(t, ctx, rdb, "owner-b", 2), "the second permit")
+	expectRefused(t, semTry(t, ctx, rdb, "owner-c", 2), "a third of two")
+}
+
+func TestSemRelease_SentTwiceGivesBackOnePermit(t *testing.T) {
+	ctx, rdb := setup(t)
+	semTry(t, ctx, rdb, "owner-a", 2)
+	semTry(t, ctx, rdb, "owner-b", 2)
+	for i, want := range []int64{1, 0} {
+		if n := runInt(t, ctx, rdb, SemRelease, semKeys[:5], "owner-a", "PUBLISH"); n != want {
+			t.Fatalf("release %d: %d, want %d", i+1, n, want)
+		}
+	}
+	if n := rdb.ZCard(ctx, "t:{m}").Val(); n != 1 {
+		t.Fatalf("%d permits held, want owner-b's alone", n)
+	}
+}
+
+func TestSemExtend_NeverBringsBackAnExpiredPermit(t *testing.T) {
+	ctx, rdb := setup(t)
+	semTry(t, ctx, rdb, "owner-a", 1)
+	if err := rdb.ZAddXX(ctx, "t:{m}", redis.Z{Score: 1, Member: "owner-a"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := runInt(t, ctx, rdb, SemExtend, semKeys[:2], "owner-a", 10000); n != 0 {
+		t.Fatalf("extend of an expired permit: %d, want 0", n)
+	}
+	expectGranted(t, semTry(t, ctx, rdb, "owner-b", 1), "the expired permit, taken by another")
+}
+
+func TestSemAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
+	ctx, rdb := setup(t)
+	if n := runInt(t, ctx, rdb, SemAbandon, with(semKeys, "owner-a"), "owner-a", "PUBLISH", 10000, ""); n != 0 {
+		t.Fatalf("abandon before arrival: %d, want 0", n)
+	}
+	if res := semTry(t, ctx, rdb, "owner-a", 1); res[0] != -1 {
+		t.Fatalf("late acquire: %v, want {-1, 0}", res)
+	}
+	if n := rdb.Exists(ctx, "t:{m}").Val(); n != 0 {
+		t.Fatal("a refused late acquire holds a permit")
+	}
+}
+
+// Two locks of one MultiLock group, four keys each.
+var multiKeys = []string{
+	"t:{m}", "t:{m}:fence", "t:{m}:waiters", "t:{m}:wake",
+	"t:{n}", "t:{n}:fence", "t:{n}:waiters", "t:{n}:wake",
+}
+
+func multiTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string, watch int) []int64 {
+	t.Helper()
+	return run(t, ctx, rdb, MultiAcquire, with(multiKeys, owner), owner, 10000, waiter, 3000, watch, "PUBLISH")
+}
+
+func TestMultiAcquire_ResentAcquireCountsOnce(t *testing.T) {
+	ctx, rdb := setup(t)
+	first := multiTry(t, ctx, rdb, "owner-a", "", 1)
+	again := multiTry(t, ctx, rdb, "owner-a", "", 1)
+	if len(first) != 3 || first[0] != 1 || len(again) != 3 || again[1] != first[1] || again[2] != first[2] {
+		t.Fatalf("first %v, resend %v: want both acquired with the same tokens", first, again)
+	}
+	for _, fence := range []string{"t:{m}:fence", "t:{n}:fence"} {
+		if n, _ := rdb.Get(ctx, fence).Int64(); n != 1 {
+			t.Fatalf("%s at %d after a resent acquire, want 1", fence, n)
+		}
+	}
+}
+
+func TestMultiAcquire_TakesNoneWhileOneIsHeld(t *testing.T) {
+	ctx, rdb := setup(t)
+	rdb.Set(ctx, "t:{n}", "someone", 0)
+	res := multiTry(t, ctx, rdb, "owner-a", "w", 1)
+	if res[0] != 0 || res[2] != 2 {
+		t.Fatalf("with the second lock held: %v, want refused by lock 2", res)
+	}
+	if n := rdb.Exists(ctx, "t:{m}").Val(); n != 0 {
+		t.Fatal("the free lock was taken though the other is held")
+	}
+	// It listened on lock 1: told lock 2 is in its way, it did not register.
+	if n := rdb.Exists(ctx, "t:{m}:waiters", "t:{n}:waiters").Val(); n != 0 {
+		t.Fatal("registered on a lock it does not listen on")
+	}
+	expectRefused(t, multiTry(t, ctx, rdb, "owner-a", "w", 2), "listening on lock 2")
+	if n := rdb.ZCard(ctx, "t:{n}:waiters").Val(); n != 1 {
+		t.Fatal("not registered on the lock it listens on and waits for")
+	}
+}
+
+func TestMultiRelease_ReleasesWhatIsLeftWhenOneWasLost(t *testing.T) {
+	ctx, rdb := setup(t)
+	multiTry(t, ctx, rdb, "owner-a", "", 1)
+	rdb.Set(ctx, "t:{n}", "someone", 0) // taken from it
+	if n := runInt(t, ctx, rdb, MultiExtend, multiKeys, "owner-a", 10000); n != 0 {
+		t.Fatalf("extend with one lock lost: %d, want 0", n)
+	}
+	if n := runInt(t, ctx, rdb, MultiRelease, multiKeys, "owner-a", "PUBLISH"); n != 0 {
+		t.Fatalf("release with one lock lost: %d, want 0", n)
+	}
+	if n := rdb.Exists(ctx, "t:{m}").Val(); n != 0 {
+		t.Fatal("the lock still held was not released")
+	}
+	if holder := rdb.Get(ctx, "t:{n}").Val(); holder != "someone" {
+		t.Fatal("the release touched the other owner's lock")
+	}
+}
+
+func TestMultiAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
+	ctx, rdb := setup(t)
+	if n := runInt(t, ctx, rdb, MultiAbandon, with(multiKeys, "owner-a"), "owner-a", "PUBLISH", 10000, "", 1); n != 0 {
+		t.Fatalf("abandon before arrival: %d, want 0", n)
+	}
+	if res := multiTry(t, ctx, rdb, "owner-a", "", 1); res[0] != -1 {
+		t.Fatalf("late acquire: %v, want {-1, 0}", res)
+	}
+	if n := rdb.Exists(ctx, "t:{m}", "t:{n}").Val(); n != 0 {
+		t.Fatal("a refused late acquire holds locks")
+	}
+}
