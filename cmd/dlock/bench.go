@@ -72,12 +72,15 @@ func runBench(ctx context.Context, args []string, out *output) int {
 	}
 	n := max(res.acquisitions, 1)
 	fmt.Fprintf(out.stdout, "acquisitions:    %d (%.0f/s)\n", res.acquisitions, float64(res.acquisitions)/res.elapsed.Seconds())
-	fmt.Fprintf(out.stdout, "handoff:         p50 %s, p99 %s (%d handoffs)\n",
-		round(res.handoffs.Percentile(50)), round(res.handoffs.Percentile(99)), res.handoffs.Count())
+	if res.handoffs != nil {
+		fmt.Fprintf(out.stdout, "handoff:         p50 %s, p99 %s (%d handoffs)\n",
+			round(res.handoffs.Percentile(50)), round(res.handoffs.Percentile(99)), res.handoffs.Count())
+	}
 	if res.readHandoffs != nil {
 		fmt.Fprintf(out.stdout, "  to readers:    p50 %s, p99 %s (%d)\n",
 			round(res.readHandoffs.Percentile(50)), round(res.readHandoffs.Percentile(99)), res.readHandoffs.Count())
 	}
+	fmt.Fprintf(out.stdout, "per client:      max/min %.2f\n", res.spread())
 	fmt.Fprintf(out.stdout, "Redis commands:  %.1f per acquisition\n", float64(after-before)/float64(n))
 	if !res.ok() {
 		fmt.Fprintf(out.stdout, "UNSAFE: %d overlapping holders, %d stale tokens\n", res.overlaps, res.stale)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,7 @@ import (
 )
 
 // lockTypes are the lock types the demo and bench run, in table order.
-var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex"}
+var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex", "FairMutex", "Semaphore", "MultiLock"}
 
 // contention is one run of workers taking one lock back to back, each with
 // its own Redis connection, as separate processes would.
@@ -32,12 +33,43 @@ type contention struct {
 // contentionResult is what the checkers saw.
 type contentionResult struct {
 	acquisitions int
-	overlaps     int // holders inside together (readers together are fine)
-	stale        int // entries whose token was not above all before
-	handoffs     *check.Latencies
+	overlaps     int              // holders inside together (readers, or permits up to their number, are fine)
+	stale        int              // entries whose token was not above all before (a Semaphore's: repeated)
+	handoffs     *check.Latencies // nil where not measured (Semaphore, MultiLock)
 	readHandoffs *check.Latencies // RWMutex only
+	perWorker    []int            // acquisitions of each worker
 	elapsed      time.Duration
 }
+
+// spread is the most acquisitions of a worker over the fewest: 1 is fair.
+func (r contentionResult) spread() float64 {
+	if len(r.perWorker) == 0 {
+		return 0
+	}
+	least, most := r.perWorker[0], r.perWorker[0]
+	for _, n := range r.perWorker {
+		least, most = min(least, n), max(most, n)
+	}
+	if least == 0 {
+		return math.Inf(1)
+	}
+	return float64(most) / float64(least)
+}
+
+// checkers watch one run: each lock type reports to the one that fits it.
+type checkers struct {
+	fenced  check.Fenced
+	shared  check.Shared
+	bounded check.Bounded
+	perName map[string]*check.Fenced // a MultiLock's locks
+}
+
+// multiNames are the locks a MultiLock run shares out: each worker takes two
+// of three, in either order.
+func multiNames(name string) []string { return []string{name + ":a", name + ":b", name + ":c"} }
+
+// semaphorePermits is how many holders a Semaphore run lets in at once.
+func semaphorePermits(workers int) int { return max(2, workers/4) }
 
 func (r contentionResult) ok() bool {
 	return r.acquisitions > 0 && r.overlaps == 0 && r.stale == 0
@@ -50,15 +82,18 @@ type worker func(ctx context.Context) error
 func (c *contention) run(ctx context.Context) (contentionResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
-	var fenced check.Fenced
-	var shared check.Shared
+	ch := &checkers{bounded: check.Bounded{Limit: semaphorePermits(c.workers)}, perName: make(map[string]*check.Fenced)}
+	for _, name := range multiNames(c.name) {
+		ch.perName[name] = new(check.Fenced)
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, c.workers)
+	perWorker := make([]int, c.workers)
 	for i := range c.workers {
 		rdb := c.newRedis()
 		client := dlock.New(rdb)
-		work := c.worker(client, i, &fenced, &shared)
+		work := c.worker(client, i, ch)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -71,6 +106,7 @@ func (c *contention) run(ctx context.Context) (contentionResult, error) {
 					}
 					return
 				}
+				perWorker[i]++
 				c.acquired.Add(1)
 			}
 		}()
@@ -80,21 +116,34 @@ func (c *contention) run(ctx context.Context) (contentionResult, error) {
 	if err := <-errs; err != nil {
 		return contentionResult{}, err
 	}
-	res := contentionResult{elapsed: time.Since(start)}
-	if c.lockType == "RWMutex" {
-		r := shared.Result()
+	res := contentionResult{elapsed: time.Since(start), perWorker: perWorker}
+	switch c.lockType {
+	case "RWMutex":
+		r := ch.shared.Result()
 		res.acquisitions, res.overlaps, res.stale = r.Reads+r.Writes, r.Conflicts, r.Stale
-		res.handoffs, res.readHandoffs = &shared.WriteHandoffs, &shared.ReadHandoffs
-		return res, nil
+		res.handoffs, res.readHandoffs = &ch.shared.WriteHandoffs, &ch.shared.ReadHandoffs
+	case "Semaphore":
+		r := ch.bounded.Result()
+		res.acquisitions, res.overlaps, res.stale = r.Completed, r.Over, r.Repeated
+	case "MultiLock":
+		for _, n := range perWorker {
+			res.acquisitions += n
+		}
+		for _, f := range ch.perName {
+			r := f.Result()
+			res.overlaps, res.stale = res.overlaps+r.Overlaps, res.stale+r.Stale
+		}
+	default:
+		r := ch.fenced.Result()
+		res.acquisitions, res.overlaps, res.stale, res.handoffs = r.Completed, r.Overlaps, r.Stale, &ch.fenced.Handoffs
 	}
-	r := fenced.Result()
-	res.acquisitions, res.overlaps, res.stale, res.handoffs = r.Completed, r.Overlaps, r.Stale, &fenced.Handoffs
 	return res, nil
 }
 
 // worker makes worker i's loop body for the lock type. Errors after the
 // run's context ended are the run ending, not failures.
-func (c *contention) worker(client *dlock.Client, i int, fenced *check.Fenced, shared *check.Shared) worker {
+func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
+	fenced, shared := &ch.fenced, &ch.shared
 	unlock := func(ctx context.Context, l *dlock.Lease) error {
 		if err := l.Unlock(ctx); err != nil && ctx.Err() == nil {
 			return err
@@ -146,6 +195,54 @@ func (c *contention) worker(client *dlock.Client, i int, fenced *check.Fenced, s
 			shared.EnterRead(asked)
 			time.Sleep(c.hold)
 			shared.ExitRead()
+			return unlock(ctx, l)
+		}
+	case "Semaphore":
+		sem := client.Semaphore(c.name, ch.bounded.Limit)
+		return func(ctx context.Context) error {
+			l, err := sem.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			ch.bounded.Enter(l.Token())
+			time.Sleep(c.hold)
+			ch.bounded.Exit()
+			return unlock(ctx, l)
+		}
+	case "MultiLock":
+		all := multiNames(c.name)
+		names := []string{all[i%3], all[(i+1)%3]}
+		if i%2 == 1 {
+			names[0], names[1] = names[1], names[0] // the order asked in does not matter
+		}
+		ml := client.MultiLock(names)
+		return func(ctx context.Context) error {
+			asked := time.Now()
+			l, err := ml.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			tokens := l.Tokens()
+			for name, token := range tokens {
+				ch.perName[name].Enter(i, token, asked)
+			}
+			time.Sleep(c.hold)
+			for name := range tokens {
+				ch.perName[name].Exit(i)
+			}
+			return unlock(ctx, l)
+		}
+	case "FairMutex":
+		m := client.FairMutex(c.name)
+		return func(ctx context.Context) error {
+			asked := time.Now()
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			fenced.Enter(i, l.Token(), asked)
+			time.Sleep(c.hold)
+			fenced.Exit(i)
 			return unlock(ctx, l)
 		}
 	default:

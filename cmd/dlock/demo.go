@@ -16,10 +16,12 @@ const demoHold = time.Millisecond
 const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration D]
 
 Workers contend for one lock of each type in turn (Mutex, ReentrantMutex,
-RWMutex), each with its own connection, and a checker watches them. Prints a
-verdict per type: acquisitions, overlapping holders (must be 0), whether
-fencing tokens only increased, and handoff latency from a release to a
-waiting worker holding the lock. Exits 0 only when every verdict holds.
+RWMutex, FairMutex, Semaphore, MultiLock), each with its own connection,
+and a checker watches them. Prints a verdict per type: acquisitions,
+overlapping holders (must be 0), whether fencing tokens only increased,
+how evenly the workers shared the lock, and handoff latency from a release
+to a waiting worker holding the lock. Exits 0 only when every verdict
+holds.
 
 Without --redis (or REDIS_URL) it runs on an embedded Redis (miniredis) and
 needs nothing installed.
@@ -34,7 +36,7 @@ func runDemo(ctx context.Context, args []string, out *output) int {
 	fs := newFlagSet("demo", demoUsage, out)
 	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else an embedded Redis)")
 	workers := fs.Int("workers", 8, "workers per lock type, each with its own connection")
-	duration := fs.Duration("duration", 3*time.Second, "how long the workers contend, per lock type")
+	duration := fs.Duration("duration", 2*time.Second, "how long the workers contend, per lock type")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -69,7 +71,8 @@ func runDemo(ctx context.Context, args []string, out *output) int {
 	}
 
 	ok := true
-	fmt.Fprintf(out.stdout, "%-15s %12s %9s %11s %12s %12s\n", "lock", "acquisitions", "overlaps", "tokens", "handoff p50", "handoff p99")
+	fmt.Fprintf(out.stdout, "%-15s %12s %9s %11s %8s %12s %12s\n", "lock", "acquisitions", "overlaps", "tokens", "max/min",
+		"handoff p50", "handoff p99")
 	for _, lockType := range lockTypes {
 		r := results[lockType]
 		ok = ok && r.ok()
@@ -77,13 +80,20 @@ func runDemo(ctx context.Context, args []string, out *output) int {
 		if r.stale > 0 {
 			tokens = "STALE"
 		}
-		fmt.Fprintf(out.stdout, "%-15s %12d %9d %11s %12s %12s\n", lockType, r.acquisitions, r.overlaps, tokens,
-			round(r.handoffs.Percentile(50)), round(r.handoffs.Percentile(99)))
+		p50, p99 := "-", "-"
+		if r.handoffs != nil {
+			p50, p99 = round(r.handoffs.Percentile(50)), round(r.handoffs.Percentile(99))
+		}
+		fmt.Fprintf(out.stdout, "%-15s %12d %9d %11s %8.2f %12s %12s\n", lockType, r.acquisitions, r.overlaps, tokens,
+			r.spread(), p50, p99)
 	}
 	rw := results["RWMutex"]
 	fmt.Fprintf(out.stdout, "\nRWMutex: one worker in four writes; overlaps count a writer inside with anyone;\n"+
-		"handoffs are to waiting writers (to waiting readers: p50 %s, p99 %s).\n",
-		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)))
+		"handoffs are to waiting writers (to waiting readers: p50 %s, p99 %s).\n"+
+		"Semaphore: %d permits; overlaps count holders beyond them, tokens must never repeat.\n"+
+		"MultiLock: each worker locks two of three names, in either order; overlaps per name.\n"+
+		"max/min: the most acquisitions of a worker over the fewest (the FairMutex's is near 1).\n",
+		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)), semaphorePermits(*workers))
 	if !ok {
 		fmt.Fprintln(out.stdout, "\nverdict: FAILED — a lock let holders overlap or a stale token through")
 		return 1
