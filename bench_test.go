@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -89,29 +90,44 @@ func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {
 // Eight clients, each with its own connections, take one lock back to back.
 // A handoff is the time from a release to a different client holding it.
 func BenchmarkMutex_Contended8Clients(b *testing.B) {
+	benchContended8(b, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.Mutex("bench:contended").Lock
+	})
+}
+
+// The same with the FairMutex: a release hands the lock to the head of the
+// line; "max/min" is the most acquisitions of a client over the fewest.
+func BenchmarkFairMutex_Contended8Clients(b *testing.B) {
+	benchContended8(b, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		return c.FairMutex("bench:contended").Lock
+	})
+}
+
+func benchContended8(b *testing.B, lockOf func(*dlock.Client) func(context.Context) (*dlock.Lease, error)) {
 	const clients = 8
 	srv := redistest.Start(b)
 	admin := srv.Client()
 	ctx := context.Background()
 	var fenced check.Fenced
-	mutexes := make([]*dlock.Mutex, clients)
-	for i := range mutexes {
-		mutexes[i] = newClient(b, srv.Client()).Mutex("bench:contended")
+	locks := make([]func(context.Context) (*dlock.Lease, error), clients)
+	for i := range locks {
+		locks[i] = lockOf(newClient(b, srv.Client()))
 	}
-	for _, mu := range mutexes { // scripts loaded, subscribers connected
-		lockUnlock(b, ctx, mu.Lock)
+	for _, lock := range locks { // scripts loaded, subscribers connected
+		lockUnlock(b, ctx, lock)
 	}
 
+	perClient := make([]int, clients)
 	before := serverCommands(b, ctx, admin)
 	b.ResetTimer()
-	shareIterations(b, len(mutexes), func(worker int) error {
-		mu := mutexes[worker]
+	shareIterations(b, len(locks), func(worker int) error {
 		asked := time.Now()
-		lease, err := mu.Lock(ctx)
+		lease, err := locks[worker](ctx)
 		if err != nil {
 			return err
 		}
 		fenced.Enter(worker, lease.Token(), asked)
+		perClient[worker]++
 		fenced.Exit(worker)
 		return lease.Unlock(ctx)
 	})
@@ -124,6 +140,47 @@ func BenchmarkMutex_Contended8Clients(b *testing.B) {
 	b.ReportMetric(float64(fenced.Handoffs.Percentile(50).Microseconds()), "handoff-p50-µs")
 	b.ReportMetric(float64(fenced.Handoffs.Percentile(99).Microseconds()), "handoff-p99-µs")
 	b.ReportMetric(float64(fenced.Handoffs.Count())/float64(b.N), "handoffs/acq")
+	b.ReportMetric(float64(slices.Max(perClient))/float64(max(slices.Min(perClient), 1)), "max/min")
+}
+
+// One acquisition and release at a time of each of the other types: round
+// trips, Redis commands (inside scripts counted) and allocations.
+func BenchmarkFamily_Uncontended(b *testing.B) {
+	types := []struct {
+		name string
+		lock func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"FairMutex", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.FairMutex("bench:fair").Lock
+		}},
+		{"Semaphore", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.Semaphore("bench:sem", 4).Acquire
+		}},
+		{"MultiLock3", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.MultiLock([]string{"bench:a", "bench:b", "bench:c"}).Lock
+		}},
+	}
+	for _, typ := range types {
+		b.Run(typ.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			admin := srv.Client()
+			rdb := srv.Client()
+			counter := &commandCounter{}
+			rdb.AddHook(counter)
+			lock := typ.lock(newClient(b, rdb))
+			ctx := context.Background()
+			lockUnlock(b, ctx, lock) // scripts loaded
+			roundTrips, before := counter.commands.Load(), serverCommands(b, ctx, admin)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				lockUnlock(b, ctx, lock)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(counter.commands.Load()-roundTrips)/float64(b.N), "roundtrips/op")
+			b.ReportMetric(float64(serverCommands(b, ctx, admin)-before)/float64(b.N), "rediscmds/op")
+		})
+	}
 }
 
 // 10,000 leases held and renewed by one Client: what they cost in

@@ -21,7 +21,7 @@ if ARGV[4] ~= '' then
 end
 if redis.call('GET', LOCK) == ARGV[1] then
   redis.call('DEL', LOCK)
-  hand_over(server_now(), ARGV[2])
+  hand_over(ARGV[2])
   return 1
 end
 redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])

@@ -30,10 +30,12 @@ local entry = ''
 if ARGV[3] ~= '' then
   entry = owner .. ARGV[3]
 end
-local now, now_us = server_now()
 if not holder then
-  purge_queue(now)
-  local head = redis.call('ZRANGE', QUEUE, 0, 0)
+  local head = {}
+  if redis.call('EXISTS', QUEUE) == 1 then -- else no clock, no purge
+    purge_queue(server_now())
+    head = redis.call('ZRANGE', QUEUE, 0, 0)
+  end
   if #head == 0 or head[1] == entry then
     if redis.call('EXISTS', KEYS[6]) == 1 then
       return {-1, 0}
@@ -54,9 +56,10 @@ if not holder then
   -- Free with someone ahead: the holder expired, or was removed by force,
   -- and nobody handed the lock on. Do it now rather than wait for the head
   -- to find out.
-  hand_over(now, ARGV[5])
+  hand_over(ARGV[5])
 end
 if entry ~= '' then
+  local now, now_us = server_now()
   if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', KEYS[6]) == 1 then
     redis.call('ZREM', QUEUE, entry)
     return {-1, 0}

@@ -40,7 +40,11 @@ end
 -- renewal so holds the lock up no longer than it would have held its place.
 -- The fencing token is minted here, at the grant. Returns whether anyone
 -- was waiting.
-local function hand_over(now, publish)
+local function hand_over(publish)
+  if redis.call('EXISTS', QUEUE) == 0 then -- nobody waits: no clock, no purge
+    return false
+  end
+  local now = server_now()
   purge_queue(now)
   local head = redis.call('ZRANGE', QUEUE, 0, 0)
   if #head == 0 then

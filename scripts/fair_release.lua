@@ -13,5 +13,5 @@ if redis.call('GET', LOCK) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', LOCK)
-hand_over(server_now(), ARGV[2])
+hand_over(ARGV[2])
 return 1
