@@ -145,3 +145,97 @@ func ExampleRWMutex() {
 	// another reader joins: true
 	// a reader cannot upgrade: true
 }
+
+// Two workers queue for a FairMutex while a third holds it: they get it in
+// the order they asked.
+func ExampleFairMutex() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	holder, err := locks.FairMutex("printer").Lock(ctx)
+	if err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	served := make(chan string, 2)
+	for i, worker := range []string{"ana", "bo"} {
+		go func() {
+			lease, err := locks.FairMutex("printer").Lock(ctx)
+			if err != nil {
+				served <- err.Error()
+				return
+			}
+			served <- worker
+			_ = lease.Unlock(ctx)
+		}()
+		// For the example's sake, the next worker asks only once this one
+		// waits in line.
+		for info, _ := locks.Describe(ctx, "printer"); info.WritersWaiting <= i; info, _ = locks.Describe(ctx, "printer") {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	_ = holder.Unlock(ctx) // hands the lock to ana, who hands it to bo
+	fmt.Println(<-served, "then", <-served)
+
+	// Output:
+	// ana then bo
+}
+
+// A Semaphore of two permits: a third acquisition waits, or with TryAcquire
+// is refused, until a permit comes back.
+func ExampleSemaphore() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	downloads := locks.Semaphore("downloads", 2)
+	a, _ := downloads.Acquire(ctx)
+	b, _ := downloads.Acquire(ctx)
+	_, err := downloads.TryAcquire(ctx)
+	fmt.Println("third permit refused:", errors.Is(err, dlock.ErrNotAcquired))
+
+	_, err = locks.Semaphore("downloads", 5).TryAcquire(ctx)
+	fmt.Println("opened with another count:", errors.Is(err, dlock.ErrPermits))
+
+	_ = a.Unlock(ctx)
+	c, err := downloads.TryAcquire(ctx)
+	fmt.Println("after a release:", err == nil)
+	_ = b.Unlock(ctx)
+	_ = c.Unlock(ctx)
+
+	// Output:
+	// third permit refused: true
+	// opened with another count: true
+	// after a release: true
+}
+
+// A transfer locks both accounts, whatever order it names them in; each
+// account's store checks that account's fencing token.
+func ExampleMultiLock() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	lease, err := locks.MultiLock([]string{"account:7", "account:3"}).Lock(ctx)
+	if err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	tokens := lease.Tokens()
+	fmt.Println("holding", lease.Name(), "tokens", tokens["account:3"], tokens["account:7"])
+
+	_, err = locks.Mutex("account:7").TryLock(ctx)
+	fmt.Println("account:7 alone is held too:", errors.Is(err, dlock.ErrNotAcquired))
+	_ = lease.Unlock(ctx)
+
+	// Output:
+	// holding account:3,account:7 tokens 1 1
+	// account:7 alone is held too: true
+}
