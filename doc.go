@@ -15,9 +15,12 @@
 //	store.Write(ctx, lease.Token(), order) // the store refuses older tokens
 //
 // The types: [Mutex] (exclusive), [ReentrantMutex] (exclusive, re-entered
-// by its owner, holds counted) and [RWMutex] (many readers or one writer,
-// reentrant, writer-preferring). Their owner is a handle's owner id (see
-// [WithOwner]), never a goroutine.
+// by its owner, holds counted), [RWMutex] (many readers or one writer,
+// reentrant, writer-preferring), [FairMutex] (exclusive, first come first
+// served), [Semaphore] (N holders, a lease per permit) and [MultiLock]
+// (several locks, all or none, deadlock-free). The owner of a reentrant or
+// read-write hold is a handle's owner id (see [WithOwner]), never a
+// goroutine.
 //
 // # Leases, and what a lock can promise
 //
@@ -43,9 +46,12 @@
 // in the same script; each release picks one live registered waiter and
 // publishes its id, so one release wakes one waiter, whichever client it is
 // in, and no release can slip between a waiter's attempt and its wait.
-// Waiters try again every second ([DefaultWaiterRefresh]) while they wait,
-// which keeps their registration alive: a waiter that died stops being
-// picked, and a wake-up sent to it holds the others up for a second at most.
+// Waiters try again every second ([DefaultWaiterRefresh], see
+// [WithWaiterRefresh]) while they wait, which keeps their registration
+// alive: a waiter that died stops being picked within three refreshes, and
+// a wake-up sent to it holds the others up for a refresh at most. A
+// [FairMutex] goes further: its release hands the lock itself to the first
+// live waiter in line.
 // If pub/sub is unavailable, waiters retry when the holder's TTL runs out.
 //
 // # Redis
@@ -68,6 +74,7 @@
 // # Errors
 //
 // Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],
-// [ErrWrongType], [ErrInvalid] and [ErrClosed] with [errors.Is]. Bad input is
+// [ErrWrongType], [ErrInvalid], [ErrUpgrade], [ErrPermits] and [ErrClosed]
+// with [errors.Is]. Bad input is
 // reported before anything is sent to Redis.
 package dlock
