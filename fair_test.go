@@ -292,14 +292,5 @@ func TestFairMutex_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 		t.Fatal("a failed Lock changed the foreign key")
 	}
 
-	lease, err := c.FairMutex(lockName(t)).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
-	}
+	expectSecondUnlockRefused(t, ctx, c.FairMutex(lockName(t)).Lock)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -275,5 +276,44 @@ func eventually(t testing.TB, ctx context.Context, what string, cond func() bool
 			t.Fatalf("%s did not happen", what)
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// expectSecondUnlockRefused takes a lock, releases it, and fails the test
+// unless releasing it again is refused with ErrNotHeld.
+func expectSecondUnlockRefused(t testing.TB, ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) {
+	t.Helper()
+	lease, err := lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
+	}
+}
+
+// runWorkers runs body for workers goroutines at once and fails the test
+// with the errors they return. Each gets a context that fails its wait
+// instead of hanging should the locks under test deadlock.
+func runWorkers(t testing.TB, workers int, body func(ctx context.Context, worker int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for worker := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := body(ctxFor(t, 2*time.Minute), worker); err != nil {
+				errs <- fmt.Errorf("worker %d: %w", worker, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -3,9 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -95,40 +93,30 @@ func TestMultiLock_OverlappingSetsInOppositeOrdersNeverDeadlock(t *testing.T) {
 		for _, name := range names {
 			resources[name] = new(check.Fenced)
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, len(sets))
-		for client, set := range sets {
-			ml := newClient(t, b.newRedis(t)).MultiLock(set)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// A deadlock would hold every client here until the guard.
-				ctx := ctxFor(t, 2*time.Minute)
-				for range rounds {
-					asked := time.Now()
-					lease, err := ml.Lock(ctx)
-					if err != nil {
-						errs <- fmt.Errorf("client %d: %w", client, err)
-						return
-					}
-					for name, token := range lease.Tokens() {
-						resources[name].Enter(client, token, asked)
-					}
-					for name := range lease.Tokens() {
-						resources[name].Exit(client)
-					}
-					if err := lease.Unlock(ctx); err != nil {
-						errs <- err
-						return
-					}
+		multis := make([]*dlock.MultiLock, len(sets))
+		for i, set := range sets {
+			multis[i] = newClient(t, b.newRedis(t)).MultiLock(set)
+		}
+		// A deadlock would hold every worker until its context's guard.
+		runWorkers(t, len(multis), func(ctx context.Context, worker int) error {
+			for range rounds {
+				asked := time.Now()
+				lease, err := multis[worker].Lock(ctx)
+				if err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+				for name, token := range lease.Tokens() {
+					resources[name].Enter(worker, token, asked)
+				}
+				for name := range lease.Tokens() {
+					resources[name].Exit(worker)
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		for name, res := range resources {
 			if got := res.Result(); got.Overlaps != 0 || got.Stale != 0 {
 				t.Fatalf("%s: %+v; want 0 overlaps, 0 stale tokens", name, got)
@@ -278,14 +266,5 @@ func TestMultiLock_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 	}
 	expectFree(t, ctx, rdb, names[0], names[2])
 
-	lease, err := c.MultiLock(lockNames(t, 2)).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
-	}
+	expectSecondUnlockRefused(t, ctx, c.MultiLock(lockNames(t, 2)).Lock)
 }

@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,39 +18,26 @@ func TestMutex_ContendedHoldersNeverOverlapAndTokensIncrease(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := lockName(t)
 		var res check.Fenced
-		var wg sync.WaitGroup
-		errs := make(chan error, clients*goroutinesPerClient)
-		for client := range clients {
-			c := newClient(t, b.newRedis(t))
-			mu := c.Mutex(name)
-			for g := range goroutinesPerClient {
-				holder := client*goroutinesPerClient + g
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ctx := ctxFor(t, 2*time.Minute)
-					for range acquisitions {
-						asked := time.Now()
-						lease, err := mu.Lock(ctx)
-						if err != nil {
-							errs <- err
-							return
-						}
-						res.Enter(holder, lease.Token(), asked)
-						res.Exit(holder)
-						if err := lease.Unlock(ctx); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
+		mutexes := make([]*dlock.Mutex, clients)
+		for i := range mutexes {
+			mutexes[i] = newClient(t, b.newRedis(t)).Mutex(name)
+		}
+		runWorkers(t, clients*goroutinesPerClient, func(ctx context.Context, holder int) error {
+			mu := mutexes[holder/goroutinesPerClient]
+			for range acquisitions {
+				asked := time.Now()
+				lease, err := mu.Lock(ctx)
+				if err != nil {
+					return err
+				}
+				res.Enter(holder, lease.Token(), asked)
+				res.Exit(holder)
+				if err := lease.Unlock(ctx); err != nil {
+					return err
+				}
 			}
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+			return nil
+		})
 		want := clients * goroutinesPerClient * acquisitions
 		if got := res.Result(); got.Completed != want || got.Overlaps != 0 || got.Stale != 0 {
 			t.Fatalf("%+v; want %d completed, 0 overlaps, 0 stale tokens", got, want)

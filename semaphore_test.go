@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,35 +17,25 @@ func TestSemaphore_NeverMorePermitsHeldThanItHas(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := lockName(t)
 		res := check.Bounded{Limit: permits}
-		var wg sync.WaitGroup
-		errs := make(chan error, 4*permits)
-		for range 4 * permits {
-			sem := newClient(t, b.newRedis(t)).Semaphore(name, permits)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx := ctxFor(t, 2*time.Minute)
-				for range rounds {
-					lease, err := sem.Acquire(ctx)
-					if err != nil {
-						errs <- err
-						return
-					}
-					res.Enter(lease.Token())
-					time.Sleep(time.Millisecond) // the work: lets holders overlap
-					res.Exit()
-					if err := lease.Unlock(ctx); err != nil {
-						errs <- err
-						return
-					}
+		sems := make([]*dlock.Semaphore, 4*permits)
+		for i := range sems {
+			sems[i] = newClient(t, b.newRedis(t)).Semaphore(name, permits)
+		}
+		runWorkers(t, len(sems), func(ctx context.Context, worker int) error {
+			for range rounds {
+				lease, err := sems[worker].Acquire(ctx)
+				if err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+				res.Enter(lease.Token())
+				time.Sleep(time.Millisecond) // the work: lets holders overlap
+				res.Exit()
+				if err := lease.Unlock(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		got := res.Result()
 		t.Logf("%+v", got)
 		if got.Completed != 4*permits*rounds || got.Over != 0 || got.Repeated != 0 {
@@ -62,38 +51,26 @@ func TestSemaphore_CrashedHoldersLosePermitsToNobody(t *testing.T) {
 		ctx := ctxFor(t, time.Minute)
 		name := lockName(t)
 		res := check.Bounded{Limit: permits}
-		var wg sync.WaitGroup
-		errs := make(chan error, holders)
-		for range holders {
-			// Each holder takes a permit, then either gives it back or
-			// crashes (its client stops, so nothing renews the permit).
-			c := dlock.New(b.newRedis(t), dlock.WithTTL(ttl), dlock.WithWaiterRefresh(50*time.Millisecond))
-			crash := rand.IntN(2) == 0
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				lease, err := c.Semaphore(name, permits).Acquire(ctx)
-				if err != nil {
-					errs <- err
-					return
-				}
-				res.Enter(lease.Token())
-				res.Exit()
-				if crash {
-					_ = c.Close()
-					return
-				}
-				if err := lease.Unlock(ctx); err != nil {
-					errs <- err
-				}
-				_ = c.Close()
-			}()
+		clients := make([]*dlock.Client, holders)
+		for i := range clients {
+			clients[i] = dlock.New(b.newRedis(t), dlock.WithTTL(ttl), dlock.WithWaiterRefresh(50*time.Millisecond))
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		// Each holder takes a permit, then either gives it back or crashes
+		// (its client stops, so nothing renews the permit).
+		runWorkers(t, holders, func(ctx context.Context, worker int) error {
+			c := clients[worker]
+			defer c.Close()
+			lease, err := c.Semaphore(name, permits).Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			res.Enter(lease.Token())
+			res.Exit()
+			if rand.IntN(2) == 0 {
+				return nil
+			}
+			return lease.Unlock(ctx)
+		})
 		if got := res.Result(); got.Over != 0 || got.Repeated != 0 {
 			t.Fatalf("%+v; want never over %d holders, no token twice", got, permits)
 		}
@@ -210,16 +187,7 @@ func TestSemaphore_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 		t.Fatal("a failed acquire changed the foreign key")
 	}
 
-	lease, err := c.Semaphore(lockName(t), 1).Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("second Unlock: %v; want ErrNotHeld", err)
-	}
+	expectSecondUnlockRefused(t, ctx, c.Semaphore(lockName(t), 1).Acquire)
 }
 
 func TestSemaphore_CancelledAcquireLeavesNothingBehind(t *testing.T) {

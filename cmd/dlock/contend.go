@@ -233,30 +233,24 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			return unlock(ctx, l)
 		}
 	case "FairMutex":
-		m := client.FairMutex(c.name)
-		return func(ctx context.Context) error {
-			asked := time.Now()
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			fenced.Enter(i, l.Token(), asked)
-			time.Sleep(c.hold)
-			fenced.Exit(i)
-			return unlock(ctx, l)
-		}
+		return c.exclusive(client.FairMutex(c.name).Lock, i, fenced, unlock)
 	default:
-		m := client.Mutex(c.name)
-		return func(ctx context.Context) error {
-			asked := time.Now()
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			fenced.Enter(i, l.Token(), asked)
-			time.Sleep(c.hold)
-			fenced.Exit(i)
-			return unlock(ctx, l)
+		return c.exclusive(client.Mutex(c.name).Lock, i, fenced, unlock)
+	}
+}
+
+// exclusive is the loop body of worker i on a lock with one holder at a time.
+func (c *contention) exclusive(lock func(context.Context) (*dlock.Lease, error), i int, fenced *check.Fenced,
+	unlock func(context.Context, *dlock.Lease) error) worker {
+	return func(ctx context.Context) error {
+		asked := time.Now()
+		l, err := lock(ctx)
+		if err != nil {
+			return err
 		}
+		fenced.Enter(i, l.Token(), asked)
+		time.Sleep(c.hold)
+		fenced.Exit(i)
+		return unlock(ctx, l)
 	}
 }
