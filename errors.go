@@ -42,6 +42,9 @@ var (
 	// deliberately with [Semaphore.SetPermits].
 	ErrPermits = errors.New("dlock: semaphore has another number of permits")
 
+	// ErrNoLeader: an [Election] that nobody leads right now.
+	ErrNoLeader = errors.New("dlock: no leader")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )

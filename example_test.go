@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -238,4 +239,53 @@ func ExampleMultiLock() {
 	// Output:
 	// holding account:3,account:7 tokens 1 1
 	// account:7 alone is held too: true
+}
+
+// A pool of workers where only the leader schedules jobs. Each worker
+// campaigns; the leader schedules while its leadership lasts (the lease's
+// context ends if it is lost), then resigns, and the next worker leads in
+// the next term.
+func ExampleElection() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	var jobs int
+	var log []string
+	var workers sync.WaitGroup
+	for w := range 3 {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			locks := dlock.New(rdb)
+			defer locks.Close()
+			scheduler := locks.Election("scheduler")
+			lease, err := scheduler.Campaign(ctx, fmt.Sprint("worker-", w))
+			if err != nil {
+				return
+			}
+			leading := lease.Context(ctx)
+			mu.Lock()
+			first := jobs + 1
+			for range 3 {
+				if leading.Err() != nil {
+					break // deposed: stop scheduling at once
+				}
+				jobs++ // schedule a job, fenced by the term: lease.Token()
+			}
+			log = append(log, fmt.Sprintf("term %d scheduled jobs %d-%d", lease.Token(), first, jobs))
+			mu.Unlock()
+			_ = scheduler.Resign(ctx)
+		}()
+	}
+	workers.Wait()
+	for _, line := range log {
+		fmt.Println(line)
+	}
+
+	// Output:
+	// term 1 scheduled jobs 1-3
+	// term 2 scheduled jobs 4-6
+	// term 3 scheduled jobs 7-9
 }

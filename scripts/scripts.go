@@ -73,6 +73,15 @@ var (
 	//go:embed multi_abandon.lua
 	multiAbandon string
 
+	//go:embed election_acquire.lua
+	electionAcquire string
+	//go:embed election_release.lua
+	electionRelease string
+	//go:embed election_proclaim.lua
+	electionProclaim string
+	//go:embed election_leader.lua
+	electionLeader string
+
 	//go:embed rw_lib.lua
 	rwLib string
 	//go:embed rw_acquire.lua
@@ -123,6 +132,15 @@ var (
 	MultiExtend  = redis.NewScript(multiLib + multiExtend)
 	MultiTTL     = redis.NewScript(multiLib + multiTTL)
 	MultiAbandon = redis.NewScript(wakeNext + multiLib + multiAbandon)
+)
+
+// Election scripts. A leadership is a Mutex hold: it is renewed with
+// MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
+var (
+	ElectionAcquire  = redis.NewScript(electionAcquire)
+	ElectionRelease  = redis.NewScript(wakeNext + electionRelease)
+	ElectionProclaim = redis.NewScript(electionProclaim)
+	ElectionLeader   = redis.NewScript(electionLeader)
 )
 
 // Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys
