@@ -17,8 +17,9 @@
 // The types: [Mutex] (exclusive), [ReentrantMutex] (exclusive, re-entered
 // by its owner, holds counted), [RWMutex] (many readers or one writer,
 // reentrant, writer-preferring), [FairMutex] (exclusive, first come first
-// served), [Semaphore] (N holders, a lease per permit) and [MultiLock]
-// (several locks, all or none, deadlock-free). The owner of a reentrant or
+// served), [Semaphore] (N holders, a lease per permit), [MultiLock]
+// (several locks, all or none, deadlock-free) and [Election] (one leader
+// among candidates, observed by anyone). The owner of a reentrant or
 // read-write hold is a handle's owner id (see [WithOwner]), never a
 // goroutine.
 //
@@ -74,7 +75,7 @@
 // # Errors
 //
 // Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],
-// [ErrWrongType], [ErrInvalid], [ErrUpgrade], [ErrPermits] and [ErrClosed]
-// with [errors.Is]. Bad input is
+// [ErrWrongType], [ErrInvalid], [ErrUpgrade], [ErrPermits], [ErrNoLeader]
+// and [ErrClosed] with [errors.Is]. Bad input is
 // reported before anything is sent to Redis.
 package dlock

@@ -112,6 +112,7 @@ func TestElection_OneLeaderAtATimeThroughCrashesAndResignations(t *testing.T) {
 		}
 
 		terms := []uint64{leader.lease.Token()}
+		var takeovers [2][]time.Duration // after a crash, after a resignation
 		for round := range rounds {
 			ended := time.Now()
 			if round%2 == 0 {
@@ -129,12 +130,15 @@ func TestElection_OneLeaderAtATimeThroughCrashesAndResignations(t *testing.T) {
 			leader = nextLeader(fmt.Sprintf("after round %d", round))
 			// The bound is the crashed leader's TTL; the margin is for a
 			// loaded machine.
-			if took := time.Since(ended); took > ttl+5*time.Second {
+			took := time.Since(ended)
+			if took > ttl+5*time.Second {
 				t.Fatalf("round %d: a new leader took %v, the TTL is %v", round, took, ttl)
 			}
+			takeovers[round%2] = append(takeovers[round%2], took.Round(time.Millisecond))
 			terms = append(terms, leader.lease.Token())
 		}
 		_ = leader.client.Close()
+		t.Logf("new leader after a crash (TTL %v): %v; after a resignation: %v", ttl, takeovers[0], takeovers[1])
 		if got := leaders.terms.Result(); leaders.overlaps != 0 || got.Stale != 0 {
 			t.Fatalf("%d leaders elected while an earlier one still led; %d terms not above the last", leaders.overlaps, got.Stale)
 		}
