@@ -61,6 +61,10 @@ type Lease struct {
 	names  []string
 	tokens []uint64
 	parts  []*Lease
+
+	// A Redlock's lease is held on a majority of nodes, not through c.
+	redlock *redlockHold
+	slack   time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
 }
 
 // leaseKind is what differs between lock types: the scripts that renew,
@@ -237,6 +241,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.parts != nil {
 		return l.extendParts(ctx, ttl)
 	}
+	if l.redlock != nil {
+		return l.redlock.extend(ctx, l, ttl)
+	}
 	if err := l.heldLocally(); err != nil {
 		return err
 	}
@@ -260,9 +267,14 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 // TTL returns how long Redis will keep this hold if it is not renewed.
 // A hold that is no longer ours gives [ErrNotHeld] and the lease is lost.
+// For a [Redlock]'s lease, held on several nodes, it is the validity left:
+// the time until [Lease.Deadline], asking no node.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l.parts != nil {
 		return l.partsTTL(ctx)
+	}
+	if l.redlock != nil {
+		return l.redlock.validity()
 	}
 	if err := l.heldLocally(); err != nil {
 		return 0, err
@@ -295,6 +307,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.unlocking.Store(true)
 	if l.parts != nil {
 		return l.unlockParts(ctx)
+	}
+	if l.redlock != nil {
+		return l.redlock.unlock(ctx, l)
 	}
 	l.c.renewer.remove(l)
 
@@ -372,7 +387,7 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) {
 	if l.isDone() || !time.Now().Before(l.deadline) {
 		return
 	}
-	l.deadline = validUntil(sent, ttl, l.drift)
+	l.deadline = validUntil(sent, ttl, l.drift).Add(-l.slack)
 	l.timer.Reset(time.Until(l.deadline))
 }
 

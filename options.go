@@ -54,6 +54,9 @@ type settings struct {
 	ownerSet  bool // else a random owner id per handle
 
 	waiterRefresh time.Duration
+
+	nodeTimeout  time.Duration // Redlock; 0: derived from the TTL
+	restartGuard bool          // Redlock
 }
 
 func defaultSettings() settings {
@@ -64,6 +67,7 @@ func defaultSettings() settings {
 		logger: slog.New(slog.DiscardHandler),
 
 		waiterRefresh: DefaultWaiterRefresh,
+		restartGuard:  true,
 	}
 }
 
@@ -126,6 +130,20 @@ func WithOwner(id string) Option {
 // waiter per refresh; at least [MinWaiterRefresh].
 func WithWaiterRefresh(d time.Duration) Option { return func(s *settings) { s.waiterRefresh = d } }
 
+// WithNodeTimeout bounds how long a [Redlock] waits for each node's answer,
+// in every operation. It must be small against the TTL: a node that
+// answers late uses up the validity of the lock. Default: TTL/50, between
+// 10 ms and 200 ms.
+func WithNodeTimeout(d time.Duration) Option { return func(s *settings) { s.nodeTimeout = d } }
+
+// WithRestartGuard turns the restart guard of a [Redlock] on (the default)
+// or off. With it on, a node that restarted (its run_id changed) less than
+// the longest TTL this Redlock uses ago does not count toward a quorum: it
+// may have come back without the locks it held, and counting it could let
+// a second owner in (the Redlock algorithm's delayed restart). Turn it off
+// only for nodes that persist every write (appendfsync always).
+func WithRestartGuard(on bool) Option { return func(s *settings) { s.restartGuard = on } }
+
 func (s settings) with(opts []Option) settings {
 	for _, opt := range opts {
 		if opt != nil {
@@ -149,6 +167,8 @@ func (s settings) validate() error {
 		return invalidf("wait %v is negative", s.wait)
 	case s.waiterRefresh < MinWaiterRefresh:
 		return invalidf("waiter refresh %v is below the minimum %v", s.waiterRefresh, MinWaiterRefresh)
+	case s.nodeTimeout < 0:
+		return invalidf("node timeout %v is negative", s.nodeTimeout)
 	case s.ownerSet && s.owner == "":
 		return invalidf("empty owner id")
 	case len(s.owner) > MaxNameLen:

@@ -82,6 +82,9 @@ var (
 	//go:embed election_leader.lua
 	electionLeader string
 
+	//go:embed redlock_fence.lua
+	redlockFence string
+
 	//go:embed rw_lib.lua
 	rwLib string
 	//go:embed rw_acquire.lua
@@ -142,6 +145,11 @@ var (
 	ElectionProclaim = redis.NewScript(electionProclaim)
 	ElectionLeader   = redis.NewScript(electionLeader)
 )
+
+// RedlockFence raises a node's fencing counter to a quorum's token. A
+// Redlock takes, renews and releases its holds on each node with the Mutex
+// scripts.
+var RedlockFence = redis.NewScript(redlockFence)
 
 // Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys
 // are among them).

@@ -1,0 +1,354 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// Redlock makes locks held by a majority of several independent Redis
+// masters (the Redlock algorithm of the Redis documentation), so that a lock
+// survives the loss of a minority of them.
+//
+// What it guarantees, given clocks that run at about the same rate
+// (a drift within [WithDriftFactor]) and the restart guard on: while a lease
+// is valid (before [Lease.Deadline]), no other owner holds a majority; a
+// lease is returned only with validity left, counted from the start of the
+// attempt that took it (TTL minus the time the attempt took, minus TTL ×
+// drift + 2 ms); fencing tokens strictly increase from one holder to the
+// next. What it does not: it cannot stop a holder paused past its deadline
+// from acting (use the token), and it relies on timing: a node whose clock
+// jumps forward, or that loses writes on restart while the guard is off,
+// can let two owners in.
+//
+// Each operation goes to every node at once, each answer bounded by
+// [WithNodeTimeout]. A failed acquisition releases what it took on every
+// node, also those that seemed to fail. Waiting Locks retry after a short
+// random delay rather than being woken: a release on a majority is not one
+// event any node could announce.
+//
+// NewRedlock adds a hook to each client that counts the connections it
+// opens (the restart guard reads a node's run_id after a reconnection).
+// Each client should reach one master: a Client, or a failover client.
+type Redlock struct {
+	nodes   []*redlockNode
+	cfg     settings
+	err     error
+	quorum  int
+	longest atomic.Int64 // the longest TTL used, in ns, for the restart guard
+}
+
+// NewRedlock returns a Redlock over the masters clients reach: an odd
+// number, at least 3. Options set defaults for its locks. Nothing is sent to
+// Redis; bad arguments are returned by every lock's first call, matching
+// [ErrInvalid].
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
+	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
+	switch {
+	case len(clients) < 3 || len(clients)%2 == 0:
+		r.err = invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
+	default:
+		r.err = r.cfg.validate()
+	}
+	for i, rdb := range clients {
+		if rdb == nil {
+			r.err = invalidf("Redis client %d is nil", i)
+			r.nodes = nil
+			break
+		}
+		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
+	}
+	return r
+}
+
+// Quorum returns how many nodes must agree: a majority.
+func (r *Redlock) Quorum() int { return r.quorum }
+
+// RedlockMutex is an exclusive lock held on a majority of a [Redlock]'s
+// nodes. Its leases are ordinary [Lease] values: a token, Done and Context,
+// renewal every TTL/3 while a majority confirms in time, Unlock on every
+// node.
+type RedlockMutex struct {
+	r           *Redlock
+	name        string
+	keys        keys
+	cfg         settings
+	err         error
+	nodeTimeout time.Duration
+}
+
+// redlockSlack is the fixed part of a Redlock's drift allowance: the clock
+// resolution of the nodes (Redis expires keys to the millisecond).
+const redlockSlack = 2 * time.Millisecond
+
+// Mutex returns the lock called name over the Redlock's nodes. Options
+// override the Redlock's defaults.
+func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
+	if r == nil {
+		return &RedlockMutex{name: name, err: invalidf("nil dlock.Redlock")}
+	}
+	cfg := r.cfg.with(opts)
+	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
+	ttl, _ := cfg.holdTTL()
+	m.nodeTimeout = cfg.nodeTimeout
+	if m.nodeTimeout == 0 {
+		m.nodeTimeout = min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond)
+	}
+	switch {
+	case r.err != nil:
+		m.err = r.err
+	case validateName(name) != nil:
+		m.err = validateName(name)
+	case cfg.validate() != nil:
+		m.err = cfg.validate()
+	case m.nodeTimeout >= ttl/2:
+		m.err = invalidf("node timeout %v is not small against the TTL %v", m.nodeTimeout, ttl)
+	}
+	return m
+}
+
+// Name returns the lock's name.
+func (m *RedlockMutex) Name() string { return m.name }
+
+// TryLock makes one attempt on every node and never waits. It returns a
+// [*QuorumError] matching [ErrNotAcquired] when no majority granted in time,
+// naming each node that did not and why.
+func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, acquireError(ctx, err)
+	}
+	l, _, err := m.attempt(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return keep(ctx, l)
+}
+
+// Lock attempts until it takes the lock on a majority, or ctx ends or the
+// wait set by [WithWait] runs out; then the error matches ctx's error and
+// wraps the last attempt's [*QuorumError]. Between attempts it waits a
+// random moment, so contenders do not collide again and again.
+func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if m.cfg.waitSet {
+		if m.cfg.wait == 0 {
+			return m.TryLock(ctx)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.wait)
+		defer cancel()
+	}
+	var last error
+	for {
+		if err := ctx.Err(); err != nil {
+			if last == nil {
+				return nil, acquireError(ctx, err)
+			}
+			return nil, fmt.Errorf("%w: %w", err, last)
+		}
+		l, retryIn, err := m.attempt(ctx)
+		if l != nil {
+			return keep(ctx, l)
+		}
+		var quorum *QuorumError
+		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) {
+			return nil, err // bad input, a foreign key: trying again will not help
+		}
+		last = err
+		delay := redlockRetryMin + rand.N(redlockRetrySpread)
+		if retryIn > 0 {
+			delay = min(delay, retryIn)
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// A waiting RedlockMutex tries again after redlockRetryMin plus up to
+// redlockRetrySpread, or when the holder's hold runs out, if sooner.
+const (
+	redlockRetryMin    = 10 * time.Millisecond
+	redlockRetrySpread = 40 * time.Millisecond
+)
+
+func (m *RedlockMutex) check() error {
+	if m.err != nil {
+		return m.err
+	}
+	return nil
+}
+
+// ttlInUse records ttl for the restart guard and returns the longest so far.
+func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
+	for {
+		old := r.longest.Load()
+		if int64(ttl) <= old {
+			return time.Duration(old)
+		}
+		if r.longest.CompareAndSwap(old, int64(ttl)) {
+			return ttl
+		}
+	}
+}
+
+// drift is how much of a hold's TTL a Redlock gives up to clocks.
+func (m *RedlockMutex) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*m.cfg.drift) + redlockSlack
+}
+
+// attempt takes the lock on a majority, or releases what it took. It
+// returns the lease, or how long until the holder's hold runs out
+// (negative: unknown) with the attempt's *QuorumError.
+func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
+	r := m.r
+	owner := newOwnerToken()
+	ttl, _ := m.cfg.holdTTL()
+	longest := r.ttlInUse(ttl)
+	keys := []string{m.keys.lock, m.keys.fence, m.keys.tombstone(owner), m.keys.waiters}
+
+	// What a node answered: granted with its counter, or held by another
+	// owner for held more ms.
+	type vote struct {
+		answered    bool
+		token, held int64
+	}
+	start := time.Now()
+	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
+		res, err := scripts.MutexAcquire.Run(ctx, n.rdb, keys, owner, ttl.Milliseconds(), "", 0).Int64Slice()
+		if err == nil && (len(res) != 2 || res[0] == -1) {
+			err = errUnexpectedReply
+		}
+		switch {
+		case isWrongType(err):
+			return vote{answered: true}, fmt.Errorf("%w: lock %q", ErrWrongType, m.name)
+		case err != nil:
+			return vote{}, err
+		case res[0] != 1:
+			return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
+		}
+		v := vote{answered: true, token: res[1]}
+		if m.cfg.restartGuard {
+			if err := n.mayVote(ctx, longest); err != nil {
+				return v, err
+			}
+		}
+		return v, nil
+	})
+	tokens := make([]int64, len(votes))
+	held := make([]int64, len(votes))
+	answered := make([]bool, len(votes))
+	for i, v := range votes {
+		tokens[i], held[i], answered[i] = v.token, v.held, v.answered
+	}
+	valid := func() bool { return m.drift(ttl)+time.Since(start) < ttl }
+	op, granted, late := "lock", succeeded(errs), false
+	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
+	if granted >= r.quorum && valid() && !foreign {
+		token, fenced := m.agreeOnToken(ctx, tokens, errs)
+		if succeeded(fenced) >= r.quorum && valid() {
+			return m.newLease(owner, token, start, ttl), 0, nil
+		}
+		if succeeded(fenced) < r.quorum { // report the nodes that missed the token
+			op, granted, errs = "lock (fencing token)", succeeded(fenced), fenced
+		}
+	}
+	late = granted >= r.quorum
+	m.abandon(ctx, owner, answered)
+
+	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted, Late: late,
+		Nodes: nodeErrors(r.nodes, errs), outcome: ErrNotAcquired}
+	if foreign { // someone else's key under the name: fail on any node, don't wait
+		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
+	}
+	return nil, majorityHoldLeft(held, r.quorum), quorumErr
+}
+
+// agreeOnToken is the highest counter among the nodes that granted. It
+// raises every node's counter to it and reports how each did: the token
+// holds once a majority have it.
+func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes []error) (uint64, []error) {
+	var token int64
+	for i, err := range votes {
+		if err == nil {
+			token = max(token, tokens[i])
+		}
+	}
+	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+		return struct{}{}, scripts.RedlockFence.Run(ctx, n.rdb, []string{m.keys.fence}, token).Err()
+	})
+	return uint64(token), errs
+}
+
+// majorityHoldLeft is how long until holds of other owners leave a
+// majority free: the quorum-th shortest time left among the nodes that
+// refused. Negative: unknown (not enough nodes refused to say).
+func majorityHoldLeft(held []int64, quorum int) time.Duration {
+	var left []int64
+	for _, ms := range held {
+		if ms > 0 {
+			left = append(left, ms)
+		}
+	}
+	if len(left) < quorum {
+		return -1
+	}
+	shortest := left[0]
+	for _, ms := range left {
+		shortest = min(shortest, ms)
+	}
+	return time.Duration(shortest) * time.Millisecond
+}
+
+// abandon releases an attempt on every node, and leaves a tombstone where it
+// has not arrived. It waits for the nodes that answered the attempt; the
+// others (down, or slow) get theirs in the background, bounded by
+// [CleanupTimeout], so that a failed attempt returns within the node
+// timeout.
+func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
+	ttl, _ := m.cfg.holdTTL()
+	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	var waitFor []*redlockNode
+	var background []*redlockNode
+	for i, n := range m.r.nodes {
+		if answered[i] {
+			waitFor = append(waitFor, n)
+		} else {
+			background = append(background, n)
+		}
+	}
+	release := func(ctx context.Context, n *redlockNode) (struct{}, error) {
+		return struct{}{}, scripts.MutexAbandon.Run(ctx, n.rdb, keys, owner, "PUBLISH", ttl.Milliseconds(), "").Err()
+	}
+	logFailures := func(nodes []*redlockNode, timeout time.Duration) {
+		_, errs := onNodes(ctx, nodes, timeout, release)
+		for _, err := range nodeErrors(nodes, errs) {
+			m.cfg.logger.Warn("dlock: could not clear up a failed Redlock attempt; it expires with its TTL",
+				"lock", m.name, "err", err)
+		}
+	}
+	if len(background) > 0 {
+		go func() {
+			defer cancel()
+			logFailures(background, CleanupTimeout)
+		}()
+	} else {
+		defer cancel()
+	}
+	logFailures(waitFor, m.nodeTimeout)
+}

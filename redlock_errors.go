@@ -1,0 +1,58 @@
+package dlock
+
+import (
+	"fmt"
+	"strings"
+)
+
+// NodeError is what went wrong on one node of a [Redlock]: its position in
+// the clients given to [NewRedlock], its address, and the error (a network
+// error, a timeout, [ErrNotAcquired] when another owner holds the lock
+// there, or errRecovering for a node that restarted too recently to vote).
+type NodeError struct {
+	Node int
+	Addr string
+	Err  error
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("node %d (%s): %v", e.Node, e.Addr, e.Err) }
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// QuorumError is a [Redlock] operation that fewer than a majority of nodes
+// confirmed in time. It matches [ErrNotAcquired] for an acquisition and
+// [ErrNotHeld] for an extension or release, and each node's error (so
+// errors.As finds a *NodeError, errors.Is a context.DeadlineExceeded of a
+// node that timed out).
+type QuorumError struct {
+	Op      string // "lock", "extend" or "unlock"
+	Name    string
+	Quorum  int // nodes needed
+	Granted int  // nodes that confirmed
+	Late    bool // a quorum confirmed, but too late to leave any validity
+	Nodes   []*NodeError
+	outcome error // ErrNotAcquired or ErrNotHeld
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dlock: redlock %s %q: %d of %d nodes needed confirmed", e.Op, e.Name, e.Granted, e.Quorum)
+	if e.Late {
+		b.WriteString(", too late to leave any validity")
+	}
+	for _, n := range e.Nodes {
+		b.WriteString("; ")
+		b.WriteString(n.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the outcome sentinel and every node's error.
+func (e *QuorumError) Unwrap() []error {
+	errs := []error{e.outcome}
+	for _, n := range e.Nodes {
+		errs = append(errs, n)
+	}
+	return errs
+}

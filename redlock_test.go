@@ -1,0 +1,246 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// redlockOver makes a Redlock with its own go-redis clients of servers, as
+// a separate process would have.
+func redlockOver(t testing.TB, servers []*redistest.Server, opts ...dlock.Option) *dlock.Redlock {
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, srv := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients[i] = rdb
+	}
+	return dlock.NewRedlock(clients, opts...)
+}
+
+// heldOn counts the servers where the lock is held by anyone.
+func heldOn(t testing.TB, ctx context.Context, servers []*redistest.Server, name string) int {
+	t.Helper()
+	n := 0
+	for _, srv := range servers {
+		if srv.Client().Exists(ctx, lockKey(name)).Val() == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRedlock_ContendedClientsNeverOverlapAndTokensIncrease(t *testing.T) {
+	const clients, rounds = 16, 12
+	servers := redistest.StartMasters(t, 5)
+	name := lockName(t)
+	var res check.Fenced
+	mutexes := make([]*dlock.RedlockMutex, clients)
+	for i := range mutexes {
+		mutexes[i] = redlockOver(t, servers, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(50*time.Millisecond)).Mutex(name)
+	}
+	runWorkers(t, clients, func(ctx context.Context, worker int) error {
+		for range rounds {
+			asked := time.Now()
+			lease, err := mutexes[worker].Lock(ctx)
+			if err != nil {
+				return err
+			}
+			if validity, err := lease.TTL(ctx); err != nil || validity <= 0 {
+				return errors.Join(errors.New("a lease returned without validity left"), err)
+			}
+			res.Enter(worker, lease.Token(), asked)
+			res.Exit(worker)
+			if err := lease.Unlock(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if got := res.Result(); got.Completed != clients*rounds || got.Overlaps != 0 || got.Stale != 0 {
+		t.Fatalf("%+v; want %d completed, 0 overlaps, tokens strictly increasing", got, clients*rounds)
+	}
+}
+
+func TestRedlock_MinorityDownStillLocks(t *testing.T) {
+	const attempts = 30
+	servers := redistest.StartMasters(t, 5)
+	ctx := ctxFor(t, time.Minute)
+	rl := redlockOver(t, servers, dlock.WithTTL(2*time.Second), dlock.WithNodeTimeout(50*time.Millisecond))
+	servers[1].Pause() // hangs: answers nothing until the node timeout
+	servers[3].Kill()  // refuses connections at once
+	defer servers[1].Resume()
+	name := lockName(t)
+	acquired := 0
+	var last uint64
+	for range attempts {
+		lease, err := rl.Mutex(name).TryLock(ctx)
+		if err != nil {
+			t.Logf("attempt failed: %v", err)
+			continue
+		}
+		acquired++
+		if lease.Token() <= last {
+			t.Fatalf("token %d after %d", lease.Token(), last)
+		}
+		last = lease.Token()
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("with 2 of 5 nodes down: %d of %d attempts acquired", acquired, attempts)
+	if acquired < attempts*9/10 {
+		t.Fatalf("%d of %d attempts acquired with a majority up", acquired, attempts)
+	}
+}
+
+func TestRedlock_MajorityDownFailsFastAndLeavesNoHold(t *testing.T) {
+	const nodeTimeout = 100 * time.Millisecond
+	servers := redistest.StartMasters(t, 5)
+	ctx := ctxFor(t, time.Minute)
+	rl := redlockOver(t, servers, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(nodeTimeout))
+	name := lockName(t)
+	servers[0].Pause()
+	servers[2].Pause()
+	servers[4].Kill()
+	began := time.Now()
+	_, err := rl.Mutex(name).TryLock(ctx)
+	took := time.Since(began)
+	var quorum *dlock.QuorumError
+	var node *dlock.NodeError
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &quorum) || !errors.As(err, &node) {
+		t.Fatalf("TryLock with 3 of 5 nodes down: %v; want a QuorumError naming the nodes, matching ErrNotAcquired", err)
+	}
+	if quorum.Granted != 2 || len(quorum.Nodes) != 3 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v: want 2 granted, 3 nodes failed (two timed out)", err)
+	}
+	t.Logf("failed in %v: %v", took, err)
+	// One node timeout for the attempt, one for releasing it where it
+	// answered; the margin is for a loaded machine.
+	if took > 2*nodeTimeout+time.Second {
+		t.Fatalf("a failed attempt took %v with a %v node timeout", took, nodeTimeout)
+	}
+	if n := heldOn(t, ctx, []*redistest.Server{servers[1], servers[3]}, name); n != 0 {
+		t.Fatalf("the failed attempt is still held on %d nodes that answered", n)
+	}
+	// The paused nodes get the attempt when they wake, and its release
+	// after it: no node keeps the failed attempt.
+	servers[0].Resume()
+	servers[2].Resume()
+	eventually(t, ctx, "the paused nodes dropping the failed attempt", func() bool {
+		return heldOn(t, ctx, servers[:4], name) == 0
+	})
+}
+
+func TestRedlock_NodesRestartedEmptyDoNotLetASecondOwnerIn(t *testing.T) {
+	for _, guard := range []bool{true, false} {
+		t.Run(map[bool]string{true: "guarded", false: "unguarded"}[guard], func(t *testing.T) {
+			servers := redistest.StartMasters(t, 5)
+			ctx := ctxFor(t, time.Minute)
+			opts := []dlock.Option{dlock.WithTTL(30 * time.Second), dlock.WithNodeTimeout(200 * time.Millisecond), dlock.WithRestartGuard(guard)}
+			name := lockName(t)
+			first := redlockOver(t, servers, opts...).Mutex(name)
+			second := redlockOver(t, servers, opts...).Mutex(name)
+			// The second has known every node before their restart.
+			warm, err := second.TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = warm.Unlock(ctx)
+			held, err := first.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, srv := range servers[:3] { // a majority comes back empty
+				srv.Restart()
+			}
+			lease, err := second.TryLock(ctx)
+			if guard {
+				if !errors.Is(err, dlock.ErrNotAcquired) {
+					t.Fatalf("second owner after a majority restarted within the TTL: %v, %v; want refused", lease, err)
+				}
+				t.Logf("refused: %v", err)
+			} else if err != nil {
+				t.Fatalf("without the guard the restarted nodes vote, so the second owner gets in (the danger the guard prevents): %v", err)
+			}
+			// The first owner's renewal meets the restarted nodes: its lease
+			// reports the loss rather than going on as if it held a majority.
+			if err := held.Extend(ctx, 30*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("Extend with the hold gone from a majority: %v; want ErrNotHeld", err)
+			}
+			waitDone(t, held.Done(), lossGuard, "the first owner's loss")
+		})
+	}
+}
+
+func TestRedlock_BadInput(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	servers := redistest.StartMasters(t, 3)
+	var clients []redis.UniversalClient
+	for _, srv := range servers {
+		clients = append(clients, srv.Client())
+	}
+	for _, m := range []*dlock.RedlockMutex{
+		dlock.NewRedlock(clients[:2]).Mutex("x"),
+		dlock.NewRedlock(append(clients, clients[0])).Mutex("x"),
+		dlock.NewRedlock(nil).Mutex("x"),
+		dlock.NewRedlock([]redis.UniversalClient{clients[0], nil, clients[2]}).Mutex("x"),
+		dlock.NewRedlock(clients).Mutex(""),
+		dlock.NewRedlock(clients).Mutex("x", dlock.WithTTL(time.Second), dlock.WithNodeTimeout(time.Second)),
+		(*dlock.Redlock)(nil).Mutex("x"),
+	} {
+		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Lock of %q: %v; want ErrInvalid", m.Name(), err)
+		}
+	}
+	name := lockName(t)
+	if err := servers[1].Client().HSet(ctx, lockKey(name), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dlock.NewRedlock(clients).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Lock with a hash under the name on one node: %v; want ErrWrongType", err)
+	}
+	if n := heldOn(t, ctx, []*redistest.Server{servers[0], servers[2]}, name); n != 0 {
+		t.Fatalf("a failed Lock left holds on %d nodes", n)
+	}
+}
+
+func TestRedlock_LeaseRenewsOnAMajority(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	servers := redistest.StartMasters(t, 5)
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	opts := []dlock.Option{dlock.WithTTL(ttl), dlock.WithNodeTimeout(40 * time.Millisecond)}
+	lease, err := redlockOver(t, servers, opts...).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Pause()
+	servers[4].Pause()
+	defer servers[0].Resume()
+	defer servers[4].Resume()
+	// Several TTLs on renewals alone, two nodes not answering.
+	for until := time.Now().Add(3 * ttl); time.Now().Before(until); {
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease ended while a majority renewed it: %v", lease.Err())
+		case <-time.After(ttl / 4):
+		}
+	}
+	if _, err := redlockOver(t, servers, opts...).Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("another owner during a renewed hold: %v; want ErrNotAcquired", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := heldOn(t, ctx, servers[1:4], name); n != 0 {
+		t.Fatalf("held on %d answering nodes after Unlock", n)
+	}
+}
