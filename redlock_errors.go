@@ -28,7 +28,7 @@ func (e *NodeError) Unwrap() error { return e.Err }
 type QuorumError struct {
 	Op      string // "lock", "extend" or "unlock"
 	Name    string
-	Quorum  int // nodes needed
+	Quorum  int  // nodes needed
 	Granted int  // nodes that confirmed
 	Late    bool // a quorum confirmed, but too late to leave any validity
 	Nodes   []*NodeError
