@@ -296,9 +296,10 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	owner := newOwnerToken()
 	ttl, _ := e.cfg.holdTTL()
 	sent := time.Now()
-	res, err := scripts.ElectionAcquire.Run(ctx, e.c.rdb,
+	cmd, unconfirmed := e.c.runAcquire(ctx, e.cfg, scripts.ElectionAcquire,
 		[]string{e.keys.lock, e.keys.fence, e.keys.tombstone(owner), e.keys.waiters, e.leaderKey, e.observeChannel},
-		owner, ttl.Milliseconds(), waiterID, waiterLease(e.cfg.waiterRefresh).Milliseconds(), a.value, publish).Int64Slice()
+		owner, ttl.Milliseconds(), waiterID, waiterLease(e.cfg.waiterRefresh).Milliseconds(), a.value, publish)
+	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
@@ -310,6 +311,10 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	}
 	if res[0] != 1 {
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	if unconfirmed != nil {
+		a.abandon(ctx, owner, waiterID)
+		return nil, 0, fmt.Errorf("dlock: campaign %q: %w", e.name, unconfirmed)
 	}
 	return e.c.startLease(leaseSpec{
 		name: e.name, kind: electionKind, keys: []string{e.keys.lock},

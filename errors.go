@@ -45,6 +45,10 @@ var (
 	// ErrNoLeader: an [Election] that nobody leads right now.
 	ErrNoLeader = errors.New("dlock: no leader")
 
+	// ErrReplicaAck: an acquisition that fewer replicas confirmed than
+	// [WithReplicaAck] asks for. The hold was released.
+	ErrReplicaAck = errors.New("dlock: too few replicas acknowledged the lock")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )

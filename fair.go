@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/scripts"
@@ -110,8 +111,9 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	ttl, _ := f.cfg.holdTTL()
 	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
 	sent := time.Now()
-	res, err := scripts.FairAcquire.Run(ctx, f.c.rdb, keys,
-		a.owner, ttl.Milliseconds(), waiterID, waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish).Int64Slice()
+	cmd, unconfirmed := f.c.runAcquire(ctx, f.cfg, scripts.FairAcquire, keys,
+		a.owner, ttl.Milliseconds(), waiterID, waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish)
+	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only a call already abandoned
 	}
@@ -123,6 +125,10 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	}
 	if res[0] != 1 {
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	if unconfirmed != nil {
+		a.abandon(ctx, waiterID)
+		return nil, 0, fmt.Errorf("dlock: lock %q: %w", f.name, unconfirmed)
 	}
 	return f.c.startLease(leaseSpec{
 		name: f.name, kind: fairKind, keys: f.extendKeys, relKeys: f.scriptKeys,

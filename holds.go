@@ -105,8 +105,9 @@ func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, tim
 	keys := append(h.scriptKeys[:len(h.scriptKeys):len(h.scriptKeys)], h.keys.tombstone(holdID))
 	ttl, _ := h.cfg.holdTTL()
 	sent := time.Now()
-	res, err := scripts.RWAcquire.Run(ctx, h.c.rdb, keys,
-		member, ttl.Milliseconds(), waiterID, waiterLease(h.cfg.waiterRefresh).Milliseconds()).Int64Slice()
+	cmd, unconfirmed := h.c.runAcquire(ctx, h.cfg, scripts.RWAcquire, keys,
+		member, ttl.Milliseconds(), waiterID, waiterLease(h.cfg.waiterRefresh).Milliseconds())
+	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
@@ -116,13 +117,16 @@ func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, tim
 		}
 		return nil, 0, redisError(a.op(), h.name, err)
 	}
-	switch res[0] {
-	case 1:
+	switch {
+	case res[0] == 1 && unconfirmed != nil:
+		h.abandon(ctx, keys, member, waiterID)
+		return nil, 0, fmt.Errorf("dlock: %s %q: %w", a.op(), h.name, unconfirmed)
+	case res[0] == 1:
 		return h.c.startLease(leaseSpec{
 			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
 			owner: member, token: uint64(res[1]), sent: sent, cfg: h.cfg,
 		}), 0, nil
-	case -2: // the script unregistered the waiter too
+	case res[0] == -2: // the script unregistered the waiter too
 		return nil, 0, fmt.Errorf("%w: %q", ErrUpgrade, h.name)
 	}
 	return nil, time.Duration(res[1]) * time.Millisecond, nil

@@ -3,6 +3,7 @@ package dlock
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -206,8 +207,9 @@ func (a *multiAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, t
 	ttl, _ := m.cfg.holdTTL()
 	keys := append(g.keys[:len(g.keys):len(g.keys)], g.first.tombstone(owner))
 	sent := time.Now()
-	res, err := scripts.MultiAcquire.Run(ctx, m.c.rdb, keys, owner, ttl.Milliseconds(), waiterID,
-		waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.watch+1, publish).Int64Slice()
+	cmd, unconfirmed := m.c.runAcquire(ctx, m.cfg, scripts.MultiAcquire, keys, owner, ttl.Milliseconds(), waiterID,
+		waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.watch+1, publish)
+	res, err := cmd.Int64Slice()
 	if err == nil && !a.validReply(res) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
@@ -220,6 +222,10 @@ func (a *multiAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, t
 	if res[0] == 0 {
 		a.busy = int(res[2]) - 1
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	if unconfirmed != nil {
+		a.abandon(ctx, owner, waiterID)
+		return nil, 0, fmt.Errorf("dlock: lock %q: %w", g.name, unconfirmed)
 	}
 	tokens := make([]uint64, len(g.names))
 	for i := range tokens {

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/scripts"
@@ -85,8 +86,9 @@ func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Dura
 	ttl, _ := m.cfg.holdTTL()
 	tombstone := m.keys.tombstone(owner)
 	sent := time.Now()
-	res, err := scripts.MutexAcquire.Run(ctx, m.c.rdb, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters},
-		owner, ttl.Milliseconds(), waiterID, waiterLease(m.cfg.waiterRefresh).Milliseconds()).Int64Slice()
+	cmd, unconfirmed := m.c.runAcquire(ctx, m.cfg, scripts.MutexAcquire, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters},
+		owner, ttl.Milliseconds(), waiterID, waiterLease(m.cfg.waiterRefresh).Milliseconds())
+	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
@@ -98,6 +100,10 @@ func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Dura
 	}
 	if res[0] != 1 {
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	if unconfirmed != nil {
+		m.abandon(ctx, owner, waiterID)
+		return nil, 0, fmt.Errorf("dlock: lock %q: %w", m.name, unconfirmed)
 	}
 	return m.c.startLease(leaseSpec{
 		name: m.name, kind: mutexKind, keys: m.extendKeys, relKeys: m.releaseKeys,

@@ -57,6 +57,9 @@ type settings struct {
 
 	nodeTimeout  time.Duration // Redlock; 0: derived from the TTL
 	restartGuard bool          // Redlock
+
+	replicaAck        int // replicas that must confirm an acquisition (WAIT)
+	replicaAckTimeout time.Duration
 }
 
 func defaultSettings() settings {
@@ -144,6 +147,23 @@ func WithNodeTimeout(d time.Duration) Option { return func(s *settings) { s.node
 // only for nodes that persist every write (appendfsync always).
 func WithRestartGuard(on bool) Option { return func(s *settings) { s.restartGuard = on } }
 
+// WithReplicaAck makes every acquisition wait until n replicas of the
+// lock's master confirm it, for at most timeout: the acquire script and a
+// WAIT go in one pipeline on one connection. With fewer confirmations the
+// hold is released and the acquisition fails with [ErrReplicaAck].
+//
+// What it buys: a lock acquired this way survives the failover of its
+// master to a replica that confirmed it (Sentinel, or Cluster promotes the
+// replica most up to date). What it does not: WAIT is not consensus; a
+// failover may still promote a replica that had not confirmed (one that
+// was not among the n), a replica can lose the write in its own restart,
+// and renewals are not waited for (a lease renewed on the old master and
+// lost in the failover ends at its next renewal). Not for a [Redlock],
+// whose nodes are independent masters.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(s *settings) { s.replicaAck, s.replicaAckTimeout = n, timeout }
+}
+
 func (s settings) with(opts []Option) settings {
 	for _, opt := range opts {
 		if opt != nil {
@@ -167,6 +187,10 @@ func (s settings) validate() error {
 		return invalidf("wait %v is negative", s.wait)
 	case s.waiterRefresh < MinWaiterRefresh:
 		return invalidf("waiter refresh %v is below the minimum %v", s.waiterRefresh, MinWaiterRefresh)
+	case s.replicaAck < 0:
+		return invalidf("replica acknowledgements %d is negative", s.replicaAck)
+	case s.replicaAck > 0 && s.replicaAckTimeout <= 0:
+		return invalidf("replica acknowledgement timeout %v is not positive", s.replicaAckTimeout)
 	case s.nodeTimeout < 0:
 		return invalidf("node timeout %v is negative", s.nodeTimeout)
 	case s.ownerSet && s.owner == "":

@@ -133,8 +133,9 @@ func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	ttl, _ := s.cfg.holdTTL()
 	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
 	sent := time.Now()
-	res, err := scripts.SemAcquire.Run(ctx, s.c.rdb, keys,
-		owner, ttl.Milliseconds(), waiterID, waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load()).Int64Slice()
+	cmd, unconfirmed := s.c.runAcquire(ctx, s.cfg, scripts.SemAcquire, keys,
+		owner, ttl.Milliseconds(), waiterID, waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load())
+	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
@@ -144,13 +145,16 @@ func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.
 		}
 		return nil, 0, redisError("acquire", s.name, err)
 	}
-	switch res[0] {
-	case 1:
+	switch {
+	case res[0] == 1 && unconfirmed != nil:
+		s.abandon(ctx, owner, waiterID)
+		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", s.name, unconfirmed)
+	case res[0] == 1:
 		return s.c.startLease(leaseSpec{
 			name: s.name, kind: semKind, keys: s.scriptKeys[:semLeaseKeys], relKeys: s.scriptKeys[:semReleaseKeys],
 			owner: owner, token: uint64(res[1]), sent: sent, cfg: s.cfg,
 		}), 0, nil
-	case -2: // nothing was done, no waiter registered
+	case res[0] == -2: // nothing was done, no waiter registered
 		return nil, 0, fmt.Errorf("%w: %q has %d permits in Redis, this handle %d", ErrPermits, s.name, res[1], s.permits.Load())
 	}
 	return nil, time.Duration(res[1]) * time.Millisecond, nil

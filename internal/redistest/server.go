@@ -36,6 +36,7 @@ type Server struct {
 	bin  string
 	dir  string
 	args []string // extra configuration, as command-line arguments
+	conf string   // a Sentinel's configuration file; "" for a server
 
 	mu   sync.Mutex
 	port int
@@ -92,16 +93,20 @@ func (s *Server) startFresh() {
 
 func (s *Server) startOn(port int) error {
 	logFile := filepath.Join(s.dir, "redis.log")
-	args := append([]string{
+	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
-		"--save", "",
-		"--appendonly", "no",
 		"--daemonize", "no",
 		"--dir", s.dir,
 		"--logfile", logFile,
-	}, s.args...)
+	}
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args...)
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	// Die with the test binary, even when it is killed or panics.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,102 @@
+package dlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// The lost-lock recipe: the replica falls behind, a lock is taken on the
+// master, the master dies and the replica is promoted without the lock.
+// Without replica acknowledgement a second client gets the lock and the
+// first lease finds out at its next renewal; with it, the first acquisition
+// fails instead of being lost.
+func TestReplicaAck_FailoverLosesOnlyUnacknowledgedLocks(t *testing.T) {
+	const ttl = 3 * time.Second // renewed every second
+	for _, ack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "without ack", true: "with ack"}[ack], func(t *testing.T) {
+			f := redistest.StartFailover(t)
+			ctx := ctxFor(t, time.Minute)
+			name := lockName(t)
+			opts := []dlock.Option{dlock.WithTTL(ttl)}
+			if ack {
+				opts = append(opts, dlock.WithReplicaAck(1, 300*time.Millisecond))
+				// With the replica keeping up, acquisitions are acknowledged.
+				lease, err := newClient(t, f.Client(), opts...).Mutex(lockName(t)).Lock(ctx)
+				if err != nil {
+					t.Fatalf("Lock with a live replica: %v", err)
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := newClient(t, f.Client(), opts...).Mutex(name)
+
+			// The replica falls behind: stopped, and its link cut, so that
+			// what the master writes next cannot reach it even from the
+			// socket's buffers once it runs again.
+			f.Replica.Pause()
+			if err := f.Master.Client().ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := first.Lock(ctx)
+			if ack {
+				f.Replica.Resume()
+				if !errors.Is(err, dlock.ErrReplicaAck) {
+					t.Fatalf("Lock with the replica stopped: %v, %v; want ErrReplicaAck", lease, err)
+				}
+				if n := f.Master.Client().Exists(ctx, lockKey(name)).Val(); n != 0 {
+					t.Fatal("the unacknowledged lock was not released")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Master.Kill()
+			f.Replica.Resume()
+			if err := f.Promote(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := newClient(t, f.Client()).Mutex(name).TryLock(ctx); err != nil {
+				t.Fatalf("a second client after the failover: %v; the lock should have been lost with the master", err)
+			}
+			waitDone(t, lease.Done(), lossGuard, "the first lease noticing the loss")
+			if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+				t.Fatalf("the first lease ended with %v; want ErrLeaseLost", lease.Err())
+			}
+		})
+	}
+}
+
+func TestReplicaAck_WithoutReplicasFailsAndReleases(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb, dlock.WithReplicaAck(1, 50*time.Millisecond))
+		name := lockName(t)
+		if _, err := c.Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrReplicaAck) {
+			t.Fatalf("Lock with no replica to acknowledge: %v; want ErrReplicaAck", err)
+		}
+		for _, lock := range []func() error{
+			func() error { _, err := c.RWMutex(lockName(t)).RLock(ctx); return err },
+			func() error { _, err := c.FairMutex(lockName(t)).Lock(ctx); return err },
+			func() error { _, err := c.Semaphore(lockName(t), 2).Acquire(ctx); return err },
+			func() error { _, err := c.MultiLock(lockNames(t, 2)).Lock(ctx); return err },
+			func() error { _, err := c.Election(lockName(t)).Campaign(ctx, "v"); return err },
+		} {
+			if err := lock(); !errors.Is(err, dlock.ErrReplicaAck) {
+				t.Fatalf("with no replica to acknowledge: %v; want ErrReplicaAck", err)
+			}
+		}
+		if _, err := newClient(t, rdb).Mutex(name).TryLock(ctx); err != nil {
+			t.Fatalf("the unacknowledged lock was kept: %v", err)
+		}
+		if _, err := newClient(t, rdb, dlock.WithReplicaAck(1, 0)).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("replica ack without a timeout: %v; want ErrInvalid", err)
+		}
+	})
+}
