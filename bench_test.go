@@ -320,3 +320,30 @@ func BenchmarkRWMutex_16Readers4Writers(b *testing.B) {
 	b.ReportMetric(float64(shared.ReadHandoffs.Percentile(50).Microseconds()), "r-handoff-p50-µs")
 	b.ReportMetric(float64(shared.ReadHandoffs.Percentile(99).Microseconds()), "r-handoff-p99-µs")
 }
+
+// Lock and unlock, one at a time, on a Redlock of 3 and 5 masters against
+// a Mutex on one: the cost of the quorum (parallel round trips, the
+// fencing token's write-back) in latency and allocations.
+func BenchmarkRedlock_UncontendedLockUnlock(b *testing.B) {
+	ctx := context.Background()
+	b.Run("Mutex/1-master", func(b *testing.B) {
+		mu := newClient(b, redistest.Start(b).Client()).Mutex("bench:redlock")
+		lockUnlock(b, ctx, mu.Lock)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			lockUnlock(b, ctx, mu.Lock)
+		}
+	})
+	for _, n := range []int{3, 5} {
+		b.Run(fmt.Sprintf("Redlock/%d-masters", n), func(b *testing.B) {
+			mu := redlockOver(b, redistest.StartMasters(b, n)).Mutex("bench:redlock")
+			lockUnlock(b, ctx, mu.Lock)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				lockUnlock(b, ctx, mu.Lock)
+			}
+		})
+	}
+}

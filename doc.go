@@ -19,7 +19,9 @@
 // reentrant, writer-preferring), [FairMutex] (exclusive, first come first
 // served), [Semaphore] (N holders, a lease per permit), [MultiLock]
 // (several locks, all or none, deadlock-free) and [Election] (one leader
-// among candidates, observed by anyone). The owner of a reentrant or
+// among candidates, observed by anyone). A [Redlock] holds a Mutex on a
+// majority of independent masters; [WithReplicaAck] makes any acquisition
+// wait for replicas. The owner of a reentrant or
 // read-write hold is a handle's owner id (see [WithOwner]), never a
 // goroutine.
 //
@@ -75,7 +77,8 @@
 // # Errors
 //
 // Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],
-// [ErrWrongType], [ErrInvalid], [ErrUpgrade], [ErrPermits], [ErrNoLeader]
-// and [ErrClosed] with [errors.Is]. Bad input is
+// [ErrWrongType], [ErrInvalid], [ErrUpgrade], [ErrPermits], [ErrNoLeader],
+// [ErrReplicaAck] and [ErrClosed] with [errors.Is]; a Redlock's failures are
+// a [*QuorumError] of [*NodeError] values. Bad input is
 // reported before anything is sent to Redis.
 package dlock
