@@ -289,3 +289,34 @@ func ExampleElection() {
 	// term 2 scheduled jobs 4-6
 	// term 3 scheduled jobs 7-9
 }
+
+// A lock held on a majority of three independent Redis masters: it
+// survives the loss of any one of them.
+func ExampleNewRedlock() {
+	var clients []redis.UniversalClient
+	for range 3 {
+		rdb, stop := exampleRedis()
+		defer stop()
+		clients = append(clients, rdb)
+	}
+	ctx := context.Background()
+	redlock := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second))
+
+	lease, err := redlock.Mutex("payments:eu").Lock(ctx)
+	if err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	fmt.Println("held on a majority of", len(clients), "masters, quorum", redlock.Quorum(), "token", lease.Token())
+	fmt.Println("valid for most of its TTL:", time.Until(lease.Deadline()) > 9*time.Second)
+
+	_, err = redlock.Mutex("payments:eu").TryLock(ctx)
+	var quorum *dlock.QuorumError
+	fmt.Println("a second owner is refused:", errors.As(err, &quorum) && errors.Is(err, dlock.ErrNotAcquired))
+	_ = lease.Unlock(ctx)
+
+	// Output:
+	// held on a majority of 3 masters, quorum 2 token 1
+	// valid for most of its TTL: true
+	// a second owner is refused: true
+}
