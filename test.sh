@@ -29,3 +29,6 @@ fi
 echo "test.sh: $(go version); $(redis-server --version | cut -d' ' -f1-3)"
 go vet ./...
 go test -race -count=1 -timeout 8m ./...
+# The peer benchmark is a module of its own: build and vet it, and run one
+# short round so a broken harness shows here, not when someone measures.
+(cd bench && go vet ./... && go run . -quick -out "$(mktemp)" >/dev/null)

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func redisClient(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
+
+// row is one library's measurements over the rounds.
+type row struct {
+	lib    library
+	failed string
+
+	uncontended []time.Duration // 1: per lock+unlock
+	distinct    []float64       // 2: pairs/s
+	contended   []float64       // 3: acquisitions/s
+	commands    []float64       // 3: Redis commands per acquisition
+	handoffP50  []time.Duration // 4
+	handoffP99  []time.Duration
+	waitP50     []time.Duration
+	waitP99     []time.Duration
+	waitMax     []time.Duration
+	fairness    []float64 // 4: max/min acquisitions per client
+	held        *heldResult
+}
+
+func (w *row) measure(ctx context.Context, r run) error {
+	u, err := r.uncontended(ctx)
+	if err != nil {
+		return fmt.Errorf("uncontended: %w", err)
+	}
+	d, err := r.distinctKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("distinct keys: %w", err)
+	}
+	c, cmds, err := r.contended(ctx)
+	if err != nil {
+		return fmt.Errorf("contended: %w", err)
+	}
+	wr, err := r.waiters(ctx)
+	if err != nil {
+		return fmt.Errorf("waiters: %w", err)
+	}
+	w.uncontended = append(w.uncontended, u)
+	w.distinct = append(w.distinct, d)
+	w.contended = append(w.contended, c)
+	w.commands = append(w.commands, cmds)
+	w.handoffP50 = append(w.handoffP50, wr.handoff.Percentile(50))
+	w.handoffP99 = append(w.handoffP99, wr.handoff.Percentile(99))
+	w.waitP50 = append(w.waitP50, wr.wait.Percentile(50))
+	w.waitP99 = append(w.waitP99, wr.wait.Percentile(99))
+	w.waitMax = append(w.waitMax, wr.wait.Percentile(100))
+	w.fairness = append(w.fairness, float64(wr.most)/float64(max(wr.least, 1)))
+	return nil
+}
+
+func median[T time.Duration | float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// ratios is the median over rounds of a library's value over the ideal's in
+// the same round; higher is better when better is "more".
+func ratios[T time.Duration | float64](lib, ideal []T, more bool) string {
+	n := min(len(lib), len(ideal))
+	if n == 0 {
+		return "-"
+	}
+	rs := make([]float64, n)
+	for i := range n {
+		if more {
+			rs[i] = float64(lib[i]) / float64(ideal[i])
+		} else {
+			rs[i] = float64(ideal[i]) / float64(lib[i])
+		}
+	}
+	return fmt.Sprintf("%.2f×", median(rs))
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+func render(rows map[string]*row, rounds int, hold time.Duration, quick bool, took time.Duration) string {
+	var b strings.Builder
+	ideal := rows["ideal"]
+	fmt.Fprintf(&b, "# dlock against its Go peers\n\n")
+	if quick {
+		fmt.Fprintf(&b, "**Quick profile: a smoke test, not a result.**\n\n")
+	}
+	fmt.Fprintf(&b, "- Machine: %s\n- Libraries: %s\n", machine(), versions())
+	fmt.Fprintf(&b, "- %d rounds, libraries in rotating order, each against a fresh redis-server of its own on loopback; "+
+		"medians over rounds; ratios are to the ideal row of the same round (1.00× = ideal; above is better). The run took %v.\n",
+		rounds, took.Round(time.Second))
+	fmt.Fprintf(&b, "- Command: `cd bench && go run . -rounds %d -hold %v`\n\n", rounds, hold)
+	b.WriteString("How each library waits:\n\n")
+	for _, lib := range libraries {
+		fmt.Fprintf(&b, "- %s: %s\n", lib.name, lib.note)
+	}
+
+	b.WriteString("\n## 1. Uncontended lock + unlock, 1 goroutine\n\n| library | per pair | vs ideal |\n|---|---|---|\n")
+	for _, lib := range libraries {
+		w := rows[lib.name]
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", lib.name, round(median(w.uncontended)), ratios(w.uncontended, ideal.uncontended, false))
+	}
+	b.WriteString("\n## 2. 64 goroutines of one client, distinct keys\n\n| library | pairs/s | vs ideal |\n|---|---|---|\n")
+	for _, lib := range libraries {
+		w := rows[lib.name]
+		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", lib.name, median(w.distinct), ratios(w.distinct, ideal.distinct, true))
+	}
+	b.WriteString("\n## 3. 16 clients on one key, back to back\n\n| library | acquisitions/s | vs ideal | Redis commands per acquisition |\n|---|---|---|---|\n")
+	for _, lib := range libraries {
+		w := rows[lib.name]
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %.1f |\n", lib.name, median(w.contended), ratios(w.contended, ideal.contended, true), median(w.commands))
+	}
+	b.WriteString("\n## 4. 8 clients on one key: hold 2 ms, think 3-6 ms\n\n" +
+		"Handoff: from a release to a different, waiting client holding the lock. Wait: from asking to holding.\n\n" +
+		"| library | handoff p50 | handoff p99 | wait p50 | wait p99 | wait max | max/min per client |\n|---|---|---|---|---|---|---|\n")
+	for _, lib := range libraries {
+		w := rows[lib.name]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f |\n", lib.name, round(median(w.handoffP50)), round(median(w.handoffP99)),
+			round(median(w.waitP50)), round(median(w.waitP99)), round(median(w.waitMax)), median(w.fairness))
+	}
+	fmt.Fprintf(&b, "\n## 5. 10,000 leases held by one client for %v\n\n"+
+		"Only libraries that keep a lease alive by themselves; the others' locks expire unless the caller renews them.\n\n"+
+		"| library | Redis commands/s | client CPU | heap | goroutines |\n|---|---|---|---|---|\n", hold)
+	for _, lib := range libraries {
+		if h := rows[lib.name].held; h != nil {
+			fmt.Fprintf(&b, "| %s | %.0f | %s (%.1f%% of a core) | %.1f MB | %d |\n", lib.name, h.commandsPerSec, round(h.cpu),
+				100*h.cpu.Seconds()/hold.Seconds(), h.heapMB, h.goroutines)
+		}
+	}
+	for _, lib := range libraries {
+		if f := rows[lib.name].failed; f != "" {
+			fmt.Fprintf(&b, "\n%s failed: %s\n", lib.name, f)
+		}
+	}
+	return b.String()
+}
