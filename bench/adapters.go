@@ -40,6 +40,7 @@ type library struct {
 var libraries = []library{
 	{name: "ideal", note: "go-redis SET NX PX, compare-and-delete script; retries every 1 ms", open: openIdeal},
 	{name: "dlock", note: "Mutex.Lock (pub/sub wake-ups, auto-renewed)", open: openDlock, renews: true},
+	{name: "dlock fair", note: "FairMutex.Lock (FIFO: the release hands over to the head of the line)", open: openDlockFair},
 	{name: "redsync", note: "NewMutex(WithExpiry, WithTries(max)); default retry delay 50-250 ms", open: openRedsync},
 	{name: "redislock", note: "Obtain with ExponentialBackoff(1 ms, 64 ms)", open: openRedislock},
 	{name: "rueidislock", note: "WithContext, KeyMajority 1, NoLoopTracking (client-side caching wake-ups, auto-extended)", open: openRueidislock, renews: true},
@@ -80,17 +81,32 @@ func (l ideal) lock(ctx context.Context, key string) (func(context.Context) erro
 func (l ideal) close() { _ = l.rdb.Close() }
 
 type dlockLocker struct {
-	rdb *redis.Client
-	c   *dlock.Client
+	rdb  *redis.Client
+	c    *dlock.Client
+	fair bool
 }
 
 func openDlock(addr string) (locker, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	return dlockLocker{rdb, dlock.New(rdb, dlock.WithTTL(benchTTL))}, nil
+	return dlockLocker{rdb: rdb, c: dlock.New(rdb, dlock.WithTTL(benchTTL))}, nil
+}
+
+func openDlockFair(addr string) (locker, error) {
+	l, err := openDlock(addr)
+	if err != nil {
+		return nil, err
+	}
+	d := l.(dlockLocker)
+	d.fair = true
+	return d, nil
 }
 
 func (l dlockLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	lease, err := l.c.Mutex(key).Lock(ctx)
+	lock := l.c.Mutex(key).Lock
+	if l.fair {
+		lock = l.c.FairMutex(key).Lock
+	}
+	lease, err := lock(ctx)
 	if err != nil {
 		return nil, err
 	}
