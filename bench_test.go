@@ -347,3 +347,25 @@ func BenchmarkRedlock_UncontendedLockUnlock(b *testing.B) {
 		})
 	}
 }
+
+// 64 goroutines of one Client, each locking and unlocking a key of its own:
+// what the client and server spend per pair when nothing contends.
+func BenchmarkMutex_64GoroutinesDistinctKeys(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newClient(b, srv.Client())
+	ctx := context.Background()
+	mutexes := make([]*dlock.Mutex, 64)
+	for i := range mutexes {
+		mutexes[i] = c.Mutex(fmt.Sprint("bench:distinct:", i))
+		lockUnlock(b, ctx, mutexes[i].Lock)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	shareIterations(b, len(mutexes), func(worker int) error {
+		lease, err := mutexes[worker].Lock(ctx)
+		if err != nil {
+			return err
+		}
+		return lease.Unlock(ctx)
+	})
+}
