@@ -24,6 +24,7 @@ type Client struct {
 	err error // bad arguments to New, returned by every operation
 
 	renewer *renewer
+	scripts *coalescer // acquires and releases, shared pipelines under concurrency
 
 	mu      sync.Mutex
 	hub     *notify.Hub
@@ -47,6 +48,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		c.err = c.cfg.validate()
 	}
 	c.renewer = newRenewer(c)
+	c.scripts = &coalescer{rdb: rdb}
 	return c
 }
 
@@ -186,7 +188,7 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 		return false, err
 	}
 	args := append([]any{owner, publish}, extra...)
-	n, err := script.Run(ctx, c.rdb, keys, args...).Int64()
+	n, err := c.scripts.run(ctx, script, keys, args...).Int64()
 	return n == 1, err
 }
 

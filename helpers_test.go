@@ -117,8 +117,9 @@ func waitDone(t testing.TB, ch <-chan struct{}, guard time.Duration, what string
 
 // commandCounter is a go-redis hook counting the commands a client sends.
 type commandCounter struct {
-	commands atomic.Int64
-	onReply  func(cmd redis.Cmder) // optional, called after each reply
+	commands  atomic.Int64
+	pipelines atomic.Int64          // round trips that carried several commands
+	onReply   func(cmd redis.Cmder) // optional, called after each reply
 }
 
 func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -137,7 +138,14 @@ func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.commands.Add(int64(len(cmds)))
-		return next(ctx, cmds)
+		h.pipelines.Add(1)
+		err := next(ctx, cmds)
+		if h.onReply != nil {
+			for _, cmd := range cmds {
+				h.onReply(cmd)
+			}
+		}
+		return err
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // a hold (a refusal needs no replicas).
 func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	if cfg.replicaAck == 0 {
-		return script.Run(ctx, c.rdb, keys, args...), nil
+		return c.scripts.run(ctx, script, keys, args...), nil
 	}
 	master, err := c.masterFor(ctx, keys[0])
 	if err != nil {

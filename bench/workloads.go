@@ -27,7 +27,9 @@ type run struct {
 
 func (r run) key(what string) string { return fmt.Sprintf("bench:%s:%s:%d", r.lib.name, what, r.round) }
 
-func (r run) seconds(s float64) time.Duration { return time.Duration(s * r.scale * float64(time.Second)) }
+func (r run) seconds(s float64) time.Duration {
+	return time.Duration(s * r.scale * float64(time.Second))
+}
 
 // lockers opens n clients of the library.
 func (r run) lockers(n int) ([]locker, func(), error) {
