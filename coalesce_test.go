@@ -45,6 +45,6 @@ func TestClient_ConcurrentCallsShareRoundTrips(t *testing.T) {
 		if counter.pipelines.Load() == 0 {
 			t.Fatalf("%d goroutines of one Client never shared a round trip", goroutines)
 		}
-		t.Logf("%d commands sent, %d of them in pipelines of queued calls", counter.commands.Load(), counter.pipelines.Load())
+		t.Logf("%d commands sent; %d pipelines of queued calls", counter.commands.Load(), counter.pipelines.Load())
 	})
 }
