@@ -181,7 +181,7 @@ func (c *Client) subscribed(channel string) bool {
 // Its script takes the owner token and the publish command as ARGV[1] and
 // ARGV[2], then extra.
 func (c *Client) release(ctx context.Context, script *redis.Script, keys []string, owner string, extra ...any) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
@@ -191,6 +191,20 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 	n, err := c.scripts.run(ctx, script, keys, args...).Int64()
 	return n == 1, err
 }
+
+// cleanupContext is the context of work that must go on after its caller
+// has given up (a release, an abandon): not cancelled with ctx, and bounded
+// by CleanupTimeout. A context that can never end (Background) is used as
+// it is, which spares a lock+unlock five allocations: nothing can cut the
+// work short, and the Redis client's own timeouts bound it.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+}
+
+func noCancel() {}
 
 // abandon clears up after an acquire that gives up: one whose outcome is
 // unknown (Redis may have applied it before the client gave up on the reply,

@@ -322,7 +322,7 @@ func majorityHoldLeft(held []int64, quorum int) time.Duration {
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
 	ttl, _ := m.cfg.holdTTL()
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	ctx, cancel := cleanupContext(ctx)
 	var waitFor []*redlockNode
 	var background []*redlockNode
 	for i, n := range m.r.nodes {

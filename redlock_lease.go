@@ -135,7 +135,7 @@ func (h *redlockHold) validity() (time.Duration, error) {
 // let go of a hold of this owner.
 func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 	m := h.m
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters}
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
