@@ -31,25 +31,45 @@ const (
 
 type scriptCall struct {
 	script *redis.Script
-	keys   []string
-	args   []any
+	argv   []any // the whole EVALSHA command
 	cmd    *redis.Cmd
 	done   chan struct{}
+}
+
+// evalshaArgv is the EVALSHA command of script on keys and args.
+func evalshaArgv(script *redis.Script, keys []string, args []any) []any {
+	argv := make([]any, 0, 3+len(keys)+len(args))
+	argv = append(argv, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return append(argv, args...)
 }
 
 // run runs script like [redis.Script.Run]. A caller whose ctx ends while
 // its call waits to be sent gets ctx's error; the call may still go out,
 // which callers treat as any reply lost on the way (its outcome unknown).
 func (q *coalescer) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return q.runArgv(ctx, script, evalshaArgv(script, keys, args))
+}
+
+// runArgv is run with the EVALSHA command already built, so that a hot
+// path can keep what does not change (key names, TTLs) boxed once.
+func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
 	q.mu.Lock()
 	if q.flights < coalesceFlights && len(q.queue) == 0 {
 		q.flights++
 		q.mu.Unlock()
-		cmd := script.Run(ctx, q.rdb, keys, args...)
+		cmd := q.rdb.Do(ctx, argv...)
+		if isNoScript(cmd.Err()) { // SCRIPT FLUSH or a restart: load it, send again
+			if err := script.Load(ctx, q.rdb).Err(); err == nil {
+				cmd = q.rdb.Do(ctx, argv...)
+			}
+		}
 		q.landed()
 		return cmd
 	}
-	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	call := &scriptCall{script: script, argv: argv, done: make(chan struct{})}
 	q.queue = append(q.queue, call)
 	q.mu.Unlock()
 	select {
@@ -77,35 +97,37 @@ func (q *coalescer) landed() {
 	go q.fly(batch)
 }
 
-// fly sends one batch as a pipeline, its scripts by SHA, and again with
-// their bodies those the server did not know (after SCRIPT FLUSH or a
-// restart).
+// fly sends one batch as a pipeline, and again those whose script the
+// server did not know (after SCRIPT FLUSH or a restart), once loaded.
 func (q *coalescer) fly(batch []*scriptCall) {
 	defer q.landed()
 	ctx := context.Background() // shared by callers: none of theirs may cut it short
-	q.send(ctx, batch, false)
+	q.send(ctx, batch)
 	var unknown []*scriptCall
+	loaded := make(map[*redis.Script]bool)
 	for _, call := range batch {
-		if isNoScript(call.cmd.Err()) {
+		if !isNoScript(call.cmd.Err()) {
+			continue
+		}
+		if !loaded[call.script] {
+			loaded[call.script] = call.script.Load(ctx, q.rdb).Err() == nil
+		}
+		if loaded[call.script] {
 			unknown = append(unknown, call)
 		}
 	}
 	if len(unknown) > 0 {
-		q.send(ctx, unknown, true)
+		q.send(ctx, unknown)
 	}
 	for _, call := range batch {
 		close(call.done)
 	}
 }
 
-func (q *coalescer) send(ctx context.Context, batch []*scriptCall, withBody bool) {
+func (q *coalescer) send(ctx context.Context, batch []*scriptCall) {
 	pipe := q.rdb.Pipeline()
 	for _, call := range batch {
-		if withBody {
-			call.cmd = call.script.Eval(ctx, pipe, call.keys, call.args...)
-		} else {
-			call.cmd = call.script.EvalSha(ctx, pipe, call.keys, call.args...)
-		}
+		call.cmd = pipe.Do(ctx, call.argv...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 }

@@ -187,9 +187,35 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 	if err != nil {
 		return false, err
 	}
-	args := append([]any{owner, publish}, extra...)
+	args := append([]any{owner, publishArg(publish)}, extra...)
 	n, err := c.scripts.run(ctx, script, keys, args...).Int64()
 	return n == 1, err
+}
+
+// releaseArgv is release with the EVALSHA command built up to its owner
+// token (see Mutex.argv): it adds the owner and the publish command.
+func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string) (bool, error) {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	publish, err := c.publishCommand(ctx)
+	if err != nil {
+		return false, err
+	}
+	argv := make([]any, 0, len(head)+2)
+	argv = append(argv, head...)
+	argv = append(argv, owner, publishArg(publish))
+	n, err := c.scripts.runArgv(ctx, script, argv).Int64()
+	return n == 1, err
+}
+
+// The publish commands as script arguments, boxed once.
+var publishArgs = [2]any{"PUBLISH", "SPUBLISH"}
+
+func publishArg(command string) any {
+	if command == "SPUBLISH" {
+		return publishArgs[1]
+	}
+	return publishArgs[0]
 }
 
 // cleanupContext is the context of work that must go on after its caller

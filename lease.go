@@ -22,16 +22,17 @@ import (
 // is the moment the acquire (or the last confirmed renewal) was sent plus
 // TTL × (1 − drift), on this process's monotonic clock.
 type Lease struct {
-	c      *Client
-	name   string
-	kind   *leaseKind
-	keys   []string // KEYS of the kind's extend and TTL scripts
-	relKey []string // KEYS of its release script
-	owner  string   // secret: never logged, never in an error
-	token  uint64
-	drift  float64
-	renew  bool
-	log    *slog.Logger
+	c       *Client
+	name    string
+	kind    *leaseKind
+	keys    []string // KEYS of the kind's extend and TTL scripts
+	relKey  []string // KEYS of its release script
+	relHead []any    // or, where the type built it, its release's EVALSHA command up to the owner
+	owner   string   // secret: never logged, never in an error
+	token   uint64
+	drift   float64
+	renew   bool
+	log     *slog.Logger
 
 	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
 	unlocking atomic.Bool // set before a release is sent: renewals stop counting
@@ -86,6 +87,7 @@ type leaseSpec struct {
 	kind    *leaseKind
 	keys    []string // KEYS of extend and TTL
 	relKeys []string // KEYS of release
+	relHead []any    // optional: release's EVALSHA command up to the owner (see Mutex.argv)
 	owner   string
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
@@ -100,7 +102,7 @@ type leaseSpec struct {
 func (c *Client) startLease(spec leaseSpec) *Lease {
 	ttl, autoRenew := spec.cfg.holdTTL()
 	l := &Lease{
-		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relKey: spec.relKeys,
+		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relKey: spec.relKeys, relHead: spec.relHead,
 		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
 		log: spec.cfg.logger, ttl: ttl, names: spec.names, tokens: spec.tokens,
 		deadline:  validUntil(spec.sent, ttl, spec.cfg.drift),
@@ -313,7 +315,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 
-	ok, err := l.c.release(ctx, l.kind.release, l.relKey, l.owner)
+	var ok bool
+	var err error
+	if l.relHead != nil {
+		ok, err = l.c.releaseArgv(ctx, l.kind.release, l.relHead, l.owner)
+	} else {
+		ok, err = l.c.release(ctx, l.kind.release, l.relKey, l.owner)
+	}
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
 		l.end(fmt.Errorf("%w: unlock did not complete", ErrLeaseLost))
