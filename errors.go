@@ -49,6 +49,12 @@ var (
 	// [WithReplicaAck] asks for. The hold was released.
 	ErrReplicaAck = errors.New("dlock: too few replicas acknowledged the lock")
 
+	// ErrPermission: Redis refused a command for lack of permission (ACL):
+	// the user dlock logs in as may not run one of the commands dlock needs,
+	// or not on that key or channel. The README lists what to grant. Never
+	// reported as [ErrNotAcquired].
+	ErrPermission = errors.New("dlock: permission denied by Redis")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )
@@ -64,7 +70,21 @@ func redisError(op, name string, err error) error {
 	if isWrongType(err) {
 		return fmt.Errorf("%w: lock %q (%s)", ErrWrongType, name, op)
 	}
+	if isPermission(err) {
+		return fmt.Errorf("%w: %s %q: %w", ErrPermission, op, name, err)
+	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+// isPermission recognises an ACL refusal: NOPERM for a command sent, and
+// Redis 7.0's own words for one a script ran.
+func isPermission(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") ||
+		strings.Contains(msg, "No permissions to access")
 }
 
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at

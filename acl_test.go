@@ -1,0 +1,123 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// dlockACL is what the README tells operators to grant dlock: its keys and
+// channels, and the commands it sends or its scripts run (for a single
+// server; a cluster adds spublish, ssubscribe, sunsubscribe and info,
+// WithReplicaAck wait, a Redlock info).
+var dlockACL = []string{
+	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
+	"+evalsha", "+eval", "+script|load",
+	"+get", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
+	"+hdel", "+hget", "+hincrby", "+hlen", "+hmget", "+hset",
+	"+zadd", "+zcard", "+zcount", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore", "+zscore",
+	"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello",
+}
+
+// aclUser creates a user with the rules and returns a client logged in as it.
+func aclUser(t *testing.T, ctx context.Context, admin *redis.Client, name string, rules ...string) *redis.Client {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", name, "reset", "on", ">secret-" + name}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: name, Password: "secret-" + name})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	c := newClient(t, aclUser(t, ctx, admin, "locks", dlockACL...))
+	other := newClient(t, aclUser(t, ctx, admin, "locks2", dlockACL...))
+
+	for round := range 2 {
+		if round == 1 { // the server forgot the scripts: they are loaded again
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A waiter woken by a release: subscribe, register, publish.
+		held, err := c.Mutex("m").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		registered := make(chan struct{})
+		go func() {
+			eventually(t, ctx, "the waiter registering", func() bool {
+				info, err := c.Describe(ctx, "m")
+				return err == nil && info.WritersWaiting == 1
+			})
+			close(registered)
+		}()
+		waiting := lockInBackground(ctx, other.Mutex("m").Lock)
+		<-registered
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectAcquired(t, waiting, time.Minute, "the waiter was not woken")
+
+		for what, lock := range map[string]func(context.Context) (*dlock.Lease, error){
+			"RWMutex read":   c.RWMutex("rw").RLock,
+			"RWMutex write":  c.RWMutex("rw2").Lock,
+			"ReentrantMutex": c.ReentrantMutex("re").Lock,
+			"FairMutex":      c.FairMutex("fair").Lock,
+			"Semaphore":      c.Semaphore("sem", 2).Acquire,
+			"MultiLock":      c.MultiLock([]string{"a", "b"}).Lock,
+			"Election":       func(ctx context.Context) (*dlock.Lease, error) { return c.Election("e").Campaign(ctx, "v") },
+		} {
+			lease, err := lock(ctx)
+			if err != nil {
+				t.Fatalf("%s as the limited user: %v", what, err)
+			}
+			if err := lease.Extend(ctx, time.Minute); err != nil {
+				t.Fatalf("%s: Extend: %v", what, err)
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				t.Fatalf("%s: Unlock: %v", what, err)
+			}
+		}
+		if _, err := c.ForceUnlock(ctx, "m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	var noIncr []string
+	for _, r := range dlockACL {
+		if r != "+incr" {
+			noIncr = append(noIncr, r)
+		}
+	}
+	for what, c := range map[string]*dlock.Client{
+		"a script command denied": newClient(t, aclUser(t, ctx, admin, "noincr", noIncr...)),
+		"keys outside its prefix": newClient(t, aclUser(t, ctx, admin, "other", dlockACL...), dlock.WithPrefix("other:")),
+	} {
+		_, err := c.Mutex("m").TryLock(ctx)
+		if !errors.Is(err, dlock.ErrPermission) || errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("%s: %v; want ErrPermission, not ErrNotAcquired", what, err)
+		}
+	}
+	if n := admin.Exists(ctx, "dlock:{m}", "other:{m}").Val(); n != 0 {
+		t.Fatal("a denied acquisition left a hold")
+	}
+}
