@@ -345,3 +345,21 @@ func TestRun_OnAClusterGivenAllNodesOrOne(t *testing.T) {
 		}
 	}
 }
+
+// rediss:// URLs: the CLI speaks TLS with the system's trust store (here
+// the test's CA, through SSL_CERT_FILE) and a password from the URL.
+func TestCLI_RedissURL(t *testing.T) {
+	srv, certs := redistest.StartTLS(t)
+	t.Setenv("SSL_CERT_FILE", certs.CAFile)
+	url := "rediss://:" + certs.Password + "@" + srv.Addr()
+	if code, stdout, stderr := runDlock(t, url, "run", "tls-job", "--", "true"); code != 0 {
+		t.Fatalf("run over TLS: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, _ := runDlock(t, url, "status", "--json", "tls-job"); code != 0 || !strings.Contains(stdout, `"type": "free"`) {
+		t.Fatalf("status over TLS: exit %d\n%s", code, stdout)
+	}
+	wrong := "rediss://:wrong@" + srv.Addr()
+	if code, _, stderr := runDlock(t, wrong, "status", "tls-job"); code != exitRedis || !strings.Contains(stderr, "WRONGPASS") {
+		t.Fatalf("a wrong password: exit %d, want %d\n%s", code, exitRedis, stderr)
+	}
+}

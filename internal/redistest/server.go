@@ -37,6 +37,7 @@ type Server struct {
 	dir  string
 	args []string // extra configuration, as command-line arguments
 	conf string   // a Sentinel's configuration file; "" for a server
+	tls  *TLS     // set: the server speaks TLS only, password required
 
 	mu   sync.Mutex
 	port int
@@ -103,6 +104,12 @@ func (s *Server) startOn(port int) error {
 	}
 	if s.conf != "" {
 		args = append([]string{s.conf, "--sentinel"}, args...)
+	} else if s.tls != nil {
+		args[1] = "0" // no plain port
+		args = append(args, "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", s.tls.certFile, "--tls-key-file", s.tls.keyFile,
+			"--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", "no",
+			"--requirepass", s.tls.Password, "--save", "", "--appendonly", "no")
 	} else {
 		args = append(args, "--save", "", "--appendonly", "no")
 	}
@@ -122,7 +129,7 @@ func (s *Server) startOn(port int) error {
 	s.port, s.cmd, s.exit = port, cmd, exit
 	s.mu.Unlock()
 
-	if err := waitReady(s.Addr(), cmd.Process.Pid, exit); err != nil {
+	if err := waitReady(s.options(), cmd.Process.Pid, exit); err != nil {
 		s.Kill()
 		log, _ := os.ReadFile(logFile)
 		return fmt.Errorf("%w\n%s", err, lastLines(string(log), 10))
@@ -133,8 +140,9 @@ func (s *Server) startOn(port int) error {
 // waitReady polls until the server answers or exits. The answer must come
 // from our own process: should another test's server win the race for the
 // port, ours exits and we must not mistake theirs for it.
-func waitReady(addr string, pid int, exit <-chan struct{}) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+func waitReady(opts *redis.Options, pid int, exit <-chan struct{}) error {
+	opts.MaxRetries, opts.DialTimeout = -1, time.Second
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	deadline := time.Now().Add(startTimeout)
 	for pause := time.Millisecond; ; pause = min(pause*2, 50*time.Millisecond) {
@@ -159,6 +167,14 @@ func waitReady(addr string, pid int, exit <-chan struct{}) error {
 	}
 }
 
+func (s *Server) options() *redis.Options {
+	opts := &redis.Options{Addr: s.Addr()}
+	if s.tls != nil {
+		opts.TLSConfig, opts.Password = s.tls.ClientConfig(), s.tls.Password
+	}
+	return opts
+}
+
 // Addr returns the server's host:port.
 func (s *Server) Addr() string {
 	s.mu.Lock()
@@ -167,8 +183,9 @@ func (s *Server) Addr() string {
 }
 
 // Client returns a go-redis client of the server, closed at the test's end.
+// For a TLS server it trusts the test CA and gives the password.
 func (s *Server) Client() *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	rdb := redis.NewClient(s.options())
 	s.t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
