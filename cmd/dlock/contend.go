@@ -16,7 +16,7 @@ import (
 )
 
 // lockTypes are the lock types the demo and bench run, in table order.
-var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex", "FairMutex", "Semaphore", "MultiLock"}
+var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex", "FairMutex", "Semaphore", "MultiLock", "Election"}
 
 // contention is one run of workers taking one lock back to back, each with
 // its own Redis connection, as separate processes would.
@@ -234,6 +234,16 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 		}
 	case "FairMutex":
 		return c.exclusive(client.FairMutex(c.name).Lock, i, fenced, unlock)
+	case "Election": // a leadership is the critical section, its term the token
+		e := client.Election(c.name)
+		campaign := func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, fmt.Sprint("worker-", i)) }
+		resign := func(ctx context.Context, _ *dlock.Lease) error {
+			if err := e.Resign(context.WithoutCancel(ctx)); err != nil && ctx.Err() == nil {
+				return err
+			}
+			return nil
+		}
+		return c.exclusive(campaign, i, fenced, resign)
 	default:
 		return c.exclusive(client.Mutex(c.name).Lock, i, fenced, unlock)
 	}

@@ -16,8 +16,8 @@ const demoHold = time.Millisecond
 const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration D]
 
 Workers contend for one lock of each type in turn (Mutex, ReentrantMutex,
-RWMutex, FairMutex, Semaphore, MultiLock), each with its own connection,
-and a checker watches them. Prints a verdict per type: acquisitions,
+RWMutex, FairMutex, Semaphore, MultiLock, Election), each with its own
+connection, and a checker watches them. Prints a verdict per type: acquisitions,
 overlapping holders (must be 0), whether fencing tokens only increased,
 how evenly the workers shared the lock, and handoff latency from a release
 to a waiting worker holding the lock. Exits 0 only when every verdict
@@ -92,6 +92,7 @@ func runDemo(ctx context.Context, args []string, out *output) int {
 		"handoffs are to waiting writers (to waiting readers: p50 %s, p99 %s).\n"+
 		"Semaphore: %d permits; overlaps count holders beyond them, tokens must never repeat.\n"+
 		"MultiLock: each worker locks two of three names, in either order; overlaps per name.\n"+
+		"Election: each worker campaigns, leads for the hold, and resigns; overlaps are two leaders.\n"+
 		"max/min: the most acquisitions of a worker over the fewest (the FairMutex's is near 1).\n",
 		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)), semaphorePermits(*workers))
 	if !ok {
