@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/linear"
 )
 
 // mutexCalls are the two calls a history records, on some lock.
@@ -22,31 +22,31 @@ type mutexCalls struct {
 }
 
 // recordTry and recordUnlock run a call and add it to h as the model sees it.
-func recordTry(ctx context.Context, h *check.History, client int, owner string, m mutexCalls) bool {
-	done := h.Call(client, check.MutexOp{Owner: owner})
+func recordTry(ctx context.Context, h *linear.History, client int, owner string, m mutexCalls) bool {
+	done := h.Call(client, linear.MutexOp{Owner: owner})
 	token, err := m.tryLock(ctx)
 	switch {
 	case err == nil:
-		done(check.MutexResult{OK: true, Token: token})
+		done(linear.MutexResult{OK: true, Token: token})
 		return true
 	case errors.Is(err, dlock.ErrNotAcquired):
-		done(check.MutexResult{})
+		done(linear.MutexResult{})
 	default:
-		done(check.MutexResult{Unknown: true})
+		done(linear.MutexResult{Unknown: true})
 	}
 	return false
 }
 
-func recordUnlock(ctx context.Context, h *check.History, client int, owner string, m mutexCalls) {
-	done := h.Call(client, check.MutexOp{Release: true, Owner: owner})
+func recordUnlock(ctx context.Context, h *linear.History, client int, owner string, m mutexCalls) {
+	done := h.Call(client, linear.MutexOp{Release: true, Owner: owner})
 	err := m.unlock(ctx)
 	switch {
 	case err == nil:
-		done(check.MutexResult{OK: true})
+		done(linear.MutexResult{OK: true})
 	case errors.Is(err, dlock.ErrNotHeld):
-		done(check.MutexResult{})
+		done(linear.MutexResult{})
 	default:
-		done(check.MutexResult{Unknown: true})
+		done(linear.MutexResult{Unknown: true})
 	}
 }
 
@@ -96,7 +96,7 @@ func TestMutex_HistoriesAreLinearizable(t *testing.T) {
 	const clients, rounds = 6, 40
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := lockName(t)
-		var h check.History
+		var h linear.History
 		runWorkers(t, clients, func(ctx context.Context, w int) error {
 			calls := dlockCalls(newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name))
 			owner := fmt.Sprint("client-", w)
@@ -111,7 +111,7 @@ func TestMutex_HistoriesAreLinearizable(t *testing.T) {
 			}
 			return nil
 		})
-		if got := h.Linearizable(check.FencedMutexModel, time.Minute); got != porcupine.Ok {
+		if got := h.Linearizable(linear.FencedMutexModel, time.Minute); got != porcupine.Ok {
 			t.Fatalf("%d operations: %v; want linearizable against the fenced mutex", h.Len(), got)
 		}
 	})
@@ -133,7 +133,7 @@ func TestFencedMutexModel_FlagsALockThatReleasesAnothersHold(t *testing.T) {
 		{"dlock", func(string) mutexCalls { return dlockCalls(c.Mutex(name)) }, porcupine.Ok},
 		{"DEL without a check", func(owner string) mutexCalls { return brokenCalls(rdb, name, owner) }, porcupine.Illegal},
 	} {
-		var h check.History
+		var h linear.History
 		a, b, cc := tc.calls("a"), tc.calls("b"), tc.calls("c")
 		recordTry(ctx, &h, 0, "a", a)
 		recordUnlock(ctx, &h, 0, "a", a)
@@ -144,7 +144,7 @@ func TestFencedMutexModel_FlagsALockThatReleasesAnothersHold(t *testing.T) {
 		if cHolds {
 			recordUnlock(ctx, &h, 2, "c", cc)
 		}
-		if got := h.Linearizable(check.FencedMutexModel, time.Minute); got != tc.want {
+		if got := h.Linearizable(linear.FencedMutexModel, time.Minute); got != tc.want {
 			t.Errorf("%s: %v; want %v", tc.impl, got, tc.want)
 		}
 	}

@@ -1,4 +1,8 @@
-package check
+// Package linear checks recorded histories of lock operations for
+// linearizability with porcupine: the specifications the locks must meet,
+// and a recorder. Kept apart from package check so that what imports that
+// (the bench module) does not need porcupine.
+package linear
 
 import (
 	"fmt"
