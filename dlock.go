@@ -181,29 +181,22 @@ func (c *Client) subscribed(channel string) bool {
 // Its script takes the owner token and the publish command as ARGV[1] and
 // ARGV[2], then extra.
 func (c *Client) release(ctx context.Context, script *redis.Script, keys []string, owner string, extra ...any) (bool, error) {
-	ctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	publish, err := c.publishCommand(ctx)
-	if err != nil {
-		return false, err
-	}
-	args := append([]any{owner, publishArg(publish)}, extra...)
-	n, err := c.scripts.run(ctx, script, keys, args...).Int64()
-	return n == 1, err
+	return c.releaseArgv(ctx, script, evalshaArgv(script, keys, nil), owner, extra...)
 }
 
-// releaseArgv is release with the EVALSHA command built up to its owner
-// token (see Mutex.argv): it adds the owner and the publish command.
-func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string) (bool, error) {
+// releaseArgv is release with the EVALSHA command built up to the owner
+// token (a Mutex keeps its own boxed: see Mutex.argv).
+func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
 		return false, err
 	}
-	argv := make([]any, 0, len(head)+2)
+	argv := make([]any, 0, len(head)+2+len(extra))
 	argv = append(argv, head...)
 	argv = append(argv, owner, publishArg(publish))
+	argv = append(argv, extra...)
 	n, err := c.scripts.runArgv(ctx, script, argv).Int64()
 	return n == 1, err
 }

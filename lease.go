@@ -26,8 +26,7 @@ type Lease struct {
 	name    string
 	kind    *leaseKind
 	keys    []string // KEYS of the kind's extend and TTL scripts
-	relKey  []string // KEYS of its release script
-	relHead []any    // or, where the type built it, its release's EVALSHA command up to the owner
+	relHead []any    // its release's EVALSHA command up to the owner token
 	owner   string   // secret: never logged, never in an error
 	token   uint64
 	drift   float64
@@ -87,7 +86,7 @@ type leaseSpec struct {
 	kind    *leaseKind
 	keys    []string // KEYS of extend and TTL
 	relKeys []string // KEYS of release
-	relHead []any    // optional: release's EVALSHA command up to the owner (see Mutex.argv)
+	relHead []any    // or release's EVALSHA command up to the owner, boxed by the type (see Mutex.argv)
 	owner   string
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
@@ -102,12 +101,15 @@ type leaseSpec struct {
 func (c *Client) startLease(spec leaseSpec) *Lease {
 	ttl, autoRenew := spec.cfg.holdTTL()
 	l := &Lease{
-		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relKey: spec.relKeys, relHead: spec.relHead,
+		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relHead: spec.relHead,
 		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
 		log: spec.cfg.logger, ttl: ttl, names: spec.names, tokens: spec.tokens,
 		deadline:  validUntil(spec.sent, ttl, spec.cfg.drift),
 		done:      make(chan struct{}),
 		heapIndex: -1,
+	}
+	if l.relHead == nil {
+		l.relHead = evalshaArgv(spec.kind.release, spec.relKeys, nil)
 	}
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
@@ -315,13 +317,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 
-	var ok bool
-	var err error
-	if l.relHead != nil {
-		ok, err = l.c.releaseArgv(ctx, l.kind.release, l.relHead, l.owner)
-	} else {
-		ok, err = l.c.release(ctx, l.kind.release, l.relKey, l.owner)
-	}
+	ok, err := l.c.releaseArgv(ctx, l.kind.release, l.relHead, l.owner)
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
 		l.end(fmt.Errorf("%w: unlock did not complete", ErrLeaseLost))

@@ -22,9 +22,9 @@ type Mutex struct {
 	cfg  settings
 	err  error // bad arguments, returned before any I/O
 
-	// The KEYS of every lease's extend/TTL and release scripts: the same for
-	// all acquisitions, so made once and shared (scripts never modify them).
-	extendKeys, releaseKeys []string
+	// The KEYS of every lease's extend/TTL script: the same for all
+	// acquisitions, so made once and shared (scripts never modify them).
+	extendKeys []string
 
 	boxed atomic.Pointer[mutexArgv] // see argv
 }
@@ -73,7 +73,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
 	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
-		extendKeys: []string{k.lock}, releaseKeys: []string{k.lock, k.channel, k.waiters}}
+		extendKeys: []string{k.lock}}
 	if m.err = validateName(name); m.err == nil {
 		m.err = cfg.validate()
 	}
@@ -120,13 +120,12 @@ func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Dura
 	sent := time.Now()
 	var cmd *redis.Cmd
 	var unconfirmed error
-	var relHead []any
+	a := m.argv()
 	if m.cfg.replicaAck == 0 {
-		a := m.argv()
 		argv := make([]any, 0, len(a.acquire)+6)
 		argv = append(argv, a.acquire...)
 		argv = append(argv, tombstone, a.waiters, owner, a.ttl, waiterID, a.registration)
-		cmd, relHead = m.c.scripts.runArgv(ctx, scripts.MutexAcquire, argv), a.release
+		cmd = m.c.scripts.runArgv(ctx, scripts.MutexAcquire, argv)
 	} else {
 		cmd, unconfirmed = m.c.runAcquire(ctx, m.cfg, scripts.MutexAcquire, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters},
 			owner, ttl.Milliseconds(), waiterID, waiterLease(m.cfg.waiterRefresh).Milliseconds())
@@ -149,7 +148,7 @@ func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Dura
 		return nil, 0, fmt.Errorf("dlock: lock %q: %w", m.name, unconfirmed)
 	}
 	return m.c.startLease(leaseSpec{
-		name: m.name, kind: mutexKind, keys: m.extendKeys, relKeys: m.releaseKeys, relHead: relHead,
+		name: m.name, kind: mutexKind, keys: m.extendKeys, relHead: a.release,
 		owner: owner, token: uint64(res[1]), sent: sent, cfg: m.cfg,
 	}), 0, nil
 }

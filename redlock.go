@@ -122,8 +122,8 @@ func (m *RedlockMutex) Name() string { return m.name }
 // [*QuorumError] matching [ErrNotAcquired] when no majority granted in time,
 // naming each node that did not and why.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(); err != nil {
-		return nil, err
+	if m.err != nil {
+		return nil, m.err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
@@ -140,8 +140,8 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // wraps the last attempt's [*QuorumError]. Between attempts it waits a
 // random moment, so contenders do not collide again and again.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(); err != nil {
-		return nil, err
+	if m.err != nil {
+		return nil, m.err
 	}
 	if m.cfg.waitSet {
 		if m.cfg.wait == 0 {
@@ -185,13 +185,6 @@ const (
 	redlockRetryMin    = 10 * time.Millisecond
 	redlockRetrySpread = 40 * time.Millisecond
 )
-
-func (m *RedlockMutex) check() error {
-	if m.err != nil {
-		return m.err
-	}
-	return nil
-}
 
 // ttlInUse records ttl for the restart guard and returns the longest so far.
 func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
@@ -267,7 +260,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 			op, granted, errs = "lock (fencing token)", succeeded(fenced), fenced
 		}
 	}
-	late = granted >= r.quorum
+	late = granted >= r.quorum && !foreign // a quorum, but its validity ran out
 	m.abandon(ctx, owner, answered)
 
 	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted, Late: late,
@@ -322,7 +315,7 @@ func majorityHoldLeft(held []int64, quorum int) time.Duration {
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
 	ttl, _ := m.cfg.holdTTL()
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters}
-	ctx, cancel := cleanupContext(ctx)
+	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	var waitFor []*redlockNode
 	var background []*redlockNode
 	for i, n := range m.r.nodes {
@@ -343,12 +336,7 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []boo
 		}
 	}
 	if len(background) > 0 {
-		go func() {
-			defer cancel()
-			logFailures(background, CleanupTimeout)
-		}()
-	} else {
-		defer cancel()
+		go logFailures(background, CleanupTimeout)
 	}
 	logFailures(waitFor, m.nodeTimeout)
 }

@@ -135,8 +135,7 @@ func (h *redlockHold) validity() (time.Duration, error) {
 // let go of a hold of this owner.
 func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 	m := h.m
-	ctx, cancel := cleanupContext(ctx)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters}
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		ok, err := scripts.MutexRelease.Run(ctx, n.rdb, keys, l.owner, "PUBLISH").Int64()
