@@ -44,7 +44,9 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	admin := srv.Client()
 	c := newClient(t, aclUser(t, ctx, admin, "locks", dlockACL...))
-	other := newClient(t, aclUser(t, ctx, admin, "locks2", dlockACL...))
+	otherRedis := aclUser(t, ctx, admin, "locks2", dlockACL...)
+	other := newClient(t, otherRedis)
+	attempts := countAttempts(otherRedis)
 
 	for round := range 2 {
 		if round == 1 { // the server forgot the scripts: they are loaded again
@@ -57,16 +59,13 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		registered := make(chan struct{})
-		go func() {
-			eventually(t, ctx, "the waiter registering", func() bool {
-				info, err := c.Describe(ctx, "m")
-				return err == nil && info.WritersWaiting == 1
-			})
-			close(registered)
-		}()
+		// Its first try goes before subscribing, the second registers.
+		registered := attempts.refusedReach(attempts.refused.Load() + 2)
 		waiting := lockInBackground(ctx, other.Mutex("m").Lock)
-		<-registered
+		waitDone(t, registered, time.Minute, "the waiter registering")
+		if info, err := c.Describe(ctx, "m"); err != nil || info.WritersWaiting != 1 {
+			t.Fatalf("a registered waiter: %+v, %v", info, err)
+		}
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/scripts"
 )
 
 func TestClient_DescribeReportsEveryType(t *testing.T) {
@@ -86,18 +87,21 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 		ctx := ctxFor(t, 30*time.Second)
 		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Second))
 		// A waiter that would otherwise try again only in an hour.
-		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
+		waiterRedis := b.newRedis(t)
+		waiter := newClient(t, waiterRedis, dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
 		for _, kind := range []string{"Mutex", "RWMutex", "FairMutex", "Semaphore"} {
 			name := lockName(t)
-			lock, wait := c.Mutex(name).Lock, waiter.Mutex(name).Lock
+			lock, wait, acquire := c.Mutex(name).Lock, waiter.Mutex(name).Lock, scripts.MutexAcquire
 			switch kind {
 			case "RWMutex":
-				lock, wait = c.RWMutex(name).Lock, waiter.RWMutex(name).Lock
+				lock, wait, acquire = c.RWMutex(name).Lock, waiter.RWMutex(name).Lock, scripts.RWAcquire
 			case "FairMutex":
-				lock, wait = c.FairMutex(name).Lock, waiter.FairMutex(name).Lock
+				lock, wait, acquire = c.FairMutex(name).Lock, waiter.FairMutex(name).Lock, scripts.FairAcquire
 			case "Semaphore":
-				lock, wait = c.Semaphore(name, 1).Acquire, waiter.Semaphore(name, 1).Acquire
+				lock, wait, acquire = c.Semaphore(name, 1).Acquire, waiter.Semaphore(name, 1).Acquire, scripts.SemAcquire
 			}
+			// The waiter's first try goes before subscribing; the second registers.
+			registered := countAttemptsOf(waiterRedis, acquire).refusedReach(2)
 			held, err := lock(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -110,10 +114,10 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 				}
 				result <- l
 			}()
-			eventually(t, ctx, "the waiter registering", func() bool {
-				info, err := c.Describe(ctx, name)
-				return err == nil && info.WritersWaiting == 1
-			})
+			waitDone(t, registered, time.Minute, kind+": the waiter registering")
+			if info, err := c.Describe(ctx, name); err != nil || info.WritersWaiting != 1 {
+				t.Fatalf("%s: a registered waiter: %+v, %v", kind, info, err)
+			}
 			if removed, err := c.ForceUnlock(ctx, name); err != nil || !removed {
 				t.Fatalf("%s: ForceUnlock: %v, %v", kind, removed, err)
 			}

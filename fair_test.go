@@ -26,6 +26,13 @@ func queueLen(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name
 	return n
 }
 
+// inLine returns a channel closed once a FairMutex Lock through rdb has
+// its place in line: its first attempt goes before subscribing and does not
+// queue; its second, refused too, does.
+func inLine(rdb redis.UniversalClient) <-chan struct{} {
+	return countAttemptsOf(rdb, scripts.FairAcquire).refusedReach(2)
+}
+
 // slowOwner is the owner token of a waiter the test queues by hand, which
 // then does nothing: dead, or slow to take up the lock handed to it.
 const slowOwner = "0123456789abcdef0123456789abcdef"
@@ -60,7 +67,9 @@ func TestFairMutex_AcquiresInArrivalOrder(t *testing.T) {
 		order := make(chan int, waiters)
 		results := make([]<-chan error, waiters)
 		for i := range waiters {
-			fm := newClient(t, b.newRedis(t)).FairMutex(name)
+			rdb := b.newRedis(t)
+			queued := inLine(rdb)
+			fm := newClient(t, rdb).FairMutex(name)
 			results[i] = lockInBackground(ctx, func(ctx context.Context) (*dlock.Lease, error) {
 				lease, err := fm.Lock(ctx)
 				if err == nil {
@@ -69,7 +78,10 @@ func TestFairMutex_AcquiresInArrivalOrder(t *testing.T) {
 				return lease, err
 			})
 			// The next one arrives only once this one has its place.
-			eventually(t, ctx, "waiter in line", func() bool { return queueLen(t, ctx, observer, name) == int64(i+1) })
+			waitDone(t, queued, time.Minute, "the waiter taking its place in line")
+			if n := queueLen(t, ctx, observer, name); n != int64(i+1) {
+				t.Fatalf("%d in line after %d waiters", n, i+1)
+			}
 		}
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -169,8 +181,13 @@ func TestFairMutex_DeadWaiterDelaysTheNextOnlyForItsWaitLease(t *testing.T) {
 		// A waiter that queues and dies: it never renews its place nor
 		// answers its wake-up.
 		queueRaw(t, ctx, rdb, name, slowOwner, "dead", deadLease)
-		next := lockInBackground(ctx, newClient(t, b.newRedis(t)).FairMutex(name).Lock)
-		eventually(t, ctx, "live waiter in line", func() bool { return queueLen(t, ctx, rdb, name) == 2 })
+		nextRedis := b.newRedis(t)
+		queued := inLine(nextRedis)
+		next := lockInBackground(ctx, newClient(t, nextRedis).FairMutex(name).Lock)
+		waitDone(t, queued, time.Minute, "the live waiter taking its place in line")
+		if n := queueLen(t, ctx, rdb, name); n != 2 {
+			t.Fatalf("%d in line; want the dead waiter and the live one", n)
+		}
 
 		released := time.Now()
 		if err := holder.Unlock(ctx); err != nil {
@@ -195,8 +212,13 @@ func TestFairMutex_CancelledLockLeavesTheQueueAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitCtx, cancel := context.WithCancel(ctx)
-		waiting := lockInBackground(waitCtx, newClient(t, b.newRedis(t)).FairMutex(name).Lock)
-		eventually(t, ctx, "waiter in line", func() bool { return queueLen(t, ctx, rdb, name) == 1 })
+		waiterRedis := b.newRedis(t)
+		queued := inLine(waiterRedis)
+		waiting := lockInBackground(waitCtx, newClient(t, waiterRedis).FairMutex(name).Lock)
+		waitDone(t, queued, time.Minute, "the waiter taking its place in line")
+		if n := queueLen(t, ctx, rdb, name); n != 1 {
+			t.Fatalf("%d in line; want the waiter", n)
+		}
 		cancel()
 		if err := <-waiting; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled Lock returned %v", err)
@@ -222,8 +244,13 @@ func TestFairMutex_WaiterHandedTheLockAsItLeavesPassesItOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := queueRaw(t, ctx, rdb, name, slowOwner, "leaving", time.Minute)
-	next := lockInBackground(ctx, newClient(t, backends[0].newRedis(t)).FairMutex(name).Lock)
-	eventually(t, ctx, "second waiter in line", func() bool { return queueLen(t, ctx, rdb, name) == 2 })
+	nextRedis := backends[0].newRedis(t)
+	queued := inLine(nextRedis)
+	next := lockInBackground(ctx, newClient(t, nextRedis).FairMutex(name).Lock)
+	waitDone(t, queued, time.Minute, "the second waiter taking its place in line")
+	if n := queueLen(t, ctx, rdb, name); n != 2 {
+		t.Fatalf("%d in line; want two waiters", n)
+	}
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,13 @@ func TestTLS_LocksOverTLSWithAPassword_WrongCAOrPasswordFailsFast(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiting := lockInBackground(ctx, newClient(t, srv.Client(), dlock.WithWaiterRefresh(time.Hour)).Mutex(name).Lock)
-	eventually(t, ctx, "the waiter registering", func() bool {
-		info, err := newClient(t, srv.Client()).Describe(ctx, name)
-		return err == nil && info.WritersWaiting == 1
-	})
+	waiterRedis := srv.Client()
+	registered := countAttempts(waiterRedis).refusedReach(2) // the second try registers
+	waiting := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(time.Hour)).Mutex(name).Lock)
+	waitDone(t, registered, time.Minute, "the waiter registering")
+	if info, err := newClient(t, srv.Client()).Describe(ctx, name); err != nil || info.WritersWaiting != 1 {
+		t.Fatalf("a registered waiter: %+v, %v", info, err)
+	}
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
