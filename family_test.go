@@ -61,3 +61,34 @@ func TestFamily_LeasesRenewPastTheirTTL(t *testing.T) {
 		}
 	})
 }
+
+// The longest TTL accepted works on every type: no script's arithmetic on
+// expiries loses precision or overflows, and Redis takes the PX.
+func TestFamily_MaxTTLIsAccepted(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithLeaseTime(dlock.MaxTTL))
+	acquires := map[string]func(context.Context) (*dlock.Lease, error){
+		"Mutex":          c.Mutex(lockName(t)).TryLock,
+		"ReentrantMutex": c.ReentrantMutex(lockName(t)).TryLock,
+		"RWMutex read":   c.RWMutex(lockName(t)).TryRLock,
+		"RWMutex write":  c.RWMutex(lockName(t)).TryLock,
+		"FairMutex":      c.FairMutex(lockName(t)).TryLock,
+		"Semaphore":      c.Semaphore(lockName(t), 2).TryAcquire,
+		"MultiLock":      c.MultiLock(lockNames(t, 2)).TryLock,
+	}
+	for typ, acquire := range acquires {
+		lease, err := acquire(ctx)
+		if err != nil {
+			t.Fatalf("%s with a lease time of MaxTTL: %v", typ, err)
+		}
+		if left, err := lease.TTL(ctx); err != nil || left < dlock.MaxTTL-time.Minute {
+			t.Errorf("%s: TTL %v (err %v); want about %v", typ, left, err, dlock.MaxTTL)
+		}
+		if err := lease.Extend(ctx, dlock.MaxTTL); err != nil {
+			t.Errorf("%s: Extend(MaxTTL): %v", typ, err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Errorf("%s: Unlock: %v", typ, err)
+		}
+	}
+}

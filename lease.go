@@ -239,8 +239,8 @@ func (l *Lease) GoString() string { return l.String() }
 // and makes ttl the TTL of later automatic renewals. It never re-creates a
 // lock that has gone: then it returns [ErrNotHeld] and the lease is lost.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl < MinTTL {
-		return invalidf("TTL %v is below the minimum %v", ttl, MinTTL)
+	if err := validTTL("TTL", ttl); err != nil {
+		return err
 	}
 	if l.parts != nil {
 		return l.extendParts(ctx, ttl)

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -162,8 +163,10 @@ func TestLease_ExtendMovesTheDeadline(t *testing.T) {
 	if left, err := lease.TTL(ctx); err != nil || left < 30*time.Second {
 		t.Fatalf("TTL after Extend(1m): %v, %v", left, err)
 	}
-	if err := lease.Extend(ctx, time.Millisecond); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("Extend below MinTTL: %v, want ErrInvalid", err)
+	for _, d := range []time.Duration{time.Millisecond, 0, -time.Second, dlock.MaxTTL + time.Millisecond, math.MaxInt64} {
+		if err := lease.Extend(ctx, d); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("Extend(%v): %v, want ErrInvalid", d, err)
+		}
 	}
 	_ = lease.Unlock(ctx)
 }
@@ -214,6 +217,9 @@ func TestMutex_InvalidArgumentsFailBeforeAnyCommand(t *testing.T) {
 		{"zero TTL", newClient(t, rdb, dlock.WithTTL(0)).Mutex("x")},
 		{"negative TTL", newClient(t, rdb).Mutex("x", dlock.WithTTL(-time.Second))},
 		{"TTL below minimum", newClient(t, rdb).Mutex("x", dlock.WithTTL(dlock.MinTTL-1))},
+		{"TTL above maximum", newClient(t, rdb).Mutex("x", dlock.WithTTL(dlock.MaxTTL+time.Millisecond))},
+		{"TTL that overflows", newClient(t, rdb).Mutex("x", dlock.WithTTL(math.MaxInt64))},
+		{"lease time above maximum", newClient(t, rdb).Mutex("x", dlock.WithLeaseTime(math.MaxInt64))},
 		{"lease time below minimum", newClient(t, rdb).Mutex("x", dlock.WithLeaseTime(time.Millisecond))},
 		{"drift of 1", newClient(t, rdb, dlock.WithDriftFactor(1)).Mutex("x")},
 		{"negative drift", newClient(t, rdb, dlock.WithDriftFactor(-0.1)).Mutex("x")},

@@ -24,6 +24,12 @@ const (
 	// round trip and the renewal schedule leave too little of the TTL to use.
 	MinTTL = 100 * time.Millisecond
 
+	// MaxTTL is the longest TTL or lease time accepted. The scripts keep
+	// expiries in microseconds of the server's clock as Lua numbers, exact
+	// below 2⁵³ µs (285 years since 1970); this bound keeps every expiry far
+	// inside that and every PX argument inside what Redis takes.
+	MaxTTL = 10 * 365 * 24 * time.Hour
+
 	// MinWaiterRefresh is the shortest waiter refresh accepted: each refresh
 	// of each waiter is a command sent to Redis.
 	MinWaiterRefresh = 10 * time.Millisecond
@@ -177,10 +183,10 @@ func (s settings) validate() error {
 	switch {
 	case strings.ContainsAny(s.prefix, "{}"):
 		return invalidf("prefix %q contains '{' or '}'", s.prefix)
-	case s.ttl < MinTTL:
-		return invalidf("TTL %v is below the minimum %v", s.ttl, MinTTL)
-	case s.leaseTime != 0 && s.leaseTime < MinTTL:
-		return invalidf("lease time %v is below the minimum %v", s.leaseTime, MinTTL)
+	case validTTL("TTL", s.ttl) != nil:
+		return validTTL("TTL", s.ttl)
+	case s.leaseTime != 0 && validTTL("lease time", s.leaseTime) != nil:
+		return validTTL("lease time", s.leaseTime)
 	case !(s.drift >= 0 && s.drift < 0.5):
 		return invalidf("drift factor %v is outside [0, 0.5)", s.drift)
 	case s.waitSet && s.wait < 0:
@@ -208,6 +214,18 @@ func (s settings) holdTTL() (ttl time.Duration, autoRenew bool) {
 		return s.leaseTime, false
 	}
 	return s.ttl, true
+}
+
+// validTTL checks a TTL, lease time or extension against [MinTTL] and
+// [MaxTTL].
+func validTTL(what string, d time.Duration) error {
+	switch {
+	case d < MinTTL:
+		return invalidf("%s %v is below the minimum %v", what, d, MinTTL)
+	case d > MaxTTL:
+		return invalidf("%s %v is above the maximum %v", what, d, MaxTTL)
+	}
+	return nil
 }
 
 func validateName(name string) error {
