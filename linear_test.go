@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,137 +15,299 @@ import (
 	"github.com/dlockio/dlock/internal/linear"
 )
 
-// mutexCalls are the two calls a history records, on some lock.
-type mutexCalls struct {
-	tryLock func(ctx context.Context) (token uint64, err error)
-	unlock  func(ctx context.Context) error
+// outcome is how the models read an error: refused, or of unknown effect.
+func outcome(err error, token uint64) linear.Result {
+	switch {
+	case err == nil:
+		return linear.Result{OK: true, Token: token}
+	case errors.Is(err, dlock.ErrNotAcquired), errors.Is(err, dlock.ErrNotHeld):
+		return linear.Result{}
+	}
+	return linear.Result{Unknown: true}
 }
 
-// recordTry and recordUnlock run a call and add it to h as the model sees it.
-func recordTry(ctx context.Context, h *linear.History, client int, owner string, m mutexCalls) bool {
-	done := h.Call(client, linear.MutexOp{Owner: owner})
+// recordedMutex is a mutex as one owner uses it: dlock's, or a broken one
+// for the checker to catch.
+type recordedMutex interface {
+	tryLock(ctx context.Context) (token uint64, err error)
+	unlock(ctx context.Context) error
+	extend(ctx context.Context, ttl time.Duration) error
+}
+
+// mutexRecorder runs calls on recordedMutexes and records them in h.
+type mutexRecorder struct {
+	h   linear.History
+	ttl time.Duration // the TTL each acquisition and extension sets
+
+	lateExtends atomic.Int64 // extensions refused
+}
+
+func (r *mutexRecorder) try(ctx context.Context, client int, owner string, m recordedMutex) bool {
+	done := r.h.Call(client, linear.MutexOp{Op: linear.Acquire, Owner: owner, TTL: r.ttl})
 	token, err := m.tryLock(ctx)
-	switch {
-	case err == nil:
-		done(linear.MutexResult{OK: true, Token: token})
-		return true
-	case errors.Is(err, dlock.ErrNotAcquired):
-		done(linear.MutexResult{})
+	done(outcome(err, token))
+	return err == nil
+}
+
+func (r *mutexRecorder) unlock(ctx context.Context, client int, owner string, m recordedMutex) {
+	done := r.h.Call(client, linear.MutexOp{Op: linear.Release, Owner: owner})
+	done(outcome(m.unlock(ctx), 0))
+}
+
+func (r *mutexRecorder) extend(ctx context.Context, client int, owner string, m recordedMutex) {
+	done := r.h.Call(client, linear.MutexOp{Op: linear.Extend, Owner: owner, TTL: r.ttl})
+	err := m.extend(ctx, r.ttl)
+	if errors.Is(err, dlock.ErrNotHeld) {
+		r.lateExtends.Add(1)
+	}
+	done(outcome(err, 0))
+}
+
+func (r *mutexRecorder) check(t *testing.T, want porcupine.CheckResult) {
+	t.Helper()
+	if got := r.h.Linearizable(linear.FencedMutexModel, time.Minute); got != want {
+		t.Fatalf("%d operations: %v; want %v against the fenced mutex", r.h.Len(), got, want)
+	}
+}
+
+// dlockMutex is a Mutex's TryLock and the calls on its last lease. pause,
+// when set, runs inside the next unlock call, before it reaches Redis.
+type dlockMutex struct {
+	mu    *dlock.Mutex
+	lease *dlock.Lease
+	pause func()
+}
+
+func (d *dlockMutex) tryLock(ctx context.Context) (uint64, error) {
+	l, err := d.mu.TryLock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	d.lease = l
+	return l.Token(), nil
+}
+
+func (d *dlockMutex) unlock(ctx context.Context) error {
+	if d.pause != nil {
+		d.pause()
+	}
+	return d.lease.Unlock(ctx)
+}
+
+func (d *dlockMutex) extend(ctx context.Context, ttl time.Duration) error {
+	return d.lease.Extend(ctx, ttl)
+}
+
+// flaw is a way a Redis lock is often written wrongly.
+type flaw int
+
+const (
+	delUnchecked     flaw = iota // unlock: DEL, whoever holds the key
+	getThenDel                   // unlock: GET, compare in Go, then DEL
+	recreatingExtend             // extend: SET PX, whether the hold is there or not
+)
+
+// brokenMutex is a lock with one flaw; its other calls are right. pause,
+// when set, runs inside unlock between the GET and the DEL of getThenDel,
+// or before the release otherwise.
+type brokenMutex struct {
+	rdb        redis.UniversalClient
+	key, owner string
+	ttl        time.Duration
+	flaw       flaw
+	pause      func()
+}
+
+var compareAndDelete = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+func (b *brokenMutex) tryLock(ctx context.Context) (uint64, error) {
+	ok, err := b.rdb.SetNX(ctx, b.key, b.owner, b.ttl).Result()
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, dlock.ErrNotAcquired
+	}
+	return b.rdb.Incr(ctx, b.key+":fence").Uint64()
+}
+
+func (b *brokenMutex) unlock(ctx context.Context) error {
+	var n int64
+	var err error
+	switch b.flaw {
+	case delUnchecked:
+		b.runPause()
+		n, err = b.rdb.Del(ctx, b.key).Result()
+	case getThenDel:
+		if v, _ := b.rdb.Get(ctx, b.key).Result(); v != b.owner {
+			return dlock.ErrNotHeld
+		}
+		b.runPause()
+		n, err = b.rdb.Del(ctx, b.key).Result()
 	default:
-		done(linear.MutexResult{Unknown: true})
+		b.runPause()
+		n, err = compareAndDelete.Run(ctx, b.rdb, []string{b.key}, b.owner).Int64()
 	}
-	return false
+	if err == nil && n == 0 {
+		err = dlock.ErrNotHeld
+	}
+	return err
 }
 
-func recordUnlock(ctx context.Context, h *linear.History, client int, owner string, m mutexCalls) {
-	done := h.Call(client, linear.MutexOp{Release: true, Owner: owner})
-	err := m.unlock(ctx)
-	switch {
-	case err == nil:
-		done(linear.MutexResult{OK: true})
-	case errors.Is(err, dlock.ErrNotHeld):
-		done(linear.MutexResult{})
-	default:
-		done(linear.MutexResult{Unknown: true})
+func (b *brokenMutex) runPause() {
+	if b.pause != nil {
+		b.pause()
 	}
 }
 
-// dlockCalls are a Mutex's TryLock and the Unlock of its last lease.
-func dlockCalls(mu *dlock.Mutex) mutexCalls {
-	var lease *dlock.Lease
-	return mutexCalls{
-		tryLock: func(ctx context.Context) (uint64, error) {
-			l, err := mu.TryLock(ctx)
-			if err != nil {
-				return 0, err
-			}
-			lease = l
-			return l.Token(), nil
-		},
-		unlock: func(ctx context.Context) error { return lease.Unlock(ctx) },
+func (b *brokenMutex) extend(ctx context.Context, ttl time.Duration) error {
+	if b.flaw == recreatingExtend {
+		return b.rdb.Set(ctx, b.key, b.owner, ttl).Err()
 	}
-}
-
-// brokenCalls are a lock as it is often written, wrongly: its unlock
-// deletes the key without checking whose it is.
-func brokenCalls(rdb redis.UniversalClient, name, owner string) mutexCalls {
-	key := "broken:{" + name + "}"
-	return mutexCalls{
-		tryLock: func(ctx context.Context) (uint64, error) {
-			ok, err := rdb.SetNX(ctx, key, owner, time.Minute).Result()
-			if err != nil {
-				return 0, err
-			}
-			if !ok {
-				return 0, dlock.ErrNotAcquired
-			}
-			n, err := rdb.Incr(ctx, key+":fence").Uint64()
-			return n, err
-		},
-		unlock: func(ctx context.Context) error {
-			n, err := rdb.Del(ctx, key).Result()
-			if err == nil && n == 0 {
-				err = dlock.ErrNotHeld
-			}
-			return err
-		},
+	ok, err := b.rdb.SetXX(ctx, b.key, b.owner, ttl).Result() // right enough for one owner
+	if err == nil && !ok {
+		err = dlock.ErrNotHeld
 	}
+	return err
 }
 
 func TestMutex_HistoriesAreLinearizable(t *testing.T) {
 	const clients, rounds = 6, 40
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := lockName(t)
-		var h linear.History
+		r := &mutexRecorder{ttl: time.Minute}
 		runWorkers(t, clients, func(ctx context.Context, w int) error {
-			calls := dlockCalls(newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name))
+			m := &dlockMutex{mu: newClient(t, b.newRedis(t), dlock.WithTTL(r.ttl)).Mutex(name)}
 			owner := fmt.Sprint("client-", w)
 			for round := range rounds {
-				if !recordTry(ctx, &h, w, owner, calls) {
+				if !r.try(ctx, w, owner, m) {
 					continue
 				}
-				recordUnlock(ctx, &h, w, owner, calls)
+				r.unlock(ctx, w, owner, m)
 				if round%4 == w%4 { // now and then a second Unlock: refused, and harmless
-					recordUnlock(ctx, &h, w, owner, calls)
+					r.unlock(ctx, w, owner, m)
 				}
 			}
 			return nil
 		})
-		if got := h.Linearizable(linear.FencedMutexModel, time.Minute); got != porcupine.Ok {
-			t.Fatalf("%d operations: %v; want linearizable against the fenced mutex", h.Len(), got)
-		}
+		r.check(t, porcupine.Ok)
 	})
 }
 
-// The checker proves itself on real Redis: the same sequence of calls is
-// linearizable for dlock and not for a lock whose unlock does not check
-// the owner.
-func TestFencedMutexModel_FlagsALockThatReleasesAnothersHold(t *testing.T) {
+// Holds that outlive their fixed lease: the lock passes on at the TTL, and
+// the late holder's Extend and Unlock are refused, never honoured.
+func TestMutex_HistoriesWithExpiryAreLinearizable(t *testing.T) {
+	const clients, rounds = 4, 24
+	const ttl = 150 * time.Millisecond
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		r := &mutexRecorder{ttl: ttl}
+		runWorkers(t, clients, func(ctx context.Context, w int) error {
+			m := &dlockMutex{mu: newClient(t, b.newRedis(t), dlock.WithLeaseTime(ttl)).Mutex(name)}
+			owner := fmt.Sprint("client-", w)
+			for round := range rounds {
+				if !r.try(ctx, w, owner, m) {
+					continue
+				}
+				if round%3 == 0 {
+					r.extend(ctx, w, owner, m)
+				}
+				if round%4 == w%4 {
+					time.Sleep(ttl + ttl/3) // the workload: a holder that overruns its lease
+					r.extend(ctx, w, owner, m)
+				}
+				r.unlock(ctx, w, owner, m)
+			}
+			return nil
+		})
+		if r.lateExtends.Load() == 0 {
+			t.Fatal("no extension came after its hold expired: the history does not test expiry")
+		}
+		r.check(t, porcupine.Ok)
+	})
+}
+
+// The checker proves itself on real Redis before any run counts: each
+// schedule of calls is linearizable for dlock and flagged for a lock with
+// the flaw it exercises.
+func TestFencedMutexModel_FlagsBrokenLocks(t *testing.T) {
+	const ttl = 100 * time.Millisecond
 	ctx := ctxFor(t, time.Minute)
 	rdb := backends[0].newRedis(t)
-	name := lockName(t)
-	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
-	for _, tc := range []struct {
-		impl  string
-		calls func(owner string) mutexCalls
-		want  porcupine.CheckResult
+	gone := func(key string) func() {
+		return func() {
+			eventually(t, ctx, key+" expiring", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
+		}
+	}
+	schedules := []struct {
+		flaw flaw
+		what string
+		run  func(r *mutexRecorder, a, b, c recordedMutex, expire func())
 	}{
-		{"dlock", func(string) mutexCalls { return dlockCalls(c.Mutex(name)) }, porcupine.Ok},
-		{"DEL without a check", func(owner string) mutexCalls { return brokenCalls(rdb, name, owner) }, porcupine.Illegal},
-	} {
-		var h linear.History
-		a, b, cc := tc.calls("a"), tc.calls("b"), tc.calls("c")
-		recordTry(ctx, &h, 0, "a", a)
-		recordUnlock(ctx, &h, 0, "a", a)
-		recordTry(ctx, &h, 1, "b", b)
-		recordUnlock(ctx, &h, 0, "a", a) // a's second unlock, while b holds
-		cHolds := recordTry(ctx, &h, 2, "c", cc)
-		recordUnlock(ctx, &h, 1, "b", b)
-		if cHolds {
-			recordUnlock(ctx, &h, 2, "c", cc)
+		{delUnchecked, "a second unlock releases another's hold", func(r *mutexRecorder, a, b, c recordedMutex, _ func()) {
+			r.try(ctx, 0, "a", a)
+			r.unlock(ctx, 0, "a", a)
+			r.try(ctx, 1, "b", b)
+			r.unlock(ctx, 0, "a", a) // a's second unlock, while b holds
+			cHolds := r.try(ctx, 2, "c", c)
+			r.unlock(ctx, 1, "b", b)
+			if cHolds {
+				r.unlock(ctx, 2, "c", c)
+			}
+		}},
+		{getThenDel, "a hold expires between the GET and the DEL", func(r *mutexRecorder, a, b, c recordedMutex, expire func()) {
+			r.try(ctx, 0, "a", a)
+			pause(a, func() { expire(); r.try(ctx, 1, "b", b) })
+			r.unlock(ctx, 0, "a", a) // b takes over in the middle of it
+			cHolds := r.try(ctx, 2, "c", c)
+			r.unlock(ctx, 1, "b", b)
+			if cHolds {
+				r.unlock(ctx, 2, "c", c)
+			}
+		}},
+		{recreatingExtend, "an extension after the hold expired", func(r *mutexRecorder, a, b, c recordedMutex, expire func()) {
+			r.try(ctx, 0, "a", a)
+			expire()
+			r.try(ctx, 1, "b", b)
+			r.unlock(ctx, 1, "b", b)
+			r.extend(ctx, 0, "a", a)
+			if r.try(ctx, 2, "c", c) {
+				r.unlock(ctx, 2, "c", c)
+			}
+			r.unlock(ctx, 0, "a", a)
+		}},
+	}
+	for _, s := range schedules {
+		name := lockName(t)
+		impls := []struct {
+			what   string
+			mutex  func(owner string) recordedMutex
+			expire func()
+			want   porcupine.CheckResult
+		}{
+			{"dlock", func(string) recordedMutex {
+				return &dlockMutex{mu: newClient(t, rdb, dlock.WithLeaseTime(ttl)).Mutex(name)}
+			}, gone(lockKey(name)), porcupine.Ok},
+			{"broken", func(owner string) recordedMutex {
+				return &brokenMutex{rdb: rdb, key: "broken:{" + name + "}", owner: owner, ttl: ttl, flaw: s.flaw}
+			}, gone("broken:{" + name + "}"), porcupine.Illegal},
 		}
-		if got := h.Linearizable(linear.FencedMutexModel, time.Minute); got != tc.want {
-			t.Errorf("%s: %v; want %v", tc.impl, got, tc.want)
+		for _, impl := range impls {
+			r := &mutexRecorder{ttl: ttl}
+			s.run(r, impl.mutex("a"), impl.mutex("b"), impl.mutex("c"), impl.expire)
+			if got := r.h.Linearizable(linear.FencedMutexModel, time.Minute); got != impl.want {
+				t.Errorf("%s, %s: %v; want %v", s.what, impl.what, got, impl.want)
+			}
 		}
+	}
+}
+
+// pause sets what m's next unlock does in the middle of its call.
+func pause(m recordedMutex, f func()) {
+	switch m := m.(type) {
+	case *dlockMutex:
+		m.pause = f
+	case *brokenMutex:
+		m.pause = f
 	}
 }

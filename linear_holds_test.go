@@ -1,0 +1,125 @@
+package dlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/linear"
+)
+
+// Histories of the lock types that count holds, checked against their
+// models. TTLs outlast the runs: these models do not expire holds.
+
+// acquireRecorded runs an acquisition and records it as input.
+func acquireRecorded(ctx context.Context, h *linear.History, client int, input any, acquire func(context.Context) (*dlock.Lease, error)) *dlock.Lease {
+	done := h.Call(client, input)
+	lease, err := acquire(ctx)
+	if err != nil {
+		done(outcome(err, 0))
+		return nil
+	}
+	done(outcome(nil, lease.Token()))
+	return lease
+}
+
+// releaseRecorded unlocks lease and records it as input.
+func releaseRecorded(ctx context.Context, h *linear.History, client int, input any, lease *dlock.Lease) {
+	done := h.Call(client, input)
+	done(outcome(lease.Unlock(ctx), 0))
+}
+
+func checkHistory(t *testing.T, h *linear.History, model porcupine.NondeterministicModel) {
+	t.Helper()
+	if got := h.Linearizable(model, time.Minute); got != porcupine.Ok {
+		t.Fatalf("%d operations: %v; want linearizable", h.Len(), got)
+	}
+}
+
+func TestReentrantMutex_HistoriesAreLinearizable(t *testing.T) {
+	const clients, rounds = 4, 30
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		var h linear.History
+		runWorkers(t, clients, func(ctx context.Context, w int) error {
+			m := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).ReentrantMutex(name)
+			op := func(k linear.Kind, hold int) linear.ReentrantOp {
+				return linear.ReentrantOp{Op: k, Owner: m.Owner(), Hold: hold}
+			}
+			for round := range rounds {
+				var leases []*dlock.Lease
+				for hold := range 1 + round%3 { // nested one to three deep
+					lease := acquireRecorded(ctx, &h, w, op(linear.Acquire, hold), m.TryLock)
+					if lease == nil {
+						break
+					}
+					leases = append(leases, lease)
+				}
+				for hold := len(leases) - 1; hold >= 0; hold-- {
+					releaseRecorded(ctx, &h, w, op(linear.Release, hold), leases[hold])
+					if hold > 0 && round%4 == w%4 { // a second Unlock of a nested hold
+						releaseRecorded(ctx, &h, w, op(linear.Release, hold), leases[hold])
+					}
+				}
+			}
+			return nil
+		})
+		checkHistory(t, &h, linear.ReentrantMutexModel)
+	})
+}
+
+func TestRWMutex_HistoriesAreLinearizable(t *testing.T) {
+	const clients, rounds = 6, 30
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		var h linear.History
+		runWorkers(t, clients, func(ctx context.Context, w int) error {
+			rw := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).RWMutex(name)
+			for round := range rounds {
+				write := (round+w)%3 == 0
+				try := rw.TryRLock
+				if write {
+					try = rw.TryLock
+				}
+				lease := acquireRecorded(ctx, &h, w, linear.RWOp{Op: linear.Acquire, Write: write, Client: w}, try)
+				if lease == nil {
+					continue
+				}
+				release := linear.RWOp{Op: linear.Release, Write: write, Client: w}
+				releaseRecorded(ctx, &h, w, release, lease)
+				if round%5 == w%5 {
+					releaseRecorded(ctx, &h, w, release, lease)
+				}
+			}
+			return nil
+		})
+		checkHistory(t, &h, linear.RWMutexModel)
+	})
+}
+
+func TestSemaphore_HistoriesAreLinearizable(t *testing.T) {
+	const clients, rounds, permits = 6, 30, 2
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := lockName(t)
+		var h linear.History
+		runWorkers(t, clients, func(ctx context.Context, w int) error {
+			sem := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Semaphore(name, permits)
+			for round := range rounds {
+				lease := acquireRecorded(ctx, &h, w, linear.SemaphoreOp{Op: linear.Acquire, Client: w}, sem.TryAcquire)
+				if lease == nil {
+					continue
+				}
+				release := linear.SemaphoreOp{Op: linear.Release, Client: w}
+				releaseRecorded(ctx, &h, w, release, lease)
+				if round%5 == w%5 {
+					releaseRecorded(ctx, &h, w, release, lease)
+				}
+			}
+			return nil
+		})
+		checkHistory(t, &h, linear.SemaphoreModel(permits))
+	})
+}
