@@ -42,6 +42,11 @@ type Lease struct {
 	// time makes that the one whose reply came last.
 	extendMu sync.Mutex
 
+	// unconfirmed: the grant arrived with under a third of its TTL left, so
+	// it has no deadline timer nor renewals until confirmGrant extends it.
+	// Set by startLease, cleared by confirmGrant, before any other use.
+	unconfirmed bool
+
 	mu       sync.Mutex
 	ttl      time.Duration // what each renewal asks for
 	deadline time.Time     // monotonic; moves only on a confirmed renewal
@@ -111,13 +116,56 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	if l.relHead == nil {
 		l.relHead = evalshaArgv(spec.kind.release, spec.relKeys, nil)
 	}
+	if time.Until(l.deadline) < ttl/3 {
+		// A cold connection's dial and script load on a slow link all count
+		// against the grant: keep confirms it before the caller sees it, so
+		// no lease is handed over already lost or overdue for renewal.
+		l.unconfirmed = true
+		return l
+	}
+	l.start(spec.sent)
+	return l
+}
+
+// start runs the lease from a grant or extension sent at sent: the deadline
+// timer, and the renewals of an auto-renewed lease.
+func (l *Lease) start(sent time.Time) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
 	l.mu.Unlock()
-	if autoRenew {
-		c.renewer.add(l, spec.sent.Add(ttl/3))
+	if l.renew {
+		l.c.renewer.add(l, sent.Add(l.ttl/3))
 	}
-	return l
+}
+
+// errGrantExpired: a grant that arrived with too little TTL left expired
+// before an extension could confirm it. A waiting Lock attempts again.
+var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confirmed (a slow link?)", ErrNotAcquired)
+
+// confirmGrant extends an unconfirmed grant (and each unconfirmed part of a
+// MultiLock's) to its TTL and starts it; a lease confirmed already is left
+// as it is.
+func (l *Lease) confirmGrant(ctx context.Context) error {
+	for _, p := range l.parts {
+		if err := p.confirmGrant(ctx); err != nil {
+			return err
+		}
+	}
+	if !l.unconfirmed {
+		return nil
+	}
+	sent := time.Now()
+	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, l.ttl.Milliseconds()).Int64()
+	switch {
+	case err != nil:
+		return redisError("confirm", l.name, err)
+	case n != 1:
+		return errGrantExpired
+	}
+	l.unconfirmed = false
+	l.deadline = validUntil(sent, l.ttl, l.drift)
+	l.start(sent)
+	return nil
 }
 
 // validUntil is how long a hold sent at sent, for ttl, can be counted on.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -425,4 +426,47 @@ func TestLease_ExtendToAShorterTTLBringsTheDeadlineIn(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A grant that arrives late (a slow link, a cold connection's dial and
+// script load) is confirmed with an extension before the caller sees it:
+// no lease is handed over lost or overdue for renewal. One that arrives
+// after its TTL is given back: TryLock fails, Lock tries again.
+func TestLease_LateGrantIsConfirmedBeforeItIsReturned(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	rdb := backends[0].newRedis(t)
+	var delayNext atomic.Int64 // the next reply's delay, once
+	rdb.AddHook(&commandCounter{onReply: func(redis.Cmder) {
+		time.Sleep(time.Duration(delayNext.Swap(0))) // the workload: a slow reply
+	}})
+	ctx := ctxFor(t, 30*time.Second)
+	mu := newClient(t, rdb, dlock.WithTTL(ttl)).Mutex(lockName(t))
+
+	delayNext.Store(int64(ttl * 8 / 10))
+	lease, err := mu.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with a reply 0.8 TTL late: %v", err)
+	}
+	if left := time.Until(lease.Deadline()); left < ttl/2 || lease.Err() != nil {
+		t.Fatalf("a late grant returned with %v of validity (err %v); want it confirmed to most of its %v TTL", left, lease.Err(), ttl)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	delayNext.Store(int64(ttl * 3 / 2))
+	if _, err := mu.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock whose grant arrived after its TTL: %v; want ErrNotAcquired", err)
+	}
+	expectFree(t, ctx, rdb, mu.Name())
+
+	delayNext.Store(int64(ttl * 3 / 2))
+	lease, err = mu.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock whose first grant arrived after its TTL: %v; want it to try again", err)
+	}
+	if left := time.Until(lease.Deadline()); left < ttl/2 {
+		t.Fatalf("Lock returned a lease with %v of validity", left)
+	}
+	_ = lease.Unlock(ctx)
 }

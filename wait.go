@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -74,9 +75,18 @@ func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
 // ended meanwhile: then, as with any cancelled call, the caller gets the
 // context's error and the lock is left as it was (given back, and the next
 // waiter woken). A client can see a reply after its context ended.
+//
+// A grant that arrived with under a third of its TTL left is confirmed
+// first, with an extension (see startLease); if that fails, the grant is
+// given back and the error returned.
 func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	if ctx.Err() == nil {
-		return l, nil
+		err := l.confirmGrant(ctx)
+		if err == nil {
+			return l, nil
+		}
+		_ = l.Unlock(ctx)
+		return nil, acquireError(ctx, err)
 	}
 	_ = l.Unlock(ctx) // releases whatever ctx; if it fails, the hold expires
 	return nil, acquireError(ctx, nil)
@@ -112,7 +122,10 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			return nil, acquireError(ctx, err)
 		}
 		if l != nil {
-			return keep(ctx, l)
+			kept, err := keep(ctx, l)
+			if !errors.Is(err, errGrantExpired) {
+				return kept, err
+			}
 		}
 	}
 	hub, err := c.notifier(ctx)
@@ -140,7 +153,11 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		}
 		l, retryIn, err := a.attempt(ctx, waiterID)
 		if l != nil {
-			return keep(ctx, l)
+			kept, err := keep(ctx, l)
+			if !errors.Is(err, errGrantExpired) {
+				return kept, err
+			}
+			continue
 		}
 		if err != nil {
 			return nil, acquireError(ctx, err)
