@@ -5,6 +5,9 @@
 package linear
 
 import (
+	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,4 +96,46 @@ func (h *History) Len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.ops)
+}
+
+// Explain says where a history that fails model stops being explicable:
+// the end of the longest linearization porcupine found, and the operations
+// it could not place after it, earliest return first.
+func (h *History) Explain(model porcupine.NondeterministicModel) string {
+	h.mu.Lock()
+	ops := append([]porcupine.Operation(nil), h.ops...)
+	h.mu.Unlock()
+	_, info := porcupine.CheckOperationsVerbose(model.ToModel(), ops, time.Minute)
+	var longest []porcupine.Operation
+	for _, partition := range info.PartialLinearizationsOperations() {
+		for _, lin := range partition {
+			if len(lin) > len(longest) {
+				longest = lin
+			}
+		}
+	}
+	describe := func(op porcupine.Operation) string {
+		return fmt.Sprintf("%9.3f–%9.3f ms  client %d  %s\n", float64(op.Call)/1e6, float64(op.Return)/1e6, op.ClientId, model.DescribeOperation(op.Input, op.Output))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "longest linearization: %d of %d operations; its end:\n", len(longest), len(ops))
+	for _, op := range longest[max(0, len(longest)-8):] {
+		b.WriteString(describe(op))
+	}
+	placed := map[porcupine.Operation]bool{}
+	for _, op := range longest {
+		placed[op] = true
+	}
+	var rest []porcupine.Operation
+	for _, op := range ops {
+		if !placed[op] {
+			rest = append(rest, op)
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i].Return < rest[j].Return })
+	b.WriteString("not placed after it:\n")
+	for _, op := range rest[:min(8, len(rest))] {
+		b.WriteString(describe(op))
+	}
+	return b.String()
 }

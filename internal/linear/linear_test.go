@@ -134,6 +134,11 @@ func TestMutexModels_HoldsExpire(t *testing.T) {
 			at(h, 0, 0, 1, acquire("a"), unknown)
 			at(h, 1, 150, 151, acquire("b"), refused)
 		}, porcupine.Illegal},
+		{"an unknown acquisition given back by its abandon", func(h *History) {
+			at(h, 0, 0, 40, acquire("a"), unknown) // others see it held, then free
+			at(h, 1, 10, 11, acquire("b"), refused)
+			at(h, 1, 20, 21, acquire("b"), tok(2))
+		}, porcupine.Ok},
 	})
 }
 

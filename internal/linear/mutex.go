@@ -2,6 +2,7 @@ package linear
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -36,8 +37,9 @@ type mutexState struct {
 // while somebody does; a release or extension succeeds only for the holder
 // of a hold that has not expired. Holds expire their TTL after the
 // operation that set it (within [ExpirySlack]). An acquisition of unknown
-// outcome was either not applied or left a hold that nobody can release,
-// until it expires (its abandon failed too). Tokens are not checked.
+// outcome was not applied, or left a hold nobody can release that its
+// abandon may end at any moment and its TTL ends at the latest. Tokens are
+// not checked.
 var OwnerMutexModel = mutexModel(false)
 
 // FencedMutexModel is [OwnerMutexModel] with fencing tokens: each
@@ -96,9 +98,16 @@ func (s mutexState) step(in MutexOp, out Result, fenced bool) []interface{} {
 		if s.holder != "" {
 			return []interface{}{s}
 		}
-		// Not applied; or applied, its abandon lost too, so the hold stays
-		// until it expires, with an owner nobody has.
-		return []interface{}{s, s.held("\x00unknown:"+in.Owner, s.token, in.TTL, in.At)}
+		// Not applied; or applied and given back by its abandon before the
+		// call returned, or, the abandon lost too, held until it expires.
+		// Others may see the hold meanwhile: it may vanish at any moment
+		// from the call on, and must by its expiry.
+		ghost := s.held("\x00unknown:"+in.Owner, s.token, in.TTL, in.At)
+		ghost.expLo, ghost.expHi = in.At.Call, math.MaxInt64
+		if in.TTL > 0 {
+			ghost.expHi = in.At.Return + int64(in.TTL+ExpirySlack)
+		}
+		return []interface{}{s, ghost}
 	case in.Op == Acquire && out.OK:
 		if s.holder == "" && (!fenced || out.Token > s.token) {
 			return []interface{}{s.held(in.Owner, max(s.token, out.Token), in.TTL, in.At)}

@@ -1,0 +1,5 @@
+//go:build faults
+
+package faults
+
+func helperMain() bool { return false }

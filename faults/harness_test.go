@@ -1,0 +1,230 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/check"
+)
+
+var (
+	long       = flag.Bool("long", false, "run the soak profile: more clients, acquisitions and time")
+	reportPath = flag.String("report", "", "write the table of scenario results (Markdown) to this file")
+)
+
+// sized picks the short (CI) or the long (soak) profile's number.
+func sized(short, soak int) int {
+	if *long {
+		return soak
+	}
+	return short
+}
+
+// row is what a scenario checked and found; docs/SAFETY.md tabulates them.
+type row struct {
+	Scenario      string
+	Acquisitions  int // critical sections checked
+	Overlaps      int // entries while another holder was inside
+	StaleAccepted int // entries whose fencing token was not above all before
+	StaleRejected int // writes of a holder that had lost its lock, refused by its token
+	Losses        int // leases that reported their loss
+	Orphans       int // holds left behind once the faults ended
+	Resurrected   int // holds that came back after their key was deleted
+	Note          string
+}
+
+var results struct {
+	sync.Mutex
+	rows []row
+}
+
+// report records a scenario's row and fails the test on a count the
+// scenario does not allow (every scenario allows none unless it says so in
+// allow).
+func report(t *testing.T, r row, allow ...string) {
+	t.Helper()
+	t.Logf("%+v", r)
+	results.Lock()
+	results.rows = append(results.rows, r)
+	results.Unlock()
+	allowed := strings.Join(allow, ",")
+	for _, bad := range []struct {
+		what string
+		n    int
+	}{{"overlaps", r.Overlaps}, {"stale accepted", r.StaleAccepted}, {"orphans", r.Orphans}, {"resurrected", r.Resurrected}} {
+		if bad.n > 0 && !strings.Contains(allowed, bad.what) {
+			t.Errorf("%s: %d %s", r.Scenario, bad.n, bad.what)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if helperMain() {
+		return
+	}
+	code := m.Run()
+	if *reportPath != "" {
+		if err := writeReport(*reportPath); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func writeReport(path string) error {
+	results.Lock()
+	defer results.Unlock()
+	sort.Slice(results.rows, func(i, j int) bool { return results.rows[i].Scenario < results.rows[j].Scenario })
+	var b strings.Builder
+	profile := "short"
+	if *long {
+		profile = "long"
+	}
+	fmt.Fprintf(&b, "Profile: %s. Each row: critical sections checked, and what the checkers found.\n\n", profile)
+	b.WriteString("| scenario | acquisitions checked | overlaps | stale writes accepted | stale writes rejected | losses reported | orphaned holds | resurrections | note |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	total := 0
+	for _, r := range results.rows {
+		total += r.Acquisitions
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %s |\n", r.Scenario, r.Acquisitions, r.Overlaps,
+			r.StaleAccepted, r.StaleRejected, r.Losses, r.Orphans, r.Resurrected, r.Note)
+	}
+	fmt.Fprintf(&b, "\nIn all: %d acquisitions checked.\n", total)
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// ctxFor bounds a scenario: a guard against a hang, never a synchronisation.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// redisAt is a go-redis client of addr, closed with the test. Timeouts are
+// short so that a dropped reply fails a call instead of stalling it.
+func redisAt(t *testing.T, addr string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		MaxRetries: -1, ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func newClient(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	c := dlock.New(rdb, opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var nameSeq atomic.Int64
+
+func lockName(t *testing.T) string {
+	return fmt.Sprintf("%s#%d", strings.ReplaceAll(t.Name(), "/", ":"), nameSeq.Add(1))
+}
+
+// lockKey is the key of a lock under the default prefix, as DESIGN.md lays
+// it out.
+func lockKey(name string) string { return dlock.DefaultPrefix + "{" + name + "}" }
+
+// holders runs a contention: workers each take the lock per times (or
+// until ctx ends), hold it for hold or until the lease reports its loss,
+// and let it go. Every critical section enters res with its token.
+type holders struct {
+	res      check.Fenced
+	losses   atomic.Int64 // leases that ended while held
+	failures atomic.Int64 // acquisitions that failed (faults allow them)
+	noValid  atomic.Int64 // leases returned with no validity left
+}
+
+// run starts workers and waits for them. lock is worker w's acquisition.
+func (h *holders) run(ctx context.Context, workers, per int, hold time.Duration, lock func(ctx context.Context, w int) (*dlock.Lease, error)) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for got := 0; got < per && ctx.Err() == nil; {
+				asked := time.Now()
+				lease, err := lock(ctx, w)
+				if err != nil {
+					h.failures.Add(1)
+					continue
+				}
+				got++
+				if !lease.Deadline().After(time.Now()) {
+					h.noValid.Add(1)
+				}
+				h.res.Enter(w, lease.Token(), asked)
+				if hold > 0 {
+					select {
+					case <-lease.Done():
+					case <-time.After(hold): // the workload: time spent holding
+					}
+				}
+				if lease.Err() != nil {
+					h.losses.Add(1)
+				}
+				h.res.Exit(w)
+				_ = lease.Unlock(context.WithoutCancel(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// row is the contention's counts as a report row.
+func (h *holders) row(scenario string) row {
+	r := h.res.Result()
+	return row{Scenario: scenario, Acquisitions: r.Completed, Overlaps: r.Overlaps, StaleAccepted: r.Stale,
+		Losses: int(h.losses.Load())}
+}
+
+// freeWithin reports whether the lock key is gone within d: a hold left by
+// a failed attempt or a lost release may last its TTL, no longer.
+func freeWithin(ctx context.Context, rdb redis.UniversalClient, key string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		n, err := rdb.Exists(ctx, key).Result()
+		if err == nil && n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// orphans is 1 when the lock is not free within its TTL and a margin.
+func orphans(ctx context.Context, rdb redis.UniversalClient, name string, ttl time.Duration) int {
+	if freeWithin(ctx, rdb, lockKey(name), ttl+ttl/2) {
+		return 0
+	}
+	return 1
+}
+
+// isFault is an error a fault explains: anything but a refusal.
+func isFault(err error) bool {
+	return err != nil && !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, dlock.ErrNotHeld)
+}
