@@ -2,8 +2,10 @@ package redistest
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -53,5 +55,78 @@ func TestStartMasters_AreIndependent(t *testing.T) {
 		if n, err := m.Client().Exists(ctx, "k").Result(); err != nil || n != 0 {
 			t.Fatalf("a key written on one master shows on another (exists=%d err=%v)", n, err)
 		}
+	}
+}
+
+func TestCluster_MigrateSlotMovesKeysAndOwnership(t *testing.T) {
+	c := StartCluster(t)
+	ctx := context.Background()
+	rdb := c.Client()
+	keys := []string{"{m}a", "{m}b", "{m}c", "{m}d", "{m}e"}
+	for _, k := range keys {
+		if err := rdb.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := int(rdb.ClusterKeySlot(ctx, "{m}").Val())
+	from, err := c.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := (from + 1) % len(c.Nodes)
+	var splitSeen bool
+	err = c.MigrateSlot(ctx, slot, to, func() {
+		// Split between two nodes: a read of every key still succeeds,
+		// through ASK redirections.
+		for _, k := range keys {
+			if v, err := rdb.Get(ctx, k).Result(); err != nil || v != "v" {
+				t.Errorf("GET %s mid-migration: %q, %v", k, v, err)
+			}
+		}
+		splitSeen = true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, _ := c.SlotOwner(ctx, slot); owner != to || !splitSeen {
+		t.Fatalf("slot %d served by node %d after moving it to %d (split seen %v)", slot, owner, to, splitSeen)
+	}
+	if n := c.Nodes[to].Client().DBSize(ctx).Val(); n != int64(len(keys)) {
+		t.Fatalf("%d keys on the new owner, want %d", n, len(keys))
+	}
+}
+
+func TestReplicatedCluster_FailOverPromotesTheReplica(t *testing.T) {
+	c := StartReplicatedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := c.Client()
+	if err := rdb.Set(ctx, "{f}k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slot := int(rdb.ClusterKeySlot(ctx, "{f}").Val())
+	owner, err := c.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The write reaches the replica before the master dies.
+	if err := c.Nodes[owner].Client().Do(ctx, "WAIT", 1, 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if err := c.FailOver(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failed over in %v", time.Since(started))
+	rdb.ReloadState(ctx) // a client learns the new topology on its next reload
+	if v, err := rdb.Get(ctx, "{f}k").Result(); err != nil || v != "v" {
+		t.Fatalf("after the failover: %q, %v", v, err)
+	}
+	// The old master is back as the new one's replica.
+	if err := c.Nodes[owner].Client().Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if role, _ := c.Replicas[owner].Client().Info(ctx, "replication").Result(); !strings.Contains(role, "role:slave") {
+		t.Fatalf("the old master after the failover:\n%s", role)
 	}
 }
