@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,9 +24,24 @@ func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Scr
 		cmd.SetErr(err)
 		return cmd, nil
 	}
-	cmd, acks := acquireThenWait(ctx, master, cfg, script, keys, args, false)
-	if isNoScript(cmd.Err()) { // SCRIPT FLUSH or a restart: send the body
-		cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, true)
+	var cmd, acks *redis.Cmd
+	asking := false
+	for redirects := 0; ; redirects++ {
+		cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, asking, false)
+		if isNoScript(cmd.Err()) { // SCRIPT FLUSH or a restart: send the body
+			cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, asking, true)
+		}
+		// The pipeline goes to one node, not through the cluster client:
+		// follow a failover's or a resharding's redirection here.
+		addr, ask, redirected := redirection(cmd.Err())
+		if !redirected || redirects == maxRedirects {
+			break
+		}
+		next, err := c.clusterNode(ctx, addr, !ask)
+		if err != nil {
+			break
+		}
+		master, asking = next, ask
 	}
 	if cmd.Err() != nil {
 		return cmd, nil
@@ -38,9 +55,18 @@ func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Scr
 	return cmd, nil
 }
 
+// maxRedirects bounds the MOVED and ASK answers runAcquire follows, as
+// go-redis's cluster client does by default.
+const maxRedirects = 3
+
+// acquireThenWait pipelines the acquire script and WAIT to master; asking
+// sends ASKING first, as an ASK redirection requires.
 func acquireThenWait(ctx context.Context, master redis.Cmdable, cfg settings, script *redis.Script, keys []string,
-	args []any, withBody bool) (*redis.Cmd, *redis.Cmd) {
+	args []any, asking, withBody bool) (*redis.Cmd, *redis.Cmd) {
 	pipe := master.Pipeline()
+	if asking {
+		pipe.Do(ctx, "asking")
+	}
 	var cmd *redis.Cmd
 	if withBody {
 		cmd = script.Eval(ctx, pipe, keys, args...)
@@ -60,4 +86,44 @@ func (c *Client) masterFor(ctx context.Context, key string) (redis.Cmdable, erro
 		return cluster.MasterForKey(ctx, key)
 	}
 	return c.rdb, nil
+}
+
+// redirection reads a cluster node's MOVED or ASK answer: the address of
+// the node that serves the key now (MOVED) or for this command (ASK).
+func redirection(err error) (addr string, ask, ok bool) {
+	if err == nil {
+		return "", false, false
+	}
+	fields := strings.Fields(err.Error())
+	if len(fields) != 3 || (fields[0] != "MOVED" && fields[0] != "ASK") {
+		return "", false, false
+	}
+	return fields[2], fields[0] == "ASK", true
+}
+
+// clusterNode is the cluster client's connection to the node at addr,
+// master or replica (a replica just promoted may not be known as a master
+// yet). moved: the cluster's layout changed, so the client reloads it.
+func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (redis.Cmdable, error) {
+	cluster, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil, fmt.Errorf("dlock: a redirection to %s from a server that is not a cluster's", addr)
+	}
+	if moved {
+		cluster.ReloadState(ctx)
+	}
+	var found redis.Cmdable
+	var mu sync.Mutex
+	_ = cluster.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		if node.Options().Addr == addr {
+			mu.Lock()
+			found = node
+			mu.Unlock()
+		}
+		return nil
+	})
+	if found == nil {
+		return nil, fmt.Errorf("dlock: a redirection to %s, a node the cluster client does not know yet", addr)
+	}
+	return found, nil
 }

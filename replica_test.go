@@ -100,3 +100,30 @@ func TestReplicaAck_WithoutReplicasFailsAndReleases(t *testing.T) {
 		}
 	})
 }
+
+// With replica acks the acquire and WAIT go to the key's master directly,
+// not through the cluster client: after a resharding (or a failover) the
+// node that answers MOVED must be followed there, not returned as an error.
+func TestReplicaAck_FollowsAClusterRedirection(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := ctxFor(t, time.Minute)
+	rdb := c.Client()
+	mu := newClient(t, rdb, dlock.WithReplicaAck(1, 20*time.Millisecond)).Mutex(lockName(t))
+	// The client learns the layout; with no replicas, no ack comes.
+	if _, err := mu.TryLock(ctx); !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Fatalf("TryLock: %v; want ErrReplicaAck", err)
+	}
+	slot := int(rdb.ClusterKeySlot(ctx, lockKey(mu.Name())).Val())
+	owner, err := c.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MigrateSlot(ctx, slot, (owner+1)%len(c.Nodes), nil); err != nil {
+		t.Fatal(err)
+	}
+	// The old owner answers MOVED; the new one runs the script and WAIT.
+	if _, err := mu.TryLock(ctx); !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Fatalf("TryLock after the slot moved: %v; want ErrReplicaAck from the new owner", err)
+	}
+	expectFree(t, ctx, rdb, mu.Name())
+}
