@@ -7,11 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,8 +42,9 @@ type row struct {
 	Scenario      string
 	Acquisitions  int // critical sections checked
 	Overlaps      int // entries while another holder was inside
-	StaleAccepted int // entries whose fencing token was not above all before
-	StaleRejected int // writes of a holder that had lost its lock, refused by its token
+	OutOfOrder    int // entries whose token was not above all before: a fenced resource refuses their writes
+	StaleAccepted int // writes of a holder that had lost its lock, accepted by the fenced resource
+	StaleRejected int // the same, refused by their token
 	Losses        int // leases that reported their loss
 	Orphans       int // holds left behind once the faults ended
 	Resurrected   int // holds that came back after their key was deleted
@@ -65,7 +69,8 @@ func report(t *testing.T, r row, allow ...string) {
 	for _, bad := range []struct {
 		what string
 		n    int
-	}{{"overlaps", r.Overlaps}, {"stale accepted", r.StaleAccepted}, {"orphans", r.Orphans}, {"resurrected", r.Resurrected}} {
+	}{{"overlaps", r.Overlaps}, {"out of order", r.OutOfOrder}, {"stale accepted", r.StaleAccepted},
+		{"orphans", r.Orphans}, {"resurrected", r.Resurrected}} {
 		if bad.n > 0 && !strings.Contains(allowed, bad.what) {
 			t.Errorf("%s: %d %s", r.Scenario, bad.n, bad.what)
 		}
@@ -97,13 +102,13 @@ func writeReport(path string) error {
 		profile = "long"
 	}
 	fmt.Fprintf(&b, "Profile: %s. Each row: critical sections checked, and what the checkers found.\n\n", profile)
-	b.WriteString("| scenario | acquisitions checked | overlaps | stale writes accepted | stale writes rejected | losses reported | orphaned holds | resurrections | note |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | acquisitions checked | overlaps | tokens out of order | stale writes accepted | stale writes rejected | losses reported | orphaned holds | resurrections | note |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	total := 0
 	for _, r := range results.rows {
 		total += r.Acquisitions
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %s |\n", r.Scenario, r.Acquisitions, r.Overlaps,
-			r.StaleAccepted, r.StaleRejected, r.Losses, r.Orphans, r.Resurrected, r.Note)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n", r.Scenario, r.Acquisitions, r.Overlaps,
+			r.OutOfOrder, r.StaleAccepted, r.StaleRejected, r.Losses, r.Orphans, r.Resurrected, r.Note)
 	}
 	fmt.Fprintf(&b, "\nIn all: %d acquisitions checked.\n", total)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
@@ -151,6 +156,54 @@ type holders struct {
 	losses   atomic.Int64 // leases that ended while held
 	failures atomic.Int64 // acquisitions that failed (faults allow them)
 	noValid  atomic.Int64 // leases returned with no validity left
+
+	errMu  sync.Mutex
+	errors map[string]int // the failures' errors, counted
+}
+
+func (h *holders) failed(err error) {
+	h.failures.Add(1)
+	h.errMu.Lock()
+	defer h.errMu.Unlock()
+	if h.errors == nil {
+		h.errors = map[string]int{}
+	}
+	h.errors[errorKind(err)]++
+}
+
+// errorKind names a failure for the report, without addresses or names.
+func errorKind(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "waited out"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return "i/o timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection reset"
+	case errors.Is(err, dlock.ErrReplicaAck):
+		return "too few replica acks"
+	case strings.Contains(err.Error(), "TRYAGAIN"):
+		return "TRYAGAIN (slot split mid-migration)"
+	}
+	return err.Error()
+}
+
+// failureNote says how many acquisitions failed, and with what.
+func (h *holders) failureNote() string {
+	h.errMu.Lock()
+	defer h.errMu.Unlock()
+	if len(h.errors) == 0 {
+		return "no acquisition failed"
+	}
+	kinds := make([]string, 0, len(h.errors))
+	for kind, n := range h.errors {
+		kinds = append(kinds, fmt.Sprintf("%d %s", n, kind))
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("acquisitions failed: %s", strings.Join(kinds, ", "))
 }
 
 // run starts workers and waits for them. lock is worker w's acquisition.
@@ -164,7 +217,7 @@ func (h *holders) run(ctx context.Context, workers, per int, hold time.Duration,
 				asked := time.Now()
 				lease, err := lock(ctx, w)
 				if err != nil {
-					h.failures.Add(1)
+					h.failed(err)
 					continue
 				}
 				got++
@@ -192,7 +245,7 @@ func (h *holders) run(ctx context.Context, workers, per int, hold time.Duration,
 // row is the contention's counts as a report row.
 func (h *holders) row(scenario string) row {
 	r := h.res.Result()
-	return row{Scenario: scenario, Acquisitions: r.Completed, Overlaps: r.Overlaps, StaleAccepted: r.Stale,
+	return row{Scenario: scenario, Acquisitions: r.Completed, Overlaps: r.Overlaps, OutOfOrder: r.Stale,
 		Losses: int(h.losses.Load())}
 }
 
@@ -224,7 +277,20 @@ func orphans(ctx context.Context, rdb redis.UniversalClient, name string, ttl ti
 	return 1
 }
 
-// isFault is an error a fault explains: anything but a refusal.
-func isFault(err error) bool {
-	return err != nil && !errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, dlock.ErrNotHeld)
+// fencedStore is the resource a lock protects, as fencing tokens mean it
+// to work: it accepts a write only with a token at least the highest it
+// has accepted.
+type fencedStore struct {
+	mu      sync.Mutex
+	highest uint64
+}
+
+func (s *fencedStore) write(token uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if token < s.highest {
+		return false
+	}
+	s.highest = token
+	return true
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,5 +94,30 @@ func (p *proxy) restore() {
 	p.t.Helper()
 	if err := p.p.Start(); err != nil {
 		p.t.Fatalf("restarting the proxy: %v", err)
+	}
+}
+
+// flap drops every reply for on, lets them through for off, over and
+// over, until the returned stop is called (it waits for the last drop to
+// end).
+func (p *proxy) flap(on, off time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			p.add(dropped("downstream"))
+			<-time.After(on)
+			p.remove("timeout-downstream")
+			select {
+			case <-quit:
+				return
+			case <-time.After(off):
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-stopped
 	}
 }
