@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +93,75 @@ func TestFamily_MaxTTLIsAccepted(t *testing.T) {
 			t.Errorf("%s: Unlock: %v", typ, err)
 		}
 	}
+}
+
+// Two lock types on one name: the second is refused (ErrWrongType, or
+// ErrNotAcquired where the types share a layout) and the first's keys are
+// left byte for byte as they were.
+func TestFamily_AnotherTypeOnAHeldNameIsRefusedAndHarmsNothing(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	type acquire func(name string) (*dlock.Lease, error)
+	types := map[string]acquire{
+		"Mutex":          func(n string) (*dlock.Lease, error) { return c.Mutex(n).TryLock(ctx) },
+		"ReentrantMutex": func(n string) (*dlock.Lease, error) { return c.ReentrantMutex(n).TryLock(ctx) },
+		"RWMutex read":   func(n string) (*dlock.Lease, error) { return c.RWMutex(n).TryRLock(ctx) },
+		"FairMutex":      func(n string) (*dlock.Lease, error) { return c.FairMutex(n).TryLock(ctx) },
+		"Semaphore":      func(n string) (*dlock.Lease, error) { return c.Semaphore(n, 3).TryAcquire(ctx) },
+	}
+	dumpAll := func(name string) map[string]string {
+		keys, err := rdb.Keys(ctx, "*{"+name+"}*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dump := map[string]string{}
+		for _, k := range keys {
+			if !strings.Contains(k, ":fence") { // a refused attempt may not mint, but the counter is not a hold
+				dump[k] = rdb.Dump(ctx, k).Val()
+			}
+		}
+		return dump
+	}
+	for first, take := range types {
+		for second, try := range types {
+			if first == second {
+				continue
+			}
+			name := lockName(t)
+			lease, err := take(name)
+			if err != nil {
+				t.Fatalf("%s: %v", first, err)
+			}
+			before := dumpAll(name)
+			if l, err := try(name); err == nil {
+				t.Errorf("%s on a name a %s holds: acquired", second, first)
+				_ = l.Unlock(ctx)
+			} else if !errors.Is(err, dlock.ErrWrongType) && !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("%s on a name a %s holds: %v; want ErrWrongType or ErrNotAcquired", second, first, err)
+			}
+			if after := dumpAll(name); !maps.Equal(before, after) {
+				t.Errorf("%s on a name a %s holds changed its keys: %v", second, first, keysDiff(before, after))
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				t.Errorf("%s's Unlock after a %s tried its name: %v", first, second, err)
+			}
+		}
+	}
+}
+
+// keysDiff names the keys whose dumps differ.
+func keysDiff(before, after map[string]string) []string {
+	var diff []string
+	for k, v := range before {
+		if after[k] != v {
+			diff = append(diff, k)
+		}
+	}
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			diff = append(diff, k+" (new)")
+		}
+	}
+	return diff
 }

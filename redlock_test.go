@@ -184,8 +184,11 @@ func TestRedlock_BadInput(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	servers := redistest.StartMasters(t, 3)
 	var clients []redis.UniversalClient
+	counter := &commandCounter{}
 	for _, srv := range servers {
-		clients = append(clients, srv.Client())
+		rdb := srv.Client()
+		rdb.AddHook(counter)
+		clients = append(clients, rdb)
 	}
 	for _, m := range []*dlock.RedlockMutex{
 		dlock.NewRedlock(clients[:2]).Mutex("x"),
@@ -199,6 +202,9 @@ func TestRedlock_BadInput(t *testing.T) {
 		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Lock of %q: %v; want ErrInvalid", m.Name(), err)
 		}
+	}
+	if n := counter.commands.Load(); n != 0 {
+		t.Fatalf("%d commands sent for invalid Redlocks, want 0", n)
 	}
 	name := lockName(t)
 	if err := servers[1].Client().HSet(ctx, lockKey(name), "f", "v").Err(); err != nil {
