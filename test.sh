@@ -29,6 +29,10 @@ fi
 echo "test.sh: $(go version); $(redis-server --version | cut -d' ' -f1-3)"
 go vet ./...
 go test -race -count=1 -timeout 8m ./...
+# The fault-injection suite is a module of its own (Toxiproxy stays out of
+# dlock's go.mod) behind the faults tag; CI runs its short profile, about
+# two minutes. The soak profile: cd faults && go test -tags faults -long .
+(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m .)
 # The peer benchmark is a module of its own: build and vet it, and run one
 # short round so a broken harness shows here, not when someone measures.
 (cd bench && go vet ./... && go run . -quick -out "$(mktemp)" >/dev/null)
