@@ -9,20 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// dlockACL is what the README tells operators to grant dlock: its keys and
-// channels, and the commands it sends or its scripts run (for a single
-// server; a cluster adds spublish, ssubscribe, sunsubscribe and info,
-// WithReplicaAck wait, a Redlock info).
-var dlockACL = []string{
-	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
-	"+evalsha", "+eval", "+script|load",
-	"+get", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
-	"+hdel", "+hget", "+hincrby", "+hlen", "+hmget", "+hset",
-	"+zadd", "+zcard", "+zcount", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore", "+zscore",
-	"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello",
-}
+// dlockACL is what the README tells operators to grant dlock on a single
+// server; the fault suite runs with it too.
+var dlockACL = redistest.DlockACL
 
 // aclUser creates a user with the rules and returns a client logged in as it.
 func aclUser(t *testing.T, ctx context.Context, admin *redis.Client, name string, rules ...string) *redis.Client {

@@ -163,7 +163,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return errGrantExpired
 	}
 	l.unconfirmed = false
-	l.deadline = validUntil(sent, l.ttl, l.drift)
+	l.deadline = validUntil(sent, l.ttl, l.drift).Add(-l.slack)
 	l.start(sent)
 	return nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // holderEnv, when set, makes the test binary a lock holder (addr, name
@@ -45,7 +44,7 @@ func helperMain() bool {
 	ms, _ := strconv.Atoi(fields[2])
 	ttl := time.Duration(ms) * time.Millisecond
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: fields[0]})
+	rdb := redis.NewClient(&redis.Options{Addr: fields[0], Username: aclUser, Password: aclPassword})
 	lease, err := dlock.New(rdb, dlock.WithTTL(ttl)).Mutex(fields[1]).Lock(ctx)
 	if err != nil {
 		fmt.Println("error", err)
@@ -81,7 +80,7 @@ func helperMain() bool {
 func TestScenario04_HolderPausedPastItsTTL(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	rounds := sized(2, 10)
-	srv := redistest.Start(t)
+	srv := startServer(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	r := row{Scenario: "04 holder process frozen 3 TTLs"}
 	var lossDelays []time.Duration

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 var (
@@ -121,11 +122,36 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// redisAt is a go-redis client of addr, closed with the test. Timeouts are
-// short so that a dropped reply fails a call instead of stalling it.
+// The user dlock's clients log in as on every standalone server the suite
+// starts: limited to the keys, channels and commands the README documents
+// (with a Redlock's +info). The checks run as the default user.
+const aclUser, aclPassword = "locks", "locks-secret"
+
+// startServer starts a redis-server with dlock's ACL user.
+func startServer(t *testing.T, args ...string) *redistest.Server {
+	return redistest.Start(t, append(args, redistest.UserArgs(aclUser, aclPassword, redistest.RedlockACL)...)...)
+}
+
+func startServers(t *testing.T, n int) []*redistest.Server {
+	servers := make([]*redistest.Server, n)
+	for i := range servers {
+		servers[i] = startServer(t)
+	}
+	return servers
+}
+
+// redisAt is a go-redis client of addr logged in as dlock's ACL user,
+// closed with the test. Timeouts are short so that a dropped reply fails a
+// call instead of stalling it.
 func redisAt(t *testing.T, addr string) *redis.Client {
+	return redisWithTimeout(t, addr, 300*time.Millisecond)
+}
+
+// redisWithTimeout is redisAt with another read and write timeout.
+func redisWithTimeout(t *testing.T, addr string, timeout time.Duration) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{
-		Addr: addr, DialTimeout: time.Second, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		Addr: addr, Username: aclUser, Password: aclPassword,
+		DialTimeout: time.Second, ReadTimeout: timeout, WriteTimeout: timeout,
 		MaxRetries: -1, ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -187,6 +213,8 @@ func errorKind(err error) string {
 		return "too few replica acks"
 	case strings.Contains(err.Error(), "TRYAGAIN"):
 		return "TRYAGAIN (slot split mid-migration)"
+	case strings.Contains(err.Error(), "MOVED"):
+		return "MOVED (past go-redis's redirections)"
 	}
 	return err.Error()
 }

@@ -18,7 +18,7 @@ import (
 // faultyLink is a server behind a proxy that adds 10 ± 5 ms to replies and
 // drops them all for 100 ms in every 400.
 func faultyLink(t *testing.T) (srv *redistest.Server, addr string) {
-	srv = redistest.Start(t)
+	srv = startServer(t)
 	p := newProxy(t, srv.Addr())
 	p.add(latency("downstream", 10, 5))
 	t.Cleanup(p.flap(100*time.Millisecond, 300*time.Millisecond))

@@ -14,14 +14,13 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/linear"
-	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // (1) Baseline: many separate clients on one lock, no faults. Pass: no
 // overlap, tokens strictly increasing, the lock free at the end.
 func TestScenario01_Baseline(t *testing.T) {
 	clients, per := 32, sized(40, 2500)
-	srv := redistest.Start(t)
+	srv := startServer(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	name := lockName(t)
 	mutexes := make([]*dlock.Mutex, clients)
@@ -43,7 +42,7 @@ func TestScenario01_Baseline(t *testing.T) {
 // lease returned with validity left.
 func TestScenario02_LatencyAndSlicedPackets(t *testing.T) {
 	clients, per := 8, sized(8, 60)
-	srv := redistest.Start(t)
+	srv := startServer(t)
 	p := newProxy(t, srv.Addr())
 	p.add(latency("upstream", 50, 25))
 	p.add(latency("downstream", 50, 25))
@@ -77,7 +76,7 @@ func TestScenario02_LatencyAndSlicedPackets(t *testing.T) {
 func TestScenario03_DroppedRepliesAndCancelledAcquires(t *testing.T) {
 	const ttl = 400 * time.Millisecond
 	clients, rounds := 6, sized(25, 200)
-	srv := redistest.Start(t)
+	srv := startServer(t)
 	p := newProxy(t, srv.Addr())
 	ctx := ctxFor(t, 3*time.Minute)
 	name := lockName(t)
@@ -163,13 +162,15 @@ func TestScenario03_DroppedRepliesAndCancelledAcquires(t *testing.T) {
 // lease held throughout, another client was refused, the loss is reported,
 // and no renewal re-creates the key.
 func TestScenario05_WatchdogUnderLatencyAndNoResurrection(t *testing.T) {
-	ttl := time.Duration(sized(600, 1000)) * time.Millisecond
-	srv := redistest.Start(t)
+	const ttl = time.Second
+	srv := startServer(t)
 	p := newProxy(t, srv.Addr())
 	p.add(latency("downstream", 100, 50))
 	ctx := ctxFor(t, 2*time.Minute)
 	name := lockName(t)
-	holder := newClient(t, redisAt(t, p.Addr()), dlock.WithTTL(ttl)).Mutex(name)
+	// Replies take up to 150 ms, more on a loaded machine: a read timeout
+	// of its own, so that only the latency is under test.
+	holder := newClient(t, redisWithTimeout(t, p.Addr(), time.Second), dlock.WithTTL(ttl)).Mutex(name)
 	other := newClient(t, srv.Client()).Mutex(name)
 
 	lease, err := holder.Lock(ctx)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // (3, continued) Asymmetric partitions: the holder's own link (a proxy of
@@ -23,7 +22,7 @@ import (
 // expires, and the holder's Unlock afterwards harms nothing.
 func TestScenario03_AsymmetricPartitions(t *testing.T) {
 	const ttl = 600 * time.Millisecond
-	srv := redistest.Start(t)
+	srv := startServer(t)
 	ctx := ctxFor(t, time.Minute)
 	for _, lost := range []string{"downstream", "upstream"} {
 		name := lockName(t)
@@ -83,7 +82,7 @@ func TestScenario03_AsymmetricPartitions(t *testing.T) {
 func TestScenario03_ConnectionResets(t *testing.T) {
 	const ttl = time.Second
 	workers, per := 4, sized(40, 400)
-	srv := redistest.Start(t)
+	srv := startServer(t)
 	link := newProxy(t, srv.Addr())
 	ctx := ctxFor(t, 3*time.Minute)
 	name := lockName(t)

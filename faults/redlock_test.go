@@ -49,7 +49,7 @@ func heldOnNodes(ctx context.Context, servers []*redistest.Server, name string) 
 func TestScenario09_RedlockMinorityLoss(t *testing.T) {
 	const ttl = time.Second
 	workers, per := 4, sized(25, 200)
-	servers := redistest.StartMasters(t, 5)
+	servers := startServers(t, 5)
 	ctx := ctxFor(t, 3*time.Minute)
 	name := lockName(t)
 	mutexes := make([]*dlock.RedlockMutex, workers)
@@ -78,7 +78,7 @@ func TestScenario09_RedlockMinorityLoss(t *testing.T) {
 func TestScenario10_RedlockSplitVotes(t *testing.T) {
 	const clients = 8
 	rounds := sized(30, 300)
-	servers := redistest.StartMasters(t, 3)
+	servers := startServers(t, 3)
 	ctx := ctxFor(t, 3*time.Minute)
 	name := lockName(t)
 	mutexes := make([]*dlock.RedlockMutex, clients)
@@ -135,7 +135,7 @@ func TestScenario10_RedlockSplitVotes(t *testing.T) {
 func TestScenario11_RedlockValidityUnderSlowNodes(t *testing.T) {
 	const ttl = time.Second
 	workers, per := 3, sized(15, 100)
-	servers := redistest.StartMasters(t, 5)
+	servers := startServers(t, 5)
 	addrs := addrsOf(servers)
 	for _, i := range []int{0, 2} {
 		p := newProxy(t, servers[i].Addr())
@@ -192,7 +192,7 @@ func TestScenario12_RedlockRestartedNodes(t *testing.T) {
 		{"guard on, second owner new", true, false, []string{"overlaps", "out of order"}},
 		{"guard off", false, true, []string{"overlaps", "out of order"}},
 	} {
-		servers := redistest.StartMasters(t, 3)
+		servers := startServers(t, 3)
 		ctx := ctxFor(t, time.Minute)
 		name := lockName(t)
 		opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithNodeTimeout(200 * time.Millisecond), dlock.WithRestartGuard(tc.guard)}

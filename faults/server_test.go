@@ -99,7 +99,7 @@ func TestScenario06_ServerStallPastTheTTL(t *testing.T) {
 			srv.Resume()
 		}},
 	} {
-		srv := redistest.Start(t)
+		srv := startServer(t)
 		h, name := contendThrough(t, srv.Addr(), workers, per, ttl, 2*time.Millisecond, func() { stall.do(srv) })
 		r := h.row(fmt.Sprintf("06 server stall of 2 TTLs: %s", stall.what))
 		r.Orphans = orphans(ctxFor(t, time.Minute), srv.Client(), name, ttl)
@@ -140,7 +140,7 @@ func TestScenario07_RestartAndScriptFlush(t *testing.T) {
 			}
 		}, nil},
 	} {
-		srv := redistest.Start(t, tc.args...)
+		srv := startServer(t, tc.args...)
 		h, name := contendThrough(t, srv.Addr(), workers, per, ttl, 2*time.Millisecond, func() { tc.fault(srv) })
 		r := h.row("07 " + tc.what)
 		r.Orphans = orphans(ctxFor(t, time.Minute), srv.Client(), name, ttl)

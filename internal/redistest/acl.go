@@ -1,0 +1,24 @@
+package redistest
+
+// DlockACL is what the README tells operators to grant dlock on a single
+// server: its keys and channels under the default prefix, and the commands
+// it sends or its scripts run. A cluster adds spublish, ssubscribe,
+// sunsubscribe and info; WithReplicaAck wait; a Redlock info (RedlockACL).
+var DlockACL = []string{
+	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
+	"+evalsha", "+eval", "+script|load",
+	"+get", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
+	"+hdel", "+hget", "+hincrby", "+hlen", "+hmget", "+hset",
+	"+zadd", "+zcard", "+zcount", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore", "+zscore",
+	"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello",
+}
+
+// RedlockACL is DlockACL with what a Redlock's restart guard adds.
+var RedlockACL = append(append([]string(nil), DlockACL...), "+info")
+
+// UserArgs are the redis-server arguments that create user, with password
+// and rules, at start (and at every restart).
+func UserArgs(user, password string, rules []string) []string {
+	args := []string{"--user", user, "on", ">" + password}
+	return append(args, rules...)
+}
