@@ -32,17 +32,49 @@ func aclUser(t *testing.T, ctx context.Context, admin *redis.Client, name string
 }
 
 func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
-	srv := startServer(t)
-	ctx := ctxFor(t, time.Minute)
-	admin := srv.Client()
-	c := newClient(t, aclUser(t, ctx, admin, "locks", dlockACL...))
-	otherRedis := aclUser(t, ctx, admin, "locks2", dlockACL...)
+	t.Run("standalone", func(t *testing.T) {
+		srv := startServer(t)
+		ctx := ctxFor(t, time.Minute)
+		admin := srv.Client()
+		runEveryTypeAs(t, ctx, aclUser(t, ctx, admin, "locks", dlockACL...), aclUser(t, ctx, admin, "locks2", dlockACL...),
+			func() error { return admin.ScriptFlush(ctx).Err() })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		ctx := ctxFor(t, time.Minute)
+		var admins []*redis.Client
+		for _, n := range c.Nodes {
+			admin := n.Client()
+			aclUser(t, ctx, admin, "locks", redistest.ClusterACL...)
+			admins = append(admins, admin)
+		}
+		user := func() redis.UniversalClient {
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Username: "locks", Password: "secret-locks"})
+			t.Cleanup(func() { _ = rdb.Close() })
+			return rdb
+		}
+		runEveryTypeAs(t, ctx, user(), user(), func() error {
+			for _, admin := range admins {
+				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// runEveryTypeAs runs a woken waiter, every lock type with Extend and
+// Unlock, and ForceUnlock, on clients logged in as limited users; then all
+// of it again after flush makes the server forget the scripts.
+func runEveryTypeAs(t *testing.T, ctx context.Context, rdb, otherRedis redis.UniversalClient, flush func() error) {
+	c := newClient(t, rdb)
 	other := newClient(t, otherRedis)
 	attempts := countAttempts(otherRedis)
 
 	for round := range 2 {
 		if round == 1 { // the server forgot the scripts: they are loaded again
-			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			if err := flush(); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -2,8 +2,8 @@ package redistest
 
 // DlockACL is what the README tells operators to grant dlock on a single
 // server: its keys and channels under the default prefix, and the commands
-// it sends or its scripts run. A cluster adds spublish, ssubscribe,
-// sunsubscribe and info; WithReplicaAck wait; a Redlock info (RedlockACL).
+// it sends or its scripts run. A cluster adds more (ClusterACL);
+// WithReplicaAck wait; a Redlock info (RedlockACL).
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 	"+evalsha", "+eval", "+script|load",
@@ -22,3 +22,9 @@ func UserArgs(user, password string, rules []string) []string {
 	args := []string{"--user", user, "on", ">" + password}
 	return append(args, rules...)
 }
+
+// ClusterACL is DlockACL with what a cluster adds: sharded pub/sub, INFO,
+// and for go-redis's cluster client CLUSTER SLOTS (the layout) and COMMAND
+// (which commands only read; without it go-redis logs a refusal).
+var ClusterACL = append(append([]string(nil), DlockACL...),
+	"+spublish", "+ssubscribe", "+sunsubscribe", "+info", "+cluster|slots", "+command")
