@@ -134,6 +134,8 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 	for what, c := range map[string]*dlock.Client{
 		"a script command denied": newClient(t, aclUser(t, ctx, admin, "noincr", noIncr...)),
 		"keys outside its prefix": newClient(t, aclUser(t, ctx, admin, "other", dlockACL...), dlock.WithPrefix("other:")),
+		"WAIT denied to WithReplicaAck": newClient(t, aclUser(t, ctx, admin, "nowait", dlockACL...),
+			dlock.WithReplicaAck(1, 50*time.Millisecond)),
 	} {
 		_, err := c.Mutex("m").TryLock(ctx)
 		if !errors.Is(err, dlock.ErrPermission) || errors.Is(err, dlock.ErrNotAcquired) {
@@ -141,6 +143,8 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 		}
 	}
 	if n := admin.Exists(ctx, "dlock:{m}", "other:{m}").Val(); n != 0 {
+		// The WAIT case was granted before WAIT was refused: it must have
+		// been given back.
 		t.Fatal("a denied acquisition left a hold")
 	}
 }

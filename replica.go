@@ -47,6 +47,9 @@ func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Scr
 		return cmd, nil
 	}
 	if err := acks.Err(); err != nil {
+		if isPermission(err) { // a missing +wait is the operator's to fix, not a slow replica
+			return cmd, fmt.Errorf("%w: WAIT: %w", ErrPermission, err)
+		}
 		return cmd, fmt.Errorf("%w: WAIT: %w", ErrReplicaAck, err)
 	}
 	if got, err := acks.Int64(); err != nil || got < int64(cfg.replicaAck) {

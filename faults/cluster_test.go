@@ -25,7 +25,8 @@ func contendOnCluster(t *testing.T, c *redistest.Cluster, workers, per int, opts
 	for w := range mutexes {
 		// go-redis's default retries: they follow TRYAGAIN during a
 		// migration and a dead node's replacement, as users' clients do.
-		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: 300 * time.Millisecond})
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: 300 * time.Millisecond,
+			Username: aclUser, Password: aclPassword})
 		t.Cleanup(func() { _ = rdb.Close() })
 		mutexes[w] = newClient(t, rdb, opts...).Mutex(name)
 	}
@@ -59,7 +60,7 @@ func contendOnCluster(t *testing.T, c *redistest.Cluster, workers, per int, opts
 // order, the lock free at the end.
 func TestScenario13_ClusterSlotMigration(t *testing.T) {
 	workers, per := 4, sized(60, 400)
-	c := redistest.StartCluster(t)
+	c := redistest.StartCluster(t, clusterUser()...)
 	moves := 0
 	h, name := contendOnCluster(t, c, workers, per, []dlock.Option{dlock.WithTTL(time.Second)}, func(slot int) {
 		ctx := ctxFor(t, time.Minute)
@@ -80,6 +81,7 @@ func TestScenario13_ClusterSlotMigration(t *testing.T) {
 	r.Orphans = orphans(ctxFor(t, time.Minute), c.Client(), name, time.Second)
 	r.Note = fmt.Sprintf("%d migrations; %s", moves, h.failureNote())
 	report(t, r)
+	h.expectAll(t, workers*per)
 }
 
 // (13b) Failover of the lock's master (SIGKILL; its replica promoted)
@@ -91,7 +93,7 @@ func TestScenario13_ClusterSlotMigration(t *testing.T) {
 func TestScenario13_ClusterFailover(t *testing.T) {
 	workers, per := 4, sized(60, 400)
 	for _, ack := range []bool{false, true} {
-		c := redistest.StartReplicatedCluster(t)
+		c := redistest.StartReplicatedCluster(t, clusterUser("+wait")...)
 		opts := []dlock.Option{dlock.WithTTL(time.Second), dlock.WithDriftFactor(0.1)}
 		what, allow := "without replica ack", []string{"overlaps", "out of order"}
 		if ack {
@@ -115,5 +117,12 @@ func TestScenario13_ClusterFailover(t *testing.T) {
 		r := h.row("13 Cluster: the lock's master killed and failed over, " + what)
 		r.Note = fmt.Sprintf("failover took %v; %s", took.Round(10*time.Millisecond), h.failureNote())
 		report(t, r, allow...)
+		h.expectAll(t, workers*per)
 	}
+}
+
+// clusterUser is the configuration that gives every cluster node dlock's
+// ACL user, restarts included, with extra rules.
+func clusterUser(extra ...string) []string {
+	return redistest.UserArgs(aclUser, aclPassword, append(append([]string(nil), redistest.ClusterACL...), extra...))
 }

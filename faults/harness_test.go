@@ -122,14 +122,29 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// The user dlock's clients log in as on every standalone server the suite
-// starts: limited to the keys, channels and commands the README documents
-// (with a Redlock's +info). The checks run as the default user.
+// The user dlock's clients log in as on every server the suite starts:
+// limited to the keys, channels and commands the README documents (with a
+// Redlock's +info; a cluster's additions). The checks and the faults run
+// as the default user.
 const aclUser, aclPassword = "locks", "locks-secret"
 
 // startServer starts a redis-server with dlock's ACL user.
 func startServer(t *testing.T, args ...string) *redistest.Server {
 	return redistest.Start(t, append(args, redistest.UserArgs(aclUser, aclPassword, redistest.RedlockACL)...)...)
+}
+
+// addUser creates dlock's ACL user, with rules, on servers already running
+// (a Sentinel's master and replica).
+func addUser(t *testing.T, rules []string, servers ...*redistest.Server) {
+	args := []any{"ACL", "SETUSER", aclUser, "reset", "on", ">" + aclPassword}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	for _, srv := range servers {
+		if err := srv.Client().Do(context.Background(), args...).Err(); err != nil {
+			t.Fatalf("creating the ACL user: %v", err)
+		}
+	}
 }
 
 func startServers(t *testing.T, n int) []*redistest.Server {
@@ -182,6 +197,7 @@ type holders struct {
 	losses   atomic.Int64 // leases that ended while held
 	failures atomic.Int64 // acquisitions that failed (faults allow them)
 	noValid  atomic.Int64 // leases returned with no validity left
+	gaveUp   atomic.Int64 // workers that stopped after patience without an acquisition
 
 	errMu  sync.Mutex
 	errors map[string]int // the failures' errors, counted
@@ -223,16 +239,25 @@ func errorKind(err error) string {
 func (h *holders) failureNote() string {
 	h.errMu.Lock()
 	defer h.errMu.Unlock()
+	given := ""
+	if n := h.gaveUp.Load(); n > 0 {
+		given = fmt.Sprintf("; %d workers gave up after %v without one", n, patience)
+	}
 	if len(h.errors) == 0 {
-		return "no acquisition failed"
+		return "no acquisition failed" + given
 	}
 	kinds := make([]string, 0, len(h.errors))
 	for kind, n := range h.errors {
 		kinds = append(kinds, fmt.Sprintf("%d %s", n, kind))
 	}
 	sort.Strings(kinds)
-	return fmt.Sprintf("acquisitions failed: %s", strings.Join(kinds, ", "))
+	return fmt.Sprintf("acquisitions failed: %s%s", strings.Join(kinds, ", "), given)
 }
+
+// patience is how long a worker goes on failing before it gives up: a
+// scenario whose lock stays unreachable ends instead of running its guard
+// out.
+const patience = 20 * time.Second
 
 // run starts workers and waits for them. lock is worker w's acquisition.
 func (h *holders) run(ctx context.Context, workers, per int, hold time.Duration, lock func(ctx context.Context, w int) (*dlock.Lease, error)) {
@@ -241,14 +266,26 @@ func (h *holders) run(ctx context.Context, workers, per int, hold time.Duration,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			progress := time.Now()
 			for got := 0; got < per && ctx.Err() == nil; {
+				if time.Since(progress) > patience {
+					h.gaveUp.Add(1)
+					return
+				}
 				asked := time.Now()
 				lease, err := lock(ctx, w)
 				if err != nil {
 					h.failed(err)
+					// An unreachable node fails calls at once: pause, as a
+					// caller would, instead of spinning.
+					select {
+					case <-ctx.Done():
+					case <-time.After(10 * time.Millisecond):
+					}
 					continue
 				}
 				got++
+				progress = time.Now()
 				if !lease.Deadline().After(time.Now()) {
 					h.noValid.Add(1)
 				}
@@ -268,6 +305,15 @@ func (h *holders) run(ctx context.Context, workers, per int, hold time.Duration,
 		}()
 	}
 	wg.Wait()
+}
+
+// expectAll fails the test unless every worker made all its acquisitions:
+// the scenario's faults pass, and the lock must come back.
+func (h *holders) expectAll(t *testing.T, want int) {
+	t.Helper()
+	if got := h.res.Result().Completed; got < want {
+		t.Errorf("%d of %d acquisitions: %s", got, want, h.failureNote())
+	}
 }
 
 // row is the contention's counts as a report row.

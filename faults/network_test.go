@@ -61,6 +61,7 @@ func TestScenario02_LatencyAndSlicedPackets(t *testing.T) {
 	r := h.row("02 latency 50±25 ms both ways, sliced replies")
 	r.Orphans = orphans(ctx, srv.Client(), name, 2*time.Second)
 	report(t, r)
+	h.expectAll(t, clients*per)
 	if n := h.noValid.Load(); n > 0 {
 		t.Errorf("%d leases returned with no validity left", n)
 	}

@@ -118,4 +118,5 @@ func TestScenario03_ConnectionResets(t *testing.T) {
 	r.Orphans = orphans(ctx, srv.Client(), name, ttl)
 	r.Note = fmt.Sprintf("%d resets; %s", resets, h.failureNote())
 	report(t, r)
+	h.expectAll(t, workers*per)
 }

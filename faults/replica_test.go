@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -20,6 +22,7 @@ func TestScenario08_ReplicaFailover(t *testing.T) {
 	const ttl = 5 * time.Second
 	for _, ack := range []bool{true, false} {
 		f := redistest.StartFailover(t)
+		addUser(t, append(append([]string(nil), redistest.DlockACL...), "+wait"), f.Master, f.Replica)
 		ctx := ctxFor(t, time.Minute)
 		name := lockName(t)
 		opts := []dlock.Option{dlock.WithTTL(ttl)}
@@ -35,7 +38,7 @@ func TestScenario08_ReplicaFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		held, err := newClient(t, f.Client(), opts...).Mutex(name).Lock(ctx)
+		held, err := newClient(t, sentinelClient(t, f), opts...).Mutex(name).Lock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +50,7 @@ func TestScenario08_ReplicaFailover(t *testing.T) {
 		if err := f.Promote(ctx); err != nil {
 			t.Fatal(err)
 		}
-		second, err := newClient(t, f.Client(), dlock.WithTTL(ttl)).Mutex(name).TryLock(ctx)
+		second, err := newClient(t, sentinelClient(t, f), dlock.WithTTL(ttl)).Mutex(name).TryLock(ctx)
 		switch {
 		case err == nil:
 			h.res.Enter(1, second.Token(), time.Now())
@@ -67,4 +70,13 @@ func TestScenario08_ReplicaFailover(t *testing.T) {
 		}
 		report(t, r, allow...)
 	}
+}
+
+// sentinelClient follows the Sentinel's master, logged in as dlock's ACL
+// user on the data nodes.
+func sentinelClient(t *testing.T, f *redistest.Failover) *redis.Client {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName,
+		SentinelAddrs: []string{f.Sentinel.Addr()}, Username: aclUser, Password: aclPassword})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }

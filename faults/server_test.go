@@ -105,6 +105,7 @@ func TestScenario06_ServerStallPastTheTTL(t *testing.T) {
 		r.Orphans = orphans(ctxFor(t, time.Minute), srv.Client(), name, ttl)
 		r.Note = h.failureNote()
 		report(t, r)
+		h.expectAll(t, workers*per)
 		if r.Losses != 1 {
 			t.Errorf("%s: %d losses reported; the holder through the stall must report its own", stall.what, r.Losses)
 		}
@@ -146,6 +147,7 @@ func TestScenario07_RestartAndScriptFlush(t *testing.T) {
 		r.Orphans = orphans(ctxFor(t, time.Minute), srv.Client(), name, ttl)
 		r.Note = h.failureNote()
 		report(t, r, tc.allow...)
+		h.expectAll(t, workers*per)
 	}
 }
 

@@ -24,7 +24,8 @@ func UserArgs(user, password string, rules []string) []string {
 }
 
 // ClusterACL is DlockACL with what a cluster adds: sharded pub/sub, INFO,
-// and for go-redis's cluster client CLUSTER SLOTS (the layout) and COMMAND
-// (which commands only read; without it go-redis logs a refusal).
+// and for go-redis's cluster client CLUSTER SLOTS (the layout), ASKING
+// (following a slot being migrated) and COMMAND (which commands only read;
+// without it go-redis logs a refusal).
 var ClusterACL = append(append([]string(nil), DlockACL...),
-	"+spublish", "+ssubscribe", "+sunsubscribe", "+info", "+cluster|slots", "+command")
+	"+spublish", "+ssubscribe", "+sunsubscribe", "+info", "+cluster|slots", "+asking", "+command")

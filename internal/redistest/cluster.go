@@ -17,13 +17,16 @@ type Cluster struct {
 	Nodes    []*Server // the masters, in slot order
 	Replicas []*Server // Replicas[i] replicates Nodes[i]; none for StartCluster
 	busPorts []int
+	args     []string // every node's extra configuration
 }
 
 // StartCluster starts a 3-master cluster and returns once every node reports
-// cluster_state:ok and knows all the slots' owners.
-func StartCluster(t T) *Cluster {
+// cluster_state:ok and knows all the slots' owners. Extra arguments are
+// every node's redis-server configuration (an ACL user, say), restarts
+// included.
+func StartCluster(t T, args ...string) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, args: args}
 	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 	for range ranges {
 		c.Nodes = append(c.Nodes, c.startNode())
@@ -47,9 +50,9 @@ func StartCluster(t T) *Cluster {
 // master, and returns once every replica is in sync and every node sees
 // the whole cluster. A master killed is replaced by its replica within a
 // few node timeouts (cluster-node-timeout is 1 s).
-func StartReplicatedCluster(t T) *Cluster {
+func StartReplicatedCluster(t T, args ...string) *Cluster {
 	t.Helper()
-	c := StartCluster(t)
+	c := StartCluster(t, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for range c.Nodes {
@@ -84,12 +87,12 @@ func (c *Cluster) startNode() *Server {
 		c.t.Fatalf("redistest: finding a free port: %v", err)
 	}
 	c.busPorts = append(c.busPorts, port)
-	return Start(c.t,
+	return Start(c.t, append([]string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "1000",
 		"--cluster-port", strconv.Itoa(port),
-	)
+	}, c.args...)...)
 }
 
 // meet introduces every node from index from on to the cluster, through
