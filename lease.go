@@ -42,8 +42,8 @@ type Lease struct {
 	// time makes that the one whose reply came last.
 	extendMu sync.Mutex
 
-	// unconfirmed: the grant arrived with under a third of its TTL left, so
-	// it has no deadline timer nor renewals until confirmGrant extends it.
+	// unconfirmed: the grant arrived late (see startLease), so it has no
+	// deadline timer nor renewals until confirmGrant extends it.
 	// Set by startLease, cleared by confirmGrant, before any other use.
 	unconfirmed bool
 
@@ -116,10 +116,12 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	if l.relHead == nil {
 		l.relHead = evalshaArgv(spec.kind.release, spec.relKeys, nil)
 	}
-	if time.Until(l.deadline) < ttl/3 {
+	if left := time.Until(l.deadline); left < ttl/3 || left < time.Since(spec.sent) {
 		// A cold connection's dial and script load on a slow link all count
 		// against the grant: keep confirms it before the caller sees it, so
-		// no lease is handed over already lost or overdue for renewal.
+		// that no lease is handed over already lost, overdue for renewal, or
+		// with less time left than its grant took to arrive (a renewal
+		// crosses the same link, and would likely not make it).
 		l.unconfirmed = true
 		return l
 	}

@@ -76,9 +76,8 @@ func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
 // context's error and the lock is left as it was (given back, and the next
 // waiter woken). A client can see a reply after its context ended.
 //
-// A grant that arrived with under a third of its TTL left is confirmed
-// first, with an extension (see startLease); if that fails, the grant is
-// given back and the error returned.
+// A grant that arrived late (see startLease) is confirmed first, with an
+// extension; if that fails, the grant is given back and the error returned.
 func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
