@@ -134,7 +134,7 @@ func TestScenario10_RedlockSplitVotes(t *testing.T) {
 // deadline comes before the key's expiry on every fast node that holds it.
 func TestScenario11_RedlockValidityUnderSlowNodes(t *testing.T) {
 	const ttl = time.Second
-	workers, per := 3, sized(15, 100)
+	workers, per := 3, sized(15, 70)
 	servers := startServers(t, 5)
 	addrs := addrsOf(servers)
 	for _, i := range []int{0, 2} {
