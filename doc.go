@@ -33,7 +33,9 @@
 // [Lease.Done], [Lease.Err] and [Lease.Context]. A lease counts itself lost
 // no later than Redis could hand the lock to someone else: at TTL × (1 −
 // drift) after the last confirmed renewal was sent, by this process's
-// monotonic clock.
+// monotonic clock. A grant that arrives late (a slow link, a cold
+// connection) is confirmed with an extension before it is returned, so no
+// lease starts out lost or with less time left than a renewal needs.
 //
 // No lease can stop a holder that is paused (GC, swapping, a stopped VM)
 // past its deadline from acting on a resource it no longer holds. Fencing
