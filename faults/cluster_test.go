@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,25 +31,11 @@ func contendOnCluster(t *testing.T, c *redistest.Cluster, workers, per int, opts
 	}
 	slot := int(c.Client().ClusterKeySlot(ctx, lockKey(name)).Val())
 	var h holders
-	var once sync.Once
-	var wg sync.WaitGroup
-	started := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		<-started
-		fault(slot)
-	}()
-	h.run(ctx, workers, per, 2*time.Millisecond, func(ctx context.Context, w int) (*dlock.Lease, error) {
-		if h.res.Result().Completed >= workers*per/4 {
-			once.Do(func() { close(started) })
-		}
+	h.runThrough(ctx, workers, per, 2*time.Millisecond, func(ctx context.Context, w int) (*dlock.Lease, error) {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return mutexes[w].Lock(actx)
-	})
-	once.Do(func() { close(started) })
-	wg.Wait()
+	}, func() { fault(slot) })
 	return &h, name
 }
 

@@ -316,6 +316,30 @@ func (h *holders) expectAll(t *testing.T, want int) {
 	}
 }
 
+// runThrough is run with a fault: fault starts once a quarter of the
+// acquisitions are done (or when the workers end, if they never get that
+// far), and runThrough returns when both have finished.
+func (h *holders) runThrough(ctx context.Context, workers, per int, hold time.Duration,
+	lock func(ctx context.Context, w int) (*dlock.Lease, error), fault func()) {
+	var once sync.Once
+	started := make(chan struct{})
+	start := func() { once.Do(func() { close(started) }) }
+	faulted := make(chan struct{})
+	go func() {
+		defer close(faulted)
+		<-started
+		fault()
+	}()
+	h.run(ctx, workers, per, hold, func(ctx context.Context, w int) (*dlock.Lease, error) {
+		if h.res.Result().Completed >= workers*per/4 {
+			start()
+		}
+		return lock(ctx, w)
+	})
+	start()
+	<-faulted
+}
+
 // row is the contention's counts as a report row.
 func (h *holders) row(scenario string) row {
 	r := h.res.Result()

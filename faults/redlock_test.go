@@ -57,13 +57,9 @@ func TestScenario09_RedlockMinorityLoss(t *testing.T) {
 		mutexes[w] = redlockAt(t, addrsOf(servers), dlock.WithTTL(ttl), dlock.WithNodeTimeout(50*time.Millisecond)).Mutex(name)
 	}
 	var h holders
-	var once sync.Once
-	h.run(ctx, workers, per, 2*time.Millisecond, func(ctx context.Context, w int) (*dlock.Lease, error) {
-		if h.res.Result().Completed >= workers*per/3 {
-			once.Do(func() { servers[1].Kill(); servers[3].Kill() })
-		}
+	h.runThrough(ctx, workers, per, 2*time.Millisecond, func(ctx context.Context, w int) (*dlock.Lease, error) {
 		return mutexes[w].Lock(ctx)
-	})
+	}, func() { servers[1].Kill(); servers[3].Kill() })
 	r := h.row("09 Redlock, 2 of 5 masters killed under load")
 	r.Note = h.failureNote()
 	report(t, r)

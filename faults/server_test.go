@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,27 +25,13 @@ func contendThrough(t *testing.T, addr string, workers, per int, ttl, hold time.
 		// after its lease reports the loss, on a loaded test machine.
 		mutexes[w] = newClient(t, redisAt(t, addr), dlock.WithTTL(ttl), dlock.WithDriftFactor(0.1)).Mutex(name)
 	}
-	var h holders
-	var once sync.Once
-	var wg sync.WaitGroup
-	started := make(chan struct{})
 	faulty := newClient(t, redisAt(t, addr), dlock.WithTTL(ttl), dlock.WithDriftFactor(0.1)).Mutex(name)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		<-started
-		holdThrough(t, ctx, &h, faulty, fault)
-	}()
-	h.run(ctx, workers, per, hold, func(ctx context.Context, w int) (*dlock.Lease, error) {
-		if int(h.res.Result().Completed) >= workers*per/4 {
-			once.Do(func() { close(started) })
-		}
+	var h holders
+	h.runThrough(ctx, workers, per, hold, func(ctx context.Context, w int) (*dlock.Lease, error) {
 		actx, cancel := context.WithTimeout(ctx, 3*ttl)
 		defer cancel()
 		return mutexes[w].Lock(actx)
-	})
-	once.Do(func() { close(started) })
-	wg.Wait()
+	}, func() { holdThrough(t, ctx, &h, faulty, fault) })
 	return &h, name
 }
 
