@@ -16,22 +16,9 @@
 
 local LOCK, FENCE, QUEUE, REG, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
--- The server's clock in ms and in µs.
-local function server_now()
-  local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return math.floor(us / 1000), us
-end
-
 -- Drop the entries whose registration ran out.
 local function purge_queue(now)
-  local dead = redis.call('ZRANGEBYSCORE', REG, '-inf', now)
-  for _, entry in ipairs(dead) do
-    redis.call('ZREM', QUEUE, entry)
-  end
-  if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', REG, '-inf', now)
-  end
+  drop_expired(REG, now, function(entry) redis.call('ZREM', QUEUE, entry) end)
 end
 
 -- Give the free lock to the first live waiter and wake it: the lock is set

@@ -66,10 +66,7 @@ end
 if waiter ~= '' then
   local lock, _, waiters, channel = part(watch)
   if busy == watch then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', waiters, now + tonumber(ARGV[4]), waiter)
-    redis.call('PEXPIRE', waiters, ARGV[4]) -- gone once nobody waits
+    register_waiter(waiters, waiter, ARGV[4])
   elseif redis.pcall('ZREM', waiters, waiter) == 0 and redis.call('EXISTS', lock) == 0 then
     wake_next(waiters, channel, ARGV[6])
   end

@@ -56,9 +56,6 @@ if holder == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 if ARGV[3] ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[4]), ARGV[3])
-  redis.call('PEXPIRE', KEYS[4], ARGV[4]) -- gone once nobody waits
+  register_waiter(KEYS[4], ARGV[3], ARGV[4])
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -18,7 +18,7 @@
 local now = server_now()
 if ARGV[1] ~= '' then
   purge(now)
-  if live_score(ARGV[1], now) then
+  if live_score(HOLDS, ARGV[1], now) then
     release_hold(ARGV[1], ARGV[2], now)
     return 1
   end

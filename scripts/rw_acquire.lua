@@ -98,9 +98,7 @@ if granted then
 end
 
 if waiter ~= '' then
-  local set = mode == 'w' and WWAIT or RWAIT
-  redis.call('ZADD', set, now + tonumber(ARGV[4]), waiter)
-  redis.call('PEXPIRE', set, ARGV[4]) -- gone once nobody waits
+  register_waiter(mode == 'w' and WWAIT or RWAIT, waiter, ARGV[4], now)
 end
 local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
 if #last == 0 then -- blocked by a waiting writer or passed readers, not by a hold

@@ -11,7 +11,7 @@
 -- already have been told the lock was free.
 
 local now = server_now()
-if not live_score(ARGV[1], now) then
+if not live_score(HOLDS, ARGV[1], now) then
   return 0
 end
 redis.call('ZADD', HOLDS, 'XX', now + tonumber(ARGV[2]), ARGV[1])

@@ -29,23 +29,9 @@
 local STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- The mode and owner of a hold.
 local function parse(member)
   return member:sub(1, 1), member:sub(34)
-end
-
--- When a live hold expires; nil when it is not live.
-local function live_score(member, now)
-  local score = tonumber(redis.call('ZSCORE', HOLDS, member))
-  if score ~= nil and score > now then
-    return score
-  end
-  return nil
 end
 
 -- Take one hold out of the counts; returns its mode and what its owner
@@ -66,14 +52,7 @@ end
 
 -- Drop the holds that expired; returns how many.
 local function purge(now)
-  local dead = redis.call('ZRANGEBYSCORE', HOLDS, '-inf', now)
-  for _, member in ipairs(dead) do
-    forget(member)
-  end
-  if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', HOLDS, '-inf', now)
-  end
-  return #dead
+  return drop_expired(HOLDS, now, forget)
 end
 
 -- The state lives as long as its last hold, and no longer.

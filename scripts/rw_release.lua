@@ -11,7 +11,7 @@
 
 local now = server_now()
 purge(now)
-if not live_score(ARGV[1], now) then
+if not live_score(HOLDS, ARGV[1], now) then
   return 0
 end
 release_hold(ARGV[1], ARGV[2], now)

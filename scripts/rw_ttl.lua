@@ -6,7 +6,7 @@
 -- Returns the milliseconds left, or -3 when not held.
 
 local now = server_now()
-local score = live_score(ARGV[1], now)
+local score = live_score(HOLDS, ARGV[1], now)
 if score == nil then
   return -3
 end

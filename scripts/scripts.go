@@ -5,7 +5,9 @@
 // NOSCRIPT, as after SCRIPT FLUSH or a restart: see [redis.Script.Run].
 //
 // Redis scripts cannot import one another, so what several scripts share is
-// prepended to them here: wake_next.lua to the Mutex scripts that free a lock,
+// prepended to them here: common.lua (the server's clock, expiring sorted
+// sets, waiter registration) to every script, wake_next.lua to the Mutex
+// scripts that free a lock,
 // fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
 // to the Semaphore scripts, multi_lib.lua to the MultiLock scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
@@ -14,11 +16,14 @@ package scripts
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
+	//go:embed common.lua
+	common string
 	//go:embed wake_next.lua
 	wakeNext string
 	//go:embed mutex_acquire.lua
@@ -101,69 +106,76 @@ var (
 	rwInspect string
 )
 
+// script makes a script of parts, after common.lua: every script has the
+// shared helpers, whether or not it calls them (unused functions cost a
+// script nothing once Redis has cached it).
+func script(parts ...string) *redis.Script {
+	return redis.NewScript(common + strings.Join(parts, ""))
+}
+
 // Mutex scripts.
 var (
-	MutexAcquire = redis.NewScript(mutexAcquire)
-	MutexRelease = redis.NewScript(wakeNext + mutexRelease)
-	MutexExtend  = redis.NewScript(mutexExtend)
-	MutexTTL     = redis.NewScript(mutexTTL)
-	MutexAbandon = redis.NewScript(wakeNext + mutexAbandon)
+	MutexAcquire = script(mutexAcquire)
+	MutexRelease = script(wakeNext, mutexRelease)
+	MutexExtend  = script(mutexExtend)
+	MutexTTL     = script(mutexTTL)
+	MutexAbandon = script(wakeNext, mutexAbandon)
 )
 
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
 // inspects its holds with MutexExtend and MutexTTL.
 var (
-	FairAcquire = redis.NewScript(fairLib + fairAcquire)
-	FairRelease = redis.NewScript(fairLib + fairRelease)
-	FairAbandon = redis.NewScript(fairLib + fairAbandon)
+	FairAcquire = script(fairLib, fairAcquire)
+	FairRelease = script(fairLib, fairRelease)
+	FairAbandon = script(fairLib, fairAbandon)
 )
 
 // Semaphore scripts.
 var (
-	SemAcquire    = redis.NewScript(semLib + semAcquire)
-	SemRelease    = redis.NewScript(wakeNext + semLib + semRelease)
-	SemExtend     = redis.NewScript(semLib + semExtend)
-	SemTTL        = redis.NewScript(semLib + semTTL)
-	SemAbandon    = redis.NewScript(wakeNext + semLib + semAbandon)
-	SemSetPermits = redis.NewScript(semLib + semSetPermits)
+	SemAcquire    = script(semLib, semAcquire)
+	SemRelease    = script(wakeNext, semLib, semRelease)
+	SemExtend     = script(semLib, semExtend)
+	SemTTL        = script(semLib, semTTL)
+	SemAbandon    = script(wakeNext, semLib, semAbandon)
+	SemSetPermits = script(semLib, semSetPermits)
 )
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = redis.NewScript(wakeNext + multiLib + multiAcquire)
-	MultiRelease = redis.NewScript(wakeNext + multiLib + multiRelease)
-	MultiExtend  = redis.NewScript(multiLib + multiExtend)
-	MultiTTL     = redis.NewScript(multiLib + multiTTL)
-	MultiAbandon = redis.NewScript(wakeNext + multiLib + multiAbandon)
+	MultiAcquire = script(wakeNext, multiLib, multiAcquire)
+	MultiRelease = script(wakeNext, multiLib, multiRelease)
+	MultiExtend  = script(multiLib, multiExtend)
+	MultiTTL     = script(multiLib, multiTTL)
+	MultiAbandon = script(wakeNext, multiLib, multiAbandon)
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = redis.NewScript(electionAcquire)
-	ElectionRelease  = redis.NewScript(wakeNext + electionRelease)
-	ElectionProclaim = redis.NewScript(electionProclaim)
-	ElectionLeader   = redis.NewScript(electionLeader)
+	ElectionAcquire  = script(electionAcquire)
+	ElectionRelease  = script(wakeNext, electionRelease)
+	ElectionProclaim = script(electionProclaim)
+	ElectionLeader   = script(electionLeader)
 )
 
 // RedlockFence raises a node's fencing counter to a quorum's token. A
 // Redlock takes, renews and releases its holds on each node with the Mutex
 // scripts.
-var RedlockFence = redis.NewScript(redlockFence)
+var RedlockFence = script(redlockFence)
 
 // Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys
 // are among them).
 var (
-	ForceUnlock = redis.NewScript(rwLib + forceUnlock)
-	Describe    = redis.NewScript(rwLib + describe + rwInspect)
+	ForceUnlock = script(rwLib, forceUnlock)
+	Describe    = script(rwLib, describe, rwInspect)
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 var (
-	RWAcquire = redis.NewScript(rwLib + rwAcquire)
-	RWRelease = redis.NewScript(rwLib + rwRelease)
-	RWExtend  = redis.NewScript(rwLib + rwExtend)
-	RWTTL     = redis.NewScript(rwLib + rwTTL)
-	RWAbandon = redis.NewScript(rwLib + rwAbandon)
-	RWInspect = redis.NewScript(rwLib + rwInspect)
+	RWAcquire = script(rwLib, rwAcquire)
+	RWRelease = script(rwLib, rwRelease)
+	RWExtend  = script(rwLib, rwExtend)
+	RWTTL     = script(rwLib, rwTTL)
+	RWAbandon = script(rwLib, rwAbandon)
+	RWInspect = script(rwLib, rwInspect)
 )

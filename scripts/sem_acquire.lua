@@ -34,7 +34,7 @@ if permits == nil then
 elseif permits ~= tonumber(ARGV[5]) then
   return {-2, permits}
 end
-if live_score(owner, now) then
+if live_score(HOLDERS, owner, now) then
   return {1, tonumber(redis.call('HGET', TOKENS, owner))}
 end
 if redis.call('ZCARD', HOLDERS) < permits then
@@ -54,8 +54,7 @@ if redis.call('ZCARD', HOLDERS) < permits then
   return {1, fence}
 end
 if ARGV[3] ~= '' then
-  redis.call('ZADD', WAITERS, now + tonumber(ARGV[4]), ARGV[3])
-  redis.call('PEXPIRE', WAITERS, ARGV[4]) -- gone once nobody waits
+  register_waiter(WAITERS, ARGV[3], ARGV[4], now)
 end
 local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
 return {0, tonumber(first[2]) - now}

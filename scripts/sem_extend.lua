@@ -7,7 +7,7 @@
 -- Returns 1 renewed, 0 not held (expired or released): never re-created.
 
 local now = server_now()
-if not live_score(ARGV[1], now) then
+if not live_score(HOLDERS, ARGV[1], now) then
   return 0
 end
 redis.call('ZADD', HOLDERS, 'XX', now + tonumber(ARGV[2]), ARGV[1])

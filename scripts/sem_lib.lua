@@ -16,29 +16,9 @@
 
 local HOLDERS, TOKENS, PERMITS, WAITERS, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Give back the permits whose holders stopped renewing.
 local function purge(now)
-  local dead = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now)
-  for _, owner in ipairs(dead) do
-    redis.call('HDEL', TOKENS, owner)
-  end
-  if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', HOLDERS, '-inf', now)
-  end
-end
-
--- When a live permit of owner expires; nil when it holds none.
-local function live_score(owner, now)
-  local score = tonumber(redis.call('ZSCORE', HOLDERS, owner))
-  if score ~= nil and score > now then
-    return score
-  end
-  return nil
+  drop_expired(HOLDERS, now, function(owner) redis.call('HDEL', TOKENS, owner) end)
 end
 
 -- The holders' keys live as long as the last permit, and no longer.

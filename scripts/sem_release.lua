@@ -9,7 +9,7 @@
 -- Safe to send twice: the second finds no permit of this owner.
 
 local now = server_now()
-local held = live_score(ARGV[1], now)
+local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   return 0
 end

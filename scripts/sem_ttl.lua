@@ -6,7 +6,7 @@
 -- Returns the milliseconds left, or -3 when this owner holds no permit.
 
 local now = server_now()
-local score = live_score(ARGV[1], now)
+local score = live_score(HOLDERS, ARGV[1], now)
 if not score then
   return -3
 end

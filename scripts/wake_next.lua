@@ -19,8 +19,7 @@ local function wake_next(waiters, channel, publish)
       return
     end
     if now == nil then -- no clock reading when nobody waits
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      now = server_now()
     end
     if tonumber(popped[2]) >= now then
       redis.call(publish, channel, popped[1])

@@ -1,0 +1,39 @@
+-- common.lua starts every script (see scripts.go): the server's clock, the
+-- sorted sets scored by expiry in ms of that clock, and waiter
+-- registration, which most scripts share.
+
+-- The server's clock in ms, and in µs.
+local function server_now()
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(us / 1000), us
+end
+
+-- When member's entry in zset expires; nil when it is absent or expired.
+local function live_score(zset, member, now)
+  local score = tonumber(redis.call('ZSCORE', zset, member))
+  if score ~= nil and score > now then
+    return score
+  end
+  return nil
+end
+
+-- Remove the entries of zset that expired by now, handing each to forget
+-- first; returns how many there were.
+local function drop_expired(zset, now, forget)
+  local dead = redis.call('ZRANGEBYSCORE', zset, '-inf', now)
+  for _, member in ipairs(dead) do
+    forget(member)
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', zset, '-inf', now)
+  end
+  return #dead
+end
+
+-- Register waiter in the set of waiters for lease ms from now (read from
+-- the clock when nil); the set goes once nobody waits.
+local function register_waiter(set, waiter, lease, now)
+  redis.call('ZADD', set, (now or server_now()) + tonumber(lease), waiter)
+  redis.call('PEXPIRE', set, lease)
+end
