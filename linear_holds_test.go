@@ -32,6 +32,20 @@ func releaseRecorded(ctx context.Context, h *linear.History, client int, input a
 	done(outcome(lease.Unlock(ctx), 0))
 }
 
+// holdOnce records one try and, if it acquired, the release (twice when
+// twice: the second is refused, and harmless).
+func holdOnce(ctx context.Context, h *linear.History, client int, twice bool,
+	try func(context.Context) (*dlock.Lease, error), acquire, release any) {
+	lease := acquireRecorded(ctx, h, client, acquire, try)
+	if lease == nil {
+		return
+	}
+	releaseRecorded(ctx, h, client, release, lease)
+	if twice {
+		releaseRecorded(ctx, h, client, release, lease)
+	}
+}
+
 func checkHistory(t *testing.T, h *linear.History, model porcupine.NondeterministicModel) {
 	t.Helper()
 	if got := h.Linearizable(model, time.Minute); got != porcupine.Ok {
@@ -84,15 +98,9 @@ func TestRWMutex_HistoriesAreLinearizable(t *testing.T) {
 				if write {
 					try = rw.TryLock
 				}
-				lease := acquireRecorded(ctx, &h, w, linear.RWOp{Op: linear.Acquire, Write: write, Client: w}, try)
-				if lease == nil {
-					continue
-				}
-				release := linear.RWOp{Op: linear.Release, Write: write, Client: w}
-				releaseRecorded(ctx, &h, w, release, lease)
-				if round%5 == w%5 {
-					releaseRecorded(ctx, &h, w, release, lease)
-				}
+				holdOnce(ctx, &h, w, round%5 == w%5, try,
+					linear.RWOp{Op: linear.Acquire, Write: write, Client: w},
+					linear.RWOp{Op: linear.Release, Write: write, Client: w})
 			}
 			return nil
 		})
@@ -108,15 +116,9 @@ func TestSemaphore_HistoriesAreLinearizable(t *testing.T) {
 		runWorkers(t, clients, func(ctx context.Context, w int) error {
 			sem := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Semaphore(name, permits)
 			for round := range rounds {
-				lease := acquireRecorded(ctx, &h, w, linear.SemaphoreOp{Op: linear.Acquire, Client: w}, sem.TryAcquire)
-				if lease == nil {
-					continue
-				}
-				release := linear.SemaphoreOp{Op: linear.Release, Client: w}
-				releaseRecorded(ctx, &h, w, release, lease)
-				if round%5 == w%5 {
-					releaseRecorded(ctx, &h, w, release, lease)
-				}
+				holdOnce(ctx, &h, w, round%5 == w%5, sem.TryAcquire,
+					linear.SemaphoreOp{Op: linear.Acquire, Client: w},
+					linear.SemaphoreOp{Op: linear.Release, Client: w})
 			}
 			return nil
 		})
