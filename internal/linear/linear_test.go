@@ -1,6 +1,7 @@
 package linear
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -232,4 +233,16 @@ func TestSemaphoreModel(t *testing.T) {
 			at(h, 1, 2, 3, op(Release, 1), ok)
 		}, porcupine.Illegal},
 	})
+}
+
+func TestExplain_NamesWhereAHistoryStopsBeingExplicable(t *testing.T) {
+	var h History
+	at(&h, 0, 0, 1, MutexOp{Op: Acquire, Owner: "a"}, tok(1))
+	at(&h, 1, 2, 3, MutexOp{Op: Acquire, Owner: "b"}, tok(2)) // a second holder
+	got := h.Explain(FencedMutexModel)
+	for _, want := range []string{"longest linearization: 1 of 2", "not placed after it:", "acquire by b"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Explain lacks %q:\n%s", want, got)
+		}
+	}
 }
