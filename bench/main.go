@@ -25,7 +25,13 @@ func main() {
 	hold := flag.Duration("hold", 20*time.Second, "how long workload 5 holds its 10,000 leases (the issue's soak: 1m)")
 	quick := flag.Bool("quick", false, "one short round and a short hold: a smoke test, not a result")
 	out := flag.String("out", "RESULTS.md", "where to write the results")
+	only := flag.String("libs", "", "comma-separated libraries to run besides ideal (default: all), for a quicker look")
 	flag.Parse()
+	if *only != "" {
+		libraries = slices.DeleteFunc(libraries, func(l library) bool {
+			return l.name != "ideal" && !slices.Contains(strings.Split(*only, ","), l.name)
+		})
+	}
 	scale := 1.0
 	if *quick {
 		*rounds, *hold, scale = 1, 3*time.Second, 0.3

@@ -21,6 +21,8 @@ type row struct {
 	distinct    []float64       // 2: pairs/s
 	contended   []float64       // 3: acquisitions/s
 	commands    []float64       // 3: Redis commands per acquisition
+	requests    []float64       // 3: requests the server read per acquisition
+	serverCPU   []time.Duration // 3: server CPU per acquisition
 	handoffP50  []time.Duration // 4
 	handoffP99  []time.Duration
 	waitP50     []time.Duration
@@ -39,7 +41,7 @@ func (w *row) measure(ctx context.Context, r run) error {
 	if err != nil {
 		return fmt.Errorf("distinct keys: %w", err)
 	}
-	c, cmds, err := r.contended(ctx)
+	c, err := r.contended(ctx)
 	if err != nil {
 		return fmt.Errorf("contended: %w", err)
 	}
@@ -49,8 +51,10 @@ func (w *row) measure(ctx context.Context, r run) error {
 	}
 	w.uncontended = append(w.uncontended, u)
 	w.distinct = append(w.distinct, d)
-	w.contended = append(w.contended, c)
-	w.commands = append(w.commands, cmds)
+	w.contended = append(w.contended, c.perSec)
+	w.commands = append(w.commands, c.commands)
+	w.requests = append(w.requests, c.requests)
+	w.serverCPU = append(w.serverCPU, c.cpu)
 	w.handoffP50 = append(w.handoffP50, wr.handoff.Percentile(50))
 	w.handoffP99 = append(w.handoffP99, wr.handoff.Percentile(99))
 	w.waitP50 = append(w.waitP50, wr.wait.Percentile(50))
@@ -124,10 +128,13 @@ func render(rows map[string]*row, rounds int, hold time.Duration, quick bool, to
 		w := rows[lib.name]
 		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", lib.name, median(w.distinct), ratios(w.distinct, ideal.distinct, true))
 	}
-	b.WriteString("\n## 3. 16 clients on one key, back to back\n\n| library | acquisitions/s | vs ideal | Redis commands per acquisition |\n|---|---|---|---|\n")
+	b.WriteString("\n## 3. 16 clients on one key, back to back\n\n" +
+		"Per acquisition: Redis commands (inside scripts counted), requests the server read (round trips), the server's CPU time.\n\n" +
+		"| library | acquisitions/s | vs ideal | commands | requests | server CPU |\n|---|---|---|---|---|---|\n")
 	for _, lib := range libraries {
 		w := rows[lib.name]
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %.1f |\n", lib.name, median(w.contended), ratios(w.contended, ideal.contended, true), median(w.commands))
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %.1f | %.1f | %s |\n", lib.name, median(w.contended), ratios(w.contended, ideal.contended, true),
+			median(w.commands), median(w.requests), round(median(w.serverCPU)))
 	}
 	b.WriteString("\n## 4. 8 clients on one key: hold 2 ms, think 3-6 ms\n\n" +
 		"Handoff: from a release to a different, waiting client holding the lock. Wait: from asking to holding.\n\n" +

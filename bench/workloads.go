@@ -55,6 +55,19 @@ func (r run) commands(ctx context.Context) int64 {
 	return n
 }
 
+// reads is how many reads the server has processed: requests, less any a
+// client pipelined together.
+func (r run) reads(ctx context.Context) float64 {
+	n, _ := serverstats.Field(ctx, r.admin, "stats", "total_reads_processed")
+	return n
+}
+
+// cpu is the CPU time the server has used, in seconds.
+func (r run) cpu(ctx context.Context) float64 {
+	s, _ := serverstats.CPU(ctx, r.admin)
+	return s
+}
+
 // uncontended is workload 1: one goroutine locks and unlocks one key.
 // It returns the mean time of a lock+unlock pair.
 func (r run) uncontended(ctx context.Context) (time.Duration, error) {
@@ -107,18 +120,28 @@ func (r run) distinctKeys(ctx context.Context) (float64, error) {
 	return float64(pairs.Load()) / r.seconds(2).Seconds(), err
 }
 
-// contended is workload 3: 16 clients on one key, back to back. It returns
-// acquisitions per second and Redis commands per acquisition.
-func (r run) contended(ctx context.Context) (perSec, commandsPerAcq float64, err error) {
+// contendedResult is workload 3's measurements.
+type contendedResult struct {
+	perSec   float64 // acquisitions per second
+	commands float64 // Redis commands per acquisition, inside scripts counted
+	requests float64 // requests the server read per acquisition (round trips)
+	cpu      time.Duration
+}
+
+// contended is workload 3: 16 clients on one key, back to back. Besides the
+// rate it counts, per acquisition, the Redis commands (INFO commandstats),
+// the requests the server read (INFO stats total_reads_processed: a
+// client's round trips, where it pipelines nothing) and the server's CPU.
+func (r run) contended(ctx context.Context) (contendedResult, error) {
 	ls, closeAll, err := r.lockers(16)
 	if err != nil {
-		return 0, 0, err
+		return contendedResult{}, err
 	}
 	defer closeAll()
 	key := r.key("contended")
 	var fenced check.Fenced // a lock that let two in would be no result
 	var acquired atomic.Int64
-	before := r.commands(ctx)
+	before, readsBefore, cpuBefore := r.commands(ctx), r.reads(ctx), r.cpu(ctx)
 	err = r.forWorkers(ctx, len(ls), r.seconds(2), func(ctx context.Context, w int) error {
 		unlock, err := ls[w].lock(ctx, key)
 		if err != nil {
@@ -128,11 +151,16 @@ func (r run) contended(ctx context.Context) (perSec, commandsPerAcq float64, err
 		fenced.Exit(w)
 		return unlock(context.WithoutCancel(ctx))
 	})
-	n := acquired.Load()
+	n := float64(max(acquired.Load(), 1))
 	if res := fenced.Result(); res.Overlaps != 0 {
-		return 0, 0, fmt.Errorf("%d overlapping holders", res.Overlaps)
+		return contendedResult{}, fmt.Errorf("%d overlapping holders", res.Overlaps)
 	}
-	return float64(n) / r.seconds(2).Seconds(), float64(r.commands(ctx)-before) / float64(max(n, 1)), err
+	return contendedResult{
+		perSec:   float64(acquired.Load()) / r.seconds(2).Seconds(),
+		commands: float64(r.commands(ctx)-before) / n,
+		requests: (r.reads(ctx) - readsBefore) / n,
+		cpu:      time.Duration((r.cpu(ctx) - cpuBefore) / n * float64(time.Second)),
+	}, err
 }
 
 // waitersResult is workload 4's measurements.

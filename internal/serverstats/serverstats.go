@@ -39,3 +39,29 @@ func Commands(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 	}
 	return total, nil
 }
+
+// Field reads one numeric field of an INFO section of a standalone server
+// (INFO stats's total_reads_processed, say); 0 when it is missing.
+func Field(ctx context.Context, rdb *redis.Client, section, field string) (float64, error) {
+	info, err := rdb.Info(ctx, section).Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, nil
+}
+
+// CPU is the CPU time a standalone server has used, system and user, in
+// seconds.
+func CPU(ctx context.Context, rdb *redis.Client) (float64, error) {
+	sys, err := Field(ctx, rdb, "cpu", "used_cpu_sys")
+	if err != nil {
+		return 0, err
+	}
+	user, err := Field(ctx, rdb, "cpu", "used_cpu_user")
+	return sys + user, err
+}
