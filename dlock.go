@@ -26,6 +26,11 @@ type Client struct {
 	renewer *renewer
 	scripts *coalescer // acquires and releases, shared pipelines under concurrency
 
+	// tag names this Client's own wake-up channel of each Mutex (see
+	// Mutex.Lock): a release tells the waiter it hands the lock to there,
+	// and so reaches its client alone rather than every subscriber.
+	tag string
+
 	mu      sync.Mutex
 	hub     *notify.Hub
 	publish string // "PUBLISH" or "SPUBLISH", once known
@@ -40,7 +45,7 @@ type Client struct {
 // are not a panic: every operation of the Client returns the error, matching
 // [ErrInvalid].
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{rdb: rdb, cfg: defaultSettings().with(opts), done: make(chan struct{})}
+	c := &Client{rdb: rdb, cfg: defaultSettings().with(opts), done: make(chan struct{}), tag: newClientTag()}
 	switch {
 	case rdb == nil:
 		c.err = invalidf("nil Redis client")
@@ -91,6 +96,10 @@ func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
 	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
 }
+
+// ownChannel is where a release hands a Mutex's lock to the waiters of the
+// Client tagged tag (see hand_next.lua).
+func (k keys) ownChannel(tag string) string { return k.channel + ":" + tag }
 
 // tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).
 func (k keys) tombstone(owner string) string { return k.lock + ":void:" + owner }

@@ -48,15 +48,20 @@
 // A blocked Lock does not poll the lock. Each Client keeps one subscriber
 // connection (one per shard on a Redis 7 cluster). A waiter subscribes, then
 // makes the attempt that, if refused, registers it in the lock's waiter set
-// in the same script; each release picks one live registered waiter and
-// publishes its id, so one release wakes one waiter, whichever client it is
-// in, and no release can slip between a waiter's attempt and its wait.
+// in the same script, so no release can slip between a waiter's attempt and
+// its wait. A [Mutex]'s release hands the lock itself to one live
+// registered waiter, whichever client it is in: the script sets the lock to
+// that waiter's owner token, mints its fencing token and publishes them on
+// the channel of the waiter's Client alone, so the waiter holds the lock
+// one trip after the release left, with no attempt of its own, no other
+// client is disturbed, and neither the releaser nor a newcomer can barge in.
+// The other types' releases publish the picked waiter's id, and it tries
+// again; a [FairMutex] also hands the lock over, to the first in line.
 // Waiters try again every second ([DefaultWaiterRefresh], see
 // [WithWaiterRefresh]) while they wait, which keeps their registration
 // alive: a waiter that died stops being picked within three refreshes, and
-// a wake-up sent to it holds the others up for a refresh at most. A
-// [FairMutex] goes further: its release hands the lock itself to the first
-// live waiter in line.
+// a lock handed (or a wake-up sent) to it holds the others up for no longer
+// than its registration had left.
 // If pub/sub is unavailable, waiters retry when the holder's TTL runs out.
 //
 // # Redis
@@ -65,7 +70,8 @@
 // round trip. All keys of one lock share the hash tag {name}: with the
 // default prefix the lock "orders:42" lives in "dlock:{orders:42}", its
 // fencing counter in "dlock:{orders:42}:fence" (no TTL), and it publishes on
-// "dlock:{orders:42}:wake".
+// "dlock:{orders:42}:wake" (a Mutex's hand-overs on "dlock:{orders:42}:wake:"
+// followed by the waiting Client's random tag).
 //
 // # Contexts
 //

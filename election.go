@@ -332,6 +332,6 @@ func (a *candidate) abandon(ctx context.Context, owner, waiterID string) {
 	e := a.e
 	ttl, _ := e.cfg.holdTTL()
 	e.c.abandon(ctx, e.name, electionKind.abandon,
-		[]string{e.keys.lock, e.keys.channel, e.keys.tombstone(owner), e.keys.waiters},
-		e.cfg.logger, owner, ttl.Milliseconds(), waiterID)
+		[]string{e.keys.lock, e.keys.channel, e.keys.tombstone(owner), e.keys.waiters, e.keys.fence},
+		e.cfg.logger, owner, ttl.Milliseconds(), waiterID, "")
 }

@@ -1,5 +1,7 @@
 package dlock
 
+import "time"
+
 // Internals the external tests look at.
 
 // RenewerRunning reports whether c's renewal goroutine is alive.
@@ -27,3 +29,17 @@ func KeysOf(prefix, name string) (lock, fence, channel string) {
 
 // ClusterSlot is the hash slot dlock computes for a lock name's keys.
 var ClusterSlot = clusterSlot
+
+// HandOverTaken reports whether a Lock call of m whose latest attempt, its
+// latest-th, registered it takes the hand-over grant (see mutexCall.granted).
+// The lease it would make is ended at once: nothing was granted in Redis.
+func HandOverTaken(m *Mutex, latest int, grant string) bool {
+	a := m.call()
+	a.attempts, a.registered, a.sent = latest, "registered", time.Now()
+	l := a.granted(grant)
+	if l == nil {
+		return false
+	}
+	l.end(nil)
+	return true
+}

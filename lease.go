@@ -97,6 +97,10 @@ type leaseSpec struct {
 	sent    time.Time // when the acquire that granted it was sent
 	cfg     settings
 
+	// validity is how long the hold was granted for, when a release handed
+	// it over for less than the TTL (see hand_next.lua); 0 means the TTL.
+	validity time.Duration
+
 	names  []string // a MultiLock group's locks, and their tokens
 	tokens []uint64
 }
@@ -105,38 +109,45 @@ type leaseSpec struct {
 // lease time, hands it to the renewer.
 func (c *Client) startLease(spec leaseSpec) *Lease {
 	ttl, autoRenew := spec.cfg.holdTTL()
+	validity := ttl
+	if spec.validity > 0 && spec.validity < ttl {
+		validity = spec.validity
+	}
 	l := &Lease{
 		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relHead: spec.relHead,
 		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
 		log: spec.cfg.logger, ttl: ttl, names: spec.names, tokens: spec.tokens,
-		deadline:  validUntil(spec.sent, ttl, spec.cfg.drift),
+		deadline:  validUntil(spec.sent, validity, spec.cfg.drift),
 		done:      make(chan struct{}),
 		heapIndex: -1,
 	}
 	if l.relHead == nil {
 		l.relHead = evalshaArgv(spec.kind.release, spec.relKeys, nil)
 	}
-	if left := time.Until(l.deadline); left < ttl/3 || left < time.Since(spec.sent) {
+	left := time.Until(l.deadline)
+	if left < validity/3 || left < time.Since(spec.sent) || (validity < ttl && !autoRenew) {
 		// A cold connection's dial and script load on a slow link all count
 		// against the grant: keep confirms it before the caller sees it, so
 		// that no lease is handed over already lost, overdue for renewal, or
 		// with less time left than its grant took to arrive (a renewal
-		// crosses the same link, and would likely not make it).
+		// crosses the same link, and would likely not make it). A fixed
+		// lease handed over for less than its lease time is extended to it.
 		l.unconfirmed = true
 		return l
 	}
-	l.start(spec.sent)
+	l.start(spec.sent, validity)
 	return l
 }
 
-// start runs the lease from a grant or extension sent at sent: the deadline
-// timer, and the renewals of an auto-renewed lease.
-func (l *Lease) start(sent time.Time) {
+// start runs the lease from a grant or extension sent at sent, for validity:
+// the deadline timer, and the renewals of an auto-renewed lease, the first
+// a third of the way through.
+func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
 	l.mu.Unlock()
 	if l.renew {
-		l.c.renewer.add(l, sent.Add(l.ttl/3))
+		l.c.renewer.add(l, sent.Add(validity/3))
 	}
 }
 
@@ -166,7 +177,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	}
 	l.unconfirmed = false
 	l.deadline = validUntil(sent, l.ttl, l.drift).Add(-l.slack)
-	l.start(sent)
+	l.start(sent, l.ttl)
 	return nil
 }
 

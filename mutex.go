@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +39,7 @@ type Mutex struct {
 type mutexArgv struct {
 	acquire                    []any // evalsha, sha, 4, lock, fence
 	waiters, ttl, registration any   // acquire's KEYS[4], ARGV[2], ARGV[4]
-	release                    []any // evalsha, sha, 3, lock, channel, waiters
+	release                    []any // evalsha, sha, 4, lock, channel, waiters, fence
 }
 
 func (m *Mutex) argv() *mutexArgv {
@@ -51,7 +53,7 @@ func (m *Mutex) argv() *mutexArgv {
 		waiters:      k.waiters,
 		ttl:          ttl.Milliseconds(),
 		registration: waiterLease(m.cfg.waiterRefresh).Milliseconds(),
-		release:      []any{"evalsha", scripts.MutexRelease.Hash(), 3, k.lock, k.channel, k.waiters},
+		release:      []any{"evalsha", scripts.MutexRelease.Hash(), 4, k.lock, k.channel, k.waiters, k.fence},
 	})
 	return m.boxed.Load()
 }
@@ -90,12 +92,14 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, m)
+	return tryOnce(ctx, m.call())
 }
 
 // Lock takes the lock, waiting for its release while someone else holds it,
 // until ctx ends or the wait set by [WithWait] runs out. A wait that ends
 // that way returns an error matching both [ErrNotAcquired] and ctx's error.
+// A release hands the lock to one waiting Lock, which then holds it without
+// asking again; a newcomer does not barge in ahead of waiters.
 //
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
 // it is unlocked or lost.
@@ -103,7 +107,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return m.c.waitFor(ctx, m.cfg, m.keys.channel, m)
+	return m.c.waitFor(ctx, m.cfg, m.keys.ownChannel(m.c.tag), m.call())
 }
 
 func (m *Mutex) check() error {
@@ -113,53 +117,113 @@ func (m *Mutex) check() error {
 	return m.c.usable()
 }
 
-func (m *Mutex) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
-	owner := newOwnerToken()
+// mutexCall is one TryLock or Lock call. It keeps one owner token for all
+// its attempts, since a release may hand the lock to it while it waits, and
+// numbers its registrations, so that it can tell a hand-over for its latest
+// one from a stale one.
+type mutexCall struct {
+	m          *Mutex
+	owner      string
+	attempts   int
+	registered string    // the registration the last refused attempt made
+	sent       time.Time // when the last attempt was sent
+}
+
+func (m *Mutex) call() *mutexCall { return &mutexCall{m: m, owner: newOwnerToken()} }
+
+func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
+	m := a.m
 	ttl, _ := m.cfg.holdTTL()
-	tombstone := m.keys.tombstone(owner)
-	sent := time.Now()
+	tombstone := m.keys.tombstone(a.owner)
+	a.attempts++
+	entry := ""
+	if waiterID != "" {
+		entry = m.c.tag + "/" + waiterID + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner
+	}
+	a.sent = time.Now()
 	var cmd *redis.Cmd
 	var unconfirmed error
-	a := m.argv()
+	b := m.argv()
 	if m.cfg.replicaAck == 0 {
-		argv := make([]any, 0, len(a.acquire)+6)
-		argv = append(argv, a.acquire...)
-		argv = append(argv, tombstone, a.waiters, owner, a.ttl, waiterID, a.registration)
+		argv := make([]any, 0, len(b.acquire)+7)
+		argv = append(argv, b.acquire...)
+		argv = append(argv, tombstone, b.waiters, a.owner, b.ttl, entry, b.registration, a.registered)
 		cmd = m.c.scripts.runArgv(ctx, scripts.MutexAcquire, argv)
 	} else {
 		cmd, unconfirmed = m.c.runAcquire(ctx, m.cfg, scripts.MutexAcquire, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters},
-			owner, ttl.Milliseconds(), waiterID, waiterLease(m.cfg.waiterRefresh).Milliseconds())
+			a.owner, ttl.Milliseconds(), entry, waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.registered)
 	}
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
-		err = errUnexpectedReply // -1 answers only an attempt already abandoned
+		err = errUnexpectedReply // -1 answers only a call already abandoned
 	}
 	if err != nil {
 		if !isWrongType(err) {
-			m.abandon(ctx, owner, waiterID)
+			a.abandon(ctx, a.owner, entry)
 		}
 		return nil, 0, redisError("lock", m.name, err)
 	}
 	if res[0] != 1 {
+		if entry != "" {
+			a.registered = entry
+		}
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
 	}
 	if unconfirmed != nil {
-		m.abandon(ctx, owner, waiterID)
+		a.abandon(ctx, a.owner, entry)
 		return nil, 0, fmt.Errorf("dlock: lock %q: %w", m.name, unconfirmed)
 	}
-	return m.c.startLease(leaseSpec{
-		name: m.name, kind: mutexKind, keys: m.extendKeys, relHead: a.release,
-		owner: owner, token: uint64(res[1]), sent: sent, cfg: m.cfg,
-	}), 0, nil
+	return a.lease(uint64(res[1]), 0), 0, nil
 }
 
-func (m *Mutex) leave(ctx context.Context, waiterID string) { m.abandon(ctx, "", waiterID) }
+// granted takes the lock a release handed over, as its wake-up said
+// ("attempt:fence:px", see hand_next.lua). The hand-over came after the
+// attempt it names was applied, so that attempt's sending starts the lease;
+// one for an earlier attempt is stale (that hold ran out before the latest
+// attempt found the lock not ours) and gives nil, as does anything
+// unreadable. So does any hand-over under [WithReplicaAck]: the next attempt,
+// at once, finds the lock ours and waits for the replicas to have it.
+func (a *mutexCall) granted(grant string) *Lease {
+	if a.m.cfg.replicaAck > 0 {
+		return nil
+	}
+	n, rest, _ := strings.Cut(grant, ":")
+	fence, px, _ := strings.Cut(rest, ":")
+	attempt, err1 := strconv.Atoi(n)
+	token, err2 := strconv.ParseUint(fence, 10, 64)
+	ms, err3 := strconv.ParseInt(px, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || attempt != a.attempts || a.registered == "" || ms <= 0 {
+		return nil
+	}
+	a.registered = "" // popped by the hand-over
+	return a.lease(token, time.Duration(ms)*time.Millisecond)
+}
 
-// abandon gives up an attempt whose outcome is unknown (owner), a waiter's
-// registration (waiterID), or both; see mutex_abandon.lua.
-func (m *Mutex) abandon(ctx context.Context, owner, waiterID string) {
+// lease starts the lease of a hold granted for validity (0: the TTL) from
+// the last attempt's sending.
+func (a *mutexCall) lease(token uint64, validity time.Duration) *Lease {
+	m := a.m
+	return m.c.startLease(leaseSpec{
+		name: m.name, kind: mutexKind, keys: m.extendKeys, relHead: m.argv().release,
+		owner: a.owner, token: token, sent: a.sent, validity: validity, cfg: m.cfg,
+	})
+}
+
+// leave withdraws the call's registration; a hold a release may have handed
+// it meanwhile is passed on.
+func (a *mutexCall) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.owner, "") }
+
+// abandon gives up the call: a hold it may have (owner), any attempt still
+// on its way, and its registrations, the latest attempt's (entry) and the
+// one before; see mutex_abandon.lua.
+func (a *mutexCall) abandon(ctx context.Context, owner, entry string) {
+	m := a.m
 	ttl, _ := m.cfg.holdTTL()
+	withdraw, before := entry, a.registered
+	if withdraw == "" {
+		withdraw, before = before, ""
+	}
 	m.c.abandon(ctx, m.name, mutexKind.abandon,
-		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters},
-		m.cfg.logger, owner, ttl.Milliseconds(), waiterID)
+		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence},
+		m.cfg.logger, owner, ttl.Milliseconds(), withdraw, before)
 }

@@ -222,7 +222,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	}
 	start := time.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
-		res, err := scripts.MutexAcquire.Run(ctx, n.rdb, keys, owner, ttl.Milliseconds(), "", 0).Int64Slice()
+		res, err := scripts.MutexAcquire.Run(ctx, n.rdb, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
 		if err == nil && (len(res) != 2 || res[0] == -1) {
 			err = errUnexpectedReply
 		}
@@ -314,7 +314,7 @@ func majorityHoldLeft(held []int64, quorum int) time.Duration {
 // timeout.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
 	ttl, _ := m.cfg.holdTTL()
-	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters}
+	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence}
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	var waitFor []*redlockNode
 	var background []*redlockNode
@@ -326,7 +326,7 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []boo
 		}
 	}
 	release := func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, scripts.MutexAbandon.Run(ctx, n.rdb, keys, owner, "PUBLISH", ttl.Milliseconds(), "").Err()
+		return struct{}{}, scripts.MutexAbandon.Run(ctx, n.rdb, keys, owner, "PUBLISH", ttl.Milliseconds(), "", "").Err()
 	}
 	logFailures := func(nodes []*redlockNode, timeout time.Duration) {
 		_, errs := onNodes(ctx, nodes, timeout, release)

@@ -136,7 +136,7 @@ func (h *redlockHold) validity() (time.Duration, error) {
 func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 	m := h.m
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters}
+	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters, m.keys.fence}
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		ok, err := scripts.MutexRelease.Run(ctx, n.rdb, keys, l.owner, "PUBLISH").Int64()
 		return struct{}{}, heldOrNot(ok, err)

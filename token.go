@@ -18,3 +18,12 @@ func newOwnerToken() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
 	return hex.EncodeToString(b[:])
 }
+
+// newClientTag returns a random name for a Client's own channels: two
+// Clients that drew the same would each hear the other's wake-ups, and
+// ignore them, as they name waiters the other does not have.
+func newClientTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlockio/dlock/internal/notify"
 )
 
 // acquirer is what a lock type gives the waiting loop.
@@ -31,6 +33,13 @@ type queuer interface{ queues() }
 func queues(a acquirer) bool {
 	_, ok := a.(queuer)
 	return ok
+}
+
+// granter is an acquirer to which a release may hand the lock while it
+// waits (a Mutex): the wake-up then says so (see [notify.Waiter.Grant]), and
+// granted returns the lease it makes, or nil when the word is stale.
+type granter interface {
+	granted(grant string) *Lease
 }
 
 // rewatcher is an acquirer that may be kept out by one of several locks, and
@@ -184,6 +193,12 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		var stop error
 		select {
 		case <-w.C():
+			if l := grantFor(a, w); l != nil {
+				kept, err := keep(ctx, l)
+				if !errors.Is(err, errGrantExpired) {
+					return kept, err
+				}
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			stop = acquireError(ctx, nil)
@@ -197,6 +212,18 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			return nil, stop
 		}
 	}
+}
+
+// grantFor is the lease a wake-up handed to a, if any.
+func grantFor(a acquirer, w *notify.Waiter) *Lease {
+	g, ok := a.(granter)
+	if !ok {
+		return nil
+	}
+	if grant := w.Grant(); grant != "" {
+		return g.granted(grant)
+	}
+	return nil
 }
 
 // acquireError makes what a failed acquisition returns: a wait that ended

@@ -75,7 +75,7 @@ func TestFairRelease_HandsOverToTheFirstLiveWaiter(t *testing.T) {
 	if n := runInt(t, ctx, rdb, FairRelease, fairKeys, fairA, "PUBLISH"); n != 1 {
 		t.Fatalf("release: %d, want 1", n)
 	}
-	expectMessage(t, messages, "wc")
+	expectWord(t, messages, "wc")
 	if holder, _ := rdb.Get(ctx, lockKey).Result(); holder != fairC {
 		t.Fatalf("handed to %q, want the live waiter", holder)
 	}

@@ -13,10 +13,9 @@
 local released = 0
 if ARGV[1] ~= '' then
   for i = 1, N do
-    local lock, _, waiters, channel = part(i)
+    local lock, fence, waiters, channel = part(i)
     if redis.call('GET', lock) == ARGV[1] then
-      redis.call('DEL', lock)
-      wake_next(waiters, channel, ARGV[2])
+      hand_next(lock, fence, waiters, channel, ARGV[2])
       released = 1
     end
   end
@@ -25,9 +24,9 @@ if ARGV[1] ~= '' then
   end
 end
 if ARGV[4] ~= '' then
-  local lock, _, waiters, channel = part(tonumber(ARGV[5]))
+  local lock, fence, waiters, channel = part(tonumber(ARGV[5]))
   if redis.pcall('ZREM', waiters, ARGV[4]) == 0 and redis.call('EXISTS', lock) == 0 then
-    wake_next(waiters, channel, ARGV[2])
+    hand_next(lock, fence, waiters, channel, ARGV[2])
   end
 end
 return released

@@ -64,11 +64,11 @@ if busy == 0 then
 end
 
 if waiter ~= '' then
-  local lock, _, waiters, channel = part(watch)
+  local lock, fence, waiters, channel = part(watch)
   if busy == watch then
     register_waiter(waiters, waiter, ARGV[4])
   elseif redis.pcall('ZREM', waiters, waiter) == 0 and redis.call('EXISTS', lock) == 0 then
-    wake_next(waiters, channel, ARGV[6])
+    hand_next(lock, fence, waiters, channel, ARGV[6])
   end
 end
 local busy_lock = part(busy)

@@ -1,10 +1,10 @@
 -- The locks of a MultiLock group: several Mutex locks taken and given up
 -- together. Prepended to the MultiLock scripts (see scripts.go), after
--- wake_next.lua. Each script takes, for each lock of the group in the order
+-- hand_next.lua. Each script takes, for each lock of the group in the order
 -- the client sorted them, four KEYS:
 --
 --   lock key (a Mutex's: the owner token, with a TTL), fencing counter,
---   waiters (sorted set of waiter ids by registration expiry), channel
+--   waiters (sorted set of registrations by expiry: hand_next.lua), channel
 --
 -- then, for acquire and abandon, the attempt's tombstone. All are in one
 -- cluster slot (the client groups the locks by slot), or on one server.

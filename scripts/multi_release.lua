@@ -1,4 +1,4 @@
--- Release a MultiLock group and wake the next waiter of each lock.
+-- Release a MultiLock group and hand each lock to its next waiter.
 --
 -- KEYS     four per lock: see multi_lib.lua
 -- ARGV[1]  owner token
@@ -10,10 +10,9 @@
 
 local released = 0
 for i = 1, N do
-  local lock, _, waiters, channel = part(i)
+  local lock, fence, waiters, channel = part(i)
   if redis.call('GET', lock) == ARGV[1] then
-    redis.call('DEL', lock)
-    wake_next(waiters, channel, ARGV[2])
+    hand_next(lock, fence, waiters, channel, ARGV[2])
     released = released + 1
   end
 end

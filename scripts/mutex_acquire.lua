@@ -2,28 +2,37 @@
 --
 -- KEYS[1]  lock key: a string holding the owner token, with a TTL
 -- KEYS[2]  fencing counter: an integer without TTL, in the same slot
--- KEYS[3]  this attempt's tombstone, written by mutex_abandon.lua
--- KEYS[4]  waiters: sorted set of waiter ids by registration expiry
--- ARGV[1]  owner token of this attempt (random, unique per acquisition)
+-- KEYS[3]  this Lock call's tombstone, written by mutex_abandon.lua
+-- KEYS[4]  waiters: sorted set of registrations by expiry (hand_next.lua)
+-- ARGV[1]  owner token of this Lock call (random, unique per call: the lock
+--          may be handed to it while it waits)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter id to register when refused; '' for an attempt that will
---          not wait for a wake-up (TryLock, a first try, no subscription)
+-- ARGV[3]  registration to make when refused, 'id:attempt:ttl:owner' (see
+--          hand_next.lua); '' for an attempt that will not wait for a
+--          release (TryLock, a first try, no subscription)
 -- ARGV[4]  how long a registration lasts, in milliseconds
+-- ARGV[5]  this call's previous registration, replaced by this attempt's;
+--          '' when it had none
 --
--- Returns {1, fence}  acquired; fence is the new fencing token
+-- Returns {1, fence}  acquired (taken now, or handed over by a release whose
+--                     word has not reached the waiter); fence is its token
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
 --                     expires (-1: the key has no TTL)
---         {-1, 0}     this attempt was abandoned by its client: do nothing
+--         {-1, 0}     this Lock call was abandoned by its client: do nothing
 -- Fails with WRONGTYPE, changing nothing, when a key of the lock holds a value
 -- of another type (written by something other than dlock).
 --
 -- A refused waiter is registered in the same step as its refusal, after it
--- subscribed: the release that follows pops it (or another live waiter) and
--- publishes to it, so no wake-up is lost and one release wakes one waiter.
+-- subscribed: the release that follows hands the lock to it (or to another
+-- live waiter) and tells it, so no release is lost and one release makes one
+-- holder. Each attempt registers anew, numbered: a hand-over the waiter hears
+-- of is for its latest attempt, and so came after that attempt was sent, or
+-- it is stale (that hold ran out before this attempt found the lock not
+-- ours) and is ignored.
 --
--- Safe to send twice: the owner token is unique to this attempt, so a resend
--- that finds it already in place reports the same acquisition and mints nothing.
--- Safe to arrive late: a client that gave up on this attempt left a tombstone,
+-- Safe to send twice: an owner finding the lock already its own reports the
+-- same acquisition, extended to its TTL, and mints nothing.
+-- Safe to arrive late: a client that gave up on this call left a tombstone,
 -- so an attempt delayed past its own cleanup cannot leave an orphaned hold.
 -- The tombstone is looked at only once the lock is taken, which spares the
 -- refused attempts of contending waiters a command; scripts are atomic, so
@@ -35,8 +44,8 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {-1, 0}
   end
   -- From here an error must not leave the hold behind: pcall, undo, report.
-  if ARGV[3] ~= '' then
-    local removed = redis.pcall('ZREM', KEYS[4], ARGV[3])
+  if ARGV[5] ~= '' then
+    local removed = redis.pcall('ZREM', KEYS[4], ARGV[5])
     if type(removed) == 'table' and removed.err then
       redis.call('DEL', KEYS[1])
       return removed
@@ -53,9 +62,13 @@ end
 -- here too; GET is what raises WRONGTYPE for it.
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 if ARGV[3] ~= '' then
+  if ARGV[5] ~= '' then
+    redis.call('ZREM', KEYS[4], ARGV[5])
+  end
   register_waiter(KEYS[4], ARGV[3], ARGV[4])
 end
 return {0, redis.call('PTTL', KEYS[1])}

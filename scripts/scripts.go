@@ -6,8 +6,9 @@
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: common.lua (the server's clock, expiring sorted
-// sets, waiter registration) to every script, wake_next.lua to the Mutex
-// scripts that free a lock,
+// sets, waiter registration) to every script, hand_next.lua to the Mutex
+// and MultiLock scripts that free a lock, wake_next.lua to the others that
+// do,
 // fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
 // to the Semaphore scripts, multi_lib.lua to the MultiLock scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
@@ -26,6 +27,8 @@ var (
 	common string
 	//go:embed wake_next.lua
 	wakeNext string
+	//go:embed hand_next.lua
+	handNext string
 	//go:embed mutex_acquire.lua
 	mutexAcquire string
 	//go:embed mutex_release.lua
@@ -116,10 +119,10 @@ func script(parts ...string) *redis.Script {
 // Mutex scripts.
 var (
 	MutexAcquire = script(mutexAcquire)
-	MutexRelease = script(wakeNext, mutexRelease)
+	MutexRelease = script(handNext, mutexRelease)
 	MutexExtend  = script(mutexExtend)
 	MutexTTL     = script(mutexTTL)
-	MutexAbandon = script(wakeNext, mutexAbandon)
+	MutexAbandon = script(handNext, mutexAbandon)
 )
 
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
@@ -142,11 +145,11 @@ var (
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = script(wakeNext, multiLib, multiAcquire)
-	MultiRelease = script(wakeNext, multiLib, multiRelease)
+	MultiAcquire = script(handNext, multiLib, multiAcquire)
+	MultiRelease = script(handNext, multiLib, multiRelease)
 	MultiExtend  = script(multiLib, multiExtend)
 	MultiTTL     = script(multiLib, multiTTL)
-	MultiAbandon = script(wakeNext, multiLib, multiAbandon)
+	MultiAbandon = script(handNext, multiLib, multiAbandon)
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with

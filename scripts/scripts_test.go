@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,14 +32,21 @@ func setup(t *testing.T) (context.Context, *redis.Client) {
 
 func acquire(t *testing.T, ctx context.Context, rdb *redis.Client, owner string) []int64 {
 	t.Helper()
-	return acquireAsWaiter(t, ctx, rdb, owner, "")
+	return acquireAsWaiter(t, ctx, rdb, owner, "", "")
 }
 
-// acquireAsWaiter attempts, registering waiter (when not "") if refused.
-func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string) []int64 {
+// registration is what a Mutex waiter of the client tagged "c1" registers
+// as (see hand_next.lua), for a TTL of 10 s.
+func registration(waiter string, attempt int, owner string) string {
+	return "c1/" + waiter + ":" + strconv.Itoa(attempt) + ":10000:" + owner
+}
+
+// acquireAsWaiter attempts, registering entry (when not "") if refused, in
+// place of prev (when not "").
+func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner, entry, prev string) []int64 {
 	t.Helper()
 	res, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + owner, waitersKey},
-		owner, 10000, waiter, 3000).Int64Slice()
+		owner, 10000, entry, 3000, prev).Int64Slice()
 	if err != nil {
 		t.Fatalf("acquire by %s: %v", owner, err)
 	}
@@ -47,32 +55,46 @@ func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner
 
 func release(t *testing.T, ctx context.Context, rdb *redis.Client, owner string) int64 {
 	t.Helper()
-	n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey}, owner, "PUBLISH").Int64()
+	n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey, fenceKey}, owner, "PUBLISH").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func abandon(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string) int64 {
+func abandon(t *testing.T, ctx context.Context, rdb *redis.Client, owner, entry string) int64 {
 	t.Helper()
-	n, err := MutexAbandon.Run(ctx, rdb, []string{lockKey, channel, "t:{m}:void:" + owner, waitersKey},
-		owner, "PUBLISH", 10000, waiter).Int64()
+	n, err := MutexAbandon.Run(ctx, rdb, []string{lockKey, channel, "t:{m}:void:" + owner, waitersKey, fenceKey},
+		owner, "PUBLISH", 10000, entry, "").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// listen subscribes to the lock's channel and returns its messages.
-func listen(t *testing.T, ctx context.Context, rdb *redis.Client) <-chan *redis.Message {
+// listen subscribes to the lock's channel, where the waiters that take no
+// hand-over are woken, and to client c1's own, where its Mutex waiters are
+// handed the lock; it returns their messages, prefixed by "c1 " for the
+// second.
+func listen(t *testing.T, ctx context.Context, rdb *redis.Client) <-chan string {
 	t.Helper()
-	ps := rdb.Subscribe(ctx, channel)
+	ps := rdb.Subscribe(ctx, channel, channel+":c1")
 	t.Cleanup(func() { _ = ps.Close() })
-	if _, err := ps.Receive(ctx); err != nil { // the confirmation
-		t.Fatal(err)
+	for range 2 {
+		if _, err := ps.Receive(ctx); err != nil { // the confirmations
+			t.Fatal(err)
+		}
 	}
-	return ps.Channel()
+	messages := make(chan string, 16)
+	go func() {
+		for m := range ps.Channel() {
+			if m.Channel != channel {
+				m.Payload = "c1 " + m.Payload
+			}
+			messages <- m.Payload
+		}
+	}()
+	return messages
 }
 
 func expectMessage(t *testing.T, messages <-chan *redis.Message, want string) {
@@ -84,6 +106,48 @@ func expectMessage(t *testing.T, messages <-chan *redis.Message, want string) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("nothing published, want %q", want)
+	}
+}
+
+// expectWord is expectMessage for what listen returns.
+func expectWord(t *testing.T, words <-chan string, want string) {
+	t.Helper()
+	if got := nextMessage(t, words); got != want {
+		t.Fatalf("published %q, want %q", got, want)
+	}
+}
+
+func nextMessage(t *testing.T, messages <-chan string) string {
+	t.Helper()
+	select {
+	case m := <-messages:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing published")
+		return ""
+	}
+}
+
+// expectHandOver checks that the lock went to owner as the waiter's
+// registration for attempt said, with fencing token fence, for what its
+// registration had left (3 s at most), and that the waiter was told so.
+func expectHandOver(t *testing.T, ctx context.Context, rdb *redis.Client, messages <-chan string,
+	waiter string, attempt int, owner string, fence int64) {
+	t.Helper()
+	got := nextMessage(t, messages)
+	prefix := "c1 " + waiter + ":" + strconv.Itoa(attempt) + ":" + strconv.FormatInt(fence, 10) + ":"
+	px, err := strconv.Atoi(strings.TrimPrefix(got, prefix))
+	if !strings.HasPrefix(got, prefix) || err != nil || px <= 0 || px > 3000 {
+		t.Fatalf("published %q, want %q and the ms granted (up to the 3000 registered)", got, prefix)
+	}
+	if v, _ := rdb.Get(ctx, lockKey).Result(); v != owner {
+		t.Fatalf("lock holds %q after the hand-over, want %q", v, owner)
+	}
+	if ms, _ := rdb.PTTL(ctx, lockKey).Result(); ms <= 0 || ms > time.Duration(px)*time.Millisecond {
+		t.Fatalf("handed-over lock expires in %v, want within the %d ms granted", ms, px)
+	}
+	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != fence {
+		t.Fatalf("fencing counter %d after the hand-over, want %d", n, fence)
 	}
 }
 
@@ -169,7 +233,7 @@ func TestMutexScripts_WrongTypeKeyFailsAndIsUntouched(t *testing.T) {
 	ctx, rdb := setup(t)
 	rdb.HSet(ctx, lockKey, "field", "value")
 	before, _ := rdb.Dump(ctx, lockKey).Result()
-	_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey}, "owner-a", 10000, "w", 3000).Result()
+	_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey}, "owner-a", 10000, registration("0a", 1, "owner-a"), 3000, "").Result()
 	if err == nil {
 		t.Fatal("acquire on a hash: no error, want WRONGTYPE")
 	}
@@ -182,63 +246,132 @@ func TestMutexScripts_WrongTypeKeyFailsAndIsUntouched(t *testing.T) {
 	}
 }
 
-func TestMutexRelease_WakesTheRegisteredWaiterOnly(t *testing.T) {
+func TestMutexRelease_HandsTheLockToTheFirstRegisteredWaiter(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-c", "waiter-c")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 1, "owner-b"), "")
+	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
 	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 2 {
 		t.Fatalf("%d waiters registered, want 2", n)
 	}
 	release(t, ctx, rdb, "owner-a")
-	expectMessage(t, messages, "waiter-b")
+	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
 	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 1 {
 		t.Fatalf("%d waiters left after one release, want 1", n)
 	}
-	// The woken waiter takes the lock and is no longer registered.
-	if res := acquireAsWaiter(t, ctx, rdb, "owner-b2", "waiter-b"); res[0] != 1 {
-		t.Fatalf("woken waiter: %v, want acquired", res)
+	release(t, ctx, rdb, "owner-b")
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 3)
+	release(t, ctx, rdb, "owner-c")
+	if n, _ := rdb.Exists(ctx, lockKey, waitersKey).Result(); n != 0 {
+		t.Fatalf("%d keys left after the last release, want none but the fencing counter", n)
 	}
-	release(t, ctx, rdb, "owner-b2")
-	expectMessage(t, messages, "waiter-c")
+}
+
+// A waiter's each attempt replaces its registration: one waiter, one entry,
+// and the hand-over names its latest attempt.
+func TestMutexAcquire_ReRegistrationReplacesThePrevious(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	first := registration("0b", 1, "owner-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", first, "")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 2, "owner-b"), first)
+	if got, _ := rdb.ZRange(ctx, waitersKey, 0, -1).Result(); len(got) != 1 || got[0] != registration("0b", 2, "owner-b") {
+		t.Fatalf("registrations %q, want the second attempt's alone", got)
+	}
+	release(t, ctx, rdb, "owner-a")
+	expectHandOver(t, ctx, rdb, messages, "0b", 2, "owner-b", 2)
+}
+
+// A waiter that missed the word of its hand-over finds the lock its own at
+// its next attempt: acquired with the token minted for it, and extended to
+// its TTL from then.
+func TestMutexAcquire_HandedOverLockIsFoundByTheNextAttempt(t *testing.T) {
+	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, "owner-a")
+	entry := registration("0b", 1, "owner-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", entry, "")
+	release(t, ctx, rdb, "owner-a")
+	res := acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 2, "owner-b"), entry)
+	if res[0] != 1 || res[1] != 2 {
+		t.Fatalf("attempt after the hand-over: %v, want {1, 2}", res)
+	}
+	if ms, _ := rdb.PTTL(ctx, lockKey).Result(); ms <= 3*time.Second {
+		t.Fatalf("lock expires in %v, want extended to the 10 s TTL", ms)
+	}
+	if n, _ := rdb.Exists(ctx, waitersKey).Result(); n != 0 {
+		t.Fatal("the attempt registered although it holds the lock")
+	}
 }
 
 func TestMutexRelease_SkipsExpiredWaiters(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: 1, Member: "long-dead"}) // expired in 1970
-	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
+	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: 1, Member: registration("0d", 1, "dead")}) // expired in 1970
+	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 1, "owner-b"), "")
 	release(t, ctx, rdb, "owner-a")
-	expectMessage(t, messages, "waiter-b")
+	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
 }
 
-// A waiter picked by a release that then gives up must not swallow the
-// wake-up: the next waiter gets it.
+// A MultiLock waiter registers its id alone: it is woken, not handed the
+// lock, which is left free for its next attempt.
+func TestMutexRelease_WakesAWaiterThatTakesNoHandOver(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "0e"})
+	release(t, ctx, rdb, "owner-a")
+	expectWord(t, messages, "0e")
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Fatal("the lock was not freed for the woken waiter")
+	}
+}
+
+// A waiter handed the lock that then gives up passes it on to the next.
+func TestMutexAbandon_HandedOverLockIsPassedOn(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	b := registration("0b", 1, "owner-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", b, "")
+	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
+	release(t, ctx, rdb, "owner-a")
+	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
+	if n := abandon(t, ctx, rdb, "owner-b", b); n != 1 {
+		t.Fatalf("abandon by the waiter handed the lock: %d, want 1 (it held it)", n)
+	}
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 3)
+}
+
+// A waiter woken without a hand-over (see above) that gives up passes the
+// wake-up on.
 func TestMutexAbandon_PickedWaiterPassesTheWakeUpOn(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-c", "waiter-c")
+	// Registered to expire before 0c's 3 s, so it comes first.
+	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: float64(time.Now().Add(time.Second).UnixMilli()), Member: "0e"})
+	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
 	release(t, ctx, rdb, "owner-a")
-	expectMessage(t, messages, "waiter-b")
-	abandon(t, ctx, rdb, "", "waiter-b")
-	expectMessage(t, messages, "waiter-c")
+	expectWord(t, messages, "0e")
+	abandon(t, ctx, rdb, "", "0e")
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 2)
 }
 
 // A waiter that leaves while still registered just goes: the holder's
-// release will wake someone else.
+// release hands the lock to someone else.
 func TestMutexAbandon_RegisteredWaiterLeavesQuietly(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", "waiter-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-c", "waiter-c")
-	abandon(t, ctx, rdb, "", "waiter-b")
+	b := registration("0b", 1, "owner-b")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", b, "")
+	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
+	abandon(t, ctx, rdb, "", b)
 	release(t, ctx, rdb, "owner-a")
-	expectMessage(t, messages, "waiter-c")
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 2)
 	if n, _ := rdb.Exists(ctx, "t:{m}:void:").Result(); n != 0 {
 		t.Fatal("a waiter leaving with no attempt in doubt wrote a tombstone")
 	}
@@ -252,8 +385,10 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 			ctx, rdb := setup(t)
 			rdb.HSet(ctx, foreign, "field", "value")
 			before, _ := rdb.Dump(ctx, foreign).Result()
+			// A waiter's second attempt, finding the lock free: it takes the
+			// lock and withdraws its registration.
 			_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey},
-				"owner-a", 10000, "waiter-a", 3000).Result()
+				"owner-a", 10000, registration("0a", 2, "owner-a"), 3000, registration("0a", 1, "owner-a")).Result()
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("acquire: %v, want WRONGTYPE", err)
 			}
@@ -270,5 +405,21 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 	rdb.HSet(ctx, waitersKey, "field", "value")
 	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
 		t.Fatalf("release with a foreign waiter set: %d, want 1", n)
+	}
+
+	// A foreign fencing counter: the waiter is woken rather than handed a
+	// hold without a token, and the counter is left alone.
+	ctx, rdb = setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 1, "owner-b"), "")
+	rdb.Del(ctx, fenceKey)
+	rdb.HSet(ctx, fenceKey, "field", "value")
+	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
+		t.Fatalf("release with a foreign fencing counter: %d, want 1", n)
+	}
+	expectWord(t, messages, "c1 0b")
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Fatal("the lock was handed over without a fencing token")
 	}
 }

@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -255,8 +256,9 @@ func (sh *shard) deliver(channel, payload string) {
 		tp.wakeAll()
 		return
 	}
-	if w := tp.waiters[payload]; w != nil {
-		w.notify()
+	id, grant, _ := strings.Cut(payload, ":")
+	if w := tp.waiters[id]; w != nil {
+		w.notifyGrant(grant)
 	}
 }
 
@@ -304,6 +306,17 @@ func (tp *topic) wakeAll() {
 	for _, w := range tp.waiters {
 		w.notify()
 	}
+}
+
+// notifyGrant wakes w with what a release published for it. A grant is kept
+// until read: a bare wake-up after it does not erase it.
+func (w *Waiter) notifyGrant(grant string) {
+	if grant != "" {
+		w.mu.Lock()
+		w.grant = grant
+		w.mu.Unlock()
+	}
+	w.notify()
 }
 
 // notify wakes w; a wake-up already pending stands for this one too.

@@ -3,6 +3,7 @@ package notify
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"sync"
 )
 
 // Waiter is one goroutine's registration on a lock's channel.
@@ -12,6 +13,9 @@ type Waiter struct {
 	topic   *topic
 	channel string
 	wake    chan struct{}
+
+	mu    sync.Mutex
+	grant string // what the last wake-up carried after the id, if anything
 }
 
 func newWaiterID() string {
@@ -30,9 +34,20 @@ func (w *Waiter) ID() string { return w.id }
 func (w *Waiter) Subscribed() bool { return w.shard != nil && w.shard.isSubscribed(w.channel) }
 
 // C receives a value when the lock may have become free: a release picked
-// this waiter, or the subscription had a gap in which a wake-up may have been
-// lost. Without a subscription it never receives.
+// this waiter (see [Waiter.Grant]), or the subscription had a gap in which a
+// wake-up may have been lost. Without a subscription it never receives.
 func (w *Waiter) C() <-chan struct{} { return w.wake }
+
+// Grant returns, and forgets, what the last release that picked this waiter
+// published after its id and a colon: a Mutex's release hands the lock over
+// and says so there. It is empty after a bare wake-up.
+func (w *Waiter) Grant() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.grant
+	w.grant = ""
+	return g
+}
 
 // Close unregisters the waiter from this process. A wake-up it received and
 // did not act on is passed on in Redis by the caller (see mutex_abandon.lua),

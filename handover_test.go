@@ -1,0 +1,178 @@
+package dlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// A release hands a Mutex to a waiting Lock inside the release script (see
+// hand_next.lua): these tests cover what the waiter makes of it.
+
+// handOver has a holder in one client release the lock to a Lock waiting in
+// another, made with opts, and returns the waiter's lease and how many of its
+// attempts were granted (a hand-over needs none).
+func handOver(t *testing.T, b backend, opts ...dlock.Option) (*dlock.Lease, int64) {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := b.newRedis(t)
+	attempts := countAttempts(rdb)
+	waiter := newClient(t, rdb, opts...).Mutex(name)
+	leases := make(chan *dlock.Lease, 1)
+	errs := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Lock(ctx)
+		leases <- lease
+		errs <- err
+	}()
+	eventually(t, ctx, "the waiter registered", func() bool { return attempts.registered.Load() > 0 })
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease := <-leases
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lease.Unlock(ctx) })
+	return lease, attempts.acquired.Load()
+}
+
+// The hand-over holds the lock for what the waiter's registration had left
+// (here at most 300 ms), so a waiter that died costs no more; the lease
+// counts on no more than that, and its first renewal, a third of the way
+// in, takes it to its TTL.
+func TestMutex_HandedOverLeaseRenewsPastItsShortGrant(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const refresh = 100 * time.Millisecond // registrations last 300 ms
+		lease, granted := handOver(t, b, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(refresh))
+		if granted != 0 {
+			t.Fatalf("%d attempts granted; want the lock handed over without one", granted)
+		}
+		first := lease.Deadline()
+		if left := time.Until(first); left > 3*refresh {
+			t.Fatalf("a hand-over's lease counts on %v; want no more than the 300 ms registered", left)
+		}
+		ctx := ctxFor(t, 10*time.Second)
+		eventually(t, ctx, "the first renewal", func() bool { return lease.Deadline().After(first.Add(time.Second)) })
+		if ttl, err := lease.TTL(ctx); err != nil || ttl < 30*time.Second {
+			t.Fatalf("after the first renewal the lock has %v (%v) left; want the 1 min TTL", ttl, err)
+		}
+	})
+}
+
+// A lease of fixed length is never renewed, so a hand-over shorter than it
+// is extended before Lock returns.
+func TestMutex_HandedOverFixedLeaseIsExtendedToItsLength(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		lease, _ := handOver(t, b, dlock.WithLeaseTime(time.Minute), dlock.WithWaiterRefresh(100*time.Millisecond))
+		if left := time.Until(lease.Deadline()); left < 30*time.Second {
+			t.Fatalf("a fixed lease of 1 min handed over counts on %v", left)
+		}
+		if ttl, err := lease.TTL(ctxFor(t, 5*time.Second)); err != nil || ttl < 30*time.Second {
+			t.Fatalf("the lock has %v (%v) left; want the 1 min lease time", ttl, err)
+		}
+	})
+}
+
+// A release tells only the client of the waiter it hands the lock to: each
+// client's Mutex waiters listen on a channel of their own, and none on the
+// lock's shared one, which every release would reach.
+func TestMutex_WaitersOfEachClientListenOnTheirOwnChannel(t *testing.T) {
+	srv := startServer(t)
+	admin := srv.Client()
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, srv.Client(), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []<-chan error
+	for range 2 {
+		rdb := srv.Client()
+		attempts := countAttempts(rdb)
+		results = append(results, lockInBackground(ctx, newClient(t, rdb).Mutex(name).Lock))
+		waitDone(t, attempts.refusedReach(1), 10*time.Second, "a waiter waiting")
+	}
+	_, _, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
+	if n := admin.PubSubNumSub(ctx, channel).Val()[channel]; n != 0 {
+		t.Fatalf("%d subscribers on the lock's shared channel; want none", n)
+	}
+	if own := admin.PubSubChannels(ctx, channel+":*").Val(); len(own) != 2 {
+		t.Fatalf("channels %q; want one per waiting client", own)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, acquired := range results {
+		expectAcquired(t, acquired, 15*time.Second, "a waiter never got the lock")
+	}
+}
+
+// WithReplicaAck: a hold is returned only once a replica has it. A
+// hand-over is made by the release, which waits for no replica, so the
+// waiter confirms it with an attempt of its own, which does; here the
+// replica is cut off and the hand-over is refused.
+func TestMutex_HandOverUnderReplicaAckWaitsForTheReplica(t *testing.T) {
+	f := redistest.StartFailover(t)
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	holder, err := newClient(t, f.Client(), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := f.Client()
+	attempts := countAttempts(rdb)
+	waiter := newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond)).Mutex(name)
+	result := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Lock(ctx)
+		if err == nil {
+			_ = lease.Unlock(ctx)
+		}
+		result <- err
+	}()
+	eventually(t, ctx, "the waiter registered", func() bool { return attempts.registered.Load() > 0 })
+	f.Replica.Pause()
+	t.Cleanup(f.Replica.Resume)
+	if err := f.Master.Client().ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-result; !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Fatalf("the waiter handed the lock with its replica cut off: %v; want ErrReplicaAck", err)
+	}
+	if n := f.Master.Client().Exists(ctx, lockKey(name)).Val(); n != 0 {
+		t.Fatal("the unacknowledged hand-over was not given back")
+	}
+}
+
+// A hand-over is for one attempt of a waiting Lock: the word of one for an
+// earlier attempt arrives late (that hold ran out before the latest attempt
+// found the lock not ours) and is ignored, as is anything unreadable.
+func TestMutex_StaleOrGarbledHandOverIsIgnored(t *testing.T) {
+	c := newClient(t, startServer(t).Client())
+	m := c.Mutex(lockName(t))
+	for grant, want := range map[string]bool{
+		"3:7:2000":   true,
+		"2:7:2000":   false, // the attempt before the latest
+		"3:7:0":      false,
+		"3:x:2000":   false,
+		"3:7":        false,
+		"":           false,
+		"3:7:2000:9": false,
+	} {
+		if got := dlock.HandOverTaken(m, 3, grant); got != want {
+			t.Errorf("hand-over %q to a Lock whose latest attempt is the 3rd: taken %v, want %v", grant, got, want)
+		}
+	}
+}

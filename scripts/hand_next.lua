@@ -1,0 +1,55 @@
+-- hand_next(lock, fence, waiters, channel, publish): pass a Mutex lock that
+-- is being freed to its next live waiter. Prepended to the scripts that free
+-- a Mutex's (or a MultiLock's) lock (see scripts.go); the caller owns the lock
+-- or found it free.
+--
+-- lock     the lock key; set to the next waiter's owner token, or deleted
+-- fence    the lock's fencing counter
+-- waiters  sorted set of registrations by expiry, in ms of the server's clock
+--          (renewed while their waiters wait, so a dead one runs out)
+-- channel  the lock's wake-up channel
+-- publish  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+--
+-- A registration is a waiter id alone (a MultiLock waiter: it is woken on
+-- the lock's channel and tries again), or 'client/id:attempt:ttl:owner' (a
+-- Mutex waiter: it is handed the lock). A hand-over sets the lock to the
+-- waiter's owner token for its TTL, or for what its registration has left
+-- if that is shorter (a waiter that died after its last renewal holds the
+-- lock up no longer than it would have held its place), mints its fencing
+-- token and publishes 'id:attempt:fence:px' on the channel of the waiter's
+-- client alone, the lock's channel followed by ':client': the waiter holds
+-- the lock without another round trip, and no other client is disturbed. Expired registrations are dropped on the way. A waiters key of
+-- another type (not dlock's) hands to nobody rather than failing the release.
+local function hand_next(lock, fence, waiters, channel, publish)
+  local now
+  while true do
+    local popped = redis.pcall('ZPOPMIN', waiters)
+    if popped.err or #popped == 0 then
+      break
+    end
+    if now == nil then -- no clock reading when nobody waits
+      now = server_now()
+    end
+    local left = tonumber(popped[2]) - now
+    if left > 0 then
+      local client, id, attempt, ttl, owner = string.match(popped[1], '^([^/:]+)/([^:]+):(%d+):(%d+):(.+)$')
+      if id ~= nil then
+        local own = channel .. ':' .. client
+        local token = redis.pcall('INCR', fence)
+        if type(token) == 'number' then
+          local px = math.min(tonumber(ttl), left)
+          redis.call('SET', lock, owner, 'PX', px)
+          redis.call(publish, own, id .. ':' .. attempt .. ':' .. token .. ':' .. px)
+        else -- a foreign fencing counter: wake the waiter instead
+          redis.call('DEL', lock)
+          redis.call(publish, own, id)
+        end
+        return
+      end
+      redis.call('DEL', lock)
+      redis.call(publish, channel, popped[1])
+      return
+    end
+  end
+  redis.call('DEL', lock)
+end
