@@ -31,9 +31,15 @@ local function drop_expired(zset, now, forget)
   return #dead
 end
 
--- Register waiter in the set of waiters for lease ms from now (read from
--- the clock when nil); the set goes once nobody waits.
+-- Register waiter in the set of waiters for lease ms from now, read from
+-- the clock to the µs when not given: registrations in the same ms then
+-- still line up in the order they came, not in their members' order.
+-- The set goes once nobody waits.
 local function register_waiter(set, waiter, lease, now)
-  redis.call('ZADD', set, (now or server_now()) + tonumber(lease), waiter)
+  if now == nil then
+    local _, us = server_now()
+    now = us / 1000
+  end
+  redis.call('ZADD', set, now + tonumber(lease), waiter)
   redis.call('PEXPIRE', set, lease)
 end

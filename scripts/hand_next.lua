@@ -31,13 +31,13 @@ local function hand_next(lock, fence, waiters, channel, publish)
       now = server_now()
     end
     local left = tonumber(popped[2]) - now
-    if left > 0 then
+    if left >= 1 then
       local client, id, attempt, ttl, owner = string.match(popped[1], '^([^/:]+)/([^:]+):(%d+):(%d+):(.+)$')
       if id ~= nil then
         local own = channel .. ':' .. client
         local token = redis.pcall('INCR', fence)
         if type(token) == 'number' then
-          local px = math.min(tonumber(ttl), left)
+          local px = math.floor(math.min(tonumber(ttl), left))
           redis.call('SET', lock, owner, 'PX', px)
           redis.call(publish, own, id .. ':' .. attempt .. ':' .. token .. ':' .. px)
         else -- a foreign fencing counter: wake the waiter instead

@@ -268,6 +268,24 @@ func TestMutexRelease_HandsTheLockToTheFirstRegisteredWaiter(t *testing.T) {
 	}
 }
 
+// Waiters registered within one millisecond are handed the lock in the order
+// they came, not in their ids' order: registrations are timed to the µs.
+func TestMutexRelease_HandsOverInArrivalOrderWithinAMillisecond(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	acquire(t, ctx, rdb, "owner-a")
+	pipe := rdb.Pipeline() // one after the other, well within a ms
+	for _, w := range []string{"ff", "00"} {
+		MutexAcquire.Run(ctx, pipe, []string{lockKey, fenceKey, "t:{m}:void:owner-" + w, waitersKey},
+			"owner-"+w, 10000, registration(w, 1, "owner-"+w), 3000, "")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	release(t, ctx, rdb, "owner-a")
+	expectHandOver(t, ctx, rdb, messages, "ff", 1, "owner-ff", 2)
+}
+
 // A waiter's each attempt replaces its registration: one waiter, one entry,
 // and the hand-over names its latest attempt.
 func TestMutexAcquire_ReRegistrationReplacesThePrevious(t *testing.T) {
