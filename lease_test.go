@@ -132,6 +132,29 @@ func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
 	})
 }
 
+// One goroutine renews every lease of a Client, sleeping until the next is
+// due; a lease due sooner than that wakes it (and only such a lease: a Lock
+// costs no wake-up otherwise).
+func TestLease_ShortLeaseIsRenewedWhileTheRenewerSleepsForALongOne(t *testing.T) {
+	rdb := startServer(t).Client()
+	c := newClient(t, rdb)
+	ctx := ctxFor(t, 30*time.Second)
+	long, err := c.Mutex(lockName(t), dlock.WithTTL(time.Minute)).Lock(ctx) // due in 20 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Unlock(ctx) }()
+	short, err := c.Mutex(lockName(t)+"-short", dlock.WithTTL(time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := short.Deadline()
+	eventually(t, ctx, "the short lease renewed", func() bool { return short.Deadline().After(first) })
+	if err := short.Unlock(ctx); err != nil {
+		t.Fatalf("the short lease was not kept: %v", err)
+	}
+}
+
 func TestLease_FixedLeaseTimeIsNotRenewed(t *testing.T) {
 	c := newClient(t, backends[0].newRedis(t))
 	lease, err := c.Mutex(lockName(t), dlock.WithLeaseTime(200*time.Millisecond)).Lock(ctxFor(t, 10*time.Second))

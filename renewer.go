@@ -25,7 +25,11 @@ type renewer struct {
 	running bool
 	closed  bool
 	kick    chan struct{} // a lease became due earlier than the loop sleeps
-	wg      sync.WaitGroup
+	// wakeAt is when the sleeping loop wakes by itself; zero while it is
+	// awake, as it looks at the heap again before it sleeps. A lease due
+	// no earlier needs no kick: a Lock then costs no goroutine wake-up.
+	wakeAt time.Time
+	wg     sync.WaitGroup
 
 	ctx    context.Context // cancelled by close: stops the loop and its I/O
 	cancel context.CancelFunc
@@ -54,7 +58,7 @@ func (r *renewer) add(l *Lease, at time.Time) {
 		r.wg.Add(1)
 		go r.loop()
 	}
-	if l.heapIndex == 0 {
+	if !r.wakeAt.IsZero() && at.Before(r.wakeAt) {
 		select {
 		case r.kick <- struct{}{}:
 		default:
@@ -129,6 +133,7 @@ func (r *renewer) loop() {
 func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.wakeAt = time.Time{}
 	if len(r.due) == 0 {
 		r.running = false
 		return nil, 0, true
@@ -137,6 +142,7 @@ func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, i
 		next := r.due[0]
 		if next.nextRenew.After(now.Add(renewSlack(next.currentTTL()))) {
 			if len(batch) == 0 {
+				r.wakeAt = next.nextRenew
 				return nil, next.nextRenew.Sub(now), false
 			}
 			break
