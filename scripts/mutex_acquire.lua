@@ -38,7 +38,10 @@
 -- refused attempts of contending waiters a command; scripts are atomic, so
 -- nobody sees the hold that is taken back.
 
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- SET NX GET takes a free lock and returns nothing, or returns the holder;
+-- on a key of another type it fails with WRONGTYPE, changing nothing.
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+if not holder then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('DEL', KEYS[1])
     return {-1, 0}
@@ -58,9 +61,6 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
--- SET NX succeeds on nothing but an absent key, so a key of another type lands
--- here too; GET is what raises WRONGTYPE for it.
-local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]))}
