@@ -126,12 +126,15 @@ type contendedResult struct {
 	commands float64 // Redis commands per acquisition, inside scripts counted
 	requests float64 // requests the server read per acquisition (round trips)
 	cpu      time.Duration
+	client   time.Duration // this process's CPU per acquisition: the clients'
+	fairness float64       // the most acquisitions of a client over the fewest
 }
 
 // contended is workload 3: 16 clients on one key, back to back. Besides the
 // rate it counts, per acquisition, the Redis commands (INFO commandstats),
 // the requests the server read (INFO stats total_reads_processed: a
-// client's round trips, where it pipelines nothing) and the server's CPU.
+// client's round trips, where it pipelines nothing), the server's CPU and
+// the clients' (this process's).
 func (r run) contended(ctx context.Context) (contendedResult, error) {
 	ls, closeAll, err := r.lockers(16)
 	if err != nil {
@@ -141,7 +144,8 @@ func (r run) contended(ctx context.Context) (contendedResult, error) {
 	key := r.key("contended")
 	var fenced check.Fenced // a lock that let two in would be no result
 	var acquired atomic.Int64
-	before, readsBefore, cpuBefore := r.commands(ctx), r.reads(ctx), r.cpu(ctx)
+	perClient := make([]atomic.Int64, len(ls))
+	before, readsBefore, cpuBefore, clientBefore := r.commands(ctx), r.reads(ctx), r.cpu(ctx), processCPU()
 	err = r.forWorkers(ctx, len(ls), r.seconds(2), func(ctx context.Context, w int) error {
 		unlock, err := ls[w].lock(ctx, key)
 		if err != nil {
@@ -149,8 +153,14 @@ func (r run) contended(ctx context.Context) (contendedResult, error) {
 		}
 		fenced.Enter(w, uint64(acquired.Add(1)), time.Now())
 		fenced.Exit(w)
+		perClient[w].Add(1)
 		return unlock(context.WithoutCancel(ctx))
 	})
+	client := processCPU() - clientBefore
+	most, least := perClient[0].Load(), perClient[0].Load()
+	for i := range perClient {
+		most, least = max(most, perClient[i].Load()), min(least, perClient[i].Load())
+	}
 	n := float64(max(acquired.Load(), 1))
 	if res := fenced.Result(); res.Overlaps != 0 {
 		return contendedResult{}, fmt.Errorf("%d overlapping holders", res.Overlaps)
@@ -160,6 +170,8 @@ func (r run) contended(ctx context.Context) (contendedResult, error) {
 		commands: float64(r.commands(ctx)-before) / n,
 		requests: (r.reads(ctx) - readsBefore) / n,
 		cpu:      time.Duration((r.cpu(ctx) - cpuBefore) / n * float64(time.Second)),
+		client:   time.Duration(float64(client) / n),
+		fairness: float64(most) / float64(max(least, 1)),
 	}, err
 }
 
