@@ -30,11 +30,21 @@ type Lease struct {
 	owner   string   // secret: never logged, never in an error
 	token   uint64
 	drift   float64
-	renew   bool
 	log     *slog.Logger
 
 	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
 	unlocking atomic.Bool // set before a release is sent: renewals stop counting
+	renew     bool
+
+	// unconfirmed: the grant arrived late (see startLease), so it has no
+	// deadline timer nor renewals until confirmGrant extends it.
+	// Set by startLease, cleared by confirmGrant, before any other use.
+	unconfirmed bool
+
+	// Under mu, with the fields below it; here, they pack with the flags
+	// above (ten thousand held leases are worth a few bytes each).
+	finished bool // the lease has ended
+	ending   bool // end has begun: only its first call counts
 
 	// extendMu keeps one extension (Extend or renewal) of this lease in
 	// flight at a time. Each sets the key's expiry anew, possibly shorter;
@@ -42,18 +52,12 @@ type Lease struct {
 	// time makes that the one whose reply came last.
 	extendMu sync.Mutex
 
-	// unconfirmed: the grant arrived late (see startLease), so it has no
-	// deadline timer nor renewals until confirmGrant extends it.
-	// Set by startLease, cleared by confirmGrant, before any other use.
-	unconfirmed bool
-
 	mu       sync.Mutex
 	ttl      time.Duration // what each renewal asks for
 	deadline time.Time     // monotonic; moves only on a confirmed renewal
 	timer    *time.Timer   // fires at deadline
-	done     chan struct{}
-	err      error // set once done: nil when released, else wraps ErrLeaseLost
-	ending   bool  // end has begun: only its first call counts
+	done     chan struct{} // made by the first Done, closed once finished
+	err      error         // set once finished: nil when released, else wraps ErrLeaseLost
 	onEnd    map[*func(error)]struct{}
 
 	// Owned by the Client's renewer, under its lock.
@@ -61,15 +65,21 @@ type Lease struct {
 	heapIndex int
 
 	// A MultiLock's lease holds several locks: a group of them in one
-	// slot, taken by one script with one owner token (names and tokens),
-	// or the groups' leases (parts), one per slot, when they span several.
-	names  []string
-	tokens []uint64
-	parts  []*Lease
+	// slot, taken by one script with one owner token (group), or the
+	// groups' leases (parts), one per slot, when they span several.
+	group *groupTokens
+	parts []*Lease
 
 	// A Redlock's lease is held on a majority of nodes, not through c.
 	redlock *redlockHold
 	slack   time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
+}
+
+// groupTokens are the locks of a MultiLock group held by one lease, and the
+// fencing token of each.
+type groupTokens struct {
+	names  []string
+	tokens []uint64
 }
 
 // leaseKind is what differs between lock types: the scripts that renew,
@@ -116,13 +126,15 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	l := &Lease{
 		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relHead: spec.relHead,
 		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
-		log: spec.cfg.logger, ttl: ttl, names: spec.names, tokens: spec.tokens,
+		log: spec.cfg.logger, ttl: ttl,
 		deadline:  validUntil(spec.sent, validity, spec.cfg.drift),
-		done:      make(chan struct{}),
 		heapIndex: -1,
 	}
 	if l.relHead == nil {
 		l.relHead = evalshaArgv(spec.kind.release, spec.relKeys, nil)
+	}
+	if spec.names != nil {
+		l.group = &groupTokens{names: spec.names, tokens: spec.tokens}
 	}
 	left := time.Until(l.deadline)
 	if left < validity/3 || left < time.Since(spec.sent) || (validity < ttl && !autoRenew) {
@@ -212,9 +224,9 @@ func (l *Lease) addTokens(tokens map[string]uint64) {
 		for _, p := range l.parts {
 			p.addTokens(tokens)
 		}
-	case l.names != nil:
-		for i, name := range l.names {
-			tokens[name] = l.tokens[i]
+	case l.group != nil:
+		for i, name := range l.group.names {
+			tokens[name] = l.group.tokens[i]
 		}
 	default:
 		tokens[l.name] = l.token
@@ -222,7 +234,19 @@ func (l *Lease) addTokens(tokens map[string]uint64) {
 }
 
 // Done returns a channel that is closed when the lease ends: released or lost.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+// (It is made on first use: most leases are unlocked without anyone waiting
+// on it, and ten thousand held leases are a megabyte lighter without.)
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		if l.finished {
+			close(l.done)
+		}
+	}
+	return l.done
+}
 
 // Err returns nil while the lease is held and after it was released; an error
 // matching [ErrLeaseLost] once it is lost, including the moment its deadline
@@ -431,15 +455,8 @@ func (l *Lease) ended() bool {
 	return l.isDone()
 }
 
-// isDone reports whether done is closed; l.mu must be held.
-func (l *Lease) isDone() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
+// isDone reports whether the lease has ended; l.mu must be held.
+func (l *Lease) isDone() bool { return l.finished }
 
 // confirmed sets the deadline after Redis confirmed an extension to ttl that
 // was sent at sent (the caller holds extendMu). It may move the deadline in
@@ -488,7 +505,10 @@ func (l *Lease) end(err error) {
 
 	l.mu.Lock()
 	l.err = err
-	close(l.done)
+	l.finished = true
+	if l.done != nil {
+		close(l.done)
+	}
 	if l.timer != nil { // a MultiLock's parts have their own
 		l.timer.Stop()
 	}

@@ -11,8 +11,7 @@ import (
 // held and renewed on its own slot: it ends as lost as soon as any part is
 // lost, and is released when all parts are.
 func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
-	l := &Lease{c: c, name: name, parts: parts, token: parts[0].token, log: parts[0].log,
-		done: make(chan struct{}), heapIndex: -1}
+	l := &Lease{c: c, name: name, parts: parts, token: parts[0].token, log: parts[0].log, heapIndex: -1}
 	for _, p := range parts {
 		p.whenEnded(func(err error) {
 			if errors.Is(err, ErrLeaseLost) {

@@ -22,7 +22,7 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 	_, autoRenew := m.cfg.holdTTL()
 	l := &Lease{
 		name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
-		log: m.cfg.logger, ttl: ttl, done: make(chan struct{}), heapIndex: -1,
+		log: m.cfg.logger, ttl: ttl, heapIndex: -1,
 	}
 	l.deadline = validUntil(start, ttl, l.drift).Add(-l.slack)
 	l.redlock = &redlockHold{m: m, lease: l}
@@ -44,7 +44,7 @@ func (h *redlockHold) renewEvery(interval time.Duration) {
 	defer timer.Stop()
 	for {
 		select {
-		case <-l.done:
+		case <-l.Done():
 			return
 		case <-timer.C:
 		}
