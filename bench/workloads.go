@@ -179,6 +179,7 @@ func (r run) contended(ctx context.Context) (contendedResult, error) {
 type waitersResult struct {
 	handoff, wait *check.Latencies
 	least, most   int
+	ping          *check.Latencies // a PING's round trip, sent as idly as the workers ask
 }
 
 // waiters is workload 4: 8 clients on one key, each holding it 2 ms and
@@ -196,6 +197,24 @@ func (r run) waiters(ctx context.Context) (waitersResult, error) {
 	var seq uint64
 	waits := new(check.Latencies)
 	perClient := make([]int, len(ls))
+	// The yardstick for a handoff: a round trip measured alongside, by a
+	// client as idle between requests as the workers, so that it pays the
+	// same wake-ups (on a VM, those dominate a round trip from idle).
+	pings := new(check.Latencies)
+	pinger := redisClient(r.addr)
+	defer pinger.Close()
+	pingCtx, stopPings := context.WithCancel(ctx)
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		for pingCtx.Err() == nil {
+			time.Sleep(3*time.Millisecond + rand.N(3*time.Millisecond))
+			sent := time.Now()
+			if pinger.Ping(pingCtx).Err() == nil {
+				pings.Add(time.Since(sent))
+			}
+		}
+	}()
 	err = r.forWorkers(ctx, len(ls), r.seconds(3), func(ctx context.Context, w int) error {
 		asked := time.Now()
 		unlock, err := ls[w].lock(ctx, key)
@@ -217,6 +236,8 @@ func (r run) waiters(ctx context.Context) (waitersResult, error) {
 		time.Sleep(3*time.Millisecond + rand.N(3*time.Millisecond)) // thinking
 		return nil
 	})
+	stopPings()
+	<-pinged
 	if res := fenced.Result(); res.Overlaps != 0 {
 		return waitersResult{}, fmt.Errorf("%d overlapping holders", res.Overlaps)
 	}
@@ -224,7 +245,7 @@ func (r run) waiters(ctx context.Context) (waitersResult, error) {
 	for _, n := range perClient {
 		least, most = min(least, n), max(most, n)
 	}
-	return waitersResult{handoff: &fenced.Handoffs, wait: waits, least: least, most: most}, err
+	return waitersResult{handoff: &fenced.Handoffs, wait: waits, least: least, most: most, ping: pings}, err
 }
 
 // heldResult is workload 5's measurements.
