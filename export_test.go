@@ -7,6 +7,13 @@ import "time"
 // RenewerRunning reports whether c's renewal goroutine is alive.
 func RenewerRunning(c *Client) bool { return c.renewer.isRunning() }
 
+// RenewerStarts reports how many times c's renewal goroutine was started.
+func RenewerStarts(c *Client) int {
+	c.renewer.mu.Lock()
+	defer c.renewer.mu.Unlock()
+	return c.renewer.starts
+}
+
 // RenewerScheduled reports how many leases c renews.
 func RenewerScheduled(c *Client) int { return c.renewer.scheduled() }
 

@@ -120,8 +120,8 @@ func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
 		if n := dlock.RenewerScheduled(c); n != 0 {
 			t.Fatalf("%d leases still scheduled for renewal after Unlock", n)
 		}
-		// With nothing to renew, the renewal goroutine ends by itself at its
-		// next wake-up, within a TTL/3.
+		// With nothing to renew, the renewal goroutine ends by itself, within
+		// a TTL/3 and a linger of 2 s.
 		eventually(t, ctx, "the idle renewal goroutine ending", func() bool { return !dlock.RenewerRunning(c) })
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
@@ -152,6 +152,26 @@ func TestLease_ShortLeaseIsRenewedWhileTheRenewerSleepsForALongOne(t *testing.T)
 	eventually(t, ctx, "the short lease renewed", func() bool { return short.Deadline().After(first) })
 	if err := short.Unlock(ctx); err != nil {
 		t.Fatalf("the short lease was not kept: %v", err)
+	}
+}
+
+// Locks and Unlocks in a row share one renewal goroutine: it outlives its
+// last lease for a moment rather than end and start again each time.
+func TestLease_RenewerOutlivesALeaseUnlockedAtOnce(t *testing.T) {
+	c := newClient(t, startServer(t).Client())
+	m := c.Mutex(lockName(t))
+	ctx := ctxFor(t, 30*time.Second)
+	for range 100 {
+		lease, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dlock.RenewerStarts(c); n != 1 {
+		t.Fatalf("the renewal goroutine was started %d times for 100 locks in a row; want once", n)
 	}
 }
 

@@ -23,17 +23,27 @@ type renewer struct {
 	mu      sync.Mutex
 	due     leaseHeap
 	running bool
+	starts  int // how many times the loop was started (for tests)
 	closed  bool
 	kick    chan struct{} // a lease became due earlier than the loop sleeps
 	// wakeAt is when the sleeping loop wakes by itself; zero while it is
 	// awake, as it looks at the heap again before it sleeps. A lease due
 	// no earlier needs no kick: a Lock then costs no goroutine wake-up.
 	wakeAt time.Time
-	wg     sync.WaitGroup
+	// idleSince is when the loop last found nothing to renew; it ends once
+	// that has lasted renewerLinger (zero: it has something).
+	idleSince time.Time
+	wg        sync.WaitGroup
 
 	ctx    context.Context // cancelled by close: stops the loop and its I/O
 	cancel context.CancelFunc
 }
+
+// renewerLinger is how long the loop outlives its last lease. Without it, a
+// Lock and Unlock in a row started a goroutine and a timer each time: the
+// loop would run only once the caller blocked on the release, find nothing
+// to renew, and end.
+const renewerLinger = 2 * time.Second
 
 // renewSlack lets a lease due a little later join a batch being sent now:
 // fewer round trips for a slightly earlier renewal.
@@ -55,6 +65,7 @@ func (r *renewer) add(l *Lease, at time.Time) {
 	heap.Push(&r.due, l)
 	if !r.running {
 		r.running = true
+		r.starts++
 		r.wg.Add(1)
 		go r.loop()
 	}
@@ -128,16 +139,26 @@ func (r *renewer) loop() {
 }
 
 // takeDue pops the leases due by now (with slack), or says how long to sleep,
-// or that nothing is left to renew: then the loop ends, marked not running
-// under the same lock that add starts a new one under.
+// or that nothing has been left to renew for renewerLinger: then the loop
+// ends, marked not running under the same lock that add starts a new one
+// under.
 func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.wakeAt = time.Time{}
 	if len(r.due) == 0 {
+		if r.idleSince.IsZero() {
+			r.idleSince = now
+		}
+		if left := r.idleSince.Add(renewerLinger).Sub(now); left > 0 {
+			r.wakeAt = now.Add(left)
+			return nil, left, false
+		}
 		r.running = false
+		r.idleSince = time.Time{}
 		return nil, 0, true
 	}
+	r.idleSince = time.Time{}
 	for len(r.due) > 0 {
 		next := r.due[0]
 		if next.nextRenew.After(now.Add(renewSlack(next.currentTTL()))) {
