@@ -85,8 +85,10 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxFor(t, 30*time.Second)
-		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Second))
-		// A waiter that would otherwise try again only in an hour.
+		// A holder whose lock would run out in 30 s, and a waiter that would
+		// otherwise try again only then: only a wake-up gets it the lock
+		// within the 10 s allowed.
+		c := newClient(t, b.newRedis(t), dlock.WithTTL(30*time.Second))
 		waiterRedis := b.newRedis(t)
 		waiter := newClient(t, waiterRedis, dlock.WithWaiterRefresh(time.Hour), dlock.WithTTL(time.Hour))
 		for _, kind := range []string{"Mutex", "RWMutex", "FairMutex", "Semaphore"} {
@@ -121,10 +123,6 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 			if removed, err := c.ForceUnlock(ctx, name); err != nil || !removed {
 				t.Fatalf("%s: ForceUnlock: %v, %v", kind, removed, err)
 			}
-			waitDone(t, held.Done(), lossGuard, kind+": the holder's loss")
-			if !errors.Is(held.Err(), dlock.ErrLeaseLost) {
-				t.Fatalf("%s: the holder ended with %v, want ErrLeaseLost", kind, held.Err())
-			}
 			select {
 			case next := <-result:
 				if next == nil || next.Token() <= held.Token() {
@@ -132,6 +130,14 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatalf("%s: the waiter was not woken by the force unlock", kind)
+			}
+			// The holder finds out at its next renewal, or at once when it asks.
+			if _, err := held.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Fatalf("%s: the removed holder's TTL: %v, want ErrNotHeld", kind, err)
+			}
+			waitDone(t, held.Done(), lossGuard, kind+": the holder's loss")
+			if !errors.Is(held.Err(), dlock.ErrLeaseLost) {
+				t.Fatalf("%s: the holder ended with %v, want ErrLeaseLost", kind, held.Err())
 			}
 			if removed, err := c.ForceUnlock(ctx, lockName(t)); err != nil || removed {
 				t.Fatalf("%s: ForceUnlock of a free lock: %v, %v", kind, removed, err)

@@ -7,7 +7,10 @@
 -- KEYS[2]  fencing counter, no TTL
 -- KEYS[3]  queue: sorted set of waiting entries by arrival, in microseconds
 --          of the server's clock. An entry is the waiter's owner token (32
---          hex digits) followed by its waiter id, which its wake-up carries.
+--          hex digits) followed by 'client/id': its client's tag and its
+--          waiter id, which its wake-up carries on that client's own channel
+--          (the lock's channel followed by ':client'), or by a bare waiter
+--          id, woken on the lock's channel.
 -- KEYS[4]  registrations: the same entries, scored by when each expires in
 --          ms of the server's clock. A waiter renews its own while it
 --          waits, so a dead waiter loses its place by itself.
@@ -43,6 +46,12 @@ local function hand_over(publish)
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
   redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
-  redis.call(publish, CHANNEL, entry:sub(33))
+  local waiter = entry:sub(33)
+  local client, id = string.match(waiter, '^([^/:]+)/([^:]+)$')
+  if client ~= nil then
+    redis.call(publish, CHANNEL .. ':' .. client, id)
+  else
+    redis.call(publish, CHANNEL, waiter)
+  end
   return true
 end
