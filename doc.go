@@ -55,8 +55,8 @@
 // the channel of the waiter's Client alone, so the waiter holds the lock
 // one trip after the release left, with no attempt of its own, no other
 // client is disturbed, and neither the releaser nor a newcomer can barge in.
-// The other types' releases publish the picked waiter's id, and it tries
-// again; a [FairMutex] also hands the lock over, to the first in line.
+// A [FairMutex]'s release does the same for the first in line. The other
+// types' releases publish the picked waiter's id, and it tries again.
 // Waiters try again every second ([DefaultWaiterRefresh], see
 // [WithWaiterRefresh]) while they wait, which keeps their registration
 // alive: a waiter that died stops being picked within three refreshes, and

@@ -50,3 +50,15 @@ func HandOverTaken(m *Mutex, latest int, grant string) bool {
 	l.end(nil)
 	return true
 }
+
+// FairHandOverTaken reports whether a Lock call of f whose latest attempt
+// queued and read the fencing counter at fenced takes the hand-over grant.
+func FairHandOverTaken(f *FairMutex, fenced int64, grant string) bool {
+	a := &fairAcquirer{f: f, owner: newOwnerToken(), sent: time.Now(), fenced: fenced}
+	l := a.granted(grant)
+	if l == nil {
+		return false
+	}
+	l.end(nil)
+	return true
+}

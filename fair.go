@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockio/dlock/scripts"
@@ -100,6 +102,12 @@ func (f *FairMutex) check() error {
 type fairAcquirer struct {
 	f     *FairMutex
 	owner string
+
+	// Of the last attempt: when it was sent, and the fencing counter it
+	// read when it queued (-1: it did not), which a hand-over's token must
+	// exceed to have come after it (see fair_lib.lua).
+	sent   time.Time
+	fenced int64
 }
 
 func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
@@ -110,11 +118,11 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	}
 	ttl, _ := f.cfg.holdTTL()
 	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
-	sent := time.Now()
+	a.sent, a.fenced = time.Now(), -1
 	cmd, unconfirmed := f.c.runAcquire(ctx, f.cfg, scripts.FairAcquire, keys,
 		a.owner, ttl.Milliseconds(), a.tagged(waiterID), waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish)
 	res, err := cmd.Int64Slice()
-	if err == nil && (len(res) != 2 || res[0] == -1) {
+	if err == nil && (len(res) < 2 || len(res) > 3 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only a call already abandoned
 	}
 	if err != nil {
@@ -124,16 +132,47 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 		return nil, 0, redisError("lock", f.name, err)
 	}
 	if res[0] != 1 {
+		if len(res) == 3 {
+			a.fenced = res[2]
+		}
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
 	}
 	if unconfirmed != nil {
 		a.abandon(ctx, waiterID)
 		return nil, 0, fmt.Errorf("dlock: lock %q: %w", f.name, unconfirmed)
 	}
+	return a.lease(uint64(res[1]), 0), 0, nil
+}
+
+// granted takes the lock a release handed over, as its wake-up said
+// ("fence:px", see fair_lib.lua). A token above the counter the last
+// attempt read was minted after that attempt, so that attempt's sending
+// starts the lease; any other is stale (that hold ran out before the
+// attempt found the lock not ours) and gives nil, as does anything
+// unreadable, and any hand-over under [WithReplicaAck]: the next attempt,
+// at once, finds the lock ours and waits for the replicas to have it.
+func (a *fairAcquirer) granted(grant string) *Lease {
+	if a.f.cfg.replicaAck > 0 || a.fenced < 0 {
+		return nil
+	}
+	fence, px, _ := strings.Cut(grant, ":")
+	token, err1 := strconv.ParseInt(fence, 10, 64)
+	ms, err2 := strconv.ParseInt(px, 10, 64)
+	if err1 != nil || err2 != nil || token <= a.fenced || ms <= 0 {
+		return nil
+	}
+	a.fenced = -1 // the hand-over took it out of the queue
+	return a.lease(uint64(token), time.Duration(ms)*time.Millisecond)
+}
+
+// lease starts the lease of a hold granted for validity (0: the TTL) from
+// the last attempt's sending.
+func (a *fairAcquirer) lease(token uint64, validity time.Duration) *Lease {
+	f := a.f
 	return f.c.startLease(leaseSpec{
 		name: f.name, kind: fairKind, keys: f.extendKeys, relKeys: f.scriptKeys,
-		owner: a.owner, token: uint64(res[1]), sent: sent, cfg: f.cfg,
-	}), 0, nil
+		owner: a.owner, token: token, sent: a.sent, validity: validity, cfg: f.cfg,
+	})
 }
 
 func (a *fairAcquirer) queues() {}

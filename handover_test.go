@@ -7,29 +7,35 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/scripts"
 )
 
 // A release hands a Mutex to a waiting Lock inside the release script (see
 // hand_next.lua): these tests cover what the waiter makes of it.
 
-// handOver has a holder in one client release the lock to a Lock waiting in
-// another, made with opts, and returns the waiter's lease and how many of its
-// attempts were granted (a hand-over needs none).
-func handOver(t *testing.T, b backend, opts ...dlock.Option) (*dlock.Lease, int64) {
+// handOver has a holder in one client release the lock (a Mutex, or with
+// fair a FairMutex) to a Lock waiting in another, made with opts, and
+// returns the waiter's lease and how many of its attempts were granted (a
+// hand-over needs none).
+func handOver(t *testing.T, b backend, fair bool, opts ...dlock.Option) (*dlock.Lease, int64) {
 	t.Helper()
 	ctx := ctxFor(t, 30*time.Second)
 	name := lockName(t)
-	holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
+	holders, rdb := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)), b.newRedis(t)
+	waiters := newClient(t, rdb, opts...)
+	hold, wait, acquire := holders.Mutex(name).Lock, waiters.Mutex(name).Lock, scripts.MutexAcquire
+	if fair {
+		hold, wait, acquire = holders.FairMutex(name).Lock, waiters.FairMutex(name).Lock, scripts.FairAcquire
+	}
+	holder, err := hold(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := b.newRedis(t)
-	attempts := countAttempts(rdb)
-	waiter := newClient(t, rdb, opts...).Mutex(name)
+	attempts := countAttemptsOf(rdb, acquire)
 	leases := make(chan *dlock.Lease, 1)
 	errs := make(chan error, 1)
 	go func() {
-		lease, err := waiter.Lock(ctx)
+		lease, err := wait(ctx)
 		leases <- lease
 		errs <- err
 	}()
@@ -50,9 +56,17 @@ func handOver(t *testing.T, b backend, opts ...dlock.Option) (*dlock.Lease, int6
 // counts on no more than that, and its first renewal, a third of the way
 // in, takes it to its TTL.
 func TestMutex_HandedOverLeaseRenewsPastItsShortGrant(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
+			testHandedOverLeaseRenews(t, fair)
+		})
+	}
+}
+
+func testHandedOverLeaseRenews(t *testing.T, fair bool) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const refresh = 100 * time.Millisecond // registrations last 300 ms
-		lease, granted := handOver(t, b, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(refresh))
+		lease, granted := handOver(t, b, fair, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(refresh))
 		if granted != 0 {
 			t.Fatalf("%d attempts granted; want the lock handed over without one", granted)
 		}
@@ -72,12 +86,14 @@ func TestMutex_HandedOverLeaseRenewsPastItsShortGrant(t *testing.T) {
 // is extended before Lock returns.
 func TestMutex_HandedOverFixedLeaseIsExtendedToItsLength(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		lease, _ := handOver(t, b, dlock.WithLeaseTime(time.Minute), dlock.WithWaiterRefresh(100*time.Millisecond))
-		if left := time.Until(lease.Deadline()); left < 30*time.Second {
-			t.Fatalf("a fixed lease of 1 min handed over counts on %v", left)
-		}
-		if ttl, err := lease.TTL(ctxFor(t, 5*time.Second)); err != nil || ttl < 30*time.Second {
-			t.Fatalf("the lock has %v (%v) left; want the 1 min lease time", ttl, err)
+		for _, fair := range []bool{false, true} {
+			lease, _ := handOver(t, b, fair, dlock.WithLeaseTime(time.Minute), dlock.WithWaiterRefresh(100*time.Millisecond))
+			if left := time.Until(lease.Deadline()); left < 30*time.Second {
+				t.Fatalf("fair %v: a fixed lease of 1 min handed over counts on %v", fair, left)
+			}
+			if ttl, err := lease.TTL(ctxFor(t, 5*time.Second)); err != nil || ttl < 30*time.Second {
+				t.Fatalf("fair %v: the lock has %v (%v) left; want the 1 min lease time", fair, ttl, err)
+			}
 		}
 	})
 }
@@ -153,6 +169,26 @@ func TestMutex_HandOverUnderReplicaAckWaitsForTheReplica(t *testing.T) {
 	}
 	if n := f.Master.Client().Exists(ctx, lockKey(name)).Val(); n != 0 {
 		t.Fatal("the unacknowledged hand-over was not given back")
+	}
+}
+
+// A FairMutex's hand-over is for the Lock's latest attempt when its token is
+// above the fencing counter that attempt read.
+func TestFairMutex_StaleOrGarbledHandOverIsIgnored(t *testing.T) {
+	c := newClient(t, startServer(t).Client())
+	f := c.FairMutex(lockName(t))
+	for grant, want := range map[string]bool{
+		"8:2000": true,
+		"7:2000": false, // minted before the attempt read 7
+		"6:2000": false,
+		"8:0":    false,
+		"x:2000": false,
+		"8":      false,
+		"":       false,
+	} {
+		if got := dlock.FairHandOverTaken(f, 7, grant); got != want {
+			t.Errorf("hand-over %q to a Lock whose latest attempt read the counter at 7: taken %v, want %v", grant, got, want)
+		}
 	}
 }
 

@@ -13,6 +13,9 @@
 -- Returns {1, fence}  acquired (taken now, or handed over by a release)
 --         {0, pttl}   not this caller's turn; pttl is the milliseconds until
 --                     the current hold expires (-1: the key has no TTL)
+--         {0, pttl, fence}  the same for a caller that queued: fence is the
+--                     fencing counter now, which a hand-over's token must
+--                     exceed to be newer than this attempt
 --         {-1, 0}     this Lock call was abandoned by its client: do nothing
 -- Fails with WRONGTYPE, changing nothing, when the lock key holds a value of
 -- another type.
@@ -69,5 +72,6 @@ if entry ~= '' then
   -- The queue lives as long as its last live waiter.
   redis.call('PEXPIRE', QUEUE, lease)
   redis.call('PEXPIRE', REG, lease)
+  return {0, redis.call('PTTL', LOCK), tonumber(redis.call('GET', FENCE)) or 0}
 end
 return {0, redis.call('PTTL', LOCK)}

@@ -24,12 +24,16 @@ local function purge_queue(now)
   drop_expired(REG, now, function(entry) redis.call('ZREM', QUEUE, entry) end)
 end
 
--- Give the free lock to the first live waiter and wake it: the lock is set
--- to its owner token for as long as its registration has left, which its
--- own attempt then extends to its TTL. A waiter that died after its last
--- renewal so holds the lock up no longer than it would have held its place.
--- The fencing token is minted here, at the grant. Returns whether anyone
--- was waiting.
+-- Give the free lock to the first live waiter and tell it: the lock is set
+-- to its owner token for as long as its registration has left (a waiter
+-- that died after its last renewal so holds the lock up no longer than it
+-- would have held its place; a live one renews the hold to its TTL), and
+-- its fencing token is minted here, at the grant. A waiter queued with its
+-- client's tag is told 'id:fence:px' on its client's own channel, and holds
+-- the lock without another round trip; its latest attempt read the fencing
+-- counter, so a fence above that says the hand-over is not older than the
+-- attempt. A bare waiter id is published on the lock's channel, and tries
+-- again. Returns whether anyone was waiting.
 local function hand_over(publish)
   if redis.call('EXISTS', QUEUE) == 0 then -- nobody waits: no clock, no purge
     return false
@@ -41,15 +45,15 @@ local function hand_over(publish)
     return false
   end
   local entry = head[1]
-  local left = tonumber(redis.call('ZSCORE', REG, entry)) - now
-  redis.call('INCR', FENCE) -- first: a foreign value there fails before any change here
+  local left = math.floor(tonumber(redis.call('ZSCORE', REG, entry)) - now)
+  local fence = redis.call('INCR', FENCE) -- first: a foreign value there fails before any change here
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
   redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
   local waiter = entry:sub(33)
   local client, id = string.match(waiter, '^([^/:]+)/([^:]+)$')
   if client ~= nil then
-    redis.call(publish, CHANNEL .. ':' .. client, id)
+    redis.call(publish, CHANNEL .. ':' .. client, id .. ':' .. fence .. ':' .. left)
   else
     redis.call(publish, CHANNEL, waiter)
   end

@@ -2,6 +2,8 @@ package scripts
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -59,6 +61,30 @@ func TestFairAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	}
 	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != 1 {
 		t.Fatalf("fencing counter %d after a resent acquire, want 1", n)
+	}
+}
+
+// A waiter queued with its client's tag is told its token and how long the
+// hand-over holds, on its client's channel: a token above the counter its
+// attempt read.
+func TestFairRelease_TellsATaggedWaiterItsHoldOnItsClientsChannel(t *testing.T) {
+	ctx, rdb := setup(t)
+	messages := listen(t, ctx, rdb)
+	fairTry(t, ctx, rdb, fairA, "")
+	refused := fairTry(t, ctx, rdb, fairB, "c1/0b")
+	if len(refused) != 3 || refused[0] != 0 || refused[2] != 1 {
+		t.Fatalf("a queued waiter's refusal: %v, want {0, ms left, 1: the counter}", refused)
+	}
+	if n := runInt(t, ctx, rdb, FairRelease, fairKeys, fairA, "PUBLISH"); n != 1 {
+		t.Fatalf("release: %d, want 1", n)
+	}
+	got := nextMessage(t, messages)
+	px, err := strconv.Atoi(strings.TrimPrefix(got, "c1 0b:2:"))
+	if !strings.HasPrefix(got, "c1 0b:2:") || err != nil || px <= 0 || px > 3000 {
+		t.Fatalf("published %q, want \"0b:2:\" and the ms granted on c1's channel", got)
+	}
+	if holder, _ := rdb.Get(ctx, lockKey).Result(); holder != fairB {
+		t.Fatalf("handed to %q, want the waiter", holder)
 	}
 }
 
