@@ -53,6 +53,18 @@ func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner
 	return res
 }
 
+// queueWaiter makes waiter "0"+x, of owner "owner-"+x, wait for the held
+// lock: its first attempt, refused, registers it. It returns the
+// registration.
+func queueWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, x string) string {
+	t.Helper()
+	entry := registration("0"+x, 1, "owner-"+x)
+	if res := acquireAsWaiter(t, ctx, rdb, "owner-"+x, entry, ""); res[0] != 0 {
+		t.Fatalf("waiter %s: %v, want refused", x, res)
+	}
+	return entry
+}
+
 func release(t *testing.T, ctx context.Context, rdb *redis.Client, owner string) int64 {
 	t.Helper()
 	n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey, fenceKey}, owner, "PUBLISH").Int64()
@@ -250,8 +262,8 @@ func TestMutexRelease_HandsTheLockToTheFirstRegisteredWaiter(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 1, "owner-b"), "")
-	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
+	queueWaiter(t, ctx, rdb, "b")
+	queueWaiter(t, ctx, rdb, "c")
 	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 2 {
 		t.Fatalf("%d waiters registered, want 2", n)
 	}
@@ -292,8 +304,7 @@ func TestMutexAcquire_ReRegistrationReplacesThePrevious(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	first := registration("0b", 1, "owner-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", first, "")
+	first := queueWaiter(t, ctx, rdb, "b")
 	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 2, "owner-b"), first)
 	if got, _ := rdb.ZRange(ctx, waitersKey, 0, -1).Result(); len(got) != 1 || got[0] != registration("0b", 2, "owner-b") {
 		t.Fatalf("registrations %q, want the second attempt's alone", got)
@@ -308,8 +319,7 @@ func TestMutexAcquire_ReRegistrationReplacesThePrevious(t *testing.T) {
 func TestMutexAcquire_HandedOverLockIsFoundByTheNextAttempt(t *testing.T) {
 	ctx, rdb := setup(t)
 	acquire(t, ctx, rdb, "owner-a")
-	entry := registration("0b", 1, "owner-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", entry, "")
+	entry := queueWaiter(t, ctx, rdb, "b")
 	release(t, ctx, rdb, "owner-a")
 	res := acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 2, "owner-b"), entry)
 	if res[0] != 1 || res[1] != 2 {
@@ -328,7 +338,7 @@ func TestMutexRelease_SkipsExpiredWaiters(t *testing.T) {
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
 	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: 1, Member: registration("0d", 1, "dead")}) // expired in 1970
-	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 1, "owner-b"), "")
+	queueWaiter(t, ctx, rdb, "b")
 	release(t, ctx, rdb, "owner-a")
 	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
 }
@@ -352,9 +362,8 @@ func TestMutexAbandon_HandedOverLockIsPassedOn(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	b := registration("0b", 1, "owner-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", b, "")
-	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
+	b := queueWaiter(t, ctx, rdb, "b")
+	queueWaiter(t, ctx, rdb, "c")
 	release(t, ctx, rdb, "owner-a")
 	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
 	if n := abandon(t, ctx, rdb, "owner-b", b); n != 1 {
@@ -371,7 +380,7 @@ func TestMutexAbandon_PickedWaiterPassesTheWakeUpOn(t *testing.T) {
 	acquire(t, ctx, rdb, "owner-a")
 	// Registered to expire before 0c's 3 s, so it comes first.
 	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: float64(time.Now().Add(time.Second).UnixMilli()), Member: "0e"})
-	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
+	queueWaiter(t, ctx, rdb, "c")
 	release(t, ctx, rdb, "owner-a")
 	expectWord(t, messages, "0e")
 	abandon(t, ctx, rdb, "", "0e")
@@ -384,9 +393,8 @@ func TestMutexAbandon_RegisteredWaiterLeavesQuietly(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	b := registration("0b", 1, "owner-b")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", b, "")
-	acquireAsWaiter(t, ctx, rdb, "owner-c", registration("0c", 1, "owner-c"), "")
+	b := queueWaiter(t, ctx, rdb, "b")
+	queueWaiter(t, ctx, rdb, "c")
 	abandon(t, ctx, rdb, "", b)
 	release(t, ctx, rdb, "owner-a")
 	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 2)
@@ -430,7 +438,7 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 	ctx, rdb = setup(t)
 	messages := listen(t, ctx, rdb)
 	acquire(t, ctx, rdb, "owner-a")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 1, "owner-b"), "")
+	queueWaiter(t, ctx, rdb, "b")
 	rdb.Del(ctx, fenceKey)
 	rdb.HSet(ctx, fenceKey, "field", "value")
 	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
