@@ -31,6 +31,27 @@ local function drop_expired(zset, now, forget)
   return #dead
 end
 
+-- Pop the next live registration of a set of waiters (scored by expiry):
+-- its member and the ms it had left, or nil when none is left. Expired
+-- entries are dropped on the way; a waiters key of another type (not
+-- dlock's) counts as empty.
+local function pop_live(waiters)
+  local now
+  while true do
+    local popped = redis.pcall('ZPOPMIN', waiters)
+    if popped.err or #popped == 0 then
+      return nil
+    end
+    if now == nil then -- no clock reading when nobody waits
+      now = server_now()
+    end
+    local left = tonumber(popped[2]) - now
+    if left >= 1 then
+      return popped[1], left
+    end
+  end
+end
+
 -- Register waiter in the set of waiters for lease ms from now, read from
 -- the clock to the µs when not given: registrations in the same ms then
 -- still line up in the order they came, not in their members' order.

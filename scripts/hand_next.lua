@@ -21,35 +21,25 @@
 -- the lock without another round trip, and no other client is disturbed. Expired registrations are dropped on the way. A waiters key of
 -- another type (not dlock's) hands to nobody rather than failing the release.
 local function hand_next(lock, fence, waiters, channel, publish)
-  local now
-  while true do
-    local popped = redis.pcall('ZPOPMIN', waiters)
-    if popped.err or #popped == 0 then
-      break
-    end
-    if now == nil then -- no clock reading when nobody waits
-      now = server_now()
-    end
-    local left = tonumber(popped[2]) - now
-    if left >= 1 then
-      local client, id, attempt, ttl, owner = string.match(popped[1], '^([^/:]+)/([^:]+):(%d+):(%d+):(.+)$')
-      if id ~= nil then
-        local own = channel .. ':' .. client
-        local token = redis.pcall('INCR', fence)
-        if type(token) == 'number' then
-          local px = math.floor(math.min(tonumber(ttl), left))
-          redis.call('SET', lock, owner, 'PX', px)
-          redis.call(publish, own, id .. ':' .. attempt .. ':' .. token .. ':' .. px)
-        else -- a foreign fencing counter: wake the waiter instead
-          redis.call('DEL', lock)
-          redis.call(publish, own, id)
-        end
-        return
-      end
-      redis.call('DEL', lock)
-      redis.call(publish, channel, popped[1])
-      return
-    end
+  local waiter, left = pop_live(waiters)
+  if waiter == nil then
+    redis.call('DEL', lock)
+    return
   end
-  redis.call('DEL', lock)
+  local client, id, attempt, ttl, owner = string.match(waiter, '^([^/:]+)/([^:]+):(%d+):(%d+):(.+)$')
+  if id == nil then -- a waiter that takes no hand-over: freed, and woken
+    redis.call('DEL', lock)
+    redis.call(publish, channel, waiter)
+    return
+  end
+  local own = channel .. ':' .. client
+  local token = redis.pcall('INCR', fence)
+  if type(token) ~= 'number' then -- a foreign fencing counter: wake the waiter instead
+    redis.call('DEL', lock)
+    redis.call(publish, own, id)
+    return
+  end
+  local px = math.floor(math.min(tonumber(ttl), left))
+  redis.call('SET', lock, owner, 'PX', px)
+  redis.call(publish, own, id .. ':' .. attempt .. ':' .. token .. ':' .. px)
 end

@@ -1,5 +1,6 @@
 -- wake_next(waiters, channel, publish): wake the next live waiter of a lock.
--- Prepended to the scripts that free a lock (see scripts.go).
+-- Prepended to the Semaphore and Election scripts that free one (see
+-- scripts.go); a Mutex's are handed over instead (hand_next.lua).
 --
 -- waiters  sorted set: member = waiter id, score = when its registration
 --          expires, in ms of the server's clock (waiters refresh it while
@@ -12,19 +13,8 @@
 -- another type (not dlock's) wakes nobody rather than failing the release:
 -- waiters then find the lock free at their next refresh.
 local function wake_next(waiters, channel, publish)
-  local now
-  while true do
-    local popped = redis.pcall('ZPOPMIN', waiters)
-    if popped.err or #popped == 0 then
-      return
-    end
-    if now == nil then -- no clock reading when nobody waits
-      now = server_now()
-    end
-    if tonumber(popped[2]) >= now then
-      redis.call(publish, channel, popped[1])
-      return
-    end
+  local waiter = pop_live(waiters)
+  if waiter ~= nil then
+    redis.call(publish, channel, waiter)
   end
 end
-
