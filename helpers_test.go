@@ -325,3 +325,28 @@ func runWorkers(t testing.TB, workers int, body func(ctx context.Context, worker
 		t.Fatal(err)
 	}
 }
+
+// keysOn lists the keys matching pattern, on every master of a cluster.
+func keysOn(t testing.TB, ctx context.Context, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		var all []string
+		err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			keys, err := node.Keys(ctx, pattern).Result()
+			mu.Lock()
+			all = append(all, keys...)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+	keys, err := rdb.Keys(ctx, pattern).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}

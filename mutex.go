@@ -159,7 +159,7 @@ func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	}
 	if err != nil {
 		if !isWrongType(err) {
-			a.abandon(ctx, a.owner, entry)
+			a.abandon(ctx, entry)
 		}
 		return nil, 0, redisError("lock", m.name, err)
 	}
@@ -170,7 +170,7 @@ func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.
 		return nil, time.Duration(res[1]) * time.Millisecond, nil
 	}
 	if unconfirmed != nil {
-		a.abandon(ctx, a.owner, entry)
+		a.abandon(ctx, entry)
 		return nil, 0, fmt.Errorf("dlock: lock %q: %w", m.name, unconfirmed)
 	}
 	return a.lease(uint64(res[1]), 0), 0, nil
@@ -210,20 +210,26 @@ func (a *mutexCall) lease(token uint64, validity time.Duration) *Lease {
 }
 
 // leave withdraws the call's registration; a hold a release may have handed
-// it meanwhile is passed on.
-func (a *mutexCall) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.owner, "") }
+// it meanwhile is passed on. No attempt is in doubt: no tombstone.
+func (a *mutexCall) leave(ctx context.Context, waiterID string) { a.giveUp(ctx, "", 0) }
 
-// abandon gives up the call: a hold it may have (owner), any attempt still
-// on its way, and its registrations, the latest attempt's (entry) and the
-// one before; see mutex_abandon.lua.
-func (a *mutexCall) abandon(ctx context.Context, owner, entry string) {
+// abandon gives up the call after an attempt (whose registration is entry)
+// of unknown outcome: a hold it may have, the attempt should it still be on
+// its way (a tombstone), and its registrations.
+func (a *mutexCall) abandon(ctx context.Context, entry string) {
+	ttl, _ := a.m.cfg.holdTTL()
+	a.giveUp(ctx, entry, ttl)
+}
+
+// giveUp runs mutex_abandon.lua for the call, withdrawing entry and the
+// registration before it, with a tombstone for tombstone (0: none).
+func (a *mutexCall) giveUp(ctx context.Context, entry string, tombstone time.Duration) {
 	m := a.m
-	ttl, _ := m.cfg.holdTTL()
 	withdraw, before := entry, a.registered
 	if withdraw == "" {
 		withdraw, before = before, ""
 	}
 	m.c.abandon(ctx, m.name, mutexKind.abandon,
-		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence},
-		m.cfg.logger, owner, ttl.Milliseconds(), withdraw, before)
+		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(a.owner), m.keys.waiters, m.keys.fence},
+		m.cfg.logger, a.owner, tombstone.Milliseconds(), withdraw, before)
 }

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -190,7 +191,8 @@ func TestMutex_CancelledLockLeavesNothingBehind(t *testing.T) {
 			_, err := newClient(t, waiterRedis).Mutex(name).Lock(waitCtx)
 			result <- err
 		}()
-		waitDone(t, attempts.refusedReach(1), 10*time.Second, "the waiter's refused attempt")
+		// The first try goes before subscribing; the second registers.
+		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter registering")
 		cancel()
 		err = <-result
 		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
@@ -199,6 +201,12 @@ func TestMutex_CancelledLockLeavesNothingBehind(t *testing.T) {
 		after, err := rdb.Dump(ctx, lockKey(name)).Result()
 		if err != nil || after != before {
 			t.Fatalf("the holder's key changed under a cancelled waiter (err %v)", err)
+		}
+		// Nor is anything of the waiter's left: no registration, and no
+		// tombstone, since none of its attempts was in doubt.
+		lock, fence, _ := dlock.KeysOf(dlock.DefaultPrefix, name)
+		if keys := keysOn(t, ctx, rdb, "*{"+name+"}*"); len(keys) != 2 || !slices.Contains(keys, lock) || !slices.Contains(keys, fence) {
+			t.Fatalf("keys after a cancelled waiter: %q; want the holder's lock and the fencing counter", keys)
 		}
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,8 @@
 -- KEYS[5]  fencing counter, for a hand-over's token
 -- ARGV[1]  owner token of the Lock call; '' when no attempt is in doubt
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds (the attempt's TTL)
+-- ARGV[3]  tombstone lifetime in milliseconds (the attempt's TTL); 0 when
+--          no attempt is in doubt (a waiter leaving), so none is written
 -- ARGV[4]  registration to withdraw; '' when not registered
 -- ARGV[5]  the one before it, should the last attempt not have replaced it;
 --          '' when none
@@ -27,7 +28,7 @@ local released = 0
 if ARGV[1] ~= '' then
   if redis.call('GET', KEYS[1]) == ARGV[1] then
     released = 1
-  else
+  elseif tonumber(ARGV[3]) > 0 then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
   end
 end
