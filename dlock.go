@@ -97,9 +97,19 @@ func keysFor(prefix, name string) keys {
 	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
 }
 
-// ownChannel is where a release hands a Mutex's lock to the waiters of the
-// Client tagged tag (see hand_next.lua).
+// ownChannel is where a release tells the waiters of the Client tagged tag
+// that it picked them (see wake_waiter in common.lua).
 func (k keys) ownChannel(tag string) string { return k.channel + ":" + tag }
+
+// tagged is how a waiter of this Client registers, so that a release tells
+// it on the Client's own channel alone: its id after the Client's tag; ""
+// (not registering) stays "".
+func (c *Client) tagged(waiterID string) string {
+	if waiterID == "" {
+		return ""
+	}
+	return c.tag + "/" + waiterID
+}
 
 // tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).
 func (k keys) tombstone(owner string) string { return k.lock + ":void:" + owner }

@@ -95,7 +95,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.c.waitFor(ctx, e.cfg, e.keys.channel, &candidate{e: e, value: value})
+	l, err := e.c.waitFor(ctx, e.cfg, e.keys.ownChannel(e.c.tag), &candidate{e: e, value: value})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +298,7 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	sent := time.Now()
 	cmd, unconfirmed := e.c.runAcquire(ctx, e.cfg, scripts.ElectionAcquire,
 		[]string{e.keys.lock, e.keys.fence, e.keys.tombstone(owner), e.keys.waiters, e.leaderKey, e.observeChannel},
-		owner, ttl.Milliseconds(), waiterID, waiterLease(e.cfg.waiterRefresh).Milliseconds(), a.value, publish)
+		owner, ttl.Milliseconds(), e.c.tagged(waiterID), waiterLease(e.cfg.waiterRefresh).Milliseconds(), a.value, publish)
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
@@ -333,5 +333,5 @@ func (a *candidate) abandon(ctx context.Context, owner, waiterID string) {
 	ttl, _ := e.cfg.holdTTL()
 	e.c.abandon(ctx, e.name, electionKind.abandon,
 		[]string{e.keys.lock, e.keys.channel, e.keys.tombstone(owner), e.keys.waiters, e.keys.fence},
-		e.cfg.logger, owner, ttl.Milliseconds(), waiterID, "")
+		e.cfg.logger, owner, ttl.Milliseconds(), e.c.tagged(waiterID), "")
 }

@@ -120,7 +120,7 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
 	a.sent, a.fenced = time.Now(), -1
 	cmd, unconfirmed := f.c.runAcquire(ctx, f.cfg, scripts.FairAcquire, keys,
-		a.owner, ttl.Milliseconds(), a.tagged(waiterID), waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish)
+		a.owner, ttl.Milliseconds(), f.c.tagged(waiterID), waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish)
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) < 2 || len(res) > 3 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only a call already abandoned
@@ -177,15 +177,6 @@ func (a *fairAcquirer) lease(token uint64, validity time.Duration) *Lease {
 
 func (a *fairAcquirer) queues() {}
 
-// tagged is how a waiter queues: after its client's tag, so that the release
-// that hands it the lock says so on its client's own channel alone.
-func (a *fairAcquirer) tagged(waiterID string) string {
-	if waiterID == "" {
-		return ""
-	}
-	return a.f.c.tag + "/" + waiterID
-}
-
 // leave also passes on the lock, should a release have handed it over just
 // as this waiter gave up.
 func (a *fairAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, waiterID) }
@@ -196,5 +187,5 @@ func (a *fairAcquirer) abandon(ctx context.Context, waiterID string) {
 	f := a.f
 	ttl, _ := f.cfg.holdTTL()
 	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
-	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, ttl.Milliseconds(), a.tagged(waiterID))
+	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, ttl.Milliseconds(), f.c.tagged(waiterID))
 }

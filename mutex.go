@@ -138,7 +138,7 @@ func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	a.attempts++
 	entry := ""
 	if waiterID != "" {
-		entry = m.c.tag + "/" + waiterID + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner
+		entry = m.c.tagged(waiterID) + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner
 	}
 	a.sent = time.Now()
 	var cmd *redis.Cmd

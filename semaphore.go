@@ -95,7 +95,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.c.waitFor(ctx, s.cfg, s.keys.channel, s)
+	return s.c.waitFor(ctx, s.cfg, s.keys.ownChannel(s.c.tag), s)
 }
 
 // SetPermits changes the number of permits of the semaphore in Redis, and
@@ -134,7 +134,7 @@ func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
 	sent := time.Now()
 	cmd, unconfirmed := s.c.runAcquire(ctx, s.cfg, scripts.SemAcquire, keys,
-		owner, ttl.Milliseconds(), waiterID, waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load())
+		owner, ttl.Milliseconds(), s.c.tagged(waiterID), waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load())
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
@@ -169,5 +169,5 @@ func (s *Semaphore) leave(ctx context.Context, waiterID string) {
 func (s *Semaphore) abandon(ctx context.Context, owner, waiterID string) {
 	ttl, _ := s.cfg.holdTTL()
 	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
-	s.c.abandon(ctx, s.name, semKind.abandon, keys, s.cfg.logger, owner, ttl.Milliseconds(), waiterID)
+	s.c.abandon(ctx, s.name, semKind.abandon, keys, s.cfg.logger, owner, ttl.Milliseconds(), s.c.tagged(waiterID))
 }

@@ -108,6 +108,35 @@ func TestSemaphore_ReleaseWakesAWaiter(t *testing.T) {
 	})
 }
 
+// SetPermits wakes every waiter, each on its client's own channel: a waiter
+// whose handle has the old number learns of the change at once (ErrPermits)
+// rather than at its next refresh.
+func TestSemaphore_SetPermitsWakesTheWaiters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		name := lockName(t)
+		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute))
+		if _, err := c.Semaphore(name, 1).Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rdb := b.newRedis(t)
+		registered := countAttemptsOf(rdb, scripts.SemAcquire).refusedReach(2)
+		waiting := lockInBackground(ctx, newClient(t, rdb, dlock.WithWaiterRefresh(time.Hour)).Semaphore(name, 1).Acquire)
+		waitDone(t, registered, time.Minute, "the waiter registering")
+		if err := c.Semaphore(name, 1).SetPermits(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-waiting:
+			if !errors.Is(err, dlock.ErrPermits) {
+				t.Fatalf("the waiter woken by SetPermits: %v; want ErrPermits", err)
+			}
+		case <-time.After(20 * time.Second): // neither the TTL nor a refresh comes sooner
+			t.Fatal("the waiter was not woken by SetPermits")
+		}
+	})
+}
+
 func TestSemaphore_PermitsAreAgreedAndChangedDeliberately(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	name := lockName(t)

@@ -52,6 +52,42 @@ local function pop_live(waiters)
   end
 end
 
+-- Tell a waiter picked from a set of registrations to try again: one
+-- registered as 'client/id' on its client's own channel (the lock's channel
+-- followed by ':client'), so that no other client hears it; a bare id on
+-- the lock's channel.
+local function wake_waiter(channel, waiter, publish)
+  local client, id = string.match(waiter, '^([^/:]+)/([^:]+)$')
+  if client ~= nil then
+    redis.call(publish, channel .. ':' .. client, id)
+  else
+    redis.call(publish, channel, waiter)
+  end
+end
+
+-- Wake every waiter of a lock ('*'): those on the lock's channel, and on the
+-- own channel of each client with a registration in waiters. A client's tag
+-- is the 16 characters before the registration's '/' (a FairMutex's has its
+-- owner token before them, which is not published).
+local function wake_all(waiters, channel, publish)
+  redis.call(publish, channel, '*')
+  local waiting = redis.pcall('ZRANGE', waiters, 0, -1)
+  if waiting.err then
+    return
+  end
+  local told = {}
+  for _, entry in ipairs(waiting) do
+    local before = string.match(entry, '^([^/:]+)/')
+    if before ~= nil and #before >= 16 then
+      local client = before:sub(-16)
+      if not told[client] then
+        told[client] = true
+        redis.call(publish, channel .. ':' .. client, '*')
+      end
+    end
+  end
+end
+
 -- Register waiter in the set of waiters for lease ms from now, read from
 -- the clock to the µs when not given: registrations in the same ms then
 -- still line up in the order they came, not in their members' order.

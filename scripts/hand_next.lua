@@ -10,8 +10,9 @@
 -- channel  the lock's wake-up channel
 -- publish  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
--- A registration is a waiter id alone (a MultiLock waiter: it is woken on
--- the lock's channel and tries again), or 'client/id:attempt:ttl:owner' (a
+-- A registration is a waiter id alone, or after its client's tag (a
+-- MultiLock's or an Election's waiter: it is woken, see wake_waiter in
+-- common.lua, and tries again), or 'client/id:attempt:ttl:owner' (a
 -- Mutex waiter: it is handed the lock). A hand-over sets the lock to the
 -- waiter's owner token for its TTL, or for what its registration has left
 -- if that is shorter (a waiter that died after its last renewal holds the
@@ -29,7 +30,7 @@ local function hand_next(lock, fence, waiters, channel, publish)
   local client, id, attempt, ttl, owner = string.match(waiter, '^([^/:]+)/([^:]+):(%d+):(%d+):(.+)$')
   if id == nil then -- a waiter that takes no hand-over: freed, and woken
     redis.call('DEL', lock)
-    redis.call(publish, channel, waiter)
+    wake_waiter(channel, waiter, publish)
     return
   end
   local own = channel .. ':' .. client

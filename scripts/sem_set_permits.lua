@@ -12,5 +12,5 @@
 
 local before = tonumber(redis.call('GET', PERMITS)) or 0
 redis.call('SET', PERMITS, ARGV[1])
-redis.call(ARGV[2], CHANNEL, '*')
+wake_all(WAITERS, CHANNEL, ARGV[2])
 return before

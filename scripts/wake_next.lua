@@ -2,7 +2,8 @@
 -- Prepended to the Semaphore and Election scripts that free one (see
 -- scripts.go); a Mutex's are handed over instead (hand_next.lua).
 --
--- waiters  sorted set: member = waiter id, score = when its registration
+-- waiters  sorted set: member = waiter id ('client/id': see wake_waiter in
+--          common.lua), score = when its registration
 --          expires, in ms of the server's clock (waiters refresh it while
 --          they wait, so a dead waiter's entry runs out by itself)
 -- channel  the lock's wake-up channel
@@ -15,6 +16,6 @@
 local function wake_next(waiters, channel, publish)
   local waiter = pop_live(waiters)
   if waiter ~= nil then
-    redis.call(publish, channel, waiter)
+    wake_waiter(channel, waiter, publish)
   end
 end
