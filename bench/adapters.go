@@ -39,8 +39,8 @@ type library struct {
 
 var libraries = []library{
 	{name: "ideal", note: "go-redis SET NX PX, compare-and-delete script; retries every 1 ms", open: openIdeal},
-	{name: "dlock", note: "Mutex.Lock (pub/sub wake-ups, auto-renewed)", open: openDlock, renews: true},
-	{name: "dlock fair", note: "FairMutex.Lock (FIFO: the release hands over to the head of the line)", open: openDlockFair},
+	{name: "dlock", note: "Mutex.Lock (a release hands the lock to a waiter and tells its client alone by pub/sub; auto-renewed)", open: openDlock, renews: true},
+	{name: "dlock fair", note: "FairMutex.Lock (FIFO: a release hands the lock to the head of the line)", open: openDlockFair},
 	{name: "redsync", note: "NewMutex(WithExpiry, WithTries(max)); default retry delay 50-250 ms", open: openRedsync},
 	{name: "redislock", note: "Obtain with ExponentialBackoff(1 ms, 64 ms)", open: openRedislock},
 	{name: "rueidislock", note: "WithContext, KeyMajority 1, NoLoopTracking (client-side caching wake-ups, auto-extended)", open: openRueidislock, renews: true},
