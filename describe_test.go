@@ -108,13 +108,14 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			result := make(chan *dlock.Lease, 1)
+			type waited struct {
+				lease *dlock.Lease
+				err   error
+			}
+			result := make(chan waited, 1) // the goroutine never touches t: it may outlive a failed test
 			go func() {
 				l, err := wait(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				result <- l
+				result <- waited{l, err}
 			}()
 			waitDone(t, registered, time.Minute, kind+": the waiter registering")
 			if info, err := c.Describe(ctx, name); err != nil || info.WritersWaiting != 1 {
@@ -125,7 +126,10 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 			}
 			select {
 			case next := <-result:
-				if next == nil || next.Token() <= held.Token() {
+				if next.err != nil {
+					t.Fatalf("%s: the waiter: %v", kind, next.err)
+				}
+				if next.lease.Token() <= held.Token() {
 					t.Fatalf("%s: the next holder's token is not above the removed one's %d", kind, held.Token())
 				}
 			case <-time.After(10 * time.Second):
