@@ -27,6 +27,7 @@ type Mutex struct {
 	// The KEYS of every lease's extend/TTL script: the same for all
 	// acquisitions, so made once and shared (scripts never modify them).
 	extendKeys []string
+	channel    string // where this Client's waiters are told (keys.ownChannel)
 
 	boxed atomic.Pointer[mutexArgv] // see argv
 }
@@ -34,8 +35,8 @@ type Mutex struct {
 // mutexArgv is what the EVALSHA commands of one Mutex's acquisitions and
 // releases share, boxed once, on first use: a lock+unlock then boxes only
 // its owner token and tombstone (rather than every key name and number,
-// twice), which is a fifth of its allocations. A handle used once pays what
-// it paid before.
+// twice), which is a fifth of its allocations. A handle used once boxes
+// each key name once, for both commands, and the scripts' SHAs not at all.
 type mutexArgv struct {
 	acquire                    []any // evalsha, sha, 4, lock, fence
 	waiters, ttl, registration any   // acquire's KEYS[4], ARGV[2], ARGV[4]
@@ -47,16 +48,33 @@ func (m *Mutex) argv() *mutexArgv {
 		return a
 	}
 	ttl, _ := m.cfg.holdTTL()
-	k := m.keys
+	lock, fence, waiters := any(m.keys.lock), any(m.keys.fence), any(m.keys.waiters)
 	m.boxed.CompareAndSwap(nil, &mutexArgv{
-		acquire:      []any{"evalsha", scripts.MutexAcquire.Hash(), 4, k.lock, k.fence},
-		waiters:      k.waiters,
-		ttl:          ttl.Milliseconds(),
-		registration: waiterLease(m.cfg.waiterRefresh).Milliseconds(),
-		release:      []any{"evalsha", scripts.MutexRelease.Hash(), 4, k.lock, k.channel, k.waiters, k.fence},
+		acquire:      []any{"evalsha", mutexAcquireSHA, 4, lock, fence},
+		waiters:      waiters,
+		ttl:          boxMillis(ttl),
+		registration: boxMillis(waiterLease(m.cfg.waiterRefresh)),
+		release:      []any{"evalsha", mutexReleaseSHA, 4, lock, m.keys.channel, waiters, fence},
 	})
 	return m.boxed.Load()
 }
+
+// The SHAs of the scripts every Mutex handle sends, boxed once.
+var mutexAcquireSHA, mutexReleaseSHA any = scripts.MutexAcquire.Hash(), scripts.MutexRelease.Hash()
+
+// boxMillis is d in ms as an EVALSHA argument: the defaults (a TTL, a
+// waiter's registration) boxed once, others anew.
+func boxMillis(d time.Duration) any {
+	switch d {
+	case DefaultTTL:
+		return defaultTTLMillis
+	case waiterLease(DefaultWaiterRefresh):
+		return defaultRegistrationMillis
+	}
+	return d.Milliseconds()
+}
+
+var defaultTTLMillis, defaultRegistrationMillis any = DefaultTTL.Milliseconds(), waiterLease(DefaultWaiterRefresh).Milliseconds()
 
 var mutexKind = &leaseKind{
 	extend:  scripts.MutexExtend,
@@ -75,7 +93,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
 	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
-		extendKeys: []string{k.lock}}
+		extendKeys: []string{k.lock}, channel: k.ownChannel(c.tag)}
 	if m.err = validateName(name); m.err == nil {
 		m.err = cfg.validate()
 	}
@@ -107,7 +125,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return m.c.waitFor(ctx, m.cfg, m.keys.ownChannel(m.c.tag), m.call())
+	return m.c.waitFor(ctx, m.cfg, m.channel, m.call())
 }
 
 func (m *Mutex) check() error {
