@@ -103,11 +103,13 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 // waitFor is Lock: attempt, and while the lock is held, wait to be woken by a
 // release or for the hold's TTL to run out, then attempt again.
 //
-// A waiter subscribes to the lock's channel before the attempt that
-// registers it, so the release that follows cannot be missed: it picks a
-// registered waiter and publishes to it, and one release costs one attempt
-// whichever client the waiter is in. While waiting, the waiter tries again
-// every waiter refresh, which keeps its registration alive.
+// A waiter subscribes to channel (its Client's own for the lock, for most
+// types) before the attempt that registers it, so the release that follows
+// cannot be missed: it picks a registered waiter and publishes to it alone,
+// whichever client it is in. A granter's release hands it the lock with
+// that word, and it holds without another attempt; any other waiter makes
+// one attempt per wake-up. While waiting, the waiter tries again every
+// waiter refresh, which keeps its registration alive.
 //
 // Where this Client is not subscribed to the channel yet, the first attempt
 // goes without: an uncontended Lock then costs one round trip, and only a
