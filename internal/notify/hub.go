@@ -5,8 +5,10 @@
 // server is a Redis 7 cluster, where sharded pub/sub puts each channel on the
 // master of its slot) and hands each message to the goroutines of this
 // process that wait on that channel: a message carrying a waiter's id wakes
-// that waiter (the release scripts pick one waiter across all clients), a
-// message "*" wakes them all.
+// that waiter (the release scripts pick one waiter across all clients), and
+// what follows the id after a colon is kept for it ([Waiter.Grant]: a
+// release that handed it the lock says so there); a message "*" wakes them
+// all.
 //
 // The contract with a waiter is what makes wake-ups lossless: [Hub.Watch]
 // returns only once Redis has confirmed the subscription, so a waiter that
@@ -29,7 +31,7 @@ import (
 
 // WakeAll is the payload that wakes every waiter on a channel (a writer
 // left: all readers may enter). Any other payload is the id of the one
-// waiter to wake.
+// waiter to wake, with anything for it after a colon.
 const WakeAll = "*"
 
 // subscribeTimeout bounds how long Watch waits for Redis to confirm a
