@@ -83,6 +83,28 @@ func TestHub_AMessageWakesTheWaiterItNames(t *testing.T) {
 	expectAsleep(t, first)
 }
 
+// What a release publishes after a waiter's id and a colon reaches that
+// waiter, once; a later bare wake-up leaves an unread grant in place.
+func TestHub_GrantAfterTheIdReachesItsWaiter(t *testing.T) {
+	ctx, rdb, hub := setup(t, 0)
+	w, other := watch(t, ctx, hub, "ch"), watch(t, ctx, hub, "ch")
+	rdb.Publish(ctx, "ch", w.ID()+":7:2000")
+	expectWoken(t, w)
+	expectAsleep(t, other)
+	if g := w.Grant(); g != "7:2000" {
+		t.Fatalf("grant %q, want \"7:2000\"", g)
+	}
+	if g := w.Grant(); g != "" {
+		t.Fatalf("grant %q read twice", g)
+	}
+	rdb.Publish(ctx, "ch", w.ID()+":8:1000")
+	rdb.Publish(ctx, "ch", w.ID())
+	expectWoken(t, w)
+	if g := w.Grant(); g != "8:1000" {
+		t.Fatalf("grant %q after a bare wake-up, want \"8:1000\" kept", g)
+	}
+}
+
 func TestHub_WakeAllWakesEveryWaiter(t *testing.T) {
 	ctx, rdb, hub := setup(t, 0)
 	waiters := []*Waiter{watch(t, ctx, hub, "ch"), watch(t, ctx, hub, "ch"), watch(t, ctx, hub, "ch")}
