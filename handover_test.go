@@ -115,7 +115,8 @@ func TestMutex_WaitersOfEachClientListenOnTheirOwnChannel(t *testing.T) {
 		rdb := srv.Client()
 		attempts := countAttempts(rdb)
 		results = append(results, lockInBackground(ctx, newClient(t, rdb).Mutex(name).Lock))
-		waitDone(t, attempts.refusedReach(1), 10*time.Second, "a waiter waiting")
+		// The first try goes before subscribing; the second, subscribed, registers.
+		waitDone(t, attempts.refusedReach(2), 10*time.Second, "a waiter registering")
 	}
 	_, _, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
 	if n := admin.PubSubNumSub(ctx, channel).Val()[channel]; n != 0 {
