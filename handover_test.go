@@ -52,7 +52,7 @@ func handOver(t *testing.T, b backend, fair bool, opts ...dlock.Option) (*dlock.
 }
 
 // The hand-over holds the lock for what the waiter's registration had left
-// (here at most 300 ms), so a waiter that died costs no more; the lease
+// (here at most 1.5 s), so a waiter that died costs no more; the lease
 // counts on no more than that, and its first renewal, a third of the way
 // in, takes it to its TTL.
 func TestMutex_HandedOverLeaseRenewsPastItsShortGrant(t *testing.T) {
@@ -65,14 +65,14 @@ func TestMutex_HandedOverLeaseRenewsPastItsShortGrant(t *testing.T) {
 
 func testHandedOverLeaseRenews(t *testing.T, fair bool) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		const refresh = 100 * time.Millisecond // registrations last 300 ms
+		const refresh = 500 * time.Millisecond // registrations last 1.5 s: a renewal a third of the way in has 1 s to spare
 		lease, granted := handOver(t, b, fair, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(refresh))
 		if granted != 0 {
 			t.Fatalf("%d attempts granted; want the lock handed over without one", granted)
 		}
 		first := lease.Deadline()
 		if left := time.Until(first); left > 3*refresh {
-			t.Fatalf("a hand-over's lease counts on %v; want no more than the 300 ms registered", left)
+			t.Fatalf("a hand-over's lease counts on %v; want no more than the 1.5 s registered", left)
 		}
 		ctx := ctxFor(t, 10*time.Second)
 		eventually(t, ctx, "the first renewal", func() bool { return lease.Deadline().After(first.Add(time.Second)) })
