@@ -27,10 +27,9 @@ func queueLen(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name
 }
 
 // inLine returns a channel closed once a FairMutex Lock through rdb has
-// its place in line: its first attempt goes before subscribing and does not
-// queue; its second, refused too, does.
+// its place in line.
 func inLine(rdb redis.UniversalClient) <-chan struct{} {
-	return countAttemptsOf(rdb, scripts.FairAcquire).refusedReach(2)
+	return countAttemptsOf(rdb, scripts.FairAcquire).registeredReach(1)
 }
 
 // slowOwner is the owner token of a waiter the test queues by hand, which

@@ -39,7 +39,7 @@ func handOver(t *testing.T, b backend, fair bool, opts ...dlock.Option) (*dlock.
 		leases <- lease
 		errs <- err
 	}()
-	eventually(t, ctx, "the waiter registered", func() bool { return attempts.registered.Load() > 0 })
+	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +115,7 @@ func TestMutex_WaitersOfEachClientListenOnTheirOwnChannel(t *testing.T) {
 		rdb := srv.Client()
 		attempts := countAttempts(rdb)
 		results = append(results, lockInBackground(ctx, newClient(t, rdb).Mutex(name).Lock))
-		// The first try goes before subscribing; the second, subscribed, registers.
-		waitDone(t, attempts.refusedReach(2), 10*time.Second, "a waiter registering")
+		waitDone(t, attempts.registeredReach(1), 10*time.Second, "a waiter registering")
 	}
 	_, _, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
 	if n := admin.PubSubNumSub(ctx, channel).Val()[channel]; n != 0 {
@@ -156,7 +155,7 @@ func TestMutex_HandOverUnderReplicaAckWaitsForTheReplica(t *testing.T) {
 		}
 		result <- err
 	}()
-	eventually(t, ctx, "the waiter registered", func() bool { return attempts.registered.Load() > 0 })
+	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
 	f.Replica.Pause()
 	t.Cleanup(f.Replica.Resume)
 	if err := f.Master.Client().ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {

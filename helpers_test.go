@@ -223,13 +223,46 @@ func waiterArg(cmd redis.Cmder) any {
 	return ""
 }
 
-// attemptCounter counts a client's acquire attempts by outcome and signals
-// when the refused ones reach a number.
+// attemptCounter counts a client's acquire attempts by outcome, and says
+// when the refused ones, or those of them that registered a waiter, reach a
+// number.
 type attemptCounter struct {
-	acquired, refused atomic.Int64
-	registered        atomic.Int64 // refusals that registered a waiter
-	mu                sync.Mutex
-	waits             map[int64]chan struct{}
+	acquired   atomic.Int64
+	refused    countdown
+	registered countdown // refusals that registered a waiter
+}
+
+// countdown is a count that closes channels as it reaches their numbers.
+type countdown struct {
+	atomic.Int64
+	mu    sync.Mutex
+	waits map[int64][]chan struct{}
+}
+
+func (c *countdown) add() {
+	n := c.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.waits[n] {
+		close(ch)
+	}
+	delete(c.waits, n)
+}
+
+// reach returns a channel closed once the count is n or more.
+func (c *countdown) reach(n int64) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	if c.Load() >= n {
+		close(ch)
+		return ch
+	}
+	if c.waits == nil {
+		c.waits = make(map[int64][]chan struct{})
+	}
+	c.waits[n] = append(c.waits[n], ch)
+	return ch
 }
 
 // countAttempts counts a client's Mutex attempts.
@@ -239,39 +272,28 @@ func countAttempts(rdb redis.UniversalClient) *attemptCounter {
 
 // countAttemptsOf counts a client's attempts with an acquire script.
 func countAttemptsOf(rdb redis.UniversalClient, script *redis.Script) *attemptCounter {
-	a := &attemptCounter{waits: make(map[int64]chan struct{})}
+	a := &attemptCounter{}
 	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
 		switch {
 		case isReplyOf(cmd, script, 1):
 			a.acquired.Add(1)
 		case isReplyOf(cmd, script, 0):
 			if waiterArg(cmd) != "" {
-				a.registered.Add(1)
+				a.registered.add()
 			}
-			n := a.refused.Add(1)
-			a.mu.Lock()
-			if ch := a.waits[n]; ch != nil {
-				close(ch)
-				delete(a.waits, n)
-			}
-			a.mu.Unlock()
+			a.refused.add()
 		}
 	}})
 	return a
 }
 
 // refusedReach returns a channel closed when n attempts have been refused.
-func (a *attemptCounter) refusedReach(n int64) <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ch := make(chan struct{})
-	if a.refused.Load() >= n {
-		close(ch)
-		return ch
-	}
-	a.waits[n] = ch
-	return ch
-}
+func (a *attemptCounter) refusedReach(n int64) <-chan struct{} { return a.refused.reach(n) }
+
+// registeredReach returns a channel closed when n refused attempts have
+// registered a waiter. (A Lock's first try goes before it subscribes and
+// does not register; its second does.)
+func (a *attemptCounter) registeredReach(n int64) <-chan struct{} { return a.registered.reach(n) }
 
 // eventually polls cond until it holds, failing the test when ctx ends. It
 // is for conditions only observable by asking (a server's counters, state
