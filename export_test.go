@@ -43,7 +43,11 @@ var ClusterSlot = clusterSlot
 func HandOverTaken(m *Mutex, latest int, grant string) bool {
 	a := m.call()
 	a.attempts, a.registered, a.sent = latest, "registered", time.Now()
-	l := a.granted(grant)
+	h, ok := parseHandOver(grant)
+	if !ok {
+		return false
+	}
+	l := a.granted(h)
 	if l == nil {
 		return false
 	}
@@ -55,7 +59,11 @@ func HandOverTaken(m *Mutex, latest int, grant string) bool {
 // queued and read the fencing counter at fenced takes the hand-over grant.
 func FairHandOverTaken(f *FairMutex, fenced int64, grant string) bool {
 	a := &fairAcquirer{f: f, owner: newOwnerToken(), sent: time.Now(), fenced: fenced}
-	l := a.granted(grant)
+	h, ok := parseHandOver(grant)
+	if !ok {
+		return false
+	}
+	l := a.granted(h)
 	if l == nil {
 		return false
 	}

@@ -3,8 +3,6 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlockio/dlock/scripts"
@@ -144,25 +142,16 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	return a.lease(uint64(res[1]), 0), 0, nil
 }
 
-// granted takes the lock a release handed over, as its wake-up said
-// ("fence:px", see fair_lib.lua). A token above the counter the last
-// attempt read was minted after that attempt, so that attempt's sending
-// starts the lease; any other is stale (that hold ran out before the
-// attempt found the lock not ours) and gives nil, as does anything
-// unreadable, and any hand-over under [WithReplicaAck]: the next attempt,
-// at once, finds the lock ours and waits for the replicas to have it.
-func (a *fairAcquirer) granted(grant string) *Lease {
-	if a.f.cfg.replicaAck > 0 || a.fenced < 0 {
-		return nil
-	}
-	fence, px, _ := strings.Cut(grant, ":")
-	token, err1 := strconv.ParseInt(fence, 10, 64)
-	ms, err2 := strconv.ParseInt(px, 10, 64)
-	if err1 != nil || err2 != nil || token <= a.fenced || ms <= 0 {
+// granted takes the lock a release handed over (see fair_lib.lua). A token
+// above the counter the last attempt read was minted after that attempt, so
+// that attempt's sending starts the lease; any other is stale (that hold
+// ran out before the attempt found the lock not ours) and gives nil.
+func (a *fairAcquirer) granted(h handOver) *Lease {
+	if h.ref != "" || a.fenced < 0 || h.token <= uint64(a.fenced) {
 		return nil
 	}
 	a.fenced = -1 // the hand-over took it out of the queue
-	return a.lease(uint64(token), time.Duration(ms)*time.Millisecond)
+	return a.lease(h.token, h.valid)
 }
 
 // lease starts the lease of a hold granted for validity (0: the TTL) from

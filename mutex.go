@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -194,27 +193,16 @@ func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	return a.lease(uint64(res[1]), 0), 0, nil
 }
 
-// granted takes the lock a release handed over, as its wake-up said
-// ("attempt:fence:px", see hand_next.lua). The hand-over came after the
-// attempt it names was applied, so that attempt's sending starts the lease;
-// one for an earlier attempt is stale (that hold ran out before the latest
-// attempt found the lock not ours) and gives nil, as does anything
-// unreadable. So does any hand-over under [WithReplicaAck]: the next attempt,
-// at once, finds the lock ours and waits for the replicas to have it.
-func (a *mutexCall) granted(grant string) *Lease {
-	if a.m.cfg.replicaAck > 0 {
-		return nil
-	}
-	n, rest, _ := strings.Cut(grant, ":")
-	fence, px, _ := strings.Cut(rest, ":")
-	attempt, err1 := strconv.Atoi(n)
-	token, err2 := strconv.ParseUint(fence, 10, 64)
-	ms, err3 := strconv.ParseInt(px, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || attempt != a.attempts || a.registered == "" || ms <= 0 {
+// granted takes the lock a release handed over for the attempt h names (see
+// hand_next.lua). The hand-over came after that attempt was applied, so its
+// sending starts the lease; one for an earlier attempt is stale (that hold
+// ran out before the latest attempt found the lock not ours) and gives nil.
+func (a *mutexCall) granted(h handOver) *Lease {
+	if h.ref != strconv.Itoa(a.attempts) || a.registered == "" {
 		return nil
 	}
 	a.registered = "" // popped by the hand-over
-	return a.lease(token, time.Duration(ms)*time.Millisecond)
+	return a.lease(h.token, h.valid)
 }
 
 // lease starts the lease of a hold granted for validity (0: the TTL) from

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlockio/dlock/internal/notify"
@@ -36,10 +38,40 @@ func queues(a acquirer) bool {
 }
 
 // granter is an acquirer to which a release may hand the lock while it
-// waits (a Mutex): the wake-up then says so (see [notify.Waiter.Grant]), and
-// granted returns the lease it makes, or nil when the word is stale.
+// waits (a Mutex, a FairMutex): the wake-up then says so (see
+// [notify.Waiter.Grant]), and granted returns the lease it makes, or nil
+// when the word is stale.
 type granter interface {
-	granted(grant string) *Lease
+	granted(h handOver) *Lease
+}
+
+// handOver is what a release that handed a waiter the lock told it:
+// "[ref:]fence:px" (see hand_next.lua and fair_lib.lua).
+type handOver struct {
+	ref   string        // what the type sends before the token (a Mutex: the attempt it answers)
+	token uint64        // the fencing token minted for the waiter
+	valid time.Duration // how long the hand-over holds the lock
+}
+
+// parseHandOver reads a release's word; ok is false for anything else.
+func parseHandOver(grant string) (h handOver, ok bool) {
+	rest, px, found := cutLast(grant)
+	if !found {
+		return h, false
+	}
+	ref, fence, _ := cutLast(rest)
+	token, err1 := strconv.ParseUint(fence, 10, 64)
+	ms, err2 := strconv.ParseInt(px, 10, 64)
+	if err1 != nil || err2 != nil || ms <= 0 {
+		return h, false
+	}
+	return handOver{ref: ref, token: token, valid: time.Duration(ms) * time.Millisecond}, true
+}
+
+// cutLast splits s around its last colon; without one, all of s is after.
+func cutLast(s string) (before, after string, found bool) {
+	i := strings.LastIndexByte(s, ':')
+	return s[:max(i, 0)], s[i+1:], i >= 0
 }
 
 // rewatcher is an acquirer that may be kept out by one of several locks, and
@@ -195,7 +227,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		var stop error
 		select {
 		case <-w.C():
-			if l := grantFor(a, w); l != nil {
+			if l := grantFor(a, w, cfg); l != nil {
 				kept, err := keep(ctx, l)
 				if !errors.Is(err, errGrantExpired) {
 					return kept, err
@@ -216,16 +248,21 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	}
 }
 
-// grantFor is the lease a wake-up handed to a, if any.
-func grantFor(a acquirer, w *notify.Waiter) *Lease {
+// grantFor is the lease a wake-up handed to a, if any. Under
+// [WithReplicaAck] there is none: the release that handed the lock over
+// waited for no replica, so the next attempt, at once, finds the lock ours
+// and waits for the replicas to have it.
+func grantFor(a acquirer, w *notify.Waiter, cfg settings) *Lease {
 	g, ok := a.(granter)
+	grant := w.Grant()
+	if !ok || grant == "" || cfg.replicaAck > 0 {
+		return nil
+	}
+	h, ok := parseHandOver(grant)
 	if !ok {
 		return nil
 	}
-	if grant := w.Grant(); grant != "" {
-		return g.granted(grant)
-	}
-	return nil
+	return g.granted(h)
 }
 
 // acquireError makes what a failed acquisition returns: a wait that ended
