@@ -90,6 +90,11 @@ type keys struct {
 	fence   string // fencing counter, no TTL
 	channel string // wake-ups (of writers, for an RWMutex)
 	waiters string // who waits to be woken, by registration expiry
+
+	// own is where a release tells this Client's waiters that it picked
+	// them: channel, ':', the Client's tag (see wake_waiter in common.lua).
+	// Set by Client.waitingKeys, for the types whose waiters listen there.
+	own string
 }
 
 func keysFor(prefix, name string) keys {
@@ -97,9 +102,13 @@ func keysFor(prefix, name string) keys {
 	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
 }
 
-// ownChannel is where a release tells the waiters of the Client tagged tag
-// that it picked them (see wake_waiter in common.lua).
-func (k keys) ownChannel(tag string) string { return k.channel + ":" + tag }
+// waitingKeys are the keys of a lock whose waiters listen on their Client's
+// own channel: made once per handle, not per Lock.
+func (c *Client) waitingKeys(prefix, name string) keys {
+	k := keysFor(prefix, name)
+	k.own = k.channel + ":" + c.tag
+	return k
+}
 
 // tagged is how a waiter of this Client registers, so that a release tells
 // it on the Client's own channel alone: its id after the Client's tag; ""

@@ -65,7 +65,7 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 		return &Election{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
-	k := keysFor(cfg.prefix, name)
+	k := c.waitingKeys(cfg.prefix, name)
 	e := &Election{c: c, name: name, cfg: cfg, keys: k,
 		leaderKey: k.lock + ":leader", observeChannel: k.lock + ":leader"}
 	if e.err = validateName(name); e.err == nil {
@@ -95,7 +95,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.c.waitFor(ctx, e.cfg, e.keys.ownChannel(e.c.tag), &candidate{e: e, value: value})
+	l, err := e.c.waitFor(ctx, e.cfg, e.keys.own, &candidate{e: e, value: value})
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 		return &FairMutex{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
-	k := keysFor(cfg.prefix, name)
+	k := c.waitingKeys(cfg.prefix, name)
 	f := &FairMutex{c: c, name: name, cfg: cfg, keys: k,
 		scriptKeys: []string{k.lock, k.fence, k.lock + ":queue", k.waiters, k.channel},
 		extendKeys: []string{k.lock},
@@ -85,7 +85,7 @@ func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.c.waitFor(ctx, f.cfg, f.keys.ownChannel(f.c.tag), &fairAcquirer{f: f, owner: newOwnerToken()})
+	return f.c.waitFor(ctx, f.cfg, f.keys.own, &fairAcquirer{f: f, owner: newOwnerToken()})
 }
 
 func (f *FairMutex) check() error {

@@ -26,7 +26,6 @@ type Mutex struct {
 	// The KEYS of every lease's extend/TTL script: the same for all
 	// acquisitions, so made once and shared (scripts never modify them).
 	extendKeys []string
-	channel    string // where this Client's waiters are told (keys.ownChannel)
 
 	boxed atomic.Pointer[mutexArgv] // see argv
 }
@@ -90,9 +89,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 		return &Mutex{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
-	k := keysFor(cfg.prefix, name)
+	k := c.waitingKeys(cfg.prefix, name)
 	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
-		extendKeys: []string{k.lock}, channel: k.ownChannel(c.tag)}
+		extendKeys: []string{k.lock}}
 	if m.err = validateName(name); m.err == nil {
 		m.err = cfg.validate()
 	}
@@ -124,7 +123,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	return m.c.waitFor(ctx, m.cfg, m.channel, m.call())
+	return m.c.waitFor(ctx, m.cfg, m.keys.own, m.call())
 }
 
 func (m *Mutex) check() error {

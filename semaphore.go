@@ -50,7 +50,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		return &Semaphore{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
-	k := keysFor(cfg.prefix, name)
+	k := c.waitingKeys(cfg.prefix, name)
 	s := &Semaphore{c: c, name: name, cfg: cfg, keys: k,
 		scriptKeys: []string{k.lock, k.lock + ":tokens", k.lock + ":permits", k.waiters, k.channel, k.fence}}
 	s.permits.Store(int64(permits))
@@ -95,7 +95,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.c.waitFor(ctx, s.cfg, s.keys.ownChannel(s.c.tag), s)
+	return s.c.waitFor(ctx, s.cfg, s.keys.own, s)
 }
 
 // SetPermits changes the number of permits of the semaphore in Redis, and
