@@ -125,14 +125,14 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 	srv := startServer(t)
 	ctx := ctxFor(t, time.Minute)
 	admin := srv.Client()
-	var noIncr []string
+	var noTime []string // TIME: read by the acquire script once it has taken the lock, to mint the token
 	for _, r := range dlockACL {
-		if r != "+incr" {
-			noIncr = append(noIncr, r)
+		if r != "+time" {
+			noTime = append(noTime, r)
 		}
 	}
 	for what, c := range map[string]*dlock.Client{
-		"a script command denied": newClient(t, aclUser(t, ctx, admin, "noincr", noIncr...)),
+		"a script command denied": newClient(t, aclUser(t, ctx, admin, "notime", noTime...)),
 		"keys outside its prefix": newClient(t, aclUser(t, ctx, admin, "other", dlockACL...), dlock.WithPrefix("other:")),
 		"WAIT denied to WithReplicaAck": newClient(t, aclUser(t, ctx, admin, "nowait", dlockACL...),
 			dlock.WithReplicaAck(1, 50*time.Millisecond)),

@@ -62,7 +62,7 @@ func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []an
 		q.mu.Unlock()
 		cmd := q.rdb.Do(ctx, argv...)
 		if isNoScript(cmd.Err()) { // SCRIPT FLUSH or a restart: load it, send again
-			if err := script.Load(ctx, q.rdb).Err(); err == nil {
+			if err := loadScript(ctx, q.rdb, script); err == nil {
 				cmd = q.rdb.Do(ctx, argv...)
 			}
 		}
@@ -110,7 +110,7 @@ func (q *coalescer) fly(batch []*scriptCall) {
 			continue
 		}
 		if !loaded[call.script] {
-			loaded[call.script] = call.script.Load(ctx, q.rdb).Err() == nil
+			loaded[call.script] = loadScript(ctx, q.rdb, call.script) == nil
 		}
 		if loaded[call.script] {
 			unknown = append(unknown, call)
@@ -122,6 +122,18 @@ func (q *coalescer) fly(batch []*scriptCall) {
 	for _, call := range batch {
 		close(call.done)
 	}
+}
+
+// loadScript makes script known wherever rdb may send it. A Ring sends
+// SCRIPT LOAD, which names no key, to a random shard, so it is loaded on
+// each; a ClusterClient loads on every master itself.
+func loadScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Script) error {
+	if ring, ok := rdb.(*redis.Ring); ok {
+		return ring.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return script.Load(ctx, shard).Err()
+		})
+	}
+	return script.Load(ctx, rdb).Err()
 }
 
 func (q *coalescer) send(ctx context.Context, batch []*scriptCall) {

@@ -23,18 +23,20 @@ type LockInfo struct {
 	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
 	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
 	ReadersWaiting int           // waiting RLocks registered to be woken
-	LastToken      uint64        // the highest fencing token minted for the name
+	LastToken      uint64        // the highest fencing token minted for the name; 0 once its counter expired (see [Lease.Token])
 }
 
 // Describe reports who holds the lock called name, whatever its type, how
 // long it has left and who waits: for operators and tools such as
 // `dlock status`. It is one script, one round trip, and changes nothing.
+// A key of the name holding what dlock did not write (a string that is no
+// owner token, a hash without the mark of a read-write lock's state…) is
+// no holder: Describe fails with [ErrWrongType], naming the key.
 func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	if err := c.checkName(name); err != nil {
 		return LockInfo{}, err
 	}
-	k := keysFor(c.cfg.prefix, name)
-	reply, err := scripts.Describe.Run(ctx, c.rdb, append(rwScriptKeys(k), k.lock+":permits"), "").Slice()
+	reply, err := scripts.Describe.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), "").Slice()
 	if err != nil {
 		return LockInfo{}, redisError("describe", name, err)
 	}
@@ -82,7 +84,9 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 // be gone. The holders' leases report the loss at their next renewal (within
 // TTL/3); until then they may still act as holders, which is what fencing
 // tokens are for: the fencing counter is kept, so the next holder's token is
-// above theirs. It reports whether anything was held.
+// above theirs. It reports whether anything was held. It removes only what
+// dlock wrote: when a key of the name holds anything else, it fails with
+// [ErrWrongType], naming the key, and removes nothing.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 	if err := c.checkName(name); err != nil {
 		return false, err
@@ -91,12 +95,19 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	keys := rwScriptKeys(keysFor(c.cfg.prefix, name))[:rwReleaseKeys]
-	n, err := scripts.ForceUnlock.Run(ctx, c.rdb, keys, publish).Int64()
+	n, err := scripts.ForceUnlock.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), publish).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}
 	return n == 1, nil
+}
+
+// anyLockKeys are the KEYS of the scripts for a lock of any type
+// (describe.lua, force_unlock.lua): those of rw_lib.lua, then the keys only
+// other types have. Each script looks at every one to tell whether the
+// name's keys are all dlock's.
+func anyLockKeys(k keys) []string {
+	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader")
 }
 
 func (c *Client) checkName(name string) error {

@@ -36,15 +36,16 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 		if _, err := writer.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
+		var lastRead *dlock.Lease
 		for range 2 {
-			if _, err := writer.RLock(ctx); err != nil {
+			if lastRead, err = writer.RLock(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 		info, err = c.Describe(ctx, rwName)
 		want := []dlock.Holder{{Owner: "writer", Write: true, Holds: 1}, {Owner: "writer", Holds: 2}}
 		if err != nil || info.Type != "RWMutex" || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
-			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != 2 {
+			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != lastRead.Token() {
 			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
 		}
 
@@ -60,14 +61,15 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 
 		semName := lockName(t)
 		sem := c.Semaphore(semName, 3)
+		var permit *dlock.Lease
 		for range 2 {
-			if _, err := sem.Acquire(ctx); err != nil {
+			if permit, err = sem.Acquire(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 		info, err = c.Describe(ctx, semName)
 		if err != nil || info.Type != "Semaphore" || len(info.Holders) != 1 || info.Holders[0].Holds != 2 ||
-			info.Permits != 3 || info.TTL <= 0 || info.LastToken != 2 {
+			info.Permits != 3 || info.TTL <= 0 || info.LastToken != permit.Token() {
 			t.Fatalf("a Semaphore with 2 of 3 permits held: %+v, %v", info, err)
 		}
 

@@ -2,11 +2,15 @@ package dlock
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,10 +18,20 @@ import (
 )
 
 // Client makes locks on one Redis deployment: a single server, a Sentinel
-// failover group or a Redis Cluster, whatever go-redis's
-// [redis.UniversalClient] reaches. It is safe for concurrent use. It runs at
-// most one renewal goroutine and one subscriber goroutine per shard, started
-// on first use and stopped by [Client.Close].
+// failover group, a Redis Cluster or a [redis.Ring], whatever go-redis's
+// [redis.UniversalClient] reaches. It is safe for concurrent use. Its
+// background work starts on first use and stops with [Client.Close]: one
+// renewal goroutine (plus one per node while renewals to that node are in
+// flight), one subscriber goroutine per shard, and, at its first use and
+// now and then after, a goroutine that checks nodes it has not checked yet
+// (see [Client.Check]).
+//
+// On a Ring, each lock lives on the shard its name hashes to (all its keys
+// share the hash tag {name}), and its waiters subscribe on that shard. A
+// Ring moves names to other shards when it finds one down, and back when it
+// returns; a lock held on the shard it left can then be taken again on the
+// new one. Where that matters, use a Cluster with replicas or a
+// [RedlockMutex].
 type Client struct {
 	rdb redis.UniversalClient
 	cfg settings
@@ -25,6 +39,11 @@ type Client struct {
 
 	renewer *renewer
 	scripts *coalescer // acquires and releases, shared pipelines under concurrency
+
+	// resendAfter is how long a command takes at least when the Redis
+	// client may have sent it twice: go-redis resends one only after a read
+	// timed out. See Lease.maybeCopied.
+	resendAfter time.Duration
 
 	// tag names this Client's own wake-up channel of each Mutex (see
 	// Mutex.Lock): a release tells the waiter it hands the lock to there,
@@ -36,6 +55,7 @@ type Client struct {
 	publish string // "PUBLISH" or "SPUBLISH", once known
 	closed  bool
 	done    chan struct{} // closed by Close: waiting Locks give up
+	watch   nodeWatch     // the Client's own check of its nodes (check.go)
 }
 
 // New returns a Client that takes locks through rdb. Options set defaults for
@@ -54,10 +74,39 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	c.renewer = newRenewer(c)
 	c.scripts = &coalescer{rdb: rdb}
+	c.watch.due = true // at the first use
+	c.resendAfter = resendAfter(rdb)
 	return c
 }
 
-// Close stops the Client's background work: renewal and subscriptions. Locks
+// resendAfter is the read timeout of rdb's connections: go-redis sends a
+// command again only after a read timed out (or its connection failed,
+// which leaves no copy on the way), so a command answered sooner was sent
+// once. Without a read timeout nothing is resent; with a client of another
+// kind, any command may have been.
+func resendAfter(rdb redis.UniversalClient) time.Duration {
+	var read time.Duration
+	switch r := rdb.(type) {
+	case *redis.Client:
+		read = r.Options().ReadTimeout // 0 or -1 once defaulted: no timeout
+	case *redis.ClusterClient:
+		read = r.Options().ReadTimeout
+	case *redis.Ring:
+		if read = r.Options().ReadTimeout; read == 0 {
+			read = 5 * time.Second // go-redis's default, which its shards take
+		}
+	default:
+		return 0
+	}
+	if read <= 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return read
+}
+
+// Close stops the Client's background work: renewal, subscriptions and its
+// check of the nodes (it waits for a check under way, at most the Redis
+// client's read timeout). Locks
 // still waiting return [ErrClosed]. Leases still held are no longer renewed
 // and end as lost at their deadline; unlock them first. Close does not close
 // rdb.
@@ -76,6 +125,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.renewer.close()
+	c.stopWatch()
 	if hub != nil {
 		return hub.Close()
 	}
@@ -87,7 +137,7 @@ func (c *Client) Close() error {
 // read-write lock has a few more, made from these (see rwScriptKeys).
 type keys struct {
 	lock    string // the lock's state
-	fence   string // fencing counter, no TTL
+	fence   string // fencing counter (see mint_token in scripts/common.lua)
 	channel string // wake-ups (of writers, for an RWMutex)
 	waiters string // who waits to be woken, by registration expiry
 
@@ -120,8 +170,59 @@ func (c *Client) tagged(waiterID string) string {
 	return c.tag + "/" + waiterID
 }
 
-// tombstone is where an abandoned attempt is marked void (see mutex_abandon.lua).
-func (k keys) tombstone(owner string) string { return k.lock + ":void:" + owner }
+// tombstoneLife is how long a call that gave up keeps late copies of its
+// attempts out (see tombstone). Every copy of an attempt is sent before its
+// call gives up: go-redis resends only within the command it was asked to
+// run, and a coalesced call queued when its caller left goes out in the
+// next flight, both bounded by the client's own timeouts (seconds). What is
+// left is the time a copy already sent can spend on the way: in a socket
+// buffer, behind a stalled server, or retransmitted by TCP. A minute is
+// many times the first two; a copy later than that is as rare as an abandon
+// that never arrives, and does what such an abandon leaves: a hold that
+// expires with its TTL. The bound is not the attempt's TTL, which may be
+// years: one tombstone per call that gave up would pile up for as long.
+const tombstoneLife = time.Minute
+
+var tombstoneLifeMillis any = tombstoneLife.Milliseconds()
+
+// secretKey is base and sep followed by a hash of token (an owner token, a
+// hold id, a call's token), in one allocation: the token is the proof a
+// lease shows to renew and release, and key names are seen by KEYS,
+// MONITOR and error messages, so none shows it.
+func secretKey(base, sep, token string) string {
+	sum := sha256.Sum256([]byte(token))
+	var digits [32]byte
+	hex.Encode(digits[:], sum[:16])
+	var b strings.Builder
+	b.Grow(len(base) + len(sep) + len(digits))
+	b.WriteString(base)
+	b.WriteString(sep)
+	b.Write(digits[:])
+	return b.String()
+}
+
+// tombstone is where a call that gave up is marked void, call being the
+// token all its attempts carry (the call's owner token, a read-write lock's
+// hold id, or a MultiLock call's token of its own, shared by its groups):
+// every abandon script writes it, as does the release of a lease whose call
+// gave it up or may have had an attempt sent twice (see Lease.maybeCopied);
+// every acquire script refuses an attempt that finds it before taking or
+// registering anything, so that a copy of any attempt of the call arriving
+// late does nothing.
+func (k keys) tombstone(call string) string { return secretKey(k.lock, ":void:", call) }
+
+// releaseMark is where a release that let go of owner's hold says so, for
+// releaseMarkLife: a copy of the same release that finds nothing left (it
+// was resent after its reply was lost) reports the release done, not
+// ErrNotHeld. lock is the key the lease's release script names first.
+func releaseMark(lock, owner string) string { return secretKey(lock, ":released:", owner) }
+
+// releaseMarkLife is how long a release mark lasts: as long as an Unlock
+// waits for its release (CleanupTimeout, whatever the caller's context), so
+// any copy whose reply the Unlock reads was applied while the mark lived.
+const releaseMarkLife = CleanupTimeout
+
+var releaseMarkMillis any = releaseMarkLife.Milliseconds()
 
 // usable is checked before any I/O.
 func (c *Client) usable() error {
@@ -136,6 +237,7 @@ func (c *Client) usable() error {
 	if c.closed {
 		return ErrClosed
 	}
+	c.watchNodes()
 	return nil
 }
 
@@ -154,7 +256,7 @@ func (c *Client) publishCommand(ctx context.Context) (string, error) {
 	if _, isCluster := c.rdb.(*redis.ClusterClient); isCluster {
 		info, err := c.rdb.Info(ctx, "server").Result()
 		if err != nil {
-			return "", fmt.Errorf("dlock: reading the cluster's version: %w", err)
+			return "", fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
 		}
 		if redisMajorVersion(info) >= 7 {
 			command = "SPUBLISH"
@@ -217,6 +319,12 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
+	return c.releaseWithin(ctx, script, head, owner, extra...)
+}
+
+// releaseWithin is releaseArgv with ctx already bounded, and not to be
+// cancelled with the caller's (see Lease.Unlock).
+func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
 		return false, err
@@ -240,18 +348,18 @@ func publishArg(command string) any {
 }
 
 // cleanupContext is the context of work that must go on after its caller
-// has given up (a release, an abandon): not cancelled with ctx, and bounded
-// by CleanupTimeout. A context that can never end (Background) is used as
-// it is, which spares a lock+unlock five allocations: nothing can cut the
-// work short, and the Redis client's own timeouts bound it.
+// has given up (a release, an abandon, a roll-back): not cancelled with
+// ctx, not cut short by ctx's deadline (often the very thing that just
+// ended, or is about to), and bounded by CleanupTimeout whatever ctx is. A
+// context that can never end (Background) gets the bound too: without it,
+// a frozen server held an Unlock for as long as the Redis client waits,
+// which may be forever.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Done() == nil {
-		return ctx, noCancel
+	if ctx.Done() != nil { // nothing to strip from Background: one allocation less
+		ctx = context.WithoutCancel(ctx)
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	return context.WithTimeout(ctx, CleanupTimeout)
 }
-
-func noCancel() {}
 
 // abandon clears up after an acquire that gives up: one whose outcome is
 // unknown (Redis may have applied it before the client gave up on the reply,

@@ -33,7 +33,9 @@
 // [Lease.Done], [Lease.Err] and [Lease.Context]. A lease counts itself lost
 // no later than Redis could hand the lock to someone else: at TTL × (1 −
 // drift) after the last confirmed renewal was sent, by this process's
-// monotonic clock. A grant that arrives late (a slow link, a cold
+// monotonic clock or by its wall clock, whichever ends first (the monotonic
+// clock stands still while a machine or VM is suspended; Redis's does not).
+// A grant that arrives late (a slow link, a cold
 // connection) is confirmed with an extension before it is returned, so no
 // lease starts out lost or with less time left than a renewal needs.
 //
@@ -69,9 +71,10 @@
 // Every operation is one Lua script (see package scripts), run by SHA, one
 // round trip. All keys of one lock share the hash tag {name}: with the
 // default prefix the lock "orders:42" lives in "dlock:{orders:42}", its
-// fencing counter in "dlock:{orders:42}:fence" (no TTL), and it publishes on
-// "dlock:{orders:42}:wake" (a Mutex's hand-overs on "dlock:{orders:42}:wake:"
-// followed by the waiting Client's random tag).
+// fencing counter in "dlock:{orders:42}:fence" (kept [FenceRetentionTTLs]
+// TTLs past the last hold), and it publishes on "dlock:{orders:42}:wake" (a
+// Mutex's hand-overs on "dlock:{orders:42}:wake:" followed by the waiting
+// Client's random tag).
 //
 // # Contexts
 //

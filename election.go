@@ -95,7 +95,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.c.waitFor(ctx, e.cfg, e.keys.own, &candidate{e: e, value: value})
+	l, err := e.c.waitFor(ctx, e.cfg, e.keys.own, e.candidate(value))
 	if err != nil {
 		return nil, err
 	}
@@ -281,10 +281,29 @@ func (e *Election) current() *Lease {
 	return l
 }
 
-// candidate is one Campaign.
+// candidate is one Campaign. All its attempts campaign under the same
+// owner token, the campaign's, and share its tombstone: a copy of an earlier
+// attempt arriving after a later one was elected finds itself leading and
+// reports the same term (it registers nothing), and a copy of any of them
+// arriving after the campaign gave up is refused.
 type candidate struct {
-	e     *Election
-	value string
+	e         *Election
+	value     string
+	owner     string // the leadership's, should it be won
+	tombstone string // named after owner: see keys.tombstone
+}
+
+func (e *Election) candidate(value string) *candidate {
+	a := &candidate{e: e, value: value}
+	a.newCall()
+	return a
+}
+
+// newCall starts the campaign anew: a new owner token and a new tombstone,
+// so that nothing an earlier start sent counts for it.
+func (a *candidate) newCall() {
+	a.owner = newOwnerToken()
+	a.tombstone = a.e.keys.tombstone(a.owner)
 }
 
 func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
@@ -293,11 +312,11 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	if err != nil {
 		return nil, 0, err
 	}
-	owner := newOwnerToken()
+	owner := a.owner
 	ttl, _ := e.cfg.holdTTL()
 	sent := time.Now()
 	cmd, unconfirmed := e.c.runAcquire(ctx, e.cfg, scripts.ElectionAcquire,
-		[]string{e.keys.lock, e.keys.fence, e.keys.tombstone(owner), e.keys.waiters, e.leaderKey, e.observeChannel},
+		[]string{e.keys.lock, e.keys.fence, a.tombstone, e.keys.waiters, e.leaderKey, e.observeChannel},
 		owner, ttl.Milliseconds(), e.c.tagged(waiterID), waiterLease(e.cfg.waiterRefresh).Milliseconds(), a.value, publish)
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
@@ -319,7 +338,7 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	return e.c.startLease(leaseSpec{
 		name: e.name, kind: electionKind, keys: []string{e.keys.lock},
 		relKeys: []string{e.keys.lock, e.keys.channel, e.keys.waiters, e.leaderKey},
-		owner:   owner, token: uint64(res[1]), sent: sent, cfg: e.cfg,
+		owner:   owner, token: uint64(res[1]), sent: sent, cfg: e.cfg, mark: e.keys.lock, tombstone: a.tombstone,
 	}), 0, nil
 }
 
@@ -327,11 +346,15 @@ func (a *candidate) leave(ctx context.Context, waiterID string) { a.abandon(ctx,
 
 // abandon gives up a campaign's attempt whose outcome is unknown (owner), its
 // registration as a waiting candidate (waiterID), or both; see
-// mutex_abandon.lua.
+// mutex_abandon.lua. The tombstone keeps the campaign's attempts so far
+// out, so a Campaign that goes on (see [ErrUnavailable]) goes on with a new
+// owner token and tombstone.
 func (a *candidate) abandon(ctx context.Context, owner, waiterID string) {
 	e := a.e
-	ttl, _ := e.cfg.holdTTL()
 	e.c.abandon(ctx, e.name, electionKind.abandon,
-		[]string{e.keys.lock, e.keys.channel, e.keys.tombstone(owner), e.keys.waiters, e.keys.fence},
-		e.cfg.logger, owner, ttl.Milliseconds(), e.c.tagged(waiterID), "")
+		[]string{e.keys.lock, e.keys.channel, a.tombstone, e.keys.waiters, e.keys.fence},
+		e.cfg.logger, owner, tombstoneLifeMillis, e.c.tagged(waiterID), "")
+	a.newCall()
 }
+
+func (a *candidate) client() *Client { return a.e.c }

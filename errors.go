@@ -3,7 +3,11 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Sentinel errors. Match them with [errors.Is]: the errors dlock returns wrap
@@ -23,8 +27,12 @@ var (
 	// then on another owner may hold the lock.
 	ErrLeaseLost = errors.New("dlock: lease lost")
 
-	// ErrWrongType: the lock's key holds a Redis value of another type, not
-	// written by this kind of lock. dlock leaves such a key untouched.
+	// ErrWrongType: a key of the lock holds what this kind of lock did not
+	// write: a Redis value of another type, another kind of lock's value,
+	// or data of another program (a string that is no owner token, a hash
+	// without the mark of dlock's state…). The error names the key. dlock
+	// leaves such a key untouched: it neither acquires, nor waits behind,
+	// nor removes it.
 	ErrWrongType = errors.New("dlock: key holds the wrong type of value")
 
 	// ErrInvalid: bad input (an empty name, a TTL below [MinTTL]…). Returned
@@ -57,6 +65,19 @@ var (
 
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrUnavailable: Redis could not serve the call for a while, for a
+	// reason that passes on its own: a cluster slot being migrated
+	// (TRYAGAIN, or MOVED once go-redis's redirections ran out), a cluster
+	// missing a master (CLUSTERDOWN), a server loading its data (LOADING),
+	// a master that failed over or restarted (connection refused or reset,
+	// READONLY, MASTERDOWN). The Redis error stays in the chain. An
+	// acquisition that fails so holds nothing: one whose outcome is unknown
+	// was abandoned, as after any error. A waiting Lock (Acquire, Campaign…)
+	// does not return it: it tries again, backing off up to
+	// a second between tries, until its context ends; TryLock
+	// and the other calls return it, and are worth trying again.
+	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
 var errUnexpectedReply = errors.New("unexpected reply from Redis")
@@ -68,12 +89,46 @@ func invalidf(format string, args ...any) error {
 // redisError classifies an error from a script run on the lock name's keys.
 func redisError(op, name string, err error) error {
 	if isWrongType(err) {
-		return fmt.Errorf("%w: lock %q (%s)", ErrWrongType, name, op)
+		return fmt.Errorf("%w: lock %q (%s): %s", ErrWrongType, name, op, wrongTypeDetail(err))
 	}
 	if isPermission(err) {
 		return fmt.Errorf("%w: %s %q: %w", ErrPermission, op, name, err)
 	}
+	if isTransient(err) {
+		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, name, err)
+	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+// transientReplies are the error replies of a Redis that cannot serve a
+// command now but will once a slot has moved, a failover is over or a
+// dataset is loaded.
+var transientReplies = []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"}
+
+// isTransient recognises an error that passes on its own (see
+// [ErrUnavailable]): one of transientReplies, or a server that refused or
+// dropped the connection (a master killed, restarting, or failed over
+// away from). A timeout is not one: it may be a server too slow for the
+// load, which retrying would add to.
+func isTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, prefix := range transientReplies {
+		if redis.HasErrorPrefix(err, prefix+" ") {
+			return true
+		}
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// unavailable marks err with ErrUnavailable when it is transient.
+func unavailable(err error) error {
+	if isTransient(err) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 // isPermission recognises an ACL refusal: NOPERM for a command sent, and
@@ -85,6 +140,14 @@ func isPermission(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") ||
 		strings.Contains(msg, "No permissions to access")
+}
+
+// wrongTypeDetail is what Redis said after WRONGTYPE, without where in
+// which script: for a key dlock did not write, which key holds what.
+func wrongTypeDetail(err error) string {
+	_, detail, _ := strings.Cut(err.Error(), "WRONGTYPE ")
+	detail, _, _ = strings.Cut(detail, " script:")
+	return strings.TrimSuffix(detail, ".")
 }
 
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at

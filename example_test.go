@@ -37,7 +37,8 @@ func Example() {
 		fmt.Println("lock:", err)
 		return
 	}
-	fmt.Println("holding", lease.Name(), "with fencing token", lease.Token())
+	first := lease.Token()
+	fmt.Println("holding", lease.Name(), "with a fencing token:", first > 0)
 
 	_, err = locks.Mutex("orders:42").TryLock(ctx)
 	fmt.Println("a second TryLock is refused:", errors.Is(err, dlock.ErrNotAcquired))
@@ -46,13 +47,13 @@ func Example() {
 		fmt.Println("unlock:", err)
 	}
 	lease, _ = locks.Mutex("orders:42").TryLock(ctx)
-	fmt.Println("after unlock the next holder gets token", lease.Token())
+	fmt.Println("after unlock the next holder's token is higher:", lease.Token() > first)
 	_ = lease.Unlock(ctx)
 
 	// Output:
-	// holding orders:42 with fencing token 1
+	// holding orders:42 with a fencing token: true
 	// a second TryLock is refused: true
-	// after unlock the next holder gets token 2
+	// after unlock the next holder's token is higher: true
 }
 
 // Work done with the lease's context stops when the lease ends, here because
@@ -230,14 +231,14 @@ func ExampleMultiLock() {
 		return
 	}
 	tokens := lease.Tokens()
-	fmt.Println("holding", lease.Name(), "tokens", tokens["account:3"], tokens["account:7"])
+	fmt.Println("holding", lease.Name(), "with a token each:", tokens["account:3"] > 0 && tokens["account:7"] > 0)
 
 	_, err = locks.Mutex("account:7").TryLock(ctx)
 	fmt.Println("account:7 alone is held too:", errors.Is(err, dlock.ErrNotAcquired))
 	_ = lease.Unlock(ctx)
 
 	// Output:
-	// holding account:3,account:7 tokens 1 1
+	// holding account:3,account:7 with a token each: true
 	// account:7 alone is held too: true
 }
 
@@ -253,6 +254,7 @@ func ExampleElection() {
 	var mu sync.Mutex
 	var jobs int
 	var log []string
+	var terms []uint64
 	var workers sync.WaitGroup
 	for w := range 3 {
 		workers.Add(1)
@@ -274,7 +276,8 @@ func ExampleElection() {
 				}
 				jobs++ // schedule a job, fenced by the term: lease.Token()
 			}
-			log = append(log, fmt.Sprintf("term %d scheduled jobs %d-%d", lease.Token(), first, jobs))
+			terms = append(terms, lease.Token())
+			log = append(log, fmt.Sprintf("leader %d scheduled jobs %d-%d", len(terms), first, jobs))
 			mu.Unlock()
 			_ = scheduler.Resign(ctx)
 		}()
@@ -283,11 +286,13 @@ func ExampleElection() {
 	for _, line := range log {
 		fmt.Println(line)
 	}
+	fmt.Println("each in a later term:", len(terms) == 3 && terms[0] < terms[1] && terms[1] < terms[2])
 
 	// Output:
-	// term 1 scheduled jobs 1-3
-	// term 2 scheduled jobs 4-6
-	// term 3 scheduled jobs 7-9
+	// leader 1 scheduled jobs 1-3
+	// leader 2 scheduled jobs 4-6
+	// leader 3 scheduled jobs 7-9
+	// each in a later term: true
 }
 
 // A lock held on a majority of three independent Redis masters: it
@@ -300,14 +305,16 @@ func ExampleNewRedlock() {
 		clients = append(clients, rdb)
 	}
 	ctx := context.Background()
-	redlock := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second))
+	// miniredis tells no uptime, which the restart guard needs: off here.
+	// With real servers keep it on (see WithRestartGuard).
+	redlock := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second), dlock.WithRestartGuard(0))
 
 	lease, err := redlock.Mutex("payments:eu").Lock(ctx)
 	if err != nil {
 		fmt.Println("lock:", err)
 		return
 	}
-	fmt.Println("held on a majority of", len(clients), "masters, quorum", redlock.Quorum(), "token", lease.Token())
+	fmt.Println("held on a majority of", len(clients), "masters, quorum", redlock.Quorum(), "with a token:", lease.Token() > 0)
 	fmt.Println("valid for most of its TTL:", time.Until(lease.Deadline()) > 9*time.Second)
 
 	_, err = redlock.Mutex("payments:eu").TryLock(ctx)
@@ -316,7 +323,7 @@ func ExampleNewRedlock() {
 	_ = lease.Unlock(ctx)
 
 	// Output:
-	// held on a majority of 3 masters, quorum 2 token 1
+	// held on a majority of 3 masters, quorum 2 with a token: true
 	// valid for most of its TTL: true
 	// a second owner is refused: true
 }

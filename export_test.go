@@ -70,3 +70,14 @@ func FairHandOverTaken(f *FairMutex, fenced int64, grant string) bool {
 	l.end(nil)
 	return true
 }
+
+// SkewWallClock moves the wall clock the leases read by d, as a machine
+// resumed after a suspension of d finds it, and returns how to undo it.
+func SkewWallClock(d time.Duration) (undo func()) {
+	wallClockSkew.Add(int64(d))
+	return func() { wallClockSkew.Add(-int64(d)) }
+}
+
+// TombstoneLife is how long a call that gave up keeps late copies of its
+// attempts out.
+const TombstoneLife = tombstoneLife

@@ -71,7 +71,7 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, &fairAcquirer{f: f, owner: newOwnerToken()})
+	return tryOnce(ctx, f.call())
 }
 
 // Lock takes the lock in its turn, waiting behind those who asked before,
@@ -85,7 +85,12 @@ func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.c.waitFor(ctx, f.cfg, f.keys.own, &fairAcquirer{f: f, owner: newOwnerToken()})
+	return f.c.waitFor(ctx, f.cfg, f.keys.own, f.call())
+}
+
+func (f *FairMutex) call() *fairAcquirer {
+	owner := newOwnerToken()
+	return &fairAcquirer{f: f, owner: owner, tombstone: f.keys.tombstone(owner)}
 }
 
 func (f *FairMutex) check() error {
@@ -98,12 +103,14 @@ func (f *FairMutex) check() error {
 // fairAcquirer is one TryLock or Lock call: it keeps one owner token for all
 // its attempts, since a release may hand the lock to it while it waits.
 type fairAcquirer struct {
-	f     *FairMutex
-	owner string
+	f         *FairMutex
+	owner     string
+	tombstone string // named after owner: see keys.tombstone
 
 	// Of the last attempt: when it was sent, and the fencing counter it
-	// read when it queued (-1: it did not), which a hand-over's token must
-	// exceed to have come after it (see fair_lib.lua).
+	// read when it queued (-1: it did not; the clock in µs less one when the
+	// counter was gone), which a hand-over's token must exceed to have come
+	// after it (see fair_lib.lua and token_floor in common.lua).
 	sent   time.Time
 	fenced int64
 }
@@ -115,7 +122,7 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 		return nil, 0, err
 	}
 	ttl, _ := f.cfg.holdTTL()
-	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
+	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], a.tombstone)
 	a.sent, a.fenced = time.Now(), -1
 	cmd, unconfirmed := f.c.runAcquire(ctx, f.cfg, scripts.FairAcquire, keys,
 		a.owner, ttl.Milliseconds(), f.c.tagged(waiterID), waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish)
@@ -159,7 +166,7 @@ func (a *fairAcquirer) granted(h handOver) *Lease {
 func (a *fairAcquirer) lease(token uint64, validity time.Duration) *Lease {
 	f := a.f
 	return f.c.startLease(leaseSpec{
-		name: f.name, kind: fairKind, keys: f.extendKeys, relKeys: f.scriptKeys,
+		name: f.name, kind: fairKind, keys: f.extendKeys, relKeys: f.scriptKeys, mark: f.keys.lock, tombstone: a.tombstone,
 		owner: a.owner, token: token, sent: a.sent, validity: validity, cfg: f.cfg,
 	})
 }
@@ -171,10 +178,15 @@ func (a *fairAcquirer) queues() {}
 func (a *fairAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, waiterID) }
 
 // abandon gives up the Lock call: its place in the queue, a hold it may
-// have, and any attempt still on its way; see fair_abandon.lua.
+// have, and any attempt still on its way; see fair_abandon.lua. A Lock that
+// goes on waiting (see [ErrUnavailable]) goes on as a new call, under a new
+// owner token (the tombstone is the old one's), at the back of the queue.
 func (a *fairAcquirer) abandon(ctx context.Context, waiterID string) {
 	f := a.f
-	ttl, _ := f.cfg.holdTTL()
-	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], f.keys.tombstone(a.owner))
-	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, ttl.Milliseconds(), f.c.tagged(waiterID))
+	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], a.tombstone)
+	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, tombstoneLifeMillis, f.c.tagged(waiterID))
+	a.owner = newOwnerToken()
+	a.tombstone = f.keys.tombstone(a.owner)
 }
+
+func (a *fairAcquirer) client() *Client { return a.f.c }

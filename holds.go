@@ -79,7 +79,8 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	if err := h.check(); err != nil {
 		return nil, err
 	}
-	a := holdAcquirer{h: h, mode: mode}
+	a := &holdAcquirer{h: h, mode: mode}
+	a.newCall()
 	if try {
 		return tryOnce(ctx, a)
 	}
@@ -90,19 +91,34 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	return h.c.waitFor(ctx, h.cfg, channel, a)
 }
 
-// holdAcquirer acquires a holdLock in one mode.
+// holdAcquirer acquires a holdLock in one mode: one TryLock or Lock call.
+// All its attempts ask for the same hold, the call's, and share the call's
+// tombstone: a copy of an earlier attempt arriving after a later one was
+// granted finds that hold and reports it (it counts once, and registers
+// nothing), and a copy of any of them arriving after the call gave up is
+// refused.
 type holdAcquirer struct {
 	h    *holdLock
 	mode byte
+	// member is the call's hold: mode, hold id, owner. It is what the hold's
+	// Lease shows to renew and release it: the random hold id makes it a
+	// secret, and makes each call (each Lease) a hold of its own.
+	member    string
+	tombstone string // named after the hold id: see keys.tombstone
 }
 
-func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
-	h := a.h
-	// The member is what the hold's Lease shows to renew and release it: the
-	// random hold id makes it a secret, and makes a resent attempt count once.
+// newCall starts the call anew: a new hold id and a new tombstone, so that
+// nothing an earlier start sent counts for it.
+func (a *holdAcquirer) newCall() {
 	holdID := newOwnerToken()
-	member := string(a.mode) + holdID + h.owner
-	keys := append(h.scriptKeys[:len(h.scriptKeys):len(h.scriptKeys)], h.keys.tombstone(holdID))
+	a.member = string(a.mode) + holdID + a.h.owner
+	a.tombstone = a.h.keys.tombstone(holdID)
+}
+
+func (a *holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
+	h := a.h
+	member := a.member
+	keys := append(h.scriptKeys[:len(h.scriptKeys):len(h.scriptKeys)], a.tombstone)
 	ttl, _ := h.cfg.holdTTL()
 	sent := time.Now()
 	cmd, unconfirmed := h.c.runAcquire(ctx, h.cfg, scripts.RWAcquire, keys,
@@ -113,17 +129,17 @@ func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, tim
 	}
 	if err != nil {
 		if !isWrongType(err) {
-			h.abandon(ctx, keys, member, waiterID)
+			a.abandon(ctx, member, waiterID)
 		}
 		return nil, 0, redisError(a.op(), h.name, err)
 	}
 	switch {
 	case res[0] == 1 && unconfirmed != nil:
-		h.abandon(ctx, keys, member, waiterID)
+		a.abandon(ctx, member, waiterID)
 		return nil, 0, fmt.Errorf("dlock: %s %q: %w", a.op(), h.name, unconfirmed)
 	case res[0] == 1:
 		return h.c.startLease(leaseSpec{
-			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
+			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys], mark: h.keys.lock, tombstone: a.tombstone,
 			owner: member, token: uint64(res[1]), sent: sent, cfg: h.cfg,
 		}), 0, nil
 	case res[0] == -2: // the script unregistered the waiter too
@@ -132,22 +148,28 @@ func (a holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, tim
 	return nil, time.Duration(res[1]) * time.Millisecond, nil
 }
 
-func (a holdAcquirer) leave(ctx context.Context, waiterID string) {
-	a.h.abandon(ctx, a.h.scriptKeys, "", waiterID)
+func (a *holdAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, "", waiterID) }
+
+// abandon gives up the call (see holdLock.abandon). The tombstone keeps the
+// call's attempts so far out, so a waiting Lock that goes on (see
+// [ErrUnavailable]) goes on as a new call, with a new hold and tombstone.
+func (a *holdAcquirer) abandon(ctx context.Context, member, waiterID string) {
+	a.h.abandon(ctx, append(a.h.scriptKeys[:len(a.h.scriptKeys):len(a.h.scriptKeys)], a.tombstone), member, waiterID)
+	a.newCall()
 }
 
-func (a holdAcquirer) op() string {
+func (a *holdAcquirer) op() string {
 	if a.mode == modeRead {
 		return "read lock"
 	}
 	return "lock"
 }
 
-// abandon gives up an attempt whose outcome is unknown (member), a waiter's
-// registration (waiterID), or both; see rw_abandon.lua.
+// abandon gives up a call (keys end with its tombstone): an attempt whose
+// outcome is unknown (member), a waiter's registration (waiterID), or both;
+// see rw_abandon.lua.
 func (h *holdLock) abandon(ctx context.Context, keys []string, member, waiterID string) {
-	ttl, _ := h.cfg.holdTTL()
-	h.c.abandon(ctx, h.name, rwKind.abandon, keys, h.cfg.logger, member, ttl.Milliseconds(), waiterID)
+	h.c.abandon(ctx, h.name, rwKind.abandon, keys, h.cfg.logger, member, tombstoneLifeMillis, waiterID)
 }
 
 // holdState is what rw_inspect.lua reports.
@@ -220,3 +242,5 @@ func int64s(reply []any, n int) ([]int64, error) {
 	}
 	return r, nil
 }
+
+func (a *holdAcquirer) client() *Client { return a.h.c }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,9 @@ import (
 // lease's deadline passed before a renewal was confirmed. It counts itself
 // lost no later than Redis could give the lock to someone else: the deadline
 // is the moment the acquire (or the last confirmed renewal) was sent plus
-// TTL × (1 − drift), on this process's monotonic clock.
+// TTL × (1 − drift), on this process's monotonic clock and on its wall
+// clock, whichever ends first: the monotonic clock stands still while the
+// machine is suspended, Redis's clock does not.
 type Lease struct {
 	c       *Client
 	name    string
@@ -32,7 +35,12 @@ type Lease struct {
 	drift   float64
 	log     *slog.Logger
 
+	// tombstone is that of the call the lease was granted to (see
+	// keys.tombstone), written by a release that gives the call up.
+	tombstone string
+
 	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
+	unlocked  bool        // under unlockMu: a release of ours succeeded, so another Unlock is refused
 	unlocking atomic.Bool // set before a release is sent: renewals stop counting
 	renew     bool
 
@@ -41,21 +49,31 @@ type Lease struct {
 	// Set by startLease, cleared by confirmGrant, before any other use.
 	unconfirmed bool
 
+	// maybeCopied: an attempt of the call took long enough for the Redis
+	// client to have sent it twice (see Client.resendAfter), so a copy may
+	// still be on its way: the release writes the call's tombstone. Set
+	// before the lease is handed to the caller.
+	maybeCopied bool
+
 	// Under mu, with the fields below it; here, they pack with the flags
 	// above (ten thousand held leases are worth a few bytes each).
 	finished bool // the lease has ended
 	ending   bool // end has begun: only its first call counts
 
 	// extendMu keeps one extension (Extend or renewal) of this lease in
-	// flight at a time. Each sets the key's expiry anew, possibly shorter;
-	// the deadline must follow the one Redis applied last, and only one at a
-	// time makes that the one whose reply came last.
+	// flight at a time, so that the deadline follows the replies in the
+	// order they came. That is not the order Redis applies them in: a
+	// renewal held on the network, or go-redis's resend of one after a read
+	// timeout, can land after a later Extend whose reply came first. So a
+	// renewal only ever moves the hold's expiry later (see the extend
+	// scripts): a late one cannot cut a longer Extend short. Only Extend
+	// itself may shorten (shortens); a late copy of that one is inDoubt's.
 	extendMu sync.Mutex
 
 	mu       sync.Mutex
 	ttl      time.Duration // what each renewal asks for
-	deadline time.Time     // monotonic; moves only on a confirmed renewal
-	timer    *time.Timer   // fires at deadline
+	deadline time.Time     // moves only on a confirmed renewal; its monotonic and wall readings both count (see leftAt)
+	timer    *time.Timer   // fires at deadline, by the monotonic clock
 	done     chan struct{} // made by the first Done, closed once finished
 	err      error         // set once finished: nil when released, else wraps ErrLeaseLost
 	onEnd    map[*func(error)]struct{}
@@ -84,10 +102,13 @@ type groupTokens struct {
 
 // leaseKind is what differs between lock types: the scripts that renew,
 // release, inspect and give up one hold. Every kind's scripts take the owner
-// token as ARGV[1]; extend takes the TTL in ms as ARGV[2] and returns 1 or 0;
+// token as ARGV[1]; extend takes the TTL in ms as ARGV[2], then shortens from
+// Lease.Extend only (a renewal never shortens a hold), and returns 1 or 0;
 // release and abandon take the publish command as ARGV[2] (abandon then the
-// tombstone's lifetime in ms and the waiter id) and return 1 or 0; ttl
-// returns milliseconds left, or -3 when not held.
+// tombstone's lifetime in ms and the waiter id; release then its mark's
+// lifetime in ms, the mark being its last KEY, see releaseMark, and from a
+// giving-up release the tombstone's lifetime, the tombstone after the mark)
+// and return 1 or 0; ttl returns milliseconds left, or -3 when not held.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script
@@ -101,11 +122,16 @@ type leaseSpec struct {
 	kind    *leaseKind
 	keys    []string // KEYS of extend and TTL
 	relKeys []string // KEYS of release
-	relHead []any    // or release's EVALSHA command up to the owner, boxed by the type (see Mutex.argv)
+	relHead []any    // or release's EVALSHA command up to its last key, the mark, boxed by the type (see Mutex.argv)
+	mark    string   // the lock key the release mark is named after (see releaseMark)
 	owner   string
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
 	cfg     settings
+
+	// tombstone is the call's (see keys.tombstone): a release that gives
+	// the call up writes it.
+	tombstone string
 
 	// validity is how long the hold was granted for, when a release handed
 	// it over for less than the TTL (see hand_next.lua); 0 means the TTL.
@@ -124,14 +150,17 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 		validity = spec.validity
 	}
 	l := &Lease{
-		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relHead: spec.relHead,
+		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, tombstone: spec.tombstone,
 		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
 		log: spec.cfg.logger, ttl: ttl,
 		deadline:  validUntil(spec.sent, validity, spec.cfg.drift),
 		heapIndex: -1,
 	}
+	mark := releaseMark(spec.mark, spec.owner)
 	if l.relHead == nil {
-		l.relHead = evalshaArgv(spec.kind.release, spec.relKeys, nil)
+		l.relHead = evalshaArgv(spec.kind.release, append(spec.relKeys[:len(spec.relKeys):len(spec.relKeys)], mark), nil)
+	} else {
+		l.relHead = append(l.relHead[:len(l.relHead):len(l.relHead)], mark)
 	}
 	if spec.names != nil {
 		l.group = &groupTokens{names: spec.names, tokens: spec.tokens}
@@ -193,6 +222,11 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	return nil
 }
 
+// shortens is the extend scripts' ARGV[3] from Lease.Extend: the caller asked
+// for this TTL, shorter or not. Renewals and confirmGrant leave it out, and
+// then a script only ever moves a hold's expiry later.
+const shortens = "1"
+
 // validUntil is how long a hold sent at sent, for ttl, can be counted on.
 func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {
 	return sent.Add(ttl - time.Duration(float64(ttl)*drift))
@@ -203,10 +237,19 @@ func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {
 func (l *Lease) Name() string { return l.name }
 
 // Token returns the fencing token of this hold: larger than the token of every
-// earlier hold of the same lock name (for as long as the lock's data lives in
-// Redis). Pass it to the resource the lock protects and have the resource
-// refuse any token lower than the highest it has seen. A [MultiLock]'s lease
-// holds a token per name: Token is the first's, [Lease.Tokens] has them all.
+// earlier hold of the same lock name. Pass it to the resource the lock
+// protects and have the resource refuse any token lower than the highest it
+// has seen. A [MultiLock]'s lease holds a token per name: Token is the
+// first's, [Lease.Tokens] has them all.
+//
+// A token is one above the name's last, and never below the Redis server's
+// clock in microseconds since 1970, so tokens keep going up when the
+// counter is lost (evicted, flushed, deleted, or missed by a replica
+// promoted in a failover): unless the server's clock stepped back further
+// than it has moved forward since the last hold. The counter expires
+// [FenceRetentionTTLs] hold TTLs after the last token. Tokens stay
+// below 2^53, exact as JSON numbers and float64s. They are not consecutive:
+// compare them, do not count on the next being one more.
 func (l *Lease) Token() uint64 { return l.token }
 
 // Tokens returns the fencing token of each lock the lease holds, by name:
@@ -237,6 +280,7 @@ func (l *Lease) addTokens(tokens map[string]uint64) {
 // (It is made on first use: most leases are unlocked without anyone waiting
 // on it, and ten thousand held leases are a megabyte lighter without.)
 func (l *Lease) Done() <-chan struct{} {
+	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
@@ -252,6 +296,7 @@ func (l *Lease) Done() <-chan struct{} {
 // matching [ErrLeaseLost] once it is lost, including the moment its deadline
 // has passed even if Done has not been closed yet.
 func (l *Lease) Err() error {
+	l.expireIfPast()
 	if l.parts != nil {
 		return l.partsErr()
 	}
@@ -260,7 +305,7 @@ func (l *Lease) Err() error {
 	if l.isDone() {
 		return l.err
 	}
-	if !time.Now().Before(l.deadline) {
+	if l.leftAt(time.Now()) <= 0 { // ending meanwhile
 		return errDeadlinePassed
 	}
 	return nil
@@ -273,13 +318,19 @@ func (l *Lease) currentTTL() time.Duration {
 }
 
 // Deadline returns the moment this lease counts itself lost unless a renewal
-// is confirmed before it. It carries a monotonic clock reading.
+// is confirmed before it. It carries a monotonic clock reading; when the
+// wall clock ends the lease sooner (the machine was suspended), it is that
+// moment, read now.
 func (l *Lease) Deadline() time.Time {
 	if l.parts != nil {
 		return l.partsDeadline()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := time.Now()
+	if left := l.leftAt(now); left < l.deadline.Sub(now) {
+		return now.Add(left)
+	}
 	return l.deadline
 }
 
@@ -288,6 +339,7 @@ func (l *Lease) Deadline() time.Time {
 // if it was lost. Work done under the lock with this context stops by itself
 // when the lock goes.
 func (l *Lease) Context(parent context.Context) context.Context {
+	l.expireIfPast()
 	ctx, cancel := context.WithCancelCause(parent)
 	stopOnEnd := func(err error) { cancel(err) }
 	l.mu.Lock()
@@ -321,8 +373,14 @@ func (l *Lease) String() string {
 func (l *Lease) GoString() string { return l.String() }
 
 // Extend sets the lock's remaining time to ttl, if this lease still holds it,
-// and makes ttl the TTL of later automatic renewals. It never re-creates a
-// lock that has gone: then it returns [ErrNotHeld] and the lease is lost.
+// and makes ttl the TTL of later automatic renewals, the next due a third of
+// ttl after this extension. Only Extend sets a shorter remaining time than
+// the lock has: an automatic renewal never shortens it, so one delayed on
+// the network cannot cut an Extend to a longer ttl short. It never
+// re-creates a lock that has gone: then it returns [ErrNotHeld] and the
+// lease is lost. An extension confirmed only after the lease's deadline does
+// not bring the lease back: it returns an error matching [ErrLeaseLost], and
+// the lease stays lost.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := validTTL("TTL", ttl); err != nil {
 		return err
@@ -339,18 +397,26 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
 	sent := time.Now()
-	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, ttl.Milliseconds()).Int64()
+	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, ttl.Milliseconds(), shortens).Int64()
 	if err != nil {
+		l.inDoubt(sent, ttl)
 		return redisError("extend", l.name, err)
 	}
 	if n != 1 {
 		l.refused()
 		return fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
 	}
+	if err := l.confirmed(sent, ttl); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	l.ttl = ttl
 	l.mu.Unlock()
-	l.confirmed(sent, ttl)
+	if l.renew {
+		// The renewal due was planned for the former TTL: a third of a
+		// longer one is too late for a shorter TTL.
+		l.c.renewer.reschedule(l, sent.Add(ttl/3))
+	}
 	return nil
 }
 
@@ -380,19 +446,51 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Unlock releases the hold and wakes a waiter. It releases even when ctx is
-// already cancelled (bounded by [CleanupTimeout]): a cancelled caller must not
-// leave its lock behind.
+// already cancelled or past its deadline: a cancelled caller must not leave
+// its lock behind. Whatever ctx (one that never ends included), the release
+// is bounded by [CleanupTimeout] (with a go-redis client that lets contexts
+// bound its round trips: ContextTimeoutEnabled).
 //
 // It returns [ErrNotHeld] when there was nothing of ours left to release: the
 // lease was released before, or was lost and someone else may hold the lock.
 // A lease that was lost but still held in Redis (a renewal that could not get
-// through in time) is released all the same, and Unlock returns nil.
-func (l *Lease) Unlock(ctx context.Context) error {
+// through in time) is released all the same, and Unlock returns nil. So does
+// an Unlock whose release was applied but whose reply was lost: the copy the
+// Redis client sends again finds the release's mark.
+func (l *Lease) Unlock(ctx context.Context) error { return l.unlock(ctx, voidIfCopied) }
+
+// giveUp is Unlock for a lease its call will not return (its caller's
+// context ended as it was granted, a grant that could not be confirmed, a
+// MultiLock rolling back): the release also writes the call's tombstone, as
+// an abandon does, so that a copy of the attempt that was granted, still
+// on its way, takes nothing when it arrives.
+func (l *Lease) giveUp(ctx context.Context) error { return l.unlock(ctx, voidAlways) }
+
+// voidRule says whether a release writes its call's tombstone.
+type voidRule int
+
+const (
+	voidIfCopied voidRule = iota // when an attempt of the call may have been sent twice (an Unlock)
+	voidAlways                   // the call gives up (see giveUp)
+	voidNever                    // the call goes on, and tries again
+)
+
+func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 	l.unlockMu.Lock()
 	defer l.unlockMu.Unlock()
-	if l.released() {
+	// A lease that ended lost may still have been released by an Unlock
+	// (see Unlock): the release's mark would make a second release look
+	// like a resent first one, so the lease remembers.
+	if l.unlocked || l.released() {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
+	err := l.release(ctx, rule)
+	l.unlocked = err == nil
+	return err
+}
+
+// release is unlock's work, under unlockMu.
+func (l *Lease) release(ctx context.Context, rule voidRule) error {
 	l.unlocking.Store(true)
 	if l.parts != nil {
 		return l.unlockParts(ctx)
@@ -402,7 +500,21 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.c.renewer.remove(l)
 
-	ok, err := l.c.releaseArgv(ctx, l.kind.release, l.relHead, l.owner)
+	// Bounded whatever ctx, so that the release's mark outlives every copy
+	// of it whose reply this Unlock could read (see releaseMarkLife).
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, releaseMarkLife)
+	defer cancel()
+	head, extra := l.relHead, []any{releaseMarkMillis}
+	void := rule == voidAlways || (rule == voidIfCopied && l.maybeCopied)
+	if void && l.tombstone != "" { // the tombstone is release's last KEY, its lifetime its last ARGV
+		head = append(slices.Clone(l.relHead), l.tombstone)
+		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, Mutex.argv)
+		extra = append(extra, tombstoneLifeMillis)
+	}
+	ok, err := l.c.releaseWithin(ctx, l.kind.release, head, l.owner, extra...)
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
 		l.end(fmt.Errorf("%w: unlock did not complete", ErrLeaseLost))
@@ -416,8 +528,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return nil
 }
 
+// wallClockSkew is added to the wall clock the leases read (tests stand in
+// a suspension with it); 0 otherwise.
+var wallClockSkew atomic.Int64
+
 var (
 	errDeadlinePassed = fmt.Errorf("%w: no renewal confirmed before its deadline", ErrLeaseLost)
+	errConfirmedLate  = fmt.Errorf("%w: the extension was confirmed after the lease's deadline", ErrLeaseLost)
 	errRenewalRefused = fmt.Errorf("%w: the lock expired, was deleted or is held by another owner", ErrLeaseLost)
 )
 
@@ -435,7 +552,7 @@ func (l *Lease) refused() {
 func (l *Lease) heldLocally() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.isDone() || !time.Now().Before(l.deadline) {
+	if l.isDone() || l.leftAt(time.Now()) <= 0 {
 		return fmt.Errorf("%w: the lease of %q has ended", ErrNotHeld, l.name)
 	}
 	return nil
@@ -462,15 +579,87 @@ func (l *Lease) isDone() bool { return l.finished }
 // was sent at sent (the caller holds extendMu). It may move the deadline in
 // as well as out: the key now expires ttl after the extension arrived,
 // whatever it had left before. A deadline that has already passed is not
-// moved: from that moment the lease was reported lost, and stays so.
-func (l *Lease) confirmed(sent time.Time, ttl time.Duration) {
+// moved: from that moment the lease was reported lost, and stays so; the
+// error says so (and the lease is ended here if no one has yet).
+func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.isDone() || !time.Now().Before(l.deadline) {
-		return
+	if l.isDone() {
+		err := l.err
+		l.mu.Unlock()
+		if err == nil {
+			return fmt.Errorf("%w: %q was released meanwhile", ErrNotHeld, l.name)
+		}
+		return err
+	}
+	if l.leftAt(time.Now()) <= 0 {
+		l.mu.Unlock()
+		l.end(errConfirmedLate)
+		return errConfirmedLate
 	}
 	l.deadline = validUntil(sent, ttl, l.drift).Add(-l.slack)
-	l.timer.Reset(time.Until(l.deadline))
+	l.timer.Reset(l.leftAt(time.Now()))
+	l.mu.Unlock()
+	return nil
+}
+
+// inDoubt handles an Extend to ttl, sent at sent, whose outcome is unknown:
+// Redis may have applied it, or may yet, from a command still waiting in a
+// stalled server or a copy on its way. A longer TTL changes nothing the
+// lease counts on. A shorter one may have cut the key's life: the lease
+// counts on no more than it would leave, and renews at that TTL from now
+// on, so that the key lives as long as the lease counts on it whichever
+// extension Redis applies last.
+func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	if l.isDone() || ttl >= l.ttl {
+		l.mu.Unlock()
+		return
+	}
+	l.ttl = ttl
+	if d := validUntil(sent, ttl, l.drift).Add(-l.slack); d.Before(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(l.leftAt(time.Now()))
+	}
+	l.mu.Unlock()
+	if l.renew {
+		l.c.renewer.reschedule(l, sent.Add(ttl/3))
+	}
+}
+
+// leftAt is how long the lease has left at now (a time.Now reading), by
+// whichever of its deadline's clocks ends first; l.mu must be held. The
+// wall clock goes on while the machine is suspended, the monotonic one
+// does not: after a resume, only the wall clock knows that Redis's TTL
+// has run on.
+func (l *Lease) leftAt(now time.Time) time.Duration {
+	wallNow := now.Round(0).Add(time.Duration(wallClockSkew.Load()))
+	return min(l.deadline.Sub(now), l.deadline.Round(0).Sub(wallNow))
+}
+
+// pastDeadline reports whether the lease's deadline has passed, by either
+// of its clocks.
+func (l *Lease) pastDeadline() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leftAt(time.Now()) <= 0
+}
+
+// expireIfPast ends the lease (each part of a MultiLock's) as lost when its
+// deadline has passed. The deadline timer runs on the monotonic clock: after
+// a suspension it fires late, and whoever looks first ends the lease.
+func (l *Lease) expireIfPast() {
+	if l.parts != nil {
+		for _, p := range l.parts {
+			p.expireIfPast()
+		}
+		return
+	}
+	l.mu.Lock()
+	past := !l.isDone() && l.timer != nil && l.leftAt(time.Now()) <= 0
+	l.mu.Unlock()
+	if past {
+		l.end(errDeadlinePassed)
+	}
 }
 
 // checkDeadline runs when the deadline timer fires.
@@ -480,7 +669,7 @@ func (l *Lease) checkDeadline() {
 		l.mu.Unlock()
 		return
 	}
-	if left := time.Until(l.deadline); left > 0 { // moved by a renewal meanwhile
+	if left := l.leftAt(time.Now()); left > 0 { // moved by a renewal meanwhile
 		l.timer.Reset(left)
 		l.mu.Unlock()
 		return

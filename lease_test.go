@@ -402,10 +402,15 @@ func TestMutex_ForeignValueInTheLocksOtherKeysFailsAtOnce(t *testing.T) {
 
 		name = lockName(t)
 		rdb.HSet(ctx, lockKey(name)+":waiters", "f", "v")
-		holder, err := c.Mutex(name).TryLock(ctx) // takes no registration: works
+		if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("TryLock with a hash as waiter set: %v, want ErrWrongType", err) // though it would not register
+		}
+		rdb.Del(ctx, lockKey(name)+":waiters")
+		holder, err := c.Mutex(name).TryLock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		rdb.HSet(ctx, lockKey(name)+":waiters", "f", "v") // while held
 		if _, err := newClient(t, b.newRedis(t)).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
 			t.Fatalf("Lock that must register in a hash: %v, want ErrWrongType at once", err)
 		}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,6 +28,17 @@ import (
 // A MultiLock that fails or gives up part way (its context ended, an error)
 // releases what it took before returning: it never leaves a partial hold.
 //
+// Taking the slots in turn, a MultiLock may wait for a later slot longer
+// than an earlier slot's hold lasts: nothing renews a lease of
+// [WithLeaseTime]. So once the last slot is taken, the earlier ones are
+// confirmed before Lock or TryLock returns: a fixed lease is extended to
+// its lease time, so that every lock's lease runs from about the moment the
+// lease is returned, and an auto-renewed one must not have been lost.
+// Where one is no longer held (it ran out, and someone else may have taken
+// it), the MultiLock releases everything and Lock starts over, waiting as
+// before, within its context and [WithWait]; TryLock returns
+// [ErrNotAcquired]. The lease returned holds every lock, with time left.
+//
 // While it waits it is registered with one of the locks in its way at a
 // time, and woken by that lock's release. It does not queue for the others:
 // under constant contention for its locks one by one, it is not fair.
@@ -45,7 +57,7 @@ type lockGroup struct {
 	names    []string // sorted
 	keys     []string // four per lock: lock, fence, waiters, channel (multi_lib.lua)
 	channels []string
-	first    keys // the first lock's, whose tombstone an attempt uses
+	first    keys // the first lock's, where a call's tombstone goes
 }
 
 var multiKind = &leaseKind{
@@ -133,7 +145,8 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) {
 // error matching both [ErrNotAcquired] and ctx's error, holding nothing.
 //
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3
-// until it is unlocked or lost.
+// until it is unlocked or lost. With it, every lock's lease runs from
+// about the moment Lock returns (see [MultiLock]).
 func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
@@ -156,9 +169,40 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		}
 		cfg.waitSet = false
 	}
+	for unavailable := 0; ; {
+		held, err := m.takeGroups(ctx, cfg, try)
+		if err != nil {
+			return nil, err
+		}
+		if len(held) == 1 {
+			return held[0], nil
+		}
+		err = confirmParts(ctx, held[:len(held)-1])
+		if err == nil {
+			return m.c.combineLeases(m.name, held), nil
+		}
+		m.rollBack(ctx, held)
+		if !(errors.Is(err, errPartLost) || errors.Is(err, ErrUnavailable)) || try || ctx.Err() != nil {
+			return nil, acquireError(ctx, err)
+		}
+		// A lock ran out while a later one was waited for, and may be
+		// someone else's by now, or Redis could not confirm it: start
+		// over, in the same global order (after a pause, for the latter).
+		if errors.Is(err, ErrUnavailable) {
+			unavailable++
+			if err := m.c.pause(ctx, unavailable, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// takeGroups takes each group in turn: all of them, or none.
+func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*Lease, error) {
 	held := make([]*Lease, 0, len(m.groups))
+	call := newOwnerToken() // names the call's tombstones
 	for i := range m.groups {
-		a := &multiAcquirer{m: m, g: &m.groups[i]}
+		a := &multiAcquirer{m: m, g: &m.groups[i], owner: newOwnerToken(), tombstone: m.groups[i].first.tombstone(call)}
 		var l *Lease
 		var err error
 		if try {
@@ -172,17 +216,44 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 		}
 		held = append(held, l)
 	}
-	if len(held) == 1 {
-		return held[0], nil
-	}
-	return m.c.combineLeases(m.name, held), nil
+	return held, nil
 }
 
-// rollBack releases the groups taken before one failed. Unlock releases
-// whatever ctx; where it cannot, the holds expire with their TTL.
+// errPartLost: a group taken before the last ran out before the last was
+// taken.
+var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", ErrNotAcquired)
+
+// confirmParts makes sure the groups taken before the last still hold, now
+// that the last is taken: a wait for a later group may have outlasted an
+// earlier one's hold. A fixed lease, which nothing renews, is extended to
+// its lease time, so that each lock's lease runs from the moment they are
+// all held; an auto-renewed one has been renewed meanwhile, unless it was
+// lost. errPartLost when one is no longer ours.
+func confirmParts(ctx context.Context, parts []*Lease) error {
+	for _, p := range parts {
+		var err error
+		if p.renew {
+			err = p.heldLocally()
+		} else {
+			err = p.Extend(ctx, p.currentTTL())
+		}
+		if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) { // ran out, or confirmed too late
+			return fmt.Errorf("%w (%q)", errPartLost, p.name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollBack releases the groups taken before one failed, and leaves their
+// calls' tombstones (see Lease.giveUp). It releases whatever ctx; where it
+// cannot, the holds expire with their TTL. A group that ran out
+// (ErrNotHeld) has nothing of ours left to release.
 func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	for _, l := range held {
-		if err := l.Unlock(ctx); err != nil {
+		if err := l.giveUp(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
 			m.cfg.logger.Warn("dlock: could not release part of a MultiLock that failed; it expires with its TTL",
 				"lock", l.name, "err", err)
 		}
@@ -190,11 +261,16 @@ func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 }
 
 // multiAcquirer takes one group of a MultiLock. It listens on the channel
-// of one lock of the group at a time, the one that kept it out last.
+// of one lock of the group at a time, the one that kept it out last. All
+// its attempts take the locks under the same owner token: a copy of an
+// earlier attempt arriving after a later one was granted finds the locks
+// its own and reports them (it registers nothing).
 type multiAcquirer struct {
 	m           *MultiLock
 	g           *lockGroup
-	watch, busy int // the lock listened on, and the one in the way
+	watch, busy int    // the lock listened on, and the one in the way
+	owner       string // the call's in this group, the locks' should they be granted
+	tombstone   string // the call's, on the group's first lock: every attempt's
 }
 
 func (a *multiAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
@@ -203,9 +279,9 @@ func (a *multiAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, t
 	if err != nil {
 		return nil, 0, err
 	}
-	owner := newOwnerToken()
+	owner := a.owner
 	ttl, _ := m.cfg.holdTTL()
-	keys := append(g.keys[:len(g.keys):len(g.keys)], g.first.tombstone(owner))
+	keys := append(g.keys[:len(g.keys):len(g.keys)], a.tombstone)
 	sent := time.Now()
 	cmd, unconfirmed := m.c.runAcquire(ctx, m.cfg, scripts.MultiAcquire, keys, owner, ttl.Milliseconds(), waiterID,
 		waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.watch+1, publish)
@@ -232,7 +308,7 @@ func (a *multiAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, t
 		tokens[i] = uint64(res[i+1])
 	}
 	return m.c.startLease(leaseSpec{
-		name: g.name, kind: multiKind, keys: g.keys, relKeys: g.keys,
+		name: g.name, kind: multiKind, keys: g.keys, relKeys: g.keys, mark: g.first.lock, tombstone: a.tombstone,
 		owner: owner, token: tokens[0], sent: sent, cfg: m.cfg,
 		names: g.names, tokens: tokens,
 	}), 0, nil
@@ -261,10 +337,15 @@ func (a *multiAcquirer) rewatch() (string, bool) {
 func (a *multiAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, "", waiterID) }
 
 // abandon gives up an attempt whose outcome is unknown (owner), a waiter's
-// registration (waiterID), or both; see multi_abandon.lua.
+// registration (waiterID), or both; see multi_abandon.lua. The tombstone
+// keeps the call's attempts so far out, so a waiting Lock that goes on (see
+// [ErrUnavailable]) goes on with a new one, and a new owner token.
 func (a *multiAcquirer) abandon(ctx context.Context, owner, waiterID string) {
 	m, g := a.m, a.g
-	ttl, _ := m.cfg.holdTTL()
-	keys := append(g.keys[:len(g.keys):len(g.keys)], g.first.tombstone(owner))
-	m.c.abandon(ctx, g.name, multiKind.abandon, keys, m.cfg.logger, owner, ttl.Milliseconds(), waiterID, a.watch+1)
+	keys := append(g.keys[:len(g.keys):len(g.keys)], a.tombstone)
+	m.c.abandon(ctx, g.name, multiKind.abandon, keys, m.cfg.logger, owner, tombstoneLifeMillis, waiterID, a.watch+1)
+	a.owner = newOwnerToken()
+	a.tombstone = g.first.tombstone(newOwnerToken())
 }
+
+func (a *multiAcquirer) client() *Client { return a.m.c }

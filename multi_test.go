@@ -266,3 +266,90 @@ func TestMultiLock_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 
 	expectSecondUnlockRefused(t, ctx, c.MultiLock(lockNames(t, 2)).Lock)
 }
+
+// A MultiLock across slots takes its groups one after another. A fixed
+// lease taken on the first group runs out while the MultiLock waits for a
+// later one; Lock must not return it lost, nor while another client holds
+// the first lock, but hold every lock with time left when it returns.
+func TestMultiLock_FixedLeaseRunningOutWhileWaitingIsNotReturned(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	b := backends[1]
+	rdb := b.newRedis(t)
+	first, last := lockName(t), lockName(t)
+	for dlock.ClusterSlot(first) == dlock.ClusterSlot(last) {
+		last = lockName(t)
+	}
+	if dlock.ClusterSlot(first) > dlock.ClusterSlot(last) {
+		first, last = last, first
+	}
+	others := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute))
+	holder, err := others.Mutex(last).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiterRedis := b.newRedis(t)
+	attempts := countAttemptsOf(waiterRedis, scripts.MultiAcquire)
+	waiting, waitingAgain := attempts.registeredReach(1), attempts.registeredReach(2)
+	const leaseTime = time.Second
+	type result struct {
+		lease *dlock.Lease
+		err   error
+	}
+	results := make(chan result, 1)
+	go func() {
+		// No refresh within the test: each registration counted is a new one.
+		c := newClient(t, waiterRedis, dlock.WithLeaseTime(leaseTime), dlock.WithWaiterRefresh(time.Hour))
+		l, err := c.MultiLock([]string{first, last}).Lock(ctx)
+		results <- result{l, err}
+	}()
+	// Registered on the last lock, the MultiLock holds the first; once that
+	// runs out, another client takes it, and only then is the last released.
+	waitDone(t, waiting, 30*time.Second, "the MultiLock waiting for the last lock")
+	eventually(t, ctx, "the first lock's lease running out", func() bool {
+		return rdb.Exists(ctx, lockKey(first)).Val() == 0
+	})
+	thief, err := others.Mutex(first).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("Lock returned (%v, %v) while another client holds %q; lease Err: %v",
+			r.lease, r.err, first, func() error {
+				if r.lease != nil {
+					return r.lease.Err()
+				}
+				return nil
+			}())
+	case <-waitingAgain:
+	}
+	if err := thief.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-results:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the MultiLock did not take the locks once they were free")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.lease.Err(); err != nil {
+		t.Fatalf("Lock returned a lease already lost: %v", err)
+	}
+	for _, name := range []string{first, last} {
+		if ttl := rdb.PTTL(ctx, lockKey(name)).Val(); ttl <= 0 || ttl > leaseTime {
+			t.Errorf("TTL of %q: %v; want in (0, %v]", name, ttl, leaseTime)
+		}
+		if l, err := others.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("another client's TryLock of %q: %v, %v; want ErrNotAcquired", name, l, err)
+		}
+	}
+	if err := r.lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -32,13 +32,13 @@ type Mutex struct {
 
 // mutexArgv is what the EVALSHA commands of one Mutex's acquisitions and
 // releases share, boxed once, on first use: a lock+unlock then boxes only
-// its owner token and tombstone (rather than every key name and number,
+// its owner token, tombstone and release mark (rather than every key name and number,
 // twice), which is a fifth of its allocations. A handle used once boxes
 // each key name once, for both commands, and the scripts' SHAs not at all.
 type mutexArgv struct {
 	acquire                    []any // evalsha, sha, 4, lock, fence
 	waiters, ttl, registration any   // acquire's KEYS[4], ARGV[2], ARGV[4]
-	release                    []any // evalsha, sha, 4, lock, channel, waiters, fence
+	release                    []any // evalsha, sha, 5, lock, channel, waiters, fence (the lease adds its mark)
 }
 
 func (m *Mutex) argv() *mutexArgv {
@@ -52,7 +52,7 @@ func (m *Mutex) argv() *mutexArgv {
 		waiters:      waiters,
 		ttl:          boxMillis(ttl),
 		registration: boxMillis(waiterLease(m.cfg.waiterRefresh)),
-		release:      []any{"evalsha", mutexReleaseSHA, 4, lock, m.keys.channel, waiters, fence},
+		release:      []any{"evalsha", mutexReleaseSHA, 5, lock, m.keys.channel, waiters, fence},
 	})
 	return m.boxed.Load()
 }
@@ -102,7 +102,9 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 func (m *Mutex) Name() string { return m.name }
 
 // TryLock makes one attempt to take the lock and never waits. It returns
-// [ErrNotAcquired] when someone else holds it. Like Lock's, its lease renews
+// [ErrNotAcquired] when someone else holds it, and an error matching
+// [ErrUnavailable] when Redis cannot serve it for a while (a failover, a
+// slot being migrated): trying again later may succeed. Like Lock's, its lease renews
 // itself unless [WithLeaseTime] was given.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.check(); err != nil {
@@ -115,7 +117,9 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // until ctx ends or the wait set by [WithWait] runs out. A wait that ends
 // that way returns an error matching both [ErrNotAcquired] and ctx's error.
 // A release hands the lock to one waiting Lock, which then holds it without
-// asking again; a newcomer does not barge in ahead of waiters.
+// asking again; a newcomer does not barge in ahead of waiters. Errors that
+// pass on their own ([ErrUnavailable]) do not end the wait: it tries again,
+// backing off.
 //
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
 // it is unlocked or lost.
@@ -140,17 +144,21 @@ func (m *Mutex) check() error {
 type mutexCall struct {
 	m          *Mutex
 	owner      string
+	tombstone  string // named after owner: see keys.tombstone
 	attempts   int
 	registered string    // the registration the last refused attempt made
 	sent       time.Time // when the last attempt was sent
 }
 
-func (m *Mutex) call() *mutexCall { return &mutexCall{m: m, owner: newOwnerToken()} }
+func (m *Mutex) call() *mutexCall {
+	owner := newOwnerToken()
+	return &mutexCall{m: m, owner: owner, tombstone: m.keys.tombstone(owner)}
+}
 
 func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
 	m := a.m
 	ttl, _ := m.cfg.holdTTL()
-	tombstone := m.keys.tombstone(a.owner)
+	tombstone := a.tombstone
 	a.attempts++
 	entry := ""
 	if waiterID != "" {
@@ -209,32 +217,32 @@ func (a *mutexCall) granted(h handOver) *Lease {
 func (a *mutexCall) lease(token uint64, validity time.Duration) *Lease {
 	m := a.m
 	return m.c.startLease(leaseSpec{
-		name: m.name, kind: mutexKind, keys: m.extendKeys, relHead: m.argv().release,
+		name: m.name, kind: mutexKind, keys: m.extendKeys, relHead: m.argv().release, mark: m.keys.lock, tombstone: a.tombstone,
 		owner: a.owner, token: token, sent: a.sent, validity: validity, cfg: m.cfg,
 	})
 }
 
 // leave withdraws the call's registration; a hold a release may have handed
-// it meanwhile is passed on. No attempt is in doubt: no tombstone.
-func (a *mutexCall) leave(ctx context.Context, waiterID string) { a.giveUp(ctx, "", 0) }
+// it meanwhile is passed on. A copy of an attempt may still be on its way
+// (go-redis resends after a read timeout): the tombstone refuses it.
+func (a *mutexCall) leave(ctx context.Context, waiterID string) { a.abandon(ctx, "") }
 
-// abandon gives up the call after an attempt (whose registration is entry)
-// of unknown outcome: a hold it may have, the attempt should it still be on
-// its way (a tombstone), and its registrations.
+// abandon gives up the call after an attempt (whose registration is entry;
+// "" when it left with none in doubt): a hold it may have, any copy of its
+// attempts still on its way (a tombstone), and its registrations. The
+// tombstone is the owner's, so a Lock that goes on waiting (see
+// [ErrUnavailable]) goes on as a new call, under a new owner token.
 func (a *mutexCall) abandon(ctx context.Context, entry string) {
-	ttl, _ := a.m.cfg.holdTTL()
-	a.giveUp(ctx, entry, ttl)
-}
-
-// giveUp runs mutex_abandon.lua for the call, withdrawing entry and the
-// registration before it, with a tombstone for tombstone (0: none).
-func (a *mutexCall) giveUp(ctx context.Context, entry string, tombstone time.Duration) {
 	m := a.m
 	withdraw, before := entry, a.registered
 	if withdraw == "" {
 		withdraw, before = before, ""
 	}
 	m.c.abandon(ctx, m.name, mutexKind.abandon,
-		[]string{m.keys.lock, m.keys.channel, m.keys.tombstone(a.owner), m.keys.waiters, m.keys.fence},
-		m.cfg.logger, a.owner, tombstone.Milliseconds(), withdraw, before)
+		[]string{m.keys.lock, m.keys.channel, a.tombstone, m.keys.waiters, m.keys.fence},
+		m.cfg.logger, a.owner, tombstoneLifeMillis, withdraw, before)
+	a.owner = newOwnerToken()
+	a.tombstone = m.keys.tombstone(a.owner)
 }
+
+func (a *mutexCall) client() *Client { return a.m.c }

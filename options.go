@@ -34,12 +34,26 @@ const (
 	// of each waiter is a command sent to Redis.
 	MinWaiterRefresh = 10 * time.Millisecond
 
+	// MaxWaiterRefresh is the longest waiter refresh accepted. A waiter's
+	// registration lasts three refreshes, an expiry the scripts keep like a
+	// hold's: this bound keeps it within [MaxTTL], and so exact in Lua and
+	// a valid expiry in Redis (longer, it would overflow, and a negative
+	// expiry deletes the set of waiters).
+	MaxWaiterRefresh = MaxTTL / waiterLeaseRefreshes
+
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
 
+	// DefaultRestartGuard is how long a [Redlock] node must have been up
+	// before it votes, unless [WithRestartGuard] says otherwise (or the
+	// Redlock uses a longer TTL): the default TTL, the longest TTL of any
+	// client that does not set one.
+	DefaultRestartGuard = DefaultTTL
+
 	// CleanupTimeout bounds the work dlock does after its caller has given
 	// up: the compare-and-delete that follows a failed or cancelled acquire,
-	// and Unlock, which releases even with a cancelled context.
+	// and Unlock, which releases even with a cancelled context. It bounds
+	// them whatever the context, one that never ends included.
 	CleanupTimeout = 5 * time.Second
 )
 
@@ -62,7 +76,7 @@ type settings struct {
 	waiterRefresh time.Duration
 
 	nodeTimeout  time.Duration // Redlock; 0: derived from the TTL
-	restartGuard bool          // Redlock
+	restartGuard time.Duration // Redlock; 0: off
 
 	replicaAck        int // replicas that must confirm an acquisition (WAIT)
 	replicaAckTimeout time.Duration
@@ -76,7 +90,7 @@ func defaultSettings() settings {
 		logger: slog.New(slog.DiscardHandler),
 
 		waiterRefresh: DefaultWaiterRefresh,
-		restartGuard:  true,
+		restartGuard:  DefaultRestartGuard,
 	}
 }
 
@@ -136,7 +150,8 @@ func WithOwner(id string) Option {
 // within three refreshes; until then a wake-up or, for a [FairMutex], the
 // lock itself may be handed to it and held up for that long. Shorter
 // refreshes drop dead waiters sooner at the cost of one Redis command per
-// waiter per refresh; at least [MinWaiterRefresh].
+// waiter per refresh; at least [MinWaiterRefresh], at most
+// [MaxWaiterRefresh].
 func WithWaiterRefresh(d time.Duration) Option { return func(s *settings) { s.waiterRefresh = d } }
 
 // WithNodeTimeout bounds how long a [Redlock] waits for each node's answer,
@@ -145,13 +160,24 @@ func WithWaiterRefresh(d time.Duration) Option { return func(s *settings) { s.wa
 // 10 ms and 200 ms.
 func WithNodeTimeout(d time.Duration) Option { return func(s *settings) { s.nodeTimeout = d } }
 
-// WithRestartGuard turns the restart guard of a [Redlock] on (the default)
-// or off. With it on, a node that restarted (its run_id changed) less than
-// the longest TTL this Redlock uses ago does not count toward a quorum: it
-// may have come back without the locks it held, and counting it could let
-// a second owner in (the Redlock algorithm's delayed restart). Turn it off
-// only for nodes that persist every write (appendfsync always).
-func WithRestartGuard(on bool) Option { return func(s *settings) { s.restartGuard = on } }
+// WithRestartGuard sets the restart guard of a [Redlock]: a node votes only
+// once it has been up for at least d, or for the longest TTL the Redlock
+// has used, whichever is longer (default [DefaultRestartGuard]). Give the
+// longest TTL or lease time that any client of these nodes may use, in any
+// process. WithRestartGuard(0) turns the guard off: only for nodes that
+// persist every write (appendonly yes, appendfsync always).
+//
+// Why: a node that restarted without persistence has forgotten the locks
+// it held, and its vote could let a second owner in beside one whose hold
+// it lost (the Redlock algorithm's delayed restart). A process that first
+// meets a node after its restart cannot tell it from a new node, so the
+// guard goes by the node's uptime alone, whatever this process saw before:
+// a node started less than d ago does not vote, even on a new deployment.
+// Each node tells its uptime to the second (INFO server); the guard counts
+// the least it can be. Reading it needs +info (see the README's ACL).
+// A node whose uptime cannot be read does not vote: its [NodeError] says
+// why.
+func WithRestartGuard(d time.Duration) Option { return func(s *settings) { s.restartGuard = d } }
 
 // WithReplicaAck makes every acquisition wait until n replicas of the
 // lock's master confirm it, for at most timeout: the acquire script and a
@@ -193,12 +219,16 @@ func (s settings) validate() error {
 		return invalidf("wait %v is negative", s.wait)
 	case s.waiterRefresh < MinWaiterRefresh:
 		return invalidf("waiter refresh %v is below the minimum %v", s.waiterRefresh, MinWaiterRefresh)
+	case s.waiterRefresh > MaxWaiterRefresh:
+		return invalidf("waiter refresh %v is above the maximum %v", s.waiterRefresh, MaxWaiterRefresh)
 	case s.replicaAck < 0:
 		return invalidf("replica acknowledgements %d is negative", s.replicaAck)
 	case s.replicaAck > 0 && s.replicaAckTimeout <= 0:
 		return invalidf("replica acknowledgement timeout %v is not positive", s.replicaAckTimeout)
 	case s.nodeTimeout < 0:
 		return invalidf("node timeout %v is negative", s.nodeTimeout)
+	case s.restartGuard < 0 || s.restartGuard > MaxTTL:
+		return invalidf("restart guard %v is outside [0, %v]", s.restartGuard, MaxTTL)
 	case s.ownerSet && s.owner == "":
 		return invalidf("empty owner id")
 	case len(s.owner) > MaxNameLen:

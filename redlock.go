@@ -19,7 +19,8 @@ import (
 // survives the loss of a minority of them.
 //
 // What it guarantees, given clocks that run at about the same rate
-// (a drift within [WithDriftFactor]) and the restart guard on: while a lease
+// (a drift within [WithDriftFactor]) and the restart guard on and at least
+// the longest TTL any of its clients uses: while a lease
 // is valid (before [Lease.Deadline]), no other owner holds a majority; a
 // lease is returned only with validity left, counted from the start of the
 // attempt that took it (TTL minus the time the attempt took, minus TTL ×
@@ -35,9 +36,15 @@ import (
 // random delay rather than being woken: a release on a majority is not one
 // event any node could announce.
 //
-// NewRedlock adds a hook to each client that counts the connections it
-// opens (the restart guard reads a node's run_id after a reconnection).
-// Each client should reach one master: a Client, or a failover client.
+// A node votes only once it has been up for the restart guard (see
+// [WithRestartGuard]; by default the longest TTL in use, at least
+// [DefaultRestartGuard]): nodes started or restarted less than that ago,
+// a new deployment's too, do not count toward a quorum, and each attempt's
+// [*QuorumError] names them. NewRedlock adds a hook to each client that
+// counts the connections it opens: the guard reads a node's uptime (INFO,
+// which the client's user needs) after each reconnection, which a restart
+// forces. Each client should reach one master: a Client, or a failover
+// client.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
@@ -132,7 +139,7 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return keep(ctx, l)
+	return keep(ctx, l, false)
 }
 
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
@@ -161,11 +168,11 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 		}
 		l, retryIn, err := m.attempt(ctx)
 		if l != nil {
-			return keep(ctx, l)
+			return keep(ctx, l, false)
 		}
 		var quorum *QuorumError
-		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) {
-			return nil, err // bad input, a foreign key: trying again will not help
+		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || m.r.forbidden(quorum) {
+			return nil, err // bad input, a foreign key, no permission: trying again will not help
 		}
 		last = err
 		delay := redlockRetryMin + rand.N(redlockRetrySpread)
@@ -177,6 +184,19 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// forbidden reports whether so many nodes refused an attempt for lack of
+// permission (an ACL without +info, which the restart guard needs) that no
+// quorum is left to wait for.
+func (r *Redlock) forbidden(q *QuorumError) bool {
+	refused := 0
+	for _, node := range q.Nodes {
+		if errors.Is(node, ErrPermission) {
+			refused++
+		}
+	}
+	return len(r.nodes)-refused < r.quorum
 }
 
 // A waiting RedlockMutex tries again after redlockRetryMin plus up to
@@ -212,6 +232,10 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	owner := newOwnerToken()
 	ttl, _ := m.cfg.holdTTL()
 	longest := r.ttlInUse(ttl)
+	var guard time.Duration // 0: off
+	if m.cfg.restartGuard > 0 {
+		guard = max(m.cfg.restartGuard, longest)
+	}
 	keys := []string{m.keys.lock, m.keys.fence, m.keys.tombstone(owner), m.keys.waiters}
 
 	// What a node answered: granted with its counter, or held by another
@@ -228,15 +252,15 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		}
 		switch {
 		case isWrongType(err):
-			return vote{answered: true}, fmt.Errorf("%w: lock %q", ErrWrongType, m.name)
+			return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
 		case err != nil:
 			return vote{}, err
 		case res[0] != 1:
 			return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
 		}
 		v := vote{answered: true, token: res[1]}
-		if m.cfg.restartGuard {
-			if err := n.mayVote(ctx, longest); err != nil {
+		if guard > 0 {
+			if err := n.mayVote(ctx, guard); err != nil {
 				return v, err
 			}
 		}
@@ -272,8 +296,8 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 }
 
 // agreeOnToken is the highest counter among the nodes that granted. It
-// raises every node's counter to it and reports how each did: the token
-// holds once a majority have it.
+// raises every node's counter to it, kept for good (see redlock_fence.lua),
+// and reports how each did: the token holds once a majority have it.
 func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes []error) (uint64, []error) {
 	var token int64
 	for i, err := range votes {
@@ -313,7 +337,6 @@ func majorityHoldLeft(held []int64, quorum int) time.Duration {
 // [CleanupTimeout], so that a failed attempt returns within the node
 // timeout.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
-	ttl, _ := m.cfg.holdTTL()
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence}
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	var waitFor []*redlockNode
@@ -326,7 +349,7 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []boo
 		}
 	}
 	release := func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, scripts.MutexAbandon.Run(ctx, n.rdb, keys, owner, "PUBLISH", ttl.Milliseconds(), "", "").Err()
+		return struct{}{}, scripts.MutexAbandon.Run(ctx, n.rdb, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Err()
 	}
 	logFailures := func(nodes []*redlockNode, timeout time.Duration) {
 		_, errs := onNodes(ctx, nodes, timeout, release)

@@ -8,7 +8,9 @@ import (
 // NodeError is what went wrong on one node of a [Redlock]: its position in
 // the clients given to [NewRedlock], its address, and the error (a network
 // error, a timeout, [ErrNotAcquired] when another owner holds the lock
-// there, or errRecovering for a node that restarted too recently to vote).
+// there, or why the restart guard keeps the node out of the vote: it has
+// not been up for the guard, or its uptime cannot be read, matching
+// [ErrPermission] when the client's user lacks +info).
 type NodeError struct {
 	Node int
 	Addr string

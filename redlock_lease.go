@@ -14,6 +14,10 @@ import (
 type redlockHold struct {
 	m     *RedlockMutex
 	lease *Lease
+
+	// extended tells renewEvery that an Extend was confirmed: the next
+	// renewal is due a third of the new TTL from now.
+	extended chan struct{}
 }
 
 // newLease makes the lease of a hold a majority granted to an attempt
@@ -25,7 +29,7 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 		log: m.cfg.logger, ttl: ttl, heapIndex: -1,
 	}
 	l.deadline = validUntil(start, ttl, l.drift).Add(-l.slack)
-	l.redlock = &redlockHold{m: m, lease: l}
+	l.redlock = &redlockHold{m: m, lease: l, extended: make(chan struct{}, 1)}
 	l.mu.Lock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
 	l.mu.Unlock()
@@ -37,15 +41,19 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 
 // renewEvery extends the hold every interval (TTL/3) until the lease ends;
 // sooner again after a round that did not reach a majority, until the
-// deadline gives up on it.
+// deadline gives up on it. An Extend starts the count again from its TTL.
 func (h *redlockHold) renewEvery(interval time.Duration) {
 	l := h.lease
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
+	done := l.Done()
 	for {
 		select {
-		case <-l.Done():
+		case <-done:
 			return
+		case <-h.extended:
+			timer.Reset(l.currentTTL() / 3)
+			continue
 		case <-timer.C:
 		}
 		if l.unlocking.Load() {
@@ -53,7 +61,7 @@ func (h *redlockHold) renewEvery(interval time.Duration) {
 		}
 		ttl := l.currentTTL()
 		ctx, cancel := context.WithDeadline(context.Background(), l.Deadline())
-		err := h.extendOnce(ctx, ttl)
+		err := h.extendOnce(ctx, ttl, false)
 		cancel()
 		next := ttl / 3
 		if err != nil {
@@ -70,26 +78,36 @@ func (h *redlockHold) extend(ctx context.Context, l *Lease, ttl time.Duration) e
 		return err
 	}
 	h.m.r.ttlInUse(ttl)
-	if err := h.extendOnce(ctx, ttl); err != nil {
+	if err := h.extendOnce(ctx, ttl, true); err != nil {
 		return err
 	}
 	l.mu.Lock()
 	l.ttl = ttl
 	l.mu.Unlock()
+	select { // the renewal due was planned for the former TTL
+	case h.extended <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
 // extendOnce extends the hold on every node; it counts when a majority
 // confirmed within the validity the extension gives. A majority that
-// refused (the hold expired there, or is another's) loses the lease.
-func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration) error {
+// refused (the hold expired there, or is another's) loses the lease. Only
+// Extend passes explicit: a renewal never shortens a node's hold, as a late
+// one must not cut an Extend to a longer TTL short (see Lease.extendMu).
+func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explicit bool) error {
 	l, m := h.lease, h.m
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
 	refused := 0
 	start := time.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		ok, err := scripts.MutexExtend.Run(ctx, n.rdb, []string{m.keys.lock}, l.owner, ttl.Milliseconds()).Int64()
+		args := []any{l.owner, ttl.Milliseconds()}
+		if explicit {
+			args = append(args, shortens)
+		}
+		ok, err := scripts.MutexExtend.Run(ctx, n.rdb, []string{m.keys.lock}, args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	for _, err := range errs {
@@ -99,8 +117,7 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration) error {
 	}
 	granted := succeeded(errs)
 	if granted >= m.r.quorum && m.drift(ttl)+time.Since(start) < ttl {
-		l.confirmed(start, ttl)
-		return nil
+		return l.confirmed(start, ttl)
 	}
 	if refused > len(m.r.nodes)-m.r.quorum {
 		l.refused()

@@ -23,13 +23,12 @@ type redlockNode struct {
 
 	dials atomic.Int64 // connections opened to it: a restart makes new ones
 
-	mu         sync.Mutex
-	checked    int64  // dials when its run_id was last read
-	runID      string // "" until first read
-	recovering time.Time
+	mu      sync.Mutex
+	checked int64     // dials when its uptime was last read
+	upSince time.Time // the latest it can have started, on this process's clock
 }
 
-var errRecovering = errors.New("restarted less than the longest TTL ago: it does not vote yet")
+var errRecovering = errors.New("restart guard: up for less than the guard, so it may have lost locks: it does not vote yet")
 
 func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index)}
@@ -41,7 +40,7 @@ func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 }
 
 // dialCounter counts the connections a node's client opens, so that a
-// reconnection, which a restart forces, gets the node's run_id read again.
+// reconnection, which a restart forces, gets the node's uptime read again.
 type dialCounter struct{ n *redlockNode }
 
 func (h dialCounter) DialHook(next redis.DialHook) redis.DialHook {
@@ -60,48 +59,59 @@ func (h dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// mayVote reports whether the node's grant counts toward a quorum: not
-// while it is recovering from a restart within the longest TTL in use.
-// After a new connection it reads the node's run_id and uptime first (one
-// INFO round trip, only then).
-func (n *redlockNode) mayVote(ctx context.Context, longest time.Duration) error {
+// mayVote reports whether the node's grant counts toward a quorum: only
+// once it has been up for guard. A process cannot tell a node that
+// restarted empty from one it has not met before, so it goes by uptime
+// alone (see [WithRestartGuard]). After a new connection it reads the
+// node's uptime (one INFO round trip, only then); a node whose uptime it
+// cannot read does not vote, and the error says why.
+func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.Load()
 	n.mu.Lock()
-	fresh := dials != n.checked
+	// Never read is fresh too: clients may come to NewRedlock connected.
+	fresh := n.upSince.IsZero() || dials != n.checked
 	n.mu.Unlock()
 	if fresh {
 		info, err := n.rdb.Info(ctx, "server").Result()
-		var reply redis.Error
-		if errors.As(err, &reply) {
-			// Not a Redis that tells its run_id (an in-process fake such as
-			// miniredis): there is no restart to guard against to be seen.
-			n.mu.Lock()
-			n.checked = dials
-			n.mu.Unlock()
-			return nil
+		if isPermission(err) {
+			return fmt.Errorf("%w: restart guard: cannot read INFO (grant +info): %w", ErrPermission, err)
 		}
 		if err != nil {
-			return fmt.Errorf("reading its run_id: %w", err)
+			return fmt.Errorf("restart guard: cannot read INFO: %w", err)
 		}
-		runID, uptime := infoField(info, "run_id"), infoField(info, "uptime_in_seconds")
-		seconds, err := strconv.ParseInt(uptime, 10, 64)
-		if runID == "" || err != nil {
-			return fmt.Errorf("reading its run_id: %w", errUnexpectedReply)
+		received := time.Now()
+		up, ok := leastUptime(info)
+		if !ok {
+			return fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
 		}
-		up := time.Duration(seconds) * time.Second
 		n.mu.Lock()
-		if n.runID != "" && n.runID != runID && up < longest {
-			n.recovering = time.Now().Add(longest - up)
-		}
-		n.runID, n.checked = runID, dials
+		n.upSince, n.checked = received.Add(-up), dials
 		n.mu.Unlock()
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if time.Now().Before(n.recovering) {
-		return errRecovering
+	up := time.Since(n.upSince)
+	n.mu.Unlock()
+	if up < guard {
+		return fmt.Errorf("%w (up for at least %v of %v)", errRecovering, up.Truncate(time.Millisecond), guard)
 	}
 	return nil
+}
+
+// leastUptime is the shortest time the server that wrote info (INFO
+// server) can have been up. Redis counts uptime_in_seconds between two
+// whole seconds of its clock (its start and now, each rounded down), so
+// the true uptime can be up to a second shorter; server_time_usec, where
+// given, tells how far into its current second the server is.
+func leastUptime(info string) (time.Duration, bool) {
+	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	if err != nil || seconds < 0 {
+		return 0, false
+	}
+	least := time.Duration(seconds-1) * time.Second
+	if usec, err := strconv.ParseInt(infoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
+		least += time.Duration(usec%1e6) * time.Microsecond
+	}
+	return max(least, 0), true
 }
 
 func infoField(info, field string) string {

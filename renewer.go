@@ -12,11 +12,14 @@ import (
 )
 
 // renewer keeps every auto-renewed lease of a Client alive with one goroutine,
-// however many leases there are: a heap ordered by when each is due, and the
-// leases due together sent as one pipeline (go-redis splits a pipeline by
-// node on a cluster). Each lease is renewed every TTL/3, so two renewals in a
-// row may fail before its deadline passes. The goroutine runs only while
-// there are leases to renew.
+// however many leases there are: a heap ordered by when each is due. The
+// leases due together are sent as one pipeline per node (on a cluster, the
+// master serving the lease's slot), each on a goroutine of its own that ends
+// with its reply or its deadline: a stalled node holds up the renewals of
+// its own leases only, and the loop goes on renewing the other nodes' on
+// time. Each lease is renewed every TTL/3, so two renewals in a row may fail
+// before its deadline passes. The loop runs only while there are leases to
+// renew or renewals in flight.
 type renewer struct {
 	c *Client
 
@@ -33,6 +36,7 @@ type renewer struct {
 	// idleSince is when the loop last found nothing to renew; it ends once
 	// that has lasted renewerLinger (zero: it has something).
 	idleSince time.Time
+	inFlight  int // batches sent and not yet answered
 	wg        sync.WaitGroup
 
 	ctx    context.Context // cancelled by close: stops the loop and its I/O
@@ -61,8 +65,19 @@ func (r *renewer) add(l *Lease, at time.Time) {
 	if r.closed {
 		return // the lease runs to its deadline, then reports itself lost
 	}
+	r.schedule(l, at)
+}
+
+// schedule sets l's next renewal to at, whether it was scheduled or not,
+// and wakes or starts the loop if it would not renew it in time; r.mu must
+// be held.
+func (r *renewer) schedule(l *Lease, at time.Time) {
 	l.nextRenew = at
-	heap.Push(&r.due, l)
+	if l.heapIndex >= 0 {
+		heap.Fix(&r.due, l.heapIndex)
+	} else {
+		heap.Push(&r.due, l)
+	}
 	if !r.running {
 		r.running = true
 		r.starts++
@@ -122,7 +137,7 @@ func (r *renewer) loop() {
 			return
 		}
 		if len(batch) > 0 {
-			r.renew(r.ctx, batch)
+			r.sendByNode(batch)
 			continue
 		}
 		timer.Reset(sleep)
@@ -147,6 +162,11 @@ func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, i
 	defer r.mu.Unlock()
 	r.wakeAt = time.Time{}
 	if len(r.due) == 0 {
+		if r.inFlight > 0 { // their leases come back when answered
+			r.idleSince = time.Time{}
+			r.wakeAt = now.Add(renewerLinger)
+			return nil, renewerLinger, false
+		}
 		if r.idleSince.IsZero() {
 			r.idleSince = now
 		}
@@ -174,6 +194,55 @@ func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, i
 	return batch, 0, false
 }
 
+// sendByNode sends the due leases' renewals as one batch per node, each on
+// its own goroutine with its own deadline: go-redis's cluster and Ring
+// pipelines wait for every node they write to, and a cluster's sets the
+// context's error on every command in it, so one batch for all nodes made a
+// stalled node cost the leases of the healthy ones. A lease whose node is
+// not known is sent with the others whose node is not known: the client
+// routes them.
+func (r *renewer) sendByNode(due []*Lease) {
+	var nodeOf func(key string) (*redis.Client, error)
+	switch rdb := r.c.rdb.(type) {
+	case *redis.ClusterClient:
+		nodeOf = func(key string) (*redis.Client, error) { return rdb.MasterForKey(r.ctx, key) }
+	case *redis.Ring:
+		nodeOf = rdb.GetShardClientForKey
+	default:
+		r.sendBatch(due) // one node: a server, or Sentinel's master
+		return
+	}
+	byNode := make(map[*redis.Client][]*Lease)
+	for _, l := range due {
+		var node *redis.Client
+		if len(l.keys) > 0 {
+			if n, err := nodeOf(l.keys[0]); err == nil {
+				node = n
+			}
+		}
+		byNode[node] = append(byNode[node], l)
+	}
+	for _, batch := range byNode {
+		r.sendBatch(batch)
+	}
+}
+
+// sendBatch renews one node's batch on a goroutine of its own, which ends
+// with the batch's answer or deadline.
+func (r *renewer) sendBatch(batch []*Lease) {
+	r.mu.Lock()
+	r.inFlight++
+	r.mu.Unlock()
+	r.wg.Add(1) // the loop's own count keeps close's Wait from returning first
+	go func() {
+		defer r.wg.Done()
+		r.renew(r.ctx, batch)
+		r.mu.Lock()
+		r.inFlight--
+		r.mu.Unlock()
+	}()
+}
+
 // extendBusyRetry is how soon a renewal skipped for an Extend in flight is
 // tried again.
 const extendBusyRetry = 5 * time.Millisecond
@@ -183,10 +252,16 @@ const extendBusyRetry = 5 * time.Millisecond
 func (r *renewer) renew(ctx context.Context, due []*Lease) {
 	batch := due[:0]
 	for _, l := range due {
-		if l.extendMu.TryLock() {
-			batch = append(batch, l)
-		} else {
+		switch {
+		case !l.extendMu.TryLock():
 			r.reschedule(l, time.Now().Add(extendBusyRetry))
+		case l.pastDeadline():
+			// Renewing would not bring it back: a timer that has not fired
+			// (the machine was suspended) finds it lost here.
+			l.extendMu.Unlock()
+			l.expireIfPast()
+		default:
+			batch = append(batch, l)
 		}
 	}
 	defer func() {
@@ -232,8 +307,9 @@ func (r *renewer) renew(ctx context.Context, due []*Lease) {
 	for i, l := range batch {
 		switch err := results[i]; {
 		case err == nil:
-			l.confirmed(sent, ttls[i])
-			r.reschedule(l, sent.Add(ttls[i]/3))
+			if l.confirmed(sent, ttls[i]) == nil {
+				r.reschedule(l, sent.Add(ttls[i]/3))
+			}
 		case errors.Is(err, errRenewalRefused) || isWrongType(err):
 			l.refused()
 		default:
@@ -271,18 +347,18 @@ func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration
 	return errs
 }
 
-// reschedule puts l back unless it ended or was unlocked meanwhile.
+// reschedule sets l's next renewal to at, unless it ended or was unlocked
+// meanwhile.
 func (r *renewer) reschedule(l *Lease, at time.Time) {
 	if l.ended() {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || l.heapIndex >= 0 || l.unlocking.Load() {
+	if r.closed || l.unlocking.Load() {
 		return
 	}
-	l.nextRenew = at
-	heap.Push(&r.due, l)
+	r.schedule(l, at)
 }
 
 func isNoScript(err error) bool {

@@ -82,11 +82,15 @@ func acquireThenWait(ctx context.Context, master redis.Cmdable, cfg settings, sc
 }
 
 // masterFor is the client of the master that holds key: on a cluster its
-// node's, so that WAIT follows the script on its connection; elsewhere the
+// node's, so that WAIT follows the script on its connection; on a Ring the
+// key's shard's, for the same reason (WAIT names no key); elsewhere the
 // Client's own (a single server, or Sentinel's current master).
 func (c *Client) masterFor(ctx context.Context, key string) (redis.Cmdable, error) {
-	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
-		return cluster.MasterForKey(ctx, key)
+	switch rdb := c.rdb.(type) {
+	case *redis.ClusterClient:
+		return rdb.MasterForKey(ctx, key)
+	case *redis.Ring:
+		return rdb.GetShardClientForKey(key)
 	}
 	return c.rdb, nil
 }

@@ -68,7 +68,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 // Positions in a Semaphore's scriptKeys.
 const (
 	semLeaseKeys   = 2 // extend and TTL: holders and tokens
-	semReleaseKeys = 5 // release and SetPermits: up to the channel
+	semReleaseKeys = 5 // release: up to the channel
 )
 
 // Name returns the semaphore's name.
@@ -83,7 +83,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, s)
+	return tryOnce(ctx, s.call())
 }
 
 // Acquire takes a permit, waiting for one to be released while all are
@@ -95,7 +95,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.c.waitFor(ctx, s.cfg, s.keys.own, s)
+	return s.c.waitFor(ctx, s.cfg, s.keys.own, s.call())
 }
 
 // SetPermits changes the number of permits of the semaphore in Redis, and
@@ -114,7 +114,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := scripts.SemSetPermits.Run(ctx, s.c.rdb, s.scriptKeys[:semReleaseKeys], n, publish).Err(); err != nil {
+	if err := scripts.SemSetPermits.Run(ctx, s.c.rdb, s.scriptKeys, n, publish).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}
 	s.permits.Store(int64(n))
@@ -128,10 +128,36 @@ func (s *Semaphore) check() error {
 	return s.c.usable()
 }
 
-func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
-	owner := newOwnerToken()
+// semCall is one TryAcquire or Acquire call. All its attempts ask for the
+// same permit, under the call's owner token, and share the call's
+// tombstone: a copy of an earlier attempt arriving after a later one was
+// granted finds that permit and reports it (it takes no second one, and
+// registers nothing), and a copy of any of them arriving after the call
+// gave up is refused.
+type semCall struct {
+	s         *Semaphore
+	owner     string // the permit's, should it be granted
+	tombstone string // named after owner: see keys.tombstone
+}
+
+func (s *Semaphore) call() *semCall {
+	a := &semCall{s: s}
+	a.newCall()
+	return a
+}
+
+// newCall starts the call anew: a new owner token and a new tombstone, so
+// that nothing an earlier start sent counts for it.
+func (a *semCall) newCall() {
+	a.owner = newOwnerToken()
+	a.tombstone = a.s.keys.tombstone(a.owner)
+}
+
+func (a *semCall) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
+	s := a.s
+	owner := a.owner
 	ttl, _ := s.cfg.holdTTL()
-	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
+	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], a.tombstone)
 	sent := time.Now()
 	cmd, unconfirmed := s.c.runAcquire(ctx, s.cfg, scripts.SemAcquire, keys,
 		owner, ttl.Milliseconds(), s.c.tagged(waiterID), waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load())
@@ -141,17 +167,17 @@ func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	}
 	if err != nil {
 		if !isWrongType(err) {
-			s.abandon(ctx, owner, waiterID)
+			a.abandon(ctx, owner, waiterID)
 		}
 		return nil, 0, redisError("acquire", s.name, err)
 	}
 	switch {
 	case res[0] == 1 && unconfirmed != nil:
-		s.abandon(ctx, owner, waiterID)
+		a.abandon(ctx, owner, waiterID)
 		return nil, 0, fmt.Errorf("dlock: acquire %q: %w", s.name, unconfirmed)
 	case res[0] == 1:
 		return s.c.startLease(leaseSpec{
-			name: s.name, kind: semKind, keys: s.scriptKeys[:semLeaseKeys], relKeys: s.scriptKeys[:semReleaseKeys],
+			name: s.name, kind: semKind, keys: s.scriptKeys[:semLeaseKeys], relKeys: s.scriptKeys[:semReleaseKeys], mark: s.keys.lock, tombstone: a.tombstone,
 			owner: owner, token: uint64(res[1]), sent: sent, cfg: s.cfg,
 		}), 0, nil
 	case res[0] == -2: // nothing was done, no waiter registered
@@ -160,14 +186,20 @@ func (s *Semaphore) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	return nil, time.Duration(res[1]) * time.Millisecond, nil
 }
 
-func (s *Semaphore) leave(ctx context.Context, waiterID string) {
-	s.abandon(ctx, "", waiterID)
+func (a *semCall) leave(ctx context.Context, waiterID string) {
+	a.abandon(ctx, "", waiterID)
 }
 
-// abandon gives up an attempt whose outcome is unknown (owner), a waiter's
-// registration (waiterID), or both; see sem_abandon.lua.
-func (s *Semaphore) abandon(ctx context.Context, owner, waiterID string) {
-	ttl, _ := s.cfg.holdTTL()
-	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], s.keys.tombstone(owner))
-	s.c.abandon(ctx, s.name, semKind.abandon, keys, s.cfg.logger, owner, ttl.Milliseconds(), s.c.tagged(waiterID))
+// abandon gives up the call: an attempt whose outcome is unknown (owner), a
+// waiter's registration (waiterID), or both; see sem_abandon.lua. The
+// tombstone keeps the call's attempts so far out, so a waiting Acquire that
+// goes on (see [ErrUnavailable]) goes on as a new call, with a new owner
+// token and tombstone.
+func (a *semCall) abandon(ctx context.Context, owner, waiterID string) {
+	s := a.s
+	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], a.tombstone)
+	s.c.abandon(ctx, s.name, semKind.abandon, keys, s.cfg.logger, owner, tombstoneLifeMillis, s.c.tagged(waiterID))
+	a.newCall()
 }
+
+func (a *semCall) client() *Client { return a.s.c }

@@ -3,11 +3,15 @@ package dlock
 import (
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/dlockio/dlock/scripts"
 )
 
 // ownerTokenBytes is the entropy of an owner token: 128 bits, so that no two
-// acquisitions anywhere ever present the same proof of ownership.
-const ownerTokenBytes = 16
+// acquisitions anywhere ever present the same proof of ownership. Its form,
+// scripts.OwnerTokenDigits lowercase hex digits, is how the scripts tell a
+// Mutex's holder from a string dlock did not write.
+const ownerTokenBytes = scripts.OwnerTokenDigits / 2
 
 // newOwnerToken returns the value that proves who holds a lock: random, from
 // crypto/rand, unique per acquisition. It is a secret of the holder: whoever

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/notify"
 )
@@ -22,8 +25,13 @@ type acquirer interface {
 	attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error)
 
 	// leave unregisters a waiter that stops waiting without the lock, and
-	// passes on a wake-up a release may already have sent it.
+	// passes on a wake-up a release may already have sent it. It leaves the
+	// call's tombstone, also with no waiterID (a refused attempt that may
+	// have been sent twice).
 	leave(ctx context.Context, waiterID string)
+
+	// client is the Client the call runs on.
+	client() *Client
 }
 
 // queuer is an acquirer whose waiters register even where no wake-up can
@@ -90,8 +98,14 @@ type rewatcher interface {
 // it holds the others up for one refresh at most.
 const DefaultWaiterRefresh = time.Second
 
-// waiterLease is how long a registration lasts without renewal.
-func waiterLease(refresh time.Duration) time.Duration { return 3 * refresh }
+// waiterLeaseRefreshes is how many refreshes a registration lasts: a
+// waiter that misses one or two (a slow round trip, a pause) keeps its
+// place.
+const waiterLeaseRefreshes = 3
+
+// waiterLease is how long a registration lasts without renewal; refresh is
+// at most [MaxWaiterRefresh], so this does not overflow.
+func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefreshes * refresh }
 
 // noExpiryRetry bounds a wait on a hold that reported no TTL (a key someone
 // made persistent outside dlock), when no wake-up comes.
@@ -102,33 +116,56 @@ func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
+	sent := time.Now()
 	l, _, err := a.attempt(ctx, "")
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
+	copied := time.Since(sent) >= a.client().resendAfter
 	if l == nil {
+		if copied { // a copy of the attempt may be on its way, to take the lock once free
+			a.leave(ctx, "")
+		}
 		return nil, ErrNotAcquired
 	}
-	return keep(ctx, l)
+	l.maybeCopied = copied
+	return keep(ctx, l, false)
+}
+
+// retryGrant reports whether a waiting Lock tries again after keep failed
+// with err: the grant expired before it could be confirmed, or Redis was
+// unavailable to confirm it (the next attempt then meets the same and
+// pauses, as after any transient error).
+func retryGrant(err error) bool {
+	return errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable)
 }
 
 // keep hands a granted lease to the caller, unless the caller's context
 // ended meanwhile: then, as with any cancelled call, the caller gets the
 // context's error and the lock is left as it was (given back, and the next
-// waiter woken). A client can see a reply after its context ended.
+// waiter woken), and the call's tombstone written, as for any call that
+// gives up. A client can see a reply after its context ended.
 //
 // A grant that arrived late (see startLease) is confirmed first, with an
 // extension; if that fails, the grant is given back and the error returned.
-func keep(ctx context.Context, l *Lease) (*Lease, error) {
+// A grant that expired before it could be confirmed leaves no tombstone: a
+// Lock call then tries again, with the same call token; so does one whose
+// confirmation found Redis unavailable, in a call that goes on (waiting:
+// see retryGrant).
+func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
 		if err == nil {
 			return l, nil
 		}
-		_ = l.Unlock(ctx)
+		if errors.Is(err, errGrantExpired) || goesOn && errors.Is(err, ErrUnavailable) {
+			_ = l.unlock(ctx, voidNever)
+		} else {
+			_ = l.giveUp(ctx)
+		}
 		return nil, acquireError(ctx, err)
 	}
-	_ = l.Unlock(ctx) // releases whatever ctx; if it fails, the hold expires
+	_ = l.giveUp(ctx) // releases whatever ctx; if it fails, the hold expires
 	return nil, acquireError(ctx, nil)
 }
 
@@ -146,6 +183,12 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 // Where this Client is not subscribed to the channel yet, the first attempt
 // goes without: an uncontended Lock then costs one round trip, and only a
 // refused one pays for subscribing.
+//
+// An attempt that finds Redis unavailable (see [ErrUnavailable]) has
+// cleaned up after itself like any failed attempt; the waiter pauses (see
+// Client.pause) and tries again, until its context ends. A waiter whose
+// subscription is lost for good (see [notify.Waiter.Subscribed]) leaves
+// and watches anew.
 func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a acquirer) (*Lease, error) {
 	if cfg.waitSet {
 		if cfg.wait == 0 {
@@ -158,19 +201,38 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
+	// Whether an attempt of the call took long enough for the Redis client
+	// to have sent it twice: then the lease's release leaves a tombstone for
+	// the copy that may still be on its way (see Client.resendAfter).
+	maybeCopied := false
+	attempt := func(waiterID string) (*Lease, time.Duration, error) {
+		sent := time.Now()
+		l, retryIn, err := a.attempt(ctx, waiterID)
+		maybeCopied = maybeCopied || time.Since(sent) >= c.resendAfter
+		if l != nil {
+			l.maybeCopied = maybeCopied
+		}
+		return l, retryIn, err
+	}
 	if !c.subscribed(channel) {
-		l, _, err := a.attempt(ctx, "")
-		if err != nil {
+		l, _, err := attempt("")
+		if err != nil && !errors.Is(err, ErrUnavailable) { // unavailable: subscribe, then try again
 			return nil, acquireError(ctx, err)
 		}
 		if l != nil {
-			kept, err := keep(ctx, l)
-			if !errors.Is(err, errGrantExpired) {
+			kept, err := keep(ctx, l, true)
+			if !retryGrant(err) {
 				return kept, err
 			}
 		}
 	}
 	hub, err := c.notifier(ctx)
+	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
+		if stop := c.pause(ctx, failures, nil); stop != nil {
+			return nil, stop
+		}
+		hub, err = c.notifier(ctx)
+	}
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
@@ -187,20 +249,46 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	defer func() { w.Close() }()
 
 	waiterID := "" // set once a release can reach this waiter: then it registers
+	failures := 0  // attempts in a row that found Redis unavailable
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if waiterID != "" && !w.Subscribed() && !queues(a) {
+			// The subscription it registered with is gone for good (its
+			// node failed over, its slot moved): leave, passing on a
+			// wake-up it may have had, and listen where the channel is now.
+			a.leave(ctx, waiterID)
+			w.Close()
+			next, err := hub.Watch(ctx, channel)
+			if err != nil {
+				return nil, acquireError(ctx, err)
+			}
+			w, waiterID = next, ""
+		}
 		if waiterID == "" && (w.Subscribed() || queues(a)) {
 			waiterID = w.ID()
 		}
-		l, retryIn, err := a.attempt(ctx, waiterID)
+		l, retryIn, err := attempt(waiterID)
 		if l != nil {
-			kept, err := keep(ctx, l)
-			if !errors.Is(err, errGrantExpired) {
+			kept, err := keep(ctx, l, true)
+			if !retryGrant(err) {
 				return kept, err
 			}
 			continue
 		}
+		if errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+			// The attempt cleaned up after itself, registration included;
+			// the next registers anew.
+			failures++
+			if stop := c.pause(ctx, failures, w.C()); stop != nil {
+				if waiterID != "" {
+					a.leave(ctx, waiterID)
+				}
+				return nil, stop
+			}
+			continue
+		}
+		failures = 0
 		if err != nil {
 			return nil, acquireError(ctx, err)
 		}
@@ -212,7 +300,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 				if err != nil {
 					return nil, acquireError(ctx, err)
 				}
-				w = next
+				w, channel = next, ch
 				waiterID = ""
 				continue
 			}
@@ -228,8 +316,9 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		select {
 		case <-w.C():
 			if l := grantFor(a, w, cfg); l != nil {
-				kept, err := keep(ctx, l)
-				if !errors.Is(err, errGrantExpired) {
+				l.maybeCopied = maybeCopied
+				kept, err := keep(ctx, l, true)
+				if !retryGrant(err) {
 					return kept, err
 				}
 			}
@@ -240,12 +329,45 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 		}
 		if stop != nil {
-			if waiterID != "" {
+			if waiterID != "" || maybeCopied { // a copy of an attempt may be on its way: the tombstone
 				a.leave(ctx, waiterID)
 			}
 			return nil, stop
 		}
 	}
+}
+
+// Backoff of a waiting Lock whose attempts find Redis unavailable (see
+// [ErrUnavailable]): the pause doubles from unavailableRetryMin with each
+// failure in a row, up to unavailableRetryMax.
+const (
+	unavailableRetryMin = 20 * time.Millisecond
+	unavailableRetryMax = time.Second
+)
+
+// pause waits after the failures-th attempt in a row that found Redis
+// unavailable, for a random time in the upper half of the backoff, so that
+// waiters failing together do not come back together. A wake-up on wake
+// (a release, or a subscription that came back) ends it early. A cluster
+// client is told to reload its layout: after a failover or a slot's move
+// it sends to the old node until it does. It returns what the wait
+// returns, should the wait end instead.
+func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) error {
+	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
+		cluster.ReloadState(ctx)
+	}
+	d := min(unavailableRetryMin<<min(failures-1, 16), unavailableRetryMax)
+	timer := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-wake:
+	case <-ctx.Done():
+		return acquireError(ctx, nil)
+	case <-c.done:
+		return fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+	}
+	return nil
 }
 
 // grantFor is the lease a wake-up handed to a, if any. Under

@@ -33,13 +33,13 @@ end
 
 -- Pop the next live registration of a set of waiters (scored by expiry):
 -- its member and the ms it had left, or nil when none is left. Expired
--- entries are dropped on the way; a waiters key of another type (not
--- dlock's) counts as empty.
+-- entries are dropped on the way. The caller has recognised waiters as
+-- dlock's (dlocks_beside in foreign.lua): this changes it.
 local function pop_live(waiters)
   local now
   while true do
-    local popped = redis.pcall('ZPOPMIN', waiters)
-    if popped.err or #popped == 0 then
+    local popped = redis.call('ZPOPMIN', waiters)
+    if #popped == 0 then
       return nil
     end
     if now == nil then -- no clock reading when nobody waits
@@ -88,15 +88,160 @@ local function wake_all(waiters, channel, publish)
   end
 end
 
+-- Keep key for at least ms more, never less than it had: a set of waiters
+-- must outlive its longest registration, whoever registered last and for
+-- however short (waiters in different processes refresh at different
+-- rates). A key just made has no expiry (-1) and gets this one.
+local function keep_at_least(key, ms)
+  if redis.call('PTTL', key) < tonumber(ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- Whether an extend script's ARGV may shorten the hold: only an explicit
+-- Lease.Extend says so. A renewal, or a copy of one, can arrive late (held
+-- on the network, resent by go-redis after a read timeout), after an
+-- Extend to a longer TTL that the lease now counts on: it must not cut the
+-- hold back to its own, shorter TTL.
+local function may_shorten(flag)
+  return flag == '1'
+end
+
+-- Extend key to expire ms from now; unless shorten, only ever later.
+local function extend_key(key, ms, shorten)
+  if shorten then
+    redis.call('PEXPIRE', key, ms)
+  else
+    keep_at_least(key, ms)
+  end
+end
+
+-- Extend member's entry in zset (scored by expiry) to expire at score; unless
+-- shorten, only ever later. The member must be there.
+local function extend_score(zset, member, score, shorten)
+  if shorten or score > tonumber(redis.call('ZSCORE', zset, member)) then
+    redis.call('ZADD', zset, 'XX', score, member)
+  end
+end
+
 -- Register waiter in the set of waiters for lease ms from now, read from
 -- the clock to the µs when not given: registrations in the same ms then
 -- still line up in the order they came, not in their members' order.
--- The set goes once nobody waits.
+-- The set goes once nobody waits. Registrations that ran out (waiters that
+-- died) are dropped here: under constant contention the set never expires,
+-- and nothing else would take them out.
 local function register_waiter(set, waiter, lease, now)
   if now == nil then
     local _, us = server_now()
     now = us / 1000
   end
+  drop_expired(set, now, function() end)
   redis.call('ZADD', set, now + tonumber(lease), waiter)
-  redis.call('PEXPIRE', set, lease)
+  keep_at_least(set, lease)
+end
+
+-- Fencing tokens. A lock name's tokens only go up, even when its counter
+-- is lost (evicted, deleted, flushed, or missed by the replica a failover
+-- promoted): a token is one above the counter and never below the
+-- server's clock in µs, so a counter minted anew starts above every token
+-- minted before, unless the clock stepped back past them. Tokens stay
+-- below 2^53 (the clock reaches it in the year 2255): exact in a Lua
+-- number, and in JSON. The counter expires FENCE_RETENTION_TTLS hold TTLs
+-- after its last mint (see scripts.FenceRetentionTTLs, which scripts.go
+-- puts before this file), so a name no longer used leaves no key behind.
+
+-- The last token minted from the counter fence, 0 when there is none; an
+-- error reply (WRONGTYPE, naming the key) when the key holds what dlock did
+-- not write there: another type, or a string that is not a token.
+local function last_token(fence)
+  local stored = redis.pcall('GET', fence)
+  -- Tokens stay below 2^53 (exact in Lua and in JSON): a counter with no
+  -- token left below it is no counter of dlock's.
+  if stored and (type(stored) ~= 'string' or not string.match(stored, '^%d+$') or tonumber(stored) >= 2^53 - 1) then
+    return redis.error_reply('WRONGTYPE key ' .. fence .. ' is not a fencing counter')
+  end
+  return tonumber(stored) or 0
+end
+
+-- A token in digits: Lua writes a number of more than 14 digits with an
+-- exponent when it joins it to a string.
+local function token_text(token)
+  return string.format('%.0f', token)
+end
+
+-- Set the counter fence to token, for FENCE_RETENTION_TTLS times ttl ms.
+local function store_token(fence, token, ttl)
+  redis.call('SET', fence, token_text(token), 'PX', FENCE_RETENTION_TTLS * tonumber(ttl))
+end
+
+-- Mint the next token from the counter fence, for a hold of ttl ms: the
+-- token, or last_token's error reply with nothing changed.
+local function mint_token(fence, ttl)
+  local last = last_token(fence)
+  if type(last) ~= 'number' then
+    return last
+  end
+  local _, now_us = server_now()
+  local token = math.max(last + 1, now_us)
+  store_token(fence, token, ttl)
+  return token
+end
+
+-- The token of a hold of ttl ms found already the caller's (a resend, or a
+-- hand-over the caller has not heard of): the counter's, as nobody else
+-- mints while it is held, or a new one when the counter has expired.
+local function held_token(fence, ttl)
+  local last = last_token(fence)
+  if last == 0 then
+    return mint_token(fence, ttl)
+  end
+  return last
+end
+
+-- What every token minted from now on will exceed: the last token, or
+-- when the counter is gone, the clock in µs less one.
+local function token_floor(fence)
+  local last = last_token(fence)
+  if last == 0 then
+    local _, now_us = server_now()
+    return now_us - 1
+  end
+  return last
+end
+
+-- reply, or, when it is an error reply, fail the script with it as
+-- redis.call would.
+local function raise_error(reply)
+  if type(reply) == 'table' and reply.err then
+    error(reply)
+  end
+  return reply
+end
+
+-- A release that let go of a hold leaves a mark (a key named by a hash of
+-- the owner token) for ms: a copy of the same release sent again after its
+-- reply was lost (go-redis resends after a read timeout) finds nothing left
+-- to release, but finds the mark, and so reports the release done rather
+-- than not held. The client bounds its wait for the release's reply by the
+-- mark's lifetime, so any copy whose reply it reads finds the mark. A caller
+-- that names no mark (a Redlock's release) gets neither.
+local function mark_released(mark, ms)
+  if mark ~= nil and ms ~= nil then
+    redis.call('SET', mark, '1', 'PX', ms)
+  end
+end
+
+-- Whether a release of this owner let go already (see mark_released).
+local function released_before(mark)
+  return mark ~= nil and redis.call('EXISTS', mark) == 1
+end
+
+-- A release that gives its call up (the caller's context ended as the lock
+-- was granted, or a MultiLock rolls back) writes the call's tombstone for
+-- ms, as an abandon does: a copy of the granted attempt still on its way
+-- then takes nothing. Other releases name none.
+local function void_call(tombstone, ms)
+  if tombstone ~= nil and ms ~= nil then
+    redis.call('SET', tombstone, '1', 'PX', ms)
+  end
 end

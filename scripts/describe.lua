@@ -7,6 +7,8 @@
 -- are KEYS[1], KEYS[3] and KEYS[8]; a Semaphore's holders and waiters
 -- KEYS[1] and KEYS[3])
 -- KEYS[9]  a Semaphore's number of permits
+-- KEYS[10..12]  a Semaphore's tokens, a FairMutex's queue, an Election's
+--          leader (looked at only to tell they are dlock's)
 -- ARGV[1]  '' (no owner asks)
 --
 -- Returns for a Mutex or FairMutex {'mutex', held (1/0), ms left (-1: no
@@ -14,13 +16,20 @@
 -- holder's owner token is a secret and is not returned. For a Semaphore
 -- {'semaphore', permits held, ms until the last expires, live waiters, the
 -- last fencing token, its number of permits}. Otherwise what rw_inspect.lua
--- returns, or WRONGTYPE for a key of another type.
+-- returns. Fails with WRONGTYPE when a key of the name holds what dlock did
+-- not write (see foreign.lua): that is no holder, nor a lock at all.
+--
+-- Reads only: a copy, however late, changes nothing.
 
+local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]})
+if wrong then
+  return wrong
+end
 local kind = redis.call('TYPE', STATE).ok
 if kind == 'string' then
   local now = server_now()
   return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
-    tonumber(redis.call('GET', KEYS[8])) or 0}
+    raise_error(last_token(KEYS[8]))}
 end
 if kind == 'zset' then
   local now = server_now()
@@ -30,5 +39,5 @@ if kind == 'zset' then
     ttl = tonumber(redis.call('ZRANGE', STATE, -1, -1, 'WITHSCORES')[2]) - now
   end
   return {'semaphore', held, ttl, live_waiters(WWAIT, now),
-    tonumber(redis.call('GET', KEYS[8])) or 0, tonumber(redis.call('GET', KEYS[9])) or 0}
+    raise_error(last_token(KEYS[8])), tonumber(redis.call('GET', KEYS[9])) or 0}
 end

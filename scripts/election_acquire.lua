@@ -3,14 +3,15 @@
 --
 -- KEYS[1]  lock key: a string holding the leader's owner token, with a TTL
 --          (a Mutex's, so the Mutex's extend and TTL scripts renew it)
--- KEYS[2]  term counter: the fencing counter, no TTL
--- KEYS[3]  this attempt's tombstone, written by mutex_abandon.lua
+-- KEYS[2]  term counter: the fencing counter (see mint_token in common.lua)
+-- KEYS[3]  the campaign's tombstone (shared by all its attempts), written by
+--          mutex_abandon.lua when the campaign gives up
 -- KEYS[4]  candidates waiting: sorted set of waiter ids by registration expiry
 -- KEYS[5]  leader: hash of the current leadership, no TTL: 'owner' (whose
 --          it is; valid only while the lock key holds the same), 'term',
 --          'value'
 -- KEYS[6]  observers' channel: 'term:value' is published on every change
--- ARGV[1]  owner token of this attempt
+-- ARGV[1]  owner token of the campaign; every attempt of it sends the same
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
@@ -21,17 +22,35 @@
 -- Returns {1, term}  elected
 --         {0, pttl}  another leads, for pttl more ms unless renewed
 --         {-1, 0}    this attempt was abandoned by its client
--- Fails with WRONGTYPE, changing nothing, when a key holds another type.
+-- Fails with WRONGTYPE, changing nothing, when a key holds what dlock did not
+-- write (see foreign.lua).
 --
--- Safe to send twice: a resend finds itself leading and reports its term.
+-- Safe to send twice: a resend finds itself leading and reports its term,
+-- registering nothing; so does a copy of an earlier attempt of the
+-- campaign, refused, arriving once a later one was elected.
+-- Safe to arrive late: a copy of any attempt of a campaign that gave up
+-- finds its tombstone before it leads or registers, and does neither.
 
+local wrong = foreign_key({KEYS[2]}, {KEYS[4]}, {}) or foreign_leader(KEYS[5])
+if wrong then
+  return wrong
+end
 local owner = ARGV[1]
-local holder = redis.call('GET', KEYS[1])
+local holder, foreign = call_on(KEYS[1], 'GET', KEYS[1])
+if foreign then
+  return foreign
+end
 if holder == owner then
   return {1, tonumber(redis.call('HGET', KEYS[5], 'term'))}
 end
+if holder and not is_owner_token(holder) then -- not a leader: nothing to wait for
+  return not_dlocks(KEYS[1], 'a string')
+end
 if holder then
   if ARGV[3] ~= '' then
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      return {-1, 0}
+    end
     register_waiter(KEYS[4], ARGV[3], ARGV[4])
   end
   return {0, redis.call('PTTL', KEYS[1])}
@@ -41,11 +60,11 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 -- Raise WRONGTYPE on a foreign key before anything changes.
 redis.call('HLEN', KEYS[5])
-local term = redis.call('INCR', KEYS[2])
+local term = raise_error(mint_token(KEYS[2], ARGV[2]))
 redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
 redis.call('HSET', KEYS[5], 'owner', owner, 'term', term, 'value', ARGV[5])
 if ARGV[3] ~= '' then
   redis.pcall('ZREM', KEYS[4], ARGV[3])
 end
-redis.call(ARGV[6], KEYS[6], term .. ':' .. ARGV[5])
+redis.call(ARGV[6], KEYS[6], token_text(term) .. ':' .. ARGV[5])
 return {1, term}

@@ -5,6 +5,8 @@
 --
 -- Returns {term, value}, or {} when nobody leads. The leader's owner token
 -- is compared here and never returned.
+--
+-- Reads only: a copy, however late, changes nothing.
 
 local holder = redis.call('GET', KEYS[1])
 if not holder then

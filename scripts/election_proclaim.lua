@@ -8,6 +8,9 @@
 -- ARGV[3]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns 1 proclaimed, 0 not the leader.
+--
+-- Safe to send twice; a copy arriving late finds the leadership gone (an
+-- owner token is never reused) and changes nothing.
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0

@@ -4,17 +4,39 @@
 -- KEYS[2]  the candidates' wake-up channel
 -- KEYS[3]  candidates waiting: sorted set of waiter ids by registration expiry
 -- KEYS[4]  leader hash (see election_acquire.lua)
+-- KEYS[5]  this leadership's release mark (see mark_released in common.lua)
+-- KEYS[6]  the call's tombstone, from a release that gives the call up
+--          (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[3]  how long the mark lasts, in milliseconds
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
--- Returns 1 resigned, 0 not the leader (its term ended, or another's).
+-- Returns 1 resigned (by this copy, or by an earlier copy of the same
+-- release: the mark), 0 not the leader (its term ended, or another's).
 --
 -- The leader hash goes with the leadership; observers learn of the next
--- leader when it is elected.
+-- leader when it is elected. It is deleted only as this leadership's
+-- record (its owner is the secret owner token): one command more, where
+-- foreign_leader would take three, and it never deletes what another
+-- program wrote there.
+--
+-- Safe to send twice, and to arrive late: a copy finds the lock gone or
+-- another's, and touches nothing; it finds the first one's mark, and
+-- reports the resignation.
 
+void_call(KEYS[6], ARGV[4])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if released_before(KEYS[5]) then
+    return 1
+  end
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[4])
+if redis.pcall('HGET', KEYS[4], 'owner') == ARGV[1] then
+  redis.call('DEL', KEYS[1], KEYS[4])
+else -- a record another program wrote there stays
+  redis.call('DEL', KEYS[1])
+end
 wake_next(KEYS[3], KEYS[2], ARGV[2])
+mark_released(KEYS[5], ARGV[3])
 return 1

@@ -4,25 +4,38 @@
 -- KEYS[1..6] as in fair_lib.lua
 -- ARGV[1]  owner token of the Lock call
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds (the attempt's TTL)
+-- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+--          attempt may still arrive (see tombstoneLife in dlock.go)
 -- ARGV[4]  waiter id it queued under; '' when it did not queue
 --
 -- Returns 1 the lock was this caller's (taken, or handed over to it while it
 -- gave up) and is passed on now, else 0.
 --
--- The tombstone makes an attempt still on its way refuse itself should it
--- arrive: it would otherwise take the lock, or a place in the queue, for a
--- caller that has gone.
+-- The tombstone makes a copy of any attempt of the call still on its way
+-- refuse itself should it arrive: it would otherwise take the lock, or a
+-- place in the queue, for a caller that has gone. It is written whatever
+-- this script finds, also when it passes on a hold of the call: a copy of
+-- an attempt already applied may be resent (go-redis does so after a read
+-- timeout). It lasts ARGV[3], not the TTL (which may be years): a copy is
+-- sent before its call gives up, and one later than that bound leaves what
+-- an abandon that never arrived would, a hold that expires with its TTL.
+--
+-- Safe to send twice: a second copy finds nothing of the call's left to
+-- release or withdraw, and writes the tombstone again; at most it wakes (or
+-- hands a free lock to) the next live waiter, as a release would.
 
 if ARGV[4] ~= '' then
   local entry = ARGV[1] .. ARGV[4]
-  redis.call('ZREM', QUEUE, entry)
-  redis.call('ZREM', REG, entry)
+  for _, set in ipairs({QUEUE, REG}) do
+    if dlocks_beside(set, 'zset') then
+      redis.call('ZREM', set, entry)
+    end
+  end
 end
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
 if redis.call('GET', LOCK) == ARGV[1] then
   redis.call('DEL', LOCK)
   hand_over(ARGV[2])
   return 1
 end
-redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
 return 0

@@ -14,20 +14,33 @@
 --         {0, pttl}   not this caller's turn; pttl is the milliseconds until
 --                     the current hold expires (-1: the key has no TTL)
 --         {0, pttl, fence}  the same for a caller that queued: fence is the
---                     fencing counter now, which a hand-over's token must
+--                     fencing counter now (token_floor in common.lua), which a hand-over's token must
 --                     exceed to be newer than this attempt
 --         {-1, 0}     this Lock call was abandoned by its client: do nothing
--- Fails with WRONGTYPE, changing nothing, when the lock key holds a value of
--- another type.
+-- Fails with WRONGTYPE, changing nothing, when a key holds what dlock did not
+-- write (see foreign.lua).
 --
 -- Safe to send twice: an owner finding the lock already its own reports the
 -- same acquisition and mints nothing.
+-- Safe to arrive late: a copy of an attempt of a call that gave up finds its
+-- tombstone (fair_abandon.lua) before it takes the lock or a place in the
+-- queue, and does neither.
 
+local wrong = foreign_key({FENCE}, {QUEUE, REG}, {})
+if wrong then
+  return wrong
+end
 local owner = ARGV[1]
-local holder = redis.call('GET', LOCK)
+local holder, foreign = call_on(LOCK, 'GET', LOCK)
+if foreign then
+  return foreign
+end
 if holder == owner then -- handed over while waiting, or a resend
   redis.call('PEXPIRE', LOCK, ARGV[2])
-  return {1, tonumber(redis.call('GET', FENCE))}
+  return {1, raise_error(held_token(FENCE, ARGV[2]))}
+end
+if holder and not is_owner_token(holder) then -- not a holder: nothing to queue behind
+  return not_dlocks(LOCK, 'a string')
 end
 local entry = ''
 if ARGV[3] ~= '' then
@@ -45,7 +58,7 @@ if not holder then
     end
     redis.call('SET', LOCK, owner, 'PX', ARGV[2])
     -- From here an error must not leave the hold behind: pcall, undo, report.
-    local fence = redis.pcall('INCR', FENCE)
+    local fence = mint_token(FENCE, ARGV[2])
     if type(fence) == 'table' and fence.err then
       redis.call('DEL', LOCK)
       return fence
@@ -70,8 +83,8 @@ if entry ~= '' then
   local lease = tonumber(ARGV[4])
   redis.call('ZADD', REG, now + lease, entry)
   -- The queue lives as long as its last live waiter.
-  redis.call('PEXPIRE', QUEUE, lease)
-  redis.call('PEXPIRE', REG, lease)
-  return {0, redis.call('PTTL', LOCK), tonumber(redis.call('GET', FENCE)) or 0}
+  keep_at_least(QUEUE, lease)
+  keep_at_least(REG, lease)
+  return {0, redis.call('PTTL', LOCK), raise_error(token_floor(FENCE))}
 end
 return {0, redis.call('PTTL', LOCK)}

@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  lock key: a string holding the owner token, with a TTL, as a
 --          Mutex's (so a Mutex's extend and TTL scripts serve a FairMutex)
--- KEYS[2]  fencing counter, no TTL
+-- KEYS[2]  fencing counter (see mint_token in common.lua)
 -- KEYS[3]  queue: sorted set of waiting entries by arrival, in microseconds
 --          of the server's clock. An entry is the waiter's owner token (32
 --          hex digits) followed by 'client/id': its client's tag and its
@@ -33,9 +33,11 @@ end
 -- the lock without another round trip; its latest attempt read the fencing
 -- counter, so a fence above that says the hand-over is not older than the
 -- attempt. A bare waiter id is published on the lock's channel, and tries
--- again. Returns whether anyone was waiting.
+-- again. Returns whether anyone was waiting: nobody does where the queue
+-- or the registrations are not dlock's (dlocks_beside in foreign.lua),
+-- which are left as they are.
 local function hand_over(publish)
-  if redis.call('EXISTS', QUEUE) == 0 then -- nobody waits: no clock, no purge
+  if not (dlocks_beside(QUEUE, 'zset') and dlocks_beside(REG, 'zset')) then -- no clock, no purge
     return false
   end
   local now = server_now()
@@ -46,14 +48,14 @@ local function hand_over(publish)
   end
   local entry = head[1]
   local left = math.floor(tonumber(redis.call('ZSCORE', REG, entry)) - now)
-  local fence = redis.call('INCR', FENCE) -- first: a foreign value there fails before any change here
+  local fence = raise_error(mint_token(FENCE, left)) -- first: a foreign value there fails before any change here
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
   redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
   local waiter = entry:sub(33)
   local client, id = string.match(waiter, '^([^/:]+)/([^:]+)$')
   if client ~= nil then
-    redis.call(publish, CHANNEL .. ':' .. client, id .. ':' .. fence .. ':' .. left)
+    redis.call(publish, CHANNEL .. ':' .. client, id .. ':' .. token_text(fence) .. ':' .. left)
   else
     redis.call(publish, CHANNEL, waiter)
   end

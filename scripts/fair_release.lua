@@ -1,17 +1,33 @@
 -- Release a FairMutex held by this owner and hand it to the first waiter.
 --
 -- KEYS[1..5] as in fair_lib.lua
+-- KEYS[6]  this owner's release mark (see mark_released in common.lua), in
+--          place of a tombstone
+-- KEYS[7]  the call's tombstone, from a release that gives the call up
+--          (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[3]  how long the mark lasts, in milliseconds
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
--- Returns 1 released, 0 not held by this owner (expired, or someone else's).
+-- Returns 1 released (by this copy, or by an earlier copy of the same
+-- release: the mark), 0 not held by this owner (expired, or someone else's).
 --
 -- The lock goes straight to the head of the queue, inside this script:
 -- neither the releaser nor a newcomer can take it in between.
+--
+-- Safe to send twice, and to arrive late: a copy finds the lock gone or
+-- another owner's, and touches nothing; it finds the first one's mark, and
+-- reports the release.
 
+void_call(KEYS[7], ARGV[4])
 if redis.call('GET', LOCK) ~= ARGV[1] then
+  if released_before(KEYS[6]) then
+    return 1
+  end
   return 0
 end
 redis.call('DEL', LOCK)
 hand_over(ARGV[2])
+mark_released(KEYS[6], ARGV[3])
 return 1

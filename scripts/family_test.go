@@ -59,8 +59,8 @@ func TestFairAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
 		t.Fatalf("first %v, resend %v: want both acquired with the same token", first, again)
 	}
-	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != 1 {
-		t.Fatalf("fencing counter %d after a resent acquire, want 1", n)
+	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != first[1] {
+		t.Fatalf("fencing counter %d after a resent acquire, want %d", n, first[1])
 	}
 }
 
@@ -70,18 +70,20 @@ func TestFairAcquire_ResentAcquireCountsOnce(t *testing.T) {
 func TestFairRelease_TellsATaggedWaiterItsHoldOnItsClientsChannel(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	fairTry(t, ctx, rdb, fairA, "")
+	held := fairTry(t, ctx, rdb, fairA, "")
 	refused := fairTry(t, ctx, rdb, fairB, "c1/0b")
-	if len(refused) != 3 || refused[0] != 0 || refused[2] != 1 {
-		t.Fatalf("a queued waiter's refusal: %v, want {0, ms left, 1: the counter}", refused)
+	if len(refused) != 3 || refused[0] != 0 || refused[2] != held[1] {
+		t.Fatalf("a queued waiter's refusal: %v, want {0, ms left, %d: the counter}", refused, held[1])
 	}
 	if n := runInt(t, ctx, rdb, FairRelease, fairKeys, fairA, "PUBLISH"); n != 1 {
 		t.Fatalf("release: %d, want 1", n)
 	}
 	got := nextMessage(t, messages)
-	px, err := strconv.Atoi(strings.TrimPrefix(got, "c1 0b:2:"))
-	if !strings.HasPrefix(got, "c1 0b:2:") || err != nil || px <= 0 || px > 3000 {
-		t.Fatalf("published %q, want \"0b:2:\" and the ms granted on c1's channel", got)
+	token, granted, _ := strings.Cut(strings.TrimPrefix(got, "c1 0b:"), ":")
+	fence, err1 := strconv.ParseInt(token, 10, 64)
+	px, err2 := strconv.Atoi(granted)
+	if !strings.HasPrefix(got, "c1 0b:") || err1 != nil || fence <= refused[2] || err2 != nil || px <= 0 || px > 3000 {
+		t.Fatalf("published %q, want \"0b:\", a token above %d and the ms granted on c1's channel", got, refused[2])
 	}
 	if holder, _ := rdb.Get(ctx, lockKey).Result(); holder != fairB {
 		t.Fatalf("handed to %q, want the waiter", holder)
@@ -90,7 +92,7 @@ func TestFairRelease_TellsATaggedWaiterItsHoldOnItsClientsChannel(t *testing.T) 
 
 func TestFairRelease_HandsOverToTheFirstLiveWaiter(t *testing.T) {
 	ctx, rdb := setup(t)
-	fairTry(t, ctx, rdb, fairA, "")
+	held := fairTry(t, ctx, rdb, fairA, "")
 	expectRefused(t, fairTry(t, ctx, rdb, fairB, "wb"), "first waiter")
 	expectRefused(t, fairTry(t, ctx, rdb, fairC, "wc"), "second waiter")
 	// The first waiter's place runs out, as if it had died.
@@ -111,8 +113,8 @@ func TestFairRelease_HandsOverToTheFirstLiveWaiter(t *testing.T) {
 	if n := rdb.ZCard(ctx, "t:{m}:queue").Val(); n != 0 {
 		t.Fatalf("%d left in line", n)
 	}
-	if got := expectGranted(t, fairTry(t, ctx, rdb, fairC, "wc"), "the woken waiter"); got != 2 {
-		t.Fatalf("the hand-over's token %d, want 2", got)
+	if got, minted := expectGranted(t, fairTry(t, ctx, rdb, fairC, "wc"), "the woken waiter"), rdb.Get(ctx, fenceKey).Val(); strconv.FormatInt(got, 10) != minted || got <= held[1] {
+		t.Fatalf("the hand-over's token %d, want the one minted at the hand-over (%s), above %d", got, minted, held[1])
 	}
 	if ttl := rdb.PTTL(ctx, lockKey).Val(); ttl.Milliseconds() <= 3000 {
 		t.Fatalf("taken up with %v left, want its own TTL", ttl)
@@ -140,24 +142,49 @@ func semTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner string, 
 
 func TestSemAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	ctx, rdb := setup(t)
-	first := semTry(t, ctx, rdb, "owner-a", 2)
-	again := semTry(t, ctx, rdb, "owner-a", 2)
+	first := semTry(t, ctx, rdb, tok("a"), 2)
+	again := semTry(t, ctx, rdb, tok("a"), 2)
 	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
 		t.Fatalf("first %v, resend %v: want both acquired with the same token", first, again)
 	}
 	if n := rdb.ZCard(ctx, "t:{m}").Val(); n != 1 {
 		t.Fatalf("%d permits held after a resent acquire, want 1", n)
 	}
-	expectGranted(t, semTry(t, ctx, rdb, "owner-b", 2), "the second permit")
-	expectRefused(t, semTry(t, ctx, rdb, "owner-c", 2), "a third of two")
+	expectGranted(t, semTry(t, ctx, rdb, tok("b"), 2), "the second permit")
+	expectRefused(t, semTry(t, ctx, rdb, tok("c"), 2), "a third of two")
+}
+
+// Every attempt of one call sends the call's owner: a copy of a refused,
+// registered attempt arriving after a later one was granted reports that
+// permit, takes no second one and registers nothing.
+func TestSemAcquire_CopyOfARefusalArrivingOnceGrantedCountsOnce(t *testing.T) {
+	ctx, rdb := setup(t)
+	semTry(t, ctx, rdb, tok("a"), 2)
+	semTry(t, ctx, rdb, tok("b"), 2)
+	try := func() []int64 {
+		return run(t, ctx, rdb, SemAcquire, with(semKeys, tok("c")), tok("c"), 10000, "waiter", 3000, 2)
+	}
+	expectRefused(t, try(), "a third of two")
+	runInt(t, ctx, rdb, SemRelease, semKeys[:5], tok("a"), "PUBLISH")
+	token := expectGranted(t, try(), "the third once a permit is free")
+	runInt(t, ctx, rdb, SemRelease, semKeys[:5], tok("b"), "PUBLISH")
+	if again := expectGranted(t, try(), "the copy of the refusal"); again != token {
+		t.Fatalf("the copy got token %d, the call %d", again, token)
+	}
+	if n := rdb.ZCard(ctx, "t:{m}").Val(); n != 1 {
+		t.Fatalf("%d permits held after the copy, want 1", n)
+	}
+	if n := rdb.Exists(ctx, waitersKey).Val(); n != 0 {
+		t.Fatal("the copy registered the waiter again")
+	}
 }
 
 func TestSemRelease_SentTwiceGivesBackOnePermit(t *testing.T) {
 	ctx, rdb := setup(t)
-	semTry(t, ctx, rdb, "owner-a", 2)
-	semTry(t, ctx, rdb, "owner-b", 2)
+	semTry(t, ctx, rdb, tok("a"), 2)
+	semTry(t, ctx, rdb, tok("b"), 2)
 	for i, want := range []int64{1, 0} {
-		if n := runInt(t, ctx, rdb, SemRelease, semKeys[:5], "owner-a", "PUBLISH"); n != want {
+		if n := runInt(t, ctx, rdb, SemRelease, semKeys[:5], tok("a"), "PUBLISH"); n != want {
 			t.Fatalf("release %d: %d, want %d", i+1, n, want)
 		}
 	}
@@ -168,22 +195,22 @@ func TestSemRelease_SentTwiceGivesBackOnePermit(t *testing.T) {
 
 func TestSemExtend_NeverBringsBackAnExpiredPermit(t *testing.T) {
 	ctx, rdb := setup(t)
-	semTry(t, ctx, rdb, "owner-a", 1)
-	if err := rdb.ZAddXX(ctx, "t:{m}", redis.Z{Score: 1, Member: "owner-a"}).Err(); err != nil {
+	semTry(t, ctx, rdb, tok("a"), 1)
+	if err := rdb.ZAddXX(ctx, "t:{m}", redis.Z{Score: 1, Member: tok("a")}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n := runInt(t, ctx, rdb, SemExtend, semKeys[:2], "owner-a", 10000); n != 0 {
+	if n := runInt(t, ctx, rdb, SemExtend, semKeys[:2], tok("a"), 10000); n != 0 {
 		t.Fatalf("extend of an expired permit: %d, want 0", n)
 	}
-	expectGranted(t, semTry(t, ctx, rdb, "owner-b", 1), "the expired permit, taken by another")
+	expectGranted(t, semTry(t, ctx, rdb, tok("b"), 1), "the expired permit, taken by another")
 }
 
 func TestSemAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
-	if n := runInt(t, ctx, rdb, SemAbandon, with(semKeys, "owner-a"), "owner-a", "PUBLISH", 10000, ""); n != 0 {
+	if n := runInt(t, ctx, rdb, SemAbandon, with(semKeys, tok("a")), tok("a"), "PUBLISH", 10000, ""); n != 0 {
 		t.Fatalf("abandon before arrival: %d, want 0", n)
 	}
-	if res := semTry(t, ctx, rdb, "owner-a", 1); res[0] != -1 {
+	if res := semTry(t, ctx, rdb, tok("a"), 1); res[0] != -1 {
 		t.Fatalf("late acquire: %v, want {-1, 0}", res)
 	}
 	if n := rdb.Exists(ctx, "t:{m}").Val(); n != 0 {
@@ -204,22 +231,22 @@ func multiTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waite
 
 func TestMultiAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	ctx, rdb := setup(t)
-	first := multiTry(t, ctx, rdb, "owner-a", "", 1)
-	again := multiTry(t, ctx, rdb, "owner-a", "", 1)
+	first := multiTry(t, ctx, rdb, tok("a"), "", 1)
+	again := multiTry(t, ctx, rdb, tok("a"), "", 1)
 	if len(first) != 3 || first[0] != 1 || len(again) != 3 || again[1] != first[1] || again[2] != first[2] {
 		t.Fatalf("first %v, resend %v: want both acquired with the same tokens", first, again)
 	}
-	for _, fence := range []string{"t:{m}:fence", "t:{n}:fence"} {
-		if n, _ := rdb.Get(ctx, fence).Int64(); n != 1 {
-			t.Fatalf("%s at %d after a resent acquire, want 1", fence, n)
+	for i, fence := range []string{"t:{m}:fence", "t:{n}:fence"} {
+		if n, _ := rdb.Get(ctx, fence).Int64(); n != first[i+1] {
+			t.Fatalf("%s at %d after a resent acquire, want %d", fence, n, first[i+1])
 		}
 	}
 }
 
 func TestMultiAcquire_TakesNoneWhileOneIsHeld(t *testing.T) {
 	ctx, rdb := setup(t)
-	rdb.Set(ctx, "t:{n}", "someone", 0)
-	res := multiTry(t, ctx, rdb, "owner-a", "w", 1)
+	rdb.Set(ctx, "t:{n}", tok("e"), 0) // someone else
+	res := multiTry(t, ctx, rdb, tok("a"), "w", 1)
 	if res[0] != 0 || res[2] != 2 {
 		t.Fatalf("with the second lock held: %v, want refused by lock 2", res)
 	}
@@ -230,7 +257,7 @@ func TestMultiAcquire_TakesNoneWhileOneIsHeld(t *testing.T) {
 	if n := rdb.Exists(ctx, "t:{m}:waiters", "t:{n}:waiters").Val(); n != 0 {
 		t.Fatal("registered on a lock it does not listen on")
 	}
-	expectRefused(t, multiTry(t, ctx, rdb, "owner-a", "w", 2), "listening on lock 2")
+	expectRefused(t, multiTry(t, ctx, rdb, tok("a"), "w", 2), "listening on lock 2")
 	if n := rdb.ZCard(ctx, "t:{n}:waiters").Val(); n != 1 {
 		t.Fatal("not registered on the lock it listens on and waits for")
 	}
@@ -238,12 +265,12 @@ func TestMultiAcquire_TakesNoneWhileOneIsHeld(t *testing.T) {
 
 func TestMultiRelease_ReleasesWhatIsLeftWhenOneWasLost(t *testing.T) {
 	ctx, rdb := setup(t)
-	multiTry(t, ctx, rdb, "owner-a", "", 1)
+	multiTry(t, ctx, rdb, tok("a"), "", 1)
 	rdb.Set(ctx, "t:{n}", "someone", 0) // taken from it
-	if n := runInt(t, ctx, rdb, MultiExtend, multiKeys, "owner-a", 10000); n != 0 {
+	if n := runInt(t, ctx, rdb, MultiExtend, multiKeys, tok("a"), 10000); n != 0 {
 		t.Fatalf("extend with one lock lost: %d, want 0", n)
 	}
-	if n := runInt(t, ctx, rdb, MultiRelease, multiKeys, "owner-a", "PUBLISH"); n != 0 {
+	if n := runInt(t, ctx, rdb, MultiRelease, multiKeys, tok("a"), "PUBLISH"); n != 0 {
 		t.Fatalf("release with one lock lost: %d, want 0", n)
 	}
 	if n := rdb.Exists(ctx, "t:{m}").Val(); n != 0 {
@@ -256,10 +283,10 @@ func TestMultiRelease_ReleasesWhatIsLeftWhenOneWasLost(t *testing.T) {
 
 func TestMultiAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
-	if n := runInt(t, ctx, rdb, MultiAbandon, with(multiKeys, "owner-a"), "owner-a", "PUBLISH", 10000, "", 1); n != 0 {
+	if n := runInt(t, ctx, rdb, MultiAbandon, with(multiKeys, tok("a")), tok("a"), "PUBLISH", 10000, "", 1); n != 0 {
 		t.Fatalf("abandon before arrival: %d, want 0", n)
 	}
-	if res := multiTry(t, ctx, rdb, "owner-a", "", 1); res[0] != -1 {
+	if res := multiTry(t, ctx, rdb, tok("a"), "", 1); res[0] != -1 {
 		t.Fatalf("late acquire: %v, want {-1, 0}", res)
 	}
 	if n := rdb.Exists(ctx, "t:{m}", "t:{n}").Val(); n != 0 {

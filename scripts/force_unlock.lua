@@ -2,17 +2,31 @@
 -- every type: KEYS[1] is a Mutex's (FairMutex's, MultiLock's) lock key, a
 -- Semaphore's holders, an RWMutex's or ReentrantMutex's state.
 --
--- KEYS[1..7] as in rw_lib.lua
+-- KEYS[1..8] as in rw_lib.lua
+-- KEYS[9]  a Semaphore's number of permits
+-- KEYS[10] a Semaphore's tokens
+-- KEYS[11] a FairMutex's queue
+-- KEYS[12] an Election's leader
 -- ARGV[1]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns 1 something was held and is gone, 0 nothing was held.
+-- Fails with WRONGTYPE, removing nothing, when a key of the name holds what
+-- dlock did not write (see foreign.lua): that is not a lock to remove.
 --
 -- The fencing counter stays, so tokens keep increasing past the removed
 -- holds. Their holders find out at their next renewal. Every waiter is woken
 -- (this is no hot path): the next to try takes the lock. Most types' waiters
 -- listen on their client's own channel, each of which is told too (see
 -- wake_all in common.lua).
+--
+-- A copy arriving late removes whatever holds the lock then: it is the
+-- operator's hatch, sent once by hand, and go-redis resends it only within
+-- the operator's call.
 
+local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]})
+if wrong then
+  return wrong
+end
 if redis.call('DEL', STATE, HOLDS, RPASS) == 0 then
   return 0
 end

@@ -19,10 +19,14 @@
 -- lock up no longer than it would have held its place), mints its fencing
 -- token and publishes 'id:attempt:fence:px' on the channel of the waiter's
 -- client alone, the lock's channel followed by ':client': the waiter holds
--- the lock without another round trip, and no other client is disturbed. Expired registrations are dropped on the way. A waiters key of
--- another type (not dlock's) hands to nobody rather than failing the release.
+-- the lock without another round trip, and no other client is disturbed. Expired registrations are dropped on the way. A waiters key
+-- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
+-- and hands to nobody, rather than failing the release.
 local function hand_next(lock, fence, waiters, channel, publish)
-  local waiter, left = pop_live(waiters)
+  local waiter, left
+  if dlocks_beside(waiters, 'zset') then
+    waiter, left = pop_live(waiters)
+  end
   if waiter == nil then
     redis.call('DEL', lock)
     return
@@ -34,7 +38,7 @@ local function hand_next(lock, fence, waiters, channel, publish)
     return
   end
   local own = channel .. ':' .. client
-  local token = redis.pcall('INCR', fence)
+  local token = mint_token(fence, ttl)
   if type(token) ~= 'number' then -- a foreign fencing counter: wake the waiter instead
     redis.call('DEL', lock)
     redis.call(publish, own, id)
@@ -42,5 +46,5 @@ local function hand_next(lock, fence, waiters, channel, publish)
   end
   local px = math.floor(math.min(tonumber(ttl), left))
   redis.call('SET', lock, owner, 'PX', px)
-  redis.call(publish, own, id .. ':' .. attempt .. ':' .. token .. ':' .. px)
+  redis.call(publish, own, id .. ':' .. attempt .. ':' .. token_text(token) .. ':' .. px)
 end

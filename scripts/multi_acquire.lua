@@ -1,7 +1,8 @@
 -- Acquire a MultiLock group: take every lock of it, or none.
 --
 -- KEYS     four per lock, then the tombstone: see multi_lib.lua
--- ARGV[1]  owner token of this attempt (random, unique per acquisition)
+-- ARGV[1]  owner token of the call in this group (random, unique per call);
+--          every attempt of the call sends the same
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
@@ -13,8 +14,8 @@
 --         {0, pttl, busy}  lock number busy is held (the first that is);
 --                          pttl is the milliseconds until it expires
 --         {-1, 0}          this attempt was abandoned by its client
--- Fails with WRONGTYPE, changing nothing, when a lock key holds a value of
--- another type.
+-- Fails with WRONGTYPE, changing nothing, when a key of a lock holds what
+-- dlock did not write (see foreign.lua).
 --
 -- A waiter registers on one lock only, the one it listens on, and only when
 -- that is the one in its way. When another lock is in its way now, it
@@ -22,18 +23,36 @@
 -- the client listens on the other before trying again: no wake-up is lost
 -- and none is wasted on a waiter that cannot use it.
 --
--- Safe to send twice: a resend finds the locks its own and mints nothing.
+-- Safe to send twice: a resend finds the locks its own and mints nothing,
+-- registering nothing; so does a copy of an earlier attempt of the call,
+-- refused, arriving once a later one was granted.
+-- Safe to arrive late: a copy of any attempt of a call that gave up finds
+-- the call's tombstone before it takes the locks or registers, and does
+-- neither.
 
 local owner, waiter, watch = ARGV[1], ARGV[3], tonumber(ARGV[5])
+for i = 1, N do
+  local _, fence, waiters = part(i)
+  local wrong = foreign_key({fence}, {waiters}, {})
+  if wrong then
+    return wrong
+  end
+end
 local busy = 0
 for i = 1, N do
   local lock = part(i)
-  local holder = redis.call('GET', lock) -- raises WRONGTYPE before any change
+  local holder, foreign = call_on(lock, 'GET', lock) -- before any change
+  if foreign then
+    return foreign
+  end
+  if holder and holder ~= owner and not is_owner_token(holder) then
+    return not_dlocks(lock, 'a string')
+  end
   if holder == owner then -- a resend: the attempt took them all
     local tokens = {1}
     for j = 1, N do
       local _, fence = part(j)
-      tokens[j + 1] = tonumber(redis.call('GET', fence))
+      tokens[j + 1] = raise_error(held_token(fence, ARGV[2]))
     end
     return tokens
   end
@@ -46,11 +65,15 @@ if busy == 0 then
   if redis.call('EXISTS', KEYS[4 * N + 1]) == 1 then
     return {-1, 0}
   end
-  -- The counters first: a foreign value in one fails before any lock is set.
+  -- Every counter read first: a foreign value in one fails before any is minted.
   local tokens = {1}
   for i = 1, N do
     local _, fence = part(i)
-    tokens[i + 1] = redis.call('INCR', fence)
+    raise_error(last_token(fence))
+  end
+  for i = 1, N do
+    local _, fence = part(i)
+    tokens[i + 1] = mint_token(fence, ARGV[2])
   end
   for i = 1, N do
     local lock = part(i)
@@ -66,6 +89,9 @@ end
 if waiter ~= '' then
   local lock, fence, waiters, channel = part(watch)
   if busy == watch then
+    if redis.call('EXISTS', KEYS[4 * N + 1]) == 1 then
+      return {-1, 0}
+    end
     register_waiter(waiters, waiter, ARGV[4])
   elseif redis.pcall('ZREM', waiters, waiter) == 0 and redis.call('EXISTS', lock) == 0 then
     hand_next(lock, fence, waiters, channel, ARGV[6])

@@ -1,13 +1,23 @@
 -- Release a MultiLock group and hand each lock to its next waiter.
 --
--- KEYS     four per lock: see multi_lib.lua
+-- KEYS     four per lock: see multi_lib.lua; then this owner's release
+--          mark (see mark_released in common.lua); then, from a release
+--          that gives the call up, the call's tombstone (see void_call in
+--          common.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[3]  how long the mark lasts, in milliseconds
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
--- Returns 1 when every lock was held by this owner and is released; 0 when
--- some were not (expired, or taken): those still held are released all the
--- same.
+-- Returns 1 when every lock was held by this owner and is released (by this
+-- copy, or by an earlier copy of the same release: the mark); 0 when some
+-- were not (expired, or taken): those still held are released all the same.
+--
+-- Safe to send twice, and to arrive late: a copy finds no lock of this
+-- owner's, and touches nothing; it finds the first one's mark, and reports
+-- the release.
 
+void_call(KEYS[4 * N + 2], ARGV[4])
 local released = 0
 for i = 1, N do
   local lock, fence, waiters, channel = part(i)
@@ -17,6 +27,10 @@ for i = 1, N do
   end
 end
 if released == N then
+  mark_released(KEYS[4 * N + 1], ARGV[3])
+  return 1
+end
+if released == 0 and released_before(KEYS[4 * N + 1]) then
   return 1
 end
 return 0

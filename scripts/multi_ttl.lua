@@ -4,6 +4,8 @@
 -- ARGV[1]  owner token
 --
 -- Returns the milliseconds left, or -3 when some lock is not held by owner.
+--
+-- Reads only: a copy, however late, changes nothing.
 
 if not all_held(ARGV[1]) then
   return -3

@@ -4,13 +4,16 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  the lock's wake-up channel
--- KEYS[3]  the last attempt's tombstone
+-- KEYS[3]  the Lock call's tombstone (one for all its attempts; an
+--          Election's campaign: one for all of the campaign's)
 -- KEYS[4]  waiters: sorted set of registrations by expiry (hand_next.lua)
 -- KEYS[5]  fencing counter, for a hand-over's token
--- ARGV[1]  owner token of the Lock call; '' when no attempt is in doubt
+-- ARGV[1]  owner token of the Lock call (of the attempt in doubt, for an
+--          Election); '' when it has none to release
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds (the attempt's TTL); 0 when
---          no attempt is in doubt (a waiter leaving), so none is written
+-- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+--          attempt may still arrive (see tombstoneLife in dlock.go); 0
+--          writes none
 -- ARGV[4]  registration to withdraw; '' when not registered
 -- ARGV[5]  the one before it, should the last attempt not have replaced it;
 --          '' when none
@@ -18,29 +21,42 @@
 -- Returns 1 the call held the lock (taken by an attempt, or handed over by
 -- a release) and it is released now, else 0.
 --
--- An attempt that had not been applied may still be on its way: the
--- tombstone makes it refuse itself should it arrive. A lock handed to a
+-- Late copies: a copy of any attempt of the call may still be on its way,
+-- whether or not an earlier copy was applied (go-redis resends a command
+-- after a read timeout, on another connection), and whether the call is in
+-- doubt or just stops waiting. So the tombstone is written whatever this
+-- script finds, also when it releases a hold: every acquire script refuses
+-- an attempt that finds it before taking the lock or registering, so a late
+-- copy neither holds the lock for a caller that has gone nor is handed it
+-- by the next release. It lasts ARGV[3], not the TTL: a copy is sent before
+-- its call gives up, and a copy later than that bound leaves what an abandon
+-- that never arrived would, a hold that expires with its TTL. A lock handed to a
 -- waiter that leaves is passed on, as is a wake-up a release sent to one
 -- (a waiter registered by a MultiLock): when no registration of this call
 -- is left and the lock is free, the next waiter gets it.
+--
+-- Safe to send twice: a second copy finds nothing of the call's left to
+-- release or withdraw, and writes the tombstone again; at most it wakes (or
+-- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if ARGV[1] ~= '' then
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
-    released = 1
-  elseif tonumber(ARGV[3]) > 0 then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
-  end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  released = 1
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 end
 local picked = false
 if ARGV[4] ~= '' then
-  local withdrawn
-  if ARGV[5] ~= '' then
-    withdrawn = redis.pcall('ZREM', KEYS[4], ARGV[4], ARGV[5])
+  local withdrawn -- none from waiters dlock did not write (dlocks_beside)
+  if not dlocks_beside(KEYS[4], 'zset') then
+    withdrawn = 0
+  elseif ARGV[5] ~= '' then
+    withdrawn = redis.call('ZREM', KEYS[4], ARGV[4], ARGV[5])
   else
-    withdrawn = redis.pcall('ZREM', KEYS[4], ARGV[4])
+    withdrawn = redis.call('ZREM', KEYS[4], ARGV[4])
   end
-  picked = withdrawn == 0 -- a foreign key there: not ours to fix
+  picked = withdrawn == 0
 end
 if released == 1 or (picked and redis.call('EXISTS', KEYS[1]) == 0) then
   hand_next(KEYS[1], KEYS[5], KEYS[4], KEYS[2], ARGV[2])

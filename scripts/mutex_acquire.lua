@@ -1,8 +1,9 @@
 -- Acquire a Mutex: take the lock if it is free and mint a fencing token.
 --
 -- KEYS[1]  lock key: a string holding the owner token, with a TTL
--- KEYS[2]  fencing counter: an integer without TTL, in the same slot
--- KEYS[3]  this Lock call's tombstone, written by mutex_abandon.lua
+-- KEYS[2]  fencing counter: an integer (see mint_token in common.lua), in the same slot
+-- KEYS[3]  this Lock call's tombstone, written by mutex_abandon.lua when the
+--          call gives up
 -- KEYS[4]  waiters: sorted set of registrations by expiry (hand_next.lua)
 -- ARGV[1]  owner token of this Lock call (random, unique per call: the lock
 --          may be handed to it while it waits)
@@ -19,8 +20,9 @@
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
 --                     expires (-1: the key has no TTL)
 --         {-1, 0}     this Lock call was abandoned by its client: do nothing
--- Fails with WRONGTYPE, changing nothing, when a key of the lock holds a value
--- of another type (written by something other than dlock).
+-- Fails with WRONGTYPE, changing nothing, when a key of the lock holds what
+-- dlock did not write (see foreign.lua): a value of another type, a string
+-- that is no owner token under the lock key, a waiters set without a TTL.
 --
 -- A refused waiter is registered in the same step as its refusal, after it
 -- subscribed: the release that follows hands the lock to it (or to another
@@ -33,14 +35,26 @@
 -- Safe to send twice: an owner finding the lock already its own reports the
 -- same acquisition, extended to its TTL, and mints nothing.
 -- Safe to arrive late: a client that gave up on this call left a tombstone,
--- so an attempt delayed past its own cleanup cannot leave an orphaned hold.
--- The tombstone is looked at only once the lock is taken, which spares the
--- refused attempts of contending waiters a command; scripts are atomic, so
--- nobody sees the hold that is taken back.
+-- and a copy of any of its attempts that finds it does nothing: it neither
+-- takes the lock nor registers (the next release would hand the lock to a
+-- caller that has gone), and answers {-1, 0}. The tombstone is looked at
+-- only where the attempt would change something, once the lock is taken or
+-- before registering, which spares the refused attempts that do not wait a
+-- command; scripts are atomic, so nobody sees the hold that is taken back.
+-- The resend path (the lock already this owner's) needs no look: after the
+-- abandon the lock is not the call's, and nothing hands it to a call whose
+-- registrations are gone.
 
+local wrong = foreign_key({KEYS[2]}, {KEYS[4]}, {})
+if wrong then
+  return wrong
+end
 -- SET NX GET takes a free lock and returns nothing, or returns the holder;
 -- on a key of another type it fails with WRONGTYPE, changing nothing.
-local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+local holder, foreign = call_on(KEYS[1], 'SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+if foreign then
+  return foreign
+end
 if not holder then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('DEL', KEYS[1])
@@ -54,7 +68,7 @@ if not holder then
       return removed
     end
   end
-  local fence = redis.pcall('INCR', KEYS[2])
+  local fence = mint_token(KEYS[2], ARGV[2])
   if type(fence) == 'table' and fence.err then
     redis.call('DEL', KEYS[1])
     return fence
@@ -63,9 +77,15 @@ if not holder then
 end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, raise_error(held_token(KEYS[2], ARGV[2]))}
+end
+if not is_owner_token(holder) then -- not a holder: nothing to wait for
+  return not_dlocks(KEYS[1], 'a string')
 end
 if ARGV[3] ~= '' then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {-1, 0}
+  end
   if ARGV[5] ~= '' then
     redis.call('ZREM', KEYS[4], ARGV[5])
   end

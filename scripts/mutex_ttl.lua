@@ -4,6 +4,8 @@
 -- ARGV[1]  owner token
 --
 -- Returns the milliseconds left (-1: no TTL), or -3 when not held by this owner.
+--
+-- Reads only: a copy, however late, changes nothing.
 
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PTTL', KEYS[1])

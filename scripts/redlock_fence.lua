@@ -1,16 +1,23 @@
--- Raise a Redlock node's fencing counter to the token a quorum agreed on.
+-- Raise a Redlock node's fencing counter to the token a quorum agreed on,
+-- and keep it: a Redlock's counters do not expire.
 --
--- KEYS[1]  fencing counter, no TTL
+-- KEYS[1]  fencing counter (see mint_token in common.lua)
 -- ARGV[1]  the token: the highest counter among the nodes that granted
 --
--- Returns 1. Never lowers the counter.
+-- Returns 1. Never lowers the counter, so a copy, however late, is harmless.
+-- Fails with WRONGTYPE, naming the key, when the counter is not dlock's.
 --
 -- The next quorum shares a node with this one, whose counter is then at
 -- least this token, so its own highest counter is above it: tokens keep
--- increasing across holders although each node counts on its own.
+-- increasing across holders although each node counts on its own. That
+-- holds only while the shared node keeps its counter. A single server's
+-- counter may expire (mint_token floors the next token by the server's
+-- clock), but the nodes of a Redlock have clocks of their own: the token
+-- may come from a node whose clock runs ahead of the others', and once
+-- that node is gone, the others, minting from their own clocks, would
+-- start below it. So the SET here has no expiry (a mint's retention is
+-- dropped too).
 
-local token = tonumber(ARGV[1])
-if (tonumber(redis.call('GET', KEYS[1])) or 0) < token then
-  redis.call('SET', KEYS[1], token)
-end
+local token = math.max(raise_error(last_token(KEYS[1])), tonumber(ARGV[1]))
+redis.call('SET', KEYS[1], token_text(token))
 return 1

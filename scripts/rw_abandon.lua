@@ -5,29 +5,45 @@
 -- KEYS[1..9] as in rw_lib.lua
 -- ARGV[1]  member of the attempt in doubt; '' when none is
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds (the attempt's TTL)
+-- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+--          attempt may still arrive (see tombstoneLife in dlock.go)
 -- ARGV[4]  waiter id to unregister; '' when not registered
 --
 -- Returns 1 the attempt had been granted and is released now, else 0.
 --
--- An attempt not applied yet may still be on its way: the tombstone makes it
--- refuse itself should it arrive. A waiter that leaves may have been woken
+-- A copy of any attempt of the call may still be on its way, applied before
+-- or not (go-redis resends after a read timeout): the tombstone (KEYS[9],
+-- the call's, shared by all its attempts) makes it refuse itself, taking
+-- no hold and registering nothing. It is written whatever this script finds,
+-- also when it releases a hold, and lasts ARGV[3], not the TTL: a copy is
+-- sent before its call gives up, and one later than that leaves what an
+-- abandon that never arrived would, a hold expiring with its TTL. A waiter that leaves may have been woken
 -- already (writers stay registered until they get their turn; passed readers
 -- hold writers back): when nothing is held any more, whoever can go is woken.
+--
+-- Safe to send twice: a second copy finds nothing of the call's left to
+-- release or withdraw, and writes the tombstone again; at most it wakes (or
+-- hands a free lock to) the next live waiter, as a release would.
 
 local now = server_now()
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
+end
 if ARGV[1] ~= '' then
-  purge(now)
   if live_score(HOLDS, ARGV[1], now) then
+    local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
+    if wrong then -- another program wrote over the state: left as it is
+      return wrong
+    end
+    purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
     release_hold(ARGV[1], ARGV[2], now)
     return 1
   end
-  redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
 end
 if ARGV[4] ~= '' then
   local left = false
   for _, set in ipairs({WWAIT, RWAIT, RPASS}) do
-    if redis.pcall('ZREM', set, ARGV[4]) == 1 then -- a foreign key there: not ours to fix
+    if dlocks_beside(set, 'zset') and redis.call('ZREM', set, ARGV[4]) == 1 then
       left = true
     end
   end

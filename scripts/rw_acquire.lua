@@ -1,7 +1,8 @@
 -- Acquire an RWMutex for reading or writing (a ReentrantMutex: writing).
 --
 -- KEYS[1..9] as in rw_lib.lua
--- ARGV[1]  member of the new hold: mode .. hold id .. owner
+-- ARGV[1]  member of the call's hold: mode .. hold id .. owner; every attempt
+--          of the call sends the same
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
@@ -14,7 +15,8 @@
 --         {-2, 0}     a write asked by an owner that holds only reads: an
 --                     upgrade would deadlock with another upgrading reader.
 --                     The waiter, if registered, is no longer.
--- Fails with WRONGTYPE, adding no hold, when a key holds another type.
+-- Fails with WRONGTYPE, changing nothing, when a key holds what dlock did
+-- not write (see foreign.lua: the state carries a mark).
 --
 -- Who may go:
 --   write  the owner already writing (re-entry); else anyone, once nothing is
@@ -24,9 +26,16 @@
 --          a writer waits and this reader was not passed by the last writer
 --
 -- Safe to send twice: a hold already in place (its member is live) reports
--- the same acquisition and counts once. Safe to arrive late: an attempt whose
--- client gave up finds its tombstone and refuses itself.
+-- the same acquisition, counts once and registers nothing; so does a copy
+-- of an earlier attempt of the call, refused, arriving once a later one was
+-- granted. Safe to arrive late: a copy of any
+-- attempt of a call that gave up finds the call's tombstone (KEYS[9]) before
+-- it takes a hold or registers, and does neither.
 
+local wrong = foreign_state(STATE) or foreign_key({KEYS[8]}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+if wrong then
+  return wrong
+end
 local member, waiter = ARGV[1], ARGV[3]
 local mode, owner = parse(member)
 local now = server_now()
@@ -81,7 +90,7 @@ if granted then
   if mine > 0 then
     token = tonumber(st[5])
   else
-    token = redis.call('INCR', KEYS[8]) -- fails, before the hold is written, on a foreign counter
+    token = raise_error(mint_token(KEYS[8], ARGV[2])) -- fails, before the hold is written, on a foreign counter
     if mode == 'w' then
       redis.call('HSET', STATE, 'tw' .. owner, token, 'W', owner)
     else
@@ -92,12 +101,18 @@ if granted then
   if mode == 'r' then
     redis.call('HINCRBY', STATE, 'R', 1)
   end
+  if mine == 0 then -- the state may be new: mark it as dlock's
+    redis.call('HSET', STATE, STATE_MARK, STATE_KIND)
+  end
   redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
   expire_with_last()
   return {1, token}
 end
 
 if waiter ~= '' then
+  if redis.call('EXISTS', KEYS[9]) == 1 then
+    return {-1, 0}
+  end
   register_waiter(mode == 'w' and WWAIT or RWAIT, waiter, ARGV[4], now)
 end
 local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')

@@ -9,7 +9,15 @@
 -- the last fencing token minted}, followed by owner, mode, holds for each
 -- holder (the writer first).
 -- Counted from the live holds, so expired ones not yet purged do not show.
+-- Fails with WRONGTYPE when a key holds what dlock did not write (see
+-- foreign.lua): that is no holder.
+--
+-- Reads only: a copy, however late, changes nothing.
 
+local wrong = foreign_state(STATE) or foreign_key({KEYS[8]}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+if wrong then
+  return wrong
+end
 local now = server_now()
 local owner = ARGV[1]
 local writes, reads, own_reads, writer_is_owner, last = 0, 0, 0, 0, now
@@ -54,7 +62,7 @@ if writes > 0 and writer then
 end
 local reply = {writes, reads, n_readers, writer_is_owner, own_reads, last - now,
   live_waiters(WWAIT, now), live_waiters(RWAIT, now), token,
-  tonumber(redis.call('GET', KEYS[8])) or 0}
+  raise_error(last_token(KEYS[8]))}
 for _, id in ipairs(order) do
   table.insert(reply, id:sub(2))
   table.insert(reply, id:sub(1, 1))

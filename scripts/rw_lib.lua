@@ -9,6 +9,8 @@
 --                                       one owner in one mode shares it
 --            'W'                        the owner holding the write side
 --            'R'                        read holds of all owners
+--            'dlock' = 'rw'             the mark of a state dlock wrote
+--                                       (foreign.lua)
 -- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
 --          it expires in ms of the server's clock. A member is
 --          mode .. hold id .. owner: mode 'w' or 'r', the hold id 32 random
@@ -23,7 +25,7 @@
 --          They go before any writer, so writers cannot starve readers.
 -- KEYS[6]  the writers' wake-up channel (a waiter id is published)
 -- KEYS[7]  the readers' wake-up channel ('*' wakes them all)
--- KEYS[8]  fencing counter, no TTL (acquire only)
+-- KEYS[8]  fencing counter (see mint_token in common.lua; acquire only)
 -- KEYS[9]  the tombstone of this hold id (acquire and abandon only)
 
 local STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN =
@@ -66,22 +68,25 @@ local function expire_with_last()
   end
 end
 
--- How many live registrations a waiter set has. A set of another type (not
--- dlock's) counts as empty: waking nobody beats failing a release.
+-- How many live registrations a waiter set has. A set dlock did not write
+-- (dlocks_beside in foreign.lua) counts as empty: waking nobody beats
+-- failing a release.
 local function live_waiters(set, now)
-  local n = redis.pcall('ZCOUNT', set, '(' .. now, '+inf')
-  if type(n) ~= 'number' then
+  if not dlocks_beside(set, 'zset') then
     return 0
   end
-  return n
+  return redis.call('ZCOUNT', set, '(' .. now, '+inf')
 end
 
 -- Wake the writer whose registration runs out first: the one that has
 -- refreshed it least recently. It stays registered, so readers keep
 -- waiting until it has had its turn.
 local function wake_writer(publish, now)
-  local first = redis.pcall('ZRANGEBYSCORE', WWAIT, '(' .. now, '+inf', 'LIMIT', 0, 1)
-  if first.err or #first == 0 then
+  if not dlocks_beside(WWAIT, 'zset') then
+    return false
+  end
+  local first = redis.call('ZRANGEBYSCORE', WWAIT, '(' .. now, '+inf', 'LIMIT', 0, 1)
+  if #first == 0 then
     return false
   end
   redis.call(publish, WCHAN, first[1])
@@ -91,7 +96,9 @@ end
 -- Wake whoever can go now that a hold has gone. writer_left: the write side
 -- just became free. Readers that were waiting for that writer go first (all
 -- of them, passed ahead of waiting writers); otherwise, once nothing is
--- held, one writer, or if none waits, all readers.
+-- held, one writer, or if none waits, all readers. Readers passed where
+-- dlock did not write them (dlocks_beside) are woken but not recorded: the
+-- value there is left as it is.
 local function wake(publish, now, writer_left)
   local held = redis.call('ZCARD', HOLDS) > 0
   if held and not writer_left then
@@ -99,7 +106,10 @@ local function wake(publish, now, writer_left)
   end
   local readers_waiting = live_waiters(RWAIT, now) > 0
   if writer_left and readers_waiting then
-    redis.call('RENAME', RWAIT, RPASS)
+    local _, foreign = dlocks_beside(RPASS, 'zset')
+    if not foreign then
+      redis.call('RENAME', RWAIT, RPASS)
+    end
     redis.call(publish, RCHAN, '*')
   elseif not held and not wake_writer(publish, now) and readers_waiting then
     redis.call(publish, RCHAN, '*')

@@ -1,18 +1,38 @@
 -- Release one hold of an RWMutex or ReentrantMutex and wake whoever can go.
 --
 -- KEYS[1..7] as in rw_lib.lua
+-- KEYS[8]  this hold's release mark (see mark_released in common.lua), in
+--          place of the fencing counter, which a release does not touch
+-- KEYS[9]  the call's tombstone, from a release that gives the call up
+--          (see void_call in common.lua); absent otherwise
 -- ARGV[1]  member of the hold (mode .. hold id .. owner)
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[3]  how long the mark lasts, in milliseconds
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
--- Returns 1 released, 0 not held: expired, or never this member's.
+-- Returns 1 released (by this copy, or by an earlier copy of the same
+-- release: the mark), 0 not held: expired, or never this member's (also
+-- where another program wrote over the holds: they are left as they are).
+-- Fails with WRONGTYPE, changing nothing, where another program wrote
+-- over the state (foreign.lua).
 --
 -- Safe to send twice: the second finds the member gone and touches nothing,
--- so one Lease's Unlock takes away one hold, never another of its owner's.
+-- so one Lease's Unlock takes away one hold, never another of its owner's;
+-- it finds the first one's mark, and reports the release.
 
+void_call(KEYS[9], ARGV[4])
 local now = server_now()
-purge(now)
 if not live_score(HOLDS, ARGV[1], now) then
+  if released_before(KEYS[8]) then
+    return 1
+  end
   return 0
 end
+local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
+if wrong then -- another program wrote over the state: left as it is
+  return wrong
+end
+purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
 release_hold(ARGV[1], ARGV[2], now)
+mark_released(KEYS[8], ARGV[3])
 return 1

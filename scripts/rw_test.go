@@ -103,8 +103,36 @@ func TestRWAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	if n, _ := rdb.HGet(ctx, rwState, "nwalice").Int(); n != 1 {
 		t.Fatalf("hold count %d after a resent acquire, want 1", n)
 	}
-	if n, _ := rdb.Get(ctx, rwFence).Int(); n != 1 {
-		t.Fatalf("fencing counter %d, want 1", n)
+	if n, _ := rdb.Get(ctx, rwFence).Int64(); n != first {
+		t.Fatalf("fencing counter %d, want %d", n, first)
+	}
+}
+
+// Every attempt of one call sends the call's hold: a copy of a refused,
+// registered attempt arriving after a later one was granted reports that
+// hold, counts nothing twice and registers nothing.
+func TestRWAcquire_CopyOfARefusalArrivingOnceGrantedCountsOnce(t *testing.T) {
+	ctx, rdb := setup(t)
+	writer := expectGranted(t, tryRW(t, ctx, rdb, hold("w", "1", "bob"), ""), "the writer")
+	reader := hold("r", "2", "alice")
+	expectRefused(t, tryRW(t, ctx, rdb, reader, "waiter"), "a reader while bob writes")
+	releaseRW(t, ctx, rdb, hold("w", "1", "bob"))
+	token := expectGranted(t, tryRW(t, ctx, rdb, reader, "waiter"), "the reader once bob left")
+	if token == writer {
+		t.Fatalf("the reader got the writer's token %d", token)
+	}
+	if again := expectGranted(t, tryRW(t, ctx, rdb, reader, "waiter"), "the copy of the refusal"); again != token {
+		t.Fatalf("the copy got token %d, the call %d", again, token)
+	}
+	if n, _ := rdb.HGet(ctx, rwState, "R").Int(); n != 1 {
+		t.Fatalf("%d read holds after the copy, want 1", n)
+	}
+	if n := rdb.Exists(ctx, "t:{rw}:rwaiters", rwPass).Val(); n != 0 {
+		t.Fatal("the copy registered the reader again")
+	}
+	releaseRW(t, ctx, rdb, reader)
+	if n := rdb.Exists(ctx, rwState, rwHolds).Val(); n != 0 {
+		t.Fatal("a hold is left after the call's release")
 	}
 }
 
@@ -334,4 +362,24 @@ func TestRWAcquire_RefusedUpgradeUnregistersTheWaiter(t *testing.T) {
 		t.Fatal("the refused writer is still registered")
 	}
 	expectGranted(t, tryRW(t, ctx, rdb, hold("r", "4", "bob"), ""), "a new reader once no writer waits")
+}
+
+// A writer leaving passes the waiting readers ahead by renaming their set
+// to the readers passed: never over a value dlock did not write there,
+// which is left byte for byte while the readers are still woken.
+func TestRWRelease_ForeignPassedReadersLeftAsTheyAre(t *testing.T) {
+	ctx, rdb := setup(t)
+	readWakes := listenOn(t, ctx, rdb, rwReadWake)
+	w := hold("w", "1", "alice")
+	tryRW(t, ctx, rdb, w, "")
+	expectRefused(t, tryRW(t, ctx, rdb, hold("r", "2", "bob"), "reader-bob"), "a read while written")
+	rdb.ZAdd(ctx, rwPass, redis.Z{Score: 1 << 50, Member: "carol"})
+	before, _ := rdb.Dump(ctx, rwPass).Result()
+	if n := releaseRW(t, ctx, rdb, w); n != 1 {
+		t.Fatalf("release: %d, want 1", n)
+	}
+	if after, _ := rdb.Dump(ctx, rwPass).Result(); after != before {
+		t.Fatal("the foreign value was changed")
+	}
+	expectMessage(t, readWakes, "*")
 }

@@ -4,6 +4,8 @@
 -- ARGV[1]  member of the hold
 --
 -- Returns the milliseconds left, or -3 when not held.
+--
+-- Reads only: a copy, however late, changes nothing.
 
 local now = server_now()
 local score = live_score(HOLDS, ARGV[1], now)

@@ -6,7 +6,8 @@
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: common.lua (the server's clock, expiring sorted
-// sets, waiter registration) to every script, hand_next.lua to the Mutex
+// sets, waiter registration) and foreign.lua (how dlock's own keys are
+// recognised) to every script, hand_next.lua to the Mutex
 // and MultiLock scripts that free a lock, wake_next.lua to the others that
 // do,
 // fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
@@ -17,6 +18,8 @@ package scripts
 
 import (
 	_ "embed"
+	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +28,8 @@ import (
 var (
 	//go:embed common.lua
 	common string
+	//go:embed foreign.lua
+	foreign string
 	//go:embed wake_next.lua
 	wakeNext string
 	//go:embed hand_next.lua
@@ -109,11 +114,24 @@ var (
 	rwInspect string
 )
 
-// script makes a script of parts, after common.lua: every script has the
+// OwnerTokenDigits is the length of an owner token, in lowercase hex
+// digits: the value a Mutex's lock key holds. The scripts take a string of
+// another form under that key for a value dlock did not write.
+const OwnerTokenDigits = 32
+
+// prelude starts every script: the constants the scripts take from Go (the
+// owner token's form, made from OwnerTokenDigits; the fencing counter's
+// retention), so that each rule is written once, then common.lua and
+// foreign.lua.
+var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
+	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
+	common + foreign
+
+// script makes a script of parts, after the prelude: every script has the
 // shared helpers, whether or not it calls them (unused functions cost a
 // script nothing once Redis has cached it).
 func script(parts ...string) *redis.Script {
-	return redis.NewScript(common + strings.Join(parts, ""))
+	return redis.NewScript(prelude + strings.Join(parts, ""))
 }
 
 // Mutex scripts.
@@ -182,3 +200,9 @@ var (
 	RWAbandon = script(rwLib, rwAbandon)
 	RWInspect = script(rwLib, rwInspect)
 )
+
+// FenceRetentionTTLs is how long a lock name's fencing counter outlives the
+// last token minted from it, in TTLs of the hold that token went to (see
+// dlock.FenceRetentionTTLs, and mint_token in common.lua, which has it
+// from here).
+const FenceRetentionTTLs = 10

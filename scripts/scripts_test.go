@@ -20,7 +20,7 @@ const (
 	fenceKey   = "t:{m}:fence"
 	channel    = "t:{m}:wake"
 	waitersKey = "t:{m}:waiters"
-	tombstone  = "t:{m}:void:owner-a"
+	tombstone  = "t:{m}:void:0000000000000000000000000000000a" // of tok("a")
 )
 
 func setup(t *testing.T) (context.Context, *redis.Client) {
@@ -53,13 +53,17 @@ func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner
 	return res
 }
 
-// queueWaiter makes waiter "0"+x, of owner "owner-"+x, wait for the held
+// tok is test owner x's owner token (x is hex digits): the form a Mutex's
+// lock key holds, which the scripts tell from a value dlock did not write.
+func tok(x string) string { return strings.Repeat("0", OwnerTokenDigits-len(x)) + x }
+
+// queueWaiter makes waiter "0"+x, of owner tok(x), wait for the held
 // lock: its first attempt, refused, registers it. It returns the
 // registration.
 func queueWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, x string) string {
 	t.Helper()
-	entry := registration("0"+x, 1, "owner-"+x)
-	if res := acquireAsWaiter(t, ctx, rdb, "owner-"+x, entry, ""); res[0] != 0 {
+	entry := registration("0"+x, 1, tok(x))
+	if res := acquireAsWaiter(t, ctx, rdb, tok(x), entry, ""); res[0] != 0 {
 		t.Fatalf("waiter %s: %v, want refused", x, res)
 	}
 	return entry
@@ -141,16 +145,19 @@ func nextMessage(t *testing.T, messages <-chan string) string {
 }
 
 // expectHandOver checks that the lock went to owner as the waiter's
-// registration for attempt said, with fencing token fence, for what its
-// registration had left (3 s at most), and that the waiter was told so.
+// registration for attempt said, with a fencing token above after (the
+// last token minted before), for what its registration had left (3 s at
+// most), and that the waiter was told so. It returns the token.
 func expectHandOver(t *testing.T, ctx context.Context, rdb *redis.Client, messages <-chan string,
-	waiter string, attempt int, owner string, fence int64) {
+	waiter string, attempt int, owner string, after int64) int64 {
 	t.Helper()
 	got := nextMessage(t, messages)
-	prefix := "c1 " + waiter + ":" + strconv.Itoa(attempt) + ":" + strconv.FormatInt(fence, 10) + ":"
-	px, err := strconv.Atoi(strings.TrimPrefix(got, prefix))
-	if !strings.HasPrefix(got, prefix) || err != nil || px <= 0 || px > 3000 {
-		t.Fatalf("published %q, want %q and the ms granted (up to the 3000 registered)", got, prefix)
+	prefix := "c1 " + waiter + ":" + strconv.Itoa(attempt) + ":"
+	token, granted, _ := strings.Cut(strings.TrimPrefix(got, prefix), ":")
+	fence, err1 := strconv.ParseInt(token, 10, 64)
+	px, err2 := strconv.Atoi(granted)
+	if !strings.HasPrefix(got, prefix) || err1 != nil || fence <= after || err2 != nil || px <= 0 || px > 3000 {
+		t.Fatalf("published %q, want %q, a token above %d and the ms granted (up to the 3000 registered)", got, prefix, after)
 	}
 	if v, _ := rdb.Get(ctx, lockKey).Result(); v != owner {
 		t.Fatalf("lock holds %q after the hand-over, want %q", v, owner)
@@ -161,24 +168,25 @@ func expectHandOver(t *testing.T, ctx context.Context, rdb *redis.Client, messag
 	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != fence {
 		t.Fatalf("fencing counter %d after the hand-over, want %d", n, fence)
 	}
+	return fence
 }
 
 func TestMutexAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	ctx, rdb := setup(t)
-	first := acquire(t, ctx, rdb, "owner-a")
-	again := acquire(t, ctx, rdb, "owner-a")
+	first := acquire(t, ctx, rdb, tok("a"))
+	again := acquire(t, ctx, rdb, tok("a"))
 	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
 		t.Fatalf("first %v, resend %v: want both acquired with the same fencing token", first, again)
 	}
-	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != 1 {
-		t.Fatalf("fencing counter %d after a resent acquire, want 1", n)
+	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != first[1] {
+		t.Fatalf("fencing counter %d after a resent acquire, want %d", n, first[1])
 	}
 }
 
 func TestMutexAcquire_HeldLockReportsTimeLeft(t *testing.T) {
 	ctx, rdb := setup(t)
-	acquire(t, ctx, rdb, "owner-a")
-	res := acquire(t, ctx, rdb, "owner-b")
+	acquire(t, ctx, rdb, tok("a"))
+	res := acquire(t, ctx, rdb, tok("b"))
 	if res[0] != 0 || res[1] <= 0 || res[1] > 10000 {
 		t.Fatalf("acquire of a held lock: %v, want {0, ms left}", res)
 	}
@@ -188,24 +196,24 @@ func TestMutexAcquire_HeldLockReportsTimeLeft(t *testing.T) {
 // path) must not take the lock when it finally arrives.
 func TestMutexAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
-	if n := abandon(t, ctx, rdb, "owner-a", ""); n != 0 {
+	if n := abandon(t, ctx, rdb, tok("a"), ""); n != 0 {
 		t.Fatalf("abandon before arrival: %d; want 0", n)
 	}
-	if res := acquire(t, ctx, rdb, "owner-a"); res[0] != -1 {
+	if res := acquire(t, ctx, rdb, tok("a")); res[0] != -1 {
 		t.Fatalf("late acquire: %v, want {-1, 0}", res)
 	}
 	if n, _ := rdb.Exists(ctx, lockKey, fenceKey).Result(); n != 0 {
 		t.Fatalf("a refused late acquire left %d keys", n)
 	}
-	if res := acquire(t, ctx, rdb, "owner-b"); res[0] != 1 {
+	if res := acquire(t, ctx, rdb, tok("b")); res[0] != 1 {
 		t.Fatalf("another owner after the refused attempt: %v, want acquired", res)
 	}
 }
 
 func TestMutexAbandon_ReleasesAnAppliedAttempt(t *testing.T) {
 	ctx, rdb := setup(t)
-	acquire(t, ctx, rdb, "owner-a")
-	if n := abandon(t, ctx, rdb, "owner-a", ""); n != 1 {
+	acquire(t, ctx, rdb, tok("a"))
+	if n := abandon(t, ctx, rdb, tok("a"), ""); n != 1 {
 		t.Fatalf("abandon of an applied attempt: %d; want 1", n)
 	}
 	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
@@ -215,24 +223,56 @@ func TestMutexAbandon_ReleasesAnAppliedAttempt(t *testing.T) {
 
 func TestMutexRelease_SentTwiceReleasesOnlyOnce(t *testing.T) {
 	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, tok("a"))
+	if n := release(t, ctx, rdb, tok("a")); n != 1 {
+		t.Fatalf("release: %d, want 1", n)
+	}
+	acquire(t, ctx, rdb, tok("b"))
+	if n := release(t, ctx, rdb, tok("a")); n != 0 {
+		t.Fatalf("resent release: %d, want 0", n)
+	}
+	if v, _ := rdb.Get(ctx, lockKey).Result(); v != tok("b") {
+		t.Fatalf("resent release touched the next holder: key holds %q", v)
+	}
+}
+
+// A release resent after its reply was lost finds the first copy's mark and
+// reports the release; the mark is the owner's alone.
+func TestMutexRelease_ResentAfterItsReplyWasLostFindsItsMark(t *testing.T) {
+	ctx, rdb := setup(t)
+	markedRelease := func(owner string) int64 {
+		t.Helper()
+		n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey, fenceKey, lockKey + ":released:" + owner},
+			owner, "PUBLISH", 5000).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	acquire(t, ctx, rdb, "owner-a")
-	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
+	if n := markedRelease("owner-a"); n != 1 {
 		t.Fatalf("release: %d, want 1", n)
 	}
 	acquire(t, ctx, rdb, "owner-b")
-	if n := release(t, ctx, rdb, "owner-a"); n != 0 {
-		t.Fatalf("resent release: %d, want 0", n)
+	if n := markedRelease("owner-a"); n != 1 {
+		t.Fatalf("resent release: %d, want 1 (released by its first copy)", n)
 	}
 	if v, _ := rdb.Get(ctx, lockKey).Result(); v != "owner-b" {
 		t.Fatalf("resent release touched the next holder: key holds %q", v)
+	}
+	if n := markedRelease("owner-c"); n != 0 {
+		t.Fatalf("release by an owner that never held: %d, want 0", n)
+	}
+	if left := rdb.PTTL(ctx, lockKey+":released:owner-a").Val(); left <= 0 || left > 5*time.Second {
+		t.Fatalf("mark expires in %v, want within 5s", left)
 	}
 }
 
 func TestMutexExtend_NeverRecreatesAMissingKey(t *testing.T) {
 	ctx, rdb := setup(t)
-	acquire(t, ctx, rdb, "owner-a")
+	acquire(t, ctx, rdb, tok("a"))
 	rdb.Del(ctx, lockKey)
-	n, err := MutexExtend.Run(ctx, rdb, []string{lockKey}, "owner-a", 10000).Int64()
+	n, err := MutexExtend.Run(ctx, rdb, []string{lockKey}, tok("a"), 10000).Int64()
 	if err != nil || n != 0 {
 		t.Fatalf("extend of a deleted lock: %d, %v; want 0", n, err)
 	}
@@ -245,7 +285,7 @@ func TestMutexScripts_WrongTypeKeyFailsAndIsUntouched(t *testing.T) {
 	ctx, rdb := setup(t)
 	rdb.HSet(ctx, lockKey, "field", "value")
 	before, _ := rdb.Dump(ctx, lockKey).Result()
-	_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey}, "owner-a", 10000, registration("0a", 1, "owner-a"), 3000, "").Result()
+	_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey}, tok("a"), 10000, registration("0a", 1, tok("a")), 3000, "").Result()
 	if err == nil {
 		t.Fatal("acquire on a hash: no error, want WRONGTYPE")
 	}
@@ -261,20 +301,20 @@ func TestMutexScripts_WrongTypeKeyFailsAndIsUntouched(t *testing.T) {
 func TestMutexRelease_HandsTheLockToTheFirstRegisteredWaiter(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	a := acquire(t, ctx, rdb, tok("a"))
 	queueWaiter(t, ctx, rdb, "b")
 	queueWaiter(t, ctx, rdb, "c")
 	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 2 {
 		t.Fatalf("%d waiters registered, want 2", n)
 	}
-	release(t, ctx, rdb, "owner-a")
-	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
+	release(t, ctx, rdb, tok("a"))
+	second := expectHandOver(t, ctx, rdb, messages, "0b", 1, tok("b"), a[1])
 	if n, _ := rdb.ZCard(ctx, waitersKey).Result(); n != 1 {
 		t.Fatalf("%d waiters left after one release, want 1", n)
 	}
-	release(t, ctx, rdb, "owner-b")
-	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 3)
-	release(t, ctx, rdb, "owner-c")
+	release(t, ctx, rdb, tok("b"))
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, tok("c"), second)
+	release(t, ctx, rdb, tok("c"))
 	if n, _ := rdb.Exists(ctx, lockKey, waitersKey).Result(); n != 0 {
 		t.Fatalf("%d keys left after the last release, want none but the fencing counter", n)
 	}
@@ -285,17 +325,17 @@ func TestMutexRelease_HandsTheLockToTheFirstRegisteredWaiter(t *testing.T) {
 func TestMutexRelease_HandsOverInArrivalOrderWithinAMillisecond(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	a := acquire(t, ctx, rdb, tok("a"))
 	pipe := rdb.Pipeline() // one after the other, well within a ms
 	for _, w := range []string{"ff", "00"} {
-		MutexAcquire.Run(ctx, pipe, []string{lockKey, fenceKey, "t:{m}:void:owner-" + w, waitersKey},
-			"owner-"+w, 10000, registration(w, 1, "owner-"+w), 3000, "")
+		MutexAcquire.Run(ctx, pipe, []string{lockKey, fenceKey, "t:{m}:void:" + tok(w), waitersKey},
+			tok(w), 10000, registration(w, 1, tok(w)), 3000, "")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	release(t, ctx, rdb, "owner-a")
-	expectHandOver(t, ctx, rdb, messages, "ff", 1, "owner-ff", 2)
+	release(t, ctx, rdb, tok("a"))
+	expectHandOver(t, ctx, rdb, messages, "ff", 1, tok("ff"), a[1])
 }
 
 // A waiter's each attempt replaces its registration: one waiter, one entry,
@@ -303,14 +343,14 @@ func TestMutexRelease_HandsOverInArrivalOrderWithinAMillisecond(t *testing.T) {
 func TestMutexAcquire_ReRegistrationReplacesThePrevious(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	a := acquire(t, ctx, rdb, tok("a"))
 	first := queueWaiter(t, ctx, rdb, "b")
-	acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 2, "owner-b"), first)
-	if got, _ := rdb.ZRange(ctx, waitersKey, 0, -1).Result(); len(got) != 1 || got[0] != registration("0b", 2, "owner-b") {
+	acquireAsWaiter(t, ctx, rdb, tok("b"), registration("0b", 2, tok("b")), first)
+	if got, _ := rdb.ZRange(ctx, waitersKey, 0, -1).Result(); len(got) != 1 || got[0] != registration("0b", 2, tok("b")) {
 		t.Fatalf("registrations %q, want the second attempt's alone", got)
 	}
-	release(t, ctx, rdb, "owner-a")
-	expectHandOver(t, ctx, rdb, messages, "0b", 2, "owner-b", 2)
+	release(t, ctx, rdb, tok("a"))
+	expectHandOver(t, ctx, rdb, messages, "0b", 2, tok("b"), a[1])
 }
 
 // A waiter that missed the word of its hand-over finds the lock its own at
@@ -318,12 +358,13 @@ func TestMutexAcquire_ReRegistrationReplacesThePrevious(t *testing.T) {
 // its TTL from then.
 func TestMutexAcquire_HandedOverLockIsFoundByTheNextAttempt(t *testing.T) {
 	ctx, rdb := setup(t)
-	acquire(t, ctx, rdb, "owner-a")
+	a := acquire(t, ctx, rdb, tok("a"))
 	entry := queueWaiter(t, ctx, rdb, "b")
-	release(t, ctx, rdb, "owner-a")
-	res := acquireAsWaiter(t, ctx, rdb, "owner-b", registration("0b", 2, "owner-b"), entry)
-	if res[0] != 1 || res[1] != 2 {
-		t.Fatalf("attempt after the hand-over: %v, want {1, 2}", res)
+	release(t, ctx, rdb, tok("a"))
+	minted, _ := rdb.Get(ctx, fenceKey).Int64()
+	res := acquireAsWaiter(t, ctx, rdb, tok("b"), registration("0b", 2, tok("b")), entry)
+	if res[0] != 1 || res[1] != minted || minted <= a[1] {
+		t.Fatalf("attempt after the hand-over: %v, want {1, %d} (the token minted at the hand-over, above %d)", res, minted, a[1])
 	}
 	if ms, _ := rdb.PTTL(ctx, lockKey).Result(); ms <= 3*time.Second {
 		t.Fatalf("lock expires in %v, want extended to the 10 s TTL", ms)
@@ -336,11 +377,12 @@ func TestMutexAcquire_HandedOverLockIsFoundByTheNextAttempt(t *testing.T) {
 func TestMutexRelease_SkipsExpiredWaiters(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
-	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: 1, Member: registration("0d", 1, "dead")}) // expired in 1970
+	a := acquire(t, ctx, rdb, tok("a"))
 	queueWaiter(t, ctx, rdb, "b")
-	release(t, ctx, rdb, "owner-a")
-	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
+	// Into the set queueWaiter made, which has a TTL as dlock's sets do.
+	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: 1, Member: registration("0d", 1, "dead")}) // expired in 1970
+	release(t, ctx, rdb, tok("a"))
+	expectHandOver(t, ctx, rdb, messages, "0b", 1, tok("b"), a[1])
 }
 
 // A MultiLock waiter registers its id alone: it is woken, not handed the
@@ -348,9 +390,10 @@ func TestMutexRelease_SkipsExpiredWaiters(t *testing.T) {
 func TestMutexRelease_WakesAWaiterThatTakesNoHandOver(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	acquire(t, ctx, rdb, tok("a"))
 	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "0e"})
-	release(t, ctx, rdb, "owner-a")
+	rdb.PExpire(ctx, waitersKey, time.Minute) // as registration leaves it: dlock's
+	release(t, ctx, rdb, tok("a"))
 	expectWord(t, messages, "0e")
 	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
 		t.Fatal("the lock was not freed for the woken waiter")
@@ -361,15 +404,15 @@ func TestMutexRelease_WakesAWaiterThatTakesNoHandOver(t *testing.T) {
 func TestMutexAbandon_HandedOverLockIsPassedOn(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	a := acquire(t, ctx, rdb, tok("a"))
 	b := queueWaiter(t, ctx, rdb, "b")
 	queueWaiter(t, ctx, rdb, "c")
-	release(t, ctx, rdb, "owner-a")
-	expectHandOver(t, ctx, rdb, messages, "0b", 1, "owner-b", 2)
-	if n := abandon(t, ctx, rdb, "owner-b", b); n != 1 {
+	release(t, ctx, rdb, tok("a"))
+	second := expectHandOver(t, ctx, rdb, messages, "0b", 1, tok("b"), a[1])
+	if n := abandon(t, ctx, rdb, tok("b"), b); n != 1 {
 		t.Fatalf("abandon by the waiter handed the lock: %d, want 1 (it held it)", n)
 	}
-	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 3)
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, tok("c"), second)
 }
 
 // A waiter woken without a hand-over (see above) that gives up passes the
@@ -377,14 +420,15 @@ func TestMutexAbandon_HandedOverLockIsPassedOn(t *testing.T) {
 func TestMutexAbandon_PickedWaiterPassesTheWakeUpOn(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
-	// Registered to expire before 0c's 3 s, so it comes first.
-	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: float64(time.Now().Add(time.Second).UnixMilli()), Member: "0e"})
+	a := acquire(t, ctx, rdb, tok("a"))
 	queueWaiter(t, ctx, rdb, "c")
-	release(t, ctx, rdb, "owner-a")
+	// Registered to expire before 0c's 3 s, so it comes first (in the set
+	// queueWaiter made, which has a TTL as dlock's sets do).
+	rdb.ZAdd(ctx, waitersKey, redis.Z{Score: float64(time.Now().Add(time.Second).UnixMilli()), Member: "0e"})
+	release(t, ctx, rdb, tok("a"))
 	expectWord(t, messages, "0e")
 	abandon(t, ctx, rdb, "", "0e")
-	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 2)
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, tok("c"), a[1])
 }
 
 // A waiter that leaves while still registered just goes: the holder's
@@ -392,14 +436,52 @@ func TestMutexAbandon_PickedWaiterPassesTheWakeUpOn(t *testing.T) {
 func TestMutexAbandon_RegisteredWaiterLeavesQuietly(t *testing.T) {
 	ctx, rdb := setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	a := acquire(t, ctx, rdb, tok("a"))
 	b := queueWaiter(t, ctx, rdb, "b")
 	queueWaiter(t, ctx, rdb, "c")
 	abandon(t, ctx, rdb, "", b)
-	release(t, ctx, rdb, "owner-a")
-	expectHandOver(t, ctx, rdb, messages, "0c", 1, "owner-c", 2)
-	if n, _ := rdb.Exists(ctx, "t:{m}:void:").Result(); n != 0 {
-		t.Fatal("a waiter leaving with no attempt in doubt wrote a tombstone")
+	release(t, ctx, rdb, tok("a"))
+	expectHandOver(t, ctx, rdb, messages, "0c", 1, tok("c"), a[1])
+	// A copy of its registering attempt may still be on its way: the
+	// tombstone refuses it.
+	if n, _ := rdb.Exists(ctx, "t:{m}:void:").Result(); n != 1 {
+		t.Fatal("a waiter leaving wrote no tombstone")
+	}
+}
+
+// A copy of an applied attempt resent after its call gave up (go-redis
+// resends after a read timeout) finds the tombstone the abandon left while
+// releasing, and takes nothing.
+func TestMutexAbandon_AppliedAttemptResentAfterwardsIsRefused(t *testing.T) {
+	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, tok("a"))
+	if n := abandon(t, ctx, rdb, tok("a"), ""); n != 1 {
+		t.Fatalf("abandon of an applied attempt: %d; want 1", n)
+	}
+	if res := acquire(t, ctx, rdb, tok("a")); res[0] != -1 {
+		t.Fatalf("resent attempt: %v, want {-1, 0}", res)
+	}
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Fatal("the resent attempt took the lock")
+	}
+}
+
+// A late copy of a refused attempt of a call that gave up registers
+// nothing: the next release must not hand the lock to a caller that left.
+func TestMutexAcquire_LateRegistrationAfterAbandonIsRefused(t *testing.T) {
+	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, tok("a"))
+	entry := registration("0b", 1, tok("b"))
+	abandon(t, ctx, rdb, tok("b"), entry)
+	if res := acquireAsWaiter(t, ctx, rdb, tok("b"), entry, ""); res[0] != -1 {
+		t.Fatalf("late registering attempt: %v, want {-1, 0}", res)
+	}
+	if n, _ := rdb.Exists(ctx, waitersKey).Result(); n != 0 {
+		t.Fatal("the late attempt registered")
+	}
+	release(t, ctx, rdb, tok("a"))
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Fatal("the release handed the lock to a call that had left")
 	}
 }
 
@@ -414,7 +496,7 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 			// A waiter's second attempt, finding the lock free: it takes the
 			// lock and withdraws its registration.
 			_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey},
-				"owner-a", 10000, registration("0a", 2, "owner-a"), 3000, registration("0a", 1, "owner-a")).Result()
+				tok("a"), 10000, registration("0a", 2, tok("a")), 3000, registration("0a", 1, tok("a"))).Result()
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("acquire: %v, want WRONGTYPE", err)
 			}
@@ -427,9 +509,9 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 		})
 	}
 	ctx, rdb := setup(t)
-	acquire(t, ctx, rdb, "owner-a")
+	acquire(t, ctx, rdb, tok("a"))
 	rdb.HSet(ctx, waitersKey, "field", "value")
-	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
+	if n := release(t, ctx, rdb, tok("a")); n != 1 {
 		t.Fatalf("release with a foreign waiter set: %d, want 1", n)
 	}
 
@@ -437,11 +519,11 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 	// hold without a token, and the counter is left alone.
 	ctx, rdb = setup(t)
 	messages := listen(t, ctx, rdb)
-	acquire(t, ctx, rdb, "owner-a")
+	acquire(t, ctx, rdb, tok("a"))
 	queueWaiter(t, ctx, rdb, "b")
 	rdb.Del(ctx, fenceKey)
 	rdb.HSet(ctx, fenceKey, "field", "value")
-	if n := release(t, ctx, rdb, "owner-a"); n != 1 {
+	if n := release(t, ctx, rdb, tok("a")); n != 1 {
 		t.Fatalf("release with a foreign fencing counter: %d, want 1", n)
 	}
 	expectWord(t, messages, "c1 0b")

@@ -2,29 +2,39 @@
 -- the client does not know, or when a waiter stops waiting.
 --
 -- KEYS[1..7] as in sem_lib.lua
--- ARGV[1]  owner token of the last attempt; '' when no attempt is in doubt
+-- ARGV[1]  the call's owner token when an attempt is in doubt; '' when none is
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds (the attempt's TTL)
+-- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+--          attempt may still arrive (see tombstoneLife in dlock.go)
 -- ARGV[4]  waiter id to unregister; '' when not registered
 --
 -- Returns 1 the attempt had taken a permit and it is given back now, else 0.
 --
--- The tombstone makes an attempt still on its way refuse itself. A waiter
+-- The tombstone (KEYS[7], the call's, shared by all its attempts) makes a
+-- copy of any attempt of the call still on its way refuse itself, taking no
+-- permit and registering nothing. It is written whatever this script finds,
+-- also when it gives a permit back (a copy of an applied attempt may be
+-- resent after a read timeout), and lasts ARGV[3], not the TTL: a copy is
+-- sent before its call gives up, and one later than that leaves what an
+-- abandon that never arrived would, a permit expiring with its TTL. A waiter
 -- that leaves after a release picked it passes the wake-up on while a
 -- permit is free.
+--
+-- Safe to send twice: a second copy finds nothing of the call's left to
+-- release or withdraw, and writes the tombstone again; at most it wakes (or
+-- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if ARGV[1] ~= '' then
-  if redis.call('ZREM', HOLDERS, ARGV[1]) == 1 then
-    redis.call('HDEL', TOKENS, ARGV[1])
-    released = 1
-  else
-    redis.call('SET', KEYS[7], '1', 'PX', ARGV[3])
-  end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[7], '1', 'PX', ARGV[3])
+end
+if ARGV[1] ~= '' and redis.call('ZREM', HOLDERS, ARGV[1]) == 1 then
+  redis.call('HDEL', TOKENS, ARGV[1])
+  released = 1
 end
 local picked = false
 if ARGV[4] ~= '' then
-  picked = redis.pcall('ZREM', WAITERS, ARGV[4]) == 0
+  picked = not (dlocks_beside(WAITERS, 'zset') and redis.call('ZREM', WAITERS, ARGV[4]) == 1)
 end
 if released == 1 or (picked and permit_free()) then
   wake_next(WAITERS, CHANNEL, ARGV[2])

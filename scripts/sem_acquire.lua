@@ -1,7 +1,8 @@
 -- Acquire a permit of a Semaphore.
 --
 -- KEYS[1..7] as in sem_lib.lua
--- ARGV[1]  owner token of this attempt (random, unique per acquisition)
+-- ARGV[1]  owner token of the call (random, unique per call); every attempt
+--          of the call sends the same
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
@@ -13,20 +14,34 @@
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
 --         {-2, n}     the semaphore has n permits, not ARGV[5]: nothing done
 -- Fails with WRONGTYPE, changing nothing, when a key of the semaphore holds
--- a value of another type (or the permits key something not a number).
+-- what dlock did not write (see foreign.lua; the permits key: something not
+-- a number).
 --
--- Safe to send twice: a resend finds its permit and reports its token.
+-- Safe to send twice: a resend finds its permit and reports its token,
+-- registering nothing; so does a copy of an earlier attempt of the call,
+-- refused, arriving once a later one was granted.
+-- Safe to arrive late: a copy of any attempt of a call that gave up finds
+-- the call's tombstone (KEYS[7]) before it takes a permit or registers, and
+-- does neither.
 
+local wrong = foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS)
+if wrong then
+  return wrong
+end
 local owner = ARGV[1]
 local now = server_now()
 -- Read every key before writing any, so a foreign one fails the script
 -- with nothing changed.
-local stored = redis.call('GET', PERMITS)
+local stored, foreign = call_on(PERMITS, 'GET', PERMITS)
+if foreign then
+  return foreign
+end
 local permits = tonumber(stored)
 if stored and not permits then
-  return redis.error_reply('WRONGTYPE the permits key does not hold a number')
+  return not_dlocks(PERMITS, 'a string')
 end
 redis.call('HLEN', TOKENS)
+raise_error(last_token(KEYS[6]))
 purge(now)
 if permits == nil then
   permits = tonumber(ARGV[5])
@@ -41,7 +56,7 @@ if redis.call('ZCARD', HOLDERS) < permits then
   if redis.call('EXISTS', KEYS[7]) == 1 then
     return {-1, 0}
   end
-  local fence = redis.pcall('INCR', KEYS[6])
+  local fence = mint_token(KEYS[6], ARGV[2])
   if type(fence) == 'table' and fence.err then
     return fence
   end
@@ -54,6 +69,9 @@ if redis.call('ZCARD', HOLDERS) < permits then
   return {1, fence}
 end
 if ARGV[3] ~= '' then
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    return {-1, 0}
+  end
   register_waiter(WAITERS, ARGV[3], ARGV[4], now)
 end
 local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')

@@ -11,8 +11,9 @@
 --          first acquire (or by SetPermits) so that every client agrees
 -- KEYS[4]  waiters: sorted set of waiter ids by registration expiry
 -- KEYS[5]  wake-up channel (a waiter id is published; '*' wakes all)
--- KEYS[6]  fencing counter, no TTL (acquire only)
--- KEYS[7]  the tombstone of this attempt (acquire and abandon only)
+-- KEYS[6]  fencing counter (see mint_token in common.lua; acquire; SetPermits
+--          only checks it is dlock's)
+-- KEYS[7]  the tombstone of this call (acquire and abandon only)
 
 local HOLDERS, TOKENS, PERMITS, WAITERS, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 

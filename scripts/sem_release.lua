@@ -1,21 +1,34 @@
 -- Give back a permit of a Semaphore and wake the next waiter.
 --
 -- KEYS[1..5] as in sem_lib.lua
+-- KEYS[6]  this permit's release mark (see mark_released in common.lua), in
+--          place of the fencing counter, which a release does not touch
+-- KEYS[7]  the call's tombstone, from a release that gives the call up
+--          (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[3]  how long the mark lasts, in milliseconds
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
--- Returns 1 released, 0 not held by this owner (expired, or never taken).
+-- Returns 1 released (by this copy, or by an earlier copy of the same
+-- release: the mark), 0 not held by this owner (expired, or never taken).
 --
--- Safe to send twice: the second finds no permit of this owner.
+-- Safe to send twice: the second finds no permit of this owner, and finds
+-- the first one's mark, and reports the release.
 
+void_call(KEYS[7], ARGV[4])
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
+  if released_before(KEYS[6]) then
+    return 1
+  end
   return 0
 end
 redis.call('HDEL', TOKENS, ARGV[1])
 wake_next(WAITERS, CHANNEL, ARGV[2])
 if held then
+  mark_released(KEYS[6], ARGV[3])
   return 1
 end
 return 0

@@ -1,6 +1,6 @@
 -- Change the number of permits of a Semaphore, deliberately.
 --
--- KEYS[1..5] as in sem_lib.lua
+-- KEYS[1..6] as in sem_lib.lua (the fencing counter only looked at)
 -- ARGV[1]  the new number of permits
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
@@ -9,7 +9,17 @@
 -- Permits held above a lower number are not taken back: they end as their
 -- holders release them, and no new one is granted until the holders are
 -- below it. Every waiter is woken, for a higher number may let them in.
+-- Fails with WRONGTYPE, changing nothing, when a key of the semaphore holds
+-- what dlock did not write (see foreign.lua).
+--
+-- Safe to send twice: the second sets the same number. A copy arriving
+-- after a later SetPermits would set the older number back: SetPermits is
+-- an operator's change, not made concurrently.
 
+local wrong = foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS) or foreign_permits(PERMITS)
+if wrong then
+  return wrong
+end
 local before = tonumber(redis.call('GET', PERMITS)) or 0
 redis.call('SET', PERMITS, ARGV[1])
 wake_all(WAITERS, CHANNEL, ARGV[2])

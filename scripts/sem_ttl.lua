@@ -4,6 +4,8 @@
 -- ARGV[1]  owner token
 --
 -- Returns the milliseconds left, or -3 when this owner holds no permit.
+--
+-- Reads only: a copy, however late, changes nothing.
 
 local now = server_now()
 local score = live_score(HOLDERS, ARGV[1], now)

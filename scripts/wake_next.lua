@@ -10,10 +10,13 @@
 -- publish  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Pops expired entries until it finds a live one and publishes its id: one
--- release, one attempt, whichever client the waiter is in. A waiters key of
--- another type (not dlock's) wakes nobody rather than failing the release:
--- waiters then find the lock free at their next refresh.
+-- release, one attempt, whichever client the waiter is in. A waiters key
+-- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
+-- and wakes nobody, rather than failing the release.
 local function wake_next(waiters, channel, publish)
+  if not dlocks_beside(waiters, 'zset') then
+    return
+  end
   local waiter = pop_live(waiters)
   if waiter ~= nil then
     wake_waiter(channel, waiter, publish)

@@ -56,7 +56,9 @@ type Config struct {
 }
 
 // Hub is the process-wide subscriber of one dlock client. The zero value is
-// not usable; call [New]. It starts a goroutine per shard on first use, and
+// not usable; call [New]. It starts a goroutine per shard on first use,
+// stops it once the shard has no channel left (every waiter gone and the
+// linger time over, or its node out of the cluster's layout), and
 // [Hub.Close] stops them all.
 type Hub struct {
 	cfg Config
@@ -90,19 +92,23 @@ var ErrClosed = errors.New("notify: hub closed")
 // waiter then gets no wake-ups and [Waiter.Subscribed] is false), or ctx is
 // done (ctx.Err()). The caller must Close the waiter.
 func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
-	sh, err := h.shardFor(ctx, channel)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	var w *Waiter
+	var ready <-chan struct{}
+	for w == nil { // a shard retired since shardFor found it: find it again
+		sh, err := h.shardFor(ctx, channel)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
+			// No shard, no wake-ups: the waiter goes on with TTL-bounded retries.
+			h.cfg.Logger.Debug("dlock: no subscriber for channel", "channel", channel, "err", err)
+			return &Waiter{id: newWaiterID(), wake: make(chan struct{}, 1)}, nil
 		}
-		if errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		// No shard, no wake-ups: the waiter goes on with TTL-bounded retries.
-		h.cfg.Logger.Debug("dlock: no subscriber for channel", "channel", channel, "err", err)
-		return &Waiter{id: newWaiterID(), wake: make(chan struct{}, 1)}, nil
+		w, ready = sh.add(channel)
 	}
-	w, ready := sh.add(channel)
 	select {
 	case <-ready: // already subscribed: the common case under contention, no timer
 		return w, nil
@@ -161,7 +167,8 @@ func (h *Hub) Ready(channel string) bool {
 	return false
 }
 
-// Goroutines reports how many subscriber goroutines run (one per shard in use).
+// Goroutines reports how many subscriber goroutines run (one per shard in
+// use; one that is retiring may still be ending).
 func (h *Hub) Goroutines() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -192,16 +199,24 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 }
 
 // nodeFor names the shard a channel's messages are published on, and the
-// client that subscribes there.
+// client that subscribes there. A Ring's shards are separate servers: a
+// script publishes on the one its keys hash to, which the channel, sharing
+// their hash tag, hashes to too. A cluster before Redis 7 broadcasts what
+// is published, so any node will do.
 func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
-	if !h.cfg.Sharded {
+	var node *redis.Client
+	var err error
+	switch rdb := h.cfg.Client.(type) {
+	case *redis.Ring:
+		node, err = rdb.GetShardClientForKey(channel)
+	case *redis.ClusterClient:
+		if !h.cfg.Sharded {
+			return "", rdb, nil
+		}
+		node, err = rdb.MasterForKey(ctx, channel)
+	default:
 		return "", h.cfg.Client, nil
 	}
-	cluster, ok := h.cfg.Client.(*redis.ClusterClient)
-	if !ok {
-		return "", h.cfg.Client, nil
-	}
-	node, err := cluster.MasterForKey(ctx, channel)
 	if err != nil {
 		return "", nil, err
 	}

@@ -2,6 +2,9 @@ package notify
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,4 +160,110 @@ func TestHub_CloseStopsItsGoroutines(t *testing.T) {
 	if _, err := hub.Watch(ctx, "c"); err != ErrClosed {
 		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
 	}
+}
+
+// eventually polls cond, which only asking can tell (the hub's count, the
+// server's), until it holds.
+func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not happen", what)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// A shard whose last channel went closes its connection and stops its
+// goroutine; the next waiter gets a new one.
+func TestHub_IdleShardIsClosed(t *testing.T) {
+	ctx, rdb, hub := setup(t, 50*time.Millisecond)
+	w, err := hub.Watch(ctx, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	eventually(t, ctx, "closing the idle shard", func() bool { return hub.Goroutines() == 0 })
+	eventually(t, ctx, "the subscriber's disconnection", func() bool {
+		clients, err := rdb.ClientList(ctx).Result()
+		return err == nil && !strings.Contains(clients, "cmd=subscribe") && !strings.Contains(clients, "cmd=unsubscribe")
+	})
+	w = watch(t, ctx, hub, "ch")
+	rdb.Publish(ctx, "ch", w.ID())
+	expectWoken(t, w)
+}
+
+// Waiters that come as their shard is being retired (its last channel
+// unsubscribed at once) land on a live shard and are woken.
+func TestHub_WatchRacingARetiringShardIsWoken(t *testing.T) {
+	ctx, rdb, hub := setup(t, time.Nanosecond)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			channel := fmt.Sprintf("ch%d", g%2)
+			for range 50 {
+				w, err := hub.Watch(ctx, channel)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !w.Subscribed() {
+					t.Error("Watch returned unsubscribed")
+				}
+				rdb.Publish(ctx, channel, w.ID())
+				select {
+				case <-w.C():
+				case <-ctx.Done():
+					t.Error("a waiter was never woken")
+				}
+				w.Close()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A master that fails over leaves the cluster's layout: its shard's
+// waiters are woken and told they are no longer subscribed (so they watch
+// again), and once they have gone the shard goes too; watching again
+// subscribes on the new master, where the channel's messages now go.
+func TestHub_ShardOfAFailedOverMasterIsDropped(t *testing.T) {
+	c := redistest.StartReplicatedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	rdb := c.Client()
+	hub := New(Config{Client: rdb, Sharded: true, Linger: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = hub.Close() })
+	const channel = "{failover}ch"
+	master, err := c.SlotOwner(ctx, int(rdb.ClusterKeySlot(ctx, channel).Val()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := c.Nodes[master].Addr()
+	w, err := hub.Watch(ctx, channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Subscribed() {
+		t.Fatal("Watch returned unsubscribed")
+	}
+	if err := c.FailOver(ctx, master); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the waiter losing its subscription", func() bool { return !w.Subscribed() })
+	expectWoken(t, w)
+	w.Close()
+	eventually(t, ctx, "dropping the old master's shard", func() bool {
+		hub.mu.Lock()
+		defer hub.mu.Unlock()
+		return hub.shards[old] == nil
+	})
+	w = watch(t, ctx, hub, channel)
+	if err := rdb.SPublish(ctx, channel, w.ID()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectWoken(t, w)
 }

@@ -15,10 +15,12 @@ type shard struct {
 	hub     *Hub
 	addr    string
 	sharded bool
+	node    redis.UniversalClient // the client ps came from
 	ps      *redis.PubSub
 
-	mu     sync.Mutex
-	topics map[string]*topic
+	mu      sync.Mutex
+	topics  map[string]*topic
+	retired bool // out of the hub and closed, its last channel gone: see drop
 
 	// sendMu orders SUBSCRIBE/UNSUBSCRIBE commands as they were decided under
 	// mu: taken before mu is released, so an unsubscribe decided before a
@@ -43,7 +45,7 @@ type topic struct {
 }
 
 func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
-	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", topics: make(map[string]*topic)}
+	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", node: node, topics: make(map[string]*topic)}
 	if sh.sharded {
 		sh.ps = node.SSubscribe(h.ctx)
 	} else {
@@ -54,9 +56,15 @@ func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
 
 // add registers a new waiter on channel, subscribing when it is the first. The
 // returned channel is closed once the subscription is confirmed or given up.
+// A retired shard takes no waiter (nil): ask the hub for the channel's
+// shard again.
 func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	w := &Waiter{id: newWaiterID(), shard: sh, channel: channel, wake: make(chan struct{}, 1)}
 	sh.mu.Lock()
+	if sh.retired {
+		sh.mu.Unlock()
+		return nil, nil
+	}
 	tp := sh.topics[channel]
 	if tp == nil {
 		tp = &topic{waiters: make(map[string]*Waiter)}
@@ -108,7 +116,7 @@ func (sh *shard) remove(w *Waiter) {
 	}
 	if !tp.wanted {
 		if tp.pending == 0 {
-			delete(sh.topics, w.channel)
+			sh.drop(w.channel)
 		}
 		return
 	}
@@ -188,7 +196,7 @@ func (sh *shard) reset(channel string, tp *topic) {
 	tp.markReady()
 	tp.wakeAll()
 	if len(tp.waiters) == 0 {
-		delete(sh.topics, channel)
+		sh.drop(channel)
 	}
 }
 
@@ -202,6 +210,7 @@ func (sh *shard) read() {
 				return
 			}
 			sh.failed(err)
+			sh.dropMoved()
 			// go-redis reconnects and resubscribes on the next Receive; do
 			// not spin while the server is away.
 			failures++
@@ -217,7 +226,9 @@ func (sh *shard) read() {
 		case *redis.Message:
 			sh.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			sh.confirmed(m)
+			if sh.confirmed(m) {
+				sh.dropMoved()
+			}
 		}
 	}
 }
@@ -262,12 +273,15 @@ func (sh *shard) deliver(channel, payload string) {
 	}
 }
 
-func (sh *shard) confirmed(m *redis.Subscription) {
+// confirmed handles a subscription's confirmation, and reports whether it
+// was go-redis's own, after a reconnect: the node may have changed roles
+// meanwhile (see dropMoved).
+func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	tp := sh.topics[m.Channel]
 	if tp == nil {
-		return
+		return false
 	}
 	if tp.pending == 0 {
 		// Nothing of ours was outstanding: go-redis resubscribed after a
@@ -275,20 +289,87 @@ func (sh *shard) confirmed(m *redis.Subscription) {
 		// dropped the channel (a cluster slot moved away).
 		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 			tp.wakeAll()
+			return true
 		} else if tp.wanted {
 			sh.reset(m.Channel, tp)
 		}
-		return
+		return false
 	}
 	tp.pending--
 	if tp.pending > 0 {
-		return
+		return false
 	}
 	if tp.wanted {
 		tp.markReady()
 	} else if len(tp.waiters) == 0 {
-		delete(sh.topics, m.Channel)
+		sh.drop(m.Channel)
 	}
+	return false
+}
+
+// dropMoved gives up the channels whose slot this shard's node no longer
+// serves: all of them when the node says it is no longer a master (it
+// failed over and came back as a replica, which still takes a
+// subscription but is not where releases publish), or those the cluster
+// client's layout puts elsewhere (the node is down and a replica took
+// over, or the slot moved). Their waiters are woken and no longer
+// subscribed, so they watch again where the channel is now (see
+// [Waiter.Subscribed]); the shard goes with its last channel. Only a
+// sharded shard has a node of its own: elsewhere any node carries every
+// channel, and go-redis reconnects to whichever serves.
+func (sh *shard) dropMoved() {
+	cluster, ok := sh.hub.cfg.Client.(*redis.ClusterClient)
+	if !sh.sharded || !ok {
+		return
+	}
+	cluster.ReloadState(sh.hub.ctx) // read on a later call: this one may see the old layout
+	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
+	role, err := sh.node.Do(ctx, "ROLE").Slice() // where ROLE is refused (ACL), the layout decides
+	cancel()
+	demoted := err == nil && len(role) > 0 && role[0] != "master"
+	sh.mu.Lock()
+	channels := make([]string, 0, len(sh.topics))
+	for channel := range sh.topics {
+		channels = append(channels, channel)
+	}
+	sh.mu.Unlock()
+	for _, channel := range channels {
+		if !demoted {
+			node, err := cluster.MasterForKey(sh.hub.ctx, channel)
+			if err != nil || node.Options().Addr == sh.addr {
+				continue
+			}
+		}
+		sh.mu.Lock()
+		if tp := sh.topics[channel]; tp != nil {
+			sh.reset(channel, tp)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// drop forgets channel, which has no waiter and no command outstanding.
+// The shard's last channel takes the shard with it: out of the hub, which
+// makes a new one for the next waiter, and its connection closed, which
+// ends its goroutine. So a node that left the cluster's layout (failed
+// over, removed) keeps no subscriber reconnecting to it for good, and an
+// idle process keeps no connection. Called with sh.mu held; the hub's
+// lock is taken inside it.
+func (sh *shard) drop(channel string) {
+	delete(sh.topics, channel)
+	if len(sh.topics) > 0 || sh.retired {
+		return
+	}
+	sh.retired = true
+	h := sh.hub
+	h.mu.Lock()
+	if h.shards[sh.addr] == sh {
+		delete(h.shards, sh.addr)
+	}
+	h.mu.Unlock()
+	// No command can be in flight: none is without its channel here. The
+	// reader's Receive returns ErrClosed, on which it ends.
+	_ = sh.ps.Close()
 }
 
 func (tp *topic) markReady() {

@@ -30,7 +30,10 @@ func (w *Waiter) ID() string { return w.id }
 // Subscribed reports whether the channel's subscription is confirmed now:
 // only then can a release reach this waiter, and only then should it
 // register to be picked. A subscription confirmed after Watch gave up
-// waiting for it counts from then on.
+// waiting for it counts from then on. One given up after it was confirmed
+// (refused, dropped by the server, or on a node that left the cluster's
+// layout) does not come back: watch again, which finds where the channel
+// is now.
 func (w *Waiter) Subscribed() bool { return w.shard != nil && w.shard.isSubscribed(w.channel) }
 
 // C receives a value when the lock may have become free: a release picked

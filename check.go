@@ -1,0 +1,297 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Severity says how much a [Problem] found by [Client.Check] matters.
+// Greater is worse.
+type Severity int
+
+const (
+	// SeverityWarning: a guarantee could not be confirmed, or holds only
+	// until the server's configuration changes.
+	SeverityWarning Severity = iota + 1
+
+	// SeverityError: a guarantee of dlock does not hold on the node: two
+	// owners can hold a lock at once.
+	SeverityError
+)
+
+// String returns "warning" or "error".
+func (s Severity) String() string {
+	switch s {
+	case SeverityWarning:
+		return "warning"
+	case SeverityError:
+		return "error"
+	}
+	return "severity(" + strconv.Itoa(int(s)) + ")"
+}
+
+// The names of the checks [Client.Check] runs, as [Problem.Check] gives
+// them. They are stable: a program may match on them. Checks may be added.
+const (
+	// CheckInfo: the node's INFO could not be read (a network error, or an
+	// ACL without +info), so the checks that need it could not run. Locks
+	// work without +info (but a Redlock's restart guard needs it).
+	CheckInfo = "info"
+
+	// CheckMaxmemoryPolicy: the node may evict dlock's keys. Under
+	// allkeys-* policies Redis may delete any key once it reaches
+	// maxmemory, and under volatile-* any key with a TTL, which every held
+	// lock has: a held lock vanishes and another owner gets it while the
+	// first lease still counts itself valid. No lock on Redis is safe
+	// there; dlock needs maxmemory-policy noeviction.
+	CheckMaxmemoryPolicy = "maxmemory-policy"
+)
+
+// Problem is something wrong with a node that dlock's guarantees rely on.
+type Problem struct {
+	Check    string   // which check found it: CheckInfo, CheckMaxmemoryPolicy…
+	Severity Severity // how much it matters
+	Reason   string   // what is wrong and what to do, for people
+}
+
+// NodeReport is what [Client.Check] found on one Redis server.
+type NodeReport struct {
+	Addr     string    // the server's address, as the Redis client knows it ("FailoverClient" for Sentinel's)
+	Problems []Problem // none: every check passed
+}
+
+// Report is the outcome of [Client.Check]: a NodeReport for each master the
+// Client reaches, by address.
+type Report struct {
+	Nodes []NodeReport
+}
+
+// Worst returns the highest severity among the report's problems, or 0
+// when there is none.
+func (r *Report) Worst() Severity {
+	var worst Severity
+	for _, n := range r.Nodes {
+		for _, p := range n.Problems {
+			worst = max(worst, p.Severity)
+		}
+	}
+	return worst
+}
+
+// Check inspects every master the Client reaches (each master of a
+// cluster; the server of a standalone or failover client) and reports, per
+// node, what in its configuration breaks or weakens dlock's guarantees. It
+// asks each node now, whatever earlier checks found. A node that cannot be
+// asked is not an error of Check: its report says so (check [CheckInfo]).
+// Check fails only when the Client is unusable, ctx ends, or a cluster's
+// layout cannot be read.
+//
+// The Client also checks each node once by itself, from its first use on,
+// in the background (no lock waits for it), and logs what it finds to
+// [WithLogger]'s logger once per node: SeverityError at error level,
+// SeverityWarning at warn level.
+func (c *Client) Check(ctx context.Context) (*Report, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	report := &Report{}
+	err := c.forEachNode(ctx, func(ctx context.Context, addr string, node redis.Cmdable) {
+		problems, _ := inspectNode(ctx, node)
+		mu.Lock()
+		defer mu.Unlock()
+		report.Nodes = append(report.Nodes, NodeReport{Addr: addr, Problems: problems})
+	})
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dlock: check: %w", err)
+	}
+	slices.SortFunc(report.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
+	return report, nil
+}
+
+// Check inspects every node of the Redlock as [Client.Check] does a
+// Client's: a NodeReport per node, in the order given to [NewRedlock]. A
+// Redlock does not check its nodes by itself; call it at start.
+func (r *Redlock) Check(ctx context.Context) (*Report, error) {
+	switch {
+	case r == nil:
+		return nil, invalidf("nil dlock.Redlock")
+	case r.err != nil:
+		return nil, r.err
+	}
+	report := &Report{Nodes: make([]NodeReport, len(r.nodes))}
+	var wg sync.WaitGroup
+	for i, n := range r.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			problems, _ := inspectNode(ctx, n.rdb)
+			report.Nodes[i] = NodeReport{Addr: n.addr, Problems: problems}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dlock: check: %w", err)
+	}
+	return report, nil
+}
+
+// forEachNode calls f on every master, at once on a cluster or ring.
+func (c *Client) forEachNode(ctx context.Context, f func(ctx context.Context, addr string, node redis.Cmdable)) error {
+	each := func(ctx context.Context, node *redis.Client) error {
+		f(ctx, node.Options().Addr, node)
+		return nil
+	}
+	switch rdb := c.rdb.(type) {
+	case *redis.ClusterClient:
+		return rdb.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		return rdb.ForEachShard(ctx, each)
+	case *redis.Client:
+		return each(ctx, rdb)
+	default:
+		f(ctx, fmt.Sprintf("%T", rdb), rdb)
+		return nil
+	}
+}
+
+// inspectNode runs the checks on one node. reached is false when the node
+// could not be asked (a network error, a timeout): worth asking again later.
+func inspectNode(ctx context.Context, node redis.Cmdable) (problems []Problem, reached bool) {
+	info, err := node.Info(ctx, "memory").Result()
+	if err != nil {
+		reason := "cannot read INFO: " + err.Error() + "; maxmemory-policy not checked"
+		if isPermission(err) {
+			reason += " (grant the user +info)"
+		}
+		var reply redis.Error
+		return []Problem{{Check: CheckInfo, Severity: SeverityWarning, Reason: reason}}, errors.As(err, &reply)
+	}
+	policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+	switch {
+	case policy == "":
+		problems = append(problems, Problem{Check: CheckInfo, Severity: SeverityWarning,
+			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"})
+	case policy == "noeviction":
+	case maxmemory == "0":
+		problems = append(problems, Problem{Check: CheckMaxmemoryPolicy, Severity: SeverityWarning,
+			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, Redis may evict " +
+				"held locks and let a second owner in; set maxmemory-policy noeviction"})
+	default:
+		problems = append(problems, Problem{Check: CheckMaxmemoryPolicy, Severity: SeverityError,
+			Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": Redis may evict held locks " +
+				"and let a second owner in; set maxmemory-policy noeviction"})
+	}
+	return problems, true
+}
+
+// How the Client checks its nodes by itself (see Client.Check).
+const (
+	// nodeCheckTimeout bounds one round of checks.
+	nodeCheckTimeout = 10 * time.Second
+	// nodeRecheck is how soon after a round the next use of the Client
+	// looks for masters it has not checked yet (a failover, a resharding).
+	// Masters already checked are not asked again.
+	nodeRecheck = time.Minute
+)
+
+// nodeWatch is the Client's own check of its nodes. A round starts at the
+// first use of the Client (see Client.usable), in a goroutine of its own so
+// that no lock waits for it; the next round at a use nodeRecheck later.
+// Its fields but seen are guarded by Client.mu.
+type nodeWatch struct {
+	due     bool               // a round starts at the next use
+	stop    context.CancelFunc // cancels the running round; nil: none ran
+	done    chan struct{}      // closed when the latest round has ended
+	recheck *time.Timer        // makes the next round due
+
+	mu   sync.Mutex
+	seen map[string]bool // nodes checked, and logged about, by address
+}
+
+// watchNodes starts a round of checks when one is due. The caller holds
+// c.mu and has seen the Client open.
+func (c *Client) watchNodes() {
+	w := &c.watch
+	if !w.due {
+		return
+	}
+	if w.done != nil {
+		select {
+		case <-w.done:
+		default:
+			return // one round at a time
+		}
+	}
+	w.due = false
+	ctx, cancel := context.WithTimeout(context.Background(), nodeCheckTimeout)
+	w.stop, w.done = cancel, make(chan struct{})
+	go c.checkNodes(ctx, cancel, w.done)
+}
+
+func (c *Client) checkNodes(ctx context.Context, cancel context.CancelFunc, done chan struct{}) {
+	defer close(done)
+	defer cancel()
+	w := &c.watch
+	_ = c.forEachNode(ctx, func(ctx context.Context, addr string, node redis.Cmdable) {
+		w.mu.Lock()
+		seen := w.seen[addr]
+		w.mu.Unlock()
+		if seen {
+			return
+		}
+		problems, reached := inspectNode(ctx, node)
+		if !reached { // down or slow: the next round asks again
+			return
+		}
+		w.mu.Lock()
+		if w.seen == nil {
+			w.seen = make(map[string]bool)
+		}
+		w.seen[addr] = true
+		w.mu.Unlock()
+		for _, p := range problems {
+			level := c.cfg.logger.Warn
+			if p.Severity >= SeverityError {
+				level = c.cfg.logger.Error
+			}
+			level("dlock: a Redis node weakens what locks guarantee", "node", addr, "check", p.Check, "reason", p.Reason)
+		}
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		w.recheck = time.AfterFunc(nodeRecheck, func() {
+			c.mu.Lock()
+			w.due = true
+			c.mu.Unlock()
+		})
+	}
+}
+
+// stopWatch ends the Client's checking of its nodes. The caller has marked
+// the Client closed, so no round starts after it.
+func (c *Client) stopWatch() {
+	c.mu.Lock()
+	w := &c.watch
+	stop, done, recheck := w.stop, w.done, w.recheck
+	c.mu.Unlock()
+	if recheck != nil {
+		recheck.Stop()
+	}
+	if stop != nil {
+		stop()
+		<-done
+	}
+}

@@ -1,0 +1,351 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// foreignValues write, under a key, a value of each Redis type that dlock
+// did not write: what another program may keep under a name that happens
+// to be a lock's.
+var foreignValues = map[string]func(ctx context.Context, rdb redis.UniversalClient, key string) error{
+	"string": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		return rdb.Set(ctx, k, "my-precious-data", 0).Err()
+	},
+	"list": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		return rdb.RPush(ctx, k, "a", "b").Err()
+	},
+	"set": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		return rdb.SAdd(ctx, k, "a").Err()
+	},
+	"zset": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		// Scored past any clock, as a live waiter's registration would be.
+		return rdb.ZAdd(ctx, k, redis.Z{Score: 1 << 50, Member: "alice"}, redis.Z{Score: 1 << 51, Member: "bob"}).Err()
+	},
+	"stale zset": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		// Scored in the past, as an expired hold or registration would be.
+		return rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "alice"}, redis.Z{Score: 2, Member: "bob"}).Err()
+	},
+	"hash": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		return rdb.HSet(ctx, k, "foo", "bar").Err()
+	},
+	"stream": func(ctx context.Context, rdb redis.UniversalClient, k string) error {
+		return rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []string{"foo", "bar"}}).Err()
+	},
+}
+
+// foreignCell says whether a foreign value of kind under a key ending in
+// suffix is one this test asks dlock to recognise. A string under the
+// fencing counter is the corrupted counter's case, tested with fencing.
+func foreignCell(suffix, kind string) bool {
+	return !(suffix == ":fence" && kind == "string")
+}
+
+// Every lock type recognises its own keys: a value dlock did not write under
+// any key of the lock is refused with ErrWrongType by every acquisition, by
+// Describe and by ForceUnlock, each of which leaves every key byte for byte
+// as it was and creates none.
+func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	rwKeys := []string{"", ":holds", ":waiters", ":rwaiters", ":rpass", ":fence"}
+	mutexKeys := []string{"", ":fence", ":waiters"}
+	type acquire func(ctx context.Context, names []string) (*dlock.Lease, error)
+	types := []struct {
+		name    string
+		keys    []string // after the lock's key
+		names   int      // lock names it takes; the foreign key is under the first
+		acquire []acquire
+		// The keys beside the lock that a release or an abandon may look
+		// at, which nothing holds while one hold and no waiter does; a
+		// waiting call registers under the first. take and wait, when
+		// given, take the lock and wait for it, else acquire[0] and [1].
+		beside     []string
+		take, wait acquire
+		// The keys of the lock that record its holds ("" the lock's own),
+		// overwritten here by another program while held: the release
+		// finds its hold gone, or does not recognise the key, and changes
+		// nothing of it.
+		held []string
+	}{
+		{"Mutex", mutexKeys, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.Mutex(n[0]).TryLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.Mutex(n[0]).Lock(ctx) },
+		}, []string{":waiters"}, nil, nil, []string{""}},
+		{"ReentrantMutex", rwKeys, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return c.ReentrantMutex(n[0]).TryLock(ctx)
+			},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.ReentrantMutex(n[0]).Lock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { // reports no holder
+				_, err := c.ReentrantMutex(n[0]).Inspect(ctx)
+				return nil, err
+			},
+		}, []string{":waiters", ":rwaiters", ":rpass"}, nil, nil, []string{":holds", ""}},
+		{"RWMutex", rwKeys, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.RWMutex(n[0]).TryLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.RWMutex(n[0]).TryRLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.RWMutex(n[0]).Lock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.RWMutex(n[0]).RLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { // reports no holder
+				_, err := c.RWMutex(n[0]).Inspect(ctx)
+				return nil, err
+			},
+		}, []string{":waiters", ":rwaiters", ":rpass"},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.RWMutex(n[0]).TryLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.RWMutex(n[0]).Lock(ctx) },
+			[]string{":holds", ""},
+		},
+		{"FairMutex", []string{"", ":fence", ":queue", ":waiters"}, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.FairMutex(n[0]).TryLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.FairMutex(n[0]).Lock(ctx) },
+		}, []string{":queue", ":waiters"}, nil, nil, []string{""}},
+		{"Semaphore", []string{"", ":tokens", ":permits", ":waiters", ":fence"}, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return c.Semaphore(n[0], 2).TryAcquire(ctx)
+			},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.Semaphore(n[0], 2).Acquire(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { // writes the permits too
+				return nil, c.Semaphore(n[0], 2).SetPermits(ctx, 3)
+			},
+		}, []string{":waiters"},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return c.Semaphore(n[0], 1).TryAcquire(ctx)
+			},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.Semaphore(n[0], 1).Acquire(ctx) },
+			[]string{":tokens", ""},
+		},
+		{"MultiLock", mutexKeys, 2, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.MultiLock(n).TryLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.MultiLock(n).Lock(ctx) },
+		}, []string{":waiters"}, nil, nil, []string{""}},
+		{"Election", []string{"", ":fence", ":waiters", ":leader"}, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return c.Election(n[0]).Campaign(ctx, "v")
+			},
+		}, []string{":waiters", ":leader"}, nil,
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return c.Election(n[0]).Campaign(ctx, "v")
+			},
+			[]string{""},
+		},
+	}
+	// dumps is every key of the names, byte for byte.
+	dumps := func(names []string) map[string]string {
+		dump := map[string]string{}
+		for _, name := range names {
+			for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
+				dump[k] = rdb.Dump(ctx, k).Val()
+			}
+		}
+		return dump
+	}
+	// check runs op on names with a foreign value under key: it must fail
+	// with ErrWrongType naming the key, and change nothing.
+	check := func(what, key string, names []string, op func(ctx context.Context) error) {
+		t.Helper()
+		before := dumps(names)
+		opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := op(opCtx)
+		cancel()
+		if !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("%s: %v; want ErrWrongType", what, err)
+		} else if !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v; want the key named", what, err)
+		}
+		if after := dumps(names); !maps.Equal(before, after) {
+			t.Errorf("%s changed keys: %v", what, keysDiff(before, after))
+		}
+	}
+	for _, typ := range types {
+		for _, suffix := range typ.keys {
+			for kind, write := range foreignValues {
+				if !foreignCell(suffix, kind) {
+					continue
+				}
+				names := make([]string, typ.names)
+				for i := range names {
+					names[i] = lockName(t)
+				}
+				key := lockKey(names[0]) + suffix
+				if err := write(ctx, rdb, key); err != nil {
+					t.Fatal(err)
+				}
+				for i, acquire := range typ.acquire {
+					check(typ.name+" acquisition #"+string(rune('1'+i))+" with a "+kind+" under "+key, key, names,
+						func(ctx context.Context) error {
+							l, err := acquire(ctx, names)
+							if err == nil && l != nil {
+								_ = l.Unlock(context.WithoutCancel(ctx))
+							}
+							return err
+						})
+				}
+			}
+		}
+	}
+	// Releases and abandons: a foreign value under a key beside a lock held
+	// counts as nobody waiting. The release succeeds and frees the lock, and
+	// the value is left byte for byte.
+	plant := func(key, kind string) string {
+		t.Helper()
+		if err := rdb.Del(ctx, key).Err(); err != nil { // a Leader's record goes
+			t.Fatal(err)
+		}
+		if err := foreignValues[kind](ctx, rdb, key); err != nil {
+			t.Fatal(err)
+		}
+		return rdb.Dump(ctx, key).Val()
+	}
+	// left fails the test unless key still holds dump; then removes it and
+	// checks that nothing of names is held.
+	left := func(what, key, dump string, names []string) {
+		t.Helper()
+		if after := rdb.Dump(ctx, key).Val(); after != dump {
+			t.Errorf("%s changed the foreign value", what)
+		}
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if held, err := c.ForceUnlock(ctx, name); err != nil || held {
+				t.Errorf("%s: %s still held (%v, %v)", what, name, held, err)
+			}
+		}
+	}
+	for _, typ := range types {
+		take, wait := typ.take, typ.wait
+		if take == nil {
+			take = typ.acquire[0]
+		}
+		if wait == nil {
+			wait = typ.acquire[1]
+		}
+		for _, suffix := range typ.beside {
+			for kind := range foreignValues {
+				names := make([]string, typ.names)
+				for i := range names {
+					names[i] = lockName(t)
+				}
+				key := lockKey(names[0]) + suffix
+				what := typ.name + " Unlock with a " + kind + " under " + key
+				lease, err := take(ctx, names)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				dump := plant(key, kind)
+				if err := lease.Unlock(ctx); err != nil {
+					t.Errorf("%s: %v", what, err)
+				}
+				left(what, key, dump, names)
+			}
+		}
+		for _, suffix := range typ.held {
+			for kind := range foreignValues {
+				names := make([]string, typ.names)
+				for i := range names {
+					names[i] = lockName(t)
+				}
+				key := lockKey(names[0]) + suffix
+				what := typ.name + " Unlock with a " + kind + " under " + key
+				lease, err := take(ctx, names)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				dump := plant(key, kind)
+				err = lease.Unlock(ctx)
+				if err != nil && !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrWrongType) {
+					t.Errorf("%s: %v", what, err)
+				}
+				if after := rdb.Dump(ctx, key).Val(); after != dump {
+					t.Errorf("%s changed the foreign value", what)
+				}
+			}
+		}
+		// A waiting call that gives up once the lock is free (its hold
+		// expired, say) passes the lock on: to nobody, as its waiters are
+		// not dlock's.
+		for kind := range foreignValues {
+			names := make([]string, typ.names)
+			for i := range names {
+				names[i] = lockName(t)
+			}
+			what := typ.name + " abandon with a " + kind + " under its waiters"
+			if _, err := take(ctx, names); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			waitCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				l, err := wait(waitCtx, names)
+				if err == nil {
+					_ = l.Unlock(ctx)
+				}
+				done <- err
+			}()
+			var key string
+			eventually(t, ctx, what+": registration", func() bool {
+				for _, name := range names {
+					if k := lockKey(name) + typ.beside[0]; rdb.Exists(ctx, k).Val() == 1 {
+						key = k
+						return true
+					}
+				}
+				return false
+			})
+			dump := plant(key, kind)
+			for _, name := range names { // the holds expire
+				for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
+					if k != key && !strings.HasSuffix(k, ":permits") {
+						rdb.Del(ctx, k)
+					}
+				}
+			}
+			cancel()
+			if err := <-done; err == nil {
+				t.Errorf("%s: the waiting call took the lock", what)
+			}
+			left(what, key, dump, names)
+		}
+	}
+	// Describe and ForceUnlock, on any name, with a foreign value under any
+	// key of any lock type.
+	suffixes := map[string]bool{}
+	for _, typ := range types {
+		for _, s := range typ.keys {
+			suffixes[s] = true
+		}
+	}
+	for suffix := range suffixes {
+		for kind, write := range foreignValues {
+			if !foreignCell(suffix, kind) {
+				continue
+			}
+			name := lockName(t)
+			key := lockKey(name) + suffix
+			if err := write(ctx, rdb, key); err != nil {
+				t.Fatal(err)
+			}
+			check("Describe with a "+kind+" under "+key, key, []string{name}, func(ctx context.Context) error {
+				info, err := c.Describe(ctx, name)
+				if err == nil {
+					t.Logf("Describe with a %s under %s: %+v", kind, key, info)
+				}
+				return err
+			})
+			check("ForceUnlock with a "+kind+" under "+key, key, []string{name}, func(ctx context.Context) error {
+				_, err := c.ForceUnlock(ctx, name)
+				return err
+			})
+		}
+	}
+}

@@ -1,0 +1,570 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/scripts"
+)
+
+// lockType is one kind of lock as the late-copy tests drive it: the call
+// that gives up (take), the scripts it runs, and what holds the lock so
+// that take has to wait (hold; take itself when nil).
+type lockType struct {
+	name             string
+	acquire, release *redis.Script
+	take, hold       func(c *dlock.Client, name string) func(ctx context.Context) (*dlock.Lease, error)
+}
+
+var lockTypes = []lockType{
+	{name: "Mutex", acquire: scripts.MutexAcquire, release: scripts.MutexRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.Mutex(name).Lock
+		}},
+	{name: "FairMutex", acquire: scripts.FairAcquire, release: scripts.FairRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.FairMutex(name).Lock
+		}},
+	{name: "ReentrantMutex", acquire: scripts.RWAcquire, release: scripts.RWRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.ReentrantMutex(name).Lock
+		}},
+	{name: "RWMutex.Lock", acquire: scripts.RWAcquire, release: scripts.RWRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(name).Lock
+		}},
+	{name: "RWMutex.RLock", acquire: scripts.RWAcquire, release: scripts.RWRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(name).RLock
+		},
+		hold: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(name).Lock
+		}},
+	{name: "Semaphore", acquire: scripts.SemAcquire, release: scripts.SemRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.Semaphore(name, 1).Acquire
+		}},
+	{name: "MultiLock", acquire: scripts.MultiAcquire, release: scripts.MultiRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.MultiLock([]string{name, name + "-b"}).Lock
+		}},
+	{name: "Election", acquire: scripts.ElectionAcquire, release: scripts.ElectionRelease,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			e := c.Election(name)
+			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "candidate") }
+		}},
+}
+
+// forEachLockType runs f for every lock type on every backend.
+func forEachLockType(t *testing.T, f func(t *testing.T, b backend, lt lockType)) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, lt := range lockTypes {
+			t.Run(lt.name, func(t *testing.T) { f(t, b, lt) })
+		}
+	})
+}
+
+var errReplyLost = errors.New("test: the reply was lost on the way")
+
+// copier is a go-redis hook that keeps a copy of every command running
+// script, so that a test can send it again later, on another connection, as
+// go-redis does after a read timeout. With loseFirst it also drops the
+// reply of the first copy the server applied, as a timeout would.
+type copier struct {
+	script     *redis.Script
+	loseFirst  bool
+	onGrant    func()        // called once, when the server first grants an attempt
+	slowReply  time.Duration // how late the first reply of slowStatus comes
+	slowStatus int64         // 1 a grant, 0 a refusal
+
+	mu     sync.Mutex
+	copies [][]any
+	lost   bool
+}
+
+func (h *copier) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *copier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.keep(cmd) {
+			cmd.SetErr(errReplyLost)
+			return errReplyLost
+		}
+		return err
+	}
+}
+
+func (h *copier) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if h.keep(cmd) {
+				cmd.SetErr(errReplyLost)
+			}
+		}
+		return err
+	}
+}
+
+// keep copies cmd if it runs the script, and says whether to lose its reply.
+func (h *copier) keep(cmd redis.Cmder) bool {
+	if !runs(cmd, h.script) || cmd.Name() != "evalsha" {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.copies = append(h.copies, slices.Clone(cmd.Args()))
+	lose := h.loseFirst && !h.lost && cmd.Err() == nil
+	h.lost = h.lost || lose
+	if h.onGrant != nil && isReplyOf(cmd, h.script, 1) {
+		h.onGrant()
+		h.onGrant = nil
+	}
+	if h.slowReply > 0 && isReplyOf(cmd, h.script, h.slowStatus) {
+		time.Sleep(h.slowReply) // the fault: a reply as slow as a read timeout
+		h.slowReply = 0
+	}
+	return lose
+}
+
+func (h *copier) sent() [][]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.copies)
+}
+
+// resend sends every kept copy again on another client and fails the test
+// if one of them was granted.
+func (h *copier) resend(t *testing.T, ctx context.Context, other redis.UniversalClient) {
+	t.Helper()
+	h.resendFirst(t, ctx, other, len(h.sent()))
+}
+
+// resendFirst is resend of the first n copies only.
+func (h *copier) resendFirst(t *testing.T, ctx context.Context, other redis.UniversalClient, n int) {
+	t.Helper()
+	copies := h.sent()
+	if len(copies) == 0 {
+		t.Fatal("no attempt was sent")
+	}
+	for _, args := range copies[:n] {
+		res, err := other.Do(ctx, args...).Int64Slice()
+		if err != nil {
+			t.Fatalf("late copy: %v", err)
+		}
+		if res[0] == 1 {
+			t.Fatalf("a late copy of an attempt whose call gave up was granted: %v", res)
+		}
+	}
+}
+
+// expectNothingLeft fails the test if anything under the lock's names is
+// held or registered: only fencing counters, a Semaphore's permits, an
+// Election's last leader, tombstones and release marks may be left.
+func expectNothingLeft(t *testing.T, ctx context.Context, rdb redis.UniversalClient, name, when string) {
+	t.Helper()
+	for _, key := range keysOn(t, ctx, rdb, "*{"+name+"*") {
+		switch {
+		case strings.HasSuffix(key, "}:fence"), strings.HasSuffix(key, "}:permits"), strings.HasSuffix(key, "}:leader"),
+			strings.Contains(key, "}:void:"), strings.Contains(key, "}:released:"):
+		default:
+			t.Fatalf("%s: %q is left", when, key)
+		}
+	}
+}
+
+// expectNoneWaiting fails the test if any waiter is registered under the
+// lock's names.
+func expectNoneWaiting(t *testing.T, ctx context.Context, rdb redis.UniversalClient, name, when string) {
+	t.Helper()
+	for _, key := range keysOn(t, ctx, rdb, "*{"+name+"*") {
+		if strings.HasSuffix(key, ":waiters") || strings.HasSuffix(key, ":rwaiters") || strings.HasSuffix(key, ":queue") {
+			t.Fatalf("%s: %q is registered", when, key)
+		}
+	}
+}
+
+// expectTombstonesBounded fails the test unless a tombstone is there, and
+// every tombstone expires within the time a late copy can still arrive.
+func expectTombstonesBounded(t *testing.T, ctx context.Context, rdb redis.UniversalClient, name string) {
+	t.Helper()
+	found := false
+	for _, key := range keysOn(t, ctx, rdb, "*{"+name+"*") {
+		if !strings.Contains(key, "}:void:") {
+			continue
+		}
+		found = true
+		if left := rdb.PTTL(ctx, key).Val(); left <= 0 || left > dlock.TombstoneLife {
+			t.Fatalf("tombstone %q expires in %v; want within %v", key, left, dlock.TombstoneLife)
+		}
+	}
+	if !found {
+		t.Fatal("the call gave up without a tombstone")
+	}
+}
+
+// expectNoSecretInKeys fails the test if a key name under the lock's names
+// shows the owner token (or hold id) of an attempt.
+func expectNoSecretInKeys(t *testing.T, ctx context.Context, rdb redis.UniversalClient, name string, copies [][]any) {
+	t.Helper()
+	keys := keysOn(t, ctx, rdb, "*{"+name+"*")
+	for _, args := range copies {
+		numKeys, _ := args[2].(int)
+		first, _ := args[3+numKeys].(string) // ARGV[1]: the owner token, or a hold's member
+		secrets := []string{first}
+		if len(first) > 33 {
+			secrets = append(secrets, first[1:33]) // a hold id
+		}
+		for _, key := range keys {
+			for _, secret := range secrets {
+				if strings.Contains(key, secret) {
+					t.Fatalf("key %q shows an owner token", key)
+				}
+			}
+		}
+	}
+}
+
+// A call whose attempt was applied but whose reply was lost gives up, and
+// its abandon releases the lock; a copy of that attempt sent again
+// afterwards (go-redis resends after a read timeout, on a new connection)
+// must be refused and leave nothing held. No key shows the owner token.
+func TestLateAttempt_AppliedThenLostIsRefusedAfterTheAbandon(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		if err := lt.acquire.Load(ctx, other).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := b.newRedis(t)
+		copies := &copier{script: lt.acquire, loseFirst: true}
+		rdb.AddHook(copies)
+
+		if _, err := lt.take(newClient(t, rdb), name)(ctx); !errors.Is(err, errReplyLost) {
+			t.Fatalf("call whose reply was lost: %v, want the loss", err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after the abandon")
+		expectNoSecretInKeys(t, ctx, other, name, copies.sent())
+		copies.resend(t, ctx, other)
+		expectNothingLeft(t, ctx, other, name, "after a late copy")
+	})
+}
+
+// A call whose context ends just as its attempt is granted gives the lock
+// back rather than return it; a copy of the granted attempt still on its
+// way must then take nothing.
+func TestLateAttempt_GrantedAsItsCallGaveUpIsRefused(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		callCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		copies := &copier{script: lt.acquire, onGrant: cancel}
+		rdb.AddHook(copies)
+
+		if _, err := lt.take(newClient(t, rdb), name)(callCtx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call cancelled as it was granted: %v, want context.Canceled", err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after the call gave the lock back")
+		copies.resend(t, ctx, other)
+		expectNothingLeft(t, ctx, other, name, "after a late copy")
+	})
+}
+
+// A grant whose reply took as long as a read timeout may have been sent
+// twice by go-redis, and the other copy may still be on its way: once the
+// lease is released, that copy must take nothing. A grant that came sooner
+// was sent once, and its release leaves no tombstone to pile up.
+func TestLateAttempt_OfASlowGrantIsRefusedAfterTheUnlock(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := withReadTimeout(t, other)
+		copies := &copier{script: lt.acquire, slowReply: readTimeout * 3 / 2, slowStatus: 1}
+		rdb.AddHook(copies)
+
+		lease, err := lt.take(newClient(t, rdb), name)(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The slow one, which came first; the others (a MultiLock's other
+		// slots on a cluster) were answered in time, and sent once.
+		copies.resendFirst(t, ctx, other, 1)
+		expectNothingLeft(t, ctx, other, name, "after a late copy of a slow grant")
+
+		// A fast grant (the default read timeout is seconds): no tombstone.
+		lease, err = lt.take(newClient(t, other), name)(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		voids := func() (n int) {
+			for _, key := range keysOn(t, ctx, other, "*{"+name+"*") {
+				if strings.Contains(key, "}:void:") {
+					n++
+				}
+			}
+			return n
+		}
+		before := voids()
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if after := voids(); after != before {
+			t.Fatalf("the release of a fast grant left a tombstone (%d before, %d after)", before, after)
+		}
+	})
+}
+
+// A TryLock refused, but so slowly that go-redis may have sent its attempt
+// twice, leaves a tombstone: the other copy, arriving once the lock is
+// free, takes nothing.
+func TestLateAttempt_OfASlowRefusalTakesNothingOnceTheLockIsFree(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		hold := lt.hold
+		if hold == nil {
+			hold = lt.take
+		}
+		holder, err := hold(newClient(t, other), name)(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := withReadTimeout(t, other)
+		copies := &copier{script: lt.acquire, slowReply: readTimeout * 3 / 2, slowStatus: 0}
+		rdb.AddHook(copies)
+		if _, err := lt.take(newClient(t, rdb, dlock.WithWait(0)), name)(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a try of a held lock: %v, want ErrNotAcquired", err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		copies.resendFirst(t, ctx, other, 1)
+		expectNothingLeft(t, ctx, other, name, "a late copy of a slow refusal once the lock is free")
+	})
+}
+
+// readTimeout is the read timeout of withReadTimeout's clients.
+const readTimeout = 200 * time.Millisecond
+
+// withReadTimeout is a client of the same deployment as like, with a read
+// timeout of readTimeout.
+func withReadTimeout(t *testing.T, like redis.UniversalClient) redis.UniversalClient {
+	var rdb redis.UniversalClient
+	switch like.(type) {
+	case *redis.ClusterClient:
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: sharedCluster().Addrs(), ReadTimeout: readTimeout})
+	default:
+		rdb = redis.NewClient(&redis.Options{Addr: sharedStandalone().Addr(), ReadTimeout: readTimeout})
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// A waiter that gives up (its context ends) leaves the line; no copy of any
+// of its attempts arriving afterwards may register it again (the next
+// release would hand the lock to, or wake, a call that has gone) or take
+// the lock once it is free.
+func TestLateAttempt_OfAWaiterThatGaveUpRegistersAndTakesNothing(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		hold := lt.hold
+		if hold == nil {
+			hold = lt.take
+		}
+		holder, err := hold(newClient(t, other), name)(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		rdb := b.newRedis(t)
+		copies := &copier{script: lt.acquire}
+		rdb.AddHook(copies)
+		attempts := countAttemptsOf(rdb, lt.acquire)
+		waitCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		result := make(chan error, 1)
+		// A TTL of years: the tombstone must not last as long.
+		take := lt.take(newClient(t, rdb, dlock.WithTTL(365*24*time.Hour)), name)
+		go func() {
+			_, err := take(waitCtx)
+			result <- err
+		}()
+		waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
+		cancel()
+		if err := <-result; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait: %v", err)
+		}
+
+		expectNoSecretInKeys(t, ctx, other, name, copies.sent())
+		expectTombstonesBounded(t, ctx, other, name)
+		copies.resend(t, ctx, other)
+		expectNoneWaiting(t, ctx, other, name, "a late copy while the lock is held")
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after the holder's release")
+		copies.resend(t, ctx, other)
+		expectNothingLeft(t, ctx, other, name, "a late copy once the lock is free")
+	})
+}
+
+// A copy of a refused attempt may arrive after a later attempt of the same
+// call was granted (go-redis resends after a read timeout, on another
+// connection): it must find the call's own hold and report that one, not
+// take a second hold (or permit) the caller never hears of, which would
+// outlive the Unlock by its whole TTL and keep others out; nor register a
+// waiter for a call that is no longer waiting. A Semaphore of two permits,
+// both held, shows the permit a copy would take.
+func TestLateAttempt_OfARefusalAfterItsCallWasGrantedCountsOnce(t *testing.T) {
+	type lockCase struct {
+		lockType
+		holders int // holds taken, each by another handle, so that take waits
+	}
+	cases := []lockCase{{lockType: lockType{name: "Semaphore-2", acquire: scripts.SemAcquire,
+		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+			return c.Semaphore(name, 2).Acquire
+		}}, holders: 2}}
+	for _, lt := range lockTypes {
+		cases = append(cases, lockCase{lockType: lt, holders: 1})
+	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, lc := range cases {
+			t.Run(lc.name, func(t *testing.T) {
+				ctx := ctxFor(t, 30*time.Second)
+				name := lockName(t)
+				other := b.newRedis(t)
+				hold := lc.hold
+				if hold == nil {
+					hold = lc.take
+				}
+				var holders []*dlock.Lease
+				for range lc.holders {
+					l, err := hold(newClient(t, other), name)(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					holders = append(holders, l)
+				}
+
+				rdb := b.newRedis(t)
+				copies := &copier{script: lc.acquire}
+				rdb.AddHook(copies)
+				attempts := countAttemptsOf(rdb, lc.acquire)
+				result := make(chan *dlock.Lease, 1)
+				take := lc.take(newClient(t, rdb), name)
+				go func() {
+					l, err := take(ctx)
+					if err != nil {
+						t.Error(err)
+					}
+					result <- l
+				}()
+				waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
+				for _, l := range holders {
+					if err := l.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				lease := <-result
+				if lease == nil {
+					t.FailNow()
+				}
+
+				held := map[int64]bool{} // a MultiLock on a cluster: a token per group
+				for _, token := range lease.Tokens() {
+					held[int64(token)] = true
+				}
+				for _, args := range copies.sent() {
+					res, err := other.Do(ctx, args...).Int64Slice()
+					if err != nil {
+						t.Fatalf("late copy: %v", err)
+					}
+					if res[0] == 1 && !held[res[1]] {
+						t.Fatalf("a late copy was granted with token %d; the call holds %v", res[1], lease.Tokens())
+					}
+				}
+				expectNoneWaiting(t, ctx, other, name, "late copies of the call's attempts while it holds")
+				if err := lease.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				expectNothingLeft(t, ctx, other, name, "the Unlock after late copies of the call's attempts")
+			})
+		}
+	})
+}
+
+// resender is a go-redis hook that, the first time the server applies the
+// script, loses the reply and sends the command again, as go-redis does
+// after a read timeout.
+type resender struct {
+	script *redis.Script
+	mu     sync.Mutex
+	done   bool
+}
+
+func (h *resender) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *resender) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && runs(cmd, h.script) && h.first() {
+			err = next(ctx, cmd)
+		}
+		return err
+	}
+}
+
+func (h *resender) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *resender) first() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first := !h.done
+	h.done = true
+	return first
+}
+
+// An Unlock whose release was applied succeeds, even when its reply was
+// lost and the copy go-redis sent again found nothing left to release.
+func TestLease_UnlockWhoseReplyWasLostAndResentSucceeds(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		rdb := b.newRedis(t)
+		lease, err := lt.take(newClient(t, rdb), name)(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resend := &resender{script: lt.release}
+		rdb.AddHook(resend)
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock whose release was applied, then resent: %v", err)
+		}
+		if resend.first() {
+			t.Fatal("the release was not resent")
+		}
+		expectNothingLeft(t, ctx, rdb, name, "after the Unlock")
+	})
+}

@@ -1,0 +1,199 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/scripts"
+)
+
+// expectKeptAfterShorterExtend extends a lease taken with a long TTL to a
+// short one: the renewals follow the short TTL, and the lease is kept for
+// many of them.
+func expectKeptAfterShorterExtend(t *testing.T, ctx context.Context, lease *dlock.Lease) {
+	t.Helper()
+	const short = time.Second // renewed every 333 ms: a loaded machine has 660 ms to spare
+	if err := lease.Extend(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+		t.Fatalf("lease lost after Extend(%v) to a shorter TTL: %v", short, lease.Err())
+	case <-time.After(4 * short): // the property: still held after 4 of the new TTLs
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after Extend(%v): %v", short, err)
+	}
+}
+
+func TestLease_ExtendToAShorterTTLIsRenewedAtTheShorterTTL(t *testing.T) {
+	ctx := ctxFor(t, 60*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(9*time.Second))
+	t.Run("Mutex", func(t *testing.T) {
+		lease, err := c.Mutex(lockName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectKeptAfterShorterExtend(t, ctx, lease)
+	})
+	t.Run("RWMutex", func(t *testing.T) {
+		lease, err := c.RWMutex(lockName(t)).RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectKeptAfterShorterExtend(t, ctx, lease)
+	})
+	t.Run("Redlock", func(t *testing.T) {
+		r := redlockOver(t, redistest.StartMasters(t, 3), dlock.WithTTL(9*time.Second))
+		lease, err := r.Mutex(lockName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectKeptAfterShorterExtend(t, ctx, lease)
+	})
+}
+
+// Go's monotonic clock stands still while the machine is suspended; the
+// wall clock does not. A lease whose deadline has passed by the wall clock
+// is lost, whatever the monotonic clock says: Redis expired its key.
+func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dlock.SkewWallClock(2 * time.Minute)) // resumed after a two-minute suspension
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err with the wall clock past the deadline: %v, want ErrLeaseLost", err)
+	}
+	if err := lease.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend with the wall clock past the deadline: %v, want ErrNotHeld", err)
+	}
+	if left := time.Until(lease.Deadline()); left > 0 {
+		t.Fatalf("Deadline %v ahead with the wall clock past it", left)
+	}
+	waitDone(t, lease.Done(), lossGuard, "Done with the wall clock past the deadline")
+	if cause := context.Cause(lease.Context(ctx)); !errors.Is(cause, dlock.ErrLeaseLost) {
+		t.Fatalf("Context's cause with the wall clock past the deadline: %v, want ErrLeaseLost", cause)
+	}
+}
+
+// The same, found by the renewer: Done closes at the next renewal, although
+// the monotonic deadline timer has a minute to go.
+func TestLease_RenewalFindsTheWallClockPastTheDeadline(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Second))
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := lease.Done()
+	t.Cleanup(dlock.SkewWallClock(2 * time.Minute))
+	waitDone(t, done, lossGuard, "Done with the wall clock past the deadline")
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err: %v, want ErrLeaseLost", err)
+	}
+}
+
+// An Extend confirmed only after the lease's deadline does not bring the
+// lease back: the lease was reported lost at its deadline, and stays so.
+func TestLease_ExtendConfirmedAfterTheDeadlineReportsTheLoss(t *testing.T) {
+	rdb := backends[0].newRedis(t)
+	var delayUntil atomic.Pointer[time.Time]
+	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+		if until := delayUntil.Load(); until != nil && runs(cmd, scripts.MutexExtend) {
+			time.Sleep(time.Until(*until)) // the workload: a reply held up on the way
+		}
+	}})
+	ctx := ctxFor(t, 30*time.Second)
+	mu := newClient(t, rdb, dlock.WithLeaseTime(300*time.Millisecond)).Mutex(lockName(t))
+	lease, err := mu.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := lease.Deadline().Add(50 * time.Millisecond)
+	delayUntil.Store(&late)
+	if err := lease.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Extend whose reply came after the deadline: %v, want ErrLeaseLost", err)
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err after the late Extend: %v, want ErrLeaseLost", err)
+	}
+	delayUntil.Store(nil)
+	// Redis applied the extension: the hold is still ours there, and Unlock
+	// releases it.
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the hold the late Extend kept: %v", err)
+	}
+	expectFree(t, ctx, rdb, mu.Name())
+}
+
+// A lease lost on this side but still held in Redis is released by Unlock,
+// which returns nil; a second Unlock is refused, as after any release, even
+// though the release left a mark that a resent copy of it would find.
+func TestLease_SecondUnlockOfALostButReleasedLeaseIsRefused(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo := dlock.SkewWallClock(2 * time.Minute) // counted lost; the key has a minute left
+	defer undo()
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err: %v, want ErrLeaseLost", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of a lost lease still held in Redis: %v, want nil", err)
+	}
+	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
+	}
+}
+
+// An Extend to a shorter TTL whose outcome is unknown (the server stalled,
+// the call's context ended) may have been applied, or may yet be, by the
+// command waiting in the server: the lease counts on no more than it would
+// leave, and renews at the shorter TTL from then on.
+func TestLease_FailedExtendToAShorterTTLCountsOnTheShorterOne(t *testing.T) {
+	srv := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb, dlock.WithTTL(30*time.Second))
+	ctx := ctxFor(t, 30*time.Second)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Extend(ctx, 30*time.Second); err != nil { // the script is loaded
+		t.Fatal(err)
+	}
+	srv.Pause()
+	sent := time.Now()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = lease.Extend(short, 2*time.Second) // waits in the stalled server's socket
+	cancel()
+	srv.Resume()
+	if err == nil {
+		t.Fatal("Extend on a stalled server returned nil")
+	}
+	if d := lease.Deadline(); d.After(sent.Add(2 * time.Second)) {
+		t.Fatalf("deadline %v after the failed Extend(2s); want within 2s of its sending", time.Until(d))
+	}
+	// Renewed at the shorter TTL, the lease holds on.
+	time.Sleep(3 * time.Second)
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease lost after the failed Extend: %v", err)
+	}
+}

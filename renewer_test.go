@@ -1,0 +1,68 @@
+package dlock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// A stalled cluster master holds up the renewals of the leases it serves,
+// and only those: a short lease on a healthy master stays held for many
+// TTLs while another master answers nothing.
+func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthers(t *testing.T) {
+	// Without full coverage, the healthy masters go on serving their slots
+	// once the stalled one is marked failed, as a cluster configured to stay
+	// up does.
+	cl := redistest.StartCluster(t, "--cluster-require-full-coverage", "no")
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const ttl = 600 * time.Millisecond // renewed every 200 ms: 400 ms to spare on a loaded machine
+	c := newClient(t, rdb, dlock.WithTTL(ttl))
+	ctx := ctxFor(t, 60*time.Second)
+
+	nameOn := func(node int) string {
+		for {
+			name := lockName(t)
+			owner, err := cl.SlotOwner(ctx, dlock.ClusterSlot(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owner == node {
+				return name
+			}
+		}
+	}
+	// The release script is loaded on demand, by SCRIPT LOAD on every
+	// master (the stalled one too): load it before the stall.
+	warm, err := c.Mutex(nameOn(0)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	healthy, err := c.Mutex(nameOn(0)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled, err := c.Mutex(nameOn(1)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Nodes[1].Pause()
+	t.Cleanup(cl.Nodes[1].Resume) // before the cluster's own clean-up stops it
+
+	waitDone(t, stalled.Done(), lossGuard, "loss of the lease on the stalled master")
+	select {
+	case <-healthy.Done():
+		t.Fatalf("the lease on a healthy master was lost while another master stalled: %v", healthy.Err())
+	case <-time.After(15 * ttl): // the property: still held after 15 TTLs
+	}
+	if err := healthy.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the lease on the healthy master: %v", err)
+	}
+}

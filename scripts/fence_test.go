@@ -1,0 +1,62 @@
+package scripts
+
+import (
+	"testing"
+	"time"
+)
+
+// An acquisition found already the caller's (a resend, or a hand-over the
+// waiter did not hear of) reports the counter as its token; with the
+// counter gone meanwhile, it mints a new one rather than reporting none.
+func TestHeldToken_ACounterGoneIsMintedAnew(t *testing.T) {
+	ctx, rdb := setup(t)
+	first := acquire(t, ctx, rdb, "owner-a")
+	rdb.Del(ctx, fenceKey)
+	if again := acquire(t, ctx, rdb, "owner-a"); len(again) != 2 || again[0] != 1 || again[1] <= first[1] {
+		t.Fatalf("Mutex resend after its counter went: %v; want {1, a token above %d}", again, first[1])
+	}
+
+	ctx, rdb = setup(t)
+	first = fairTry(t, ctx, rdb, fairA, "")
+	rdb.Del(ctx, fenceKey)
+	if again := fairTry(t, ctx, rdb, fairA, ""); len(again) != 2 || again[0] != 1 || again[1] <= first[1] {
+		t.Fatalf("FairMutex resend after its counter went: %v; want {1, a token above %d}", again, first[1])
+	}
+
+	ctx, rdb = setup(t)
+	first = multiTry(t, ctx, rdb, "owner-a", "", 1)
+	rdb.Del(ctx, "t:{m}:fence", "t:{n}:fence")
+	if again := multiTry(t, ctx, rdb, "owner-a", "", 1); len(again) != 3 || again[0] != 1 || again[1] <= first[1] || again[2] <= first[2] {
+		t.Fatalf("MultiLock resend after its counters went: %v; want {1, tokens above %v}", again, first[1:])
+	}
+}
+
+// A FairMutex waiter takes a hand-over only with a token above what its
+// attempt read; with no counter to read, that is the clock, so that a
+// hand-over older than the attempt is not taken for a new one.
+func TestFairAcquire_QueuedWithoutACounterReadsTheClock(t *testing.T) {
+	ctx, rdb := setup(t)
+	held := fairTry(t, ctx, rdb, fairA, "")
+	rdb.Del(ctx, fenceKey)
+	before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's, within a minute
+	refused := fairTry(t, ctx, rdb, fairB, "c1/0b")
+	if len(refused) != 3 || refused[0] != 0 || refused[2] < before || refused[2] < held[1] {
+		t.Fatalf("a waiter queued with no counter: %v; want {0, ms left, the clock in µs}", refused)
+	}
+	if n := runInt(t, ctx, rdb, FairRelease, fairKeys, fairA, "PUBLISH"); n != 1 {
+		t.Fatalf("release: %d, want 1", n)
+	}
+	if minted, _ := rdb.Get(ctx, fenceKey).Int64(); minted <= refused[2] {
+		t.Fatalf("the hand-over's token %d is not above the %d its waiter read", minted, refused[2])
+	}
+}
+
+// The counter expires FenceRetentionTTLs hold TTLs after each mint.
+func TestMintToken_CounterExpiresRetentionAfterTheMint(t *testing.T) {
+	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, "owner-a") // a 10 s TTL
+	want := FenceRetentionTTLs * 10 * time.Second
+	if left := rdb.PTTL(ctx, fenceKey).Val(); left <= want-time.Minute || left > want {
+		t.Fatalf("counter expires in %v after a mint for 10 s, want %v", left, want)
+	}
+}

@@ -1,0 +1,173 @@
+-- foreign.lua follows common.lua in every script (see scripts.go): how a
+-- script recognises the keys dlock wrote, so that it fails with WRONGTYPE,
+-- before writing anything, on a key of the lock that holds something else.
+-- dlock never changes, deletes or counts as a holder what it did not write.
+--
+-- What dlock writes:
+--   a Mutex's lock key (also a FairMutex's, a MultiLock's, an Election's):
+--     a string, the holder's owner token (OWNER_TOKEN, made in scripts.go
+--     from token.go's length)
+--   a read-write lock's state: a hash with the field STATE_MARK set to
+--     STATE_KIND, written with its first hold
+--   a Semaphore's holders: a sorted set, never without its tokens hash
+--   a fencing counter, a Semaphore's number of permits: a string of digits
+--   every other sorted set and hash beside a lock (holds, waiters, queues,
+--     tokens): it goes with the last hold or registration, so has a TTL
+--   an Election's leader: a hash of exactly 'owner', 'term' and 'value'
+
+local STATE_MARK, STATE_KIND = 'dlock', 'rw'
+
+-- The error a script returns for key, which holds what (a value of that
+-- type) that dlock did not write.
+local function not_dlocks(key, what)
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds ' .. what .. ' that dlock did not write')
+end
+
+-- redis.call of a command on key, which fails naming the key when the key
+-- holds a value of another type: returns the reply, or nil and the error
+-- to return.
+local function call_on(key, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(reply.err, 'WRONGTYPE', 1, true) then
+      return nil, not_dlocks(key, 'a ' .. redis.call('TYPE', key).ok)
+    end
+    return nil, reply
+  end
+  return reply
+end
+
+-- Whether a string read under a Mutex's lock key is an owner token.
+local function is_owner_token(value)
+  return string.find(value, OWNER_TOKEN) ~= nil
+end
+
+-- Whether key, a sorted set or hash beside a lock (want: 'zset' or
+-- 'hash'), holds what dlock wrote there: a value of that type with a TTL.
+-- Returns true; or false and nil when the key is missing; or false and
+-- what the key holds when that is not dlock's. The one rule for these
+-- keys: acquires refuse what it does not recognise (foreign_key), and
+-- releases and abandons change only what it does, taking anything else
+-- for nobody waiting. One command (PTTL) when the key is missing, the
+-- case on a lock nobody waits for.
+local function dlocks_beside(key, want)
+  local ttl = redis.call('PTTL', key)
+  if ttl == -2 then
+    return false, nil
+  end
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= want then
+    return false, 'a ' .. kind
+  end
+  if ttl == -1 then
+    return false, 'a ' .. kind .. ' without a TTL'
+  end
+  return true
+end
+
+-- The error for the first of these keys that holds what dlock did not
+-- write there, or nil: counters may hold strings (their digits are checked
+-- where they are read), zsets and hashes that type with a TTL
+-- (dlocks_beside). One command for the counters and one more when none of
+-- the others exists, which is the case on a lock nobody waits for.
+local function foreign_key(counters, zsets, hashes)
+  for _, key in ipairs(counters) do
+    local kind = redis.call('TYPE', key).ok
+    if kind ~= 'none' and kind ~= 'string' then
+      return not_dlocks(key, 'a ' .. kind)
+    end
+  end
+  local keys = {}
+  for _, key in ipairs(zsets) do keys[#keys + 1] = key end
+  for _, key in ipairs(hashes) do keys[#keys + 1] = key end
+  if #keys == 0 or redis.call('EXISTS', unpack(keys)) == 0 then
+    return nil
+  end
+  for i, key in ipairs(keys) do
+    local _, what = dlocks_beside(key, i <= #zsets and 'zset' or 'hash')
+    if what then
+      return not_dlocks(key, what)
+    end
+  end
+  return nil
+end
+
+-- Whether a read-write lock's state key holds dlock's state: a hash with
+-- the mark. One command; false when the key is missing too.
+local function is_dlocks_state(state)
+  return redis.pcall('HGET', state, STATE_MARK) == STATE_KIND
+end
+
+-- The error when a read-write lock's state key holds anything but dlock's
+-- state, or nil.
+local function foreign_state(state)
+  local kind = redis.call('TYPE', state).ok
+  if kind == 'none' then
+    return nil
+  end
+  if not is_dlocks_state(state) then
+    return not_dlocks(state, 'a ' .. kind)
+  end
+  return nil
+end
+
+-- The error when a Semaphore's holders (or its tokens) are not dlock's, or
+-- nil: holders never exist without their tokens, as both are written and
+-- expire together (tokens may outlive holders removed by force).
+local function foreign_semaphore(holders, tokens)
+  if redis.call('EXISTS', holders) == 1 and redis.call('EXISTS', tokens) == 0 then
+    return not_dlocks(holders, 'a ' .. redis.call('TYPE', holders).ok)
+  end
+  return foreign_key({}, {holders}, {tokens})
+end
+
+-- The error when a Semaphore's number of permits is not dlock's, or nil.
+local function foreign_permits(permits)
+  local wrong = foreign_key({permits}, {}, {})
+  if wrong then
+    return wrong
+  end
+  local stored = redis.call('GET', permits)
+  if stored and not tonumber(stored) then
+    return not_dlocks(permits, 'a string')
+  end
+  return nil
+end
+
+-- The error when an Election's leader key holds anything but dlock's
+-- record of the leadership, or nil.
+local function foreign_leader(leader)
+  local kind = redis.call('TYPE', leader).ok
+  if kind == 'none' then
+    return nil
+  end
+  if kind ~= 'hash' then
+    return not_dlocks(leader, 'a ' .. kind)
+  end
+  local record = redis.call('HMGET', leader, 'owner', 'term', 'value')
+  if redis.call('HLEN', leader) ~= 3 or not (record[1] and record[2] and record[3]) then
+    return not_dlocks(leader, 'a hash')
+  end
+  return nil
+end
+
+-- The error when a key of a lock name, whatever its lock's type, holds what
+-- dlock did not write, or nil: for the scripts that work on any lock. lock
+-- is its main key; the others are as their names say, zsets the sorted
+-- sets beside it of every type.
+local function foreign_lock(lock, fence, permits, tokens, leader, zsets)
+  local kind = redis.call('TYPE', lock).ok
+  local wrong
+  if kind == 'string' then
+    if not is_owner_token(redis.call('GET', lock)) then
+      wrong = not_dlocks(lock, 'a string')
+    end
+  elseif kind == 'hash' then
+    wrong = foreign_state(lock)
+  elseif kind == 'zset' then
+    wrong = foreign_semaphore(lock, tokens)
+  elseif kind ~= 'none' then
+    wrong = not_dlocks(lock, 'a ' .. kind)
+  end
+  return wrong or foreign_key({fence}, zsets, {tokens}) or foreign_permits(permits) or foreign_leader(leader)
+end

@@ -1,0 +1,192 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/scripts"
+)
+
+// A waiter's registration lasts three refreshes: a refresh so long that
+// this overflows, or that Redis cannot take as an expiry, is refused
+// before anything is sent.
+func TestWaiterRefresh_AboveTheMaximumIsRefusedBeforeAnyCommand(t *testing.T) {
+	counter := &commandCounter{}
+	rdb := backends[0].newRedis(t)
+	rdb.AddHook(counter)
+	ctx := ctxFor(t, 10*time.Second)
+	for _, refresh := range []time.Duration{dlock.MaxWaiterRefresh + time.Millisecond, 1 << 62, math.MaxInt64 / 2, math.MaxInt64} {
+		c := newClient(t, rdb)
+		name := lockName(t) // fresh: before the bound, these locks were taken
+		opt := dlock.WithWaiterRefresh(refresh)
+		locks := map[string]func() error{
+			"Mutex.TryLock": func() error { _, err := c.Mutex(name, opt).TryLock(ctx); return err },
+			"Mutex.Lock":    func() error { _, err := c.Mutex(name, opt).Lock(ctx); return err },
+			"FairMutex.Lock": func() error {
+				_, err := c.FairMutex(name, opt).Lock(ctx)
+				return err
+			},
+			"RWMutex.Lock":      func() error { _, err := c.RWMutex(name, opt).Lock(ctx); return err },
+			"MultiLock.Lock":    func() error { _, err := c.MultiLock([]string{name, name + "+"}, opt).Lock(ctx); return err },
+			"Semaphore.Acquire": func() error { _, err := c.Semaphore(name, 1, opt).Acquire(ctx); return err },
+			"New":               func() error { _, err := newClient(t, rdb, opt).Mutex(name).TryLock(ctx); return err },
+		}
+		for what, lock := range locks {
+			if err := lock(); !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("%s with a waiter refresh of %v: %v; want ErrInvalid", what, refresh, err)
+			}
+		}
+	}
+	if n := counter.commands.Load(); n != 0 {
+		t.Fatalf("%d commands sent for invalid arguments, want 0", n)
+	}
+}
+
+// Waiters in different processes may refresh at different rates: one that
+// registers with a short refresh must not cut the line's expiry below the
+// registration of one with a long refresh, or the line expires with that
+// waiter in it and a later comer overtakes it.
+func TestFairMutex_ShortRefreshDoesNotShortenALongerRegistration(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		name := lockName(t)
+		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).FairMutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		longRedis := b.newRedis(t)
+		longQueued := countAttemptsOf(longRedis, scripts.FairAcquire).registeredReach(1)
+		const longRefresh = time.Hour
+		long := lockInBackground(ctx, newClient(t, longRedis, dlock.WithWaiterRefresh(longRefresh)).FairMutex(name).Lock)
+		waitDone(t, longQueued, 30*time.Second, "the long-refresh waiter queuing")
+
+		shortRedis := b.newRedis(t)
+		shortQueued := countAttemptsOf(shortRedis, scripts.FairAcquire).registeredReach(1)
+		shortCtx, cancelShort := context.WithCancel(ctx)
+		short := lockInBackground(shortCtx,
+			newClient(t, shortRedis, dlock.WithWaiterRefresh(dlock.MinWaiterRefresh)).FairMutex(name).Lock)
+		waitDone(t, shortQueued, 30*time.Second, "the short-refresh waiter queuing")
+
+		// The long waiter registered for three hours, less than a minute ago.
+		for _, key := range []string{lockKey(name) + ":queue", lockKey(name) + ":waiters"} {
+			if ttl := rdb.PTTL(ctx, key).Val(); ttl < 3*longRefresh-time.Minute {
+				t.Errorf("TTL of %q: %v; want at least the long waiter's registration (about %v)", key, ttl, 3*longRefresh)
+			}
+		}
+		cancelShort()
+		if err := <-short; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock: %v", err)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectAcquired(t, long, 30*time.Second, "the long-refresh waiter was not handed the lock")
+	})
+}
+
+// severed is a go-redis hook that, once cut, fails every command without
+// sending it: to Redis, the process is gone.
+type severed struct{ cut atomic.Bool }
+
+var errSevered = errors.New("severed from Redis")
+
+func (h *severed) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *severed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.cut.Load() {
+			cmd.SetErr(errSevered)
+			return errSevered
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *severed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.cut.Load() {
+			for _, cmd := range cmds {
+				cmd.SetErr(errSevered)
+			}
+			return errSevered
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Under constant contention an RWMutex's sets of waiters never expire: the
+// registrations of waiters that died must still go once their lease has
+// run out, or the sets grow without bound.
+func TestRWMutex_DeadWaitersLeaveTheirSetUnderContention(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, mode := range []struct {
+			what string
+			set  string // the waiters' set, after the lock key
+			lock func(*dlock.RWMutex) func(context.Context) (*dlock.Lease, error)
+		}{
+			{"writer", ":waiters", func(rw *dlock.RWMutex) func(context.Context) (*dlock.Lease, error) { return rw.Lock }},
+			{"reader", ":rwaiters", func(rw *dlock.RWMutex) func(context.Context) (*dlock.Lease, error) { return rw.RLock }},
+		} {
+			ctx := ctxFor(t, time.Minute)
+			rdb := b.newRedis(t)
+			name := lockName(t)
+			set := lockKey(name) + mode.set
+			holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).RWMutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// Another waiter of the same kind keeps registering, every
+			// second for three, and so the set alive.
+			liveRedis := b.newRedis(t)
+			liveRegistered := countAttemptsOf(liveRedis, scripts.RWAcquire).registeredReach(1)
+			liveCtx, stopLive := context.WithCancel(ctx)
+			live := lockInBackground(liveCtx,
+				mode.lock(newClient(t, liveRedis, dlock.WithWaiterRefresh(time.Second)).RWMutex(name)))
+			waitDone(t, liveRegistered, 30*time.Second, "the live "+mode.what+" registering")
+
+			// A waiter registers for 30 ms, and at once its process is cut
+			// off from Redis: its registration is neither renewed nor
+			// withdrawn.
+			deadRedis := b.newRedis(t)
+			cut := &severed{}
+			var deadMember atomic.Value
+			registered := make(chan struct{})
+			deadRedis.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+				if isReplyOf(cmd, scripts.RWAcquire, 0) && waiterArg(cmd) != "" && !cut.cut.Swap(true) {
+					deadMember.Store(waiterArg(cmd))
+					close(registered)
+				}
+			}})
+			deadRedis.AddHook(cut)
+			dead := newClient(t, deadRedis, dlock.WithWaiterRefresh(dlock.MinWaiterRefresh)).RWMutex(name)
+			deadResult := lockInBackground(ctx, mode.lock(dead))
+			waitDone(t, registered, 30*time.Second, "the "+mode.what+" that dies registering")
+			if err := <-deadResult; !errors.Is(err, errSevered) {
+				t.Fatalf("%s: Lock of the severed waiter: %v", mode.what, err)
+			}
+			member := deadMember.Load().(string)
+			eventually(t, ctxFor(t, 20*time.Second), mode.what+": the dead registration leaving", func() bool {
+				return rdb.ZScore(ctx, set, member).Err() == redis.Nil
+			})
+			if n := rdb.ZCard(ctx, set).Val(); n != 1 {
+				t.Errorf("%s: %d registrations; want the live waiter's alone", mode.what, n)
+			}
+			stopLive()
+			if err := <-live; !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s: cancelled Lock: %v", mode.what, err)
+			}
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
