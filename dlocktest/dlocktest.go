@@ -1,0 +1,212 @@
+// Package dlocktest lets you test code that holds dlock locks against what
+// happens to locks in production: a lease that expires under the holder, a
+// lock taken by another owner, renewals that come late, a slow Redis, a
+// Redis that is gone for a while.
+//
+// [Start] gives a Redis for one test: an embedded one (miniredis, in this
+// process, nothing to install) or, when the environment variable
+// DLOCK_TEST_REDIS_URL is set, the real Redis at that URL, under a key
+// prefix of the test's own that is cleaned up after it. The same tests run
+// on both, so a CI can choose:
+//
+//	func TestWorkerStopsWhenItsLockIsStolen(t *testing.T) {
+//		r := dlocktest.Start(t)
+//		lease, _ := r.Client().Mutex("job").Lock(ctx)
+//		r.Steal(ctx, "job")
+//		<-lease.Done() // the worker under test must stop here
+//	}
+//
+// Faults are made where a real one would happen, outside dlock: in Redis
+// (a hold removed, another owner's hold written) or on the connection (a
+// go-redis hook that delays or refuses commands), so the code under test
+// sees them through dlock's own paths: its renewals are refused, or come
+// too late, and its leases report the loss through Done, Err and Context.
+//
+// dlocktest does not work inside a testing/synctest bubble: dlock talks to
+// Redis over a socket, embedded or not, and a goroutine blocked on a socket
+// is not durably blocked, so the bubble's clock would stand still while a
+// waiter listens for a release.
+package dlocktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// EnvRedisURL names the environment variable that makes [Start] use a real
+// Redis: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+const EnvRedisURL = "DLOCK_TEST_REDIS_URL"
+
+// Redis is a Redis for one test, with faults to make on demand. Its methods
+// are safe for concurrent use.
+type Redis struct {
+	opts   *redis.Options
+	prefix string // every lock of the test lives under it
+	mini   *miniredis.Miniredis
+	admin  redis.UniversalClient // no faults: what the faults themselves use
+	faults *faults
+
+	mu      sync.Mutex
+	op      *dlock.Client // see operator
+	clients []*dlock.Client
+	closers []func() error
+}
+
+// Start returns a Redis for t, stopped (or, for a real one, emptied of the
+// test's keys) when t ends. It fails t if the Redis cannot be had.
+func Start(t testing.TB) *Redis {
+	t.Helper()
+	r, err := NewRedis(os.Getenv(EnvRedisURL))
+	if err != nil {
+		t.Fatalf("dlocktest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("dlocktest: %v", err)
+		}
+	})
+	return r
+}
+
+// New returns a dlock Client on a Redis started for t (see [Start]) with
+// opts: for a test that needs no faults.
+func New(t testing.TB, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	return Start(t).Client(opts...)
+}
+
+// NewRedis returns a Redis outside of a test (an example, a program): the
+// real one at url, or an embedded one when url is "". Close it when done.
+func NewRedis(url string) (*Redis, error) {
+	r := &Redis{faults: &faults{}}
+	if url == "" {
+		r.mini = miniredis.NewMiniRedis()
+		r.mini.ClockTTL(true) // TTLs run on the real clock, as in Redis
+		if err := r.mini.Start(); err != nil {
+			return nil, fmt.Errorf("starting the embedded Redis: %w", err)
+		}
+		r.opts = &redis.Options{Addr: r.mini.Addr()}
+		r.prefix = "dlock:"
+	} else {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
+		}
+		r.opts = opts
+		r.prefix = "dlock:test:" + randomHex(8) + ":"
+	}
+	r.admin = redis.NewClient(r.opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.admin.Ping(ctx).Err(); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("reaching Redis at %s: %w", r.opts.Addr, err)
+	}
+	return r, nil
+}
+
+// Client returns a new dlock Client on this Redis, on a go-redis client of
+// its own (as another process would have), subject to the faults. The
+// options come after the test's prefix, so WithPrefix would move the locks
+// out of the test's reach: leave it out.
+func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
+	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
+	rdb := redis.NewClient(r.clientOptions())
+	rdb.AddHook(r.faults)
+	c := dlock.New(rdb, opts...)
+	r.mu.Lock()
+	r.clients = append(r.clients, c)
+	r.closers = append(r.closers, rdb.Close)
+	r.mu.Unlock()
+	return c
+}
+
+// Redis returns a go-redis client of this Redis that the faults do not
+// touch, for a test that looks at what dlock wrote. Lock keys start with
+// [Redis.Prefix].
+func (r *Redis) Redis() redis.UniversalClient { return r.admin }
+
+// Prefix returns the key prefix the test's locks live under.
+func (r *Redis) Prefix() string { return r.prefix }
+
+// Embedded reports whether this Redis is the embedded one.
+func (r *Redis) Embedded() bool { return r.mini != nil }
+
+func (r *Redis) clientOptions() *redis.Options {
+	o := *r.opts
+	o.ContextTimeoutEnabled = true
+	o.MaxRetries = -1 // a fault is seen once, as the code under test would see it
+	return &o
+}
+
+// Close closes every Client made by [Redis.Client], removes the test's keys
+// from a real Redis and stops an embedded one.
+func (r *Redis) Close() error {
+	r.faults.set(func(f *faults) { f.stall, f.slow, f.down = 0, 0, false })
+	r.mu.Lock()
+	clients, closers := r.clients, r.closers
+	if r.op != nil {
+		clients = append(clients, r.op)
+	}
+	r.clients, r.closers, r.op = nil, nil, nil
+	r.mu.Unlock()
+	var errs []error
+	for _, c := range clients {
+		errs = append(errs, c.Close())
+	}
+	for _, close := range closers {
+		errs = append(errs, close())
+	}
+	if r.mini == nil && r.admin != nil {
+		errs = append(errs, r.removeKeys())
+	}
+	if r.admin != nil {
+		errs = append(errs, r.admin.Close())
+	}
+	if r.mini != nil {
+		r.mini.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// removeKeys deletes every key under the test's prefix on a real Redis.
+func (r *Redis) removeKeys() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := r.admin.Scan(ctx, 0, r.prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 1000 {
+			if err := r.admin.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return r.admin.Unlink(ctx, batch...).Err()
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
