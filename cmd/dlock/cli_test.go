@@ -69,6 +69,9 @@ func (p *dlockProcess) wait(t *testing.T, guard time.Duration) int {
 	case code := <-p.exited:
 		return code
 	case <-time.After(guard):
+		// Killed and reaped first, so that its stderr is no longer written.
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 		t.Fatalf("dlock %v still running after %v\nstderr: %s", p.cmd.Args[1:], guard, &p.stderr)
 		return -1
 	}
@@ -158,12 +161,14 @@ func TestRun_TwoRunsOnOneNameNeverOverlap(t *testing.T) {
 func TestRun_PassesTheExitCodeAndTheLockInTheEnvironment(t *testing.T) {
 	url, _ := testRedis(t)
 	code, stdout, stderr := runDlock(t, url, "run", "--ttl", "5s", "job", "--", "sh", "-c", `echo "$DLOCK_NAME $DLOCK_TOKEN"; exit 7`)
-	if code != 7 || stdout != "job 1\n" {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want 7 and \"job 1\"", code, stdout, stderr)
+	name, first, _ := strings.Cut(strings.TrimSpace(stdout), " ")
+	firstToken, err := strconv.ParseUint(first, 10, 64)
+	if code != 7 || name != "job" || err != nil {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 7 and \"job TOKEN\"", code, stdout, stderr)
 	}
 	code, stdout, _ = runDlock(t, url, "run", "job", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
-	if code != 0 || stdout != "2\n" {
-		t.Fatalf("second run: exit %d, token %q; want 0 and 2", code, stdout)
+	if second, err := strconv.ParseUint(strings.TrimSpace(stdout), 10, 64); code != 0 || err != nil || second <= firstToken {
+		t.Fatalf("second run: exit %d, token %q; want 0 and a token above %d", code, stdout, firstToken)
 	}
 	if code, _, _ := runDlock(t, url, "run", "job", "--", "/nonexistent/command"); code != exitNotFound {
 		t.Fatalf("a command that does not exist: exit %d, want %d", code, exitNotFound)
@@ -270,7 +275,8 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &free); code != 0 || err != nil || free.Type != "free" || free.Held {
 		t.Fatalf("a free lock: exit %d, %v, %+v", code, err, free)
 	}
-	if _, err := locks.RWMutex("reports", dlock.WithOwner("host-a/pid-7")).Lock(ctx); err != nil {
+	lease, err := locks.RWMutex("reports", dlock.WithOwner("host-a/pid-7")).Lock(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, _ = runDlock(t, url, "status", "--json", "reports")
@@ -279,7 +285,7 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 		t.Fatalf("exit %d, %v:\n%s", code, err, stdout)
 	}
 	if held.Type != "RWMutex" || !held.Held || len(held.Holders) != 1 || held.Holders[0] != (holderJSON{"host-a/pid-7", "write", 1}) ||
-		held.TTLMillis <= 0 || held.LastToken != 1 {
+		held.TTLMillis <= 0 || held.LastToken != lease.Token() {
 		t.Fatalf("a held lock: %+v", held)
 	}
 	code, stdout, _ = runDlock(t, url, "status", "reports")
@@ -326,6 +332,47 @@ func TestUnlock_AsksBeforeRemoving(t *testing.T) {
 	}
 }
 
+// A name whose key holds what dlock did not write is no lock: status, unlock
+// --force and run each say so, naming the key, exit 1 and leave it as it
+// was.
+func TestCLI_LeavesAKeyDlockDidNotWrite(t *testing.T) {
+	srv := redistest.Start(t)
+	url, rdb, ctx := "redis://"+srv.Addr(), srv.Client(), context.Background()
+	rdb.Set(ctx, "dlock:{precious}", "my-precious-data", 0)
+	rdb.HSet(ctx, "dlock:{fh2}", "foo", "bar")
+	before := map[string]string{}
+	for _, key := range []string{"dlock:{precious}", "dlock:{fh2}"} {
+		before[key] = rdb.Dump(ctx, key).Val()
+	}
+	for _, args := range [][]string{
+		{"status", "precious"},
+		{"status", "--json", "precious"},
+		{"unlock", "--force", "--yes", "precious"},
+		{"run", "precious", "--", "true"},
+		{"status", "fh2"},
+		{"unlock", "--force", "--yes", "fh2"},
+		{"run", "fh2", "--", "true"},
+		{"run", "--shared", "fh2", "--", "true"},
+	} {
+		key := "dlock:{" + args[len(args)-1] + "}"
+		if args[0] == "run" {
+			key = "dlock:{" + args[len(args)-3] + "}"
+		}
+		code, stdout, stderr := runDlock(t, url, args...)
+		if code != exitFailure || !strings.Contains(stderr, key) {
+			t.Errorf("dlock %v: exit %d, stdout %q, stderr %q; want exit %d naming %s", args, code, stdout, stderr, exitFailure, key)
+		}
+		for key, dump := range before {
+			if rdb.Dump(ctx, key).Val() != dump {
+				t.Fatalf("dlock %v changed %s", args, key)
+			}
+		}
+	}
+	if n := len(rdb.Keys(ctx, "*").Val()); n != len(before) {
+		t.Fatalf("%d keys after, want the %d there were: %v", n, len(before), rdb.Keys(ctx, "*").Val())
+	}
+}
+
 func TestRun_OnAClusterGivenAllNodesOrOne(t *testing.T) {
 	cluster := redistest.StartCluster(t)
 	var urls []string
@@ -359,7 +406,7 @@ func TestCLI_RedissURL(t *testing.T) {
 		t.Fatalf("status over TLS: exit %d\n%s", code, stdout)
 	}
 	wrong := "rediss://:wrong@" + srv.Addr()
-	if code, _, stderr := runDlock(t, wrong, "status", "tls-job"); code != exitRedis || !strings.Contains(stderr, "WRONGPASS") {
-		t.Fatalf("a wrong password: exit %d, want %d\n%s", code, exitRedis, stderr)
+	if code, _, stderr := runDlock(t, wrong, "status", "tls-job"); code != exitNoPermission || !strings.Contains(stderr, "WRONGPASS") {
+		t.Fatalf("a wrong password: exit %d, want %d\n%s", code, exitNoPermission, stderr)
 	}
 }

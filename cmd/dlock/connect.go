@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
 )
 
 // dialTimeout bounds connecting, so an unreachable server is an error, not a hang.
@@ -30,24 +33,41 @@ type dialer struct {
 	cluster bool
 }
 
-// parseRedisURL reads a redis:// or rediss:// URL, or several separated by
-// commas (the nodes of a cluster; user, password and TLS come from the first).
+// errBadAddress: a --redis or REDIS_URL that dlock cannot use. A bad
+// argument (exit 2), not an unreachable server.
+var errBadAddress = errors.New("bad Redis URL")
+
+// addressForms is what the --redis flag and REDIS_URL accept.
+const addressForms = `want redis://[user:password@]host:port[/db], rediss://… for TLS, ` +
+	`unix:///path/to/socket, or host:port; several, separated by commas, for the nodes of a cluster`
+
+// errAccess: Redis answered but refused dlock: a wrong user or password, or
+// a command the user may not run (exit 77).
+var errAccess = errors.New("refused by Redis")
+
+// parseRedisURL reads a redis:// or rediss:// URL, a bare host:port, or
+// several separated by commas (the nodes of a cluster; user, password and
+// TLS come from the first).
 func parseRedisURL(url string) (*dialer, error) {
-	urls := strings.Split(url, ",")
-	opts, err := redis.ParseURL(strings.TrimSpace(urls[0]))
-	if err != nil {
-		return nil, fmt.Errorf("bad Redis URL: %w", err)
-	}
-	opts.DialTimeout = dialTimeout
-	opts.ContextTimeoutEnabled = true
-	d := &dialer{opts: opts, addrs: []string{opts.Addr}, cluster: len(urls) > 1}
-	for _, u := range urls[1:] {
-		more, err := redis.ParseURL(strings.TrimSpace(u))
-		if err != nil {
-			return nil, fmt.Errorf("bad Redis URL: %w", err)
+	var d *dialer
+	for _, u := range strings.Split(url, ",") {
+		u = strings.TrimSpace(u)
+		full := u
+		if !strings.Contains(u, "://") {
+			full = "redis://" + u // host:port, which url.Parse takes for a scheme
 		}
-		d.addrs = append(d.addrs, more.Addr)
+		opts, err := redis.ParseURL(full)
+		if err != nil || u == "" {
+			return nil, fmt.Errorf("%w %q: %s", errBadAddress, u, addressForms)
+		}
+		if d == nil {
+			opts.DialTimeout = dialTimeout
+			opts.ContextTimeoutEnabled = true
+			d = &dialer{opts: opts}
+		}
+		d.addrs = append(d.addrs, opts.Addr)
 	}
+	d.cluster = len(d.addrs) > 1
 	return d, nil
 }
 
@@ -67,6 +87,11 @@ func (d *dialer) String() string { return strings.Join(d.addrs, ", ") }
 // connect opens a client of the deployment at url, after checking that it
 // answers within the dial timeout. A single address that turns out to be a
 // cluster node gets a cluster client.
+//
+// It asks INFO whether the server is a cluster node. A user granted only
+// what the README lists for a single server may not run INFO: a refused INFO
+// is then answered by PING, and the server taken for a standalone one (a
+// cluster's user is granted INFO, or given every node's address).
 func connect(ctx context.Context, url string) (*dialer, redis.UniversalClient, error) {
 	d, err := parseRedisURL(url)
 	if err != nil {
@@ -76,8 +101,14 @@ func connect(ctx context.Context, url string) (*dialer, redis.UniversalClient, e
 	pingCtx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	info, err := rdb.Info(pingCtx, "cluster").Result()
+	if isNoPerm(err) {
+		info, err = "", rdb.Ping(pingCtx).Err()
+	}
 	if err != nil {
 		_ = rdb.Close()
+		if refusedAccess(err) {
+			return nil, nil, fmt.Errorf("%w at %s: %w", errAccess, d, err)
+		}
 		return nil, nil, fmt.Errorf("cannot reach Redis at %s: %w", d, err)
 	}
 	if !d.cluster && strings.Contains(info, "cluster_enabled:1") {
@@ -86,4 +117,53 @@ func connect(ctx context.Context, url string) (*dialer, redis.UniversalClient, e
 		rdb = d.client()
 	}
 	return d, rdb, nil
+}
+
+// isNoPerm recognises an ACL refusal of a command.
+func isNoPerm(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "NOPERM")
+}
+
+// refusedAccess recognises a refused login (a wrong user or password, a
+// password missing) or command.
+func refusedAccess(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return isNoPerm(err) || strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") ||
+		strings.Contains(msg, "invalid password") || strings.Contains(msg, "invalid username-password")
+}
+
+// openLocks connects to the Redis given by flag, REDIS_URL or the default.
+// It returns nil and the exit code when it cannot (see exitCodeOf); else
+// close it with done.
+func openLocks(ctx context.Context, command, flagValue string, out *output, opts ...dlock.Option) (client *dlock.Client, done func(), code int) {
+	url := redisURL(flagValue)
+	if url == "" {
+		url = defaultRedisURL
+	}
+	_, rdb, err := connect(ctx, url)
+	if err != nil {
+		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
+		return nil, nil, exitCodeOf(ctx, err)
+	}
+	client = dlock.New(rdb, opts...)
+	return client, func() { _ = client.Close(); _ = rdb.Close() }, 0
+}
+
+// exitCodeOf is the exit code of a failure to reach, or use, Redis.
+func exitCodeOf(ctx context.Context, err error) int {
+	if code, ok := signalExit(ctx); ok {
+		return code
+	}
+	switch {
+	case errors.Is(err, errBadAddress), errors.Is(err, dlock.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, errAccess), errors.Is(err, dlock.ErrPermission), refusedAccess(err):
+		return exitNoPermission
+	case errors.Is(err, dlock.ErrWrongType):
+		return exitFailure
+	}
+	return exitRedis
 }

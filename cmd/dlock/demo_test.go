@@ -70,8 +70,9 @@ func TestCLI_UnreachableRedisFailsFast(t *testing.T) {
 			t.Fatalf("%v took %v to report an unreachable server", args, took)
 		}
 	}
-	code, _, stderr := runInProcess("status", "--redis", "http://nowhere", "x")
-	if code != exitRedis || !strings.Contains(stderr, "bad Redis URL") {
+	// A URL dlock cannot use is a bad argument, not an unreachable server.
+	code, _, stderr := runInProcess("run", "--redis", "http://nowhere", "x", "--", "true")
+	if code != exitUsage || !strings.Contains(stderr, "bad Redis URL") {
 		t.Fatalf("a URL of the wrong scheme: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -21,17 +21,20 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Exit codes. A command run by `dlock run` passes its own through.
 const (
-	exitFailure     = 1   // the demo's verdict failed; the lock held a foreign value; not confirmed
-	exitUsage       = 2   // bad flags or arguments
-	exitRedis       = 69  // Redis could not be reached or failed (EX_UNAVAILABLE)
-	exitNotAcquired = 75  // the lock was not acquired within --wait (EX_TEMPFAIL: try later)
-	exitLost        = 76  // the lock was lost while the command ran; the command was stopped
-	exitCannotRun   = 126 // the command could not be started
-	exitNotFound    = 127 // the command was not found
+	exitFailure      = 1   // the demo's verdict failed; the lock held a foreign value; not confirmed
+	exitUsage        = 2   // bad flags or arguments
+	exitRedis        = 69  // Redis could not be reached or failed (EX_UNAVAILABLE)
+	exitNoPermission = 77  // Redis refused the login or a command dlock needs (EX_NOPERM)
+	exitNotAcquired  = 75  // the lock was not acquired within --wait (EX_TEMPFAIL: try later)
+	exitLost         = 76  // the lock was lost while the command ran; the command was stopped
+	exitCannotRun    = 126 // the command could not be started
+	exitNotFound     = 127 // the command was not found
 )
 
 const usage = `dlock: distributed locks on Redis
@@ -47,7 +50,7 @@ Usage:
 Run 'dlock COMMAND --help' for a command's flags and examples.
 
 Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379.
-  redis://[user:password@]host:port[/db]   rediss:// for TLS
+  redis://[user:password@]host:port[/db]   rediss:// for TLS; or host:port
   Several URLs separated by commas are the nodes of a cluster; a single
   node of a cluster is recognised by itself.
 
@@ -56,17 +59,81 @@ Exit codes:
   1    failure: demo verdict failed, a foreign value under the lock's key, not confirmed
   2    bad flags or arguments
   69   Redis could not be reached or failed
+  77   Redis refused the login (user, password) or a command (ACL)
   75   run: the lock was not acquired within --wait
   76   run: the lock was lost while the command ran; the command was stopped
   126  run: the command could not be started;  127: not found
-  128+N  run: the command was killed by signal N
+  128+N  run: the command was killed by signal N; signal N stopped the wait
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// go-redis logs a failed dial from its pool, several times a second while
+	// Redis is down; dlock reports what failed once, in its own words.
+	redis.SetLogger(silentLogger{})
+	ctx, stop := signalContext(context.Background())
 	out := &output{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, tty: isTerminal(os.Stderr)}
-	os.Exit(run(ctx, os.Args[1:], out))
+	code := run(ctx, os.Args[1:], out)
+	stop()
+	os.Exit(code)
+}
+
+// silentLogger drops go-redis's log lines.
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}
+
+// stopSignals end what dlock is doing: waiting for a lock, a demo, a
+// benchmark. SIGHUP too, so that a closed terminal or ssh session withdraws
+// a waiting run from the queue instead of killing dlock mid-wait.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// signalled is the cause of main's context when a signal ended it: the
+// exit code is 128+N for signal N, as for a shell's command killed by it.
+type signalled struct{ sig syscall.Signal }
+
+func (s signalled) Error() string { return "interrupted by " + signalName(s.sig) }
+
+// signalName is SIGTERM rather than "terminated".
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return sig.String()
+}
+
+// signalContext is cancelled, with a signalled cause, by the first of
+// stopSignals. Later ones are absorbed while dlock cleans up: its cleanup
+// (leaving the queue, releasing) is bounded by dlock.CleanupTimeout.
+func signalContext(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, stopSignals...)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-signals:
+			cancel(signalled{sig.(syscall.Signal)})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(nil)
+	}
+}
+
+// signalExit is 128+N when a signal N ended ctx.
+func signalExit(ctx context.Context) (code int, ok bool) {
+	var s signalled
+	if errors.As(context.Cause(ctx), &s) {
+		return 128 + int(s.sig), true
+	}
+	return 0, false
 }
 
 // run executes one subcommand and returns the process exit code.

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,19 +19,34 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-const runUsage = `Usage: dlock run [flags] NAME -- COMMAND [ARGS...]
+const runUsage = `Usage: dlock run [flags] NAME [flags] -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock NAME: a distributed flock(1). Waits for
 the lock (up to --wait), runs the command with DLOCK_NAME and DLOCK_TOKEN (the
 fencing token) in its environment, renews the lock while it runs, releases it
-when it exits, and exits with the command's exit code.
+when it exits, and exits with the command's exit code. Flags may come before
+or after NAME, not after "--".
+
+The command runs in a process group of its own, so that stopping it stops
+every process it started. The lock is held until every process of that group
+has exited: a command that leaves a process running in the background
+(sh -c 'worker &') keeps the lock until it ends, as flock(1) does through the
+descriptor they inherit. --release-on-exit releases when the command's main
+process exits instead. On a terminal of which dlock is in the foreground, the
+command gets the terminal (it reads it, ^C reaches it) and dlock takes it
+back after. On Linux ^Z stops dlock with the command, as one job, and fg
+resumes both; the lock is not renewed while dlock is stopped. Elsewhere ^Z
+stops only the command.
 
 If the lock is lost while the command runs (someone forced it open, or Redis
-could not be reached for longer than the TTL allows), the command gets SIGTERM,
-then SIGKILL after --kill-grace, and dlock exits 76. Not acquired within
---wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock are passed on to the
-command. The command runs in a process group of its own, so that stopping it
-stops every process it started.
+could not be reached for longer than the TTL allows), the command's group
+gets SIGTERM, then SIGKILL after --kill-grace, and dlock exits 76. Not
+acquired within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock
+are passed on to the command; while dlock waits for the lock they withdraw
+it from the queue and dlock exits 128+N. On Linux the command is killed
+(SIGKILL) when dlock dies, even by kill -9, so that it never runs on without
+the lock; processes it left in the background, and on other systems the
+command itself, run on, and the lock expires within --ttl.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
@@ -37,6 +54,13 @@ other but never with an exclusive one. Go programs use the same lock through
 dlock's RWMutex or ReentrantMutex of the same name.
 
 On a terminal, a status line shows who holds the lock while dlock waits.
+
+Exit codes: the command's (128+N if signal N killed it); 75 not acquired
+within --wait (--conflict-exit-code N: N, as flock -E; --quiet: say nothing
+of it); 76 the lock was lost; 69 Redis unreachable; 77 Redis refused
+the login or a command (password, ACL); 2 bad flags or Redis address; 126
+the command could not be started, 127 not found; 128+N a signal N while
+waiting.
 
 Examples:
   # in every host's crontab: the report runs once, wherever the lock is free
@@ -64,42 +88,88 @@ func runRun(ctx context.Context, args []string, out *output) int {
 	})
 	shared := fs.Bool("shared", false, "take a shared (read) lock: shared runs may overlap")
 	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM on a lost lock, how long before SIGKILL")
-	if code, done := parseFlags(fs, args); done {
+	releaseOnExit := fs.Bool("release-on-exit", false,
+		"release when COMMAND's main process exits, not when the last process of its group does")
+	quiet := fs.Bool("quiet", false, "say nothing when the lock is busy (not acquired within --wait)")
+	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
+	name, command, code, done := parseRunArgs(fs, args, out)
+	if done {
 		return code
 	}
-	rest := fs.Args()
-	if len(rest) > 1 && rest[1] == "--" {
-		rest = append(rest[:1:1], rest[2:]...)
-	}
-	if len(rest) < 2 {
-		fmt.Fprintln(out.stderr, "dlock run: want NAME -- COMMAND [ARGS...]; see dlock run --help")
+	if *ttl < dlock.MinTTL || *grace < 0 || *conflictCode < 0 || *conflictCode > 255 {
+		fmt.Fprintf(out.stderr, "dlock run: --ttl must be at least %v, --kill-grace not negative, --conflict-exit-code 0 to 255\n",
+			dlock.MinTTL)
 		return exitUsage
 	}
-	if *ttl < dlock.MinTTL || *grace < 0 {
-		fmt.Fprintf(out.stderr, "dlock run: --ttl must be at least %v and --kill-grace not negative\n", dlock.MinTTL)
-		return exitUsage
-	}
-	name, command := rest[0], rest[1:]
+
+	// Registered before the lock is taken, so that no signal falls between
+	// main's handler ending the wait and the command's start: one that
+	// arrives once the lock is held is here, and the command never starts.
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, stopSignals...)
+	defer signal.Stop(signals)
 
 	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithOwner(ownerID())}
 	if waitSet {
 		opts = append(opts, dlock.WithWait(wait))
 	}
-	client, done, code := openClient(ctx, "run", *redisFlag, out, opts...)
+	client, closeClient, code := openLocks(ctx, "run", *redisFlag, out, opts...)
 	if client == nil {
 		return code
 	}
-	defer done()
+	defer closeClient()
 
-	lease, code := acquire(ctx, client, name, *shared, out)
-	if lease == nil {
-		return code
+	lease, err := acquire(ctx, client, name, *shared, *quiet, out)
+	if err != nil {
+		if _, signalled := signalExit(ctx); !signalled && errors.Is(err, dlock.ErrNotAcquired) {
+			if !*quiet {
+				reportBusy(client, name, wait, out)
+			}
+			return *conflictCode
+		}
+		return reportAcquire(ctx, name, err, out)
 	}
-	code = supervise(lease, name, command, *grace, out)
+	code = supervise(lease, name, command, *grace, *releaseOnExit, signals, out)
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
 		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %v (it expires within its TTL)\n", name, err)
 	}
 	return code
+}
+
+// parseRunArgs reads [flags] NAME [flags] -- COMMAND [ARGS...]. Flags may
+// follow NAME up to "--" (dlock run deploy --wait 0 -- ./deploy.sh): the
+// flag package stops at NAME, so what follows it is parsed again. "--" may
+// be left out when COMMAND does not start with "-".
+func parseRunArgs(fs *flag.FlagSet, args []string, out *output) (name string, command []string, code int, done bool) {
+	if code, done := parseFlags(fs, args); done {
+		return "", nil, code, true
+	}
+	rest := fs.Args()
+	if len(rest) > 0 {
+		name, rest = rest[0], rest[1:]
+	}
+	switch {
+	case len(rest) > 0 && rest[0] == "--":
+		rest = rest[1:]
+	case len(rest) > 0 && strings.HasPrefix(rest[0], "-"):
+		dashes := slices.Index(rest, "--")
+		if code, done := parseFlags(fs, rest); done {
+			return "", nil, code, true
+		}
+		after := fs.Args()
+		if dashes >= 0 && len(after) != len(rest)-dashes-1 {
+			// The flags stopped at a word before "--": NAME is one word.
+			fmt.Fprintf(out.stderr, "dlock run: %q after NAME %q: want [flags] NAME [flags] -- COMMAND [ARGS...]\n",
+				after[0], name)
+			return "", nil, exitUsage, true
+		}
+		rest = after
+	}
+	if name == "" || len(rest) == 0 {
+		fmt.Fprintln(out.stderr, "dlock run: want NAME -- COMMAND [ARGS...]; see dlock run --help")
+		return "", nil, exitUsage, true
+	}
+	return name, rest, 0, false
 }
 
 // ownerID names this run in `dlock status`: host, process and a random
@@ -112,23 +182,38 @@ func ownerID() string {
 }
 
 // acquire takes the lock, drawing a status line on a terminal while it
-// waits. It returns the lease, or nil and the exit code.
-func acquire(ctx context.Context, client *dlock.Client, name string, shared bool, out *output) (*dlock.Lease, int) {
+// waits, unless quiet.
+func acquire(ctx context.Context, client *dlock.Client, name string, shared, quiet bool, out *output) (*dlock.Lease, error) {
 	rw := client.RWMutex(name)
 	lock := rw.Lock
 	if shared {
 		lock = rw.RLock
 	}
-	started := time.Now()
-	stop := out.progress(time.Second, func() string {
-		return waitingLine(ctx, client, name, time.Since(started))
-	})
+	stop := func() {}
+	if !quiet {
+		started := time.Now()
+		stop = out.progress(time.Second, func() string {
+			return waitingLine(ctx, client, name, time.Since(started))
+		})
+	}
 	lease, err := lock(ctx)
 	stop()
-	if err != nil {
-		return nil, reportAcquire(name, err, out)
+	return lease, err
+}
+
+// reportBusy says who holds the lock that --wait gave up on.
+func reportBusy(client *dlock.Client, name string, wait time.Duration, out *output) {
+	within := "within --wait " + wait.String()
+	if wait == 0 {
+		within = "(--wait 0)"
 	}
-	return lease, 0
+	holders := ""
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if info, err := client.Describe(ctx, name); err == nil && len(info.Holders) > 0 {
+		holders = ", held by " + describeHolders(info.Holders)
+	}
+	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, holders, within)
 }
 
 func waitingLine(ctx context.Context, client *dlock.Client, name string, waited time.Duration) string {
@@ -161,62 +246,86 @@ func modeName(h dlock.Holder) string {
 	return "read"
 }
 
-func reportAcquire(name string, err error, out *output) int {
-	fmt.Fprintf(out.stderr, "dlock run: %q: %v\n", name, err)
-	switch {
-	case errors.Is(err, context.Canceled):
-		return 128 + int(syscall.SIGINT)
-	case errors.Is(err, dlock.ErrNotAcquired):
-		return exitNotAcquired
-	case errors.Is(err, dlock.ErrInvalid):
-		return exitUsage
-	case errors.Is(err, dlock.ErrWrongType):
-		return exitFailure
+func reportAcquire(ctx context.Context, name string, err error, out *output) int {
+	if code, ok := signalExit(ctx); ok {
+		// Lock has withdrawn the waiter from the queue before returning.
+		fmt.Fprintf(out.stderr, "dlock run: %q: stopped waiting: %v\n", name, context.Cause(ctx))
+		return code
 	}
-	return exitRedis
+	fmt.Fprintf(out.stderr, "dlock run: %q: %v\n", name, err)
+	return exitCodeOf(ctx, err)
 }
 
-// supervise runs command while lease holds, and returns the exit code.
-func supervise(lease *dlock.Lease, name string, command []string, grace time.Duration, out *output) int {
+// supervise runs command while lease holds, and returns the exit code:
+// the command's main process's. Unless releaseOnExit, it returns once every
+// process of the command's group has exited, as flock(1) holds its lock
+// while any process that inherited the descriptor runs.
+// signals delivers what dlock is sent: passed on to the command's group.
+func supervise(lease *dlock.Lease, name string, command []string, grace time.Duration, releaseOnExit bool,
+	signals <-chan os.Signal, out *output) int {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
 	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
-	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(signals)
-
-	if err := cmd.Start(); err != nil {
+	select {
+	case sig := <-signals: // while dlock took the lock: the command has not started
+		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, signalled{sig.(syscall.Signal)})
+		return 128 + int(sig.(syscall.Signal))
+	default:
+	}
+	if !releaseOnExit {
+		becomeSubreaper()
+	}
+	tty := foregroundTerminal(out.stdin)
+	if err := startCommand(cmd, tty); err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
 		}
 		return exitCannotRun
 	}
-	group := -cmd.Process.Pid
+	if tty >= 0 {
+		// After the whole group: a process the command left in the
+		// background would be stopped for reading a terminal taken from it,
+		// and would then keep the lock for ever.
+		defer takeTerminal(tty)
+	}
+	group := cmd.Process.Pid
+	var childChanged <-chan os.Signal // SIGCHLD, while the command has the terminal
+	if tty >= 0 {
+		sigchld := make(chan os.Signal, 1)
+		signal.Notify(sigchld, syscall.SIGCHLD)
+		defer signal.Stop(sigchld)
+		childChanged = sigchld
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
+	code := 0
+	var poll <-chan time.Time // ticks once the main process has exited
 	for {
 		select {
 		case <-exited:
-			return exitCode(cmd)
+			code, exited = exitCode(cmd), nil
+			if releaseOnExit || groupGone(group) {
+				return code
+			}
+			ticker := time.NewTicker(groupPoll)
+			defer ticker.Stop()
+			poll = ticker.C
+		case <-poll:
+			if groupGone(group) {
+				return code
+			}
 		case sig := <-signals:
-			_ = syscall.Kill(group, sig.(syscall.Signal))
+			signalGroup(group, sig.(syscall.Signal))
+		case <-childChanged:
+			if exited != nil && commandStopped(cmd.Process.Pid) {
+				suspend(tty, group)
+			}
 		case <-lease.Done():
 			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%v); stopping the command\n", name, lease.Err())
-			_ = syscall.Kill(group, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(grace):
-			}
-			// Whatever of the group is left, the command's children too, must
-			// not go on acting as the holder.
-			_ = syscall.Kill(group, syscall.SIGKILL)
-			if cmd.ProcessState == nil {
-				<-exited
-			}
+			stopGroup(group, exited, grace)
 			return exitLost
 		}
 	}

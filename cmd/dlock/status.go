@@ -4,11 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/dlockio/dlock"
 )
 
 const statusUsage = `Usage: dlock status [--json] NAME
@@ -65,7 +62,7 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		fmt.Fprintln(out.stderr, "dlock status: want one lock NAME; see dlock status --help")
 		return exitUsage
 	}
-	client, done, code := openClient(ctx, "status", *redisFlag, out)
+	client, done, code := openLocks(ctx, "status", *redisFlag, out)
 	if client == nil {
 		return code
 	}
@@ -139,7 +136,7 @@ func runUnlock(ctx context.Context, args []string, out *output) int {
 		return exitUsage
 	}
 	name := fs.Arg(0)
-	client, done, code := openClient(ctx, "unlock", *redisFlag, out)
+	client, done, code := openLocks(ctx, "unlock", *redisFlag, out)
 	if client == nil {
 		return code
 	}
@@ -172,29 +169,7 @@ func runUnlock(ctx context.Context, args []string, out *output) int {
 	return 0
 }
 
-// openClient connects to the Redis given by flag, REDIS_URL or the default.
-// It returns nil and the exit code when it cannot; else close it with done.
-func openClient(ctx context.Context, command, flagValue string, out *output, opts ...dlock.Option) (client *dlock.Client, done func(), code int) {
-	url := redisURL(flagValue)
-	if url == "" {
-		url = defaultRedisURL
-	}
-	_, rdb, err := connect(ctx, url)
-	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
-		return nil, nil, exitRedis
-	}
-	client = dlock.New(rdb, opts...)
-	return client, func() { _ = client.Close(); _ = rdb.Close() }, 0
-}
-
 func reportError(command string, err error, out *output) int {
 	fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
-	switch {
-	case errors.Is(err, dlock.ErrInvalid):
-		return exitUsage
-	case errors.Is(err, dlock.ErrWrongType):
-		return exitFailure
-	}
-	return exitRedis
+	return exitCodeOf(context.Background(), err)
 }

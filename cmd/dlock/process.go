@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// groupPoll is how often dlock looks whether the processes a command left
+// running have ended: nothing tells a process when a group it does not
+// parent empties.
+const groupPoll = 50 * time.Millisecond
+
+// foregroundTerminal returns stdin's descriptor when it is a terminal whose
+// foreground process group is dlock's: the command, which runs in a group
+// of its own, must then be given the terminal, as a shell gives it to a job,
+// or reading it stops the command (SIGTTIN) and ^C reaches only dlock.
+// Else it returns -1.
+func foregroundTerminal(stdin any) int {
+	f, ok := stdin.(*os.File)
+	if !ok {
+		return -1
+	}
+	fd := int(f.Fd())
+	pgrp, err := terminalGroup(fd)
+	if err != nil || pgrp != syscall.Getpgrp() {
+		return -1
+	}
+	return fd
+}
+
+func terminalGroup(fd int) (int, error) {
+	var pgrp int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), uintptr(syscall.TIOCGPGRP), uintptr(unsafe.Pointer(&pgrp))); errno != 0 {
+		return 0, errno
+	}
+	return int(pgrp), nil
+}
+
+// takeTerminal makes dlock's group the terminal's foreground group again.
+// dlock is a background process until it has: SIGTTOU, which would stop it
+// for asking, is ignored meanwhile (and since the handover, so that a
+// terminal set to stop background writers (stty tostop) lets dlock report).
+func takeTerminal(fd int) {
+	setForeground(fd, syscall.Getpgrp())
+	signal.Reset(syscall.SIGTTOU)
+}
+
+// startCommand starts cmd in a process group of its own, in the terminal's
+// foreground when tty is not -1, and on Linux bound to die with dlock.
+func startCommand(cmd *exec.Cmd, tty int) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if tty >= 0 {
+		// The child puts itself in the foreground before it runs the
+		// command, with its signals blocked, so SIGTTOU does not stop it.
+		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
+	}
+	dieWithDlock(cmd.SysProcAttr)
+	// Pdeathsig fires when the thread that forked the child exits, not the
+	// process (golang/go#27505). Go ends a thread only when a goroutine
+	// locked to it exits: forking on a thread locked for the call, and
+	// unlocked after, keeps that thread alive as long as dlock.
+	runtime.LockOSThread()
+	err := cmd.Start()
+	runtime.UnlockOSThread()
+	if err == nil && tty >= 0 {
+		signal.Ignore(syscall.SIGTTOU)
+	}
+	return err
+}
+
+// groupGone says whether no process of group pgid is left. It first reaps
+// the group's orphans, which come to dlock as their subreaper on Linux:
+// a zombie still counts as a member.
+func groupGone(pgid int) bool {
+	reapOrphans()
+	err := syscall.Kill(-pgid, 0)
+	return errors.Is(err, syscall.ESRCH)
+}
+
+// stopGroup stops every process of group pgid: SIGTERM (with SIGCONT, so
+// that a stopped one sees it), then SIGKILL once the main process and the
+// rest have exited or grace has passed, whichever comes first. exited
+// delivers the main process's end; nil when it has already ended.
+func stopGroup(pgid int, exited <-chan error, grace time.Duration) {
+	signalGroup(pgid, syscall.SIGTERM)
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(groupPoll)
+	defer tick.Stop()
+wait:
+	for exited != nil || !groupGone(pgid) {
+		select {
+		case <-exited:
+			exited = nil
+		case <-tick.C:
+		case <-deadline.C:
+			break wait
+		}
+	}
+	// Whatever of the group is left must not go on acting as the holder.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if exited != nil {
+		<-exited
+	}
+}
+
+// signalGroup sends sig to group pgid, and SIGCONT after it: a command
+// stopped (by ^Z, or by reading a terminal it does not own) would
+// otherwise not act on sig until someone continued it.
+func signalGroup(pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	}
+}
+
+// setForeground makes group pgid the terminal's foreground group.
+func setForeground(tty, pgid int) {
+	pgrp := int32(pgid)
+	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(tty), uintptr(syscall.TIOCSPGRP), uintptr(unsafe.Pointer(&pgrp)))
+}

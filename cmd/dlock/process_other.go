@@ -1,0 +1,23 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+// dieWithDlock does nothing here: only Linux has the kernel kill a child
+// when its parent dies. Killed by SIGKILL, dlock leaves the command running
+// and the lock expires within its TTL: the command then runs unprotected.
+// SIGINT, SIGTERM and SIGHUP, which dlock handles, stop the command too.
+func dieWithDlock(*syscall.SysProcAttr) {}
+
+// becomeSubreaper does nothing here: the orphans of the command's processes
+// go to init, which reaps them.
+func becomeSubreaper() {}
+
+func reapOrphans() {}
+
+// commandStopped says false here: dlock does not follow the command's
+// stops, and ^Z stops the command alone.
+func commandStopped(int) bool { return false }
+
+func suspend(int, int) {}

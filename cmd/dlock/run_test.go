@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// These tests hold `dlock run` to what flock(1) does: the command owns the
+// terminal, dies with dlock, and its background processes keep the lock.
+
+// gone says whether process pid has ended: not there, or a zombie nobody
+// has reaped yet.
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+	return strings.HasPrefix(strings.TrimSpace(rest), "Z")
+}
+
+// waitGone fails the test unless process pid ends within guard.
+func waitGone(t *testing.T, pid int, guard time.Duration, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(guard); !gone(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) still runs after %v", what, pid, guard)
+		}
+		time.Sleep(10 * time.Millisecond) // another process: nothing to wait on but its state
+	}
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(readFifo(t, path, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// waitFor polls cond (state in another process) until it holds, failing the
+// test after guard.
+func waitFor(t *testing.T, guard time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(guard); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", guard, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// terminal is a tmux session on a socket of the test's own: a real
+// terminal whose screen the test reads and whose keys it types.
+type terminal struct {
+	t      *testing.T
+	socket string
+}
+
+// startTerminal runs script with sh in a new tmux session.
+func startTerminal(t *testing.T, script string) *terminal {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed: the terminal tests need it (apt-get install tmux)")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "session.sh")
+	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	term := &terminal{t: t, socket: filepath.Join(dir, "tmux")}
+	term.tmux("-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "30", "sh "+file)
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", term.socket, "kill-server").Run() })
+	return term
+}
+
+func (term *terminal) tmux(args ...string) string {
+	term.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", term.socket}, args...)...).CombinedOutput()
+	if err != nil {
+		term.t.Fatalf("tmux %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func (term *terminal) screen() string { return term.tmux("capture-pane", "-p") }
+
+// waitScreen waits until the screen shows text.
+func (term *terminal) waitScreen(text string) {
+	term.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		screen := term.screen()
+		if strings.Contains(screen, text) {
+			return
+		}
+		if time.Now().After(deadline) {
+			term.t.Fatalf("the terminal does not show %q:\n%s", text, screen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (term *terminal) typeLine(line string) {
+	term.tmux("send-keys", "-l", line)
+	term.tmux("send-keys", "Enter")
+}
+
+// Item 5: the command reads the terminal (it is the terminal's foreground
+// process group while it runs), and the shell gets the terminal back after.
+func TestRun_AnInteractiveCommandReadsTheTerminal(t *testing.T) {
+	url, locks := testRedis(t)
+	term := startTerminal(t, fmt.Sprintf(`export REDIS_URL=%s
+%s run tty-job -- sh -c 'printf "name? "; read answer; echo "got:$answer"'
+echo "exit:$?"
+printf "again? "; read again; echo "again:$again"
+sleep 600
+`, url, dlockBin))
+	term.waitScreen("name?")
+	term.tmux("send-keys", "C-z") // no job control here: ^Z does nothing
+	term.typeLine("hello")
+	term.waitScreen("got:hello")
+	term.waitScreen("exit:0")
+	term.typeLine("world") // the shell reads: dlock gave the terminal back
+	term.waitScreen("again:world")
+	if info, err := locks.Describe(context.Background(), "tty-job"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+}
+
+// Item 5, ^Z: the command stops, dlock stops with it as a shell's job
+// would, and fg resumes both, the command with the terminal.
+func TestRun_CtrlZSuspendsTheRunAndFgResumesIt(t *testing.T) {
+	url, _ := testRedis(t)
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run tty-stop -- sh -c 'printf "name? "; read answer; echo "got:$answer"'
+echo "stopped:$?"
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin))
+	term.waitScreen("name?")
+	term.tmux("send-keys", "C-z")
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
+	term.typeLine("hello")
+	term.waitScreen("got:hello")
+	term.waitScreen("fg:0")
+}
+
+// Item 5: run in the background of an interactive shell, the command is
+// stopped when it reads the terminal, as any background job; SIGTERM to
+// dlock still ends it (forwarded with SIGCONT) and releases the lock.
+func TestRun_SIGTERMEndsACommandStoppedByTheTerminal(t *testing.T) {
+	url, locks := testRedis(t)
+	dir := t.TempDir()
+	dlockPid, commandPid := filepath.Join(dir, "dlock"), filepath.Join(dir, "command")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run bg-tty -- sh -c 'echo $$ > "$1"; read answer; echo "got:$answer"' sh %s &
+echo $! > %s
+wait $!
+echo "exit:$?"
+sleep 600
+`, url, dlockBin, commandPid, dlockPid))
+	pidIn := func(file string) int {
+		var pid int
+		waitFor(t, 15*time.Second, file+" is written", func() bool {
+			data, err := os.ReadFile(file)
+			pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+			return err == nil
+		})
+		return pid
+	}
+	command := pidIn(commandPid)
+	waitFor(t, 15*time.Second, "the command is stopped (SIGTTIN)", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", command))
+		if err != nil {
+			return false
+		}
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		return strings.HasPrefix(strings.TrimSpace(rest), "T")
+	})
+	if err := syscall.Kill(pidIn(dlockPid), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	term.waitScreen(fmt.Sprintf("exit:%d", 128+int(syscall.SIGTERM)))
+	if info, err := locks.Describe(context.Background(), "bg-tty"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+}
+
+// Item 6: kill -9 of dlock kills the command, which would otherwise go on
+// without the lock once its TTL runs out.
+func TestRun_TheCommandDiesWithDlock(t *testing.T) {
+	url, _ := testRedis(t)
+	ready := fifo(t, "ready")
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "orphan", "--",
+		"sh", "-c", `echo $$ > "$1"; exec sleep 60 >/dev/null 2>&1`, "sh", ready)
+	command := readPid(t, ready)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 15*time.Second)
+	waitGone(t, command, 10*time.Second, "the command, after kill -9 of dlock,")
+}
+
+// Item 7: like flock(1), whose descriptor the command's children inherit,
+// the lock is held until the processes the command left running end.
+func TestRun_BackgroundProcessesOfTheCommandKeepTheLock(t *testing.T) {
+	url, locks := testRedis(t)
+	started, finish := fifo(t, "started"), fifo(t, "finish")
+	// The main process leaves one in the background, blocked on finish.
+	p := startDlock(t, url, "", "run", "bg", "--",
+		"sh", "-c", `cat "$2" >/dev/null 2>&1 & echo $$ > "$1"`, "sh", started, finish)
+	main := readPid(t, started)
+	waitGone(t, main, 15*time.Second, "the main process")
+	select {
+	case code := <-p.exited:
+		t.Fatalf("dlock exited (%d) while the command's background process runs\nstderr: %s", code, &p.stderr)
+	default:
+	}
+	if code, _, stderr := runDlock(t, url, "run", "--wait", "0", "bg", "--", "true"); code != exitNotAcquired {
+		t.Fatalf("another run while the background process runs: exit %d, want %d\n%s", code, exitNotAcquired, stderr)
+	}
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d, want the main process's 0\nstderr: %s", code, &p.stderr)
+	}
+	if info, err := locks.Describe(context.Background(), "bg"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+}
+
+// Item 7: waiting for the group is bounded by the lock: lost, the
+// processes left in the background are stopped and dlock exits 76.
+func TestRun_ALostLockStopsTheBackgroundProcessesLeft(t *testing.T) {
+	url, _ := testRedis(t)
+	started := fifo(t, "started")
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "--kill-grace", "2s", "bg-lost", "--",
+		"sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "$1"`, "sh", started)
+	background := readPid(t, started)
+	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "bg-lost"); code != 0 {
+		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
+	}
+	if code := p.wait(t, 15*time.Second); code != exitLost {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+	}
+	waitGone(t, background, 10*time.Second, "the background process, after the lock was lost,")
+}
+
+func TestRun_ReleaseOnExitLetsBackgroundProcessesRunWithoutTheLock(t *testing.T) {
+	url, locks := testRedis(t)
+	finish := fifo(t, "finish")
+	code, _, stderr := runDlock(t, url, "run", "--release-on-exit", "bg", "--",
+		"sh", "-c", `cat "$1" >/dev/null 2>&1 &`, "sh", finish)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if info, err := locks.Describe(context.Background(), "bg"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Item 9: flags may follow NAME, up to "--".
+func TestRun_FlagsAfterTheName(t *testing.T) {
+	url, locks := testRedis(t)
+	held, err := locks.RWMutex("fa").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	if code, _, stderr := runDlock(t, url, "run", "fa", "--wait", "0", "--", "echo", "hi"); code != exitNotAcquired {
+		t.Fatalf("run fa --wait 0 -- echo hi, fa held: exit %d, want %d\n%s", code, exitNotAcquired, stderr)
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "fb", "--ttl", "5s", "--shared", "--", "echo", "hi"); code != 0 || stdout != "hi\n" {
+		t.Fatalf("run fb --ttl 5s --shared -- echo hi: exit %d, %q\n%s", code, stdout, stderr)
+	}
+	if code, _, stderr := runDlock(t, url, "run", "fb", "--bogus", "--", "echo", "hi"); code != exitUsage {
+		t.Fatalf("an unknown flag after NAME: exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+	if code, stdout, _ := runDlock(t, url, "run", "fb", "--", "echo", "--wait"); code != 0 || stdout != "--wait\n" {
+		t.Fatalf("after --, flags are the command's: exit %d, %q", code, stdout)
+	}
+}
+
+// Item 10: a signal while waiting withdraws the registration and exits 128+N.
+func TestRun_ASignalWhileWaitingLeavesTheQueue(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx := context.Background()
+	held, err := locks.RWMutex("queue").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		p := startDlock(t, url, "", "run", "queue", "--", "true")
+		waitFor(t, 15*time.Second, "dlock registers as a waiter", func() bool {
+			info, err := locks.Describe(ctx, "queue")
+			return err == nil && info.WritersWaiting == 1
+		})
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 15*time.Second); code != 128+int(sig) {
+			t.Fatalf("%v while waiting: exit %d, want %d\nstderr: %s", sig, code, 128+int(sig), &p.stderr)
+		}
+		if info, err := locks.Describe(ctx, "queue"); err != nil || info.WritersWaiting != 0 {
+			t.Fatalf("after %v: %+v, %v; want no waiter left", sig, info, err)
+		}
+	}
+}
+
+// Item 11: a URL dlock cannot use is a bad argument; host:port is accepted.
+func TestRun_RedisAddresses(t *testing.T) {
+	url, _ := testRedis(t)
+	code, _, stderr := runDlock(t, "http://127.0.0.1:1", "run", "job", "--", "true")
+	if code != exitUsage || !strings.Contains(stderr, "redis://") || !strings.Contains(stderr, "host:port") {
+		t.Fatalf("an http:// URL: exit %d, want %d and the accepted forms\n%s", code, exitUsage, stderr)
+	}
+	hostPort := strings.TrimPrefix(url, "redis://")
+	if code, _, stderr := runDlock(t, hostPort, "run", "job", "--", "true"); code != 0 {
+		t.Fatalf("host:port: exit %d\n%s", code, stderr)
+	}
+	cluster := redistest.StartCluster(t)
+	if code, _, stderr := runDlock(t, strings.Join(cluster.Addrs(), ","), "run", "job", "--", "true"); code != 0 {
+		t.Fatalf("a cluster as host:port,host:port,…: exit %d\n%s", code, stderr)
+	}
+}
+
+// Items 11 and 12: a user granted what the README lists runs commands; a
+// wrong password or a missing right is refused access (77), not unreachable.
+func TestRun_AsAUserWithTheDocumentedRights(t *testing.T) {
+	var lacking []string // the documented rights but the scripts
+	for _, r := range redistest.DlockACL {
+		if r != "+eval" && r != "+evalsha" && r != "+script|load" {
+			lacking = append(lacking, r)
+		}
+	}
+	args := append(redistest.UserArgs("locks", "pw", redistest.DlockACL), redistest.UserArgs("noscripts", "pw", lacking)...)
+	srv := redistest.Start(t, args...)
+	locks := dlock.New(srv.Client())
+	t.Cleanup(func() { _ = locks.Close() })
+
+	if code, stdout, stderr := runDlock(t, "redis://locks:pw@"+srv.Addr(), "run", "acl-job", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Fatalf("as a user with the README's rights: exit %d, %q\n%s", code, stdout, stderr)
+	}
+	if info, err := locks.Describe(context.Background(), "acl-job"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+	for what, url := range map[string]string{
+		"a wrong password": "redis://locks:wrong@" + srv.Addr(),
+		"a missing right":  "redis://noscripts:pw@" + srv.Addr(),
+		"an unknown user":  "redis://nobody:pw@" + srv.Addr(),
+	} {
+		for _, args := range [][]string{{"run", "acl-job", "--", "true"}, {"status", "acl-job"}, {"unlock", "--force", "--yes", "acl-job"}} {
+			code, _, stderr := runDlock(t, url, args...)
+			if code != exitNoPermission || strings.Contains(stderr, "cannot reach") {
+				t.Errorf("%s, dlock %s: exit %d, want %d, not \"cannot reach\"\n%s", what, args[0], code, exitNoPermission, stderr)
+			}
+		}
+	}
+}
+
+// flock(1)'s -n with -E: a busy lock can be told apart from the command's
+// own exit codes, and said nothing about.
+func TestRun_BusyLockMessageQuietAndConflictExitCode(t *testing.T) {
+	url, locks := testRedis(t)
+	held, err := locks.RWMutex("busy", dlock.WithOwner("host-a/pid-7")).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	code, _, stderr := runDlock(t, url, "run", "--wait", "300ms", "busy", "--", "true")
+	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, "host-a/pid-7") ||
+		strings.Contains(stderr, "deadline") {
+		t.Fatalf("a busy lock: exit %d, stderr %q; want %d, saying busy and who holds it", code, stderr, exitNotAcquired)
+	}
+	if code, _, stderr := runDlock(t, url, "run", "--quiet", "--wait", "0", "busy", "--", "true"); code != exitNotAcquired || stderr != "" {
+		t.Fatalf("--quiet: exit %d, stderr %q; want %d and nothing", code, stderr, exitNotAcquired)
+	}
+	if code, _, _ := runDlock(t, url, "run", "--conflict-exit-code", "3", "--wait", "0", "busy", "--", "true"); code != 3 {
+		t.Fatalf("--conflict-exit-code 3: exit %d", code)
+	}
+	if code, _, _ := runDlock(t, url, "run", "--conflict-exit-code", "256", "busy", "--", "true"); code != exitUsage {
+		t.Fatalf("--conflict-exit-code 256: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// go-redis's own log lines (pool.go: failed to dial…) stay out of dlock's
+// output: dlock says once, in its words, that Redis cannot be reached.
+func TestRun_UnreachableRedisIsReportedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Kill()
+	code, _, stderr := runDlock(t, "redis://"+addr, "run", "job", "--", "true")
+	if code != exitRedis || strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "dlock run: cannot reach Redis") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant %d and one line of dlock's", code, stderr, exitRedis)
+	}
+}
+
+// Item 12 on a cluster: a user granted what the README lists for one runs
+// commands, given one node's address or every node's.
+func TestRun_OnAClusterAsAUserWithTheDocumentedRights(t *testing.T) {
+	cluster := redistest.StartCluster(t, redistest.UserArgs("locks", "pw", redistest.ClusterACL)...)
+	var urls []string
+	for _, addr := range cluster.Addrs() {
+		urls = append(urls, "redis://locks:pw@"+addr)
+	}
+	for what, url := range map[string]string{"every node": strings.Join(urls, ","), "one node": urls[0]} {
+		if code, stdout, stderr := runDlock(t, url, "run", "acl-cluster-job", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+			t.Fatalf("%s: exit %d, %q\n%s", what, code, stdout, stderr)
+		}
+	}
+}
