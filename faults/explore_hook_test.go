@@ -1,0 +1,311 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/scripts"
+)
+
+// commandFaults is the go-redis hook of one explored client: on real
+// traffic, it delays a script call, loses its reply after the server
+// applied it, sends a copy again later on another connection, or drops it
+// before it is sent; and it freezes the whole client for a while, as a
+// stopped process would be. Draws come from the client's own stream of the
+// schedule's seed, in the order that client sends.
+type commandFaults struct {
+	kinds  map[string]bool
+	resend redis.UniversalClient // another connection, for late copies
+	late   sync.WaitGroup        // late copies still to arrive
+	stop   chan struct{}         // closed when the run ends: no more faults
+
+	mu          sync.Mutex
+	rng         *rand.Rand
+	frozenUntil time.Time
+	injected    map[string]int
+	doubtful    map[string]bool      // lock names whose release or abandon a fault hit
+	orphaned    []orphanedCopy       // late copies that took a lock for a call that gave up
+	voided      map[string]time.Time // when each call's abandon came back, by its tombstone's key
+}
+
+// tombstoneOf is the tombstone key among a script call's arguments.
+func tombstoneOf(args []any) string {
+	for _, a := range args[2:] {
+		if k := argString(a); strings.Contains(k, ":void:") {
+			return k
+		}
+	}
+	return ""
+}
+
+// abandonSHAs: the scripts with which a call gives up.
+var abandonSHAs = map[string]bool{
+	scripts.MutexAbandon.Hash(): true, scripts.FairAbandon.Hash(): true, scripts.SemAbandon.Hash(): true,
+	scripts.MultiAbandon.Hash(): true, scripts.RWAbandon.Hash(): true,
+}
+
+// orphanedCopy is a late copy of an acquire that was granted after its
+// call gave up: an orphan, unless a fault also hit the call's abandon.
+type orphanedCopy struct {
+	names []string
+	reply string
+}
+
+// lockNames are the locks a command's keys belong to (their hash tags).
+func lockNames(args []any) []string {
+	var names []string
+	for _, a := range args[2:] {
+		for _, m := range hashTag.FindAllStringSubmatch(argString(a), -1) {
+			if !slices.Contains(names, m[1]) {
+				names = append(names, m[1])
+			}
+		}
+	}
+	return names
+}
+
+// faultRate is the chance that a script call meets a given fault kind.
+const faultRate = 20
+
+func newCommandFaults(seed uint64, client int, kinds []string, resend redis.UniversalClient) *commandFaults {
+	f := &commandFaults{kinds: map[string]bool{}, resend: resend, stop: make(chan struct{}),
+		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, voided: map[string]time.Time{}}
+	for _, k := range kinds {
+		f.kinds[k] = true
+	}
+	return f
+}
+
+// errLostReply is what a caller sees of a command whose reply was lost.
+var errLostReply = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+
+// draw picks the fault a script call meets, if any.
+func (f *commandFaults) draw() (kind string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.stop:
+		return "", 0
+	default:
+	}
+	for _, k := range []string{"delay", "lost", "late", "retry", "drop"} {
+		if f.kinds[k] && f.rng.IntN(faultRate) == 0 {
+			f.injected[k]++
+			return k, time.Duration(10+f.rng.IntN(400)) * time.Millisecond
+		}
+	}
+	return "", 0
+}
+
+// freeze stops every command of the client for d from now.
+func (f *commandFaults) freeze(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozenUntil = time.Now().Add(d)
+	f.injected["freeze"]++
+}
+
+func (f *commandFaults) waitThaw(ctx context.Context) error {
+	f.mu.Lock()
+	until := f.frozenUntil
+	f.mu.Unlock()
+	return sleepCtx(ctx, time.Until(until))
+}
+
+func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next func(context.Context) error) error {
+	if err := f.waitThaw(ctx); err != nil {
+		return err
+	}
+	if !anyScript(cmds) {
+		return next(ctx)
+	}
+	kind, d := f.draw()
+	defer f.noteAbandons(cmds)
+	switch kind {
+	case "delay":
+		if err := sleepCtx(ctx, d); err != nil {
+			return err
+		}
+	case "drop":
+		f.doubt(cmds)
+		return setErr(cmds, errLostReply)
+	case "retry":
+		// go-redis's own retry after a read timeout: the command was
+		// applied, its reply lost, and the caller gets the reply to a copy
+		// sent again on another connection.
+		if err := next(ctx); err != nil {
+			return err
+		}
+		return f.replyFromCopy(ctx, cmds)
+	case "lost", "late":
+		f.doubt(cmds)
+		if err := next(ctx); err != nil {
+			return err
+		}
+		if kind == "late" {
+			f.sendLate(cmds, d)
+		}
+		return setErr(cmds, errLostReply)
+	}
+	return next(ctx)
+}
+
+// noteAbandons records when the abandons among cmds came back applied.
+func (f *commandFaults) noteAbandons(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		args := c.Args()
+		if len(args) < 2 || !abandonSHAs[argString(args[1])] || c.Err() != nil {
+			continue
+		}
+		if k := tombstoneOf(args); k != "" {
+			f.mu.Lock()
+			if _, seen := f.voided[k]; !seen {
+				f.voided[k] = time.Now()
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// sendLate sends copies of cmds again after d on another connection, as
+// go-redis's retry after a read timeout would.
+func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
+	copies := make([][]any, len(cmds))
+	for i, c := range cmds {
+		copies[i] = append([]any(nil), c.Args()...)
+	}
+	f.late.Add(1)
+	go func() {
+		defer f.late.Done()
+		select {
+		case <-time.After(d):
+		case <-f.stop:
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, args := range copies {
+			sent := time.Now()
+			reply, err := f.resend.Do(ctx, args...).Slice()
+			// The caller was told the attempt failed, and gave up (a lost
+			// reply is no transient error): a copy that takes the lock
+			// now takes it for nobody.
+			if err == nil && len(args) > 1 && acquireSHAs[argString(args[1])] && len(reply) > 0 && reply[0] == int64(1) {
+				f.mu.Lock()
+				// Only once the call's abandon has left its tombstone: one
+				// still on its way (a delay) takes the copy's hold back.
+				if voided, ok := f.voided[tombstoneOf(args)]; ok && voided.Before(sent) {
+					f.orphaned = append(f.orphaned, orphanedCopy{names: lockNames(args), reply: fmt.Sprint(reply)})
+				}
+				f.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// replyFromCopy sends cmds again and gives each the copy's reply.
+func (f *commandFaults) replyFromCopy(ctx context.Context, cmds []redis.Cmder) error {
+	var first error
+	for _, c := range cmds {
+		v, err := f.resend.Do(ctx, c.Args()...).Result()
+		cmd, ok := c.(*redis.Cmd)
+		switch {
+		case err != nil:
+			c.SetErr(err)
+		case ok:
+			cmd.SetErr(nil)
+			cmd.SetVal(v)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// doubt marks the locks of cmds whose clean-up a fault may have undone: a
+// hold of theirs may outlive the run by its TTL, as documented.
+func (f *commandFaults) doubt(cmds []redis.Cmder) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cmds {
+		args := c.Args()
+		if len(args) < 2 || acquireSHAs[argString(args[1])] {
+			continue
+		}
+		for _, name := range lockNames(args) {
+			f.doubtful[name] = true
+		}
+	}
+}
+
+var hashTag = regexp.MustCompile(`\{([^}]+)\}`)
+
+// acquireSHAs: the scripts whose loss is no clean-up's. A lost acquire is
+// followed by the caller's abandon, which must leave nothing behind.
+var acquireSHAs = map[string]bool{
+	scripts.MutexAcquire.Hash(): true, scripts.FairAcquire.Hash(): true, scripts.SemAcquire.Hash(): true,
+	scripts.MultiAcquire.Hash(): true, scripts.ElectionAcquire.Hash(): true, scripts.RWAcquire.Hash(): true,
+}
+
+func anyScript(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		switch c.Name() {
+		case "evalsha", "eval":
+			return true
+		}
+	}
+	return false
+}
+
+func argString(a any) string {
+	s, _ := a.(string)
+	return s
+}
+
+func setErr(cmds []redis.Cmder, err error) error {
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *commandFaults) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error { return next(ctx, cmd) })
+	}
+}
+
+func (f *commandFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return f.process(ctx, cmds, func(ctx context.Context) error { return next(ctx, cmds) })
+	}
+}

@@ -1,0 +1,606 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// exploreEnv is where a schedule runs: its nodes, and how to reach them.
+type exploreEnv struct {
+	nodes   []*redistest.Server
+	cluster bool
+}
+
+func (e *exploreEnv) newRedis() redis.UniversalClient {
+	if e.cluster {
+		addrs := make([]string, len(e.nodes))
+		for i, n := range e.nodes {
+			addrs[i] = n.Addr()
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: aclUser, Password: aclPassword,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			MaxRetries: -1, ContextTimeoutEnabled: true})
+	}
+	return redis.NewClient(&redis.Options{Addr: e.nodes[0].Addr(), Username: aclUser, Password: aclPassword,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		MaxRetries: -1, ContextTimeoutEnabled: true})
+}
+
+// fencedStores are the resources the locks protect, one per lock name:
+// each accepts a write whose token is at least the highest it accepted,
+// as a store that trusts fencing tokens does.
+type fencedStores struct {
+	mu      sync.Mutex
+	highest map[string]uint64
+}
+
+func (f *fencedStores) write(name string, token uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if token < f.highest[name] {
+		return false
+	}
+	f.highest[name] = token
+	return true
+}
+
+// staleWrite is a write a frozen holder made when it woke, without looking
+// at its lease: the fenced store must refuse it if anyone held the lock
+// since.
+type staleWrite struct {
+	client   int
+	name     string
+	token    uint64
+	at       time.Time
+	accepted bool
+}
+
+// hold is one acquisition as its holder saw it.
+type hold struct {
+	client  int
+	kind    string
+	tokens  map[string]uint64
+	asked   time.Time // the acquire was called
+	start   time.Time // it returned the lease
+	end     time.Time // the holder stopped counting on it: unlock, or its deadline if lost first
+	lost    bool      // the lease ended lost
+	fixed   bool      // a fixed lease time, held past it on purpose
+	frozen  bool
+	invalid bool // returned with no validity left
+	stale   []staleWrite
+}
+
+func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
+
+// outcome is what a run found.
+type outcome struct {
+	params       params
+	ops          int
+	acquisitions int
+	injected     map[string]int
+	checks       int
+	violations   []string
+	overlaps     int // in a labelled run, the documented failure
+}
+
+func (o *outcome) violate(format string, args ...any) {
+	o.violations = append(o.violations, fmt.Sprintf(format, args...))
+}
+
+// class is the kinds of violation a run found, for shrinking: a smaller
+// run must fail the same way.
+func (o *outcome) class() string {
+	kinds := map[string]bool{}
+	for _, v := range o.violations {
+		kinds[strings.SplitN(v, ":", 2)[0]] = true
+	}
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+// runSchedule runs s on env and checks everything it recorded.
+func runSchedule(env *exploreEnv, s *schedule) *outcome {
+	out := &outcome{params: s.params, injected: map[string]int{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	var (
+		mu     sync.Mutex
+		holds  []hold
+		errs   []string
+		double []string
+	)
+	stores := &fencedStores{highest: map[string]uint64{}}
+	resend := env.newRedis()
+	defer resend.Close()
+	hooks := make([]*commandFaults, s.Clients)
+	var wg sync.WaitGroup
+	for c := range s.Clients {
+		rdb := env.newRedis()
+		defer rdb.Close()
+		hooks[c] = newCommandFaults(s.Seed, c, s.Faults, resend)
+		rdb.AddHook(hooks[c])
+		client := dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
+		defer client.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, o := range s.ops[c] {
+				h, err, unlockErr := runOp(ctx, client, hooks[c], stores, c, i, o, !s.unlockMayFindItGone())
+				mu.Lock()
+				if err != nil && !expectedAcquireError(err) && len(s.Faults) == 0 {
+					errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v", c, i, o.Kind, err))
+				}
+				if h != nil {
+					holds = append(holds, *h)
+				}
+				if unlockErr != "" {
+					double = append(double, unlockErr)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	serverFaults(ctx, env, s, out)
+	wg.Wait()
+	for _, h := range hooks {
+		close(h.stop)
+		h.late.Wait()
+	}
+
+	for _, h := range hooks {
+		for k, n := range h.injected {
+			out.injected[k] += n
+		}
+		for _, o := range h.orphaned {
+			// FLUSHALL takes tombstones with it: that run's documented failure.
+			if !s.has("flushall") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
+				out.violate("orphan: a late copy of an acquire of %v was granted after its call gave up: %s", o.names, o.reply)
+			}
+		}
+	}
+	for _, sf := range s.server {
+		out.injected[sf.Kind]++
+	}
+	for _, c := range s.ops {
+		out.ops += len(c)
+	}
+	out.acquisitions = len(holds)
+	for _, e := range errs {
+		out.violate("error: %s", e)
+	}
+	for _, d := range double {
+		out.violate("unlock: %s", d)
+	}
+	checkHolds(s, holds, pausedNames(ctx, env, s), out)
+	doubtful := map[string]bool{}
+	for _, h := range hooks {
+		for name := range h.doubtful {
+			doubtful[name] = true
+		}
+	}
+	checkSettled(ctx, env, s, doubtful, out)
+	return out
+}
+
+// expectedAcquireError: refusals and the caller's own cancellation.
+func expectedAcquireError(err error) bool {
+	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// runOp makes one operation: acquire, write with the token, hold (maybe
+// frozen, maybe extended), unlock (maybe twice).
+func runOp(ctx context.Context, c *dlock.Client, hook *commandFaults, stores *fencedStores, client, i int, o op, strictUnlock bool) (*hold, error, string) {
+	opts := []dlock.Option{dlock.WithTTL(o.TTL)}
+	if o.Lease > 0 {
+		opts = append(opts, dlock.WithLeaseTime(o.Lease))
+	}
+	if !o.Try {
+		opts = append(opts, dlock.WithWait(o.Wait))
+	} else if o.Kind == "election" {
+		opts = append(opts, dlock.WithWait(0))
+	}
+	actx := ctx
+	if o.Cancel > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, o.Cancel)
+		defer cancel()
+	}
+	asked := time.Now()
+	lease, err := acquire(actx, c, o, opts)
+	if err != nil {
+		return nil, err, ""
+	}
+	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
+		fixed: o.Lease > 0 && o.Hold >= o.Lease/2}
+	if lease.Err() != nil || !lease.Deadline().After(h.start) {
+		h.invalid = true
+	}
+	for name, token := range h.tokens {
+		stores.write(name, token) // the holder's first act: a write with its token
+	}
+	switch {
+	case o.Freeze:
+		// A stopped process: nothing of this client reaches Redis, and the
+		// holder acts on its own clock when it wakes.
+		h.frozen = true
+		hook.freeze(o.TTL + o.TTL/2)
+		time.Sleep(o.TTL + o.TTL/2)
+		for name, token := range h.tokens {
+			h.stale = append(h.stale, staleWrite{client: client, name: name, token: token, at: time.Now(),
+				accepted: stores.write(name, token)})
+		}
+	default:
+		hold := o.Hold
+		if o.Extend > 0 {
+			// Extend, then hold past the new TTL: renewals must follow it.
+			sleepOrDone(lease, hold/2)
+			_ = lease.Extend(ctx, o.Extend)
+			hold = o.Extend + o.Extend/2
+		}
+		sleepOrDone(lease, hold)
+	}
+	h.end = time.Now()
+	if err := lease.Err(); err != nil {
+		h.lost = true
+		if d := lease.Deadline(); d.Before(h.end) {
+			h.end = d
+		}
+	}
+	// A release that leaves with time to spare (more than any injected
+	// delay) must find the hold, resent or not.
+	spare := time.Until(lease.Deadline()) > 500*time.Millisecond
+	uerr := lease.Unlock(ctx)
+	note := ""
+	if uerr != nil && errors.Is(uerr, dlock.ErrNotHeld) && !h.lost && !h.frozen && !h.fixed && spare && strictUnlock {
+		note = fmt.Sprintf("client %d op %d (%s): Unlock of a lease that held to the end: %v", client, i, o.Kind, uerr)
+	}
+	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			note = fmt.Sprintf("client %d op %d (%s): second Unlock returned %v, want ErrNotHeld", client, i, o.Kind, err)
+		}
+	}
+	return h, nil, note
+}
+
+func sleepOrDone(l *dlock.Lease, d time.Duration) {
+	select {
+	case <-l.Done():
+	case <-time.After(d):
+	}
+}
+
+func acquire(ctx context.Context, c *dlock.Client, o op, opts []dlock.Option) (*dlock.Lease, error) {
+	name := o.Names[0]
+	type locker interface {
+		Lock(context.Context) (*dlock.Lease, error)
+		TryLock(context.Context) (*dlock.Lease, error)
+	}
+	var l locker
+	switch o.Kind {
+	case "mutex":
+		l = c.Mutex(name, opts...)
+	case "reentrant":
+		l = c.ReentrantMutex(name, opts...)
+	case "rw.write":
+		l = c.RWMutex(name, opts...)
+	case "fair":
+		l = c.FairMutex(name, opts...)
+	case "multi":
+		l = c.MultiLock(o.Names, opts...)
+	case "rw.read":
+		rw := c.RWMutex(name, opts...)
+		if o.Try {
+			return rw.TryRLock(ctx)
+		}
+		return rw.RLock(ctx)
+	case "semaphore":
+		sem := c.Semaphore(name, semaphorePermits, opts...)
+		if o.Try {
+			return sem.TryAcquire(ctx)
+		}
+		return sem.Acquire(ctx)
+	case "election":
+		return c.Election(name, opts...).Campaign(ctx, "candidate")
+	default:
+		return nil, fmt.Errorf("unknown kind %q", o.Kind)
+	}
+	if o.Try {
+		return l.TryLock(ctx)
+	}
+	return l.Lock(ctx)
+}
+
+// serverFaults runs the schedule's server faults at their times.
+func serverFaults(ctx context.Context, env *exploreEnv, s *schedule, out *outcome) {
+	start := time.Now()
+	for _, f := range s.server {
+		if sleepCtx(ctx, time.Until(start.Add(f.At))) != nil {
+			return
+		}
+		switch f.Kind {
+		case "pause":
+			n := env.nodes[f.Node%len(env.nodes)]
+			n.Pause()
+			_ = sleepCtx(ctx, f.For)
+			n.Resume()
+		case "scriptflush":
+			for _, n := range env.nodes {
+				_ = n.Client().ScriptFlush(ctx).Err()
+			}
+		case "flushall":
+			for _, n := range env.nodes {
+				_ = n.Client().FlushAll(ctx).Err()
+			}
+		}
+	}
+}
+
+// checkHolds judges the holds: no two holders at once where the lock
+// allows one (readers share; a semaphore allows its permits), tokens that
+// only increase, no lease returned lost, and no loss in a fault-free run.
+func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome) {
+	byName := map[string][]hold{}
+	for _, h := range holds {
+		out.checks++
+		if h.invalid {
+			out.violate("returned lost: client %d %s %v came back with no validity left", h.client, h.kind, h.tokens)
+			continue
+		}
+		if h.lost && !h.fixed && !h.frozen && quiet(s, h, paused) {
+			out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it", h.client, h.kind, h.tokens)
+		}
+		for name := range h.tokens {
+			byName[name] = append(byName[name], h)
+		}
+	}
+	for _, h := range holds {
+		for _, w := range h.stale {
+			if !w.accepted {
+				continue
+			}
+			for _, other := range byName[w.name] {
+				out.checks++
+				if other.client != w.client && other.start.After(h.end) && other.start.Before(w.at) {
+					out.violate("stale accepted: client %d's write with token %d to %s, after it lost the lock and client %d (token %d) took it",
+						w.client, w.token, w.name, other.client, other.tokens[w.name])
+					break
+				}
+			}
+		}
+	}
+	for name, hs := range byName {
+		slices.SortFunc(hs, func(a, b hold) int { return a.start.Compare(b.start) })
+		for i, a := range hs {
+			for _, b := range hs[i+1:] {
+				out.checks++
+				if b.start.Before(a.end) && (a.exclusive() || b.exclusive()) {
+					if s.expectsOverlap() {
+						out.overlaps++
+					} else {
+						out.violate("overlap: %s held by client %d (%s, token %d) and client %d (%s, token %d) at once",
+							name, a.client, a.kind, a.tokens[name], b.client, b.kind, b.tokens[name])
+					}
+				}
+				after := a.end.Before(b.start)
+				if !a.exclusive() && !b.exclusive() {
+					after = a.end.Before(b.asked) // two shared holds: b asked after a ended
+				}
+				if after && b.tokens[name] <= a.tokens[name] {
+					out.violate("token order: %s token %d (client %d, %s) after token %d (client %d, %s) had ended",
+						name, b.tokens[name], b.client, b.kind, a.tokens[name], a.client, a.kind)
+				}
+			}
+		}
+		checkPermits(name, hs, out)
+	}
+}
+
+// quiet reports whether no fault of the run could make h lost: none at
+// all but Extend and SCRIPT FLUSH, or, on a cluster, pauses of nodes that
+// hold none of h's locks (paused names the locks on paused nodes). A lease
+// lost in a quiet run is a bug: a renewal that should have got through.
+func quiet(s *schedule, h hold, paused map[string]bool) bool {
+	for _, f := range s.Faults {
+		switch {
+		case f == "extend", f == "scriptflush":
+		case f == "pause" && s.Cluster:
+			for name := range h.tokens {
+				if paused[name] {
+					return false
+				}
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// pausedNames are the locks that live on a node the run pauses.
+func pausedNames(ctx context.Context, env *exploreEnv, s *schedule) map[string]bool {
+	paused := map[string]bool{}
+	if !env.cluster {
+		return paused
+	}
+	nodes := map[int]bool{}
+	for _, f := range s.server {
+		if f.Kind == "pause" {
+			nodes[f.Node%len(env.nodes)] = true
+		}
+	}
+	for _, names := range s.names {
+		for _, name := range names {
+			slot, err := env.nodes[0].Client().ClusterKeySlot(ctx, "{"+name+"}").Result()
+			if err != nil || nodes[nodeOfSlot(int(slot))] {
+				paused[name] = true // unknown counts as paused: no false alarm
+			}
+		}
+	}
+	return paused
+}
+
+// nodeOfSlot is the master serving slot: redistest.StartCluster gives the
+// three masters a third of the slots each, in order.
+func nodeOfSlot(slot int) int {
+	switch {
+	case slot <= 5460:
+		return 0
+	case slot <= 10922:
+		return 1
+	}
+	return 2
+}
+
+// checkPermits: never more semaphore holders at once than permits.
+func checkPermits(name string, hs []hold, out *outcome) {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, h := range hs {
+		if h.kind == "semaphore" {
+			edges = append(edges, edge{h.start, 1}, edge{h.end, -1})
+		}
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an exit before an entry at the same instant
+	})
+	inside := 0
+	for _, e := range edges {
+		inside += e.delta
+		if inside > semaphorePermits && !out.params.expectsOverlap() {
+			out.violate("permits: %s had %d holders of %d permits", name, inside, semaphorePermits)
+			return
+		}
+	}
+}
+
+// checkSettled looks at Redis once the run is over and its faults ended:
+// no lock held by nobody (unless a fault hit its clean-up, which leaves a
+// hold for its TTL at most, as documented), every lock free to take, and
+// no key left behind once every TTL and registration has run out.
+func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful map[string]bool, out *outcome) {
+	rdb := env.newRedis()
+	defer rdb.Close()
+	c := dlock.New(rdb)
+	defer c.Close()
+	var names []string
+	for _, kind := range s.Kinds {
+		for _, n := range s.names[kind] {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		out.checks++
+		info, err := c.Describe(ctx, name)
+		if err != nil {
+			out.violate("describe: %s: %v", name, err)
+			continue
+		}
+		if info.Type != "" && !doubtful[name] && !s.has("pause") {
+			out.violate("orphan: %s is held (%s) after every holder let go", name, info.Type)
+		}
+	}
+	// Liveness: once faults stop, every lock can be had within a TTL.
+	for _, kind := range s.Kinds {
+		for _, name := range s.names[kind] {
+			out.checks++
+			o := op{Kind: kind, Names: []string{name}, TTL: time.Second, Wait: 5 * time.Second}
+			if kind == "multi" {
+				o.Names = s.names[kind]
+			}
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			l, err := acquire(lctx, c, o, []dlock.Option{dlock.WithTTL(time.Second), dlock.WithWait(5 * time.Second)})
+			cancel()
+			if err != nil {
+				out.violate("liveness: %s %s cannot be taken after the faults: %v", kind, name, err)
+				continue
+			}
+			_ = l.Unlock(ctx)
+		}
+	}
+	// Keys: the locks' own keys gone once TTLs (3 s at most) and
+	// registrations (0.9 s) have run out; what stays longer stays on
+	// purpose, and only for as long as documented.
+	out.checks++
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := keysLeft(ctx, env, s.Seed)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			out.violate("keys left: %v", left)
+			return
+		}
+		_ = sleepCtx(ctx, 100*time.Millisecond)
+	}
+}
+
+// keptFor is how long a key may outlive every hold, by its kind (the part
+// of its name after the lock's): fencing counters FenceRetentionTTLs hold
+// TTLs (3 s at most here), tombstones a minute, release marks
+// CleanupTimeout; a Semaphore's number of permits has no expiry, by design.
+// Anything else must be gone.
+func keptFor(key string) (bound time.Duration, forever bool) {
+	switch {
+	case strings.HasSuffix(key, ":fence"):
+		return time.Duration(dlock.FenceRetentionTTLs) * 3 * time.Second, false
+	case strings.Contains(key, ":void:"):
+		return time.Minute, false
+	case strings.Contains(key, ":released:"):
+		return dlock.CleanupTimeout, false
+	case strings.HasSuffix(key, ":permits"):
+		return 0, true
+	}
+	return 0, false
+}
+
+// keysLeft lists the run's keys that should be gone: the locks' own, and
+// any kept key without an expiry or with more than its bound left.
+func keysLeft(ctx context.Context, env *exploreEnv, seed uint64) []string {
+	var left []string
+	for _, n := range env.nodes {
+		rdb := n.Client()
+		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*{x%d:*", seed)).Result()
+		for _, k := range keys {
+			bound, forever := keptFor(k)
+			if forever {
+				continue
+			}
+			if bound == 0 {
+				left = append(left, k)
+				continue
+			}
+			if ttl, err := rdb.PTTL(ctx, k).Result(); err == nil && (ttl == -1 || ttl > bound) { // -1: no expiry
+				left = append(left, fmt.Sprintf("%s (expires in %v, bound %v)", k, ttl, bound))
+			}
+		}
+	}
+	slices.Sort(left)
+	return left
+}

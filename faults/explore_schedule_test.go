@@ -1,0 +1,244 @@
+//go:build faults
+
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// params is what a schedule is made from: the same params make the same
+// schedule. Shrinking a failure means finding smaller params that still
+// fail, so every field is one a smaller value of makes a smaller run.
+type params struct {
+	Seed    uint64
+	Clients int      // 2–16 dlock Clients, each with its own connections
+	Ops     int      // operations per client
+	Kinds   []string // lock kinds the clients use (see lockKinds)
+	Faults  []string // fault kinds injected (see faultKinds); none: a fault-free run
+	Cluster bool     // a 3-master cluster rather than one server
+}
+
+// lockKinds are the operations a client picks from.
+var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "semaphore", "multi", "election"}
+
+// faultKinds are the faults a schedule injects, by layer:
+//
+//	command level (a go-redis hook on every client, on real traffic):
+//	  delay    a command waits before it is sent
+//	  lost     a command is applied, its reply lost (the caller sees a timeout)
+//	  late     as lost, and a copy arrives again later on another connection
+//	           (as go-redis's own retry after a read timeout sends it)
+//	  retry    as lost, and the caller gets the reply to a copy sent again
+//	           (go-redis's retry, seen from the caller)
+//	  drop     a command never reaches the server
+//	server:
+//	  pause    SIGSTOP one node, SIGCONT it later
+//	  scriptflush  SCRIPT FLUSH on every node
+//	  flushall FLUSHALL: every lock and counter lost (documented failure)
+//	client:
+//	  freeze   a holder stops past its TTL, then writes with its token
+//	  extend   holders Extend their leases, shorter and longer
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend"}
+
+// quietFaults are the faults that cost no lease that a run's checks do not
+// account for (see quiet in explore_run_test.go).
+var quietFaults = []string{"extend", "scriptflush", "pause"}
+
+// documentedFailures are the faults outside what dlock promises: a run
+// with one expects overlaps, and checks that fencing still catches them.
+var documentedFailures = []string{"flushall"}
+
+func (p params) has(fault string) bool { return slices.Contains(p.Faults, fault) }
+
+// expectsOverlap reports whether the run is labelled: its faults may let
+// two holders in at once (docs/SAFETY.md says which and why).
+func (p params) expectsOverlap() bool {
+	for _, f := range documentedFailures {
+		if p.has(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// unlockMayFindItGone reports whether a release may find its hold gone
+// although the lease had time to spare when Unlock began: a stalled
+// server, a frozen client, a flushed server. Elsewhere an Unlock of a lease
+// with time to spare must succeed, resent or not.
+func (p params) unlockMayFindItGone() bool {
+	return p.has("pause") || p.has("freeze") || p.has("flushall")
+}
+
+// String is the flags that replay the run.
+func (p params) String() string {
+	faults := strings.Join(p.Faults, ",")
+	if faults == "" {
+		faults = "none"
+	}
+	return fmt.Sprintf("-explore.seed=%d -explore.clients=%d -explore.ops=%d -explore.kinds=%s -explore.faults=%s -explore.cluster=%v",
+		p.Seed, p.Clients, p.Ops, strings.Join(p.Kinds, ","), faults, p.Cluster)
+}
+
+// randomParams draws the params of a run from seed: which kinds, faults and
+// sizes. CI runs a few of them; a soak many.
+func randomParams(seed uint64, maxClients int) params {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	p := params{Seed: seed, Clients: 2 + rng.IntN(maxClients-1), Ops: 4 + rng.IntN(12), Cluster: rng.IntN(4) == 0}
+	for _, k := range lockKinds {
+		if rng.IntN(2) == 0 {
+			p.Kinds = append(p.Kinds, k)
+		}
+	}
+	if len(p.Kinds) == 0 {
+		p.Kinds = []string{lockKinds[rng.IntN(len(lockKinds))]}
+	}
+	if rng.IntN(3) == 0 {
+		// A third of the runs are quiet: nothing that may cost a lease (an
+		// Extend, SCRIPT FLUSH, a pause of a cluster node that holds none
+		// of it), so any loss there is a bug.
+		for _, f := range quietFaults {
+			if rng.IntN(2) == 0 && (f != "pause" || p.Cluster) {
+				p.Faults = append(p.Faults, f)
+			}
+		}
+		return p
+	}
+	for _, f := range faultKinds {
+		if rng.IntN(3) == 0 {
+			p.Faults = append(p.Faults, f)
+		}
+	}
+	return p
+}
+
+// op is one operation of a client's loop.
+type op struct {
+	Kind    string
+	Names   []string      // the lock's name (several for a multi)
+	TTL     time.Duration // the hold's TTL
+	Lease   time.Duration // a fixed lease time (no renewals); 0: renewed
+	Try     bool          // TryLock: one attempt
+	Wait    time.Duration // Lock's wait bound
+	Cancel  time.Duration // cancel the Lock after this long (0: never)
+	Hold    time.Duration // how long to hold before unlocking
+	Extend  time.Duration // Extend to this TTL half way through the hold (0: none)
+	Freeze  bool          // stop past the TTL, then write with the token without looking
+	Unlock2 bool          // unlock twice
+}
+
+// schedule is a run: every client's operations and the server faults'
+// times, all drawn from params.
+type schedule struct {
+	params
+	ops    [][]op
+	server []serverFault // in time order
+	names  map[string][]string
+}
+
+type serverFault struct {
+	At   time.Duration // after the run's start
+	Kind string        // pause, scriptflush, flushall
+	Node int           // which node (pause)
+	For  time.Duration // how long (pause)
+}
+
+// namesOf are the names each lock family contends on: kinds that share a
+// layout share names, so they exclude one another (a MultiLock's locks are
+// Mutexes; a ReentrantMutex is an RWMutex's write side).
+func namesOf(seed uint64) map[string][]string {
+	family := func(f string, n int) []string {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("x%d:%s%d", seed, f, i)
+		}
+		return names
+	}
+	m, rw := family("m", 3), family("rw", 2)
+	return map[string][]string{
+		"mutex": m, "multi": m, "reentrant": rw, "rw.read": rw, "rw.write": rw,
+		"fair": family("fair", 2), "semaphore": family("sem", 1), "election": family("elect", 1),
+	}
+}
+
+// semaphorePermits is every explored semaphore's size.
+const semaphorePermits = 2
+
+func makeSchedule(p params) *schedule {
+	rng := rand.New(rand.NewPCG(p.Seed, 1))
+	s := &schedule{params: p, names: namesOf(p.Seed)}
+	s.ops = make([][]op, p.Clients)
+	for c := range s.ops {
+		for range p.Ops {
+			s.ops[c] = append(s.ops[c], s.randomOp(rng))
+		}
+	}
+	// Server faults fall within the first seconds, while clients contend.
+	for _, kind := range []string{"pause", "scriptflush", "flushall"} {
+		if !p.has(kind) {
+			continue
+		}
+		for range 1 + rng.IntN(2) {
+			s.server = append(s.server, serverFault{
+				At: time.Duration(100+rng.IntN(1500)) * time.Millisecond, Kind: kind,
+				Node: rng.IntN(3), For: time.Duration(100+rng.IntN(700)) * time.Millisecond,
+			})
+		}
+	}
+	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
+	return s
+}
+
+func (s *schedule) randomOp(rng *rand.Rand) op {
+	kind := s.Kinds[rng.IntN(len(s.Kinds))]
+	names := s.names[kind]
+	o := op{Kind: kind, Names: []string{names[rng.IntN(len(names))]}}
+	if kind == "multi" {
+		o.Names = pick(rng, names, 2+rng.IntN(len(names)-1))
+	}
+	o.TTL = time.Duration(300+rng.IntN(2700)) * time.Millisecond
+	if rng.IntN(4) == 0 && kind != "election" {
+		o.Lease = time.Duration(300+rng.IntN(1200)) * time.Millisecond
+	}
+	switch rng.IntN(4) {
+	case 0:
+		o.Try = true
+	case 1:
+		o.Cancel = time.Duration(rng.IntN(400)) * time.Millisecond
+		fallthrough
+	default:
+		o.Wait = time.Duration(1+rng.IntN(3)) * time.Second
+	}
+	o.Hold = time.Duration(rng.IntN(10)) * time.Millisecond // mostly short: many hand-overs
+	long := 1                                               // in 8
+	if s.has("pause") {
+		long = 3 // holds that outlast a stalled node
+	}
+	switch r := rng.IntN(8); {
+	case r < 2:
+		o.Hold = time.Duration(rng.IntN(300)) * time.Millisecond // long enough to renew, be waited for
+	case r < 2+long:
+		o.Hold = time.Duration(300+rng.IntN(1200)) * time.Millisecond // past a fixed lease, or another's wait
+	}
+	if s.has("extend") && o.Lease == 0 && rng.IntN(2) == 0 {
+		o.Extend = time.Duration(300+rng.IntN(300)) * time.Millisecond // shorter, mostly
+		if rng.IntN(3) == 0 {
+			o.Extend = time.Duration(300+rng.IntN(1400)) * time.Millisecond
+		}
+	}
+	o.Freeze = s.has("freeze") && rng.IntN(8) == 0
+	o.Unlock2 = rng.IntN(6) == 0
+	return o
+}
+
+func pick(rng *rand.Rand, from []string, n int) []string {
+	perm := rng.Perm(len(from))[:n]
+	out := make([]string, n)
+	for i, j := range perm {
+		out[i] = from[j]
+	}
+	return out
+}

@@ -1,0 +1,268 @@
+//go:build faults
+
+package faults
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// The explorer: randomized, replayable runs of every lock type under faults
+// at every layer, each run judged by every checker. CI runs a fixed set of
+// seeds and a few fresh ones; -explore D runs fresh seeds for D and writes
+// a report. A failure prints its seed and the flags that replay it, after
+// shrinking it to the smallest run that still fails the same way.
+//
+//	go test -tags faults -run Explore .                               # CI budget
+//	go test -tags faults -run Explore -explore 30m -explore.report R.md . # soak
+//	go test -tags faults -run Explore -explore.seed 42 -explore.clients 3 ... # replay
+var (
+	exploreFor    = flag.Duration("explore", 0, "explore fresh seeds for this long (0: the CI budget)")
+	exploreReport = flag.String("explore.report", "", "write the explorer's report (Markdown) here")
+	replaySeed    = flag.Uint64("explore.seed", 0, "replay this seed (with the other -explore.* flags)")
+	replayClients = flag.Int("explore.clients", 0, "replay: clients")
+	replayOps     = flag.Int("explore.ops", 0, "replay: operations per client")
+	replayKinds   = flag.String("explore.kinds", "", "replay: lock kinds, comma-separated")
+	replayFaults  = flag.String("explore.faults", "", "replay: fault kinds, comma-separated, or none")
+	replayCluster = flag.Bool("explore.cluster", false, "replay: on a 3-master cluster")
+	noShrink      = flag.Bool("explore.noshrink", false, "report a failure as found, without shrinking it")
+)
+
+// ciSeeds are the seeds every CI run explores: chosen to cover each lock
+// kind and fault kind, the cluster, and fault-free runs (see
+// TestExplore_CISeedsCoverEveryKind).
+var ciSeeds = []uint64{1, 2, 3, 4, 6, 7, 8, 10, 11, 13, 14, 15, 16}
+
+// ciFresh is how many fresh seeds a CI run adds to ciSeeds.
+const ciFresh = 2
+
+// maxClients is the most clients a drawn run has.
+func maxClients() int {
+	if *exploreFor > 0 {
+		return 16
+	}
+	return 6
+}
+
+func TestExplore(t *testing.T) {
+	x := newExplorer(t)
+	if *replaySeed != 0 {
+		x.explore(replayParams())
+		x.finish()
+		return
+	}
+	if *exploreFor > 0 {
+		end := time.Now().Add(*exploreFor)
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("exploring from seed %d for %v", seed, *exploreFor)
+		for ; time.Now().Before(end); seed++ {
+			x.explore(randomParams(seed, maxClients()))
+		}
+		x.finish()
+		return
+	}
+	seeds := slices.Clone(ciSeeds)
+	fresh := uint64(time.Now().UnixNano())
+	for i := range ciFresh {
+		seeds = append(seeds, fresh+uint64(i))
+	}
+	t.Logf("fresh seeds this run: %v", seeds[len(ciSeeds):])
+	for _, seed := range seeds {
+		x.explore(randomParams(seed, maxClients()))
+	}
+	x.finish()
+}
+
+// TestExplore_CISeedsCoverEveryKind keeps ciSeeds honest: together they use
+// every lock kind and every fault kind, the cluster, and fault-free runs.
+func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
+	kinds, faults := map[string]bool{}, map[string]bool{}
+	cluster, faultFree := false, false
+	for _, seed := range ciSeeds {
+		p := randomParams(seed, maxClients())
+		for _, k := range p.Kinds {
+			kinds[k] = true
+		}
+		for _, f := range p.Faults {
+			faults[f] = true
+		}
+		cluster = cluster || p.Cluster
+		faultFree = faultFree || len(p.Faults) == 0
+	}
+	for _, k := range lockKinds {
+		if !kinds[k] {
+			t.Errorf("no CI seed uses lock kind %s", k)
+		}
+	}
+	for _, f := range faultKinds {
+		if !faults[f] {
+			t.Errorf("no CI seed injects %s", f)
+		}
+	}
+	if !cluster || !faultFree {
+		t.Errorf("CI seeds: cluster %v, fault-free %v; want both", cluster, faultFree)
+	}
+}
+
+func replayParams() params {
+	p := params{Seed: *replaySeed, Clients: *replayClients, Ops: *replayOps, Cluster: *replayCluster,
+		Kinds: strings.Split(*replayKinds, ",")}
+	if *replayFaults != "" && *replayFaults != "none" {
+		p.Faults = strings.Split(*replayFaults, ",")
+	}
+	if p.Clients == 0 || p.Ops == 0 || *replayKinds == "" {
+		drawn := randomParams(p.Seed, maxClients())
+		p.Clients, p.Ops, p.Kinds, p.Faults, p.Cluster = drawn.Clients, drawn.Ops, drawn.Kinds, drawn.Faults, drawn.Cluster
+	}
+	return p
+}
+
+// explorer runs schedules and keeps the tallies for the report.
+type explorer struct {
+	t       *testing.T
+	cluster func() *exploreEnv
+
+	runs, ops, acquisitions, checks, labelled, labelledOverlaps int
+	injected                                                    map[string]int
+	failures                                                    []string
+	started                                                     time.Time
+}
+
+func newExplorer(t *testing.T) *explorer {
+	x := &explorer{t: t, injected: map[string]int{}, started: time.Now()}
+	var once sync.Once
+	var env *exploreEnv
+	x.cluster = func() *exploreEnv {
+		once.Do(func() {
+			c := redistest.StartCluster(t, clusterUser()...)
+			env = &exploreEnv{nodes: c.Nodes, cluster: true}
+		})
+		return env
+	}
+	return x
+}
+
+// env is a fresh server for a standalone run (cheap, and a paused or
+// flushed one harms no other run), the shared cluster otherwise.
+func (x *explorer) env(p params) *exploreEnv {
+	if p.Cluster {
+		return x.cluster()
+	}
+	return &exploreEnv{nodes: []*redistest.Server{startServer(x.t)}}
+}
+
+func (x *explorer) run(p params) *outcome {
+	return runSchedule(x.env(p), makeSchedule(p))
+}
+
+func (x *explorer) explore(p params) {
+	began := time.Now()
+	out := x.run(p)
+	x.t.Logf("seed %d: %v, %d acquisitions, %d violations", p.Seed, time.Since(began).Round(time.Millisecond), out.acquisitions, len(out.violations))
+	x.runs++
+	x.ops += out.ops
+	x.acquisitions += out.acquisitions
+	x.checks += out.checks
+	for k, n := range out.injected {
+		x.injected[k] += n
+	}
+	if p.expectsOverlap() {
+		x.labelled++
+		x.labelledOverlaps += out.overlaps
+	}
+	if len(out.violations) == 0 {
+		return
+	}
+	found := out
+	if !*noShrink {
+		found = x.shrink(out)
+	}
+	msg := fmt.Sprintf("seed %d: %d violations (%s)\n  found with: %s\n  shrunk to:  %s\n  replay: cd faults && go test -tags faults -run 'TestExplore$' %s .\n  %s",
+		p.Seed, len(out.violations), out.class(), p, found.params, found.params, strings.Join(first(found.violations, 5), "\n  "))
+	x.failures = append(x.failures, msg)
+	x.t.Error(msg)
+}
+
+// shrink looks for a smaller run that fails the same way: fewer clients,
+// fewer operations, fewer fault and lock kinds, one server.
+func (x *explorer) shrink(out *outcome) *outcome {
+	best := out
+	budget := time.Now().Add(2 * time.Minute)
+	for changed := true; changed && time.Now().Before(budget); {
+		changed = false
+		for _, p := range smaller(best.params) {
+			if time.Now().After(budget) {
+				break
+			}
+			o := x.run(p)
+			if len(o.violations) > 0 && o.class() == out.class() {
+				best, changed = o, true
+				break
+			}
+		}
+	}
+	return best
+}
+
+// smaller lists the runs one step smaller than p.
+func smaller(p params) []params {
+	var out []params
+	with := func(f func(q *params)) {
+		q := p
+		q.Kinds, q.Faults = slices.Clone(p.Kinds), slices.Clone(p.Faults)
+		f(&q)
+		out = append(out, q)
+	}
+	if p.Clients > 2 {
+		with(func(q *params) { q.Clients = max(2, q.Clients/2) })
+		with(func(q *params) { q.Clients-- })
+	}
+	if p.Ops > 1 {
+		with(func(q *params) { q.Ops = max(1, q.Ops/2) })
+		with(func(q *params) { q.Ops-- })
+	}
+	for i := range p.Faults {
+		with(func(q *params) { q.Faults = slices.Delete(q.Faults, i, i+1) })
+	}
+	for i := range p.Kinds {
+		if len(p.Kinds) > 1 {
+			with(func(q *params) { q.Kinds = slices.Delete(q.Kinds, i, i+1) })
+		}
+	}
+	if p.Cluster {
+		with(func(q *params) { q.Cluster = false })
+	}
+	return out
+}
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+func (x *explorer) finish() {
+	faults := make([]string, 0, len(x.injected))
+	for k, n := range x.injected {
+		faults = append(faults, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(faults)
+	report := fmt.Sprintf("explorer: %d runs in %v, %d operations, %d acquisitions, %d checks; faults injected: %s; "+
+		"%d labelled runs (FLUSHALL) with %d overlaps, the documented failure; %d failing runs",
+		x.runs, time.Since(x.started).Round(time.Second), x.ops, x.acquisitions, x.checks, strings.Join(faults, ", "),
+		x.labelled, x.labelledOverlaps, len(x.failures))
+	x.t.Log(report)
+	if *exploreReport != "" {
+		body := "# Explorer report\n\n" + report + "\n"
+		for _, f := range x.failures {
+			body += "\n```\n" + f + "\n```\n"
+		}
+		if err := os.WriteFile(*exploreReport, []byte(body), 0o644); err != nil {
+			x.t.Error(err)
+		}
+	}
+}
