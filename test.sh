@@ -26,13 +26,30 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
+# The CLI's terminal tests drive dlock run in a tmux session; without tmux
+# they skip, saying so.
+if ! command -v tmux >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: tmux missing; installing it with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+  else
+    echo "test.sh: tmux missing: the terminal tests of dlock run will skip (apt-get install tmux)" >&2
+  fi
+fi
+
 echo "test.sh: $(go version); $(redis-server --version | cut -d' ' -f1-3)"
 go vet ./...
 go test -race -count=1 -timeout 8m ./...
 # The fault-injection suite is a module of its own (Toxiproxy stays out of
 # dlock's go.mod) behind the faults tag; CI runs its short profile, about
 # two minutes. The soak profile: cd faults && go test -tags faults -long .
-(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m .)
+(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip 'TestExplore$' .)
+# The explorer: randomized, replayable runs of every lock type under faults
+# (a fixed set of seeds and two fresh ones, about a minute).
+# Without -race: its checks judge timing, which the race detector slows
+# fivefold. A soak: cd faults && go test -tags faults -run Explore -explore 30m .
+(cd faults && go test -tags faults -count=1 -timeout 6m -run 'TestExplore' .)
 # The peer benchmark is a module of its own: build and vet it, and run one
 # short round so a broken harness shows here, not when someone measures.
 (cd bench && go vet ./... && go run . -quick -out "$(mktemp)" >/dev/null)
