@@ -26,8 +26,10 @@ func newOwnerToken() string {
 // newClientTag returns a random name for a Client's own channels: two
 // Clients that drew the same would each hear the other's wake-ups, and
 // ignore them, as they name waiters the other does not have.
+// It starts with the protocol's tag, which the scripts read (see
+// [scripts.ProtocolTag]), and is 16 characters long, as they take it.
 func newClientTag() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return scripts.ProtocolTag + hex.EncodeToString(b[:])[len(scripts.ProtocolTag):]
 }

@@ -52,17 +52,36 @@ local function pop_live(waiters)
   end
 end
 
+-- A registration is a waiter id alone (no '/' nor ':'), or 'client/rest': the
+-- tag of the waiter's client, then what its lock type registers. A tag
+-- starts with PROTOCOL_TAG (from Go: 'v' and the protocol version), or is
+-- 16 hex digits, as protocol 1 wrote them in registrations of the same
+-- forms. registration_parts returns the tag (nil for an id alone), the
+-- rest, and whether this protocol reads the rest: one of another protocol
+-- is never handed a lock nor published, as what it holds is not known here
+-- (it may carry an owner token); its client is woken with '*' instead,
+-- which every protocol takes as "try again".
+local function registration_parts(entry)
+  local client, rest = string.match(entry, '^([^/:]+)/(.*)$')
+  if client == nil then
+    return nil, entry, string.match(entry, '^[^:]+$') ~= nil
+  end
+  local ours = client:sub(1, #PROTOCOL_TAG) == PROTOCOL_TAG or string.match(client, '^%x+$') ~= nil
+  return client, rest, ours
+end
+
 -- Tell a waiter picked from a set of registrations to try again: one
 -- registered as 'client/id' on its client's own channel (the lock's channel
 -- followed by ':client'), so that no other client hears it; a bare id on
--- the lock's channel.
+-- the lock's channel. Nothing else of a registration is published.
 local function wake_waiter(channel, waiter, publish)
-  local client, id = string.match(waiter, '^([^/:]+)/([^:]+)$')
-  if client ~= nil then
-    redis.call(publish, channel .. ':' .. client, id)
-  else
-    redis.call(publish, channel, waiter)
+  local client, rest, ours = registration_parts(waiter)
+  if client == nil then
+    redis.call(publish, channel, ours and rest or '*')
+    return
   end
+  local id = ours and string.match(rest, '^([^:]+)$')
+  redis.call(publish, channel .. ':' .. client, id or '*')
 end
 
 -- Wake every waiter of a lock ('*'): those on the lock's channel, and on the

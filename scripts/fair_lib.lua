@@ -47,14 +47,21 @@ local function hand_over(publish)
     return false
   end
   local entry = head[1]
+  local waiter = entry:sub(33)
+  local client, rest, ours = registration_parts(waiter)
+  if not ours then -- of another protocol: freed, and woken
+    redis.call('ZREM', QUEUE, entry)
+    redis.call('ZREM', REG, entry)
+    wake_waiter(CHANNEL, waiter, publish)
+    return true
+  end
   local left = math.floor(tonumber(redis.call('ZSCORE', REG, entry)) - now)
   local fence = raise_error(mint_token(FENCE, left)) -- first: a foreign value there fails before any change here
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
   redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
-  local waiter = entry:sub(33)
-  local client, id = string.match(waiter, '^([^/:]+)/([^:]+)$')
-  if client ~= nil then
+  local id = client and string.match(rest, '^([^:]+)$')
+  if id then
     redis.call(publish, CHANNEL .. ':' .. client, id .. ':' .. token_text(fence) .. ':' .. left)
   else
     redis.call(publish, CHANNEL, waiter)

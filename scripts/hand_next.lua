@@ -13,13 +13,15 @@
 -- A registration is a waiter id alone, or after its client's tag (a
 -- MultiLock's or an Election's waiter: it is woken, see wake_waiter in
 -- common.lua, and tries again), or 'client/id:attempt:ttl:owner' (a
--- Mutex waiter: it is handed the lock). A hand-over sets the lock to the
+-- Mutex waiter: it is handed the lock); one of another protocol is woken
+-- (registration_parts in common.lua). A hand-over sets the lock to the
 -- waiter's owner token for its TTL, or for what its registration has left
 -- if that is shorter (a waiter that died after its last renewal holds the
 -- lock up no longer than it would have held its place), mints its fencing
 -- token and publishes 'id:attempt:fence:px' on the channel of the waiter's
 -- client alone, the lock's channel followed by ':client': the waiter holds
--- the lock without another round trip, and no other client is disturbed. Expired registrations are dropped on the way. A waiters key
+-- the lock without another round trip, and no other client is disturbed.
+-- Expired registrations are dropped on the way. A waiters key
 -- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
 -- and hands to nobody, rather than failing the release.
 local function hand_next(lock, fence, waiters, channel, publish)
@@ -31,7 +33,11 @@ local function hand_next(lock, fence, waiters, channel, publish)
     redis.call('DEL', lock)
     return
   end
-  local client, id, attempt, ttl, owner = string.match(waiter, '^([^/:]+)/([^:]+):(%d+):(%d+):(.+)$')
+  local client, rest, ours = registration_parts(waiter)
+  local id, attempt, ttl, owner
+  if client ~= nil and ours then
+    id, attempt, ttl, owner = string.match(rest, '^([^:]+):(%d+):(%d+):(.+)$')
+  end
   if id == nil then -- a waiter that takes no hand-over: freed, and woken
     redis.call('DEL', lock)
     wake_waiter(channel, waiter, publish)

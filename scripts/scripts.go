@@ -119,11 +119,27 @@ var (
 // another form under that key for a value dlock did not write.
 const OwnerTokenDigits = 32
 
+// ProtocolVersion is the version of what dlock's scripts share in Redis
+// between clients: the forms of registrations, hand-over messages and lock
+// values. Protocol 1 is dlock before it was versioned; protocol 2 reads its
+// registrations and hand-overs. A Client's tag (see ProtocolTag) carries
+// the version, so that a script tells a registration of a protocol it does
+// not read, and wakes its waiter rather than hand it a lock or publish
+// what it registered. docs/ARCHITECTURE.md says what may change between
+// versions and how a deployment upgrades.
+const ProtocolVersion = 2
+
+// ProtocolTag starts the tag of every Client of this protocol ('v' and
+// the version): the scripts read it in registrations (registration_parts
+// in common.lua).
+var ProtocolTag = "v" + strconv.Itoa(ProtocolVersion)
+
 // prelude starts every script: the constants the scripts take from Go (the
 // owner token's form, made from OwnerTokenDigits; the fencing counter's
 // retention), so that each rule is written once, then common.lua and
 // foreign.lua.
 var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
+	"local PROTOCOL_TAG = '" + ProtocolTag + "'\n" +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
 
