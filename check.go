@@ -99,7 +99,7 @@ func (r *Report) Worst() Severity {
 // [WithLogger]'s logger once per node: SeverityError at error level,
 // SeverityWarning at warn level.
 func (c *Client) Check(ctx context.Context) (*Report, error) {
-	if err := c.usable(); err != nil {
+	if err := c.usable(ctx); err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex

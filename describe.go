@@ -33,7 +33,7 @@ type LockInfo struct {
 // owner token, a hash without the mark of a read-write lock's state…) is
 // no holder: Describe fails with [ErrWrongType], naming the key.
 func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
-	if err := c.checkName(name); err != nil {
+	if err := c.checkName(ctx, name); err != nil {
 		return LockInfo{}, err
 	}
 	reply, err := scripts.Describe.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), "").Slice()
@@ -88,7 +88,7 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 // dlock wrote: when a key of the name holds anything else, it fails with
 // [ErrWrongType], naming the key, and removes nothing.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
-	if err := c.checkName(name); err != nil {
+	if err := c.checkName(ctx, name); err != nil {
 		return false, err
 	}
 	publish, err := c.publishCommand(ctx)
@@ -110,8 +110,8 @@ func anyLockKeys(k keys) []string {
 	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader")
 }
 
-func (c *Client) checkName(name string) error {
-	if err := c.usable(); err != nil {
+func (c *Client) checkName(ctx context.Context, name string) error {
+	if err := c.usable(ctx); err != nil {
 		return err
 	}
 	return validateName(name)

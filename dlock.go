@@ -225,7 +225,7 @@ const releaseMarkLife = CleanupTimeout
 var releaseMarkMillis any = releaseMarkLife.Milliseconds()
 
 // usable is checked before any I/O.
-func (c *Client) usable() error {
+func (c *Client) usable(ctx context.Context) error {
 	if c == nil {
 		return invalidf("nil dlock.Client")
 	}
@@ -237,7 +237,9 @@ func (c *Client) usable() error {
 	if c.closed {
 		return ErrClosed
 	}
-	c.watchNodes()
+	if ctx.Err() == nil { // a call that sends nothing starts no check either
+		c.watchNodes()
+	}
 	return nil
 }
 

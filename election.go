@@ -86,7 +86,7 @@ func (e *Election) Name() string { return e.name }
 // A Campaign by a candidate that already leads proclaims value and returns
 // the same lease.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
-	if err := e.check(value); err != nil {
+	if err := e.check(ctx, value); err != nil {
 		return nil, err
 	}
 	if l := e.current(); l != nil {
@@ -117,7 +117,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 // candidate does not lead. Like Unlock, it resigns even when ctx is already
 // cancelled.
 func (e *Election) Resign(ctx context.Context) error {
-	if err := e.check(""); err != nil {
+	if err := e.check(ctx, ""); err != nil {
 		return err
 	}
 	l := e.current()
@@ -131,7 +131,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // it up, and tells the observers. It returns [ErrNotHeld] when this
 // candidate does not lead.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if err := e.check(value); err != nil {
+	if err := e.check(ctx, value); err != nil {
 		return err
 	}
 	l := e.current()
@@ -157,7 +157,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // Leader returns who leads now, or an error matching [ErrNoLeader] when
 // nobody does.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	if err := e.check(""); err != nil {
+	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
 	reply, err := scripts.ElectionLeader.Run(ctx, e.c.rdb, []string{e.keys.lock, e.leaderKey}).Slice()
@@ -181,7 +181,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // reader holds the observation up, not the election.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
-	if e.check("") != nil {
+	if e.check(ctx, "") != nil {
 		close(out)
 		return out
 	}
@@ -260,14 +260,14 @@ func parseLeader(payload string) (Leader, bool) {
 	return Leader{Value: value, Term: term}, true
 }
 
-func (e *Election) check(value string) error {
+func (e *Election) check(ctx context.Context, value string) error {
 	if e.err != nil {
 		return e.err
 	}
 	if len(value) > MaxLeaderValueLen {
 		return invalidf("leader value of %d bytes exceeds %d", len(value), MaxLeaderValueLen)
 	}
-	return e.c.usable()
+	return e.c.usable(ctx)
 }
 
 // current is this candidate's leadership, if it has one that has not ended.

@@ -68,7 +68,7 @@ func (f *FairMutex) Name() string { return f.name }
 // is free and nobody waits for it: a TryLock does not overtake the queue.
 // Otherwise it returns [ErrNotAcquired].
 func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
 	return tryOnce(ctx, f.call())
@@ -82,7 +82,7 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
 // it is unlocked or lost.
 func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := f.check(); err != nil {
+	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
 	return f.c.waitFor(ctx, f.cfg, f.keys.own, f.call())
@@ -93,11 +93,11 @@ func (f *FairMutex) call() *fairAcquirer {
 	return &fairAcquirer{f: f, owner: owner, tombstone: f.keys.tombstone(owner)}
 }
 
-func (f *FairMutex) check() error {
+func (f *FairMutex) check(ctx context.Context) error {
 	if f.err != nil {
 		return f.err
 	}
-	return f.c.usable()
+	return f.c.usable(ctx)
 }
 
 // fairAcquirer is one TryLock or Lock call: it keeps one owner token for all

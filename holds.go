@@ -67,16 +67,16 @@ const (
 	rwReadChannel = 6
 )
 
-func (h *holdLock) check() error {
+func (h *holdLock) check(ctx context.Context) error {
 	if h.err != nil {
 		return h.err
 	}
-	return h.c.usable()
+	return h.c.usable(ctx)
 }
 
 // acquire is TryLock (try) or Lock, in mode.
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
-	if err := h.check(); err != nil {
+	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
 	a := &holdAcquirer{h: h, mode: mode}
@@ -184,7 +184,7 @@ type holdState struct {
 }
 
 func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
-	if err := h.check(); err != nil {
+	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
 	return inspectHolds(ctx, h.c, h.name, h.scriptKeys, h.owner)

@@ -155,7 +155,7 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	if err := m.c.usable(); err != nil {
+	if err := m.c.usable(ctx); err != nil {
 		return nil, err
 	}
 	cfg := m.cfg

@@ -107,7 +107,7 @@ func (m *Mutex) Name() string { return m.name }
 // slot being migrated): trying again later may succeed. Like Lock's, its lease renews
 // itself unless [WithLeaseTime] was given.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
 	return tryOnce(ctx, m.call())
@@ -124,17 +124,17 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
 // it is unlocked or lost.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
 	return m.c.waitFor(ctx, m.cfg, m.keys.own, m.call())
 }
 
-func (m *Mutex) check() error {
+func (m *Mutex) check(ctx context.Context) error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.c.usable()
+	return m.c.usable(ctx)
 }
 
 // mutexCall is one TryLock or Lock call. It keeps one owner token for all

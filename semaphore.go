@@ -80,7 +80,7 @@ func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
 // TryAcquire makes one attempt to take a permit and never waits. It returns
 // [ErrNotAcquired] when all permits are held.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	return tryOnce(ctx, s.call())
@@ -92,7 +92,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 // error. Unless [WithLeaseTime] was given, the permit's lease renews itself
 // every TTL/3 until it is unlocked or lost.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	return s.c.waitFor(ctx, s.cfg, s.keys.own, s.call())
@@ -104,7 +104,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 // number are not taken back: no new one is granted until the holders are
 // fewer than n.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
-	if err := s.check(); err != nil {
+	if err := s.check(ctx); err != nil {
 		return err
 	}
 	if n <= 0 {
@@ -121,11 +121,11 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	return nil
 }
 
-func (s *Semaphore) check() error {
+func (s *Semaphore) check(ctx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
-	return s.c.usable()
+	return s.c.usable(ctx)
 }
 
 // semCall is one TryAcquire or Acquire call. All its attempts ask for the
