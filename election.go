@@ -342,7 +342,7 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	}), 0, nil
 }
 
-func (a *candidate) leave(ctx context.Context, waiterID string) { a.abandon(ctx, "", waiterID) }
+func (a *candidate) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.owner, waiterID) }
 
 // abandon gives up a campaign's attempt whose outcome is unknown (owner), its
 // registration as a waiting candidate (waiterID), or both; see

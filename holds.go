@@ -148,7 +148,9 @@ func (a *holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	return nil, time.Duration(res[1]) * time.Millisecond, nil
 }
 
-func (a *holdAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, "", waiterID) }
+func (a *holdAcquirer) leave(ctx context.Context, waiterID string) {
+	a.abandon(ctx, a.member, waiterID)
+}
 
 // abandon gives up the call (see holdLock.abandon). The tombstone keeps the
 // call's attempts so far out, so a waiting Lock that goes on (see

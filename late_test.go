@@ -568,3 +568,55 @@ func TestLease_UnlockWhoseReplyWasLostAndResentSucceeds(t *testing.T) {
 		expectNothingLeft(t, ctx, rdb, name, "after the Unlock")
 	})
 }
+
+// A copy of a waiter's refused attempt, resent by go-redis, may arrive once
+// the lock is free but before its call gives up: it is granted under the
+// call's owner, and nobody hears of it. When the call then gives up, what
+// the copy took must go with it, not stay held for its whole TTL. The
+// holder's hold is lost without a release (deleted, as by an eviction), so
+// that nothing wakes the waiter meanwhile.
+func TestLateAttempt_GrantedBeforeItsWaiterGaveUpIsGivenBack(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		hold := lt.hold
+		if hold == nil {
+			hold = lt.take
+		}
+		// Long holds and refreshes: the waiter tries again only when told to.
+		slow := []dlock.Option{dlock.WithTTL(time.Hour), dlock.WithWaiterRefresh(time.Hour)}
+		if _, err := hold(newClient(t, other, slow...), name)(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		rdb := b.newRedis(t)
+		copies := &copier{script: lt.acquire}
+		rdb.AddHook(copies)
+		attempts := countAttemptsOf(rdb, lt.acquire)
+		waitCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		result := make(chan error, 1)
+		take := lt.take(newClient(t, rdb, slow...), name)
+		go func() {
+			_, err := take(waitCtx)
+			result <- err
+		}()
+		waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
+
+		for _, key := range keysOn(t, ctx, other, "*{"+name+"*") {
+			if err := other.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := other.Do(ctx, copies.sent()[0]...).Int64Slice()
+		if err != nil || res[0] != 1 {
+			t.Fatalf("the late copy on a free lock: %v, %v; want granted", res, err)
+		}
+		cancel()
+		if err := <-result; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait: %v", err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after the waiter gave up")
+	})
+}

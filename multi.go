@@ -334,7 +334,9 @@ func (a *multiAcquirer) rewatch() (string, bool) {
 	return a.g.channels[a.watch], true
 }
 
-func (a *multiAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(ctx, "", waiterID) }
+func (a *multiAcquirer) leave(ctx context.Context, waiterID string) {
+	a.abandon(ctx, a.owner, waiterID)
+}
 
 // abandon gives up an attempt whose outcome is unknown (owner), a waiter's
 // registration (waiterID), or both; see multi_abandon.lua. The tombstone

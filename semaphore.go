@@ -186,9 +186,7 @@ func (a *semCall) attempt(ctx context.Context, waiterID string) (*Lease, time.Du
 	return nil, time.Duration(res[1]) * time.Millisecond, nil
 }
 
-func (a *semCall) leave(ctx context.Context, waiterID string) {
-	a.abandon(ctx, "", waiterID)
-}
+func (a *semCall) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.owner, waiterID) }
 
 // abandon gives up the call: an attempt whose outcome is unknown (owner), a
 // waiter's registration (waiterID), or both; see sem_abandon.lua. The

@@ -27,7 +27,9 @@ type acquirer interface {
 	// leave unregisters a waiter that stops waiting without the lock, and
 	// passes on a wake-up a release may already have sent it. It leaves the
 	// call's tombstone, also with no waiterID (a refused attempt that may
-	// have been sent twice).
+	// have been sent twice), and gives back a hold taken under the call's
+	// owner that nobody heard of: a copy of a refused attempt, resent by
+	// go-redis, granted once the lock was free, or a hand-over.
 	leave(ctx context.Context, waiterID string)
 
 	// client is the Client the call runs on.
