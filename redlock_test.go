@@ -59,7 +59,14 @@ func TestRedlock_ContendedClientsNeverOverlapAndTokensIncrease(t *testing.T) {
 			}
 			res.Enter(worker, lease.Token(), asked)
 			res.Exit(worker)
-			if err := lease.Unlock(ctx); err != nil {
+			// What is checked is exclusion and token order. An Unlock whose
+			// nodes did not answer within the 50 ms node timeout (a loaded
+			// machine) leaves holds that expire with their TTL: others wait
+			// longer, and nothing overlaps. Any other failure fails the test.
+			err = lease.Unlock(ctx)
+			if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrLeaseLost) {
+				t.Logf("worker %d: %v", worker, err)
+			} else if err != nil {
 				return err
 			}
 		}
