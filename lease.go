@@ -68,7 +68,8 @@ type Lease struct {
 	// renewal only ever moves the hold's expiry later (see the extend
 	// scripts): a late one cannot cut a longer Extend short. Only Extend
 	// itself may shorten (shortens); a late copy of that one is inDoubt's.
-	extendMu sync.Mutex
+	// An Extend waits for it no longer than its context allows.
+	extendMu ctxMutex
 
 	mu       sync.Mutex
 	ttl      time.Duration // what each renewal asks for
@@ -394,7 +395,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.heldLocally(); err != nil {
 		return err
 	}
-	l.extendMu.Lock()
+	if err := l.extendMu.Lock(ctx); err != nil { // nothing was sent
+		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
+	}
 	defer l.extendMu.Unlock()
 	sent := time.Now()
 	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, ttl.Milliseconds(), shortens).Int64()

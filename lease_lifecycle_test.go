@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,5 +196,63 @@ func TestLease_FailedExtendToAShorterTTLCountsOnTheShorterOne(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	if err := lease.Err(); err != nil {
 		t.Fatalf("lease lost after the failed Extend: %v", err)
+	}
+}
+
+// sendSignal is a go-redis hook that closes sent once a command running
+// script has been handed to the connection.
+type sendSignal struct {
+	script *redis.Script
+	once   sync.Once
+	sent   chan struct{}
+}
+
+func (h *sendSignal) note(cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if runs(cmd, h.script) {
+			h.once.Do(func() { close(h.sent) })
+		}
+	}
+}
+
+func (h *sendSignal) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sendSignal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.note(cmd); return next(ctx, cmd) }
+}
+func (h *sendSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.note(cmds...); return next(ctx, cmds) }
+}
+
+// A renewal stuck on a stalled server, on a client with no read timeout
+// (go-redis then waits for the reply whatever the context says), must not
+// hold an Extend beyond the Extend's own context.
+func TestLease_ExtendBehindAStuckRenewalEndsWithItsContext(t *testing.T) {
+	srv := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	renewal := &sendSignal{script: scripts.MutexExtend, sent: make(chan struct{})}
+	rdb.AddHook(renewal)
+	ctx := ctxFor(t, 30*time.Second)
+	lease, err := newClient(t, rdb, dlock.WithTTL(900*time.Millisecond)).Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	waitDone(t, renewal.sent, 10*time.Second, "the first renewal")
+
+	extended := make(chan error, 1)
+	go func() {
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		extended <- lease.Extend(short, time.Minute)
+	}()
+	select {
+	case err := <-extended:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Extend behind a stuck renewal: %v; want its context's deadline", err)
+		}
+	case <-time.After(10 * time.Second): // the guard: the context's 200 ms are long past
+		t.Fatal("Extend still waiting 10 s after its 200 ms context ended, behind a stuck renewal")
 	}
 }

@@ -98,7 +98,9 @@ func (h *redlockHold) extend(ctx context.Context, l *Lease, ttl time.Duration) e
 // one must not cut an Extend to a longer TTL short (see Lease.extendMu).
 func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explicit bool) error {
 	l, m := h.lease, h.m
-	l.extendMu.Lock()
+	if err := l.extendMu.Lock(ctx); err != nil { // nothing was sent
+		return fmt.Errorf("dlock: redlock extend %q: %w", m.name, err)
+	}
 	defer l.extendMu.Unlock()
 	refused := 0
 	start := time.Now()

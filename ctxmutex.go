@@ -1,0 +1,61 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+)
+
+// ctxMutex is a mutex whose Lock gives up when its context ends: a call
+// waiting behind an operation stuck on a stalled server (go-redis bounds a
+// command by its context only with ContextTimeoutEnabled, else by its read
+// timeout, which may be none) returns when its caller stops waiting. The
+// zero value is unlocked, and allocates nothing until a Lock has to wait.
+type ctxMutex struct {
+	mu   sync.Mutex
+	held bool
+	free chan struct{} // closed at the next Unlock; made by the first to wait
+}
+
+// Lock locks m, or returns ctx's error, leaving m as it was, once ctx ends.
+func (m *ctxMutex) Lock(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		if !m.held {
+			m.held = true
+			m.mu.Unlock()
+			return nil
+		}
+		if m.free == nil {
+			m.free = make(chan struct{})
+		}
+		free := m.free
+		m.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TryLock locks m if it is free, and reports whether it did.
+func (m *ctxMutex) TryLock() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held {
+		return false
+	}
+	m.held = true
+	return true
+}
+
+// Unlock unlocks m and lets every waiting Lock try again.
+func (m *ctxMutex) Unlock() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held = false
+	if m.free != nil {
+		close(m.free)
+		m.free = nil
+	}
+}
