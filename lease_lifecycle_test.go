@@ -256,3 +256,33 @@ func TestLease_ExtendBehindAStuckRenewalEndsWithItsContext(t *testing.T) {
 		t.Fatal("Extend still waiting 10 s after its 200 ms context ended, behind a stuck renewal")
 	}
 }
+
+// Close cancels the renewals under way and waits for them; one stuck on a
+// stalled server, on a client with no read timeout, must not hold Close for
+// as long as the server is stalled.
+func TestClient_CloseBehindAStuckRenewalReturnsWithinTheCleanupTimeout(t *testing.T) {
+	srv := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	renewal := &sendSignal{script: scripts.MutexExtend, sent: make(chan struct{})}
+	rdb.AddHook(renewal)
+	ctx := ctxFor(t, 30*time.Second)
+	c := dlock.New(rdb, dlock.WithTTL(900*time.Millisecond))
+	if _, err := c.Mutex(lockName(t)).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	waitDone(t, renewal.sent, 10*time.Second, "the first renewal")
+
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(dlock.CleanupTimeout + 10*time.Second): // the guard, well past the bound
+		t.Fatalf("Close still waiting %v after it began, behind a stuck renewal", dlock.CleanupTimeout+10*time.Second)
+	}
+}
