@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,4 +337,38 @@ func TestFairMutex_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 	}
 
 	expectSecondUnlockRefused(t, ctx, c.FairMutex(lockName(t)).Lock)
+}
+
+// A fencing counter that is not dlock's (here a word) makes the next
+// hand-over impossible: the release still lets the lock go and reports
+// success, and the waiter is woken and told why by its own attempt, rather
+// than the release failing half done.
+func TestFairMutex_ReleaseFindingAForeignCounterReleasesAndWakesTheWaiter(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, 20*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, srv.Client()).FairMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client()
+	attempts := countAttemptsOf(rdb, scripts.FairAcquire)
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := newClient(t, rdb).FairMutex(name).Lock(ctx)
+		waiter <- err
+	}()
+	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")
+	if err := srv.Client().Set(ctx, lockKey(name)+":fence", "not a counter", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a foreign counter beside the lock: %v; want released", err)
+	}
+	if err := <-waiter; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), ":fence") {
+		t.Fatalf("the waiter: %v; want ErrWrongType naming the counter", err)
+	}
+	if n := srv.Client().Exists(ctx, lockKey(name)).Val(); n != 0 {
+		t.Fatal("the lock is still held")
+	}
 }

@@ -56,7 +56,11 @@ local function hand_over(publish)
     return true
   end
   local left = math.floor(tonumber(redis.call('ZSCORE', REG, entry)) - now)
-  local fence = raise_error(mint_token(FENCE, left)) -- first: a foreign value there fails before any change here
+  local fence = mint_token(FENCE, left)
+  if type(fence) ~= 'number' then -- a foreign counter: no token to hand over; the waiter's attempt says why
+    wake_waiter(CHANNEL, waiter, publish)
+    return true
+  end
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
   redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
