@@ -21,9 +21,25 @@
 // (several locks, all or none, deadlock-free) and [Election] (one leader
 // among candidates, observed by anyone). A [Redlock] holds a Mutex on a
 // majority of independent masters; [WithReplicaAck] makes any acquisition
-// wait for replicas. The owner of a reentrant or
-// read-write hold is a handle's owner id (see [WithOwner]), never a
-// goroutine.
+// wait for replicas.
+//
+// # Reentrancy follows the context
+//
+// A [ReentrantMutex] or [RWMutex] is reentrant, and Go has no goroutine id:
+// the owner of a hold is the call chain, told by the context. Share one
+// handle between goroutines as you would a sync.RWMutex: each Lock whose
+// context carries no hold of the lock is a new owner and waits its turn. To
+// re-enter, pass on the lease's context:
+//
+//	lease, err := rw.Lock(ctx)
+//	if err != nil {
+//		return err
+//	}
+//	defer lease.Unlock(ctx)
+//	return update(lease.Context(ctx)) // update's own rw.Lock re-enters
+//
+// A context whose lease has ended carries no hold. [WithOwner] names an
+// owner explicitly instead, for holds shared across processes.
 //
 // # Leases, and what a lock can promise
 //

@@ -97,8 +97,11 @@ func ExampleWithWait() {
 	// because the wait ran out: true
 }
 
-// A handle re-enters the holds of its own owner: a function that takes the
-// lock can call another that takes it too.
+// Re-entry follows the call, through the context: a Lock whose context
+// carries a hold of the lock (Lease.Context) re-enters it, so a function
+// that takes the lock can call another that takes it too. Any other Lock,
+// through the same handle or not, is another owner and waits: goroutines
+// share one handle as they share a sync.Mutex.
 func ExampleReentrantMutex() {
 	rdb, stop := exampleRedis()
 	defer stop()
@@ -107,25 +110,42 @@ func ExampleReentrantMutex() {
 	ctx := context.Background()
 
 	account := locks.ReentrantMutex("account:7")
-	outer, _ := account.Lock(ctx)
-	inner, _ := account.Lock(ctx) // the same owner: re-entry, not a deadlock
-	state, _ := account.Inspect(ctx)
-	fmt.Println("holds:", state.Count, "same token:", inner.Token() == outer.Token())
+	// debit takes the lock itself: it may be called alone, or by transfer,
+	// which holds the lock already.
+	debit := func(ctx context.Context) error {
+		lease, err := account.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		defer lease.Unlock(ctx)
+		state, _ := account.Inspect(lease.Context(ctx))
+		fmt.Println("debit: holds", state.Count, "of this call:", state.HeldByOwner)
+		return nil
+	}
+	transfer := func(ctx context.Context) error {
+		lease, err := account.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		defer lease.Unlock(ctx)
+		return debit(lease.Context(ctx)) // carries the hold: debit re-enters it
+	}
+	_ = debit(ctx)
+	_ = transfer(ctx)
 
-	_ = inner.Unlock(ctx)
-	state, _ = account.Inspect(ctx)
-	fmt.Println("after one unlock, still held:", state.Held)
-	_ = outer.Unlock(ctx)
-	state, _ = account.Inspect(ctx)
-	fmt.Println("after both:", state.Held)
+	held, _ := account.Lock(ctx)
+	_, err := account.TryLock(ctx) // ctx carries no hold: another owner, though the same handle
+	fmt.Println("busy for another call:", errors.Is(err, dlock.ErrNotAcquired))
+	_ = held.Unlock(ctx)
 	// Output:
-	// holds: 2 same token: true
-	// after one unlock, still held: true
-	// after both: false
+	// debit: holds 1 of this call: true
+	// debit: holds 2 of this call: true
+	// busy for another call: true
 }
 
-// Many readers share the lock; a writer has it alone. The writer may keep a
-// read lock past its write (downgrade), never the other way round.
+// Many readers share the lock; a writer has it alone. The writer may read
+// too, with its lease's context, and keep reading past its write
+// (downgrade); a reader may not write.
 func ExampleRWMutex() {
 	rdb, stop := exampleRedis()
 	defer stop()
@@ -135,16 +155,20 @@ func ExampleRWMutex() {
 
 	config := locks.RWMutex("config")
 	write, _ := config.Lock(ctx)
-	read, _ := config.RLock(ctx) // the writer may read too
-	_ = write.Unlock(ctx)        // and keeps reading: a downgrade
+	read, _ := config.RLock(write.Context(ctx)) // the writer may read too
+	_ = write.Unlock(ctx)                       // and keeps reading: a downgrade
 
-	_, err := locks.RWMutex("config").RLock(ctx)
+	other, err := config.RLock(ctx) // no hold in ctx: another reader
 	fmt.Println("another reader joins:", err == nil)
-	_, err = config.Lock(ctx)
+	_, err = config.TryLock(ctx)
+	fmt.Println("a writer must wait:", errors.Is(err, dlock.ErrNotAcquired))
+	_, err = config.Lock(read.Context(ctx))
 	fmt.Println("a reader cannot upgrade:", errors.Is(err, dlock.ErrUpgrade))
+	_ = other.Unlock(ctx)
 	_ = read.Unlock(ctx)
 	// Output:
 	// another reader joins: true
+	// a writer must wait: true
 	// a reader cannot upgrade: true
 }
 

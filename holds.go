@@ -14,10 +14,14 @@ import (
 type holdLock struct {
 	c     *Client
 	name  string
-	owner string
+	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
 	cfg   settings
 	keys  keys
 	err   error // bad arguments, returned before any I/O
+
+	// heldKey is the context key of a hold of this lock (see ownerFor),
+	// boxed once so that looking it up allocates nothing.
+	heldKey any
 
 	// KEYS of the scripts in rw_lib.lua's order, up to the fencing counter:
 	// the same for every attempt and lease, so made once (scripts never
@@ -43,10 +47,7 @@ func (c *Client) newHoldLock(name string, opts []Option) holdLock {
 	}
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
-	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k)}
-	if !cfg.ownerSet {
-		h.owner = newOwnerToken()
-	}
+	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k), heldKey: heldKey(k.lock)}
 	if h.err = validateName(name); h.err == nil {
 		h.err = cfg.validate()
 	}
@@ -79,7 +80,8 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
-	a := &holdAcquirer{h: h, mode: mode}
+	owner := h.ownerFor(ctx)
+	a := &holdAcquirer{h: h, mode: mode, owner: owner, newOwner: owner == ""}
 	a.newCall()
 	if try {
 		return tryOnce(ctx, a)
@@ -98,8 +100,12 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 // nothing), and a copy of any of them arriving after the call gave up is
 // refused.
 type holdAcquirer struct {
-	h    *holdLock
-	mode byte
+	h     *holdLock
+	mode  byte
+	owner string // who the call acquires for (see holdLock.ownerFor)
+	// newOwner: the call is an owner of its own (ownerFor found none), so
+	// each start of the call draws its owner id with its hold id.
+	newOwner bool
 	// member is the call's hold: mode, hold id, owner. It is what the hold's
 	// Lease shows to renew and release it: the random hold id makes it a
 	// secret, and makes each call (each Lease) a hold of its own.
@@ -110,8 +116,13 @@ type holdAcquirer struct {
 // newCall starts the call anew: a new hold id and a new tombstone, so that
 // nothing an earlier start sent counts for it.
 func (a *holdAcquirer) newCall() {
-	holdID := newOwnerToken()
-	a.member = string(a.mode) + holdID + a.h.owner
+	var holdID string
+	if a.newOwner {
+		holdID, a.owner = newOwnerTokenPair()
+	} else {
+		holdID = newOwnerToken()
+	}
+	a.member = string(a.mode) + holdID + a.owner
 	a.tombstone = a.h.keys.tombstone(holdID)
 }
 
@@ -189,7 +200,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	return inspectHolds(ctx, h.c, h.name, h.scriptKeys, h.owner)
+	return inspectHolds(ctx, h.c, h.name, h.scriptKeys, h.ownerFor(ctx))
 }
 
 // inspectHolds runs rw_inspect.lua on a read-write lock's keys, as seen by

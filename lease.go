@@ -339,8 +339,15 @@ func (l *Lease) Deadline() time.Time {
 // lease ends; [context.Cause] then reports an error matching [ErrLeaseLost]
 // if it was lost. Work done under the lock with this context stops by itself
 // when the lock goes.
+//
+// The lease of a [ReentrantMutex] or [RWMutex] also travels in the context:
+// a Lock of the same lock with it, or with a context derived from it,
+// re-enters the hold as its owner (see [RWMutex]) while the lease is held.
 func (l *Lease) Context(parent context.Context) context.Context {
 	l.expireIfPast()
+	if l.kind == rwKind {
+		parent = withHold(parent, l)
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	stopOnEnd := func(err error) { cancel(err) }
 	l.mu.Lock()

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,16 +62,19 @@ func TestReentrantMutex_HistoriesAreLinearizable(t *testing.T) {
 		runWorkers(t, clients, func(ctx context.Context, w int) error {
 			m := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).ReentrantMutex(name)
 			op := func(k linear.Kind, hold int) linear.ReentrantOp {
-				return linear.ReentrantOp{Op: k, Owner: m.Owner(), Hold: hold}
+				return linear.ReentrantOp{Op: k, Owner: fmt.Sprint("worker ", w), Hold: hold}
 			}
 			for round := range rounds {
 				var leases []*dlock.Lease
+				// Each nested hold is taken with the context of the one before.
+				holding := ctx
 				for hold := range 1 + round%3 { // nested one to three deep
-					lease := acquireRecorded(ctx, &h, w, op(linear.Acquire, hold), m.TryLock)
+					lease := acquireRecorded(holding, &h, w, op(linear.Acquire, hold), m.TryLock)
 					if lease == nil {
 						break
 					}
 					leases = append(leases, lease)
+					holding = lease.Context(holding)
 				}
 				for hold := len(leases) - 1; hold >= 0; hold-- {
 					releaseRecorded(ctx, &h, w, op(linear.Release, hold), leases[hold])

@@ -71,7 +71,7 @@ type settings struct {
 	waitSet   bool
 	logger    *slog.Logger
 	owner     string
-	ownerSet  bool // else a random owner id per handle
+	ownerSet  bool // else the context tells the owner (see holdLock.ownerFor)
 
 	waiterRefresh time.Duration
 
@@ -130,14 +130,18 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle.
-// Holds are counted per owner, never per goroutine: every handle with the
-// same owner id, in this process or another, re-enters the holds of the
-// others and may take their read locks while they write. Without it each
-// handle is an owner of its own, with a random id. The id is not a secret
-// (a hold is released only through its Lease), but two unrelated parties
-// that pick the same id share their holds. It must not be empty and is at
-// most [MaxNameLen] bytes.
+// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle:
+// every call through it acts as that owner, whatever its context, and
+// every handle with the same owner id, in this process or another,
+// re-enters the holds of the others and may take their read locks while
+// they write. It is for sharing holds across processes, on purpose: all
+// goroutines using such a handle are one owner, and are not excluded from
+// each other. Without it, the owner is the call chain: a call whose context
+// carries a hold of the lock (see [Lease.Context]) is that hold's owner,
+// any other a new owner with a random id. The id is not a secret (a hold is
+// released only through its Lease), but two unrelated parties that pick the
+// same id share their holds. It must not be empty and is at most
+// [MaxNameLen] bytes.
 func WithOwner(id string) Option {
 	return func(s *settings) {
 		s.owner = id

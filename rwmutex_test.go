@@ -59,9 +59,9 @@ func TestRWMutex_ReadersAndWritersNeverConflict(t *testing.T) {
 				}
 				if j%4 == i%4 { // now and then, re-enter while holding
 					if write {
-						nested, err = rw.Lock(ctx)
+						nested, err = rw.Lock(lease.Context(ctx))
 					} else {
-						nested, err = rw.RLock(ctx)
+						nested, err = rw.RLock(lease.Context(ctx))
 					}
 					if err == nil && nested.Token() != lease.Token() {
 						err = errors.New("a re-entry got a token of its own")
@@ -304,7 +304,10 @@ func TestRWMutex_WaitingWriterHoldsNewReadersBackButNotReentry(t *testing.T) {
 	if _, err := newClient(t, rdb).RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("a new reader while a writer waits: %v, want ErrNotAcquired", err)
 	}
-	again, err := reader.TryRLock(ctx)
+	if _, err := reader.TryRLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a new reader through the reader's handle, without its hold: %v, want ErrNotAcquired", err)
+	}
+	again, err := reader.TryRLock(held.Context(ctx))
 	if err != nil {
 		t.Fatalf("a reader re-entering while a writer waits: %v", err)
 	}
@@ -368,39 +371,53 @@ func TestRWMutex_DowngradeWorksUpgradeIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		read, err := rw.RLock(ctx)
+		writing := write.Context(ctx)
+		again, err := rw.Lock(writing)
+		if err != nil || again.Token() != write.Token() {
+			t.Fatalf("the writer writing again: %v, want a re-entry with the write token", err)
+		}
+		read, err := rw.RLock(writing)
 		if err != nil {
 			t.Fatalf("the writer taking a read lock: %v", err)
 		}
 		if read.Token() <= write.Token() {
 			t.Fatalf("read token %d not above the write token %d it followed", read.Token(), write.Token())
 		}
-		if _, err := other.TryRLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-			t.Fatalf("another owner reading during the write: %v, want ErrNotAcquired", err)
+		for what, try := range map[string]func(context.Context) (*dlock.Lease, error){
+			"another handle": other.TryRLock, "the writer's handle, without its hold": rw.TryRLock,
+		} {
+			if _, err := try(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("another owner (%s) reading during the write: %v, want ErrNotAcquired", what, err)
+			}
 		}
-		if err := write.Unlock(ctx); err != nil {
-			t.Fatal(err)
+		for _, l := range []*dlock.Lease{again, write} {
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := read.Err(); err != nil {
 			t.Fatalf("the read lock went with the write lock: %v", err)
 		}
+		// The write lease's context ended with it: the reader goes on
+		// under its own.
+		reading := read.Context(ctx)
 		otherRead, err := other.TryRLock(ctx)
 		if err != nil {
 			t.Fatalf("another owner reading after the downgrade: %v", err)
 		}
-		if s := inspectRW(t, ctx, rw); s.WriteHolds != 0 || s.Readers != 2 || s.OwnerReadHolds != 1 {
+		if s := inspectRW(t, reading, rw); s.WriteHolds != 0 || s.Readers != 2 || s.OwnerReadHolds != 1 {
 			t.Fatalf("after the downgrade: %+v", s)
 		}
 
 		for what, try := range map[string]func(context.Context) (*dlock.Lease, error){"Lock": rw.Lock, "TryLock": rw.TryLock} {
-			if _, err := try(ctx); !errors.Is(err, dlock.ErrUpgrade) || errors.Is(err, dlock.ErrNotAcquired) {
+			if _, err := try(reading); !errors.Is(err, dlock.ErrUpgrade) || errors.Is(err, dlock.ErrNotAcquired) {
 				t.Fatalf("%s by a reader: %v, want ErrUpgrade", what, err)
 			}
 		}
 		if err := otherRead.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rw.Lock(ctx); !errors.Is(err, dlock.ErrUpgrade) {
+		if _, err := rw.Lock(reading); !errors.Is(err, dlock.ErrUpgrade) {
 			t.Fatalf("Lock by the only reader: %v, want ErrUpgrade", err)
 		}
 		if s := inspectRW(t, ctx, rw); s.WritersWaiting != 0 || s.ReadHolds != 1 {

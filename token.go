@@ -23,6 +23,17 @@ func newOwnerToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// newOwnerTokenPair returns two owner tokens drawn at once, in one
+// allocation: a read-write hold's id and the id of the new owner it is for.
+func newOwnerTokenPair() (string, string) {
+	var b [2 * ownerTokenBytes]byte
+	_, _ = rand.Read(b[:])
+	var digits [2 * scripts.OwnerTokenDigits]byte
+	hex.Encode(digits[:], b[:])
+	both := string(digits[:])
+	return both[:scripts.OwnerTokenDigits], both[scripts.OwnerTokenDigits:]
+}
+
 // newClientTag returns a random name for a Client's own channels: two
 // Clients that drew the same would each hear the other's wake-ups, and
 // ignore them, as they name waiters the other does not have.

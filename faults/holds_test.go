@@ -52,7 +52,7 @@ func TestScenario14_ReentrantUnderFaults(t *testing.T) {
 				}
 				got++
 				h.res.Enter(w, outer.Token(), time.Now())
-				if inner, err := m.TryLock(ctx); err == nil {
+				if inner, err := m.TryLock(outer.Context(ctx)); err == nil { // re-entry through the hold's context
 					nested.Add(1)
 					if inner.Token() != outer.Token() {
 						mismatched.Add(1)

@@ -160,7 +160,7 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 				return err
 			}
 			fenced.Enter(i, outer.Token(), asked)
-			inner, err := m.Lock(ctx) // re-entry: same token, no wait
+			inner, err := m.Lock(outer.Context(ctx)) // re-entry through the hold's context: same token, no wait
 			if err == nil && inner.Token() != outer.Token() {
 				err = fmt.Errorf("re-entry got token %d, the hold has %d", inner.Token(), outer.Token())
 			}
