@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlockio/dlock/internal/serverstats"
@@ -25,21 +27,32 @@ Examples:
   dlock bench --redis redis://10.0.0.5:6379 --hold 2ms
 `
 
-func runBench(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("bench", benchUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else "+defaultRedisURL+")")
-	lockType := fs.String("type", "Mutex", "lock type: Mutex, ReentrantMutex or RWMutex")
+func defineBench(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
+	lockType := fs.String("type", "Mutex", "lock `type`: "+strings.Join(lockTypes, ", "))
 	clients := fs.Int("clients", 8, "contending clients, each with its own connection")
 	duration := fs.Duration("duration", 5*time.Second, "how long they contend")
 	hold := fs.Duration("hold", 0, "how long each holds the lock")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		switch {
+		case !slices.Contains(lockTypes, *lockType):
+			return usageError(out, "bench", "--type is one of %s, not %q", strings.Join(lockTypes, ", "), *lockType)
+		case *clients < 1:
+			return usageError(out, "bench", "--clients must be at least 1")
+		case *duration <= 0:
+			return usageError(out, "bench", "--duration must be positive")
+		case *hold < 0:
+			return usageError(out, "bench", "--hold must not be negative")
+		case fs.NArg() != 0:
+			return usageError(out, "bench", "takes no arguments")
+		}
+		c := &contention{lockType: *lockType, workers: *clients, duration: *duration, hold: *hold}
+		return bench(ctx, c, redisURL(*redisFlag), out)
 	}
-	if !slices.Contains(lockTypes, *lockType) || *clients < 1 || *duration <= 0 || *hold < 0 || fs.NArg() != 0 {
-		fmt.Fprintf(out.stderr, "dlock bench: --type is one of %v, --clients at least 1, --duration positive, --hold not negative\n", lockTypes)
-		return exitUsage
-	}
-	url := redisURL(*redisFlag)
+}
+
+// bench runs the contention c on the Redis at url and reports it.
+func bench(ctx context.Context, c *contention, url string, out *output) int {
 	if url == "" {
 		url = defaultRedisURL
 	}
@@ -50,9 +63,8 @@ func runBench(ctx context.Context, args []string, out *output) int {
 	}
 	defer admin.Close()
 
-	fmt.Fprintf(out.stdout, "dlock bench: %s, %d clients, %v, hold %v, on Redis at %s\n", *lockType, *clients, *duration, *hold, d)
-	c := &contention{lockType: *lockType, newRedis: d.client, name: fmt.Sprintf("bench:%d", time.Now().UnixNano()),
-		workers: *clients, duration: *duration, hold: *hold}
+	fmt.Fprintf(out.stdout, "dlock bench: %s, %d clients, %v, hold %v, on Redis at %s\n", c.lockType, c.workers, c.duration, c.hold, d)
+	c.newRedis, c.name = d.client, fmt.Sprintf("bench:%d", time.Now().UnixNano())
 	before, err := serverstats.Commands(ctx, admin)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock bench: reading the server's command counts: %v\n", err)

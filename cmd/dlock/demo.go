@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // are waiting when it lets go, so releases are handoffs to measure.
 const demoHold = time.Millisecond
 
-const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration D]
+const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration duration]
 
 Workers contend for one lock of each type in turn (Mutex, ReentrantMutex,
 RWMutex, FairMutex, Semaphore, MultiLock, Election), each with its own
@@ -32,32 +33,39 @@ Examples:
   dlock demo --redis redis://127.0.0.1:6379
 `
 
-func runDemo(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("demo", demoUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else an embedded Redis)")
+func defineDemo(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", "Redis `URL` (default: REDIS_URL, else an embedded Redis)")
 	workers := fs.Int("workers", 8, "workers per lock type, each with its own connection")
 	duration := fs.Duration("duration", 2*time.Second, "how long the workers contend, per lock type")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		switch {
+		case *workers < 1:
+			return usageError(out, "demo", "--workers must be at least 1")
+		case *duration <= 0:
+			return usageError(out, "demo", "--duration must be positive")
+		case fs.NArg() != 0:
+			return usageError(out, "demo", "takes no arguments")
+		}
+		return demo(ctx, *workers, *duration, redisURL(*redisFlag), out)
 	}
-	if *workers < 1 || *duration <= 0 || fs.NArg() != 0 {
-		fmt.Fprintln(out.stderr, "dlock demo: --workers must be at least 1, --duration positive, and no arguments")
-		return exitUsage
-	}
+}
 
-	newRedis, where, stopRedis, err := demoRedis(ctx, redisURL(*redisFlag))
+// demo runs workers on every lock type for duration each, on the Redis at
+// url, else an embedded one.
+func demo(ctx context.Context, workers int, duration time.Duration, url string, out *output) int {
+	newRedis, where, stopRedis, err := demoRedis(ctx, url)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock demo: %v\n", err)
 		return exitRedis
 	}
 	defer stopRedis()
-	fmt.Fprintf(out.stdout, "dlock demo: %d workers per lock type, %v each, on %s\n\n", *workers, *duration, where)
+	fmt.Fprintf(out.stdout, "dlock demo: %d workers per lock type, %v each, on %s\n\n", workers, duration, where)
 
 	run := fmt.Sprintf("demo:%d", time.Now().UnixNano()) // fresh names on a shared server
 	results := make(map[string]contentionResult)
 	for _, lockType := range lockTypes {
 		c := &contention{lockType: lockType, newRedis: newRedis, name: run + ":" + lockType,
-			workers: *workers, duration: *duration, hold: demoHold}
+			workers: workers, duration: duration, hold: demoHold}
 		stopProgress := out.progress(200*time.Millisecond, func() string {
 			return fmt.Sprintf("%-15s %d acquisitions", lockType, c.acquired.Load())
 		})
@@ -94,7 +102,7 @@ func runDemo(ctx context.Context, args []string, out *output) int {
 		"MultiLock: each worker locks two of three names, in either order; overlaps per name.\n"+
 		"Election: each worker campaigns, leads for the hold, and resigns; overlaps are two leaders.\n"+
 		"max/min: the most acquisitions of a worker over the fewest (the FairMutex's is near 1).\n",
-		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)), semaphorePermits(*workers))
+		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)), semaphorePermits(workers))
 	if !ok {
 		fmt.Fprintln(out.stdout, "\nverdict: FAILED — a lock let holders overlap or a stale token through")
 		return 1

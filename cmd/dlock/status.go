@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strings"
 )
@@ -51,23 +52,25 @@ type holderJSON struct {
 	Holds int    `json:"holds"`
 }
 
-func runStatus(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("status", statusUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else "+defaultRedisURL+")")
+func defineStatus(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
 	asJSON := fs.Bool("json", false, "print JSON, for scripts")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		if fs.NArg() != 1 {
+			return usageError(out, "status", "want one lock NAME")
+		}
+		return status(ctx, fs.Arg(0), *redisFlag, *asJSON, out)
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(out.stderr, "dlock status: want one lock NAME; see dlock status --help")
-		return exitUsage
-	}
-	client, done, code := openLocks(ctx, "status", *redisFlag, out)
+}
+
+// status prints the state of the lock name.
+func status(ctx context.Context, name, redisFlag string, asJSON bool, out *output) int {
+	client, done, code := openLocks(ctx, "status", redisFlag, out)
 	if client == nil {
 		return code
 	}
 	defer done()
-	info, err := client.Describe(ctx, fs.Arg(0))
+	info, err := client.Describe(ctx, name)
 	if err != nil {
 		return reportError("status", err, out)
 	}
@@ -87,7 +90,7 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		}
 		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(out.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s)
@@ -123,25 +126,26 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 	return 0
 }
 
-func runUnlock(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("unlock", unlockUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else "+defaultRedisURL+")")
+func defineUnlock(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
 	force := fs.Bool("force", false, "required: the lock is removed whoever holds it")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		if fs.NArg() != 1 || !*force {
+			return usageError(out, "unlock", "want --force and one lock NAME")
+		}
+		return unlock(ctx, fs.Arg(0), *redisFlag, *yes, out)
 	}
-	if fs.NArg() != 1 || !*force {
-		fmt.Fprintln(out.stderr, "dlock unlock: want --force and one lock NAME; see dlock unlock --help")
-		return exitUsage
-	}
-	name := fs.Arg(0)
-	client, done, code := openLocks(ctx, "unlock", *redisFlag, out)
+}
+
+// unlock removes the lock name, after asking unless yes.
+func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) int {
+	client, done, code := openLocks(ctx, "unlock", redisFlag, out)
 	if client == nil {
 		return code
 	}
 	defer done()
-	if !*yes {
+	if !yes {
 		info, err := client.Describe(ctx, name)
 		if err != nil {
 			return reportError("unlock", err, out)
