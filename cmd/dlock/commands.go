@@ -37,9 +37,9 @@ func commands() []command {
 			help: statusUsage, define: defineStatus},
 		{name: "unlock", synopsis: "--force [--yes] NAME", summary: "remove a lock whatever holds it",
 			help: unlockUsage, define: defineUnlock},
-		{name: "demo", synopsis: "[flags]", summary: "every lock type under contention, with a verdict",
+		{name: "demo", synopsis: "[flags]", summary: "every lock type under contention, with a verdict (embedded Redis)",
 			help: demoUsage, define: defineDemo},
-		{name: "bench", synopsis: "[flags]", summary: "a contention benchmark against a Redis",
+		{name: "bench", synopsis: "[flags]", summary: "a contention benchmark (embedded Redis unless --redis)",
 			help: benchUsage, define: defineBench},
 		{name: "version", synopsis: "", summary: "the version of dlock and the revision it was built from",
 			help: versionUsage, define: defineVersion},
@@ -215,7 +215,9 @@ func usage() string {
 
 // usageNotes end `dlock help` and the man page.
 const usageNotes = `
-Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379.
+Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379. demo and
+bench run on an embedded Redis unless --redis is given (REDIS_URL is not
+enough), and delete the keys they wrote on a server of yours.
   redis://[user:password@]host:port[/db]   rediss:// for TLS; or host:port
   Several URLs separated by commas are the nodes of a cluster; a single
   node of a cluster is recognised by itself.
