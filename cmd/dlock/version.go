@@ -28,10 +28,30 @@ func defineVersion(*flag.FlagSet) action {
 	}
 }
 
+// version is the module's version ("(devel)" when built inside its own
+// source tree without VCS information), the revision it was built from,
+// and the Go release and platform. The revision comes from go build's VCS
+// stamping, which needs a git checkout (not a worktree) and GOFLAGS without
+// -buildvcs=false; without it the revision is unknown.
 func version() string {
-	v := "(devel)"
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		v = info.Main.Version
+	module, revision := "(devel)", "revision unknown"
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if info.Main.Version != "" {
+			module = info.Main.Version
+		}
+		settings := map[string]string{}
+		for _, s := range info.Settings {
+			settings[s.Key] = s.Value
+		}
+		if r := settings["vcs.revision"]; r != "" {
+			revision = "revision " + r
+			if t := settings["vcs.time"]; t != "" {
+				revision += " of " + t
+			}
+			if settings["vcs.modified"] == "true" {
+				revision += ", modified"
+			}
+		}
 	}
-	return fmt.Sprintf("dlock %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("dlock %s (%s) %s %s/%s", module, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
