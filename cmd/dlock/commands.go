@@ -17,7 +17,7 @@ type command struct {
 	synopsis string // its arguments, after "dlock NAME"
 	summary  string // one line, for `dlock help`
 	help     string // --help's text above the flags: "Usage: …", what it does, examples
-	args     string // words its arguments complete to ("" for none): completion's
+	complete string // what its arguments complete to: "", completeCommands, completeProgram, or words
 	// define adds the command's flags to fs and returns what runs it once
 	// they are parsed. Called without running, it lists the flags.
 	define func(fs *flag.FlagSet) action
@@ -32,7 +32,7 @@ type action func(ctx context.Context, fs *flag.FlagSet, out *output) int
 func commands() []command {
 	return []command{
 		{name: "run", synopsis: "[flags] NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock",
-			help: runUsage, define: defineRun},
+			help: runUsage, complete: completeProgram, define: defineRun},
 		{name: "status", synopsis: "[--json] NAME", summary: "who holds a lock, for how long, who waits",
 			help: statusUsage, define: defineStatus},
 		{name: "unlock", synopsis: "--force [--yes] NAME", summary: "remove a lock whatever holds it",
@@ -43,8 +43,12 @@ func commands() []command {
 			help: benchUsage, define: defineBench},
 		{name: "version", synopsis: "", summary: "the version of dlock and the revision it was built from",
 			help: versionUsage, define: defineVersion},
+		{name: "completion", synopsis: "bash|zsh|fish", summary: "a shell completion script",
+			help: completionUsage, complete: completionShells, define: defineCompletion},
+		{name: "man", synopsis: "", summary: "the manual page, in roff (dlock man | man -l -)",
+			help: manUsage, define: defineMan},
 		{name: "help", synopsis: "[COMMAND]", summary: "this text, or a command's help",
-			help: helpUsage, args: "commands", define: defineHelp},
+			help: helpUsage, complete: completeCommands, define: defineHelp},
 	}
 }
 
@@ -209,20 +213,21 @@ func usage() string {
 	global := newFlagSet("")
 	globalFlags(global)
 	printFlags(&b, global)
-	b.WriteString(usageNotes)
+	b.WriteString("\n" + redisNotes + "\n" + exitNotes)
 	return b.String()
 }
 
-// usageNotes end `dlock help` and the man page.
-const usageNotes = `
-Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379. demo and
+// redisNotes and exitNotes end `dlock help`; the man page's ENVIRONMENT
+// and EXIT STATUS.
+const redisNotes = `Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379. demo and
 bench run on an embedded Redis unless --redis is given (REDIS_URL is not
 enough), and delete the keys they wrote on a server of yours.
   redis://[user:password@]host:port[/db]   rediss:// for TLS; or host:port
   Several URLs separated by commas are the nodes of a cluster; a single
   node of a cluster is recognised by itself.
+`
 
-Exit codes:
+const exitNotes = `Exit codes:
   0    success (run: the command's own exit code is passed through)
   1    failure: demo verdict failed, a foreign value under the lock's key, not confirmed
   2    bad flags or arguments
