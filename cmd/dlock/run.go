@@ -130,7 +130,8 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	signal.Notify(signals, stopSignals...)
 	defer signal.Stop(signals)
 
-	opts := []dlock.Option{dlock.WithTTL(s.ttl), dlock.WithOwner(ownerID())}
+	self := ownerID()
+	opts := []dlock.Option{dlock.WithTTL(s.ttl), dlock.WithOwner(self)}
 	if s.waitSet {
 		opts = append(opts, dlock.WithWait(s.wait))
 	}
@@ -140,11 +141,11 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	}
 	defer closeClient()
 
-	lease, err := acquire(ctx, client, name, s.shared, s.quiet, out)
+	lease, err := acquire(ctx, client, name, self, s.shared, s.quiet, out)
 	if err != nil {
 		if _, signalled := signalExit(ctx); !signalled && errors.Is(err, dlock.ErrNotAcquired) {
 			if !s.quiet {
-				reportBusy(client, name, s.wait, out)
+				reportBusy(client, name, self, s.wait, out)
 			}
 			return s.conflictCode
 		}
@@ -199,7 +200,7 @@ func ownerID() string {
 
 // acquire takes the lock, drawing a status line on a terminal while it
 // waits, unless quiet.
-func acquire(ctx context.Context, client *dlock.Client, name string, shared, quiet bool, out *output) (*dlock.Lease, error) {
+func acquire(ctx context.Context, client *dlock.Client, name, self string, shared, quiet bool, out *output) (*dlock.Lease, error) {
 	rw := client.RWMutex(name)
 	lock := rw.Lock
 	if shared {
@@ -209,7 +210,7 @@ func acquire(ctx context.Context, client *dlock.Client, name string, shared, qui
 	if !quiet {
 		started := time.Now()
 		stop = out.progress(time.Second, func() string {
-			return waitingLine(ctx, client, name, time.Since(started))
+			return waitingLine(ctx, client, name, self, time.Since(started))
 		})
 	}
 	lease, err := lock(ctx)
@@ -218,7 +219,7 @@ func acquire(ctx context.Context, client *dlock.Client, name string, shared, qui
 }
 
 // reportBusy says who holds the lock that --wait gave up on.
-func reportBusy(client *dlock.Client, name string, wait time.Duration, out *output) {
+func reportBusy(client *dlock.Client, name, self string, wait time.Duration, out *output) {
 	within := "within --wait " + wait.String()
 	if wait == 0 {
 		within = "(--wait 0)"
@@ -226,21 +227,38 @@ func reportBusy(client *dlock.Client, name string, wait time.Duration, out *outp
 	holders := ""
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if info, err := client.Describe(ctx, name); err == nil && len(info.Holders) > 0 {
-		holders = ", held by " + describeHolders(info.Holders)
+	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
+		holders = ", held by " + describeHolders(others(info.Holders, self))
 	}
 	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, holders, within)
 }
 
-func waitingLine(ctx context.Context, client *dlock.Client, name string, waited time.Duration) string {
+// waitingLine is the status line of a run waiting for name. It names the
+// holders but the run itself (self): the run holds the lock once its Lock
+// returns, which may be while the line is drawn, and a shared run may hold
+// beside the readers it then waits behind.
+func waitingLine(ctx context.Context, client *dlock.Client, name, self string, waited time.Duration) string {
 	line := fmt.Sprintf("dlock: waiting for %q for %v", name, waited.Round(time.Second))
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	info, err := client.Describe(ctx, name)
-	if err != nil || len(info.Holders) == 0 {
+	holders := others(info.Holders, self)
+	if err != nil || len(holders) == 0 {
 		return line
 	}
-	return fmt.Sprintf("%s; held by %s, %v left", line, describeHolders(info.Holders), info.TTL.Round(100*time.Millisecond))
+	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(holders),
+		info.TTL.Round(100*time.Millisecond))
+}
+
+// others are the holders but the owner self.
+func others(holders []dlock.Holder, self string) []dlock.Holder {
+	var rest []dlock.Holder
+	for _, h := range holders {
+		if h.Owner != self {
+			rest = append(rest, h)
+		}
+	}
+	return rest
 }
 
 func describeHolders(holders []dlock.Holder) string {
