@@ -1,7 +1,9 @@
 // Command dlock runs distributed locks on Redis from the shell: a command
 // under a lock (a distributed flock(1) for cron jobs and deploy steps), the
 // state of a lock, a forced unlock, a demo and a benchmark. Run
-// `dlock help` for the commands and `dlock COMMAND --help` for each.
+// `dlock help` for the commands and `dlock COMMAND --help` for each; the
+// same texts make `dlock man` and `dlock completion bash|zsh|fish`
+// (commands.go holds them).
 //
 // It uses the standard library's flag package: one FlagSet per subcommand
 // covers what dlock needs, and a CLI dependency would be the only one the
