@@ -272,7 +272,7 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 	ctx := context.Background()
 	code, stdout, _ := runDlock(t, url, "status", "--json", "reports")
 	var free statusJSON
-	if err := json.Unmarshal([]byte(stdout), &free); code != 0 || err != nil || free.Type != "free" || free.Held {
+	if err := json.Unmarshal([]byte(stdout), &free); code != 0 || err != nil || free.State != "free" || free.Type != "" || free.Held {
 		t.Fatalf("a free lock: exit %d, %v, %+v", code, err, free)
 	}
 	lease, err := locks.RWMutex("reports", dlock.WithOwner("host-a/pid-7")).Lock(ctx)
@@ -386,7 +386,7 @@ func TestRun_OnAClusterGivenAllNodesOrOne(t *testing.T) {
 			if code != 0 || stdout == "" {
 				t.Fatalf("%s, %s: exit %d, %q, %q", what, name, code, stdout, stderr)
 			}
-			if code, stdout, _ := runDlock(t, url, "status", "--json", name); code != 0 || !strings.Contains(stdout, `"type": "free"`) {
+			if code, stdout, _ := runDlock(t, url, "status", "--json", name); code != 0 || !strings.Contains(stdout, `"state": "free"`) {
 				t.Fatalf("%s, %s: status after the run: exit %d\n%s", what, name, code, stdout)
 			}
 		}
@@ -402,7 +402,7 @@ func TestCLI_RedissURL(t *testing.T) {
 	if code, stdout, stderr := runDlock(t, url, "run", "tls-job", "--", "true"); code != 0 {
 		t.Fatalf("run over TLS: exit %d\n%s%s", code, stdout, stderr)
 	}
-	if code, stdout, _ := runDlock(t, url, "status", "--json", "tls-job"); code != 0 || !strings.Contains(stdout, `"type": "free"`) {
+	if code, stdout, _ := runDlock(t, url, "status", "--json", "tls-job"); code != 0 || !strings.Contains(stdout, `"state": "free"`) {
 		t.Fatalf("status over TLS: exit %d\n%s", code, stdout)
 	}
 	wrong := "rediss://:wrong@" + srv.Addr()

@@ -18,6 +18,13 @@ const dialTimeout = 3 * time.Second
 
 const defaultRedisURL = "redis://127.0.0.1:6379"
 
+// redisFlagUsage is the --redis of the commands that use the default.
+const redisFlagUsage = "Redis `URL` (default: REDIS_URL, else " + defaultRedisURL + ")"
+
+// sandboxRedisUsage is the demo's and the bench's --redis: without it they
+// run on an embedded Redis, whatever REDIS_URL says.
+const sandboxRedisUsage = "Redis `URL` to run on (default: an embedded Redis; REDIS_URL is not used)"
+
 // redisURL is the --redis flag, else REDIS_URL; empty when neither is set.
 func redisURL(flagValue string) string {
 	if flagValue != "" {

@@ -23,6 +23,7 @@ var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex", "FairMutex", "Sem
 type contention struct {
 	lockType string
 	newRedis func() redis.UniversalClient
+	prefix   string // of every key: a sandbox's
 	name     string
 	workers  int
 	duration time.Duration
@@ -92,7 +93,7 @@ func (c *contention) run(ctx context.Context) (contentionResult, error) {
 	perWorker := make([]int, c.workers)
 	for i := range c.workers {
 		rdb := c.newRedis()
-		client := dlock.New(rdb)
+		client := dlock.New(rdb, dlock.WithPrefix(c.prefix))
 		work := c.worker(client, i, ch)
 		wg.Add(1)
 		go func() {

@@ -2,18 +2,16 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"time"
-
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 )
 
 // demoHold is how long a worker keeps the lock: long enough that the others
 // are waiting when it lets go, so releases are handoffs to measure.
 const demoHold = time.Millisecond
 
-const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration D]
+const demoUsage = `Usage: dlock demo [--redis URL] [--workers N] [--duration duration]
 
 Workers contend for one lock of each type in turn (Mutex, ReentrantMutex,
 RWMutex, FairMutex, Semaphore, MultiLock, Election), each with its own
@@ -23,8 +21,11 @@ how evenly the workers shared the lock, and handoff latency from a release
 to a waiting worker holding the lock. Exits 0 only when every verdict
 holds.
 
-Without --redis (or REDIS_URL) it runs on an embedded Redis (miniredis) and
-needs nothing installed.
+Without --redis it runs on an embedded Redis (miniredis) and needs nothing
+installed. REDIS_URL is not enough to send it to a server: only --redis
+does, so that a demo never runs on a production Redis by accident. On a
+server of yours it writes under a key prefix of its own (dlock-sandbox-…:)
+and deletes every key it wrote when it ends, also when interrupted.
 
 Examples:
   dlock demo
@@ -32,40 +33,45 @@ Examples:
   dlock demo --redis redis://127.0.0.1:6379
 `
 
-func runDemo(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("demo", demoUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else an embedded Redis)")
+func defineDemo(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", sandboxRedisUsage)
 	workers := fs.Int("workers", 8, "workers per lock type, each with its own connection")
 	duration := fs.Duration("duration", 2*time.Second, "how long the workers contend, per lock type")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		switch {
+		case *workers < 1:
+			return usageError(out, "demo", "--workers must be at least 1")
+		case *duration <= 0:
+			return usageError(out, "demo", "--duration must be positive")
+		case fs.NArg() != 0:
+			return usageError(out, "demo", "takes no arguments")
+		}
+		return demo(ctx, *workers, *duration, *redisFlag, out)
 	}
-	if *workers < 1 || *duration <= 0 || fs.NArg() != 0 {
-		fmt.Fprintln(out.stderr, "dlock demo: --workers must be at least 1, --duration positive, and no arguments")
-		return exitUsage
-	}
+}
 
-	newRedis, where, stopRedis, err := demoRedis(ctx, redisURL(*redisFlag))
+// demo runs workers on every lock type for duration each, on the Redis at
+// url, else an embedded one.
+func demo(ctx context.Context, workers int, duration time.Duration, url string, out *output) int {
+	box, err := openSandbox(ctx, url)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock demo: %v\n", err)
-		return exitRedis
+		return exitCodeOf(ctx, err)
 	}
-	defer stopRedis()
-	fmt.Fprintf(out.stdout, "dlock demo: %d workers per lock type, %v each, on %s\n\n", *workers, *duration, where)
+	defer box.close(ctx, "demo", out)
+	fmt.Fprintf(out.stdout, "dlock demo: %d workers per lock type, %v each, on %s\n\n", workers, duration, box.where)
 
-	run := fmt.Sprintf("demo:%d", time.Now().UnixNano()) // fresh names on a shared server
 	results := make(map[string]contentionResult)
 	for _, lockType := range lockTypes {
-		c := &contention{lockType: lockType, newRedis: newRedis, name: run + ":" + lockType,
-			workers: *workers, duration: *duration, hold: demoHold}
+		c := &contention{lockType: lockType, newRedis: box.newRedis, prefix: box.prefix, name: "demo:" + lockType,
+			workers: workers, duration: duration, hold: demoHold}
 		stopProgress := out.progress(200*time.Millisecond, func() string {
 			return fmt.Sprintf("%-15s %d acquisitions", lockType, c.acquired.Load())
 		})
 		res, err := c.run(ctx)
 		stopProgress()
 		if err != nil {
-			fmt.Fprintf(out.stderr, "dlock demo: %s: %v\n", lockType, err)
-			return exitRedis
+			return contentionFailed(ctx, "demo", lockType+": ", err, out)
 		}
 		results[lockType] = res
 	}
@@ -94,40 +100,13 @@ func runDemo(ctx context.Context, args []string, out *output) int {
 		"MultiLock: each worker locks two of three names, in either order; overlaps per name.\n"+
 		"Election: each worker campaigns, leads for the hold, and resigns; overlaps are two leaders.\n"+
 		"max/min: the most acquisitions of a worker over the fewest (the FairMutex's is near 1).\n",
-		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)), semaphorePermits(*workers))
+		round(rw.readHandoffs.Percentile(50)), round(rw.readHandoffs.Percentile(99)), semaphorePermits(workers))
 	if !ok {
 		fmt.Fprintln(out.stdout, "\nverdict: FAILED — a lock let holders overlap or a stale token through")
 		return 1
 	}
 	fmt.Fprintln(out.stdout, "\nverdict: OK — no overlapping holders, fencing tokens strictly increasing")
 	return 0
-}
-
-// demoRedis returns a way to open clients of the server the demo runs on:
-// the one at url, or an embedded miniredis whose TTLs run on the real clock.
-func demoRedis(ctx context.Context, url string) (newRedis func() redis.UniversalClient, where string, stop func(), err error) {
-	if url == "" {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true)
-		if err := m.Start(); err != nil {
-			return nil, "", nil, fmt.Errorf("starting the embedded Redis: %w", err)
-		}
-		addr := m.Addr()
-		return func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) },
-			"an embedded Redis (miniredis)", m.Close, nil
-	}
-	return realRedis(ctx, url)
-}
-
-// realRedis checks the server at url answers and returns a way to open more
-// clients of it.
-func realRedis(ctx context.Context, url string) (newRedis func() redis.UniversalClient, where string, stop func(), err error) {
-	d, probe, err := connect(ctx, url)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	_ = probe.Close()
-	return d.client, "Redis at " + d.String(), func() {}, nil
 }
 
 func round(d time.Duration) string {

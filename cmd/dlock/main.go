@@ -1,7 +1,9 @@
 // Command dlock runs distributed locks on Redis from the shell: a command
 // under a lock (a distributed flock(1) for cron jobs and deploy steps), the
 // state of a lock, a forced unlock, a demo and a benchmark. Run
-// `dlock help` for the commands and `dlock COMMAND --help` for each.
+// `dlock help` for the commands and `dlock COMMAND --help` for each; the
+// same texts make `dlock man` and `dlock completion bash|zsh|fish`
+// (commands.go holds them).
 //
 // It uses the standard library's flag package: one FlagSet per subcommand
 // covers what dlock needs, and a CLI dependency would be the only one the
@@ -11,13 +13,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -36,35 +35,6 @@ const (
 	exitCannotRun    = 126 // the command could not be started
 	exitNotFound     = 127 // the command was not found
 )
-
-const usage = `dlock: distributed locks on Redis
-
-Usage:
-  dlock run [flags] NAME -- COMMAND [ARGS...]   run a command while holding a lock
-  dlock status [--json] NAME                    who holds a lock, for how long, who waits
-  dlock unlock --force [--yes] NAME             remove a lock whatever holds it
-  dlock demo [flags]                            every lock type under contention, with a verdict
-  dlock bench [flags]                           a contention benchmark against a Redis
-  dlock version                                 the version of dlock
-
-Run 'dlock COMMAND --help' for a command's flags and examples.
-
-Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379.
-  redis://[user:password@]host:port[/db]   rediss:// for TLS; or host:port
-  Several URLs separated by commas are the nodes of a cluster; a single
-  node of a cluster is recognised by itself.
-
-Exit codes:
-  0    success (run: the command's own exit code is passed through)
-  1    failure: demo verdict failed, a foreign value under the lock's key, not confirmed
-  2    bad flags or arguments
-  69   Redis could not be reached or failed
-  77   Redis refused the login (user, password) or a command (ACL)
-  75   run: the lock was not acquired within --wait
-  76   run: the lock was lost while the command ran; the command was stopped
-  126  run: the command could not be started;  127: not found
-  128+N  run: the command was killed by signal N; signal N stopped the wait
-`
 
 func main() {
 	// go-redis logs a failed dial from its pool, several times a second while
@@ -136,46 +106,6 @@ func signalExit(ctx context.Context) (code int, ok bool) {
 	return 0, false
 }
 
-// run executes one subcommand and returns the process exit code.
-func run(ctx context.Context, args []string, out *output) int {
-	if len(args) == 0 {
-		fmt.Fprint(out.stderr, usage)
-		return exitUsage
-	}
-	switch args[0] {
-	case "run":
-		return runRun(ctx, args[1:], out)
-	case "status":
-		return runStatus(ctx, args[1:], out)
-	case "unlock":
-		return runUnlock(ctx, args[1:], out)
-	case "demo":
-		return runDemo(ctx, args[1:], out)
-	case "bench":
-		return runBench(ctx, args[1:], out)
-	case "version", "--version":
-		fmt.Fprintln(out.stdout, version())
-		return 0
-	case "help", "-h", "--help":
-		if len(args) > 1 && args[1] != "help" {
-			return run(ctx, []string{args[1], "--help"}, out)
-		}
-		fmt.Fprint(out.stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(out.stderr, "dlock: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
-	}
-}
-
-func version() string {
-	v := "(devel)"
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		v = info.Main.Version
-	}
-	return fmt.Sprintf("dlock %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
 // output is where a subcommand talks to its user.
 type output struct {
 	stdin          io.Reader
@@ -215,30 +145,4 @@ func (o *output) progress(interval time.Duration, line func() string) (stop func
 		close(done)
 		wg.Wait()
 	}
-}
-
-// newFlagSet makes a subcommand's flags; --help prints help to stdout.
-func newFlagSet(name, help string, out *output) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(out.stderr)
-	fs.Usage = func() {
-		fmt.Fprint(out.stdout, help, "\nFlags:\n")
-		fs.SetOutput(out.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(out.stderr)
-	}
-	return fs
-}
-
-// parseFlags parses args; done says the subcommand should return code (help
-// was asked for, or the flags were bad).
-func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0, true
-	case err != nil:
-		return exitUsage, true
-	}
-	return 0, false
 }

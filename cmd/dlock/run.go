@@ -72,13 +72,12 @@ Examples:
   dlock run dataset -- ./rebuild.sh
 `
 
-func runRun(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("run", runUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else "+defaultRedisURL+")")
+func defineRun(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "how long the lock outlives dlock if it dies; renewed every TTL/3")
 	var wait time.Duration
 	waitSet := false
-	fs.Func("wait", "how long to wait for the lock; 0: try once (default: wait forever)", func(s string) error {
+	fs.Func("wait", "how long to wait for the lock, a `duration`; 0: try once (default: wait forever)", func(s string) error {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
 			return fmt.Errorf("want a duration of 0 or more, such as 30s or 10m")
@@ -92,16 +91,38 @@ func runRun(ctx context.Context, args []string, out *output) int {
 		"release when COMMAND's main process exits, not when the last process of its group does")
 	quiet := fs.Bool("quiet", false, "say nothing when the lock is busy (not acquired within --wait)")
 	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
-	name, command, code, done := parseRunArgs(fs, args, out)
-	if done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		name, command, code, done := parseRunArgs(fs, out)
+		if done {
+			return code
+		}
+		switch {
+		case *ttl < dlock.MinTTL:
+			return usageError(out, "run", "--ttl must be at least %v", dlock.MinTTL)
+		case *grace < 0:
+			return usageError(out, "run", "--kill-grace must not be negative")
+		case *conflictCode < 0 || *conflictCode > 255:
+			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
+		}
+		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
+			shared: *shared, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet, conflictCode: *conflictCode}, out)
 	}
-	if *ttl < dlock.MinTTL || *grace < 0 || *conflictCode < 0 || *conflictCode > 255 {
-		fmt.Fprintf(out.stderr, "dlock run: --ttl must be at least %v, --kill-grace not negative, --conflict-exit-code 0 to 255\n",
-			dlock.MinTTL)
-		return exitUsage
-	}
+}
 
+// runSettings are run's flags.
+type runSettings struct {
+	redis         string
+	ttl, wait     time.Duration
+	waitSet       bool
+	shared        bool
+	grace         time.Duration
+	releaseOnExit bool
+	quiet         bool
+	conflictCode  int
+}
+
+// runLocked runs command under the lock name.
+func runLocked(ctx context.Context, name string, command []string, s runSettings, out *output) int {
 	// Registered before the lock is taken, so that no signal falls between
 	// main's handler ending the wait and the command's start: one that
 	// arrives once the lock is held is here, and the command never starts.
@@ -109,27 +130,28 @@ func runRun(ctx context.Context, args []string, out *output) int {
 	signal.Notify(signals, stopSignals...)
 	defer signal.Stop(signals)
 
-	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithOwner(ownerID())}
-	if waitSet {
-		opts = append(opts, dlock.WithWait(wait))
+	self := ownerID()
+	opts := []dlock.Option{dlock.WithTTL(s.ttl), dlock.WithOwner(self)}
+	if s.waitSet {
+		opts = append(opts, dlock.WithWait(s.wait))
 	}
-	client, closeClient, code := openLocks(ctx, "run", *redisFlag, out, opts...)
+	client, closeClient, code := openLocks(ctx, "run", s.redis, out, opts...)
 	if client == nil {
 		return code
 	}
 	defer closeClient()
 
-	lease, err := acquire(ctx, client, name, *shared, *quiet, out)
+	lease, err := acquire(ctx, client, name, self, s.shared, s.quiet, out)
 	if err != nil {
 		if _, signalled := signalExit(ctx); !signalled && errors.Is(err, dlock.ErrNotAcquired) {
-			if !*quiet {
-				reportBusy(client, name, wait, out)
+			if !s.quiet {
+				reportBusy(client, name, self, s.wait, out)
 			}
-			return *conflictCode
+			return s.conflictCode
 		}
 		return reportAcquire(ctx, name, err, out)
 	}
-	code = supervise(lease, name, command, *grace, *releaseOnExit, signals, out)
+	code = supervise(lease, name, command, s.grace, s.releaseOnExit, signals, out)
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
 		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %v (it expires within its TTL)\n", name, err)
 	}
@@ -140,10 +162,7 @@ func runRun(ctx context.Context, args []string, out *output) int {
 // follow NAME up to "--" (dlock run deploy --wait 0 -- ./deploy.sh): the
 // flag package stops at NAME, so what follows it is parsed again. "--" may
 // be left out when COMMAND does not start with "-".
-func parseRunArgs(fs *flag.FlagSet, args []string, out *output) (name string, command []string, code int, done bool) {
-	if code, done := parseFlags(fs, args); done {
-		return "", nil, code, true
-	}
+func parseRunArgs(fs *flag.FlagSet, out *output) (name string, command []string, code int, done bool) {
 	rest := fs.Args()
 	if len(rest) > 0 {
 		name, rest = rest[0], rest[1:]
@@ -153,21 +172,19 @@ func parseRunArgs(fs *flag.FlagSet, args []string, out *output) (name string, co
 		rest = rest[1:]
 	case len(rest) > 0 && strings.HasPrefix(rest[0], "-"):
 		dashes := slices.Index(rest, "--")
-		if code, done := parseFlags(fs, rest); done {
+		if code, done := parseFlags(fs, rest, out); done {
 			return "", nil, code, true
 		}
 		after := fs.Args()
 		if dashes >= 0 && len(after) != len(rest)-dashes-1 {
 			// The flags stopped at a word before "--": NAME is one word.
-			fmt.Fprintf(out.stderr, "dlock run: %q after NAME %q: want [flags] NAME [flags] -- COMMAND [ARGS...]\n",
-				after[0], name)
-			return "", nil, exitUsage, true
+			return "", nil, usageError(out, "run", "%q after NAME %q: want [flags] NAME [flags] -- COMMAND [ARGS...]",
+				after[0], name), true
 		}
 		rest = after
 	}
 	if name == "" || len(rest) == 0 {
-		fmt.Fprintln(out.stderr, "dlock run: want NAME -- COMMAND [ARGS...]; see dlock run --help")
-		return "", nil, exitUsage, true
+		return "", nil, usageError(out, "run", "want NAME -- COMMAND [ARGS...]"), true
 	}
 	return name, rest, 0, false
 }
@@ -183,7 +200,7 @@ func ownerID() string {
 
 // acquire takes the lock, drawing a status line on a terminal while it
 // waits, unless quiet.
-func acquire(ctx context.Context, client *dlock.Client, name string, shared, quiet bool, out *output) (*dlock.Lease, error) {
+func acquire(ctx context.Context, client *dlock.Client, name, self string, shared, quiet bool, out *output) (*dlock.Lease, error) {
 	rw := client.RWMutex(name)
 	lock := rw.Lock
 	if shared {
@@ -193,7 +210,7 @@ func acquire(ctx context.Context, client *dlock.Client, name string, shared, qui
 	if !quiet {
 		started := time.Now()
 		stop = out.progress(time.Second, func() string {
-			return waitingLine(ctx, client, name, time.Since(started))
+			return waitingLine(ctx, client, name, self, time.Since(started))
 		})
 	}
 	lease, err := lock(ctx)
@@ -202,7 +219,7 @@ func acquire(ctx context.Context, client *dlock.Client, name string, shared, qui
 }
 
 // reportBusy says who holds the lock that --wait gave up on.
-func reportBusy(client *dlock.Client, name string, wait time.Duration, out *output) {
+func reportBusy(client *dlock.Client, name, self string, wait time.Duration, out *output) {
 	within := "within --wait " + wait.String()
 	if wait == 0 {
 		within = "(--wait 0)"
@@ -210,21 +227,38 @@ func reportBusy(client *dlock.Client, name string, wait time.Duration, out *outp
 	holders := ""
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if info, err := client.Describe(ctx, name); err == nil && len(info.Holders) > 0 {
-		holders = ", held by " + describeHolders(info.Holders)
+	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
+		holders = ", held by " + describeHolders(others(info.Holders, self))
 	}
 	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, holders, within)
 }
 
-func waitingLine(ctx context.Context, client *dlock.Client, name string, waited time.Duration) string {
+// waitingLine is the status line of a run waiting for name. It names the
+// holders but the run itself (self): the run holds the lock once its Lock
+// returns, which may be while the line is drawn, and a shared run may hold
+// beside the readers it then waits behind.
+func waitingLine(ctx context.Context, client *dlock.Client, name, self string, waited time.Duration) string {
 	line := fmt.Sprintf("dlock: waiting for %q for %v", name, waited.Round(time.Second))
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	info, err := client.Describe(ctx, name)
-	if err != nil || len(info.Holders) == 0 {
+	holders := others(info.Holders, self)
+	if err != nil || len(holders) == 0 {
 		return line
 	}
-	return fmt.Sprintf("%s; held by %s, %v left", line, describeHolders(info.Holders), info.TTL.Round(100*time.Millisecond))
+	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(holders),
+		info.TTL.Round(100*time.Millisecond))
+}
+
+// others are the holders but the owner self.
+func others(holders []dlock.Holder, self string) []dlock.Holder {
+	var rest []dlock.Holder
+	for _, h := range holders {
+		if h.Owner != self {
+			rest = append(rest, h)
+		}
+	}
+	return rest
 }
 
 func describeHolders(holders []dlock.Holder) string {

@@ -4,19 +4,30 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/dlockio/dlock"
 )
 
 const statusUsage = `Usage: dlock status [--json] NAME
 
-Shows the lock NAME: its type, who holds it (owner ids and hold counts; a
-Mutex's owner is a secret and stays hidden), how long until it expires unless
-renewed, who waits for it, and the last fencing token handed out.
+Shows the lock NAME: its state, its type, who holds it (owner ids and hold
+counts; a Mutex's owner is a secret and stays hidden), how long its holds
+last unless renewed (a live holder renews them every TTL/3), who waits for
+it, and the last fencing token handed out.
+
+The state is free; held (by a Mutex's holder or an RWMutex's writer: no one
+else gets in); shared (by readers, or by some of a Semaphore's permits: more
+may join); or full (every permit of a Semaphore held). The type is what the
+lock's keys say: Mutex (also a FairMutex's, a MultiLock's part or an
+Election's), RWMutex (also a ReentrantMutex's) or Semaphore.
 
 Examples:
   dlock status deploy:web
-  dlock status --json nightly-report | jq .holders
+  dlock status --json nightly-report | jq -r .state
 `
 
 const unlockUsage = `Usage: dlock unlock --force [--yes] NAME
@@ -35,7 +46,8 @@ Examples:
 // statusJSON is what status --json prints.
 type statusJSON struct {
 	Name           string       `json:"name"`
-	Type           string       `json:"type"` // "Mutex", "RWMutex", "Semaphore" or "free"
+	State          string       `json:"state"`          // "free", "held", "shared" or "full": see stateOf
+	Type           string       `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "RWMutex" or "Semaphore"; none when free
 	Held           bool         `json:"held"`
 	Holders        []holderJSON `json:"holders"`
 	TTLMillis      int64        `json:"ttl_ms"` // -1: no expiry; 0: not held
@@ -51,34 +63,33 @@ type holderJSON struct {
 	Holds int    `json:"holds"`
 }
 
-func runStatus(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("status", statusUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else "+defaultRedisURL+")")
+func defineStatus(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
 	asJSON := fs.Bool("json", false, "print JSON, for scripts")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		if fs.NArg() != 1 {
+			return usageError(out, "status", "want one lock NAME")
+		}
+		return status(ctx, fs.Arg(0), *redisFlag, *asJSON, out)
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(out.stderr, "dlock status: want one lock NAME; see dlock status --help")
-		return exitUsage
-	}
-	client, done, code := openLocks(ctx, "status", *redisFlag, out)
+}
+
+// status prints the state of the lock name.
+func status(ctx context.Context, name, redisFlag string, asJSON bool, out *output) int {
+	client, done, code := openLocks(ctx, "status", redisFlag, out)
 	if client == nil {
 		return code
 	}
 	defer done()
-	info, err := client.Describe(ctx, fs.Arg(0))
+	info, err := client.Describe(ctx, name)
 	if err != nil {
 		return reportError("status", err, out)
 	}
-	s := statusJSON{Name: info.Name, Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
+	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
 		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
 		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
 	if info.TTL < 0 {
 		s.TTLMillis = -1
-	}
-	if s.Type == "" {
-		s.Type = "free"
 	}
 	for _, h := range info.Holders {
 		mode := modeName(h)
@@ -87,21 +98,23 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		}
 		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(out.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s)
 		return 0
 	}
 	fmt.Fprintf(out.stdout, "name:        %s\n", s.Name)
-	if !s.Held {
-		fmt.Fprintf(out.stdout, "state:       free\n")
-	} else {
-		fmt.Fprintf(out.stdout, "type:        %s\n", s.Type)
+	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
+	if s.Held {
+		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
 		if s.Permits > 0 {
-			fmt.Fprintf(out.stdout, "permits:     %d\n", s.Permits)
+			fmt.Fprintf(out.stdout, "permits:     %d of %d held\n", info.Holders[0].Holds, s.Permits)
 		}
 		for i, h := range s.Holders {
+			if s.Permits > 0 {
+				break // one Holder counting the permits, said above
+			}
 			label := "holders:"
 			if i > 0 {
 				label = ""
@@ -112,36 +125,63 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 			}
 			fmt.Fprintf(out.stdout, "%-12s %s  %s ×%d\n", label, owner, h.Mode, h.Holds)
 		}
-		ttl := "no expiry"
+		ttl := "never (no expiry)"
 		if info.TTL >= 0 {
-			ttl = info.TTL.String()
+			ttl = fmt.Sprintf("in %v unless renewed (a live holder renews it)", info.TTL.Round(100*time.Millisecond))
 		}
-		fmt.Fprintf(out.stdout, "ttl:         %s\n", ttl)
+		fmt.Fprintf(out.stdout, "expires:     %s\n", ttl)
 	}
 	fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
 	fmt.Fprintf(out.stdout, "last token:  %d\n", s.LastToken)
 	return 0
 }
 
-func runUnlock(ctx context.Context, args []string, out *output) int {
-	fs := newFlagSet("unlock", unlockUsage, out)
-	redisFlag := fs.String("redis", "", "Redis URL (default: REDIS_URL, else "+defaultRedisURL+")")
+// stateOf is status's state of a lock: free; held (no one else gets in);
+// shared (readers or some permits: more may join); full (every permit).
+func stateOf(info dlock.LockInfo) string {
+	switch {
+	case len(info.Holders) == 0:
+		return "free"
+	case info.Permits > 0 && info.Holders[0].Holds >= info.Permits:
+		return "full"
+	case info.Permits > 0 || !info.Holders[0].Write:
+		return "shared" // the writer, if any, comes first
+	}
+	return "held"
+}
+
+// typeLabel is the type in words: LockInfo's types each stand for several
+// of dlock's, which it does not tell apart.
+func typeLabel(lockType string) string {
+	switch lockType {
+	case "Mutex":
+		return "Mutex (or a FairMutex, a MultiLock's part, an Election)"
+	case "RWMutex":
+		return "RWMutex (or a ReentrantMutex)"
+	}
+	return lockType
+}
+
+func defineUnlock(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
 	force := fs.Bool("force", false, "required: the lock is removed whoever holds it")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	if code, done := parseFlags(fs, args); done {
-		return code
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		if fs.NArg() != 1 || !*force {
+			return usageError(out, "unlock", "want --force and one lock NAME")
+		}
+		return unlock(ctx, fs.Arg(0), *redisFlag, *yes, out)
 	}
-	if fs.NArg() != 1 || !*force {
-		fmt.Fprintln(out.stderr, "dlock unlock: want --force and one lock NAME; see dlock unlock --help")
-		return exitUsage
-	}
-	name := fs.Arg(0)
-	client, done, code := openLocks(ctx, "unlock", *redisFlag, out)
+}
+
+// unlock removes the lock name, after asking unless yes.
+func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) int {
+	client, done, code := openLocks(ctx, "unlock", redisFlag, out)
 	if client == nil {
 		return code
 	}
 	defer done()
-	if !*yes {
+	if !yes {
 		info, err := client.Describe(ctx, name)
 		if err != nil {
 			return reportError("unlock", err, out)

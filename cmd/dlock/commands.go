@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// command is one subcommand. Its synopsis, help text and flags are the one
+// source of `dlock help`, `dlock COMMAND --help`, the shell completions and
+// the man page, so that none of them can say other than what it takes.
+type command struct {
+	name     string
+	synopsis string // its arguments, after "dlock NAME"
+	summary  string // one line, for `dlock help`
+	help     string // --help's text above the flags: "Usage: …", what it does, examples
+	complete string // what its arguments complete to: "", completeCommands, completeProgram, or words
+	// define adds the command's flags to fs and returns what runs it once
+	// they are parsed. Called without running, it lists the flags.
+	define func(fs *flag.FlagSet) action
+}
+
+// action runs a command whose flags fs has parsed; fs.Args() are its
+// arguments.
+type action func(ctx context.Context, fs *flag.FlagSet, out *output) int
+
+// commands are dlock's subcommands, in the order help lists them. A
+// function, not a variable: help, completion and man list them all.
+func commands() []command {
+	return []command{
+		{name: "run", synopsis: "[flags] NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock",
+			help: runUsage, complete: completeProgram, define: defineRun},
+		{name: "status", synopsis: "[--json] NAME", summary: "who holds a lock, for how long, who waits",
+			help: statusUsage, define: defineStatus},
+		{name: "unlock", synopsis: "--force [--yes] NAME", summary: "remove a lock whatever holds it",
+			help: unlockUsage, define: defineUnlock},
+		{name: "demo", synopsis: "[flags]", summary: "every lock type under contention, with a verdict (embedded Redis)",
+			help: demoUsage, define: defineDemo},
+		{name: "bench", synopsis: "[flags]", summary: "a contention benchmark (embedded Redis unless --redis)",
+			help: benchUsage, define: defineBench},
+		{name: "version", synopsis: "", summary: "the version of dlock and the revision it was built from",
+			help: versionUsage, define: defineVersion},
+		{name: "completion", synopsis: "bash|zsh|fish", summary: "a shell completion script",
+			help: completionUsage, complete: completionShells, define: defineCompletion},
+		{name: "man", synopsis: "", summary: "the manual page, in roff (dlock man | man -l -)",
+			help: manUsage, define: defineMan},
+		{name: "help", synopsis: "[COMMAND]", summary: "this text, or a command's help",
+			help: helpUsage, complete: completeCommands, define: defineHelp},
+	}
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// globalFlags are the flags given before the command: --redis there is
+// every command's --redis.
+func globalFlags(fs *flag.FlagSet) (redisURL *string, version *bool) {
+	redisURL = fs.String("redis", "", "Redis `URL` for the command (as its own --redis)")
+	version = fs.Bool("version", false, "print the version of dlock")
+	return redisURL, version
+}
+
+// run executes the command line args (without the program's name) and
+// returns the process exit code.
+func run(ctx context.Context, args []string, out *output) int {
+	global := newFlagSet("")
+	globalRedis, showVersion := globalFlags(global)
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(out.stdout, usage())
+			return 0
+		}
+		return usageError(out, "", "%v", err)
+	}
+	if *showVersion {
+		fmt.Fprintln(out.stdout, version())
+		return 0
+	}
+	if global.NArg() == 0 {
+		fmt.Fprint(out.stderr, usage())
+		return exitUsage
+	}
+	name, args := global.Arg(0), global.Args()[1:]
+	c, ok := lookup(name)
+	if !ok {
+		return usageError(out, "", "unknown command %q", name)
+	}
+	fs := newFlagSet(c.name)
+	act := c.define(fs)
+	if *globalRedis != "" {
+		if fs.Lookup("redis") == nil {
+			return usageError(out, c.name, "takes no --redis")
+		}
+		_ = fs.Set("redis", *globalRedis) // a string flag: cannot fail
+	}
+	if code, done := parseFlags(fs, args, out); done {
+		return code
+	}
+	return act(ctx, fs, out)
+}
+
+// newFlagSet makes a command's flags. They print nothing themselves:
+// parseFlags reports what went wrong, or the help asked for.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs, the flags of the command of its name;
+// done says the command should return code: its help was asked for (on
+// stdout), or a flag broke a rule (that rule, on stderr).
+func parseFlags(fs *flag.FlagSet, args []string, out *output) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c, _ := lookup(fs.Name())
+		printHelp(out.stdout, c)
+		return 0, true
+	case err != nil:
+		return usageError(out, fs.Name(), "%v", err), true
+	}
+	return 0, false
+}
+
+// usageError says which rule the command line broke and where the rules
+// are, and returns exitUsage. command is "" for dlock's own flags.
+func usageError(out *output, command, format string, args ...any) int {
+	prog := strings.TrimSpace("dlock " + command)
+	fmt.Fprintf(out.stderr, "%s: %s\nRun '%s --help' for usage.\n", prog, fmt.Sprintf(format, args...), prog)
+	return exitUsage
+}
+
+// printHelp prints a command's help text and its flags.
+func printHelp(w io.Writer, c command) {
+	fmt.Fprint(w, c.help)
+	fs := newFlagSet(c.name)
+	c.define(fs)
+	if flagCount(fs) > 0 {
+		fmt.Fprint(w, "\nFlags:\n")
+		printFlags(w, fs)
+	}
+}
+
+func flagCount(fs *flag.FlagSet) int {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n
+}
+
+// flagInfo is what help, completion and the man page say of one flag.
+type flagInfo struct {
+	name  string
+	arg   string // what its value is ("duration", "URL", "int"…); "" for a switch
+	usage string
+	def   string // its default, when it is worth saying; ""
+}
+
+// flagsOf lists fs's flags in name order. A value's name is flag's: the
+// word in backquotes in its usage, else its type ("duration", "int").
+func flagsOf(fs *flag.FlagSet) []flagInfo {
+	var flags []flagInfo
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		info := flagInfo{name: f.Name, arg: arg, usage: text}
+		switch f.DefValue {
+		case "", "0", "false", "0s":
+		default:
+			info.def = f.DefValue
+		}
+		flags = append(flags, info)
+	})
+	return flags
+}
+
+// printFlags prints fs's flags as help does: "--name type", then what it is.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	for _, f := range flagsOf(fs) {
+		fmt.Fprintf(w, "  --%s", f.name)
+		if f.arg != "" {
+			fmt.Fprintf(w, " %s", f.arg)
+		}
+		fmt.Fprintf(w, "\n      %s", f.usage)
+		if f.def != "" {
+			fmt.Fprintf(w, " (default %s)", f.def)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// usage is `dlock help`.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("dlock: distributed locks on Redis\n\nUsage:\n")
+	width := 0
+	for _, c := range commands() {
+		width = max(width, len(c.name)+1+len(c.synopsis))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  dlock %-*s   %s\n", width, strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+	}
+	b.WriteString("\nRun 'dlock COMMAND --help' for a command's flags and examples.\n\nGlobal flags, before the command:\n")
+	global := newFlagSet("")
+	globalFlags(global)
+	printFlags(&b, global)
+	b.WriteString("\n" + redisNotes + "\n" + exitNotes)
+	return b.String()
+}
+
+// redisNotes and exitNotes end `dlock help`; the man page's ENVIRONMENT
+// and EXIT STATUS.
+const redisNotes = `Redis: --redis URL, else REDIS_URL, else redis://127.0.0.1:6379. demo and
+bench run on an embedded Redis unless --redis is given (REDIS_URL is not
+enough), and delete the keys they wrote on a server of yours.
+  redis://[user:password@]host:port[/db]   rediss:// for TLS; or host:port
+  Several URLs separated by commas are the nodes of a cluster; a single
+  node of a cluster is recognised by itself.
+`
+
+const exitNotes = `Exit codes:
+  0    success (run: the command's own exit code is passed through)
+  1    failure: demo verdict failed, a foreign value under the lock's key, not confirmed
+  2    bad flags or arguments
+  69   Redis could not be reached or failed
+  77   Redis refused the login (user, password) or a command (ACL)
+  75   run: the lock was not acquired within --wait
+  76   run: the lock was lost while the command ran; the command was stopped
+  126  run: the command could not be started;  127: not found
+  128+N  run: the command was killed by signal N; signal N stopped the wait
+`
+
+const helpUsage = `Usage: dlock help [COMMAND]
+
+Prints the commands of dlock, or the help of one (as dlock COMMAND --help).
+
+Examples:
+  dlock help
+  dlock help run
+`
+
+func defineHelp(fs *flag.FlagSet) action {
+	return func(_ context.Context, fs *flag.FlagSet, out *output) int {
+		switch fs.NArg() {
+		case 0:
+			fmt.Fprint(out.stdout, usage())
+			return 0
+		case 1:
+			c, ok := lookup(fs.Arg(0))
+			if !ok {
+				return usageError(out, "help", "unknown command %q", fs.Arg(0))
+			}
+			printHelp(out.stdout, c)
+			return 0
+		}
+		return usageError(out, "help", "want at most one COMMAND")
+	}
+}

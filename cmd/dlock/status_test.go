@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// status --json says in state whether the lock is free, held (no one else
+// gets in), shared (readers, or some of a Semaphore's permits: more may
+// join) or full (every permit held); type is the kind of lock, apart.
+func TestStatus_StateIsApartFromTheType(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx := context.Background()
+	status := func(name string) (statusJSON, map[string]any, string) {
+		t.Helper()
+		code, stdout, stderr := runDlock(t, url, "status", "--json", name)
+		var s statusJSON
+		var raw map[string]any
+		if code != 0 || json.Unmarshal([]byte(stdout), &s) != nil || json.Unmarshal([]byte(stdout), &raw) != nil {
+			t.Fatalf("status --json %s: exit %d\n%s%s", name, code, stdout, stderr)
+		}
+		_, text, _ := runDlock(t, url, "status", name)
+		return s, raw, text
+	}
+	lock := func(l *dlock.Lease, err error) *dlock.Lease {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	lock(locks.Mutex("m").Lock(ctx))
+	lock(locks.RWMutex("rw").Lock(ctx))
+	lock(locks.RWMutex("readers").RLock(ctx))
+	lock(locks.RWMutex("readers").RLock(ctx))
+	lock(locks.Semaphore("some", 3).Acquire(ctx))
+	for range 2 {
+		lock(locks.Semaphore("all", 2).Acquire(ctx))
+	}
+	for _, tc := range []struct{ name, state, lockType string }{
+		{"nothing", "free", ""},
+		{"m", "held", "Mutex"},
+		{"rw", "held", "RWMutex"},
+		{"readers", "shared", "RWMutex"},
+		{"some", "shared", "Semaphore"},
+		{"all", "full", "Semaphore"},
+	} {
+		s, raw, text := status(tc.name)
+		if s.State != tc.state || s.Type != tc.lockType || s.Held != (tc.state != "free") {
+			t.Errorf("%s: state %q, type %q, held %v; want %q, %q", tc.name, s.State, s.Type, s.Held, tc.state, tc.lockType)
+		}
+		if _, ok := raw["type"]; ok != (tc.lockType != "") {
+			t.Errorf("%s: JSON %v: want a type exactly when held", tc.name, raw)
+		}
+		if !strings.Contains(text, "state:       "+tc.state+"\n") {
+			t.Errorf("%s: the text does not say state %s:\n%s", tc.name, tc.state, text)
+		}
+	}
+}
+
+// The line a waiting run draws never names the run itself as a holder it
+// waits for: it holds the lock itself when its Lock returns as the line is
+// drawn, and a shared run may hold beside the reader it waits behind.
+func TestRun_TheWaitingLineNeverNamesTheRunItself(t *testing.T) {
+	_, locks := testRedis(t)
+	ctx := context.Background()
+	const self, other = "host-a/pid-1/self", "host-b/pid-2/other"
+	theirs, err := locks.RWMutex("job", dlock.WithOwner(other)).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.RWMutex("job", dlock.WithOwner(self)).RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	line := waitingLine(ctx, locks, "job", self, 3*time.Second)
+	if strings.Contains(line, self) || !strings.Contains(line, other) {
+		t.Fatalf("held by the run and another: %q; want only the other named", line)
+	}
+	if err := theirs.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	line = waitingLine(ctx, locks, "job", self, 3*time.Second)
+	if strings.Contains(line, self) || strings.Contains(line, "held by") {
+		t.Fatalf("held by the run alone: %q; want no holder named", line)
+	}
+}
