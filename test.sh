@@ -26,15 +26,23 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
-# The CLI's terminal tests drive dlock run in a tmux session; without tmux
-# they skip, saying so.
-if ! command -v tmux >/dev/null 2>&1; then
+# The CLI's terminal tests drive dlock run in a tmux session, and its
+# completion and man page tests run zsh, fish and groff; without them those
+# tests skip, saying so.
+missing=""
+for tool in tmux zsh fish groff; do
+  package=$tool
+  [ "$tool" = groff ] && package=groff-base
+  command -v "$tool" >/dev/null 2>&1 || missing="$missing $package"
+done
+if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test.sh: tmux missing; installing it with apt-get"
+    echo "test.sh: missing:$missing; installing with apt-get"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+    # shellcheck disable=SC2086 # one package per word
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
   else
-    echo "test.sh: tmux missing: the terminal tests of dlock run will skip (apt-get install tmux)" >&2
+    echo "test.sh: missing:$missing: the CLI tests that need them will skip (apt-get install$missing)" >&2
   fi
 fi
 
