@@ -19,6 +19,8 @@ type holdLock struct {
 	keys  keys
 	err   error // bad arguments, returned before any I/O
 
+	writeKind Kind // what observers are told the write side is: KindWrite or KindReentrant
+
 	// KEYS of the scripts in rw_lib.lua's order, up to the fencing counter:
 	// the same for every attempt and lease, so made once (scripts never
 	// modify them). An attempt adds its tombstone.
@@ -37,13 +39,13 @@ var rwKind = &leaseKind{
 	abandon: scripts.RWAbandon,
 }
 
-func (c *Client) newHoldLock(name string, opts []Option) holdLock {
+func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {
 	if c == nil {
 		return holdLock{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
-	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k)}
+	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k), writeKind: writeKind}
 	if !cfg.ownerSet {
 		h.owner = newOwnerToken()
 	}
@@ -79,6 +81,20 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	if err := h.check(); err != nil {
 		return nil, err
 	}
+	if o := h.cfg.observer; o != nil {
+		kind := h.writeKind
+		if mode == modeRead {
+			kind = KindRead
+		}
+		return o.acquire(ctx, kind, h.name, try || h.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
+			return h.take(ctx, mode, try)
+		})
+	}
+	return h.take(ctx, mode, try)
+}
+
+// take is acquire's work.
+func (h *holdLock) take(ctx context.Context, mode byte, try bool) (*Lease, error) {
 	a := &holdAcquirer{h: h, mode: mode}
 	a.newCall()
 	if try {

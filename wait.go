@@ -201,6 +201,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
+	observed := cfg.observer.callIn(ctx) // nil when nobody observes
 	// Whether an attempt of the call took long enough for the Redis client
 	// to have sent it twice: then the lease's release leaves a tombstone for
 	// the copy that may still be on its way (see Client.resendAfter).
@@ -286,6 +287,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 				}
 				return nil, stop
 			}
+			observed.wait(ctx, WaitRetry, err)
 			continue
 		}
 		failures = 0
@@ -310,12 +312,14 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		}
 		if waiterID != "" {
 			retryIn = min(retryIn, cfg.waiterRefresh)
+			observed.wait(ctx, WaitRegistered, nil)
 		}
 		timer.Reset(retryIn)
 		var stop error
 		select {
 		case <-w.C():
 			if l := grantFor(a, w, cfg); l != nil {
+				observed.wait(ctx, WaitHandedOver, nil)
 				l.maybeCopied = maybeCopied
 				kept, err := keep(ctx, l, true)
 				if !retryGrant(err) {
@@ -334,6 +338,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			}
 			return nil, stop
 		}
+		observed.wait(ctx, WaitRetry, nil)
 	}
 }
 
