@@ -184,9 +184,12 @@ const (
 	// LossExpired: a fixed lease ([WithLeaseTime]) ran out unextended, or
 	// a lease was not renewed because its Client was closed.
 	LossExpired LossReason = "expired"
-	// LossTaken: another owner holds the lock.
+	// LossTaken: another owner holds the lock. (Not told yet: Redis's
+	// refusal does not say whether the hold was taken or removed, and is
+	// reported as LossUnknown.)
 	LossTaken LossReason = "taken"
-	// LossForced: the lock was removed ([Client.ForceUnlock], a DEL).
+	// LossForced: the lock was removed ([Client.ForceUnlock], a DEL). (Not
+	// told yet either: see LossTaken.)
 	LossForced LossReason = "forced"
 	// LossUnreachable: no renewal (or release) was confirmed before the
 	// deadline: Redis could not be reached, or did not answer in time.
