@@ -419,3 +419,47 @@ func TestObserver_EventsNeverCarryTheOwnerToken(t *testing.T) {
 		}
 	}
 }
+
+// A MultiLock over several cluster slots holds a lease per slot under one
+// lease: the parts report their renewals, and the whole lease alone its
+// acquire, release and end.
+func TestObserver_MultiLockAcrossSlotsIsOneLease(t *testing.T) {
+	rec := newRecorder()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: sharedCluster().Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()), dlock.WithTTL(300*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	names := []string{name + ":a", name + ":b", name + ":c", name + ":d"}
+	slots := map[int]bool{}
+	for _, n := range names {
+		slots[dlock.ClusterSlot(n)] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("names %q share one slot", names)
+	}
+	lease, err := c.MultiLock(names).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewal := rec.waitFor(t, "renewal multi ok", 5*time.Second).(dlock.RenewalEvent)
+	if renewal.Name == lease.Name() {
+		t.Fatalf("renewal of %q: want one part's names", renewal.Name)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var story []string
+	for _, l := range rec.snapshot() {
+		if !strings.HasPrefix(l, "renewal") {
+			story = append(story, l)
+		}
+	}
+	equalLines(t, story, []string{
+		"acquire multi try=false",
+		"done acquired waited=false token>0=true",
+		"release multi",
+		`end multi lost="" held>0=true`,
+		"released err=<nil>",
+	})
+}
