@@ -101,6 +101,15 @@
 // Unlock, and the clean-up after a failed acquire, deliberately outlive a
 // cancelled context (bounded by [CleanupTimeout]).
 //
+// # Observing locks
+//
+// [WithObserver] sets an [Observer]: functions told of each acquire call
+// and its outcome, the steps of a wait, renewals with their margin,
+// extensions, releases, losses with their reason, and leaderships. The
+// module github.com/dlockio/dlock/dlockotel makes OpenTelemetry metrics and
+// spans of them; this module depends on no telemetry library. Unset, it
+// costs nothing.
+//
 // # Errors
 //
 // Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],

@@ -95,7 +95,15 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.c.waitFor(ctx, e.cfg, e.keys.own, e.candidate(value))
+	var l *Lease
+	var err error
+	if o := e.cfg.observer; o != nil {
+		l, err = o.acquire(ctx, KindElection, e.name, e.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
+			return e.c.waitFor(ctx, e.cfg, e.keys.own, e.candidate(value))
+		})
+	} else {
+		l, err = e.c.waitFor(ctx, e.cfg, e.keys.own, e.candidate(value))
+	}
 	if err != nil {
 		return nil, err
 	}

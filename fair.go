@@ -71,8 +71,13 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, f.call())
+	if o := f.cfg.observer; o != nil {
+		return o.acquire(ctx, KindFair, f.name, true, f.tryLock)
+	}
+	return f.tryLock(ctx)
 }
+
+func (f *FairMutex) tryLock(ctx context.Context) (*Lease, error) { return tryOnce(ctx, f.call()) }
 
 // Lock takes the lock in its turn, waiting behind those who asked before,
 // until ctx ends or the wait set by [WithWait] runs out. A wait that ends
@@ -85,6 +90,13 @@ func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
+	if o := f.cfg.observer; o != nil {
+		return o.acquire(ctx, KindFair, f.name, f.cfg.triesOnce(), f.lock)
+	}
+	return f.lock(ctx)
+}
+
+func (f *FairMutex) lock(ctx context.Context) (*Lease, error) {
 	return f.c.waitFor(ctx, f.cfg, f.keys.own, f.call())
 }
 

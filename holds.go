@@ -21,7 +21,8 @@ type holdLock struct {
 
 	// heldKey is the context key of a hold of this lock (see ownerFor),
 	// boxed once so that looking it up allocates nothing.
-	heldKey any
+	heldKey   any
+	writeKind Kind // what observers are told the write side is: KindWrite or KindReentrant
 
 	// KEYS of the scripts in rw_lib.lua's order, up to the fencing counter:
 	// the same for every attempt and lease, so made once (scripts never
@@ -41,13 +42,13 @@ var rwKind = &leaseKind{
 	abandon: scripts.RWAbandon,
 }
 
-func (c *Client) newHoldLock(name string, opts []Option) holdLock {
+func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {
 	if c == nil {
 		return holdLock{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
-	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k), heldKey: heldKey(k.lock)}
+	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k), heldKey: heldKey(k.lock), writeKind: writeKind}
 	if h.err = validateName(name); h.err == nil {
 		h.err = cfg.validate()
 	}
@@ -80,6 +81,20 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
+	if o := h.cfg.observer; o != nil {
+		kind := h.writeKind
+		if mode == modeRead {
+			kind = KindRead
+		}
+		return o.acquire(ctx, kind, h.name, try || h.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
+			return h.take(ctx, mode, try)
+		})
+	}
+	return h.take(ctx, mode, try)
+}
+
+// take is acquire's work.
+func (h *holdLock) take(ctx context.Context, mode byte, try bool) (*Lease, error) {
 	owner := h.ownerFor(ctx)
 	a := &holdAcquirer{h: h, mode: mode, owner: owner, newOwner: owner == ""}
 	a.newCall()

@@ -92,6 +92,10 @@ type Lease struct {
 	// A Redlock's lease is held on a majority of nodes, not through c.
 	redlock *redlockHold
 	slack   time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
+
+	// obs tells an Observer about a lease returned to a caller (see
+	// Observer.watch); nil when none is set.
+	obs atomic.Pointer[leaseObs]
 }
 
 // groupTokens are the locks of a MultiLock group held by one lease, and the
@@ -390,6 +394,12 @@ func (l *Lease) GoString() string { return l.String() }
 // not bring the lease back: it returns an error matching [ErrLeaseLost], and
 // the lease stays lost.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	err := l.extend(ctx, ttl)
+	l.extended(ttl, err)
+	return err
+}
+
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := validTTL("TTL", ttl); err != nil {
 		return err
 	}
@@ -467,7 +477,12 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // through in time) is released all the same, and Unlock returns nil. So does
 // an Unlock whose release was applied but whose reply was lost: the copy the
 // Redis client sends again finds the release's mark.
-func (l *Lease) Unlock(ctx context.Context) error { return l.unlock(ctx, voidIfCopied) }
+func (l *Lease) Unlock(ctx context.Context) error {
+	if ob := l.obs.Load(); ob != nil && !ob.part {
+		return ob.unlock(ctx, l)
+	}
+	return l.unlock(ctx, voidIfCopied)
+}
 
 // giveUp is Unlock for a lease its call will not return (its caller's
 // context ended as it was granted, a grant that could not be confirmed, a
@@ -527,7 +542,7 @@ func (l *Lease) release(ctx context.Context, rule voidRule) error {
 	ok, err := l.c.releaseWithin(ctx, l.kind.release, head, l.owner, extra...)
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
-		l.end(fmt.Errorf("%w: unlock did not complete", ErrLeaseLost))
+		l.end(errUnlockUnknown)
 		return redisError("unlock", l.name, err)
 	}
 	if !ok {
@@ -697,9 +712,13 @@ func (l *Lease) end(err error) {
 		return
 	}
 	l.ending = true
+	ob := l.obs.Load() // under mu: see Observer.watch
 	l.mu.Unlock()
 	if err != nil {
 		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
+	}
+	if ob != nil { // told before Done closes, as the log is
+		ob.ended(l, err)
 	}
 
 	l.mu.Lock()

@@ -158,6 +158,16 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.c.usable(ctx); err != nil {
 		return nil, err
 	}
+	if o := m.cfg.observer; o != nil {
+		return o.acquire(ctx, KindMulti, m.name, try || m.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
+			return m.take(ctx, try)
+		})
+	}
+	return m.take(ctx, try)
+}
+
+// take is acquire's work.
+func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 	cfg := m.cfg
 	if cfg.waitSet && !try { // one wait for all the groups, not one each
 		if cfg.wait == 0 {

@@ -110,8 +110,13 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, m.call())
+	if o := m.cfg.observer; o != nil {
+		return o.acquire(ctx, KindMutex, m.name, true, m.tryLock)
+	}
+	return m.tryLock(ctx)
 }
+
+func (m *Mutex) tryLock(ctx context.Context) (*Lease, error) { return tryOnce(ctx, m.call()) }
 
 // Lock takes the lock, waiting for its release while someone else holds it,
 // until ctx ends or the wait set by [WithWait] runs out. A wait that ends
@@ -127,6 +132,13 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.check(ctx); err != nil {
 		return nil, err
 	}
+	if o := m.cfg.observer; o != nil {
+		return o.acquire(ctx, KindMutex, m.name, m.cfg.triesOnce(), m.lock)
+	}
+	return m.lock(ctx)
+}
+
+func (m *Mutex) lock(ctx context.Context) (*Lease, error) {
 	return m.c.waitFor(ctx, m.cfg, m.keys.own, m.call())
 }
 

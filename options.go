@@ -80,6 +80,8 @@ type settings struct {
 
 	replicaAck        int // replicas that must confirm an acquisition (WAIT)
 	replicaAckTimeout time.Duration
+
+	observer *Observer // nil: nothing is observed
 }
 
 func defaultSettings() settings {
@@ -240,6 +242,10 @@ func (s settings) validate() error {
 	}
 	return nil
 }
+
+// triesOnce reports whether a Lock made with these settings is a single
+// attempt ([WithWait](0)), for observers.
+func (s settings) triesOnce() bool { return s.waitSet && s.wait == 0 }
 
 // holdTTL is the TTL each acquisition asks Redis for, and whether the lease
 // renews itself.

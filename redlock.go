@@ -132,6 +132,13 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
+	if o := m.cfg.observer; o != nil {
+		return o.acquire(ctx, KindRedlock, m.name, true, m.tryLock)
+	}
+	return m.tryLock(ctx)
+}
+
+func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
@@ -150,15 +157,23 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
+	if o := m.cfg.observer; o != nil {
+		return o.acquire(ctx, KindRedlock, m.name, m.cfg.triesOnce(), m.lock)
+	}
+	return m.lock(ctx)
+}
+
+func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 	if m.cfg.waitSet {
 		if m.cfg.wait == 0 {
-			return m.TryLock(ctx)
+			return m.tryLock(ctx)
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.cfg.wait)
 		defer cancel()
 	}
 	var last error
+	observed := m.cfg.observer.callIn(ctx) // nil when nobody observes
 	for {
 		if err := ctx.Err(); err != nil {
 			if last == nil {
@@ -181,6 +196,7 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 		}
 		select {
 		case <-time.After(delay):
+			observed.wait(ctx, WaitRetry, err)
 		case <-ctx.Done():
 		}
 	}

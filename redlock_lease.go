@@ -60,9 +60,11 @@ func (h *redlockHold) renewEvery(interval time.Duration) {
 			return
 		}
 		ttl := l.currentTTL()
-		ctx, cancel := context.WithDeadline(context.Background(), l.Deadline())
+		due := l.Deadline()
+		ctx, cancel := context.WithDeadline(context.Background(), due)
 		err := h.extendOnce(ctx, ttl, false)
 		cancel()
+		l.redlockRenewed(due, err)
 		next := ttl / 3
 		if err != nil {
 			l.log.Debug("dlock: Redlock renewal did not reach a majority, retrying", "lock", l.name, "err", err)

@@ -42,7 +42,7 @@ type ReentrantMutex struct{ h holdLock }
 // the Client's defaults. Nothing is sent to Redis; a bad name or option is returned by the
 // first call that would, matching [ErrInvalid].
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
-	return &ReentrantMutex{h: c.newHoldLock(name, opts)}
+	return &ReentrantMutex{h: c.newHoldLock(name, KindReentrant, opts)}
 }
 
 // Name returns the lock's name.

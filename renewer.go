@@ -307,12 +307,14 @@ func (r *renewer) renew(ctx context.Context, due []*Lease) {
 	for i, l := range batch {
 		switch err := results[i]; {
 		case err == nil:
-			if l.confirmed(sent, ttls[i]) == nil {
+			if l.renewed(sent, ttls[i]) == nil {
 				r.reschedule(l, sent.Add(ttls[i]/3))
 			}
 		case errors.Is(err, errRenewalRefused) || isWrongType(err):
+			l.renewalFailed(err, true)
 			l.refused()
 		default:
+			l.renewalFailed(err, false)
 			// Try again soon, well before the deadline; if none gets through,
 			// the deadline timer reports the loss.
 			l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)

@@ -51,7 +51,7 @@ type RWMutex struct{ h holdLock }
 // Nothing is sent to Redis; a bad name or option is returned by the first
 // call that would, matching [ErrInvalid].
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{h: c.newHoldLock(name, opts)}
+	return &RWMutex{h: c.newHoldLock(name, KindWrite, opts)}
 }
 
 // Name returns the lock's name.

@@ -83,8 +83,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	return tryOnce(ctx, s.call())
+	if o := s.cfg.observer; o != nil {
+		return o.acquire(ctx, KindSemaphore, s.name, true, s.tryAcquire)
+	}
+	return s.tryAcquire(ctx)
 }
+
+func (s *Semaphore) tryAcquire(ctx context.Context) (*Lease, error) { return tryOnce(ctx, s.call()) }
 
 // Acquire takes a permit, waiting for one to be released while all are
 // held, until ctx ends or the wait set by [WithWait] runs out. A wait that
@@ -95,6 +100,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
+	if o := s.cfg.observer; o != nil {
+		return o.acquire(ctx, KindSemaphore, s.name, s.cfg.triesOnce(), s.acquire)
+	}
+	return s.acquire(ctx)
+}
+
+func (s *Semaphore) acquire(ctx context.Context) (*Lease, error) {
 	return s.c.waitFor(ctx, s.cfg, s.keys.own, s.call())
 }
 

@@ -58,6 +58,9 @@ go test -race -count=1 -timeout 8m ./...
 # Without -race: its checks judge timing, which the race detector slows
 # fivefold. A soak: cd faults && go test -tags faults -run Explore -explore 30m .
 (cd faults && go test -tags faults -count=1 -timeout 6m -run 'TestExplore' .)
+# The OpenTelemetry observer is a module of its own (OpenTelemetry stays
+# out of dlock's go.mod); its tests take seconds against one redis-server.
+(cd dlockotel && go vet ./... && go test -count=1 -timeout 3m ./...)
 # The peer benchmark is a module of its own: build and vet it, and run one
 # short round so a broken harness shows here, not when someone measures.
 (cd bench && go vet ./... && go run . -quick -out "$(mktemp)" >/dev/null)

@@ -203,6 +203,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
+	observed := cfg.observer.callIn(ctx) // nil when nobody observes
 	// Whether an attempt of the call took long enough for the Redis client
 	// to have sent it twice: then the lease's release leaves a tombstone for
 	// the copy that may still be on its way (see Client.resendAfter).
@@ -288,6 +289,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 				}
 				return nil, stop
 			}
+			observed.wait(ctx, WaitRetry, err)
 			continue
 		}
 		failures = 0
@@ -312,12 +314,14 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		}
 		if waiterID != "" {
 			retryIn = min(retryIn, cfg.waiterRefresh)
+			observed.wait(ctx, WaitRegistered, nil)
 		}
 		timer.Reset(retryIn)
 		var stop error
 		select {
 		case <-w.C():
 			if l := grantFor(a, w, cfg); l != nil {
+				observed.wait(ctx, WaitHandedOver, nil)
 				l.maybeCopied = maybeCopied
 				kept, err := keep(ctx, l, true)
 				if !retryGrant(err) {
@@ -336,6 +340,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 			}
 			return nil, stop
 		}
+		observed.wait(ctx, WaitRetry, nil)
 	}
 }
 

@@ -1,0 +1,45 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlockio/dlock"
+)
+
+// An Observer of one's own: here it prints what happens. For
+// OpenTelemetry, use the module github.com/dlockio/dlock/dlockotel.
+func ExampleWithObserver() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	obs := &dlock.Observer{
+		Acquire: func(ctx context.Context, call dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+			fmt.Println("acquiring a", call.Kind)
+			return ctx, func(d dlock.AcquireDone) { fmt.Println("acquire:", d.Outcome) }
+		},
+		End: func(ev dlock.LeaseEnd) {
+			if ev.Lost != "" {
+				fmt.Println("lost:", ev.Lost)
+				return
+			}
+			fmt.Println("released")
+		},
+	}
+	locks := dlock.New(rdb, dlock.WithObserver(obs))
+	defer locks.Close()
+	ctx := context.Background()
+
+	lease, err := locks.Mutex("orders:42").Lock(ctx)
+	if err != nil {
+		return
+	}
+	_, _ = locks.Mutex("orders:42").TryLock(ctx)
+	_ = lease.Unlock(ctx)
+
+	// Output:
+	// acquiring a mutex
+	// acquire: acquired
+	// acquiring a mutex
+	// acquire: not_acquired
+	// released
+}

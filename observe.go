@@ -1,0 +1,275 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// How the lock types tell their Observer (observer.go). Nothing here runs
+// when no Observer is set: each hook point tests a nil pointer first (the
+// handle's settings, a lease's obs), so an unobserved Lock and Unlock
+// allocate nothing more.
+
+// observedCall is one acquire call being observed. It travels in the
+// call's context (callKey), where the waiting loop finds it.
+type observedCall struct {
+	o          *Observer
+	kind       Kind
+	name       string
+	registered bool // the call registered as a waiter: reported once
+}
+
+type callKey struct{}
+
+// acquire runs one acquire call of a lock of kind called name, observed by
+// o: Acquire before, done after, and the lease it returns watched until it
+// ends.
+func (o *Observer) acquire(ctx context.Context, kind Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
+	call := &observedCall{o: o, kind: kind, name: name}
+	var done func(AcquireDone)
+	if o.Acquire != nil {
+		if callCtx, d := o.Acquire(ctx, AcquireCall{Kind: kind, Name: name, Try: try}); callCtx != nil {
+			ctx, done = callCtx, d
+		} else {
+			done = d
+		}
+	}
+	l, err := acquire(context.WithValue(ctx, callKey{}, call))
+	if done != nil {
+		d := AcquireDone{Outcome: outcomeOf(err), Waited: call.registered, Err: err}
+		if l != nil {
+			d.Token = l.token
+		}
+		done(d)
+	}
+	if l != nil {
+		o.watch(l, kind)
+	}
+	return l, err
+}
+
+// outcomeOf classes what an acquire call returned.
+func outcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeAcquired
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	case errors.Is(err, ErrNotAcquired):
+		return OutcomeNotAcquired
+	}
+	return OutcomeError
+}
+
+// callIn is the observed call ctx carries, or nil: at once when o is nil,
+// so that an unobserved wait does not look.
+func (o *Observer) callIn(ctx context.Context) *observedCall {
+	if o == nil {
+		return nil
+	}
+	call, _ := ctx.Value(callKey{}).(*observedCall)
+	return call
+}
+
+// wait reports a step of the call's wait; a nil call reports nothing.
+func (c *observedCall) wait(ctx context.Context, step WaitStep, err error) {
+	if c == nil {
+		return
+	}
+	if step == WaitRegistered {
+		if c.registered {
+			return
+		}
+		c.registered = true
+	}
+	if c.o.Wait != nil {
+		c.o.Wait(ctx, WaitEvent{Kind: c.kind, Name: c.name, Step: step, Err: err})
+	}
+}
+
+// leaseObs is how a lease returned to a caller tells its observer about
+// itself. A MultiLock's parts (each held and renewed on its own slot) get
+// one of their own, marked part: they report renewals, and the whole lease
+// reports the rest.
+type leaseObs struct {
+	o        *Observer
+	info     LeaseInfo
+	acquired time.Time
+	part     bool
+}
+
+// watch makes l, just returned to the caller of an acquire of kind,
+// report to o from now on. A lease that ended meanwhile (it was lost on
+// the way) reports its end at once.
+func (o *Observer) watch(l *Lease, kind Kind) {
+	ob := &leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
+	for _, p := range l.parts {
+		p.obs.Store(&leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: p.name, Token: p.token}, part: true})
+	}
+	if kind == KindElection && o.Leader != nil {
+		o.Leader(LeaderEvent{Name: l.name, Term: l.token, Leading: true})
+	}
+	l.mu.Lock()
+	ending := l.ending // end reads obs under the same lock, as it sets ending
+	if !ending {
+		l.obs.Store(ob)
+	}
+	l.mu.Unlock()
+	if ending {
+		<-l.Done()
+		ob.ended(l, l.Err())
+	}
+}
+
+// ended reports the end of the lease ob watches: err nil when released.
+func (ob *leaseObs) ended(l *Lease, err error) {
+	if ob.part {
+		return
+	}
+	o := ob.o
+	if o.End != nil {
+		ev := LeaseEnd{LeaseInfo: ob.info, Held: time.Since(ob.acquired), Err: err}
+		if err != nil {
+			ev.Lost = lossReason(l, err)
+		}
+		o.End(ev)
+	}
+	if ob.info.Kind == KindElection && o.Leader != nil {
+		o.Leader(LeaderEvent{Name: ob.info.Name, Term: ob.info.Token})
+	}
+}
+
+// lossReason says why l was lost with err, as far as the errors tell. It is
+// the one place that reads loss errors for observers.
+func lossReason(l *Lease, err error) LossReason {
+	switch {
+	case errors.Is(err, errDeadlinePassed):
+		if autoRenewed(l) && !l.renewerClosed() {
+			return LossUnreachable // renewals were due, and none got through in time
+		}
+		return LossExpired
+	case errors.Is(err, errConfirmedLate), errors.Is(err, errUnlockUnknown):
+		return LossUnreachable
+	}
+	return LossUnknown
+}
+
+// autoRenewed reports whether l renews itself: a Redlock's lease renews
+// on its own, and a MultiLock's through its parts.
+func autoRenewed(l *Lease) bool {
+	switch {
+	case l.redlock != nil:
+		_, auto := l.redlock.m.cfg.holdTTL()
+		return auto
+	case l.parts != nil:
+		return l.parts[0].renew
+	}
+	return l.renew
+}
+
+// errUnlockUnknown: an Unlock whose release's outcome is unknown; the hold
+// goes within its TTL at the latest.
+var errUnlockUnknown = fmt.Errorf("%w: unlock did not complete", ErrLeaseLost)
+
+// renewerClosed reports whether l's Client stopped renewing (it was
+// closed): its leases then run out rather than fail to renew.
+func (l *Lease) renewerClosed() bool {
+	if l.c == nil { // a Redlock's lease renews itself
+		return false
+	}
+	l.c.renewer.mu.Lock()
+	defer l.c.renewer.mu.Unlock()
+	return l.c.renewer.closed
+}
+
+// unlock is Unlock, observed.
+func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
+	o := ob.o
+	if o.Release == nil {
+		return l.unlock(ctx, voidIfCopied)
+	}
+	callCtx, done := o.Release(ctx, ob.info)
+	if callCtx != nil {
+		ctx = callCtx
+	}
+	err := l.unlock(ctx, voidIfCopied)
+	if done != nil {
+		done(err)
+	}
+	return err
+}
+
+// renewed confirms a renewal of l sent at sent for ttl (see
+// Lease.confirmed) and reports it with its margin.
+func (l *Lease) renewed(sent time.Time, ttl time.Duration) error {
+	ob := l.obs.Load()
+	if ob == nil {
+		return l.confirmed(sent, ttl)
+	}
+	due := l.Deadline()
+	err := l.confirmed(sent, ttl)
+	ob.renewal(due, err, err == nil)
+	return err
+}
+
+// renewalFailed reports a renewal of l that was not confirmed: refused by
+// Redis, or failed with err.
+func (l *Lease) renewalFailed(err error, refused bool) {
+	if ob := l.obs.Load(); ob != nil {
+		ev := RenewalEvent{LeaseInfo: ob.info, Result: RenewalFailed, Err: err}
+		if refused {
+			ev.Result = RenewalRefused
+		}
+		if ob.o.Renewal != nil {
+			ob.o.Renewal(ev)
+		}
+	}
+}
+
+// renewal reports a renewal confirmed (ok) or not, the lease being due at
+// due before it.
+func (ob *leaseObs) renewal(due time.Time, err error, ok bool) {
+	if ob.o.Renewal == nil {
+		return
+	}
+	ev := RenewalEvent{LeaseInfo: ob.info, Result: RenewalFailed, Err: err}
+	if ok {
+		ev.Result, ev.Margin = RenewalOK, time.Until(due)
+	}
+	ob.o.Renewal(ev)
+}
+
+// extended reports an Extend of l to ttl that returned err.
+func (l *Lease) extended(ttl time.Duration, err error) {
+	ob := l.obs.Load()
+	if ob == nil || ob.part || ob.o.Extend == nil || errors.Is(err, ErrInvalid) {
+		return
+	}
+	ev := ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: RenewalOK, Err: err}
+	switch {
+	case err == nil:
+	case errors.Is(err, errConfirmedLate):
+		ev.Result = RenewalFailed
+	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrLeaseLost):
+		ev.Result = RenewalRefused
+	default:
+		ev.Result = RenewalFailed
+	}
+	ob.o.Extend(ev)
+}
+
+// redlockRenewed reports a renewal of a Redlock's lease l, due at due
+// before it, that returned err.
+func (l *Lease) redlockRenewed(due time.Time, err error) {
+	ob := l.obs.Load()
+	if ob == nil {
+		return
+	}
+	if err == nil || !l.ended() {
+		ob.renewal(due, err, err == nil)
+		return
+	}
+	l.renewalFailed(err, true) // a majority refused: the lease is lost
+}

@@ -1,0 +1,215 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Observer is told what happens to locks: acquire calls and their outcome,
+// waits, renewals, extensions, releases, losses and leadership. It is the
+// hook for metrics, traces and logs; the module
+// github.com/dlockio/dlock/dlockotel turns it into OpenTelemetry
+// instruments and spans. Give it to a Client (or one lock) with
+// [WithObserver].
+//
+// Every field is optional: a nil field is not called, and a Client without
+// an Observer spends nothing on observation. The functions are called on
+// the goroutine doing the work (the caller's, the renewal loop's, a
+// lease's deadline timer's), so they must be quick, must not block, and
+// must not call back into dlock. They may be called from several
+// goroutines at once.
+//
+// Events name the lock (its name, as given) and may carry its fencing
+// token, which is not a secret; never an owner token, the secret that
+// proves a hold. Names can be many: an observer that makes metrics should
+// map them to a few groups, or leave them out.
+type Observer struct {
+	// Acquire is called when a TryLock, Lock, TryRLock, RLock, TryAcquire,
+	// Acquire or Campaign call begins, once its arguments were found valid
+	// (a call with bad arguments returns [ErrInvalid] unobserved). It
+	// returns the context the call goes on with: ctx, or one derived from
+	// it, carrying a span say. That context is the one the call's Wait
+	// events get, and the call's Redis commands are sent with. done, if
+	// not nil, is called once as the call returns.
+	Acquire func(ctx context.Context, call AcquireCall) (_ context.Context, done func(AcquireDone))
+
+	// Wait is called as a waiting call registers, is handed the lock, or
+	// tries again; ctx is the one Acquire returned (or derived from it).
+	Wait func(ctx context.Context, ev WaitEvent)
+
+	// Release is called when [Lease.Unlock] (or [Election.Resign]) begins;
+	// its context and done are as Acquire's. The lease's End comes before
+	// done.
+	Release func(ctx context.Context, lease LeaseInfo) (_ context.Context, done func(error))
+
+	// Renewal is called with the outcome of each automatic renewal.
+	Renewal func(ev RenewalEvent)
+
+	// Extend is called with the outcome of each [Lease.Extend].
+	Extend func(ev ExtendEvent)
+
+	// End is called once per lease returned to a caller, when it ends:
+	// released, or lost. It is called before [Lease.Done] is closed.
+	End func(ev LeaseEnd)
+
+	// Leader is called when an [Election] candidate of this process
+	// starts to lead (Campaign returns) and when that leadership ends.
+	Leader func(ev LeaderEvent)
+}
+
+// WithObserver sets the [Observer] told about the locks (of a Client, or of
+// one lock). A later WithObserver replaces an earlier one; WithObserver(nil)
+// turns observation off.
+func WithObserver(o *Observer) Option { return func(s *settings) { s.observer = o } }
+
+// Kind is the type of lock an event is about.
+type Kind string
+
+// The kinds of lock.
+const (
+	KindMutex     Kind = "mutex"     // [Mutex]
+	KindReentrant Kind = "reentrant" // [ReentrantMutex]
+	KindRead      Kind = "rw.read"   // [RWMutex], a read lock
+	KindWrite     Kind = "rw.write"  // [RWMutex], the write lock
+	KindFair      Kind = "fair"      // [FairMutex]
+	KindSemaphore Kind = "semaphore" // [Semaphore]
+	KindMulti     Kind = "multi"     // [MultiLock]
+	KindElection  Kind = "election"  // [Election]
+	KindRedlock   Kind = "redlock"   // [RedlockMutex]
+)
+
+// AcquireCall is one acquire call as it begins.
+type AcquireCall struct {
+	Kind Kind
+	Name string // the lock's name; a MultiLock's names, sorted, joined by commas
+	Try  bool   // a single attempt (TryLock…, or [WithWait](0)): it never waits
+}
+
+// Outcome is how an acquire call ended.
+type Outcome string
+
+// The outcomes of an acquire call.
+const (
+	// OutcomeAcquired: the call returned a lease.
+	OutcomeAcquired Outcome = "acquired"
+	// OutcomeNotAcquired: the lock was held for as long as the call would
+	// try: a TryLock refused, or a wait whose deadline or [WithWait] ran
+	// out (the error matches [ErrNotAcquired]).
+	OutcomeNotAcquired Outcome = "not_acquired"
+	// OutcomeCanceled: the caller's context was cancelled.
+	OutcomeCanceled Outcome = "canceled"
+	// OutcomeError: anything else (Redis failed, a wrong-type key…).
+	OutcomeError Outcome = "error"
+)
+
+// AcquireDone is how an acquire call ended.
+type AcquireDone struct {
+	Outcome Outcome
+	Token   uint64 // the lease's fencing token, when acquired
+	Waited  bool   // the call registered as a waiter at some point
+	Err     error  // what the call returned
+}
+
+// WaitStep is what a waiting call did.
+type WaitStep string
+
+// The steps of a wait.
+const (
+	// WaitRegistered: refused, the call registered to be woken by a
+	// release (reported once per call).
+	WaitRegistered WaitStep = "registered"
+	// WaitHandedOver: a release handed the lock to the call, which holds
+	// it without asking again (Mutex, FairMutex).
+	WaitHandedOver WaitStep = "handed_over"
+	// WaitRetry: the call attempts again: woken by a release that did not
+	// hand it the lock, at its waiter refresh or the holder's expiry, or
+	// after an attempt that failed (Err).
+	WaitRetry WaitStep = "retry"
+)
+
+// WaitEvent is a step of a waiting acquire call.
+type WaitEvent struct {
+	Kind Kind
+	Name string
+	Step WaitStep
+	Err  error // for a retry, what the attempt before it failed with, if it did
+}
+
+// LeaseInfo names a lease in events.
+type LeaseInfo struct {
+	Kind  Kind
+	Name  string
+	Token uint64 // the fencing token (a MultiLock's: its first lock's)
+}
+
+// RenewalResult is what came of a renewal or an extension.
+type RenewalResult string
+
+// The results of a renewal or extension.
+const (
+	// RenewalOK: Redis confirmed it in time.
+	RenewalOK RenewalResult = "ok"
+	// RenewalRefused: Redis said the hold is not ours: the lease is lost.
+	RenewalRefused RenewalResult = "refused"
+	// RenewalFailed: no confirmation in time (an error, a timeout, a reply
+	// after the deadline); a renewal is tried again until the deadline.
+	RenewalFailed RenewalResult = "failed"
+)
+
+// RenewalEvent is the outcome of one automatic renewal of a lease.
+type RenewalEvent struct {
+	LeaseInfo
+	Result RenewalResult
+	// Margin is how long the lease had left when the renewal was
+	// confirmed (RenewalOK): the time to its deadline before the renewal
+	// moved it. Renewals run every TTL/3, so a healthy margin is about two
+	// thirds of the TTL; a margin falling toward zero warns of a loss.
+	Margin time.Duration
+	Err    error // for a failed renewal, why
+}
+
+// ExtendEvent is the outcome of one [Lease.Extend].
+type ExtendEvent struct {
+	LeaseInfo
+	TTL    time.Duration // asked for
+	Result RenewalResult
+	Err    error // what Extend returned
+}
+
+// LossReason says why a lease was lost, as far as dlock can tell.
+type LossReason string
+
+// The reasons for a loss.
+const (
+	// LossExpired: a fixed lease ([WithLeaseTime]) ran out unextended, or
+	// a lease was not renewed because its Client was closed.
+	LossExpired LossReason = "expired"
+	// LossTaken: another owner holds the lock. (Not told yet: Redis's
+	// refusal does not say whether the hold was taken or removed, and is
+	// reported as LossUnknown.)
+	LossTaken LossReason = "taken"
+	// LossForced: the lock was removed ([Client.ForceUnlock], a DEL). (Not
+	// told yet either: see LossTaken.)
+	LossForced LossReason = "forced"
+	// LossUnreachable: no renewal (or release) was confirmed before the
+	// deadline: Redis could not be reached, or did not answer in time.
+	LossUnreachable LossReason = "unreachable"
+	// LossUnknown: Redis refused a renewal or release: the hold had gone
+	// (deleted, or taken), but which is not known.
+	LossUnknown LossReason = "unknown"
+)
+
+// LeaseEnd is a lease's end.
+type LeaseEnd struct {
+	LeaseInfo
+	Held time.Duration // from the acquire call's return to the end
+	Lost LossReason    // "" when released
+	Err  error         // the lease's [Lease.Err]: nil when released
+}
+
+// LeaderEvent is a change of this process's leadership of an [Election].
+type LeaderEvent struct {
+	Name    string
+	Term    uint64 // the leadership's term (its lease's fencing token)
+	Leading bool   // true: leads from now on; false: no longer leads
+}

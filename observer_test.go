@@ -1,0 +1,465 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// recorder is an Observer that writes down every event, one line each,
+// and wakes whoever waits for a line.
+type recorder struct {
+	mu     sync.Mutex
+	lines  []string
+	events []any
+	added  chan struct{} // closed and replaced on each event
+}
+
+func newRecorder() *recorder { return &recorder{added: make(chan struct{})} }
+
+func (r *recorder) add(ev any, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, fmt.Sprintf(format, args...))
+	r.events = append(r.events, ev)
+	close(r.added)
+	r.added = make(chan struct{})
+}
+
+type ctxMark struct{}
+
+func (r *recorder) observer() *dlock.Observer {
+	return &dlock.Observer{
+		Acquire: func(ctx context.Context, call dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+			r.add(call, "acquire %s try=%v", call.Kind, call.Try)
+			ctx = context.WithValue(ctx, ctxMark{}, call.Name)
+			return ctx, func(d dlock.AcquireDone) {
+				r.add(d, "done %s waited=%v token>0=%v", d.Outcome, d.Waited, d.Token > 0)
+			}
+		},
+		Wait: func(ctx context.Context, ev dlock.WaitEvent) {
+			// The wait runs in the context Acquire returned.
+			marked := ctx.Value(ctxMark{}) == ev.Name
+			r.add(ev, "wait %s %s marked=%v", ev.Kind, ev.Step, marked)
+		},
+		Release: func(ctx context.Context, l dlock.LeaseInfo) (context.Context, func(error)) {
+			r.add(l, "release %s", l.Kind)
+			return ctx, func(err error) { r.add(err, "released err=%v", err) }
+		},
+		Renewal: func(ev dlock.RenewalEvent) {
+			r.add(ev, "renewal %s %s margin>0=%v", ev.Kind, ev.Result, ev.Margin > 0)
+		},
+		Extend: func(ev dlock.ExtendEvent) { r.add(ev, "extend %s %s", ev.Kind, ev.Result) },
+		End: func(ev dlock.LeaseEnd) {
+			r.add(ev, "end %s lost=%q held>0=%v", ev.Kind, ev.Lost, ev.Held > 0)
+		},
+		Leader: func(ev dlock.LeaderEvent) { r.add(ev, "leader leading=%v term>0=%v", ev.Leading, ev.Term > 0) },
+	}
+}
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.lines...)
+}
+
+// waitFor blocks until a line starting with prefix was recorded, failing
+// the test after the guard time; it returns the event of that line.
+func (r *recorder) waitFor(t *testing.T, prefix string, guard time.Duration) any {
+	t.Helper()
+	deadline := time.After(guard)
+	for {
+		r.mu.Lock()
+		for i, line := range r.lines {
+			if strings.HasPrefix(line, prefix) {
+				ev := r.events[i]
+				r.mu.Unlock()
+				return ev
+			}
+		}
+		added := r.added
+		r.mu.Unlock()
+		select {
+		case <-added:
+		case <-deadline:
+			t.Fatalf("no event %q within %v; got %q", prefix, guard, r.snapshot())
+		}
+	}
+}
+
+func equalLines(t *testing.T, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+func TestObserver_LockUnlockIsOneAcquireAndOneRelease(t *testing.T) {
+	rec := newRecorder()
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(rec.observer()))
+	ctx := ctxFor(t, 10*time.Second)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	equalLines(t, rec.snapshot(), []string{
+		"acquire mutex try=false",
+		"done acquired waited=false token>0=true",
+		"release mutex",
+		`end mutex lost="" held>0=true`,
+		"released err=<nil>",
+	})
+	if end := rec.events[3].(dlock.LeaseEnd); end.Token != lease.Token() || end.Name != lease.Name() {
+		t.Fatalf("end of %+v, want the lease's name and token %d", end, lease.Token())
+	}
+}
+
+func TestObserver_RefusedTryLockIsNotAcquired(t *testing.T) {
+	rec := newRecorder()
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(rec.observer()))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, sharedStandalone().Client()).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Unlock(ctx)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if _, err := c.Mutex(name, dlock.WithWait(0)).Lock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Lock with WithWait(0): %v", err)
+	}
+	equalLines(t, rec.snapshot(), []string{
+		"acquire mutex try=true",
+		"done not_acquired waited=false token>0=false",
+		"acquire mutex try=true",
+		"done not_acquired waited=false token>0=false",
+	})
+}
+
+// A waiter registers, is handed the lock by the holder's release, and the
+// wait's events reach the observer in the context its Acquire returned.
+func TestObserver_WaiterIsRegisteredThenHandedTheLock(t *testing.T) {
+	rec := newRecorder()
+	rdb := sharedStandalone().Client()
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, rdb).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lease, err := c.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		got <- err
+	}()
+	rec.waitFor(t, "wait mutex registered", 5*time.Second)
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	lines := rec.snapshot()
+	// Retries before the hand-over depend on timing (a waiter refresh);
+	// the story around them does not.
+	var story []string
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "wait mutex retry") {
+			story = append(story, l)
+		}
+	}
+	equalLines(t, story, []string{
+		"acquire mutex try=false",
+		"wait mutex registered marked=true",
+		"wait mutex handed_over marked=true",
+		"done acquired waited=true token>0=true",
+		"release mutex",
+		`end mutex lost="" held>0=true`,
+		"released err=<nil>",
+	})
+}
+
+func TestObserver_CancelledWaitIsCanceled(t *testing.T) {
+	rec := newRecorder()
+	rdb := sharedStandalone().Client()
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	holder, err := newClient(t, rdb).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Unlock(ctx)
+
+	waitCtx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex(name).Lock(waitCtx)
+		got <- err
+	}()
+	rec.waitFor(t, "wait mutex registered", 5*time.Second)
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock: %v", err)
+	}
+	done := rec.waitFor(t, "done", time.Second).(dlock.AcquireDone)
+	if done.Outcome != dlock.OutcomeCanceled || !done.Waited || done.Err == nil {
+		t.Fatalf("done: %+v", done)
+	}
+
+	// A wait whose WithWait runs out found the lock busy: not acquired.
+	rec2 := newRecorder()
+	_, err = c.Mutex(name, dlock.WithObserver(rec2.observer()), dlock.WithWait(50*time.Millisecond)).Lock(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock: %v", err)
+	}
+	if done := rec2.waitFor(t, "done", time.Second).(dlock.AcquireDone); done.Outcome != dlock.OutcomeNotAcquired {
+		t.Fatalf("done after WithWait ran out: %+v", done)
+	}
+}
+
+// Renewals report their margin: the time the lease had left when Redis
+// confirmed them, about two thirds of the TTL on a healthy link.
+func TestObserver_RenewalsReportTheirMargin(t *testing.T) {
+	rec := newRecorder()
+	const ttl = 300 * time.Millisecond
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(rec.observer()), dlock.WithTTL(ttl))
+	ctx := ctxFor(t, 10*time.Second)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.waitFor(t, "renewal mutex ok", 5*time.Second).(dlock.RenewalEvent)
+	if ev.Margin <= 0 || ev.Margin >= ttl || ev.Token != lease.Token() {
+		t.Fatalf("renewal %+v: want a margin in (0, %v) and the lease's token %d", ev, ttl, lease.Token())
+	}
+	if err := lease.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ev := rec.waitFor(t, "extend mutex ok", time.Second).(dlock.ExtendEvent); ev.TTL != time.Second {
+		t.Fatalf("extend: %+v", ev)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lock removed behind the holder's back: the next renewal is refused and
+// the lease ends lost, before Done closes.
+func TestObserver_RefusedRenewalEndsTheLeaseLost(t *testing.T) {
+	rec := newRecorder()
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(rec.observer()), dlock.WithTTL(300*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	lease, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceUnlock(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, lease.Done(), 5*time.Second, "the loss")
+	// End is told before Done closes: no wait needed.
+	lines := rec.snapshot()
+	equalLines(t, lines[len(lines)-2:], []string{
+		"renewal mutex refused margin>0=false",
+		`end mutex lost="unknown" held>0=true`,
+	})
+	if end := rec.events[len(lines)-1].(dlock.LeaseEnd); !errors.Is(end.Err, dlock.ErrLeaseLost) {
+		t.Fatalf("end: %+v", end)
+	}
+}
+
+// A fixed lease that runs out unextended ends lost, expired.
+func TestObserver_FixedLeaseRunsOutExpired(t *testing.T) {
+	rec := newRecorder()
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(rec.observer()))
+	ctx := ctxFor(t, 10*time.Second)
+	lease, err := c.Mutex(lockName(t), dlock.WithLeaseTime(150*time.Millisecond)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, lease.Done(), 5*time.Second, "the lease's end")
+	if end := rec.waitFor(t, "end", time.Second).(dlock.LeaseEnd); end.Lost != dlock.LossExpired {
+		t.Fatalf("end: %+v", end)
+	}
+}
+
+// A server that stops answering: renewals fail, and the lease ends lost,
+// unreachable, at its deadline.
+func TestObserver_UnansweredRenewalsEndTheLeaseUnreachable(t *testing.T) {
+	srv := startServer(t)
+	rec := newRecorder()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()), dlock.WithTTL(300*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	waitDone(t, lease.Done(), 5*time.Second, "the loss")
+	rec.waitFor(t, "renewal mutex failed", time.Second)
+	if end := rec.waitFor(t, "end", time.Second).(dlock.LeaseEnd); end.Lost != dlock.LossUnreachable {
+		t.Fatalf("end: %+v", end)
+	}
+}
+
+// Each type reports its own kind, and a lease's events name the lock as
+// the lease does.
+func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
+	rec := newRecorder()
+	rdb := sharedStandalone().Client()
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()))
+	ctx := ctxFor(t, 20*time.Second)
+	name := lockName(t)
+	masters := []redis.UniversalClient{rdb, startServer(t).Client(), startServer(t).Client()}
+	redlock := dlock.NewRedlock(masters, dlock.WithObserver(rec.observer()), dlock.WithRestartGuard(0))
+	rw := c.RWMutex(name + ":rw")
+	for _, tc := range []struct {
+		kind dlock.Kind
+		lock func(context.Context) (*dlock.Lease, error)
+	}{
+		{dlock.KindMutex, c.Mutex(name + ":mutex").Lock},
+		{dlock.KindReentrant, c.ReentrantMutex(name + ":reentrant").Lock},
+		{dlock.KindRead, rw.RLock},
+		{dlock.KindWrite, c.RWMutex(name + ":rw2").Lock},
+		{dlock.KindFair, c.FairMutex(name + ":fair").Lock},
+		{dlock.KindSemaphore, c.Semaphore(name+":sem", 2).Acquire},
+		{dlock.KindMulti, c.MultiLock([]string{name + ":a", name + ":b"}).Lock},
+		{dlock.KindElection, func(ctx context.Context) (*dlock.Lease, error) {
+			return c.Election(name+":election").Campaign(ctx, "me")
+		}},
+		{dlock.KindRedlock, redlock.Mutex(name + ":redlock").Lock},
+	} {
+		before := len(rec.snapshot())
+		lease, err := tc.lock(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.kind, err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("%s: unlock: %v", tc.kind, err)
+		}
+		rec.mu.Lock()
+		events := rec.events[before:]
+		rec.mu.Unlock()
+		for _, ev := range events {
+			var kind dlock.Kind
+			var evName string
+			switch ev := ev.(type) {
+			case dlock.AcquireCall:
+				kind, evName = ev.Kind, ev.Name
+			case dlock.LeaseInfo:
+				kind, evName = ev.Kind, ev.Name
+			case dlock.LeaseEnd:
+				kind, evName = ev.Kind, ev.Name
+			default:
+				continue
+			}
+			if kind != tc.kind || evName != lease.Name() {
+				t.Errorf("%s: event %+v, want kind %s and name %q", tc.kind, ev, tc.kind, lease.Name())
+			}
+		}
+	}
+	var leaders []string
+	for _, l := range rec.snapshot() {
+		if strings.HasPrefix(l, "leader") {
+			leaders = append(leaders, l)
+		}
+	}
+	equalLines(t, leaders, []string{"leader leading=true term>0=true", "leader leading=false term>0=true"})
+}
+
+// No event carries an owner token: the secret a lock's key holds.
+func TestObserver_EventsNeverCarryTheOwnerToken(t *testing.T) {
+	rec := newRecorder()
+	rdb := sharedStandalone().Client()
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()), dlock.WithTTL(300*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	lease, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := rdb.Get(ctx, lockKey(name)).Result()
+	if err != nil || owner == "" {
+		t.Fatalf("reading the owner token: %q, %v", owner, err)
+	}
+	rec.waitFor(t, "renewal", 5*time.Second)
+	if err := lease.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, ev := range rec.events {
+		if text := fmt.Sprintf("%+v %#v", ev, ev); strings.Contains(text, owner) {
+			t.Fatalf("event %s shows the owner token", text)
+		}
+	}
+}
+
+// A MultiLock over several cluster slots holds a lease per slot under one
+// lease: the parts report their renewals, and the whole lease alone its
+// acquire, release and end.
+func TestObserver_MultiLockAcrossSlotsIsOneLease(t *testing.T) {
+	rec := newRecorder()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: sharedCluster().Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb, dlock.WithObserver(rec.observer()), dlock.WithTTL(300*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	names := []string{name + ":a", name + ":b", name + ":c", name + ":d"}
+	slots := map[int]bool{}
+	for _, n := range names {
+		slots[dlock.ClusterSlot(n)] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("names %q share one slot", names)
+	}
+	lease, err := c.MultiLock(names).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewal := rec.waitFor(t, "renewal multi ok", 5*time.Second).(dlock.RenewalEvent)
+	if renewal.Name == lease.Name() {
+		t.Fatalf("renewal of %q: want one part's names", renewal.Name)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var story []string
+	for _, l := range rec.snapshot() {
+		if !strings.HasPrefix(l, "renewal") {
+			story = append(story, l)
+		}
+	}
+	equalLines(t, story, []string{
+		"acquire multi try=false",
+		"done acquired waited=false token>0=true",
+		"release multi",
+		`end multi lost="" held>0=true`,
+		"released err=<nil>",
+	})
+}
