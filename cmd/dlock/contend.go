@@ -80,9 +80,32 @@ func (r contentionResult) ok() bool {
 // stops the contender.
 type worker func(ctx context.Context) error
 
-func (c *contention) run(ctx context.Context) (contentionResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.duration)
+// firstAcquisitionBound is how long past its duration a run goes on while no
+// worker has acquired yet: a verdict needs at least one acquisition, and a
+// loaded machine may take longer than the duration to make the first.
+const firstAcquisitionBound = 30 * time.Second
+
+func (c *contention) run(parent context.Context) (contentionResult, error) {
+	bounded, stop := context.WithTimeout(parent, c.duration+firstAcquisitionBound)
+	defer stop()
+	ctx, cancel := context.WithCancel(bounded)
 	defer cancel()
+	first := make(chan struct{})
+	var firstOnce sync.Once
+	go func() { // the run ends at its duration, or at the first acquisition after it
+		timer := time.NewTimer(c.duration)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-first:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
 	ch := &checkers{bounded: check.Bounded{Limit: semaphorePermits(c.workers)}, perName: make(map[string]*check.Fenced)}
 	for _, name := range multiNames(c.name) {
 		ch.perName[name] = new(check.Fenced)
@@ -102,11 +125,12 @@ func (c *contention) run(ctx context.Context) (contentionResult, error) {
 			defer client.Close()
 			for ctx.Err() == nil {
 				if err := work(ctx); err != nil {
-					if ctx.Err() == nil || !errors.Is(err, context.DeadlineExceeded) {
+					if ctx.Err() == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 						errs <- err
 					}
 					return
 				}
+				firstOnce.Do(func() { close(first) })
 				perWorker[i]++
 				c.acquired.Add(1)
 			}
@@ -115,6 +139,9 @@ func (c *contention) run(ctx context.Context) (contentionResult, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
+		return contentionResult{}, err
+	}
+	if err := parent.Err(); err != nil { // interrupted: no verdict
 		return contentionResult{}, err
 	}
 	res := contentionResult{elapsed: time.Since(start), perWorker: perWorker}
