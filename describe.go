@@ -107,7 +107,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 // other types have. Each script looks at every one to tell whether the
 // name's keys are all dlock's.
 func anyLockKeys(k keys) []string {
-	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader")
+	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader", k.forced())
 }
 
 func (c *Client) checkName(name string) error {

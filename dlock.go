@@ -147,6 +147,10 @@ type keys struct {
 	own string
 }
 
+// forced is the mark a forced removal leaves of the Mutex hold it removed
+// (see force_unlock.lua).
+func (k keys) forced() string { return k.lock + ":forced" }
+
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
 	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}

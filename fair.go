@@ -53,7 +53,7 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	k := c.waitingKeys(cfg.prefix, name)
 	f := &FairMutex{c: c, name: name, cfg: cfg, keys: k,
 		scriptKeys: []string{k.lock, k.fence, k.lock + ":queue", k.waiters, k.channel},
-		extendKeys: []string{k.lock},
+		extendKeys: []string{k.lock, k.forced()},
 	}
 	if f.err = validateName(name); f.err == nil {
 		f.err = cfg.validate()

@@ -91,7 +91,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	cfg := c.cfg.with(opts)
 	k := c.waitingKeys(cfg.prefix, name)
 	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
-		extendKeys: []string{k.lock}}
+		extendKeys: []string{k.lock, k.forced()}}
 	if m.err = validateName(name); m.err == nil {
 		m.err = cfg.validate()
 	}

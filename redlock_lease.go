@@ -26,12 +26,12 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 	_, autoRenew := m.cfg.holdTTL()
 	l := &Lease{
 		name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
-		log: m.cfg.logger, ttl: ttl, heapIndex: -1,
+		log: m.cfg.logger, ttl: ttl, heapIndex: -1, watched: autoRenew,
 	}
-	l.deadline = validUntil(start, ttl, l.drift).Add(-l.slack)
+	l.setDeadline(start, ttl)
 	l.redlock = &redlockHold{m: m, lease: l, extended: make(chan struct{}, 1)}
 	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
+	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
 	l.mu.Unlock()
 	if autoRenew {
 		go l.redlock.renewEvery(ttl / 3)
