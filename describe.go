@@ -12,6 +12,10 @@ type Holder struct {
 	Owner string // the owner id; "" for a Mutex, whose owner token is a secret
 	Write bool   // holds the exclusive (write) side; else reads
 	Holds int    // how many holds (re-entries counted)
+
+	// Info is what the holder stored with [WithHolderInfo]; nil when it
+	// stored none (or its lock type keeps none).
+	Info *HolderInfo
 }
 
 // LockInfo is what [Client.Describe] found under a lock name.
@@ -44,10 +48,11 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	switch kind, _ := reply[0].(string); kind {
 	case "mutex":
 		r, err := int64s(reply[1:], 4)
-		if err != nil {
+		if err != nil || len(reply) < 6 {
 			return LockInfo{}, redisError("describe", name, err)
 		}
-		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1}}
+		holderInfo, _ := reply[5].(string)
+		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}}
 		info.TTL = time.Duration(r[1]) * time.Millisecond
 		if r[1] < 0 {
 			info.TTL = -1
@@ -107,7 +112,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 // other types have. Each script looks at every one to tell whether the
 // name's keys are all dlock's.
 func anyLockKeys(k keys) []string {
-	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader", k.forced())
+	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader", k.forced(), k.holderInfo())
 }
 
 func (c *Client) checkName(name string) error {

@@ -80,6 +80,9 @@ type settings struct {
 
 	replicaAck        int // replicas that must confirm an acquisition (WAIT)
 	replicaAckTimeout time.Duration
+
+	holderInfo    string // encoded (see encodeHolderInfo); "" none
+	holderInfoErr error  // what was wrong with WithHolderInfo's
 }
 
 func defaultSettings() settings {
@@ -207,6 +210,8 @@ func (s settings) with(opts []Option) settings {
 
 func (s settings) validate() error {
 	switch {
+	case s.holderInfoErr != nil:
+		return s.holderInfoErr
 	case strings.ContainsAny(s.prefix, "{}"):
 		return invalidf("prefix %q contains '{' or '}'", s.prefix)
 	case validTTL("TTL", s.ttl) != nil:

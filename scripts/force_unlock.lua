@@ -12,6 +12,7 @@
 --          hold had left, so that its lease's renewal tells a removal by
 --          force from an expiry (mutex_extend.lua). Holds of other types
 --          carry no single owner, and get none.
+-- KEYS[14] a Mutex's (FairMutex's) holder info, removed with the hold
 -- ARGV[1]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns 1 something was held and is gone, 0 nothing was held.
@@ -28,13 +29,10 @@
 -- operator's hatch, sent once by hand, and go-redis resends it only within
 -- the operator's call.
 
-local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]})
+local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]},
+  KEYS[14], KEYS[13])
 if wrong then
   return wrong
-end
-local mark = redis.call('TYPE', KEYS[13]).ok
-if mark ~= 'none' and (mark ~= 'string' or not is_owner_token(redis.call('GET', KEYS[13]))) then
-  return not_dlocks(KEYS[13], 'a ' .. mark)
 end
 if redis.call('TYPE', STATE).ok == 'string' then -- an owner token (foreign_lock)
   local left = redis.call('PTTL', STATE)
@@ -42,6 +40,7 @@ if redis.call('TYPE', STATE).ok == 'string' then -- an owner token (foreign_lock
     redis.call('SET', KEYS[13], redis.call('GET', STATE), 'PX', left)
   end
 end
+redis.call('DEL', KEYS[14])
 if redis.call('DEL', STATE, HOLDS, RPASS) == 0 then
   return 0
 end

@@ -3,6 +3,9 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  the lock's mark of a forced removal (force_unlock.lua), holding
 --          the owner token of the hold it removed; absent for a Redlock's
+-- KEYS[3]  the lock's holder info (see set_holder_info in common.lua),
+--          extended with the hold when it is this owner's; absent for an
+--          Election's and a Redlock's
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
@@ -25,6 +28,9 @@
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   extend_key(KEYS[1], ARGV[2], may_shorten(ARGV[3]))
+  if holder_info_of(KEYS[3], ARGV[1]) then
+    extend_key(KEYS[3], ARGV[2], may_shorten(ARGV[3]))
+  end
   return 1
 end
 if KEYS[2] and redis.pcall('GET', KEYS[2]) == ARGV[1] then -- first: a new holder may have come since

@@ -124,6 +124,8 @@ const OwnerTokenDigits = 32
 // retention), so that each rule is written once, then common.lua and
 // foreign.lua.
 var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
+	fmt.Sprintf("local OWNER_TOKEN_DIGITS = %d\n", OwnerTokenDigits) +
+	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
 
