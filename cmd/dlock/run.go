@@ -4,17 +4,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -92,6 +95,7 @@ func runRun(ctx context.Context, args []string, out *output) int {
 		"release when COMMAND's main process exits, not when the last process of its group does")
 	quiet := fs.Bool("quiet", false, "say nothing when the lock is busy (not acquired within --wait)")
 	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
+	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
 	name, command, code, done := parseRunArgs(fs, args, out)
 	if done {
 		return code
@@ -109,7 +113,12 @@ func runRun(ctx context.Context, args []string, out *output) int {
 	signal.Notify(signals, stopSignals...)
 	defer signal.Stop(signals)
 
-	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithOwner(ownerID())}
+	holder, err := runHolderInfo(command, *infoText)
+	if err != nil {
+		fmt.Fprintf(out.stderr, "dlock run: --info: %v\n", err)
+		return exitUsage
+	}
+	opts := []dlock.Option{dlock.WithTTL(*ttl), dlock.WithOwner(ownerID()), dlock.WithHolderInfo(holder)}
 	if waitSet {
 		opts = append(opts, dlock.WithWait(wait))
 	}
@@ -179,6 +188,32 @@ func ownerID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s/pid-%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// runHolderInfo is what a run stores with its hold for status to show:
+// this host, dlock's pid (the command starts once the lock is held), the
+// command's program name, and the --info note.
+func runHolderInfo(command []string, note string) (dlock.HolderInfo, error) {
+	info := dlock.ThisProcess()
+	info.Program = clip(strings.ToValidUTF8(filepath.Base(command[0]), "?"), 64)
+	info.Hostname = clip(strings.ToValidUTF8(info.Hostname, "?"), 64)
+	info.User = note
+	if !utf8.ValidString(note) {
+		return info, errors.New("not valid UTF-8")
+	}
+	if b, _ := json.Marshal(info); len(b) > dlock.MaxHolderInfo {
+		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", dlock.MaxHolderInfo)
+	}
+	return info, nil
+}
+
+// clip cuts s to at most n bytes, at a rune boundary.
+func clip(s string, n int) string {
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
 }
 
 // acquire takes the lock, drawing a status line on a terminal while it

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/dlockio/dlock"
 )
 
 const statusUsage = `Usage: dlock status [--json] NAME
 
 Shows the lock NAME: its type, who holds it (owner ids and hold counts; a
-Mutex's owner is a secret and stays hidden), how long until it expires unless
+Mutex's owner is a secret and stays hidden; the host, pid and program a
+dlock run or a program's WithHolderInfo stored), how long until it expires unless
 renewed, who waits for it, and the last fencing token handed out.
 
 Examples:
@@ -46,9 +49,10 @@ type statusJSON struct {
 }
 
 type holderJSON struct {
-	Owner string `json:"owner"` // "" for a Mutex
-	Mode  string `json:"mode"`  // "write", "read" or "permit"
-	Holds int    `json:"holds"`
+	Owner string            `json:"owner"` // "" for a Mutex
+	Mode  string            `json:"mode"`  // "write", "read" or "permit"
+	Holds int               `json:"holds"`
+	Info  *dlock.HolderInfo `json:"info,omitempty"` // who holds it, as stored by dlock run or WithHolderInfo
 }
 
 func runStatus(ctx context.Context, args []string, out *output) int {
@@ -85,7 +89,7 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 		if info.Permits > 0 {
 			mode = "permit"
 		}
-		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
+		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds, Info: h.Info})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(out.stdout)
@@ -111,6 +115,9 @@ func runStatus(ctx context.Context, args []string, out *output) int {
 				owner = "(owner token hidden)"
 			}
 			fmt.Fprintf(out.stdout, "%-12s %s  %s ×%d\n", label, owner, h.Mode, h.Holds)
+			if h.Info != nil {
+				fmt.Fprintf(out.stdout, "%-12s %s\n", "", holderInfoLine(*h.Info))
+			}
 		}
 		ttl := "no expiry"
 		if info.TTL >= 0 {
@@ -172,4 +179,23 @@ func runUnlock(ctx context.Context, args []string, out *output) int {
 func reportError(command string, err error, out *output) int {
 	fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
 	return exitCodeOf(context.Background(), err)
+}
+
+// holderInfoLine is a holder's info on one line: "host web-1, pid 42,
+// program deploy.sh, user …", leaving out what it does not say.
+func holderInfoLine(info dlock.HolderInfo) string {
+	var parts []string
+	if info.Hostname != "" {
+		parts = append(parts, "host "+info.Hostname)
+	}
+	if info.PID != 0 {
+		parts = append(parts, fmt.Sprintf("pid %d", info.PID))
+	}
+	if info.Program != "" {
+		parts = append(parts, "program "+info.Program)
+	}
+	if info.User != "" {
+		parts = append(parts, fmt.Sprintf("info %q", info.User))
+	}
+	return strings.Join(parts, ", ")
 }
