@@ -86,6 +86,12 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 			func(ctx context.Context, n []string) (*dlock.Lease, error) { return withInfo.Mutex(n[0]).TryLock(ctx) },
 			func(ctx context.Context, n []string) (*dlock.Lease, error) { return withInfo.Mutex(n[0]).Lock(ctx) },
 		}, []string{":waiters", ":holder"}, nil, nil, nil},
+		{"FairMutex with holder info", []string{":holder"}, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return withInfo.FairMutex(n[0]).TryLock(ctx)
+			},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return withInfo.FairMutex(n[0]).Lock(ctx) },
+		}, []string{":queue", ":holder"}, nil, nil, nil},
 		{"ReentrantMutex", rwKeys, 1, []acquire{
 			func(ctx context.Context, n []string) (*dlock.Lease, error) {
 				return c.ReentrantMutex(n[0]).TryLock(ctx)

@@ -41,8 +41,8 @@ func ThisProcess() HolderInfo {
 // round trip), renewed with the hold and removed with it. Where it is
 // kept, by type:
 //   - Mutex, FairMutex: beside the lock, for the hold's TTL, and handed
-//     over with the lock to a waiting Mutex Lock (a FairMutex's
-//     hand-over carries none: the holder shows without info).
+//     over with the lock to the waiting Lock that gets it (its
+//     registration carries it).
 //   - RWMutex, ReentrantMutex: in the lock's state, per owner and side
 //     (write, read), for as long as that owner holds that side; the last
 //     hold taken with info sets it.

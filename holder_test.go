@@ -35,10 +35,29 @@ func describedInfo(t *testing.T, ctx context.Context, c *dlock.Client, name stri
 	return users
 }
 
-// A Mutex's holder info is Describe's while the lock is held, renewed with
-// the hold past its first TTL, handed over with the lock to the waiter
-// that gets it, and gone with the release.
+// exclusive are the lock types whose holder info goes with a lock key.
+var exclusive = []struct {
+	name string
+	lock func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error)
+}{
+	{"Mutex", func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+		return c.Mutex(name).Lock
+	}},
+	{"FairMutex", func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
+		return c.FairMutex(name).Lock
+	}},
+}
+
+// A Mutex's (FairMutex's) holder info is Describe's while the lock is held,
+// renewed with the hold past its first TTL, handed over with the lock to
+// the waiter that gets it, and gone with the release.
 func TestHolderInfo_MutexIsDescribedRenewedHandedOverAndReleased(t *testing.T) {
+	for _, typ := range exclusive {
+		t.Run(typ.name, func(t *testing.T) { testHolderInfoOfExclusive(t, typ.lock) })
+	}
+}
+
+func testHolderInfoOfExclusive(t *testing.T, lock func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error)) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxFor(t, 30*time.Second)
 		rdb := b.newRedis(t)
@@ -46,7 +65,7 @@ func TestHolderInfo_MutexIsDescribedRenewedHandedOverAndReleased(t *testing.T) {
 		name := lockName(t)
 		first := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithHolderInfo(holderInfo("first")))
 		second := newClient(t, b.newRedis(t), dlock.WithTTL(ttl), dlock.WithHolderInfo(holderInfo("second")))
-		lease, err := first.Mutex(name).Lock(ctx)
+		lease, err := lock(first, name)(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +85,7 @@ func TestHolderInfo_MutexIsDescribedRenewedHandedOverAndReleased(t *testing.T) {
 		}
 		waiting := make(chan *dlock.Lease, 1)
 		go func() {
-			l, err := second.Mutex(name).Lock(ctx)
+			l, err := lock(second, name)(ctx)
 			if err != nil {
 				t.Error(err)
 			}
@@ -74,7 +93,8 @@ func TestHolderInfo_MutexIsDescribedRenewedHandedOverAndReleased(t *testing.T) {
 		}()
 		eventually(t, ctx, "the second Lock waiting", func() bool {
 			info, err := first.Describe(ctx, name)
-			return err == nil && info.WritersWaiting == 1
+			queued := rdb.Exists(ctx, lockKey(name)+":queue").Val() == 1 // a FairMutex's waiters
+			return err == nil && (info.WritersWaiting == 1 || queued)
 		})
 		if err := lease.Unlock(ctx); err != nil {
 			t.Fatal(err)
