@@ -87,7 +87,9 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 // the holds of a Semaphore's every permit, a MultiLock's lock of that name),
 // and wakes its waiters: the operator's escape hatch for a lock whose holder is known to
 // be gone. The holders' leases report the loss at their next renewal (within
-// TTL/3); until then they may still act as holders, which is what fencing
+// TTL/3), a Mutex's, FairMutex's or Election's as [LossForced] (the removal
+// leaves a mark naming the owner, under the name's ":forced" key, for as
+// long as the hold had left); until then they may still act as holders, which is what fencing
 // tokens are for: the fencing counter is kept, so the next holder's token is
 // above theirs. It reports whether anything was held. It removes only what
 // dlock wrote: when a key of the name holds anything else, it fails with
