@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // A frozen server answers no renewal: the lease says it is at risk, by its
@@ -126,4 +127,38 @@ func expectLoss(t *testing.T, err error, reason dlock.LossReason) {
 	if !errors.As(err, &got) || got != reason {
 		t.Fatalf("errors.As reason: %v, want %v (err %v)", got, reason, err)
 	}
+}
+
+// A MultiLock across cluster slots is at risk as soon as one of its parts
+// is: here the part on a frozen master, while the lease still holds.
+func TestLease_MultiLockAtRiskWhenAPartIs(t *testing.T) {
+	cl := redistest.StartCluster(t, "--cluster-require-full-coverage", "no")
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb, dlock.WithTTL(time.Second))
+	ctx := ctxFor(t, 60*time.Second)
+	nameOn := func(node int) string {
+		for {
+			name := lockName(t)
+			owner, err := cl.SlotOwner(ctx, dlock.ClusterSlot(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owner == node {
+				return name
+			}
+		}
+	}
+	lease, err := c.MultiLock([]string{nameOn(0), nameOn(1)}).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Nodes[1].Pause()
+	t.Cleanup(cl.Nodes[1].Resume)
+	waitDone(t, lease.AtRisk(), lossGuard, "AtRisk of the MultiLock with a part on a frozen master")
+	if err := lease.Err(); err != nil {
+		t.Fatalf("Err while at risk: %v, want nil", err)
+	}
+	waitDone(t, lease.Done(), lossGuard, "loss of the MultiLock")
+	expectLoss(t, lease.Err(), dlock.LossUnreachable)
 }
