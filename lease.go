@@ -23,7 +23,9 @@ import (
 // is the moment the acquire (or the last confirmed renewal) was sent plus
 // TTL × (1 − drift), on this process's monotonic clock and on its wall
 // clock, whichever ends first: the monotonic clock stands still while the
-// machine is suspended, Redis's clock does not.
+// machine is suspended, Redis's clock does not. [Lease.AtRisk] warns half
+// way there when renewals are not getting through, and a lost lease's error
+// says why it was lost ([LossReason]).
 type Lease struct {
 	c       *Client
 	name    string

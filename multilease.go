@@ -108,7 +108,14 @@ func (l *Lease) unlockParts(ctx context.Context) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		l.end(fmt.Errorf("%w: unlock of %q did not release every lock", ErrLeaseLost, l.name))
+		cause := error(errUnlockIncomplete) // or how the first part lost was lost
+		for _, p := range l.parts {
+			if lost := p.Err(); errors.Is(lost, ErrLeaseLost) {
+				cause = lost
+				break
+			}
+		}
+		l.end(fmt.Errorf("%w: unlock of %q did not release every lock", cause, l.name))
 		return err
 	}
 	l.end(nil)

@@ -100,7 +100,6 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 	l, m := h.lease, h.m
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
-	refused := 0
 	start := time.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		args := []any{l.owner, ttl.Milliseconds()}
@@ -110,11 +109,7 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 		ok, err := scripts.MutexExtend.Run(ctx, n.rdb, []string{m.keys.lock}, args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
-	for _, err := range errs {
-		if errors.Is(err, ErrNotHeld) {
-			refused++
-		}
-	}
+	refused := refusedBy(errs)
 	granted := succeeded(errs)
 	if granted >= m.r.quorum && m.drift(ttl)+time.Since(start) < ttl {
 		return l.confirmed(start, ttl)
@@ -124,6 +119,17 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 	}
 	return &QuorumError{Op: "extend", Name: m.name, Quorum: m.r.quorum, Granted: granted,
 		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
+}
+
+// refusedBy counts the nodes that answered that the hold is not there.
+func refusedBy(errs []error) int {
+	refused := 0
+	for _, err := range errs {
+		if errors.Is(err, ErrNotHeld) {
+			refused++
+		}
+	}
+	return refused
 }
 
 // heldOrNot reads a node's answer to a script that acts only on a hold of
@@ -161,7 +167,11 @@ func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 	if granted := succeeded(errs); granted < m.r.quorum {
 		err := &QuorumError{Op: "unlock", Name: m.name, Quorum: m.r.quorum, Granted: granted,
 			Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
-		l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		cause := error(errUnlockIncomplete)
+		if refusedBy(errs) > len(m.r.nodes)-m.r.quorum { // a majority no longer held it
+			cause = errRenewalRefused
+		}
+		l.end(fmt.Errorf("%w: %w", cause, err))
 		return err
 	}
 	l.end(nil)
