@@ -22,7 +22,7 @@ type Holder struct {
 type LockInfo struct {
 	Name           string
 	Type           string        // "Mutex" (also a FairMutex's or MultiLock's), "RWMutex" (also a ReentrantMutex's), "Semaphore", or "" when nothing holds it
-	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder counting the permits held
+	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
 	Permits        int           // a Semaphore's number of permits; else 0
 	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
 	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
@@ -65,7 +65,7 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 			return LockInfo{}, redisError("describe", name, err)
 		}
 		if r[0] > 0 {
-			info.Type, info.Holders = "Semaphore", []Holder{{Holds: int(r[0])}}
+			info.Type, info.Holders = "Semaphore", permitHolders(reply[6:])
 		}
 		info.TTL = time.Duration(r[1]) * time.Millisecond
 		info.WritersWaiting, info.LastToken, info.Permits = int(r[2]), uint64(r[3]), int(r[4])
@@ -81,6 +81,29 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	info.Holders, info.TTL = s.holders, s.ttl
 	info.WritersWaiting, info.ReadersWaiting, info.LastToken = s.writersWaiting, s.readersWaiting, s.lastToken
 	return info, nil
+}
+
+// permitHolders are a Semaphore's holders from the holder info of each
+// permit held: one Holder per distinct info, counting its permits, those
+// without info first and together (so a Semaphore whose holders store
+// none has one Holder counting every permit).
+func permitHolders(infos []any) []Holder {
+	holders := []Holder{{}}
+	at := map[string]int{"": 0}
+	for _, reply := range infos {
+		stored, _ := reply.(string)
+		i, ok := at[stored]
+		if !ok {
+			i = len(holders)
+			at[stored] = i
+			holders = append(holders, Holder{Info: decodeHolderInfo(stored)})
+		}
+		holders[i].Holds++
+	}
+	if holders[0].Holds == 0 {
+		holders = holders[1:]
+	}
+	return holders
 }
 
 // ForceUnlock removes the lock called name whatever holds it (any type:

@@ -46,8 +46,11 @@ func ThisProcess() HolderInfo {
 //   - RWMutex, ReentrantMutex: in the lock's state, per owner and side
 //     (write, read), for as long as that owner holds that side; the last
 //     hold taken with info sets it.
-//   - Semaphore, MultiLock, Election, Redlock: ignored (a Semaphore's
-//     holders are listed as a count; an Election's leader has its value).
+//   - Semaphore: with each permit (in the hash of its holders' tokens),
+//     gone with the permit; Describe counts the permits held per info.
+//   - MultiLock, Election, Redlock: ignored (a MultiLock's locks are
+//     Mutex keys shared with no info; an Election's leader has its value;
+//     a Redlock's nodes are described one by one, if at all).
 //
 // Info that is not valid UTF-8, has a negative PID or is longer than
 // [MaxHolderInfo] once encoded is refused with [ErrInvalid] by the first

@@ -273,3 +273,54 @@ func TestForceUnlock_LeavesAForeignMarkKey(t *testing.T) {
 		t.Fatalf("the foreign value is now %q", v)
 	}
 }
+
+// A Semaphore keeps each permit's holder info with the permit: Describe
+// counts the permits held with each info (those without one together),
+// and a permit given back takes its info with it.
+func TestHolderInfo_SemaphorePerPermit(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	rdb := backends[0].newRedis(t)
+	name := lockName(t)
+	withInfo := newClient(t, rdb, dlock.WithHolderInfo(holderInfo("a")))
+	a1, err := withInfo.Semaphore(name, 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := withInfo.Semaphore(name, 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := newClient(t, rdb).Semaphore(name, 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Unlock(ctx)
+	info, err := withInfo.Describe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, h := range info.Holders {
+		user := "(none)"
+		if h.Info != nil {
+			user = h.Info.User
+		}
+		counts[user] += h.Holds
+	}
+	if len(info.Holders) != 2 || counts["a"] != 2 || counts["(none)"] != 1 {
+		t.Fatalf("Semaphore holders %+v; want 2 permits with info a, 1 without", info.Holders)
+	}
+	_ = a1.Unlock(ctx)
+	_ = a2.Unlock(ctx)
+	info, err = withInfo.Describe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Holders) != 1 || info.Holders[0].Info != nil || info.Holders[0].Holds != 1 {
+		t.Fatalf("after the releases: %+v; want one permit without info", info.Holders)
+	}
+	fields := rdb.HKeys(ctx, lockKey(name)+":tokens").Val()
+	if len(fields) != 1 {
+		t.Fatalf("tokens hash fields after the releases: %d, want the one holder's token", len(fields))
+	}
+}

@@ -18,7 +18,8 @@
 -- holder's info ('' none)}; the holder's owner token is a secret and is
 -- not returned. For a Semaphore
 -- {'semaphore', permits held, ms until the last expires, live waiters, the
--- last fencing token, its number of permits}. Otherwise what rw_inspect.lua
+-- last fencing token, its number of permits}, followed by the holder info
+-- of each permit held ('' none). Otherwise what rw_inspect.lua
 -- returns. Fails with WRONGTYPE when a key of the name holds what dlock did
 -- not write (see foreign.lua): that is no holder, nor a lock at all.
 --
@@ -42,6 +43,10 @@ if kind == 'zset' then
   if held > 0 then
     ttl = tonumber(redis.call('ZRANGE', STATE, -1, -1, 'WITHSCORES')[2]) - now
   end
-  return {'semaphore', held, ttl, live_waiters(WWAIT, now),
+  local reply = {'semaphore', held, ttl, live_waiters(WWAIT, now),
     raise_error(last_token(KEYS[8])), tonumber(redis.call('GET', KEYS[9])) or 0}
+  for _, owner in ipairs(redis.call('ZRANGEBYSCORE', STATE, '(' .. now, '+inf')) do
+    reply[#reply + 1] = redis.call('HGET', KEYS[10], 'i' .. owner) or ''
+  end
+  return reply
 end
