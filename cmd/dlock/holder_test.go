@@ -38,3 +38,13 @@ func TestRun_StatusShowsTheHolderInfo(t *testing.T) {
 	}
 	_ = p.cmd.Process.Kill()
 }
+
+// An --info that would make the holder info too long is a usage error,
+// before any lock is taken.
+func TestRun_InfoTooLongIsAUsageError(t *testing.T) {
+	url, _ := testRedis(t)
+	code, _, stderr := runDlock(t, url, "run", "--info", strings.Repeat("x", 600), "job", "--", "true")
+	if code != exitUsage || !strings.Contains(stderr, "--info") {
+		t.Fatalf("exit %d, stderr %q; want %d naming --info", code, stderr, exitUsage)
+	}
+}
