@@ -12,13 +12,17 @@ type Holder struct {
 	Owner string // the owner id; "" for a Mutex, whose owner token is a secret
 	Write bool   // holds the exclusive (write) side; else reads
 	Holds int    // how many holds (re-entries counted)
+
+	// Info is what the holder stored with [WithHolderInfo]; nil when it
+	// stored none (or its lock type keeps none).
+	Info *HolderInfo
 }
 
 // LockInfo is what [Client.Describe] found under a lock name.
 type LockInfo struct {
 	Name           string
 	Type           string        // "Mutex" (also a FairMutex's or MultiLock's), "RWMutex" (also a ReentrantMutex's), "Semaphore", or "" when nothing holds it
-	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder counting the permits held
+	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
 	Permits        int           // a Semaphore's number of permits; else 0
 	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
 	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
@@ -44,10 +48,11 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	switch kind, _ := reply[0].(string); kind {
 	case "mutex":
 		r, err := int64s(reply[1:], 4)
-		if err != nil {
+		if err != nil || len(reply) < 6 {
 			return LockInfo{}, redisError("describe", name, err)
 		}
-		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1}}
+		holderInfo, _ := reply[5].(string)
+		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}}
 		info.TTL = time.Duration(r[1]) * time.Millisecond
 		if r[1] < 0 {
 			info.TTL = -1
@@ -60,7 +65,7 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 			return LockInfo{}, redisError("describe", name, err)
 		}
 		if r[0] > 0 {
-			info.Type, info.Holders = "Semaphore", []Holder{{Holds: int(r[0])}}
+			info.Type, info.Holders = "Semaphore", permitHolders(reply[6:])
 		}
 		info.TTL = time.Duration(r[1]) * time.Millisecond
 		info.WritersWaiting, info.LastToken, info.Permits = int(r[2]), uint64(r[3]), int(r[4])
@@ -78,11 +83,36 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	return info, nil
 }
 
+// permitHolders are a Semaphore's holders from the holder info of each
+// permit held: one Holder per distinct info, counting its permits, those
+// without info first and together (so a Semaphore whose holders store
+// none has one Holder counting every permit).
+func permitHolders(infos []any) []Holder {
+	holders := []Holder{{}}
+	at := map[string]int{"": 0}
+	for _, reply := range infos {
+		stored, _ := reply.(string)
+		i, ok := at[stored]
+		if !ok {
+			i = len(holders)
+			at[stored] = i
+			holders = append(holders, Holder{Info: decodeHolderInfo(stored)})
+		}
+		holders[i].Holds++
+	}
+	if holders[0].Holds == 0 {
+		holders = holders[1:]
+	}
+	return holders
+}
+
 // ForceUnlock removes the lock called name whatever holds it (any type:
 // the holds of a Semaphore's every permit, a MultiLock's lock of that name),
 // and wakes its waiters: the operator's escape hatch for a lock whose holder is known to
 // be gone. The holders' leases report the loss at their next renewal (within
-// TTL/3); until then they may still act as holders, which is what fencing
+// TTL/3), a Mutex's, FairMutex's or Election's as [LossForced] (the removal
+// leaves a mark naming the owner, under the name's ":forced" key, for as
+// long as the hold had left); until then they may still act as holders, which is what fencing
 // tokens are for: the fencing counter is kept, so the next holder's token is
 // above theirs. It reports whether anything was held. It removes only what
 // dlock wrote: when a key of the name holds anything else, it fails with
@@ -107,7 +137,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 // other types have. Each script looks at every one to tell whether the
 // name's keys are all dlock's.
 func anyLockKeys(k keys) []string {
-	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader")
+	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader", k.forced(), k.holderInfo())
 }
 
 func (c *Client) checkName(ctx context.Context, name string) error {

@@ -344,7 +344,7 @@ func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.
 		return nil, 0, fmt.Errorf("dlock: campaign %q: %w", e.name, unconfirmed)
 	}
 	return e.c.startLease(leaseSpec{
-		name: e.name, kind: electionKind, keys: []string{e.keys.lock},
+		name: e.name, kind: electionKind, keys: []string{e.keys.lock, e.keys.forced()},
 		relKeys: []string{e.keys.lock, e.keys.channel, e.keys.waiters, e.leaderKey},
 		owner:   owner, token: uint64(res[1]), sent: sent, cfg: e.cfg, mark: e.keys.lock, tombstone: a.tombstone,
 	}), 0, nil

@@ -24,7 +24,9 @@ var (
 
 	// ErrLeaseLost: a lease ended without being released: Redis refused to
 	// renew it, or its deadline passed before a renewal was confirmed. From
-	// then on another owner may hold the lock.
+	// then on another owner may hold the lock. The error also matches a
+	// [LossReason] saying how ([LossExpired], [LossTaken], [LossForced],
+	// [LossUnreachable]); [Lease.AtRisk] warns before a loss.
 	ErrLeaseLost = errors.New("dlock: lease lost")
 
 	// ErrWrongType: a key of the lock holds what this kind of lock did not
@@ -155,3 +157,43 @@ func wrongTypeDetail(err error) string {
 func isWrongType(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
 }
+
+// LossReason says how a lease was lost. It is an error in the chain of
+// every lost lease's error, beside [ErrLeaseLost]: match one with
+// errors.Is(err, dlock.LossTaken), or read it with errors.As(err, &reason).
+type LossReason string
+
+// The ways a lease is lost.
+const (
+	// LossExpired: the hold was gone from Redis when a renewal came: it
+	// expired (the holder was stopped past its TTL, or a renewal was cut
+	// off) or was deleted by something other than [Client.ForceUnlock].
+	// Also where dlock cannot tell how a hold went: a refused Unlock or
+	// TTL, and the lock types whose holds carry no owner to compare with
+	// (a read-write lock's, a Semaphore's, a MultiLock's, an Election's)
+	// or no mark of a forced removal.
+	LossExpired LossReason = "expired"
+
+	// LossTaken: another owner holds the lock now. Its key was
+	// overwritten: a program other than dlock wrote it, or dlock's own
+	// hold went and another acquired it before this lease's renewal came.
+	LossTaken LossReason = "taken"
+
+	// LossForced: [Client.ForceUnlock] (`dlock unlock --force`) removed
+	// the hold. Told for a Mutex's or FairMutex's hold, whose removal
+	// leaves a mark naming its owner for as long as the hold had left.
+	LossForced LossReason = "forced"
+
+	// LossUnreachable: no renewal was confirmed before the lease's
+	// deadline (Redis stalled, unreachable, or too slow), or an Unlock
+	// could not tell whether it released. Redis may still hold the key
+	// until its TTL runs out.
+	LossUnreachable LossReason = "unreachable"
+
+	// LossUnknown is what an [Observer] is told where none of the above
+	// is known. No lost lease's error matches it.
+	LossUnknown LossReason = "unknown"
+)
+
+// Error is the reason in words.
+func (r LossReason) Error() string { return "lease lost: " + string(r) }

@@ -29,7 +29,7 @@ type FairMutex struct {
 	cfg  settings
 	err  error // bad arguments, returned before any I/O
 
-	// KEYS of the scripts in fair_lib.lua's order, up to the channel, and of
+	// KEYS of the scripts in fair_lib.lua's order, up to the holder info, and of
 	// a lease's extend and TTL: made once, shared by every attempt and lease.
 	scriptKeys, extendKeys []string
 }
@@ -52,8 +52,8 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	cfg := c.cfg.with(opts)
 	k := c.waitingKeys(cfg.prefix, name)
 	f := &FairMutex{c: c, name: name, cfg: cfg, keys: k,
-		scriptKeys: []string{k.lock, k.fence, k.lock + ":queue", k.waiters, k.channel},
-		extendKeys: []string{k.lock},
+		scriptKeys: []string{k.lock, k.fence, k.lock + ":queue", k.waiters, k.channel, k.holderInfo()},
+		extendKeys: []string{k.lock, k.forced(), k.holderInfo()},
 	}
 	if f.err = validateName(name); f.err == nil {
 		f.err = cfg.validate()
@@ -137,7 +137,7 @@ func (a *fairAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], a.tombstone)
 	a.sent, a.fenced = time.Now(), -1
 	cmd, unconfirmed := f.c.runAcquire(ctx, f.cfg, scripts.FairAcquire, keys,
-		a.owner, ttl.Milliseconds(), f.c.tagged(waiterID), waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish)
+		a.owner, ttl.Milliseconds(), f.entry(waiterID), waiterLease(f.cfg.waiterRefresh).Milliseconds(), publish, f.cfg.holderInfo)
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) < 2 || len(res) > 3 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only a call already abandoned
@@ -196,9 +196,19 @@ func (a *fairAcquirer) leave(ctx context.Context, waiterID string) { a.abandon(c
 func (a *fairAcquirer) abandon(ctx context.Context, waiterID string) {
 	f := a.f
 	keys := append(f.scriptKeys[:len(f.scriptKeys):len(f.scriptKeys)], a.tombstone)
-	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, tombstoneLifeMillis, f.c.tagged(waiterID))
+	f.c.abandon(ctx, f.name, fairKind.abandon, keys, f.cfg.logger, a.owner, tombstoneLifeMillis, f.entry(waiterID))
 	a.owner = newOwnerToken()
 	a.tombstone = f.keys.tombstone(a.owner)
 }
 
 func (a *fairAcquirer) client() *Client { return a.f.c }
+
+// entry is how a waiter queues (after its owner token, see fair_lib.lua):
+// tagged with its Client, then its holder info, which a hand-over stores
+// for it; "" (not queueing) stays "".
+func (f *FairMutex) entry(waiterID string) string {
+	if waiterID == "" {
+		return ""
+	}
+	return f.c.tagged(waiterID) + f.cfg.holderInfo
+}

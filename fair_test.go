@@ -42,7 +42,7 @@ const slowOwner = "0123456789abcdef0123456789abcdef"
 func queueRaw(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name, owner, waiterID string, lease time.Duration) []string {
 	t.Helper()
 	lock, fence, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
-	keys := []string{lock, fence, fairQueueKey(name), lock + ":waiters", channel, lock + ":void:" + owner}
+	keys := []string{lock, fence, fairQueueKey(name), lock + ":waiters", channel, lock + ":holder", lock + ":void:" + owner}
 	publish := "PUBLISH"
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		publish = "SPUBLISH"

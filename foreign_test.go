@@ -57,6 +57,7 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	rdb := backends[0].newRedis(t)
 	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	withInfo := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithHolderInfo(dlock.HolderInfo{Program: "p"}))
 	rwKeys := []string{"", ":holds", ":waiters", ":rwaiters", ":rpass", ":fence"}
 	mutexKeys := []string{"", ":fence", ":waiters"}
 	type acquire func(ctx context.Context, names []string) (*dlock.Lease, error)
@@ -81,6 +82,16 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.Mutex(n[0]).TryLock(ctx) },
 			func(ctx context.Context, n []string) (*dlock.Lease, error) { return c.Mutex(n[0]).Lock(ctx) },
 		}, []string{":waiters"}, nil, nil, []string{""}},
+		{"Mutex with holder info", []string{":holder"}, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return withInfo.Mutex(n[0]).TryLock(ctx) },
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return withInfo.Mutex(n[0]).Lock(ctx) },
+		}, []string{":waiters", ":holder"}, nil, nil, nil},
+		{"FairMutex with holder info", []string{":holder"}, 1, []acquire{
+			func(ctx context.Context, n []string) (*dlock.Lease, error) {
+				return withInfo.FairMutex(n[0]).TryLock(ctx)
+			},
+			func(ctx context.Context, n []string) (*dlock.Lease, error) { return withInfo.FairMutex(n[0]).Lock(ctx) },
+		}, []string{":queue", ":holder"}, nil, nil, nil},
 		{"ReentrantMutex", rwKeys, 1, []acquire{
 			func(ctx context.Context, n []string) (*dlock.Lease, error) {
 				return c.ReentrantMutex(n[0]).TryLock(ctx)

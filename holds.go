@@ -148,7 +148,7 @@ func (a *holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, ti
 	ttl, _ := h.cfg.holdTTL()
 	sent := time.Now()
 	cmd, unconfirmed := h.c.runAcquire(ctx, h.cfg, scripts.RWAcquire, keys,
-		member, ttl.Milliseconds(), waiterID, waiterLease(h.cfg.waiterRefresh).Milliseconds())
+		member, ttl.Milliseconds(), waiterID, waiterLease(h.cfg.waiterRefresh).Milliseconds(), h.cfg.holderInfo)
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
@@ -232,18 +232,19 @@ func inspectHolds(ctx context.Context, c *Client, name string, keys []string, ow
 }
 
 // parseHoldState reads rw_inspect.lua's reply: ten numbers, then owner,
-// mode and holds of each holder.
+// mode, holds and holder info of each holder.
 func parseHoldState(reply []any) (holdState, error) {
 	r, err := int64s(reply, 10)
-	if err != nil || (len(reply)-10)%3 != 0 {
+	if err != nil || (len(reply)-10)%4 != 0 {
 		return holdState{}, errUnexpectedReply
 	}
 	var holders []Holder
-	for i := 10; i < len(reply); i += 3 {
+	for i := 10; i < len(reply); i += 4 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
-		holders = append(holders, Holder{Owner: owner, Write: mode == "w", Holds: int(holds)})
+		info, _ := reply[i+3].(string)
+		holders = append(holders, Holder{Owner: owner, Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 	}
 	return holdState{
 		holders:    holders,

@@ -23,7 +23,9 @@ import (
 // is the moment the acquire (or the last confirmed renewal) was sent plus
 // TTL × (1 − drift), on this process's monotonic clock and on its wall
 // clock, whichever ends first: the monotonic clock stands still while the
-// machine is suspended, Redis's clock does not.
+// machine is suspended, Redis's clock does not. [Lease.AtRisk] warns half
+// way there when renewals are not getting through, and a lost lease's error
+// says why it was lost ([LossReason]).
 type Lease struct {
 	c       *Client
 	name    string
@@ -42,7 +44,8 @@ type Lease struct {
 	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
 	unlocked  bool        // under unlockMu: a release of ours succeeded, so another Unlock is refused
 	unlocking atomic.Bool // set before a release is sent: renewals stop counting
-	renew     bool
+	renew     bool        // renewed by the Client's renewer
+	watched   bool        // renewed, by it or by a Redlock's own loop: AtRisk watches its renewals
 
 	// unconfirmed: the grant arrived late (see startLease), so it has no
 	// deadline timer nor renewals until confirmGrant extends it.
@@ -74,8 +77,11 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration // what each renewal asks for
 	deadline time.Time     // moves only on a confirmed renewal; its monotonic and wall readings both count (see leftAt)
-	timer    *time.Timer   // fires at deadline, by the monotonic clock
+	riskAt   time.Time     // half way from the last confirmed sending to deadline (see AtRisk)
+	timer    *time.Timer   // fires at riskAt, then at deadline, by the monotonic clock (see nextCheck)
 	done     chan struct{} // made by the first Done, closed once finished
+	risk     chan struct{} // made by the first AtRisk, closed once risky
+	risky    bool          // at risk (see AtRisk), or lost
 	err      error         // set once finished: nil when released, else wraps ErrLeaseLost
 	onEnd    map[*func(error)]struct{}
 
@@ -88,6 +94,7 @@ type Lease struct {
 	// groups' leases (parts), one per slot, when they span several.
 	group *groupTokens
 	parts []*Lease
+	whole *Lease // of a part: the MultiLock's lease, at risk when a part is
 
 	// A Redlock's lease is held on a majority of nodes, not through c.
 	redlock *redlockHold
@@ -156,11 +163,11 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	}
 	l := &Lease{
 		c: c, name: spec.name, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, tombstone: spec.tombstone,
-		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew,
+		owner: spec.owner, token: spec.token, drift: spec.cfg.drift, renew: autoRenew, watched: autoRenew,
 		log: spec.cfg.logger, ttl: ttl,
-		deadline:  validUntil(spec.sent, validity, spec.cfg.drift),
 		heapIndex: -1,
 	}
+	l.setDeadline(spec.sent, validity)
 	mark := releaseMark(spec.mark, spec.owner)
 	if l.relHead == nil {
 		l.relHead = evalshaArgv(spec.kind.release, append(spec.relKeys[:len(spec.relKeys):len(spec.relKeys)], mark), nil)
@@ -190,7 +197,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 // a third of the way through.
 func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
+	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
 	l.mu.Unlock()
 	if l.renew {
 		l.c.renewer.add(l, sent.Add(validity/3))
@@ -222,7 +229,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return errGrantExpired
 	}
 	l.unconfirmed = false
-	l.deadline = validUntil(sent, l.ttl, l.drift).Add(-l.slack)
+	l.setDeadline(sent, l.ttl)
 	l.start(sent, l.ttl)
 	return nil
 }
@@ -423,7 +430,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return redisError("extend", l.name, err)
 	}
 	if n != 1 {
-		l.refused()
+		l.refusedWith(refusal(n))
 		return fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
 	}
 	if err := l.confirmed(sent, ttl); err != nil {
@@ -542,7 +549,7 @@ func (l *Lease) release(ctx context.Context, rule voidRule) error {
 	ok, err := l.c.releaseWithin(ctx, l.kind.release, head, l.owner, extra...)
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
-		l.end(errUnlockUnknown)
+		l.end(errUnlockIncomplete)
 		return redisError("unlock", l.name, err)
 	}
 	if !ok {
@@ -558,17 +565,49 @@ func (l *Lease) release(ctx context.Context, rule voidRule) error {
 var wallClockSkew atomic.Int64
 
 var (
-	errDeadlinePassed = fmt.Errorf("%w: no renewal confirmed before its deadline", ErrLeaseLost)
-	errConfirmedLate  = fmt.Errorf("%w: the extension was confirmed after the lease's deadline", ErrLeaseLost)
-	errRenewalRefused = fmt.Errorf("%w: the lock expired, was deleted or is held by another owner", ErrLeaseLost)
+	errDeadlinePassed   = &lostError{LossUnreachable, "no renewal confirmed before its deadline"}
+	errConfirmedLate    = &lostError{LossUnreachable, "the extension was confirmed after the lease's deadline"}
+	errUnlockIncomplete = &lostError{LossUnreachable, "unlock did not complete"}
+	errRenewalRefused   = &lostError{LossExpired, "the lock expired, was deleted or is held by another owner"}
+	errLostGone         = &lostError{LossExpired, "the lock expired or was deleted"}
+	errLostTaken        = &lostError{LossTaken, "another owner holds the lock"}
+	errLostForced       = &lostError{LossForced, "the lock was removed by force"}
 )
+
+// lostError is how a lease ended lost: it matches [ErrLeaseLost] and its
+// [LossReason].
+type lostError struct {
+	reason LossReason
+	detail string
+}
+
+func (e *lostError) Error() string {
+	return "dlock: lease lost (" + string(e.reason) + "): " + e.detail
+}
+func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.reason} }
+
+// refusal is the loss an extend script's reply other than 1 tells (see
+// the scripts' headers): 0 the hold is gone, -1 another owner holds the
+// lock, -2 it was removed by force. Scripts that cannot tell say 0.
+func refusal(reply int64) error {
+	switch reply {
+	case -1:
+		return errLostTaken
+	case -2:
+		return errLostForced
+	}
+	return errLostGone
+}
 
 // refused ends the lease as lost after Redis said it is not ours, unless an
 // Unlock has begun: its own release may be what Redis saw, and Unlock ends
 // the lease as it finds.
-func (l *Lease) refused() {
+func (l *Lease) refused() { l.refusedWith(errRenewalRefused) }
+
+// refusedWith is refused with the loss Redis told.
+func (l *Lease) refusedWith(err error) {
 	if !l.unlocking.Load() {
-		l.end(errRenewalRefused)
+		l.end(err)
 	}
 }
 
@@ -621,8 +660,8 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 		l.end(errConfirmedLate)
 		return errConfirmedLate
 	}
-	l.deadline = validUntil(sent, ttl, l.drift).Add(-l.slack)
-	l.timer.Reset(l.leftAt(time.Now()))
+	l.setDeadline(sent, ttl)
+	l.timer.Reset(l.nextCheck(time.Now()))
 	l.mu.Unlock()
 	return nil
 }
@@ -643,7 +682,10 @@ func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.ttl = ttl
 	if d := validUntil(sent, ttl, l.drift).Add(-l.slack); d.Before(l.deadline) {
 		l.deadline = d
-		l.timer.Reset(l.leftAt(time.Now()))
+		if mid := halfWay(sent, d); mid.Before(l.riskAt) {
+			l.riskAt = mid
+		}
+		l.timer.Reset(l.nextCheck(time.Now()))
 	}
 	l.mu.Unlock()
 	if l.renew {
@@ -687,20 +729,110 @@ func (l *Lease) expireIfPast() {
 	}
 }
 
-// checkDeadline runs when the deadline timer fires.
+// checkDeadline runs when the lease's timer fires: at its risk point
+// (see AtRisk), then at its deadline, unless a renewal moved them.
 func (l *Lease) checkDeadline() {
 	l.mu.Lock()
 	if l.isDone() {
 		l.mu.Unlock()
 		return
 	}
-	if left := l.leftAt(time.Now()); left > 0 { // moved by a renewal meanwhile
-		l.timer.Reset(left)
+	now := time.Now()
+	left := l.leftAt(now)
+	if left <= 0 {
 		l.mu.Unlock()
+		l.end(errDeadlinePassed)
 		return
 	}
+	atRisk := l.watched && !l.risky && !now.Before(l.riskAt)
+	if atRisk {
+		l.setRisky()
+	}
+	l.timer.Reset(l.nextCheck(now))
+	whole := l.whole
 	l.mu.Unlock()
-	l.end(errDeadlinePassed)
+	if atRisk {
+		l.log.Warn("dlock: lease at risk: no renewal confirmed for half its time", "lock", l.name, "token", l.token, "left", left)
+		if whole != nil {
+			whole.markRisky()
+		}
+	}
+}
+
+// setDeadline counts the lease valid for validity from sent, when the
+// acquire or extension that Redis confirmed was sent, and puts its risk
+// point half way; l.mu must be held, or the lease not yet shared.
+func (l *Lease) setDeadline(sent time.Time, validity time.Duration) {
+	l.deadline = validUntil(sent, validity, l.drift).Add(-l.slack)
+	l.riskAt = halfWay(sent, l.deadline)
+}
+
+// halfWay is the moment half way from sent to deadline.
+func halfWay(sent, deadline time.Time) time.Time { return sent.Add(deadline.Sub(sent) / 2) }
+
+// nextCheck is how long the lease's timer waits from now: to its risk
+// point while an auto-renewed lease is not yet at risk, else to its
+// deadline; l.mu must be held.
+func (l *Lease) nextCheck(now time.Time) time.Duration {
+	left := l.leftAt(now)
+	if l.watched && !l.risky {
+		return max(min(l.riskAt.Sub(now), left), 0)
+	}
+	return left
+}
+
+// AtRisk returns a channel that is closed once the lease is at risk: an
+// auto-renewed lease with no renewal confirmed for half the time its last
+// confirmed grant or renewal gave it (half the TTL, less drift). Renewals
+// go every TTL/3, so a renewal has then failed, or is waiting on a Redis
+// that does not answer, and a second try has not got through either:
+// this is the moment to stop starting work that cannot be undone, or to
+// checkpoint, while the lease still holds (Err is nil) and the deadline
+// is a sixth of the TTL or more away. A lease whose renewal then
+// succeeds holds on as before, but its AtRisk stays closed: a lease
+// that was once in doubt is worth a log line, and [Lease.Deadline] tells
+// how much time it has now.
+//
+// Half, rather than a later point, because the time from there to the
+// deadline must cover what a holder does about it (a checkpoint, a
+// hand-off), and an earlier point would fire on one renewal slowed by a
+// busy server. A lease with a fixed lease time ([WithLeaseTime]) is not
+// renewed, so running down is no risk: its AtRisk closes only on loss.
+//
+// A lost lease's AtRisk is closed too, before Done, so a caller that
+// watches AtRisk alone learns of every loss; a release does not close
+// it. A [MultiLock]'s lease is at risk when any of its parts is.
+func (l *Lease) AtRisk() <-chan struct{} {
+	l.expireIfPast()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.risk == nil {
+		l.risk = make(chan struct{})
+		if l.risky {
+			close(l.risk)
+		}
+	}
+	return l.risk
+}
+
+// setRisky marks the lease at risk once; l.mu must be held.
+func (l *Lease) setRisky() {
+	if l.risky {
+		return
+	}
+	l.risky = true
+	if l.risk != nil {
+		close(l.risk)
+	}
+}
+
+// markRisky marks the lease at risk (a MultiLock's, from a part).
+func (l *Lease) markRisky() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.isDone() {
+		l.setRisky()
+	}
 }
 
 // end closes the lease once, with err nil for a release. A loss is logged
@@ -724,6 +856,9 @@ func (l *Lease) end(err error) {
 	l.mu.Lock()
 	l.err = err
 	l.finished = true
+	if err != nil {
+		l.setRisky() // before Done: AtRisk tells of every loss
+	}
 	if l.done != nil {
 		close(l.done)
 	}

@@ -13,6 +13,13 @@ import (
 func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 	l := &Lease{c: c, name: name, parts: parts, token: parts[0].token, log: parts[0].log, heapIndex: -1}
 	for _, p := range parts {
+		p.mu.Lock()
+		p.whole = l
+		risky := p.risky
+		p.mu.Unlock()
+		if risky {
+			l.markRisky()
+		}
 		p.whenEnded(func(err error) {
 			if errors.Is(err, ErrLeaseLost) {
 				l.end(fmt.Errorf("%w (%q of %q)", err, p.name, name))
@@ -101,7 +108,14 @@ func (l *Lease) unlockParts(ctx context.Context) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		l.end(fmt.Errorf("%w: unlock of %q did not release every lock", ErrLeaseLost, l.name))
+		cause := error(errUnlockIncomplete) // or how the first part lost was lost
+		for _, p := range l.parts {
+			if lost := p.Err(); errors.Is(lost, ErrLeaseLost) {
+				cause = lost
+				break
+			}
+		}
+		l.end(fmt.Errorf("%w: unlock of %q did not release every lock", cause, l.name))
 		return err
 	}
 	l.end(nil)

@@ -36,9 +36,10 @@ type Mutex struct {
 // twice), which is a fifth of its allocations. A handle used once boxes
 // each key name once, for both commands, and the scripts' SHAs not at all.
 type mutexArgv struct {
-	acquire                    []any // evalsha, sha, 4, lock, fence
+	acquire                    []any // evalsha, sha, 5, lock, fence
 	waiters, ttl, registration any   // acquire's KEYS[4], ARGV[2], ARGV[4]
-	release                    []any // evalsha, sha, 5, lock, channel, waiters, fence (the lease adds its mark)
+	holder, info               any   // acquire's KEYS[5], ARGV[6]
+	release                    []any // evalsha, sha, 6, lock, channel, waiters, fence, holder (the lease adds its mark)
 }
 
 func (m *Mutex) argv() *mutexArgv {
@@ -47,12 +48,15 @@ func (m *Mutex) argv() *mutexArgv {
 	}
 	ttl, _ := m.cfg.holdTTL()
 	lock, fence, waiters := any(m.keys.lock), any(m.keys.fence), any(m.keys.waiters)
+	holder := any(m.keys.holderInfo())
 	m.boxed.CompareAndSwap(nil, &mutexArgv{
-		acquire:      []any{"evalsha", mutexAcquireSHA, 4, lock, fence},
+		acquire:      []any{"evalsha", mutexAcquireSHA, 5, lock, fence},
 		waiters:      waiters,
 		ttl:          boxMillis(ttl),
 		registration: boxMillis(waiterLease(m.cfg.waiterRefresh)),
-		release:      []any{"evalsha", mutexReleaseSHA, 5, lock, m.keys.channel, waiters, fence},
+		holder:       holder,
+		info:         m.cfg.holderInfo,
+		release:      []any{"evalsha", mutexReleaseSHA, 6, lock, m.keys.channel, waiters, fence, holder},
 	})
 	return m.boxed.Load()
 }
@@ -91,7 +95,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	cfg := c.cfg.with(opts)
 	k := c.waitingKeys(cfg.prefix, name)
 	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
-		extendKeys: []string{k.lock}}
+		extendKeys: []string{k.lock, k.forced(), k.holderInfo()}}
 	if m.err = validateName(name); m.err == nil {
 		m.err = cfg.validate()
 	}
@@ -174,20 +178,20 @@ func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.
 	a.attempts++
 	entry := ""
 	if waiterID != "" {
-		entry = m.c.tagged(waiterID) + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner
+		entry = m.c.tagged(waiterID) + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner + m.cfg.holderInfo
 	}
 	a.sent = time.Now()
 	var cmd *redis.Cmd
 	var unconfirmed error
 	b := m.argv()
 	if m.cfg.replicaAck == 0 {
-		argv := make([]any, 0, len(b.acquire)+7)
+		argv := make([]any, 0, len(b.acquire)+9)
 		argv = append(argv, b.acquire...)
-		argv = append(argv, tombstone, b.waiters, a.owner, b.ttl, entry, b.registration, a.registered)
+		argv = append(argv, tombstone, b.waiters, b.holder, a.owner, b.ttl, entry, b.registration, a.registered, b.info)
 		cmd = m.c.scripts.runArgv(ctx, scripts.MutexAcquire, argv)
 	} else {
-		cmd, unconfirmed = m.c.runAcquire(ctx, m.cfg, scripts.MutexAcquire, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters},
-			a.owner, ttl.Milliseconds(), entry, waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.registered)
+		cmd, unconfirmed = m.c.runAcquire(ctx, m.cfg, scripts.MutexAcquire, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters, m.keys.holderInfo()},
+			a.owner, ttl.Milliseconds(), entry, waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.registered, m.cfg.holderInfo)
 	}
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
@@ -251,7 +255,7 @@ func (a *mutexCall) abandon(ctx context.Context, entry string) {
 		withdraw, before = before, ""
 	}
 	m.c.abandon(ctx, m.name, mutexKind.abandon,
-		[]string{m.keys.lock, m.keys.channel, a.tombstone, m.keys.waiters, m.keys.fence},
+		[]string{m.keys.lock, m.keys.channel, a.tombstone, m.keys.waiters, m.keys.fence, m.keys.holderInfo()},
 		m.cfg.logger, a.owner, tombstoneLifeMillis, withdraw, before)
 	a.owner = newOwnerToken()
 	a.tombstone = m.keys.tombstone(a.owner)

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -144,13 +143,17 @@ func (ob *leaseObs) ended(l *Lease, err error) {
 // lossReason says why l was lost with err, as far as the errors tell. It is
 // the one place that reads loss errors for observers.
 func lossReason(l *Lease, err error) LossReason {
+	var told LossReason
+	if errors.As(err, &told) {
+		return told
+	}
 	switch {
 	case errors.Is(err, errDeadlinePassed):
 		if autoRenewed(l) && !l.renewerClosed() {
 			return LossUnreachable // renewals were due, and none got through in time
 		}
 		return LossExpired
-	case errors.Is(err, errConfirmedLate), errors.Is(err, errUnlockUnknown):
+	case errors.Is(err, errConfirmedLate):
 		return LossUnreachable
 	}
 	return LossUnknown
@@ -168,10 +171,6 @@ func autoRenewed(l *Lease) bool {
 	}
 	return l.renew
 }
-
-// errUnlockUnknown: an Unlock whose release's outcome is unknown; the hold
-// goes within its TTL at the latest.
-var errUnlockUnknown = fmt.Errorf("%w: unlock did not complete", ErrLeaseLost)
 
 // renewerClosed reports whether l's Client stopped renewing (it was
 // closed): its leases then run out rather than fail to renew.

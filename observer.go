@@ -176,29 +176,6 @@ type ExtendEvent struct {
 	Err    error // what Extend returned
 }
 
-// LossReason says why a lease was lost, as far as dlock can tell.
-type LossReason string
-
-// The reasons for a loss.
-const (
-	// LossExpired: a fixed lease ([WithLeaseTime]) ran out unextended, or
-	// a lease was not renewed because its Client was closed.
-	LossExpired LossReason = "expired"
-	// LossTaken: another owner holds the lock. (Not told yet: Redis's
-	// refusal does not say whether the hold was taken or removed, and is
-	// reported as LossUnknown.)
-	LossTaken LossReason = "taken"
-	// LossForced: the lock was removed ([Client.ForceUnlock], a DEL). (Not
-	// told yet either: see LossTaken.)
-	LossForced LossReason = "forced"
-	// LossUnreachable: no renewal (or release) was confirmed before the
-	// deadline: Redis could not be reached, or did not answer in time.
-	LossUnreachable LossReason = "unreachable"
-	// LossUnknown: Redis refused a renewal or release: the hold had gone
-	// (deleted, or taken), but which is not known.
-	LossUnknown LossReason = "unknown"
-)
-
 // LeaseEnd is a lease's end.
 type LeaseEnd struct {
 	LeaseInfo

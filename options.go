@@ -82,6 +82,8 @@ type settings struct {
 	replicaAckTimeout time.Duration
 
 	observer *Observer // nil: nothing is observed
+	holderInfo    string // encoded (see encodeHolderInfo); "" none
+	holderInfoErr error  // what was wrong with WithHolderInfo's
 }
 
 func defaultSettings() settings {
@@ -213,6 +215,8 @@ func (s settings) with(opts []Option) settings {
 
 func (s settings) validate() error {
 	switch {
+	case s.holderInfoErr != nil:
+		return s.holderInfoErr
 	case strings.ContainsAny(s.prefix, "{}"):
 		return invalidf("prefix %q contains '{' or '}'", s.prefix)
 	case validTTL("TTL", s.ttl) != nil:

@@ -26,12 +26,12 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 	_, autoRenew := m.cfg.holdTTL()
 	l := &Lease{
 		name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
-		log: m.cfg.logger, ttl: ttl, heapIndex: -1,
+		log: m.cfg.logger, ttl: ttl, heapIndex: -1, watched: autoRenew,
 	}
-	l.deadline = validUntil(start, ttl, l.drift).Add(-l.slack)
+	l.setDeadline(start, ttl)
 	l.redlock = &redlockHold{m: m, lease: l, extended: make(chan struct{}, 1)}
 	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
+	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
 	l.mu.Unlock()
 	if autoRenew {
 		go l.redlock.renewEvery(ttl / 3)
@@ -104,7 +104,6 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 		return fmt.Errorf("dlock: redlock extend %q: %w", m.name, err)
 	}
 	defer l.extendMu.Unlock()
-	refused := 0
 	start := time.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		args := []any{l.owner, ttl.Milliseconds()}
@@ -114,11 +113,7 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 		ok, err := scripts.MutexExtend.Run(ctx, n.rdb, []string{m.keys.lock}, args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
-	for _, err := range errs {
-		if errors.Is(err, ErrNotHeld) {
-			refused++
-		}
-	}
+	refused := refusedBy(errs)
 	granted := succeeded(errs)
 	if granted >= m.r.quorum && m.drift(ttl)+time.Since(start) < ttl {
 		return l.confirmed(start, ttl)
@@ -128,6 +123,17 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 	}
 	return &QuorumError{Op: "extend", Name: m.name, Quorum: m.r.quorum, Granted: granted,
 		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
+}
+
+// refusedBy counts the nodes that answered that the hold is not there.
+func refusedBy(errs []error) int {
+	refused := 0
+	for _, err := range errs {
+		if errors.Is(err, ErrNotHeld) {
+			refused++
+		}
+	}
+	return refused
 }
 
 // heldOrNot reads a node's answer to a script that acts only on a hold of
@@ -165,7 +171,11 @@ func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 	if granted := succeeded(errs); granted < m.r.quorum {
 		err := &QuorumError{Op: "unlock", Name: m.name, Quorum: m.r.quorum, Granted: granted,
 			Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
-		l.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		cause := error(errUnlockIncomplete)
+		if refusedBy(errs) > len(m.r.nodes)-m.r.quorum { // a majority no longer held it
+			cause = errRenewalRefused
+		}
+		l.end(fmt.Errorf("%w: %w", cause, err))
 		return err
 	}
 	l.end(nil)

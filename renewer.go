@@ -310,7 +310,10 @@ func (r *renewer) renew(ctx context.Context, due []*Lease) {
 			if l.renewed(sent, ttls[i]) == nil {
 				r.reschedule(l, sent.Add(ttls[i]/3))
 			}
-		case errors.Is(err, errRenewalRefused) || isWrongType(err):
+		case errors.Is(err, ErrLeaseLost): // refused: see send
+			l.renewalFailed(err, true)
+			l.refusedWith(err)
+		case isWrongType(err):
 			l.renewalFailed(err, true)
 			l.refused()
 		default:
@@ -343,7 +346,7 @@ func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration
 		case err != nil:
 			errs[i] = err
 		case n != 1:
-			errs[i] = errRenewalRefused
+			errs[i] = refusal(n)
 		}
 	}
 	return errs

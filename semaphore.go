@@ -172,7 +172,7 @@ func (a *semCall) attempt(ctx context.Context, waiterID string) (*Lease, time.Du
 	keys := append(s.scriptKeys[:len(s.scriptKeys):len(s.scriptKeys)], a.tombstone)
 	sent := time.Now()
 	cmd, unconfirmed := s.c.runAcquire(ctx, s.cfg, scripts.SemAcquire, keys,
-		owner, ttl.Milliseconds(), s.c.tagged(waiterID), waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load())
+		owner, ttl.Milliseconds(), s.c.tagged(waiterID), waiterLease(s.cfg.waiterRefresh).Milliseconds(), s.permits.Load(), s.cfg.holderInfo)
 	res, err := cmd.Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned

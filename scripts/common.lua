@@ -264,3 +264,42 @@ local function void_call(tombstone, ms)
     redis.call('SET', tombstone, '1', 'PX', ms)
   end
 end
+
+-- Holder info (WithHolderInfo in Go) of a Mutex's or FairMutex's hold: a
+-- string beside the lock, the holder's owner token followed by the info
+-- (JSON, so it starts with '{': HOLDER_INFO), set with the hold's TTL,
+-- renewed and removed with it. A key given as nil (a script run for a lock
+-- type that keeps none) is left alone; the caller has checked it is not
+-- foreign (foreign_holder_info in foreign.lua) before writing it.
+
+-- Store owner's info for ms; nothing for no info.
+local function set_holder_info(key, owner, info, ms)
+  if key and info and info ~= '' then
+    redis.call('SET', key, owner .. info, 'PX', ms)
+  end
+end
+
+-- The info stored under key for owner, or nil: what is there of another
+-- owner, or not dlock's, is not owner's.
+local function holder_info_of(key, owner)
+  if not key then
+    return nil
+  end
+  local value = redis.pcall('GET', key)
+  if type(value) == 'string' and value:sub(1, OWNER_TOKEN_DIGITS) == owner and string.find(value, HOLDER_INFO) then
+    return value:sub(OWNER_TOKEN_DIGITS + 1)
+  end
+  return nil
+end
+
+-- Remove the info under key, whoever's it is, if dlock wrote it: the lock
+-- it describes is being freed or passed on. A foreign value is left.
+local function drop_holder_info(key)
+  if not key then
+    return
+  end
+  local value = redis.pcall('GET', key)
+  if type(value) == 'string' and string.find(value, HOLDER_INFO) then
+    redis.call('DEL', key)
+  end
+end

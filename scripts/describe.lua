@@ -9,19 +9,24 @@
 -- KEYS[9]  a Semaphore's number of permits
 -- KEYS[10..12]  a Semaphore's tokens, a FairMutex's queue, an Election's
 --          leader (looked at only to tell they are dlock's)
+-- KEYS[13] the mark of a forced removal (force_unlock.lua)
+-- KEYS[14] a Mutex's (FairMutex's) holder info (set_holder_info in common.lua)
 -- ARGV[1]  '' (no owner asks)
 --
 -- Returns for a Mutex or FairMutex {'mutex', held (1/0), ms left (-1: no
--- TTL), live waiters registered, the last fencing token minted}; the
--- holder's owner token is a secret and is not returned. For a Semaphore
+-- TTL), live waiters registered, the last fencing token minted, the
+-- holder's info ('' none)}; the holder's owner token is a secret and is
+-- not returned. For a Semaphore
 -- {'semaphore', permits held, ms until the last expires, live waiters, the
--- last fencing token, its number of permits}. Otherwise what rw_inspect.lua
+-- last fencing token, its number of permits}, followed by the holder info
+-- of each permit held ('' none). Otherwise what rw_inspect.lua
 -- returns. Fails with WRONGTYPE when a key of the name holds what dlock did
 -- not write (see foreign.lua): that is no holder, nor a lock at all.
 --
 -- Reads only: a copy, however late, changes nothing.
 
-local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]})
+local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]},
+  KEYS[14], KEYS[13])
 if wrong then
   return wrong
 end
@@ -29,7 +34,7 @@ local kind = redis.call('TYPE', STATE).ok
 if kind == 'string' then
   local now = server_now()
   return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
-    raise_error(last_token(KEYS[8]))}
+    raise_error(last_token(KEYS[8])), holder_info_of(KEYS[14], redis.call('GET', STATE)) or ''}
 end
 if kind == 'zset' then
   local now = server_now()
@@ -38,6 +43,10 @@ if kind == 'zset' then
   if held > 0 then
     ttl = tonumber(redis.call('ZRANGE', STATE, -1, -1, 'WITHSCORES')[2]) - now
   end
-  return {'semaphore', held, ttl, live_waiters(WWAIT, now),
+  local reply = {'semaphore', held, ttl, live_waiters(WWAIT, now),
     raise_error(last_token(KEYS[8])), tonumber(redis.call('GET', KEYS[9])) or 0}
+  for _, owner in ipairs(redis.call('ZRANGEBYSCORE', STATE, '(' .. now, '+inf')) do
+    reply[#reply + 1] = redis.call('HGET', KEYS[10], 'i' .. owner) or ''
+  end
+  return reply
 end

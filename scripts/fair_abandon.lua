@@ -32,7 +32,7 @@ if ARGV[4] ~= '' then
     end
   end
 end
-redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
+redis.call('SET', KEYS[7], '1', 'PX', ARGV[3])
 if redis.call('GET', LOCK) == ARGV[1] then
   redis.call('DEL', LOCK)
   hand_over(ARGV[2])

@@ -9,6 +9,8 @@
 --          will not wait (TryLock, a first try before subscribing)
 -- ARGV[4]  how long a registration lasts, in milliseconds
 -- ARGV[5]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[6]  this call's holder info (JSON), stored with the hold; '' none.
+--          ARGV[3] ends with it too, so that a hand-over stores it.
 --
 -- Returns {1, fence}  acquired (taken now, or handed over by a release)
 --         {0, pttl}   not this caller's turn; pttl is the milliseconds until
@@ -26,7 +28,7 @@
 -- tombstone (fair_abandon.lua) before it takes the lock or a place in the
 -- queue, and does neither.
 
-local wrong = foreign_key({FENCE}, {QUEUE, REG}, {})
+local wrong = foreign_key({FENCE}, {QUEUE, REG}, {}) or ((ARGV[6] or '') ~= '' and foreign_holder_info(HOLDER))
 if wrong then
   return wrong
 end
@@ -37,6 +39,7 @@ if foreign then
 end
 if holder == owner then -- handed over while waiting, or a resend
   redis.call('PEXPIRE', LOCK, ARGV[2])
+  set_holder_info(HOLDER, owner, ARGV[6], ARGV[2])
   return {1, raise_error(held_token(FENCE, ARGV[2]))}
 end
 if holder and not is_owner_token(holder) then -- not a holder: nothing to queue behind
@@ -53,7 +56,7 @@ if not holder then
     head = redis.call('ZRANGE', QUEUE, 0, 0)
   end
   if #head == 0 or head[1] == entry then
-    if redis.call('EXISTS', KEYS[6]) == 1 then
+    if redis.call('EXISTS', KEYS[7]) == 1 then
       return {-1, 0}
     end
     redis.call('SET', LOCK, owner, 'PX', ARGV[2])
@@ -67,6 +70,7 @@ if not holder then
       redis.call('ZREM', QUEUE, entry)
       redis.call('ZREM', REG, entry)
     end
+    set_holder_info(HOLDER, owner, ARGV[6], ARGV[2])
     return {1, fence}
   end
   -- Free with someone ahead: the holder expired, or was removed by force,
@@ -76,7 +80,7 @@ if not holder then
 end
 if entry ~= '' then
   local now, now_us = server_now()
-  if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', KEYS[6]) == 1 then
+  if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', KEYS[7]) == 1 then
     redis.call('ZREM', QUEUE, entry)
     return {-1, 0}
   end

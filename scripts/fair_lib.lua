@@ -9,15 +9,18 @@
 --          of the server's clock. An entry is the waiter's owner token (32
 --          hex digits) followed by 'client/id': its client's tag and its
 --          waiter id, which its wake-up carries on that client's own channel
---          (the lock's channel followed by ':client'), or by a bare waiter
---          id, woken on the lock's channel.
+--          (the lock's channel followed by ':client'), then the waiter's
+--          holder info if it has any (JSON: it starts with '{'); or by a
+--          bare waiter id, woken on the lock's channel.
 -- KEYS[4]  registrations: the same entries, scored by when each expires in
 --          ms of the server's clock. A waiter renews its own while it
 --          waits, so a dead waiter loses its place by itself.
 -- KEYS[5]  the lock's wake-up channel
--- KEYS[6]  the tombstone of this attempt (acquire and abandon only)
+-- KEYS[6]  the lock's holder info (set_holder_info in common.lua), as a
+--          Mutex's: the holder's, and a hand-over's from its queue entry
+-- KEYS[7]  the tombstone of this attempt (acquire and abandon only)
 
-local LOCK, FENCE, QUEUE, REG, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local LOCK, FENCE, QUEUE, REG, CHANNEL, HOLDER = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 -- Drop the entries whose registration ran out.
 local function purge_queue(now)
@@ -37,6 +40,7 @@ end
 -- or the registrations are not dlock's (dlocks_beside in foreign.lua),
 -- which are left as they are.
 local function hand_over(publish)
+  drop_holder_info(HOLDER) -- the lock is being freed: whoever's it was, it is no longer
   if not (dlocks_beside(QUEUE, 'zset') and dlocks_beside(REG, 'zset')) then -- no clock, no purge
     return false
   end
@@ -63,9 +67,16 @@ local function hand_over(publish)
   end
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
-  redis.call('SET', LOCK, entry:sub(1, 32), 'PX', left)
-  local id = client and string.match(rest, '^([^:]+)$')
-  if id then
+  local owner = entry:sub(1, 32)
+  redis.call('SET', LOCK, owner, 'PX', left)
+  local id, info
+  if client ~= nil then
+    id, info = string.match(rest, '^([^:{]+)(.*)$')
+  end
+  if info and info ~= '' and redis.call('EXISTS', HOLDER) == 0 then -- else foreign, left as it is
+    set_holder_info(HOLDER, owner, info, left)
+  end
+  if id ~= nil then
     redis.call(publish, CHANNEL .. ':' .. client, id .. ':' .. token_text(fence) .. ':' .. left)
   else
     redis.call(publish, CHANNEL, waiter)

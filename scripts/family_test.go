@@ -13,7 +13,7 @@ import (
 // twice, arriving late, and what their releases hand on.
 
 var (
-	fairKeys = []string{lockKey, fenceKey, "t:{m}:queue", waitersKey, channel}
+	fairKeys = []string{lockKey, fenceKey, "t:{m}:queue", waitersKey, channel, "t:{m}:holder"}
 	semKeys  = []string{"t:{m}", "t:{m}:tokens", "t:{m}:permits", waitersKey, channel, fenceKey}
 )
 

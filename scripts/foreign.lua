@@ -14,6 +14,9 @@
 --   every other sorted set and hash beside a lock (holds, waiters, queues,
 --     tokens): it goes with the last hold or registration, so has a TTL
 --   an Election's leader: a hash of exactly 'owner', 'term' and 'value'
+--   a Mutex's (FairMutex's) holder info: a string, the holder's owner token
+--     followed by the info's JSON (HOLDER_INFO, made in scripts.go), with a
+--     TTL; a forced removal's mark: a string, an owner token
 
 local STATE_MARK, STATE_KIND = 'dlock', 'rw'
 
@@ -40,6 +43,32 @@ end
 -- Whether a string read under a Mutex's lock key is an owner token.
 local function is_owner_token(value)
   return string.find(value, OWNER_TOKEN) ~= nil
+end
+
+-- The error when key, a Mutex's holder info (see holder_info.lua), holds
+-- what dlock did not write there, or nil; nil for a key not given.
+local function foreign_holder_info(key)
+  if not key then
+    return nil
+  end
+  local kind = redis.call('TYPE', key).ok
+  if kind == 'none' then
+    return nil
+  end
+  if kind ~= 'string' or not string.find(redis.call('GET', key), HOLDER_INFO) or redis.call('PTTL', key) < 0 then
+    return not_dlocks(key, 'a ' .. kind)
+  end
+  return nil
+end
+
+-- The error when key, the mark of a forced removal (force_unlock.lua),
+-- holds what dlock did not write there, or nil.
+local function foreign_forced(key)
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'none' and (kind ~= 'string' or not is_owner_token(redis.call('GET', key))) then
+    return not_dlocks(key, 'a ' .. kind)
+  end
+  return nil
 end
 
 -- Whether key, a sorted set or hash beside a lock (want: 'zset' or
@@ -155,7 +184,7 @@ end
 -- dlock did not write, or nil: for the scripts that work on any lock. lock
 -- is its main key; the others are as their names say, zsets the sorted
 -- sets beside it of every type.
-local function foreign_lock(lock, fence, permits, tokens, leader, zsets)
+local function foreign_lock(lock, fence, permits, tokens, leader, zsets, holder, forced)
   local kind = redis.call('TYPE', lock).ok
   local wrong
   if kind == 'string' then
@@ -170,4 +199,5 @@ local function foreign_lock(lock, fence, permits, tokens, leader, zsets)
     wrong = not_dlocks(lock, 'a ' .. kind)
   end
   return wrong or foreign_key({fence}, zsets, {tokens}) or foreign_permits(permits) or foreign_leader(leader)
+    or foreign_holder_info(holder) or foreign_forced(forced)
 end

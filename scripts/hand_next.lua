@@ -1,4 +1,4 @@
--- hand_next(lock, fence, waiters, channel, publish): pass a Mutex lock that
+-- hand_next(lock, fence, waiters, channel, publish, holder): pass a Mutex lock that
 -- is being freed to its next live waiter. Prepended to the scripts that free
 -- a Mutex's (or a MultiLock's) lock (see scripts.go); the caller owns the lock
 -- or found it free.
@@ -9,12 +9,17 @@
 --          (renewed while their waiters wait, so a dead one runs out)
 -- channel  the lock's wake-up channel
 -- publish  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- holder   the lock's holder info (see set_holder_info in common.lua): the
+--          releaser's goes, the next holder's comes from its registration;
+--          nil where the caller keeps none (a MultiLock's)
 --
 -- A registration is a waiter id alone, or after its client's tag (a
 -- MultiLock's or an Election's waiter: it is woken, see wake_waiter in
--- common.lua, and tries again), or 'client/id:attempt:ttl:owner' (a
--- Mutex waiter: it is handed the lock); one of another protocol is woken
--- (registration_parts in common.lua). A hand-over sets the lock to the
+-- common.lua, and tries again), or 'client/id:attempt:ttl:owner' followed
+-- by the waiter's holder info, if any (a Mutex waiter: it is handed the
+-- lock; the owner token is hex digits, the info starts with '{'); one of
+-- another protocol is woken (registration_parts in common.lua). A
+-- hand-over sets the lock to the
 -- waiter's owner token for its TTL, or for what its registration has left
 -- if that is shorter (a waiter that died after its last renewal holds the
 -- lock up no longer than it would have held its place), mints its fencing
@@ -24,7 +29,8 @@
 -- Expired registrations are dropped on the way. A waiters key
 -- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
 -- and hands to nobody, rather than failing the release.
-local function hand_next(lock, fence, waiters, channel, publish)
+local function hand_next(lock, fence, waiters, channel, publish, holder)
+  drop_holder_info(holder)
   local waiter, left
   if dlocks_beside(waiters, 'zset') then
     waiter, left = pop_live(waiters)
@@ -34,9 +40,9 @@ local function hand_next(lock, fence, waiters, channel, publish)
     return
   end
   local client, rest, ours = registration_parts(waiter)
-  local id, attempt, ttl, owner
+  local id, attempt, ttl, owner, info
   if client ~= nil and ours then
-    id, attempt, ttl, owner = string.match(rest, '^([^:]+):(%d+):(%d+):(.+)$')
+    id, attempt, ttl, owner, info = string.match(rest, '^([^:]+):(%d+):(%d+):(%x+)(.*)$')
   end
   if id == nil then -- a waiter that takes no hand-over: freed, and woken
     redis.call('DEL', lock)
@@ -52,5 +58,8 @@ local function hand_next(lock, fence, waiters, channel, publish)
   end
   local px = math.floor(math.min(tonumber(ttl), left))
   redis.call('SET', lock, owner, 'PX', px)
+  if holder and info ~= '' and redis.call('EXISTS', holder) == 0 then -- else foreign, left as it is
+    set_holder_info(holder, owner, info, px)
+  end
   redis.call(publish, own, id .. ':' .. attempt .. ':' .. token_text(token) .. ':' .. px)
 end

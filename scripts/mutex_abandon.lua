@@ -8,6 +8,8 @@
 --          Election's campaign: one for all of the campaign's)
 -- KEYS[4]  waiters: sorted set of registrations by expiry (hand_next.lua)
 -- KEYS[5]  fencing counter, for a hand-over's token
+-- KEYS[6]  the lock's holder info (hand_next.lua); absent for an
+--          Election's and a Redlock's
 -- ARGV[1]  owner token of the Lock call (of the attempt in doubt, for an
 --          Election); '' when it has none to release
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
@@ -59,6 +61,6 @@ if ARGV[4] ~= '' then
   picked = withdrawn == 0
 end
 if released == 1 or (picked and redis.call('EXISTS', KEYS[1]) == 0) then
-  hand_next(KEYS[1], KEYS[5], KEYS[4], KEYS[2], ARGV[2])
+  hand_next(KEYS[1], KEYS[5], KEYS[4], KEYS[2], ARGV[2], KEYS[6])
 end
 return released

@@ -12,8 +12,11 @@
 --          hand_next.lua); '' for an attempt that will not wait for a
 --          release (TryLock, a first try, no subscription)
 -- ARGV[4]  how long a registration lasts, in milliseconds
+-- KEYS[5]  the lock's holder info (see set_holder_info in common.lua)
 -- ARGV[5]  this call's previous registration, replaced by this attempt's;
 --          '' when it had none
+-- ARGV[6]  this call's holder info (JSON), stored with the hold; '' none.
+--          A registration (ARGV[3]) ends with it too, for a hand-over.
 --
 -- Returns {1, fence}  acquired (taken now, or handed over by a release whose
 --                     word has not reached the waiter); fence is its token
@@ -45,7 +48,7 @@
 -- abandon the lock is not the call's, and nothing hands it to a call whose
 -- registrations are gone.
 
-local wrong = foreign_key({KEYS[2]}, {KEYS[4]}, {})
+local wrong = foreign_key({KEYS[2]}, {KEYS[4]}, {}) or (ARGV[6] ~= '' and foreign_holder_info(KEYS[5]))
 if wrong then
   return wrong
 end
@@ -73,10 +76,12 @@ if not holder then
     redis.call('DEL', KEYS[1])
     return fence
   end
+  set_holder_info(KEYS[5], ARGV[1], ARGV[6], ARGV[2])
   return {1, fence}
 end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  set_holder_info(KEYS[5], ARGV[1], ARGV[6], ARGV[2])
   return {1, raise_error(held_token(KEYS[2], ARGV[2]))}
 end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for

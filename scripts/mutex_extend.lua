@@ -1,11 +1,18 @@
 -- Extend a Mutex held by this owner to a new TTL (renewal and Lease.Extend).
 --
 -- KEYS[1]  lock key
+-- KEYS[2]  the lock's mark of a forced removal (force_unlock.lua), holding
+--          the owner token of the hold it removed; absent for a Redlock's
+-- KEYS[3]  the lock's holder info (see set_holder_info in common.lua),
+--          extended with the hold when it is this owner's; absent for an
+--          Election's and a Redlock's
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
 --
--- Returns 1 extended, 0 not held by this owner.
+-- Returns 1 extended; else not held by this owner, and why (LossReason in
+-- Go): 0 the key is gone (expired or deleted), -1 another owner holds it,
+-- -2 it was removed by force from this owner.
 --
 -- Never re-creates a missing key: a lock that expired or was deleted is lost,
 -- and someone else may already have been told it was free.
@@ -18,8 +25,18 @@
 -- Extend (ARGV[3] '1') sets a shorter one; a late copy of that is the
 -- client's to allow for (Lease.inDoubt).
 
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   extend_key(KEYS[1], ARGV[2], may_shorten(ARGV[3]))
+  if holder_info_of(KEYS[3], ARGV[1]) then
+    extend_key(KEYS[3], ARGV[2], may_shorten(ARGV[3]))
+  end
   return 1
+end
+if KEYS[2] and redis.pcall('GET', KEYS[2]) == ARGV[1] then -- first: a new holder may have come since
+  return -2
+end
+if holder then
+  return -1
 end
 return 0

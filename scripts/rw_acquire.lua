@@ -7,6 +7,8 @@
 -- ARGV[3]  waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
 -- ARGV[4]  how long a registration lasts, in milliseconds
+-- ARGV[5]  the owner's holder info (JSON), kept in the state for the
+--          owner's holds in this mode (rw_lib.lua); '' or absent: none
 --
 -- Returns {1, token}  acquired; token is the fencing token of the hold: new,
 --                     or the one the owner's holds in this mode already share
@@ -103,6 +105,9 @@ if granted then
   end
   if mine == 0 then -- the state may be new: mark it as dlock's
     redis.call('HSET', STATE, STATE_MARK, STATE_KIND)
+  end
+  if ARGV[5] and ARGV[5] ~= '' then
+    redis.call('HSET', STATE, 'i' .. mode .. owner, ARGV[5])
   end
   redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
   expire_with_last()

@@ -11,6 +11,10 @@
 --            'R'                        read holds of all owners
 --            'dlock' = 'rw'             the mark of a state dlock wrote
 --                                       (foreign.lua)
+--            'iw'..owner / 'ir'..owner  that owner's holder info (JSON,
+--                                       WithHolderInfo in Go) on that
+--                                       side, from its latest hold with
+--                                       info; gone with its last hold there
 -- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
 --          it expires in ms of the server's clock. A member is
 --          mode .. hold id .. owner: mode 'w' or 'r', the hold id 32 random
@@ -42,9 +46,9 @@ local function forget(member)
   local mode, owner = parse(member)
   local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, -1)
   if left <= 0 and mode == 'w' then
-    redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'W')
+    redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'iw' .. owner, 'W')
   elseif left <= 0 then
-    redis.call('HDEL', STATE, 'nr' .. owner, 'tr' .. owner)
+    redis.call('HDEL', STATE, 'nr' .. owner, 'tr' .. owner, 'ir' .. owner)
   end
   if mode == 'r' then
     redis.call('HINCRBY', STATE, 'R', -1)

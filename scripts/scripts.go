@@ -140,6 +140,8 @@ var ProtocolTag = "v" + strconv.Itoa(ProtocolVersion)
 // foreign.lua.
 var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local PROTOCOL_TAG = '" + ProtocolTag + "'\n" +
+	fmt.Sprintf("local OWNER_TOKEN_DIGITS = %d\n", OwnerTokenDigits) +
+	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
 

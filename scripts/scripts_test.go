@@ -242,7 +242,7 @@ func TestMutexRelease_ResentAfterItsReplyWasLostFindsItsMark(t *testing.T) {
 	ctx, rdb := setup(t)
 	markedRelease := func(owner string) int64 {
 		t.Helper()
-		n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey, fenceKey, lockKey + ":released:" + owner},
+		n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey, fenceKey, lockKey + ":holder", lockKey + ":released:" + owner},
 			owner, "PUBLISH", 5000).Int64()
 		if err != nil {
 			t.Fatal(err)

@@ -29,7 +29,7 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('SET', KEYS[7], '1', 'PX', ARGV[3])
 end
 if ARGV[1] ~= '' and redis.call('ZREM', HOLDERS, ARGV[1]) == 1 then
-  redis.call('HDEL', TOKENS, ARGV[1])
+  redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])
   released = 1
 end
 local picked = false

@@ -8,6 +8,8 @@
 --          not wait for a wake-up
 -- ARGV[4]  how long a registration lasts, in milliseconds
 -- ARGV[5]  the number of permits the caller expects
+-- ARGV[6]  the holder's info (JSON), kept with its permit (sem_lib.lua);
+--          '' or absent: none
 --
 -- Returns {1, fence}  acquired; fence is the new fencing token
 --         {0, ms}     all permits held; ms until the first of them expires
@@ -61,7 +63,11 @@ if redis.call('ZCARD', HOLDERS) < permits then
     return fence
   end
   redis.call('ZADD', HOLDERS, now + tonumber(ARGV[2]), owner)
-  redis.call('HSET', TOKENS, owner, fence)
+  if ARGV[6] and ARGV[6] ~= '' then
+    redis.call('HSET', TOKENS, owner, fence, 'i' .. owner, ARGV[6])
+  else
+    redis.call('HSET', TOKENS, owner, fence)
+  end
   expire_with_last(now)
   if ARGV[3] ~= '' then
     redis.pcall('ZREM', WAITERS, ARGV[3])

@@ -6,7 +6,9 @@
 --          of its Lease), scored by when it expires in ms of the server's
 --          clock. Each permit expires on its own, so a crashed holder's
 --          permit comes back within its TTL while the others renew theirs.
--- KEYS[2]  tokens: hash of each holder's fencing token, for a resent acquire
+-- KEYS[2]  tokens: hash of each holder's fencing token, for a resent acquire,
+--          and, under 'i' .. the holder's owner token, its holder info
+--          (WithHolderInfo in Go), gone with its permit
 -- KEYS[3]  permits: the number of permits, a string without TTL, set by the
 --          first acquire (or by SetPermits) so that every client agrees
 -- KEYS[4]  waiters: sorted set of waiter ids by registration expiry
@@ -19,7 +21,7 @@ local HOLDERS, TOKENS, PERMITS, WAITERS, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KE
 
 -- Give back the permits whose holders stopped renewing.
 local function purge(now)
-  drop_expired(HOLDERS, now, function(owner) redis.call('HDEL', TOKENS, owner) end)
+  drop_expired(HOLDERS, now, function(owner) redis.call('HDEL', TOKENS, owner, 'i' .. owner) end)
 end
 
 -- The holders' keys live as long as the last permit, and no longer.

@@ -25,7 +25,7 @@ if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   end
   return 0
 end
-redis.call('HDEL', TOKENS, ARGV[1])
+redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])
 wake_next(WAITERS, CHANNEL, ARGV[2])
 if held then
   mark_released(KEYS[6], ARGV[3])

@@ -284,7 +284,7 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &held); code != 0 || err != nil {
 		t.Fatalf("exit %d, %v:\n%s", code, err, stdout)
 	}
-	if held.Type != "RWMutex" || !held.Held || len(held.Holders) != 1 || held.Holders[0] != (holderJSON{"host-a/pid-7", "write", 1}) ||
+	if held.Type != "RWMutex" || !held.Held || len(held.Holders) != 1 || held.Holders[0] != (holderJSON{Owner: "host-a/pid-7", Mode: "write", Holds: 1}) ||
 		held.TTLMillis <= 0 || held.LastToken != lease.Token() {
 		t.Fatalf("a held lock: %+v", held)
 	}
@@ -303,7 +303,7 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &sem); code != 0 || err != nil {
 		t.Fatalf("exit %d, %v:\n%s", code, err, stdout)
 	}
-	if sem.Type != "Semaphore" || sem.Permits != 5 || len(sem.Holders) != 1 || sem.Holders[0] != (holderJSON{"", "permit", 2}) {
+	if sem.Type != "Semaphore" || sem.Permits != 5 || len(sem.Holders) != 1 || sem.Holders[0] != (holderJSON{Mode: "permit", Holds: 2}) {
 		t.Fatalf("a semaphore with 2 of 5 permits held: %+v", sem)
 	}
 }

@@ -4,17 +4,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
 )
@@ -91,6 +94,7 @@ func defineRun(fs *flag.FlagSet) action {
 		"release when COMMAND's main process exits, not when the last process of its group does")
 	quiet := fs.Bool("quiet", false, "say nothing when the lock is busy (not acquired within --wait)")
 	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
+	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		name, command, code, done := parseRunArgs(fs, out)
 		if done {
@@ -105,7 +109,7 @@ func defineRun(fs *flag.FlagSet) action {
 			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
 		}
 		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
-			shared: *shared, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet, conflictCode: *conflictCode}, out)
+			shared: *shared, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet, conflictCode: *conflictCode, info: *infoText}, out)
 	}
 }
 
@@ -119,6 +123,7 @@ type runSettings struct {
 	releaseOnExit bool
 	quiet         bool
 	conflictCode  int
+	info          string // the --info note
 }
 
 // runLocked runs command under the lock name.
@@ -130,8 +135,12 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	signal.Notify(signals, stopSignals...)
 	defer signal.Stop(signals)
 
+	holder, err := runHolderInfo(command, s.info)
+	if err != nil {
+		return usageError(out, "run", "--info: %v", err)
+	}
 	self := ownerID()
-	opts := []dlock.Option{dlock.WithTTL(s.ttl), dlock.WithOwner(self)}
+	opts := []dlock.Option{dlock.WithTTL(s.ttl), dlock.WithOwner(self), dlock.WithHolderInfo(holder)}
 	if s.waitSet {
 		opts = append(opts, dlock.WithWait(s.wait))
 	}
@@ -196,6 +205,32 @@ func ownerID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s/pid-%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// runHolderInfo is what a run stores with its hold for status to show:
+// this host, dlock's pid (the command starts once the lock is held), the
+// command's program name, and the --info note.
+func runHolderInfo(command []string, note string) (dlock.HolderInfo, error) {
+	info := dlock.ThisProcess()
+	info.Program = clip(strings.ToValidUTF8(filepath.Base(command[0]), "?"), 64)
+	info.Hostname = clip(strings.ToValidUTF8(info.Hostname, "?"), 64)
+	info.User = note
+	if !utf8.ValidString(note) {
+		return info, errors.New("not valid UTF-8")
+	}
+	if b, _ := json.Marshal(info); len(b) > dlock.MaxHolderInfo {
+		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", dlock.MaxHolderInfo)
+	}
+	return info, nil
+}
+
+// clip cuts s to at most n bytes, at a rune boundary.
+func clip(s string, n int) string {
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
 }
 
 // acquire takes the lock, drawing a status line on a terminal while it

@@ -15,9 +15,10 @@ import (
 const statusUsage = `Usage: dlock status [--json] NAME
 
 Shows the lock NAME: its state, its type, who holds it (owner ids and hold
-counts; a Mutex's owner is a secret and stays hidden), how long its holds
-last unless renewed (a live holder renews them every TTL/3), who waits for
-it, and the last fencing token handed out.
+counts; a Mutex's owner is a secret and stays hidden; the host, pid and
+program that a dlock run or a program's WithHolderInfo stored), how long
+its holds last unless renewed (a live holder renews them every TTL/3), who
+waits for it, and the last fencing token handed out.
 
 The state is free; held (by a Mutex's holder or an RWMutex's writer: no one
 else gets in); shared (by readers, or by some of a Semaphore's permits: more
@@ -58,9 +59,10 @@ type statusJSON struct {
 }
 
 type holderJSON struct {
-	Owner string `json:"owner"` // "" for a Mutex
-	Mode  string `json:"mode"`  // "write", "read" or "permit"
-	Holds int    `json:"holds"`
+	Owner string            `json:"owner"` // "" for a Mutex
+	Mode  string            `json:"mode"`  // "write", "read" or "permit"
+	Holds int               `json:"holds"`
+	Info  *dlock.HolderInfo `json:"info,omitempty"` // who holds it, as stored by dlock run or WithHolderInfo
 }
 
 func defineStatus(fs *flag.FlagSet) action {
@@ -96,7 +98,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		if info.Permits > 0 {
 			mode = "permit"
 		}
-		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
+		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds, Info: h.Info})
 	}
 	if asJSON {
 		enc := json.NewEncoder(out.stdout)
@@ -124,6 +126,9 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 				owner = "(owner token hidden)"
 			}
 			fmt.Fprintf(out.stdout, "%-12s %s  %s ×%d\n", label, owner, h.Mode, h.Holds)
+			if h.Info != nil {
+				fmt.Fprintf(out.stdout, "%-12s %s\n", "", holderInfoLine(*h.Info))
+			}
 		}
 		ttl := "never (no expiry)"
 		if info.TTL >= 0 {
@@ -212,4 +217,23 @@ func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) 
 func reportError(command string, err error, out *output) int {
 	fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
 	return exitCodeOf(context.Background(), err)
+}
+
+// holderInfoLine is a holder's info on one line: "host web-1, pid 42,
+// program deploy.sh, user …", leaving out what it does not say.
+func holderInfoLine(info dlock.HolderInfo) string {
+	var parts []string
+	if info.Hostname != "" {
+		parts = append(parts, "host "+info.Hostname)
+	}
+	if info.PID != 0 {
+		parts = append(parts, fmt.Sprintf("pid %d", info.PID))
+	}
+	if info.Program != "" {
+		parts = append(parts, "program "+info.Program)
+	}
+	if info.User != "" {
+		parts = append(parts, fmt.Sprintf("info %q", info.User))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -1,0 +1,99 @@
+package dlock
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+)
+
+// HolderInfo describes who holds a lock, for people: [Client.Describe]
+// and `dlock status` show it beside each holder. It is stored in Redis
+// with the hold, in plain text, for as long as the hold lasts (renewed
+// with it, gone with its release or expiry): put nothing secret in it.
+// Set it with [WithHolderInfo]; [ThisProcess] fills in the first three
+// fields.
+type HolderInfo struct {
+	Hostname string `json:"host,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	Program  string `json:"program,omitempty"`
+	User     string `json:"user,omitempty"` // free text: a person, a job id, a deploy…
+}
+
+// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes: enough
+// for a hostname, a program and a line of text, small against the hold
+// itself, and a fixed cost per holder whatever the caller passes.
+const MaxHolderInfo = 512
+
+// ThisProcess is the HolderInfo of the running process: its hostname, pid
+// and program name (the executable's base name).
+func ThisProcess() HolderInfo {
+	host, _ := os.Hostname()
+	program := ""
+	if len(os.Args) > 0 {
+		program = filepath.Base(os.Args[0])
+	}
+	return HolderInfo{Hostname: host, PID: os.Getpid(), Program: program}
+}
+
+// WithHolderInfo stores info with every hold taken, so that operators see
+// who holds a lock. It is written by the acquire's own script (no extra
+// round trip), renewed with the hold and removed with it. Where it is
+// kept, by type:
+//   - Mutex, FairMutex: beside the lock, for the hold's TTL, and handed
+//     over with the lock to the waiting Lock that gets it (its
+//     registration carries it).
+//   - RWMutex, ReentrantMutex: in the lock's state, per owner and side
+//     (write, read), for as long as that owner holds that side; the last
+//     hold taken with info sets it.
+//   - Semaphore: with each permit (in the hash of its holders' tokens),
+//     gone with the permit; Describe counts the permits held per info.
+//   - MultiLock, Election, Redlock: ignored (a MultiLock's locks are
+//     Mutex keys shared with no info; an Election's leader has its value;
+//     a Redlock's nodes are described one by one, if at all).
+//
+// Info that is not valid UTF-8, has a negative PID or is longer than
+// [MaxHolderInfo] once encoded is refused with [ErrInvalid] by the first
+// call, before anything is sent. The zero HolderInfo stores nothing.
+func WithHolderInfo(info HolderInfo) Option {
+	encoded, err := encodeHolderInfo(info)
+	return func(s *settings) { s.holderInfo, s.holderInfoErr = encoded, err }
+}
+
+// encodeHolderInfo is info as the scripts store it: compact JSON, which
+// always starts with '{' (the scripts find it after an owner token's hex
+// digits by that), or "" for none.
+func encodeHolderInfo(info HolderInfo) (string, error) {
+	if info == (HolderInfo{}) {
+		return "", nil
+	}
+	for _, field := range []string{info.Hostname, info.Program, info.User} {
+		if !utf8.ValidString(field) {
+			return "", invalidf("holder info %q is not valid UTF-8", field)
+		}
+	}
+	if info.PID < 0 {
+		return "", invalidf("holder info's pid %d is negative", info.PID)
+	}
+	b, err := json.Marshal(info)
+	if err != nil {
+		return "", invalidf("holder info: %v", err)
+	}
+	if len(b) > MaxHolderInfo {
+		return "", invalidf("holder info of %d bytes exceeds %d", len(b), MaxHolderInfo)
+	}
+	return string(b), nil
+}
+
+// decodeHolderInfo reads what a script returned of a holder's info: nil
+// for none, or for what is not a HolderInfo (written by a newer version).
+func decodeHolderInfo(stored string) *HolderInfo {
+	if stored == "" {
+		return nil
+	}
+	var info HolderInfo
+	if json.Unmarshal([]byte(stored), &info) != nil {
+		return nil
+	}
+	return &info
+}
