@@ -81,9 +81,9 @@ type settings struct {
 	replicaAck        int // replicas that must confirm an acquisition (WAIT)
 	replicaAckTimeout time.Duration
 
-	observer *Observer // nil: nothing is observed
-	holderInfo    string // encoded (see encodeHolderInfo); "" none
-	holderInfoErr error  // what was wrong with WithHolderInfo's
+	observer      *Observer // nil: nothing is observed
+	holderInfo    string    // encoded (see encodeHolderInfo); "" none
+	holderInfoErr error     // what was wrong with WithHolderInfo's
 }
 
 func defaultSettings() settings {
