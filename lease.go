@@ -566,6 +566,7 @@ var wallClockSkew atomic.Int64
 
 var (
 	errDeadlinePassed   = &lostError{LossUnreachable, "no renewal confirmed before its deadline"}
+	errRanOut           = &lostError{LossExpired, "it ran out, with no renewal due (a fixed lease time, or its Client closed)"}
 	errConfirmedLate    = &lostError{LossUnreachable, "the extension was confirmed after the lease's deadline"}
 	errUnlockIncomplete = &lostError{LossUnreachable, "unlock did not complete"}
 	errRenewalRefused   = &lostError{LossExpired, "the lock expired, was deleted or is held by another owner"}
@@ -573,6 +574,40 @@ var (
 	errLostTaken        = &lostError{LossTaken, "another owner holds the lock"}
 	errLostForced       = &lostError{LossForced, "the lock was removed by force"}
 )
+
+// deadlineLoss is how a lease that reached its deadline was lost:
+// unreachable where renewals were due and none got through in time,
+// expired where none were to be sent.
+func (l *Lease) deadlineLoss() error {
+	if autoRenewed(l) && !l.renewerClosed() {
+		return errDeadlinePassed
+	}
+	return errRanOut
+}
+
+// autoRenewed reports whether l renews itself: a Redlock's lease renews
+// on its own, and a MultiLock's through its parts.
+func autoRenewed(l *Lease) bool {
+	switch {
+	case l.redlock != nil:
+		_, auto := l.redlock.m.cfg.holdTTL()
+		return auto
+	case l.parts != nil:
+		return l.parts[0].renew
+	}
+	return l.renew
+}
+
+// renewerClosed reports whether l's Client stopped renewing (it was
+// closed): its leases then run out rather than fail to renew.
+func (l *Lease) renewerClosed() bool {
+	if l.c == nil { // a Redlock's lease renews itself
+		return false
+	}
+	l.c.renewer.mu.Lock()
+	defer l.c.renewer.mu.Unlock()
+	return l.c.renewer.closed
+}
 
 // lostError is how a lease ended lost: it matches [ErrLeaseLost] and its
 // [LossReason].
@@ -725,7 +760,7 @@ func (l *Lease) expireIfPast() {
 	past := !l.isDone() && l.timer != nil && l.leftAt(time.Now()) <= 0
 	l.mu.Unlock()
 	if past {
-		l.end(errDeadlinePassed)
+		l.end(l.deadlineLoss())
 	}
 }
 
@@ -741,7 +776,7 @@ func (l *Lease) checkDeadline() {
 	left := l.leftAt(now)
 	if left <= 0 {
 		l.mu.Unlock()
-		l.end(errDeadlinePassed)
+		l.end(l.deadlineLoss())
 		return
 	}
 	atRisk := l.watched && !l.risky && !now.Before(l.riskAt)

@@ -131,7 +131,7 @@ func (ob *leaseObs) ended(l *Lease, err error) {
 	if o.End != nil {
 		ev := LeaseEnd{LeaseInfo: ob.info, Held: time.Since(ob.acquired), Err: err}
 		if err != nil {
-			ev.Lost = lossReason(l, err)
+			ev.Lost = lossReason(err)
 		}
 		o.End(ev)
 	}
@@ -140,47 +140,14 @@ func (ob *leaseObs) ended(l *Lease, err error) {
 	}
 }
 
-// lossReason says why l was lost with err, as far as the errors tell. It is
-// the one place that reads loss errors for observers.
-func lossReason(l *Lease, err error) LossReason {
+// lossReason says why a lease was lost with err, as far as the errors
+// tell (see lostError): the one place that reads loss errors for observers.
+func lossReason(err error) LossReason {
 	var told LossReason
 	if errors.As(err, &told) {
 		return told
 	}
-	switch {
-	case errors.Is(err, errDeadlinePassed):
-		if autoRenewed(l) && !l.renewerClosed() {
-			return LossUnreachable // renewals were due, and none got through in time
-		}
-		return LossExpired
-	case errors.Is(err, errConfirmedLate):
-		return LossUnreachable
-	}
 	return LossUnknown
-}
-
-// autoRenewed reports whether l renews itself: a Redlock's lease renews
-// on its own, and a MultiLock's through its parts.
-func autoRenewed(l *Lease) bool {
-	switch {
-	case l.redlock != nil:
-		_, auto := l.redlock.m.cfg.holdTTL()
-		return auto
-	case l.parts != nil:
-		return l.parts[0].renew
-	}
-	return l.renew
-}
-
-// renewerClosed reports whether l's Client stopped renewing (it was
-// closed): its leases then run out rather than fail to renew.
-func (l *Lease) renewerClosed() bool {
-	if l.c == nil { // a Redlock's lease renews itself
-		return false
-	}
-	l.c.renewer.mu.Lock()
-	defer l.c.renewer.mu.Unlock()
-	return l.c.renewer.closed
 }
 
 // unlock is Unlock, observed.

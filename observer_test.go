@@ -59,7 +59,7 @@ func (r *recorder) observer() *dlock.Observer {
 		},
 		Extend: func(ev dlock.ExtendEvent) { r.add(ev, "extend %s %s", ev.Kind, ev.Result) },
 		End: func(ev dlock.LeaseEnd) {
-			r.add(ev, "end %s lost=%q held>0=%v", ev.Kind, ev.Lost, ev.Held > 0)
+			r.add(ev, "end %s lost=%q held>0=%v", ev.Kind, string(ev.Lost), ev.Held > 0)
 		},
 		Leader: func(ev dlock.LeaderEvent) { r.add(ev, "leader leading=%v term>0=%v", ev.Leading, ev.Term > 0) },
 	}
@@ -280,7 +280,7 @@ func TestObserver_RefusedRenewalEndsTheLeaseLost(t *testing.T) {
 	lines := rec.snapshot()
 	equalLines(t, lines[len(lines)-2:], []string{
 		"renewal mutex refused margin>0=false",
-		`end mutex lost="unknown" held>0=true`,
+		`end mutex lost="forced" held>0=true`,
 	})
 	if end := rec.events[len(lines)-1].(dlock.LeaseEnd); !errors.Is(end.Err, dlock.ErrLeaseLost) {
 		t.Fatalf("end: %+v", end)

@@ -203,8 +203,9 @@ func TestRenewals_CountedWithTheirMargin(t *testing.T) {
 	}
 }
 
-// A lock removed behind its holder's back: the renewal is refused, the
-// lease counted lost, its hold ended lost, and it is no longer held.
+// A lock removed by force behind its holder's back: the renewal is
+// refused, the lease counted lost (forced), its hold ended lost, and it is
+// no longer held.
 func TestLostLease_RefusedRenewalLostAndHoldEnded(t *testing.T) {
 	tel := newTelemetry(t)
 	c := tel.client(t, dlock.WithTTL(300*time.Millisecond))
@@ -221,11 +222,11 @@ func TestLostLease_RefusedRenewalLostAndHoldEnded(t *testing.T) {
 	if n := tel.sum(t, "dlock.lease.renewals", kindMutex, attribute.String("dlock.renewal.result", "refused")); n != 1 {
 		t.Errorf("dlock.lease.renewals{refused}: %d, want 1", n)
 	}
-	if n := tel.sum(t, "dlock.lease.lost", kindMutex, attribute.String("dlock.loss.reason", "unknown")); n != 1 {
-		t.Errorf("dlock.lease.lost{unknown}: %d, want 1", n)
+	if n := tel.sum(t, "dlock.lease.lost", kindMutex, attribute.String("dlock.loss.reason", "forced")); n != 1 {
+		t.Errorf("dlock.lease.lost{forced}: %d, want 1", n)
 	}
-	if n, _ := tel.histogram(t, "dlock.hold.duration", kindMutex, attribute.String("dlock.release.reason", "lost_unknown")); n != 1 {
-		t.Errorf("dlock.hold.duration{lost_unknown}: %d, want 1", n)
+	if n, _ := tel.histogram(t, "dlock.hold.duration", kindMutex, attribute.String("dlock.release.reason", "lost_forced")); n != 1 {
+		t.Errorf("dlock.hold.duration{lost_forced}: %d, want 1", n)
 	}
 	if n := tel.sum(t, "dlock.held", kindMutex); n != 0 {
 		t.Errorf("dlock.held after the loss: %d, want 0", n)
