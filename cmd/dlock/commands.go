@@ -35,6 +35,8 @@ func commands() []command {
 			help: runUsage, complete: completeProgram, define: defineRun},
 		{name: "status", synopsis: "[--json] NAME", summary: "who holds a lock, for how long, who waits",
 			help: statusUsage, define: defineStatus},
+		{name: "ls", synopsis: "[--json] [--all] [--limit N] [PATTERN]", summary: "every lock, one line each: type, holders, TTL, waiters",
+			help: lsUsage, define: defineLs},
 		{name: "unlock", synopsis: "--force [--yes] NAME", summary: "remove a lock whatever holds it",
 			help: unlockUsage, define: defineUnlock},
 		{name: "demo", synopsis: "[flags]", summary: "every lock type under contention, with a verdict (embedded Redis)",

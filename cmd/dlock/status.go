@@ -85,19 +85,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	if err != nil {
 		return reportError("status", err, out)
 	}
-	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
-		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
-		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
-	if info.TTL < 0 {
-		s.TTLMillis = -1
-	}
-	for _, h := range info.Holders {
-		mode := modeName(h)
-		if info.Permits > 0 {
-			mode = "permit"
-		}
-		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
-	}
+	s := statusOf(info)
 	if asJSON {
 		enc := json.NewEncoder(out.stdout)
 		enc.SetIndent("", "  ")
@@ -134,6 +122,24 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
 	fmt.Fprintf(out.stdout, "last token:  %d\n", s.LastToken)
 	return 0
+}
+
+// statusOf is what status --json says of a lock, and ls --json of each.
+func statusOf(info dlock.LockInfo) statusJSON {
+	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
+		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
+		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
+	if info.TTL < 0 {
+		s.TTLMillis = -1
+	}
+	for _, h := range info.Holders {
+		mode := modeName(h)
+		if info.Permits > 0 {
+			mode = "permit"
+		}
+		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds})
+	}
+	return s
 }
 
 // stateOf is status's state of a lock: free; held (no one else gets in);
