@@ -269,20 +269,21 @@ func describeAll(ctx context.Context, client *dlock.Client, names []string) ([]f
 var lockColumns = []string{"NAME", "TYPE", "STATE", "TTL", "WAITING", "TOKEN", "HOLDERS"}
 
 // printLocks prints one line per lock under a header, in aligned columns;
-// extra, when given, adds a last column (watch's rate) of each lock's name.
+// extra, when given, adds a column (watch's rate) of each lock's name
+// before the holders, the one column of no fixed width. extra("") is its
+// header.
 func printLocks(w io.Writer, locks []foundLock, extra func(name string) string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := strings.Join(lockColumns, "\t")
-	if extra != nil {
-		header += "\t" + extra("")
-	}
-	fmt.Fprintln(tw, header)
-	for _, l := range locks {
-		line := strings.Join(l.columns(), "\t")
+	line := func(columns []string, name string) {
 		if extra != nil {
-			line += "\t" + extra(l.info.Name)
+			last := len(columns) - 1
+			columns = append(columns[:last:last], extra(name), columns[last])
 		}
-		fmt.Fprintln(tw, line)
+		fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	}
+	line(lockColumns, "")
+	for _, l := range locks {
+		line(l.columns(), l.info.Name)
 	}
 	_ = tw.Flush()
 }

@@ -205,6 +205,8 @@ func TestLsAndWatch_RefuseBadArguments(t *testing.T) {
 		{[]string{"ls", "--limit", "0"}, "dlock ls: --limit must be at least 1"},
 		{[]string{"ls", "a", "b"}, "dlock ls: want at most one PATTERN"},
 		{[]string{"ls", "x{y}"}, `dlock ls: PATTERN "x{y}" contains '{' or '}'`},
+		{[]string{"watch", "--interval", "0s"}, "dlock watch: --interval must be at least 100ms"},
+		{[]string{"watch", "a", "b"}, "dlock watch: want at most one PATTERN or NAME"},
 	} {
 		code, stdout, stderr := runDlock(t, "redis://127.0.0.1:1", tc.args...)
 		want := tc.rule + "\nRun 'dlock " + tc.args[0] + " --help' for usage.\n"
