@@ -77,10 +77,11 @@ type watcher struct {
 	name     string // the one lock watched, when a NAME was given; else ""
 	interval time.Duration
 
-	client  *dlock.Client
-	rdb     redis.UniversalClient
-	tokens  map[string][]tokenSeen // by lock name, the last rateWindow's
-	printed map[string]string      // plain lines: the last line of each lock shown
+	client    *dlock.Client
+	rdb       redis.UniversalClient
+	tokens    map[string][]tokenSeen // by lock name, the last rateWindow's
+	printed   map[string]string      // plain lines: the last line of each lock shown
+	lastError string                 // plain lines: the refresh's error last printed, until one succeeds
 }
 
 // tokenSeen is a lock's last fencing token at one refresh.
@@ -236,9 +237,13 @@ func cutTo(line string, width int) string {
 func (w *watcher) printChanges(out *output, found foundLocks, err error) {
 	now := time.Now().UTC().Format(time.RFC3339)
 	if err != nil {
-		fmt.Fprintf(out.stderr, "%s dlock watch: refresh failed: %v (retrying)\n", now, err)
+		if err.Error() != w.lastError { // once, not every refresh while it lasts
+			w.lastError = err.Error()
+			fmt.Fprintf(out.stderr, "%s dlock watch: refresh failed: %v (retrying)\n", now, err)
+		}
 		return
 	}
+	w.lastError = ""
 	shown := map[string]bool{}
 	for _, l := range found.locks {
 		shown[l.info.Name] = true
