@@ -146,9 +146,9 @@ func (l foundLock) json() lsLockJSON {
 	return lsLockJSON{statusJSON: statusOf(l.info)}
 }
 
-// held says whether anyone holds the lock or waits for it: what ls shows
-// without --all.
-func (l foundLock) held() bool {
+// inUse says whether anyone holds the lock or waits for it, or its keys are
+// not dlock's: what ls shows without --all.
+func (l foundLock) inUse() bool {
 	return l.notDlocks != nil || len(l.info.Holders) > 0 || l.info.WritersWaiting+l.info.ReadersWaiting > 0
 }
 
@@ -170,7 +170,7 @@ func findLocks(ctx context.Context, client *dlock.Client, rdb redis.UniversalCli
 	}
 	found := foundLocks{cut: cut}
 	for _, l := range locks {
-		if q.all || l.held() {
+		if q.all || l.inUse() {
 			found.locks = append(found.locks, l)
 		}
 	}

@@ -56,16 +56,14 @@ func defineWatch(fs *flag.FlagSet) action {
 			return usageError(out, "watch", "want at most one PATTERN or NAME")
 		case *interval < minWatchInterval:
 			return usageError(out, "watch", "--interval must be at least %v", minWatchInterval)
-		case fs.NArg() == 1 && !strings.ContainsAny(fs.Arg(0), `*?[\`):
-			w.name = fs.Arg(0)
 		case fs.NArg() == 1:
 			w.query.pattern = fs.Arg(0)
 		}
 		if code, bad := checkQuery(out, "watch", w.query); bad {
 			return code
 		}
-		if w.name != "" {
-			w.query.pattern = w.name
+		if !strings.ContainsAny(w.query.pattern, `*?[\`) {
+			w.name = w.query.pattern // no glob: one lock, shown even while free
 		}
 		return w.run(ctx, *redisFlag, out)
 	}
