@@ -207,6 +207,7 @@ func TestLsAndWatch_RefuseBadArguments(t *testing.T) {
 		{[]string{"ls", "x{y}"}, `dlock ls: PATTERN "x{y}" contains '{' or '}'`},
 		{[]string{"watch", "--interval", "0s"}, "dlock watch: --interval must be at least 100ms"},
 		{[]string{"watch", "a", "b"}, "dlock watch: want at most one PATTERN or NAME"},
+		{[]string{"watch", "x{y}"}, `dlock watch: PATTERN "x{y}" contains '{' or '}'`},
 	} {
 		code, stdout, stderr := runDlock(t, "redis://127.0.0.1:1", tc.args...)
 		want := tc.rule + "\nRun 'dlock " + tc.args[0] + " --help' for usage.\n"
