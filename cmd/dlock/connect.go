@@ -146,6 +146,13 @@ func refusedAccess(err error) bool {
 // It returns nil and the exit code when it cannot (see exitCodeOf); else
 // close it with done.
 func openLocks(ctx context.Context, command, flagValue string, out *output, opts ...dlock.Option) (client *dlock.Client, done func(), code int) {
+	client, _, done, code = openClient(ctx, command, flagValue, out, opts...)
+	return client, done, code
+}
+
+// openClient is openLocks, and the Redis client beneath for what dlock's
+// Client does not do (ls's SCAN).
+func openClient(ctx context.Context, command, flagValue string, out *output, opts ...dlock.Option) (client *dlock.Client, rdb redis.UniversalClient, done func(), code int) {
 	url := redisURL(flagValue)
 	if url == "" {
 		url = defaultRedisURL
@@ -153,10 +160,10 @@ func openLocks(ctx context.Context, command, flagValue string, out *output, opts
 	_, rdb, err := connect(ctx, url)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
-		return nil, nil, exitCodeOf(ctx, err)
+		return nil, nil, nil, exitCodeOf(ctx, err)
 	}
 	client = dlock.New(rdb, opts...)
-	return client, func() { _ = client.Close(); _ = rdb.Close() }, 0
+	return client, rdb, func() { _ = client.Close(); _ = rdb.Close() }, 0
 }
 
 // exitCodeOf is the exit code of a failure to reach, or use, Redis.

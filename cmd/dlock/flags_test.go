@@ -65,6 +65,7 @@ func TestCLI_HelpCallsEveryTimeFlagADuration(t *testing.T) {
 		"run":   {"ttl", "wait", "kill-grace"},
 		"demo":  {"duration"},
 		"bench": {"duration", "hold"},
+		"watch": {"interval"},
 	}
 	for command, flags := range timeFlags {
 		code, stdout, _ := runDlock(t, "", command, "--help")

@@ -1,6 +1,7 @@
 // Command dlock runs distributed locks on Redis from the shell: a command
 // under a lock (a distributed flock(1) for cron jobs and deploy steps), the
-// state of a lock, a forced unlock, a demo and a benchmark. Run
+// state of a lock, every lock listed or watched live, a forced unlock, a
+// demo and a benchmark. Run
 // `dlock help` for the commands and `dlock COMMAND --help` for each; the
 // same texts make `dlock man` and `dlock completion bash|zsh|fish`
 // (commands.go holds them).
@@ -41,7 +42,8 @@ func main() {
 	// Redis is down; dlock reports what failed once, in its own words.
 	redis.SetLogger(silentLogger{})
 	ctx, stop := signalContext(context.Background())
-	out := &output{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, tty: isTerminal(os.Stderr)}
+	out := &output{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, tty: isTerminal(os.Stderr),
+		screen: terminalOrNil(os.Stdout), keyboard: terminalOrNil(os.Stdin)}
 	code := run(ctx, os.Args[1:], out)
 	stop()
 	os.Exit(code)
@@ -110,12 +112,22 @@ func signalExit(ctx context.Context) (code int, ok bool) {
 type output struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	tty            bool // stderr is a terminal: live status lines are drawn there
+	tty            bool     // stderr is a terminal: live status lines are drawn there
+	screen         *os.File // stdout, when it is a terminal (watch redraws it in place); else nil
+	keyboard       *os.File // stdin, when it is a terminal (watch reads q from it); else nil
 }
 
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// terminalOrNil is f when it is a terminal.
+func terminalOrNil(f *os.File) *os.File {
+	if isTerminal(f) {
+		return f
+	}
+	return nil
 }
 
 // progress redraws line() on the terminal every interval until stop is

@@ -87,19 +87,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	if err != nil {
 		return reportError("status", err, out)
 	}
-	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
-		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
-		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
-	if info.TTL < 0 {
-		s.TTLMillis = -1
-	}
-	for _, h := range info.Holders {
-		mode := modeName(h)
-		if info.Permits > 0 {
-			mode = "permit"
-		}
-		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds, Info: h.Info})
-	}
+	s := statusOf(info)
 	if asJSON {
 		enc := json.NewEncoder(out.stdout)
 		enc.SetIndent("", "  ")
@@ -141,13 +129,41 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	return 0
 }
 
+// statusOf is what status --json says of a lock, and ls --json of each.
+func statusOf(info dlock.LockInfo) statusJSON {
+	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
+		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
+		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
+	if info.TTL < 0 {
+		s.TTLMillis = -1
+	}
+	for _, h := range info.Holders {
+		mode := modeName(h)
+		if info.Permits > 0 {
+			mode = "permit"
+		}
+		s.Holders = append(s.Holders, holderJSON{Owner: h.Owner, Mode: mode, Holds: h.Holds, Info: h.Info})
+	}
+	return s
+}
+
+// permitsHeld is how many of a Semaphore's permits are held: its holders
+// are one per distinct holder info.
+func permitsHeld(info dlock.LockInfo) int {
+	n := 0
+	for _, h := range info.Holders {
+		n += h.Holds
+	}
+	return n
+}
+
 // stateOf is status's state of a lock: free; held (no one else gets in);
 // shared (readers or some permits: more may join); full (every permit).
 func stateOf(info dlock.LockInfo) string {
 	switch {
 	case len(info.Holders) == 0:
 		return "free"
-	case info.Permits > 0 && info.Holders[0].Holds >= info.Permits:
+	case info.Permits > 0 && permitsHeld(info) >= info.Permits:
 		return "full"
 	case info.Permits > 0 || !info.Holders[0].Write:
 		return "shared" // the writer, if any, comes first

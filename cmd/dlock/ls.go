@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+const lsUsage = `Usage: dlock ls [--json] [--all] [--limit N] [PATTERN]
+
+Lists the locks whose names match PATTERN (a Redis glob: * ? [abc]; default
+every name), one line each, sorted by name: type, state (as dlock status
+says it), how long their holds last unless renewed, who waits (writers, and
+readers with an r), the last fencing token, and the holders: owner ids, a
+Semaphore's permits; a Mutex's owner is a secret and stays hidden.
+
+It finds them with SCAN over dlock's key prefix, on every master of a
+cluster (never KEYS), and asks each name's state in one round trip
+(dlock.Client.Describe). It looks at --limit names at most: a listing cut
+there says so on stderr ("cut" in --json). Names whose keys remain only for
+their fencing counter (free locks) are left out unless --all. A name whose
+keys hold what dlock did not write is listed as not dlock's.
+
+Examples:
+  dlock ls
+  dlock ls 'deploy:*'
+  dlock ls --json --all | jq -r '.locks[] | select(.writers_waiting > 0) | .name'
+
+Exit codes: 0 listed (also when cut); 2 bad flags or PATTERN; 69 Redis could
+not be reached or failed; 77 Redis refused the login or a command.
+`
+
+// defaultLsLimit is how many names one ls (or one refresh of watch) looks
+// at unless --limit says otherwise: a screenful many times over, and a few
+// hundred milliseconds of round trips.
+const defaultLsLimit = 1000
+
+// scanCount is each SCAN's COUNT: how many keys a master looks at per call,
+// so that no call keeps it from other clients for long.
+const scanCount = 1000
+
+// describers is how many Describe calls an ls has in flight at once.
+const describers = 8
+
+// lsListing is what ls --json prints.
+type lsListing struct {
+	Locks []lsLockJSON `json:"locks"`
+	Cut   bool         `json:"cut"` // more names matched than --limit: the listing is not all
+}
+
+// lsLockJSON is one lock of ls --json: what status --json says of it, or why
+// its keys are not dlock's.
+type lsLockJSON struct {
+	statusJSON
+	NotDlocks string `json:"not_dlocks,omitempty"` // set when state is "foreign": the key and what it holds
+}
+
+// lockQuery is which locks ls and watch show.
+type lockQuery struct {
+	pattern string // a glob of names
+	limit   int    // of names looked at
+	all     bool   // free locks too
+}
+
+func defineLs(fs *flag.FlagSet) action {
+	redisFlag := fs.String("redis", "", redisFlagUsage)
+	asJSON := fs.Bool("json", false, "print JSON, for scripts")
+	all := fs.Bool("all", false, "list free locks too (whose fencing counter remains)")
+	limit := fs.Int("limit", defaultLsLimit, "look at `N` lock names at most")
+	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
+		q := lockQuery{pattern: "*", limit: *limit, all: *all}
+		switch {
+		case fs.NArg() > 1:
+			return usageError(out, "ls", "want at most one PATTERN")
+		case fs.NArg() == 1:
+			q.pattern = fs.Arg(0)
+		}
+		if code, bad := checkQuery(out, "ls", q); bad {
+			return code
+		}
+		return ls(ctx, q, *redisFlag, *asJSON, out)
+	}
+}
+
+// checkQuery refuses a query that cannot be sent.
+func checkQuery(out *output, command string, q lockQuery) (code int, bad bool) {
+	switch {
+	case q.limit < 1:
+		return usageError(out, command, "--limit must be at least 1"), true
+	case strings.ContainsAny(q.pattern, "{}"):
+		// A lock name holds no brace: it is the keys' cluster hash tag.
+		return usageError(out, command, "PATTERN %q contains '{' or '}'", q.pattern), true
+	}
+	return 0, false
+}
+
+func ls(ctx context.Context, q lockQuery, redisFlag string, asJSON bool, out *output) int {
+	client, rdb, done, code := openClient(ctx, "ls", redisFlag, out)
+	if client == nil {
+		return code
+	}
+	defer done()
+	found, err := findLocks(ctx, client, rdb, q)
+	if err != nil {
+		return reportError("ls", err, out)
+	}
+	if asJSON {
+		listing := lsListing{Locks: []lsLockJSON{}, Cut: found.cut}
+		for _, l := range found.locks {
+			listing.Locks = append(listing.Locks, l.json())
+		}
+		enc := json.NewEncoder(out.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(listing)
+		return 0
+	}
+	printLocks(out.stdout, found.locks, nil)
+	if found.cut {
+		fmt.Fprintf(out.stderr, "dlock ls: cut at %d names; more match: narrow the PATTERN or raise --limit\n", q.limit)
+	}
+	return 0
+}
+
+// foundLock is one name's state, or why its keys are not dlock's.
+type foundLock struct {
+	info      dlock.LockInfo
+	notDlocks error // dlock.ErrWrongType, naming the key; or the name's ErrInvalid
+}
+
+func (l foundLock) json() lsLockJSON {
+	if l.notDlocks != nil {
+		return lsLockJSON{statusJSON: statusJSON{Name: l.info.Name, State: "foreign", Holders: []holderJSON{}}, NotDlocks: l.notDlocks.Error()}
+	}
+	return lsLockJSON{statusJSON: statusOf(l.info)}
+}
+
+// inUse says whether anyone holds the lock or waits for it, or its keys are
+// not dlock's: what ls shows without --all.
+func (l foundLock) inUse() bool {
+	return l.notDlocks != nil || len(l.info.Holders) > 0 || l.info.WritersWaiting+l.info.ReadersWaiting > 0
+}
+
+// foundLocks are the locks a query found, sorted by name.
+type foundLocks struct {
+	locks []foundLock
+	cut   bool // more names matched than the query's limit
+}
+
+// findLocks scans for the names of q's locks and describes each.
+func findLocks(ctx context.Context, client *dlock.Client, rdb redis.UniversalClient, q lockQuery) (foundLocks, error) {
+	names, cut, err := scanNames(ctx, rdb, q.pattern, q.limit)
+	if err != nil {
+		return foundLocks{}, err
+	}
+	locks, err := describeAll(ctx, client, names)
+	if err != nil {
+		return foundLocks{}, err
+	}
+	found := foundLocks{cut: cut}
+	for _, l := range locks {
+		if q.all || l.inUse() {
+			found.locks = append(found.locks, l)
+		}
+	}
+	return found, nil
+}
+
+// errEnough stops a scan that has found more names than it may show.
+var errEnough = errors.New("enough names")
+
+// scanNames returns up to limit names of locks matching pattern, sorted, and
+// whether more matched. Every key of a lock starts with the prefix and its
+// name in braces (docs/ARCHITECTURE.md, "Keys and channels"), so one name
+// may be met several times.
+func scanNames(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int) (names []string, cut bool, err error) {
+	start := dlock.DefaultPrefix + "{"
+	match := start + pattern + "}*"
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, match, scanCount).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, key := range keys {
+				if name, _, ok := strings.Cut(strings.TrimPrefix(key, start), "}"); ok {
+					seen[name] = true
+				}
+			}
+			enough := len(seen) > limit
+			mu.Unlock()
+			if enough {
+				return errEnough
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		// Each master holds its own slots' keys; SCAN sees one node's only.
+		err = cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil && !errors.Is(err, errEnough) {
+		return nil, false, fmt.Errorf("listing locks: %w", err)
+	}
+	for name := range seen {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if len(names) > limit {
+		return names[:limit], true, nil
+	}
+	return names, false, nil
+}
+
+// describeAll describes each of names, a few at a time.
+func describeAll(ctx context.Context, client *dlock.Client, names []string) ([]foundLock, error) {
+	locks := make([]foundLock, len(names))
+	errs := make([]error, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(describers, len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				info, err := client.Describe(ctx, names[i])
+				info.Name = names[i]
+				switch {
+				case errors.Is(err, dlock.ErrWrongType), errors.Is(err, dlock.ErrInvalid):
+					// A key under the prefix that dlock did not write, or
+					// whose braces hold no name dlock would take.
+					locks[i] = foundLock{info: info, notDlocks: err}
+				case err != nil:
+					errs[i] = err
+				default:
+					locks[i] = foundLock{info: info}
+				}
+			}
+		}()
+	}
+	for i := range names {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return locks, errors.Join(errs...)
+}
+
+// lockColumns head the columns of ls and watch.
+var lockColumns = []string{"NAME", "TYPE", "STATE", "TTL", "WAITING", "TOKEN", "HOLDERS"}
+
+// printLocks prints one line per lock under a header, in aligned columns;
+// extra, when given, adds a column (watch's rate) of each lock's name
+// before the holders, the one column of no fixed width. extra("") is its
+// header.
+func printLocks(w io.Writer, locks []foundLock, extra func(name string) string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line := func(columns []string, name string) {
+		if extra != nil {
+			last := len(columns) - 1
+			columns = append(columns[:last:last], extra(name), columns[last])
+		}
+		fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	}
+	line(lockColumns, "")
+	for _, l := range locks {
+		line(l.columns(), l.info.Name)
+	}
+	_ = tw.Flush()
+}
+
+// columns is the lock's line, by lockColumns.
+func (l foundLock) columns() []string {
+	info := l.info
+	if l.notDlocks != nil {
+		return []string{info.Name, "-", "not dlock's", "-", "-", "-", "-"}
+	}
+	lockType := info.Type
+	if lockType == "" {
+		lockType = "-"
+	}
+	waiting := fmt.Sprint(info.WritersWaiting)
+	if info.ReadersWaiting > 0 {
+		waiting = fmt.Sprintf("%d+%dr", info.WritersWaiting, info.ReadersWaiting)
+	}
+	return []string{info.Name, lockType, stateOf(info), ttlText(info.TTL), waiting, fmt.Sprint(info.LastToken), holdersText(info)}
+}
+
+// ttlText is a TTL in few characters: tenths of seconds under a minute.
+func ttlText(ttl time.Duration) string {
+	switch {
+	case ttl < 0:
+		return "never"
+	case ttl == 0:
+		return "-"
+	case ttl < time.Minute:
+		return ttl.Round(100 * time.Millisecond).String()
+	}
+	return ttl.Round(time.Second).String()
+}
+
+// maxHoldersText bounds the holders column: a lock with hundreds of readers
+// is still one line.
+const maxHoldersText = 60
+
+// holdersText names a lock's holders: owner ids with their modes and holds,
+// a Semaphore's permits, or a hidden Mutex owner.
+func holdersText(info dlock.LockInfo) string {
+	if len(info.Holders) == 0 {
+		return "-"
+	}
+	if info.Permits > 0 {
+		return fmt.Sprintf("%d/%d permits", info.Holders[0].Holds, info.Permits)
+	}
+	var parts []string
+	for _, h := range info.Holders {
+		owner := h.Owner
+		if owner == "" {
+			owner = "(owner hidden)"
+		}
+		part := owner + " " + modeName(h)
+		if h.Holds > 1 {
+			part += fmt.Sprintf(" ×%d", h.Holds)
+		}
+		parts = append(parts, part)
+	}
+	text := strings.Join(parts, ", ")
+	if len(text) > maxHoldersText {
+		shown := 0
+		for n := 0; shown < len(parts) && n+len(parts[shown]) <= maxHoldersText-12; shown++ {
+			n += len(parts[shown]) + 2
+		}
+		text = strings.Join(parts[:shown], ", ") + fmt.Sprintf(" …+%d more", len(parts)-shown)
+	}
+	return text
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// lsJSON runs ls --json with args and decodes what it printed.
+func lsJSON(t *testing.T, url string, args ...string) lsListing {
+	t.Helper()
+	code, stdout, stderr := runDlock(t, url, append([]string{"ls", "--json"}, args...)...)
+	var l lsListing
+	if code != 0 || json.Unmarshal([]byte(stdout), &l) != nil {
+		t.Fatalf("ls --json %v: exit %d\n%s%s", args, code, stdout, stderr)
+	}
+	return l
+}
+
+func lockNames(l lsListing) []string {
+	var names []string
+	for _, lock := range l.Locks {
+		names = append(names, lock.Name)
+	}
+	return names
+}
+
+// mustLease returns what fails t unless an acquisition succeeded.
+func mustLease(t *testing.T) func(*dlock.Lease, error) *dlock.Lease {
+	return func(l *dlock.Lease, err error) *dlock.Lease {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+}
+
+// ls lists each lock once, whichever of its keys the scan met first, with
+// its type, holders, TTL, waiters and last token; a key under dlock's prefix
+// holding what dlock did not write is shown as not dlock's, a key outside the
+// prefix not at all, and the secret owner token of a Mutex never.
+func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
+	srv := redistest.Start(t)
+	url, raw, locks := "redis://"+srv.Addr(), srv.Client(), dlock.New(srv.Client())
+	t.Cleanup(func() { _ = locks.Close() })
+	ctx, must := context.Background(), mustLease(t)
+	must(locks.Mutex("m").Lock(ctx))
+	must(locks.RWMutex("rw", dlock.WithOwner("ops-host/42/writer")).Lock(ctx))
+	must(locks.RWMutex("readers", dlock.WithOwner("r1")).RLock(ctx))
+	must(locks.RWMutex("readers", dlock.WithOwner("r2")).RLock(ctx))
+	must(locks.Semaphore("sem", 3).Acquire(ctx))
+	released := must(locks.Mutex("released").Lock(ctx))
+	if err := released.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter on m: registered once its Describe says so.
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		_, _ = locks.Mutex("m").Lock(waitCtx)
+	}()
+	t.Cleanup(func() { stopWaiting(); <-waited })
+	waitFor(t, 10*time.Second, "a waiter registered on m", func() bool {
+		info, err := locks.Describe(ctx, "m")
+		return err == nil && info.WritersWaiting == 1
+	})
+	raw.Set(ctx, "dlock:{precious}", "my-precious-data", 0)
+	raw.Set(ctx, "user:1", "not a lock", 0)
+	ownerToken := raw.Get(ctx, "dlock:{m}").Val()
+	if ownerToken == "" {
+		t.Fatal("the Mutex m has no owner token under dlock:{m}")
+	}
+
+	l := lsJSON(t, url)
+	if got, want := lockNames(l), []string{"m", "precious", "readers", "rw", "sem"}; !slices.Equal(got, want) || l.Cut {
+		t.Fatalf("ls --json lists %v (cut %v); want %v, not cut", got, l.Cut, want)
+	}
+	byName := map[string]lsLockJSON{}
+	for _, lock := range l.Locks {
+		byName[lock.Name] = lock
+	}
+	for _, tc := range []struct {
+		name, state, lockType string
+		owners                []string
+		writersWaiting        int
+	}{
+		{"m", "held", "Mutex", []string{""}, 1},
+		{"rw", "held", "RWMutex", []string{"ops-host/42/writer"}, 0},
+		{"readers", "shared", "RWMutex", []string{"r1", "r2"}, 0},
+		{"sem", "shared", "Semaphore", []string{""}, 0},
+		{"precious", "foreign", "", nil, 0},
+	} {
+		got := byName[tc.name]
+		var owners []string
+		for _, h := range got.Holders {
+			owners = append(owners, h.Owner)
+		}
+		slices.Sort(owners)
+		if got.State != tc.state || got.Type != tc.lockType || !slices.Equal(owners, tc.owners) || got.WritersWaiting != tc.writersWaiting {
+			t.Errorf("%s: %+v; want state %q, type %q, owners %q, %d writers waiting", tc.name, got, tc.state, tc.lockType, tc.owners, tc.writersWaiting)
+		}
+		if tc.state != "foreign" && (got.TTLMillis <= 0 || got.LastToken == 0 || got.NotDlocks != "") {
+			t.Errorf("%s: ttl %d ms, last token %d, %q; want a TTL and a token", tc.name, got.TTLMillis, got.LastToken, got.NotDlocks)
+		}
+	}
+	if !strings.Contains(byName["precious"].NotDlocks, "dlock:{precious}") {
+		t.Errorf("precious: %q; want why it is not dlock's, naming the key", byName["precious"].NotDlocks)
+	}
+	if all := lockNames(lsJSON(t, url, "--all")); !slices.Contains(all, "released") {
+		t.Errorf("ls --all lists %v; want the released lock, whose counter remains", all)
+	}
+	if got := lockNames(lsJSON(t, url, "r*")); !slices.Equal(got, []string{"readers", "rw"}) {
+		t.Errorf("ls 'r*' lists %v; want readers, rw", got)
+	}
+
+	code, text, stderr := runDlock(t, url, "ls")
+	if code != 0 {
+		t.Fatalf("ls: exit %d\n%s%s", code, text, stderr)
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if len(lines) != 6 || !strings.HasPrefix(lines[0], "NAME") {
+		t.Fatalf("ls printed %d lines; want a header and one line per lock:\n%s", len(lines), text)
+	}
+	// Aligned: every column starts where its header does.
+	for _, column := range []string{"TYPE", "STATE", "TTL", "WAITING", "TOKEN", "HOLDERS"} {
+		at := strings.Index(lines[0], column)
+		for _, line := range lines[1:] {
+			if at <= 0 || len(line) <= at || line[at-1] != ' ' || line[at] == ' ' {
+				t.Errorf("column %s (at %d) is not aligned:\n%s", column, at, text)
+				break
+			}
+		}
+	}
+	for _, want := range []string{"ops-host/42/writer", "not dlock's", "1/3 permits", "r1", "r2"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("ls does not show %q:\n%s", want, text)
+		}
+	}
+	_, jsonText, _ := runDlock(t, url, "ls", "--json", "--all")
+	if strings.Contains(text, ownerToken) || strings.Contains(jsonText, ownerToken) {
+		t.Fatalf("ls shows the Mutex's owner token %q:\n%s\n%s", ownerToken, text, jsonText)
+	}
+}
+
+// --limit bounds the names one ls looks at; a listing it cut says so (on
+// stderr, and "cut" in JSON), and one it did not cut does not.
+func TestLs_LimitCutsTheListingAndSaysSo(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	for i := range 5 {
+		must(locks.Mutex(fmt.Sprintf("job-%d", i)).Lock(ctx))
+	}
+	if l := lsJSON(t, url, "--limit", "3"); len(l.Locks) != 3 || !l.Cut {
+		t.Fatalf("--limit 3 of 5: %d locks, cut %v; want 3, cut", len(l.Locks), l.Cut)
+	}
+	code, stdout, stderr := runDlock(t, url, "ls", "--limit", "3")
+	if code != 0 || strings.Count(stdout, "\n") != 4 || !strings.Contains(stderr, "--limit") {
+		t.Fatalf("ls --limit 3 of 5: exit %d; want a header, 3 lines and a note of the cut on stderr\n%s%s", code, stdout, stderr)
+	}
+	if l := lsJSON(t, url, "--limit", "5"); len(l.Locks) != 5 || l.Cut {
+		t.Fatalf("--limit 5 of 5: %d locks, cut %v; want 5, not cut", len(l.Locks), l.Cut)
+	}
+	if code, _, stderr := runDlock(t, url, "ls", "--limit", "5"); code != 0 || stderr != "" {
+		t.Fatalf("ls --limit 5 of 5: exit %d, stderr %q; want no note", code, stderr)
+	}
+}
+
+// On a cluster, ls scans every master, given one node's address.
+func TestLs_ListsTheLocksOfEveryMasterOfACluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	locks := dlock.New(cluster.Client())
+	t.Cleanup(func() { _ = locks.Close() })
+	ctx, must := context.Background(), mustLease(t)
+	var want []string
+	for i := range 9 {
+		name := fmt.Sprintf("shard-%d", i)
+		must(locks.Mutex(name).Lock(ctx))
+		want = append(want, name)
+	}
+	for i, node := range cluster.Nodes {
+		if n := node.Client().DBSize(ctx).Val(); n == 0 {
+			t.Fatalf("master %d holds none of the locks: pick other names", i)
+		}
+	}
+	if got := lockNames(lsJSON(t, "redis://"+cluster.Addrs()[1])); !slices.Equal(got, want) {
+		t.Fatalf("ls on a cluster lists %v; want %v", got, want)
+	}
+}
+
+// Bad arguments are usage errors, with the rule broken.
+func TestLsAndWatch_RefuseBadArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		rule string
+	}{
+		{[]string{"ls", "--limit", "0"}, "dlock ls: --limit must be at least 1"},
+		{[]string{"ls", "a", "b"}, "dlock ls: want at most one PATTERN"},
+		{[]string{"ls", "x{y}"}, `dlock ls: PATTERN "x{y}" contains '{' or '}'`},
+		{[]string{"watch", "--interval", "0s"}, "dlock watch: --interval must be at least 100ms"},
+		{[]string{"watch", "a", "b"}, "dlock watch: want at most one PATTERN or NAME"},
+		{[]string{"watch", "x{y}"}, `dlock watch: PATTERN "x{y}" contains '{' or '}'`},
+	} {
+		code, stdout, stderr := runDlock(t, "redis://127.0.0.1:1", tc.args...)
+		want := tc.rule + "\nRun 'dlock " + tc.args[0] + " --help' for usage.\n"
+		if code != exitUsage || stdout != "" || stderr != want {
+			t.Errorf("dlock %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, stdout, stderr, want)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// waitScreenUntil waits until the screen satisfies cond.
+func (term *terminal) waitScreenUntil(what string, cond func(screen string) bool) string {
+	term.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		screen := term.screen()
+		if cond(screen) {
+			return screen
+		}
+		if time.Now().After(deadline) {
+			term.t.Fatalf("the terminal does not show %s:\n%s", what, screen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ttlShown is the TTL column of the screen's line of the lock name; 0 when
+// there is none.
+func ttlShown(screen, name string) time.Duration {
+	for _, line := range strings.Split(screen, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 3 && fields[0] == name {
+			ttl, _ := time.ParseDuration(fields[3])
+			return ttl
+		}
+	}
+	return 0
+}
+
+// As a person sees it: watch draws the held lock with its TTL counting
+// down, drops it once released, and q ends it with the terminal as it was
+// (the screen before it, keys echoed, lines read whole); Ctrl-C ends a
+// watch of one NAME, shown even while free, as cleanly.
+func TestWatch_ALiveViewInTheTerminalThatQuitsOnQ(t *testing.T) {
+	url, locks := testRedis(t)
+	term := startTerminal(t, fmt.Sprintf(`export REDIS_URL=%s
+trap 'echo sh-interrupted' INT
+echo before-watch
+%[2]s watch --interval 200ms 'job*'
+echo "watch-exit:$?"
+printf "typed? "; read answer; echo "got:$answer"
+%[2]s watch --interval 200ms job-2
+echo "watch2-exit:$?"
+sleep 600
+`, url, dlockBin))
+	term.waitScreen("q quits")
+	if screen := term.screen(); strings.Contains(screen, "before-watch") {
+		t.Fatalf("watch draws over the shell's screen instead of a screen of its own:\n%s", screen)
+	}
+	ctx := context.Background()
+	lease, err := locks.Mutex("job-1", dlock.WithTTL(30*time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	screen := term.waitScreenUntil("job-1 with its TTL", func(s string) bool { return ttlShown(s, "job-1") > 0 })
+	first := ttlShown(screen, "job-1")
+	if first > 30*time.Second || !strings.Contains(screen, "held") {
+		t.Fatalf("job-1 shown with TTL %v; want held, 30s at most:\n%s", first, screen)
+	}
+	term.waitScreenUntil("job-1's TTL counting down", func(s string) bool {
+		ttl := ttlShown(s, "job-1")
+		return ttl > 0 && ttl < first
+	})
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term.waitScreenUntil("job-1 gone once released", func(s string) bool {
+		return strings.Contains(s, "q quits") && !strings.Contains(s, "job-1")
+	})
+	term.tmux("send-keys", "q")
+	screen = term.waitScreenUntil("the shell's screen back", func(s string) bool { return strings.Contains(s, "watch-exit:0") })
+	if !strings.Contains(screen, "before-watch") || strings.Contains(screen, "q quits") {
+		t.Fatalf("after q, want the screen as before watch:\n%s", screen)
+	}
+	term.typeLine("hello")
+	term.waitScreen("typed? hello") // echoed as typed
+	term.waitScreen("got:hello")    // and read as a whole line
+
+	term.waitScreenUntil("job-2, free", func(s string) bool {
+		return strings.Contains(s, "job-2") && strings.Contains(s, "free")
+	})
+	term.tmux("send-keys", "C-c")
+	screen = term.waitScreenUntil("the shell's screen back after Ctrl-C", func(s string) bool {
+		return strings.Contains(s, "watch2-exit:0")
+	})
+	if !strings.Contains(screen, "got:hello") || strings.Contains(screen, "q quits") {
+		t.Fatalf("after Ctrl-C, want the screen as before watch:\n%s", screen)
+	}
+}
+
+// With stdout not a terminal, watch prints a plain line for each change: a
+// lock taken, released; no escape sequences. SIGINT ends it, exit 0.
+func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
+	url, locks := testRedis(t)
+	cmd := exec.Command(dlockBin, "watch", "--interval", "100ms", "plain*")
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for scan := bufio.NewScanner(stdout); scan.Scan(); {
+			lines <- scan.Text()
+		}
+	}()
+	waitLine := func(what string, words ...string) string {
+		t.Helper()
+		timeout := time.After(15 * time.Second)
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("watch ended before a line of %s", what)
+				}
+				if strings.Contains(line, "\033") {
+					t.Fatalf("an escape sequence in a plain line: %q", line)
+				}
+				found := true
+				for _, w := range words {
+					found = found && strings.Contains(line, w)
+				}
+				if found {
+					return line
+				}
+			case <-timeout:
+				t.Fatalf("no line of %s within 15s", what)
+			}
+		}
+	}
+	ctx := context.Background()
+	lease, err := locks.Mutex("plain-1").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLine("plain-1 held", "plain-1", "held", "ttl=")
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitLine("plain-1 released", "plain-1", "free")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // to the end of its output
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("watch after SIGINT: %v; want exit 0", err)
+	}
+}
