@@ -50,8 +50,12 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 			lacking = append(lacking, r)
 		}
 	}
-	srv := redistest.Start(t, append(redistest.UserArgs("locks", "pw", redistest.DlockACL),
-		redistest.UserArgs("nozadd", "pw", lacking)...)...)
+	var otherPrefix []string // the README's rights, for a program using WithPrefix("myapp:")
+	for _, r := range redistest.DlockACL {
+		otherPrefix = append(otherPrefix, strings.NewReplacer("~dlock:*", "~myapp:*", "&dlock:*", "&myapp:*").Replace(r))
+	}
+	args := append(redistest.UserArgs("locks", "pw", redistest.DlockACL), redistest.UserArgs("nozadd", "pw", lacking)...)
+	srv := redistest.Start(t, append(args, redistest.UserArgs("myapp", "pw", otherPrefix)...)...)
 	url, rdb, ctx := "redis://"+srv.Addr(), srv.Client(), context.Background()
 
 	t.Run("healthy", func(t *testing.T) {
@@ -111,6 +115,18 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 		r := checks["rights"]
 		if code != exitFailure || r.Verdict != "fail" || !strings.Contains(r.Reason, "NOPERM") || !strings.Contains(strings.ToLower(r.Reason), "zadd") {
 			t.Fatalf("as a user without +zadd: exit %d, rights %+v; want %d and a failure naming zadd", code, r, exitFailure)
+		}
+	})
+
+	t.Run("--prefix", func(t *testing.T) {
+		url := "redis://myapp:pw@" + srv.Addr()
+		code, checks := doctorReport(t, url)
+		if r := checks["rights"]; code != exitFailure || r.Verdict != "fail" || !strings.Contains(r.Reason, "NOPERM") {
+			t.Errorf("a user granted myapp:* only, checked under dlock:: exit %d, rights %+v; want %d and NOPERM", code, r, exitFailure)
+		}
+		code, stdout, stderr := runDlock(t, url, "doctor", "--json", "--prefix", "myapp:")
+		if code != 0 || !strings.Contains(stdout, "myapp:doctor-") {
+			t.Errorf("--prefix myapp:: exit %d\n%s%s", code, stdout, stderr)
 		}
 	})
 
@@ -214,9 +230,14 @@ func TestDoctor_ClusterWithASlotUncovered(t *testing.T) {
 
 func TestDoctor_HelpHasExamplesAndExitCodes(t *testing.T) {
 	code, stdout, _ := runDlock(t, "", "doctor", "--help")
-	for _, want := range []string{"Usage: dlock doctor", "Examples:", "Exit codes:", "69", "77", "--json"} {
+	for _, want := range []string{"Usage: dlock doctor", "Examples:", "Exit codes:", "69", "77", "--json", "--prefix"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("doctor --help: exit %d, no %q:\n%s", code, want, stdout)
+		}
+	}
+	for _, args := range [][]string{{"doctor", "extra"}, {"doctor", "--prefix", ""}} {
+		if code, stdout, stderr := runDlock(t, "redis://127.0.0.1:1", args...); code != exitUsage || stdout != "" || !strings.Contains(stderr, "dlock doctor --help") {
+			t.Errorf("dlock %q: exit %d, %q %q; want %d pointing to the help", args, code, stdout, stderr, exitUsage)
 		}
 	}
 }
