@@ -107,6 +107,9 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 		if m := checks["maxmemory-policy"]; m.Verdict != "warn" || !strings.Contains(m.Reason, "+info") {
 			t.Errorf("maxmemory-policy without +info: %+v; want a warning naming +info", m)
 		}
+		if v := checks["version"]; v.Verdict != "pass" || !strings.Contains(v.Reason, "Redis 7") {
+			t.Errorf("version without +info: %+v; want it read from HELLO", v)
+		}
 	})
 
 	t.Run("a right missing", func(t *testing.T) {
@@ -127,6 +130,19 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 		code, stdout, stderr := runDlock(t, url, "doctor", "--json", "--prefix", "myapp:")
 		if code != 0 || !strings.Contains(stdout, "myapp:doctor-") {
 			t.Errorf("--prefix myapp:: exit %d\n%s%s", code, stdout, stderr)
+		}
+	})
+
+	t.Run("appendfsync always", func(t *testing.T) {
+		for _, set := range [][2]string{{"appendonly", "yes"}, {"appendfsync", "always"}} {
+			if err := rdb.ConfigSet(ctx, set[0], set[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { rdb.ConfigSet(ctx, "appendonly", "no") })
+		code, checks := doctorReport(t, url)
+		if p := checks["persistence"]; code != 0 || p.Verdict != "pass" {
+			t.Errorf("appendonly yes, appendfsync always: exit %d, persistence %+v; want pass", code, p)
 		}
 	})
 
