@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -122,6 +123,9 @@ func doctor(ctx context.Context, flagValue, prefix string, asJSON bool, out *out
 	}
 	defer rdb.Close()
 	nodes, err := mastersOf(ctx, rdb)
+	if err == nil && len(nodes) == 0 {
+		err = errors.New("no master serves a slot")
+	}
 	if err != nil {
 		err = fmt.Errorf("listing the cluster's masters at %s: %w", d, err)
 		fmt.Fprintf(out.stderr, "dlock doctor: %v\n", err)
@@ -166,20 +170,18 @@ type checkResult struct {
 
 // runChecks runs the checks in the order doctorUsage lists them.
 func runChecks(ctx context.Context, rdb redis.UniversalClient, nodes []*doctorNode, cluster bool, prefix string) []checkResult {
-	bounded := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, doctorTimeout) }
-	perNode := func(name string, check func(n *doctorNode) (verdict, string)) checkResult {
-		return combine(name, nodes, check)
+	policyCtx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	return []checkResult{
+		maxmemoryCheck(policyCtx, rdb, nodes),
+		combine("persistence", nodes, persistenceOf),
+		combine("replication", nodes, replicationOf),
+		combine("cluster", nodes, func(n *doctorNode) (verdict, string) { return clusterOf(n, cluster) }),
+		versionCheck(nodes, cluster),
+		rightsCheck(ctx, rdb, prefix, shardedPubSub(nodes, cluster)), // bounded part by part
+		roundTripCheck(nodes),
+		clockCheck(nodes),
 	}
-	checkCtx, cancel := bounded()
-	policy := maxmemoryCheck(checkCtx, rdb, nodes)
-	cancel()
-	persistence := perNode("persistence", persistenceOf)
-	replication := perNode("replication", replicationOf)
-	clusterCheck := perNode("cluster", func(n *doctorNode) (verdict, string) { return clusterOf(n, cluster) })
-	version := versionCheck(nodes, cluster)
-	rights := rightsCheck(ctx, rdb, prefix, shardedPubSub(nodes, cluster)) // bounded part by part
-	return []checkResult{policy, persistence, replication, clusterCheck, version, rights,
-		roundTripCheck(nodes), clockCheck(nodes)}
 }
 
 // combine makes one check of a check run on each master: its worst
