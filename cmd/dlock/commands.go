@@ -41,6 +41,8 @@ func commands() []command {
 			help: watchUsage, define: defineWatch},
 		{name: "unlock", synopsis: "--force [--yes] NAME", summary: "remove a lock whatever holds it",
 			help: unlockUsage, define: defineUnlock},
+		{name: "doctor", synopsis: "[--json] [--prefix PREFIX]", summary: "is this Redis safe for locks? each check, its verdict and why",
+			help: doctorUsage, define: defineDoctor},
 		{name: "demo", synopsis: "[flags]", summary: "every lock type under contention, with a verdict (embedded Redis)",
 			help: demoUsage, define: defineDemo},
 		{name: "bench", synopsis: "[flags]", summary: "a contention benchmark (embedded Redis unless --redis)",
@@ -233,7 +235,8 @@ enough), and delete the keys they wrote on a server of yours.
 
 const exitNotes = `Exit codes:
   0    success (run: the command's own exit code is passed through)
-  1    failure: demo verdict failed, a foreign value under the lock's key, not confirmed
+  1    failure: demo verdict failed, a doctor check failed, a foreign value
+       under the lock's key, not confirmed
   2    bad flags or arguments
   69   Redis could not be reached or failed
   77   Redis refused the login (user, password) or a command (ACL)

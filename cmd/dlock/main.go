@@ -1,7 +1,7 @@
 // Command dlock runs distributed locks on Redis from the shell: a command
 // under a lock (a distributed flock(1) for cron jobs and deploy steps), the
-// state of a lock, every lock listed or watched live, a forced unlock, a
-// demo and a benchmark. Run
+// state of a lock, every lock listed or watched live, a check of whether a
+// Redis is fit for locks (doctor), a forced unlock, a demo and a benchmark. Run
 // `dlock help` for the commands and `dlock COMMAND --help` for each; the
 // same texts make `dlock man` and `dlock completion bash|zsh|fish`
 // (commands.go holds them).
@@ -27,7 +27,7 @@ import (
 
 // Exit codes. A command run by `dlock run` passes its own through.
 const (
-	exitFailure      = 1   // the demo's verdict failed; the lock held a foreign value; not confirmed
+	exitFailure      = 1   // the demo's verdict failed; a doctor check failed; the lock held a foreign value; not confirmed
 	exitUsage        = 2   // bad flags or arguments
 	exitRedis        = 69  // Redis could not be reached or failed (EX_UNAVAILABLE)
 	exitNoPermission = 77  // Redis refused the login or a command dlock needs (EX_NOPERM)
