@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +147,55 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 		// The WAIT case was granted before WAIT was refused: it must have
 		// been given back.
 		t.Fatal("a denied acquisition left a hold")
+	}
+}
+
+// A user missing one right that a script needs part-way is refused with
+// ErrPermission, and the refusal leaves nothing that never expires: Redis
+// does not undo a script's writes when a later command in it is refused,
+// so a script that wrote a hold before being refused its expiry (or the
+// sorted set that sets it) would leave a lock held for good.
+func TestACL_AScriptRefusedPartWayLeavesNoHoldWithoutExpiry(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	admin := srv.Client()
+	for _, rule := range dlockACL {
+		switch rule {
+		case "+evalsha", "+eval", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
+			continue // not run by a script
+		}
+		if rule[0] != '+' {
+			continue
+		}
+		var rules []string
+		for _, r := range dlockACL {
+			if r != rule {
+				rules = append(rules, r)
+			}
+		}
+		user := "no" + rule[1:]
+		c := newClient(t, aclUser(t, ctx, admin, user, rules...))
+		for _, lt := range lockTypes {
+			name := "acl-" + user + "-" + lt.name
+			if lt.hold != nil { // a reader behind a writer: the writer is taken by an admin
+				if _, err := lt.hold(newClient(t, admin), name)(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			try, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			lease, err := lt.take(c, name)(try)
+			cancel()
+			if err == nil {
+				_ = lease.Unlock(ctx)
+			}
+			for _, key := range keysOn(t, ctx, admin, "*{"+name+"*") {
+				if strings.HasSuffix(key, "}:permits") || strings.HasSuffix(key, "}:leader") {
+					continue // kept for good by design
+				}
+				if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
+					t.Errorf("without %s, %s left %s with no expiry (%v)", rule, lt.name, key, err)
+				}
+			}
+		}
 	}
 }

@@ -303,3 +303,32 @@ local function drop_holder_info(key)
     redis.call('DEL', key)
   end
 end
+
+-- Every command dlock's scripts run on keys (TestScripts_RightsCoverEveryCommand
+-- keeps the list whole). Redis does not undo a script's writes when a later
+-- command in it is refused by an ACL: a user missing one right could leave
+-- a hold written and its expiry not, held for good.
+local SCRIPT_COMMANDS = {'del', 'exists', 'get', 'hdel', 'hget', 'hincrby', 'hlen', 'hmget', 'hset',
+  'pexpire', 'pexpireat', 'pttl', 'rename', 'set', 'time', 'type', 'zadd', 'zcard', 'zcount',
+  'zpopmin', 'zrange', 'zrangebyscore', 'zrem', 'zremrangebyscore', 'zscore'}
+
+-- rights_refused is an acquire's first step: a NOPERM error, before anything
+-- is written, when the user running the script may not run one of
+-- SCRIPT_COMMANDS on key (a key of the lock's: its slot, its prefix); else
+-- nil. Where the server cannot tell (redis.acl_check_cmd is Redis 7's;
+-- miniredis has none), nothing is checked. Nor for a user allowed FLUSHALL
+-- and key, such as the default user: one who may wipe every key is taken
+-- to be allowed the commands above, which saves the default user the
+-- checks' cost (about 0.3 µs each, some 25 in all).
+local function rights_refused(key)
+  if redis.acl_check_cmd == nil or (redis.acl_check_cmd('flushall') and redis.acl_check_cmd('del', key)) then
+    return nil
+  end
+  for _, command in ipairs(SCRIPT_COMMANDS) do
+    local args = command == 'time' and {} or {key}
+    if not redis.acl_check_cmd(command, unpack(args)) then
+      return redis.error_reply("NOPERM this user has no permissions to run the '" .. command .. "' command")
+    end
+  end
+  return nil
+end

@@ -31,7 +31,7 @@
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
 
-local wrong = foreign_key({KEYS[2]}, {KEYS[4]}, {}) or foreign_leader(KEYS[5])
+local wrong = rights_refused(KEYS[1]) or foreign_key({KEYS[2]}, {KEYS[4]}, {}) or foreign_leader(KEYS[5])
 if wrong then
   return wrong
 end

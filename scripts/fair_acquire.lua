@@ -28,7 +28,7 @@
 -- tombstone (fair_abandon.lua) before it takes the lock or a place in the
 -- queue, and does neither.
 
-local wrong = foreign_key({FENCE}, {QUEUE, REG}, {}) or ((ARGV[6] or '') ~= '' and foreign_holder_info(HOLDER))
+local wrong = rights_refused(LOCK) or foreign_key({FENCE}, {QUEUE, REG}, {}) or ((ARGV[6] or '') ~= '' and foreign_holder_info(HOLDER))
 if wrong then
   return wrong
 end

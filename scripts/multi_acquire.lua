@@ -33,7 +33,7 @@
 local owner, waiter, watch = ARGV[1], ARGV[3], tonumber(ARGV[5])
 for i = 1, N do
   local _, fence, waiters = part(i)
-  local wrong = foreign_key({fence}, {waiters}, {})
+  local wrong = rights_refused(fence) or foreign_key({fence}, {waiters}, {})
   if wrong then
     return wrong
   end

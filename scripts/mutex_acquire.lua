@@ -48,7 +48,7 @@
 -- abandon the lock is not the call's, and nothing hands it to a call whose
 -- registrations are gone.
 
-local wrong = foreign_key({KEYS[2]}, {KEYS[4]}, {}) or (ARGV[6] ~= '' and foreign_holder_info(KEYS[5]))
+local wrong = rights_refused(KEYS[1]) or foreign_key({KEYS[2]}, {KEYS[4]}, {}) or (ARGV[6] ~= '' and foreign_holder_info(KEYS[5]))
 if wrong then
   return wrong
 end

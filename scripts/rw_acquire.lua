@@ -34,7 +34,7 @@
 -- attempt of a call that gave up finds the call's tombstone (KEYS[9]) before
 -- it takes a hold or registers, and does neither.
 
-local wrong = foreign_state(STATE) or foreign_key({KEYS[8]}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+local wrong = rights_refused(STATE) or foreign_state(STATE) or foreign_key({KEYS[8]}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
 if wrong then
   return wrong
 end

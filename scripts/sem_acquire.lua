@@ -26,7 +26,7 @@
 -- the call's tombstone (KEYS[7]) before it takes a permit or registers, and
 -- does neither.
 
-local wrong = foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS)
+local wrong = rights_refused(KEYS[6]) or foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS)
 if wrong then
   return wrong
 end
