@@ -13,6 +13,7 @@ import (
 // Unlock with a context that never ends is still bounded by CleanupTimeout:
 // a frozen server does not hold the caller forever.
 func TestLease_UnlockWithBackgroundIsBoundedAgainstAFrozenServer(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
 	srv := startServer(t)
 	// No read timeout of its own: only a context deadline ends a wait.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, ReadTimeout: -1, MaxRetries: -1})

@@ -137,6 +137,7 @@ func TestMutex_WaitersOfEachClientListenOnTheirOwnChannel(t *testing.T) {
 // waiter confirms it with an attempt of its own, which does; here the
 // replica is cut off and the hand-over is refused.
 func TestMutex_HandOverUnderReplicaAckWaitsForTheReplica(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
 	f := redistest.StartFailover(t)
 	ctx := ctxFor(t, time.Minute)
 	name := lockName(t)

@@ -95,6 +95,7 @@ func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 }
 
 func TestLease_WatchdogKeepsLockPastItsTTLAndStopsAfterUnlock(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const ttl = time.Second // renewed every 333 ms: a loaded machine has 660 ms to spare
 		rdb := b.newRedis(t)

@@ -50,6 +50,7 @@ func waitUptime(t testing.TB, ctx context.Context, servers []*redistest.Server, 
 }
 
 func TestRedlock_ANodeRestartedWithinTheGuardDoesNotVoteEvenForANewProcess(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
 	const guard = 5 * time.Second
 	servers := redistest.StartMasters(t, 3)
 	ctx := ctxFor(t, time.Minute)

@@ -92,6 +92,7 @@ func onlyTimedOut(err error) bool {
 }
 
 func TestRedlock_MinorityDownStillLocks(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
 	const attempts = 30
 	servers := redistest.StartMasters(t, 5)
 	ctx := ctxFor(t, time.Minute)
@@ -162,6 +163,7 @@ func TestRedlock_MajorityDownFailsFastAndLeavesNoHold(t *testing.T) {
 }
 
 func TestRedlock_NodesRestartedEmptyDoNotLetASecondOwnerIn(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
 	for _, guard := range []time.Duration{5 * time.Second, 0} {
 		t.Run(map[bool]string{true: "guarded", false: "unguarded"}[guard > 0], func(t *testing.T) {
 			servers := redistest.StartMasters(t, 5)
