@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlockio/dlock/scripts"
@@ -21,7 +22,8 @@ type Holder struct {
 // LockInfo is what [Client.Describe] found under a lock name.
 type LockInfo struct {
 	Name           string
-	Type           string        // "Mutex" (also a FairMutex's or MultiLock's), "RWMutex" (also a ReentrantMutex's), "Semaphore", or "" when nothing holds it
+	Type           string        // "Mutex" (also a FairMutex with nobody queued, and a MultiLock's part), "FairMutex", "Election", "RWMutex" (also a ReentrantMutex's), "Semaphore", or "" when nothing holds it
+	LeaderValue    string        // an Election's: the value its leader campaigned with; else ""
 	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
 	Permits        int           // a Semaphore's number of permits; else 0
 	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
@@ -48,11 +50,20 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	switch kind, _ := reply[0].(string); kind {
 	case "mutex":
 		r, err := int64s(reply[1:], 4)
-		if err != nil || len(reply) < 6 {
+		if err == nil && len(reply) < 8 {
+			err = errUnexpectedReply
+		}
+		if err != nil {
 			return LockInfo{}, redisError("describe", name, err)
 		}
 		holderInfo, _ := reply[5].(string)
 		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}}
+		switch sort, _ := reply[6].(string); sort {
+		case "election":
+			info.Type, info.LeaderValue = "Election", fmt.Sprint(reply[7])
+		case "fair":
+			info.Type = "FairMutex"
+		}
 		info.TTL = time.Duration(r[1]) * time.Millisecond
 		if r[1] < 0 {
 			info.TTL = -1

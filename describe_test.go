@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -149,4 +150,50 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Describe tells an Election's leadership (and its leader's value) and a
+// FairMutex with a queue from a Mutex, by the keys beside the lock.
+func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
+	srv := startServer(t)
+	c := newClient(t, srv.Client())
+	ctx := ctxFor(t, 30*time.Second)
+
+	election := lockName(t)
+	lead, err := c.Election(election).Campaign(ctx, "node-a:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Describe(ctx, election)
+	if err != nil || info.Type != "Election" || info.LeaderValue != "node-a:8080" || info.LastToken != lead.Token() {
+		t.Fatalf("an Election with a leader: %+v, %v; want Type Election, its value", info, err)
+	}
+	if err := lead.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Describe(ctx, election); err != nil || info.Type != "" || info.LeaderValue != "" {
+		t.Fatalf("an Election whose leader resigned: %+v, %v; want free", info, err)
+	}
+
+	fair := lockName(t)
+	held, err := c.FairMutex(fair).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client()
+	attempts := countAttemptsOf(rdb, scripts.FairAcquire)
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := newClient(t, rdb).FairMutex(fair).Lock(waitCtx)
+		waiting <- err
+	}()
+	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")
+	if info, err := c.Describe(ctx, fair); err != nil || info.Type != "FairMutex" || info.WritersWaiting != 1 {
+		t.Fatalf("a FairMutex with one queued: %+v, %v; want Type FairMutex, 1 waiting", info, err)
+	}
+	cancel()
+	<-waiting
+	_ = held.Unlock(ctx)
 }

@@ -15,8 +15,11 @@
 --
 -- Returns for a Mutex or FairMutex {'mutex', held (1/0), ms left (-1: no
 -- TTL), live waiters registered, the last fencing token minted, the
--- holder's info ('' none)}; the holder's owner token is a secret and is
--- not returned. For a Semaphore
+-- holder's info ('' none), 'election' (the holder leads an Election: its
+-- leader record names it), 'fair' (a FairMutex's queue is beside it) or
+-- '', and an Election leader's value ('' otherwise)}; the holder's owner
+-- token is a secret and is not returned. A FairMutex with nobody queued,
+-- and a MultiLock's part, look like a Mutex. For a Semaphore
 -- {'semaphore', permits held, ms until the last expires, live waiters, the
 -- last fencing token, its number of permits}, followed by the holder info
 -- of each permit held ('' none). Otherwise what rw_inspect.lua
@@ -33,8 +36,16 @@ end
 local kind = redis.call('TYPE', STATE).ok
 if kind == 'string' then
   local now = server_now()
+  local holder = redis.call('GET', STATE)
+  local sort, value = '', ''
+  local leader = redis.call('HMGET', KEYS[12], 'owner', 'value') -- foreign_lock has checked it is dlock's
+  if leader[1] == holder then
+    sort, value = 'election', leader[2] or ''
+  elseif redis.call('EXISTS', KEYS[11]) == 1 then
+    sort = 'fair'
+  end
   return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
-    raise_error(last_token(KEYS[8])), holder_info_of(KEYS[14], redis.call('GET', STATE)) or ''}
+    raise_error(last_token(KEYS[8])), holder_info_of(KEYS[14], holder) or '', sort, value}
 end
 if kind == 'zset' then
   local now = server_now()

@@ -23,8 +23,9 @@ waits for it, and the last fencing token handed out.
 The state is free; held (by a Mutex's holder or an RWMutex's writer: no one
 else gets in); shared (by readers, or by some of a Semaphore's permits: more
 may join); or full (every permit of a Semaphore held). The type is what the
-lock's keys say: Mutex (also a FairMutex's, a MultiLock's part or an
-Election's), RWMutex (also a ReentrantMutex's) or Semaphore.
+lock's keys say: Election (with its leader's value), FairMutex (while some
+wait in its queue), Mutex (also a FairMutex with nobody queued, and a
+MultiLock's part), RWMutex (also a ReentrantMutex's) or Semaphore.
 
 Examples:
   dlock status deploy:web
@@ -48,14 +49,15 @@ Examples:
 type statusJSON struct {
 	Name           string       `json:"name"`
 	State          string       `json:"state"`          // "free", "held", "shared" or "full": see stateOf
-	Type           string       `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "RWMutex" or "Semaphore"; none when free
+	Type           string       `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "FairMutex", "Election", "RWMutex" or "Semaphore"; none when free
 	Held           bool         `json:"held"`
 	Holders        []holderJSON `json:"holders"`
 	TTLMillis      int64        `json:"ttl_ms"` // -1: no expiry; 0: not held
 	WritersWaiting int          `json:"writers_waiting"`
 	ReadersWaiting int          `json:"readers_waiting"`
 	LastToken      uint64       `json:"last_token"`
-	Permits        int          `json:"permits,omitempty"` // a Semaphore's
+	Permits        int          `json:"permits,omitempty"`      // a Semaphore's
+	LeaderValue    string       `json:"leader_value,omitempty"` // an Election's leader's
 }
 
 type holderJSON struct {
@@ -98,12 +100,15 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
 	if s.Held {
 		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
+		if s.Type == "Election" {
+			fmt.Fprintf(out.stdout, "leader:      %s\n", s.LeaderValue)
+		}
 		if s.Permits > 0 {
-			fmt.Fprintf(out.stdout, "permits:     %d of %d held\n", info.Holders[0].Holds, s.Permits)
+			fmt.Fprintf(out.stdout, "permits:     %d of %d held\n", permitsHeld(info), s.Permits)
 		}
 		for i, h := range s.Holders {
-			if s.Permits > 0 {
-				break // one Holder counting the permits, said above
+			if s.Permits > 0 && h.Info == nil {
+				continue // counted in the permits line
 			}
 			label := "holders:"
 			if i > 0 {
@@ -133,7 +138,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 func statusOf(info dlock.LockInfo) statusJSON {
 	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
 		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
-		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits}
+		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits, LeaderValue: info.LeaderValue}
 	if info.TTL < 0 {
 		s.TTLMillis = -1
 	}
@@ -176,7 +181,7 @@ func stateOf(info dlock.LockInfo) string {
 func typeLabel(lockType string) string {
 	switch lockType {
 	case "Mutex":
-		return "Mutex (or a FairMutex, a MultiLock's part, an Election)"
+		return "Mutex (or a FairMutex with nobody queued, or a MultiLock's part)"
 	case "RWMutex":
 		return "RWMutex (or a ReentrantMutex)"
 	}

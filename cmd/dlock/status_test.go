@@ -89,3 +89,31 @@ func TestRun_TheWaitingLineNeverNamesTheRunItself(t *testing.T) {
 		t.Fatalf("held by the run alone: %q; want no holder named", line)
 	}
 }
+
+// status names an Election and shows its leader's value, and says how many
+// of a Semaphore's permits are held whatever holder info each carries.
+func TestStatus_NamesAnElectionAndItsLeader(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx := context.Background()
+	if _, err := locks.Election("leader").Campaign(ctx, "node-a:8080"); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runDlock(t, url, "status", "--json", "leader")
+	var s statusJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &s) != nil || s.Type != "Election" || s.LeaderValue != "node-a:8080" {
+		t.Fatalf("status --json of an Election: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, text, _ := runDlock(t, url, "status", "leader"); !strings.Contains(text, "type:        Election") ||
+		!strings.Contains(text, "leader:      node-a:8080") {
+		t.Fatalf("status of an Election:\n%s", text)
+	}
+
+	for _, who := range []string{"a", "b"} {
+		if _, err := locks.Semaphore("sem", 3, dlock.WithHolderInfo(dlock.HolderInfo{User: who})).Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, text, _ := runDlock(t, url, "status", "sem"); !strings.Contains(text, "permits:     2 of 3 held") {
+		t.Fatalf("status of a Semaphore with 2 of 3 permits held by two holders:\n%s", text)
+	}
+}
