@@ -321,7 +321,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		select {
 		case <-w.C():
 			if l := grantFor(a, w, cfg); l != nil {
-				observed.wait(ctx, WaitHandedOver, nil)
+				observed.handedOver(ctx, l)
 				l.maybeCopied = maybeCopied
 				kept, err := keep(ctx, l, true)
 				if !retryGrant(err) {
