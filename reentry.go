@@ -53,7 +53,9 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 // they are one Client, share one go-redis client, or have go-redis clients
 // of the same kind, addresses and database. Clients whose Redis cannot be
 // told (a go-redis client of another kind, a Sentinel failover client)
-// are the same only when they are one.
+// are the same only when they share one go-redis client. (A go-redis
+// client whose own Dialer goes elsewhere than its Addr says is taken at
+// its word.)
 func sameRedis(a, b *Client) bool {
 	return a == b || a.redis != "" && a.redis == b.redis
 }
@@ -64,7 +66,9 @@ func redisIdentity(rdb redis.UniversalClient) string {
 	switch r := rdb.(type) {
 	case *redis.Client:
 		o := r.Options()
-		if o.Addr == "FailoverClient" { // a Sentinel client: the master it follows is not in its options
+		if o.Addr == "" || o.Addr == "FailoverClient" {
+			// A Sentinel client: the master it follows is not in its
+			// options.
 			return fmt.Sprintf("client %p", r)
 		}
 		return fmt.Sprintf("standalone %s %s db %d", o.Network, o.Addr, o.DB)

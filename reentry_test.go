@@ -325,3 +325,21 @@ func TestReentrantMutex_ContextOfTheSameNameOnAnotherRedisDoesNotReenter(t *test
 		})
 	}
 }
+
+// Clients on go-redis clients of their own, of the same server and
+// database (or the same cluster), name the same lock: a context's hold
+// re-enters through either.
+func TestReentrantMutex_AnotherGoRedisClientOfTheSameRedisReenters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		held, err := newClient(t, b.newRedis(t)).ReentrantMutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := newClient(t, b.newRedis(t)).ReentrantMutex(name).TryLock(held.Context(ctx))
+		if err != nil || again.Token() != held.Token() {
+			t.Fatalf("a Client on another go-redis client of the same Redis: %v, want a re-entry", err)
+		}
+	})
+}
