@@ -471,7 +471,7 @@ func TestObserver_MultiLockAcrossSlotsIsOneLease(t *testing.T) {
 // before the panic goes on, not renewed for ever with nobody to unlock it.
 func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 	rdb := backends[0].newRedis(t)
-	for _, hook := range []string{"done", "handed over", "release"} {
+	for _, hook := range []string{"done", "handed over", "release", "registered"} {
 		t.Run(hook, func(t *testing.T) {
 			ctx := ctxFor(t, 30*time.Second)
 			name := lockName(t)
@@ -493,10 +493,16 @@ func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 				}
 			case "release":
 				o.Release = func(context.Context, dlock.LeaseInfo) (context.Context, func(error)) { panic("observer broke") }
+			case "registered": // no lease yet, but a registration a release would hand the lock to
+				o.Wait = func(_ context.Context, ev dlock.WaitEvent) {
+					if ev.Step == dlock.WaitRegistered {
+						panic("observer broke")
+					}
+				}
 			}
 			c := newClient(t, rdb, dlock.WithObserver(o))
 			var blocker *dlock.Lease
-			if hook == "handed over" { // the panicking call waits, and is handed the lock
+			if hook == "handed over" || hook == "registered" { // the panicking call waits
 				var err error
 				if blocker, err = newClient(t, rdb).Mutex(name).Lock(ctx); err != nil {
 					t.Fatal(err)
@@ -510,7 +516,7 @@ func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 					_ = l.Unlock(ctx)
 				}
 			}()
-			if blocker != nil {
+			if hook == "handed over" {
 				waitDone(t, registered, 10*time.Second, "the waiter registering")
 				if err := blocker.Unlock(ctx); err != nil {
 					t.Fatal(err)
@@ -518,6 +524,14 @@ func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 			}
 			if r := <-panicked; r == nil {
 				t.Fatal("the observer's panic did not reach the caller")
+			}
+			if hook == "registered" {
+				if n := rdb.ZCard(ctx, lockKey(name)+":waiters").Val(); n != 0 {
+					t.Fatalf("the panicking waiter left %d registrations, which the release would hand the lock to", n)
+				}
+				if err := blocker.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
 			// With the hold released, another client takes the lock at
 			// once; a hold left behind is renewed and never lets it.
