@@ -50,6 +50,11 @@ type Client struct {
 	// and so reaches its client alone rather than every subscriber.
 	tag string
 
+	// redis names the Redis rdb talks to, for re-entry (reentry.go): a
+	// hold carried by a context is one of this Client's locks only if its
+	// Client's redis is the same. "" when rdb's kind does not say.
+	redis string
+
 	mu      sync.Mutex
 	hub     *notify.Hub
 	publish string // "PUBLISH" or "SPUBLISH", once known
@@ -76,6 +81,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c.scripts = &coalescer{rdb: rdb}
 	c.watch.due = true // at the first use
 	c.resendAfter = resendAfter(rdb)
+	c.redis = redisIdentity(rdb)
 	return c
 }
 

@@ -324,3 +324,40 @@ func TestHolderInfo_SemaphorePerPermit(t *testing.T) {
 		t.Fatalf("tokens hash fields after the releases: %d, want the one holder's token", len(fields))
 	}
 }
+
+// A value at a Mutex's or FairMutex's holder info key that looks like
+// dlock's (an owner token, then JSON) but has no TTL is not dlock's: every
+// script calls it foreign (Describe fails with ErrWrongType), and a
+// release, which removes the holder info of the hold it frees, leaves it.
+func TestHolderInfo_ReleaseLeavesAForeignHolderKeyWithoutTTL(t *testing.T) {
+	ctx := ctxFor(t, 10*time.Second)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb)
+	const foreign = `00000000000000000000000000000000{"mine":"keep me"}`
+	for _, kind := range []string{"Mutex", "FairMutex"} {
+		t.Run(kind, func(t *testing.T) {
+			name := lockName(t)
+			key := lockKey(name) + ":holder"
+			rdb.Set(ctx, key, foreign, 0)
+			if _, err := c.Describe(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+				t.Fatalf("Describe: %v, want ErrWrongType", err)
+			}
+			var lease *dlock.Lease
+			var err error
+			if kind == "Mutex" {
+				lease, err = c.Mutex(name).Lock(ctx)
+			} else {
+				lease, err = c.FairMutex(name).Lock(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := rdb.Get(ctx, key).Result(); v != foreign {
+				t.Fatalf("after a release the foreign value is %q (%v)", v, err)
+			}
+		})
+	}
+}

@@ -36,6 +36,7 @@ func (o *Observer) acquire(ctx context.Context, kind Kind, name string, try bool
 		}
 	}
 	l, err := acquire(context.WithValue(ctx, callKey{}, call))
+	defer releaseOnPanic(ctx, l) // done and watch run while l is not yet the caller's
 	if done != nil {
 		d := AcquireDone{Outcome: outcomeOf(err), Waited: call.registered, Err: err}
 		if l != nil {
@@ -47,6 +48,29 @@ func (o *Observer) acquire(ctx context.Context, kind Kind, name string, try bool
 		o.watch(l, kind)
 	}
 	return l, err
+}
+
+// releaseOnPanic, deferred around an observer's hook called while l is
+// held but not in its caller's hands (not yet returned, or not yet
+// released by an Unlock), gives l up when the hook panics, and lets the
+// panic go on. A caller that recovers (net/http does, per request) has no
+// lease to unlock, and its renewals would keep the hold for ever. Nothing
+// when l is nil or nothing panics.
+func releaseOnPanic(ctx context.Context, l *Lease) {
+	if l == nil {
+		return
+	}
+	if r := recover(); r != nil {
+		_ = l.giveUp(context.WithoutCancel(ctx))
+		panic(r)
+	}
+}
+
+// handedOver reports that the call was handed l by a release, which the
+// call has not returned yet: a panicking hook gives it up.
+func (c *observedCall) handedOver(ctx context.Context, l *Lease) {
+	defer releaseOnPanic(ctx, l)
+	c.wait(ctx, WaitHandedOver, nil)
 }
 
 // outcomeOf classes what an acquire call returned.
@@ -156,7 +180,7 @@ func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
 	if o.Release == nil {
 		return l.unlock(ctx, voidIfCopied)
 	}
-	callCtx, done := o.Release(ctx, ob.info)
+	callCtx, done := ob.releasing(ctx, l)
 	if callCtx != nil {
 		ctx = callCtx
 	}
@@ -165,6 +189,18 @@ func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
 		done(err)
 	}
 	return err
+}
+
+// releasing calls the Release hook for an Unlock of l; a panicking hook
+// releases l first (see releaseOnPanic).
+func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, func(error)) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = l.unlock(ctx, voidIfCopied)
+			panic(r)
+		}
+	}()
+	return ob.o.Release(ctx, ob.info)
 }
 
 // renewed confirms a renewal of l sent at sent for ttl (see

@@ -17,7 +17,11 @@ import (
 // the goroutine doing the work (the caller's, the renewal loop's, a
 // lease's deadline timer's), so they must be quick, must not block, and
 // must not call back into dlock. They may be called from several
-// goroutines at once.
+// goroutines at once. A panic in Acquire's done, in a Wait, in Leader as a
+// candidate starts to lead, or in Release goes on to the caller, but only
+// after the lease involved was released and the waiter's registration
+// withdrawn: a caller that recovers is left holding nothing it cannot
+// unlock.
 //
 // Events name the lock (its name, as given) and may carry its fencing
 // token, which is not a secret; never an owner token, the secret that

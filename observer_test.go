@@ -463,3 +463,83 @@ func TestObserver_MultiLockAcrossSlotsIsOneLease(t *testing.T) {
 		"released err=<nil>",
 	})
 }
+
+// An Observer hook that panics while the call holds a lease it has not yet
+// returned (Acquire's done, a Wait of the hand-over, Election's Leader),
+// or before a release was sent (Release), on a caller that recovers (as
+// net/http does per request), leaves no hold behind: the lease is released
+// before the panic goes on, not renewed for ever with nobody to unlock it.
+func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
+	rdb := backends[0].newRedis(t)
+	for _, hook := range []string{"done", "handed over", "release", "registered"} {
+		t.Run(hook, func(t *testing.T) {
+			ctx := ctxFor(t, 30*time.Second)
+			name := lockName(t)
+			o := &dlock.Observer{}
+			registered := make(chan struct{}) // the panicking call waits (handed over)
+			switch hook {
+			case "done":
+				o.Acquire = func(ctx context.Context, _ dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+					return ctx, func(dlock.AcquireDone) { panic("observer broke") }
+				}
+			case "handed over":
+				o.Wait = func(_ context.Context, ev dlock.WaitEvent) {
+					switch ev.Step {
+					case dlock.WaitRegistered:
+						close(registered)
+					case dlock.WaitHandedOver:
+						panic("observer broke")
+					}
+				}
+			case "release":
+				o.Release = func(context.Context, dlock.LeaseInfo) (context.Context, func(error)) { panic("observer broke") }
+			case "registered": // no lease yet, but a registration a release would hand the lock to
+				o.Wait = func(_ context.Context, ev dlock.WaitEvent) {
+					if ev.Step == dlock.WaitRegistered {
+						panic("observer broke")
+					}
+				}
+			}
+			c := newClient(t, rdb, dlock.WithObserver(o))
+			var blocker *dlock.Lease
+			if hook == "handed over" || hook == "registered" { // the panicking call waits
+				var err error
+				if blocker, err = newClient(t, rdb).Mutex(name).Lock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			panicked := make(chan any, 1)
+			go func() {
+				defer func() { panicked <- recover() }()
+				l, err := c.Mutex(name).Lock(ctx)
+				if err == nil && hook == "release" {
+					_ = l.Unlock(ctx)
+				}
+			}()
+			if hook == "handed over" {
+				waitDone(t, registered, 10*time.Second, "the waiter registering")
+				if err := blocker.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r := <-panicked; r == nil {
+				t.Fatal("the observer's panic did not reach the caller")
+			}
+			if hook == "registered" {
+				if n := rdb.ZCard(ctx, lockKey(name)+":waiters").Val(); n != 0 {
+					t.Fatalf("the panicking waiter left %d registrations, which the release would hand the lock to", n)
+				}
+				if err := blocker.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// With the hold released, another client takes the lock at
+			// once; a hold left behind is renewed and never lets it.
+			free, err := newClient(t, rdb).Mutex(name, dlock.WithWait(3*time.Second)).Lock(ctx)
+			if err != nil {
+				t.Fatalf("after the panic the lock stays held: %v", err)
+			}
+			_ = free.Unlock(ctx)
+		})
+	}
+}

@@ -15,7 +15,8 @@ import (
 // which waits while anyone else holds it. A Lock whose context carries a
 // live hold of this lock (one made by [Lease.Context], or derived from one)
 // re-enters it, through any handle of the lock (its name and prefix, in any
-// Client):
+// Client of the same Redis: the same go-redis client, or one of the same
+// addresses and database; the same name on another Redis is another lock):
 //
 //	lease, err := m.Lock(ctx)
 //	…

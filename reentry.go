@@ -2,6 +2,11 @@ package dlock
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/scripts"
 )
@@ -15,8 +20,9 @@ import (
 // fixes the owner instead, for sharing holds across processes.
 
 // heldKey is the context key of a hold of a read-write lock: the lock's key
-// (prefix and name), so that every handle of the lock, of any Client,
-// finds it, and a hold of another lock does not.
+// (prefix and name), so that every handle of the lock, of any Client of
+// the same Redis, finds it, and a hold of another lock does not. The key
+// alone does not tell the Redis: ownerFor checks that too.
 type heldKey string
 
 // withHold returns parent carrying l, a lease of a read-write lock. A later
@@ -29,13 +35,55 @@ func withHold(parent context.Context, l *Lease) context.Context {
 // WithOwner; else the owner of the hold of this lock ctx carries, while its
 // lease is held (one released or lost carries nothing: its owner may still
 // hold the lock through other leases, and must not be joined by a caller
-// that only kept the context); else "", a new owner.
+// that only kept the context); else "", a new owner. A hold of the same
+// prefix and name on another Redis (another server, cluster or database)
+// is a hold of another lock: it would let whoever shares the context join
+// a hold there that it was never given.
 func (h *holdLock) ownerFor(ctx context.Context) string {
 	if h.owner != "" {
 		return h.owner
 	}
-	if l, ok := ctx.Value(h.heldKey).(*Lease); ok && l.heldLocally() == nil {
+	if l, ok := ctx.Value(h.heldKey).(*Lease); ok && sameRedis(l.c, h.c) && l.heldLocally() == nil {
 		return holdOwner(l.owner)
+	}
+	return ""
+}
+
+// sameRedis reports whether a and b take their locks in the same Redis:
+// they are one Client, share one go-redis client, or have go-redis clients
+// of the same kind, addresses and database. Clients whose Redis cannot be
+// told (a go-redis client of another kind, a Sentinel failover client)
+// are the same only when they share one go-redis client. (A go-redis
+// client whose own Dialer goes elsewhere than its Addr says is taken at
+// its word.)
+func sameRedis(a, b *Client) bool {
+	return a == b || a.redis != "" && a.redis == b.redis
+}
+
+// redisIdentity names the Redis rdb talks to: its kind, its addresses and
+// its database; "" when that cannot be told.
+func redisIdentity(rdb redis.UniversalClient) string {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		o := r.Options()
+		if o.Addr == "" || o.Addr == "FailoverClient" {
+			// A Sentinel client: the master it follows is not in its
+			// options.
+			return fmt.Sprintf("client %p", r)
+		}
+		return fmt.Sprintf("standalone %s %s db %d", o.Network, o.Addr, o.DB)
+	case *redis.ClusterClient:
+		addrs := slices.Clone(r.Options().Addrs)
+		slices.Sort(addrs)
+		return "cluster " + strings.Join(addrs, " ")
+	case *redis.Ring:
+		o := r.Options()
+		var shards []string
+		for name, addr := range o.Addrs {
+			shards = append(shards, name+"="+addr)
+		}
+		slices.Sort(shards)
+		return fmt.Sprintf("ring %s db %d", strings.Join(shards, " "), o.DB)
 	}
 	return ""
 }

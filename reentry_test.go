@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
 )
@@ -282,4 +284,62 @@ func TestRWMutex_AContextCarryingAHoldPrintsNoSecret(t *testing.T) {
 			t.Fatalf("the hold id leaked into: %s", s)
 		}
 	}
+}
+
+// A context carrying a hold of a lock on one Redis carries no hold of the
+// lock of the same prefix and name on another Redis, nor in another
+// database of the same server: a Lock there is an owner of its own, and
+// does not join a hold some other goroutine took there with the same
+// context.
+func TestReentrantMutex_ContextOfTheSameNameOnAnotherRedisDoesNotReenter(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	a := newClient(t, backends[0].newRedis(t))
+	held, err := a.ReentrantMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carrying := held.Context(ctx)
+	other := startServer(t)
+	elsewhere := map[string]redis.UniversalClient{
+		"another server":   redis.NewClient(&redis.Options{Addr: other.Addr()}),
+		"another database": redis.NewClient(&redis.Options{Addr: sharedStandalone().Addr(), DB: 1}),
+	}
+	for what, rdb := range elsewhere {
+		t.Run(what, func(t *testing.T) {
+			t.Cleanup(func() { _ = rdb.Close() })
+			m := newClient(t, rdb).ReentrantMutex(name)
+			first, err := m.Lock(carrying) // free there: taken, as an owner of its own
+			if err != nil {
+				t.Fatal(err)
+			}
+			if second, err := m.TryLock(carrying); !errors.Is(err, dlock.ErrNotAcquired) {
+				if second != nil {
+					_ = second.Unlock(ctx)
+				}
+				t.Fatalf("TryLock with a context carrying a hold of the name on another Redis: %v, want ErrNotAcquired", err)
+			}
+			if err := first.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Clients on go-redis clients of their own, of the same server and
+// database (or the same cluster), name the same lock: a context's hold
+// re-enters through either.
+func TestReentrantMutex_AnotherGoRedisClientOfTheSameRedisReenters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		held, err := newClient(t, b.newRedis(t)).ReentrantMutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := newClient(t, b.newRedis(t)).ReentrantMutex(name).TryLock(held.Context(ctx))
+		if err != nil || again.Token() != held.Token() {
+			t.Fatalf("a Client on another go-redis client of the same Redis: %v, want a re-entry", err)
+		}
+	})
 }

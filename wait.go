@@ -253,6 +253,19 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 
 	waiterID := "" // set once a release can reach this waiter: then it registers
 	failures := 0  // attempts in a row that found Redis unavailable
+	if observed != nil {
+		// An Observer's Wait that panics leaves, as a give-up does, before
+		// the panic goes on: a registration left behind would be handed
+		// the lock, held then for nobody until the registration ran out.
+		defer func() {
+			if r := recover(); r != nil {
+				if waiterID != "" {
+					a.leave(context.WithoutCancel(ctx), waiterID)
+				}
+				panic(r)
+			}
+		}()
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -321,7 +334,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 		select {
 		case <-w.C():
 			if l := grantFor(a, w, cfg); l != nil {
-				observed.wait(ctx, WaitHandedOver, nil)
+				observed.handedOver(ctx, l)
 				l.maybeCopied = maybeCopied
 				kept, err := keep(ctx, l, true)
 				if !retryGrant(err) {

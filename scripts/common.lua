@@ -293,13 +293,15 @@ local function holder_info_of(key, owner)
 end
 
 -- Remove the info under key, whoever's it is, if dlock wrote it: the lock
--- it describes is being freed or passed on. A foreign value is left.
+-- it describes is being freed or passed on. A foreign value is left, by
+-- the same rule as foreign_holder_info (foreign.lua): dlock's has the form
+-- HOLDER_INFO and a TTL.
 local function drop_holder_info(key)
   if not key then
     return
   end
   local value = redis.pcall('GET', key)
-  if type(value) == 'string' and string.find(value, HOLDER_INFO) then
+  if type(value) == 'string' and string.find(value, HOLDER_INFO) and redis.call('PTTL', key) > 0 then
     redis.call('DEL', key)
   end
 end

@@ -292,7 +292,7 @@ func printLocks(w io.Writer, locks []foundLock, extra func(name string) string) 
 func (l foundLock) columns() []string {
 	info := l.info
 	if l.notDlocks != nil {
-		return []string{info.Name, "-", "not dlock's", "-", "-", "-", "-"}
+		return []string{printable(info.Name), "-", "not dlock's", "-", "-", "-", "-"}
 	}
 	lockType := info.Type
 	if lockType == "" {
@@ -302,7 +302,7 @@ func (l foundLock) columns() []string {
 	if info.ReadersWaiting > 0 {
 		waiting = fmt.Sprintf("%d+%dr", info.WritersWaiting, info.ReadersWaiting)
 	}
-	return []string{info.Name, lockType, stateOf(info), ttlText(info.TTL), waiting, fmt.Sprint(info.LastToken), holdersText(info)}
+	return []string{printable(info.Name), lockType, stateOf(info), ttlText(info.TTL), waiting, fmt.Sprint(info.LastToken), holdersText(info)}
 }
 
 // ttlText is a TTL in few characters: tenths of seconds under a minute.
@@ -333,7 +333,7 @@ func holdersText(info dlock.LockInfo) string {
 	}
 	var parts []string
 	for _, h := range info.Holders {
-		owner := h.Owner
+		owner := printable(h.Owner)
 		if owner == "" {
 			owner = "(owner hidden)"
 		}

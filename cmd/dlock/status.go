@@ -96,7 +96,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		_ = enc.Encode(s)
 		return 0
 	}
-	fmt.Fprintf(out.stdout, "name:        %s\n", s.Name)
+	fmt.Fprintf(out.stdout, "name:        %s\n", printable(s.Name))
 	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
 	if s.Held {
 		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
@@ -114,7 +114,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 			if i > 0 {
 				label = ""
 			}
-			owner := h.Owner
+			owner := printable(h.Owner)
 			if owner == "" {
 				owner = "(owner token hidden)"
 			}
@@ -245,13 +245,13 @@ func reportError(command string, err error, out *output) int {
 func holderInfoLine(info dlock.HolderInfo) string {
 	var parts []string
 	if info.Hostname != "" {
-		parts = append(parts, "host "+info.Hostname)
+		parts = append(parts, "host "+printable(info.Hostname))
 	}
 	if info.PID != 0 {
 		parts = append(parts, fmt.Sprintf("pid %d", info.PID))
 	}
 	if info.Program != "" {
-		parts = append(parts, "program "+info.Program)
+		parts = append(parts, "program "+printable(info.Program))
 	}
 	if info.User != "" {
 		parts = append(parts, fmt.Sprintf("info %q", info.User))

@@ -254,7 +254,7 @@ func (w *watcher) printChanges(out *output, found foundLocks, err error) {
 	for name := range w.printed {
 		if !shown[name] {
 			delete(w.printed, name)
-			fmt.Fprintf(out.stdout, "%s %s free\n", now, name)
+			fmt.Fprintf(out.stdout, "%s %s free\n", now, printable(name))
 		}
 	}
 }
