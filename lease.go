@@ -884,8 +884,8 @@ func (l *Lease) end(err error) {
 	if err != nil {
 		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
 	}
-	if ob != nil { // told before Done closes, as the log is
-		ob.ended(l, err)
+	if ob != nil && err == nil { // a release: told before Done closes, on the caller's goroutine
+		ob.ended(l, nil)
 	}
 
 	l.mu.Lock()
@@ -909,6 +909,12 @@ func (l *Lease) end(err error) {
 	}
 	for cb := range callbacks {
 		(*cb)(cancelCause(err))
+	}
+	if ob != nil && err != nil {
+		// A loss is found by the renewal loop or a timer: told once Done
+		// has closed, on a goroutine of its own, so that no observer delays
+		// the holder's signal or the renewals of other leases.
+		go ob.ended(l, err)
 	}
 }
 

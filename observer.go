@@ -53,7 +53,9 @@ type Observer struct {
 	Extend func(ev ExtendEvent)
 
 	// End is called once per lease returned to a caller, when it ends:
-	// released, or lost. It is called before [Lease.Done] is closed.
+	// released (before [Lease.Done] is closed, on the goroutine of the
+	// Unlock), or lost (after Done is closed, on a goroutine of its own:
+	// no observer can delay the holder's loss signal).
 	End func(ev LeaseEnd)
 
 	// Leader is called when an [Election] candidate of this process

@@ -276,7 +276,7 @@ func TestObserver_RefusedRenewalEndsTheLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, lease.Done(), 5*time.Second, "the loss")
-	// End is told before Done closes: no wait needed.
+	rec.waitFor(t, "end", time.Second) // told after Done closes
 	lines := rec.snapshot()
 	equalLines(t, lines[len(lines)-2:], []string{
 		"renewal mutex refused margin>0=false",
@@ -542,4 +542,23 @@ func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 			_ = free.Unlock(ctx)
 		})
 	}
+}
+
+// An Observer whose End blocks (an exporter stuck on the network) must not
+// keep a lost lease's holder from learning of the loss: Done closes first.
+func TestObserver_BlockingEndDoesNotDelayTheLoss(t *testing.T) {
+	release := make(chan struct{})
+	o := &dlock.Observer{End: func(dlock.LeaseEnd) { <-release }}
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(o), dlock.WithTTL(300*time.Millisecond))
+	t.Cleanup(func() { close(release) }) // before the Client's Close, which waits for its renewals
+	ctx := ctxFor(t, 10*time.Second)
+	name := lockName(t)
+	lease, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceUnlock(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, lease.Done(), 5*time.Second, "the loss reaching Done while End blocks")
 }

@@ -63,6 +63,7 @@ type telemetry struct {
 	obs    *dlock.Observer
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
+	losses chan dlock.LeaseEnd // each lease lost, once the observer has recorded it
 }
 
 func newTelemetry(t *testing.T, opts ...dlockotel.Option) *telemetry {
@@ -77,7 +78,28 @@ func newTelemetry(t *testing.T, opts ...dlockotel.Option) *telemetry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &telemetry{obs: obs, reader: reader, spans: spans}
+	tel := &telemetry{obs: obs, reader: reader, spans: spans, losses: make(chan dlock.LeaseEnd, 64)}
+	record := obs.End
+	obs.End = func(ev dlock.LeaseEnd) {
+		record(ev)
+		if ev.Lost != "" {
+			tel.losses <- ev
+		}
+	}
+	return tel
+}
+
+// waitLoss returns once the observer has recorded a lost lease: a loss is
+// told after the lease's Done closes, on a goroutine of its own.
+func (tel *telemetry) waitLoss(t *testing.T) dlock.LeaseEnd {
+	t.Helper()
+	select {
+	case ev := <-tel.losses:
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no loss recorded within 5s")
+		return dlock.LeaseEnd{}
+	}
 }
 
 // client is a dlock Client observed by tel, on its own connections.

@@ -219,6 +219,7 @@ func TestLostLease_RefusedRenewalLostAndHoldEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, lease.Done(), 5*time.Second, "the loss")
+	tel.waitLoss(t)
 	if n := tel.sum(t, "dlock.lease.renewals", kindMutex, attribute.String("dlock.renewal.result", "refused")); n != 1 {
 		t.Errorf("dlock.lease.renewals{refused}: %d, want 1", n)
 	}
@@ -238,6 +239,7 @@ func TestLostLease_RefusedRenewalLostAndHoldEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, fixed.Done(), 5*time.Second, "the fixed lease's end")
+	tel.waitLoss(t)
 	if n := tel.sum(t, "dlock.lease.lost", kindMutex, attribute.String("dlock.loss.reason", "expired")); n != 1 {
 		t.Errorf("dlock.lease.lost{expired}: %d, want 1", n)
 	}
