@@ -156,11 +156,27 @@ func TestSteal_EveryLockType(t *testing.T) {
 	})
 }
 
-func TestStallRenewals_LeaseIsLostThenLocksWorkAgain(t *testing.T) {
+func TestStallRenewals_LeaseIsAtRiskThenLostThenLocksWorkAgain(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, r *dlocktest.Redis) {
 		ctx := context.Background()
-		lease := lock(t, r, "report")
-		r.StallRenewals(2 * ttl)
+		// A TTL of a second: at risk at half of it, a sixth of it still
+		// left, room enough on a loaded machine to see the lease at risk
+		// and not yet lost.
+		lease, err := r.Client(dlock.WithTTL(time.Second)).Mutex("report").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.StallRenewals(4 * time.Second)
+		select {
+		case <-lease.AtRisk():
+		case <-time.After(10 * time.Second):
+			t.Fatal("not at risk 10 s into a stall of its renewals")
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("lost by the time it was at risk: %v", lease.Err())
+		default:
+		}
 		lostBy(t, lease, lease.Deadline())
 		r.StallRenewals(0)
 		again := lock(t, r, "report")

@@ -67,9 +67,10 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 
 // StallRenewals delays every renewal of every Client made by
 // [Redis.Client] by d before it is sent (and so [dlock.Lease.Extend] too):
-// a delay beyond a third of a lease's TTL makes its deadline pass before a
-// renewal is confirmed, and the lease reports itself lost. 0 ends the
-// stall.
+// a delay beyond a third of a lease's TTL makes the lease at risk
+// ([dlock.Lease.AtRisk]) once half its TTL has gone unconfirmed, then its
+// deadline pass before a renewal is confirmed, and the lease reports
+// itself lost. 0 ends the stall.
 func (r *Redis) StallRenewals(d time.Duration) { r.faults.set(func(f *faults) { f.stall = d }) }
 
 // Slow delays every command of every Client made by [Redis.Client] by d
