@@ -114,7 +114,9 @@
 //
 // Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],
 // [ErrWrongType], [ErrInvalid], [ErrUpgrade], [ErrPermits], [ErrNoLeader],
-// [ErrReplicaAck] and [ErrClosed] with [errors.Is]; a Redlock's failures are
-// a [*QuorumError] of [*NodeError] values. Bad input is
-// reported before anything is sent to Redis.
+// [ErrReplicaAck], [ErrPermission], [ErrUnavailable] and [ErrClosed] with
+// [errors.Is]; a lost lease's error also matches its [LossReason]
+// ([LossExpired], [LossTaken], [LossForced], [LossUnreachable]); a
+// Redlock's failures are a [*QuorumError] of [*NodeError] values. Bad
+// input is reported before anything is sent to Redis.
 package dlock

@@ -327,9 +327,11 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes [
 	return uint64(token), errs
 }
 
-// majorityHoldLeft is how long until holds of other owners leave a
-// majority free: the quorum-th shortest time left among the nodes that
-// refused. Negative: unknown (not enough nodes refused to say).
+// majorityHoldLeft is when to try again, as the nodes that refused tell
+// it: the shortest time left of other owners' holds, once at least a
+// quorum of nodes refused (early rather than late: a retry that comes too
+// soon is refused again, one too late waits for nothing). Negative:
+// unknown (not enough nodes refused to say).
 func majorityHoldLeft(held []int64, quorum int) time.Duration {
 	var left []int64
 	for _, ms := range held {

@@ -28,7 +28,7 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // errors.As finds a *NodeError, errors.Is a context.DeadlineExceeded of a
 // node that timed out).
 type QuorumError struct {
-	Op      string // "lock", "extend" or "unlock"
+	Op      string // "lock", "lock (fencing token)", "extend" or "unlock"
 	Name    string
 	Quorum  int  // nodes needed
 	Granted int  // nodes that confirmed
