@@ -38,7 +38,7 @@ type Client struct {
 	err error // bad arguments to New, returned by every operation
 
 	renewer *renewer
-	scripts *coalescer // acquires and releases, shared pipelines under concurrency
+	flights *coalescer // acquires and releases, shared pipelines under concurrency
 
 	// resendAfter is how long a command takes at least when the Redis
 	// client may have sent it twice: go-redis resends one only after a read
@@ -78,7 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		c.err = c.cfg.validate()
 	}
 	c.renewer = newRenewer(c)
-	c.scripts = &coalescer{rdb: rdb}
+	c.flights = &coalescer{rdb: rdb}
 	c.watch.due = true // at the first use
 	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
@@ -349,7 +349,7 @@ func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, head [
 	argv = append(argv, head...)
 	argv = append(argv, owner, publishArg(publish))
 	argv = append(argv, extra...)
-	n, err := c.scripts.runArgv(ctx, script, argv).Int64()
+	n, err := c.flights.runArgv(ctx, script, argv).Int64()
 	return n == 1, err
 }
 

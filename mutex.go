@@ -188,7 +188,7 @@ func (a *mutexCall) attempt(ctx context.Context, waiterID string) (*Lease, time.
 		argv := make([]any, 0, len(b.acquire)+9)
 		argv = append(argv, b.acquire...)
 		argv = append(argv, tombstone, b.waiters, b.holder, a.owner, b.ttl, entry, b.registration, a.registered, b.info)
-		cmd = m.c.scripts.runArgv(ctx, scripts.MutexAcquire, argv)
+		cmd = m.c.flights.runArgv(ctx, scripts.MutexAcquire, argv)
 	} else {
 		cmd, unconfirmed = m.c.runAcquire(ctx, m.cfg, scripts.MutexAcquire, []string{m.keys.lock, m.keys.fence, tombstone, m.keys.waiters, m.keys.holderInfo()},
 			a.owner, ttl.Milliseconds(), entry, waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.registered, m.cfg.holderInfo)

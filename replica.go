@@ -16,7 +16,7 @@ import (
 // a hold (a refusal needs no replicas).
 func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	if cfg.replicaAck == 0 {
-		return c.scripts.run(ctx, script, keys, args...), nil
+		return c.flights.run(ctx, script, keys, args...), nil
 	}
 	master, err := c.masterFor(ctx, keys[0])
 	if err != nil {
