@@ -152,6 +152,12 @@ func wrongTypeDetail(err error) string {
 	return strings.TrimSuffix(detail, ".")
 }
 
+// isNoScript recognises a server that does not have a script cached (after
+// SCRIPT FLUSH or a restart): its body must be sent.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at
 // the start of the message; miniredis wraps it in a script error.
 func isWrongType(err error) bool {

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -364,10 +363,6 @@ func (r *renewer) reschedule(l *Lease, at time.Time) {
 		return
 	}
 	r.schedule(l, at)
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // leaseHeap orders leases by next renewal; it implements heap.Interface.
