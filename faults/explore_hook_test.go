@@ -79,6 +79,17 @@ func lockNames(args []any) []string {
 // faultRate is the chance that a script call meets a given fault kind.
 const faultRate = 20
 
+// lateAcquireRate is the chance (1 in it) that an acquire meets a late
+// copy, in a run with late copies: the coincidences a late copy needs to
+// matter (its call gone, or still waiting on a lock that frees) are rare,
+// so acquires meet it more often than other script calls.
+const lateAcquireRate = 4
+
+// readTimeout is the explored clients' read timeout: go-redis resends a
+// command only once it has waited that long for its reply, and dlock counts
+// on that (Client.resendAfter).
+const readTimeout = time.Second
+
 func newCommandFaults(seed uint64, client int, kinds []string, resend redis.UniversalClient) *commandFaults {
 	f := &commandFaults{kinds: map[string]bool{}, resend: resend, stop: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, voided: map[string]time.Time{}}
@@ -91,14 +102,25 @@ func newCommandFaults(seed uint64, client int, kinds []string, resend redis.Univ
 // errLostReply is what a caller sees of a command whose reply was lost.
 var errLostReply = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
-// draw picks the fault a script call meets, if any.
-func (f *commandFaults) draw() (kind string, d time.Duration) {
+// draw picks the fault a script call meets, if any. An acquire meets a
+// late copy more often (lateAcquireRate), two times in three as an echo: the
+// caller gets the reply to go-redis's resent copy, after a read timeout,
+// and the first copy arrives later, while the call may still wait.
+func (f *commandFaults) draw(acquire bool) (kind string, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	select {
 	case <-f.stop:
 		return "", 0
 	default:
+	}
+	if acquire && f.kinds["late"] && f.rng.IntN(lateAcquireRate) == 0 {
+		kind = "echo"
+		if f.rng.IntN(3) == 0 {
+			kind = "late"
+		}
+		f.injected[kind]++
+		return kind, time.Duration(10+f.rng.IntN(400)) * time.Millisecond
 	}
 	for _, k := range []string{"delay", "lost", "late", "retry", "drop"} {
 		if f.kinds[k] && f.rng.IntN(faultRate) == 0 {
@@ -131,9 +153,11 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 	if !anyScript(cmds) {
 		return next(ctx)
 	}
-	kind, d := f.draw()
+	kind, d := f.draw(anyAcquire(cmds))
 	defer f.noteAbandons(cmds)
 	switch kind {
+	case "echo":
+		return f.echo(ctx, cmds, d, next)
 	case "delay":
 		if err := sleepCtx(ctx, d); err != nil {
 			return err
@@ -177,6 +201,43 @@ func (f *commandFaults) noteAbandons(cmds []redis.Cmder) {
 			f.mu.Unlock()
 		}
 	}
+}
+
+// echo is go-redis's retry seen whole: the first copy of cmds is held up
+// on the network, the caller's read times out (readTimeout), and the copy
+// go-redis sends again is applied and answers the caller. The first copy
+// arrives later on another connection: for a waiting Lock (a call with a
+// deadline of its own), shortly before that deadline, when the lock may
+// have freed while the call waits for a wake-up or its next refresh, so
+// that only the call's give-up can give a grant back; otherwise shortly
+// before or after the resend.
+func (f *commandFaults) echo(ctx context.Context, cmds []redis.Cmder, d time.Duration, next func(context.Context) error) error {
+	hold := readTimeout + 5*time.Millisecond
+	ms := d / time.Millisecond
+	at := hold - d/8 // before the resend
+	if ms%2 == 1 {
+		at = hold + ms%30*time.Millisecond // after it
+	}
+	// Only a call's own wait (3 s at most), not the run's deadline.
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 4*time.Second {
+		if before := time.Until(dl) - (10+ms%40)*time.Millisecond; before > at {
+			at = before
+		}
+	}
+	f.sendLate(cmds, at)
+	if err := sleepCtx(ctx, hold); err != nil {
+		return err // no resend: the first copy alone may be applied
+	}
+	return next(ctx)
+}
+
+func anyAcquire(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if args := c.Args(); len(args) > 1 && acquireSHAs[argString(args[1])] {
+			return true
+		}
+	}
+	return false
 }
 
 // sendLate sends copies of cmds again after d on another connection, as

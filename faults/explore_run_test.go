@@ -30,11 +30,11 @@ func (e *exploreEnv) newRedis() redis.UniversalClient {
 			addrs[i] = n.Addr()
 		}
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: aclUser, Password: aclPassword,
-			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			DialTimeout: time.Second, ReadTimeout: readTimeout, WriteTimeout: time.Second,
 			MaxRetries: -1, ContextTimeoutEnabled: true})
 	}
 	return redis.NewClient(&redis.Options{Addr: e.nodes[0].Addr(), Username: aclUser, Password: aclPassword,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		DialTimeout: time.Second, ReadTimeout: readTimeout, WriteTimeout: time.Second,
 		MaxRetries: -1, ContextTimeoutEnabled: true})
 }
 
@@ -129,20 +129,32 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	stores := &fencedStores{highest: map[string]uint64{}}
 	resend := env.newRedis()
 	defer resend.Close()
-	hooks := make([]*commandFaults, s.Clients)
-	var wg sync.WaitGroup
+	// One go-redis client, hook and dlock Client per process; a process's
+	// clients share them.
+	var hooks []*commandFaults
+	clients := map[int]*dlock.Client{}
+	hookOf := map[int]*commandFaults{}
 	for c := range s.Clients {
+		proc := s.process[c]
+		if clients[proc] != nil {
+			continue
+		}
 		rdb := env.newRedis()
 		defer rdb.Close()
-		hooks[c] = newCommandFaults(s.Seed, c, s.Faults, resend)
-		rdb.AddHook(hooks[c])
-		client := dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
-		defer client.Close()
+		hookOf[proc] = newCommandFaults(s.Seed, c, s.Faults, resend)
+		hooks = append(hooks, hookOf[proc])
+		rdb.AddHook(hookOf[proc])
+		clients[proc] = dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
+		defer clients[proc].Close()
+	}
+	var wg sync.WaitGroup
+	for c := range s.Clients {
+		client, hook := clients[s.process[c]], hookOf[s.process[c]]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i, o := range s.ops[c] {
-				h, err, unlockErr := runOp(ctx, client, hooks[c], stores, c, i, o, !s.unlockMayFindItGone())
+				h, err, unlockErr := runOp(ctx, client, hook, stores, c, i, o, !s.unlockMayFindItGone())
 				mu.Lock()
 				if err != nil && !expectedAcquireError(err) && len(s.Faults) == 0 {
 					errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v", c, i, o.Kind, err))
@@ -521,7 +533,9 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 			out.violate("describe: %s: %v", name, err)
 			continue
 		}
-		if info.Type != "" && !doubtful[name] && !s.has("pause") {
+		// FLUSHALL takes tombstones with it: a late copy may then take a
+		// lock for nobody, the labelled run's documented failure.
+		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") {
 			out.violate("orphan: %s is held (%s) after every holder let go", name, info.Type)
 		}
 	}

@@ -31,7 +31,11 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	  delay    a command waits before it is sent
 //	  lost     a command is applied, its reply lost (the caller sees a timeout)
 //	  late     as lost, and a copy arrives again later on another connection
-//	           (as go-redis's own retry after a read timeout sends it)
+//	           (as go-redis's own retry after a read timeout sends it); on
+//	           acquires, more often, and mostly as an echo (see
+//	           commandFaults.echo): the caller gets the resent copy's reply,
+//	           the first copy lands shortly before or after it, or just
+//	           before a waiting call gives up
 //	  retry    as lost, and the caller gets the reply to a copy sent again
 //	           (go-redis's retry, seen from the caller)
 //	  drop     a command never reaches the server
@@ -99,9 +103,10 @@ func randomParams(seed uint64, maxClients int) params {
 	if rng.IntN(3) == 0 {
 		// A third of the runs are quiet: nothing that may cost a lease (an
 		// Extend, SCRIPT FLUSH, a pause of a cluster node that holds none
-		// of it), so any loss there is a bug.
+		// of it), so any loss there is a bug. On a cluster, most pause a
+		// node: a stalled node must cost the others nothing.
 		for _, f := range quietFaults {
-			if rng.IntN(2) == 0 && (f != "pause" || p.Cluster) {
+			if (rng.IntN(2) == 0 || f == "pause" && rng.IntN(2) == 0) && (f != "pause" || p.Cluster) {
 				p.Faults = append(p.Faults, f)
 			}
 		}
@@ -137,6 +142,10 @@ type schedule struct {
 	ops    [][]op
 	server []serverFault // in time order
 	names  map[string][]string
+	// process is each client's process: clients of one process share a
+	// go-redis client and a dlock Client (and so its renewals), as
+	// goroutines of one program do. Without sharing, each its own.
+	process []int
 }
 
 type serverFault struct {
@@ -164,6 +173,9 @@ func namesOf(seed uint64) map[string][]string {
 	}
 }
 
+// pauseGap is how long a paused node runs before it is paused again.
+const pauseGap = 300 * time.Millisecond
+
 // semaphorePermits is every explored semaphore's size.
 const semaphorePermits = 2
 
@@ -176,17 +188,53 @@ func makeSchedule(p params) *schedule {
 			s.ops[c] = append(s.ops[c], s.randomOp(rng))
 		}
 	}
+	// Half of the runs (every one that pauses a cluster node) put their
+	// clients in processes of two or three, which share a Client: its
+	// renewals then carry leases on several nodes at once. (Not with frozen
+	// holders: a frozen process would freeze every client of it, whose
+	// losses the checks do not follow.)
+	share := (rng.IntN(2) == 0 || p.has("pause") && p.Cluster) && !p.has("freeze")
+	s.process = make([]int, p.Clients)
+	for c, proc := 0, 0; c < p.Clients; proc++ {
+		size := 1
+		if share {
+			size = 2 + rng.IntN(2)
+		}
+		for ; size > 0 && c < p.Clients; size-- {
+			s.process[c] = proc
+			c++
+		}
+	}
 	// Server faults fall within the first seconds, while clients contend.
+	// A pause lasts up to 850 ms: past a third of most TTLs, short of the
+	// cluster's node timeout (1 s), which would take the cluster down.
 	for _, kind := range []string{"pause", "scriptflush", "flushall"} {
 		if !p.has(kind) {
 			continue
 		}
-		for range 1 + rng.IntN(2) {
+		// A run's pauses stop one node, again and again, while long holds
+		// are under way: the locks of the other nodes must lose nothing.
+		n, within, node := 1+rng.IntN(2), 1500, rng.IntN(3)
+		if kind == "pause" {
+			n, within = 1+rng.IntN(3), 3000
+		}
+		for range n {
 			s.server = append(s.server, serverFault{
-				At: time.Duration(100+rng.IntN(1500)) * time.Millisecond, Kind: kind,
-				Node: rng.IntN(3), For: time.Duration(100+rng.IntN(700)) * time.Millisecond,
+				At: time.Duration(100+rng.IntN(within)) * time.Millisecond, Kind: kind,
+				Node: node, For: time.Duration(100+rng.IntN(750)) * time.Millisecond,
 			})
 		}
+	}
+	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
+	// A paused node runs for pauseGap between two pauses: pauses back to
+	// back would stop it past the cluster's node timeout.
+	var free time.Duration
+	for i, f := range s.server {
+		if f.Kind != "pause" {
+			continue
+		}
+		s.server[i].At = max(f.At, free)
+		free = s.server[i].At + f.For + pauseGap
 	}
 	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
 	return s
@@ -194,14 +242,29 @@ func makeSchedule(p params) *schedule {
 
 func (s *schedule) randomOp(rng *rand.Rand) op {
 	kind := s.Kinds[rng.IntN(len(s.Kinds))]
+	// On a cluster, MultiLocks across slots come often: their waits for a
+	// later slot are what a fixed lease can run out in.
+	if s.Cluster && slices.Contains(s.Kinds, "multi") && !s.has("pause") && rng.IntN(3) == 0 {
+		kind = "multi"
+	}
 	names := s.names[kind]
 	o := op{Kind: kind, Names: []string{names[rng.IntN(len(names))]}}
 	if kind == "multi" {
 		o.Names = pick(rng, names, 2+rng.IntN(len(names)-1))
 	}
 	o.TTL = time.Duration(300+rng.IntN(2700)) * time.Millisecond
-	if rng.IntN(4) == 0 && kind != "election" {
-		o.Lease = time.Duration(300+rng.IntN(1200)) * time.Millisecond
+	if s.has("pause") && rng.IntN(3) != 0 {
+		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin
+	}
+	if rng.IntN(4) == 0 && kind != "election" && (!s.has("pause") || rng.IntN(2) == 0) {
+		o.Lease = time.Duration(300+rng.IntN(1200)) * time.Millisecond // pauses: mostly renewed leases
+	}
+	// A MultiLock across slots with a fixed lease time waits for a later
+	// slot's lock longer than that lease, often: an earlier part runs out
+	// meanwhile.
+	crossSlot := kind == "multi" && s.Cluster && !s.has("pause")
+	if crossSlot && rng.IntN(3) != 0 {
+		o.Lease = time.Duration(300+rng.IntN(300)) * time.Millisecond
 	}
 	switch rng.IntN(4) {
 	case 0:
@@ -214,14 +277,27 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	}
 	o.Hold = time.Duration(rng.IntN(10)) * time.Millisecond // mostly short: many hand-overs
 	long := 1                                               // in 8
+	if s.Cluster && slices.Contains(s.Kinds, "multi") {
+		long = 3 // holds that outlast a MultiLock's fixed lease
+	}
 	if s.has("pause") {
-		long = 3 // holds that outlast a stalled node
+		long = 4 // holds that outlast a stalled node
 	}
 	switch r := rng.IntN(8); {
 	case r < 2:
 		o.Hold = time.Duration(rng.IntN(300)) * time.Millisecond // long enough to renew, be waited for
 	case r < 2+long:
 		o.Hold = time.Duration(300+rng.IntN(1200)) * time.Millisecond // past a fixed lease, or another's wait
+		if s.Cluster && slices.Contains(s.Kinds, "multi") {
+			o.Hold = time.Duration(600+rng.IntN(1200)) * time.Millisecond // past a MultiLock's fixed lease
+		}
+		if s.has("pause") && rng.IntN(3) != 0 {
+			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause
+		}
+	}
+	if crossSlot && o.Lease > 0 {
+		// A Lock that waits long enough to outwait its fixed lease.
+		o.Try, o.Cancel, o.Wait = false, 0, max(o.Wait, 2*time.Second)
 	}
 	if s.has("extend") && o.Lease == 0 && rng.IntN(2) == 0 {
 		o.Extend = time.Duration(300+rng.IntN(300)) * time.Millisecond // shorter, mostly
