@@ -44,9 +44,11 @@
 -- only where the attempt would change something, once the lock is taken or
 -- before registering, which spares the refused attempts that do not wait a
 -- command; scripts are atomic, so nobody sees the hold that is taken back.
--- The resend path (the lock already this owner's) needs no look: after the
--- abandon the lock is not the call's, and nothing hands it to a call whose
--- registrations are gone.
+-- The resend path (the lock already this owner's) looks too: a late copy
+-- of an earlier attempt may register the call again after its abandon
+-- withdrew the registrations it knew of, and the next release hand the
+-- lock to that registration; the copy that then finds the lock its own
+-- lets it go rather than report it granted to nobody.
 
 local wrong = rights_refused(KEYS[1]) or foreign_key({KEYS[2]}, {KEYS[4]}, {}) or (ARGV[6] ~= '' and foreign_holder_info(KEYS[5]))
 if wrong then
@@ -80,6 +82,14 @@ if not holder then
   return {1, fence}
 end
 if holder == ARGV[1] then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    -- Handed to this call after it gave up (a late copy of an earlier
+    -- attempt registered it again after its abandon): nobody holds it.
+    -- Let it go; waiters find it free at their next try.
+    redis.call('DEL', KEYS[1])
+    drop_holder_info(KEYS[5])
+    return {-1, 0}
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   set_holder_info(KEYS[5], ARGV[1], ARGV[6], ARGV[2])
   return {1, raise_error(held_token(KEYS[2], ARGV[2]))}

@@ -531,3 +531,26 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 		t.Fatal("the lock was handed over without a fencing token")
 	}
 }
+
+// A copy of an attempt of a call that gave up, finding the lock handed to
+// that call (a late copy of an earlier attempt had registered it again
+// after its abandon withdrew the registrations it knew of), must not
+// report it granted to nobody: it lets the lock go.
+func TestMutexAcquire_CopyFindingItsGoneCallHoldingLetsGo(t *testing.T) {
+	ctx, rdb := setup(t)
+	acquire(t, ctx, rdb, tok("a"))
+	queueWaiter(t, ctx, rdb, "b")
+	if n := abandon(t, ctx, rdb, tok("b"), ""); n != 0 { // the call gives up; its registration is left behind
+		t.Fatalf("abandon: %d, want 0", n)
+	}
+	release(t, ctx, rdb, tok("a")) // hands the lock to the stale registration
+	if holder, _ := rdb.Get(ctx, lockKey).Result(); holder != tok("b") {
+		t.Fatalf("the release handed the lock to %q; the test needs the stale registration to get it", holder)
+	}
+	if res := acquire(t, ctx, rdb, tok("b")); res[0] != -1 {
+		t.Fatalf("a copy of the gone call's attempt: %v, want {-1, 0}", res)
+	}
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Fatal("the lock is still held for a call that gave up")
+	}
+}
