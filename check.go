@@ -282,7 +282,7 @@ func (c *Client) checkNodes(ctx context.Context, cancel context.CancelFunc, done
 
 // stopWatch ends the Client's checking of its nodes. The caller has marked
 // the Client closed, so no round starts after it.
-func (c *Client) stopWatch() {
+func (c *Client) stopWatch(deadline time.Time) {
 	c.mu.Lock()
 	w := &c.watch
 	stop, done, recheck := w.stop, w.done, w.recheck
@@ -292,6 +292,6 @@ func (c *Client) stopWatch() {
 	}
 	if stop != nil {
 		stop()
-		<-done
+		waitUntil(done, deadline) // an INFO stuck on a stalled server, with no read timeout, ends later
 	}
 }

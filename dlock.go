@@ -111,8 +111,8 @@ func resendAfter(rdb redis.UniversalClient) time.Duration {
 }
 
 // Close stops the Client's background work: renewal, subscriptions and its
-// check of the nodes (it waits for a check under way, at most the Redis
-// client's read timeout). Locks
+// check of the nodes (it waits for renewals and a check under way, at most
+// [CleanupTimeout]: on a stalled server they end when it answers). Locks
 // still waiting return [ErrClosed]. Leases still held are no longer renewed
 // and end as lost at their deadline; unlock them first. Close does not close
 // rdb.
@@ -130,8 +130,11 @@ func (c *Client) Close() error {
 	hub := c.hub
 	c.mu.Unlock()
 
-	c.renewer.close()
-	c.stopWatch()
+	// Background work stuck on a stalled server is waited for no longer
+	// than a clean-up is.
+	deadline := time.Now().Add(CleanupTimeout)
+	c.renewer.close(deadline)
+	c.stopWatch(deadline)
 	if hub != nil {
 		return hub.Close()
 	}

@@ -257,8 +257,9 @@ func TestLease_ExtendBehindAStuckRenewalEndsWithItsContext(t *testing.T) {
 	}
 }
 
-// Close cancels the renewals under way and waits for them; one stuck on a
-// stalled server, on a client with no read timeout, must not hold Close for
+// Close cancels the renewals under way and waits for them, but no longer
+// than CleanupTimeout: one stuck on a stalled server, on a client with no
+// read timeout (go-redis then ignores the cancel), must not hold Close for
 // as long as the server is stalled.
 func TestClient_CloseBehindAStuckRenewalReturnsWithinTheCleanupTimeout(t *testing.T) {
 	srv := startServer(t)

@@ -100,7 +100,7 @@ func (r *renewer) remove(l *Lease) {
 	}
 }
 
-func (r *renewer) close() {
+func (r *renewer) close(deadline time.Time) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -109,7 +109,25 @@ func (r *renewer) close() {
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
-	r.wg.Wait()
+	// A batch stuck on a stalled server does not see the cancel when its
+	// go-redis client has no read timeout (nor ContextTimeoutEnabled): it
+	// ends when the server answers. Close waits for it until deadline.
+	stopped := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(stopped)
+	}()
+	waitUntil(stopped, deadline)
+}
+
+// waitUntil returns when done is closed or deadline has passed.
+func waitUntil(done <-chan struct{}, deadline time.Time) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
 
 // isRunning reports whether the loop goroutine is alive (for tests).
