@@ -288,4 +288,3 @@ func TestClient_CloseBehindAStuckRenewalReturnsWithinTheCleanupTimeout(t *testin
 			dlock.CleanupTimeout+3*time.Second, dlock.CleanupTimeout)
 	}
 }
-
