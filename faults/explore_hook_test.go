@@ -146,7 +146,7 @@ func (f *commandFaults) waitThaw(ctx context.Context) error {
 	return sleepCtx(ctx, time.Until(until))
 }
 
-func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next func(context.Context) error) error {
+func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next func(context.Context) error) (err error) {
 	if err := f.waitThaw(ctx); err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 		return next(ctx)
 	}
 	kind, d := f.draw(anyAcquire(cmds))
-	defer f.noteAbandons(cmds)
+	defer func() { f.noteAbandons(cmds, err) }()
 	switch kind {
 	case "echo":
 		return f.echo(ctx, cmds, d, next)
@@ -187,10 +187,14 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 }
 
 // noteAbandons records when the abandons among cmds came back applied.
-func (f *commandFaults) noteAbandons(cmds []redis.Cmder) {
+// err is what the hook returns: a command on its own has no error of its
+// own yet when its hook returns (go-redis sets it after), and an abandon
+// that failed (NOSCRIPT on a cold server, before dlock loads the script
+// and sends it again) has not given the call up.
+func (f *commandFaults) noteAbandons(cmds []redis.Cmder, err error) {
 	for _, c := range cmds {
 		args := c.Args()
-		if len(args) < 2 || !abandonSHAs[argString(args[1])] || c.Err() != nil {
+		if len(args) < 2 || !abandonSHAs[argString(args[1])] || c.Err() != nil || (len(cmds) == 1 && err != nil) {
 			continue
 		}
 		if k := tombstoneOf(args); k != "" {
