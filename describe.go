@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // Holder is one owner holding a lock.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 func TestClient_DescribeReportsEveryType(t *testing.T) {

@@ -146,7 +146,7 @@ func (c *Client) Close() error {
 // read-write lock has a few more, made from these (see rwScriptKeys).
 type keys struct {
 	lock    string // the lock's state
-	fence   string // fencing counter (see mint_token in scripts/common.lua)
+	fence   string // fencing counter (see mint_token in internal/scripts/common.lua)
 	channel string // wake-ups (of writers, for an RWMutex)
 	waiters string // who waits to be woken, by registration expiry
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // FairMutex is an exclusive lock taken in the order it was asked for: the

@@ -1,6 +1,6 @@
 package dlock
 
-import "github.com/dlockio/dlock/scripts"
+import "github.com/dlockio/dlock/internal/scripts"
 
 // FenceRetentionTTLs is how long a lock name's fencing counter outlives the
 // last token minted from it, in TTLs of the hold that token went to: each

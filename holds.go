@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // holdLock is what ReentrantMutex and RWMutex share: holds counted per owner
 // and mode, each hold (each Lease) expiring on its own on the server's
-// clock. scripts/rw_lib.lua describes the state in Redis.
+// clock. internal/scripts/rw_lib.lua describes the state in Redis.
 type holdLock struct {
 	c     *Client
 	name  string

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // Mutex is a distributed exclusive lock: at most one lease on its name is held

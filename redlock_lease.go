@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // redlockHold is what a Redlock lease needs to renew and release its hold

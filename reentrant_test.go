@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 func inspectReentrant(t *testing.T, ctx context.Context, m *dlock.ReentrantMutex) dlock.ReentrantState {
@@ -200,7 +200,7 @@ func TestReentrantMutex_AcquireReachingRedisTwiceCountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Inspect counts the holds; the scripts decide by the owner's count in
-	// the lock's hash (see scripts/rw_lib.lua): both must say two.
+	// the lock's hash (see internal/scripts/rw_lib.lua): both must say two.
 	if s := inspectReentrant(t, ctx, m); s.Count != 2 {
 		t.Fatalf("count %d after two acquires each sent twice, want 2", s.Count)
 	}

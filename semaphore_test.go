@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 func TestSemaphore_NeverMorePermitsHeldThanItHas(t *testing.T) {

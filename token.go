@@ -4,7 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // ownerTokenBytes is the entropy of an owner token: 128 bits, so that no two

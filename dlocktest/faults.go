@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/scripts"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // Expire makes the lock called name vanish as if its holders' TTLs ran out:

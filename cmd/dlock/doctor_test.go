@@ -266,7 +266,7 @@ func TestDoctor_TriesEveryCommandTheScriptsRun(t *testing.T) {
 	for _, command := range dlockCommands {
 		tried[command[0]] = true
 	}
-	sources, err := filepath.Glob("../../scripts/*.lua")
+	sources, err := filepath.Glob("../../internal/scripts/*.lua")
 	if err != nil || len(sources) == 0 {
 		t.Fatalf("no scripts found: %v", err)
 	}
