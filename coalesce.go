@@ -20,7 +20,7 @@ type coalescer struct {
 	rdb redis.UniversalClient
 
 	mu      sync.Mutex
-	queue   []*scriptCall
+	queue   []*queuedCall
 	flights int
 }
 
@@ -29,21 +29,11 @@ const (
 	coalesceBatch   = 256 // scripts in one pipeline at most
 )
 
-type scriptCall struct {
-	script *redis.Script
-	argv   []any // the whole EVALSHA command
-	cmd    *redis.Cmd
-	done   chan struct{}
-}
-
-// evalshaArgv is the EVALSHA command of script on keys and args.
-func evalshaArgv(script *redis.Script, keys []string, args []any) []any {
-	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, "evalsha", script.Hash(), len(keys))
-	for _, k := range keys {
-		argv = append(argv, k)
-	}
-	return append(argv, args...)
+// queuedCall is a call waiting for the next flight; done is closed once
+// its reply is in.
+type queuedCall struct {
+	scriptCall
+	done chan struct{}
 }
 
 // run runs script like [redis.Script.Run]. A caller whose ctx ends while
@@ -60,16 +50,11 @@ func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []an
 	if q.flights < coalesceFlights && len(q.queue) == 0 {
 		q.flights++
 		q.mu.Unlock()
-		cmd := q.rdb.Do(ctx, argv...)
-		if isNoScript(cmd.Err()) { // SCRIPT FLUSH or a restart: load it, send again
-			if err := loadScript(ctx, q.rdb, script); err == nil {
-				cmd = q.rdb.Do(ctx, argv...)
-			}
-		}
+		cmd := sendScript(ctx, q.rdb, script, argv)
 		q.landed()
 		return cmd
 	}
-	call := &scriptCall{script: script, argv: argv, done: make(chan struct{})}
+	call := &queuedCall{scriptCall: scriptCall{script: script, argv: argv}, done: make(chan struct{})}
 	q.queue = append(q.queue, call)
 	q.mu.Unlock()
 	select {
@@ -92,54 +77,22 @@ func (q *coalescer) landed() {
 	}
 	n := min(len(q.queue), coalesceBatch)
 	batch := q.queue[:n:n]
-	q.queue = append([]*scriptCall(nil), q.queue[n:]...)
+	q.queue = append([]*queuedCall(nil), q.queue[n:]...)
 	q.mu.Unlock()
 	go q.fly(batch)
 }
 
-// fly sends one batch as a pipeline, and again those whose script the
-// server did not know (after SCRIPT FLUSH or a restart), once loaded.
-func (q *coalescer) fly(batch []*scriptCall) {
+// fly sends one batch as a pipeline.
+func (q *coalescer) fly(batch []*queuedCall) {
 	defer q.landed()
-	ctx := context.Background() // shared by callers: none of theirs may cut it short
-	q.send(ctx, batch)
-	var unknown []*scriptCall
-	loaded := make(map[*redis.Script]bool)
-	for _, call := range batch {
-		if !isNoScript(call.cmd.Err()) {
-			continue
-		}
-		if !loaded[call.script] {
-			loaded[call.script] = loadScript(ctx, q.rdb, call.script) == nil
-		}
-		if loaded[call.script] {
-			unknown = append(unknown, call)
-		}
+	calls := make([]scriptCall, len(batch))
+	for i, queued := range batch {
+		calls[i] = queued.scriptCall
 	}
-	if len(unknown) > 0 {
-		q.send(ctx, unknown)
+	// The context is shared by callers: none of theirs may cut it short.
+	sendScripts(context.Background(), q.rdb, calls)
+	for i, queued := range batch {
+		queued.cmd = calls[i].cmd
+		close(queued.done)
 	}
-	for _, call := range batch {
-		close(call.done)
-	}
-}
-
-// loadScript makes script known wherever rdb may send it. A Ring sends
-// SCRIPT LOAD, which names no key, to a random shard, so it is loaded on
-// each; a ClusterClient loads on every master itself.
-func loadScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Script) error {
-	if ring, ok := rdb.(*redis.Ring); ok {
-		return ring.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			return script.Load(ctx, shard).Err()
-		})
-	}
-	return script.Load(ctx, rdb).Err()
-}
-
-func (q *coalescer) send(ctx context.Context, batch []*scriptCall) {
-	pipe := q.rdb.Pipeline()
-	for _, call := range batch {
-		call.cmd = pipe.Do(ctx, call.argv...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
 }

@@ -42,7 +42,7 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 	if err := c.checkName(ctx, name); err != nil {
 		return LockInfo{}, err
 	}
-	reply, err := scripts.Describe.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), "").Slice()
+	reply, err := runScript(ctx, c.rdb, scripts.Describe, anyLockKeys(keysFor(c.cfg.prefix, name)), "").Slice()
 	if err != nil {
 		return LockInfo{}, redisError("describe", name, err)
 	}
@@ -136,7 +136,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := scripts.ForceUnlock.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), publish).Int64()
+	n, err := runScript(ctx, c.rdb, scripts.ForceUnlock, anyLockKeys(keysFor(c.cfg.prefix, name)), publish).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}

@@ -150,7 +150,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := scripts.ElectionProclaim.Run(ctx, e.c.rdb, []string{e.keys.lock, e.leaderKey, e.observeChannel},
+	n, err := runScript(ctx, e.c.rdb, scripts.ElectionProclaim, []string{e.keys.lock, e.leaderKey, e.observeChannel},
 		l.owner, value, publish).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
@@ -168,7 +168,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
-	reply, err := scripts.ElectionLeader.Run(ctx, e.c.rdb, []string{e.keys.lock, e.leaderKey}).Slice()
+	reply, err := runScript(ctx, e.c.rdb, scripts.ElectionLeader, []string{e.keys.lock, e.leaderKey}).Slice()
 	if err != nil {
 		return Leader{}, redisError("leader", e.name, err)
 	}

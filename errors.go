@@ -153,7 +153,7 @@ func wrongTypeDetail(err error) string {
 }
 
 // isNoScript recognises a server that does not have a script cached (after
-// SCRIPT FLUSH or a restart): its body must be sent.
+// SCRIPT FLUSH or a restart): see sendScripts.
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }

@@ -221,7 +221,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 // inspectHolds runs rw_inspect.lua on a read-write lock's keys, as seen by
 // owner.
 func inspectHolds(ctx context.Context, c *Client, name string, keys []string, owner string) (holdState, error) {
-	reply, err := scripts.RWInspect.Run(ctx, c.rdb, keys, owner).Slice()
+	reply, err := runScript(ctx, c.rdb, scripts.RWInspect, keys, owner).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {

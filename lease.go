@@ -221,7 +221,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return nil
 	}
 	sent := time.Now()
-	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, l.ttl.Milliseconds()).Int64()
+	n, err := runScript(ctx, l.c.rdb, l.kind.extend, l.keys, l.owner, l.ttl.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return redisError("confirm", l.name, err)
@@ -424,7 +424,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer l.extendMu.Unlock()
 	sent := time.Now()
-	n, err := l.kind.extend.Run(ctx, l.c.rdb, l.keys, l.owner, ttl.Milliseconds(), shortens).Int64()
+	n, err := runScript(ctx, l.c.rdb, l.kind.extend, l.keys, l.owner, ttl.Milliseconds(), shortens).Int64()
 	if err != nil {
 		l.inDoubt(sent, ttl)
 		return redisError("extend", l.name, err)
@@ -461,7 +461,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.heldLocally(); err != nil {
 		return 0, err
 	}
-	ms, err := l.kind.ttl.Run(ctx, l.c.rdb, l.keys, l.owner).Int64()
+	ms, err := runScript(ctx, l.c.rdb, l.kind.ttl, l.keys, l.owner).Int64()
 	if err != nil {
 		return 0, redisError("ttl", l.name, err)
 	}

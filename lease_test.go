@@ -67,7 +67,7 @@ func TestLease_ServerRestartWithoutPersistenceLosesLease(t *testing.T) {
 	}
 }
 
-// SCRIPT FLUSH takes the scripts, not the lock: renewal falls back to EVAL
+// SCRIPT FLUSH takes the scripts, not the lock: renewal loads them again
 // and the lease stays held.
 func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 	srv := startServer(t)

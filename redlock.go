@@ -262,7 +262,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	}
 	start := time.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
-		res, err := scripts.MutexAcquire.Run(ctx, n.rdb, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
+		res, err := runScript(ctx, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
 		if err == nil && (len(res) != 2 || res[0] == -1) {
 			err = errUnexpectedReply
 		}
@@ -322,7 +322,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes [
 		}
 	}
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, scripts.RedlockFence.Run(ctx, n.rdb, []string{m.keys.fence}, token).Err()
+		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, []string{m.keys.fence}, token).Err()
 	})
 	return uint64(token), errs
 }
@@ -367,7 +367,7 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []boo
 		}
 	}
 	release := func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, scripts.MutexAbandon.Run(ctx, n.rdb, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Err()
+		return struct{}{}, runScript(ctx, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Err()
 	}
 	logFailures := func(nodes []*redlockNode, timeout time.Duration) {
 		_, errs := onNodes(ctx, nodes, timeout, release)

@@ -110,7 +110,7 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 		if explicit {
 			args = append(args, shortens)
 		}
-		ok, err := scripts.MutexExtend.Run(ctx, n.rdb, []string{m.keys.lock}, args...).Int64()
+		ok, err := runScript(ctx, n.rdb, scripts.MutexExtend, []string{m.keys.lock}, args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	refused := refusedBy(errs)
@@ -165,7 +165,7 @@ func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters, m.keys.fence}
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		ok, err := scripts.MutexRelease.Run(ctx, n.rdb, keys, l.owner, "PUBLISH").Int64()
+		ok, err := runScript(ctx, n.rdb, scripts.MutexRelease, keys, l.owner, "PUBLISH").Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	if granted := succeeded(errs); granted < m.r.quorum {

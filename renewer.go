@@ -302,23 +302,7 @@ func (r *renewer) renew(ctx context.Context, due []*Lease) {
 	defer cancel()
 
 	sent := time.Now()
-	results := r.send(ctx, batch, ttls, false)
-	var retry []int
-	for i, err := range results {
-		if isNoScript(err) {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 { // SCRIPT FLUSH or a restarted server: send the bodies
-		sub := make([]*Lease, len(retry))
-		subTTLs := make([]time.Duration, len(retry))
-		for j, i := range retry {
-			sub[j], subTTLs[j] = batch[i], ttls[i]
-		}
-		for j, err := range r.send(ctx, sub, subTTLs, true) {
-			results[retry[j]] = err
-		}
-	}
+	results := r.send(ctx, batch, ttls)
 
 	now := time.Now()
 	for i, l := range batch {
@@ -343,22 +327,16 @@ func (r *renewer) renew(ctx context.Context, due []*Lease) {
 	}
 }
 
-// send pipelines one extend per lease: EVALSHA, or EVAL with the body.
-func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration, withBody bool) []error {
-	pipe := r.c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
+// send pipelines one extend per lease.
+func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration) []error {
+	calls := make([]scriptCall, len(batch))
 	for i, l := range batch {
-		args := []any{l.owner, ttls[i].Milliseconds()}
-		if withBody {
-			cmds[i] = l.kind.extend.Eval(ctx, pipe, l.keys, args...)
-		} else {
-			cmds[i] = l.kind.extend.EvalSha(ctx, pipe, l.keys, args...)
-		}
+		calls[i] = scriptCall{script: l.kind.extend, argv: evalshaArgv(l.kind.extend, l.keys, []any{l.owner, ttls[i].Milliseconds()})}
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	sendScripts(ctx, r.c.rdb, calls)
 	errs := make([]error, len(batch))
-	for i, cmd := range cmds {
-		n, err := cmd.Int64()
+	for i, call := range calls {
+		n, err := call.cmd.Int64()
 		switch {
 		case err != nil:
 			errs[i] = err

@@ -9,15 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// runAcquire runs an acquire script on keys. With [WithReplicaAck], it
-// sends WAIT after it in one pipeline on one connection to the keys' master,
-// and reports a shortfall of replica acknowledgements as an error matching
-// [ErrReplicaAck], for the caller to check once it knows the script granted
-// a hold (a refusal needs no replicas).
-func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	if cfg.replicaAck == 0 {
-		return c.flights.run(ctx, script, keys, args...), nil
-	}
+// acquireAcknowledged runs an acquire script on keys for [WithReplicaAck]:
+// it sends WAIT after it in one pipeline on one connection to the keys'
+// master, and reports a shortfall of replica acknowledgements as an error
+// matching [ErrReplicaAck], for the caller to check once it knows the
+// script granted a hold (a refusal needs no replicas).
+func (c *Client) acquireAcknowledged(ctx context.Context, cfg settings, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
 	master, err := c.masterFor(ctx, keys[0])
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
@@ -27,10 +24,7 @@ func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Scr
 	var cmd, acks *redis.Cmd
 	asking := false
 	for redirects := 0; ; redirects++ {
-		cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, asking, false)
-		if isNoScript(cmd.Err()) { // SCRIPT FLUSH or a restart: send the body
-			cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, asking, true)
-		}
+		cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, asking)
 		// The pipeline goes to one node, not through the cluster client:
 		// follow a failover's or a resharding's redirection here.
 		addr, ask, redirected := redirection(cmd.Err())
@@ -58,34 +52,29 @@ func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Scr
 	return cmd, nil
 }
 
-// maxRedirects bounds the MOVED and ASK answers runAcquire follows, as
-// go-redis's cluster client does by default.
+// maxRedirects bounds the MOVED and ASK answers acquireAcknowledged
+// follows, as go-redis's cluster client does by default.
 const maxRedirects = 3
 
 // acquireThenWait pipelines the acquire script and WAIT to master; asking
 // sends ASKING first, as an ASK redirection requires.
-func acquireThenWait(ctx context.Context, master redis.Cmdable, cfg settings, script *redis.Script, keys []string,
-	args []any, asking, withBody bool) (*redis.Cmd, *redis.Cmd) {
-	pipe := master.Pipeline()
+func acquireThenWait(ctx context.Context, master redis.UniversalClient, cfg settings, script *redis.Script, keys []string,
+	args []any, asking bool) (cmd, acks *redis.Cmd) {
+	calls := make([]scriptCall, 0, 3)
 	if asking {
-		pipe.Do(ctx, "asking")
+		calls = append(calls, scriptCall{argv: []any{"asking"}})
 	}
-	var cmd *redis.Cmd
-	if withBody {
-		cmd = script.Eval(ctx, pipe, keys, args...)
-	} else {
-		cmd = script.EvalSha(ctx, pipe, keys, args...)
-	}
-	acks := pipe.Do(ctx, "wait", cfg.replicaAck, max(cfg.replicaAckTimeout.Milliseconds(), 1))
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	return cmd, acks
+	calls = append(calls, scriptCall{script: script, argv: evalshaArgv(script, keys, args)},
+		scriptCall{argv: []any{"wait", cfg.replicaAck, max(cfg.replicaAckTimeout.Milliseconds(), 1)}})
+	sendScripts(ctx, master, calls)
+	return calls[len(calls)-2].cmd, calls[len(calls)-1].cmd
 }
 
 // masterFor is the client of the master that holds key: on a cluster its
 // node's, so that WAIT follows the script on its connection; on a Ring the
 // key's shard's, for the same reason (WAIT names no key); elsewhere the
 // Client's own (a single server, or Sentinel's current master).
-func (c *Client) masterFor(ctx context.Context, key string) (redis.Cmdable, error) {
+func (c *Client) masterFor(ctx context.Context, key string) (redis.UniversalClient, error) {
 	switch rdb := c.rdb.(type) {
 	case *redis.ClusterClient:
 		return rdb.MasterForKey(ctx, key)
@@ -111,7 +100,7 @@ func redirection(err error) (addr string, ask, ok bool) {
 // clusterNode is the cluster client's connection to the node at addr,
 // master or replica (a replica just promoted may not be known as a master
 // yet). moved: the cluster's layout changed, so the client reloads it.
-func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (redis.Cmdable, error) {
+func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (*redis.Client, error) {
 	cluster, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
 		return nil, fmt.Errorf("dlock: a redirection to %s from a server that is not a cluster's", addr)
@@ -119,7 +108,7 @@ func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (redi
 	if moved {
 		cluster.ReloadState(ctx)
 	}
-	var found redis.Cmdable
+	var found *redis.Client
 	var mu sync.Mutex
 	_ = cluster.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
 		if node.Options().Addr == addr {

@@ -126,7 +126,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := scripts.SemSetPermits.Run(ctx, s.c.rdb, s.scriptKeys, n, publish).Err(); err != nil {
+	if err := runScript(ctx, s.c.rdb, scripts.SemSetPermits, s.scriptKeys, n, publish).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}
 	s.permits.Store(int64(n))

@@ -2,8 +2,6 @@ package dlocktest
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"strings"
@@ -185,17 +183,9 @@ func anyRenewal(cmds []redis.Cmder) bool {
 			continue
 		}
 		name, _ := args[0].(string)
-		body, _ := args[1].(string)
-		switch strings.ToLower(name) {
-		case "evalsha":
-			if renewalSHAs[body] {
-				return true
-			}
-		case "eval": // sent again whole after NOSCRIPT
-			sum := sha1.Sum([]byte(body))
-			if renewalSHAs[hex.EncodeToString(sum[:])] {
-				return true
-			}
+		sha, _ := args[1].(string)
+		if strings.EqualFold(name, "evalsha") && renewalSHAs[sha] {
+			return true
 		}
 	}
 	return false

@@ -1,8 +1,10 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
 // operation. Each file's header states its KEYS, ARGV and return values.
 //
-// Scripts run by SHA (EVALSHA) and fall back to EVAL when the server answers
-// NOSCRIPT, as after SCRIPT FLUSH or a restart: see [redis.Script.Run].
+// Scripts run by SHA (EVALSHA). A server that answers NOSCRIPT (after
+// SCRIPT FLUSH, a restart, or a failover to a node that never ran them) is
+// sent the script's companions (see Companions) in one round trip, and the
+// call again: dlock's evalsha.go does that, in one place.
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here: common.lua (the server's clock, expiring sorted
@@ -149,8 +151,16 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 // shared helpers, whether or not it calls them (unused functions cost a
 // script nothing once Redis has cached it).
 func script(parts ...string) *redis.Script {
-	return redis.NewScript(prelude + strings.Join(parts, ""))
+	src := prelude + strings.Join(parts, "")
+	s := redis.NewScript(src)
+	sources[s] = src
+	return s
 }
+
+// sources are the scripts' texts, for SCRIPT LOAD in a pipeline: a
+// [redis.Script] keeps its own to itself, and its Load, sent in a pipeline,
+// sets its SHA to the empty reply of a command not sent yet.
+var sources = make(map[*redis.Script]string)
 
 // Mutex scripts.
 var (
@@ -218,6 +228,49 @@ var (
 	RWAbandon = script(rwLib, rwAbandon)
 	RWInspect = script(rwLib, rwInspect)
 )
+
+// The scripts of each lock type, its own and those it borrows: a server that
+// does not know one of them (a cold, restarted or flushed one) likely knows
+// none, and the type's next call sends another, so they are loaded
+// together. A script borrowed by another type is listed under its own
+// type first, and that is the set Companions gives for it.
+var typeScripts = [][]*redis.Script{
+	{MutexAcquire, MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, // a Redlock's too
+	{FairAcquire, FairRelease, FairAbandon, MutexExtend, MutexTTL},
+	{SemAcquire, SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits},
+	{MultiAcquire, MultiRelease, MultiExtend, MultiTTL, MultiAbandon},
+	{ElectionAcquire, ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon},
+	{RWAcquire, RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect},
+	{ForceUnlock},
+	{Describe},
+}
+
+var companions = companionsOf(typeScripts)
+
+// companionsOf maps each script to the sources of the first set that
+// lists it.
+func companionsOf(sets [][]*redis.Script) map[*redis.Script][]string {
+	of := make(map[*redis.Script][]string)
+	for _, set := range sets {
+		texts := make([]string, len(set))
+		for i, s := range set {
+			texts[i] = sources[s]
+		}
+		for _, s := range set {
+			if of[s] == nil {
+				of[s] = texts
+			}
+		}
+	}
+	return of
+}
+
+// Companions are the sources of the scripts to load, s's among them, when
+// a server does not know s: those of s's lock type. A script not made
+// here (a test's own) has none.
+func Companions(s *redis.Script) []string {
+	return companions[s]
+}
 
 // FenceRetentionTTLs is how long a lock name's fencing counter outlives the
 // last token minted from it, in TTLs of the hold that token went to (see

@@ -1,0 +1,121 @@
+package dlock_test
+
+import (
+	"cmp"
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// scriptTrips counts the round trips that carry a script (EVALSHA, EVAL,
+// SCRIPT LOAD), and the NOSCRIPT replies among their commands.
+type scriptTrips struct {
+	trips, noScript atomic.Int64
+}
+
+func (h *scriptTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count([]redis.Cmder{cmd}, err)
+		return err
+	}
+}
+
+func (h *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.count(cmds, nil)
+		return err
+	}
+}
+
+// count counts one round trip; err is a lone command's error, which its
+// hook sees before the command has it.
+func (h *scriptTrips) count(cmds []redis.Cmder, err error) {
+	scripted := false
+	for _, cmd := range cmds {
+		switch cmd.Name() {
+		case "evalsha", "eval", "script":
+			scripted = true
+		}
+		if err := cmp.Or(err, cmd.Err()); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			h.noScript.Add(1)
+		}
+	}
+	if scripted {
+		h.trips.Add(1)
+	}
+}
+
+// A server that forgot the scripts (SCRIPT FLUSH, a restart) answers
+// NOSCRIPT to a lock type's first script, and dlock loads all of the
+// type's scripts then: a first Lock, Extend, TTL and Unlock meet NOSCRIPT
+// once, and cost one round trip more than on a warm server.
+func TestScripts_AFlushedServerCostsEachLockTypeOneRoundTrip(t *testing.T) {
+	srv := startServer(t)
+	rdb := srv.Client()
+	counter := &scriptTrips{}
+	rdb.AddHook(counter)
+	c := newClient(t, rdb)
+	ctx := ctxFor(t, time.Minute)
+	for _, lockType := range []struct {
+		name string
+		lock func(ctx context.Context, name string) (*dlock.Lease, error)
+	}{
+		{"Mutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.Mutex(name).Lock(ctx) }},
+		{"FairMutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.FairMutex(name).Lock(ctx) }},
+		{"RWMutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.RWMutex(name).RLock(ctx) }},
+		{"ReentrantMutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.ReentrantMutex(name).Lock(ctx) }},
+		{"Semaphore", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.Semaphore(name, 2).Acquire(ctx) }},
+		{"MultiLock", func(ctx context.Context, name string) (*dlock.Lease, error) {
+			return c.MultiLock([]string{name + ":a", name + ":b"}).Lock(ctx)
+		}},
+		{"Election", func(ctx context.Context, name string) (*dlock.Lease, error) {
+			return c.Election(name).Campaign(ctx, "v")
+		}},
+	} {
+		t.Run(lockType.name, func(t *testing.T) {
+			// Lock, Extend, TTL and Unlock: the round trips with a script,
+			// and the NOSCRIPT replies among them.
+			use := func() (scripted, noScript int64) {
+				t.Helper()
+				before, beforeNoScript := tripsNow(counter)
+				lease, err := lockType.lock(ctx, lockName(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lease.Extend(ctx, 20*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := lease.TTL(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := lease.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				after, afterNoScript := tripsNow(counter)
+				return after - before, afterNoScript - beforeNoScript
+			}
+			use() // every connection dialled, every subscription made
+			warm, _ := use()
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			cold, noScript := use()
+			if noScript != 1 || cold != warm+1 {
+				t.Errorf("after SCRIPT FLUSH: %d NOSCRIPT replies, %d round trips with scripts (%d warm); want 1 and %d",
+					noScript, cold, warm, warm+1)
+			}
+		})
+	}
+}
+
+func tripsNow(h *scriptTrips) (trips, noScript int64) { return h.trips.Load(), h.noScript.Load() }

@@ -1,0 +1,16 @@
+package scripts
+
+import (
+	"slices"
+	"testing"
+)
+
+// Every script is loaded with its lock type's when a server does not know
+// it: none is left out of typeScripts.
+func TestCompanions_EveryScriptComesWithItsType(t *testing.T) {
+	for s, src := range sources {
+		if !slices.Contains(Companions(s), src) {
+			t.Errorf("script %s is not among its own companions: add it to typeScripts", s.Hash())
+		}
+	}
+}
