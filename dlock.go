@@ -75,7 +75,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	case rdb == nil:
 		c.err = invalidf("nil Redis client")
 	default:
-		c.err = c.cfg.validate()
+		c.err = c.cfg.validate(forClient)
 	}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb}

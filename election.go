@@ -69,7 +69,7 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{c: c, name: name, cfg: cfg, keys: k,
 		leaderKey: k.lock + ":leader", observeChannel: k.lock + ":leader"}
 	if e.err = validateName(name); e.err == nil {
-		e.err = cfg.validate()
+		e.err = cfg.validate(forElection)
 	}
 	return e
 }

@@ -56,7 +56,7 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 		extendKeys: []string{k.lock, k.forced(), k.holderInfo()},
 	}
 	if f.err = validateName(name); f.err == nil {
-		f.err = cfg.validate()
+		f.err = cfg.validate(forFair)
 	}
 	return f
 }

@@ -48,16 +48,17 @@ func ThisProcess() HolderInfo {
 //     hold taken with info sets it.
 //   - Semaphore: with each permit (in the hash of its holders' tokens),
 //     gone with the permit; Describe counts the permits held per info.
-//   - MultiLock, Election, Redlock: ignored (a MultiLock's locks are
-//     Mutex keys shared with no info; an Election's leader has its value;
-//     a Redlock's nodes are described one by one, if at all).
+//   - MultiLock, Election, Redlock: refused with [ErrInvalid] (a
+//     MultiLock's locks are Mutex keys shared with no info; an Election's
+//     leader has its value; a Redlock's nodes are described one by one, if
+//     at all). A Client takes it, as the default of the types that do.
 //
 // Info that is not valid UTF-8, has a negative PID or is longer than
 // [MaxHolderInfo] once encoded is refused with [ErrInvalid] by the first
 // call, before anything is sent. The zero HolderInfo stores nothing.
 func WithHolderInfo(info HolderInfo) Option {
 	encoded, err := encodeHolderInfo(info)
-	return func(s *settings) { s.holderInfo, s.holderInfoErr = encoded, err }
+	return func(s *settings) { s.holderInfo, s.holderInfoErr, s.given = encoded, err, s.given|optHolderInfo }
 }
 
 // encodeHolderInfo is info as the scripts store it: compact JSON, which

@@ -49,8 +49,12 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 	cfg := c.cfg.with(opts)
 	k := keysFor(cfg.prefix, name)
 	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k), heldKey: heldKey(k.lock), writeKind: writeKind}
+	scope := forRWMutex
+	if writeKind == KindReentrant {
+		scope = forReentrant
+	}
 	if h.err = validateName(name); h.err == nil {
-		h.err = cfg.validate()
+		h.err = cfg.validate(scope)
 	}
 	return h
 }

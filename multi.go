@@ -89,7 +89,7 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 			return m
 		}
 	}
-	if m.err = m.cfg.validate(); m.err != nil {
+	if m.err = m.cfg.validate(forMulti); m.err != nil {
 		return m
 	}
 	for _, names := range c.groupBySlot(sorted) {

@@ -97,7 +97,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m := &Mutex{c: c, name: name, cfg: cfg, keys: k,
 		extendKeys: []string{k.lock, k.forced(), k.holderInfo()}}
 	if m.err = validateName(name); m.err == nil {
-		m.err = cfg.validate()
+		m.err = cfg.validate(forMutex)
 	}
 	return m
 }

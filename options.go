@@ -58,9 +58,64 @@ const (
 )
 
 // Option configures a Client (as defaults for every lock it makes) or one
-// lock (overriding the Client's). Options that make no sense for a lock type
-// are ignored by it.
+// lock (overriding the Client's). An option that does not apply where it is
+// given (WithReplicaAck to a Redlock, WithOwner to a Mutex…; each option's
+// doc says where it applies) is refused like a bad value: the first call
+// returns an error matching [ErrInvalid], before anything is sent. A
+// Client takes every option that applies to a lock type it makes.
 type Option func(*settings)
+
+// optionSet names the options that only some lock types take; every type
+// takes the others.
+type optionSet uint8
+
+const (
+	optOwner optionSet = 1 << iota
+	optWaiterRefresh
+	optHolderInfo
+	optReplicaAck
+	optNodeTimeout
+	optRestartGuard
+)
+
+var optionNames = []string{"WithOwner", "WithWaiterRefresh", "WithHolderInfo", "WithReplicaAck", "WithNodeTimeout", "WithRestartGuard"}
+
+// optionScope is what one maker of locks takes of the options that only
+// some types take.
+type optionScope struct {
+	what  string
+	takes optionSet
+}
+
+// The options each type takes: a Redlock's nodes are independent masters
+// (no replicas to wait for) and nobody waits on them as a registered
+// waiter; a MultiLock's locks and an Election's leadership keep no holder
+// info; only read-write and reentrant holds have an owner beyond the call.
+var (
+	forMutex     = optionScope{"Mutex", optWaiterRefresh | optHolderInfo | optReplicaAck}
+	forFair      = optionScope{"FairMutex", forMutex.takes}
+	forSemaphore = optionScope{"Semaphore", forMutex.takes}
+	forRWMutex   = optionScope{"RWMutex", forMutex.takes | optOwner}
+	forReentrant = optionScope{"ReentrantMutex", forRWMutex.takes}
+	forMulti     = optionScope{"MultiLock", optWaiterRefresh | optReplicaAck}
+	forElection  = optionScope{"Election", optWaiterRefresh | optReplicaAck}
+	forClient    = optionScope{"Client", forRWMutex.takes}
+	forRedlock   = optionScope{"Redlock", optNodeTimeout | optRestartGuard}
+)
+
+// refuse is the error for the options of given that scope does not take.
+func (scope optionScope) refuse(given optionSet) error {
+	var names []string
+	for i, name := range optionNames {
+		if given&^scope.takes&(1<<i) != 0 {
+			names = append(names, name)
+		}
+	}
+	if names == nil {
+		return nil
+	}
+	return invalidf("%s does not apply to a %s", strings.Join(names, ", "), scope.what)
+}
 
 type settings struct {
 	prefix    string
@@ -84,6 +139,8 @@ type settings struct {
 	observer      *Observer // nil: nothing is observed
 	holderInfo    string    // encoded (see encodeHolderInfo); "" none
 	holderInfoErr error     // what was wrong with WithHolderInfo's
+
+	given optionSet // of the options only some types take, those given to this maker
 }
 
 func defaultSettings() settings {
@@ -113,7 +170,8 @@ func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl 
 func WithLeaseTime(d time.Duration) Option { return func(s *settings) { s.leaseTime = d } }
 
 // WithDriftFactor sets the share of each TTL given up to clock drift, in
-// [0, 0.5) (default [DefaultDriftFactor]).
+// [0, 0.5) (default [DefaultDriftFactor]): every lease of every type counts
+// itself lost that much before Redis lets go.
 func WithDriftFactor(f float64) Option { return func(s *settings) { s.drift = f } }
 
 // WithWait bounds how long Lock waits for the lock. WithWait(0) makes Lock a
@@ -145,11 +203,13 @@ func WithLogger(l *slog.Logger) Option {
 // any other a new owner with a random id. The id is not a secret (a hold is
 // released only through its Lease), but two unrelated parties that pick the
 // same id share their holds. It must not be empty and is at most
-// [MaxNameLen] bytes.
+// [MaxNameLen] bytes. Only an RWMutex and a ReentrantMutex (or a Client, as
+// their default) take it.
 func WithOwner(id string) Option {
 	return func(s *settings) {
 		s.owner = id
 		s.ownerSet = true
+		s.given |= optOwner
 	}
 }
 
@@ -159,14 +219,19 @@ func WithOwner(id string) Option {
 // lock itself may be handed to it and held up for that long. Shorter
 // refreshes drop dead waiters sooner at the cost of one Redis command per
 // waiter per refresh; at least [MinWaiterRefresh], at most
-// [MaxWaiterRefresh].
-func WithWaiterRefresh(d time.Duration) Option { return func(s *settings) { s.waiterRefresh = d } }
+// [MaxWaiterRefresh]. A [Redlock] refuses it: its waiters do not register,
+// they try again after a random delay.
+func WithWaiterRefresh(d time.Duration) Option {
+	return func(s *settings) { s.waiterRefresh, s.given = d, s.given|optWaiterRefresh }
+}
 
 // WithNodeTimeout bounds how long a [Redlock] waits for each node's answer,
 // in every operation. It must be small against the TTL: a node that
 // answers late uses up the validity of the lock. Default: TTL/50, between
-// 10 ms and 200 ms.
-func WithNodeTimeout(d time.Duration) Option { return func(s *settings) { s.nodeTimeout = d } }
+// 10 ms and 200 ms. Only a Redlock takes it.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(s *settings) { s.nodeTimeout, s.given = d, s.given|optNodeTimeout }
+}
 
 // WithRestartGuard sets the restart guard of a [Redlock]: a node votes only
 // once it has been up for at least d, or for the longest TTL the Redlock
@@ -184,8 +249,10 @@ func WithNodeTimeout(d time.Duration) Option { return func(s *settings) { s.node
 // Each node tells its uptime to the second (INFO server); the guard counts
 // the least it can be. Reading it needs +info (see the README's ACL).
 // A node whose uptime cannot be read does not vote: its [NodeError] says
-// why.
-func WithRestartGuard(d time.Duration) Option { return func(s *settings) { s.restartGuard = d } }
+// why. Only a Redlock takes it.
+func WithRestartGuard(d time.Duration) Option {
+	return func(s *settings) { s.restartGuard, s.given = d, s.given|optRestartGuard }
+}
 
 // WithReplicaAck makes every acquisition wait until n replicas of the
 // lock's master confirm it, for at most timeout: the acquire script and a
@@ -198,13 +265,16 @@ func WithRestartGuard(d time.Duration) Option { return func(s *settings) { s.res
 // failover may still promote a replica that had not confirmed (one that
 // was not among the n), a replica can lose the write in its own restart,
 // and renewals are not waited for (a lease renewed on the old master and
-// lost in the failover ends at its next renewal). Not for a [Redlock],
-// whose nodes are independent masters.
+// lost in the failover ends at its next renewal). A [Redlock], whose nodes
+// are independent masters, refuses it.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(s *settings) { s.replicaAck, s.replicaAckTimeout = n, timeout }
+	return func(s *settings) { s.replicaAck, s.replicaAckTimeout, s.given = n, timeout, s.given|optReplicaAck }
 }
 
+// with is s with opts applied; given says which of them only some types
+// take.
 func (s settings) with(opts []Option) settings {
+	s.given = 0
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&s)
@@ -213,8 +283,11 @@ func (s settings) with(opts []Option) settings {
 	return s
 }
 
-func (s settings) validate() error {
+// validate checks s's values, and that scope takes every option given.
+func (s settings) validate(scope optionScope) error {
 	switch {
+	case scope.refuse(s.given) != nil:
+		return scope.refuse(s.given)
 	case s.holderInfoErr != nil:
 		return s.holderInfoErr
 	case strings.ContainsAny(s.prefix, "{}"):

@@ -63,7 +63,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 	case len(clients) < 3 || len(clients)%2 == 0:
 		r.err = invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
 	default:
-		r.err = r.cfg.validate()
+		r.err = r.cfg.validate(forRedlock)
 	}
 	for i, rdb := range clients {
 		if rdb == nil {
@@ -114,8 +114,8 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		m.err = r.err
 	case validateName(name) != nil:
 		m.err = validateName(name)
-	case cfg.validate() != nil:
-		m.err = cfg.validate()
+	case cfg.validate(forRedlock) != nil:
+		m.err = cfg.validate(forRedlock)
 	case m.nodeTimeout >= ttl/2:
 		m.err = invalidf("node timeout %v is not small against the TTL %v", m.nodeTimeout, ttl)
 	}

@@ -59,7 +59,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		s.err = invalidf("semaphore %q with %d permits", name, permits)
 	default:
 		if s.err = validateName(name); s.err == nil {
-			s.err = cfg.validate()
+			s.err = cfg.validate(forSemaphore)
 		}
 	}
 	return s

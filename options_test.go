@@ -1,0 +1,101 @@
+package dlock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// An option given where it does not apply is refused like a bad value, by
+// the first call and before anything is sent; where it applies it is
+// taken. A Client takes what any type it makes takes, as their default.
+func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
+	rdb := backends[0].newRedis(t)
+	counter := &commandCounter{}
+	rdb.AddHook(counter)
+	ctx := ctxFor(t, time.Minute)
+	// A Redlock over three connections to one server: enough to see what
+	// it takes, which is refused before anything is sent.
+	nodes := []redis.UniversalClient{rdb, rdb, rdb}
+	// first is the error of a first call, releasing what it took.
+	first := func(lease *dlock.Lease, err error) error {
+		if lease != nil {
+			_ = lease.Unlock(ctx)
+		}
+		return err
+	}
+	try := map[string]func(opt dlock.Option) error{
+		"Client": func(opt dlock.Option) error {
+			return first(newClient(t, rdb, opt).Mutex(lockName(t)).TryLock(ctx))
+		},
+		"Mutex": func(opt dlock.Option) error {
+			return first(newClient(t, rdb).Mutex(lockName(t), opt).TryLock(ctx))
+		},
+		"FairMutex": func(opt dlock.Option) error {
+			return first(newClient(t, rdb).FairMutex(lockName(t), opt).TryLock(ctx))
+		},
+		"RWMutex": func(opt dlock.Option) error {
+			return first(newClient(t, rdb).RWMutex(lockName(t), opt).TryLock(ctx))
+		},
+		"ReentrantMutex": func(opt dlock.Option) error {
+			return first(newClient(t, rdb).ReentrantMutex(lockName(t), opt).TryLock(ctx))
+		},
+		"Semaphore": func(opt dlock.Option) error {
+			return first(newClient(t, rdb).Semaphore(lockName(t), 2, opt).TryAcquire(ctx))
+		},
+		"MultiLock": func(opt dlock.Option) error {
+			return first(newClient(t, rdb).MultiLock([]string{lockName(t)}, opt).TryLock(ctx))
+		},
+		"Election": func(opt dlock.Option) error {
+			return first(newClient(t, rdb, dlock.WithWait(0)).Election(lockName(t), opt).Campaign(ctx, "v"))
+		},
+		"NewRedlock": func(opt dlock.Option) error {
+			r := dlock.NewRedlock(nodes, opt, dlock.WithRestartGuard(0))
+			return first(r.Mutex(lockName(t), dlock.WithNodeTimeout(time.Second)).TryLock(ctx))
+		},
+		"RedlockMutex": func(opt dlock.Option) error {
+			r := dlock.NewRedlock(nodes, dlock.WithRestartGuard(0))
+			return first(r.Mutex(lockName(t), opt).TryLock(ctx))
+		},
+	}
+	everyType := []string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore", "MultiLock", "Election", "NewRedlock", "RedlockMutex"}
+	for _, tc := range []struct {
+		option    string
+		opt       dlock.Option
+		appliesTo []string
+	}{
+		{"WithOwner", dlock.WithOwner("o"), []string{"Client", "RWMutex", "ReentrantMutex"}},
+		{"WithWaiterRefresh", dlock.WithWaiterRefresh(time.Second),
+			[]string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore", "MultiLock", "Election"}},
+		{"WithHolderInfo", dlock.WithHolderInfo(dlock.HolderInfo{Program: "p"}),
+			[]string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore"}},
+		{"WithReplicaAck", dlock.WithReplicaAck(0, time.Second),
+			[]string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore", "MultiLock", "Election"}},
+		{"WithNodeTimeout", dlock.WithNodeTimeout(time.Second), []string{"NewRedlock", "RedlockMutex"}},
+		{"WithRestartGuard", dlock.WithRestartGuard(0), []string{"NewRedlock", "RedlockMutex"}},
+		{"WithDriftFactor", dlock.WithDriftFactor(0.02), everyType},
+		{"WithWait", dlock.WithWait(0), everyType},
+	} {
+		for _, lockType := range everyType {
+			applies := false
+			for _, what := range tc.appliesTo {
+				applies = applies || what == lockType
+			}
+			sent := counter.commands.Load()
+			err := try[lockType](tc.opt)
+			switch {
+			case applies && errors.Is(err, dlock.ErrInvalid):
+				t.Errorf("%s to a %s: %v; want it taken", tc.option, lockType, err)
+			case !applies && (!errors.Is(err, dlock.ErrInvalid) || !strings.Contains(err.Error(), tc.option)):
+				t.Errorf("%s to a %s: %v; want ErrInvalid naming it", tc.option, lockType, err)
+			case !applies && counter.commands.Load() != sent:
+				t.Errorf("%s to a %s: refused after %d commands; want none sent", tc.option, lockType, counter.commands.Load()-sent)
+			}
+		}
+	}
+}
