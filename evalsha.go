@@ -59,12 +59,14 @@ func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptC
 	var load []string // the scripts' sources
 	for _, call := range calls {
 		if call.script != nil && isNoScript(call.cmd.Err()) {
-			load = appendNew(load, scripts.Companions(call.script))
+			load = append(load, scripts.Companions(call.script)...)
 		}
 	}
 	if len(load) == 0 {
 		return
 	}
+	slices.Sort(load) // two calls' types may be one
+	load = slices.Compact(load)
 	var again []scriptCall
 	var resent []int
 	for i, call := range calls {
@@ -125,14 +127,4 @@ func send(ctx context.Context, rdb redis.UniversalClient, load []string, calls [
 		}
 	}
 	return nil
-}
-
-// appendNew appends to list the scripts of more it does not hold yet.
-func appendNew(list, more []string) []string {
-	for _, s := range more {
-		if !slices.Contains(list, s) {
-			list = append(list, s)
-		}
-	}
-	return list
 }
