@@ -296,8 +296,8 @@ func (l *Lease) lockForRenewal() bool {
 // (the caller holds extendMu): confirmed, the next is due a third of ttl
 // after it; refused (loss), the lease is lost; failed (err alone), it is
 // tried again soon, well before the deadline: if none gets through, the
-// deadline timer reports the loss.
-// An observer is told each answer, with the margin the lease had left.
+// deadline timer reports the loss. An observer is told each answer, with
+// the margin the lease had left.
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) {
 	ob := l.obs.Load()
 	var due time.Time

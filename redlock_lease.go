@@ -14,7 +14,7 @@ import (
 type redlockHold struct {
 	lease *Lease
 	m     *RedlockMutex
-	timer *time.Timer // the next renewal: made by the first, before the lease is shared
+	timer *time.Timer // the next renewal, of an auto-renewed lease
 }
 
 // newLease makes the lease of a hold a majority granted to an attempt
@@ -23,7 +23,11 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 	_, autoRenew := m.cfg.holdTTL()
 	l := &Lease{name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
 		log: m.cfg.logger, ttl: ttl, renew: autoRenew}
-	l.hold = &redlockHold{lease: l, m: m}
+	h := &redlockHold{lease: l, m: m}
+	l.hold = h
+	if autoRenew { // made before start sets it, so that no renewal runs before it is made
+		h.timer = time.AfterFunc(ttl/3, l.renewNow)
+	}
 	l.setDeadline(start, ttl)
 	l.start(start, ttl)
 	return l
@@ -114,8 +118,6 @@ func (h *redlockHold) renewAt(at time.Time) {
 	case at.IsZero():
 		h.timer.Stop()
 	case l.unlocking.Load() || l.ended():
-	case h.timer == nil:
-		h.timer = time.AfterFunc(time.Until(at), l.renewNow)
 	default:
 		h.timer.Reset(time.Until(at))
 	}
