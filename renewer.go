@@ -162,8 +162,8 @@ func (r *renewer) loop() {
 
 // takeDue pops the leases due by now (with slack), or says how long to sleep,
 // or that nothing has been left to renew for renewerLinger: then the loop
-// ends, marked not running under the same lock that add starts a new one
-// under.
+// ends, marked not running under the same lock that schedule starts a new
+// one under.
 func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
