@@ -206,9 +206,9 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 // takeGroups takes each group in turn: all of them, or none.
 func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*Lease, error) {
 	held := make([]*Lease, 0, len(m.groups))
-	call := newOwnerToken() // names the call's tombstones
+	token := newOwnerToken() // names the call's tombstones
 	for _, g := range m.groups {
-		a := m.call(g, call)
+		a := m.call(g, token)
 		var l *Lease
 		var err error
 		if try {
