@@ -65,8 +65,8 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: []string{k.own},
 			keys:        [2][]string{{k.lock, k.fence}, {k.waiters, e.leaderKey, e.observeChannel}},
 			abandonKeys: [2][]string{{k.lock, k.channel}, {k.waiters, k.fence}},
-			lease: leaseSpec{kind: electionKind, keys: []string{k.lock, k.forced()},
-				relKeys: []string{k.lock, k.channel, k.waiters, e.leaderKey}},
+			lease:       leaseSpec{kind: electionKind, keys: []string{k.lock, k.forced()}},
+			releaseKeys: []string{k.lock, k.channel, k.waiters, e.leaderKey},
 		})
 	}
 	return e

@@ -89,8 +89,10 @@ type acquireSpec struct {
 
 	// lease is what every lease of the handle shares (name, kind, KEYS,
 	// release mark, settings; a MultiLock group's names); each call adds
-	// its owner, token and sending.
-	lease leaseSpec
+	// its owner, token and sending. Its release's KEYS, up to the release
+	// mark, are releaseKeys.
+	lease       leaseSpec
+	releaseKeys []string
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
 	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
@@ -107,7 +109,7 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 		s.lease.name = h.name
 	}
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
-	s.lease.relHead, s.lease.relKeys = boxedCommand(s.lease.kind.release, s.lease.relKeys, 1), nil
+	s.lease.relHead = boxedCommand(s.lease.kind.release, s.releaseKeys, 1)
 	return &s
 }
 

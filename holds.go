@@ -51,7 +51,8 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 			op: op, script: scripts.RWAcquire, channels: []string{channel},
 			keys:        [2][]string{h.scriptKeys},
 			abandonKeys: [2][]string{h.scriptKeys},
-			lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys]},
+			lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2]},
+			releaseKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
 		})
 	}
 	h.write, h.read = spec("lock", h.keys.channel), spec("read lock", h.scriptKeys[rwReadChannel])

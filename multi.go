@@ -99,7 +99,8 @@ func (h *handle) group(names []string) *acquireSpec {
 		op: "lock", script: scripts.MultiAcquire, publishes: true, channels: channels,
 		keys:        [2][]string{keys},
 		abandonKeys: [2][]string{keys},
-		lease:       leaseSpec{name: strings.Join(names, ","), kind: multiKind, keys: keys, relKeys: keys, names: names},
+		lease:       leaseSpec{name: strings.Join(names, ","), kind: multiKind, keys: keys, names: names},
+		releaseKeys: keys,
 	})
 }
 

@@ -34,8 +34,8 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 			op: "lock", script: scripts.MutexAcquire, channels: []string{k.own},
 			keys:        [2][]string{{k.lock, k.fence}, {k.waiters, k.holderInfo()}},
 			abandonKeys: [2][]string{{k.lock, k.channel}, {k.waiters, k.fence, k.holderInfo()}},
-			lease: leaseSpec{kind: mutexKind, keys: []string{k.lock, k.forced(), k.holderInfo()},
-				relKeys: []string{k.lock, k.channel, k.waiters, k.fence, k.holderInfo()}},
+			lease:       leaseSpec{kind: mutexKind, keys: []string{k.lock, k.forced(), k.holderInfo()}},
+			releaseKeys: []string{k.lock, k.channel, k.waiters, k.fence, k.holderInfo()},
 		})
 	}
 	return m

@@ -54,7 +54,8 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 			keys:        [2][]string{s.scriptKeys},
 			abandonKeys: [2][]string{s.scriptKeys},
 			// extend and TTL: holders and tokens; release: up to the channel
-			lease: leaseSpec{kind: semKind, keys: s.scriptKeys[:2], relKeys: s.scriptKeys[:5]},
+			lease:       leaseSpec{kind: semKind, keys: s.scriptKeys[:2]},
+			releaseKeys: s.scriptKeys[:5],
 		})
 	}
 	return s
