@@ -90,5 +90,5 @@ func redisIdentity(rdb redis.UniversalClient) string {
 }
 
 // holdOwner is the owner in a hold's member: mode, hold id, owner (see
-// holdAcquirer.member and parse in rw_lib.lua).
+// holdCall.fresh and parse in rw_lib.lua).
 func holdOwner(member string) string { return member[1+scripts.OwnerTokenDigits:] }
