@@ -30,8 +30,7 @@ type leaseSpec struct {
 	name    string
 	kind    *leaseKind
 	keys    []string // KEYS of extend and TTL
-	relKeys []string // KEYS of release
-	relHead []any    // or release's EVALSHA command up to its last key, the mark, boxed by the type (see Mutex.argv)
+	relHead []any    // release's EVALSHA command up to its last key, the mark, boxed by the type (see handle.boxed)
 	mark    string   // the lock key the release mark is named after (see releaseMark)
 	owner   string
 	token   uint64
@@ -98,11 +97,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	l.hold, h.lease = h, l
 	l.setDeadline(spec.sent, validity)
 	mark := releaseMark(spec.mark, spec.owner)
-	if h.relHead == nil {
-		h.relHead = evalshaArgv(spec.kind.release, append(spec.relKeys[:len(spec.relKeys):len(spec.relKeys)], mark), nil)
-	} else {
-		h.relHead = append(h.relHead[:len(h.relHead):len(h.relHead)], mark)
-	}
+	h.relHead = append(h.relHead[:len(h.relHead):len(h.relHead)], mark)
 	if spec.names != nil {
 		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
 	}
@@ -163,7 +158,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	void := rule == voidAlways || (rule == voidIfCopied && l.maybeCopied)
 	if void && h.tombstone != "" { // the tombstone is release's last KEY, its lifetime its last ARGV
 		head = append(slices.Clone(h.relHead), h.tombstone)
-		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, Mutex.argv)
+		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
 		extra = append(extra, tombstoneLifeMillis)
 	}
 	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, l.owner, extra...)
