@@ -17,9 +17,9 @@
 --                                       info; gone with its last hold there
 -- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
 --          it expires in ms of the server's clock. A member is
---          mode .. hold id .. owner: mode 'w' or 'r', the hold id 32 random
---          hex digits (a secret: it is the proof a Lease shows), the owner id
---          the rest. Each hold expires on its own, so a crashed holder stops
+--          mode .. hold id .. owner: mode 'w' or 'r', the hold id
+--          OWNER_TOKEN_DIGITS random hex digits (a secret: it is the proof
+--          a Lease shows), the owner id the rest. Each hold expires on its own, so a crashed holder stops
 --          blocking others within its TTL while other holders renew theirs.
 -- KEYS[3]  writers waiting: sorted set of waiter ids by registration expiry.
 --          While a live one is there, owners not yet holding the lock may not
@@ -37,7 +37,7 @@ local STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN =
 
 -- The mode and owner of a hold.
 local function parse(member)
-  return member:sub(1, 1), member:sub(34)
+  return member:sub(1, 1), member:sub(OWNER_TOKEN_DIGITS + 2)
 end
 
 -- Take one hold out of the counts; returns its mode and what its owner

@@ -119,6 +119,12 @@ var (
 // another form under that key for a value dlock did not write.
 const OwnerTokenDigits = 32
 
+// ClientTagChars is the length of a Client's tag (see ProtocolTag), which
+// starts its waiters' registrations and names its own channel: the
+// scripts find the tag as that many characters before a registration's
+// '/'.
+const ClientTagChars = 16
+
 // ProtocolVersion is the version of what dlock's scripts share in Redis
 // between clients: the forms of registrations, hand-over messages and lock
 // values. Protocol 1 is dlock before it was versioned; protocol 2 reads its
@@ -135,12 +141,13 @@ const ProtocolVersion = 2
 var ProtocolTag = "v" + strconv.Itoa(ProtocolVersion)
 
 // prelude starts every script: the constants the scripts take from Go (the
-// owner token's form, made from OwnerTokenDigits; the fencing counter's
-// retention), so that each rule is written once, then common.lua and
-// foreign.lua.
+// owner token's form and length, made from OwnerTokenDigits; the protocol's
+// tag and a Client tag's length; the fencing counter's retention), so that
+// each rule is written once, then common.lua and foreign.lua.
 var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local PROTOCOL_TAG = '" + ProtocolTag + "'\n" +
 	fmt.Sprintf("local OWNER_TOKEN_DIGITS = %d\n", OwnerTokenDigits) +
+	fmt.Sprintf("local CLIENT_TAG_CHARS = %d\n", ClientTagChars) +
 	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
