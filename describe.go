@@ -180,13 +180,8 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	return n == 1, nil
 }
 
-// anyLockKeys are the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): those of rw_lib.lua, then the keys only
-// other types have. Each script looks at every one to tell whether the
-// name's keys are all dlock's.
-func anyLockKeys(k keys) []string {
-	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader", k.forced(), k.holderInfo())
-}
+// anyLockKeys are the KEYS of the scripts for a lock of any type.
+func anyLockKeys(k keys) []string { return scripts.AnyLockLayout.Keys(k.lock) }
 
 // namedKeys are the keys of the lock called name for a call by name
 // (Describe, ForceUnlock): under the Client's prefix, or opts' (a handle's

@@ -32,8 +32,8 @@
 -- KEYS[8]  fencing counter (see mint_token in common.lua; acquire only)
 -- KEYS[9]  the tombstone of this hold id (acquire and abandon only)
 
-local STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- Go's RWLayout (layout.go) names these KEYS[1..8] for every script that
+-- takes them: STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN, FENCE.
 
 -- The mode and owner of a hold.
 local function parse(member)

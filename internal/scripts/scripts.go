@@ -159,6 +159,12 @@ func script(parts ...string) *redis.Script {
 	return redis.NewScript(prelude + strings.Join(parts, ""))
 }
 
+// scriptOn makes a script of parts that take the KEYS of layout, named
+// after the prelude.
+func scriptOn(layout Layout, parts ...string) *redis.Script {
+	return script(append([]string{layout.locals()}, parts...)...)
+}
+
 // Mutex scripts.
 var (
 	MutexAcquire = script(mutexAcquire)
@@ -209,21 +215,20 @@ var (
 // scripts.
 var RedlockFence = script(redlockFence)
 
-// Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys
-// are among them).
+// Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
-	ForceUnlock = script(rwLib, forceUnlock)
-	Describe    = script(rwLib, describe, rwInspect)
+	ForceUnlock = scriptOn(AnyLockLayout, rwLib, forceUnlock)
+	Describe    = scriptOn(AnyLockLayout, rwLib, describe, rwInspect)
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 var (
-	RWAcquire = script(rwLib, rwAcquire)
-	RWRelease = script(rwLib, rwRelease)
-	RWExtend  = script(rwLib, rwExtend)
-	RWTTL     = script(rwLib, rwTTL)
-	RWAbandon = script(rwLib, rwAbandon)
-	RWInspect = script(rwLib, rwInspect)
+	RWAcquire = scriptOn(RWLayout, rwLib, rwAcquire)
+	RWRelease = scriptOn(RWLayout, rwLib, rwRelease)
+	RWExtend  = scriptOn(RWLayout, rwLib, rwExtend)
+	RWTTL     = scriptOn(RWLayout, rwLib, rwTTL)
+	RWAbandon = scriptOn(RWLayout, rwLib, rwAbandon)
+	RWInspect = scriptOn(RWLayout, rwLib, rwInspect)
 )
 
 // FenceRetentionTTLs is how long a lock name's fencing counter outlives the
