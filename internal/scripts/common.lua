@@ -235,12 +235,9 @@ end
 -- A release that gives its call up (the caller's context ended as the lock
 -- was granted, or a MultiLock rolls back) writes the call's tombstone for
 -- ms, as an abandon does: a copy of the granted attempt still on its way
--- then takes nothing. Other releases name none.
-local function void_call(tombstone, ms)
-  if tombstone ~= nil and ms ~= nil then
-    redis.call('SET', tombstone, '1', 'PX', ms)
-  end
-end
+-- then takes nothing. Other releases name none. The write is a release
+-- mark's: a key set for ms, when the caller names both.
+local void_call = mark_released
 
 -- Holder info (WithHolderInfo in Go) of a Mutex's or FairMutex's hold: a
 -- string beside the lock, the holder's owner token followed by the info

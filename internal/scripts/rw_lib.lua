@@ -19,8 +19,9 @@
 --          it expires in ms of the server's clock. A member is
 --          mode .. hold id .. owner: mode 'w' or 'r', the hold id
 --          OWNER_TOKEN_DIGITS random hex digits (a secret: it is the proof
---          a Lease shows), the owner id the rest. Each hold expires on its own, so a crashed holder stops
---          blocking others within its TTL while other holders renew theirs.
+--          a Lease shows), the owner id the rest. Each hold expires on its
+--          own, so a crashed holder stops blocking others within its TTL
+--          while other holders renew theirs.
 -- KEYS[3]  writers waiting: sorted set of waiter ids by registration expiry.
 --          While a live one is there, owners not yet holding the lock may not
 --          start reading (writer preference).
@@ -33,7 +34,8 @@
 -- KEYS[9]  the tombstone of this hold id (acquire and abandon only)
 
 -- Go's RWLayout (layout.go) names these KEYS[1..8] for every script that
--- takes them: STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN, FENCE.
+-- takes them: STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN, FENCE (a
+-- release takes its mark in FENCE's place, and reads it as KEYS[8]).
 
 -- The mode and owner of a hold.
 local function parse(member)
@@ -120,10 +122,17 @@ local function wake(publish, now, writer_left)
   end
 end
 
--- Release one live hold and wake whoever can go.
+-- Release one live hold and wake whoever can go: nil, or the error when
+-- another program wrote over the state, which is left as it is.
 local function release_hold(member, publish, now)
+  local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
+  if wrong then
+    return wrong
+  end
+  purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member)
   wake(publish, now, mode == 'w' and left <= 0)
   expire_with_last()
+  return nil
 end

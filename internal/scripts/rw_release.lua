@@ -23,16 +23,14 @@
 void_call(KEYS[9], ARGV[4])
 local now = server_now()
 if not live_score(HOLDS, ARGV[1], now) then
-  if released_before(FENCE) then
+  if released_before(KEYS[8]) then
     return 1
   end
   return 0
 end
-local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
-if wrong then -- another program wrote over the state: left as it is
+local wrong = release_hold(ARGV[1], ARGV[2], now)
+if wrong then
   return wrong
 end
-purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
-release_hold(ARGV[1], ARGV[2], now)
-mark_released(FENCE, ARGV[3])
+mark_released(KEYS[8], ARGV[3])
 return 1
