@@ -37,9 +37,9 @@ func TestClient_DescribeTypeIsALockType(t *testing.T) {
 	}
 }
 
-// Describe looks under the prefix it is given, as a handle does with
-// WithPrefix, and under the Client's otherwise.
-func TestClient_DescribeHonoursWithPrefix(t *testing.T) {
+// Describe and ForceUnlock look under the prefix they are given, as a
+// handle does with WithPrefix, and under the Client's otherwise.
+func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 	srv := startServer(t)
 	c := newClient(t, srv.Client())
 	ctx := ctxFor(t, 30*time.Second)
@@ -58,6 +58,15 @@ func TestClient_DescribeHonoursWithPrefix(t *testing.T) {
 	}
 	if _, err := c.Describe(ctx, name, dlock.WithPrefix("a{b}:")); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("a prefix with a hash tag: %v; want ErrInvalid", err)
+	}
+	if held, err := c.ForceUnlock(ctx, name); err != nil || held {
+		t.Fatalf("ForceUnlock under the Client's prefix: %v, %v; want nothing held", held, err)
+	}
+	if held, err := c.ForceUnlock(ctx, name, dlock.WithPrefix("other:")); err != nil || !held {
+		t.Fatalf("ForceUnlock under the handle's prefix: %v, %v; want the Mutex removed", held, err)
+	}
+	if info, err := c.Describe(ctx, name, dlock.WithPrefix("other:")); err != nil || info.Type != dlock.TypeNone {
+		t.Fatalf("after ForceUnlock: %+v, %v; want free", info, err)
 	}
 }
 
