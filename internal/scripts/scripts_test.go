@@ -175,8 +175,12 @@ func expectHandOver(t *testing.T, ctx context.Context, rdb *redis.Client, messag
 // read timeout) reports the same acquisition, and mints once.
 func TestAcquire_ResentAcquireCountsOnce(t *testing.T) {
 	for name, try := range map[string]func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64{
-		"mutex": func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64 { return acquire(t, ctx, rdb, tok("a")) },
-		"fair":  func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64 { return fairTry(t, ctx, rdb, fairA, "") },
+		"mutex": func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64 {
+			return acquire(t, ctx, rdb, tok("a"))
+		},
+		"fair": func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64 {
+			return fairTry(t, ctx, rdb, fairA, "")
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, rdb := setup(t)
