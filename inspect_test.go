@@ -1,19 +1,27 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
 )
+
+// inspecting is what each test here starts with: a server of its own, a
+// Client on it, a context and a lock name.
+func inspecting(t *testing.T) (*redis.Client, *dlock.Client, context.Context, string) {
+	srv := startServer(t)
+	rdb := srv.Client()
+	return rdb, newClient(t, rdb), ctxFor(t, 30*time.Second), lockName(t)
+}
 
 // Describe's Type is a LockType, one constant per type it tells apart.
 func TestClient_DescribeTypeIsALockType(t *testing.T) {
-	srv := startServer(t)
-	c := newClient(t, srv.Client())
-	ctx := ctxFor(t, 30*time.Second)
+	_, c, ctx, name := inspecting(t)
 
 	cases := []struct {
 		name string
@@ -27,7 +35,7 @@ func TestClient_DescribeTypeIsALockType(t *testing.T) {
 		{"election", func(name string) error { _, err := c.Election(name).Campaign(ctx, "v"); return err }, dlock.TypeElection},
 	}
 	for _, tc := range cases {
-		name := lockName(t) + tc.name
+		name := name + tc.name
 		if err := tc.take(name); err != nil {
 			t.Fatal(err)
 		}
@@ -40,11 +48,8 @@ func TestClient_DescribeTypeIsALockType(t *testing.T) {
 // Describe and ForceUnlock look under the prefix they are given, as a
 // handle does with WithPrefix, and under the Client's otherwise.
 func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
-	srv := startServer(t)
-	c := newClient(t, srv.Client())
-	ctx := ctxFor(t, 30*time.Second)
+	_, c, ctx, name := inspecting(t)
 
-	name := lockName(t)
 	lease, err := c.Mutex(name, dlock.WithPrefix("other:")).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -71,10 +76,7 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 }
 
 func TestMutex_InspectReportsTheHold(t *testing.T) {
-	srv := startServer(t)
-	c := newClient(t, srv.Client())
-	ctx := ctxFor(t, 30*time.Second)
-	name := lockName(t)
+	_, c, ctx, name := inspecting(t)
 	info := dlock.HolderInfo{Hostname: "web-1", PID: 42}
 	m := c.Mutex(name, dlock.WithPrefix("inspect:"), dlock.WithHolderInfo(info))
 
@@ -101,10 +103,7 @@ func TestMutex_InspectReportsTheHold(t *testing.T) {
 // A Mutex (or FairMutex) handle on a name another type holds reports
 // ErrWrongType, as its Lock would, rather than a Mutex that is free.
 func TestMutex_InspectRefusesAnotherType(t *testing.T) {
-	srv := startServer(t)
-	c := newClient(t, srv.Client())
-	ctx := ctxFor(t, 30*time.Second)
-	name := lockName(t)
+	_, c, ctx, name := inspecting(t)
 	if _, err := c.RWMutex(name).RLock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +116,7 @@ func TestMutex_InspectRefusesAnotherType(t *testing.T) {
 }
 
 func TestFairMutex_InspectCountsTheQueue(t *testing.T) {
-	srv := startServer(t)
-	rdb := srv.Client()
-	c := newClient(t, rdb)
-	ctx := ctxFor(t, 30*time.Second)
-	name := lockName(t)
+	rdb, c, ctx, name := inspecting(t)
 	f := c.FairMutex(name)
 
 	held, err := f.Lock(ctx)
