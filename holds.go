@@ -59,18 +59,15 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 	return h
 }
 
-// rwScriptKeys are the KEYS of the read-write scripts in rw_lib.lua's order,
+// rwScriptKeys are the KEYS of the read-write scripts (scripts.RWLayout),
 // up to the fencing counter: a Mutex's keys and a read-write lock's own.
 // Made once per handle, not per Mutex.
-func rwScriptKeys(k keys) []string {
-	return []string{k.lock, k.lock + ":holds", k.waiters, k.lock + ":rwaiters", k.lock + ":rpass",
-		k.channel, k.lock + ":rwake", k.fence}
-}
+func rwScriptKeys(k keys) []string { return scripts.RWLayout.Keys(k.lock) }
 
 // Positions in rwScriptKeys of the keys Go code names itself.
-const (
-	rwReleaseKeys = 7 // the KEYS of release: up to the readers' channel
-	rwReadChannel = 6
+var (
+	rwReadChannel = scripts.RWLayout.Index("RCHAN")
+	rwReleaseKeys = rwReadChannel + 1 // the KEYS of release: up to the readers' channel
 )
 
 // acquire is TryLock (try) or Lock, in mode.
