@@ -36,15 +36,11 @@ type queuedCall struct {
 	done chan struct{}
 }
 
-// run runs script like [redis.Script.Run]. A caller whose ctx ends while
-// its call waits to be sent gets ctx's error; the call may still go out,
-// which callers treat as any reply lost on the way (its outcome unknown).
-func (q *coalescer) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return q.runArgv(ctx, script, evalshaArgv(script, keys, args))
-}
-
-// runArgv is run with the EVALSHA command already built, so that a hot
-// path can keep what does not change (key names, TTLs) boxed once.
+// runArgv runs script, its EVALSHA command built (so that a hot path can
+// keep what does not change, key names and TTLs, boxed once). A caller
+// whose ctx ends while its call waits to be sent gets ctx's error; the
+// call may still go out, which callers treat as any reply lost on the way
+// (its outcome unknown).
 func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
 	q.mu.Lock()
 	if q.flights < coalesceFlights && len(q.queue) == 0 {

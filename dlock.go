@@ -324,16 +324,6 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// runAcquire sends an acquire script on keys: through the coalescer or,
-// with [WithReplicaAck], with WAIT after it (see acquireAcknowledged, whose
-// error reports replicas that did not confirm the hold).
-func (c *Client) runAcquire(ctx context.Context, cfg settings, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	if cfg.replicaAck == 0 {
-		return c.flights.run(ctx, script, keys, args...), nil
-	}
-	return c.acquireAcknowledged(ctx, cfg, script, keys, args...)
-}
-
 // release runs a release script for one owner and reports whether it let go
 // of a hold. It is not stopped by ctx's cancellation (only bounded by
 // [CleanupTimeout]): the caller's hold must go whatever the caller's context.
@@ -344,7 +334,7 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 }
 
 // releaseArgv is release with the EVALSHA command built up to the owner
-// token (a Mutex keeps its own boxed: see Mutex.argv).
+// token (every lock type keeps its own boxed: see handle.boxed).
 func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

@@ -101,6 +101,7 @@ var (
 	forElection  = optionScope{"Election", optWaiterRefresh | optReplicaAck}
 	forClient    = optionScope{"Client", forRWMutex.takes}
 	forRedlock   = optionScope{"Redlock", optNodeTimeout | optRestartGuard}
+	forDescribe  = optionScope{"Describe or ForceUnlock", 0} // WithPrefix is all they use
 )
 
 // refuse is the error for the options of given that scope does not take.

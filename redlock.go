@@ -247,13 +247,27 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	r := m.r
 	owner := newOwnerToken()
 	ttl, _ := m.cfg.holdTTL()
+	longest := r.ttlInUse(ttl)
+	var guard time.Duration // 0: off
+	if m.cfg.restartGuard > 0 {
+		guard = max(m.cfg.restartGuard, longest)
+	}
+	keys := []string{m.keys.lock, m.keys.fence, m.keys.tombstone(owner), m.keys.waiters}
 	start := time.Now()
-	votes, errs := m.vote(ctx, owner, ttl, m.restartGuard(ttl))
+	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
+		return m.askNode(ctx, n, keys, owner, ttl, guard)
+	})
+	tokens := make([]int64, len(votes))
+	held := make([]int64, len(votes))
+	answered := make([]bool, len(votes))
+	for i, v := range votes {
+		tokens[i], held[i], answered[i] = v.token, v.held, v.answered
+	}
 	valid := func() bool { return m.drift(ttl)+time.Since(start) < ttl }
-	op, granted := "lock", succeeded(errs)
+	op, granted, late := "lock", succeeded(errs), false
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
 	if granted >= r.quorum && valid() && !foreign {
-		token, fenced := m.agreeOnToken(ctx, votes, errs)
+		token, fenced := m.agreeOnToken(ctx, tokens, errs)
 		if succeeded(fenced) >= r.quorum && valid() {
 			return m.newLease(owner, token, start, ttl), 0, nil
 		}
@@ -261,25 +275,15 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 			op, granted, errs = "lock (fencing token)", succeeded(fenced), fenced
 		}
 	}
-	late := granted >= r.quorum && !foreign // a quorum, but its validity ran out
-	m.abandon(ctx, owner, votes)
+	late = granted >= r.quorum && !foreign // a quorum, but its validity ran out
+	m.abandon(ctx, owner, answered)
 
 	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted, Late: late,
 		Nodes: nodeErrors(r.nodes, errs), outcome: ErrNotAcquired}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
-	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
-}
-
-// restartGuard is how long a node must have been up to vote on an attempt
-// for ttl (0: the guard is off), recording ttl as in use.
-func (m *RedlockMutex) restartGuard(ttl time.Duration) time.Duration {
-	longest := m.r.ttlInUse(ttl)
-	if m.cfg.restartGuard == 0 {
-		return 0
-	}
-	return max(m.cfg.restartGuard, longest)
+	return nil, majorityHoldLeft(held, r.quorum), quorumErr
 }
 
 // vote is what a node answered an attempt: granted with its counter, or
@@ -289,48 +293,44 @@ type vote struct {
 	token, held int64
 }
 
-// vote sends an attempt of owner for ttl to every node, and has each node
-// that granted it show it has been up for guard (when not 0) before its
-// vote counts.
-func (m *RedlockMutex) vote(ctx context.Context, owner string, ttl, guard time.Duration) ([]vote, []error) {
-	keys := []string{m.keys.lock, m.keys.fence, m.keys.tombstone(owner), m.keys.waiters}
-	return onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
-		res, err := runScript(ctx, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
-		if err == nil && (len(res) != 2 || res[0] == -1) {
-			err = errUnexpectedReply
+// askNode asks node n for the lock, and, with a restart guard, whether it may
+// vote (see redlockNode.mayVote).
+func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
+	res, err := runScript(ctx, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] == -1) {
+		err = errUnexpectedReply
+	}
+	switch {
+	case isWrongType(err):
+		return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
+	case err != nil:
+		return vote{}, err
+	case res[0] != 1:
+		return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
+	}
+	v := vote{answered: true, token: res[1]}
+	if guard > 0 {
+		if err := n.mayVote(ctx, guard); err != nil {
+			return v, err
 		}
-		switch {
-		case isWrongType(err):
-			return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
-		case err != nil:
-			return vote{}, err
-		case res[0] != 1:
-			return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
-		}
-		v := vote{answered: true, token: res[1]}
-		if guard > 0 {
-			if err := n.mayVote(ctx, guard); err != nil {
-				return v, err
-			}
-		}
-		return v, nil
-	})
+	}
+	return v, nil
 }
 
 // agreeOnToken is the highest counter among the nodes that granted. It
 // raises every node's counter to it, kept for good (see redlock_fence.lua),
 // and reports how each did: the token holds once a majority have it.
-func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []error) (uint64, []error) {
+func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes []error) (uint64, []error) {
 	var token int64
-	for i, err := range errs {
+	for i, err := range votes {
 		if err == nil {
-			token = max(token, votes[i].token)
+			token = max(token, tokens[i])
 		}
 	}
-	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, []string{m.keys.fence}, token).Err()
 	})
-	return uint64(token), fenced
+	return uint64(token), errs
 }
 
 // majorityHoldLeft is when to try again, as the nodes that refused tell
@@ -338,11 +338,11 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 // quorum of nodes refused (early rather than late: a retry that comes too
 // soon is refused again, one too late waits for nothing). Negative:
 // unknown (not enough nodes refused to say).
-func majorityHoldLeft(votes []vote, quorum int) time.Duration {
+func majorityHoldLeft(held []int64, quorum int) time.Duration {
 	var left []int64
-	for _, v := range votes {
-		if v.held > 0 {
-			left = append(left, v.held)
+	for _, ms := range held {
+		if ms > 0 {
+			left = append(left, ms)
 		}
 	}
 	if len(left) < quorum {
@@ -360,13 +360,13 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 // others (down, or slow) get theirs in the background, bounded by
 // [CleanupTimeout], so that a failed attempt returns within the node
 // timeout.
-func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
+func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence}
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	var waitFor []*redlockNode
 	var background []*redlockNode
 	for i, n := range m.r.nodes {
-		if votes[i].answered {
+		if answered[i] {
 			waitFor = append(waitFor, n)
 		} else {
 			background = append(background, n)
