@@ -41,10 +41,12 @@ var (
 // TestExplore_CISeedsCoverEveryKind), and among them runs that caught a
 // reverted fix (docs/SAFETY.md, "The explorer"): 1 (release mark), 2 and 4
 // (Extend), 6 and 24 (MultiLock's earlier parts), 59 (renewals per node),
-// 50 (tombstones, in a targeted replay); 64 and 101 once failed on the
-// checker's own error, an abandon counted applied when it had met NOSCRIPT
-// (see commandFaults.noteAbandons).
-var ciSeeds = []uint64{1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 101}
+// 50, 64 and 101 (tombstones), 68 (tokens floored by server time, through
+// a restart); 64 and 101 once failed on the checker's own error, an
+// abandon counted applied when it had met NOSCRIPT (see
+// commandFaults.noteAbandons). 47 and 68 run Redlocks, 68 restarts one of
+// their masters.
+var ciSeeds = []uint64{1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101}
 
 // ciFresh is how many fresh seeds a CI run adds to ciSeeds.
 const ciFresh = 2
@@ -87,10 +89,11 @@ func TestExplore(t *testing.T) {
 }
 
 // TestExplore_CISeedsCoverEveryKind keeps ciSeeds honest: together they use
-// every lock kind and every fault kind, the cluster, and fault-free runs.
+// every lock kind and every fault kind, the cluster, fault-free runs, and a
+// Redlock whose master restarts (the restart guard's case).
 func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
 	kinds, faults := map[string]bool{}, map[string]bool{}
-	cluster, faultFree := false, false
+	cluster, faultFree, guard := false, false, false
 	for _, seed := range ciSeeds {
 		p := randomParams(seed, maxClients())
 		for _, k := range p.Kinds {
@@ -101,6 +104,7 @@ func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
 		}
 		cluster = cluster || p.Cluster
 		faultFree = faultFree || len(p.Faults) == 0
+		guard = guard || p.has("restart") && slices.Contains(p.Kinds, "redlock")
 	}
 	for _, k := range lockKinds {
 		if !kinds[k] {
@@ -112,8 +116,8 @@ func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
 			t.Errorf("no CI seed injects %s", f)
 		}
 	}
-	if !cluster || !faultFree {
-		t.Errorf("CI seeds: cluster %v, fault-free %v; want both", cluster, faultFree)
+	if !cluster || !faultFree || !guard {
+		t.Errorf("CI seeds: cluster %v, fault-free %v, a Redlock master restarted %v; want all", cluster, faultFree, guard)
 	}
 }
 
@@ -134,6 +138,7 @@ func replayParams() params {
 type explorer struct {
 	t       *testing.T
 	cluster func() *exploreEnv
+	redlock func() []*redistest.Server
 
 	runs, ops, acquisitions, checks, labelled, labelledOverlaps int
 	injected                                                    map[string]int
@@ -152,16 +157,32 @@ func newExplorer(t *testing.T) *explorer {
 		})
 		return env
 	}
+	// The Redlock's masters start now, so that they are old enough to
+	// vote (redlockGuard) by the first run that needs them.
+	masters := []*redistest.Server{startServer(t), startServer(t), startServer(t)}
+	var redlockOnce sync.Once
+	x.redlock = func() []*redistest.Server {
+		redlockOnce.Do(func() { waitVoting(t, masters) })
+		return masters
+	}
 	return x
 }
 
 // env is a fresh server for a standalone run (cheap, and a paused or
-// flushed one harms no other run), the shared cluster otherwise.
+// flushed one harms no other run), the shared cluster otherwise; and the
+// shared Redlock masters for a run with Redlocks (each run's keys are its
+// own, and a node a run paused or restarted is back by the next).
 func (x *explorer) env(p params) *exploreEnv {
+	env := &exploreEnv{}
 	if p.Cluster {
-		return x.cluster()
+		*env = *x.cluster()
+	} else {
+		env.nodes = []*redistest.Server{startServer(x.t)}
 	}
-	return &exploreEnv{nodes: []*redistest.Server{startServer(x.t)}}
+	if slices.Contains(p.Kinds, "redlock") {
+		env.redlock = x.redlock()
+	}
+	return env
 }
 
 func (x *explorer) run(p params) *outcome {
@@ -257,7 +278,7 @@ func (x *explorer) finish() {
 	}
 	slices.Sort(faults)
 	report := fmt.Sprintf("explorer: %d runs in %v, %d operations, %d acquisitions, %d checks; faults injected: %s; "+
-		"%d labelled runs (FLUSHALL) with %d overlaps, the documented failure; %d failing runs",
+		"%d labelled runs (FLUSHALL, restart of a standalone server) with %d overlaps, the documented failure; %d failing runs",
 		x.runs, time.Since(x.started).Round(time.Second), x.ops, x.acquisitions, x.checks, strings.Join(faults, ", "),
 		x.labelled, x.labelledOverlaps, len(x.failures))
 	x.t.Log(report)
