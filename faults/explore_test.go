@@ -24,6 +24,7 @@ import (
 //
 //	go test -tags faults -run Explore .                               # CI budget
 //	go test -tags faults -run Explore -explore 30m -explore.report R.md . # soak
+//	go test -tags faults -run Explore -explore 30m -explore.parallel 3 .  # soak in 3 lanes
 //	go test -tags faults -run Explore -explore.seed 42 -explore.clients 3 ... # replay
 var (
 	exploreFor    = flag.Duration("explore", 0, "explore fresh seeds for this long (0: the CI budget)")
