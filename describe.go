@@ -8,21 +8,25 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// Holder is one owner holding a lock.
-type Holder struct {
-	Owner string // the owner id; "" for a Mutex, whose owner token is a secret
-	Write bool   // holds the exclusive (write) side; else reads
-	Holds int    // how many holds (re-entries counted)
+// LockType is the type of lock [Client.Describe] found under a name, as
+// far as Redis can tell: the keys of some types are alike (see each
+// constant).
+type LockType string
 
-	// Info is what the holder stored with [WithHolderInfo]; nil when it
-	// stored none (or its lock type keeps none).
-	Info *HolderInfo
-}
+// The lock types Describe tells apart.
+const (
+	TypeNone      LockType = ""          // nothing holds the name
+	TypeMutex     LockType = "Mutex"     // a Mutex; also a FairMutex with nobody queued, and a MultiLock's lock
+	TypeFairMutex LockType = "FairMutex" // a FairMutex with someone queued
+	TypeElection  LockType = "Election"  // an Election's leadership
+	TypeRWMutex   LockType = "RWMutex"   // an RWMutex; also a ReentrantMutex, whose holds are write holds
+	TypeSemaphore LockType = "Semaphore" // a Semaphore
+)
 
 // LockInfo is what [Client.Describe] found under a lock name.
 type LockInfo struct {
 	Name           string
-	Type           string        // "Mutex" (also a FairMutex with nobody queued, and a MultiLock's part), "FairMutex", "Election", "RWMutex" (also a ReentrantMutex's), "Semaphore", or "" when nothing holds it
+	Type           LockType      // TypeNone when nothing holds it
 	LeaderValue    string        // an Election's: the value its leader campaigned with; else ""
 	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
 	Permits        int           // a Semaphore's number of permits; else 0
@@ -35,62 +39,93 @@ type LockInfo struct {
 // Describe reports who holds the lock called name, whatever its type, how
 // long it has left and who waits: for operators and tools such as
 // `dlock status`. It is one script, one round trip, and changes nothing.
-// A key of the name holding what dlock did not write (a string that is no
-// owner token, a hash without the mark of a read-write lock's state…) is
-// no holder: Describe fails with [ErrWrongType], naming the key.
-func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
-	if err := c.checkName(ctx, name); err != nil {
+// It looks under the Client's prefix, or under the one opts give with
+// [WithPrefix], as a handle made with them would; no other option bears
+// on it. A key of the name holding what dlock did not write (a string
+// that is no owner token, a hash without the mark of a read-write lock's
+// state…) is no holder: Describe fails with [ErrWrongType], naming the
+// key.
+func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (LockInfo, error) {
+	k, err := c.namedKeys(ctx, name, opts)
+	if err != nil {
 		return LockInfo{}, err
 	}
-	reply, err := scripts.Describe.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), "").Slice()
+	return c.describe(ctx, name, k)
+}
+
+// describe runs describe.lua on the keys of the lock called name.
+func (c *Client) describe(ctx context.Context, name string, k keys) (LockInfo, error) {
+	reply, err := scripts.Describe.Run(ctx, c.rdb, anyLockKeys(k), "").Slice()
+	var info LockInfo
+	if err == nil {
+		switch kind, _ := reply[0].(string); kind {
+		case "mutex":
+			info, err = parseMutexInfo(reply[1:])
+		case "semaphore":
+			info, err = parseSemaphoreInfo(reply[1:])
+		default:
+			info, err = parseRWInfo(reply)
+		}
+	}
 	if err != nil {
 		return LockInfo{}, redisError("describe", name, err)
 	}
-	info := LockInfo{Name: name}
-	switch kind, _ := reply[0].(string); kind {
-	case "mutex":
-		r, err := int64s(reply[1:], 4)
-		if err == nil && len(reply) < 8 {
-			err = errUnexpectedReply
-		}
-		if err != nil {
-			return LockInfo{}, redisError("describe", name, err)
-		}
-		holderInfo, _ := reply[5].(string)
-		info.Type, info.Holders = "Mutex", []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}}
-		switch sort, _ := reply[6].(string); sort {
-		case "election":
-			info.Type, info.LeaderValue = "Election", fmt.Sprint(reply[7])
-		case "fair":
-			info.Type = "FairMutex"
-		}
-		info.TTL = time.Duration(r[1]) * time.Millisecond
-		if r[1] < 0 {
-			info.TTL = -1
-		}
-		info.WritersWaiting, info.LastToken = int(r[2]), uint64(r[3])
-		return info, nil
-	case "semaphore":
-		r, err := int64s(reply[1:], 5)
-		if err != nil {
-			return LockInfo{}, redisError("describe", name, err)
-		}
-		if r[0] > 0 {
-			info.Type, info.Holders = "Semaphore", permitHolders(reply[6:])
-		}
-		info.TTL = time.Duration(r[1]) * time.Millisecond
-		info.WritersWaiting, info.LastToken, info.Permits = int(r[2]), uint64(r[3]), int(r[4])
-		return info, nil
+	info.Name = name
+	return info, nil
+}
+
+// parseMutexInfo reads describe.lua's reply for a string lock key, after
+// its 'mutex'.
+func parseMutexInfo(reply []any) (LockInfo, error) {
+	r, err := int64s(reply, 4)
+	if err == nil && len(reply) < 7 {
+		err = errUnexpectedReply
 	}
+	if err != nil {
+		return LockInfo{}, err
+	}
+	holderInfo, _ := reply[4].(string)
+	info := LockInfo{Type: TypeMutex, Holders: []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
+		TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]), LastToken: uint64(r[3])}
+	switch sort, _ := reply[5].(string); sort {
+	case "election":
+		info.Type, info.LeaderValue = TypeElection, fmt.Sprint(reply[6])
+	case "fair":
+		info.Type = TypeFairMutex
+	}
+	if r[1] < 0 {
+		info.TTL = -1
+	}
+	return info, nil
+}
+
+// parseSemaphoreInfo reads describe.lua's reply for a Semaphore, after its
+// 'semaphore'.
+func parseSemaphoreInfo(reply []any) (LockInfo, error) {
+	r, err := int64s(reply, 5)
+	if err != nil {
+		return LockInfo{}, err
+	}
+	info := LockInfo{TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]),
+		LastToken: uint64(r[3]), Permits: int(r[4])}
+	if r[0] > 0 {
+		info.Type, info.Holders = TypeSemaphore, permitHolders(reply[5:])
+	}
+	return info, nil
+}
+
+// parseRWInfo reads describe.lua's reply for a read-write lock, or a name
+// nothing holds: rw_inspect.lua's.
+func parseRWInfo(reply []any) (LockInfo, error) {
 	s, err := parseHoldState(reply)
 	if err != nil {
-		return LockInfo{}, redisError("describe", name, err)
+		return LockInfo{}, err
 	}
+	info := LockInfo{Holders: s.holders, TTL: s.ttl, WritersWaiting: s.writersWaiting,
+		ReadersWaiting: s.readersWaiting, LastToken: s.lastToken}
 	if len(s.holders) > 0 {
-		info.Type = "RWMutex"
+		info.Type = TypeRWMutex
 	}
-	info.Holders, info.TTL = s.holders, s.ttl
-	info.WritersWaiting, info.ReadersWaiting, info.LastToken = s.writersWaiting, s.readersWaiting, s.lastToken
 	return info, nil
 }
 
@@ -127,33 +162,41 @@ func permitHolders(infos []any) []Holder {
 // tokens are for: the fencing counter is kept, so the next holder's token is
 // above theirs. It reports whether anything was held. It removes only what
 // dlock wrote: when a key of the name holds anything else, it fails with
-// [ErrWrongType], naming the key, and removes nothing.
-func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
-	if err := c.checkName(ctx, name); err != nil {
+// [ErrWrongType], naming the key, and removes nothing. Like [Client.Describe],
+// it looks under the prefix opts give with [WithPrefix], if any.
+func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (bool, error) {
+	k, err := c.namedKeys(ctx, name, opts)
+	if err != nil {
 		return false, err
 	}
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
 		return false, err
 	}
-	n, err := scripts.ForceUnlock.Run(ctx, c.rdb, anyLockKeys(keysFor(c.cfg.prefix, name)), publish).Int64()
+	n, err := scripts.ForceUnlock.Run(ctx, c.rdb, anyLockKeys(k), publish).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}
 	return n == 1, nil
 }
 
-// anyLockKeys are the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): those of rw_lib.lua, then the keys only
-// other types have. Each script looks at every one to tell whether the
-// name's keys are all dlock's.
-func anyLockKeys(k keys) []string {
-	return append(rwScriptKeys(k), k.lock+":permits", k.lock+":tokens", k.lock+":queue", k.lock+":leader", k.forced(), k.holderInfo())
-}
+// anyLockKeys are the KEYS of the scripts for a lock of any type.
+func anyLockKeys(k keys) []string { return scripts.AnyLockLayout.Keys(k.lock) }
 
-func (c *Client) checkName(ctx context.Context, name string) error {
+// namedKeys are the keys of the lock called name for a call by name
+// (Describe, ForceUnlock): under the Client's prefix, or opts' (a handle's
+// options: WithPrefix is the one that names keys). A bad name or option is
+// found before any I/O.
+func (c *Client) namedKeys(ctx context.Context, name string, opts []Option) (keys, error) {
 	if err := c.usable(ctx); err != nil {
-		return err
+		return keys{}, err
 	}
-	return validateName(name)
+	if err := validateName(name); err != nil {
+		return keys{}, err
+	}
+	cfg := c.cfg.with(opts)
+	if err := cfg.validate(); err != nil {
+		return keys{}, err
+	}
+	return keysFor(cfg.prefix, name), nil
 }

@@ -334,7 +334,7 @@ func (c *Client) release(ctx context.Context, script *redis.Script, keys []strin
 }
 
 // releaseArgv is release with the EVALSHA command built up to the owner
-// token (a Mutex keeps its own boxed: see Mutex.argv).
+// token (every lock type keeps its own boxed: see handle.boxed).
 func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

@@ -119,4 +119,18 @@
 // ([LossExpired], [LossTaken], [LossForced], [LossUnreachable]); a
 // Redlock's failures are a [*QuorumError] of [*NodeError] values. Bad
 // input is reported before anything is sent to Redis.
+//
+// # Inside: where a new lock type goes
+//
+// For those who work on dlock itself (docs/ARCHITECTURE.md has the whole
+// design). A lock type provides its Lua scripts in internal/scripts (one
+// per operation: acquire, release, extend, ttl, abandon) and one Go file
+// with a handle that embeds the shared handle, an acquireSpec (its
+// scripts, keys and channels, as data) and a call that embeds the shared
+// call and says in a few variant methods how its commands differ. The
+// shared attempt path, the wait for a release, the Lease with its renewals,
+// Extend and loss, and the observer are then the type's without more
+// code. A hold that is not one script on one server (a Redlock's quorum,
+// a MultiLock across slots) provides its own implementation of the Lease's
+// hold interface instead.
 package dlock

@@ -28,12 +28,8 @@ const MaxLeaderValueLen = 64 << 10
 // Make one handle per candidate (per process, usually). It is safe for
 // concurrent use.
 type Election struct {
-	c    *Client
-	name string
-	keys keys
-	cfg  settings
-	err  error // bad arguments, returned before any I/O
-
+	handle
+	spec                      *acquireSpec
 	leaderKey, observeChannel string
 
 	mu    sync.Mutex
@@ -61,21 +57,20 @@ var electionKind = &leaseKind{
 // An election's lock is a [Mutex] of the same name: [Client.Describe] and
 // ForceUnlock see it, and a Mutex of that name would contend with it.
 func (c *Client) Election(name string, opts ...Option) *Election {
-	if c == nil {
-		return &Election{name: name, err: invalidf("nil dlock.Client")}
-	}
-	cfg := c.cfg.with(opts)
-	k := c.waitingKeys(cfg.prefix, name)
-	e := &Election{c: c, name: name, cfg: cfg, keys: k,
-		leaderKey: k.lock + ":leader", observeChannel: k.lock + ":leader"}
-	if e.err = validateName(name); e.err == nil {
-		e.err = cfg.validate()
+	e := &Election{handle: c.newHandle(name, opts)}
+	k := e.keys
+	e.leaderKey, e.observeChannel = k.lock+":leader", k.lock+":leader"
+	if e.err == nil {
+		e.spec = e.boxed(acquireSpec{
+			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: []string{k.own},
+			keys:        [2][]string{{k.lock, k.fence}, {k.waiters, e.leaderKey, e.observeChannel}},
+			abandonKeys: [2][]string{{k.lock, k.channel}, {k.waiters, k.fence}},
+			lease:       leaseSpec{kind: electionKind, keys: []string{k.lock, k.forced()}},
+			releaseKeys: []string{k.lock, k.channel, k.waiters, e.leaderKey},
+		})
 	}
 	return e
 }
-
-// Name returns the election's name.
-func (e *Election) Name() string { return e.name }
 
 // Campaign waits until this candidate leads, with value, until ctx ends or
 // the wait set by [WithWait] runs out. It returns the leadership as a lease:
@@ -95,15 +90,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	var l *Lease
-	var err error
-	if o := e.cfg.observer; o != nil {
-		l, err = o.acquire(ctx, KindElection, e.name, e.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
-			return e.c.waitFor(ctx, e.cfg, e.keys.own, e.candidate(value))
-		})
-	} else {
-		l, err = e.c.waitFor(ctx, e.cfg, e.keys.own, e.candidate(value))
-	}
+	l, err := e.take(ctx, KindElection, false, func(context.Context) *call { return e.candidate(value) })
 	if err != nil {
 		return nil, err
 	}
@@ -269,13 +256,10 @@ func parseLeader(payload string) (Leader, bool) {
 }
 
 func (e *Election) check(ctx context.Context, value string) error {
-	if e.err != nil {
-		return e.err
-	}
-	if len(value) > MaxLeaderValueLen {
+	if e.err == nil && len(value) > MaxLeaderValueLen {
 		return invalidf("leader value of %d bytes exceeds %d", len(value), MaxLeaderValueLen)
 	}
-	return e.c.usable(ctx)
+	return e.handle.check(ctx)
 }
 
 // current is this candidate's leadership, if it has one that has not ended.
@@ -289,80 +273,24 @@ func (e *Election) current() *Lease {
 	return l
 }
 
-// candidate is one Campaign. All its attempts campaign under the same
-// owner token, the campaign's, and share its tombstone: a copy of an earlier
-// attempt arriving after a later one was elected finds itself leading and
-// reports the same term (it registers nothing), and a copy of any of them
-// arriving after the campaign gave up is refused.
+// candidate is one Campaign: all its attempts campaign under the same
+// owner token, the campaign's (see call).
 type candidate struct {
-	e         *Election
-	value     string
-	owner     string // the leadership's, should it be won
-	tombstone string // named after owner: see keys.tombstone
+	call
+	value any // boxed once for all attempts
 }
 
-func (e *Election) candidate(value string) *candidate {
-	a := &candidate{e: e, value: value}
-	a.newCall()
-	return a
+func (e *Election) candidate(value string) *call {
+	a := &candidate{call: call{h: &e.handle, spec: e.spec}, value: value}
+	a.v = a
+	a.fresh()
+	return &a.call
 }
 
-// newCall starts the campaign anew: a new owner token and a new tombstone,
-// so that nothing an earlier start sent counts for it.
-func (a *candidate) newCall() {
-	a.owner = newOwnerToken()
-	a.tombstone = a.e.keys.tombstone(a.owner)
+func (a *candidate) request(waiterID string, publish any) ([]any, string) {
+	entry := a.entry(waiterID)
+	return a.argv(entry, a.value, publish), entry
 }
 
-func (a *candidate) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
-	e := a.e
-	publish, err := e.c.publishCommand(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	owner := a.owner
-	ttl, _ := e.cfg.holdTTL()
-	sent := time.Now()
-	cmd, unconfirmed := e.c.runAcquire(ctx, e.cfg, scripts.ElectionAcquire,
-		[]string{e.keys.lock, e.keys.fence, a.tombstone, e.keys.waiters, e.leaderKey, e.observeChannel},
-		owner, ttl.Milliseconds(), e.c.tagged(waiterID), waiterLease(e.cfg.waiterRefresh).Milliseconds(), a.value, publish)
-	res, err := cmd.Int64Slice()
-	if err == nil && (len(res) != 2 || res[0] == -1) {
-		err = errUnexpectedReply // -1 answers only an attempt already abandoned
-	}
-	if err != nil {
-		if !isWrongType(err) {
-			a.abandon(ctx, owner, waiterID)
-		}
-		return nil, 0, redisError("campaign", e.name, err)
-	}
-	if res[0] != 1 {
-		return nil, time.Duration(res[1]) * time.Millisecond, nil
-	}
-	if unconfirmed != nil {
-		a.abandon(ctx, owner, waiterID)
-		return nil, 0, fmt.Errorf("dlock: campaign %q: %w", e.name, unconfirmed)
-	}
-	return e.c.startLease(leaseSpec{
-		name: e.name, kind: electionKind, keys: []string{e.keys.lock, e.keys.forced()},
-		relKeys: []string{e.keys.lock, e.keys.channel, e.keys.waiters, e.leaderKey},
-		owner:   owner, token: uint64(res[1]), sent: sent, cfg: e.cfg, mark: e.keys.lock, tombstone: a.tombstone,
-	}), 0, nil
-}
-
-func (a *candidate) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.owner, waiterID) }
-
-// abandon gives up a campaign's attempt whose outcome is unknown (owner), its
-// registration as a waiting candidate (waiterID), or both; see
-// mutex_abandon.lua. The tombstone keeps the campaign's attempts so far
-// out, so a Campaign that goes on (see [ErrUnavailable]) goes on with a new
-// owner token and tombstone.
-func (a *candidate) abandon(ctx context.Context, owner, waiterID string) {
-	e := a.e
-	e.c.abandon(ctx, e.name, electionKind.abandon,
-		[]string{e.keys.lock, e.keys.channel, a.tombstone, e.keys.waiters, e.keys.fence},
-		e.cfg.logger, owner, tombstoneLifeMillis, e.c.tagged(waiterID), "")
-	a.newCall()
-}
-
-func (a *candidate) client() *Client { return a.e.c }
+// abandonArgs: mutex_abandon.lua, with no registration before entry.
+func (a *candidate) abandonArgs(entry string) []any { return []any{entry, ""} }

@@ -1,6 +1,9 @@
 package dlock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Internals the external tests look at.
 
@@ -41,13 +44,20 @@ var ClusterSlot = clusterSlot
 // latest-th, registered it takes the hand-over grant (see mutexCall.granted).
 // The lease it would make is ended at once: nothing was granted in Redis.
 func HandOverTaken(m *Mutex, latest int, grant string) bool {
-	a := m.call()
-	a.attempts, a.registered, a.sent = latest, "registered", time.Now()
+	a := m.call(context.Background())
+	mc := a.v.(*mutexCall)
+	mc.attempts, mc.registered, a.sent = latest, "registered", time.Now()
+	return handOverTaken(a, grant)
+}
+
+// handOverTaken reports whether a takes the hand-over grant, ending the
+// lease it would make at once.
+func handOverTaken(a *call, grant string) bool {
 	h, ok := parseHandOver(grant)
 	if !ok {
 		return false
 	}
-	l := a.granted(h)
+	l := a.grant.granted(h)
 	if l == nil {
 		return false
 	}
@@ -58,17 +68,9 @@ func HandOverTaken(m *Mutex, latest int, grant string) bool {
 // FairHandOverTaken reports whether a Lock call of f whose latest attempt
 // queued and read the fencing counter at fenced takes the hand-over grant.
 func FairHandOverTaken(f *FairMutex, fenced int64, grant string) bool {
-	a := &fairAcquirer{f: f, owner: newOwnerToken(), sent: time.Now(), fenced: fenced}
-	h, ok := parseHandOver(grant)
-	if !ok {
-		return false
-	}
-	l := a.granted(h)
-	if l == nil {
-		return false
-	}
-	l.end(nil)
-	return true
+	a := f.call(context.Background())
+	a.v.(*fairCall).fenced, a.sent = fenced, time.Now()
+	return handOverTaken(a, grant)
 }
 
 // SkewWallClock moves the wall clock the leases read by d, as a machine

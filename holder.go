@@ -7,6 +7,17 @@ import (
 	"unicode/utf8"
 )
 
+// Holder is one owner holding a lock.
+type Holder struct {
+	Owner string // the owner id; "" for a Mutex, whose owner token is a secret
+	Write bool   // holds the exclusive (write) side; else reads
+	Holds int    // how many holds (re-entries counted)
+
+	// Info is what the holder stored with [WithHolderInfo]; nil when it
+	// stored none (or its lock type keeps none).
+	Info *HolderInfo
+}
+
 // HolderInfo describes who holds a lock, for people: [Client.Describe]
 // and `dlock status` show it beside each holder. It is stored in Redis
 // with the hold, in plain text, for as long as the hold lasts (renewed

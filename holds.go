@@ -12,12 +12,8 @@ import (
 // and mode, each hold (each Lease) expiring on its own on the server's
 // clock. internal/scripts/rw_lib.lua describes the state in Redis.
 type holdLock struct {
-	c     *Client
-	name  string
+	handle
 	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
-	cfg   settings
-	keys  keys
-	err   error // bad arguments, returned before any I/O
 
 	// heldKey is the context key of a hold of this lock (see ownerFor),
 	// boxed once so that looking it up allocates nothing.
@@ -28,6 +24,8 @@ type holdLock struct {
 	// the same for every attempt and lease, so made once (scripts never
 	// modify them). An attempt adds its tombstone.
 	scriptKeys []string
+
+	write, read *acquireSpec
 }
 
 const (
@@ -43,161 +41,91 @@ var rwKind = &leaseKind{
 }
 
 func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {
-	if c == nil {
-		return holdLock{name: name, err: invalidf("nil dlock.Client")}
+	h := holdLock{handle: c.newHandle(name, opts), writeKind: writeKind}
+	h.owner, h.scriptKeys, h.heldKey = h.cfg.owner, rwScriptKeys(h.keys), heldKey(h.keys.lock)
+	if h.err != nil {
+		return h
 	}
-	cfg := c.cfg.with(opts)
-	k := keysFor(cfg.prefix, name)
-	h := holdLock{c: c, name: name, owner: cfg.owner, cfg: cfg, keys: k, scriptKeys: rwScriptKeys(k), heldKey: heldKey(k.lock), writeKind: writeKind}
-	if h.err = validateName(name); h.err == nil {
-		h.err = cfg.validate()
+	spec := func(op, channel string) *acquireSpec {
+		return h.boxed(acquireSpec{
+			op: op, script: scripts.RWAcquire, channels: []string{channel},
+			keys:        [2][]string{h.scriptKeys},
+			abandonKeys: [2][]string{h.scriptKeys},
+			lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2]},
+			releaseKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
+		})
 	}
+	h.write, h.read = spec("lock", h.keys.channel), spec("read lock", h.scriptKeys[rwReadChannel])
 	return h
 }
 
-// rwScriptKeys are the KEYS of the read-write scripts in rw_lib.lua's order,
+// rwScriptKeys are the KEYS of the read-write scripts (scripts.RWLayout),
 // up to the fencing counter: a Mutex's keys and a read-write lock's own.
 // Made once per handle, not per Mutex.
-func rwScriptKeys(k keys) []string {
-	return []string{k.lock, k.lock + ":holds", k.waiters, k.lock + ":rwaiters", k.lock + ":rpass",
-		k.channel, k.lock + ":rwake", k.fence}
-}
+func rwScriptKeys(k keys) []string { return scripts.RWLayout.Keys(k.lock) }
 
 // Positions in rwScriptKeys of the keys Go code names itself.
-const (
-	rwReleaseKeys = 7 // the KEYS of release: up to the readers' channel
-	rwReadChannel = 6
+var (
+	rwReadChannel = scripts.RWLayout.Index("RCHAN")
+	rwReleaseKeys = rwReadChannel + 1 // the KEYS of release: up to the readers' channel
 )
-
-func (h *holdLock) check(ctx context.Context) error {
-	if h.err != nil {
-		return h.err
-	}
-	return h.c.usable(ctx)
-}
 
 // acquire is TryLock (try) or Lock, in mode.
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
-	if err := h.check(ctx); err != nil {
-		return nil, err
-	}
-	if o := h.cfg.observer; o != nil {
-		kind := h.writeKind
-		if mode == modeRead {
-			kind = KindRead
-		}
-		return o.acquire(ctx, kind, h.name, try || h.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
-			return h.take(ctx, mode, try)
-		})
-	}
-	return h.take(ctx, mode, try)
-}
-
-// take is acquire's work.
-func (h *holdLock) take(ctx context.Context, mode byte, try bool) (*Lease, error) {
-	owner := h.ownerFor(ctx)
-	a := &holdAcquirer{h: h, mode: mode, owner: owner, newOwner: owner == ""}
-	a.newCall()
-	if try {
-		return tryOnce(ctx, a)
-	}
-	channel := h.keys.channel
+	kind := h.writeKind
 	if mode == modeRead {
-		channel = h.scriptKeys[rwReadChannel]
+		kind = KindRead
 	}
-	return h.c.waitFor(ctx, h.cfg, channel, a)
+	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call { return h.call(ctx, mode) })
 }
 
-// holdAcquirer acquires a holdLock in one mode: one TryLock or Lock call.
-// All its attempts ask for the same hold, the call's, and share the call's
-// tombstone: a copy of an earlier attempt arriving after a later one was
-// granted finds that hold and reports it (it counts once, and registers
-// nothing), and a copy of any of them arriving after the call gave up is
-// refused.
-type holdAcquirer struct {
-	h     *holdLock
-	mode  byte
-	owner string // who the call acquires for (see holdLock.ownerFor)
+// holdCall acquires a holdLock in one mode: one TryLock or Lock call. All
+// its attempts ask for the same hold, the call's.
+type holdCall struct {
+	call
+	mode    byte
+	ownerID string // who the call acquires for (see holdLock.ownerFor)
 	// newOwner: the call is an owner of its own (ownerFor found none), so
 	// each start of the call draws its owner id with its hold id.
 	newOwner bool
-	// member is the call's hold: mode, hold id, owner. It is what the hold's
-	// Lease shows to renew and release it: the random hold id makes it a
-	// secret, and makes each call (each Lease) a hold of its own.
-	member    string
-	tombstone string // named after the hold id: see keys.tombstone
 }
 
-// newCall starts the call anew: a new hold id and a new tombstone, so that
-// nothing an earlier start sent counts for it.
-func (a *holdAcquirer) newCall() {
+func (h *holdLock) call(ctx context.Context, mode byte) *call {
+	owner := h.ownerFor(ctx)
+	a := &holdCall{call: call{h: &h.handle, spec: h.write}, mode: mode, ownerID: owner, newOwner: owner == ""}
+	if mode == modeRead {
+		a.spec = h.read
+	}
+	a.v = a
+	a.fresh()
+	return &a.call
+}
+
+// fresh draws a new hold id and tombstone. The call's attempts show its
+// hold as the member mode, hold id, owner: the random hold id makes it a
+// secret, and makes each call (each Lease) a hold of its own.
+func (a *holdCall) fresh() {
 	var holdID string
 	if a.newOwner {
-		holdID, a.owner = newOwnerTokenPair()
+		holdID, a.ownerID = newOwnerTokenPair()
 	} else {
 		holdID = newOwnerToken()
 	}
-	a.member = string(a.mode) + holdID + a.owner
+	a.owner = string(a.mode) + holdID + a.ownerID
 	a.tombstone = a.h.keys.tombstone(holdID)
 }
 
-func (a *holdAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
-	h := a.h
-	member := a.member
-	keys := append(h.scriptKeys[:len(h.scriptKeys):len(h.scriptKeys)], a.tombstone)
-	ttl, _ := h.cfg.holdTTL()
-	sent := time.Now()
-	cmd, unconfirmed := h.c.runAcquire(ctx, h.cfg, scripts.RWAcquire, keys,
-		member, ttl.Milliseconds(), waiterID, waiterLease(h.cfg.waiterRefresh).Milliseconds(), h.cfg.holderInfo)
-	res, err := cmd.Int64Slice()
-	if err == nil && (len(res) != 2 || res[0] == -1) {
-		err = errUnexpectedReply // -1 answers only an attempt already abandoned
-	}
-	if err != nil {
-		if !isWrongType(err) {
-			a.abandon(ctx, member, waiterID)
-		}
-		return nil, 0, redisError(a.op(), h.name, err)
-	}
-	switch {
-	case res[0] == 1 && unconfirmed != nil:
-		a.abandon(ctx, member, waiterID)
-		return nil, 0, fmt.Errorf("dlock: %s %q: %w", a.op(), h.name, unconfirmed)
-	case res[0] == 1:
-		return h.c.startLease(leaseSpec{
-			name: h.name, kind: rwKind, keys: h.scriptKeys[:2:2], relKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys], mark: h.keys.lock, tombstone: a.tombstone,
-			owner: member, token: uint64(res[1]), sent: sent, cfg: h.cfg,
-		}), 0, nil
-	case res[0] == -2: // the script unregistered the waiter too
-		return nil, 0, fmt.Errorf("%w: %q", ErrUpgrade, h.name)
-	}
-	return nil, time.Duration(res[1]) * time.Millisecond, nil
+func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
+	return a.argv(waiterID, a.spec.info), waiterID
 }
 
-func (a *holdAcquirer) leave(ctx context.Context, waiterID string) {
-	a.abandon(ctx, a.member, waiterID)
-}
+func (a *holdCall) entry(waiterID string) string { return waiterID }
 
-// abandon gives up the call (see holdLock.abandon). The tombstone keeps the
-// call's attempts so far out, so a waiting Lock that goes on (see
-// [ErrUnavailable]) goes on as a new call, with a new hold and tombstone.
-func (a *holdAcquirer) abandon(ctx context.Context, member, waiterID string) {
-	a.h.abandon(ctx, append(a.h.scriptKeys[:len(a.h.scriptKeys):len(a.h.scriptKeys)], a.tombstone), member, waiterID)
-	a.newCall()
-}
-
-func (a *holdAcquirer) op() string {
-	if a.mode == modeRead {
-		return "read lock"
+func (a *holdCall) refused(res []int64, _ string) error {
+	if res[0] == -2 { // the script unregistered the waiter too
+		return fmt.Errorf("%w: %q", ErrUpgrade, a.h.name)
 	}
-	return "lock"
-}
-
-// abandon gives up a call (keys end with its tombstone): an attempt whose
-// outcome is unknown (member), a waiter's registration (waiterID), or both;
-// see rw_abandon.lua.
-func (h *holdLock) abandon(ctx context.Context, keys []string, member, waiterID string) {
-	h.c.abandon(ctx, h.name, rwKind.abandon, keys, h.cfg.logger, member, tombstoneLifeMillis, waiterID)
+	return nil
 }
 
 // holdState is what rw_inspect.lua reports.
@@ -271,5 +199,3 @@ func int64s(reply []any, n int) ([]int64, error) {
 	}
 	return r, nil
 }
-
-func (a *holdAcquirer) client() *Client { return a.h.c }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -43,21 +42,9 @@ import (
 // time, and woken by that lock's release. It does not queue for the others:
 // under constant contention for its locks one by one, it is not fair.
 type MultiLock struct {
-	c      *Client
-	name   string
+	h      handle // its name is the names joined
 	names  []string
-	cfg    settings
-	err    error // bad arguments, returned before any I/O
-	groups []lockGroup
-}
-
-// lockGroup is the locks of a MultiLock that one script takes together.
-type lockGroup struct {
-	name     string   // the group's names joined, for errors and the lease
-	names    []string // sorted
-	keys     []string // four per lock: lock, fence, waiters, channel (multi_lib.lua)
-	channels []string
-	first    keys // the first lock's, where a call's tombstone goes
+	groups []*acquireSpec // the locks of each slot, taken together by one script
 }
 
 var multiKind = &leaseKind{
@@ -74,34 +61,47 @@ var multiKind = &leaseKind{
 // by the first TryLock or Lock, matching [ErrInvalid].
 func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
-	m := &MultiLock{c: c, name: strings.Join(sorted, ","), names: sorted}
+	m := &MultiLock{h: handle{c: c, name: strings.Join(sorted, ",")}, names: sorted}
 	if c == nil {
-		m.err = invalidf("nil dlock.Client")
+		m.h.err = invalidf("nil dlock.Client")
 		return m
 	}
-	m.cfg = c.cfg.with(opts)
+	m.h.cfg = c.cfg.with(opts)
 	if len(sorted) == 0 {
-		m.err = invalidf("a MultiLock of no locks")
+		m.h.err = invalidf("a MultiLock of no locks")
 		return m
 	}
 	for _, name := range sorted {
-		if m.err = validateName(name); m.err != nil {
+		if m.h.err = validateName(name); m.h.err != nil {
 			return m
 		}
 	}
-	if m.err = m.cfg.validate(); m.err != nil {
+	if m.h.err = m.h.cfg.validate(); m.h.err != nil {
 		return m
 	}
 	for _, names := range c.groupBySlot(sorted) {
-		g := lockGroup{name: strings.Join(names, ","), names: names, first: keysFor(m.cfg.prefix, names[0])}
-		for _, name := range names {
-			k := keysFor(m.cfg.prefix, name)
-			g.keys = append(g.keys, k.lock, k.fence, k.waiters, k.channel)
-			g.channels = append(g.channels, k.channel)
-		}
-		m.groups = append(m.groups, g)
+		m.groups = append(m.groups, m.h.group(names))
 	}
 	return m
+}
+
+// group is what the calls of the locks of names, taken by one script,
+// share: their keys, four per lock (lock, fence, waiters, channel: see
+// multi_lib.lua), and channels.
+func (h *handle) group(names []string) *acquireSpec {
+	var keys, channels []string
+	for _, name := range names {
+		k := keysFor(h.cfg.prefix, name)
+		keys = append(keys, k.lock, k.fence, k.waiters, k.channel)
+		channels = append(channels, k.channel)
+	}
+	return h.boxed(acquireSpec{
+		op: "lock", script: scripts.MultiAcquire, publishes: true, channels: channels,
+		keys:        [2][]string{keys},
+		abandonKeys: [2][]string{keys},
+		lease:       leaseSpec{name: strings.Join(names, ","), kind: multiKind, keys: keys, names: names},
+		releaseKeys: keys,
+	})
 }
 
 // groupBySlot splits sorted lock names into the groups one script can take:
@@ -152,14 +152,11 @@ func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) {
 }
 
 func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
-	if m.err != nil {
-		return nil, m.err
-	}
-	if err := m.c.usable(ctx); err != nil {
+	if err := m.h.check(ctx); err != nil {
 		return nil, err
 	}
-	if o := m.cfg.observer; o != nil {
-		return o.acquire(ctx, KindMulti, m.name, try || m.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
+	if o := m.h.cfg.observer; o != nil {
+		return o.acquire(ctx, KindMulti, m.h.name, try || m.h.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
 			return m.take(ctx, try)
 		})
 	}
@@ -168,7 +165,7 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 
 // take is acquire's work.
 func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
-	cfg := m.cfg
+	cfg := m.h.cfg
 	if cfg.waitSet && !try { // one wait for all the groups, not one each
 		if cfg.wait == 0 {
 			try = true
@@ -189,7 +186,7 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 		}
 		err = confirmParts(ctx, held[:len(held)-1])
 		if err == nil {
-			return m.c.combineLeases(m.name, held), nil
+			return m.h.c.combineLeases(m.h.name, held), nil
 		}
 		m.rollBack(ctx, held)
 		if !(errors.Is(err, errPartLost) || errors.Is(err, ErrUnavailable)) || try || ctx.Err() != nil {
@@ -200,7 +197,7 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 		// over, in the same global order (after a pause, for the latter).
 		if errors.Is(err, ErrUnavailable) {
 			unavailable++
-			if err := m.c.pause(ctx, unavailable, nil); err != nil {
+			if err := m.h.c.pause(ctx, unavailable, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -210,15 +207,15 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 // takeGroups takes each group in turn: all of them, or none.
 func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*Lease, error) {
 	held := make([]*Lease, 0, len(m.groups))
-	call := newOwnerToken() // names the call's tombstones
-	for i := range m.groups {
-		a := &multiAcquirer{m: m, g: &m.groups[i], owner: newOwnerToken(), tombstone: m.groups[i].first.tombstone(call)}
+	token := newOwnerToken() // names the call's tombstones
+	for _, g := range m.groups {
+		a := m.call(g, token)
 		var l *Lease
 		var err error
 		if try {
 			l, err = tryOnce(ctx, a)
 		} else {
-			l, err = m.c.waitFor(ctx, cfg, a.g.channels[0], a)
+			l, err = m.h.c.waitFor(ctx, cfg, a)
 		}
 		if err != nil {
 			m.rollBack(ctx, held)
@@ -264,100 +261,54 @@ func confirmParts(ctx context.Context, parts []*Lease) error {
 func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	for _, l := range held {
 		if err := l.giveUp(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-			m.cfg.logger.Warn("dlock: could not release part of a MultiLock that failed; it expires with its TTL",
+			m.h.cfg.logger.Warn("dlock: could not release part of a MultiLock that failed; it expires with its TTL",
 				"lock", l.name, "err", err)
 		}
 	}
 }
 
-// multiAcquirer takes one group of a MultiLock. It listens on the channel
-// of one lock of the group at a time, the one that kept it out last. All
-// its attempts take the locks under the same owner token: a copy of an
-// earlier attempt arriving after a later one was granted finds the locks
-// its own and reports them (it registers nothing).
-type multiAcquirer struct {
-	m           *MultiLock
-	g           *lockGroup
-	watch, busy int    // the lock listened on, and the one in the way
-	owner       string // the call's in this group, the locks' should they be granted
-	tombstone   string // the call's, on the group's first lock: every attempt's
+// multiCall takes one group of a MultiLock. It listens on the channel of
+// one lock of the group at a time, the one that kept it out last. Its
+// tombstone is the MultiLock call's, shared by its groups, until it starts
+// anew.
+type multiCall struct{ call }
+
+func (m *MultiLock) call(g *acquireSpec, callToken string) *call {
+	a := &multiCall{call{h: &m.h, spec: g, owner: newOwnerToken()}}
+	a.tombstone = keys{lock: g.lease.keys[0]}.tombstone(callToken)
+	a.v = a
+	return &a.call
 }
 
-func (a *multiAcquirer) attempt(ctx context.Context, waiterID string) (*Lease, time.Duration, error) {
-	m, g := a.m, a.g
-	publish, err := m.c.publishCommand(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	owner := a.owner
-	ttl, _ := m.cfg.holdTTL()
-	keys := append(g.keys[:len(g.keys):len(g.keys)], a.tombstone)
-	sent := time.Now()
-	cmd, unconfirmed := m.c.runAcquire(ctx, m.cfg, scripts.MultiAcquire, keys, owner, ttl.Milliseconds(), waiterID,
-		waiterLease(m.cfg.waiterRefresh).Milliseconds(), a.watch+1, publish)
-	res, err := cmd.Int64Slice()
-	if err == nil && !a.validReply(res) {
-		err = errUnexpectedReply // -1 answers only an attempt already abandoned
-	}
-	if err != nil {
-		if !isWrongType(err) {
-			a.abandon(ctx, owner, waiterID)
-		}
-		return nil, 0, redisError("lock", g.name, err)
-	}
-	if res[0] == 0 {
-		a.busy = int(res[2]) - 1
-		return nil, time.Duration(res[1]) * time.Millisecond, nil
-	}
-	if unconfirmed != nil {
-		a.abandon(ctx, owner, waiterID)
-		return nil, 0, fmt.Errorf("dlock: lock %q: %w", g.name, unconfirmed)
-	}
-	tokens := make([]uint64, len(g.names))
-	for i := range tokens {
-		tokens[i] = uint64(res[i+1])
-	}
-	return m.c.startLease(leaseSpec{
-		name: g.name, kind: multiKind, keys: g.keys, relKeys: g.keys, mark: g.first.lock, tombstone: a.tombstone,
-		owner: owner, token: tokens[0], sent: sent, cfg: m.cfg,
-		names: g.names, tokens: tokens,
-	}), 0, nil
+// fresh: a new owner token, and a tombstone of the group's own.
+func (a *multiCall) fresh() {
+	a.owner = newOwnerToken()
+	a.tombstone = keys{lock: a.spec.lease.keys[0]}.tombstone(newOwnerToken())
 }
 
-func (a *multiAcquirer) validReply(res []int64) bool {
+func (a *multiCall) request(waiterID string, publish any) ([]any, string) {
+	return a.argv(waiterID, a.watch+1, publish), waiterID
+}
+
+func (a *multiCall) entry(waiterID string) string { return waiterID }
+
+func (a *multiCall) valid(res []int64) bool {
 	switch {
 	case len(res) == 0:
 		return false
 	case res[0] == 1:
-		return len(res) == len(a.g.names)+1
+		return len(res) == len(a.spec.lease.names)+1
 	case res[0] == 0:
-		return len(res) == 3 && res[2] >= 1 && int(res[2]) <= len(a.g.names)
+		return len(res) == 3 && res[2] >= 1 && int(res[2]) <= len(a.spec.lease.names)
 	}
 	return false
 }
 
-func (a *multiAcquirer) rewatch() (string, bool) {
-	if a.busy == a.watch {
-		return "", false
-	}
-	a.watch = a.busy
-	return a.g.channels[a.watch], true
+// refused notes the lock in the way, whose channel the waiter listens on
+// next (see waitFor).
+func (a *multiCall) refused(res []int64, _ string) error {
+	a.busy = int(res[2]) - 1
+	return nil
 }
 
-func (a *multiAcquirer) leave(ctx context.Context, waiterID string) {
-	a.abandon(ctx, a.owner, waiterID)
-}
-
-// abandon gives up an attempt whose outcome is unknown (owner), a waiter's
-// registration (waiterID), or both; see multi_abandon.lua. The tombstone
-// keeps the call's attempts so far out, so a waiting Lock that goes on (see
-// [ErrUnavailable]) goes on with a new one, and a new owner token.
-func (a *multiAcquirer) abandon(ctx context.Context, owner, waiterID string) {
-	m, g := a.m, a.g
-	keys := append(g.keys[:len(g.keys):len(g.keys)], a.tombstone)
-	m.c.abandon(ctx, g.name, multiKind.abandon, keys, m.cfg.logger, owner, tombstoneLifeMillis, waiterID, a.watch+1)
-	a.owner = newOwnerToken()
-	a.tombstone = g.first.tombstone(newOwnerToken())
-}
-
-func (a *multiAcquirer) client() *Client { return a.m.c }
+func (a *multiCall) abandonArgs(entry string) []any { return []any{entry, a.watch + 1} }

@@ -7,14 +7,26 @@ import (
 	"time"
 )
 
-// combineLeases makes one lease of the leases of a MultiLock's groups, each
-// held and renewed on its own slot: it ends as lost as soon as any part is
-// lost, and is released when all parts are.
+// partsHold is the hold of a MultiLock whose groups span several cluster
+// slots: the groups' leases (parts), each held and renewed on its own slot.
+// The whole lease renews nothing itself, and has no timer: its deadline is
+// the earliest of its parts' (each part moves it with its own), it is at
+// risk when a part is, lost as soon as a part is, and released when all
+// parts are.
+type partsHold struct {
+	lease *Lease
+	parts []*Lease
+}
+
+// combineLeases makes one lease of the leases of a MultiLock's groups.
 func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
-	l := &Lease{c: c, name: name, parts: parts, token: parts[0].token, log: parts[0].log, heapIndex: -1}
+	first := parts[0]
+	l := &Lease{name: name, token: first.token, drift: first.drift, log: first.log, ttl: first.currentTTL(), renew: first.renew}
+	h := &partsHold{lease: l, parts: parts}
+	l.hold = h
 	for _, p := range parts {
 		p.mu.Lock()
-		p.whole = l
+		p.whole = h
 		risky := p.risky
 		p.mu.Unlock()
 		if risky {
@@ -26,67 +38,41 @@ func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 			}
 		})
 	}
+	h.partMoved()
 	return l
 }
 
-// whenEnded calls f with the lease's end (context.Canceled for a release)
-// once it ends; at once if it has.
-func (l *Lease) whenEnded(f func(error)) {
+// partMoved sets the whole's deadline to the earliest of its parts', after
+// one of them moved. The whole's lock is held while the parts' are read, so
+// that the last to move writes what all of them say.
+func (h *partsHold) partMoved() {
+	l := h.lease
 	l.mu.Lock()
-	if l.isDone() {
-		err := l.err
-		l.mu.Unlock()
-		f(cancelCause(err))
-		return
-	}
-	if l.onEnd == nil {
-		l.onEnd = make(map[*func(error)]struct{})
-	}
-	l.onEnd[&f] = struct{}{}
-	l.mu.Unlock()
-}
-
-func (l *Lease) partsErr() error {
-	l.mu.Lock()
-	if l.isDone() {
-		err := l.err
-		l.mu.Unlock()
-		return err
-	}
-	l.mu.Unlock()
-	for _, p := range l.parts {
-		if err := p.Err(); err != nil {
-			return err
+	defer l.mu.Unlock()
+	for i, p := range h.parts {
+		p.mu.Lock()
+		if d := p.deadline; i == 0 || d.Before(l.deadline) {
+			l.deadline = d
 		}
+		p.mu.Unlock()
 	}
-	return nil
 }
 
-// partsDeadline is the earliest of the parts' deadlines: the lease holds
-// all its locks until then.
-func (l *Lease) partsDeadline() time.Time {
-	earliest := l.parts[0].Deadline()
-	for _, p := range l.parts[1:] {
-		if d := p.Deadline(); d.Before(earliest) {
-			earliest = d
-		}
-	}
-	return earliest
-}
-
-func (l *Lease) extendParts(ctx context.Context, ttl time.Duration) error {
-	for _, p := range l.parts {
+// extend extends each part in turn: a part refused is lost, and so is the
+// whole.
+func (h *partsHold) extend(ctx context.Context, ttl time.Duration, _ bool) (loss, err error) {
+	for _, p := range h.parts {
 		if err := p.Extend(ctx, ttl); err != nil {
-			return err // a part refused is lost, and so is l
+			return nil, err
 		}
 	}
-	return nil
+	return nil, nil
 }
 
-// partsTTL is the shortest TTL of the parts.
-func (l *Lease) partsTTL(ctx context.Context) (time.Duration, error) {
+// ttl is the shortest TTL of the parts.
+func (h *partsHold) ttl(ctx context.Context) (time.Duration, error) {
 	var least time.Duration = -1
-	for _, p := range l.parts {
+	for _, p := range h.parts {
 		ttl, err := p.TTL(ctx)
 		if err != nil {
 			return 0, err
@@ -98,26 +84,35 @@ func (l *Lease) partsTTL(ctx context.Context) (time.Duration, error) {
 	return least, nil
 }
 
-// unlockParts releases every part, also when one fails; the caller holds
-// unlockMu.
-func (l *Lease) unlockParts(ctx context.Context) error {
+// release releases every part, also when one fails.
+func (h *partsHold) release(ctx context.Context, _ voidRule) (loss, err error) {
 	var errs []error
-	for _, p := range l.parts {
+	for _, p := range h.parts {
 		if err := p.Unlock(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		cause := error(errUnlockIncomplete) // or how the first part lost was lost
-		for _, p := range l.parts {
+		for _, p := range h.parts {
 			if lost := p.Err(); errors.Is(lost, ErrLeaseLost) {
 				cause = lost
 				break
 			}
 		}
-		l.end(fmt.Errorf("%w: unlock of %q did not release every lock", cause, l.name))
-		return err
+		return fmt.Errorf("%w: unlock of %q did not release every lock", cause, h.lease.name), err
 	}
-	l.end(nil)
-	return nil
+	return nil, nil
 }
+
+func (h *partsHold) renewAt(time.Time) {} // each part renews itself
+
+func (h *partsHold) renewalsStopped() bool { return h.parts[0].hold.renewalsStopped() }
+
+func (h *partsHold) addTokens(tokens map[string]uint64) {
+	for _, p := range h.parts {
+		p.hold.addTokens(tokens)
+	}
+}
+
+func (h *partsHold) carry(parent context.Context) context.Context { return parent }

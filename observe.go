@@ -128,8 +128,10 @@ type leaseObs struct {
 // the way) reports its end at once.
 func (o *Observer) watch(l *Lease, kind Kind) {
 	ob := &leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
-	for _, p := range l.parts {
-		p.obs.Store(&leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: p.name, Token: p.token}, part: true})
+	if whole, ok := l.hold.(*partsHold); ok {
+		for _, p := range whole.parts {
+			p.obs.Store(&leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: p.name, Token: p.token}, part: true})
+		}
 	}
 	if kind == KindElection && o.Leader != nil {
 		o.Leader(LeaderEvent{Name: l.name, Term: l.token, Leading: true})
@@ -203,42 +205,15 @@ func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, f
 	return ob.o.Release(ctx, ob.info)
 }
 
-// renewed confirms a renewal of l sent at sent for ttl (see
-// Lease.confirmed) and reports it with its margin.
-func (l *Lease) renewed(sent time.Time, ttl time.Duration) error {
-	ob := l.obs.Load()
-	if ob == nil {
-		return l.confirmed(sent, ttl)
-	}
-	due := l.Deadline()
-	err := l.confirmed(sent, ttl)
-	ob.renewal(due, err, err == nil)
-	return err
-}
-
-// renewalFailed reports a renewal of l that was not confirmed: refused by
-// Redis, or failed with err.
-func (l *Lease) renewalFailed(err error, refused bool) {
-	if ob := l.obs.Load(); ob != nil {
-		ev := RenewalEvent{LeaseInfo: ob.info, Result: RenewalFailed, Err: err}
-		if refused {
-			ev.Result = RenewalRefused
-		}
-		if ob.o.Renewal != nil {
-			ob.o.Renewal(ev)
-		}
-	}
-}
-
-// renewal reports a renewal confirmed (ok) or not, the lease being due at
-// due before it.
-func (ob *leaseObs) renewal(due time.Time, err error, ok bool) {
-	if ob.o.Renewal == nil {
+// renewal reports the answer to a renewal of a lease whose deadline was
+// due before it; nothing when ob is nil.
+func (ob *leaseObs) renewal(due time.Time, result RenewalResult, err error) {
+	if ob == nil || ob.o.Renewal == nil {
 		return
 	}
-	ev := RenewalEvent{LeaseInfo: ob.info, Result: RenewalFailed, Err: err}
-	if ok {
-		ev.Result, ev.Margin = RenewalOK, time.Until(due)
+	ev := RenewalEvent{LeaseInfo: ob.info, Result: result, Err: err}
+	if result == RenewalOK {
+		ev.Margin = time.Until(due)
 	}
 	ob.o.Renewal(ev)
 }
@@ -260,18 +235,4 @@ func (l *Lease) extended(ttl time.Duration, err error) {
 		ev.Result = RenewalFailed
 	}
 	ob.o.Extend(ev)
-}
-
-// redlockRenewed reports a renewal of a Redlock's lease l, due at due
-// before it, that returned err.
-func (l *Lease) redlockRenewed(due time.Time, err error) {
-	ob := l.obs.Load()
-	if ob == nil {
-		return
-	}
-	if err == nil || !l.ended() {
-		ob.renewal(due, err, err == nil)
-		return
-	}
-	l.renewalFailed(err, true) // a majority refused: the lease is lost
 }

@@ -253,34 +253,9 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		guard = max(m.cfg.restartGuard, longest)
 	}
 	keys := []string{m.keys.lock, m.keys.fence, m.keys.tombstone(owner), m.keys.waiters}
-
-	// What a node answered: granted with its counter, or held by another
-	// owner for held more ms.
-	type vote struct {
-		answered    bool
-		token, held int64
-	}
 	start := time.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
-		res, err := scripts.MutexAcquire.Run(ctx, n.rdb, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
-		if err == nil && (len(res) != 2 || res[0] == -1) {
-			err = errUnexpectedReply
-		}
-		switch {
-		case isWrongType(err):
-			return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
-		case err != nil:
-			return vote{}, err
-		case res[0] != 1:
-			return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
-		}
-		v := vote{answered: true, token: res[1]}
-		if guard > 0 {
-			if err := n.mayVote(ctx, guard); err != nil {
-				return v, err
-			}
-		}
-		return v, nil
+		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
 	tokens := make([]int64, len(votes))
 	held := make([]int64, len(votes))
@@ -309,6 +284,37 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
 	return nil, majorityHoldLeft(held, r.quorum), quorumErr
+}
+
+// vote is what a node answered an attempt: granted with its counter, or
+// held by another owner for held more ms.
+type vote struct {
+	answered    bool
+	token, held int64
+}
+
+// askNode asks node n for the lock, and, with a restart guard, whether it may
+// vote (see redlockNode.mayVote).
+func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
+	res, err := scripts.MutexAcquire.Run(ctx, n.rdb, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
+	if err == nil && (len(res) != 2 || res[0] == -1) {
+		err = errUnexpectedReply
+	}
+	switch {
+	case isWrongType(err):
+		return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
+	case err != nil:
+		return vote{}, err
+	case res[0] != 1:
+		return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
+	}
+	v := vote{answered: true, token: res[1]}
+	if guard > 0 {
+		if err := n.mayVote(ctx, guard); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
 }
 
 // agreeOnToken is the highest counter among the nodes that granted. It

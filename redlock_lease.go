@@ -9,101 +9,38 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// redlockHold is what a Redlock lease needs to renew and release its hold
-// on the nodes.
+// redlockHold is a hold on a majority of a Redlock's nodes. It renews
+// itself, on a timer of its own: a Redlock has no Client.
 type redlockHold struct {
-	m     *RedlockMutex
 	lease *Lease
-
-	// extended tells renewEvery that an Extend was confirmed: the next
-	// renewal is due a third of the new TTL from now.
-	extended chan struct{}
+	m     *RedlockMutex
+	timer *time.Timer // the next renewal, of an auto-renewed lease
 }
 
 // newLease makes the lease of a hold a majority granted to an attempt
 // that started at start: valid until start + TTL − TTL × drift − 2 ms.
 func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl time.Duration) *Lease {
 	_, autoRenew := m.cfg.holdTTL()
-	l := &Lease{
-		name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
-		log: m.cfg.logger, ttl: ttl, heapIndex: -1, watched: autoRenew,
+	l := &Lease{name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
+		log: m.cfg.logger, ttl: ttl, renew: autoRenew}
+	h := &redlockHold{lease: l, m: m}
+	l.hold = h
+	if autoRenew { // made before start sets it, so that no renewal runs before it is made
+		h.timer = time.AfterFunc(ttl/3, l.renewNow)
 	}
 	l.setDeadline(start, ttl)
-	l.redlock = &redlockHold{m: m, lease: l, extended: make(chan struct{}, 1)}
-	l.mu.Lock()
-	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
-	l.mu.Unlock()
-	if autoRenew {
-		go l.redlock.renewEvery(ttl / 3)
-	}
+	l.start(start, ttl)
 	return l
 }
 
-// renewEvery extends the hold every interval (TTL/3) until the lease ends;
-// sooner again after a round that did not reach a majority, until the
-// deadline gives up on it. An Extend starts the count again from its TTL.
-func (h *redlockHold) renewEvery(interval time.Duration) {
-	l := h.lease
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	done := l.Done()
-	for {
-		select {
-		case <-done:
-			return
-		case <-h.extended:
-			timer.Reset(l.currentTTL() / 3)
-			continue
-		case <-timer.C:
-		}
-		if l.unlocking.Load() {
-			return
-		}
-		ttl := l.currentTTL()
-		due := l.Deadline()
-		ctx, cancel := context.WithDeadline(context.Background(), due)
-		err := h.extendOnce(ctx, ttl, false)
-		cancel()
-		l.redlockRenewed(due, err)
-		next := ttl / 3
-		if err != nil {
-			l.log.Debug("dlock: Redlock renewal did not reach a majority, retrying", "lock", l.name, "err", err)
-			next = max(time.Until(l.Deadline())/4, 5*time.Millisecond)
-		}
-		timer.Reset(next)
-	}
-}
-
-// extend is Lease.Extend of a Redlock lease.
-func (h *redlockHold) extend(ctx context.Context, l *Lease, ttl time.Duration) error {
-	if err := l.heldLocally(); err != nil {
-		return err
-	}
-	h.m.r.ttlInUse(ttl)
-	if err := h.extendOnce(ctx, ttl, true); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.ttl = ttl
-	l.mu.Unlock()
-	select { // the renewal due was planned for the former TTL
-	case h.extended <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// extendOnce extends the hold on every node; it counts when a majority
+// extend extends the hold on every node; it counts when a majority
 // confirmed within the validity the extension gives. A majority that
-// refused (the hold expired there, or is another's) loses the lease. Only
-// Extend passes explicit: a renewal never shortens a node's hold, as a late
-// one must not cut an Extend to a longer TTL short (see Lease.extendMu).
-func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explicit bool) error {
+// refused (the hold expired there, or is another's) loses the lease.
+func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
 	l, m := h.lease, h.m
-	if err := l.extendMu.Lock(ctx); err != nil { // nothing was sent
-		return fmt.Errorf("dlock: redlock extend %q: %w", m.name, err)
+	if explicit {
+		m.r.ttlInUse(ttl)
 	}
-	defer l.extendMu.Unlock()
 	start := time.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		args := []any{l.owner, ttl.Milliseconds()}
@@ -113,16 +50,16 @@ func (h *redlockHold) extendOnce(ctx context.Context, ttl time.Duration, explici
 		ok, err := scripts.MutexExtend.Run(ctx, n.rdb, []string{m.keys.lock}, args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
-	refused := refusedBy(errs)
 	granted := succeeded(errs)
 	if granted >= m.r.quorum && m.drift(ttl)+time.Since(start) < ttl {
-		return l.confirmed(start, ttl)
+		return nil, nil
 	}
-	if refused > len(m.r.nodes)-m.r.quorum {
-		l.refused()
-	}
-	return &QuorumError{Op: "extend", Name: m.name, Quorum: m.r.quorum, Granted: granted,
+	err = &QuorumError{Op: "extend", Name: m.name, Quorum: m.r.quorum, Granted: granted,
 		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
+	if refusedBy(errs) > len(m.r.nodes)-m.r.quorum {
+		return errRenewalRefused, err
+	}
+	return nil, err
 }
 
 // refusedBy counts the nodes that answered that the hold is not there.
@@ -148,20 +85,15 @@ func heldOrNot(ok int64, err error) error {
 	return nil
 }
 
-// validity is Lease.TTL of a Redlock lease: the time to its deadline.
-func (h *redlockHold) validity() (time.Duration, error) {
-	l := h.lease
-	if err := l.heldLocally(); err != nil {
-		return 0, err
-	}
-	return time.Until(l.Deadline()), nil
+// ttl is the validity left: the time to the deadline.
+func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
+	return time.Until(h.lease.Deadline()), nil
 }
 
-// unlock is Lease.Unlock of a Redlock lease (the caller holds unlockMu):
-// it releases on every node, whatever ctx, and succeeds where a majority
-// let go of a hold of this owner.
-func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
-	m := h.m
+// release releases on every node, whatever ctx, and succeeds where a
+// majority let go of a hold of this owner.
+func (h *redlockHold) release(ctx context.Context, _ voidRule) (loss, err error) {
+	l, m := h.lease, h.m
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters, m.keys.fence}
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
@@ -175,9 +107,24 @@ func (h *redlockHold) unlock(ctx context.Context, l *Lease) error {
 		if refusedBy(errs) > len(m.r.nodes)-m.r.quorum { // a majority no longer held it
 			cause = errRenewalRefused
 		}
-		l.end(fmt.Errorf("%w: %w", cause, err))
-		return err
+		return fmt.Errorf("%w: %w", cause, err), err
 	}
-	l.end(nil)
-	return nil
+	return nil, nil
 }
+
+func (h *redlockHold) renewAt(at time.Time) {
+	l := h.lease
+	switch {
+	case at.IsZero():
+		h.timer.Stop()
+	case l.unlocking.Load() || l.ended():
+	default:
+		h.timer.Reset(time.Until(at))
+	}
+}
+
+func (h *redlockHold) renewalsStopped() bool { return false }
+
+func (h *redlockHold) addTokens(tokens map[string]uint64) { tokens[h.lease.name] = h.lease.token }
+
+func (h *redlockHold) carry(parent context.Context) context.Context { return parent }

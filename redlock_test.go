@@ -279,3 +279,36 @@ func TestRedlock_LeaseRenewsOnAMajority(t *testing.T) {
 		t.Fatalf("held on %d answering nodes after Unlock", n)
 	}
 }
+
+// An Extend to a shorter TTL that a majority did not confirm may still have
+// been applied (a stalled node runs it when it resumes): the lease counts
+// on no more than the shorter TTL would leave, and renews at it, as a
+// single server's lease does (TestLease_FailedExtendToAShorterTTLCountsOnTheShorterOne).
+func TestRedlock_FailedExtendToAShorterTTLCountsOnTheShorterOne(t *testing.T) {
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, 30*time.Second)
+	lease, err := redlockOver(t, servers, dlock.WithTTL(30*time.Second)).Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Extend(ctx, 30*time.Second); err != nil { // the script is loaded
+		t.Fatal(err)
+	}
+	servers[0].Pause()
+	servers[1].Pause()
+	sent := time.Now()
+	err = lease.Extend(ctx, 2*time.Second) // waits in the stalled servers' sockets
+	servers[0].Resume()
+	servers[1].Resume()
+	if err == nil {
+		t.Fatal("Extend with a majority stalled returned nil")
+	}
+	if d := lease.Deadline(); d.After(sent.Add(2 * time.Second)) {
+		t.Fatalf("deadline %v after the failed Extend(2s); want within 2s of its sending", time.Until(d))
+	}
+	// Renewed at the shorter TTL, the lease holds on.
+	time.Sleep(3 * time.Second)
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease lost after the failed Extend: %v", err)
+	}
+}

@@ -25,10 +25,11 @@ import (
 // alone does not tell the Redis: ownerFor checks that too.
 type heldKey string
 
-// withHold returns parent carrying l, a lease of a read-write lock. A later
-// hold of the same lock put in a context derived from it takes its place.
-func withHold(parent context.Context, l *Lease) context.Context {
-	return context.WithValue(parent, heldKey(l.keys[0]), l)
+// withHold returns parent carrying h, the hold of a read-write lock's
+// lease. A later hold of the same lock put in a context derived from it
+// takes its place.
+func withHold(parent context.Context, h *clientHold) context.Context {
+	return context.WithValue(parent, heldKey(h.keys[0]), h)
 }
 
 // ownerFor is the owner a call on h with ctx acts as: the id given to
@@ -43,8 +44,8 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 	if h.owner != "" {
 		return h.owner
 	}
-	if l, ok := ctx.Value(h.heldKey).(*Lease); ok && sameRedis(l.c, h.c) && l.heldLocally() == nil {
-		return holdOwner(l.owner)
+	if held, ok := ctx.Value(h.heldKey).(*clientHold); ok && sameRedis(held.c, h.c) && held.lease.heldLocally() == nil {
+		return holdOwner(held.lease.owner)
 	}
 	return ""
 }
@@ -89,5 +90,5 @@ func redisIdentity(rdb redis.UniversalClient) string {
 }
 
 // holdOwner is the owner in a hold's member: mode, hold id, owner (see
-// holdAcquirer.member and parse in rw_lib.lua).
+// holdCall.fresh and parse in rw_lib.lua).
 func holdOwner(member string) string { return member[1+scripts.OwnerTokenDigits:] }

@@ -57,25 +57,15 @@ func newRenewer(c *Client) *renewer {
 	return &renewer{c: c, kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
 
-// add schedules l's first renewal at at, starting the loop on first use.
-func (r *renewer) add(l *Lease, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return // the lease runs to its deadline, then reports itself lost
-	}
-	r.schedule(l, at)
-}
-
-// schedule sets l's next renewal to at, whether it was scheduled or not,
+// schedule sets h's next renewal to at, whether it was scheduled or not,
 // and wakes or starts the loop if it would not renew it in time; r.mu must
 // be held.
-func (r *renewer) schedule(l *Lease, at time.Time) {
-	l.nextRenew = at
-	if l.heapIndex >= 0 {
-		heap.Fix(&r.due, l.heapIndex)
+func (r *renewer) schedule(h *clientHold, at time.Time) {
+	h.nextRenew = at
+	if h.heapIndex >= 0 {
+		heap.Fix(&r.due, h.heapIndex)
 	} else {
-		heap.Push(&r.due, l)
+		heap.Push(&r.due, h)
 	}
 	if !r.running {
 		r.running = true
@@ -91,12 +81,12 @@ func (r *renewer) schedule(l *Lease, at time.Time) {
 	}
 }
 
-// remove stops renewing l; harmless when it is not scheduled.
-func (r *renewer) remove(l *Lease) {
+// remove stops renewing h; harmless when it is not scheduled.
+func (r *renewer) remove(h *clientHold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l.heapIndex >= 0 {
-		heap.Remove(&r.due, l.heapIndex)
+	if h.heapIndex >= 0 {
+		heap.Remove(&r.due, h.heapIndex)
 	}
 }
 
@@ -172,9 +162,9 @@ func (r *renewer) loop() {
 
 // takeDue pops the leases due by now (with slack), or says how long to sleep,
 // or that nothing has been left to renew for renewerLinger: then the loop
-// ends, marked not running under the same lock that add starts a new one
-// under.
-func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, idle bool) {
+// ends, marked not running under the same lock that schedule starts a new
+// one under.
+func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.wakeAt = time.Time{}
@@ -198,7 +188,7 @@ func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, i
 	r.idleSince = time.Time{}
 	for len(r.due) > 0 {
 		next := r.due[0]
-		if next.nextRenew.After(now.Add(renewSlack(next.currentTTL()))) {
+		if next.nextRenew.After(now.Add(renewSlack(next.lease.currentTTL()))) {
 			if len(batch) == 0 {
 				r.wakeAt = next.nextRenew
 				return nil, next.nextRenew.Sub(now), false
@@ -218,7 +208,7 @@ func (r *renewer) takeDue(now time.Time) (batch []*Lease, sleep time.Duration, i
 // stalled node cost the leases of the healthy ones. A lease whose node is
 // not known is sent with the others whose node is not known: the client
 // routes them.
-func (r *renewer) sendByNode(due []*Lease) {
+func (r *renewer) sendByNode(due []*clientHold) {
 	var nodeOf func(key string) (*redis.Client, error)
 	switch rdb := r.c.rdb.(type) {
 	case *redis.ClusterClient:
@@ -229,15 +219,15 @@ func (r *renewer) sendByNode(due []*Lease) {
 		r.sendBatch(due) // one node: a server, or Sentinel's master
 		return
 	}
-	byNode := make(map[*redis.Client][]*Lease)
-	for _, l := range due {
+	byNode := make(map[*redis.Client][]*clientHold)
+	for _, h := range due {
 		var node *redis.Client
-		if len(l.keys) > 0 {
-			if n, err := nodeOf(l.keys[0]); err == nil {
+		if len(h.keys) > 0 {
+			if n, err := nodeOf(h.keys[0]); err == nil {
 				node = n
 			}
 		}
-		byNode[node] = append(byNode[node], l)
+		byNode[node] = append(byNode[node], h)
 	}
 	for _, batch := range byNode {
 		r.sendBatch(batch)
@@ -246,7 +236,7 @@ func (r *renewer) sendByNode(due []*Lease) {
 
 // sendBatch renews one node's batch on a goroutine of its own, which ends
 // with the batch's answer or deadline.
-func (r *renewer) sendBatch(batch []*Lease) {
+func (r *renewer) sendBatch(batch []*clientHold) {
 	r.mu.Lock()
 	r.inFlight++
 	r.mu.Unlock()
@@ -260,48 +250,43 @@ func (r *renewer) sendBatch(batch []*Lease) {
 	}()
 }
 
-// extendBusyRetry is how soon a renewal skipped for an Extend in flight is
-// tried again.
-const extendBusyRetry = 5 * time.Millisecond
-
-// renew sends one batch and applies each answer. A lease whose Extend is in
-// flight is put back for a moment: one extension of a lease at a time.
-func (r *renewer) renew(ctx context.Context, due []*Lease) {
+// renew sends one batch and applies each answer (see renewalAnswered).
+// A lease whose Extend is in flight, or whose deadline passed, is left out
+// (see lockForRenewal).
+func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	batch := due[:0]
-	for _, l := range due {
-		switch {
-		case !l.extendMu.TryLock():
-			r.reschedule(l, time.Now().Add(extendBusyRetry))
-		case l.pastDeadline():
-			// Renewing would not bring it back: a timer that has not fired
-			// (the machine was suspended) finds it lost here.
-			l.extendMu.Unlock()
-			l.expireIfPast()
-		default:
-			batch = append(batch, l)
+	for _, h := range due {
+		if h.lease.lockForRenewal() {
+			batch = append(batch, h)
 		}
 	}
 	defer func() {
-		for _, l := range batch {
-			l.extendMu.Unlock()
+		for _, h := range batch {
+			h.lease.extendMu.Unlock()
 		}
 	}()
 	if len(batch) == 0 {
 		return
 	}
 	ttls := make([]time.Duration, len(batch))
-	timeout := time.Duration(0)
-	for i, l := range batch {
-		ttls[i] = l.currentTTL()
-		// Waiting past the earliest deadline in the batch would help no one.
-		if left := time.Until(l.Deadline()); i == 0 || left < timeout {
+	var timeout time.Duration // waiting past the earliest deadline would help no one
+	for i, h := range batch {
+		ttls[i] = h.lease.currentTTL()
+		if left := time.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
-
 	sent := time.Now()
+	for i, err := range r.sendWithBodies(ctx, batch, ttls) {
+		batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err)
+	}
+}
+
+// sendWithBodies sends the batch and, to the leases whose server had not
+// the script cached (SCRIPT FLUSH, a restarted server), its body.
+func (r *renewer) sendWithBodies(ctx context.Context, batch []*clientHold, ttls []time.Duration) []error {
 	results := r.send(ctx, batch, ttls, false)
 	var retry []int
 	for i, err := range results {
@@ -309,50 +294,42 @@ func (r *renewer) renew(ctx context.Context, due []*Lease) {
 			retry = append(retry, i)
 		}
 	}
-	if len(retry) > 0 { // SCRIPT FLUSH or a restarted server: send the bodies
-		sub := make([]*Lease, len(retry))
-		subTTLs := make([]time.Duration, len(retry))
-		for j, i := range retry {
-			sub[j], subTTLs[j] = batch[i], ttls[i]
-		}
-		for j, err := range r.send(ctx, sub, subTTLs, true) {
-			results[retry[j]] = err
-		}
+	if len(retry) == 0 {
+		return results
 	}
+	sub := make([]*clientHold, len(retry))
+	subTTLs := make([]time.Duration, len(retry))
+	for j, i := range retry {
+		sub[j], subTTLs[j] = batch[i], ttls[i]
+	}
+	for j, err := range r.send(ctx, sub, subTTLs, true) {
+		results[retry[j]] = err
+	}
+	return results
+}
 
-	now := time.Now()
-	for i, l := range batch {
-		switch err := results[i]; {
-		case err == nil:
-			if l.renewed(sent, ttls[i]) == nil {
-				r.reschedule(l, sent.Add(ttls[i]/3))
-			}
-		case errors.Is(err, ErrLeaseLost): // refused: see send
-			l.renewalFailed(err, true)
-			l.refusedWith(err)
-		case isWrongType(err):
-			l.renewalFailed(err, true)
-			l.refused()
-		default:
-			l.renewalFailed(err, false)
-			// Try again soon, well before the deadline; if none gets through,
-			// the deadline timer reports the loss.
-			l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
-			r.reschedule(l, now.Add(max(time.Until(l.Deadline())/4, 5*time.Millisecond)))
-		}
+// renewalLoss is the loss a renewal's error tells, or nil when it tells
+// none: refused (see send), or a foreign key where the lock was.
+func renewalLoss(err error) error {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		return err
+	case isWrongType(err):
+		return errRenewalRefused
 	}
+	return nil
 }
 
 // send pipelines one extend per lease: EVALSHA, or EVAL with the body.
-func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration, withBody bool) []error {
+func (r *renewer) send(ctx context.Context, batch []*clientHold, ttls []time.Duration, withBody bool) []error {
 	pipe := r.c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
-	for i, l := range batch {
-		args := []any{l.owner, ttls[i].Milliseconds()}
+	for i, h := range batch {
+		args := []any{h.lease.owner, ttls[i].Milliseconds()}
 		if withBody {
-			cmds[i] = l.kind.extend.Eval(ctx, pipe, l.keys, args...)
+			cmds[i] = h.kind.extend.Eval(ctx, pipe, h.keys, args...)
 		} else {
-			cmds[i] = l.kind.extend.EvalSha(ctx, pipe, l.keys, args...)
+			cmds[i] = h.kind.extend.EvalSha(ctx, pipe, h.keys, args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
@@ -369,39 +346,40 @@ func (r *renewer) send(ctx context.Context, batch []*Lease, ttls []time.Duration
 	return errs
 }
 
-// reschedule sets l's next renewal to at, unless it ended or was unlocked
-// meanwhile.
-func (r *renewer) reschedule(l *Lease, at time.Time) {
-	if l.ended() {
+// reschedule sets h's next renewal to at, unless its lease ended or was
+// unlocked meanwhile, or the renewer was closed: the lease then runs to its
+// deadline, and reports itself lost.
+func (r *renewer) reschedule(h *clientHold, at time.Time) {
+	if h.lease.ended() {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || l.unlocking.Load() {
+	if r.closed || h.lease.unlocking.Load() {
 		return
 	}
-	r.schedule(l, at)
+	r.schedule(h, at)
 }
 
-// leaseHeap orders leases by next renewal; it implements heap.Interface.
-type leaseHeap []*Lease
+// leaseHeap orders holds by next renewal; it implements heap.Interface.
+type leaseHeap []*clientHold
 
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].nextRenew.Before(h[j].nextRenew) }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
+func (q leaseHeap) Len() int           { return len(q) }
+func (q leaseHeap) Less(i, j int) bool { return q[i].nextRenew.Before(q[j].nextRenew) }
+func (q leaseHeap) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].heapIndex, q[j].heapIndex = i, j
 }
-func (h *leaseHeap) Push(x any) {
-	l := x.(*Lease)
-	l.heapIndex = len(*h)
-	*h = append(*h, l)
+func (q *leaseHeap) Push(x any) {
+	h := x.(*clientHold)
+	h.heapIndex = len(*q)
+	*q = append(*q, h)
 }
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
+func (q *leaseHeap) Pop() any {
+	old := *q
+	h := old[len(old)-1]
 	old[len(old)-1] = nil
-	l.heapIndex = -1
-	*h = old[:len(old)-1]
-	return l
+	h.heapIndex = -1
+	*q = old[:len(old)-1]
+	return h
 }

@@ -38,9 +38,10 @@ func newOwnerTokenPair() (string, string) {
 // Clients that drew the same would each hear the other's wake-ups, and
 // ignore them, as they name waiters the other does not have.
 // It starts with the protocol's tag, which the scripts read (see
-// [scripts.ProtocolTag]), and is 16 characters long, as they take it.
+// [scripts.ProtocolTag]), and is [scripts.ClientTagChars] long, as they
+// take it.
 func newClientTag() string {
-	var b [8]byte
+	var b [scripts.ClientTagChars / 2]byte
 	_, _ = rand.Read(b[:])
 	return scripts.ProtocolTag + hex.EncodeToString(b[:])[len(scripts.ProtocolTag):]
 }

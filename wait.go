@@ -14,47 +14,6 @@ import (
 	"github.com/dlockio/dlock/internal/notify"
 )
 
-// acquirer is what a lock type gives the waiting loop.
-type acquirer interface {
-	// attempt makes one try at the lock. It returns the lease when granted;
-	// otherwise retryIn, how long until the current hold expires at the
-	// latest (negative: unknown), with a nil error. A non-empty waiterID
-	// registers the caller, in the same step as its refusal, to be picked by
-	// the next release. An attempt that fails with an error has cleaned up
-	// after itself, waiter registration included.
-	attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error)
-
-	// leave unregisters a waiter that stops waiting without the lock, and
-	// passes on a wake-up a release may already have sent it. It leaves the
-	// call's tombstone, also with no waiterID (a refused attempt that may
-	// have been sent twice), and gives back a hold taken under the call's
-	// owner that nobody heard of: a copy of a refused attempt, resent by
-	// go-redis, granted once the lock was free, or a hand-over.
-	leave(ctx context.Context, waiterID string)
-
-	// client is the Client the call runs on.
-	client() *Client
-}
-
-// queuer is an acquirer whose waiters register even where no wake-up can
-// reach them (the subscription failed): registering is how a FairMutex
-// waiter keeps its place in line, and a waiter handed the lock finds it at
-// its next refresh.
-type queuer interface{ queues() }
-
-func queues(a acquirer) bool {
-	_, ok := a.(queuer)
-	return ok
-}
-
-// granter is an acquirer to which a release may hand the lock while it
-// waits (a Mutex, a FairMutex): the wake-up then says so (see
-// [notify.Waiter.Grant]), and granted returns the lease it makes, or nil
-// when the word is stale.
-type granter interface {
-	granted(h handOver) *Lease
-}
-
 // handOver is what a release that handed a waiter the lock told it:
 // "[ref:]fence:px" (see hand_next.lua and fair_lib.lua).
 type handOver struct {
@@ -84,16 +43,6 @@ func cutLast(s string) (before, after string, found bool) {
 	return s[:max(i, 0)], s[i+1:], i >= 0
 }
 
-// rewatcher is an acquirer that may be kept out by one of several locks, and
-// so waits on the channel of whichever kept it out last (a MultiLock).
-type rewatcher interface {
-	// rewatch reports the channel to wait on after the last refusal, and
-	// whether it is another than before. A waiter registers only on the lock
-	// whose channel it listens on, so a move means listening first, then
-	// trying again at once.
-	rewatch() (channel string, moved bool)
-}
-
 // DefaultWaiterRefresh is how often a waiting Lock, registered to be woken
 // by the next release, tries again and so renews its registration: a waiter
 // that died stops being picked within a few refreshes, and a wake-up sent to
@@ -114,7 +63,7 @@ func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefres
 const noExpiryRetry = time.Second
 
 // tryOnce is TryLock: one attempt, never a wait.
-func tryOnce(ctx context.Context, a acquirer) (*Lease, error) {
+func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
@@ -174,13 +123,14 @@ func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
 // waitFor is Lock: attempt, and while the lock is held, wait to be woken by a
 // release or for the hold's TTL to run out, then attempt again.
 //
-// A waiter subscribes to channel (its Client's own for the lock, for most
-// types) before the attempt that registers it, so the release that follows
-// cannot be missed: it picks a registered waiter and publishes to it alone,
-// whichever client it is in. A granter's release hands it the lock with
-// that word, and it holds without another attempt; any other waiter makes
-// one attempt per wake-up. While waiting, the waiter tries again every
-// waiter refresh, which keeps its registration alive.
+// A waiter subscribes to its channel (its Client's own for the lock, for
+// most types) before the attempt that registers it, so the release that
+// follows cannot be missed: it picks a registered waiter and publishes to it
+// alone, whichever client it is in. Where releases hand the lock over (the
+// call's grant), that word gives the waiter the lock without another
+// attempt; any other waiter makes one attempt per wake-up. While waiting,
+// the waiter tries again every waiter refresh, which keeps its registration
+// alive.
 //
 // Where this Client is not subscribed to the channel yet, the first attempt
 // goes without: an uncontended Lock then costs one round trip, and only a
@@ -191,7 +141,7 @@ func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
 // Client.pause) and tries again, until its context ends. A waiter whose
 // subscription is lost for good (see [notify.Waiter.Subscribed]) leaves
 // and watches anew.
-func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a acquirer) (*Lease, error) {
+func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, error) {
 	if cfg.waitSet {
 		if cfg.wait == 0 {
 			return tryOnce(ctx, a)
@@ -203,158 +153,233 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, channel string, a ac
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	observed := cfg.observer.callIn(ctx) // nil when nobody observes
-	// Whether an attempt of the call took long enough for the Redis client
-	// to have sent it twice: then the lease's release leaves a tombstone for
-	// the copy that may still be on its way (see Client.resendAfter).
-	maybeCopied := false
-	attempt := func(waiterID string) (*Lease, time.Duration, error) {
-		sent := time.Now()
-		l, retryIn, err := a.attempt(ctx, waiterID)
-		maybeCopied = maybeCopied || time.Since(sent) >= c.resendAfter
-		if l != nil {
-			l.maybeCopied = maybeCopied
-		}
-		return l, retryIn, err
-	}
-	if !c.subscribed(channel) {
-		l, _, err := attempt("")
-		if err != nil && !errors.Is(err, ErrUnavailable) { // unavailable: subscribe, then try again
-			return nil, acquireError(ctx, err)
-		}
-		if l != nil {
-			kept, err := keep(ctx, l, true)
-			if !retryGrant(err) {
-				return kept, err
-			}
+	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.replicaAck, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0]}
+	if !c.subscribed(wt.channel) {
+		if l, err, done := wt.unsubscribed(); done {
+			return l, err
 		}
 	}
-	hub, err := c.notifier(ctx)
-	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
-		if stop := c.pause(ctx, failures, nil); stop != nil {
-			return nil, stop
-		}
-		hub, err = c.notifier(ctx)
+	if err := wt.listen(); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, acquireError(ctx, err)
+	defer func() { wt.w.Close() }()
+	if wt.observed != nil {
+		defer wt.leaveOnPanic()
 	}
-	rw, moves := a.(rewatcher)
-	if moves {
-		if ch, moved := rw.rewatch(); moved {
-			channel = ch
-		}
-	}
-	w, err := hub.Watch(ctx, channel)
-	if err != nil {
-		return nil, acquireError(ctx, err)
-	}
-	defer func() { w.Close() }()
+	return wt.loop()
+}
 
-	waiterID := "" // set once a release can reach this waiter: then it registers
-	failures := 0  // attempts in a row that found Redis unavailable
-	if observed != nil {
-		// An Observer's Wait that panics leaves, as a give-up does, before
-		// the panic goes on: a registration left behind would be handed
-		// the lock, held then for nobody until the registration ran out.
-		defer func() {
-			if r := recover(); r != nil {
-				if waiterID != "" {
-					a.leave(context.WithoutCancel(ctx), waiterID)
-				}
-				panic(r)
-			}
-		}()
+// waiting is one waitFor: its call, and where it listens.
+type waiting struct {
+	c   *Client
+	ctx context.Context
+	a   *call
+
+	refresh    time.Duration // see WithWaiterRefresh
+	replicaAck int           // see WithReplicaAck
+	observed   *observedCall // nil when nobody observes
+	hub        *notify.Hub
+	w          *notify.Waiter
+	channel    string
+	waiterID   string // set once a release can reach this waiter: then it registers
+	failures   int    // attempts in a row that found Redis unavailable
+	// maybeCopied: an attempt of the call took long enough for the Redis
+	// client to have sent it twice; then the lease's release leaves a
+	// tombstone for the copy that may still be on its way (see
+	// Client.resendAfter).
+	maybeCopied bool
+}
+
+func (wt *waiting) attempt() (*Lease, time.Duration, error) {
+	sent := time.Now()
+	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
+	wt.maybeCopied = wt.maybeCopied || time.Since(sent) >= wt.c.resendAfter
+	if l != nil {
+		l.maybeCopied = wt.maybeCopied
 	}
+	return l, retryIn, err
+}
+
+// keep is keep for a call that goes on; done is false when it goes on.
+func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
+	kept, err = keep(wt.ctx, l, true)
+	return kept, err, !retryGrant(err)
+}
+
+// unsubscribed makes the first attempt, without a subscription; done is
+// false when the call subscribes and goes on.
+func (wt *waiting) unsubscribed() (*Lease, error, bool) {
+	l, _, err := wt.attempt()
+	if err != nil && !errors.Is(err, ErrUnavailable) { // unavailable: subscribe, then try again
+		return nil, acquireError(wt.ctx, err), true
+	}
+	if l != nil {
+		return wt.keep(l)
+	}
+	return nil, nil, false
+}
+
+// listen subscribes, pausing while Redis is unavailable, to the channel of
+// whichever lock kept the call out last.
+func (wt *waiting) listen() error {
+	hub, err := wt.c.notifier(wt.ctx)
+	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
+		if stop := wt.c.pause(wt.ctx, failures, nil); stop != nil {
+			return stop
+		}
+		hub, err = wt.c.notifier(wt.ctx)
+	}
+	if err != nil {
+		return acquireError(wt.ctx, err)
+	}
+	if ch, moved := wt.a.rewatch(); moved {
+		wt.channel = ch
+	}
+	wt.hub = hub
+	wt.w, err = hub.Watch(wt.ctx, wt.channel)
+	if err != nil {
+		return acquireError(wt.ctx, err)
+	}
+	return nil
+}
+
+// leaveOnPanic: an Observer's Wait that panics leaves, as a give-up does,
+// before the panic goes on: a registration left behind would be handed the
+// lock, held then for nobody until the registration ran out.
+func (wt *waiting) leaveOnPanic() {
+	if r := recover(); r != nil {
+		if wt.waiterID != "" {
+			wt.a.leave(context.WithoutCancel(wt.ctx), wt.waiterID)
+		}
+		panic(r)
+	}
+}
+
+func (wt *waiting) loop() (*Lease, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if waiterID != "" && !w.Subscribed() && !queues(a) {
-			// The subscription it registered with is gone for good (its
-			// node failed over, its slot moved): leave, passing on a
-			// wake-up it may have had, and listen where the channel is now.
-			a.leave(ctx, waiterID)
-			w.Close()
-			next, err := hub.Watch(ctx, channel)
-			if err != nil {
-				return nil, acquireError(ctx, err)
-			}
-			w, waiterID = next, ""
+		if err := wt.register(); err != nil {
+			return nil, err
 		}
-		if waiterID == "" && (w.Subscribed() || queues(a)) {
-			waiterID = w.ID()
-		}
-		l, retryIn, err := attempt(waiterID)
+		l, retryIn, err := wt.attempt()
 		if l != nil {
-			kept, err := keep(ctx, l, true)
-			if !retryGrant(err) {
+			if kept, err, done := wt.keep(l); done {
 				return kept, err
 			}
 			continue
 		}
-		if errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
-			// The attempt cleaned up after itself, registration included;
-			// the next registers anew.
-			failures++
-			if stop := c.pause(ctx, failures, w.C()); stop != nil {
-				if waiterID != "" {
-					a.leave(ctx, waiterID)
-				}
+		if errors.Is(err, ErrUnavailable) && wt.ctx.Err() == nil {
+			if stop := wt.pause(err); stop != nil {
 				return nil, stop
 			}
-			observed.wait(ctx, WaitRetry, err)
 			continue
 		}
-		failures = 0
+		wt.failures = 0
 		if err != nil {
-			return nil, acquireError(ctx, err)
+			return nil, acquireError(wt.ctx, err)
 		}
-		if moves {
-			if ch, moved := rw.rewatch(); moved {
-				// The attempt left the old lock's line: nothing to leave.
-				w.Close()
-				next, err := hub.Watch(ctx, ch)
-				if err != nil {
-					return nil, acquireError(ctx, err)
-				}
-				w, channel = next, ch
-				waiterID = ""
-				continue
+		if moved, err := wt.follow(); moved || err != nil {
+			if err != nil {
+				return nil, err
 			}
+			continue
 		}
-		if retryIn < 0 {
-			retryIn = noExpiryRetry
+		if l, err, done := wt.wait(timer, retryIn); done {
+			return l, err
 		}
-		if waiterID != "" {
-			retryIn = min(retryIn, cfg.waiterRefresh)
-			observed.wait(ctx, WaitRegistered, nil)
-		}
-		timer.Reset(retryIn)
-		var stop error
-		select {
-		case <-w.C():
-			if l := grantFor(a, w, cfg); l != nil {
-				observed.handedOver(ctx, l)
-				l.maybeCopied = maybeCopied
-				kept, err := keep(ctx, l, true)
-				if !retryGrant(err) {
-					return kept, err
-				}
-			}
-		case <-timer.C:
-		case <-ctx.Done():
-			stop = acquireError(ctx, nil)
-		case <-c.done:
-			stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
-		}
-		if stop != nil {
-			if waiterID != "" || maybeCopied { // a copy of an attempt may be on its way: the tombstone
-				a.leave(ctx, waiterID)
-			}
-			return nil, stop
-		}
-		observed.wait(ctx, WaitRetry, nil)
 	}
+}
+
+// register sets the waiter's id once a release can reach it (or, for a
+// call that queues, at once). Where the subscription it registered with is
+// gone for good (its node failed over, its slot moved), it leaves first,
+// passing on a wake-up it may have had, and listens where the channel is
+// now.
+func (wt *waiting) register() error {
+	queues := wt.a.spec.queues
+	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
+		wt.a.leave(wt.ctx, wt.waiterID)
+		wt.w.Close()
+		next, err := wt.hub.Watch(wt.ctx, wt.channel)
+		if err != nil {
+			return acquireError(wt.ctx, err)
+		}
+		wt.w, wt.waiterID = next, ""
+	}
+	if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
+		wt.waiterID = wt.w.ID()
+	}
+	return nil
+}
+
+// pause waits after an attempt that found Redis unavailable, and cleaned
+// up after itself, registration included: the next registers anew.
+func (wt *waiting) pause(err error) error {
+	wt.failures++
+	if stop := wt.c.pause(wt.ctx, wt.failures, wt.w.C()); stop != nil {
+		if wt.waiterID != "" {
+			wt.a.leave(wt.ctx, wt.waiterID)
+		}
+		return stop
+	}
+	wt.observed.wait(wt.ctx, WaitRetry, err)
+	return nil
+}
+
+// follow listens on the channel of the lock in the way, when it is
+// another than before; the attempt then left the old lock's line, so there
+// is nothing to leave.
+func (wt *waiting) follow() (moved bool, err error) {
+	ch, moved := wt.a.rewatch()
+	if !moved {
+		return false, nil
+	}
+	wt.w.Close()
+	next, err := wt.hub.Watch(wt.ctx, ch)
+	if err != nil {
+		return true, acquireError(wt.ctx, err)
+	}
+	wt.w, wt.channel, wt.waiterID = next, ch, ""
+	return true, nil
+}
+
+// wait waits, after a refused attempt, for a wake-up, for the hold's TTL
+// (retryIn) or the waiter's refresh, or for the call's end; done is false
+// when it attempts again.
+func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error, bool) {
+	if retryIn < 0 {
+		retryIn = noExpiryRetry
+	}
+	if wt.waiterID != "" {
+		retryIn = min(retryIn, wt.refresh)
+		wt.observed.wait(wt.ctx, WaitRegistered, nil)
+	}
+	timer.Reset(retryIn)
+	var stop error
+	select {
+	case <-wt.w.C():
+		if l := grantFor(wt.a, wt.w, wt.replicaAck); l != nil {
+			wt.observed.handedOver(wt.ctx, l)
+			l.maybeCopied = wt.maybeCopied
+			if kept, err, done := wt.keep(l); done {
+				return kept, err, true
+			}
+		}
+	case <-timer.C:
+	case <-wt.ctx.Done():
+		stop = acquireError(wt.ctx, nil)
+	case <-wt.c.done:
+		stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+	}
+	if stop != nil {
+		if wt.waiterID != "" || wt.maybeCopied { // a copy of an attempt may be on its way: the tombstone
+			wt.a.leave(wt.ctx, wt.waiterID)
+		}
+		return nil, stop, true
+	}
+	wt.observed.wait(wt.ctx, WaitRetry, nil)
+	return nil, nil, false
 }
 
 // Backoff of a waiting Lock whose attempts find Redis unavailable (see
@@ -394,17 +419,16 @@ func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) 
 // [WithReplicaAck] there is none: the release that handed the lock over
 // waited for no replica, so the next attempt, at once, finds the lock ours
 // and waits for the replicas to have it.
-func grantFor(a acquirer, w *notify.Waiter, cfg settings) *Lease {
-	g, ok := a.(granter)
+func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 	grant := w.Grant()
-	if !ok || grant == "" || cfg.replicaAck > 0 {
+	if a.grant == nil || grant == "" || replicaAck > 0 {
 		return nil
 	}
 	h, ok := parseHandOver(grant)
 	if !ok {
 		return nil
 	}
-	return g.granted(h)
+	return a.grant.granted(h)
 }
 
 // acquireError makes what a failed acquisition returns: a wait that ended

@@ -294,7 +294,7 @@ func (l foundLock) columns() []string {
 	if l.notDlocks != nil {
 		return []string{printable(info.Name), "-", "not dlock's", "-", "-", "-", "-"}
 	}
-	lockType := info.Type
+	lockType := string(info.Type)
 	if lockType == "" {
 		lockType = "-"
 	}

@@ -89,9 +89,10 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 		byName[lock.Name] = lock
 	}
 	for _, tc := range []struct {
-		name, state, lockType string
-		owners                []string
-		writersWaiting        int
+		name, state    string
+		lockType       dlock.LockType
+		owners         []string
+		writersWaiting int
 	}{
 		{"m", "held", "Mutex", []string{""}, 1},
 		{"rw", "held", "RWMutex", []string{"ops-host/42/writer"}, 0},

@@ -47,17 +47,17 @@ Examples:
 
 // statusJSON is what status --json prints.
 type statusJSON struct {
-	Name           string       `json:"name"`
-	State          string       `json:"state"`          // "free", "held", "shared" or "full": see stateOf
-	Type           string       `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "FairMutex", "Election", "RWMutex" or "Semaphore"; none when free
-	Held           bool         `json:"held"`
-	Holders        []holderJSON `json:"holders"`
-	TTLMillis      int64        `json:"ttl_ms"` // -1: no expiry; 0: not held
-	WritersWaiting int          `json:"writers_waiting"`
-	ReadersWaiting int          `json:"readers_waiting"`
-	LastToken      uint64       `json:"last_token"`
-	Permits        int          `json:"permits,omitempty"`      // a Semaphore's
-	LeaderValue    string       `json:"leader_value,omitempty"` // an Election's leader's
+	Name           string         `json:"name"`
+	State          string         `json:"state"`          // "free", "held", "shared" or "full": see stateOf
+	Type           dlock.LockType `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "FairMutex", "Election", "RWMutex" or "Semaphore"; none when free
+	Held           bool           `json:"held"`
+	Holders        []holderJSON   `json:"holders"`
+	TTLMillis      int64          `json:"ttl_ms"` // -1: no expiry; 0: not held
+	WritersWaiting int            `json:"writers_waiting"`
+	ReadersWaiting int            `json:"readers_waiting"`
+	LastToken      uint64         `json:"last_token"`
+	Permits        int            `json:"permits,omitempty"`      // a Semaphore's
+	LeaderValue    string         `json:"leader_value,omitempty"` // an Election's leader's
 }
 
 type holderJSON struct {
@@ -100,7 +100,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
 	if s.Held {
 		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
-		if s.Type == "Election" {
+		if s.Type == dlock.TypeElection {
 			fmt.Fprintf(out.stdout, "leader:      %s\n", s.LeaderValue)
 		}
 		if s.Permits > 0 {
@@ -178,14 +178,14 @@ func stateOf(info dlock.LockInfo) string {
 
 // typeLabel is the type in words: LockInfo's types each stand for several
 // of dlock's, which it does not tell apart.
-func typeLabel(lockType string) string {
+func typeLabel(lockType dlock.LockType) string {
 	switch lockType {
-	case "Mutex":
+	case dlock.TypeMutex:
 		return "Mutex (or a FairMutex with nobody queued, or a MultiLock's part)"
-	case "RWMutex":
+	case dlock.TypeRWMutex:
 		return "RWMutex (or a ReentrantMutex)"
 	}
-	return lockType
+	return string(lockType)
 }
 
 func defineUnlock(fs *flag.FlagSet) action {

@@ -42,7 +42,10 @@ func TestStatus_StateIsApartFromTheType(t *testing.T) {
 	for range 2 {
 		lock(locks.Semaphore("all", 2).Acquire(ctx))
 	}
-	for _, tc := range []struct{ name, state, lockType string }{
+	for _, tc := range []struct {
+		name, state string
+		lockType    dlock.LockType
+	}{
 		{"nothing", "free", ""},
 		{"m", "held", "Mutex"},
 		{"rw", "held", "RWMutex"},

@@ -84,29 +84,6 @@ local function wake_waiter(channel, waiter, publish)
   redis.call(publish, channel .. ':' .. client, id or '*')
 end
 
--- Wake every waiter of a lock ('*'): those on the lock's channel, and on the
--- own channel of each client with a registration in waiters. A client's tag
--- is the 16 characters before the registration's '/' (a FairMutex's has its
--- owner token before them, which is not published).
-local function wake_all(waiters, channel, publish)
-  redis.call(publish, channel, '*')
-  local waiting = redis.pcall('ZRANGE', waiters, 0, -1)
-  if waiting.err then
-    return
-  end
-  local told = {}
-  for _, entry in ipairs(waiting) do
-    local before = string.match(entry, '^([^/:]+)/')
-    if before ~= nil and #before >= 16 then
-      local client = before:sub(-16)
-      if not told[client] then
-        told[client] = true
-        redis.call(publish, channel .. ':' .. client, '*')
-      end
-    end
-  end
-end
-
 -- Keep key for at least ms more, never less than it had: a set of waiters
 -- must outlive its longest registration, whoever registered last and for
 -- however short (waiters in different processes refresh at different
@@ -258,12 +235,9 @@ end
 -- A release that gives its call up (the caller's context ended as the lock
 -- was granted, or a MultiLock rolls back) writes the call's tombstone for
 -- ms, as an abandon does: a copy of the granted attempt still on its way
--- then takes nothing. Other releases name none.
-local function void_call(tombstone, ms)
-  if tombstone ~= nil and ms ~= nil then
-    redis.call('SET', tombstone, '1', 'PX', ms)
-  end
-end
+-- then takes nothing. Other releases name none. The write is a release
+-- mark's: a key set for ms, when the caller names both.
+local void_call = mark_released
 
 -- Holder info (WithHolderInfo in Go) of a Mutex's or FairMutex's hold: a
 -- string beside the lock, the holder's owner token followed by the info
@@ -304,6 +278,53 @@ local function drop_holder_info(key)
   if type(value) == 'string' and string.find(value, HOLDER_INFO) and redis.call('PTTL', key) > 0 then
     redis.call('DEL', key)
   end
+end
+
+-- Wake every waiter of a lock ('*'): those on the lock's channel, and on the
+-- own channel of each client with a registration in waiters. A client's tag
+-- is the CLIENT_TAG_CHARS characters (from Go) that end what is before the
+-- registration's '/' (a FairMutex's has its owner token before them, which
+-- is not published).
+local function wake_all(waiters, channel, publish)
+  redis.call(publish, channel, '*')
+  local waiting = redis.pcall('ZRANGE', waiters, 0, -1)
+  if waiting.err then
+    return
+  end
+  local told = {}
+  for _, entry in ipairs(waiting) do
+    local before = registration_parts(entry)
+    if before ~= nil and #before >= CLIENT_TAG_CHARS then
+      local client = before:sub(-CLIENT_TAG_CHARS)
+      if not told[client] then
+        told[client] = true
+        redis.call(publish, channel .. ':' .. client, '*')
+      end
+    end
+  end
+end
+
+-- A lock handed to a waiter picked from its registrations (hand_next.lua,
+-- fair_lib.lua): lock set to the waiter's owner token for px ms, with the
+-- holder info it registered, if any, unless a holder info is there (the
+-- releaser's was dropped before: one left is foreign, and stays).
+local function give_lock(lock, holder, owner, info, px)
+  redis.call('SET', lock, owner, 'PX', px)
+  if holder and info and info ~= '' and redis.call('EXISTS', holder) == 0 then
+    set_holder_info(holder, owner, info, px)
+  end
+end
+
+-- What a release publishes to the waiter it handed the lock to, on its
+-- client's own channel: 'id:' then 'ref:' when the type sends one (a
+-- Mutex: the attempt the hand-over answers), the fencing token minted for
+-- it, and the ms the hand-over holds the lock (parseHandOver in Go).
+local function handover_message(id, ref, token, px)
+  local message = id .. ':'
+  if ref ~= nil then
+    message = message .. ref .. ':'
+  end
+  return message .. token_text(token) .. ':' .. px
 end
 
 -- Every command dlock's scripts run on keys (TestScripts_RightsCoverEveryCommand

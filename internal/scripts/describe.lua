@@ -1,35 +1,38 @@
--- Describe a lock of any type for Client.Describe, in one step so that the
--- lock cannot change type between looking and reading. Prepended to
--- rw_inspect.lua (see scripts.go), which describes a read-write lock, or
--- nothing held; this part answers for a Mutex, whose key is a string.
+-- Describe a lock of any type for Client.Describe (and Mutex.Inspect,
+-- FairMutex.Inspect), in one step so that the lock cannot change type
+-- between looking and reading. This part answers for a string lock key (a
+-- Mutex, FairMutex, Election, MultiLock's lock) and a Semaphore; the rest
+-- falls through to rw_inspect.lua, prepended after it (see scripts.go),
+-- which describes a read-write lock, or nothing held.
 --
--- KEYS[1..8] as in rw_lib.lua (a Mutex's key, waiters and fencing counter
--- are KEYS[1], KEYS[3] and KEYS[8]; a Semaphore's holders and waiters
--- KEYS[1] and KEYS[3])
--- KEYS[9]  a Semaphore's number of permits
--- KEYS[10..12]  a Semaphore's tokens, a FairMutex's queue, an Election's
---          leader (looked at only to tell they are dlock's)
--- KEYS[13] the mark of a forced removal (force_unlock.lua)
--- KEYS[14] a Mutex's (FairMutex's) holder info (set_holder_info in common.lua)
+-- KEYS     AnyLockLayout (layout.go), named in Lua: rw_lib.lua's STATE ..
+--          FENCE (a Mutex's lock key, waiters and fencing counter are
+--          STATE, WWAIT and FENCE; a Semaphore's holders and waiters STATE
+--          and WWAIT), then PERMITS (a Semaphore's number of permits),
+--          TOKENS (its tokens), QUEUE (a FairMutex's queue), LEADER (an
+--          Election's leader record), FORCED (the mark of a forced removal,
+--          force_unlock.lua) and HOLDER (a Mutex's or FairMutex's holder
+--          info, set_holder_info in common.lua)
 -- ARGV[1]  '' (no owner asks)
 --
--- Returns for a Mutex or FairMutex {'mutex', held (1/0), ms left (-1: no
--- TTL), live waiters registered, the last fencing token minted, the
--- holder's info ('' none), 'election' (the holder leads an Election: its
--- leader record names it), 'fair' (a FairMutex's queue is beside it) or
--- '', and an Election leader's value ('' otherwise)}; the holder's owner
--- token is a secret and is not returned. A FairMutex with nobody queued,
--- and a MultiLock's part, look like a Mutex. For a Semaphore
--- {'semaphore', permits held, ms until the last expires, live waiters, the
--- last fencing token, its number of permits}, followed by the holder info
--- of each permit held ('' none). Otherwise what rw_inspect.lua
--- returns. Fails with WRONGTYPE when a key of the name holds what dlock did
--- not write (see foreign.lua): that is no holder, nor a lock at all.
+-- Returns for a string lock key {'mutex', held (1), ms left (-1: no TTL),
+-- live waiters registered, the last fencing token minted, the holder's
+-- info ('' none), 'election' (the holder leads an Election: its leader
+-- record names it), 'fair' (a FairMutex's queue is beside it) or '', and
+-- an Election leader's value ('' otherwise)}; the holder's owner token is
+-- a secret and is not returned. A FairMutex with nobody queued, and a
+-- MultiLock's lock, look like a Mutex: nothing beside the key tells them.
+-- For a Semaphore {'semaphore', permits held, ms until the last expires,
+-- live waiters, the last fencing token, its number of permits}, followed
+-- by the holder info of each permit held ('' none). Otherwise what
+-- rw_inspect.lua returns. Fails with WRONGTYPE when a key of the name
+-- holds what dlock did not write (see foreign.lua): that is no holder, nor
+-- a lock at all.
 --
 -- Reads only: a copy, however late, changes nothing.
 
-local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]},
-  KEYS[14], KEYS[13])
+local wrong = foreign_lock(STATE, FENCE, PERMITS, TOKENS, LEADER, {HOLDS, WWAIT, RWAIT, RPASS, QUEUE},
+  HOLDER, FORCED)
 if wrong then
   return wrong
 end
@@ -38,14 +41,14 @@ if kind == 'string' then
   local now = server_now()
   local holder = redis.call('GET', STATE)
   local sort, value = '', ''
-  local leader = redis.call('HMGET', KEYS[12], 'owner', 'value') -- foreign_lock has checked it is dlock's
+  local leader = redis.call('HMGET', LEADER, 'owner', 'value') -- foreign_lock has checked it is dlock's
   if leader[1] == holder then
     sort, value = 'election', leader[2] or ''
-  elseif redis.call('EXISTS', KEYS[11]) == 1 then
+  elseif redis.call('EXISTS', QUEUE) == 1 then
     sort = 'fair'
   end
   return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
-    raise_error(last_token(KEYS[8])), holder_info_of(KEYS[14], holder) or '', sort, value}
+    raise_error(last_token(FENCE)), holder_info_of(HOLDER, holder) or '', sort, value}
 end
 if kind == 'zset' then
   local now = server_now()
@@ -55,9 +58,9 @@ if kind == 'zset' then
     ttl = tonumber(redis.call('ZRANGE', STATE, -1, -1, 'WITHSCORES')[2]) - now
   end
   local reply = {'semaphore', held, ttl, live_waiters(WWAIT, now),
-    raise_error(last_token(KEYS[8])), tonumber(redis.call('GET', KEYS[9])) or 0}
+    raise_error(last_token(FENCE)), tonumber(redis.call('GET', PERMITS)) or 0}
   for _, owner in ipairs(redis.call('ZRANGEBYSCORE', STATE, '(' .. now, '+inf')) do
-    reply[#reply + 1] = redis.call('HGET', KEYS[10], 'i' .. owner) or ''
+    reply[#reply + 1] = redis.call('HGET', TOKENS, 'i' .. owner) or ''
   end
   return reply
 end

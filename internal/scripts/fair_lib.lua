@@ -6,12 +6,13 @@
 --          Mutex's (so a Mutex's extend and TTL scripts serve a FairMutex)
 -- KEYS[2]  fencing counter (see mint_token in common.lua)
 -- KEYS[3]  queue: sorted set of waiting entries by arrival, in microseconds
---          of the server's clock. An entry is the waiter's owner token (32
---          hex digits) followed by 'client/id': its client's tag and its
---          waiter id, which its wake-up carries on that client's own channel
---          (the lock's channel followed by ':client'), then the waiter's
---          holder info if it has any (JSON: it starts with '{'); or by a
---          bare waiter id, woken on the lock's channel.
+--          of the server's clock. An entry is the waiter's owner token
+--          (OWNER_TOKEN_DIGITS hex digits) followed by 'client/id': its
+--          client's tag and its waiter id, which its wake-up carries on
+--          that client's own channel (the lock's channel followed by
+--          ':client'), then the waiter's holder info if it has any (JSON:
+--          it starts with '{'); or by a bare waiter id, woken on the
+--          lock's channel.
 -- KEYS[4]  registrations: the same entries, scored by when each expires in
 --          ms of the server's clock. A waiter renews its own while it
 --          waits, so a dead waiter loses its place by itself.
@@ -25,6 +26,12 @@ local LOCK, FENCE, QUEUE, REG, CHANNEL, HOLDER = KEYS[1], KEYS[2], KEYS[3], KEYS
 -- Drop the entries whose registration ran out.
 local function purge_queue(now)
   drop_expired(REG, now, function(entry) redis.call('ZREM', QUEUE, entry) end)
+end
+
+-- The owner token a queue entry starts with, and the waiter's registration
+-- after it.
+local function entry_parts(entry)
+  return entry:sub(1, OWNER_TOKEN_DIGITS), entry:sub(OWNER_TOKEN_DIGITS + 1)
 end
 
 -- Give the free lock to the first live waiter and tell it: the lock is set
@@ -51,7 +58,7 @@ local function hand_over(publish)
     return false
   end
   local entry = head[1]
-  local waiter = entry:sub(33)
+  local owner, waiter = entry_parts(entry)
   local client, rest, ours = registration_parts(waiter)
   if not ours then -- of another protocol: freed, and woken
     redis.call('ZREM', QUEUE, entry)
@@ -67,17 +74,13 @@ local function hand_over(publish)
   end
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)
-  local owner = entry:sub(1, 32)
-  redis.call('SET', LOCK, owner, 'PX', left)
   local id, info
   if client ~= nil then
     id, info = string.match(rest, '^([^:{]+)(.*)$')
   end
-  if info and info ~= '' and redis.call('EXISTS', HOLDER) == 0 then -- else foreign, left as it is
-    set_holder_info(HOLDER, owner, info, left)
-  end
+  give_lock(LOCK, HOLDER, owner, info, left)
   if id ~= nil then
-    redis.call(publish, CHANNEL .. ':' .. client, id .. ':' .. token_text(fence) .. ':' .. left)
+    redis.call(publish, CHANNEL .. ':' .. client, handover_message(id, nil, fence, left))
   else
     redis.call(publish, CHANNEL, waiter)
   end

@@ -52,18 +52,6 @@ func fairTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter
 	return run(t, ctx, rdb, FairAcquire, with(fairKeys, owner), owner, 10000, waiter, 3000, "PUBLISH")
 }
 
-func TestFairAcquire_ResentAcquireCountsOnce(t *testing.T) {
-	ctx, rdb := setup(t)
-	first := fairTry(t, ctx, rdb, fairA, "")
-	again := fairTry(t, ctx, rdb, fairA, "")
-	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
-		t.Fatalf("first %v, resend %v: want both acquired with the same token", first, again)
-	}
-	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != first[1] {
-		t.Fatalf("fencing counter %d after a resent acquire, want %d", n, first[1])
-	}
-}
-
 // A waiter queued with its client's tag is told its token and how long the
 // hand-over holds, on its client's channel: a token above the counter its
 // attempt read.

@@ -1,18 +1,14 @@
 -- Remove a lock whatever holds it: the operator's escape hatch. Works on
--- every type: KEYS[1] is a Mutex's (FairMutex's, MultiLock's) lock key, a
+-- every type: STATE is a Mutex's (FairMutex's, MultiLock's) lock key, a
 -- Semaphore's holders, an RWMutex's or ReentrantMutex's state.
 --
--- KEYS[1..8] as in rw_lib.lua
--- KEYS[9]  a Semaphore's number of permits
--- KEYS[10] a Semaphore's tokens
--- KEYS[11] a FairMutex's queue
--- KEYS[12] an Election's leader
--- KEYS[13] the mark of a forced removal: a string, the owner token of the
---          Mutex (FairMutex, Election) hold removed, for as long as that
---          hold had left, so that its lease's renewal tells a removal by
---          force from an expiry (mutex_extend.lua). Holds of other types
---          carry no single owner, and get none.
--- KEYS[14] a Mutex's (FairMutex's) holder info, removed with the hold
+-- KEYS     AnyLockLayout (layout.go), named in Lua as describe.lua says;
+--          here FORCED, the mark of a forced removal, is written: a string,
+--          the owner token of the Mutex (FairMutex, Election) hold removed,
+--          for as long as that hold had left, so that its lease's renewal
+--          tells a removal by force from an expiry (mutex_extend.lua).
+--          Holds of other types carry no single owner, and get none.
+--          HOLDER, a Mutex's (FairMutex's) holder info, goes with the hold.
 -- ARGV[1]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns 1 something was held and is gone, 0 nothing was held.
@@ -29,18 +25,18 @@
 -- operator's hatch, sent once by hand, and go-redis resends it only within
 -- the operator's call.
 
-local wrong = foreign_lock(STATE, KEYS[8], KEYS[9], KEYS[10], KEYS[12], {HOLDS, WWAIT, RWAIT, RPASS, KEYS[11]},
-  KEYS[14], KEYS[13])
+local wrong = foreign_lock(STATE, FENCE, PERMITS, TOKENS, LEADER, {HOLDS, WWAIT, RWAIT, RPASS, QUEUE},
+  HOLDER, FORCED)
 if wrong then
   return wrong
 end
 if redis.call('TYPE', STATE).ok == 'string' then -- an owner token (foreign_lock)
   local left = redis.call('PTTL', STATE)
   if left > 0 then
-    redis.call('SET', KEYS[13], redis.call('GET', STATE), 'PX', left)
+    redis.call('SET', FORCED, redis.call('GET', STATE), 'PX', left)
   end
 end
-redis.call('DEL', KEYS[14])
+redis.call('DEL', HOLDER)
 if redis.call('DEL', STATE, HOLDS, RPASS) == 0 then
   return 0
 end

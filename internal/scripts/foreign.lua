@@ -131,10 +131,7 @@ end
 -- state, or nil.
 local function foreign_state(state)
   local kind = redis.call('TYPE', state).ok
-  if kind == 'none' then
-    return nil
-  end
-  if not is_dlocks_state(state) then
+  if kind ~= 'none' and not is_dlocks_state(state) then
     return not_dlocks(state, 'a ' .. kind)
   end
   return nil

@@ -29,6 +29,19 @@
 -- Expired registrations are dropped on the way. A waiters key
 -- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
 -- and hands to nobody, rather than failing the release.
+
+-- The parts of a Mutex waiter's registration: its client's tag, waiter id,
+-- attempt, TTL, owner token and holder info ('' none); nil for the id when
+-- the registration is of another form, or another protocol.
+local function mutex_registration(waiter)
+  local client, rest, ours = registration_parts(waiter)
+  if client == nil or not ours then
+    return nil
+  end
+  return client, string.match(rest, '^([^:]+):(%d+):(%d+):(%x+)(.*)$')
+end
+
+-- hand_next: as this file's header says.
 local function hand_next(lock, fence, waiters, channel, publish, holder)
   drop_holder_info(holder)
   local waiter, left
@@ -39,27 +52,19 @@ local function hand_next(lock, fence, waiters, channel, publish, holder)
     redis.call('DEL', lock)
     return
   end
-  local client, rest, ours = registration_parts(waiter)
-  local id, attempt, ttl, owner, info
-  if client ~= nil and ours then
-    id, attempt, ttl, owner, info = string.match(rest, '^([^:]+):(%d+):(%d+):(%x+)(.*)$')
-  end
+  local client, id, attempt, ttl, owner, info = mutex_registration(waiter)
   if id == nil then -- a waiter that takes no hand-over: freed, and woken
     redis.call('DEL', lock)
     wake_waiter(channel, waiter, publish)
     return
   end
-  local own = channel .. ':' .. client
   local token = mint_token(fence, ttl)
   if type(token) ~= 'number' then -- a foreign fencing counter: wake the waiter instead
     redis.call('DEL', lock)
-    redis.call(publish, own, id)
+    redis.call(publish, channel .. ':' .. client, id)
     return
   end
   local px = math.floor(math.min(tonumber(ttl), left))
-  redis.call('SET', lock, owner, 'PX', px)
-  if holder and info ~= '' and redis.call('EXISTS', holder) == 0 then -- else foreign, left as it is
-    set_holder_info(holder, owner, info, px)
-  end
-  redis.call(publish, own, id .. ':' .. attempt .. ':' .. token_text(token) .. ':' .. px)
+  give_lock(lock, holder, owner, info, px)
+  redis.call(publish, channel .. ':' .. client, handover_message(id, attempt, token, px))
 end

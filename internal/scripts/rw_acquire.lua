@@ -34,7 +34,7 @@
 -- attempt of a call that gave up finds the call's tombstone (KEYS[9]) before
 -- it takes a hold or registers, and does neither.
 
-local wrong = rights_refused(STATE) or foreign_state(STATE) or foreign_key({KEYS[8]}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+local wrong = rights_refused(STATE) or foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
 if wrong then
   return wrong
 end
@@ -92,7 +92,7 @@ if granted then
   if mine > 0 then
     token = tonumber(st[5])
   else
-    token = raise_error(mint_token(KEYS[8], ARGV[2])) -- fails, before the hold is written, on a foreign counter
+    token = raise_error(mint_token(FENCE, ARGV[2])) -- fails, before the hold is written, on a foreign counter
     if mode == 'w' then
       redis.call('HSET', STATE, 'tw' .. owner, token, 'W', owner)
     else

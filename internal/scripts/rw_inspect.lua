@@ -14,7 +14,7 @@
 --
 -- Reads only: a copy, however late, changes nothing.
 
-local wrong = foreign_state(STATE) or foreign_key({KEYS[8]}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+local wrong = foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
 if wrong then
   return wrong
 end
@@ -62,7 +62,7 @@ if writes > 0 and writer then
 end
 local reply = {writes, reads, n_readers, writer_is_owner, own_reads, last - now,
   live_waiters(WWAIT, now), live_waiters(RWAIT, now), token,
-  raise_error(last_token(KEYS[8]))}
+  raise_error(last_token(FENCE))}
 for _, id in ipairs(order) do
   table.insert(reply, id:sub(2))
   table.insert(reply, id:sub(1, 1))

@@ -17,10 +17,11 @@
 --                                       info; gone with its last hold there
 -- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
 --          it expires in ms of the server's clock. A member is
---          mode .. hold id .. owner: mode 'w' or 'r', the hold id 32 random
---          hex digits (a secret: it is the proof a Lease shows), the owner id
---          the rest. Each hold expires on its own, so a crashed holder stops
---          blocking others within its TTL while other holders renew theirs.
+--          mode .. hold id .. owner: mode 'w' or 'r', the hold id
+--          OWNER_TOKEN_DIGITS random hex digits (a secret: it is the proof
+--          a Lease shows), the owner id the rest. Each hold expires on its
+--          own, so a crashed holder stops blocking others within its TTL
+--          while other holders renew theirs.
 -- KEYS[3]  writers waiting: sorted set of waiter ids by registration expiry.
 --          While a live one is there, owners not yet holding the lock may not
 --          start reading (writer preference).
@@ -32,12 +33,13 @@
 -- KEYS[8]  fencing counter (see mint_token in common.lua; acquire only)
 -- KEYS[9]  the tombstone of this hold id (acquire and abandon only)
 
-local STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- Go's RWLayout (layout.go) names these KEYS[1..8] for every script that
+-- takes them: STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN, FENCE (a
+-- release takes its mark in FENCE's place, and reads it as KEYS[8]).
 
 -- The mode and owner of a hold.
 local function parse(member)
-  return member:sub(1, 1), member:sub(34)
+  return member:sub(1, 1), member:sub(OWNER_TOKEN_DIGITS + 2)
 end
 
 -- Take one hold out of the counts; returns its mode and what its owner
@@ -120,10 +122,17 @@ local function wake(publish, now, writer_left)
   end
 end
 
--- Release one live hold and wake whoever can go.
+-- Release one live hold and wake whoever can go: nil, or the error when
+-- another program wrote over the state, which is left as it is.
 local function release_hold(member, publish, now)
+  local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
+  if wrong then
+    return wrong
+  end
+  purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member)
   wake(publish, now, mode == 'w' and left <= 0)
   expire_with_last()
+  return nil
 end

@@ -28,11 +28,9 @@ if not live_score(HOLDS, ARGV[1], now) then
   end
   return 0
 end
-local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
-if wrong then -- another program wrote over the state: left as it is
+local wrong = release_hold(ARGV[1], ARGV[2], now)
+if wrong then
   return wrong
 end
-purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
-release_hold(ARGV[1], ARGV[2], now)
 mark_released(KEYS[8], ARGV[3])
 return 1

@@ -119,6 +119,12 @@ var (
 // another form under that key for a value dlock did not write.
 const OwnerTokenDigits = 32
 
+// ClientTagChars is the length of a Client's tag (see ProtocolTag), which
+// starts its waiters' registrations and names its own channel: the
+// scripts find the tag as that many characters before a registration's
+// '/'.
+const ClientTagChars = 16
+
 // ProtocolVersion is the version of what dlock's scripts share in Redis
 // between clients: the forms of registrations, hand-over messages and lock
 // values. Protocol 1 is dlock before it was versioned; protocol 2 reads its
@@ -135,12 +141,13 @@ const ProtocolVersion = 2
 var ProtocolTag = "v" + strconv.Itoa(ProtocolVersion)
 
 // prelude starts every script: the constants the scripts take from Go (the
-// owner token's form, made from OwnerTokenDigits; the fencing counter's
-// retention), so that each rule is written once, then common.lua and
-// foreign.lua.
+// owner token's form and length, made from OwnerTokenDigits; the protocol's
+// tag and a Client tag's length; the fencing counter's retention), so that
+// each rule is written once, then common.lua and foreign.lua.
 var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local PROTOCOL_TAG = '" + ProtocolTag + "'\n" +
 	fmt.Sprintf("local OWNER_TOKEN_DIGITS = %d\n", OwnerTokenDigits) +
+	fmt.Sprintf("local CLIENT_TAG_CHARS = %d\n", ClientTagChars) +
 	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
@@ -150,6 +157,12 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 // script nothing once Redis has cached it).
 func script(parts ...string) *redis.Script {
 	return redis.NewScript(prelude + strings.Join(parts, ""))
+}
+
+// scriptOn makes a script of parts that take the KEYS of layout, named
+// after the prelude.
+func scriptOn(layout Layout, parts ...string) *redis.Script {
+	return script(append([]string{layout.locals()}, parts...)...)
 }
 
 // Mutex scripts.
@@ -202,21 +215,20 @@ var (
 // scripts.
 var RedlockFence = script(redlockFence)
 
-// Scripts for any type of lock, on the KEYS of rw_lib.lua (a Mutex's keys
-// are among them).
+// Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
-	ForceUnlock = script(rwLib, forceUnlock)
-	Describe    = script(rwLib, describe, rwInspect)
+	ForceUnlock = scriptOn(AnyLockLayout, rwLib, forceUnlock)
+	Describe    = scriptOn(AnyLockLayout, rwLib, describe, rwInspect)
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 var (
-	RWAcquire = script(rwLib, rwAcquire)
-	RWRelease = script(rwLib, rwRelease)
-	RWExtend  = script(rwLib, rwExtend)
-	RWTTL     = script(rwLib, rwTTL)
-	RWAbandon = script(rwLib, rwAbandon)
-	RWInspect = script(rwLib, rwInspect)
+	RWAcquire = scriptOn(RWLayout, rwLib, rwAcquire)
+	RWRelease = scriptOn(RWLayout, rwLib, rwRelease)
+	RWExtend  = scriptOn(RWLayout, rwLib, rwExtend)
+	RWTTL     = scriptOn(RWLayout, rwLib, rwTTL)
+	RWAbandon = scriptOn(RWLayout, rwLib, rwAbandon)
+	RWInspect = scriptOn(RWLayout, rwLib, rwInspect)
 )
 
 // FenceRetentionTTLs is how long a lock name's fencing counter outlives the

@@ -171,15 +171,27 @@ func expectHandOver(t *testing.T, ctx context.Context, rdb *redis.Client, messag
 	return fence
 }
 
-func TestMutexAcquire_ResentAcquireCountsOnce(t *testing.T) {
-	ctx, rdb := setup(t)
-	first := acquire(t, ctx, rdb, tok("a"))
-	again := acquire(t, ctx, rdb, tok("a"))
-	if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
-		t.Fatalf("first %v, resend %v: want both acquired with the same fencing token", first, again)
-	}
-	if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != first[1] {
-		t.Fatalf("fencing counter %d after a resent acquire, want %d", n, first[1])
+// A Mutex's or FairMutex's acquire sent twice (go-redis resends after a
+// read timeout) reports the same acquisition, and mints once.
+func TestAcquire_ResentAcquireCountsOnce(t *testing.T) {
+	for name, try := range map[string]func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64{
+		"mutex": func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64 {
+			return acquire(t, ctx, rdb, tok("a"))
+		},
+		"fair": func(t *testing.T, ctx context.Context, rdb *redis.Client) []int64 {
+			return fairTry(t, ctx, rdb, fairA, "")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, rdb := setup(t)
+			first, again := try(t, ctx, rdb), try(t, ctx, rdb)
+			if first[0] != 1 || again[0] != 1 || again[1] != first[1] {
+				t.Fatalf("first %v, resend %v: want both acquired with the same fencing token", first, again)
+			}
+			if n, _ := rdb.Get(ctx, fenceKey).Int64(); n != first[1] {
+				t.Fatalf("fencing counter %d after a resent acquire, want %d", n, first[1])
+			}
+		})
 	}
 }
 
@@ -207,17 +219,6 @@ func TestMutexAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	}
 	if res := acquire(t, ctx, rdb, tok("b")); res[0] != 1 {
 		t.Fatalf("another owner after the refused attempt: %v, want acquired", res)
-	}
-}
-
-func TestMutexAbandon_ReleasesAnAppliedAttempt(t *testing.T) {
-	ctx, rdb := setup(t)
-	acquire(t, ctx, rdb, tok("a"))
-	if n := abandon(t, ctx, rdb, tok("a"), ""); n != 1 {
-		t.Fatalf("abandon of an applied attempt: %d; want 1", n)
-	}
-	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
-		t.Fatal("abandon left the hold in place")
 	}
 }
 
@@ -449,14 +450,17 @@ func TestMutexAbandon_RegisteredWaiterLeavesQuietly(t *testing.T) {
 	}
 }
 
-// A copy of an applied attempt resent after its call gave up (go-redis
-// resends after a read timeout) finds the tombstone the abandon left while
-// releasing, and takes nothing.
-func TestMutexAbandon_AppliedAttemptResentAfterwardsIsRefused(t *testing.T) {
+// An abandon releases an attempt that was applied; a copy of that attempt
+// resent after its call gave up (go-redis resends after a read timeout)
+// finds the tombstone the abandon left while releasing, and takes nothing.
+func TestMutexAbandon_ReleasesAnAppliedAttemptAndRefusesItsResend(t *testing.T) {
 	ctx, rdb := setup(t)
 	acquire(t, ctx, rdb, tok("a"))
 	if n := abandon(t, ctx, rdb, tok("a"), ""); n != 1 {
 		t.Fatalf("abandon of an applied attempt: %d; want 1", n)
+	}
+	if n, _ := rdb.Exists(ctx, lockKey).Result(); n != 0 {
+		t.Fatal("abandon left the hold in place")
 	}
 	if res := acquire(t, ctx, rdb, tok("a")); res[0] != -1 {
 		t.Fatalf("resent attempt: %v, want {-1, 0}", res)

@@ -1,0 +1,178 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// call is one TryLock or Lock call (a Campaign, one group of a MultiLock),
+// of any type. It keeps one owner token and tombstone for all its attempts,
+// so that a copy of an earlier attempt arriving after a later one was
+// granted finds the hold its own and counts once, and a copy of any of them
+// arriving after the call gave up is refused.
+type call struct {
+	h         *handle
+	spec      *acquireSpec
+	v         variant // the type's own part: the call that embeds this one
+	owner     string  // what the attempts show (a read-write lock's: the hold's member)
+	tombstone string  // see keys.tombstone
+	sent      time.Time
+
+	// grant is nil where releases do not hand the lock to a waiter;
+	// otherwise it reads a hand-over (see waitFor).
+	grant interface{ granted(handOver) *Lease }
+	// watch and busy: the channel a waiter listens on, and the one of the
+	// lock in its way (a MultiLock group's; 0 for the others).
+	watch, busy int
+}
+
+// variant is what a type's call adds to the attempt all types share. The
+// methods of call are the defaults, which the types override where they
+// differ.
+type variant interface {
+	// request is the EVALSHA command of the next attempt (see call.argv),
+	// with the registration it sends as ARGV[3] for waiterID ("" for none).
+	request(waiterID string, publish any) (argv []any, entry string)
+	// entry is how waiterID's registration is given back by leave.
+	entry(waiterID string) string
+	// valid says whether a reply has the form the script answers with.
+	valid(res []int64) bool
+	// refused notes a refusal, or returns the error it means.
+	refused(res []int64, entry string) error
+	// abandonArgs are the abandon script's ARGV after the owner, the publish
+	// command and the tombstone's life.
+	abandonArgs(entry string) []any
+	// fresh starts the call anew: a new owner and tombstone, so that
+	// nothing an earlier start sent counts for it.
+	fresh()
+}
+
+func (a *call) fresh() {
+	a.owner = newOwnerToken()
+	a.tombstone = a.h.keys.tombstone(a.owner)
+}
+
+func (a *call) entry(waiterID string) string            { return a.h.c.tagged(waiterID) }
+func (a *call) valid(res []int64) bool                  { return len(res) == 2 && res[0] != -1 }
+func (a *call) refused(res []int64, entry string) error { return nil }
+func (a *call) abandonArgs(entry string) []any          { return []any{entry} }
+func (a *call) client() *Client                         { return a.h.c }
+
+// rewatch reports the channel to wait on after the last refusal, and
+// whether it is another than before. A waiter registers only on the lock
+// whose channel it listens on, so a move means listening first, then trying
+// again at once.
+func (a *call) rewatch() (channel string, moved bool) {
+	if a.busy == a.watch {
+		return "", false
+	}
+	a.watch = a.busy
+	return a.spec.channels[a.watch], true
+}
+
+// argv is the one builder of an attempt's EVALSHA command: the handle's
+// boxed keys around the call's tombstone, then the owner, TTL, entry and
+// registration's life every script takes, then tail, the type's own.
+func (a *call) argv(entry string, tail ...any) []any {
+	s := a.spec
+	argv := make([]any, 0, len(s.head)+1+len(s.rest)+4+len(tail))
+	argv = append(argv, s.head...)
+	argv = append(argv, a.tombstone)
+	argv = append(argv, s.rest...)
+	argv = append(argv, a.owner, s.ttl, entry, s.registration)
+	return append(argv, tail...)
+}
+
+// attempt makes one try at the lock. It returns the lease when granted;
+// otherwise retryIn, how long until the current hold expires at the latest
+// (negative: unknown), with a nil error. A non-empty waiterID registers the
+// caller, in the same step as its refusal, to be picked by the next
+// release. An attempt that fails with an error has cleaned up after itself,
+// waiter registration included.
+func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
+	var publish any
+	if a.spec.publishes {
+		command, err := a.h.c.publishCommand(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		publish = publishArg(command)
+	}
+	argv, entry := a.v.request(waiterID, publish)
+	a.sent = time.Now()
+	cmd, unconfirmed := a.send(ctx, argv)
+	res, err := cmd.Int64Slice()
+	if err == nil && !a.v.valid(res) {
+		err = errUnexpectedReply // -1 answers only an attempt already abandoned
+	}
+	if err != nil {
+		if !isWrongType(err) {
+			a.abandon(ctx, entry)
+		}
+		return nil, 0, redisError(a.spec.op, a.spec.lease.name, err)
+	}
+	if res[0] != 1 {
+		if err := a.v.refused(res, entry); err != nil {
+			return nil, 0, err
+		}
+		return nil, time.Duration(res[1]) * time.Millisecond, nil
+	}
+	if unconfirmed != nil {
+		a.abandon(ctx, entry)
+		return nil, 0, fmt.Errorf("dlock: %s %q: %w", a.spec.op, a.spec.lease.name, unconfirmed)
+	}
+	return a.lease(uint64(res[1]), 0, res[1:]), 0, nil
+}
+
+// send runs an attempt: through the coalescer, or, with [WithReplicaAck],
+// with WAIT after it (see runAcquire), which takes keys and arguments apart.
+func (a *call) send(ctx context.Context, argv []any) (*redis.Cmd, error) {
+	if a.h.cfg.replicaAck == 0 {
+		return a.h.c.flights.runArgv(ctx, a.spec.script, argv), nil
+	}
+	keys := make([]string, argv[2].(int))
+	for i := range keys {
+		keys[i] = argv[3+i].(string)
+	}
+	return a.h.c.runAcquire(ctx, a.h.cfg, a.spec.script, keys, argv[3+len(keys):]...)
+}
+
+// lease starts the lease of a hold granted with token for validity (0: the
+// TTL), from the last attempt's sending; a MultiLock group's has a token
+// per lock, in tokens.
+func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Lease {
+	spec := a.spec.lease
+	spec.owner, spec.tombstone, spec.token, spec.sent, spec.validity = a.owner, a.tombstone, token, a.sent, validity
+	if spec.names != nil {
+		spec.tokens = make([]uint64, len(spec.names))
+		for i := range spec.tokens {
+			spec.tokens[i] = uint64(tokens[i])
+		}
+	}
+	return a.h.c.startLease(spec)
+}
+
+// leave unregisters a waiter that stops waiting without the lock, and
+// passes on a wake-up a release may already have sent it. It leaves the
+// call's tombstone, also with no waiterID (a refused attempt that may have
+// been sent twice), and gives back a hold taken under the call's owner that
+// nobody heard of: a copy of a refused attempt, resent by go-redis, granted
+// once the lock was free, or a hand-over.
+func (a *call) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.v.entry(waiterID)) }
+
+// abandon gives up the call after an attempt whose registration was entry:
+// a hold it may have, any copy of its attempts still on its way (the
+// tombstone), and its registration (see the type's abandon script). The
+// tombstone keeps the call's attempts so far out, so a Lock that goes on
+// waiting (see [ErrUnavailable]) goes on as a new call.
+func (a *call) abandon(ctx context.Context, entry string) {
+	s := a.spec
+	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))
+	keys = append(append(append(keys, s.abandonKeys[0]...), a.tombstone), s.abandonKeys[1]...)
+	args := append([]any{tombstoneLifeMillis}, a.v.abandonArgs(entry)...)
+	a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, a.owner, args...)
+	a.v.fresh()
+}

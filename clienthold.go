@@ -1,0 +1,204 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// leaseKind is what differs between lock types: the scripts that renew,
+// release, inspect and give up one hold. Every kind's scripts take the owner
+// token as ARGV[1]; extend takes the TTL in ms as ARGV[2], then shortens from
+// Lease.Extend only (a renewal never shortens a hold), and returns 1 or 0;
+// release and abandon take the publish command as ARGV[2] (abandon then the
+// tombstone's lifetime in ms and the waiter id; release then its mark's
+// lifetime in ms, the mark being its last KEY, see releaseMark, and from a
+// giving-up release the tombstone's lifetime, the tombstone after the mark)
+// and return 1 or 0; ttl returns milliseconds left, or -3 when not held.
+type leaseKind struct {
+	extend  *redis.Script
+	release *redis.Script
+	ttl     *redis.Script
+	abandon *redis.Script
+}
+
+// leaseSpec is what a lock type knows about a hold it has just been granted.
+type leaseSpec struct {
+	name    string
+	kind    *leaseKind
+	keys    []string // KEYS of extend and TTL
+	relHead []any    // release's EVALSHA command up to its last key, the mark, boxed by the type (see handle.boxed)
+	mark    string   // the lock key the release mark is named after (see releaseMark)
+	owner   string
+	token   uint64
+	sent    time.Time // when the acquire that granted it was sent
+	cfg     settings
+
+	// tombstone is the call's (see keys.tombstone): a release that gives
+	// the call up writes it.
+	tombstone string
+
+	// validity is how long the hold was granted for, when a release handed
+	// it over for less than the TTL (see hand_next.lua); 0 means the TTL.
+	validity time.Duration
+
+	names  []string // a MultiLock group's locks, and their tokens
+	tokens []uint64
+}
+
+// clientHold is a hold in the Redis of a Client, of one lock or of a
+// MultiLock group in one slot, taken by one script with one owner token.
+// The Client's renewer renews it, in a batch with the others due on its
+// node.
+type clientHold struct {
+	lease     *Lease
+	c         *Client
+	kind      *leaseKind
+	keys      []string // KEYS of the kind's extend and TTL scripts
+	relHead   []any    // its release's EVALSHA command up to the owner token
+	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
+	group     *groupTokens
+
+	// Owned by the Client's renewer, under its lock.
+	nextRenew time.Time
+	heapIndex int
+}
+
+// groupTokens are the locks of a MultiLock group held by one lease, and the
+// fencing token of each.
+type groupTokens struct {
+	names  []string
+	tokens []uint64
+}
+
+// clientLease is a Lease with its clientHold, made in one allocation.
+type clientLease struct {
+	Lease
+	clientHold
+}
+
+// startLease makes the lease of a granted hold and, unless it has a fixed
+// lease time, hands it to the renewer.
+func (c *Client) startLease(spec leaseSpec) *Lease {
+	ttl, autoRenew := spec.cfg.holdTTL()
+	validity := ttl
+	if spec.validity > 0 && spec.validity < ttl {
+		validity = spec.validity
+	}
+	cl := &clientLease{
+		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
+			log: spec.cfg.logger, ttl: ttl, renew: autoRenew},
+		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, tombstone: spec.tombstone, heapIndex: -1},
+	}
+	l, h := &cl.Lease, &cl.clientHold
+	l.hold, h.lease = h, l
+	l.setDeadline(spec.sent, validity)
+	mark := releaseMark(spec.mark, spec.owner)
+	h.relHead = append(h.relHead[:len(h.relHead):len(h.relHead)], mark)
+	if spec.names != nil {
+		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
+	}
+	left := time.Until(l.deadline)
+	if left < validity/3 || left < time.Since(spec.sent) || (validity < ttl && !autoRenew) {
+		// A cold connection's dial and script load on a slow link all count
+		// against the grant: keep confirms it before the caller sees it, so
+		// that no lease is handed over already lost, overdue for renewal, or
+		// with less time left than its grant took to arrive (a renewal
+		// crosses the same link, and would likely not make it). A fixed
+		// lease handed over for less than its lease time is extended to it.
+		l.unconfirmed = true
+		return l
+	}
+	l.start(spec.sent, validity)
+	return l
+}
+
+func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
+	l := h.lease
+	args := []any{l.owner, ttl.Milliseconds()}
+	if explicit {
+		args = append(args, shortens)
+	}
+	n, err := h.kind.extend.Run(ctx, h.c.rdb, h.keys, args...).Int64()
+	switch {
+	case err != nil:
+		return nil, redisError("extend", l.name, err)
+	case n != 1:
+		return refusal(n), fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
+	}
+	return nil, nil
+}
+
+func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
+	l := h.lease
+	ms, err := h.kind.ttl.Run(ctx, h.c.rdb, h.keys, l.owner).Int64()
+	if err != nil {
+		return 0, redisError("ttl", l.name, err)
+	}
+	if ms == -3 {
+		l.refused()
+		return 0, fmt.Errorf("%w: %q expired or was taken", ErrNotHeld, l.name)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err error) {
+	l := h.lease
+	// Bounded whatever ctx, so that the release's mark outlives every copy
+	// of it whose reply this Unlock could read (see releaseMarkLife).
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, releaseMarkLife)
+	defer cancel()
+	head, extra := h.relHead, []any{releaseMarkMillis}
+	void := rule == voidAlways || (rule == voidIfCopied && l.maybeCopied)
+	if void && h.tombstone != "" { // the tombstone is release's last KEY, its lifetime its last ARGV
+		head = append(slices.Clone(h.relHead), h.tombstone)
+		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
+		extra = append(extra, tombstoneLifeMillis)
+	}
+	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, l.owner, extra...)
+	if err != nil {
+		// Whether Redis let go is unknown; it does within the TTL at the latest.
+		return errUnlockIncomplete, redisError("unlock", l.name, err)
+	}
+	if !ok {
+		return errRenewalRefused, fmt.Errorf("%w: %q expired or was taken before unlock", ErrNotHeld, l.name)
+	}
+	return nil, nil
+}
+
+func (h *clientHold) renewAt(at time.Time) {
+	if at.IsZero() {
+		h.c.renewer.remove(h)
+		return
+	}
+	h.c.renewer.reschedule(h, at)
+}
+
+func (h *clientHold) renewalsStopped() bool {
+	h.c.renewer.mu.Lock()
+	defer h.c.renewer.mu.Unlock()
+	return h.c.renewer.closed
+}
+
+func (h *clientHold) addTokens(tokens map[string]uint64) {
+	if h.group == nil {
+		tokens[h.lease.name] = h.lease.token
+		return
+	}
+	for i, name := range h.group.names {
+		tokens[name] = h.group.tokens[i]
+	}
+}
+
+func (h *clientHold) carry(parent context.Context) context.Context {
+	if h.kind != rwKind {
+		return parent
+	}
+	return withHold(parent, h)
+}

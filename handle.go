@@ -1,0 +1,139 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// handle is what every lock handle holds: the lock's name, keys and
+// settings, and nothing that changes, so a handle is safe to share and
+// costs no I/O to make. Bad arguments are kept for the first call to
+// return, before anything is sent.
+type handle struct {
+	c    *Client
+	name string
+	keys keys
+	cfg  settings
+	err  error // bad arguments, returned before any I/O
+}
+
+func (c *Client) newHandle(name string, opts []Option) handle {
+	if c == nil {
+		return handle{name: name, err: invalidf("nil dlock.Client")}
+	}
+	cfg := c.cfg.with(opts)
+	h := handle{c: c, name: name, cfg: cfg, keys: c.waitingKeys(cfg.prefix, name)}
+	if h.err = validateName(name); h.err == nil {
+		h.err = cfg.validate()
+	}
+	return h
+}
+
+// Name returns the lock's name.
+func (h *handle) Name() string { return h.name }
+
+func (h *handle) check(ctx context.Context) error {
+	if h.err != nil {
+		return h.err
+	}
+	return h.c.usable(ctx)
+}
+
+// acquire is TryLock (try) or Lock of any type: the checks before any I/O,
+// then take.
+func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
+	if err := h.check(ctx); err != nil {
+		return nil, err
+	}
+	return h.take(ctx, kind, try, newCall)
+}
+
+// take makes a call (newCall's) try once, or wait for the lock, inside the
+// observer's bracket when there is one.
+func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
+	run := func(ctx context.Context) (*Lease, error) {
+		if try {
+			return tryOnce(ctx, newCall(ctx))
+		}
+		return h.c.waitFor(ctx, h.cfg, newCall(ctx))
+	}
+	if o := h.cfg.observer; o != nil {
+		return o.acquire(ctx, kind, h.name, try || h.cfg.triesOnce(), run)
+	}
+	return run(ctx)
+}
+
+// acquireSpec is what the calls of one handle (in one mode) send and make:
+// every type's scripts take the same first arguments and answer alike, so
+// one attempt (call.attempt) serves them all, and this is what differs.
+// Made once per handle, with every key name and number boxed once, so that
+// an attempt boxes only what is the call's own.
+type acquireSpec struct {
+	op        string        // the operation, for errors: "lock", "acquire", "campaign"…
+	script    *redis.Script // the acquire script
+	publishes bool          // its ARGV end with the publish command, asked for before the attempt
+	// queues: waiters register even where no wake-up can reach them (their
+	// subscription failed): registering is how a FairMutex waiter keeps its
+	// place in line, and a waiter handed the lock finds it at its next
+	// refresh.
+	queues bool
+	// channels are where a waiter listens: the first, or, for a MultiLock
+	// group, the channel of whichever lock kept it out last.
+	channels []string
+
+	// keys of the acquire and abandon scripts before and after the call's
+	// tombstone, the one key that is the call's own.
+	keys, abandonKeys [2][]string
+
+	// lease is what every lease of the handle shares (name, kind, KEYS,
+	// release mark, settings; a MultiLock group's names); each call adds
+	// its owner, token and sending. Its release's KEYS, up to the release
+	// mark, are releaseKeys.
+	lease       leaseSpec
+	releaseKeys []string
+
+	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
+	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
+}
+
+// boxed finishes s for h: its command's parts and its lease's release
+// command up to the release mark (see startLease), boxed once.
+func (h *handle) boxed(s acquireSpec) *acquireSpec {
+	ttl, _ := h.cfg.holdTTL()
+	s.head = boxedCommand(s.script, s.keys[0], 1+len(s.keys[1]))
+	s.rest = boxedCommand(s.script, s.keys[1], 0)[3:]
+	s.ttl, s.registration, s.info = boxMillis(ttl), boxMillis(waiterLease(h.cfg.waiterRefresh)), h.cfg.holderInfo
+	if s.lease.name == "" {
+		s.lease.name = h.name
+	}
+	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
+	s.lease.relHead = boxedCommand(s.lease.kind.release, s.releaseKeys, 1)
+	return &s
+}
+
+// boxedCommand is the EVALSHA command of script up to keys, with more
+// KEYS to come.
+func boxedCommand(script *redis.Script, keys []string, more int) []any {
+	argv := make([]any, 0, 3+len(keys))
+	argv = append(argv, "evalsha", script.Hash(), len(keys)+more)
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return argv
+}
+
+// boxMillis is d in ms as an EVALSHA argument: the defaults (a TTL, a
+// waiter's registration) boxed once, others anew.
+func boxMillis(d time.Duration) any {
+	switch d {
+	case DefaultTTL:
+		return defaultTTLMillis
+	case waiterLease(DefaultWaiterRefresh):
+		return defaultRegistrationMillis
+	}
+	return d.Milliseconds()
+}
+
+var defaultTTLMillis, defaultRegistrationMillis any = DefaultTTL.Milliseconds(), waiterLease(DefaultWaiterRefresh).Milliseconds()
