@@ -133,10 +133,18 @@ func (f *commandFaults) draw(acquire bool) (kind string, d time.Duration) {
 
 // freeze stops every command of the client for d from now.
 func (f *commandFaults) freeze(d time.Duration) {
+	f.holdBack(d)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.injected["freeze"]++
+}
+
+// holdBack is freeze on another connection of a frozen process: counted
+// once, by the freeze.
+func (f *commandFaults) holdBack(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.frozenUntil = time.Now().Add(d)
-	f.injected["freeze"]++
 }
 
 func (f *commandFaults) waitThaw(ctx context.Context) error {

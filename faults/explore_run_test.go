@@ -21,6 +21,7 @@ import (
 type exploreEnv struct {
 	nodes   []*redistest.Server
 	cluster bool
+	redlock []*redistest.Server // the Redlock's masters; nil in a run without Redlocks
 }
 
 func (e *exploreEnv) newRedis() redis.UniversalClient {
@@ -33,9 +34,33 @@ func (e *exploreEnv) newRedis() redis.UniversalClient {
 			DialTimeout: time.Second, ReadTimeout: readTimeout, WriteTimeout: time.Second,
 			MaxRetries: -1, ContextTimeoutEnabled: true})
 	}
-	return redis.NewClient(&redis.Options{Addr: e.nodes[0].Addr(), Username: aclUser, Password: aclPassword,
+	return newRedisAt(e.nodes[0].Addr())
+}
+
+// newRedisAt is an explored client's connection to one standalone server.
+func newRedisAt(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Username: aclUser, Password: aclPassword,
 		DialTimeout: time.Second, ReadTimeout: readTimeout, WriteTimeout: time.Second,
 		MaxRetries: -1, ContextTimeoutEnabled: true})
+}
+
+// process is what the clients of one process share, as goroutines of one
+// program do: a dlock Client (and so its renewals), a Redlock over
+// connections of its own to the masters, and the fault hooks on each.
+type process struct {
+	client    *dlock.Client
+	redlock   *dlock.Redlock   // nil in a run without Redlocks
+	hook      *commandFaults   // on the Client's connections
+	nodeHooks []*commandFaults // on the Redlock's, one per master
+}
+
+// freeze stops every command of the process for d from now, as SIGSTOP
+// would: the Redlock's too.
+func (p *process) freeze(d time.Duration) {
+	p.hook.freeze(d)
+	for _, h := range p.nodeHooks {
+		h.holdBack(d)
+	}
 }
 
 // fencedStores are the resources the locks protect, one per lock name:
@@ -92,7 +117,8 @@ type outcome struct {
 	injected     map[string]int
 	checks       int
 	violations   []string
-	overlaps     int // in a labelled run, the documented failure
+	overlaps     int           // in a labelled run, the documented failure
+	settling     time.Duration // of the run's time, the checks after it
 }
 
 func (o *outcome) violate(format string, args ...any) {
@@ -129,32 +155,51 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	stores := &fencedStores{highest: map[string]uint64{}}
 	resend := env.newRedis()
 	defer resend.Close()
-	// One go-redis client, hook and dlock Client per process; a process's
-	// clients share them.
+	resendTo := make([]redis.UniversalClient, len(env.redlock)) // a copy goes where its first went
+	for i, n := range env.redlock {
+		resendTo[i] = newRedisAt(n.Addr())
+		defer resendTo[i].Close()
+	}
+	// One go-redis client, hook and dlock Client per process, and one
+	// Redlock over connections (and hooks) of its own; a process's clients
+	// share them.
 	var hooks []*commandFaults
-	clients := map[int]*dlock.Client{}
-	hookOf := map[int]*commandFaults{}
+	procs := map[int]*process{}
 	for c := range s.Clients {
-		proc := s.process[c]
-		if clients[proc] != nil {
+		if procs[s.process[c]] != nil {
 			continue
 		}
 		rdb := env.newRedis()
 		defer rdb.Close()
-		hookOf[proc] = newCommandFaults(s.Seed, c, s.Faults, resend)
-		hooks = append(hooks, hookOf[proc])
-		rdb.AddHook(hookOf[proc])
-		clients[proc] = dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
-		defer clients[proc].Close()
+		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend)}
+		rdb.AddHook(p.hook)
+		hooks = append(hooks, p.hook)
+		p.client = dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
+		defer p.client.Close()
+		if env.redlock != nil {
+			masters := make([]redis.UniversalClient, len(env.redlock))
+			for i, n := range env.redlock {
+				node := newRedisAt(n.Addr())
+				defer node.Close()
+				// Each master's hook draws from a stream of its own.
+				h := newCommandFaults(s.Seed, c+1000*(i+1), s.Faults, resendTo[i])
+				node.AddHook(h)
+				hooks = append(hooks, h)
+				p.nodeHooks = append(p.nodeHooks, h)
+				masters[i] = node
+			}
+			p.redlock = newExploredRedlock(masters)
+		}
+		procs[s.process[c]] = p
 	}
 	var wg sync.WaitGroup
 	for c := range s.Clients {
-		client, hook := clients[s.process[c]], hookOf[s.process[c]]
+		proc := procs[s.process[c]]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i, o := range s.ops[c] {
-				h, err, unlockErr := runOp(ctx, client, hook, stores, c, i, o, !s.unlockMayFindItGone())
+				h, err, unlockErr := runOp(ctx, proc, stores, c, i, o, !s.unlockMayFail(o.Kind))
 				mu.Lock()
 				if err != nil && !expectedAcquireError(err) && len(s.Faults) == 0 {
 					errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v", c, i, o.Kind, err))
@@ -181,8 +226,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			out.injected[k] += n
 		}
 		for _, o := range h.orphaned {
-			// FLUSHALL takes tombstones with it: that run's documented failure.
-			if !s.has("flushall") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
+			// FLUSHALL and a restart take tombstones with them: that run's
+			// documented failure.
+			if !s.has("flushall") && !s.has("restart") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
 				out.violate("orphan: a late copy of an acquire of %v was granted after its call gave up: %s", o.names, o.reply)
 			}
 		}
@@ -207,7 +253,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			doubtful[name] = true
 		}
 	}
+	settling := time.Now()
 	checkSettled(ctx, env, s, doubtful, out)
+	out.settling = time.Since(settling)
 	return out
 }
 
@@ -218,7 +266,7 @@ func expectedAcquireError(err error) bool {
 
 // runOp makes one operation: acquire, write with the token, hold (maybe
 // frozen, maybe extended), unlock (maybe twice).
-func runOp(ctx context.Context, c *dlock.Client, hook *commandFaults, stores *fencedStores, client, i int, o op, strictUnlock bool) (*hold, error, string) {
+func runOp(ctx context.Context, proc *process, stores *fencedStores, client, i int, o op, strictUnlock bool) (*hold, error, string) {
 	opts := []dlock.Option{dlock.WithTTL(o.TTL)}
 	if o.Lease > 0 {
 		opts = append(opts, dlock.WithLeaseTime(o.Lease))
@@ -235,7 +283,7 @@ func runOp(ctx context.Context, c *dlock.Client, hook *commandFaults, stores *fe
 		defer cancel()
 	}
 	asked := time.Now()
-	lease, err := acquire(actx, c, o, opts)
+	lease, err := acquire(actx, proc, o, opts)
 	if err != nil {
 		return nil, err, ""
 	}
@@ -252,7 +300,7 @@ func runOp(ctx context.Context, c *dlock.Client, hook *commandFaults, stores *fe
 		// A stopped process: nothing of this client reaches Redis, and the
 		// holder acts on its own clock when it wakes.
 		h.frozen = true
-		hook.freeze(o.TTL + o.TTL/2)
+		proc.freeze(o.TTL + o.TTL/2)
 		time.Sleep(o.TTL + o.TTL/2)
 		for name, token := range h.tokens {
 			h.stale = append(h.stale, staleWrite{client: client, name: name, token: token, at: time.Now(),
@@ -269,11 +317,11 @@ func runOp(ctx context.Context, c *dlock.Client, hook *commandFaults, stores *fe
 		sleepOrDone(lease, hold)
 	}
 	h.end = time.Now()
-	if err := lease.Err(); err != nil {
-		h.lost = true
-		if d := lease.Deadline(); d.Before(h.end) {
-			h.end = d
-		}
+	h.lost = lease.Err() != nil
+	// A lease promises nothing past its deadline, whether or not its loss
+	// was told yet (a loaded machine may run the renewer late).
+	if d := lease.Deadline(); d.Before(h.end) {
+		h.end = d
 	}
 	// A release that leaves with time to spare (more than any injected
 	// delay) must find the hold, resent or not.
@@ -298,8 +346,8 @@ func sleepOrDone(l *dlock.Lease, d time.Duration) {
 	}
 }
 
-func acquire(ctx context.Context, c *dlock.Client, o op, opts []dlock.Option) (*dlock.Lease, error) {
-	name := o.Names[0]
+func acquire(ctx context.Context, proc *process, o op, opts []dlock.Option) (*dlock.Lease, error) {
+	c, name := proc.client, o.Names[0]
 	type locker interface {
 		Lock(context.Context) (*dlock.Lease, error)
 		TryLock(context.Context) (*dlock.Lease, error)
@@ -316,6 +364,8 @@ func acquire(ctx context.Context, c *dlock.Client, o op, opts []dlock.Option) (*
 		l = c.FairMutex(name, opts...)
 	case "multi":
 		l = c.MultiLock(o.Names, opts...)
+	case "redlock":
+		l = proc.redlock.Mutex(name, opts...)
 	case "rw.read":
 		rw := c.RWMutex(name, opts...)
 		if o.Try {
@@ -346,18 +396,35 @@ func serverFaults(ctx context.Context, env *exploreEnv, s *schedule, out *outcom
 		if sleepCtx(ctx, time.Until(start.Add(f.At))) != nil {
 			return
 		}
+		// A node's fault hits the run's server or cluster node, and one
+		// Redlock master; the others, every node.
+		one := []*redistest.Server{env.nodes[f.Node%len(env.nodes)]}
+		if env.redlock != nil {
+			one = append(one, env.redlock[f.Node%len(env.redlock)])
+		}
+		every := append(slices.Clone(env.nodes), env.redlock...)
 		switch f.Kind {
 		case "pause":
-			n := env.nodes[f.Node%len(env.nodes)]
-			n.Pause()
+			for _, n := range one {
+				n.Pause()
+			}
 			_ = sleepCtx(ctx, f.For)
-			n.Resume()
+			for _, n := range one {
+				n.Resume()
+			}
+		case "restart":
+			if env.cluster { // a cluster node restarted empty would leave the cluster
+				one = one[1:]
+			}
+			for _, n := range one {
+				n.Restart()
+			}
 		case "scriptflush":
-			for _, n := range env.nodes {
+			for _, n := range every {
 				_ = n.Client().ScriptFlush(ctx).Err()
 			}
 		case "flushall":
-			for _, n := range env.nodes {
+			for _, n := range every {
 				_ = n.Client().FlushAll(ctx).Err()
 			}
 		}
@@ -403,7 +470,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			for _, b := range hs[i+1:] {
 				out.checks++
 				if b.start.Before(a.end) && (a.exclusive() || b.exclusive()) {
-					if s.expectsOverlap() {
+					if s.overlapDocumented(a.kind, b.kind) {
 						out.overlaps++
 					} else {
 						out.violate("overlap: %s held by client %d (%s, token %d) and client %d (%s, token %d) at once",
@@ -457,7 +524,10 @@ func pausedNames(ctx context.Context, env *exploreEnv, s *schedule) map[string]b
 			nodes[f.Node%len(env.nodes)] = true
 		}
 	}
-	for _, names := range s.names {
+	for kind, names := range s.names {
+		if kind == "redlock" { // one master of three paused costs a Redlock nothing
+			continue
+		}
 		for _, name := range names {
 			slot, err := env.nodes[0].Client().ClusterKeySlot(ctx, "{"+name+"}").Result()
 			if err != nil || nodes[nodeOfSlot(int(slot))] {
@@ -501,7 +571,7 @@ func checkPermits(name string, hs []hold, out *outcome) {
 	inside := 0
 	for _, e := range edges {
 		inside += e.delta
-		if inside > semaphorePermits && !out.params.expectsOverlap() {
+		if inside > semaphorePermits && !out.params.overlapDocumented("semaphore", "semaphore") {
 			out.violate("permits: %s had %d holders of %d permits", name, inside, semaphorePermits)
 			return
 		}
@@ -517,8 +587,24 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 	defer rdb.Close()
 	c := dlock.New(rdb)
 	defer c.Close()
+	settled := &process{client: c}
+	if env.redlock != nil {
+		masters := make([]redis.UniversalClient, len(env.redlock))
+		for i, n := range env.redlock {
+			masters[i] = newRedisAt(n.Addr())
+			defer masters[i].Close()
+		}
+		settled.redlock = newExploredRedlock(masters)
+		// A master restarted late in the run votes again once the guard
+		// has passed: only then can every lock be had.
+		_ = upFor(ctx, env.redlock, redlockGuard) // if not, the liveness check says so
+		checkRedlockSettled(ctx, masters, s, doubtful, out)
+	}
 	var names []string
 	for _, kind := range s.Kinds {
+		if kind == "redlock" {
+			continue
+		}
 		for _, n := range s.names[kind] {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
@@ -535,7 +621,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 		}
 		// FLUSHALL takes tombstones with it: a late copy may then take a
 		// lock for nobody, the labelled run's documented failure.
-		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") {
+		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") {
 			out.violate("orphan: %s is held (%s) after every holder let go", name, info.Type)
 		}
 	}
@@ -548,7 +634,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 				o.Names = s.names[kind]
 			}
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			l, err := acquire(lctx, c, o, []dlock.Option{dlock.WithTTL(time.Second), dlock.WithWait(5 * time.Second)})
+			l, err := acquire(lctx, settled, o, []dlock.Option{dlock.WithTTL(time.Second), dlock.WithWait(5 * time.Second)})
 			cancel()
 			if err != nil {
 				out.violate("liveness: %s %s cannot be taken after the faults: %v", kind, name, err)
@@ -563,7 +649,10 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 	out.checks++
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		left := keysLeft(ctx, env, s.Seed)
+		left := keysLeft(ctx, env.nodes, s.Seed, false)
+		if env.redlock != nil {
+			left = append(left, keysLeft(ctx, env.redlock, s.Seed, true)...)
+		}
 		if len(left) == 0 {
 			return
 		}
@@ -578,10 +667,13 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 // keptFor is how long a key may outlive every hold, by its kind (the part
 // of its name after the lock's): fencing counters FenceRetentionTTLs hold
 // TTLs (3 s at most here), tombstones a minute, release marks
-// CleanupTimeout; a Semaphore's number of permits has no expiry, by design.
-// Anything else must be gone.
-func keptFor(key string) (bound time.Duration, forever bool) {
+// CleanupTimeout; a Semaphore's number of permits and a Redlock master's
+// fencing counter have no expiry, by design (redlock_fence.lua). Anything
+// else must be gone.
+func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	switch {
+	case strings.HasSuffix(key, ":fence") && redlock:
+		return 0, true
 	case strings.HasSuffix(key, ":fence"):
 		return time.Duration(dlock.FenceRetentionTTLs) * 3 * time.Second, false
 	case strings.Contains(key, ":void:"):
@@ -596,13 +688,13 @@ func keptFor(key string) (bound time.Duration, forever bool) {
 
 // keysLeft lists the run's keys that should be gone: the locks' own, and
 // any kept key without an expiry or with more than its bound left.
-func keysLeft(ctx context.Context, env *exploreEnv, seed uint64) []string {
+func keysLeft(ctx context.Context, nodes []*redistest.Server, seed uint64, redlock bool) []string {
 	var left []string
-	for _, n := range env.nodes {
+	for _, n := range nodes {
 		rdb := n.Client()
 		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*{x%d:*", seed)).Result()
 		for _, k := range keys {
-			bound, forever := keptFor(k)
+			bound, forever := keptFor(k, redlock)
 			if forever {
 				continue
 			}

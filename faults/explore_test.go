@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 //
 //	go test -tags faults -run Explore .                               # CI budget
 //	go test -tags faults -run Explore -explore 30m -explore.report R.md . # soak
+//	go test -tags faults -run Explore -explore 30m -explore.parallel 3 .  # soak in 3 lanes
 //	go test -tags faults -run Explore -explore.seed 42 -explore.clients 3 ... # replay
 var (
 	exploreFor    = flag.Duration("explore", 0, "explore fresh seeds for this long (0: the CI budget)")
@@ -34,6 +36,7 @@ var (
 	replayFaults  = flag.String("explore.faults", "", "replay: fault kinds, comma-separated, or none")
 	replayCluster = flag.Bool("explore.cluster", false, "replay: on a 3-master cluster")
 	noShrink      = flag.Bool("explore.noshrink", false, "report a failure as found, without shrinking it")
+	lanes         = flag.Int("explore.parallel", 1, "soak: schedules run at once, each lane on servers of its own")
 )
 
 // ciSeeds are the seeds every CI run explores: chosen to cover each lock
@@ -41,10 +44,12 @@ var (
 // TestExplore_CISeedsCoverEveryKind), and among them runs that caught a
 // reverted fix (docs/SAFETY.md, "The explorer"): 1 (release mark), 2 and 4
 // (Extend), 6 and 24 (MultiLock's earlier parts), 59 (renewals per node),
-// 50 (tombstones, in a targeted replay); 64 and 101 once failed on the
-// checker's own error, an abandon counted applied when it had met NOSCRIPT
-// (see commandFaults.noteAbandons).
-var ciSeeds = []uint64{1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 101}
+// 50, 64 and 101 (tombstones), 68 (tokens floored by server time, through
+// a restart); 64 and 101 once failed on the checker's own error, an
+// abandon counted applied when it had met NOSCRIPT (see
+// commandFaults.noteAbandons). 47 and 68 run Redlocks, 68 restarts one of
+// their masters.
+var ciSeeds = []uint64{1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101}
 
 // ciFresh is how many fresh seeds a CI run adds to ciSeeds.
 const ciFresh = 2
@@ -60,17 +65,32 @@ func maxClients() int {
 func TestExplore(t *testing.T) {
 	x := newExplorer(t)
 	if *replaySeed != 0 {
-		x.explore(replayParams())
+		x.explore(x.servers, replayParams())
 		x.finish()
 		return
 	}
 	if *exploreFor > 0 {
 		end := time.Now().Add(*exploreFor)
-		seed := uint64(time.Now().UnixNano())
-		t.Logf("exploring from seed %d for %v", seed, *exploreFor)
-		for ; time.Now().Before(end); seed++ {
-			x.explore(randomParams(seed, maxClients()))
+		var seed atomic.Uint64
+		seed.Store(uint64(time.Now().UnixNano()))
+		t.Logf("exploring from seed %d for %v in %d lanes", seed.Load(), *exploreFor, *lanes)
+		// A run mostly waits (holds, TTLs, waits, the settling checks), so
+		// lanes of their own servers multiply the runs a soak makes on few
+		// cores; a lane's cluster and Redlock masters are its own, as a
+		// run's faults (a pause, FLUSHALL, a restart) hit a whole node.
+		var wg sync.WaitGroup
+		for lane := range *lanes {
+			e := x.servers
+			if lane > 0 {
+				e = newServers(t)
+			}
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					x.explore(e, randomParams(seed.Add(1)-1, maxClients()))
+				}
+			})
 		}
+		wg.Wait()
 		x.finish()
 		return
 	}
@@ -81,16 +101,17 @@ func TestExplore(t *testing.T) {
 	}
 	t.Logf("fresh seeds this run: %v", seeds[len(ciSeeds):])
 	for _, seed := range seeds {
-		x.explore(randomParams(seed, maxClients()))
+		x.explore(x.servers, randomParams(seed, maxClients()))
 	}
 	x.finish()
 }
 
 // TestExplore_CISeedsCoverEveryKind keeps ciSeeds honest: together they use
-// every lock kind and every fault kind, the cluster, and fault-free runs.
+// every lock kind and every fault kind, the cluster, fault-free runs, and a
+// Redlock whose master restarts (the restart guard's case).
 func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
 	kinds, faults := map[string]bool{}, map[string]bool{}
-	cluster, faultFree := false, false
+	cluster, faultFree, guard := false, false, false
 	for _, seed := range ciSeeds {
 		p := randomParams(seed, maxClients())
 		for _, k := range p.Kinds {
@@ -101,6 +122,7 @@ func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
 		}
 		cluster = cluster || p.Cluster
 		faultFree = faultFree || len(p.Faults) == 0
+		guard = guard || p.has("restart") && slices.Contains(p.Kinds, "redlock")
 	}
 	for _, k := range lockKinds {
 		if !kinds[k] {
@@ -112,8 +134,8 @@ func TestExplore_CISeedsCoverEveryKind(t *testing.T) {
 			t.Errorf("no CI seed injects %s", f)
 		}
 	}
-	if !cluster || !faultFree {
-		t.Errorf("CI seeds: cluster %v, fault-free %v; want both", cluster, faultFree)
+	if !cluster || !faultFree || !guard {
+		t.Errorf("CI seeds: cluster %v, fault-free %v, a Redlock master restarted %v; want all", cluster, faultFree, guard)
 	}
 }
 
@@ -133,8 +155,9 @@ func replayParams() params {
 // explorer runs schedules and keeps the tallies for the report.
 type explorer struct {
 	t       *testing.T
-	cluster func() *exploreEnv
+	servers *servers // the first lane's
 
+	mu                                                          sync.Mutex // a soak's lanes share the tallies
 	runs, ops, acquisitions, checks, labelled, labelledOverlaps int
 	injected                                                    map[string]int
 	failures                                                    []string
@@ -142,36 +165,92 @@ type explorer struct {
 }
 
 func newExplorer(t *testing.T) *explorer {
-	x := &explorer{t: t, injected: map[string]int{}, started: time.Now()}
+	return &explorer{t: t, servers: newServers(t), injected: map[string]int{}, started: time.Now()}
+}
+
+// servers are the servers one lane's runs share: a cluster, started when
+// first needed, and the Redlock's masters.
+type servers struct {
+	t       *testing.T
+	cluster func() *exploreEnv
+	redlock func() []*redistest.Server
+}
+
+func newServers(t *testing.T) *servers {
+	e := &servers{t: t}
 	var once sync.Once
 	var env *exploreEnv
-	x.cluster = func() *exploreEnv {
+	e.cluster = func() *exploreEnv {
 		once.Do(func() {
 			c := redistest.StartCluster(t, clusterUser()...)
 			env = &exploreEnv{nodes: c.Nodes, cluster: true}
 		})
 		return env
 	}
-	return x
+	// The Redlock's masters start now, so that they are old enough to
+	// vote (redlockGuard) by the first run that needs them.
+	masters := []*redistest.Server{startServer(t), startServer(t), startServer(t)}
+	var redlockOnce sync.Once
+	e.redlock = func() []*redistest.Server {
+		redlockOnce.Do(func() { waitVoting(t, masters) })
+		return masters
+	}
+	return e
 }
 
 // env is a fresh server for a standalone run (cheap, and a paused or
-// flushed one harms no other run), the shared cluster otherwise.
-func (x *explorer) env(p params) *exploreEnv {
+// flushed one harms no other run), the shared cluster otherwise; and the
+// shared Redlock masters for a run with Redlocks (each run's keys are its
+// own, and a node a run paused or restarted is back by the next).
+func (e *servers) env(p params) *exploreEnv {
+	env := &exploreEnv{}
 	if p.Cluster {
-		return x.cluster()
+		*env = *e.cluster()
+	} else {
+		env.nodes = []*redistest.Server{startServer(e.t)}
 	}
-	return &exploreEnv{nodes: []*redistest.Server{startServer(x.t)}}
+	if slices.Contains(p.Kinds, "redlock") {
+		env.redlock = e.redlock()
+	}
+	return env
 }
 
-func (x *explorer) run(p params) *outcome {
-	return runSchedule(x.env(p), makeSchedule(p))
+func (e *servers) run(p params) *outcome {
+	env := e.env(p)
+	out := runSchedule(env, makeSchedule(p))
+	if !env.cluster {
+		// Not at the test's end: a soak's thousands of runs would keep
+		// as many servers (7 MB each) until then.
+		env.nodes[0].Kill()
+	}
+	return out
 }
 
-func (x *explorer) explore(p params) {
+func (x *explorer) explore(e *servers, p params) {
 	began := time.Now()
-	out := x.run(p)
-	x.t.Logf("seed %d: %v, %d acquisitions, %d violations", p.Seed, time.Since(began).Round(time.Millisecond), out.acquisitions, len(out.violations))
+	out := e.run(p)
+	x.t.Logf("seed %d: %v (settling %v), %d acquisitions, %d violations", p.Seed, time.Since(began).Round(time.Millisecond),
+		out.settling.Round(time.Millisecond), out.acquisitions, len(out.violations))
+	x.tally(p, out)
+	if len(out.violations) == 0 {
+		return
+	}
+	found := out
+	if !*noShrink {
+		found = e.shrink(out)
+	}
+	msg := fmt.Sprintf("seed %d: %d violations (%s)\n  found with: %s\n  shrunk to:  %s\n  replay: cd faults && go test -tags faults -run 'TestExplore$' %s .\n  %s",
+		p.Seed, len(out.violations), out.class(), p, found.params, found.params, strings.Join(first(found.violations, 5), "\n  "))
+	x.mu.Lock()
+	x.failures = append(x.failures, msg)
+	x.mu.Unlock()
+	x.t.Error(msg)
+}
+
+// tally adds a run to the report's numbers.
+func (x *explorer) tally(p params, out *outcome) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	x.runs++
 	x.ops += out.ops
 	x.acquisitions += out.acquisitions
@@ -183,22 +262,11 @@ func (x *explorer) explore(p params) {
 		x.labelled++
 		x.labelledOverlaps += out.overlaps
 	}
-	if len(out.violations) == 0 {
-		return
-	}
-	found := out
-	if !*noShrink {
-		found = x.shrink(out)
-	}
-	msg := fmt.Sprintf("seed %d: %d violations (%s)\n  found with: %s\n  shrunk to:  %s\n  replay: cd faults && go test -tags faults -run 'TestExplore$' %s .\n  %s",
-		p.Seed, len(out.violations), out.class(), p, found.params, found.params, strings.Join(first(found.violations, 5), "\n  "))
-	x.failures = append(x.failures, msg)
-	x.t.Error(msg)
 }
 
 // shrink looks for a smaller run that fails the same way: fewer clients,
 // fewer operations, fewer fault and lock kinds, one server.
-func (x *explorer) shrink(out *outcome) *outcome {
+func (e *servers) shrink(out *outcome) *outcome {
 	best := out
 	budget := time.Now().Add(2 * time.Minute)
 	for changed := true; changed && time.Now().Before(budget); {
@@ -207,7 +275,7 @@ func (x *explorer) shrink(out *outcome) *outcome {
 			if time.Now().After(budget) {
 				break
 			}
-			o := x.run(p)
+			o := e.run(p)
 			if len(o.violations) > 0 && o.class() == out.class() {
 				best, changed = o, true
 				break
@@ -256,9 +324,10 @@ func (x *explorer) finish() {
 		faults = append(faults, fmt.Sprintf("%s %d", k, n))
 	}
 	slices.Sort(faults)
-	report := fmt.Sprintf("explorer: %d runs in %v, %d operations, %d acquisitions, %d checks; faults injected: %s; "+
-		"%d labelled runs (FLUSHALL) with %d overlaps, the documented failure; %d failing runs",
-		x.runs, time.Since(x.started).Round(time.Second), x.ops, x.acquisitions, x.checks, strings.Join(faults, ", "),
+	took := time.Since(x.started)
+	report := fmt.Sprintf("explorer: %d runs in %v, %d operations (%.1f a second), %d acquisitions, %d checks; faults injected: %s; "+
+		"%d labelled runs (FLUSHALL, restart of a standalone server) with %d overlaps, the documented failure; %d failing runs",
+		x.runs, took.Round(time.Second), x.ops, float64(x.ops)/took.Seconds(), x.acquisitions, x.checks, strings.Join(faults, ", "),
 		x.labelled, x.labelledOverlaps, len(x.failures))
 	x.t.Log(report)
 	if *exploreReport != "" {

@@ -33,11 +33,18 @@ func redlockAt(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Redloc
 // restart guard counts it: INFO's uptime_in_seconds a second above d.
 func waitUptime(t *testing.T, ctx context.Context, servers []*redistest.Server, d time.Duration) {
 	t.Helper()
+	if err := upFor(ctx, servers, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upFor is waitUptime for callers without a test to fail.
+func upFor(ctx context.Context, servers []*redistest.Server, d time.Duration) error {
 	for _, srv := range servers {
 		for {
 			info, err := srv.Client().Info(ctx, "server").Result()
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
 			var up int
 			for line := range strings.SplitSeq(info, "\n") {
@@ -50,11 +57,12 @@ func waitUptime(t *testing.T, ctx context.Context, servers []*redistest.Server, 
 			}
 			select {
 			case <-ctx.Done():
-				t.Fatalf("servers not up for %v", d)
+				return fmt.Errorf("servers not up for %v", d)
 			case <-time.After(100 * time.Millisecond): // the server's clock: nothing to wait on
 			}
 		}
 	}
+	return nil
 }
 
 func addrsOf(servers []*redistest.Server) []string {
