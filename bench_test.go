@@ -192,7 +192,10 @@ func BenchmarkLease_10000Held(b *testing.B) {
 	admin := srv.Client()
 	ctx := context.Background()
 	for b.Loop() {
-		c := dlock.New(srv.Client(), dlock.WithTTL(ttl))
+		c, err := dlock.New(srv.Client(), dlock.WithTTL(ttl))
+		if err != nil {
+			b.Fatal(err)
+		}
 		runtime.GC()
 		var start runtime.MemStats
 		runtime.ReadMemStats(&start)

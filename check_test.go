@@ -222,8 +222,8 @@ func TestCheck_CloseEndsTheClientsOwnCheck(t *testing.T) {
 
 func TestCheck_BadInput(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	if _, err := dlock.New(nil).Check(ctx); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatal("Check of a Client without Redis succeeded")
+	if _, err := dlock.New(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatal("a Client without Redis was made")
 	}
 	if _, err := (*dlock.Client)(nil).Check(ctx); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatal("Check of a nil Client succeeded")

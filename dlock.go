@@ -35,7 +35,6 @@ import (
 type Client struct {
 	rdb redis.UniversalClient
 	cfg settings
-	err error // bad arguments to New, returned by every operation
 
 	renewer *renewer
 	flights *coalescer // acquires and releases, shared pipelines under concurrency
@@ -66,23 +65,25 @@ type Client struct {
 // New returns a Client that takes locks through rdb. Options set defaults for
 // every lock the Client makes.
 //
-// New sends nothing to Redis. Bad arguments (a nil rdb, a TTL below [MinTTL]…)
-// are not a panic: every operation of the Client returns the error, matching
-// [ErrInvalid].
-func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{rdb: rdb, cfg: defaultSettings().with(opts), done: make(chan struct{}), tag: newClientTag()}
-	switch {
-	case rdb == nil:
-		c.err = invalidf("nil Redis client")
-	default:
-		c.err = c.cfg.validate(forClient)
+// New sends nothing to Redis. Bad arguments (a nil rdb, a TTL below
+// [MinTTL], an option no lock type of a Client takes…) fail it at once,
+// with an error matching [ErrInvalid]: a Client is made once, at start-up,
+// where a mistake is best found.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	cfg := defaultSettings().with(opts)
+	if rdb == nil {
+		return nil, invalidf("nil Redis client")
 	}
+	if err := cfg.validate(forClient); err != nil {
+		return nil, err
+	}
+	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb}
 	c.watch.due = true // at the first use
 	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
-	return c
+	return c, nil
 }
 
 // resendAfter is the read timeout of rdb's connections: go-redis sends a
@@ -245,9 +246,6 @@ var releaseMarkMillis any = releaseMarkLife.Milliseconds()
 func (c *Client) usable(ctx context.Context) error {
 	if c == nil {
 		return invalidf("nil dlock.Client")
-	}
-	if c.err != nil {
-		return c.err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

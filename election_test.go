@@ -69,7 +69,10 @@ func TestElection_OneLeaderAtATimeThroughCrashesAndResignations(t *testing.T) {
 		campaign := func(i int) {
 			// Each candidate is a process of its own: its own connections,
 			// renewals and subscriber, all of which a crash stops.
-			c := dlock.New(b.newRedis(t), dlock.WithTTL(ttl))
+			c, err := dlock.New(b.newRedis(t), dlock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
 			running.Add(1)
 			go func() {
 				defer running.Done()

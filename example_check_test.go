@@ -12,7 +12,11 @@ import (
 func ExampleClient_Check() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 
 	report, err := locks.Check(context.Background())

@@ -14,7 +14,11 @@ func ExampleWithHolderInfo() {
 	defer stop()
 	info := dlock.ThisProcess() // hostname, pid, program
 	info.User = "nightly import, started by cron"
-	locks := dlock.New(rdb, dlock.WithHolderInfo(info))
+	locks, err := dlock.New(rdb, dlock.WithHolderInfo(info))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 

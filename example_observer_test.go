@@ -25,7 +25,11 @@ func ExampleWithObserver() {
 			fmt.Println("released")
 		},
 	}
-	locks := dlock.New(rdb, dlock.WithObserver(obs))
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 

@@ -15,7 +15,11 @@ import (
 func ExampleLease_AtRisk() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	locks, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 

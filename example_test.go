@@ -28,7 +28,11 @@ func exampleRedis() (*redis.Client, func()) {
 func Example() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
@@ -61,7 +65,11 @@ func Example() {
 func ExampleLease_Context() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	locks, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
@@ -82,14 +90,18 @@ func ExampleLease_Context() {
 func ExampleWithWait() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
 	holder, _ := locks.Mutex("nightly-report").Lock(ctx)
 	defer holder.Unlock(ctx)
 
-	_, err := locks.Mutex("nightly-report", dlock.WithWait(100*time.Millisecond)).Lock(ctx)
+	_, err = locks.Mutex("nightly-report", dlock.WithWait(100*time.Millisecond)).Lock(ctx)
 	fmt.Println("not acquired:", errors.Is(err, dlock.ErrNotAcquired))
 	fmt.Println("because the wait ran out:", errors.Is(err, context.DeadlineExceeded))
 	// Output:
@@ -105,7 +117,11 @@ func ExampleWithWait() {
 func ExampleReentrantMutex() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
@@ -134,7 +150,7 @@ func ExampleReentrantMutex() {
 	_ = transfer(ctx)
 
 	held, _ := account.Lock(ctx)
-	_, err := account.TryLock(ctx) // ctx carries no hold: another owner, though the same handle
+	_, err = account.TryLock(ctx) // ctx carries no hold: another owner, though the same handle
 	fmt.Println("busy for another call:", errors.Is(err, dlock.ErrNotAcquired))
 	_ = held.Unlock(ctx)
 	// Output:
@@ -149,7 +165,11 @@ func ExampleReentrantMutex() {
 func ExampleRWMutex() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
@@ -177,7 +197,11 @@ func ExampleRWMutex() {
 func ExampleFairMutex() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
@@ -215,14 +239,18 @@ func ExampleFairMutex() {
 func ExampleSemaphore() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
 	downloads := locks.Semaphore("downloads", 2)
 	a, _ := downloads.Acquire(ctx)
 	b, _ := downloads.Acquire(ctx)
-	_, err := downloads.TryAcquire(ctx)
+	_, err = downloads.TryAcquire(ctx)
 	fmt.Println("third permit refused:", errors.Is(err, dlock.ErrNotAcquired))
 
 	_, err = locks.Semaphore("downloads", 5).TryAcquire(ctx)
@@ -245,7 +273,11 @@ func ExampleSemaphore() {
 func ExampleMultiLock() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	locks := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 	ctx := context.Background()
 
@@ -284,7 +316,11 @@ func ExampleElection() {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			locks := dlock.New(rdb)
+			locks, err := dlock.New(rdb)
+			if err != nil {
+				fmt.Println("new:", err)
+				return
+			}
 			defer locks.Close()
 			scheduler := locks.Election("scheduler")
 			lease, err := scheduler.Campaign(ctx, fmt.Sprint("worker-", w))

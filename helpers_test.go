@@ -80,7 +80,10 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 // newClient makes a dlock Client on its own go-redis client, closed at the
 // test's end.
 func newClient(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
-	c := dlock.New(rdb, opts...)
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

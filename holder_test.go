@@ -213,11 +213,14 @@ func TestHolderInfo_BadInfoIsInvalidBeforeAnyCommand(t *testing.T) {
 		"not UTF-8":              {Program: "bad\xff"},
 		"negative pid":           {PID: -1},
 	} {
-		c := newClient(t, rdb, dlock.WithHolderInfo(info))
+		if _, err := dlock.New(rdb, dlock.WithHolderInfo(info)); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s, New: %v, want ErrInvalid", what, err)
+		}
+		c, opt := newClient(t, rdb), dlock.WithHolderInfo(info)
 		for op, call := range map[string]func() error{
-			"Mutex":          func() error { _, err := c.Mutex(lockName(t)).TryLock(ctx); return err },
-			"RWMutex":        func() error { _, err := c.RWMutex(lockName(t)).RLock(ctx); return err },
-			"ReentrantMutex": func() error { _, err := c.ReentrantMutex(lockName(t)).Lock(ctx); return err },
+			"Mutex":          func() error { _, err := c.Mutex(lockName(t), opt).TryLock(ctx); return err },
+			"RWMutex":        func() error { _, err := c.RWMutex(lockName(t), opt).RLock(ctx); return err },
+			"ReentrantMutex": func() error { _, err := c.ReentrantMutex(lockName(t), opt).Lock(ctx); return err },
 		} {
 			if err := call(); !errors.Is(err, dlock.ErrInvalid) {
 				t.Errorf("%s, %s: %v, want ErrInvalid", what, op, err)

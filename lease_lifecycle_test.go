@@ -268,7 +268,10 @@ func TestClient_CloseBehindAStuckRenewalReturnsWithinTheCleanupTimeout(t *testin
 	renewal := &sendSignal{script: scripts.MutexExtend, sent: make(chan struct{})}
 	rdb.AddHook(renewal)
 	ctx := ctxFor(t, 30*time.Second)
-	c := dlock.New(rdb, dlock.WithTTL(900*time.Millisecond))
+	c, err := dlock.New(rdb, dlock.WithTTL(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Mutex(lockName(t)).Lock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -259,19 +259,26 @@ func TestMutex_InvalidArgumentsFailBeforeAnyCommand(t *testing.T) {
 		{"empty name", newClient(t, rdb).Mutex("")},
 		{"name with a brace", newClient(t, rdb).Mutex("a}b")},
 		{"name too long", newClient(t, rdb).Mutex(string(make([]byte, dlock.MaxNameLen+1)))},
-		{"zero TTL", newClient(t, rdb, dlock.WithTTL(0)).Mutex("x")},
+		{"zero TTL", newClient(t, rdb).Mutex("x", dlock.WithTTL(0))},
 		{"negative TTL", newClient(t, rdb).Mutex("x", dlock.WithTTL(-time.Second))},
 		{"TTL below minimum", newClient(t, rdb).Mutex("x", dlock.WithTTL(dlock.MinTTL-1))},
 		{"TTL above maximum", newClient(t, rdb).Mutex("x", dlock.WithTTL(dlock.MaxTTL+time.Millisecond))},
 		{"TTL that overflows", newClient(t, rdb).Mutex("x", dlock.WithTTL(math.MaxInt64))},
 		{"lease time above maximum", newClient(t, rdb).Mutex("x", dlock.WithLeaseTime(math.MaxInt64))},
 		{"lease time below minimum", newClient(t, rdb).Mutex("x", dlock.WithLeaseTime(time.Millisecond))},
-		{"drift of 1", newClient(t, rdb, dlock.WithDriftFactor(1)).Mutex("x")},
-		{"negative drift", newClient(t, rdb, dlock.WithDriftFactor(-0.1)).Mutex("x")},
+		{"drift of 1", newClient(t, rdb).Mutex("x", dlock.WithDriftFactor(1))},
+		{"negative drift", newClient(t, rdb).Mutex("x", dlock.WithDriftFactor(-0.1))},
 		{"negative wait", newClient(t, rdb).Mutex("x", dlock.WithWait(-time.Second))},
-		{"prefix with a brace", newClient(t, rdb, dlock.WithPrefix("app{")).Mutex("x")},
-		{"nil Redis client", newClient(t, nil).Mutex("x")},
+		{"prefix with a brace", newClient(t, rdb).Mutex("x", dlock.WithPrefix("app{"))},
 		{"nil dlock client", (*dlock.Client)(nil).Mutex("x")},
+	}
+	// The same mistakes made in New fail it at once.
+	for what, rdb := range map[string]redis.UniversalClient{"nil Redis client": nil, "a Redis client": rdb} {
+		for _, opt := range []dlock.Option{dlock.WithTTL(0), dlock.WithDriftFactor(1), dlock.WithDriftFactor(-0.1), dlock.WithPrefix("app{")} {
+			if c, err := dlock.New(rdb, opt); c != nil || !errors.Is(err, dlock.ErrInvalid) {
+				t.Errorf("New with %s and a bad option: %v, %v; want ErrInvalid", what, c, err)
+			}
+		}
 	}
 	for _, tc := range cases {
 		if _, err := tc.mu.TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {

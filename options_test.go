@@ -31,7 +31,12 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 	}
 	try := map[string]func(opt dlock.Option) error{
 		"Client": func(opt dlock.Option) error {
-			return first(newClient(t, rdb, opt).Mutex(lockName(t)).TryLock(ctx))
+			c, err := dlock.New(rdb, opt)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return first(c.Mutex(lockName(t)).TryLock(ctx))
 		},
 		"Mutex": func(opt dlock.Option) error {
 			return first(newClient(t, rdb).Mutex(lockName(t), opt).TryLock(ctx))

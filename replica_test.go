@@ -95,7 +95,7 @@ func TestReplicaAck_WithoutReplicasFailsAndReleases(t *testing.T) {
 		if _, err := newClient(t, rdb).Mutex(name).TryLock(ctx); err != nil {
 			t.Fatalf("the unacknowledged lock was kept: %v", err)
 		}
-		if _, err := newClient(t, rdb, dlock.WithReplicaAck(1, 0)).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := dlock.New(rdb, dlock.WithReplicaAck(1, 0)); !errors.Is(err, dlock.ErrInvalid) {
 			t.Fatalf("replica ack without a timeout: %v; want ErrInvalid", err)
 		}
 	})

@@ -332,7 +332,10 @@ func TestRWMutex_DeadWaitingWriterHoldsReadersBackOnlyForItsWaitLease(t *testing
 		t.Fatal(err)
 	}
 	doomed := redis.NewClient(&redis.Options{Addr: sharedStandalone().Addr()})
-	writer := dlock.New(doomed, dlock.WithWaiterRefresh(refresh))
+	writer, err := dlock.New(doomed, dlock.WithWaiterRefresh(refresh))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = writer.Close() })
 	result := lockInBackground(ctx, writer.RWMutex(name).Lock)
 	eventually(t, ctx, "the writer registering", func() bool { return inspectRW(t, ctx, reader).WritersWaiting == 1 })

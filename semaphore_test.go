@@ -52,7 +52,11 @@ func TestSemaphore_CrashedHoldersLosePermitsToNobody(t *testing.T) {
 		res := check.Bounded{Limit: permits}
 		clients := make([]*dlock.Client, holders)
 		for i := range clients {
-			clients[i] = dlock.New(b.newRedis(t), dlock.WithTTL(ttl), dlock.WithWaiterRefresh(50*time.Millisecond))
+			c, err := dlock.New(b.newRedis(t), dlock.WithTTL(ttl), dlock.WithWaiterRefresh(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients[i] = c
 		}
 		// Each holder takes a permit, then either gives it back or crashes
 		// (its client stops, so nothing renews the permit).

@@ -36,7 +36,7 @@ func TestWaiterRefresh_AboveTheMaximumIsRefusedBeforeAnyCommand(t *testing.T) {
 			"RWMutex.Lock":      func() error { _, err := c.RWMutex(name, opt).Lock(ctx); return err },
 			"MultiLock.Lock":    func() error { _, err := c.MultiLock([]string{name, name + "+"}, opt).Lock(ctx); return err },
 			"Semaphore.Acquire": func() error { _, err := c.Semaphore(name, 1, opt).Acquire(ctx); return err },
-			"New":               func() error { _, err := newClient(t, rdb, opt).Mutex(name).TryLock(ctx); return err },
+			"New":               func() error { _, err := dlock.New(rdb, opt); return err },
 		}
 		for what, lock := range locks {
 			if err := lock(); !errors.Is(err, dlock.ErrInvalid) {

@@ -88,7 +88,12 @@ type dlockLocker struct {
 
 func openDlock(addr string) (locker, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	return dlockLocker{rdb: rdb, c: dlock.New(rdb, dlock.WithTTL(benchTTL))}, nil
+	c, err := dlock.New(rdb, dlock.WithTTL(benchTTL))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return dlockLocker{rdb: rdb, c: c}, nil
 }
 
 func openDlockFair(addr string) (locker, error) {

@@ -5,7 +5,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	locks := dlock.New(rdb, dlock.WithObserver(obs))
+//	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
 //
 // # Metrics
 //

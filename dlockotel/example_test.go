@@ -35,7 +35,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	locks := dlock.New(rdb, dlock.WithObserver(obs))
+	locks, err := dlock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		fmt.Println("new:", err)
+		return
+	}
 	defer locks.Close()
 
 	ctx := context.Background()

@@ -104,7 +104,10 @@ func (tel *telemetry) waitLoss(t *testing.T) dlock.LeaseEnd {
 
 // client is a dlock Client observed by tel, on its own connections.
 func (tel *telemetry) client(t *testing.T, opts ...dlock.Option) *dlock.Client {
-	c := dlock.New(sharedRedis(t), append([]dlock.Option{dlock.WithObserver(tel.obs)}, opts...)...)
+	c, err := dlock.New(sharedRedis(t), append([]dlock.Option{dlock.WithObserver(tel.obs)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -129,7 +129,12 @@ func TestOutcomes_NotAcquiredCanceledAndError(t *testing.T) {
 	c := tel.client(t)
 	ctx := ctxFor(t, 10*time.Second)
 	name := lockName(t)
-	holder, err := dlock.New(sharedRedis(t)).Mutex(name).Lock(ctx)
+	other, err := dlock.New(sharedRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	holder, err := other.Mutex(name).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,12 +120,13 @@ func NewRedis(url string) (*Redis, error) {
 // Client returns a new dlock Client on this Redis, on a go-redis client of
 // its own (as another process would have), subject to the faults. The
 // options come after the test's prefix, so WithPrefix would move the locks
-// out of the test's reach: leave it out.
+// out of the test's reach: leave it out. Options [dlock.New] refuses are a
+// mistake in the test: Client panics with New's error.
 func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
 	rdb := redis.NewClient(r.clientOptions())
 	rdb.AddHook(r.faults)
-	c := dlock.New(rdb, opts...)
+	c := mustNew(rdb, opts...)
 	r.mu.Lock()
 	r.clients = append(r.clients, c)
 	r.closers = append(r.closers, rdb.Close)
@@ -203,6 +204,16 @@ func (r *Redis) removeKeys() error {
 		return r.admin.Unlink(ctx, batch...).Err()
 	}
 	return nil
+}
+
+// mustNew is [dlock.New] where an error can only be a mistake in the
+// program (the test's options, or dlocktest's own).
+func mustNew(rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("dlocktest: %v", err))
+	}
+	return c
 }
 
 func randomHex(n int) string {

@@ -91,7 +91,7 @@ func (r *Redis) operator() *dlock.Client {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.op == nil {
-		r.op = dlock.New(r.admin, dlock.WithPrefix(r.prefix))
+		r.op = mustNew(r.admin, dlock.WithPrefix(r.prefix))
 	}
 	return r.op
 }

@@ -45,7 +45,12 @@ func helperMain() bool {
 	ttl := time.Duration(ms) * time.Millisecond
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: fields[0], Username: aclUser, Password: aclPassword})
-	lease, err := dlock.New(rdb, dlock.WithTTL(ttl)).Mutex(fields[1]).Lock(ctx)
+	locks, err := dlock.New(rdb, dlock.WithTTL(ttl))
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	lease, err := locks.Mutex(fields[1]).Lock(ctx)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)

@@ -38,7 +38,11 @@ func checkRedlockSettled(ctx context.Context, masters []redis.UniversalClient, s
 		out.checks++
 		held := 0
 		for _, m := range masters {
-			c := dlock.New(m)
+			c, err := dlock.New(m)
+			if err != nil {
+				out.violate("new: %v", err)
+				return
+			}
 			info, err := c.Describe(ctx, name)
 			c.Close()
 			if err == nil && info.Type != "" {

@@ -174,8 +174,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend)}
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
-		p.client = dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
-		defer p.client.Close()
+		client, err := dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
+		if err != nil {
+			panic(err) // the options are the explorer's own
+		}
+		p.client = client
+		defer client.Close()
 		if env.redlock != nil {
 			masters := make([]redis.UniversalClient, len(env.redlock))
 			for i, n := range env.redlock {
@@ -585,7 +589,11 @@ func checkPermits(name string, hs []hold, out *outcome) {
 func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful map[string]bool, out *outcome) {
 	rdb := env.newRedis()
 	defer rdb.Close()
-	c := dlock.New(rdb)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		out.violate("new: %v", err)
+		return
+	}
 	defer c.Close()
 	settled := &process{client: c}
 	if env.redlock != nil {

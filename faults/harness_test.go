@@ -174,7 +174,10 @@ func redisWithTimeout(t *testing.T, addr string, timeout time.Duration) *redis.C
 }
 
 func newClient(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
-	c := dlock.New(rdb, opts...)
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -121,7 +121,10 @@ func readFifo(t *testing.T, path string, guard time.Duration) string {
 
 func testRedis(t *testing.T) (url string, locks *dlock.Client) {
 	srv := redistest.Start(t)
-	c := dlock.New(srv.Client())
+	c, err := dlock.New(srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
 	return "redis://" + srv.Addr(), c
 }

@@ -162,7 +162,11 @@ func openClient(ctx context.Context, command, flagValue string, out *output, opt
 		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
 		return nil, nil, nil, exitCodeOf(ctx, err)
 	}
-	client = dlock.New(rdb, opts...)
+	if client, err = dlock.New(rdb, opts...); err != nil {
+		_ = rdb.Close()
+		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
+		return nil, nil, nil, exitCodeOf(ctx, err)
+	}
 	return client, rdb, func() { _ = client.Close(); _ = rdb.Close() }, 0
 }
 

@@ -116,7 +116,13 @@ func (c *contention) run(parent context.Context) (contentionResult, error) {
 	perWorker := make([]int, c.workers)
 	for i := range c.workers {
 		rdb := c.newRedis()
-		client := dlock.New(rdb, dlock.WithPrefix(c.prefix))
+		client, err := dlock.New(rdb, dlock.WithPrefix(c.prefix))
+		if err != nil { // a bad prefix: the workers started stop with the run
+			_ = rdb.Close()
+			errs <- err
+			cancel()
+			break
+		}
 		work := c.worker(client, i, ch)
 		wg.Add(1)
 		go func() {

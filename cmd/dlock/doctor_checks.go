@@ -20,7 +20,10 @@ import (
 // maxmemoryCheck is Client.Check's finding on each master.
 func maxmemoryCheck(ctx context.Context, rdb redis.UniversalClient, nodes []*doctorNode) checkResult {
 	const name = "maxmemory-policy"
-	client := dlock.New(rdb, dlock.WithLogger(quietLogger))
+	client, err := dlock.New(rdb, dlock.WithLogger(quietLogger))
+	if err != nil {
+		return checkResult{name, fail, "cannot check: " + err.Error()}
+	}
 	defer client.Close()
 	report, err := client.Check(ctx)
 	if err != nil {

@@ -64,7 +64,10 @@ func rightsCheck(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	scratch := prefix + "doctor-" + hex.EncodeToString(b[:]) + ":"
-	client := dlock.New(rdb, dlock.WithPrefix(scratch), dlock.WithTTL(scratchTTL), dlock.WithLogger(quietLogger))
+	client, err := dlock.New(rdb, dlock.WithPrefix(scratch), dlock.WithTTL(scratchTTL), dlock.WithLogger(quietLogger))
+	if err != nil {
+		return checkResult{name, fail, "cannot check: " + err.Error()}
+	}
 	var passed, failedLocks, names []string
 	var lockErr error
 	locksCtx, cancel := context.WithTimeout(ctx, doctorTimeout)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -49,8 +51,7 @@ func mustLease(t *testing.T) func(*dlock.Lease, error) *dlock.Lease {
 // prefix not at all, and the secret owner token of a Mutex never.
 func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 	srv := redistest.Start(t)
-	url, raw, locks := "redis://"+srv.Addr(), srv.Client(), dlock.New(srv.Client())
-	t.Cleanup(func() { _ = locks.Close() })
+	url, raw, locks := "redis://"+srv.Addr(), srv.Client(), newLocks(t, srv.Client())
 	ctx, must := context.Background(), mustLease(t)
 	must(locks.Mutex("m").Lock(ctx))
 	must(locks.RWMutex("rw", dlock.WithOwner("ops-host/42/writer")).Lock(ctx))
@@ -178,8 +179,7 @@ func TestLs_LimitCutsTheListingAndSaysSo(t *testing.T) {
 // On a cluster, ls scans every master, given one node's address.
 func TestLs_ListsTheLocksOfEveryMasterOfACluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
-	locks := dlock.New(cluster.Client())
-	t.Cleanup(func() { _ = locks.Close() })
+	locks := newLocks(t, cluster.Client())
 	ctx, must := context.Background(), mustLease(t)
 	var want []string
 	for i := range 9 {
@@ -216,4 +216,15 @@ func TestLsAndWatch_RefuseBadArguments(t *testing.T) {
 			t.Errorf("dlock %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, stdout, stderr, want)
 		}
 	}
+}
+
+// newLocks is a dlock Client on rdb, closed at the test's end.
+func newLocks(t testing.TB, rdb redis.UniversalClient) *dlock.Client {
+	t.Helper()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locks.Close() })
+	return locks
 }

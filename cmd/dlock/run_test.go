@@ -361,7 +361,10 @@ func TestRun_AsAUserWithTheDocumentedRights(t *testing.T) {
 	}
 	args := append(redistest.UserArgs("locks", "pw", redistest.DlockACL), redistest.UserArgs("noscripts", "pw", lacking)...)
 	srv := redistest.Start(t, args...)
-	locks := dlock.New(srv.Client())
+	locks, err := dlock.New(srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = locks.Close() })
 
 	if code, stdout, stderr := runDlock(t, "redis://locks:pw@"+srv.Addr(), "run", "acl-job", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
