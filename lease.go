@@ -323,7 +323,12 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		l.refusedWith(loss)
 		return err
 	case err != nil:
-		l.inDoubt(sent, ttl)
+		// A MultiLock's parts judge their own Extends, sent or not, and
+		// move the whole's deadline with theirs: the whole, which sent
+		// nothing itself, has nothing in doubt.
+		if _, parts := l.hold.(*partsHold); !parts {
+			l.inDoubt(sent, ttl)
+		}
 		return err
 	}
 	if err := l.confirmed(sent, ttl); err != nil {
