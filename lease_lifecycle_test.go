@@ -37,7 +37,9 @@ func expectKeptAfterShorterExtend(t *testing.T, ctx context.Context, lease *dloc
 func TestLease_ExtendToAShorterTTLIsRenewedAtTheShorterTTL(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(9*time.Second))
+	// The subtests wait on timers, not the CPU: run together.
 	t.Run("Mutex", func(t *testing.T) {
+		t.Parallel()
 		lease, err := c.Mutex(lockName(t)).Lock(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -45,6 +47,7 @@ func TestLease_ExtendToAShorterTTLIsRenewedAtTheShorterTTL(t *testing.T) {
 		expectKeptAfterShorterExtend(t, ctx, lease)
 	})
 	t.Run("RWMutex", func(t *testing.T) {
+		t.Parallel()
 		lease, err := c.RWMutex(lockName(t)).RLock(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -52,6 +55,7 @@ func TestLease_ExtendToAShorterTTLIsRenewedAtTheShorterTTL(t *testing.T) {
 		expectKeptAfterShorterExtend(t, ctx, lease)
 	})
 	t.Run("Redlock", func(t *testing.T) {
+		t.Parallel()
 		r := redlockOver(t, redistest.StartMasters(t, 3), dlock.WithTTL(9*time.Second))
 		lease, err := r.Mutex(lockName(t)).Lock(ctx)
 		if err != nil {

@@ -212,6 +212,7 @@ func TestLock_WaitsOutASlotMigration(t *testing.T) {
 // that out and takes the lock on the new master; a TryLock meanwhile
 // returns ErrUnavailable.
 func TestLock_WaitsOutAFailover(t *testing.T) {
+	t.Parallel() // waits on its own cluster's failover, not on the CPU
 	c := redistest.StartReplicatedCluster(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	name := lockName(t)

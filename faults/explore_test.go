@@ -52,7 +52,7 @@ var (
 var ciSeeds = []uint64{1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101}
 
 // ciFresh is how many fresh seeds a CI run adds to ciSeeds.
-const ciFresh = 2
+const ciFresh = 1
 
 // maxClients is the most clients a drawn run has.
 func maxClients() int {
