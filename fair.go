@@ -46,7 +46,7 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 			op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, channels: []string{k.own},
 			keys:        [2][]string{scriptKeys},
 			abandonKeys: [2][]string{scriptKeys},
-			lease:       leaseSpec{kind: fairKind, keys: []string{k.lock, k.forced(), k.holderInfo()}},
+			lease:       leaseSpec{kind: fairKind, keys: []string{k.lock, k.forced(), scriptKeys[5]}},
 			releaseKeys: scriptKeys,
 		})
 	}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -102,26 +103,64 @@ type acquireSpec struct {
 // command up to the release mark (see startLease), boxed once.
 func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	ttl, _ := h.cfg.holdTTL()
-	s.head = boxedCommand(s.script, s.keys[0], 1+len(s.keys[1]))
-	s.rest = boxedCommand(s.script, s.keys[1], 0)[3:]
+	var b boxer
+	s.head = b.command(s.script, s.keys[0], 1+len(s.keys[1]))
+	s.rest = b.keys(nil, s.keys[1])
 	s.ttl, s.registration, s.info = boxMillis(ttl), boxMillis(waiterLease(h.cfg.waiterRefresh)), h.cfg.holderInfo
 	if s.lease.name == "" {
 		s.lease.name = h.name
 	}
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
-	s.lease.relHead = boxedCommand(s.lease.kind.release, s.releaseKeys, 1)
+	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
 	return &s
 }
 
-// boxedCommand is the EVALSHA command of script up to keys, with more
-// KEYS to come.
-func boxedCommand(script *redis.Script, keys []string, more int) []any {
-	argv := make([]any, 0, 3+len(keys))
-	argv = append(argv, "evalsha", script.Hash(), len(keys)+more)
+// boxer boxes the key names of a handle's commands, each once: a handle
+// is often made for one call (c.Mutex(name).Lock(ctx)), so what it boxes
+// counts as much as what a Lock does.
+type boxer struct {
+	names [12]string
+	boxes [12]any
+	n     int
+}
+
+func (b *boxer) box(name string) any {
+	for i := range b.n {
+		if b.names[i] == name {
+			return b.boxes[i]
+		}
+	}
+	v := any(name)
+	if b.n < len(b.names) {
+		b.names[b.n], b.boxes[b.n] = name, v
+		b.n++
+	}
+	return v
+}
+
+func (b *boxer) keys(argv []any, keys []string) []any {
 	for _, k := range keys {
-		argv = append(argv, k)
+		argv = append(argv, b.box(k))
 	}
 	return argv
+}
+
+// command is the EVALSHA command of script up to keys, with more KEYS to
+// come.
+func (b *boxer) command(script *redis.Script, keys []string, more int) []any {
+	argv := make([]any, 0, 3+len(keys))
+	return b.keys(append(argv, "evalsha", boxedHash(script), len(keys)+more), keys)
+}
+
+// boxedHashes are the scripts' SHAs boxed, each once per process.
+var boxedHashes sync.Map // *redis.Script → any (its Hash)
+
+func boxedHash(script *redis.Script) any {
+	if v, ok := boxedHashes.Load(script); ok {
+		return v
+	}
+	v, _ := boxedHashes.LoadOrStore(script, any(script.Hash()))
+	return v
 }
 
 // boxMillis is d in ms as an EVALSHA argument: the defaults (a TTL, a

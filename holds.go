@@ -50,16 +50,18 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 	if h.err != nil {
 		return h
 	}
-	spec := func(op, channel string) *acquireSpec {
-		return h.boxed(acquireSpec{
-			op: op, script: scripts.RWAcquire, channels: []string{channel},
-			keys:        [2][]string{h.scriptKeys},
-			abandonKeys: [2][]string{h.scriptKeys},
-			lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2]},
-			releaseKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
-		})
-	}
-	h.write, h.read = spec("lock", h.keys.channel), spec("read lock", h.scriptKeys[rwReadChannel])
+	h.write = h.boxed(acquireSpec{
+		op: "lock", script: scripts.RWAcquire, channels: []string{h.keys.channel},
+		keys:        [2][]string{h.scriptKeys},
+		abandonKeys: [2][]string{h.scriptKeys},
+		lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2]},
+		releaseKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
+	})
+	// Reads send what writes send, boxed once; only the waiters' channel
+	// differs.
+	read := *h.write
+	read.op, read.channels = "read lock", h.scriptKeys[rwReadChannel:rwReadChannel+1:rwReadChannel+1]
+	h.read = &read
 	return h
 }
 

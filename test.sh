@@ -60,6 +60,9 @@ go test -race -count=1 -parallel 4 -timeout 8m ./...
 # Without -race: its checks judge timing, which the race detector slows
 # fivefold. A soak: cd faults && go test -tags faults -run Explore -explore 30m .
 (cd faults && go test -tags faults -count=1 -timeout 6m -run 'TestExplore' .)
+# Allocation counts, which the race detector changes: without it (the
+# library is built so already, for the explorer).
+go test -count=1 -timeout 2m -run 'Allocate' .
 # The OpenTelemetry observer is a module of its own (OpenTelemetry stays
 # out of dlock's go.mod); its tests take seconds against one redis-server.
 (cd dlockotel && go vet ./... && go test -count=1 -timeout 3m ./...)
