@@ -81,6 +81,18 @@ func TestRedlock_LateRenewalNeverShortensALongerExtend(t *testing.T) {
 		rdb.AddHook(copies[i])
 		clients[i] = rdb
 	}
+	// Fresh servers load the Mutex scripts on a first attempt, which can
+	// take longer than the node timeout (18 ms at this TTL): load them
+	// first, on other connections, so that every node holds the lock.
+	plain := make([]redis.UniversalClient, len(servers))
+	for i, srv := range servers {
+		plain[i] = srv.Client()
+	}
+	warm, err := dlock.NewRedlock(plain, dlock.WithRestartGuard(0), dlock.WithTTL(renewalTTL)).Mutex(lockName(t) + ":warm").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Unlock(ctx)
 	r := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(renewalTTL))
 	name := lockName(t)
 	lease, err := r.Mutex(name).Lock(ctx)
