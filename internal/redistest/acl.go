@@ -6,7 +6,7 @@ package redistest
 // WithReplicaAck wait; a Redlock info (RedlockACL).
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
-	"+evalsha", "+eval", "+script|load",
+	"+evalsha", "+script|load",
 	"+get", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
 	"+hdel", "+hget", "+hincrby", "+hlen", "+hmget", "+hset",
 	"+zadd", "+zcard", "+zcount", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore", "+zscore",
