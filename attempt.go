@@ -128,17 +128,12 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 }
 
 // send runs an attempt: through the coalescer, or, with [WithReplicaAck],
-// with WAIT after it (see acquireAcknowledged), which takes keys and
-// arguments apart.
+// with WAIT after it (see acquireAcknowledged).
 func (a *call) send(ctx context.Context, argv []any) (*redis.Cmd, error) {
 	if a.h.cfg.replicaAck == 0 {
 		return a.h.c.flights.runArgv(ctx, a.spec.script, argv), nil
 	}
-	keys := make([]string, argv[2].(int))
-	for i := range keys {
-		keys[i] = argv[3+i].(string)
-	}
-	return a.h.c.acquireAcknowledged(ctx, a.h.cfg, a.spec.script, keys, argv[3+len(keys):]...)
+	return a.h.c.acquireAcknowledged(ctx, a.h.cfg, a.spec.script, argv)
 }
 
 // lease starts the lease of a hold granted with token for validity (0: the

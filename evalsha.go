@@ -21,7 +21,7 @@ type scriptCall struct {
 // evalshaArgv is the EVALSHA command of script on keys and args.
 func evalshaArgv(script *redis.Script, keys []string, args []any) []any {
 	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, "evalsha", script.Hash(), len(keys))
+	argv = append(argv, "evalsha", boxedHash(script), len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}

@@ -9,13 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// acquireAcknowledged runs an acquire script on keys for [WithReplicaAck]:
-// it sends WAIT after it in one pipeline on one connection to the keys'
-// master, and reports a shortfall of replica acknowledgements as an error
-// matching [ErrReplicaAck], for the caller to check once it knows the
-// script granted a hold (a refusal needs no replicas).
-func (c *Client) acquireAcknowledged(ctx context.Context, cfg settings, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
-	master, err := c.masterFor(ctx, keys[0])
+// acquireAcknowledged runs an acquire script's EVALSHA command (argv, as
+// call.argv builds it) for [WithReplicaAck]: it sends WAIT after it in one
+// pipeline on one connection to the master of its first key, and reports a
+// shortfall of replica acknowledgements as an error matching
+// [ErrReplicaAck], for the caller to check once it knows the script granted
+// a hold (a refusal needs no replicas).
+func (c *Client) acquireAcknowledged(ctx context.Context, cfg settings, script *redis.Script, argv []any) (*redis.Cmd, error) {
+	master, err := c.masterFor(ctx, argv[3].(string))
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -24,7 +25,7 @@ func (c *Client) acquireAcknowledged(ctx context.Context, cfg settings, script *
 	var cmd, acks *redis.Cmd
 	asking := false
 	for redirects := 0; ; redirects++ {
-		cmd, acks = acquireThenWait(ctx, master, cfg, script, keys, args, asking)
+		cmd, acks = acquireThenWait(ctx, master, cfg, script, argv, asking)
 		// The pipeline goes to one node, not through the cluster client:
 		// follow a failover's or a resharding's redirection here.
 		addr, ask, redirected := redirection(cmd.Err())
@@ -58,13 +59,13 @@ const maxRedirects = 3
 
 // acquireThenWait pipelines the acquire script and WAIT to master; asking
 // sends ASKING first, as an ASK redirection requires.
-func acquireThenWait(ctx context.Context, master redis.UniversalClient, cfg settings, script *redis.Script, keys []string,
-	args []any, asking bool) (cmd, acks *redis.Cmd) {
+func acquireThenWait(ctx context.Context, master redis.UniversalClient, cfg settings, script *redis.Script, argv []any,
+	asking bool) (cmd, acks *redis.Cmd) {
 	calls := make([]scriptCall, 0, 3)
 	if asking {
 		calls = append(calls, scriptCall{argv: []any{"asking"}})
 	}
-	calls = append(calls, scriptCall{script: script, argv: evalshaArgv(script, keys, args)},
+	calls = append(calls, scriptCall{script: script, argv: argv},
 		scriptCall{argv: []any{"wait", cfg.replicaAck, max(cfg.replicaAckTimeout.Milliseconds(), 1)}})
 	sendScripts(ctx, master, calls)
 	return calls[len(calls)-2].cmd, calls[len(calls)-1].cmd
