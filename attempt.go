@@ -50,6 +50,14 @@ type variant interface {
 	fresh()
 }
 
+// begin makes a, embedded in v, a new call of h with spec, under its first
+// owner and tombstone.
+func (a *call) begin(h *handle, spec *acquireSpec, v variant) *call {
+	a.h, a.spec, a.v = h, spec, v
+	v.fresh()
+	return a
+}
+
 func (a *call) fresh() {
 	a.owner = newOwnerToken()
 	a.tombstone = a.h.keys.tombstone(a.owner)

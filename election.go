@@ -281,10 +281,8 @@ type candidate struct {
 }
 
 func (e *Election) candidate(value string) *call {
-	a := &candidate{call: call{h: &e.handle, spec: e.spec}, value: value}
-	a.v = a
-	a.fresh()
-	return &a.call
+	a := &candidate{value: value}
+	return a.begin(&e.handle, e.spec, a)
 }
 
 func (a *candidate) request(waiterID string, publish any) ([]any, string) {

@@ -82,10 +82,9 @@ type fairCall struct {
 }
 
 func (f *FairMutex) call(context.Context) *call {
-	a := &fairCall{call: call{h: &f.handle, spec: f.spec}}
-	a.v, a.grant = a, a
-	a.fresh()
-	return &a.call
+	a := &fairCall{}
+	a.grant = a
+	return a.begin(&f.handle, f.spec, a)
 }
 
 func (a *fairCall) request(waiterID string, publish any) ([]any, string) {

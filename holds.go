@@ -97,14 +97,12 @@ type holdCall struct {
 }
 
 func (h *holdLock) call(ctx context.Context, mode byte) *call {
-	owner := h.ownerFor(ctx)
-	a := &holdCall{call: call{h: &h.handle, spec: h.write}, mode: mode, ownerID: owner, newOwner: owner == ""}
+	owner, spec := h.ownerFor(ctx), h.write
 	if mode == modeRead {
-		a.spec = h.read
+		spec = h.read
 	}
-	a.v = a
-	a.fresh()
-	return &a.call
+	a := &holdCall{mode: mode, ownerID: owner, newOwner: owner == ""}
+	return a.begin(&h.handle, spec, a)
 }
 
 // fresh draws a new hold id and tombstone. The call's attempts show its

@@ -82,10 +82,9 @@ type mutexCall struct {
 }
 
 func (m *Mutex) call(context.Context) *call {
-	a := &mutexCall{call: call{h: &m.handle, spec: m.spec}}
-	a.v, a.grant = a, a
-	a.fresh()
-	return &a.call
+	a := &mutexCall{}
+	a.grant = a
+	return a.begin(&m.handle, m.spec, a)
 }
 
 // request registers a waiter with what a release needs to hand it the lock

@@ -110,10 +110,8 @@ type semCall struct {
 }
 
 func (s *Semaphore) call(context.Context) *call {
-	a := &semCall{call: call{h: &s.handle, spec: s.spec}, s: s}
-	a.v = a
-	a.fresh()
-	return &a.call
+	a := &semCall{s: s}
+	return a.begin(&s.handle, s.spec, a)
 }
 
 func (a *semCall) request(waiterID string, _ any) ([]any, string) {
