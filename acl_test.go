@@ -150,6 +150,30 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 	}
 }
 
+// On a server that does not know dlock's scripts (new, restarted or
+// flushed), a user who may not load them is told so: the attempt fails
+// with the load's refusal, matching ErrPermission and naming the command,
+// not with NOSCRIPT, and takes nothing.
+func TestACL_AUserWhoMayNotLoadScriptsIsToldWhyOnAColdServer(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	var noLoad []string
+	for _, r := range dlockACL {
+		if r != "+script|load" {
+			noLoad = append(noLoad, r)
+		}
+	}
+	c := newClient(t, aclUser(t, ctx, admin, "noload", noLoad...))
+	_, err := c.Mutex("m").TryLock(ctx)
+	if !errors.Is(err, dlock.ErrPermission) || !strings.Contains(err.Error(), "script|load") {
+		t.Fatalf("TryLock on a cold server without +script|load: %v; want ErrPermission naming script|load", err)
+	}
+	if n := admin.Exists(ctx, "dlock:{m}").Val(); n != 0 {
+		t.Fatal("a refused load left a hold")
+	}
+}
+
 // A user missing one right that a script needs part-way is refused with
 // ErrPermission, and the refusal leaves nothing that never expires: Redis
 // does not undo a script's writes when a later command in it is refused,
