@@ -71,7 +71,7 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 func runEveryTypeAs(t *testing.T, ctx context.Context, rdb, otherRedis redis.UniversalClient, flush func() error) {
 	c := newClient(t, rdb)
 	other := newClient(t, otherRedis)
-	attempts := countAttempts(otherRedis)
+	attempts := countAttempts(other)
 
 	for round := range 2 {
 		if round == 1 { // the server forgot the scripts: they are loaded again

@@ -113,6 +113,9 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 	a.sent = time.Now()
 	cmd, unconfirmed := a.send(ctx, argv)
 	res, err := cmd.Int64Slice()
+	if tell := a.h.c.attempted; tell != nil {
+		tell(attemptReport{script: a.spec.script, reply: res, entry: entry, err: err})
+	}
 	if err == nil && !a.v.valid(res) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
@@ -133,6 +136,16 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 		return nil, 0, fmt.Errorf("dlock: %s %q: %w", a.spec.op, a.spec.lease.name, unconfirmed)
 	}
 	return a.lease(uint64(res[1]), 0, res[1:]), 0, nil
+}
+
+// attemptReport is what one attempt tells a test (Client.attempted): the
+// acquire script it ran, the script's reply as read (nil after an error),
+// the registration it sent (ARGV[3]; "" for none) and the error.
+type attemptReport struct {
+	script *redis.Script
+	reply  []int64
+	entry  string
+	err    error
 }
 
 // send runs an attempt: through the coalescer, or, with [WithReplicaAck],

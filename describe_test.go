@@ -105,7 +105,7 @@ func TestClient_ForceUnlockEndsHoldsAndWakesWaiters(t *testing.T) {
 			case "Semaphore":
 				lock, wait, acquire = c.Semaphore(name, 1).Acquire, waiter.Semaphore(name, 1).Acquire, scripts.SemAcquire
 			}
-			registered := countAttemptsOf(waiterRedis, acquire).registeredReach(1)
+			registered := countAttemptsOf(waiter, acquire).registeredReach(1)
 			held, err := lock(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -180,13 +180,13 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := srv.Client()
-	attempts := countAttemptsOf(rdb, scripts.FairAcquire)
+	queuer := newClient(t, srv.Client())
+	attempts := countAttemptsOf(queuer, scripts.FairAcquire)
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := newClient(t, rdb).FairMutex(fair).Lock(waitCtx)
+		_, err := queuer.FairMutex(fair).Lock(waitCtx)
 		waiting <- err
 	}()
 	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")

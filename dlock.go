@@ -54,6 +54,11 @@ type Client struct {
 	// Client's redis is the same. "" when rdb's kind does not say.
 	redis string
 
+	// attempted, set by tests alone (export_test.go) before the Client's
+	// first use, hears of every attempt's reply before the attempt acts on
+	// it; nil, it costs a nil check.
+	attempted func(attemptReport)
+
 	mu      sync.Mutex
 	hub     *notify.Hub
 	publish string // "PUBLISH" or "SPUBLISH", once known

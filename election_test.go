@@ -171,9 +171,9 @@ func TestElection_ResignHandsOverAtOnce(t *testing.T) {
 		if _, err := first.Campaign(ctx, "first"); err != nil {
 			t.Fatal(err)
 		}
-		rdb := b.newRedis(t)
-		registered := countAttemptsOf(rdb, scripts.ElectionAcquire).registeredReach(1)
-		second := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Hour)).Election(name)
+		candidate := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Hour))
+		registered := countAttemptsOf(candidate, scripts.ElectionAcquire).registeredReach(1)
+		second := candidate.Election(name)
 		won := make(chan *dlock.Lease, 1)
 		go func() {
 			l, err := second.Campaign(ctx, "second")

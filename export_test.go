@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Internals the external tests look at.
@@ -83,3 +85,25 @@ func SkewWallClock(d time.Duration) (undo func()) {
 // TombstoneLife is how long a call that gave up keeps late copies of its
 // attempts out.
 const TombstoneLife = tombstoneLife
+
+// AttemptReport is what one acquire attempt of a Client tells OnAttempt.
+type AttemptReport struct {
+	Script *redis.Script // the acquire script the attempt ran
+	Reply  []int64       // its reply, nil after an error
+	Entry  string        // the registration it sent: "" when none
+	Err    error
+}
+
+// OnAttempt has tell called with every acquire attempt of c, once its
+// reply is read and before the attempt acts on it (so before it returns a
+// lease, waits or abandons), after any tell given before. Call it before
+// c's first use: the Client reads its hooks unguarded.
+func OnAttempt(c *Client, tell func(AttemptReport)) {
+	before := c.attempted
+	c.attempted = func(r attemptReport) {
+		if before != nil {
+			before(r)
+		}
+		tell(AttemptReport{Script: r.script, Reply: r.reply, Entry: r.entry, Err: r.err})
+	}
+}

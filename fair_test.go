@@ -27,10 +27,10 @@ func queueLen(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name
 	return n
 }
 
-// inLine returns a channel closed once a FairMutex Lock through rdb has
-// its place in line.
-func inLine(rdb redis.UniversalClient) <-chan struct{} {
-	return countAttemptsOf(rdb, scripts.FairAcquire).registeredReach(1)
+// inLine returns a channel closed once a FairMutex Lock of c has its place
+// in line.
+func inLine(c *dlock.Client) <-chan struct{} {
+	return countAttemptsOf(c, scripts.FairAcquire).registeredReach(1)
 }
 
 // slowOwner is the owner token of a waiter the test queues by hand, which
@@ -67,9 +67,9 @@ func TestFairMutex_AcquiresInArrivalOrder(t *testing.T) {
 		order := make(chan int, waiters)
 		results := make([]<-chan error, waiters)
 		for i := range waiters {
-			rdb := b.newRedis(t)
-			queued := inLine(rdb)
-			fm := newClient(t, rdb).FairMutex(name)
+			c := newClient(t, b.newRedis(t))
+			queued := inLine(c)
+			fm := c.FairMutex(name)
 			results[i] = lockInBackground(ctx, func(ctx context.Context) (*dlock.Lease, error) {
 				lease, err := fm.Lock(ctx)
 				if err == nil {
@@ -116,9 +116,9 @@ func TestFairMutex_ContendedClientsShareEvenlyWithoutOverlap(t *testing.T) {
 		}
 		var lines []<-chan struct{}
 		for client := range clients {
-			rdb := b.newRedis(t)
-			lines = append(lines, inLine(rdb))
-			fm := newClient(t, rdb).FairMutex(name)
+			c := newClient(t, b.newRedis(t))
+			lines = append(lines, inLine(c))
+			fm := c.FairMutex(name)
 			wg.Add(1)
 			warm.Add(1)
 			go func() {
@@ -198,9 +198,9 @@ func TestFairMutex_DeadWaiterDelaysTheNextOnlyForItsWaitLease(t *testing.T) {
 		// A waiter that queues and dies: it never renews its place nor
 		// answers its wake-up.
 		queueRaw(t, ctx, rdb, name, slowOwner, "dead", deadLease)
-		nextRedis := b.newRedis(t)
-		queued := inLine(nextRedis)
-		next := lockInBackground(ctx, newClient(t, nextRedis).FairMutex(name).Lock)
+		nextClient := newClient(t, b.newRedis(t))
+		queued := inLine(nextClient)
+		next := lockInBackground(ctx, nextClient.FairMutex(name).Lock)
 		waitDone(t, queued, time.Minute, "the live waiter taking its place in line")
 		if n := queueLen(t, ctx, rdb, name); n != 2 {
 			t.Fatalf("%d in line; want the dead waiter and the live one", n)
@@ -229,9 +229,9 @@ func TestFairMutex_CancelledLockLeavesTheQueueAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitCtx, cancel := context.WithCancel(ctx)
-		waiterRedis := b.newRedis(t)
-		queued := inLine(waiterRedis)
-		waiting := lockInBackground(waitCtx, newClient(t, waiterRedis).FairMutex(name).Lock)
+		waiter := newClient(t, b.newRedis(t))
+		queued := inLine(waiter)
+		waiting := lockInBackground(waitCtx, waiter.FairMutex(name).Lock)
 		waitDone(t, queued, time.Minute, "the waiter taking its place in line")
 		if n := queueLen(t, ctx, rdb, name); n != 1 {
 			t.Fatalf("%d in line; want the waiter", n)
@@ -261,9 +261,9 @@ func TestFairMutex_WaiterHandedTheLockAsItLeavesPassesItOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := queueRaw(t, ctx, rdb, name, slowOwner, "leaving", time.Minute)
-	nextRedis := backends[0].newRedis(t)
-	queued := inLine(nextRedis)
-	next := lockInBackground(ctx, newClient(t, nextRedis).FairMutex(name).Lock)
+	nextClient := newClient(t, backends[0].newRedis(t))
+	queued := inLine(nextClient)
+	next := lockInBackground(ctx, nextClient.FairMutex(name).Lock)
 	waitDone(t, queued, time.Minute, "the second waiter taking its place in line")
 	if n := queueLen(t, ctx, rdb, name); n != 2 {
 		t.Fatalf("%d in line; want two waiters", n)
@@ -351,11 +351,11 @@ func TestFairMutex_ReleaseFindingAForeignCounterReleasesAndWakesTheWaiter(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := srv.Client()
-	attempts := countAttemptsOf(rdb, scripts.FairAcquire)
+	queuer := newClient(t, srv.Client())
+	attempts := countAttemptsOf(queuer, scripts.FairAcquire)
 	waiter := make(chan error, 1)
 	go func() {
-		_, err := newClient(t, rdb).FairMutex(name).Lock(ctx)
+		_, err := queuer.FairMutex(name).Lock(ctx)
 		waiter <- err
 	}()
 	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")

@@ -151,7 +151,7 @@ func TestFence_HandOverAfterTheCounterIsDeletedMintsAHigherToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		registered := countAttemptsOf(waiterRedis, typ.acquire).registeredReach(1)
+		registered := countAttemptsOf(waiters, typ.acquire).registeredReach(1)
 		waiting := make(chan *dlock.Lease, 1)
 		go func() {
 			lease, err := typ.lock(waiters, name)(ctx)

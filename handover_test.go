@@ -31,7 +31,7 @@ func handOver(t *testing.T, b backend, fair bool, opts ...dlock.Option) (*dlock.
 	if err != nil {
 		t.Fatal(err)
 	}
-	attempts := countAttemptsOf(rdb, acquire)
+	attempts := countAttemptsOf(waiters, acquire)
 	leases := make(chan *dlock.Lease, 1)
 	errs := make(chan error, 1)
 	go func() {
@@ -112,9 +112,9 @@ func TestMutex_WaitersOfEachClientListenOnTheirOwnChannel(t *testing.T) {
 	}
 	var results []<-chan error
 	for range 2 {
-		rdb := srv.Client()
-		attempts := countAttempts(rdb)
-		results = append(results, lockInBackground(ctx, newClient(t, rdb).Mutex(name).Lock))
+		waiter := newClient(t, srv.Client())
+		attempts := countAttempts(waiter)
+		results = append(results, lockInBackground(ctx, waiter.Mutex(name).Lock))
 		waitDone(t, attempts.registeredReach(1), 10*time.Second, "a waiter registering")
 	}
 	_, _, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
@@ -145,9 +145,9 @@ func TestMutex_HandOverUnderReplicaAckWaitsForTheReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := f.Client()
-	attempts := countAttempts(rdb)
-	waiter := newClient(t, rdb, dlock.WithReplicaAck(1, 300*time.Millisecond)).Mutex(name)
+	acked := newClient(t, f.Client(), dlock.WithReplicaAck(1, 300*time.Millisecond))
+	attempts := countAttempts(acked)
+	waiter := acked.Mutex(name)
 	result := make(chan error, 1)
 	go func() {
 		lease, err := waiter.Lock(ctx)

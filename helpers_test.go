@@ -190,14 +190,10 @@ func expectAcquired(t testing.TB, result <-chan error, guard time.Duration, fail
 	}
 }
 
-// isAcquireReply reports whether cmd ran the mutex acquire script and its
-// reply's first element is status (1 acquired, 0 refused).
-func isAcquireReply(cmd redis.Cmder, status int64) bool {
-	return isReplyOf(cmd, scripts.MutexAcquire, status)
-}
-
 // isReplyOf reports whether cmd ran an acquire script and its reply's first
-// element is status.
+// element is status: for the go-redis hooks that inject faults into the
+// traffic itself (late_test.go). Tests that only need to know what an
+// attempt did ask the Client (countAttempts).
 func isReplyOf(cmd redis.Cmder, script *redis.Script, status int64) bool {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok || !runs(cmd, script) {
@@ -208,7 +204,7 @@ func isReplyOf(cmd redis.Cmder, script *redis.Script, status int64) bool {
 }
 
 // runs reports whether cmd runs script: by its SHA, or by its source where
-// the server did not know it yet (NOSCRIPT, then EVAL).
+// the server did not know it yet (NOSCRIPT, then EVAL). For fault hooks.
 func runs(cmd redis.Cmder, script *redis.Script) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -223,17 +219,6 @@ func runs(cmd redis.Cmder, script *redis.Script) bool {
 		return hex.EncodeToString(sum[:]) == script.Hash()
 	}
 	return false
-}
-
-// waiterArg is the waiter id an acquire script was sent: every acquire
-// script takes it as ARGV[3].
-func waiterArg(cmd redis.Cmder) any {
-	args := cmd.Args()
-	numKeys, _ := args[2].(int)
-	if i := 3 + numKeys + 2; i < len(args) {
-		return args[i]
-	}
-	return ""
 }
 
 // attemptCounter counts a client's acquire attempts by outcome, and says
@@ -278,28 +263,46 @@ func (c *countdown) reach(n int64) <-chan struct{} {
 	return ch
 }
 
-// countAttempts counts a client's Mutex attempts.
-func countAttempts(rdb redis.UniversalClient) *attemptCounter {
-	return countAttemptsOf(rdb, scripts.MutexAcquire)
+// countAttempts counts a Client's Mutex attempts. Call it before the
+// Client's first use (see dlock.OnAttempt).
+func countAttempts(c *dlock.Client) *attemptCounter {
+	return countAttemptsOf(c, scripts.MutexAcquire)
 }
 
-// countAttemptsOf counts a client's attempts with an acquire script.
-func countAttemptsOf(rdb redis.UniversalClient, script *redis.Script) *attemptCounter {
+// countAttemptsOf counts a Client's attempts with an acquire script, as
+// the Client tells them: an attempt whose reply is lost (an error) counts
+// in none of the outcomes.
+func countAttemptsOf(c *dlock.Client, script *redis.Script) *attemptCounter {
 	a := &attemptCounter{}
-	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
-		switch {
-		case isReplyOf(cmd, script, 1):
+	dlock.OnAttempt(c, func(r dlock.AttemptReport) {
+		if r.Script != script || r.Err != nil || len(r.Reply) < 2 {
+			return
+		}
+		switch r.Reply[0] {
+		case 1:
 			a.acquired.Add(1)
-		case isReplyOf(cmd, script, 0):
+		case 0:
 			// Refused first: a test that wakes on a registration then
 			// reads the refusals, this one among them.
 			a.refused.add()
-			if waiterArg(cmd) != "" {
+			if r.Entry != "" {
 				a.registered.add()
 			}
 		}
-	}})
+	})
 	return a
+}
+
+// failedAttempts counts a Client's Mutex attempts that ended in an error
+// (after go-redis's own retries).
+func failedAttempts(c *dlock.Client) *countdown {
+	failed := &countdown{}
+	dlock.OnAttempt(c, func(r dlock.AttemptReport) {
+		if r.Script == scripts.MutexAcquire && r.Err != nil {
+			failed.add()
+		}
+	})
+	return failed
 }
 
 // refusedReach returns a channel closed when n attempts have been refused.

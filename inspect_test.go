@@ -123,8 +123,9 @@ func TestFairMutex_InspectCountsTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	attempts := countAttemptsOf(rdb, scripts.FairAcquire)
-	waiting := lockInBackground(ctx, newClient(t, rdb).FairMutex(name).Lock)
+	queuer := newClient(t, rdb)
+	attempts := countAttemptsOf(queuer, scripts.FairAcquire)
+	waiting := lockInBackground(ctx, queuer.FairMutex(name).Lock)
 	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")
 	s, err := f.Inspect(ctx)
 	if err != nil || !s.Held || s.Waiting != 1 || s.LastToken != held.Token() || s.Info != nil {

@@ -399,12 +399,13 @@ func TestLateAttempt_OfAWaiterThatGaveUpRegistersAndTakesNothing(t *testing.T) {
 		rdb := b.newRedis(t)
 		copies := &copier{script: lt.acquire}
 		rdb.AddHook(copies)
-		attempts := countAttemptsOf(rdb, lt.acquire)
+		// A TTL of years: the tombstone must not last as long.
+		waiter := newClient(t, rdb, dlock.WithTTL(365*24*time.Hour))
+		attempts := countAttemptsOf(waiter, lt.acquire)
 		waitCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		result := make(chan error, 1)
-		// A TTL of years: the tombstone must not last as long.
-		take := lt.take(newClient(t, rdb, dlock.WithTTL(365*24*time.Hour)), name)
+		take := lt.take(waiter, name)
 		go func() {
 			_, err := take(waitCtx)
 			result <- err
@@ -469,9 +470,10 @@ func TestLateAttempt_OfARefusalAfterItsCallWasGrantedCountsOnce(t *testing.T) {
 				rdb := b.newRedis(t)
 				copies := &copier{script: lc.acquire}
 				rdb.AddHook(copies)
-				attempts := countAttemptsOf(rdb, lc.acquire)
+				waiter := newClient(t, rdb)
+				attempts := countAttemptsOf(waiter, lc.acquire)
 				result := make(chan *dlock.Lease, 1)
-				take := lc.take(newClient(t, rdb), name)
+				take := lc.take(waiter, name)
 				go func() {
 					l, err := take(ctx)
 					if err != nil {
@@ -593,11 +595,12 @@ func TestLateAttempt_GrantedBeforeItsWaiterGaveUpIsGivenBack(t *testing.T) {
 		rdb := b.newRedis(t)
 		copies := &copier{script: lt.acquire}
 		rdb.AddHook(copies)
-		attempts := countAttemptsOf(rdb, lt.acquire)
+		waiter := newClient(t, rdb, slow...)
+		attempts := countAttemptsOf(waiter, lt.acquire)
 		waitCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		result := make(chan error, 1)
-		take := lt.take(newClient(t, rdb, slow...), name)
+		take := lt.take(waiter, name)
 		go func() {
 			_, err := take(waitCtx)
 			result <- err

@@ -137,10 +137,10 @@ func TestMultiLock_CancelledMidwayLeavesNoPartialHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiterRedis := b.newRedis(t)
-		waiting := countAttemptsOf(waiterRedis, scripts.MultiAcquire).registeredReach(1)
+		waiter := newClient(t, b.newRedis(t))
+		waiting := countAttemptsOf(waiter, scripts.MultiAcquire).registeredReach(1)
 		waitCtx, cancel := context.WithCancel(ctx)
-		result := lockInBackground(waitCtx, newClient(t, waiterRedis).MultiLock(names).Lock)
+		result := lockInBackground(waitCtx, waiter.MultiLock(names).Lock)
 		waitDone(t, waiting, time.Minute, "the MultiLock waiting")
 		cancel()
 		if err := <-result; !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
@@ -176,12 +176,12 @@ func TestMultiLock_WaiterFollowsTheLockInItsWay(t *testing.T) {
 			}
 			held = append(held, l)
 		}
-		waiterRedis := b.newRedis(t)
-		attempts := countAttemptsOf(waiterRedis, scripts.MultiAcquire)
-		registered := attempts.registeredReach(1)
 		// Neither the holders' TTL nor the waiter's refresh ends within the
 		// guard: only wake-ups can let it in.
-		result := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(time.Hour)).MultiLock(names).Lock)
+		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour))
+		attempts := countAttemptsOf(waiter, scripts.MultiAcquire)
+		registered := attempts.registeredReach(1)
+		result := lockInBackground(ctx, waiter.MultiLock(names).Lock)
 		waitDone(t, registered, time.Minute, "the MultiLock registering")
 		// Released in turn: each release finds the waiter registered on it
 		// (it tries each lock first before subscribing, then registers).
@@ -287,19 +287,18 @@ func TestMultiLock_FixedLeaseRunningOutWhileWaitingIsNotReturned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiterRedis := b.newRedis(t)
-	attempts := countAttemptsOf(waiterRedis, scripts.MultiAcquire)
-	waiting, waitingAgain := attempts.registeredReach(1), attempts.registeredReach(2)
 	const leaseTime = time.Second
+	// No refresh within the test: each registration counted is a new one.
+	waiter := newClient(t, b.newRedis(t), dlock.WithLeaseTime(leaseTime), dlock.WithWaiterRefresh(time.Hour))
+	attempts := countAttemptsOf(waiter, scripts.MultiAcquire)
+	waiting, waitingAgain := attempts.registeredReach(1), attempts.registeredReach(2)
 	type result struct {
 		lease *dlock.Lease
 		err   error
 	}
 	results := make(chan result, 1)
 	go func() {
-		// No refresh within the test: each registration counted is a new one.
-		c := newClient(t, waiterRedis, dlock.WithLeaseTime(leaseTime), dlock.WithWaiterRefresh(time.Hour))
-		l, err := c.MultiLock([]string{first, last}).Lock(ctx)
+		l, err := waiter.MultiLock([]string{first, last}).Lock(ctx)
 		results <- result{l, err}
 	}()
 	// Registered on the last lock, the MultiLock holds the first; once that

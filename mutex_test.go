@@ -156,9 +156,9 @@ func TestMutex_WaiterWakesOnUnlockNotOnTTL(t *testing.T) {
 
 		// The waiter's second refused attempt comes after its subscription
 		// is confirmed: from then on it is waiting for a wake-up.
-		waiterRedis := b.newRedis(t)
-		attempts := countAttempts(waiterRedis)
-		acquired := lockInBackground(ctx, newClient(t, waiterRedis).Mutex(name).Lock)
+		waiter := newClient(t, b.newRedis(t))
+		attempts := countAttempts(waiter)
+		acquired := lockInBackground(ctx, waiter.Mutex(name).Lock)
 		waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter's second attempt")
 
 		start := time.Now()
@@ -185,11 +185,11 @@ func TestMutex_CancelledLockLeavesNothingBehind(t *testing.T) {
 		}
 
 		waitCtx, cancel := context.WithCancel(ctx)
-		waiterRedis := b.newRedis(t)
-		attempts := countAttempts(waiterRedis)
+		waiter := newClient(t, b.newRedis(t))
+		attempts := countAttempts(waiter)
 		result := make(chan error, 1)
 		go func() {
-			_, err := newClient(t, waiterRedis).Mutex(name).Lock(waitCtx)
+			_, err := waiter.Mutex(name).Lock(waitCtx)
 			result <- err
 		}()
 		waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
@@ -305,18 +305,14 @@ func TestMutex_GrantArrivingAfterCancellationIsGivenBack(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := lockName(t)
 		rdb := b.newRedis(t)
+		c := newClient(t, rdb)
 		var giveUp atomic.Pointer[context.CancelFunc]
-		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
-			if cancel := giveUp.Load(); cancel != nil && isAcquireReply(cmd, 1) {
+		dlock.OnAttempt(c, func(r dlock.AttemptReport) {
+			if cancel := giveUp.Load(); cancel != nil && r.Err == nil && len(r.Reply) > 0 && r.Reply[0] == 1 {
 				(*cancel)() // the caller gives up just as Redis says yes
 			}
-		}})
-		mu := newClient(t, rdb).Mutex(name)
-		warmUp, err := mu.TryLock(ctxFor(t, 10*time.Second)) // loads the script: the hook knows EVALSHA
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = warmUp.Unlock(ctxFor(t, 10*time.Second))
+		})
+		mu := c.Mutex(name)
 		for what, lock := range map[string]func(context.Context) (*dlock.Lease, error){"TryLock": mu.TryLock, "Lock": mu.Lock} {
 			ctx, cancel := context.WithCancel(ctxFor(t, 30*time.Second))
 			giveUp.Store(&cancel)

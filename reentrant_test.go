@@ -174,7 +174,7 @@ type resendAcquire struct{}
 func (resendAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (resendAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && args[1] == scripts.RWAcquire.Hash() {
+		if runs(cmd, scripts.RWAcquire) {
 			_ = next(ctx, cmd)
 		}
 		return next(ctx, cmd)

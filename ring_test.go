@@ -31,7 +31,7 @@ func TestRing_ContendedLockIsWokenByTheRelease(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	holderRing, waiterRing := newRing(t, servers), newRing(t, servers)
 	holder, waiter := newClient(t, holderRing), newClient(t, waiterRing)
-	attempts := countAttempts(waiterRing)
+	attempts := countAttempts(waiter)
 
 	used := make(map[string]bool)
 	for i := 0; i < 12 || len(used) < len(servers); i++ {

@@ -98,9 +98,9 @@ func TestSemaphore_ReleaseWakesAWaiter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rdb := b.newRedis(t)
-		registered := countAttemptsOf(rdb, scripts.SemAcquire).registeredReach(1)
-		waiting := lockInBackground(ctx, newClient(t, rdb, dlock.WithWaiterRefresh(time.Hour)).Semaphore(name, 1).Acquire)
+		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour))
+		registered := countAttemptsOf(waiter, scripts.SemAcquire).registeredReach(1)
+		waiting := lockInBackground(ctx, waiter.Semaphore(name, 1).Acquire)
 		waitDone(t, registered, time.Minute, "the waiter registering")
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -122,9 +122,9 @@ func TestSemaphore_SetPermitsWakesTheWaiters(t *testing.T) {
 		if _, err := c.Semaphore(name, 1).Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
-		rdb := b.newRedis(t)
-		registered := countAttemptsOf(rdb, scripts.SemAcquire).registeredReach(1)
-		waiting := lockInBackground(ctx, newClient(t, rdb, dlock.WithWaiterRefresh(time.Hour)).Semaphore(name, 1).Acquire)
+		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Hour))
+		registered := countAttemptsOf(waiter, scripts.SemAcquire).registeredReach(1)
+		waiting := lockInBackground(ctx, waiter.Semaphore(name, 1).Acquire)
 		waitDone(t, registered, time.Minute, "the waiter registering")
 		if err := c.Semaphore(name, 1).SetPermits(ctx, 2); err != nil {
 			t.Fatal(err)

@@ -22,9 +22,9 @@ func TestTLS_LocksOverTLSWithAPassword_WrongCAOrPasswordFailsFast(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiterRedis := srv.Client()
-	registered := countAttempts(waiterRedis).registeredReach(1)
-	waiting := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(time.Hour)).Mutex(name).Lock)
+	waiter := newClient(t, srv.Client(), dlock.WithWaiterRefresh(time.Hour))
+	registered := countAttempts(waiter).registeredReach(1)
+	waiting := lockInBackground(ctx, waiter.Mutex(name).Lock)
 	waitDone(t, registered, time.Minute, "the waiter registering")
 	if info, err := newClient(t, srv.Client()).Describe(ctx, name); err != nil || info.WritersWaiting != 1 {
 		t.Fatalf("a registered waiter: %+v, %v", info, err)

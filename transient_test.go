@@ -2,8 +2,6 @@ package dlock_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"net"
 	"os"
@@ -96,8 +94,8 @@ func TestLock_RidesOutTransientErrors(t *testing.T) {
 				rdb := b.newRedis(t)
 				faults := &failAttempts{script: scripts.MutexAcquire, err: tc.err}
 				rdb.AddHook(faults)
-				attempts := countAttempts(rdb)
 				c := newClient(t, rdb, dlock.WithWaiterRefresh(100*time.Millisecond))
+				attempts := countAttempts(c)
 				holder := newClient(t, b.newRedis(t))
 
 				faults.left.Store(1)
@@ -140,18 +138,6 @@ func TestLock_RidesOutTransientErrors(t *testing.T) {
 	})
 }
 
-// failedAttempts counts the runs of the mutex acquire script on rdb that
-// ended in an error (after go-redis's own retries).
-func failedAttempts(rdb redis.UniversalClient) *countdown {
-	failed := &countdown{}
-	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
-		if runs(cmd, scripts.MutexAcquire) && cmd.Err() != nil {
-			failed.add()
-		}
-	}})
-	return failed
-}
-
 // whileWaiting waits until the waiter's attempts have failed n times,
 // failing the test should its Lock return meanwhile.
 func whileWaiting(t *testing.T, failed *countdown, n int64, result <-chan error, what string) {
@@ -174,9 +160,9 @@ func TestLock_WaitsOutASlotMigration(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	name := lockName(t)
 	waiterRedis := c.Client()
-	attempts, failed := countAttempts(waiterRedis), failedAttempts(waiterRedis)
 	holder := newClient(t, c.Client())
 	waiter := newClient(t, waiterRedis, dlock.WithWaiterRefresh(100*time.Millisecond))
+	attempts, failed := countAttempts(waiter), failedAttempts(waiter)
 	trier := newClient(t, c.Client())
 
 	held, err := holder.Mutex(name).Lock(ctx)
@@ -217,9 +203,9 @@ func TestLock_WaitsOutAFailover(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	name := lockName(t)
 	waiterRedis := c.Client()
-	attempts, failed := countAttempts(waiterRedis), failedAttempts(waiterRedis)
 	holder := newClient(t, c.Client())
 	waiter := newClient(t, waiterRedis, dlock.WithWaiterRefresh(100*time.Millisecond))
+	attempts, failed := countAttempts(waiter), failedAttempts(waiter)
 	trierRedis := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRedirects: 1})
 	t.Cleanup(func() { _ = trierRedis.Close() })
 	trier := newClient(t, trierRedis)
@@ -312,7 +298,7 @@ func (h *slowGrantThenReset) DialHook(next redis.DialHook) redis.DialHook { retu
 func (h *slowGrantThenReset) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.mu.Lock()
-		reset := isScript(cmd, scripts.MutexExtend) && h.slowed && !h.reset
+		reset := runs(cmd, scripts.MutexExtend) && h.slowed && !h.reset
 		h.reset = h.reset || reset
 		h.mu.Unlock()
 		if reset {
@@ -338,30 +324,12 @@ func (h *slowGrantThenReset) ProcessPipelineHook(next redis.ProcessPipelineHook)
 
 func (h *slowGrantThenReset) slow(cmd redis.Cmder) {
 	h.mu.Lock()
-	slow := isScript(cmd, scripts.MutexAcquire) && !h.slowed
+	slow := runs(cmd, scripts.MutexAcquire) && !h.slowed
 	h.slowed = h.slowed || slow
 	h.mu.Unlock()
 	if slow {
 		time.Sleep(800 * time.Millisecond) // the workload: a reply that comes late
 	}
-}
-
-// isScript reports whether cmd runs script, by SHA or, after NOSCRIPT,
-// whole.
-func isScript(cmd redis.Cmder, script *redis.Script) bool {
-	args := cmd.Args()
-	if len(args) < 2 {
-		return false
-	}
-	body, _ := args[1].(string)
-	switch args[0] {
-	case "evalsha":
-		return body == script.Hash()
-	case "eval":
-		sum := sha1.Sum([]byte(body))
-		return hex.EncodeToString(sum[:]) == script.Hash()
-	}
-	return false
 }
 
 // A waiting Lock whose grant came late and whose confirmation met a

@@ -62,17 +62,16 @@ func TestFairMutex_ShortRefreshDoesNotShortenALongerRegistration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		longRedis := b.newRedis(t)
-		longQueued := countAttemptsOf(longRedis, scripts.FairAcquire).registeredReach(1)
 		const longRefresh = time.Hour
-		long := lockInBackground(ctx, newClient(t, longRedis, dlock.WithWaiterRefresh(longRefresh)).FairMutex(name).Lock)
+		longWaiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(longRefresh))
+		longQueued := countAttemptsOf(longWaiter, scripts.FairAcquire).registeredReach(1)
+		long := lockInBackground(ctx, longWaiter.FairMutex(name).Lock)
 		waitDone(t, longQueued, 30*time.Second, "the long-refresh waiter queuing")
 
-		shortRedis := b.newRedis(t)
-		shortQueued := countAttemptsOf(shortRedis, scripts.FairAcquire).registeredReach(1)
+		shortWaiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(dlock.MinWaiterRefresh))
+		shortQueued := countAttemptsOf(shortWaiter, scripts.FairAcquire).registeredReach(1)
 		shortCtx, cancelShort := context.WithCancel(ctx)
-		short := lockInBackground(shortCtx,
-			newClient(t, shortRedis, dlock.WithWaiterRefresh(dlock.MinWaiterRefresh)).FairMutex(name).Lock)
+		short := lockInBackground(shortCtx, shortWaiter.FairMutex(name).Lock)
 		waitDone(t, shortQueued, 30*time.Second, "the short-refresh waiter queuing")
 
 		// The long waiter registered for three hours, less than a minute ago.
@@ -146,11 +145,10 @@ func TestRWMutex_DeadWaitersLeaveTheirSetUnderContention(t *testing.T) {
 
 			// Another waiter of the same kind keeps registering, every
 			// second for three, and so the set alive.
-			liveRedis := b.newRedis(t)
-			liveRegistered := countAttemptsOf(liveRedis, scripts.RWAcquire).registeredReach(1)
+			liveWaiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(time.Second))
+			liveRegistered := countAttemptsOf(liveWaiter, scripts.RWAcquire).registeredReach(1)
 			liveCtx, stopLive := context.WithCancel(ctx)
-			live := lockInBackground(liveCtx,
-				mode.lock(newClient(t, liveRedis, dlock.WithWaiterRefresh(time.Second)).RWMutex(name)))
+			live := lockInBackground(liveCtx, mode.lock(liveWaiter.RWMutex(name)))
 			waitDone(t, liveRegistered, 30*time.Second, "the live "+mode.what+" registering")
 
 			// A waiter registers for 30 ms, and at once its process is cut
@@ -160,14 +158,16 @@ func TestRWMutex_DeadWaitersLeaveTheirSetUnderContention(t *testing.T) {
 			cut := &severed{}
 			var deadMember atomic.Value
 			registered := make(chan struct{})
-			deadRedis.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
-				if isReplyOf(cmd, scripts.RWAcquire, 0) && waiterArg(cmd) != "" && !cut.cut.Swap(true) {
-					deadMember.Store(waiterArg(cmd))
+			deadRedis.AddHook(cut)
+			deadClient := newClient(t, deadRedis, dlock.WithWaiterRefresh(dlock.MinWaiterRefresh))
+			dlock.OnAttempt(deadClient, func(r dlock.AttemptReport) {
+				refused := r.Err == nil && len(r.Reply) > 0 && r.Reply[0] == 0
+				if r.Script == scripts.RWAcquire && refused && r.Entry != "" && !cut.cut.Swap(true) {
+					deadMember.Store(r.Entry)
 					close(registered)
 				}
-			}})
-			deadRedis.AddHook(cut)
-			dead := newClient(t, deadRedis, dlock.WithWaiterRefresh(dlock.MinWaiterRefresh)).RWMutex(name)
+			})
+			dead := deadClient.RWMutex(name)
 			deadResult := lockInBackground(ctx, mode.lock(dead))
 			waitDone(t, registered, 30*time.Second, "the "+mode.what+" that dies registering")
 			if err := <-deadResult; !errors.Is(err, errSevered) {

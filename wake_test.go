@@ -29,10 +29,10 @@ func TestMutex_EachReleaseHandsTheLockToOneWaiterAcrossClients(t *testing.T) {
 		var wg sync.WaitGroup
 		counters := make([]*attemptCounter, clients)
 		for i := range counters {
-			rdb := b.newRedis(t)
-			counters[i] = countAttempts(rdb)
 			// No heartbeat during the test: every attempt is a refusal or a wake-up.
-			mu := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Minute)).Mutex(name)
+			c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Minute))
+			counters[i] = countAttempts(c)
+			mu := c.Mutex(name)
 			for range waitersPerClient {
 				wg.Add(1)
 				go func() {
@@ -92,8 +92,9 @@ func TestMutex_WaitersFallBackToTTLWhenSubscribingIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	attempts := countAttempts(rdb)
-	acquired := lockInBackground(ctx, newClient(t, rdb).Mutex(name).Lock)
+	waiter := newClient(t, rdb)
+	attempts := countAttempts(waiter)
+	acquired := lockInBackground(ctx, waiter.Mutex(name).Lock)
 	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -112,9 +113,9 @@ func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := srv.Client()
-	attempts := countAttempts(rdb)
-	acquired := lockInBackground(ctx, newClient(t, rdb, dlock.WithTTL(time.Minute)).Mutex(name).Lock)
+	waiter := newClient(t, srv.Client(), dlock.WithTTL(time.Minute))
+	attempts := countAttempts(waiter)
+	acquired := lockInBackground(ctx, waiter.Mutex(name).Lock)
 	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
@@ -151,9 +152,9 @@ func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiterRedis := b.newRedis(t)
-		attempts := countAttempts(waiterRedis)
-		acquired := lockInBackground(ctx, newClient(t, waiterRedis, dlock.WithWaiterRefresh(refresh)).Mutex(name).Lock)
+		waiter := newClient(t, b.newRedis(t), dlock.WithWaiterRefresh(refresh))
+		attempts := countAttempts(waiter)
+		acquired := lockInBackground(ctx, waiter.Mutex(name).Lock)
 		waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registered")
 
 		// A ghost registered after the waiter but expiring sooner is picked first.
@@ -181,9 +182,8 @@ func TestClient_OneSubscriberConnectionForAllWaiters(t *testing.T) {
 	admin := srv.Client()
 	ctx := ctxFor(t, 30*time.Second)
 	holders := newClient(t, srv.Client(), dlock.WithTTL(time.Minute))
-	rdb := srv.Client()
-	attempts := countAttempts(rdb)
-	waiters := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	waiters := newClient(t, srv.Client(), dlock.WithTTL(time.Minute))
+	attempts := countAttempts(waiters)
 	results := make([]<-chan error, locks)
 	for i := range results {
 		name := lockName(t)
