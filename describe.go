@@ -9,8 +9,25 @@ import (
 )
 
 // LockType is the type of lock [Client.Describe] found under a name, as
-// far as Redis can tell: the keys of some types are alike (see each
-// constant).
+// far as Redis can tell: some types are by design one lock in Redis (see
+// each constant).
+//
+// A FairMutex, a MultiLock's lock of a name and a Mutex of that name are
+// one lock, which each of them takes and sees held: a string key holding
+// the holder's owner token, and nothing else that every hold has. Telling
+// them apart would take either a key more per lock (a FairMutex's queue
+// tells it only while someone queues), or a mark in that value: but every
+// dlock that speaks protocol 2 refuses as foreign ([ErrWrongType]) a lock
+// key that is not 32 lowercase hex digits, so a marked value would fail an
+// older client's acquire during a rolling upgrade, and a mark within those
+// digits cannot be told from an older client's random token (and takes
+// bits from the secret). So Describe says Mutex for all three, unless a
+// queue or an Election's leader record stands beside the key.
+//
+// A ReentrantMutex is the write side of the RWMutex of its name; their
+// state keeps per owner the type that took its latest write hold (a field
+// an older dlock ignores), so Describe tells the two apart, except for a
+// hold an older dlock took, which keeps no such field.
 type LockType string
 
 // The lock types Describe tells apart.
@@ -19,8 +36,15 @@ const (
 	TypeMutex     LockType = "Mutex"     // a Mutex; also a FairMutex with nobody queued, and a MultiLock's lock
 	TypeFairMutex LockType = "FairMutex" // a FairMutex with someone queued
 	TypeElection  LockType = "Election"  // an Election's leadership
-	TypeRWMutex   LockType = "RWMutex"   // an RWMutex; also a ReentrantMutex, whose holds are write holds
 	TypeSemaphore LockType = "Semaphore" // a Semaphore
+
+	// TypeRWMutex is an RWMutex: its reads, or a write hold an RWMutex
+	// took; also a ReentrantMutex whose owner reads under its write
+	// through an RWMutex, or whose hold an older dlock took.
+	TypeRWMutex LockType = "RWMutex"
+	// TypeReentrantMutex is a ReentrantMutex: a write hold, with no reads,
+	// whose owner's latest write hold a ReentrantMutex took.
+	TypeReentrantMutex LockType = "ReentrantMutex"
 )
 
 // LockInfo is what [Client.Describe] found under a lock name.
@@ -123,7 +147,11 @@ func parseRWInfo(reply []any) (LockInfo, error) {
 	}
 	info := LockInfo{Holders: s.holders, TTL: s.ttl, WritersWaiting: s.writersWaiting,
 		ReadersWaiting: s.readersWaiting, LastToken: s.lastToken}
-	if len(s.holders) > 0 {
+	switch {
+	case len(s.holders) == 0:
+	case s.readHolds == 0 && s.writerType == TypeReentrantMutex:
+		info.Type = TypeReentrantMutex
+	default:
 		info.Type = TypeRWMutex
 	}
 	return info, nil

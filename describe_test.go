@@ -197,3 +197,119 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 	<-waiting
 	_ = held.Unlock(ctx)
 }
+
+// A ReentrantMutex is the write side of the RWMutex of its name, the same
+// lock in Redis; Describe says which of the two took the writer's latest
+// hold, and RWMutex where reads are held too or the hold carries no mark
+// (as one an older dlock took).
+func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
+	rdb, c, ctx, name := inspecting(t)
+	expect := func(what string, want dlock.LockType) dlock.LockInfo {
+		t.Helper()
+		info, err := c.Describe(ctx, name)
+		if err != nil || info.Type != want {
+			t.Fatalf("%s: Type %q, %v; want %q", what, info.Type, err, want)
+		}
+		return info
+	}
+	reentrant, err := c.ReentrantMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("a ReentrantMutex's hold", dlock.TypeReentrantMutex)
+	held := reentrant.Context(ctx) // its owner's calls re-enter
+	again, err := c.ReentrantMutex(name).Lock(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("re-entered", dlock.TypeReentrantMutex)
+	read, err := c.RWMutex(name).RLock(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("its owner reading too, through an RWMutex", dlock.TypeRWMutex)
+	if err := read.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("the read released", dlock.TypeReentrantMutex)
+	write, err := c.RWMutex(name).Lock(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("its owner writing through an RWMutex", dlock.TypeRWMutex)
+	for _, l := range []*dlock.Lease{write, again, reentrant} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect("released", dlock.TypeNone)
+
+	w, err := c.RWMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("an RWMutex's write hold", dlock.TypeRWMutex)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// An older dlock's hold has no mark: an RWMutex's, as far as it shows.
+	if _, err := c.ReentrantMutex(name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info := expect("a ReentrantMutex's hold", dlock.TypeReentrantMutex)
+	if err := rdb.HDel(ctx, lockKey(name), "aw"+info.Holders[0].Owner).Err(); err != nil {
+		t.Fatal(err)
+	}
+	expect("a hold without the mark", dlock.TypeRWMutex)
+}
+
+// A Mutex, a FairMutex and a MultiLock's lock of one name are one lock in
+// Redis, as are a ReentrantMutex and an RWMutex's write side: each is
+// refused (not a wrong type) while another of its group holds the name.
+// Describe says Mutex for the first three (see LockType: nothing that
+// every hold of theirs has can carry the type), and tells the other two
+// apart.
+func TestClient_DescribeOfTypesThatAreOneLockInRedis(t *testing.T) {
+	_, c, ctx, _ := inspecting(t)
+	type lockOf func(name string) (*dlock.Lease, error)
+	type member struct {
+		name      string
+		try       lockOf
+		described dlock.LockType
+	}
+	groups := [][]member{{
+		{"Mutex", func(n string) (*dlock.Lease, error) { return c.Mutex(n).TryLock(ctx) }, dlock.TypeMutex},
+		{"FairMutex", func(n string) (*dlock.Lease, error) { return c.FairMutex(n).TryLock(ctx) }, dlock.TypeMutex},
+		{"MultiLock", func(n string) (*dlock.Lease, error) { return c.MultiLock([]string{n}).TryLock(ctx) }, dlock.TypeMutex},
+	}, {
+		{"ReentrantMutex", func(n string) (*dlock.Lease, error) { return c.ReentrantMutex(n).TryLock(ctx) }, dlock.TypeReentrantMutex},
+		{"RWMutex", func(n string) (*dlock.Lease, error) { return c.RWMutex(n).TryLock(ctx) }, dlock.TypeRWMutex},
+	}}
+	for _, group := range groups {
+		for _, first := range group {
+			for _, second := range group {
+				if first.name == second.name {
+					continue
+				}
+				name := lockName(t)
+				held, err := first.try(name)
+				if err != nil {
+					t.Fatalf("%s: %v", first.name, err)
+				}
+				if info, err := c.Describe(ctx, name); err != nil || info.Type != first.described {
+					t.Errorf("%s held: Type %q, %v; want %q", first.name, info.Type, err, first.described)
+				}
+				if l, err := second.try(name); !errors.Is(err, dlock.ErrNotAcquired) {
+					t.Errorf("%s while a %s holds the name: %v; want ErrNotAcquired", second.name, first.name, err)
+					if err == nil {
+						_ = l.Unlock(ctx)
+					}
+				}
+				if err := held.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}

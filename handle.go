@@ -97,6 +97,7 @@ type acquireSpec struct {
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
 	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
+	takenBy                 any   // the read-write scripts': the type a hold is taken by (see takenBy)
 }
 
 // boxed finishes s for h: its command's parts and its lease's release

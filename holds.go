@@ -51,7 +51,7 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 		return h
 	}
 	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: []string{h.keys.channel},
+		op: "lock", script: scripts.RWAcquire, channels: []string{h.keys.channel}, takenBy: takenBy(writeKind),
 		keys:        [2][]string{h.scriptKeys},
 		abandonKeys: [2][]string{h.scriptKeys},
 		lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2]},
@@ -60,7 +60,7 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write
-	read.op, read.channels = "read lock", h.scriptKeys[rwReadChannel:rwReadChannel+1:rwReadChannel+1]
+	read.op, read.channels, read.takenBy = "read lock", h.scriptKeys[rwReadChannel:rwReadChannel+1:rwReadChannel+1], noType
 	h.read = &read
 	return h
 }
@@ -120,8 +120,21 @@ func (a *holdCall) fresh() {
 }
 
 func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
-	return a.argv(waiterID, a.spec.info), waiterID
+	return a.argv(waiterID, a.spec.info, a.spec.takenBy), waiterID
 }
+
+// takenBy is what a write hold of kind stores for Describe to say which
+// type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's LockType; an
+// RWMutex stores nothing, as dlock before the mark did, and is described
+// as it always was. Boxed once: an attempt adds no allocation.
+func takenBy(kind Kind) any {
+	if kind == KindReentrant {
+		return reentrantType
+	}
+	return noType
+}
+
+var reentrantType, noType any = string(TypeReentrantMutex), ""
 
 func (a *holdCall) entry(waiterID string) string { return waiterID }
 
@@ -141,6 +154,7 @@ type holdState struct {
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
 	holders                        []Holder
+	writerType                     LockType // the type that took the writer's latest hold, where stored (see takenBy)
 }
 
 func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
@@ -164,22 +178,27 @@ func inspectHolds(ctx context.Context, c *Client, name string, keys []string, ow
 }
 
 // parseHoldState reads rw_inspect.lua's reply: ten numbers, then owner,
-// mode, holds and holder info of each holder.
+// mode, holds, holder info and the type that took the latest hold of each
+// holder.
 func parseHoldState(reply []any) (holdState, error) {
 	r, err := int64s(reply, 10)
-	if err != nil || (len(reply)-10)%4 != 0 {
+	if err != nil || (len(reply)-10)%5 != 0 {
 		return holdState{}, errUnexpectedReply
 	}
 	var holders []Holder
-	for i := 10; i < len(reply); i += 4 {
+	var writerType LockType
+	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
 		info, _ := reply[i+3].(string)
 		holders = append(holders, Holder{Owner: owner, Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
+		if taken, _ := reply[i+4].(string); mode == "w" {
+			writerType = LockType(taken)
+		}
 	}
 	return holdState{
-		holders:    holders,
+		holders: holders, writerType: writerType,
 		writeHolds: int(r[0]), readHolds: int(r[1]), readers: int(r[2]),
 		writerIsOwner: r[3] == 1, ownReads: int(r[4]),
 		ttl:            time.Duration(r[5]) * time.Millisecond,

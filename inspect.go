@@ -42,7 +42,7 @@ func (c *Client) inspectMutex(ctx context.Context, name string, k keys) (MutexSt
 	if err != nil {
 		return MutexState{}, err
 	}
-	if info.Type == TypeRWMutex || info.Type == TypeSemaphore {
+	if info.Type == TypeRWMutex || info.Type == TypeReentrantMutex || info.Type == TypeSemaphore {
 		return MutexState{}, fmt.Errorf("%w: lock %q (inspect): %s holds it, not a Mutex", ErrWrongType, name, info.Type)
 	}
 	s := MutexState{TTL: info.TTL, LastToken: info.LastToken, Waiting: info.WritersWaiting}

@@ -31,6 +31,8 @@ func TestClient_DescribeTypeIsALockType(t *testing.T) {
 		{"free", func(string) error { return nil }, dlock.TypeNone},
 		{"mutex", func(name string) error { _, err := c.Mutex(name).Lock(ctx); return err }, dlock.TypeMutex},
 		{"rw", func(name string) error { _, err := c.RWMutex(name).RLock(ctx); return err }, dlock.TypeRWMutex},
+		{"rw write", func(name string) error { _, err := c.RWMutex(name).Lock(ctx); return err }, dlock.TypeRWMutex},
+		{"reentrant", func(name string) error { _, err := c.ReentrantMutex(name).Lock(ctx); return err }, dlock.TypeReentrantMutex},
 		{"semaphore", func(name string) error { _, err := c.Semaphore(name, 2).Acquire(ctx); return err }, dlock.TypeSemaphore},
 		{"election", func(name string) error { _, err := c.Election(name).Campaign(ctx, "v"); return err }, dlock.TypeElection},
 	}

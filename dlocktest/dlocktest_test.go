@@ -141,9 +141,16 @@ func TestSteal_EveryLockType(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
+			before, err := c.Describe(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
 			thief, err := r.Steal(ctx, name)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
+			}
+			if after, err := c.Describe(ctx, name); err != nil || after.Type != before.Type {
+				t.Fatalf("%s: the thief holds a %q (%v); want the holder's type, %q", name, after.Type, err, before.Type)
 			}
 			if thief.Token() <= lease.Token() {
 				t.Fatalf("%s: thief's token %d is not above the holder's %d", name, thief.Token(), lease.Token())

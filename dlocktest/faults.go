@@ -33,10 +33,11 @@ func (r *Redis) Expire(ctx context.Context, name string) error {
 
 // Steal removes every hold of the lock called name and takes it for a new
 // owner, as a second process would after the first lost it: a Mutex's (or
-// FairMutex's, Election's) lock, an RWMutex's write side, or a Semaphore's
-// permit. The holders' leases report the loss at their next renewal, and
-// the returned lease's token is above theirs: a fenced resource now refuses
-// their writes. Unlock the returned lease to end the theft.
+// FairMutex's, Election's) lock, an RWMutex's write side (a
+// ReentrantMutex's lock), or a Semaphore's permit. The holders' leases
+// report the loss at their next renewal, and the returned lease's token is
+// above theirs: a fenced resource now refuses their writes. Unlock the
+// returned lease to end the theft.
 //
 // A waiter of the lock, woken by the removal, may take it first: then Steal
 // returns an error matching [dlock.ErrNotAcquired], and the holders have
@@ -56,6 +57,8 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	switch info.Type {
 	case "RWMutex":
 		return op.RWMutex(name).TryLock(ctx)
+	case "ReentrantMutex":
+		return op.ReentrantMutex(name).TryLock(ctx)
 	case "Semaphore":
 		return op.Semaphore(name, info.Permits).TryAcquire(ctx)
 	default:

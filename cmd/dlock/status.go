@@ -49,7 +49,7 @@ Examples:
 type statusJSON struct {
 	Name           string         `json:"name"`
 	State          string         `json:"state"`          // "free", "held", "shared" or "full": see stateOf
-	Type           dlock.LockType `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "FairMutex", "Election", "RWMutex" or "Semaphore"; none when free
+	Type           dlock.LockType `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "FairMutex", "Election", "RWMutex", "ReentrantMutex" or "Semaphore"; none when free
 	Held           bool           `json:"held"`
 	Holders        []holderJSON   `json:"holders"`
 	TTLMillis      int64          `json:"ttl_ms"` // -1: no expiry; 0: not held

@@ -21,7 +21,8 @@
 -- record names it), 'fair' (a FairMutex's queue is beside it) or '', and
 -- an Election leader's value ('' otherwise)}; the holder's owner token is
 -- a secret and is not returned. A FairMutex with nobody queued, and a
--- MultiLock's lock, look like a Mutex: nothing beside the key tells them.
+-- MultiLock's lock, look like a Mutex: nothing beside the key tells them
+-- (why none can be added: LockType in describe.go).
 -- For a Semaphore {'semaphore', permits held, ms until the last expires,
 -- live waiters, the last fencing token, its number of permits}, followed
 -- by the holder info of each permit held ('' none). Otherwise what

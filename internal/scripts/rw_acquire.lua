@@ -9,6 +9,9 @@
 -- ARGV[4]  how long a registration lasts, in milliseconds
 -- ARGV[5]  the owner's holder info (JSON), kept in the state for the
 --          owner's holds in this mode (rw_lib.lua); '' or absent: none
+-- ARGV[6]  the type taking a write hold, for Describe: kept as the owner's
+--          'aw' field (rw_lib.lua), which '' or absent (an RWMutex, an
+--          older dlock) removes; a read ignores it
 --
 -- Returns {1, token}  acquired; token is the fencing token of the hold: new,
 --                     or the one the owner's holds in this mode already share
@@ -108,6 +111,11 @@ if granted then
   end
   if ARGV[5] and ARGV[5] ~= '' then
     redis.call('HSET', STATE, 'i' .. mode .. owner, ARGV[5])
+  end
+  if mode == 'w' and ARGV[6] and ARGV[6] ~= '' then
+    redis.call('HSET', STATE, 'aw' .. owner, ARGV[6])
+  elseif mode == 'w' then
+    redis.call('HDEL', STATE, 'aw' .. owner)
   end
   redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
   expire_with_last()

@@ -6,8 +6,9 @@
 -- Returns {write holds, read holds, reading owners, the writer is ARGV[1]
 -- (1/0), ARGV[1]'s read holds, ms until the last hold expires (0: none),
 -- writers waiting, readers waiting, the write side's fencing token (0: none),
--- the last fencing token minted}, followed by owner, mode, holds and holder
--- info ('' none) for each holder (the writer first).
+-- the last fencing token minted}, followed by owner, mode, holds, holder
+-- info ('' none) and the type that took its latest hold in that mode (its
+-- 'aw' field, rw_lib.lua; '' none) for each holder (the writer first).
 -- Counted from the live holds, so expired ones not yet purged do not show.
 -- Fails with WRONGTYPE when a key holds what dlock did not write (see
 -- foreign.lua): that is no holder.
@@ -68,5 +69,6 @@ for _, id in ipairs(order) do
   table.insert(reply, id:sub(1, 1))
   table.insert(reply, holders[id])
   table.insert(reply, redis.call('HGET', STATE, 'i' .. id) or '')
+  table.insert(reply, redis.call('HGET', STATE, 'a' .. id) or '')
 end
 return reply

@@ -15,6 +15,15 @@
 --                                       WithHolderInfo in Go) on that
 --                                       side, from its latest hold with
 --                                       info; gone with its last hold there
+--            'aw'..owner                the type that took that owner's
+--                                       latest write hold, where Describe
+--                                       tells it (rw_acquire.lua's ARGV[6]:
+--                                       a LockType's name from Go, kept as
+--                                       is); absent for an RWMutex, and for
+--                                       holds of dlock before it (an older
+--                                       release or purge leaves it until the
+--                                       state goes: read only for an owner
+--                                       writing); gone with its last write
 -- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
 --          it expires in ms of the server's clock. A member is
 --          mode .. hold id .. owner: mode 'w' or 'r', the hold id
@@ -48,7 +57,7 @@ local function forget(member)
   local mode, owner = parse(member)
   local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, -1)
   if left <= 0 and mode == 'w' then
-    redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'iw' .. owner, 'W')
+    redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'iw' .. owner, 'aw' .. owner, 'W')
   elseif left <= 0 then
     redis.call('HDEL', STATE, 'nr' .. owner, 'tr' .. owner, 'ir' .. owner)
   end

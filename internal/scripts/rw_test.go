@@ -383,3 +383,59 @@ func TestRWRelease_ForeignPassedReadersLeftAsTheyAre(t *testing.T) {
 	}
 	expectMessage(t, readWakes, "*")
 }
+
+// A write hold keeps the type that took it (ARGV[6]) per owner, the latest
+// write's; a write without one removes it, a read leaves it, and it goes
+// with the owner's last write hold, released or purged.
+func TestRWAcquire_KeepsTheTypeOfTheOwnersLatestWrite(t *testing.T) {
+	ctx, rdb := setup(t)
+	acquire := func(member string, takenBy string) {
+		t.Helper()
+		res, err := RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", takenBy).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		expectGranted(t, res, member)
+	}
+	kept := func(what, owner, want string) {
+		t.Helper()
+		got, err := rdb.HGet(ctx, rwState, "aw"+owner).Result()
+		if err == redis.Nil {
+			got, err = "(none)", nil
+		}
+		if err != nil || got != want {
+			t.Fatalf("%s: %q, %v; want %q", what, got, err, want)
+		}
+		if want == "(none)" {
+			want = ""
+		}
+		reply, err := RWInspect.Run(ctx, rdb, rwKeys, "").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 10; i+4 < len(reply); i += 5 {
+			if reply[i] == owner && reply[i+1] == "w" && reply[i+4] != want {
+				t.Fatalf("%s: inspect says %q; want %q", what, reply[i+4], want)
+			}
+		}
+	}
+	w1, w2, w3, r := hold("w", "1", "alice"), hold("w", "2", "alice"), hold("w", "3", "alice"), hold("r", "4", "alice")
+	acquire(w1, "ReentrantMutex")
+	kept("a marked write", "alice", "ReentrantMutex")
+	acquire(w2, "")
+	kept("a write without a type", "alice", "(none)")
+	acquire(w3, "ReentrantMutex")
+	acquire(r, "Other")
+	kept("a read after a marked write", "alice", "ReentrantMutex")
+	for _, m := range []string{w1, w2, w3} {
+		releaseRW(t, ctx, rdb, m)
+	}
+	kept("the last write released, a read left", "alice", "(none)")
+	releaseRW(t, ctx, rdb, r)
+
+	bob := hold("w", "5", "bob")
+	acquire(bob, "ReentrantMutex")
+	expire(t, ctx, rdb, bob)
+	acquire(hold("w", "6", "carol"), "")
+	kept("an expired write purged", "bob", "(none)")
+}
