@@ -118,8 +118,14 @@ func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
 	l.mu.Unlock()
+	l.renewAt(sent.Add(validity / 3))
+}
+
+// renewAt has an auto-renewed lease's hold renewed at at (a zero at stops
+// its renewals); a lease with a fixed lease time is never renewed.
+func (l *Lease) renewAt(at time.Time) {
 	if l.renew {
-		l.hold.renewAt(sent.Add(validity / 3))
+		l.hold.renewAt(at)
 	}
 }
 
@@ -331,18 +337,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return err
 	}
-	if err := l.confirmed(sent, ttl); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.ttl = ttl
-	l.mu.Unlock()
-	if l.renew {
-		// The renewal due was planned for the former TTL: a third of a
-		// longer one is too late for a shorter TTL.
-		l.hold.renewAt(sent.Add(ttl / 3))
-	}
-	return nil
+	return l.confirmed(sent, ttl)
 }
 
 // TTL returns how long Redis will keep this hold if it is not renewed.
@@ -401,9 +396,7 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.unlocking.Store(true)
-	if l.renew {
-		l.hold.renewAt(time.Time{})
-	}
+	l.renewAt(time.Time{})
 	loss, err := l.hold.release(ctx, rule)
 	l.end(loss)
 	l.unlocked = err == nil
@@ -469,9 +462,7 @@ func (l *Lease) end(err error) {
 	l.onEnd = nil
 	l.mu.Unlock()
 
-	if l.renew {
-		l.hold.renewAt(time.Time{})
-	}
+	l.renewAt(time.Time{})
 	for cb := range callbacks {
 		(*cb)(cancelCause(err))
 	}
