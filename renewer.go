@@ -120,20 +120,6 @@ func waitUntil(done <-chan struct{}, deadline time.Time) {
 	}
 }
 
-// isRunning reports whether the loop goroutine is alive (for tests).
-func (r *renewer) isRunning() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.running
-}
-
-// scheduled reports how many leases wait for renewal (for tests).
-func (r *renewer) scheduled() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.due)
-}
-
 func (r *renewer) loop() {
 	defer r.wg.Done()
 	timer := time.NewTimer(time.Hour)
@@ -201,31 +187,18 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 	return batch, 0, false
 }
 
-// sendByNode sends the due leases' renewals as one batch per node, each on
-// its own goroutine with its own deadline: go-redis's cluster and Ring
-// pipelines wait for every node they write to, and a cluster's sets the
-// context's error on every command in it, so one batch for all nodes made a
-// stalled node cost the leases of the healthy ones. A lease whose node is
-// not known is sent with the others whose node is not known: the client
-// routes them.
+// sendByNode sends the due leases' renewals as one batch per node (the
+// master of the lease's key, see masterFor), each on its own goroutine with
+// its own deadline: go-redis's cluster and Ring pipelines wait for every
+// node they write to, and a cluster's sets the context's error on every
+// command in it, so one batch for all nodes made a stalled node cost the
+// leases of the healthy ones.
 func (r *renewer) sendByNode(due []*clientHold) {
-	var nodeOf func(key string) (*redis.Client, error)
-	switch rdb := r.c.rdb.(type) {
-	case *redis.ClusterClient:
-		nodeOf = func(key string) (*redis.Client, error) { return rdb.MasterForKey(r.ctx, key) }
-	case *redis.Ring:
-		nodeOf = rdb.GetShardClientForKey
-	default:
-		r.sendBatch(due) // one node: a server, or Sentinel's master
-		return
-	}
-	byNode := make(map[*redis.Client][]*clientHold)
+	byNode := make(map[redis.UniversalClient][]*clientHold)
 	for _, h := range due {
-		var node *redis.Client
-		if len(h.keys) > 0 {
-			if n, err := nodeOf(h.keys[0]); err == nil {
-				node = n
-			}
+		node, err := r.c.masterFor(r.ctx, h.keys[0])
+		if err != nil {
+			node = nil // not known: sent with the others not known, which the client routes
 		}
 		byNode[node] = append(byNode[node], h)
 	}
