@@ -242,9 +242,11 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 		return
 	}
 	ttls := make([]time.Duration, len(batch))
-	var timeout time.Duration // waiting past the earliest deadline would help no one
+	calls := make([]scriptCall, len(batch)) // one extend per lease, in one pipeline
+	var timeout time.Duration               // waiting past the earliest deadline would help no one
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
+		calls[i] = scriptCall{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, []any{h.lease.owner, ttls[i].Milliseconds()})}
 		if left := time.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}
@@ -252,13 +254,18 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
 	sent := time.Now()
-	for i, err := range r.send(ctx, batch, ttls) {
+	sendScripts(ctx, r.c.rdb, calls)
+	for i, call := range calls {
+		n, err := call.cmd.Int64()
+		if err == nil && n != 1 {
+			err = refusal(n)
+		}
 		batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err)
 	}
 }
 
 // renewalLoss is the loss a renewal's error tells, or nil when it tells
-// none: refused (see send), or a foreign key where the lock was.
+// none: refused (see refusal), or a foreign key where the lock was.
 func renewalLoss(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -267,26 +274,6 @@ func renewalLoss(err error) error {
 		return errRenewalRefused
 	}
 	return nil
-}
-
-// send pipelines one extend per lease.
-func (r *renewer) send(ctx context.Context, batch []*clientHold, ttls []time.Duration) []error {
-	calls := make([]scriptCall, len(batch))
-	for i, h := range batch {
-		calls[i] = scriptCall{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, []any{h.lease.owner, ttls[i].Milliseconds()})}
-	}
-	sendScripts(ctx, r.c.rdb, calls)
-	errs := make([]error, len(batch))
-	for i, call := range calls {
-		n, err := call.cmd.Int64()
-		switch {
-		case err != nil:
-			errs[i] = err
-		case n != 1:
-			errs[i] = refusal(n)
-		}
-	}
-	return errs
 }
 
 // reschedule sets h's next renewal to at, unless its lease ended or was
