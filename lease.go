@@ -391,8 +391,9 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 	defer l.unlockMu.Unlock()
 	// A lease that ended lost may still have been released by an Unlock
 	// (see Unlock): the release's mark would make a second release look
-	// like a resent first one, so the lease remembers.
-	if l.unlocked || l.released() {
+	// like a resent first one, so the lease remembers. (Only a release of
+	// ours ends a lease without an error, so that covers those too.)
+	if l.unlocked {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.unlocking.Store(true)
@@ -401,14 +402,6 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 	l.end(loss)
 	l.unlocked = err == nil
 	return err
-}
-
-// released reports whether the lease ended by a release: only a release
-// ends it without an error.
-func (l *Lease) released() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.finished && l.err == nil
 }
 
 func (l *Lease) ended() bool {
