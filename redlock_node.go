@@ -122,7 +122,6 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// errNoAnswer is a node that did not answer within the node timeout.
 var errNoAnswer = fmt.Errorf("no answer within the node timeout: %w", context.DeadlineExceeded)
 
 // onNodes runs f on every node at once and returns what each returned

@@ -187,12 +187,11 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 	return batch, 0, false
 }
 
-// sendByNode sends the due leases' renewals as one batch per node (the
-// master of the lease's key, see masterFor), each on its own goroutine with
-// its own deadline: go-redis's cluster and Ring pipelines wait for every
-// node they write to, and a cluster's sets the context's error on every
-// command in it, so one batch for all nodes made a stalled node cost the
-// leases of the healthy ones.
+// sendByNode sends the due leases' renewals as one batch per master (see
+// masterFor): go-redis's cluster and Ring pipelines wait for every node
+// they write to, and a cluster's sets the context's error on every command
+// in it, so one batch for all nodes made a stalled node cost the leases of
+// the healthy ones.
 func (r *renewer) sendByNode(due []*clientHold) {
 	byNode := make(map[redis.UniversalClient][]*clientHold)
 	for _, h := range due {
