@@ -85,8 +85,8 @@ type clientLease struct {
 func (c *Client) startLease(spec leaseSpec) *Lease {
 	ttl, autoRenew := spec.cfg.holdTTL()
 	validity := ttl
-	if spec.validity > 0 && spec.validity < ttl {
-		validity = spec.validity
+	if spec.validity > 0 {
+		validity = min(spec.validity, ttl)
 	}
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
@@ -96,8 +96,8 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
 	l.setDeadline(spec.sent, validity)
-	mark := releaseMark(spec.mark, spec.owner)
-	h.relHead = append(h.relHead[:len(h.relHead):len(h.relHead)], mark)
+	// The head is the handle's, shared by its leases: the mark goes on a copy.
+	h.relHead = append(slices.Clip(h.relHead), releaseMark(spec.mark, spec.owner))
 	if spec.names != nil {
 		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
 	}

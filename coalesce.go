@@ -36,11 +36,10 @@ type queuedCall struct {
 	done chan struct{}
 }
 
-// runArgv runs script, its EVALSHA command built (so that a hot path can
-// keep what does not change, key names and TTLs, boxed once). A caller
-// whose ctx ends while its call waits to be sent gets ctx's error; the
-// call may still go out, which callers treat as any reply lost on the way
-// (its outcome unknown).
+// runArgv is sendScript through the coalescer. A caller whose ctx ends
+// while its call waits to be sent gets ctx's error; the call may still go
+// out, which callers treat as any reply lost on the way (its outcome
+// unknown).
 func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
 	q.mu.Lock()
 	if q.flights < coalesceFlights && len(q.queue) == 0 {

@@ -10,7 +10,11 @@ import (
 // Internals the external tests look at.
 
 // RenewerRunning reports whether c's renewal goroutine is alive.
-func RenewerRunning(c *Client) bool { return c.renewer.isRunning() }
+func RenewerRunning(c *Client) bool {
+	c.renewer.mu.Lock()
+	defer c.renewer.mu.Unlock()
+	return c.renewer.running
+}
 
 // RenewerStarts reports how many times c's renewal goroutine was started.
 func RenewerStarts(c *Client) int {
@@ -20,7 +24,11 @@ func RenewerStarts(c *Client) int {
 }
 
 // RenewerScheduled reports how many leases c renews.
-func RenewerScheduled(c *Client) int { return c.renewer.scheduled() }
+func RenewerScheduled(c *Client) int {
+	c.renewer.mu.Lock()
+	defer c.renewer.mu.Unlock()
+	return len(c.renewer.due)
+}
 
 // SubscriberGoroutines reports how many subscriber goroutines c runs.
 func SubscriberGoroutines(c *Client) int {

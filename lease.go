@@ -118,8 +118,14 @@ func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
 	l.mu.Unlock()
+	l.renewAt(sent.Add(validity / 3))
+}
+
+// renewAt has an auto-renewed lease's hold renewed at at (a zero at stops
+// its renewals); a lease with a fixed lease time is never renewed.
+func (l *Lease) renewAt(at time.Time) {
 	if l.renew {
-		l.hold.renewAt(sent.Add(validity / 3))
+		l.hold.renewAt(at)
 	}
 }
 
@@ -331,18 +337,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return err
 	}
-	if err := l.confirmed(sent, ttl); err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.ttl = ttl
-	l.mu.Unlock()
-	if l.renew {
-		// The renewal due was planned for the former TTL: a third of a
-		// longer one is too late for a shorter TTL.
-		l.hold.renewAt(sent.Add(ttl / 3))
-	}
-	return nil
+	return l.confirmed(sent, ttl)
 }
 
 // TTL returns how long Redis will keep this hold if it is not renewed.
@@ -396,26 +391,17 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 	defer l.unlockMu.Unlock()
 	// A lease that ended lost may still have been released by an Unlock
 	// (see Unlock): the release's mark would make a second release look
-	// like a resent first one, so the lease remembers.
-	if l.unlocked || l.released() {
+	// like a resent first one, so the lease remembers. (Only a release of
+	// ours ends a lease without an error, so that covers those too.)
+	if l.unlocked {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.unlocking.Store(true)
-	if l.renew {
-		l.hold.renewAt(time.Time{})
-	}
+	l.renewAt(time.Time{})
 	loss, err := l.hold.release(ctx, rule)
 	l.end(loss)
 	l.unlocked = err == nil
 	return err
-}
-
-// released reports whether the lease ended by a release: only a release
-// ends it without an error.
-func (l *Lease) released() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.finished && l.err == nil
 }
 
 func (l *Lease) ended() bool {
@@ -469,9 +455,7 @@ func (l *Lease) end(err error) {
 	l.onEnd = nil
 	l.mu.Unlock()
 
-	if l.renew {
-		l.hold.renewAt(time.Time{})
-	}
+	l.renewAt(time.Time{})
 	for cb := range callbacks {
 		(*cb)(cancelCause(err))
 	}

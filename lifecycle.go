@@ -76,11 +76,14 @@ func (l *Lease) refusedWith(err error) {
 }
 
 // confirmed sets the deadline after Redis confirmed an extension to ttl that
-// was sent at sent (the caller holds extendMu). It may move the deadline in
-// as well as out: the key now expires ttl after the extension arrived,
-// whatever it had left before. A deadline that has already passed is not
-// moved: from that moment the lease was reported lost, and stays so; the
-// error says so (and the lease is ended here if no one has yet).
+// was sent at sent (the caller holds extendMu), makes ttl what renewals ask
+// for, and has the next renewal due a third of it after sent (one planned
+// for a former, longer TTL would be too late for a shorter one). It may
+// move the deadline in as well as out: the key now expires ttl after the
+// extension arrived, whatever it had left before. A deadline that has
+// already passed is not moved: from that moment the lease was reported
+// lost, and stays so; the error says so (and the lease is ended here if no
+// one has yet).
 func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	l.mu.Lock()
 	if l.finished {
@@ -96,8 +99,10 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 		l.end(errConfirmedLate)
 		return errConfirmedLate
 	}
+	l.ttl = ttl
 	l.setDeadline(sent, ttl)
 	l.deadlineMoved()
+	l.renewAt(sent.Add(ttl / 3))
 	return nil
 }
 
@@ -124,9 +129,7 @@ func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	} else {
 		l.mu.Unlock()
 	}
-	if l.renew {
-		l.hold.renewAt(sent.Add(ttl / 3))
-	}
+	l.renewAt(sent.Add(ttl / 3))
 }
 
 // deadlineMoved sets the timer to the moved deadline and unlocks l.mu; a
@@ -313,13 +316,11 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 		l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
 		l.hold.renewAt(time.Now().Add(max(time.Until(l.Deadline())/4, 5*time.Millisecond)))
 	default:
-		err = l.confirmed(sent, ttl)
-		if err != nil {
+		if err := l.confirmed(sent, ttl); err != nil {
 			ob.renewal(due, RenewalFailed, err)
 			return
 		}
 		ob.renewal(due, RenewalOK, nil)
-		l.hold.renewAt(sent.Add(ttl / 3))
 	}
 }
 

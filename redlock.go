@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,18 +106,9 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 	cfg := r.cfg.with(opts)
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
 	ttl, _ := cfg.holdTTL()
-	m.nodeTimeout = cfg.nodeTimeout
-	if m.nodeTimeout == 0 {
-		m.nodeTimeout = min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond)
-	}
-	switch {
-	case r.err != nil:
-		m.err = r.err
-	case validateName(name) != nil:
-		m.err = validateName(name)
-	case cfg.validate(forRedlock) != nil:
-		m.err = cfg.validate(forRedlock)
-	case m.nodeTimeout >= ttl/2:
+	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
+	m.err = cmp.Or(r.err, validateName(name), cfg.validate(forRedlock))
+	if m.err == nil && m.nodeTimeout >= ttl/2 {
 		m.err = invalidf("node timeout %v is not small against the TTL %v", m.nodeTimeout, ttl)
 	}
 	return m
@@ -257,17 +249,11 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
-	tokens := make([]int64, len(votes))
-	held := make([]int64, len(votes))
-	answered := make([]bool, len(votes))
-	for i, v := range votes {
-		tokens[i], held[i], answered[i] = v.token, v.held, v.answered
-	}
 	valid := func() bool { return m.drift(ttl)+time.Since(start) < ttl }
-	op, granted, late := "lock", succeeded(errs), false
+	op, granted := "lock", succeeded(errs)
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
 	if granted >= r.quorum && valid() && !foreign {
-		token, fenced := m.agreeOnToken(ctx, tokens, errs)
+		token, fenced := m.agreeOnToken(ctx, votes, errs)
 		if succeeded(fenced) >= r.quorum && valid() {
 			return m.newLease(owner, token, start, ttl), 0, nil
 		}
@@ -275,15 +261,15 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 			op, granted, errs = "lock (fencing token)", succeeded(fenced), fenced
 		}
 	}
-	late = granted >= r.quorum && !foreign // a quorum, but its validity ran out
-	m.abandon(ctx, owner, answered)
+	m.abandon(ctx, owner, votes)
 
-	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted, Late: late,
+	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted,
+		Late:  granted >= r.quorum && !foreign, // a quorum, but its validity ran out
 		Nodes: nodeErrors(r.nodes, errs), outcome: ErrNotAcquired}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
-	return nil, majorityHoldLeft(held, r.quorum), quorumErr
+	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
 // vote is what a node answered an attempt: granted with its counter, or
@@ -320,17 +306,17 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 // agreeOnToken is the highest counter among the nodes that granted. It
 // raises every node's counter to it, kept for good (see redlock_fence.lua),
 // and reports how each did: the token holds once a majority have it.
-func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes []error) (uint64, []error) {
+func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []error) (uint64, []error) {
 	var token int64
-	for i, err := range votes {
+	for i, err := range errs {
 		if err == nil {
-			token = max(token, tokens[i])
+			token = max(token, votes[i].token)
 		}
 	}
-	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, []string{m.keys.fence}, token).Err()
 	})
-	return uint64(token), errs
+	return uint64(token), fenced
 }
 
 // majorityHoldLeft is when to try again, as the nodes that refused tell
@@ -338,21 +324,17 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, tokens []int64, votes [
 // quorum of nodes refused (early rather than late: a retry that comes too
 // soon is refused again, one too late waits for nothing). Negative:
 // unknown (not enough nodes refused to say).
-func majorityHoldLeft(held []int64, quorum int) time.Duration {
+func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	var left []int64
-	for _, ms := range held {
-		if ms > 0 {
-			left = append(left, ms)
+	for _, v := range votes {
+		if v.held > 0 {
+			left = append(left, v.held)
 		}
 	}
 	if len(left) < quorum {
 		return -1
 	}
-	shortest := left[0]
-	for _, ms := range left {
-		shortest = min(shortest, ms)
-	}
-	return time.Duration(shortest) * time.Millisecond
+	return time.Duration(slices.Min(left)) * time.Millisecond
 }
 
 // abandon releases an attempt on every node, and leaves a tombstone where it
@@ -360,13 +342,13 @@ func majorityHoldLeft(held []int64, quorum int) time.Duration {
 // others (down, or slow) get theirs in the background, bounded by
 // [CleanupTimeout], so that a failed attempt returns within the node
 // timeout.
-func (m *RedlockMutex) abandon(ctx context.Context, owner string, answered []bool) {
+func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
 	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence}
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	var waitFor []*redlockNode
 	var background []*redlockNode
 	for i, n := range m.r.nodes {
-		if answered[i] {
+		if votes[i].answered {
 			waitFor = append(waitFor, n)
 		} else {
 			background = append(background, n)

@@ -68,8 +68,9 @@ func (h dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.Load()
 	n.mu.Lock()
+	upSince := n.upSince
 	// Never read is fresh too: clients may come to NewRedlock connected.
-	fresh := n.upSince.IsZero() || dials != n.checked
+	fresh := upSince.IsZero() || dials != n.checked
 	n.mu.Unlock()
 	if fresh {
 		info, err := n.rdb.Info(ctx, "server").Result()
@@ -84,14 +85,12 @@ func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 		if !ok {
 			return fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
 		}
+		upSince = received.Add(-up)
 		n.mu.Lock()
-		n.upSince, n.checked = received.Add(-up), dials
+		n.upSince, n.checked = upSince, dials
 		n.mu.Unlock()
 	}
-	n.mu.Lock()
-	up := time.Since(n.upSince)
-	n.mu.Unlock()
-	if up < guard {
+	if up := time.Since(upSince); up < guard {
 		return fmt.Errorf("%w (up for at least %v of %v)", errRecovering, up.Truncate(time.Millisecond), guard)
 	}
 	return nil
@@ -123,7 +122,6 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// errNoAnswer is a node that did not answer within the node timeout.
 var errNoAnswer = fmt.Errorf("no answer within the node timeout: %w", context.DeadlineExceeded)
 
 // onNodes runs f on every node at once and returns what each returned

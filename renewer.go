@@ -120,20 +120,6 @@ func waitUntil(done <-chan struct{}, deadline time.Time) {
 	}
 }
 
-// isRunning reports whether the loop goroutine is alive (for tests).
-func (r *renewer) isRunning() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.running
-}
-
-// scheduled reports how many leases wait for renewal (for tests).
-func (r *renewer) scheduled() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.due)
-}
-
 func (r *renewer) loop() {
 	defer r.wg.Done()
 	timer := time.NewTimer(time.Hour)
@@ -201,31 +187,17 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 	return batch, 0, false
 }
 
-// sendByNode sends the due leases' renewals as one batch per node, each on
-// its own goroutine with its own deadline: go-redis's cluster and Ring
-// pipelines wait for every node they write to, and a cluster's sets the
-// context's error on every command in it, so one batch for all nodes made a
-// stalled node cost the leases of the healthy ones. A lease whose node is
-// not known is sent with the others whose node is not known: the client
-// routes them.
+// sendByNode sends the due leases' renewals as one batch per master (see
+// masterFor): go-redis's cluster and Ring pipelines wait for every node
+// they write to, and a cluster's sets the context's error on every command
+// in it, so one batch for all nodes made a stalled node cost the leases of
+// the healthy ones.
 func (r *renewer) sendByNode(due []*clientHold) {
-	var nodeOf func(key string) (*redis.Client, error)
-	switch rdb := r.c.rdb.(type) {
-	case *redis.ClusterClient:
-		nodeOf = func(key string) (*redis.Client, error) { return rdb.MasterForKey(r.ctx, key) }
-	case *redis.Ring:
-		nodeOf = rdb.GetShardClientForKey
-	default:
-		r.sendBatch(due) // one node: a server, or Sentinel's master
-		return
-	}
-	byNode := make(map[*redis.Client][]*clientHold)
+	byNode := make(map[redis.UniversalClient][]*clientHold)
 	for _, h := range due {
-		var node *redis.Client
-		if len(h.keys) > 0 {
-			if n, err := nodeOf(h.keys[0]); err == nil {
-				node = n
-			}
+		node, err := r.c.masterFor(r.ctx, h.keys[0])
+		if err != nil {
+			node = nil // not known: sent with the others not known, which the client routes
 		}
 		byNode[node] = append(byNode[node], h)
 	}
@@ -269,9 +241,11 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 		return
 	}
 	ttls := make([]time.Duration, len(batch))
-	var timeout time.Duration // waiting past the earliest deadline would help no one
+	calls := make([]scriptCall, len(batch)) // one extend per lease, in one pipeline
+	var timeout time.Duration               // waiting past the earliest deadline would help no one
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
+		calls[i] = scriptCall{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, []any{h.lease.owner, ttls[i].Milliseconds()})}
 		if left := time.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}
@@ -279,13 +253,18 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
 	sent := time.Now()
-	for i, err := range r.send(ctx, batch, ttls) {
+	sendScripts(ctx, r.c.rdb, calls)
+	for i, call := range calls {
+		n, err := call.cmd.Int64()
+		if err == nil && n != 1 {
+			err = refusal(n)
+		}
 		batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err)
 	}
 }
 
 // renewalLoss is the loss a renewal's error tells, or nil when it tells
-// none: refused (see send), or a foreign key where the lock was.
+// none: refused (see refusal), or a foreign key where the lock was.
 func renewalLoss(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -294,26 +273,6 @@ func renewalLoss(err error) error {
 		return errRenewalRefused
 	}
 	return nil
-}
-
-// send pipelines one extend per lease.
-func (r *renewer) send(ctx context.Context, batch []*clientHold, ttls []time.Duration) []error {
-	calls := make([]scriptCall, len(batch))
-	for i, h := range batch {
-		calls[i] = scriptCall{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, []any{h.lease.owner, ttls[i].Milliseconds()})}
-	}
-	sendScripts(ctx, r.c.rdb, calls)
-	errs := make([]error, len(batch))
-	for i, call := range calls {
-		n, err := call.cmd.Int64()
-		switch {
-		case err != nil:
-			errs[i] = err
-		case n != 1:
-			errs[i] = refusal(n)
-		}
-	}
-	return errs
 }
 
 // reschedule sets h's next renewal to at, unless its lease ended or was

@@ -72,9 +72,9 @@ func acquireThenWait(ctx context.Context, master redis.UniversalClient, cfg sett
 }
 
 // masterFor is the client of the master that holds key: on a cluster its
-// node's, so that WAIT follows the script on its connection; on a Ring the
-// key's shard's, for the same reason (WAIT names no key); elsewhere the
-// Client's own (a single server, or Sentinel's current master).
+// node's, on a Ring the key's shard's, elsewhere the Client's own (a single
+// server, or Sentinel's current master). WAIT goes to it, on the script's
+// connection (WAIT names no key), and the renewer sends a batch to each.
 func (c *Client) masterFor(ctx context.Context, key string) (redis.UniversalClient, error) {
 	switch rdb := c.rdb.(type) {
 	case *redis.ClusterClient:
