@@ -250,8 +250,11 @@ func (e *servers) run(p params) *outcome {
 func (x *explorer) explore(e *servers, p params) {
 	began := time.Now()
 	out := e.run(p)
-	x.t.Logf("seed %d: %v (settling %v), %d acquisitions, %d violations", p.Seed, time.Since(began).Round(time.Millisecond),
-		out.settling.Round(time.Millisecond), out.acquisitions, len(out.violations))
+	x.t.Logf("seed %d: %v (settling %v, porcupine %v), %d acquisitions, %d violations", p.Seed, time.Since(began).Round(time.Millisecond),
+		out.settling.Round(time.Millisecond), out.linearizing.Round(time.Microsecond), out.acquisitions, len(out.violations))
+	for _, n := range out.notes {
+		x.t.Logf("seed %d: %s", p.Seed, n)
+	}
 	x.tally(p, out)
 	if len(out.violations) == 0 {
 		return
