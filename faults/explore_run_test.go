@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -119,6 +120,8 @@ type outcome struct {
 	violations   []string
 	overlaps     int           // in a labelled run, the documented failure
 	settling     time.Duration // of the run's time, the checks after it
+	notes        []string      // what a checker could not judge, and why
+	linearizing  time.Duration // of the checks, porcupine's
 }
 
 func (o *outcome) violate(format string, args ...any) {
@@ -153,6 +156,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		double []string
 	)
 	stores := &fencedStores{highest: map[string]uint64{}}
+	rec := &leaseRecorder{start: time.Now()}
 	resend := env.newRedis()
 	defer resend.Close()
 	resendTo := make([]redis.UniversalClient, len(env.redlock)) // a copy goes where its first went
@@ -203,7 +207,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		go func() {
 			defer wg.Done()
 			for i, o := range s.ops[c] {
-				h, err, unlockErr := runOp(ctx, proc, stores, c, i, o, !s.unlockMayFail(o.Kind))
+				h, err, unlockErr := runOp(ctx, proc, stores, rec, c, i, o, !s.unlockMayFail(o.Kind))
 				mu.Lock()
 				if err != nil && !expectedAcquireError(err) && len(s.Faults) == 0 {
 					errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v", c, i, o.Kind, err))
@@ -257,6 +261,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			doubtful[name] = true
 		}
 	}
+	linearizing := time.Now()
+	checkLinearizable(s, rec, kindsOfNames(s), doubtful, out)
+	out.linearizing = time.Since(linearizing)
 	settling := time.Now()
 	checkSettled(ctx, env, s, doubtful, out)
 	out.settling = time.Since(settling)
@@ -270,7 +277,8 @@ func expectedAcquireError(err error) bool {
 
 // runOp makes one operation: acquire, write with the token, hold (maybe
 // frozen, maybe extended), unlock (maybe twice).
-func runOp(ctx context.Context, proc *process, stores *fencedStores, client, i int, o op, strictUnlock bool) (*hold, error, string) {
+func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseRecorder, client, i int, o op, strictUnlock bool) (*hold, error, string) {
+	owner := fmt.Sprintf("client %d op %d", client, i) // the model's: one per acquisition
 	opts := []dlock.Option{dlock.WithTTL(o.TTL)}
 	if o.Lease > 0 {
 		opts = append(opts, dlock.WithLeaseTime(o.Lease))
@@ -289,6 +297,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, client, i i
 	asked := time.Now()
 	lease, err := acquire(actx, proc, o, opts)
 	if err != nil {
+		rec.refused(client, owner, o, asked, time.Now(), err)
 		return nil, err, ""
 	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
@@ -315,7 +324,9 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, client, i i
 		if o.Extend > 0 {
 			// Extend, then hold past the new TTL: renewals must follow it.
 			sleepOrDone(lease, hold/2)
-			_ = lease.Extend(ctx, o.Extend)
+			call := time.Now()
+			err := lease.Extend(ctx, o.Extend)
+			rec.ended(client, owner, o, linear.Extend, call, time.Now(), err)
 			hold = o.Extend + o.Extend/2
 		}
 		sleepOrDone(lease, hold)
@@ -330,13 +341,14 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, client, i i
 	// A release that leaves with time to spare (more than any injected
 	// delay) must find the hold, resent or not.
 	spare := time.Until(lease.Deadline()) > 500*time.Millisecond
-	uerr := lease.Unlock(ctx)
+	rec.acquired(client, owner, o, asked, h.start, lease) // its deadline is final
+	uerr := timedUnlock(ctx, rec, client, owner, o, lease)
 	note := ""
 	if uerr != nil && errors.Is(uerr, dlock.ErrNotHeld) && !h.lost && !h.frozen && !h.fixed && spare && strictUnlock {
 		note = fmt.Sprintf("client %d op %d (%s): Unlock of a lease that held to the end: %v", client, i, o.Kind, uerr)
 	}
 	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release
-		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		if err := timedUnlock(ctx, rec, client, owner, o, lease); !errors.Is(err, dlock.ErrNotHeld) {
 			note = fmt.Sprintf("client %d op %d (%s): second Unlock returned %v, want ErrNotHeld", client, i, o.Kind, err)
 		}
 	}
