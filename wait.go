@@ -83,14 +83,6 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	return keep(ctx, l, false)
 }
 
-// retryGrant reports whether a waiting Lock tries again after keep failed
-// with err: the grant expired before it could be confirmed, or Redis was
-// unavailable to confirm it (the next attempt then meets the same and
-// pauses, as after any transient error).
-func retryGrant(err error) bool {
-	return errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable)
-}
-
 // keep hands a granted lease to the caller, unless the caller's context
 // ended meanwhile: then, as with any cancelled call, the caller gets the
 // context's error and the lock is left as it was (given back, and the next
@@ -102,7 +94,7 @@ func retryGrant(err error) bool {
 // A grant that expired before it could be confirmed leaves no tombstone: a
 // Lock call then tries again, with the same call token; so does one whose
 // confirmation found Redis unavailable, in a call that goes on (waiting:
-// see retryGrant).
+// see waiting.keep).
 func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
@@ -200,10 +192,13 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	return l, retryIn, err
 }
 
-// keep is keep for a call that goes on; done is false when it goes on.
+// keep is keep for a call that goes on; done is false when it goes on:
+// the grant expired before it could be confirmed, or Redis was unavailable
+// to confirm it (the next attempt then meets the same and pauses, as after
+// any transient error).
 func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
 	kept, err = keep(wt.ctx, l, true)
-	return kept, err, !retryGrant(err)
+	return kept, err, !errors.Is(err, errGrantExpired) && !errors.Is(err, ErrUnavailable)
 }
 
 // unsubscribed makes the first attempt, without a subscription; done is
@@ -300,12 +295,9 @@ func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
 		wt.a.leave(wt.ctx, wt.waiterID)
-		wt.w.Close()
-		next, err := wt.hub.Watch(wt.ctx, wt.channel)
-		if err != nil {
-			return acquireError(wt.ctx, err)
+		if err := wt.watch(wt.channel); err != nil {
+			return err
 		}
-		wt.w, wt.waiterID = next, ""
 	}
 	if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
 		wt.waiterID = wt.w.ID()
@@ -335,13 +327,19 @@ func (wt *waiting) follow() (moved bool, err error) {
 	if !moved {
 		return false, nil
 	}
+	return true, wt.watch(ch)
+}
+
+// watch drops the waiter's subscription for a new one on ch, not
+// registered yet.
+func (wt *waiting) watch(ch string) error {
 	wt.w.Close()
 	next, err := wt.hub.Watch(wt.ctx, ch)
 	if err != nil {
-		return true, acquireError(wt.ctx, err)
+		return acquireError(wt.ctx, err)
 	}
 	wt.w, wt.channel, wt.waiterID = next, ch, ""
-	return true, nil
+	return nil
 }
 
 // wait waits, after a refused attempt, for a wake-up, for the hold's TTL
