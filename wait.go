@@ -67,19 +67,17 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	sent := time.Now()
-	l, _, err := a.attempt(ctx, "")
+	wt := waiting{c: a.client(), ctx: ctx, a: a}
+	l, _, err := wt.attempt()
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	copied := time.Since(sent) >= a.client().resendAfter
 	if l == nil {
-		if copied { // a copy of the attempt may be on its way, to take the lock once free
+		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
 			a.leave(ctx, "")
 		}
 		return nil, ErrNotAcquired
 	}
-	l.maybeCopied = copied
 	return keep(ctx, l, false)
 }
 
@@ -175,13 +173,12 @@ type waiting struct {
 	channel    string
 	waiterID   string // set once a release can reach this waiter: then it registers
 	failures   int    // attempts in a row that found Redis unavailable
-	// maybeCopied: an attempt of the call took long enough for the Redis
-	// client to have sent it twice; then the lease's release leaves a
-	// tombstone for the copy that may still be on its way (see
-	// Client.resendAfter).
+	// maybeCopied: an attempt of the call may have been sent twice (see
+	// Lease.maybeCopied).
 	maybeCopied bool
 }
 
+// attempt makes one attempt, and notes whether it may have been sent twice.
 func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	sent := time.Now()
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
