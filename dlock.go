@@ -85,7 +85,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb}
-	c.watch.due = true // at the first use
+	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
 	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
 	return c, nil
