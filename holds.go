@@ -76,6 +76,10 @@ var (
 	rwReleaseKeys = rwReadChannel + 1 // the KEYS of release: up to the readers' channel
 )
 
+// Owner returns the owner id given to [WithOwner], or "" when there was
+// none: then the context of each call says who the owner is.
+func (h *holdLock) Owner() string { return h.owner }
+
 // acquire is TryLock (try) or Lock, in mode.
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
 	kind := h.writeKind
