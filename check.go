@@ -217,7 +217,7 @@ type nodeWatch struct {
 	recheck *time.Timer        // makes the next round due
 
 	mu   sync.Mutex
-	seen map[string]bool // nodes checked, and logged about, by address
+	seen map[string]bool // nodes checked, and logged about, by address; made by New
 }
 
 // watchNodes starts a round of checks when one is due. The caller holds
@@ -256,9 +256,6 @@ func (c *Client) checkNodes(ctx context.Context, cancel context.CancelFunc, done
 			return
 		}
 		w.mu.Lock()
-		if w.seen == nil {
-			w.seen = make(map[string]bool)
-		}
 		w.seen[addr] = true
 		w.mu.Unlock()
 		for _, p := range problems {

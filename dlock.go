@@ -85,7 +85,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb}
-	c.watch.due = true // at the first use
+	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
 	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
 	return c, nil
@@ -327,25 +327,13 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// release runs a release script for one owner and reports whether it let go
-// of a hold. It is not stopped by ctx's cancellation (only bounded by
-// [CleanupTimeout]): the caller's hold must go whatever the caller's context.
-// Its script takes the owner token and the publish command as ARGV[1] and
-// ARGV[2], then extra.
-func (c *Client) release(ctx context.Context, script *redis.Script, keys []string, owner string, extra ...any) (bool, error) {
-	return c.releaseArgv(ctx, script, evalshaArgv(script, keys, nil), owner, extra...)
-}
-
-// releaseArgv is release with the EVALSHA command built up to the owner
-// token (every lock type keeps its own boxed: see handle.boxed).
-func (c *Client) releaseArgv(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
-	ctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	return c.releaseWithin(ctx, script, head, owner, extra...)
-}
-
-// releaseWithin is releaseArgv with ctx already bounded, and not to be
-// cancelled with the caller's (see Lease.Unlock).
+// releaseWithin runs a release script for one owner, the EVALSHA command
+// built up to the owner token in head (every lock type keeps its own boxed:
+// see handle.boxed), and reports whether it let go of a hold. Its script
+// takes the owner token and the publish command as ARGV[1] and ARGV[2],
+// then extra. ctx is already bounded (see cleanupContext), and not to be
+// cancelled with the caller's: the caller's hold must go whatever the
+// caller's context (see Lease.Unlock).
 func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
@@ -387,10 +375,12 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // unknown (Redis may have applied it before the client gave up on the reply,
 // or may yet apply it), or a waiter that stops waiting. The kind's abandon
 // script releases a hold that is there, leaves a tombstone that makes a late
-// attempt refuse itself, and unregisters the waiter. Like release, it is not
-// stopped by ctx's cancellation.
+// attempt refuse itself, and unregisters the waiter. Like a release, it is
+// not stopped by ctx's cancellation, only bounded by [CleanupTimeout].
 func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) {
-	if _, err := c.release(ctx, script, keys, owner, extra...); err != nil {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if _, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), owner, extra...); err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}
 }

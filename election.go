@@ -29,8 +29,8 @@ const MaxLeaderValueLen = 64 << 10
 // concurrent use.
 type Election struct {
 	handle
-	spec                      *acquireSpec
-	leaderKey, observeChannel string
+	spec   *acquireSpec
+	leader string // the leadership's hash, and the observers' channel: channels are not keys
 
 	mu    sync.Mutex
 	lease *Lease // the current leadership, if this candidate leads
@@ -59,14 +59,14 @@ var electionKind = &leaseKind{
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, forElection)}
 	k := e.keys
-	e.leaderKey, e.observeChannel = k.lock+":leader", k.lock+":leader"
+	e.leader = k.lock + ":leader"
 	if e.err == nil {
 		e.spec = e.boxed(acquireSpec{
 			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: []string{k.own},
-			keys:        [2][]string{{k.lock, k.fence}, {k.waiters, e.leaderKey, e.observeChannel}},
+			keys:        [2][]string{{k.lock, k.fence}, {k.waiters, e.leader, e.leader}},
 			abandonKeys: [2][]string{{k.lock, k.channel}, {k.waiters, k.fence}},
 			lease:       leaseSpec{kind: electionKind, keys: []string{k.lock, k.forced()}},
-			releaseKeys: []string{k.lock, k.channel, k.waiters, e.leaderKey},
+			releaseKeys: []string{k.lock, k.channel, k.waiters, e.leader},
 		})
 	}
 	return e
@@ -137,7 +137,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := runScript(ctx, e.c.rdb, scripts.ElectionProclaim, []string{e.keys.lock, e.leaderKey, e.observeChannel},
+	n, err := runScript(ctx, e.c.rdb, scripts.ElectionProclaim, []string{e.keys.lock, e.leader, e.leader},
 		l.owner, value, publish).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
@@ -155,7 +155,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
-	reply, err := runScript(ctx, e.c.rdb, scripts.ElectionLeader, []string{e.keys.lock, e.leaderKey}).Slice()
+	reply, err := runScript(ctx, e.c.rdb, scripts.ElectionLeader, []string{e.keys.lock, e.leader}).Slice()
 	if err != nil {
 		return Leader{}, redisError("leader", e.name, err)
 	}
@@ -188,9 +188,9 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	defer close(out)
 	var ps *redis.PubSub
 	if publish, err := e.c.publishCommand(ctx); err == nil && publish == "SPUBLISH" {
-		ps = e.c.rdb.SSubscribe(ctx, e.observeChannel)
+		ps = e.c.rdb.SSubscribe(ctx, e.leader)
 	} else {
-		ps = e.c.rdb.Subscribe(ctx, e.observeChannel)
+		ps = e.c.rdb.Subscribe(ctx, e.leader)
 	}
 	defer ps.Close()
 	messages := ps.ChannelWithSubscriptions()

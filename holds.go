@@ -76,6 +76,10 @@ var (
 	rwReleaseKeys = rwReadChannel + 1 // the KEYS of release: up to the readers' channel
 )
 
+// Owner returns the owner id given to [WithOwner], or "" when there was
+// none: then the context of each call says who the owner is.
+func (h *holdLock) Owner() string { return h.owner }
+
 // acquire is TryLock (try) or Lock, in mode.
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
 	kind := h.writeKind
@@ -157,24 +161,19 @@ type holdState struct {
 	writerType                     LockType // the type that took the writer's latest hold, where stored (see takenBy)
 }
 
+// inspect runs rw_inspect.lua, as seen by the owner a call with ctx acts as.
 func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	return inspectHolds(ctx, h.c, h.name, h.scriptKeys, h.ownerFor(ctx))
-}
-
-// inspectHolds runs rw_inspect.lua on a read-write lock's keys, as seen by
-// owner.
-func inspectHolds(ctx context.Context, c *Client, name string, keys []string, owner string) (holdState, error) {
-	reply, err := runScript(ctx, c.rdb, scripts.RWInspect, keys, owner).Slice()
+	reply, err := runScript(ctx, h.c.rdb, scripts.RWInspect, h.scriptKeys, h.ownerFor(ctx)).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {
 			return s, nil
 		}
 	}
-	return holdState{}, redisError("inspect", name, err)
+	return holdState{}, redisError("inspect", h.name, err)
 }
 
 // parseHoldState reads rw_inspect.lua's reply: ten numbers, then owner,

@@ -29,10 +29,9 @@ func (o *Observer) acquire(ctx context.Context, kind Kind, name string, try bool
 	call := &observedCall{o: o, kind: kind, name: name}
 	var done func(AcquireDone)
 	if o.Acquire != nil {
-		if callCtx, d := o.Acquire(ctx, AcquireCall{Kind: kind, Name: name, Try: try}); callCtx != nil {
-			ctx, done = callCtx, d
-		} else {
-			done = d
+		var callCtx context.Context
+		if callCtx, done = o.Acquire(ctx, AcquireCall{Kind: kind, Name: name, Try: try}); callCtx != nil {
+			ctx = callCtx
 		}
 	}
 	l, err := acquire(context.WithValue(ctx, callKey{}, call))
@@ -178,13 +177,12 @@ func lossReason(err error) LossReason {
 
 // unlock is Unlock, observed.
 func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
-	o := ob.o
-	if o.Release == nil {
-		return l.unlock(ctx, voidIfCopied)
-	}
-	callCtx, done := ob.releasing(ctx, l)
-	if callCtx != nil {
-		ctx = callCtx
+	var done func(error)
+	if ob.o.Release != nil {
+		var callCtx context.Context
+		if callCtx, done = ob.releasing(ctx, l); callCtx != nil {
+			ctx = callCtx
+		}
 	}
 	err := l.unlock(ctx, voidIfCopied)
 	if done != nil {

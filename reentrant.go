@@ -37,33 +37,26 @@ import (
 // holds first (as defer does) to keep their contexts alive.
 //
 // A ReentrantMutex is the write side of the [RWMutex] of the same name.
-type ReentrantMutex struct{ h holdLock }
+type ReentrantMutex struct{ holdLock }
 
 // ReentrantMutex returns the reentrant lock called name. Options override
 // the Client's defaults. Nothing is sent to Redis; a bad name or option is returned by the
 // first call that would, matching [ErrInvalid].
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
-	return &ReentrantMutex{h: c.newHoldLock(name, KindReentrant, opts)}
+	return &ReentrantMutex{holdLock: c.newHoldLock(name, KindReentrant, opts)}
 }
-
-// Name returns the lock's name.
-func (m *ReentrantMutex) Name() string { return m.h.name }
-
-// Owner returns the owner id given to [WithOwner], or "" when there was
-// none: then the context of each call says who the owner is.
-func (m *ReentrantMutex) Owner() string { return m.h.owner }
 
 // TryLock makes one attempt and never waits: it takes the lock if it is free
 // or ctx carries a hold of it (see [ReentrantMutex]), else returns
 // [ErrNotAcquired].
 func (m *ReentrantMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.h.acquire(ctx, modeWrite, true)
+	return m.acquire(ctx, modeWrite, true)
 }
 
 // Lock takes the lock, re-entering at once if ctx carries a hold of it (see
 // [ReentrantMutex]), and otherwise waiting for it as [Mutex.Lock] does.
 func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.h.acquire(ctx, modeWrite, false)
+	return m.acquire(ctx, modeWrite, false)
 }
 
 // ReentrantState is a ReentrantMutex as [ReentrantMutex.Inspect] found it.
@@ -79,7 +72,7 @@ type ReentrantState struct {
 // Inspect reports who holds the lock, how often, and for how long yet. It
 // tells whether the holder is the owner a Lock with ctx would act as.
 func (m *ReentrantMutex) Inspect(ctx context.Context) (ReentrantState, error) {
-	s, err := m.h.inspect(ctx)
+	s, err := m.inspect(ctx)
 	if err != nil {
 		return ReentrantState{}, err
 	}

@@ -11,13 +11,8 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// Who owns a hold of a ReentrantMutex or RWMutex. Go has no goroutine id,
-// and a handle is shared between goroutines as a sync.RWMutex is, so
-// neither can be the owner: the call chain is, and it says so through its
-// context. Lease.Context puts the lease's hold in the context it returns;
-// a Lock whose context carries a live hold of the same lock acts as that
-// hold's owner (re-entry), any other is an owner of its own. WithOwner
-// fixes the owner instead, for sharing holds across processes.
+// Who owns a hold of a ReentrantMutex or RWMutex: their docs say why the
+// call chain is, told by its context.
 
 // heldKey is the context key of a hold of a read-write lock: the lock's key
 // (prefix and name), so that every handle of the lock, of any Client of

@@ -44,49 +44,42 @@ import (
 // wakes one writer. Fencing tokens are minted for every new hold of an owner
 // in a mode, readers' included, so a writer's token is above every token
 // handed out before it.
-type RWMutex struct{ h holdLock }
+type RWMutex struct{ holdLock }
 
 // RWMutex returns the read-write lock called name. Options override the
 // Client's defaults.
 // Nothing is sent to Redis; a bad name or option is returned by the first
 // call that would, matching [ErrInvalid].
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{h: c.newHoldLock(name, KindWrite, opts)}
+	return &RWMutex{holdLock: c.newHoldLock(name, KindWrite, opts)}
 }
-
-// Name returns the lock's name.
-func (rw *RWMutex) Name() string { return rw.h.name }
-
-// Owner returns the owner id given to [WithOwner], or "" when there was
-// none: then the context of each call says who the owner is.
-func (rw *RWMutex) Owner() string { return rw.h.owner }
 
 // Lock takes the write side, waiting for readers and any other writer to
 // leave, until ctx ends or the wait set by [WithWait] runs out. It re-enters
 // at once when ctx carries a write hold of the lock, and returns
 // [ErrUpgrade] when ctx's owner holds only read locks.
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
-	return rw.h.acquire(ctx, modeWrite, false)
+	return rw.acquire(ctx, modeWrite, false)
 }
 
 // TryLock makes one attempt at the write side and never waits; it returns
 // [ErrNotAcquired] when another owner than ctx's reads or writes.
 func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return rw.h.acquire(ctx, modeWrite, true)
+	return rw.acquire(ctx, modeWrite, true)
 }
 
 // RLock takes a read lock, waiting while another owner writes or a writer
 // waits, until ctx ends or the wait set by [WithWait] runs out. When ctx
 // carries a hold of the lock, read or write, it takes the read lock at once.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
-	return rw.h.acquire(ctx, modeRead, false)
+	return rw.acquire(ctx, modeRead, false)
 }
 
 // TryRLock makes one attempt at a read lock and never waits; it returns
 // [ErrNotAcquired] when another owner writes or, unless ctx carries a hold
 // of the lock, a writer waits.
 func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
-	return rw.h.acquire(ctx, modeRead, true)
+	return rw.acquire(ctx, modeRead, true)
 }
 
 // RWState is an RWMutex as [RWMutex.Inspect] found it.
@@ -107,7 +100,7 @@ type RWState struct {
 // Inspect reports who holds the lock, how often, and who waits. The owner's
 // fields are about the owner a Lock with ctx would act as.
 func (rw *RWMutex) Inspect(ctx context.Context) (RWState, error) {
-	s, err := rw.h.inspect(ctx)
+	s, err := rw.inspect(ctx)
 	if err != nil {
 		return RWState{}, err
 	}

@@ -67,28 +67,18 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	sent := time.Now()
-	l, _, err := a.attempt(ctx, "")
+	wt := waiting{c: a.client(), ctx: ctx, a: a}
+	l, _, err := wt.attempt()
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	copied := time.Since(sent) >= a.client().resendAfter
 	if l == nil {
-		if copied { // a copy of the attempt may be on its way, to take the lock once free
+		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
 			a.leave(ctx, "")
 		}
 		return nil, ErrNotAcquired
 	}
-	l.maybeCopied = copied
 	return keep(ctx, l, false)
-}
-
-// retryGrant reports whether a waiting Lock tries again after keep failed
-// with err: the grant expired before it could be confirmed, or Redis was
-// unavailable to confirm it (the next attempt then meets the same and
-// pauses, as after any transient error).
-func retryGrant(err error) bool {
-	return errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable)
 }
 
 // keep hands a granted lease to the caller, unless the caller's context
@@ -102,7 +92,7 @@ func retryGrant(err error) bool {
 // A grant that expired before it could be confirmed leaves no tombstone: a
 // Lock call then tries again, with the same call token; so does one whose
 // confirmation found Redis unavailable, in a call that goes on (waiting:
-// see retryGrant).
+// see waiting.keep).
 func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
@@ -183,13 +173,12 @@ type waiting struct {
 	channel    string
 	waiterID   string // set once a release can reach this waiter: then it registers
 	failures   int    // attempts in a row that found Redis unavailable
-	// maybeCopied: an attempt of the call took long enough for the Redis
-	// client to have sent it twice; then the lease's release leaves a
-	// tombstone for the copy that may still be on its way (see
-	// Client.resendAfter).
+	// maybeCopied: an attempt of the call may have been sent twice (see
+	// Lease.maybeCopied).
 	maybeCopied bool
 }
 
+// attempt makes one attempt, and notes whether it may have been sent twice.
 func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	sent := time.Now()
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
@@ -200,10 +189,13 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	return l, retryIn, err
 }
 
-// keep is keep for a call that goes on; done is false when it goes on.
+// keep is keep for a call that goes on; done is false when it goes on:
+// the grant expired before it could be confirmed, or Redis was unavailable
+// to confirm it (the next attempt then meets the same and pauses, as after
+// any transient error).
 func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
 	kept, err = keep(wt.ctx, l, true)
-	return kept, err, !retryGrant(err)
+	return kept, err, !errors.Is(err, errGrantExpired) && !errors.Is(err, ErrUnavailable)
 }
 
 // unsubscribed makes the first attempt, without a subscription; done is
@@ -300,12 +292,9 @@ func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
 		wt.a.leave(wt.ctx, wt.waiterID)
-		wt.w.Close()
-		next, err := wt.hub.Watch(wt.ctx, wt.channel)
-		if err != nil {
-			return acquireError(wt.ctx, err)
+		if err := wt.watch(wt.channel); err != nil {
+			return err
 		}
-		wt.w, wt.waiterID = next, ""
 	}
 	if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
 		wt.waiterID = wt.w.ID()
@@ -335,13 +324,19 @@ func (wt *waiting) follow() (moved bool, err error) {
 	if !moved {
 		return false, nil
 	}
+	return true, wt.watch(ch)
+}
+
+// watch drops the waiter's subscription for a new one on ch, not
+// registered yet.
+func (wt *waiting) watch(ch string) error {
 	wt.w.Close()
 	next, err := wt.hub.Watch(wt.ctx, ch)
 	if err != nil {
-		return true, acquireError(wt.ctx, err)
+		return acquireError(wt.ctx, err)
 	}
 	wt.w, wt.channel, wt.waiterID = next, ch, ""
-	return true, nil
+	return nil
 }
 
 // wait waits, after a refused attempt, for a wake-up, for the hold's TTL
