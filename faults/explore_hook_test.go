@@ -38,6 +38,7 @@ type commandFaults struct {
 	doubtful    map[string]bool      // lock names whose release or abandon a fault hit
 	orphaned    []orphanedCopy       // late copies that took a lock for a call that gave up
 	voided      map[string]time.Time // when each call's abandon came back, by its tombstone's key
+	dead        bool                 // its process was killed: nothing more of it is sent (explore_crash_test.go)
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -155,6 +156,9 @@ func (f *commandFaults) waitThaw(ctx context.Context) error {
 }
 
 func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next func(context.Context) error) (err error) {
+	if f.isDead() {
+		return setErr(cmds, errKilled)
+	}
 	if err := f.waitThaw(ctx); err != nil {
 		return err
 	}
@@ -265,6 +269,9 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 		select {
 		case <-time.After(d):
 		case <-f.stop:
+			return
+		}
+		if f.isDead() { // go-redis's resends die with its process
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

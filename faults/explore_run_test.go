@@ -53,6 +53,7 @@ type process struct {
 	redlock   *dlock.Redlock   // nil in a run without Redlocks
 	hook      *commandFaults   // on the Client's connections
 	nodeHooks []*commandFaults // on the Redlock's, one per master
+	crash     *crashState      // its death, if it dies (explore_crash_test.go)
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -104,6 +105,7 @@ type hold struct {
 	lost    bool      // the lease ended lost
 	fixed   bool      // a fixed lease time, held past it on purpose
 	frozen  bool
+	crashed bool // its process died while it held (explore_crash_test.go)
 	invalid bool // returned with no validity left
 	stale   []staleWrite
 }
@@ -154,6 +156,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		holds  []hold
 		errs   []string
 		double []string
+		waits  []failedWait // Locks that gave up (checkCrashes)
 	)
 	stores := &fencedStores{highest: map[string]uint64{}}
 	rec := &leaseRecorder{start: time.Now()}
@@ -175,10 +178,11 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		}
 		rdb := env.newRedis()
 		defer rdb.Close()
-		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend)}
+		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState()}
+		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
-		client, err := dlock.New(rdb, dlock.WithWaiterRefresh(300*time.Millisecond))
+		client, err := dlock.New(rdb, dlock.WithWaiterRefresh(waiterRefresh))
 		if err != nil {
 			panic(err) // the options are the explorer's own
 		}
@@ -192,6 +196,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 				// Each master's hook draws from a stream of its own.
 				h := newCommandFaults(s.Seed, c+1000*(i+1), s.Faults, resendTo[i])
 				node.AddHook(h)
+				p.crash.conns = append(p.crash.conns, node)
 				hooks = append(hooks, h)
 				p.nodeHooks = append(p.nodeHooks, h)
 				masters[i] = node
@@ -207,8 +212,15 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		go func() {
 			defer wg.Done()
 			for i, o := range s.ops[c] {
+				if proc.killed() {
+					return
+				}
+				asked := time.Now()
 				h, err, unlockErr := runOp(ctx, proc, stores, rec, c, i, o, !s.unlockMayFail(o.Kind))
 				mu.Lock()
+				if err != nil && !proc.killed() {
+					waits = append(waits, failedWait{client: c, op: o, asked: asked, gaveUp: time.Now(), err: err})
+				}
 				if err != nil && !expectedAcquireError(err) && len(s.Faults) == 0 {
 					errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v", c, i, o.Kind, err))
 				}
@@ -222,6 +234,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); killProcesses(ctx, s, procs, out) }()
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
 	for _, h := range hooks {
@@ -255,6 +269,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		out.violate("unlock: %s", d)
 	}
 	checkHolds(s, holds, pausedNames(ctx, env, s), out)
+	checkCrashes(s, procs, holds, waits, out)
+	waitCrashedOut(ctx, s, procs)
 	doubtful := map[string]bool{}
 	for _, h := range hooks {
 		for name := range h.doubtful {
@@ -300,6 +316,9 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		rec.refused(client, owner, o, asked, time.Now(), err)
 		return nil, err, ""
 	}
+	if proc.killed() { // the process died before it learnt of its lease
+		return nil, errKilled, ""
+	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
 		fixed: o.Lease > 0 && o.Hold >= o.Lease/2}
 	if lease.Err() != nil || !lease.Deadline().After(h.start) {
@@ -323,13 +342,13 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		hold := o.Hold
 		if o.Extend > 0 {
 			// Extend, then hold past the new TTL: renewals must follow it.
-			sleepOrDone(lease, hold/2)
+			proc.sleep(lease, hold/2)
 			call := time.Now()
 			err := lease.Extend(ctx, o.Extend)
 			rec.ended(client, owner, o, linear.Extend, call, time.Now(), err)
 			hold = o.Extend + o.Extend/2
 		}
-		sleepOrDone(lease, hold)
+		proc.sleep(lease, hold)
 	}
 	h.end = time.Now()
 	h.lost = lease.Err() != nil
@@ -337,6 +356,9 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	// was told yet (a loaded machine may run the renewer late).
 	if d := lease.Deadline(); d.Before(h.end) {
 		h.end = d
+	}
+	if proc.killed() { // no Unlock: the process is dead
+		return proc.crashedHold(h, o, stores), nil, ""
 	}
 	// A release that leaves with time to spare (more than any injected
 	// delay) must find the hold, resent or not.
@@ -353,13 +375,6 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		}
 	}
 	return h, nil, note
-}
-
-func sleepOrDone(l *dlock.Lease, d time.Duration) {
-	select {
-	case <-l.Done():
-	case <-time.After(d):
-	}
 }
 
 func acquire(ctx context.Context, proc *process, o op, opts []dlock.Option) (*dlock.Lease, error) {
@@ -458,7 +473,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			out.violate("returned lost: client %d %s %v came back with no validity left", h.client, h.kind, h.tokens)
 			continue
 		}
-		if h.lost && !h.fixed && !h.frozen && quiet(s, h, paused) {
+		if h.lost && !h.fixed && !h.frozen && !h.crashed && quiet(s, h, paused) {
 			out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it", h.client, h.kind, h.tokens)
 		}
 		for name := range h.tokens {
@@ -514,7 +529,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 func quiet(s *schedule, h hold, paused map[string]bool) bool {
 	for _, f := range s.Faults {
 		switch {
-		case f == "extend", f == "scriptflush":
+		case f == "extend", f == "scriptflush", f == "crash": // a crash costs only the dead process's holds
 		case f == "pause" && s.Cluster:
 			for name := range h.tokens {
 				if paused[name] {

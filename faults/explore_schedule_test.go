@@ -52,11 +52,16 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	client:
 //	  freeze   a holder stops past its TTL, then writes with its token
 //	  extend   holders Extend their leases, shorter and longer
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart"}
+//	  crash    one process killed at a random point, mid-command included
+//	           (explore_crash_test.go): its connections close, it never
+//	           sends again; its locks must free by their TTL, waiters get
+//	           them within it, and a write it had on its way to a fenced
+//	           store is refused if anyone held the lock since
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
-var quietFaults = []string{"extend", "scriptflush", "pause"}
+var quietFaults = []string{"extend", "scriptflush", "pause"} // and crash, drawn later: it costs only the dead process's leases
 
 func (p params) has(fault string) bool { return slices.Contains(p.Faults, fault) }
 
@@ -132,7 +137,7 @@ func randomParams(seed uint64, maxClients int) params {
 		p.drawLater(seed, true)
 		return p
 	}
-	for _, f := range faultKinds[:len(faultKinds)-1] { // restart is drawn later
+	for _, f := range faultKinds[:len(faultKinds)-2] { // restart and crash are drawn later
 		if rng.IntN(3) == 0 {
 			p.Faults = append(p.Faults, f)
 		}
@@ -155,6 +160,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	if rng.IntN(4) == 0 && !quiet {
 		p.Faults = append(p.Faults, "restart")
 	}
+	p.drawCrash(seed) // a stream of its own
 }
 
 // op is one operation of a client's loop.
@@ -183,6 +189,7 @@ type schedule struct {
 	// go-redis client and a dlock Client (and so its renewals), as
 	// goroutines of one program do. Without sharing, each its own.
 	process []int
+	crashes []crash // processes killed (explore_crash_test.go)
 }
 
 type serverFault struct {
@@ -275,6 +282,7 @@ func makeSchedule(p params) *schedule {
 		free = s.server[i].At + f.For + pauseGap
 	}
 	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
+	s.crashes = drawCrashes(p, s.process)
 	return s
 }
 

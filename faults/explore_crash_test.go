@@ -1,0 +1,305 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+)
+
+// The crash fault: a process killed at a random point of the run, in the
+// middle of a command or script call, a wait, a hold or an Unlock.
+//
+// It is done in the test process, and from Redis's side it is a SIGKILL:
+// Redis knows a process only by its TCP connections and what arrives on
+// them. A killed process's kernel closes its sockets (Redis frees those
+// clients and their subscriptions) and nothing more comes from it. Here,
+// first every hook of the process (its Client's and its Redlock's) refuses
+// each later command before it reaches a socket, so no goroutine of the
+// dead process (the renewer, a waiter, Client.Close) sends anything again,
+// and go-redis's resends (late copies) die with it; then every connection
+// of its go-redis clients is closed, those with a command in flight
+// included: a command Redis had read is applied, one it had not is not, as
+// with a real kill. The one thing not reproduced is a command cut off half
+// written, which Redis discards on close: the same as not sent. The
+// process's goroutines then stop: none acts again (no Unlock, no write to
+// a store, no further operation), except a write it had already sent to a
+// fenced store, which may arrive late (crash.lateWrite).
+
+// crashStream is the key of the stream crashes are drawn from: under it,
+// no CI seed but crashSeed draws one (TestExplore_CrashesKeepTheCISchedules).
+const crashStream = 0xc854
+
+// crashSeed is the CI seed that kills a process: a quiet run (Extend,
+// SCRIPT FLUSH) of six clients over a MultiLock, an RWMutex's write
+// side, a FairMutex and an Election, where the waiter check is judged.
+const crashSeed = 123
+
+// crashRate: a crash comes in one run in crashRate, quiet or not.
+const crashRate = 4
+
+// drawCrash draws whether the run kills a process, from a stream of its
+// own, so every seed keeps the schedule it had without crashes.
+func (p *params) drawCrash(seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, crashStream))
+	if rng.IntN(crashRate) == 0 {
+		p.Faults = append(p.Faults, "crash")
+	}
+}
+
+// crash is one process's death.
+type crash struct {
+	Process int
+	At      time.Duration // after the run's start
+	// LateWrite: a holder killed mid-hold had a write with its token on its
+	// way to the fenced store, which arrives after the lock has freed.
+	LateWrite bool
+}
+
+// drawCrashes picks the process that dies and when, while clients
+// contend: one of them, and never the only one (another must be left to
+// wait for its locks).
+func drawCrashes(p params, process []int) []crash {
+	if !p.has("crash") {
+		return nil
+	}
+	procs := slices.Max(process) + 1
+	if procs < 2 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(p.Seed, crashStream+1))
+	return []crash{{Process: rng.IntN(procs), At: time.Duration(50+rng.IntN(2000)) * time.Millisecond, LateWrite: rng.IntN(2) == 0}}
+}
+
+// errKilled is what every command of a killed process gets.
+var errKilled = errors.New("faults: the process was killed")
+
+// crashState is a process's death: dead is closed once it died.
+type crashState struct {
+	dead      chan struct{}
+	at        time.Time
+	lateWrite bool
+	conns     []redis.UniversalClient // every go-redis client of the process
+}
+
+func newCrashState() *crashState { return &crashState{dead: make(chan struct{})} }
+
+// died is closed once the process died; nil (never ready) for a process
+// that cannot die (the checks' own).
+func (p *process) died() <-chan struct{} {
+	if p.crash == nil {
+		return nil
+	}
+	return p.crash.dead
+}
+
+// killed reports whether the process died.
+func (p *process) killed() bool {
+	select {
+	case <-p.died():
+		return true
+	default:
+		return false
+	}
+}
+
+// kill kills the process as SIGKILL would (see the top of this file).
+func (p *process) kill(lateWrite bool) {
+	for _, h := range append([]*commandFaults{p.hook}, p.nodeHooks...) {
+		h.die()
+	}
+	p.crash.at, p.crash.lateWrite = time.Now(), lateWrite
+	close(p.crash.dead)
+	for _, c := range p.crash.conns {
+		_ = c.Close()
+	}
+	// Its goroutines stop; what they would send, the hooks refuse.
+	_ = p.client.Close()
+}
+
+// sleep is a holder's wait, cut short when its lease ends or its process
+// dies.
+func (p *process) sleep(l *dlock.Lease, d time.Duration) {
+	select {
+	case <-l.Done():
+	case <-p.died():
+	case <-time.After(d):
+	}
+}
+
+// crashedHold ends h at its process's death: the dead process counts on
+// nothing after it. A write it had on its way to the store arrives once the
+// lock has had time to free (its TTL past the death), and the store must
+// refuse it if anyone held the lock since.
+func (p *process) crashedHold(h *hold, o op, stores *fencedStores) *hold {
+	h.crashed = true
+	if p.crash.at.Before(h.end) {
+		h.end = p.crash.at
+	}
+	// A frozen holder killed before it woke never made its wake-up write.
+	h.stale = slices.DeleteFunc(h.stale, func(w staleWrite) bool { return w.at.After(p.crash.at) })
+	if !p.crash.lateWrite {
+		return h
+	}
+	time.Sleep(time.Until(p.crash.at.Add(deadClaim(o) + crashSlack)))
+	for name, token := range h.tokens {
+		h.stale = append(h.stale, staleWrite{client: h.client, name: name, token: token, at: time.Now(),
+			accepted: stores.write(name, token)})
+	}
+	return h
+}
+
+// die makes the hook refuse every later command, and drop late copies.
+func (f *commandFaults) die() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dead = true
+}
+
+func (f *commandFaults) isDead() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dead
+}
+
+// killProcesses kills the schedule's processes at their times.
+func killProcesses(ctx context.Context, s *schedule, procs map[int]*process, out *outcome) {
+	start := time.Now()
+	for _, c := range s.crashes {
+		if sleepCtx(ctx, time.Until(start.Add(c.At))) != nil {
+			return
+		}
+		procs[c.Process].kill(c.LateWrite)
+		out.injected["crash"]++
+	}
+}
+
+// waiterRefresh is the explored clients' WithWaiterRefresh.
+const waiterRefresh = 300 * time.Millisecond
+
+// crashSlack is how late past its bound a waiter may get a dead process's
+// lock: a waiter's refresh (it tries again then, if no wake-up came) and
+// some scheduling on a loaded machine.
+const crashSlack = waiterRefresh + 300*time.Millisecond
+
+// deadClaim is how long after its death a process's operation o may keep
+// its lock from others (docs/ARCHITECTURE.md, "Registrations expire"): a
+// hold its TTL (or fixed lease, or Extend's TTL) from its last renewal or
+// grant, which came before the death; a lock handed to it while it
+// waited, its registration's remainder, at most three waiter refreshes.
+func deadClaim(o op) time.Duration {
+	return max(o.TTL, o.Lease, o.Extend, 3*waiterRefresh)
+}
+
+// failedWait is a Lock that waited and did not get its lock.
+type failedWait struct {
+	client        int
+	op            op
+	asked, gaveUp time.Time
+	err           error
+}
+
+// waitCrashedOut returns once every dead process's claims have run out,
+// so that the orphan check after it (checkSettled) finds each of its
+// locks free: a crashed holder's locks are free by their TTL.
+func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
+	for _, c := range s.crashes {
+		p := procs[c.Process]
+		if !p.killed() {
+			continue
+		}
+		var claim time.Duration
+		for client, ops := range s.ops {
+			if s.process[client] == c.Process {
+				for _, o := range ops {
+					claim = max(claim, deadClaim(o))
+				}
+			}
+		}
+		_ = sleepCtx(ctx, time.Until(p.crash.at.Add(claim+crashSlack)))
+	}
+}
+
+// checkCrashes: a live client that waited on a lock only a dead process
+// kept from it got it within the dead process's claim (deadClaim) and
+// crashSlack; a wait that gave up later, with no live hold of the lock
+// in the meantime, is a violation. Judged in runs whose other faults
+// delay no command (extend, scriptflush), and not for Redlocks, whose
+// waits follow a retry policy of their own.
+func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []failedWait, out *outcome) {
+	for _, h := range holds {
+		if h.crashed {
+			out.injected["crash.held"]++
+			out.injected["crash.latewrite"] += len(h.stale)
+		}
+	}
+	if slices.ContainsFunc(s.Faults, func(f string) bool { return !slices.Contains([]string{"crash", "extend", "scriptflush"}, f) }) {
+		return
+	}
+	for _, c := range s.crashes {
+		dead := procs[c.Process]
+		if !dead.killed() {
+			continue
+		}
+		// Each lock the dead process used, and the latest its claim on it
+		// may last.
+		bound := map[string]time.Time{}
+		kinds := map[string][]string{}
+		for client, ops := range s.ops {
+			if s.process[client] != c.Process {
+				continue
+			}
+			for _, o := range ops {
+				for _, name := range o.Names {
+					if b := dead.crash.at.Add(deadClaim(o) + crashSlack); b.After(bound[name]) {
+						bound[name] = b
+					}
+					kinds[name] = append(kinds[name], o.Kind)
+				}
+			}
+		}
+		for _, w := range waits {
+			if s.process[w.client] == c.Process || w.op.Try || w.op.Cancel > 0 || w.op.Kind == "redlock" ||
+				!errors.Is(w.err, dlock.ErrNotAcquired) {
+				continue
+			}
+			for _, name := range w.op.Names {
+				b, ok := bound[name]
+				if !ok || !w.gaveUp.After(b) || w.asked.After(b) || !blocks(kinds[name], w.op.Kind) {
+					continue
+				}
+				out.checks++
+				out.injected["crash.waiter"]++
+				if !liveHoldDuring(holds, name, dead.crash.at, w.gaveUp) {
+					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
+						w.client, name, w.op.Kind, w.asked.Sub(dead.crash.at), w.gaveUp.Sub(dead.crash.at), b.Sub(dead.crash.at))
+				}
+			}
+		}
+	}
+}
+
+// blocks reports whether a dead process's use of a lock as kinds could
+// keep a waiter of kind out: a reader out of a reader's lock, a permit
+// out of a semaphore with permits to spare, could not.
+func blocks(kinds []string, waiter string) bool {
+	return slices.ContainsFunc(kinds, func(k string) bool {
+		return hold{kind: k}.exclusive() || hold{kind: waiter}.exclusive()
+	})
+}
+
+// liveHoldDuring reports whether a live process held name at some time in
+// (from, to): a waiter may then have been kept out by it, or lost the race.
+func liveHoldDuring(holds []hold, name string, from, to time.Time) bool {
+	return slices.ContainsFunc(holds, func(h hold) bool {
+		_, ok := h.tokens[name]
+		return ok && !h.crashed && h.start.Before(to) && h.end.After(from)
+	})
+}
