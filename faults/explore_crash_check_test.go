@@ -10,13 +10,16 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-// TestExplore_CrashesKeepTheCISchedules: crashes come from a stream under
-// which no CI seed but crashSeed draws one, so every other CI seed keeps
-// the schedule that caught what it caught.
+// TestExplore_CrashesKeepTheCISchedules: crashes and slot migrations come
+// from streams under which no CI seed but crashSeed draws one, so every
+// other CI seed keeps the schedule that caught what it caught.
 func TestExplore_CrashesKeepTheCISchedules(t *testing.T) {
 	for _, seed := range ciSeeds {
-		if got := randomParams(seed, maxClients()).has("crash"); got != (seed == crashSeed) {
-			t.Errorf("CI seed %d draws a crash: %v, want %v", seed, got, seed == crashSeed)
+		p := randomParams(seed, maxClients())
+		for _, f := range []string{"crash", "migrate"} {
+			if p.has(f) != (seed == crashSeed) {
+				t.Errorf("CI seed %d draws %s: %v, want %v", seed, f, p.has(f), seed == crashSeed)
+			}
 		}
 	}
 }

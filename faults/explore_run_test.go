@@ -23,6 +23,7 @@ type exploreEnv struct {
 	nodes   []*redistest.Server
 	cluster bool
 	redlock []*redistest.Server // the Redlock's masters; nil in a run without Redlocks
+	slots   *redistest.Cluster  // the cluster, to move slots on (explore_topology_test.go); nil standalone
 }
 
 func (e *exploreEnv) newRedis() redis.UniversalClient {
@@ -236,6 +237,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); killProcesses(ctx, s, procs, out) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); migrateSlots(ctx, env, s, out) }()
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
 	for _, h := range hooks {

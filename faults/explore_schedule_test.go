@@ -57,7 +57,11 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           sends again; its locks must free by their TTL, waiters get
 //	           them within it, and a write it had on its way to a fenced
 //	           store is refused if anyone held the lock since
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash"}
+//	topology (explore_topology_test.go):
+//	  migrate  on a cluster, a lock's slot moves to another master and
+//	           back, keys in batches, while clients hold and contend (ASK,
+//	           TRYAGAIN on scripts whose keys are split); not labelled
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -137,7 +141,7 @@ func randomParams(seed uint64, maxClients int) params {
 		p.drawLater(seed, true)
 		return p
 	}
-	for _, f := range faultKinds[:len(faultKinds)-2] { // restart and crash are drawn later
+	for _, f := range faultKinds[:len(faultKinds)-3] { // restart, crash and migrate are drawn later
 		if rng.IntN(3) == 0 {
 			p.Faults = append(p.Faults, f)
 		}
@@ -160,7 +164,8 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	if rng.IntN(4) == 0 && !quiet {
 		p.Faults = append(p.Faults, "restart")
 	}
-	p.drawCrash(seed) // a stream of its own
+	p.drawCrash(seed)   // a stream of its own
+	p.drawMigrate(seed) // and another
 }
 
 // op is one operation of a client's loop.
@@ -188,8 +193,9 @@ type schedule struct {
 	// process is each client's process: clients of one process share a
 	// go-redis client and a dlock Client (and so its renewals), as
 	// goroutines of one program do. Without sharing, each its own.
-	process []int
-	crashes []crash // processes killed (explore_crash_test.go)
+	process    []int
+	crashes    []crash     // processes killed (explore_crash_test.go)
+	migrations []migration // slots moved (explore_topology_test.go)
 }
 
 type serverFault struct {
@@ -283,6 +289,7 @@ func makeSchedule(p params) *schedule {
 	}
 	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
 	s.crashes = drawCrashes(p, s.process)
+	s.migrations = drawMigrations(p, s.names)
 	return s
 }
 
