@@ -49,7 +49,7 @@ var (
 // abandon counted applied when it had met NOSCRIPT (see
 // commandFaults.noteAbandons). 47 and 68 run Redlocks, 68 restarts one of
 // their masters. crashSeed (143) kills a process and migrates a slot.
-var ciSeeds = []uint64{crashSeed, 1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101} // the longest first: a lane that starts it ends with the others
+var ciSeeds = []uint64{crashSeed, 1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101} // crashSeed first: it waits out a dead process's TTLs, and last it would lengthen the tail
 
 // ciCases are runs CI makes besides ciSeeds whose params are not drawn
 // from their seed: each is the targeted run that caught a reverted fix no
