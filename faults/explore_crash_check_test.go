@@ -27,8 +27,9 @@ func TestExplore_CrashesKeepTheCISchedules(t *testing.T) {
 // TestCheckCrashes_FlagsAWaiterKeptPastTheDeadClaim: the waiter check is
 // no check that cannot fail. A dead process's Mutex with a 1 s TTL frees
 // by 1 s + crashSlack after its death; a live waiter that asked at the
-// death and gave up 3 s later, with no live holder, was kept out by
-// nothing dlock allows. One that another live client beat to it was not.
+// death and gave up 3 s later, or got it 2.5 s later, with no live holder
+// in between, was kept out by nothing dlock allows. One that another live
+// client beat to it was not.
 func TestCheckCrashes_FlagsAWaiterKeptPastTheDeadClaim(t *testing.T) {
 	p := params{Seed: 1, Clients: 2, Ops: 1, Kinds: []string{"mutex"}, Faults: []string{"crash"}}
 	s := &schedule{params: p, process: []int{0, 1}, crashes: []crash{{Process: 0}}}
@@ -46,6 +47,13 @@ func TestCheckCrashes_FlagsAWaiterKeptPastTheDeadClaim(t *testing.T) {
 	checkCrashes(s, procs, []hold{held}, []failedWait{starved}, out)
 	if len(out.violations) != 1 || !strings.HasPrefix(out.violations[0], "crash:") {
 		t.Errorf("a waiter kept out past the dead claim: violations %q, want one crash violation", out.violations)
+	}
+
+	late := hold{client: 1, kind: "mutex", tokens: map[string]uint64{"m": 2}, asked: died, start: died.Add(2500 * time.Millisecond), end: died.Add(3 * time.Second)}
+	out = &outcome{params: p, injected: map[string]int{}}
+	checkCrashes(s, procs, []hold{held, late}, nil, out)
+	if len(out.violations) != 1 || !strings.HasPrefix(out.violations[0], "crash:") {
+		t.Errorf("a waiter that got the lock past the dead claim: violations %q, want one crash violation", out.violations)
 	}
 
 	beaten := hold{client: 1, kind: "mutex", tokens: map[string]uint64{"m": 2}, start: died.Add(time.Second), end: died.Add(4 * time.Second)}

@@ -230,8 +230,8 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 
 // checkCrashes: a live client that waited on a lock only a dead process
 // kept from it got it within the dead process's claim (deadClaim) and
-// crashSlack; a wait that gave up later, with no live hold of the lock
-// in the meantime, is a violation. Judged in runs whose other faults
+// crashSlack; a wait that gave up or got the lock later, with no live
+// hold of the lock in the meantime, is a violation. Judged in runs whose other faults
 // delay no command (extend, scriptflush; a slot migration only its own
 // slot's, whose waits are not judged), and not for Redlocks, whose waits
 // follow a retry policy of their own.
@@ -281,8 +281,26 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 				out.checks++
 				out.injected["crash.waiter"]++
 				if !liveHoldDuring(holds, name, dead.crash.at, w.gaveUp) {
-					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
+					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
 						w.client, name, w.op.Kind, w.asked.Sub(dead.crash.at), w.gaveUp.Sub(dead.crash.at), b.Sub(dead.crash.at))
+				}
+			}
+		}
+		// A wait that ended in a hold: the same bound.
+		for _, h := range holds {
+			if h.crashed || s.process[h.client] == c.Process || h.kind == "redlock" {
+				continue
+			}
+			for name := range h.tokens {
+				b, ok := bound[name]
+				if !ok || slices.Contains(moved, name) || !h.start.After(b) || h.asked.After(b) || !blocks(kinds[name], h.kind) {
+					continue
+				}
+				out.checks++
+				out.injected["crash.waiter"]++
+				if !liveHoldDuring(holds, name, dead.crash.at, h.start) {
+					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
+						h.client, name, h.kind, h.asked.Sub(dead.crash.at), h.start.Sub(dead.crash.at), b.Sub(dead.crash.at))
 				}
 			}
 		}
