@@ -45,7 +45,7 @@ type migration struct {
 // moves of the run's locks (not a Redlock's: its masters are no cluster),
 // within the first seconds, while clients contend.
 func drawMigrations(p params, names map[string][]string) []migration {
-	if !p.has("migrate") {
+	if !p.has("migrate") || !p.Cluster { // a replay may ask for it on one server: nothing to move
 		return nil
 	}
 	var candidates []string
