@@ -82,15 +82,19 @@ func drawCrashes(p params, process []int) []crash {
 // errKilled is what every command of a killed process gets.
 var errKilled = errors.New("faults: the process was killed")
 
-// crashState is a process's death: dead is closed once it died.
+// crashState is a process's death: dead is closed once it died, gone
+// once its goroutines stopped (its leases' deadlines are then final).
 type crashState struct {
 	dead      chan struct{}
+	gone      chan struct{}
 	at        time.Time
 	lateWrite bool
 	conns     []redis.UniversalClient // every go-redis client of the process
 }
 
-func newCrashState() *crashState { return &crashState{dead: make(chan struct{})} }
+func newCrashState() *crashState {
+	return &crashState{dead: make(chan struct{}), gone: make(chan struct{})}
+}
 
 // died is closed once the process died; nil (never ready) for a process
 // that cannot die (the checks' own).
@@ -123,7 +127,12 @@ func (p *process) kill(lateWrite bool) {
 	}
 	// Its goroutines stop; what they would send, the hooks refuse.
 	_ = p.client.Close()
+	close(p.crash.gone)
 }
+
+// awaitDeath returns once a killed process's renewals have stopped: a
+// renewal it sent before it died may still have confirmed.
+func (p *process) awaitDeath() { <-p.crash.gone }
 
 // sleep is a holder's wait, cut short when its lease ends or its process
 // dies.

@@ -319,7 +319,9 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		rec.refused(client, owner, o, asked, time.Now(), err)
 		return nil, err, ""
 	}
-	if proc.killed() { // the process died before it learnt of its lease
+	if proc.killed() { // the process died before it learnt of its lease, which holds until its deadline
+		proc.awaitDeath()
+		rec.acquired(client, owner, o, asked, time.Now(), lease)
 		return nil, errKilled, ""
 	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
@@ -360,7 +362,9 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	if d := lease.Deadline(); d.Before(h.end) {
 		h.end = d
 	}
-	if proc.killed() { // no Unlock: the process is dead
+	if proc.killed() { // no Unlock: the process is dead, its hold lapses at its deadline
+		proc.awaitDeath()
+		rec.acquired(client, owner, o, asked, h.start, lease)
 		return proc.crashedHold(h, o, stores), nil, ""
 	}
 	// A release that leaves with time to spare (more than any injected
