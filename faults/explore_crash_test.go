@@ -31,7 +31,7 @@ import (
 // written, which Redis discards on close: the same as not sent. The
 // process's goroutines then stop: none acts again (no Unlock, no write to
 // a store, no further operation), except a write it had already sent to a
-// fenced store, which may arrive late (crash.lateWrite).
+// fenced store, which may arrive late (crash.LateWrite).
 
 // crashStream is the key of the stream crashes are drawn from: under it,
 // no CI seed but crashSeed draws one (TestExplore_CrashesKeepTheCISchedules).
@@ -40,7 +40,8 @@ const crashStream = 0xc854
 // crashSeed is the CI seed that kills a process, and the one that
 // migrates a slot: a cluster run of three clients over an RWMutex (both
 // sides), a FairMutex, a Semaphore, an Election and a Redlock, with no
-// other fault, where the waiter check is judged.
+// other fault, so the waiter check applies (whether a wait falls in its
+// window depends on timing; TestCheckCrashes_* checks the check itself).
 const crashSeed = 143
 
 // crashRate: a crash comes in one run in crashRate, quiet or not.
