@@ -24,6 +24,7 @@ type exploreEnv struct {
 	cluster bool
 	redlock []*redistest.Server // the Redlock's masters; nil in a run without Redlocks
 	slots   *redistest.Cluster  // the cluster, to move slots on (explore_topology_test.go); nil standalone
+	via     map[string]string   // a node's address to its proxy's (see startNetwork)
 }
 
 func (e *exploreEnv) newRedis() redis.UniversalClient {
@@ -36,7 +37,7 @@ func (e *exploreEnv) newRedis() redis.UniversalClient {
 			DialTimeout: time.Second, ReadTimeout: readTimeout, WriteTimeout: time.Second,
 			MaxRetries: -1, ContextTimeoutEnabled: true})
 	}
-	return newRedisAt(e.nodes[0].Addr())
+	return newRedisAt(e.dial(e.nodes[0].Addr()))
 }
 
 // newRedisAt is an explored client's connection to one standalone server.
@@ -161,6 +162,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	)
 	stores := &fencedStores{highest: map[string]uint64{}}
 	rec := &leaseRecorder{start: time.Now()}
+	network := startNetwork(env, s)
+	defer network.stop()
 	resend := env.newRedis()
 	defer resend.Close()
 	resendTo := make([]redis.UniversalClient, len(env.redlock)) // a copy goes where its first went
@@ -177,7 +180,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		if procs[s.process[c]] != nil {
 			continue
 		}
-		rdb := env.newRedis()
+		penv := network.env(env, s.process[c]) // its own links, when the run has network faults
+		rdb := penv.newRedis()
 		defer rdb.Close()
 		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState()}
 		p.crash.conns = append(p.crash.conns, rdb)
@@ -192,7 +196,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		if env.redlock != nil {
 			masters := make([]redis.UniversalClient, len(env.redlock))
 			for i, n := range env.redlock {
-				node := newRedisAt(n.Addr())
+				node := newRedisAt(penv.dial(n.Addr()))
 				defer node.Close()
 				// Each master's hook draws from a stream of its own.
 				h := newCommandFaults(s.Seed, c+1000*(i+1), s.Faults, resendTo[i])
@@ -239,8 +243,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	go func() { defer wg.Done(); killProcesses(ctx, s, procs, out) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); migrateSlots(ctx, env, s, out) }()
+	network.inject(ctx)
+	evicted := evictFaults(ctx, env, s)
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
+	network.wait(out)
+	evicted(out)
 	for _, h := range hooks {
 		close(h.stop)
 		h.late.Wait()
@@ -251,9 +259,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			out.injected[k] += n
 		}
 		for _, o := range h.orphaned {
-			// FLUSHALL and a restart take tombstones with them: that run's
+			// FLUSHALL, a restart and eviction take tombstones with them: that run's
 			// documented failure.
-			if !s.has("flushall") && !s.has("restart") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
+			if !s.has("flushall") && !s.has("restart") && !s.has("evict") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
 				out.violate("orphan: a late copy of an acquire of %v was granted after its call gave up: %s", o.names, o.reply)
 			}
 		}
@@ -274,6 +282,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	checkHolds(s, holds, pausedNames(ctx, env, s), out)
 	checkCrashes(s, procs, holds, waits, out)
 	waitCrashedOut(ctx, s, procs)
+	checkFencedOverlaps(s, holds, out)
 	doubtful := map[string]bool{}
 	for _, h := range hooks {
 		for name := range h.doubtful {

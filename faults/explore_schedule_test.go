@@ -49,6 +49,16 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           run's one server, its locks lost (documented failure); on
 //	           a Redlock master, kept out of the vote by the restart guard
 //	           (no failure); not on a cluster's nodes
+//	network (Toxiproxy between the clients and the run's server and each
+//	Redlock master; see explore_network_test.go):
+//	  network  one node's link at a time, for a while: latency, jitter, a
+//	           bandwidth limit, resets (reset_peer), or nothing through
+//	           (timeout); not a cluster's nodes, whose MOVED addresses
+//	           bypass a proxy
+//	server, labelled (see explore_evict_test.go):
+//	  evict    a tiny maxmemory with an evicting policy and a filler on the
+//	           run's one server: held locks vanish (documented failure);
+//	           not on a cluster
 //	client:
 //	  freeze   a holder stops past its TTL, then writes with its token
 //	  extend   holders Extend their leases, shorter and longer
@@ -61,7 +71,7 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	  migrate  on a cluster, a lock's slot moves to another master and
 //	           back, keys in batches, while clients hold and contend (ASK,
 //	           TRYAGAIN on scripts whose keys are split); not labelled
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate"}
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -83,7 +93,7 @@ func (p params) expectsOverlap() bool {
 // run, but only one of a Redlock's masters, which the restart guard keeps
 // out of the vote.
 func (p params) overlapDocumented(a, b string) bool {
-	if p.has("flushall") {
+	if p.has("flushall") || p.has("evict") && !p.Cluster && a != "redlock" && b != "redlock" {
 		return true
 	}
 	return p.has("restart") && !p.Cluster && a != "redlock" && b != "redlock"
@@ -101,7 +111,7 @@ func (p params) unlockMayFail(kind string) bool {
 	}) {
 		return true
 	}
-	return p.has("pause") || p.has("freeze") || p.has("flushall") || p.has("restart")
+	return p.has("pause") || p.has("freeze") || p.has("flushall") || p.has("restart") || p.has("evict") && kind != "redlock"
 }
 
 // String is the flags that replay the run.
@@ -141,7 +151,7 @@ func randomParams(seed uint64, maxClients int) params {
 		p.drawLater(seed, true)
 		return p
 	}
-	for _, f := range faultKinds[:len(faultKinds)-3] { // restart, crash and migrate are drawn later
+	for _, f := range faultKinds[:slices.Index(faultKinds, "restart")] { // restart and later kinds are drawn later
 		if rng.IntN(3) == 0 {
 			p.Faults = append(p.Faults, f)
 		}
@@ -166,6 +176,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	}
 	p.drawCrash(seed)   // a stream of its own
 	p.drawMigrate(seed) // and another
+	p.drawNetwork(seed, quiet)
 }
 
 // op is one operation of a client's loop.

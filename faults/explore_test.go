@@ -48,8 +48,9 @@ var (
 // a restart); 64 and 101 once failed on the checker's own error, an
 // abandon counted applied when it had met NOSCRIPT (see
 // commandFaults.noteAbandons). 47 and 68 run Redlocks, 68 restarts one of
-// their masters. crashSeed (143) kills a process and migrates a slot.
-var ciSeeds = []uint64{crashSeed, 1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101} // crashSeed first: it waits out a dead process's TTLs, and last it would lengthen the tail
+// their masters. crashSeed (143) kills a process and migrates a slot;
+// netCISeed (5475) runs network faults and an eviction.
+var ciSeeds = []uint64{crashSeed, 1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 101, netCISeed} // crashSeed first: it waits out a dead process's TTLs, and last it would lengthen the tail
 
 // ciCases are runs CI makes besides ciSeeds whose params are not drawn
 // from their seed: each is the targeted run that caught a reverted fix no
@@ -390,7 +391,7 @@ func (x *explorer) finish() {
 	slices.Sort(faults)
 	took := time.Since(x.started)
 	report := fmt.Sprintf("explorer: %d runs in %v, %d operations (%.1f a second), %d acquisitions, %d checks; faults injected: %s; "+
-		"%d labelled runs (FLUSHALL, restart of a standalone server) with %d overlaps, the documented failure; %d failing runs",
+		"%d labelled runs (FLUSHALL, restart of a standalone server, eviction) with %d overlaps, the documented failure; %d failing runs",
 		x.runs, took.Round(time.Second), x.ops, float64(x.ops)/took.Seconds(), x.acquisitions, x.checks, strings.Join(faults, ", "),
 		x.labelled, x.labelledOverlaps, len(x.failures))
 	x.t.Log(report)
