@@ -136,32 +136,39 @@ func infoField(ctx context.Context, rdb *redis.Client, section, field string) (i
 }
 
 // checkFencedOverlaps: in a run whose faults may give a lock two holders
-// at once as documented, fencing still catches it. The later holder's
-// token is above the earlier's, so once it writes, the fenced store
-// refuses every write the earlier makes; a usurper with a lower token
-// would have its writes refused while the stale holder's went through.
+// at once as documented, fencing still catches it. Of two overlapping
+// holders, one that asked for the lock only once the other held it was
+// minted its token later, so its token is the higher: once it writes, the
+// fenced store refuses every write of the holder it usurped. (By when the
+// holds began alone the order may be either: a grant whose reply came
+// late began, as its holder saw it, after a usurper that Redis granted
+// later.) A token minted below the holder's, a counter lost to eviction
+// and restarted low, would let the stale holder's writes through.
 func checkFencedOverlaps(s *schedule, holds []hold, out *outcome) {
 	if !s.has("evict") {
 		return
 	}
 	for i, a := range holds {
 		for _, b := range holds[i+1:] {
-			first, second := a, b
-			if b.start.Before(a.start) {
-				first, second = b, a
-			}
-			if !second.start.Before(first.end) || (first.exclusive() == false && second.exclusive() == false) {
+			overlap := b.start.Before(a.end) && a.start.Before(b.end)
+			if !overlap || !a.exclusive() && !b.exclusive() {
 				continue
 			}
-			for name, t1 := range first.tokens {
-				t2, ok := second.tokens[name]
-				if !ok {
+			for _, pair := range [][2]hold{{a, b}, {b, a}} {
+				held, usurper := pair[0], pair[1]
+				if !usurper.asked.After(held.start) {
 					continue
 				}
-				out.checks++
-				if t2 <= t1 {
-					out.violate("unfenced overlap: %s held by client %d (token %d) and then client %d (token %d) at once; the store would accept the first's writes",
-						name, first.client, t1, second.client, t2)
+				for name, t1 := range held.tokens {
+					t2, ok := usurper.tokens[name]
+					if !ok {
+						continue
+					}
+					out.checks++
+					if t2 <= t1 {
+						out.violate("unfenced overlap: %s held by client %d (token %d) when client %d asked for it and was granted token %d; the store would accept the first's writes",
+							name, held.client, t1, usurper.client, t2)
+					}
 				}
 			}
 		}

@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 )
 
 // The explorer's network layer: in a run with the network fault, every
@@ -268,3 +271,17 @@ func (p *params) drawNetwork(seed uint64, quiet bool) {
 
 // netStreamKey keys drawNetwork's stream.
 const netStreamKey = 0x6e65b4
+
+var soakFaults = flag.String("explore.with", "", "soak: only seeds that draw one of these fault kinds, comma-separated")
+
+// soakWants reports whether a soak runs p: every seed, or with
+// -explore.with, only those that draw one of its fault kinds (a soak of
+// the kinds a few seeds in ten draw).
+func soakWants(p params) bool {
+	return *soakFaults == "" || slices.ContainsFunc(strings.Split(*soakFaults, ","), p.has)
+}
+
+// Toxiproxy's toxics log to zerolog's global logger, not the server's: a
+// bandwidth toxic writes a line to stdout for every connection it was on
+// when removed, thousands in a soak.
+func init() { log.Logger = zerolog.Nop() }

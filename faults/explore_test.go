@@ -109,7 +109,9 @@ func TestExplore(t *testing.T) {
 			}
 			wg.Go(func() {
 				for time.Now().Before(end) {
-					x.explore(e, randomParams(seed.Add(1)-1, maxClients()))
+					if p := randomParams(seed.Add(1)-1, maxClients()); soakWants(p) {
+						x.explore(e, p)
+					}
 				}
 			})
 		}
