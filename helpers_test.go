@@ -131,7 +131,7 @@ func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return n
 
 func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isNodeCheck(cmd) {
+		if notDlocks(cmd) {
 			return next(ctx, cmd)
 		}
 		h.commands.Add(1)
@@ -143,14 +143,35 @@ func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func isNodeCheck(cmd redis.Cmder) bool {
+// notDlocks reports whether cmd is one a lock's round trips do not count:
+// the Client's check of its nodes (INFO memory), run in the background, and
+// go-redis's setup of a new connection (HELLO, CLIENT SETINFO, CLIENT
+// MAINT_NOTIFICATIONS; dlock sends no CLIENT command), which goes through
+// the hooks too: a connection dialled while the node check held the only
+// one counted three commands more.
+func notDlocks(cmd redis.Cmder) bool {
 	args := cmd.Args()
-	return cmd.Name() == "info" && len(args) == 2 && args[1] == "memory"
+	switch cmd.Name() {
+	case "info":
+		return len(args) == 2 && args[1] == "memory"
+	case "hello", "client":
+		return true
+	}
+	return false
 }
 
 func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.commands.Add(int64(len(cmds)))
+		counted := 0
+		for _, cmd := range cmds {
+			if !notDlocks(cmd) {
+				counted++
+			}
+		}
+		if counted == 0 {
+			return next(ctx, cmds)
+		}
+		h.commands.Add(int64(counted))
 		h.pipelines.Add(1)
 		err := next(ctx, cmds)
 		if h.onReply != nil {
