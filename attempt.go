@@ -151,10 +151,10 @@ type attemptReport struct {
 // send runs an attempt: through the coalescer, or, with [WithReplicaAck],
 // with WAIT after it (see acquireAcknowledged).
 func (a *call) send(ctx context.Context, argv []any) (*redis.Cmd, error) {
-	if a.h.cfg.replicaAck == 0 {
+	if a.h.cfg.ack.n == 0 {
 		return a.h.c.flights.runArgv(ctx, a.spec.script, argv), nil
 	}
-	return a.h.c.acquireAcknowledged(ctx, a.h.cfg, a.spec.script, argv)
+	return a.h.c.acquireAcknowledged(ctx, a.h.cfg.ack, a.spec.script, argv)
 }
 
 // lease starts the lease of a hold granted with token for validity (0: the

@@ -61,6 +61,7 @@ type clientHold struct {
 	relHead   []any    // its release's EVALSHA command up to the owner token
 	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
 	group     *groupTokens
+	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
 
 	// Owned by the Client's renewer, under its lock.
 	nextRenew time.Time
@@ -91,7 +92,8 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
 			log: spec.cfg.logger, ttl: ttl, renew: autoRenew},
-		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, tombstone: spec.tombstone, heapIndex: -1},
+		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, tombstone: spec.tombstone,
+			ack: spec.cfg.ack, heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
@@ -122,14 +124,46 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit boo
 	if explicit {
 		args = append(args, shortens)
 	}
-	n, err := runScript(ctx, h.c.rdb, h.kind.extend, h.keys, args...).Int64()
+	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
+	ackErr := h.sendExtensions(ctx, h.c.rdb, calls)
+	n, err := calls[0].cmd.Int64()
 	switch {
 	case err != nil:
 		return nil, redisError("extend", l.name, err)
 	case n != 1:
 		return refusal(n), fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
+	case ackErr != nil: // applied on the master, which may fail over to a replica without it
+		return nil, fmt.Errorf("dlock: extend %q: %w", l.name, ackErr)
 	}
 	return nil, nil
+}
+
+// sendExtensions sends calls, extensions of holds on one master, to rdb;
+// with [WithReplicaAck], through the master and with WAIT after them (see
+// replicaAck.send), whose shortfall it returns: a lease's deadline moves
+// only with an extension its replicas have, or a failover to one of them
+// would end the hold before the deadline its holder counts on.
+func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) error {
+	if h.ack.n == 0 {
+		sendScripts(ctx, rdb, calls)
+		return nil
+	}
+	master, err := h.c.masterFor(ctx, h.keys[0])
+	if err != nil {
+		for i := range calls {
+			calls[i].cmd = redis.NewCmd(ctx)
+			calls[i].cmd.SetErr(err)
+		}
+		return err
+	}
+	err = h.ack.send(ctx, master, calls)
+	for _, call := range calls {
+		if _, ask, moved := redirection(call.cmd.Err()); moved && !ask {
+			h.c.reloadLayout(ctx) // the master moved: the next try goes to the new one
+			break
+		}
+	}
+	return err
 }
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {

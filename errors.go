@@ -55,8 +55,11 @@ var (
 	// ErrNoLeader: an [Election] that nobody leads right now.
 	ErrNoLeader = errors.New("dlock: no leader")
 
-	// ErrReplicaAck: an acquisition that fewer replicas confirmed than
-	// [WithReplicaAck] asks for. The hold was released.
+	// ErrReplicaAck: an acquisition, renewal or [Lease.Extend] that fewer
+	// replicas confirmed than [WithReplicaAck] asks for. An acquisition's
+	// hold was released; a lease whose Extend it ends keeps the deadline it
+	// had (or the Extend's, if that is sooner), and a renewal it ends is
+	// tried again.
 	ErrReplicaAck = errors.New("dlock: too few replicas acknowledged the lock")
 
 	// ErrPermission: Redis refused a command for lack of permission (ACL):

@@ -134,8 +134,7 @@ type settings struct {
 	nodeTimeout  time.Duration // Redlock; 0: derived from the TTL
 	restartGuard time.Duration // Redlock; 0: off
 
-	replicaAck        int // replicas that must confirm an acquisition (WAIT)
-	replicaAckTimeout time.Duration
+	ack replicaAck // replicas that must confirm what a lease counts on (WAIT)
 
 	observer      *Observer // nil: nothing is observed
 	holderInfo    string    // encoded (see encodeHolderInfo); "" none
@@ -260,16 +259,22 @@ func WithRestartGuard(d time.Duration) Option {
 // WAIT go in one pipeline on one connection. With fewer confirmations the
 // hold is released and the acquisition fails with [ErrReplicaAck].
 //
+// Renewals and [Lease.Extend] wait for the replicas too, in the same
+// pipeline: a lease's deadline moves only with an extension n replicas
+// confirmed. One they did not confirm in time counts as failed (a renewal
+// is tried again; Extend returns an error matching ErrReplicaAck and the
+// lease keeps its deadline, or the Extend's if sooner), so a lease whose
+// renewals the replicas stop confirming ends at its deadline.
+//
 // What it buys: a lock acquired this way survives the failover of its
 // master to a replica that confirmed it (Sentinel, or Cluster promotes the
-// replica most up to date). What it does not: WAIT is not consensus; a
-// failover may still promote a replica that had not confirmed (one that
-// was not among the n), a replica can lose the write in its own restart,
-// and renewals are not waited for (a lease renewed on the old master and
-// lost in the failover ends at its next renewal). A [Redlock], whose nodes
+// replica most up to date), until the deadline its lease counts on. What
+// it does not: WAIT is not consensus; a failover may still promote a
+// replica that had not confirmed (one that was not among the n), and a
+// replica can lose the write in its own restart. A [Redlock], whose nodes
 // are independent masters, refuses it.
 func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(s *settings) { s.replicaAck, s.replicaAckTimeout, s.given = n, timeout, s.given|optReplicaAck }
+	return func(s *settings) { s.ack, s.given = replicaAck{n, timeout}, s.given|optReplicaAck }
 }
 
 // with is s with opts applied; given says which of them only some types
@@ -305,10 +310,10 @@ func (s settings) validate(scope optionScope) error {
 		return invalidf("waiter refresh %v is below the minimum %v", s.waiterRefresh, MinWaiterRefresh)
 	case s.waiterRefresh > MaxWaiterRefresh:
 		return invalidf("waiter refresh %v is above the maximum %v", s.waiterRefresh, MaxWaiterRefresh)
-	case s.replicaAck < 0:
-		return invalidf("replica acknowledgements %d is negative", s.replicaAck)
-	case s.replicaAck > 0 && s.replicaAckTimeout <= 0:
-		return invalidf("replica acknowledgement timeout %v is not positive", s.replicaAckTimeout)
+	case s.ack.n < 0:
+		return invalidf("replica acknowledgements %d is negative", s.ack.n)
+	case s.ack.n > 0 && s.ack.timeout <= 0:
+		return invalidf("replica acknowledgement timeout %v is not positive", s.ack.timeout)
 	case s.nodeTimeout < 0:
 		return invalidf("node timeout %v is negative", s.nodeTimeout)
 	case s.restartGuard < 0 || s.restartGuard > MaxTTL:

@@ -192,14 +192,22 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 // they write to, and a cluster's sets the context's error on every command
 // in it, so one batch for all nodes made a stalled node cost the leases of
 // the healthy ones.
+//
+// Leases that wait for replicas ([WithReplicaAck]) go in batches of their
+// own, by the replicas they wait for: the others need not wait with them.
 func (r *renewer) sendByNode(due []*clientHold) {
-	byNode := make(map[redis.UniversalClient][]*clientHold)
+	type batchKey struct {
+		node redis.UniversalClient
+		ack  replicaAck
+	}
+	byNode := make(map[batchKey][]*clientHold)
 	for _, h := range due {
 		node, err := r.c.masterFor(r.ctx, h.keys[0])
 		if err != nil {
 			node = nil // not known: sent with the others not known, which the client routes
 		}
-		byNode[node] = append(byNode[node], h)
+		key := batchKey{node, h.ack}
+		byNode[key] = append(byNode[key], h)
 	}
 	for _, batch := range byNode {
 		r.sendBatch(batch)
@@ -253,11 +261,14 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
 	sent := time.Now()
-	sendScripts(ctx, r.c.rdb, calls)
+	ackErr := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
 	for i, call := range calls {
 		n, err := call.cmd.Int64()
-		if err == nil && n != 1 {
+		switch {
+		case err == nil && n != 1:
 			err = refusal(n)
+		case err == nil:
+			err = ackErr // applied, but not where a failover would keep it: not counted on
 		}
 		batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err)
 	}

@@ -3,32 +3,76 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// replicaAck is [WithReplicaAck]'s rule: how many replicas of a lock's
+// master must confirm a write that a lease counts on (its grant, a renewal,
+// an Extend), and how long WAIT waits for them; n == 0: none are asked.
+type replicaAck struct {
+	n       int
+	timeout time.Duration
+}
+
+// send sends calls, every one for keys of master, then WAIT, in one
+// pipeline on one connection to master (WAIT names no key: it confirms
+// what its own connection wrote), and returns WAIT's answer as an error
+// (see confirmed).
+func (ack replicaAck) send(ctx context.Context, master redis.UniversalClient, calls []scriptCall) error {
+	all := append(slices.Clip(calls), scriptCall{argv: []any{"wait", ack.n, max(ack.timeout.Milliseconds(), 1)}})
+	sendScripts(ctx, master, all)
+	copy(calls, all) // their replies
+	return ack.confirmed(all[len(calls)].cmd)
+}
+
+// confirmed is WAIT's answer as an error: nil when n replicas confirmed,
+// else one matching [ErrReplicaAck] (or [ErrPermission] for a user
+// without +wait, the operator's to fix, not a slow replica). The caller
+// judges it only where the calls wrote something.
+func (ack replicaAck) confirmed(acks *redis.Cmd) error {
+	if err := acks.Err(); err != nil {
+		if isPermission(err) {
+			return fmt.Errorf("%w: WAIT: %w", ErrPermission, err)
+		}
+		return fmt.Errorf("%w: WAIT: %w", ErrReplicaAck, err)
+	}
+	if got, err := acks.Int64(); err != nil || got < int64(ack.n) {
+		return fmt.Errorf("%w: %d of %d within %v", ErrReplicaAck, got, ack.n, ack.timeout)
+	}
+	return nil
+}
+
 // acquireAcknowledged runs an acquire script's EVALSHA command (argv, as
-// call.argv builds it) for [WithReplicaAck]: it sends WAIT after it in one
-// pipeline on one connection to the master of its first key, and reports a
-// shortfall of replica acknowledgements as an error matching
-// [ErrReplicaAck], for the caller to check once it knows the script granted
-// a hold (a refusal needs no replicas).
-func (c *Client) acquireAcknowledged(ctx context.Context, cfg settings, script *redis.Script, argv []any) (*redis.Cmd, error) {
+// call.argv builds it) with WAIT after it (see replicaAck.send) on the
+// master of its first key, following a cluster's redirections, and
+// reports a shortfall of replica acknowledgements as an error matching
+// [ErrReplicaAck], for the caller to check once it knows the script
+// granted a hold (a refusal needs no replicas).
+func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script *redis.Script, argv []any) (*redis.Cmd, error) {
 	master, err := c.masterFor(ctx, argv[3].(string))
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd, nil
 	}
-	var cmd, acks *redis.Cmd
+	var calls []scriptCall
+	var ackErr error
 	asking := false
 	for redirects := 0; ; redirects++ {
-		cmd, acks = acquireThenWait(ctx, master, cfg, script, argv, asking)
+		calls = calls[:0]
+		if asking { // an ASK redirection is followed with ASKING first
+			calls = append(calls, scriptCall{argv: []any{"asking"}})
+		}
+		calls = append(calls, scriptCall{script: script, argv: argv})
+		ackErr = ack.send(ctx, master, calls)
 		// The pipeline goes to one node, not through the cluster client:
 		// follow a failover's or a resharding's redirection here.
-		addr, ask, redirected := redirection(cmd.Err())
+		addr, ask, redirected := redirection(calls[len(calls)-1].cmd.Err())
 		if !redirected || redirects == maxRedirects {
 			break
 		}
@@ -38,38 +82,16 @@ func (c *Client) acquireAcknowledged(ctx context.Context, cfg settings, script *
 		}
 		master, asking = next, ask
 	}
+	cmd := calls[len(calls)-1].cmd
 	if cmd.Err() != nil {
 		return cmd, nil
 	}
-	if err := acks.Err(); err != nil {
-		if isPermission(err) { // a missing +wait is the operator's to fix, not a slow replica
-			return cmd, fmt.Errorf("%w: WAIT: %w", ErrPermission, err)
-		}
-		return cmd, fmt.Errorf("%w: WAIT: %w", ErrReplicaAck, err)
-	}
-	if got, err := acks.Int64(); err != nil || got < int64(cfg.replicaAck) {
-		return cmd, fmt.Errorf("%w: %d of %d within %v", ErrReplicaAck, got, cfg.replicaAck, cfg.replicaAckTimeout)
-	}
-	return cmd, nil
+	return cmd, ackErr
 }
 
 // maxRedirects bounds the MOVED and ASK answers acquireAcknowledged
 // follows, as go-redis's cluster client does by default.
 const maxRedirects = 3
-
-// acquireThenWait pipelines the acquire script and WAIT to master; asking
-// sends ASKING first, as an ASK redirection requires.
-func acquireThenWait(ctx context.Context, master redis.UniversalClient, cfg settings, script *redis.Script, argv []any,
-	asking bool) (cmd, acks *redis.Cmd) {
-	calls := make([]scriptCall, 0, 3)
-	if asking {
-		calls = append(calls, scriptCall{argv: []any{"asking"}})
-	}
-	calls = append(calls, scriptCall{script: script, argv: argv},
-		scriptCall{argv: []any{"wait", cfg.replicaAck, max(cfg.replicaAckTimeout.Milliseconds(), 1)}})
-	sendScripts(ctx, master, calls)
-	return calls[len(calls)-2].cmd, calls[len(calls)-1].cmd
-}
 
 // masterFor is the client of the master that holds key: on a cluster its
 // node's, on a Ring the key's shard's, elsewhere the Client's own (a single
@@ -98,6 +120,14 @@ func redirection(err error) (addr string, ask, ok bool) {
 	return fields[2], fields[0] == "ASK", true
 }
 
+// reloadLayout has a cluster client reload the cluster's layout, which a
+// MOVED answer on a node's own connection does not tell it.
+func (c *Client) reloadLayout(ctx context.Context) {
+	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
+		cluster.ReloadState(ctx)
+	}
+}
+
 // clusterNode is the cluster client's connection to the node at addr,
 // master or replica (a replica just promoted may not be known as a master
 // yet). moved: the cluster's layout changed, so the client reloads it.
@@ -107,7 +137,7 @@ func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (*red
 		return nil, fmt.Errorf("dlock: a redirection to %s from a server that is not a cluster's", addr)
 	}
 	if moved {
-		cluster.ReloadState(ctx)
+		c.reloadLayout(ctx)
 	}
 	var found *redis.Client
 	var mu sync.Mutex

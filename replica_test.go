@@ -127,3 +127,74 @@ func TestReplicaAck_FollowsAClusterRedirection(t *testing.T) {
 	}
 	expectFree(t, ctx, rdb, mu.Name())
 }
+
+// With replica acks a lease counts only on what a replica confirmed: a
+// renewal or an Extend applied on the master but not yet on its replica
+// must not move the lease's deadline, or a failover to that replica ends
+// the hold while its holder still counts on it, and a second client takes
+// the lock before the first lease's deadline. While the replica keeps up,
+// renewals are confirmed as usual.
+func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
+	const ttl = 3 * time.Second // renewed every second
+	for _, how := range []string{"renewal", "extend"} {
+		t.Run(how, func(t *testing.T) {
+			f := redistest.StartFailover(t)
+			ctx := ctxFor(t, time.Minute)
+			name := lockName(t)
+			renewals := make(chan dlock.RenewalEvent, 16)
+			obs := &dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+				select {
+				case renewals <- ev:
+				default:
+				}
+			}}
+			nextRenewal := func() dlock.RenewalEvent {
+				select {
+				case ev := <-renewals:
+					return ev
+				case <-ctx.Done():
+					t.Fatal("no renewal answered")
+					return dlock.RenewalEvent{}
+				}
+			}
+			lease, err := newClient(t, f.Client(), dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond),
+				dlock.WithObserver(obs)).Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev := nextRenewal(); ev.Result != dlock.RenewalOK {
+				t.Fatalf("a renewal with the replica keeping up: %s, %v", ev.Result, ev.Err)
+			}
+			// The replica falls behind, its link cut (see above).
+			f.Replica.Pause()
+			if err := f.Master.Client().ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if how == "renewal" {
+				if ev := nextRenewal(); !errors.Is(ev.Err, dlock.ErrReplicaAck) {
+					t.Fatalf("a renewal with the replica stopped: %s, %v; want ErrReplicaAck", ev.Result, ev.Err)
+				}
+			} else if err := lease.Extend(ctx, 10*ttl); !errors.Is(err, dlock.ErrReplicaAck) {
+				t.Fatalf("Extend with the replica stopped: %v; want ErrReplicaAck", err)
+			}
+			counted := lease.Deadline()
+			f.Master.Kill()
+			f.Replica.Resume()
+			if err := f.Promote(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ms, err := f.Replica.Client().Do(ctx, "pexpiretime", lockKey(name)).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := time.UnixMilli(ms)
+			if ms == -2 { // expired on the new master already
+				kept = time.Now()
+			}
+			if counted.After(kept) {
+				t.Fatalf("the lease counts on its hold until %v, but the promoted replica keeps it until %v",
+					counted.Format("15:04:05.000"), kept.Format("15:04:05.000"))
+			}
+		})
+	}
+}

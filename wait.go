@@ -143,7 +143,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.replicaAck, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0]}
+	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0]}
 	if !c.subscribed(wt.channel) {
 		if l, err, done := wt.unsubscribed(); done {
 			return l, err
