@@ -436,7 +436,7 @@ func (l *Lease) end(err error) {
 		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
 	}
 	if ob != nil && err == nil { // a release: told before Done closes, on the caller's goroutine
-		ob.ended(l, nil)
+		ob.ended(nil)
 	}
 
 	l.mu.Lock()
@@ -463,7 +463,7 @@ func (l *Lease) end(err error) {
 		// A loss is found by the renewal loop or a timer: told once Done
 		// has closed, on a goroutine of its own, so that no observer delays
 		// the holder's signal or the renewals of other leases.
-		go ob.ended(l, err)
+		go ob.ended(err)
 	}
 }
 

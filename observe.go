@@ -143,12 +143,12 @@ func (o *Observer) watch(l *Lease, kind Kind) {
 	l.mu.Unlock()
 	if ending {
 		<-l.Done()
-		ob.ended(l, l.Err())
+		ob.ended(l.Err())
 	}
 }
 
 // ended reports the end of the lease ob watches: err nil when released.
-func (ob *leaseObs) ended(l *Lease, err error) {
+func (ob *leaseObs) ended(err error) {
 	if ob.part {
 		return
 	}

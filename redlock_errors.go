@@ -23,10 +23,12 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %d (%s): %v", e.No
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // QuorumError is a [Redlock] operation that fewer than a majority of nodes
-// confirmed in time. It matches [ErrNotAcquired] for an acquisition and
-// [ErrNotHeld] for an extension or release, and each node's error (so
-// errors.As finds a *NodeError, errors.Is a context.DeadlineExceeded of a
-// node that timed out).
+// confirmed in time. It matches [ErrNotAcquired] for an acquisition; for
+// an extension or release, [ErrNotHeld] when a majority answered that the
+// hold is not there, else [ErrUnavailable] (nodes that did not answer in
+// time may hold it still); and each node's error (so errors.As finds a
+// *NodeError, errors.Is a context.DeadlineExceeded of a node that timed
+// out).
 type QuorumError struct {
 	Op      string // "lock", "lock (fencing token)", "extend" or "unlock"
 	Name    string
@@ -34,7 +36,7 @@ type QuorumError struct {
 	Granted int  // nodes that confirmed
 	Late    bool // a quorum confirmed, but too late to leave any validity
 	Nodes   []*NodeError
-	outcome error // ErrNotAcquired or ErrNotHeld
+	outcome error // ErrNotAcquired, ErrNotHeld or ErrUnavailable
 }
 
 func (e *QuorumError) Error() string {

@@ -54,23 +54,36 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bo
 	if granted >= m.r.quorum && m.drift(ttl)+time.Since(start) < ttl {
 		return nil, nil
 	}
+	lost := m.r.majorityRefused(errs)
 	err = &QuorumError{Op: "extend", Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
-	if refusedBy(errs) > len(m.r.nodes)-m.r.quorum {
+		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: holdOutcome(lost)}
+	if lost {
 		return errRenewalRefused, err
 	}
 	return nil, err
 }
 
-// refusedBy counts the nodes that answered that the hold is not there.
-func refusedBy(errs []error) int {
+// majorityRefused reports whether so many nodes answered that the hold is
+// not there that no quorum can still have it.
+func (r *Redlock) majorityRefused(errs []error) bool {
 	refused := 0
 	for _, err := range errs {
 		if errors.Is(err, ErrNotHeld) {
 			refused++
 		}
 	}
-	return refused
+	return refused > len(r.nodes)-r.quorum
+}
+
+// holdOutcome is the sentinel a failed extension or release matches:
+// ErrNotHeld when a majority refused, else ErrUnavailable, as for a lock on
+// one server whose Redis did not answer: the nodes that did not confirm
+// may hold it still.
+func holdOutcome(majorityRefused bool) error {
+	if majorityRefused {
+		return ErrNotHeld
+	}
+	return ErrUnavailable
 }
 
 // heldOrNot reads a node's answer to a script that acts only on a hold of
@@ -101,10 +114,11 @@ func (h *redlockHold) release(ctx context.Context, _ voidRule) (loss, err error)
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	if granted := succeeded(errs); granted < m.r.quorum {
+		lost := m.r.majorityRefused(errs)
 		err := &QuorumError{Op: "unlock", Name: m.name, Quorum: m.r.quorum, Granted: granted,
-			Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrNotHeld}
+			Nodes: nodeErrors(m.r.nodes, errs), outcome: holdOutcome(lost)}
 		cause := error(errUnlockIncomplete)
-		if refusedBy(errs) > len(m.r.nodes)-m.r.quorum { // a majority no longer held it
+		if lost {
 			cause = errRenewalRefused
 		}
 		return fmt.Errorf("%w: %w", cause, err), err

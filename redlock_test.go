@@ -317,3 +317,44 @@ func TestRedlock_FailedExtendToAShorterTTLCountsOnTheShorterOne(t *testing.T) {
 		t.Fatalf("lease lost after the failed Extend: %v", err)
 	}
 }
+
+// ErrNotHeld says there was nothing of ours left to release or extend. A
+// Redlock whose nodes do not answer cannot know that: its Unlock and
+// Extend fail with ErrUnavailable, not ErrNotHeld; a majority that
+// answered "not held" is ErrNotHeld.
+func TestRedlock_NodesThatDoNotAnswerAreUnavailableNotNotHeld(t *testing.T) {
+	const nodeTimeout = 100 * time.Millisecond
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, time.Minute)
+	rl := redlockOver(t, servers, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(nodeTimeout))
+	lease, err := rl.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Pause()
+	servers[1].Pause()
+	extendErr := lease.Extend(ctx, 20*time.Second)
+	unlockErr := lease.Unlock(ctx)
+	servers[0].Resume()
+	servers[1].Resume()
+	for what, err := range map[string]error{"Extend": extendErr, "Unlock": unlockErr} {
+		var quorum *dlock.QuorumError
+		if !errors.As(err, &quorum) || errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("%s with 2 of 3 nodes not answering: %v; want a QuorumError matching ErrUnavailable, not ErrNotHeld", what, err)
+		}
+	}
+
+	// A majority that no longer holds it says so.
+	other, err := rl.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[:2] {
+		if err := s.Client().FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrUnavailable) {
+		t.Errorf("Unlock with the hold gone from 2 of 3 nodes: %v; want ErrNotHeld", err)
+	}
+}

@@ -19,7 +19,6 @@ import (
 func TestMutex_EachReleaseHandsTheLockToOneWaiterAcrossClients(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const clients, waitersPerClient = 4, 2
-		const waiters = clients * waitersPerClient
 		name := lockName(t)
 		ctx := ctxFor(t, 30*time.Second)
 		holder, err := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute)).Mutex(name).Lock(ctx)
