@@ -73,9 +73,9 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 		beside     []string
 		take, wait acquire
 		// The keys of the lock that record its holds ("" the lock's own),
-		// overwritten here by another program while held: the release
-		// finds its hold gone, or does not recognise the key, and changes
-		// nothing of it.
+		// overwritten here by another program while held: TTL, Extend
+		// and the release find the hold gone, or do not recognise the
+		// key, and change nothing of it, its expiry included.
 		held []string
 	}{
 		{"Mutex", mutexKeys, 1, []acquire{
@@ -273,12 +273,19 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 					t.Fatalf("%s: %v", what, err)
 				}
 				dump := plant(key, kind)
+				// What the renewer does, and the caller may: neither may
+				// give the value an expiry (DUMP does not show one).
+				_, _ = lease.TTL(ctx)
+				_ = lease.Extend(ctx, time.Minute)
 				err = lease.Unlock(ctx)
 				if err != nil && !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, dlock.ErrWrongType) {
 					t.Errorf("%s: %v", what, err)
 				}
 				if after := rdb.Dump(ctx, key).Val(); after != dump {
 					t.Errorf("%s changed the foreign value", what)
+				}
+				if pttl := rdb.PTTL(ctx, key).Val(); pttl != -1 {
+					t.Errorf("%s, after TTL and Extend: the foreign value expires in %v", what, pttl)
 				}
 			}
 		}
@@ -329,7 +336,8 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 		}
 	}
 	// Describe and ForceUnlock, on any name, with a foreign value under any
-	// key of any lock type.
+	// key of any lock type, a string that is no number under the fencing
+	// counter included (ForceUnlock took it for a counter).
 	suffixes := map[string]bool{}
 	for _, typ := range types {
 		for _, s := range typ.keys {
@@ -337,10 +345,7 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 		}
 	}
 	for suffix := range suffixes {
-		for kind, write := range foreignValues {
-			if !foreignCell(suffix, kind) {
-				continue
-			}
+		for kind, write := range foreignValues { // a counter that is no number too
 			name := lockName(t)
 			key := lockKey(name) + suffix
 			if err := write(ctx, rdb, key); err != nil {

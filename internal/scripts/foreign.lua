@@ -147,15 +147,16 @@ local function foreign_semaphore(holders, tokens)
   return foreign_key({}, {holders}, {tokens})
 end
 
--- The error when a Semaphore's number of permits is not dlock's, or nil.
-local function foreign_permits(permits)
-  local wrong = foreign_key({permits}, {}, {})
+-- The error when a counter (a Semaphore's number of permits, a fencing
+-- counter) is not dlock's, a string of digits, or nil.
+local function foreign_counter(key)
+  local wrong = foreign_key({key}, {}, {})
   if wrong then
     return wrong
   end
-  local stored = redis.call('GET', permits)
+  local stored = redis.call('GET', key)
   if stored and not tonumber(stored) then
-    return not_dlocks(permits, 'a string')
+    return not_dlocks(key, 'a string')
   end
   return nil
 end
@@ -195,6 +196,6 @@ local function foreign_lock(lock, fence, permits, tokens, leader, zsets, holder,
   elseif kind ~= 'none' then
     wrong = not_dlocks(lock, 'a ' .. kind)
   end
-  return wrong or foreign_key({fence}, zsets, {tokens}) or foreign_permits(permits) or foreign_leader(leader)
-    or foreign_holder_info(holder) or foreign_forced(forced)
+  return wrong or foreign_key({}, zsets, {tokens}) or foreign_counter(fence) or foreign_counter(permits)
+    or foreign_leader(leader) or foreign_holder_info(holder) or foreign_forced(forced)
 end

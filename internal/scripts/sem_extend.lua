@@ -5,7 +5,9 @@
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
 --
--- Returns 1 renewed, 0 not held (expired or released): never re-created.
+-- Returns 1 renewed, 0 not held (expired or released): never re-created;
+-- or WRONGTYPE when another program wrote over the tokens, which are left
+-- as they are (their expiry too).
 --
 -- Safe to send twice, and to arrive late: a copy finds the hold this
 -- owner's or not (and does nothing); an owner token is never reused, so a
@@ -18,6 +20,10 @@
 local now = server_now()
 if not live_score(HOLDERS, ARGV[1], now) then
   return 0
+end
+local wrong = foreign_tokens()
+if wrong then
+  return wrong
 end
 extend_score(HOLDERS, ARGV[1], now + tonumber(ARGV[2]), may_shorten(ARGV[3]))
 expire_with_last(now)

@@ -24,6 +24,18 @@ local function purge(now)
   drop_expired(HOLDERS, now, function(owner) redis.call('HDEL', TOKENS, owner, 'i' .. owner) end)
 end
 
+-- The error when the tokens hold what dlock did not write there (see
+-- dlocks_beside: a hash without a TTL is another program's), or nil: a
+-- release or renewal then changes nothing. One command when they are
+-- missing, two otherwise.
+local function foreign_tokens()
+  local _, what = dlocks_beside(TOKENS, 'hash')
+  if what then
+    return not_dlocks(TOKENS, what)
+  end
+  return nil
+end
+
 -- The holders' keys live as long as the last permit, and no longer.
 local function expire_with_last(now)
   local last = redis.call('ZRANGE', HOLDERS, -1, -1, 'WITHSCORES')

@@ -11,12 +11,18 @@
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
--- release: the mark), 0 not held by this owner (expired, or never taken).
+-- release: the mark), 0 not held by this owner (expired, or never taken),
+-- or WRONGTYPE, changing nothing, when another program wrote over the
+-- tokens.
 --
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
 
 void_call(KEYS[7], ARGV[4])
+local wrong = foreign_tokens()
+if wrong then
+  return wrong
+end
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then

@@ -16,7 +16,7 @@
 -- after a later SetPermits would set the older number back: SetPermits is
 -- an operator's change, not made concurrently.
 
-local wrong = foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS) or foreign_permits(PERMITS)
+local wrong = foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS) or foreign_counter(PERMITS)
 if wrong then
   return wrong
 end
