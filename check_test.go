@@ -222,8 +222,10 @@ func TestCheck_CloseEndsTheClientsOwnCheck(t *testing.T) {
 
 func TestCheck_BadInput(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	if _, err := dlock.New(nil); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatal("a Client without Redis was made")
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+		if _, err := dlock.New(rdb); !errors.Is(err, dlock.ErrInvalid) {
+			t.Fatalf("New(%#v): %v; want ErrInvalid", rdb, err)
+		}
 	}
 	if _, err := (*dlock.Client)(nil).Check(ctx); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatal("Check of a nil Client succeeded")

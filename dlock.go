@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ type Client struct {
 // where a mistake is best found.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	cfg := defaultSettings().with(opts)
-	if rdb == nil {
+	if isNil(rdb) {
 		return nil, invalidf("nil Redis client")
 	}
 	if err := cfg.validate(forClient); err != nil {
@@ -89,6 +90,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
 	return c, nil
+}
+
+// isNil reports whether rdb is nil, or a nil pointer in the interface (a
+// *redis.Client variable left unset), which would panic at first use.
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // resendAfter is the read timeout of rdb's connections: go-redis sends a

@@ -67,7 +67,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 		r.err = r.cfg.validate(forRedlock)
 	}
 	for i, rdb := range clients {
-		if rdb == nil {
+		if isNil(rdb) {
 			r.err = invalidf("Redis client %d is nil", i)
 			r.nodes = nil
 			break
@@ -78,7 +78,13 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 }
 
 // Quorum returns how many nodes must agree: a majority.
-func (r *Redlock) Quorum() int { return r.quorum }
+// A nil Redlock has none.
+func (r *Redlock) Quorum() int {
+	if r == nil {
+		return 0
+	}
+	return r.quorum
+}
 
 // RedlockMutex is an exclusive lock held on a majority of a [Redlock]'s
 // nodes. Its leases are ordinary [Lease] values: a token, Done and Context,
@@ -117,12 +123,21 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // Name returns the lock's name.
 func (m *RedlockMutex) Name() string { return m.name }
 
+// usable is the error a call of m returns before any I/O: its arguments',
+// or that it was not made by [Redlock.Mutex] (a zero value, or nil).
+func (m *RedlockMutex) usable() error {
+	if m == nil || m.r == nil && m.err == nil {
+		return invalidf("a RedlockMutex not made by Redlock.Mutex")
+	}
+	return m.err
+}
+
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] matching [ErrNotAcquired] when no majority granted in time,
 // naming each node that did not and why.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if m.err != nil {
-		return nil, m.err
+	if err := m.usable(); err != nil {
+		return nil, err
 	}
 	if o := m.cfg.observer; o != nil {
 		return o.acquire(ctx, KindRedlock, m.name, true, m.tryLock)
@@ -146,8 +161,8 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // wraps the last attempt's [*QuorumError]. Between attempts it waits a
 // random moment, so contenders do not collide again and again.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
-	if m.err != nil {
-		return nil, m.err
+	if err := m.usable(); err != nil {
+		return nil, err
 	}
 	if o := m.cfg.observer; o != nil {
 		return o.acquire(ctx, KindRedlock, m.name, m.cfg.triesOnce(), m.lock)

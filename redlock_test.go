@@ -226,6 +226,9 @@ func TestRedlock_BadInput(t *testing.T) {
 		dlock.NewRedlock(append(clients, clients[0])).Mutex("x"),
 		dlock.NewRedlock(nil).Mutex("x"),
 		dlock.NewRedlock([]redis.UniversalClient{clients[0], nil, clients[2]}).Mutex("x"),
+		dlock.NewRedlock([]redis.UniversalClient{clients[0], (*redis.Client)(nil), clients[2]}).Mutex("x"),
+		{}, // a zero RedlockMutex, made without a Redlock
+		(&dlock.Redlock{}).Mutex("x"),
 		dlock.NewRedlock(clients).Mutex(""),
 		dlock.NewRedlock(clients).Mutex("x", dlock.WithTTL(time.Second), dlock.WithNodeTimeout(time.Second)),
 		(*dlock.Redlock)(nil).Mutex("x"),
