@@ -55,6 +55,7 @@ echo before-watch
 %[2]s watch --interval 200ms 'job*'
 echo "watch-exit:$?"
 printf "typed? "; read answer; echo "got:$answer"
+read next
 %[2]s watch --interval 200ms job-2
 echo "watch2-exit:$?"
 sleep 600
@@ -91,6 +92,9 @@ sleep 600
 	term.typeLine("hello")
 	term.waitScreen("typed? hello") // echoed as typed
 	term.waitScreen("got:hello")    // and read as a whole line
+	// The next watch starts only now: it takes the screen, and a capture
+	// made after it started would not show "got:hello".
+	term.typeLine("next")
 
 	term.waitScreenUntil("job-2, free", func(s string) bool {
 		return strings.Contains(s, "job-2") && strings.Contains(s, "free")
