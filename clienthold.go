@@ -30,7 +30,7 @@ type leaseSpec struct {
 	name    string
 	kind    *leaseKind
 	keys    []string // KEYS of extend and TTL
-	relHead []any    // release's EVALSHA command up to its last key, the mark, boxed by the type (see handle.boxed)
+	relHead []any    // release's EVALSHA command up to its last keys (the mark, a tombstone), boxed by the type (see handle.boxed)
 	mark    string   // the lock key the release mark is named after (see releaseMark)
 	owner   string
 	token   uint64
@@ -58,7 +58,8 @@ type clientHold struct {
 	c         *Client
 	kind      *leaseKind
 	keys      []string // KEYS of the kind's extend and TTL scripts
-	relHead   []any    // its release's EVALSHA command up to the owner token
+	relHead   []any    // its release's EVALSHA command up to its last keys, the handle's, shared
+	mark      string   // the lock key its release's mark is named after (see releaseMark)
 	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
 	group     *groupTokens
 	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
@@ -92,14 +93,12 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
 			log: spec.cfg.logger, ttl: ttl, renew: autoRenew},
-		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, tombstone: spec.tombstone,
+		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, mark: spec.mark, tombstone: spec.tombstone,
 			ack: spec.cfg.ack, heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
 	l.setDeadline(spec.sent, validity)
-	// The head is the handle's, shared by its leases: the mark goes on a copy.
-	h.relHead = append(slices.Clip(h.relHead), releaseMark(spec.mark, spec.owner))
 	if spec.names != nil {
 		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
 	}
@@ -188,14 +187,17 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, releaseMarkLife)
 	defer cancel()
-	head, extra := h.relHead, []any{releaseMarkMillis}
+	// The mark is named at release, not kept from the grant: a held lease
+	// costs a Client's memory for as long as it is held (see 10000Held).
+	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 1, 2) // room for a tombstone
+	last[0], extra[0] = releaseMark(h.mark, l.owner), releaseMarkMillis
 	void := rule == voidAlways || (rule == voidIfCopied && l.maybeCopied)
 	if void && h.tombstone != "" { // the tombstone is release's last KEY, its lifetime its last ARGV
-		head = append(slices.Clone(h.relHead), h.tombstone)
+		head = slices.Clone(h.relHead)
 		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
-		extra = append(extra, tombstoneLifeMillis)
+		last, extra = append(last, h.tombstone), append(extra, tombstoneLifeMillis)
 	}
-	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, l.owner, extra...)
+	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, l.owner, extra...)
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
 		return errUnlockIncomplete, redisError("unlock", l.name, err)

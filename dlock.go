@@ -339,19 +339,22 @@ func (c *Client) subscribed(channel string) bool {
 }
 
 // releaseWithin runs a release script for one owner, the EVALSHA command
-// built up to the owner token in head (every lock type keeps its own boxed:
-// see handle.boxed), and reports whether it let go of a hold. Its script
-// takes the owner token and the publish command as ARGV[1] and ARGV[2],
-// then extra. ctx is already bounded (see cleanupContext), and not to be
+// built in head up to its last keys, which follow (every lock type keeps
+// its head boxed: see handle.boxed), and reports whether it let go of a
+// hold. Its script takes the owner token and the publish command as
+// ARGV[1] and ARGV[2], then extra. ctx is already bounded (see cleanupContext), and not to be
 // cancelled with the caller's: the caller's hold must go whatever the
 // caller's context (see Lease.Unlock).
-func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, head []any, owner string, extra ...any) (bool, error) {
+func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, head []any, last []string, owner string, extra ...any) (bool, error) {
 	publish, err := c.publishCommand(ctx)
 	if err != nil {
 		return false, err
 	}
-	argv := make([]any, 0, len(head)+2+len(extra))
+	argv := make([]any, 0, len(head)+len(last)+2+len(extra))
 	argv = append(argv, head...)
+	for _, key := range last {
+		argv = append(argv, key)
+	}
 	argv = append(argv, owner, publishArg(publish))
 	argv = append(argv, extra...)
 	n, err := c.flights.runArgv(ctx, script, argv).Int64()
@@ -391,7 +394,7 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	if _, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), owner, extra...); err != nil {
+	if _, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), nil, owner, extra...); err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}
 }
