@@ -84,7 +84,7 @@
 //
 // # Redis
 //
-// Every operation is one Lua script (see package scripts), run by SHA, one
+// Every operation is one Lua script (in internal/scripts), run by SHA, one
 // round trip. All keys of one lock share the hash tag {name}: with the
 // default prefix the lock "orders:42" lives in "dlock:{orders:42}", its
 // fencing counter in "dlock:{orders:42}:fence" (kept [FenceRetentionTTLs]
@@ -124,7 +124,10 @@
 //
 // For those who work on dlock itself (docs/ARCHITECTURE.md has the whole
 // design). A lock type provides its Lua scripts in internal/scripts (one
-// per operation: acquire, release, extend, ttl, abandon) and one Go file
+// per operation: acquire, release, extend, ttl, abandon; listed with their
+// companions in scripts.go), teaches foreign.lua its keys (so that every
+// script refuses another program's value there), Describe its layout, and
+// options.go which options it takes (an optionScope); and one Go file
 // with a handle that embeds the shared handle, an acquireSpec (its
 // scripts, keys and channels, as data) and a call that embeds the shared
 // call and says in a few variant methods how its commands differ. The

@@ -179,8 +179,8 @@ const (
 	// off) or was deleted by something other than [Client.ForceUnlock].
 	// Also where dlock cannot tell how a hold went: a refused Unlock or
 	// TTL, and the lock types whose holds carry no owner to compare with
-	// (a read-write lock's, a Semaphore's, a MultiLock's, an Election's)
-	// or no mark of a forced removal.
+	// (a read-write lock's, a Semaphore's, a MultiLock's) or no mark of a
+	// forced removal.
 	LossExpired LossReason = "expired"
 
 	// LossTaken: another owner holds the lock now. Its key was
@@ -189,8 +189,9 @@ const (
 	LossTaken LossReason = "taken"
 
 	// LossForced: [Client.ForceUnlock] (`dlock unlock --force`) removed
-	// the hold. Told for a Mutex's or FairMutex's hold, whose removal
-	// leaves a mark naming its owner for as long as the hold had left.
+	// the hold. Told for a Mutex's, FairMutex's or Election's hold, whose
+	// removal leaves a mark naming its owner for as long as the hold had
+	// left.
 	LossForced LossReason = "forced"
 
 	// LossUnreachable: no renewal was confirmed before the lease's

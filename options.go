@@ -30,6 +30,13 @@ const (
 	// inside that and every PX argument inside what Redis takes.
 	MaxTTL = 10 * 365 * 24 * time.Hour
 
+	// DefaultWaiterRefresh is how often a waiting Lock, registered to be
+	// woken by the next release, tries again and so renews its
+	// registration: a waiter that died stops being picked within a few
+	// refreshes, and a wake-up sent to it holds the others up for one
+	// refresh at most.
+	DefaultWaiterRefresh = time.Second
+
 	// MinWaiterRefresh is the shortest waiter refresh accepted: each refresh
 	// of each waiter is a command sent to Redis.
 	MinWaiterRefresh = 10 * time.Millisecond

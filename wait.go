@@ -43,12 +43,6 @@ func cutLast(s string) (before, after string, found bool) {
 	return s[:max(i, 0)], s[i+1:], i >= 0
 }
 
-// DefaultWaiterRefresh is how often a waiting Lock, registered to be woken
-// by the next release, tries again and so renews its registration: a waiter
-// that died stops being picked within a few refreshes, and a wake-up sent to
-// it holds the others up for one refresh at most.
-const DefaultWaiterRefresh = time.Second
-
 // waiterLeaseRefreshes is how many refreshes a registration lasts: a
 // waiter that misses one or two (a slow round trip, a pause) keeps its
 // place.
