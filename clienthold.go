@@ -232,6 +232,8 @@ func (h *clientHold) addTokens(tokens map[string]uint64) {
 	}
 }
 
+func (h *clientHold) partLeases() []*Lease { return nil }
+
 func (h *clientHold) carry(parent context.Context) context.Context {
 	if h.kind != rwKind {
 		return parent

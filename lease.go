@@ -109,6 +109,10 @@ type hold interface {
 	// carry is the context of [Lease.Context] before it is bound to the
 	// lease: parent, or parent carrying a read-write lock's hold.
 	carry(parent context.Context) context.Context
+	// partLeases are the leases it is made of (a MultiLock's across
+	// slots), which send its commands and judge their outcomes; nil for
+	// a hold that sends its own.
+	partLeases() []*Lease
 }
 
 // start runs the lease from a grant or extension sent at sent, for validity:
@@ -332,7 +336,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		// A MultiLock's parts judge their own Extends, sent or not, and
 		// move the whole's deadline with theirs: the whole, which sent
 		// nothing itself, has nothing in doubt.
-		if _, parts := l.hold.(*partsHold); !parts {
+		if l.hold.partLeases() == nil {
 			l.inDoubt(sent, ttl)
 		}
 		return err

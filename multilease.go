@@ -116,3 +116,5 @@ func (h *partsHold) addTokens(tokens map[string]uint64) {
 }
 
 func (h *partsHold) carry(parent context.Context) context.Context { return parent }
+
+func (h *partsHold) partLeases() []*Lease { return h.parts }

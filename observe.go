@@ -127,10 +127,8 @@ type leaseObs struct {
 // the way) reports its end at once.
 func (o *Observer) watch(l *Lease, kind Kind) {
 	ob := &leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
-	if whole, ok := l.hold.(*partsHold); ok {
-		for _, p := range whole.parts {
-			p.obs.Store(&leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: p.name, Token: p.token}, part: true})
-		}
+	for _, p := range l.hold.partLeases() {
+		p.obs.Store(&leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: p.name, Token: p.token}, part: true})
 	}
 	if kind == KindElection && o.Leader != nil {
 		o.Leader(LeaderEvent{Name: l.name, Term: l.token, Leading: true})

@@ -142,3 +142,5 @@ func (h *redlockHold) renewalsStopped() bool { return false }
 func (h *redlockHold) addTokens(tokens map[string]uint64) { tokens[h.lease.name] = h.lease.token }
 
 func (h *redlockHold) carry(parent context.Context) context.Context { return parent }
+
+func (h *redlockHold) partLeases() []*Lease { return nil }
