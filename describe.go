@@ -65,7 +65,7 @@ type LockInfo struct {
 // `dlock status`. It is one script, one round trip, and changes nothing.
 // It looks under the Client's prefix, or under the one opts give with
 // [WithPrefix], as a handle made with them would; no other option bears
-// on it. A key of the name holding what dlock did not write (a string
+// on it, and any other is refused with [ErrInvalid]. A key of the name holding what dlock did not write (a string
 // that is no owner token, a hash without the mark of a read-write lock's
 // state…) is no holder: Describe fails with [ErrWrongType], naming the
 // key.
@@ -191,7 +191,8 @@ func permitHolders(infos []any) []Holder {
 // above theirs. It reports whether anything was held. It removes only what
 // dlock wrote: when a key of the name holds anything else, it fails with
 // [ErrWrongType], naming the key, and removes nothing. Like [Client.Describe],
-// it looks under the prefix opts give with [WithPrefix], if any.
+// it looks under the prefix opts give with [WithPrefix], if any, and
+// refuses any other option.
 func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (bool, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {

@@ -66,7 +66,9 @@ type Observer struct {
 // WithObserver sets the [Observer] told about the locks (of a Client, or of
 // one lock). A later WithObserver replaces an earlier one; WithObserver(nil)
 // turns observation off.
-func WithObserver(o *Observer) Option { return func(s *settings) { s.observer = o } }
+func WithObserver(o *Observer) Option {
+	return func(s *settings) { s.observer, s.given = o, s.given|optObserver }
+}
 
 // Kind is the type of lock an event is about.
 type Kind string

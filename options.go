@@ -72,9 +72,11 @@ const (
 // Client takes every option that applies to a lock type it makes.
 type Option func(*settings)
 
-// optionSet names the options that only some lock types take; every type
-// takes the others.
-type optionSet uint8
+// optionSet names the options that not everything takes: some only some
+// lock types, the rest every lock type but not Describe nor ForceUnlock,
+// which look a lock up by name (WithPrefix, which everything takes, has no
+// bit).
+type optionSet uint16
 
 const (
 	optOwner optionSet = 1 << iota
@@ -83,12 +85,21 @@ const (
 	optReplicaAck
 	optNodeTimeout
 	optRestartGuard
+	optTTL
+	optLeaseTime
+	optDriftFactor
+	optWait
+	optLogger
+	optObserver
+
+	optEveryLock = optTTL | optLeaseTime | optDriftFactor | optWait | optLogger | optObserver
 )
 
-var optionNames = []string{"WithOwner", "WithWaiterRefresh", "WithHolderInfo", "WithReplicaAck", "WithNodeTimeout", "WithRestartGuard"}
+var optionNames = []string{"WithOwner", "WithWaiterRefresh", "WithHolderInfo", "WithReplicaAck", "WithNodeTimeout", "WithRestartGuard",
+	"WithTTL", "WithLeaseTime", "WithDriftFactor", "WithWait", "WithLogger", "WithObserver"}
 
-// optionScope is what one maker of locks takes of the options that only
-// some types take.
+// optionScope is what one maker of locks takes of the options that not
+// everything takes.
 type optionScope struct {
 	what  string
 	takes optionSet
@@ -99,15 +110,15 @@ type optionScope struct {
 // waiter; a MultiLock's locks and an Election's leadership keep no holder
 // info; only read-write and reentrant holds have an owner beyond the call.
 var (
-	forMutex     = optionScope{"Mutex", optWaiterRefresh | optHolderInfo | optReplicaAck}
+	forMutex     = optionScope{"Mutex", optEveryLock | optWaiterRefresh | optHolderInfo | optReplicaAck}
 	forFair      = optionScope{"FairMutex", forMutex.takes}
 	forSemaphore = optionScope{"Semaphore", forMutex.takes}
 	forRWMutex   = optionScope{"RWMutex", forMutex.takes | optOwner}
 	forReentrant = optionScope{"ReentrantMutex", forRWMutex.takes}
-	forMulti     = optionScope{"MultiLock", optWaiterRefresh | optReplicaAck}
-	forElection  = optionScope{"Election", optWaiterRefresh | optReplicaAck}
+	forMulti     = optionScope{"MultiLock", optEveryLock | optWaiterRefresh | optReplicaAck}
+	forElection  = optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck}
 	forClient    = optionScope{"Client", forRWMutex.takes}
-	forRedlock   = optionScope{"Redlock", optNodeTimeout | optRestartGuard}
+	forRedlock   = optionScope{"Redlock", optEveryLock | optNodeTimeout | optRestartGuard}
 	forDescribe  = optionScope{"Describe or ForceUnlock", 0} // WithPrefix is all they use
 )
 
@@ -170,21 +181,27 @@ func WithPrefix(prefix string) Option { return func(s *settings) { s.prefix = pr
 
 // WithTTL sets how long a lock outlives a holder that stops renewing it
 // (default [DefaultTTL]). Leases are renewed automatically every TTL/3.
-func WithTTL(ttl time.Duration) Option { return func(s *settings) { s.ttl = ttl } }
+func WithTTL(ttl time.Duration) Option {
+	return func(s *settings) { s.ttl, s.given = ttl, s.given|optTTL }
+}
 
 // WithLeaseTime makes each acquisition a fixed lease of d: it is not renewed,
 // and ends d after it was taken unless extended with [Lease.Extend].
-func WithLeaseTime(d time.Duration) Option { return func(s *settings) { s.leaseTime = d } }
+func WithLeaseTime(d time.Duration) Option {
+	return func(s *settings) { s.leaseTime, s.given = d, s.given|optLeaseTime }
+}
 
 // WithDriftFactor sets the share of each TTL given up to clock drift, in
 // [0, 0.5) (default [DefaultDriftFactor]): every lease of every type counts
 // itself lost that much before Redis lets go.
-func WithDriftFactor(f float64) Option { return func(s *settings) { s.drift = f } }
+func WithDriftFactor(f float64) Option {
+	return func(s *settings) { s.drift, s.given = f, s.given|optDriftFactor }
+}
 
 // WithWait bounds how long Lock waits for the lock. WithWait(0) makes Lock a
 // single attempt, like TryLock. Without it Lock waits until its context ends.
 func WithWait(d time.Duration) Option {
-	return func(s *settings) { s.wait, s.waitSet = d, true }
+	return func(s *settings) { s.wait, s.waitSet, s.given = d, true, s.given|optWait }
 }
 
 // WithLogger sets where dlock logs renewals that failed, leases that were
@@ -195,7 +212,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			l = slog.New(slog.DiscardHandler)
 		}
-		s.logger = l
+		s.logger, s.given = l, s.given|optLogger
 	}
 }
 

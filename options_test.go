@@ -67,8 +67,19 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 			r := dlock.NewRedlock(nodes, dlock.WithRestartGuard(0))
 			return first(r.Mutex(lockName(t), opt).TryLock(ctx))
 		},
+		"Describe": func(opt dlock.Option) error {
+			_, err := newClient(t, rdb).Describe(ctx, lockName(t), opt)
+			return err
+		},
+		"ForceUnlock": func(opt dlock.Option) error {
+			_, err := newClient(t, rdb).ForceUnlock(ctx, lockName(t), opt)
+			return err
+		},
 	}
 	everyType := []string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore", "MultiLock", "Election", "NewRedlock", "RedlockMutex"}
+	// Describe and ForceUnlock look a lock up by name: the prefix is all
+	// they use of options.
+	everyMaker := append(everyType[:len(everyType):len(everyType)], "Describe", "ForceUnlock")
 	for _, tc := range []struct {
 		option    string
 		opt       dlock.Option
@@ -85,8 +96,13 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 		{"WithRestartGuard", dlock.WithRestartGuard(0), []string{"NewRedlock", "RedlockMutex"}},
 		{"WithDriftFactor", dlock.WithDriftFactor(0.02), everyType},
 		{"WithWait", dlock.WithWait(0), everyType},
+		{"WithTTL", dlock.WithTTL(10*time.Second), everyType},
+		{"WithLeaseTime", dlock.WithLeaseTime(10*time.Second), everyType},
+		{"WithLogger", dlock.WithLogger(nil), everyType},
+		{"WithObserver", dlock.WithObserver(&dlock.Observer{}), everyType},
+		{"WithPrefix", dlock.WithPrefix("p:"), everyMaker},
 	} {
-		for _, lockType := range everyType {
+		for _, lockType := range everyMaker {
 			applies := false
 			for _, what := range tc.appliesTo {
 				applies = applies || what == lockType
