@@ -140,6 +140,15 @@ func TestMutexModels_HoldsExpire(t *testing.T) {
 			at(h, 1, 10, 11, acquire("b"), refused)
 			at(h, 1, 20, 21, acquire("b"), tok(2))
 		}, porcupine.Ok},
+		{"a lapse a long call saw does not free the lock for a call that ended before it", func(h *History) {
+			at(h, 0, 0, 1, acquire("a"), tok(1))
+			// A refused release that returned after the TTL may have
+			// taken effect after the hold lapsed ...
+			at(h, 0, 5, 500, release("a"), refused)
+			// ... but not b's acquisition, over before the hold could lapse:
+			// whatever the order, b took a held lock.
+			at(h, 1, 10, 20, acquire("b"), tok(2))
+		}, porcupine.Illegal},
 	})
 }
 

@@ -30,6 +30,11 @@ type mutexState struct {
 	// The hold's expiry lies in [expLo, expHi]: it was set by an operation
 	// that took effect somewhere in its window. No expiry when both are 0.
 	expLo, expHi int64
+	// after: an operation before in the order took a hold as lapsed, so
+	// took effect no sooner than the hold's expLo, and every operation
+	// after it no sooner either: one that returned before is not placed
+	// here.
+	after int64
 }
 
 // OwnerMutexModel is the specification of an owner-aware mutex: an
@@ -73,12 +78,14 @@ func (s mutexState) views(w Window) []mutexState {
 	case w.Call >= s.expHi:
 		return []mutexState{s.freed()}
 	case w.Return >= s.expLo:
-		return []mutexState{s, s.freed()}
+		lapsed := s.freed()
+		lapsed.after = max(s.after, s.expLo)
+		return []mutexState{s, lapsed}
 	}
 	return []mutexState{s}
 }
 
-func (s mutexState) freed() mutexState { return mutexState{token: s.token} }
+func (s mutexState) freed() mutexState { return mutexState{token: s.token, after: s.after} }
 
 // held is s with owner's hold expiring ttl after an operation in w.
 func (s mutexState) held(owner string, token uint64, ttl time.Duration, w Window) mutexState {
@@ -92,6 +99,9 @@ func (s mutexState) held(owner string, token uint64, ttl time.Duration, w Window
 }
 
 func (s mutexState) step(in MutexOp, out Result, fenced bool) []interface{} {
+	if in.At.Return < s.after {
+		return nil
+	}
 	mine := s.holder != "" && s.holder == in.Owner
 	switch {
 	case in.Op == Acquire && out.Unknown:
