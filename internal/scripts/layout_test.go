@@ -7,7 +7,7 @@ import (
 
 // A layout's Lua locals and Go keys name the same positions.
 func TestLayout_GoKeysAndLuaLocalsAgree(t *testing.T) {
-	l := Layout{{"LOCK", ""}, {"FENCE", ":fence"}}
+	l := Layout{{Lua: "LOCK"}, {Lua: "FENCE", Suffix: ":fence"}}
 	if got, want := l.locals(), "local LOCK, FENCE = KEYS[1], KEYS[2]\n"; got != want {
 		t.Errorf("locals %q, want %q", got, want)
 	}
