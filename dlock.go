@@ -164,14 +164,6 @@ type keys struct {
 	own string
 }
 
-// forced is the mark a forced removal leaves of the Mutex hold it removed
-// (see force_unlock.lua).
-func (k keys) forced() string { return k.lock + scripts.ForcedSuffix }
-
-// holderInfo is where a Mutex's or FairMutex's holder info is kept (see
-// set_holder_info in common.lua).
-func (k keys) holderInfo() string { return k.lock + scripts.HolderSuffix }
-
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
 	return keys{lock: base, fence: base + scripts.FenceSuffix, channel: base + scripts.ChannelSuffix, waiters: base + scripts.WaitersSuffix}

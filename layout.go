@@ -30,17 +30,21 @@ func (k keys) named(key scripts.Key) (string, bool) {
 // perCall giving its per-call keys (a tombstone) in order; every other key
 // is one k keeps.
 func (k keys) callKeys(layout scripts.Layout, perCall ...string) []string {
-	keys := make([]string, len(layout))
-	for i, key := range layout {
+	return k.appendKeys(make([]string, 0, len(layout)), layout, perCall...)
+}
+
+// appendKeys is callKeys appended to keys.
+func (k keys) appendKeys(keys []string, layout scripts.Layout, perCall ...string) []string {
+	for _, key := range layout {
 		if key.PerCall {
-			keys[i], perCall = perCall[0], perCall[1:]
+			keys, perCall = append(keys, perCall[0]), perCall[1:]
 			continue
 		}
 		name, ok := k.named(key)
 		if !ok {
 			panic("dlock: a call's key " + key.Lua + " made anew")
 		}
-		keys[i] = name
+		keys = append(keys, name)
 	}
 	return keys
 }

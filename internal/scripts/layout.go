@@ -80,6 +80,12 @@ func (l Layout) Before(lua string) Layout {
 	return l[:i:i]
 }
 
+// Only is the layout of the key named lua alone.
+func (l Layout) Only(lua string) Layout {
+	i := l.Index(lua)
+	return l[i : i+1 : i+1]
+}
+
 // Then is the layout followed by keys.
 func (l Layout) Then(keys ...Key) Layout {
 	return append(l[:len(l):len(l)], keys...)
