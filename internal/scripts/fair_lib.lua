@@ -76,7 +76,7 @@ local function hand_over(publish)
   redis.call('ZREM', REG, entry)
   local id, info
   if client ~= nil then
-    id, info = string.match(rest, '^([^:{]+)(.*)$')
+    id, info = registered_id(rest)
   end
   give_lock(LOCK, HOLDER, owner, info, left)
   if id ~= nil then
