@@ -124,9 +124,11 @@
 //
 // For those who work on dlock itself (docs/ARCHITECTURE.md has the whole
 // design). A lock type provides its Lua scripts in internal/scripts (one
-// per operation: acquire, release, extend, ttl, abandon) and one Go file
-// with a handle that embeds the shared handle, an acquireSpec (its
-// scripts, keys and channels, as data) and a call that embeds the shared
+// per operation: acquire, release, extend, ttl, abandon), each on a layout
+// of its KEYS (internal/scripts/layout.go: the order and the Lua name of
+// every key, which Go makes the keys by), and one Go file with a handle
+// that embeds the shared handle, an acquireSpec (its scripts, keys and
+// channels, as data) and a call that embeds the shared
 // call and says in a few variant methods how its commands differ. The
 // shared attempt path, the wait for a release, the Lease with its renewals,
 // Extend and loss, and the observer are then the type's without more

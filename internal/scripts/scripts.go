@@ -1,5 +1,7 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
 // operation. Each file's header states its KEYS, ARGV and return values.
+// The KEYS of each script are in the order of its Layout (layout.go),
+// which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
 //
 // Scripts run by SHA (EVALSHA). A server that answers NOSCRIPT (after
 // SCRIPT FLUSH, a restart, or a failover to a node that never ran them) is
