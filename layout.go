@@ -61,7 +61,7 @@ type keyLists struct {
 	k     keys
 	names [32]string
 	n     int
-	spans [8][3]int // a list's start, its first per-call key's place (or end), end
+	spans [12][3]int // a list's start, its first per-call key's place (or end), end
 	m     int
 }
 
@@ -127,7 +127,7 @@ func (l *keyLists) name(key scripts.Key) string {
 // those after it. The per-call keys are added by each call: an attempt's
 // tombstone (call.argv) in between, a release's mark and tombstone
 // (clientHold) after the first part, which is all of a release's.
-func (l *keyLists) lists() (lists [8][2][]string) {
+func (l *keyLists) lists() (lists [12][2][]string) {
 	all := slices.Clone(l.names[:l.n])
 	for i, s := range l.spans[:l.m] {
 		lists[i] = [2][]string{all[s[0]:s[1]:s[1]], all[s[1]:s[2]:s[2]]}
