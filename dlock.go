@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/notify"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // Client makes locks on one Redis deployment: a single server, a Sentinel
@@ -159,8 +160,9 @@ func (c *Client) Close() error {
 }
 
 // keys are the Redis names of one lock. All share the hash tag {name}, so one
-// lock lives in one cluster slot and each script touches one slot. A
-// read-write lock has a few more, made from these (see rwScriptKeys).
+// lock lives in one cluster slot and each script touches one slot. Each is
+// the lock's key and a suffix from internal/scripts/layout.go; the other
+// types have a few more, made by the scripts' layouts (see keyLists).
 type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter (see mint_token in internal/scripts/common.lua)
@@ -173,17 +175,9 @@ type keys struct {
 	own string
 }
 
-// forced is the mark a forced removal leaves of the Mutex hold it removed
-// (see force_unlock.lua).
-func (k keys) forced() string { return k.lock + ":forced" }
-
-// holderInfo is where a Mutex's or FairMutex's holder info is kept (see
-// set_holder_info in common.lua).
-func (k keys) holderInfo() string { return k.lock + ":holder" }
-
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
-	return keys{lock: base, fence: base + ":fence", channel: base + ":wake", waiters: base + ":waiters"}
+	return keys{lock: base, fence: base + scripts.FenceSuffix, channel: base + scripts.ChannelSuffix, waiters: base + scripts.WaitersSuffix}
 }
 
 // waitingKeys are the keys of a lock whose waiters listen on their Client's
@@ -243,13 +237,15 @@ func secretKey(base, sep, token string) string {
 // every acquire script refuses an attempt that finds it before taking or
 // registering anything, so that a copy of any attempt of the call arriving
 // late does nothing.
-func (k keys) tombstone(call string) string { return secretKey(k.lock, ":void:", call) }
+func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
 // releaseMarkLife: a copy of the same release that finds nothing left (it
 // was resent after its reply was lost) reports the release done, not
 // ErrNotHeld. lock is the key the lease's release script names first.
-func releaseMark(lock, owner string) string { return secretKey(lock, ":released:", owner) }
+func releaseMark(lock, owner string) string {
+	return secretKey(lock, scripts.ReleaseMark.Suffix, owner)
+}
 
 // releaseMarkLife is how long a release mark lasts: as long as an Unlock
 // waits for its release (CleanupTimeout, whatever the caller's context), so

@@ -125,7 +125,9 @@
 // For those who work on dlock itself (docs/ARCHITECTURE.md has the whole
 // design). A lock type provides its Lua scripts in internal/scripts (one
 // per operation: acquire, release, extend, ttl, abandon; listed with their
-// companions in scripts.go), teaches foreign.lua its keys (so that every
+// companions in scripts.go), each on a layout of its KEYS
+// (internal/scripts/layout.go: the order and the Lua name of every key,
+// which Go makes the keys by); teaches foreign.lua its keys (so that every
 // script refuses another program's value there), Describe its layout, and
 // options.go which options it takes (an optionScope); and one Go file
 // with a handle that embeds the shared handle, an acquireSpec (its

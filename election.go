@@ -30,7 +30,9 @@ const MaxLeaderValueLen = 64 << 10
 type Election struct {
 	handle
 	spec   *acquireSpec
-	leader string // the leadership's hash, and the observers' channel: channels are not keys
+	leader string // the observers' channel: the leadership's hash's name (channels are not keys)
+
+	proclaimKeys, leaderKeys []string // the KEYS of Proclaim and Leader
 
 	mu    sync.Mutex
 	lease *Lease // the current leadership, if this candidate leads
@@ -58,19 +60,34 @@ var electionKind = &leaseKind{
 // ForceUnlock see it, and a Mutex of that name would contend with it.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, forElection)}
-	k := e.keys
-	e.leader = k.lock + ":leader"
+	lay := keyLists{k: e.keys}
+	acquire, release := lay.add(scripts.LayoutOf(scripts.ElectionAcquire)), lay.add(scripts.LayoutOf(scripts.ElectionRelease))
+	abandon, extend := lay.add(electionAbandonLayout), lay.add(electionExtendLayout)
+	proclaim, leader := lay.add(scripts.LayoutOf(scripts.ElectionProclaim)), lay.add(electionLeaderLayout)
+	observers, own := lay.add(electionObserversLayout), lay.also(e.keys.own)
+	keys := lay.lists()
+	e.proclaimKeys, e.leaderKeys, e.leader = keys[proclaim][0], keys[leader][0], keys[observers][0][0]
 	if e.err == nil {
 		e.spec = e.boxed(acquireSpec{
-			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: []string{k.own},
-			keys:        [2][]string{{k.lock, k.fence}, {k.waiters, e.leader, e.leader}},
-			abandonKeys: [2][]string{{k.lock, k.channel}, {k.waiters, k.fence}},
-			lease:       leaseSpec{kind: electionKind, keys: []string{k.lock, k.forced()}},
-			releaseKeys: []string{k.lock, k.channel, k.waiters, e.leader},
+			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: keys[own][0],
+			keys: keys[acquire], abandonKeys: keys[abandon],
+			lease:       leaseSpec{kind: electionKind, keys: keys[extend][0]},
+			releaseKeys: keys[release][0],
 		})
 	}
 	return e
 }
+
+// The KEYS of the scripts an Election borrows from the Mutex, up to the
+// holder info it does not keep (see scripts.MutexExtendLayout); of
+// ElectionLeader, which reads the lock and the leader hash; and the
+// observers' channel.
+var (
+	electionAbandonLayout   = scripts.LayoutOf(electionKind.abandon).Before("HOLDER")
+	electionExtendLayout    = scripts.LayoutOf(electionKind.extend).Before("HOLDER")
+	electionLeaderLayout    = scripts.LayoutOf(scripts.ElectionLeader).Before("OBSERVERS")
+	electionObserversLayout = scripts.LayoutOf(scripts.ElectionProclaim).Only("OBSERVERS")
+)
 
 // Campaign waits until this candidate leads, with value, until ctx ends or
 // the wait set by [WithWait] runs out. It returns the leadership as a lease:
@@ -137,7 +154,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := runScript(ctx, e.c.rdb, scripts.ElectionProclaim, []string{e.keys.lock, e.leader, e.leader},
+	n, err := runScript(ctx, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
 		l.owner, value, publish).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
@@ -155,7 +172,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
-	reply, err := runScript(ctx, e.c.rdb, scripts.ElectionLeader, []string{e.keys.lock, e.leader}).Slice()
+	reply, err := runScript(ctx, e.c.rdb, scripts.ElectionLeader, e.leaderKeys).Slice()
 	if err != nil {
 		return Leader{}, redisError("leader", e.name, err)
 	}

@@ -39,15 +39,16 @@ var fairKind = &leaseKind{
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	f := &FairMutex{handle: c.newHandle(name, opts, forFair)}
 	if f.err == nil {
-		k := f.keys
-		// KEYS in fair_lib.lua's order, up to the holder info.
-		scriptKeys := []string{k.lock, k.fence, k.lock + ":queue", k.waiters, k.channel, k.holderInfo()}
+		lay := keyLists{k: f.keys}
+		acquire, release := lay.add(scripts.LayoutOf(scripts.FairAcquire)), lay.add(scripts.LayoutOf(scripts.FairRelease))
+		abandon, extend := lay.add(scripts.LayoutOf(scripts.FairAbandon)), lay.add(scripts.LayoutOf(fairKind.extend))
+		own := lay.also(f.keys.own)
+		keys := lay.lists()
 		f.spec = f.boxed(acquireSpec{
-			op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, channels: []string{k.own},
-			keys:        [2][]string{scriptKeys},
-			abandonKeys: [2][]string{scriptKeys},
-			lease:       leaseSpec{kind: fairKind, keys: []string{k.lock, k.forced(), scriptKeys[5]}},
-			releaseKeys: scriptKeys,
+			op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, channels: keys[own][0],
+			keys: keys[acquire], abandonKeys: keys[abandon],
+			lease:       leaseSpec{kind: fairKind, keys: keys[extend][0]},
+			releaseKeys: keys[release][0],
 		})
 	}
 	return f

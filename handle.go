@@ -101,7 +101,7 @@ type acquireSpec struct {
 }
 
 // boxed finishes s for h: its command's parts and its lease's release
-// command up to the release mark (see startLease), boxed once.
+// command up to the release mark (see clientHold.release), boxed once.
 func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	ttl, _ := h.cfg.holdTTL()
 	var b boxer

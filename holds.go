@@ -20,10 +20,7 @@ type holdLock struct {
 	heldKey   any
 	writeKind Kind // what observers are told the write side is: KindWrite or KindReentrant
 
-	// KEYS of the scripts in rw_lib.lua's order, up to the fencing counter:
-	// the same for every attempt and lease, so made once (scripts never
-	// modify them). An attempt adds its tombstone.
-	scriptKeys []string
+	inspectKeys []string // the KEYS of Inspect; the others are in write and read
 
 	write, read *acquireSpec
 }
@@ -46,34 +43,37 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 		scope = forReentrant
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
-	h.owner, h.scriptKeys, h.heldKey = h.cfg.owner, rwScriptKeys(h.keys), heldKey(h.keys.lock)
+	h.owner, h.heldKey = h.cfg.owner, heldKey(h.keys.lock)
+	lay := keyLists{k: h.keys}
+	acquire, release := lay.add(scripts.LayoutOf(scripts.RWAcquire)), lay.add(scripts.LayoutOf(scripts.RWRelease))
+	abandon, inspect := lay.add(scripts.LayoutOf(scripts.RWAbandon)), lay.add(scripts.LayoutOf(scripts.RWInspect))
+	extend := lay.add(rwExtendLayout)
+	writers, readers := lay.add(rwWritersChannel), lay.add(rwReadersChannel)
+	keys := lay.lists()
+	h.inspectKeys = keys[inspect][0]
 	if h.err != nil {
 		return h
 	}
 	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: []string{h.keys.channel}, takenBy: takenBy(writeKind),
-		keys:        [2][]string{h.scriptKeys},
-		abandonKeys: [2][]string{h.scriptKeys},
-		lease:       leaseSpec{kind: rwKind, keys: h.scriptKeys[:2:2]},
-		releaseKeys: h.scriptKeys[:rwReleaseKeys:rwReleaseKeys],
+		op: "lock", script: scripts.RWAcquire, channels: keys[writers][0], takenBy: takenBy(writeKind),
+		keys: keys[acquire], abandonKeys: keys[abandon],
+		lease:       leaseSpec{kind: rwKind, keys: keys[extend][0]},
+		releaseKeys: keys[release][0],
 	})
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write
-	read.op, read.channels, read.takenBy = "read lock", h.scriptKeys[rwReadChannel:rwReadChannel+1:rwReadChannel+1], noType
+	read.op, read.channels, read.takenBy = "read lock", keys[readers][0], noType
 	h.read = &read
 	return h
 }
 
-// rwScriptKeys are the KEYS of the read-write scripts (scripts.RWLayout),
-// up to the fencing counter: a Mutex's keys and a read-write lock's own.
-// Made once per handle, not per Mutex.
-func rwScriptKeys(k keys) []string { return scripts.RWLayout.Keys(k.lock) }
-
-// Positions in rwScriptKeys of the keys Go code names itself.
+// Parts of scripts.RWLayout: the KEYS of an extension (RWExtend, RWTTL),
+// and the channels writers and readers wait on.
 var (
-	rwReadChannel = scripts.RWLayout.Index("RCHAN")
-	rwReleaseKeys = rwReadChannel + 1 // the KEYS of release: up to the readers' channel
+	rwExtendLayout   = scripts.RWLayout.Before("WWAIT")
+	rwWritersChannel = scripts.RWLayout.Only("WCHAN")
+	rwReadersChannel = scripts.RWLayout.Only("RCHAN")
 )
 
 // Owner returns the owner id given to [WithOwner], or "" when there was
@@ -166,7 +166,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	reply, err := runScript(ctx, h.c.rdb, scripts.RWInspect, h.scriptKeys, h.ownerFor(ctx)).Slice()
+	reply, err := runScript(ctx, h.c.rdb, scripts.RWInspect, h.inspectKeys, h.ownerFor(ctx)).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {

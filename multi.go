@@ -86,14 +86,16 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 }
 
 // group is what the calls of the locks of names, taken by one script,
-// share: their keys, four per lock (lock, fence, waiters, channel: see
-// multi_lib.lua), and channels.
+// share: their keys, a part per lock (scripts.MultiPartLayout: see
+// multi_lib.lua), and channels. Every MultiLock script takes the same
+// parts, then its call's or hold's own keys.
 func (h *handle) group(names []string) *acquireSpec {
-	var keys, channels []string
-	for _, name := range names {
+	keys := make([]string, 0, len(names)*len(scripts.MultiPartLayout))
+	channels := make([]string, len(names))
+	for i, name := range names {
 		k := keysFor(h.cfg.prefix, name)
-		keys = append(keys, k.lock, k.fence, k.waiters, k.channel)
-		channels = append(channels, k.channel)
+		keys = k.appendKeys(keys, scripts.MultiPartLayout)
+		channels[i] = k.channel
 	}
 	return h.boxed(acquireSpec{
 		op: "lock", script: scripts.MultiAcquire, publishes: true, channels: channels,

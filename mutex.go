@@ -29,21 +29,16 @@ var mutexKind = &leaseKind{
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m := &Mutex{handle: c.newHandle(name, opts, forMutex)}
 	if m.err == nil {
-		k, info := m.keys, m.keys.holderInfo()
-		// Every list of KEYS in one array: a handle is often made for one
-		// call, and each list apart was an allocation of its own.
-		all := []string{
-			k.lock, k.fence, k.waiters, info, // acquire (the tombstone between)
-			k.lock, k.channel, k.waiters, k.fence, info, // release; abandon (the tombstone after the channel)
-			k.lock, k.forced(), info, // extend, TTL
-			k.own, // where its waiters listen
-		}
+		lay := keyLists{k: m.keys}
+		acquire, release := lay.add(scripts.LayoutOf(scripts.MutexAcquire)), lay.add(scripts.LayoutOf(scripts.MutexRelease))
+		abandon, extend := lay.add(scripts.LayoutOf(scripts.MutexAbandon)), lay.add(scripts.LayoutOf(scripts.MutexExtend))
+		own := lay.also(m.keys.own) // where its waiters listen
+		keys := lay.lists()
 		m.spec = m.boxed(acquireSpec{
-			op: "lock", script: scripts.MutexAcquire, channels: all[12:13:13],
-			keys:        [2][]string{all[0:2:2], all[2:4:4]},
-			abandonKeys: [2][]string{all[4:6:6], all[6:9:9]},
-			lease:       leaseSpec{kind: mutexKind, keys: all[9:12:12]},
-			releaseKeys: all[4:9:9],
+			op: "lock", script: scripts.MutexAcquire, channels: keys[own][0],
+			keys: keys[acquire], abandonKeys: keys[abandon],
+			lease:       leaseSpec{kind: mutexKind, keys: keys[extend][0]}, // MutexTTL's too
+			releaseKeys: keys[release][0],
 		})
 	}
 	return m

@@ -247,6 +247,16 @@ func (m *RedlockMutex) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*m.cfg.drift) + redlockSlack
 }
 
+// The KEYS a Redlock's node takes: the Mutex scripts' (scripts.MutexAcquire
+// and the others), up to the holder info, forced removal's mark and
+// release mark a Redlock does not keep.
+var (
+	redlockAcquireLayout = scripts.LayoutOf(scripts.MutexAcquire).Before("HOLDER")
+	redlockAbandonLayout = scripts.LayoutOf(scripts.MutexAbandon).Before("HOLDER")
+	redlockExtendLayout  = scripts.LayoutOf(scripts.MutexExtend).Before("FORCED")
+	redlockReleaseLayout = scripts.LayoutOf(scripts.MutexRelease).Before("HOLDER")
+)
+
 // attempt takes the lock on a majority, or releases what it took. It
 // returns the lease, or how long until the holder's hold runs out
 // (negative: unknown) with the attempt's *QuorumError.
@@ -259,7 +269,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	if m.cfg.restartGuard > 0 {
 		guard = max(m.cfg.restartGuard, longest)
 	}
-	keys := []string{m.keys.lock, m.keys.fence, m.keys.tombstone(owner), m.keys.waiters}
+	keys := m.keys.callKeys(redlockAcquireLayout, m.keys.tombstone(owner))
 	start := time.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
@@ -329,7 +339,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 		}
 	}
 	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, []string{m.keys.fence}, token).Err()
+		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), token).Err()
 	})
 	return uint64(token), fenced
 }
@@ -358,7 +368,7 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 // [CleanupTimeout], so that a failed attempt returns within the node
 // timeout.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
-	keys := []string{m.keys.lock, m.keys.channel, m.keys.tombstone(owner), m.keys.waiters, m.keys.fence}
+	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	var waitFor []*redlockNode
 	var background []*redlockNode

@@ -47,7 +47,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bo
 		if explicit {
 			args = append(args, shortens)
 		}
-		ok, err := runScript(ctx, n.rdb, scripts.MutexExtend, []string{m.keys.lock}, args...).Int64()
+		ok, err := runScript(ctx, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	granted := succeeded(errs)
@@ -108,7 +108,7 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 func (h *redlockHold) release(ctx context.Context, _ voidRule) (loss, err error) {
 	l, m := h.lease, h.m
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	keys := []string{m.keys.lock, m.keys.channel, m.keys.waiters, m.keys.fence}
+	keys := m.keys.callKeys(redlockReleaseLayout)
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		ok, err := runScript(ctx, n.rdb, scripts.MutexRelease, keys, l.owner, "PUBLISH").Int64()
 		return struct{}{}, heldOrNot(ok, err)

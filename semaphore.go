@@ -22,8 +22,7 @@ type Semaphore struct {
 	permits atomic.Int64
 	spec    *acquireSpec
 
-	// KEYS of the scripts in sem_lib.lua's order, up to the fencing counter.
-	scriptKeys []string
+	setPermitsKeys []string // the KEYS of SetPermits
 }
 
 var semKind = &leaseKind{
@@ -47,15 +46,19 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		s.err = invalidf("semaphore %q with %d permits", name, permits)
 	}
 	if s.err == nil {
-		k := s.keys
-		s.scriptKeys = []string{k.lock, k.lock + ":tokens", k.lock + ":permits", k.waiters, k.channel, k.fence}
+		lay := keyLists{k: s.keys}
+		acquire, release := lay.add(scripts.LayoutOf(scripts.SemAcquire)), lay.add(scripts.LayoutOf(scripts.SemRelease))
+		abandon, setPermits := lay.add(scripts.LayoutOf(scripts.SemAbandon)), lay.add(scripts.LayoutOf(scripts.SemSetPermits))
+		// extend and TTL: the holders and their tokens
+		extend := lay.add(scripts.SemLayout.Before("PERMITS"))
+		own := lay.also(s.keys.own)
+		keys := lay.lists()
+		s.setPermitsKeys = keys[setPermits][0]
 		s.spec = s.boxed(acquireSpec{
-			op: "acquire", script: scripts.SemAcquire, channels: []string{k.own},
-			keys:        [2][]string{s.scriptKeys},
-			abandonKeys: [2][]string{s.scriptKeys},
-			// extend and TTL: holders and tokens; release: up to the channel
-			lease:       leaseSpec{kind: semKind, keys: s.scriptKeys[:2]},
-			releaseKeys: s.scriptKeys[:5],
+			op: "acquire", script: scripts.SemAcquire, channels: keys[own][0],
+			keys: keys[acquire], abandonKeys: keys[abandon],
+			lease:       leaseSpec{kind: semKind, keys: keys[extend][0]},
+			releaseKeys: keys[release][0],
 		})
 	}
 	return s
@@ -95,7 +98,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := runScript(ctx, s.c.rdb, scripts.SemSetPermits, s.scriptKeys, n, publish).Err(); err != nil {
+	if err := runScript(ctx, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys, n, publish).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}
 	s.permits.Store(int64(n))

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // scratchTTL is the TTL of the rights check's locks: short, so that what
@@ -159,14 +160,21 @@ func probeWakeUp(ctx context.Context, rdb redis.UniversalClient, channel string,
 }
 
 // lockKeySuffixes are what follows a lock's key (PREFIX{name}) in the
-// names of its other keys, for every type: docs/ARCHITECTURE.md ("Keys and
-// channels") and the scripts' headers give the layout. Some have no
-// expiry (a Semaphore's permits, an Election's leader), and a script
-// refused half way by an ACL leaves what it wrote before the refusal
-// (Redis does not roll a script back): cleanScratch deletes them by name,
-// which needs no SCAN. TestDoctor_FindsWhatMakesAServerUnfitForLocks
-// checks that nothing without an expiry is left.
-var lockKeySuffixes = []string{"", ":fence", ":waiters", ":holds", ":rwaiters", ":rpass", ":permits", ":tokens", ":queue", ":leader"}
+// names of its other keys, for every type: those of the scripts that take
+// a lock of any type (scripts.AnyLockLayout; channels among them, whose
+// DEL finds nothing). Some have no expiry (a Semaphore's permits, an
+// Election's leader), and a script refused half way by an ACL leaves what
+// it wrote before the refusal (Redis does not roll a script back):
+// cleanScratch deletes them by name, which needs no SCAN.
+// TestDoctor_FindsWhatMakesAServerUnfitForLocks checks that nothing
+// without an expiry is left.
+var lockKeySuffixes = func() []string {
+	suffixes := make([]string, len(scripts.AnyLockLayout))
+	for i, key := range scripts.AnyLockLayout {
+		suffixes[i] = key.Suffix
+	}
+	return suffixes
+}()
 
 // cleanScratch deletes the keys of the lock names under scratch, then
 // every key under scratch on every master where the user may SCAN (what

@@ -60,14 +60,30 @@ end
 -- rest, and whether this protocol reads the rest: one of another protocol
 -- is never handed a lock nor published, as what it holds is not known here
 -- (it may carry an owner token); its client is woken with '*' instead,
--- which every protocol takes as "try again".
+-- which every protocol takes as "try again". What is before the '/' ends
+-- with the tag, whose CLIENT_TAG_CHARS characters (from Go) it returns
+-- last (nil when shorter): a FairMutex's queue entry has its owner token
+-- before them, which is never published.
 local function registration_parts(entry)
   local client, rest = string.match(entry, '^([^/:]+)/(.*)$')
   if client == nil then
     return nil, entry, string.match(entry, '^[^:]+$') ~= nil
   end
   local ours = client:sub(1, #PROTOCOL_TAG) == PROTOCOL_TAG or string.match(client, '^%x+$') ~= nil
-  return client, rest, ours
+  local tag
+  if #client >= CLIENT_TAG_CHARS then
+    tag = client:sub(-CLIENT_TAG_CHARS)
+  end
+  return client, rest, ours, tag
+end
+
+-- The waiter id that starts the rest of a registration (from
+-- registration_parts), and what its lock type registers after it ('' for
+-- nothing): a Mutex's ':'-separated fields and holder info (hand_next.lua),
+-- a FairMutex's holder info, which starts with '{' (fair_lib.lua). nil for
+-- a rest that does not start with an id.
+local function registered_id(rest)
+  return string.match(rest, '^([^:{]+)(.*)$')
 end
 
 -- Tell a waiter picked from a set of registrations to try again: one
@@ -80,8 +96,8 @@ local function wake_waiter(channel, waiter, publish)
     redis.call(publish, channel, ours and rest or '*')
     return
   end
-  local id = ours and string.match(rest, '^([^:]+)$')
-  redis.call(publish, channel .. ':' .. client, id or '*')
+  local id, after = registered_id(rest)
+  redis.call(publish, channel .. ':' .. client, ours and after == '' and id or '*')
 end
 
 -- Keep key for at least ms more, never less than it had: a set of waiters
@@ -281,10 +297,8 @@ local function drop_holder_info(key)
 end
 
 -- Wake every waiter of a lock ('*'): those on the lock's channel, and on the
--- own channel of each client with a registration in waiters. A client's tag
--- is the CLIENT_TAG_CHARS characters (from Go) that end what is before the
--- registration's '/' (a FairMutex's has its owner token before them, which
--- is not published).
+-- own channel of each client with a registration in waiters (its tag, from
+-- registration_parts).
 local function wake_all(waiters, channel, publish)
   redis.call(publish, channel, '*')
   local waiting = redis.pcall('ZRANGE', waiters, 0, -1)
@@ -293,13 +307,10 @@ local function wake_all(waiters, channel, publish)
   end
   local told = {}
   for _, entry in ipairs(waiting) do
-    local before = registration_parts(entry)
-    if before ~= nil and #before >= CLIENT_TAG_CHARS then
-      local client = before:sub(-CLIENT_TAG_CHARS)
-      if not told[client] then
-        told[client] = true
-        redis.call(publish, channel .. ':' .. client, '*')
-      end
+    local _, _, _, tag = registration_parts(entry)
+    if tag ~= nil and not told[tag] then
+      told[tag] = true
+      redis.call(publish, channel .. ':' .. tag, '*')
     end
   end
 end

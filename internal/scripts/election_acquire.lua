@@ -1,16 +1,17 @@
 -- Campaign in an Election: become the leader if nobody leads, with a new
 -- term, and tell the observers.
 --
--- KEYS[1]  lock key: a string holding the leader's owner token, with a TTL
+-- KEYS     in the order of ElectionAcquireLayout (layout.go), by these names:
+-- LOCK     lock key: a string holding the leader's owner token, with a TTL
 --          (a Mutex's, so the Mutex's extend and TTL scripts renew it)
--- KEYS[2]  term counter: the fencing counter (see mint_token in common.lua)
--- KEYS[3]  the campaign's tombstone (shared by all its attempts), written by
+-- FENCE    term counter: the fencing counter (see mint_token in common.lua)
+-- TOMBSTONE the campaign's tombstone (shared by all its attempts), written by
 --          mutex_abandon.lua when the campaign gives up
--- KEYS[4]  candidates waiting: sorted set of waiter ids by registration expiry
--- KEYS[5]  leader: hash of the current leadership, no TTL: 'owner' (whose
+-- WAITERS  candidates waiting: sorted set of waiter ids by registration expiry
+-- LEADER   leader: hash of the current leadership, no TTL: 'owner' (whose
 --          it is; valid only while the lock key holds the same), 'term',
 --          'value'
--- KEYS[6]  observers' channel: 'term:value' is published on every change
+-- OBSERVERS observers' channel: 'term:value' is published on every change
 -- ARGV[1]  owner token of the campaign; every attempt of it sends the same
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter id to register when refused; '' for an attempt that will
@@ -31,40 +32,40 @@
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
 
-local wrong = rights_refused(KEYS[1]) or foreign_key({KEYS[2]}, {KEYS[4]}, {}) or foreign_leader(KEYS[5])
+local wrong = rights_refused(LOCK) or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER)
 if wrong then
   return wrong
 end
 local owner = ARGV[1]
-local holder, foreign = call_on(KEYS[1], 'GET', KEYS[1])
+local holder, foreign = call_on(LOCK, 'GET', LOCK)
 if foreign then
   return foreign
 end
 if holder == owner then
-  return {1, tonumber(redis.call('HGET', KEYS[5], 'term'))}
+  return {1, tonumber(redis.call('HGET', LEADER, 'term'))}
 end
 if holder and not is_owner_token(holder) then -- not a leader: nothing to wait for
-  return not_dlocks(KEYS[1], 'a string')
+  return not_dlocks(LOCK, 'a string')
 end
 if holder then
   if ARGV[3] ~= '' then
-    if redis.call('EXISTS', KEYS[3]) == 1 then
+    if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
-    register_waiter(KEYS[4], ARGV[3], ARGV[4])
+    register_waiter(WAITERS, ARGV[3], ARGV[4])
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', LOCK)}
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if redis.call('EXISTS', TOMBSTONE) == 1 then
   return {-1, 0}
 end
 -- Raise WRONGTYPE on a foreign key before anything changes.
-redis.call('HLEN', KEYS[5])
-local term = raise_error(mint_token(KEYS[2], ARGV[2]))
-redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
-redis.call('HSET', KEYS[5], 'owner', owner, 'term', term, 'value', ARGV[5])
+redis.call('HLEN', LEADER)
+local term = raise_error(mint_token(FENCE, ARGV[2]))
+redis.call('SET', LOCK, owner, 'PX', ARGV[2])
+redis.call('HSET', LEADER, 'owner', owner, 'term', term, 'value', ARGV[5])
 if ARGV[3] ~= '' then
-  redis.pcall('ZREM', KEYS[4], ARGV[3])
+  redis.pcall('ZREM', WAITERS, ARGV[3])
 end
-redis.call(ARGV[6], KEYS[6], token_text(term) .. ':' .. ARGV[5])
+redis.call(ARGV[6], OBSERVERS, token_text(term) .. ':' .. ARGV[5])
 return {1, term}

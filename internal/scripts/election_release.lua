@@ -1,11 +1,12 @@
 -- Resign from an Election (release its lock) and wake the next candidate.
 --
--- KEYS[1]  lock key
--- KEYS[2]  the candidates' wake-up channel
--- KEYS[3]  candidates waiting: sorted set of waiter ids by registration expiry
--- KEYS[4]  leader hash (see election_acquire.lua)
--- KEYS[5]  this leadership's release mark (see mark_released in common.lua)
--- KEYS[6]  the call's tombstone, from a release that gives the call up
+-- KEYS     in the order of ElectionReleaseLayout (layout.go), by these names:
+-- LOCK     lock key
+-- CHANNEL  the candidates' wake-up channel
+-- WAITERS  candidates waiting: sorted set of waiter ids by registration expiry
+-- LEADER   leader hash (see election_acquire.lua)
+-- RELEASE_MARK this leadership's release mark (see mark_released in common.lua)
+-- TOMBSTONE the call's tombstone, from a release that gives the call up
 --          (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
@@ -25,18 +26,18 @@
 -- another's, and touches nothing; it finds the first one's mark, and
 -- reports the resignation.
 
-void_call(KEYS[6], ARGV[4])
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  if released_before(KEYS[5]) then
+void_call(TOMBSTONE, ARGV[4])
+if redis.call('GET', LOCK) ~= ARGV[1] then
+  if released_before(RELEASE_MARK) then
     return 1
   end
   return 0
 end
-if redis.pcall('HGET', KEYS[4], 'owner') == ARGV[1] then
-  redis.call('DEL', KEYS[1], KEYS[4])
+if redis.pcall('HGET', LEADER, 'owner') == ARGV[1] then
+  redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', LOCK)
 end
-wake_next(KEYS[3], KEYS[2], ARGV[2])
-mark_released(KEYS[5], ARGV[3])
+wake_next(WAITERS, CHANNEL, ARGV[2])
+mark_released(RELEASE_MARK, ARGV[3])
 return 1

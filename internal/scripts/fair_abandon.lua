@@ -1,7 +1,7 @@
 -- Give up on acquiring a FairMutex: after an attempt whose outcome the
 -- client does not know, or when a waiter stops waiting.
 --
--- KEYS[1..6] as in fair_lib.lua
+-- KEYS     FairLayout (layout.go), then TOMBSTONE: as in fair_lib.lua
 -- ARGV[1]  owner token of the Lock call
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
@@ -32,7 +32,7 @@ if ARGV[4] ~= '' then
     end
   end
 end
-redis.call('SET', KEYS[7], '1', 'PX', ARGV[3])
+redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
 if redis.call('GET', LOCK) == ARGV[1] then
   redis.call('DEL', LOCK)
   hand_over(ARGV[2])

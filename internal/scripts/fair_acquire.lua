@@ -1,7 +1,7 @@
 -- Acquire a FairMutex: take the lock if it is free and nobody waits ahead,
 -- else keep (or take) a place in the queue.
 --
--- KEYS[1..6] as in fair_lib.lua
+-- KEYS     FairLayout (layout.go), then TOMBSTONE: as in fair_lib.lua
 -- ARGV[1]  owner token of this Lock call (the same for all its attempts: the
 --          lock may be handed to it while it waits)
 -- ARGV[2]  TTL in milliseconds
@@ -56,7 +56,7 @@ if not holder then
     head = redis.call('ZRANGE', QUEUE, 0, 0)
   end
   if #head == 0 or head[1] == entry then
-    if redis.call('EXISTS', KEYS[7]) == 1 then
+    if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
     redis.call('SET', LOCK, owner, 'PX', ARGV[2])
@@ -80,7 +80,7 @@ if not holder then
 end
 if entry ~= '' then
   local now, now_us = server_now()
-  if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', KEYS[7]) == 1 then
+  if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', TOMBSTONE) == 1 then
     redis.call('ZREM', QUEUE, entry)
     return {-1, 0}
   end

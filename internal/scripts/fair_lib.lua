@@ -1,11 +1,13 @@
 -- The state of a FairMutex and how its lock passes down the queue. Prepended
--- to the FairMutex scripts (see scripts.go). They take the same KEYS, as many
--- as they use, in this order; all are in the lock name's slot:
+-- to the FairMutex scripts (see scripts.go). They take the same KEYS, in the
+-- order of FairLayout (layout.go), which names them so in Lua; then the
+-- call's and the hold's own, as each script says. All are in the lock
+-- name's slot:
 --
--- KEYS[1]  lock key: a string holding the owner token, with a TTL, as a
+-- LOCK     lock key: a string holding the owner token, with a TTL, as a
 --          Mutex's (so a Mutex's extend and TTL scripts serve a FairMutex)
--- KEYS[2]  fencing counter (see mint_token in common.lua)
--- KEYS[3]  queue: sorted set of waiting entries by arrival, in microseconds
+-- FENCE    fencing counter (see mint_token in common.lua)
+-- QUEUE    queue: sorted set of waiting entries by arrival, in microseconds
 --          of the server's clock. An entry is the waiter's owner token
 --          (OWNER_TOKEN_DIGITS hex digits) followed by 'client/id': its
 --          client's tag and its waiter id, which its wake-up carries on
@@ -13,15 +15,13 @@
 --          ':client'), then the waiter's holder info if it has any (JSON:
 --          it starts with '{'); or by a bare waiter id, woken on the
 --          lock's channel.
--- KEYS[4]  registrations: the same entries, scored by when each expires in
+-- REG      registrations: the same entries, scored by when each expires in
 --          ms of the server's clock. A waiter renews its own while it
 --          waits, so a dead waiter loses its place by itself.
--- KEYS[5]  the lock's wake-up channel
--- KEYS[6]  the lock's holder info (set_holder_info in common.lua), as a
+-- CHANNEL  the lock's wake-up channel
+-- HOLDER   the lock's holder info (set_holder_info in common.lua), as a
 --          Mutex's: the holder's, and a hand-over's from its queue entry
--- KEYS[7]  the tombstone of this attempt (acquire and abandon only)
-
-local LOCK, FENCE, QUEUE, REG, CHANNEL, HOLDER = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- TOMBSTONE the tombstone of this attempt (acquire and abandon only)
 
 -- Drop the entries whose registration ran out.
 local function purge_queue(now)
@@ -76,7 +76,7 @@ local function hand_over(publish)
   redis.call('ZREM', REG, entry)
   local id, info
   if client ~= nil then
-    id, info = string.match(rest, '^([^:{]+)(.*)$')
+    id, info = registered_id(rest)
   end
   give_lock(LOCK, HOLDER, owner, info, left)
   if id ~= nil then

@@ -1,10 +1,9 @@
 -- Release a FairMutex held by this owner and hand it to the first waiter.
 --
--- KEYS[1..6] as in fair_lib.lua
--- KEYS[7]  this owner's release mark (see mark_released in common.lua), in
---          place of a tombstone
--- KEYS[8]  the call's tombstone, from a release that gives the call up
---          (see void_call in common.lua); absent otherwise
+-- KEYS     FairLayout (layout.go), as in fair_lib.lua, then:
+-- RELEASE_MARK  this owner's release mark (see mark_released in common.lua)
+-- TOMBSTONE     the call's tombstone, from a release that gives the call up
+--               (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
@@ -20,14 +19,14 @@
 -- another owner's, and touches nothing; it finds the first one's mark, and
 -- reports the release.
 
-void_call(KEYS[8], ARGV[4])
+void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) ~= ARGV[1] then
-  if released_before(KEYS[7]) then
+  if released_before(RELEASE_MARK) then
     return 1
   end
   return 0
 end
 redis.call('DEL', LOCK)
 hand_over(ARGV[2])
-mark_released(KEYS[7], ARGV[3])
+mark_released(RELEASE_MARK, ARGV[3])
 return 1

@@ -38,7 +38,15 @@ local function mutex_registration(waiter)
   if client == nil or not ours then
     return nil
   end
-  return client, string.match(rest, '^([^:]+):(%d+):(%d+):(%x+)(.*)$')
+  local id, after = registered_id(rest)
+  if id == nil then
+    return client
+  end
+  local attempt, ttl, owner, info = string.match(after, '^:(%d+):(%d+):(%x+)(.*)$')
+  if attempt == nil then
+    return client
+  end
+  return client, id, attempt, ttl, owner, info
 end
 
 -- hand_next: as this file's header says.

@@ -5,17 +5,55 @@ import (
 	"strings"
 )
 
-// Layout is the order of the KEYS a family of scripts takes, written once
-// for Go and Lua: Go makes a lock's keys with Keys, and every script of the
-// family starts with a Lua local per key, named as here, so neither side
-// counts positions the other must match.
+// Layout is the order of the KEYS a script takes, written once for Go and
+// Lua: Go makes a lock's keys from it (dlock's layout.go), and the script
+// starts with a Lua local per key, named as here (see scriptOn), so neither
+// side counts positions the other must match. A script given fewer KEYS
+// than its layout names (a Redlock's, which keeps no holder info) finds the
+// rest nil, as KEYS[i] would be.
 type Layout []Key
 
 // Key is one key of a Layout: its Lua name, and what follows the lock's
-// key in its own name (every key of a lock is the lock's key and a suffix).
-type Key struct{ Lua, Suffix string }
+// key in its own name (every key of a lock is the lock's key and a
+// suffix).
+type Key struct {
+	Lua, Suffix string
+	// PerCall marks a key of one call or hold rather than of the lock: its
+	// name is the lock's key, Suffix and a hash of the call's secret (a
+	// tombstone, a release mark; see dlock's secretKey), made for each call,
+	// so a handle leaves it out of the keys it makes once.
+	PerCall bool
+}
 
-// Keys are the KEYS of the lock whose key is lock, in the layout's order.
+// What follows a lock's key in the names of its other keys: written here
+// once, for Go's names (dlock's keysFor) and the layouts below.
+const (
+	FenceSuffix    = ":fence"    // fencing counter
+	WaitersSuffix  = ":waiters"  // registrations of waiters (of writers, for an RWMutex)
+	ChannelSuffix  = ":wake"     // wake-up channel (of writers, for an RWMutex)
+	HoldsSuffix    = ":holds"    // an RWMutex's holds
+	RWaitersSuffix = ":rwaiters" // an RWMutex's waiting readers
+	RPassSuffix    = ":rpass"    // an RWMutex's readers let past a writer
+	RChannelSuffix = ":rwake"    // an RWMutex's readers' wake-up channel
+	QueueSuffix    = ":queue"    // a FairMutex's queue
+	TokensSuffix   = ":tokens"   // a Semaphore's holders' tokens and info
+	PermitsSuffix  = ":permits"  // a Semaphore's number of permits
+	LeaderSuffix   = ":leader"   // an Election's leadership, and its observers' channel
+	ForcedSuffix   = ":forced"   // the mark of a forced removal (force_unlock.lua)
+	HolderSuffix   = ":holder"   // a Mutex's or FairMutex's holder info
+)
+
+// The keys of one call or hold, after the lock's in the scripts that take
+// them: the call's tombstone (acquire, abandon, and a release that gives
+// its call up) and a hold's release mark (see mark_released in common.lua).
+// A release takes its mark, then the tombstone when it gives its call up.
+var (
+	Tombstone   = Key{Lua: "TOMBSTONE", Suffix: ":void:", PerCall: true}
+	ReleaseMark = Key{Lua: "RELEASE_MARK", Suffix: ":released:", PerCall: true}
+)
+
+// Keys are the KEYS of the lock whose key is lock, in the layout's order:
+// for a layout of the lock's keys alone (none PerCall).
 func (l Layout) Keys(lock string) []string {
 	keys := make([]string, len(l))
 	for i, k := range l {
@@ -35,6 +73,24 @@ func (l Layout) Index(lua string) int {
 	panic("scripts: no key " + lua + " in the layout")
 }
 
+// Before is the layout up to the key named lua: what a script given fewer
+// KEYS takes.
+func (l Layout) Before(lua string) Layout {
+	i := l.Index(lua)
+	return l[:i:i]
+}
+
+// Only is the layout of the key named lua alone.
+func (l Layout) Only(lua string) Layout {
+	i := l.Index(lua)
+	return l[i : i+1 : i+1]
+}
+
+// Then is the layout followed by keys.
+func (l Layout) Then(keys ...Key) Layout {
+	return append(l[:len(l):len(l)], keys...)
+}
+
 // locals is the Lua that names the layout's keys: KEYS beyond those a
 // script is given are nil, as KEYS[i] would be.
 func (l Layout) locals() string {
@@ -46,17 +102,94 @@ func (l Layout) locals() string {
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(keys, ", ") + "\n"
 }
 
+// The keys of a lock as the scripts of most types name them.
+var (
+	keyLock    = Key{Lua: "LOCK"}
+	keyFence   = Key{Lua: "FENCE", Suffix: FenceSuffix}
+	keyWaiters = Key{Lua: "WAITERS", Suffix: WaitersSuffix}
+	keyChannel = Key{Lua: "CHANNEL", Suffix: ChannelSuffix}
+	keyHolder  = Key{Lua: "HOLDER", Suffix: HolderSuffix}
+	keyForced  = Key{Lua: "FORCED", Suffix: ForcedSuffix}
+)
+
+// The KEYS of the Mutex scripts (their headers say what each holds). A
+// Redlock's node takes them up to HOLDER (no holder info, no forced
+// removal's mark, no release mark); an Election's leadership is renewed
+// and given up in doubt with MutexExtend and MutexAbandon, on theirs up to
+// HOLDER.
+var (
+	MutexAcquireLayout = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyHolder}
+	MutexReleaseLayout = Layout{keyLock, keyChannel, keyWaiters, keyFence, keyHolder, ReleaseMark, Tombstone}
+	MutexExtendLayout  = Layout{keyLock, keyForced, keyHolder} // MutexTTL's too: it reads LOCK alone
+	MutexAbandonLayout = Layout{keyLock, keyChannel, Tombstone, keyWaiters, keyFence, keyHolder}
+	RedlockFenceLayout = Layout{keyFence}
+)
+
+// FairLayout is the KEYS of the FairMutex scripts (fair_lib.lua says what
+// each holds), before the call's and the hold's own.
+var FairLayout = Layout{keyLock, keyFence, {Lua: "QUEUE", Suffix: QueueSuffix}, {Lua: "REG", Suffix: WaitersSuffix}, keyChannel, keyHolder}
+
+// SemLayout is the KEYS of the Semaphore scripts (sem_lib.lua says what each
+// holds), before the call's and the hold's own: each script takes as many
+// as it uses.
+var SemLayout = Layout{{Lua: "HOLDERS"}, {Lua: "TOKENS", Suffix: TokensSuffix}, {Lua: "PERMITS", Suffix: PermitsSuffix}, keyWaiters, keyChannel, keyFence}
+
+// MultiPartLayout is the KEYS a MultiLock script takes for each lock of its
+// group (multi_lib.lua), one part after another; the call's or the hold's
+// own follow the last (see scriptOnParts).
+var MultiPartLayout = Layout{keyLock, keyFence, keyWaiters, keyChannel}
+
+// The KEYS of the Election scripts (their headers say what each holds).
+// The leader hash's name is also its observers' channel.
+var (
+	keyLeader    = Key{Lua: "LEADER", Suffix: LeaderSuffix}
+	keyObservers = Key{Lua: "OBSERVERS", Suffix: LeaderSuffix}
+
+	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader, keyObservers}
+	ElectionReleaseLayout  = Layout{keyLock, keyChannel, keyWaiters, keyLeader, ReleaseMark, Tombstone}
+	ElectionProclaimLayout = Layout{keyLock, keyLeader, keyObservers} // ElectionLeader's too: it reads LOCK and LEADER
+)
+
 // RWLayout is the KEYS of the read-write scripts (rw_lib.lua says what
-// each holds), a Mutex's keys among them; an attempt's tombstone follows.
+// each holds), a Mutex's keys among them, before the call's and the hold's
+// own: each script takes as many as it uses, and a release takes its mark
+// in FENCE's place.
 var RWLayout = Layout{
-	{"STATE", ""}, {"HOLDS", ":holds"}, {"WWAIT", ":waiters"}, {"RWAIT", ":rwaiters"},
-	{"RPASS", ":rpass"}, {"WCHAN", ":wake"}, {"RCHAN", ":rwake"}, {"FENCE", ":fence"},
+	{Lua: "STATE"}, {Lua: "HOLDS", Suffix: HoldsSuffix}, {Lua: "WWAIT", Suffix: WaitersSuffix}, {Lua: "RWAIT", Suffix: RWaitersSuffix},
+	{Lua: "RPASS", Suffix: RPassSuffix}, {Lua: "WCHAN", Suffix: ChannelSuffix}, {Lua: "RCHAN", Suffix: RChannelSuffix}, {Lua: "FENCE", Suffix: FenceSuffix},
 }
 
 // AnyLockLayout is the KEYS of the scripts for a lock of any type
 // (describe.lua, force_unlock.lua): RWLayout's, then the keys only other
 // types have. Each script looks at every one to tell whether the name's
 // keys are all dlock's.
-var AnyLockLayout = append(RWLayout[:len(RWLayout):len(RWLayout)],
-	Key{"PERMITS", ":permits"}, Key{"TOKENS", ":tokens"}, Key{"QUEUE", ":queue"},
-	Key{"LEADER", ":leader"}, Key{"FORCED", ":forced"}, Key{"HOLDER", ":holder"})
+var AnyLockLayout = RWLayout.Then(
+	Key{Lua: "PERMITS", Suffix: PermitsSuffix}, Key{Lua: "TOKENS", Suffix: TokensSuffix}, Key{Lua: "QUEUE", Suffix: QueueSuffix},
+	Key{Lua: "LEADER", Suffix: LeaderSuffix}, keyForced, keyHolder)
+
+// partLocals is the Lua that names the keys of a script on parts of
+// layout part (a MultiLock's), then tail: N, the number of parts; part(i),
+// the keys of the i-th as a table by their names; and the tail's keys by
+// theirs, nil where the script is given fewer. The tail is shorter than a
+// part, so N is the whole parts in KEYS.
+func partLocals(part, tail Layout) string {
+	if len(tail) >= len(part) {
+		panic("scripts: a tail as long as a part")
+	}
+	size := strconv.Itoa(len(part))
+	fields := make([]string, len(part))
+	for i, k := range part {
+		fields[i] = k.Lua + " = KEYS[at + " + strconv.Itoa(i+1) + "]"
+	}
+	src := "local N = math.floor(#KEYS / " + size + ")\n" +
+		"local function part(i)\n  local at = " + size + " * (i - 1)\n  return {" + strings.Join(fields, ", ") + "}\nend\n"
+	if len(tail) == 0 {
+		return src
+	}
+	names := make([]string, len(tail))
+	keys := make([]string, len(tail))
+	for i, k := range tail {
+		names[i], keys[i] = k.Lua, "KEYS["+size+" * N + "+strconv.Itoa(i+1)+"]"
+	}
+	return src + "local " + strings.Join(names, ", ") + " = " + strings.Join(keys, ", ") + "\n"
+}

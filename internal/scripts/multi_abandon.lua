@@ -1,7 +1,8 @@
 -- Give up on acquiring a MultiLock group: after an attempt whose outcome the
 -- client does not know, or when a waiter stops waiting.
 --
--- KEYS     four per lock, then the tombstone: see multi_lib.lua
+-- KEYS     MultiPartLayout (layout.go) per lock, then TOMBSTONE: see
+--          multi_lib.lua
 -- ARGV[1]  the call's owner token when an attempt is in doubt; '' when none is
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
@@ -26,21 +27,21 @@
 local released = 0
 if ARGV[1] ~= '' then
   for i = 1, N do
-    local lock, fence, waiters, channel = part(i)
-    if redis.call('GET', lock) == ARGV[1] then
-      hand_next(lock, fence, waiters, channel, ARGV[2])
+    local p = part(i)
+    if redis.call('GET', p.LOCK) == ARGV[1] then
+      hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
       released = 1
     end
   end
 end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[4 * N + 1], '1', 'PX', ARGV[3])
+  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
 end
 if ARGV[4] ~= '' then
-  local lock, fence, waiters, channel = part(tonumber(ARGV[5]))
-  local withdrawn = dlocks_beside(waiters, 'zset') and redis.call('ZREM', waiters, ARGV[4]) == 1
-  if not withdrawn and redis.call('EXISTS', lock) == 0 then
-    hand_next(lock, fence, waiters, channel, ARGV[2])
+  local p = part(tonumber(ARGV[5]))
+  local withdrawn = dlocks_beside(p.WAITERS, 'zset') and redis.call('ZREM', p.WAITERS, ARGV[4]) == 1
+  if not withdrawn and redis.call('EXISTS', p.LOCK) == 0 then
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
   end
 end
 return released

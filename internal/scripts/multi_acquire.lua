@@ -1,6 +1,7 @@
 -- Acquire a MultiLock group: take every lock of it, or none.
 --
--- KEYS     four per lock, then the tombstone: see multi_lib.lua
+-- KEYS     MultiPartLayout (layout.go) per lock, then TOMBSTONE: see
+--          multi_lib.lua
 -- ARGV[1]  owner token of the call in this group (random, unique per call);
 --          every attempt of the call sends the same
 -- ARGV[2]  TTL in milliseconds
@@ -32,27 +33,27 @@
 
 local owner, waiter, watch = ARGV[1], ARGV[3], tonumber(ARGV[5])
 for i = 1, N do
-  local _, fence, waiters = part(i)
-  local wrong = rights_refused(fence) or foreign_key({fence}, {waiters}, {})
+  local p = part(i)
+  local wrong = rights_refused(p.FENCE) or foreign_key({p.FENCE}, {p.WAITERS}, {})
   if wrong then
     return wrong
   end
 end
 local busy = 0
 for i = 1, N do
-  local lock = part(i)
-  local holder, foreign = call_on(lock, 'GET', lock) -- before any change
+  local p = part(i)
+  local holder, foreign = call_on(p.LOCK, 'GET', p.LOCK) -- before any change
   if foreign then
     return foreign
   end
   if holder and holder ~= owner and not is_owner_token(holder) then
-    return not_dlocks(lock, 'a string')
+    return not_dlocks(p.LOCK, 'a string')
   end
   if holder == owner then -- a resend: the attempt took them all
     local tokens = {1}
     for j = 1, N do
-      local _, fence = part(j)
-      tokens[j + 1] = raise_error(held_token(fence, ARGV[2]))
+      local p = part(j)
+      tokens[j + 1] = raise_error(held_token(p.FENCE, ARGV[2]))
     end
     return tokens
   end
@@ -62,40 +63,40 @@ for i = 1, N do
 end
 
 if busy == 0 then
-  if redis.call('EXISTS', KEYS[4 * N + 1]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
   -- Every counter read first: a foreign value in one fails before any is minted.
   local tokens = {1}
   for i = 1, N do
-    local _, fence = part(i)
-    raise_error(last_token(fence))
+    local p = part(i)
+    raise_error(last_token(p.FENCE))
   end
   for i = 1, N do
-    local _, fence = part(i)
-    tokens[i + 1] = mint_token(fence, ARGV[2])
+    local p = part(i)
+    tokens[i + 1] = mint_token(p.FENCE, ARGV[2])
   end
   for i = 1, N do
-    local lock = part(i)
-    redis.call('SET', lock, owner, 'PX', ARGV[2])
+    local p = part(i)
+    redis.call('SET', p.LOCK, owner, 'PX', ARGV[2])
   end
   if waiter ~= '' then
-    local _, _, waiters = part(watch)
-    redis.pcall('ZREM', waiters, waiter)
+    local p = part(watch)
+    redis.pcall('ZREM', p.WAITERS, waiter)
   end
   return tokens
 end
 
 if waiter ~= '' then
-  local lock, fence, waiters, channel = part(watch)
+  local p = part(watch)
   if busy == watch then
-    if redis.call('EXISTS', KEYS[4 * N + 1]) == 1 then
+    if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
-    register_waiter(waiters, waiter, ARGV[4])
-  elseif redis.pcall('ZREM', waiters, waiter) == 0 and redis.call('EXISTS', lock) == 0 then
-    hand_next(lock, fence, waiters, channel, ARGV[6])
+    register_waiter(p.WAITERS, waiter, ARGV[4])
+  elseif redis.pcall('ZREM', p.WAITERS, waiter) == 0 and redis.call('EXISTS', p.LOCK) == 0 then
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[6])
   end
 end
-local busy_lock = part(busy)
+local busy_lock = part(busy).LOCK
 return {0, redis.call('PTTL', busy_lock), busy}

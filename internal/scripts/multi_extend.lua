@@ -1,6 +1,6 @@
 -- Renew a MultiLock group: only while this owner holds every lock of it.
 --
--- KEYS     four per lock: see multi_lib.lua
+-- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua
 -- ARGV[1]  owner token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
@@ -21,7 +21,7 @@ if not all_held(ARGV[1]) then
 end
 local shorten = may_shorten(ARGV[3])
 for i = 1, N do
-  local lock = part(i)
-  extend_key(lock, ARGV[2], shorten)
+  local p = part(i)
+  extend_key(p.LOCK, ARGV[2], shorten)
 end
 return 1

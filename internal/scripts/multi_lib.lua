@@ -1,28 +1,23 @@
 -- The locks of a MultiLock group: several Mutex locks taken and given up
 -- together. Prepended to the MultiLock scripts (see scripts.go), after
 -- hand_next.lua. Each script takes, for each lock of the group in the order
--- the client sorted them, four KEYS:
+-- the client sorted them, the KEYS of MultiPartLayout (layout.go):
 --
---   lock key (a Mutex's: the owner token, with a TTL), fencing counter,
---   waiters (sorted set of registrations by expiry: hand_next.lua), channel
+--   LOCK     lock key (a Mutex's: the owner token, with a TTL)
+--   FENCE    fencing counter
+--   WAITERS  sorted set of registrations by expiry (hand_next.lua)
+--   CHANNEL  the lock's wake-up channel
 --
--- then, for acquire and abandon, the attempt's tombstone. All are in one
--- cluster slot (the client groups the locks by slot), or on one server.
+-- then the call's or the hold's own, named as each script says. All are in
+-- one cluster slot (the client groups the locks by slot), or on one server.
 -- Every lock of a group holds the same owner token: that of the attempt
--- that took them all.
-
-local N = math.floor(#KEYS / 4)
-
--- The keys of the i-th lock: lock, fence, waiters, channel.
-local function part(i)
-  return KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-end
+-- that took them all. scripts.go puts before this file N, the number of
+-- locks, and part(i), the i-th lock's keys by those names (p.LOCK...).
 
 -- Whether every lock of the group holds owner.
 local function all_held(owner)
   for i = 1, N do
-    local lock = part(i)
-    if redis.call('GET', lock) ~= owner then
+    if redis.call('GET', part(i).LOCK) ~= owner then
       return false
     end
   end

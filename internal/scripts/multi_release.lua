@@ -1,9 +1,9 @@
 -- Release a MultiLock group and hand each lock to its next waiter.
 --
--- KEYS     four per lock: see multi_lib.lua; then this owner's release
---          mark (see mark_released in common.lua); then, from a release
---          that gives the call up, the call's tombstone (see void_call in
---          common.lua)
+-- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua; then
+--          RELEASE_MARK, this owner's release mark (see mark_released in
+--          common.lua); then, from a release that gives the call up,
+--          TOMBSTONE, the call's (see void_call in common.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
@@ -17,20 +17,20 @@
 -- owner's, and touches nothing; it finds the first one's mark, and reports
 -- the release.
 
-void_call(KEYS[4 * N + 2], ARGV[4])
+void_call(TOMBSTONE, ARGV[4])
 local released = 0
 for i = 1, N do
-  local lock, fence, waiters, channel = part(i)
-  if redis.call('GET', lock) == ARGV[1] then
-    hand_next(lock, fence, waiters, channel, ARGV[2])
+  local p = part(i)
+  if redis.call('GET', p.LOCK) == ARGV[1] then
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
     released = released + 1
   end
 end
 if released == N then
-  mark_released(KEYS[4 * N + 1], ARGV[3])
+  mark_released(RELEASE_MARK, ARGV[3])
   return 1
 end
-if released == 0 and released_before(KEYS[4 * N + 1]) then
+if released == 0 and released_before(RELEASE_MARK) then
   return 1
 end
 return 0

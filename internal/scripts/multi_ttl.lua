@@ -1,6 +1,6 @@
 -- How long a MultiLock group has left: the shortest TTL of its locks.
 --
--- KEYS     four per lock: see multi_lib.lua
+-- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua
 -- ARGV[1]  owner token
 --
 -- Returns the milliseconds left, or -3 when some lock is not held by owner.
@@ -12,8 +12,8 @@ if not all_held(ARGV[1]) then
 end
 local least = -1
 for i = 1, N do
-  local lock = part(i)
-  local ttl = redis.call('PTTL', lock)
+  local p = part(i)
+  local ttl = redis.call('PTTL', p.LOCK)
   if least < 0 or (ttl >= 0 and ttl < least) then
     least = ttl
   end

@@ -2,13 +2,14 @@
 -- does not know (it timed out, was cancelled, or failed on the network), or
 -- when a waiter stops waiting.
 --
--- KEYS[1]  lock key
--- KEYS[2]  the lock's wake-up channel
--- KEYS[3]  the Lock call's tombstone (one for all its attempts; an
+-- KEYS     in the order of MutexAbandonLayout (layout.go), by these names:
+-- LOCK     lock key
+-- CHANNEL  the lock's wake-up channel
+-- TOMBSTONE the Lock call's tombstone (one for all its attempts; an
 --          Election's campaign: one for all of the campaign's)
--- KEYS[4]  waiters: sorted set of registrations by expiry (hand_next.lua)
--- KEYS[5]  fencing counter, for a hand-over's token
--- KEYS[6]  the lock's holder info (hand_next.lua); absent for an
+-- WAITERS  waiters: sorted set of registrations by expiry (hand_next.lua)
+-- FENCE    fencing counter, for a hand-over's token
+-- HOLDER   the lock's holder info (hand_next.lua); absent for an
 --          Election's and a Redlock's
 -- ARGV[1]  owner token of the Lock call (of the attempt in doubt, for an
 --          Election); '' when it has none to release
@@ -42,25 +43,25 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
+if ARGV[1] ~= '' and redis.call('GET', LOCK) == ARGV[1] then
   released = 1
 end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
 end
 local picked = false
 if ARGV[4] ~= '' then
   local withdrawn -- none from waiters dlock did not write (dlocks_beside)
-  if not dlocks_beside(KEYS[4], 'zset') then
+  if not dlocks_beside(WAITERS, 'zset') then
     withdrawn = 0
   elseif ARGV[5] ~= '' then
-    withdrawn = redis.call('ZREM', KEYS[4], ARGV[4], ARGV[5])
+    withdrawn = redis.call('ZREM', WAITERS, ARGV[4], ARGV[5])
   else
-    withdrawn = redis.call('ZREM', KEYS[4], ARGV[4])
+    withdrawn = redis.call('ZREM', WAITERS, ARGV[4])
   end
   picked = withdrawn == 0
 end
-if released == 1 or (picked and redis.call('EXISTS', KEYS[1]) == 0) then
-  hand_next(KEYS[1], KEYS[5], KEYS[4], KEYS[2], ARGV[2], KEYS[6])
+if released == 1 or (picked and redis.call('EXISTS', LOCK) == 0) then
+  hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER)
 end
 return released

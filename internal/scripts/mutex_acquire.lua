@@ -1,10 +1,11 @@
 -- Acquire a Mutex: take the lock if it is free and mint a fencing token.
 --
--- KEYS[1]  lock key: a string holding the owner token, with a TTL
--- KEYS[2]  fencing counter: an integer (see mint_token in common.lua), in the same slot
--- KEYS[3]  this Lock call's tombstone, written by mutex_abandon.lua when the
+-- KEYS     in the order of MutexAcquireLayout (layout.go), by these names:
+-- LOCK     lock key: a string holding the owner token, with a TTL
+-- FENCE    fencing counter: an integer (see mint_token in common.lua), in the same slot
+-- TOMBSTONE this Lock call's tombstone, written by mutex_abandon.lua when the
 --          call gives up
--- KEYS[4]  waiters: sorted set of registrations by expiry (hand_next.lua)
+-- WAITERS  waiters: sorted set of registrations by expiry (hand_next.lua)
 -- ARGV[1]  owner token of this Lock call (random, unique per call: the lock
 --          may be handed to it while it waits)
 -- ARGV[2]  TTL in milliseconds
@@ -12,7 +13,7 @@
 --          hand_next.lua); '' for an attempt that will not wait for a
 --          release (TryLock, a first try, no subscription)
 -- ARGV[4]  how long a registration lasts, in milliseconds
--- KEYS[5]  the lock's holder info (see set_holder_info in common.lua)
+-- HOLDER   the lock's holder info (see set_holder_info in common.lua)
 -- ARGV[5]  this call's previous registration, replaced by this attempt's;
 --          '' when it had none
 -- ARGV[6]  this call's holder info (JSON), stored with the hold; '' none.
@@ -50,60 +51,60 @@
 -- lock to that registration; the copy that then finds the lock its own
 -- lets it go rather than report it granted to nobody.
 
-local wrong = rights_refused(KEYS[1]) or foreign_key({KEYS[2]}, {KEYS[4]}, {}) or (ARGV[6] ~= '' and foreign_holder_info(KEYS[5]))
+local wrong = rights_refused(LOCK) or foreign_key({FENCE}, {WAITERS}, {}) or (ARGV[6] ~= '' and foreign_holder_info(HOLDER))
 if wrong then
   return wrong
 end
 -- SET NX GET takes a free lock and returns nothing, or returns the holder;
 -- on a key of another type it fails with WRONGTYPE, changing nothing.
-local holder, foreign = call_on(KEYS[1], 'SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+local holder, foreign = call_on(LOCK, 'SET', LOCK, ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
 if foreign then
   return foreign
 end
 if not holder then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    redis.call('DEL', KEYS[1])
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
+    redis.call('DEL', LOCK)
     return {-1, 0}
   end
   -- From here an error must not leave the hold behind: pcall, undo, report.
   if ARGV[5] ~= '' then
-    local removed = redis.pcall('ZREM', KEYS[4], ARGV[5])
+    local removed = redis.pcall('ZREM', WAITERS, ARGV[5])
     if type(removed) == 'table' and removed.err then
-      redis.call('DEL', KEYS[1])
+      redis.call('DEL', LOCK)
       return removed
     end
   end
-  local fence = mint_token(KEYS[2], ARGV[2])
+  local fence = mint_token(FENCE, ARGV[2])
   if type(fence) == 'table' and fence.err then
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', LOCK)
     return fence
   end
-  set_holder_info(KEYS[5], ARGV[1], ARGV[6], ARGV[2])
+  set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
   return {1, fence}
 end
 if holder == ARGV[1] then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     -- Handed to this call after it gave up (a late copy of an earlier
     -- attempt registered it again after its abandon): nobody holds it.
     -- Let it go; waiters find it free at their next try.
-    redis.call('DEL', KEYS[1])
-    drop_holder_info(KEYS[5])
+    redis.call('DEL', LOCK)
+    drop_holder_info(HOLDER)
     return {-1, 0}
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  set_holder_info(KEYS[5], ARGV[1], ARGV[6], ARGV[2])
-  return {1, raise_error(held_token(KEYS[2], ARGV[2]))}
+  redis.call('PEXPIRE', LOCK, ARGV[2])
+  set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
+  return {1, raise_error(held_token(FENCE, ARGV[2]))}
 end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for
-  return not_dlocks(KEYS[1], 'a string')
+  return not_dlocks(LOCK, 'a string')
 end
 if ARGV[3] ~= '' then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
   if ARGV[5] ~= '' then
-    redis.call('ZREM', KEYS[4], ARGV[5])
+    redis.call('ZREM', WAITERS, ARGV[5])
   end
-  register_waiter(KEYS[4], ARGV[3], ARGV[4])
+  register_waiter(WAITERS, ARGV[3], ARGV[4])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', LOCK)}

@@ -1,9 +1,10 @@
 -- Extend a Mutex held by this owner to a new TTL (renewal and Lease.Extend).
 --
--- KEYS[1]  lock key
--- KEYS[2]  the lock's mark of a forced removal (force_unlock.lua), holding
+-- KEYS     in the order of MutexExtendLayout (layout.go), by these names:
+-- LOCK     lock key
+-- FORCED   the lock's mark of a forced removal (force_unlock.lua), holding
 --          the owner token of the hold it removed; absent for a Redlock's
--- KEYS[3]  the lock's holder info (see set_holder_info in common.lua),
+-- HOLDER   the lock's holder info (see set_holder_info in common.lua),
 --          extended with the hold when it is this owner's; absent for an
 --          Election's and a Redlock's
 -- ARGV[1]  owner token
@@ -25,15 +26,15 @@
 -- Extend (ARGV[3] '1') sets a shorter one; a late copy of that is the
 -- client's to allow for (Lease.inDoubt).
 
-local holder = redis.call('GET', KEYS[1])
+local holder = redis.call('GET', LOCK)
 if holder == ARGV[1] then
-  extend_key(KEYS[1], ARGV[2], may_shorten(ARGV[3]))
-  if holder_info_of(KEYS[3], ARGV[1]) then
-    extend_key(KEYS[3], ARGV[2], may_shorten(ARGV[3]))
+  extend_key(LOCK, ARGV[2], may_shorten(ARGV[3]))
+  if holder_info_of(HOLDER, ARGV[1]) then
+    extend_key(HOLDER, ARGV[2], may_shorten(ARGV[3]))
   end
   return 1
 end
-if KEYS[2] and redis.pcall('GET', KEYS[2]) == ARGV[1] then -- first: a new holder may have come since
+if FORCED and redis.pcall('GET', FORCED) == ARGV[1] then -- first: a new holder may have come since
   return -2
 end
 if holder then

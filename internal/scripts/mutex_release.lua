@@ -1,15 +1,16 @@
 -- Release a Mutex held by this owner and hand it to the next waiter.
 --
--- KEYS[1]  lock key
--- KEYS[2]  the lock's wake-up channel (declared as a key so a cluster routes
+-- KEYS     in the order of MutexReleaseLayout (layout.go), by these names:
+-- LOCK     lock key
+-- CHANNEL  the lock's wake-up channel (declared as a key so a cluster routes
 --          it to the lock's slot)
--- KEYS[3]  waiters: sorted set of registrations by expiry (hand_next.lua)
--- KEYS[4]  fencing counter, for the hand-over's token
--- KEYS[5]  the lock's holder info (hand_next.lua): removed, or the next
+-- WAITERS  waiters: sorted set of registrations by expiry (hand_next.lua)
+-- FENCE    fencing counter, for the hand-over's token
+-- HOLDER   the lock's holder info (hand_next.lua): removed, or the next
 --          holder's; absent for a Redlock's release
--- KEYS[6]  this owner's release mark (see mark_released in common.lua);
+-- RELEASE_MARK this owner's release mark (see mark_released in common.lua);
 --          absent for a Redlock's release
--- KEYS[7]  the call's tombstone, from a release that gives the call up
+-- TOMBSTONE the call's tombstone, from a release that gives the call up
 --          (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
@@ -26,13 +27,13 @@
 -- Safe to send twice: the second finds the key gone or another owner's, and
 -- touches nothing; it finds the first one's mark, and reports the release.
 
-void_call(KEYS[7], ARGV[4])
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  hand_next(KEYS[1], KEYS[4], KEYS[3], KEYS[2], ARGV[2], KEYS[5])
-  mark_released(KEYS[6], ARGV[3])
+void_call(TOMBSTONE, ARGV[4])
+if redis.call('GET', LOCK) == ARGV[1] then
+  hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER)
+  mark_released(RELEASE_MARK, ARGV[3])
   return 1
 end
-if released_before(KEYS[6]) then
+if released_before(RELEASE_MARK) then
   return 1
 end
 return 0

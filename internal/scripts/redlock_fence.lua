@@ -1,7 +1,8 @@
 -- Raise a Redlock node's fencing counter to the token a quorum agreed on,
 -- and keep it: a Redlock's counters do not expire.
 --
--- KEYS[1]  fencing counter (see mint_token in common.lua)
+-- KEYS     in the order of RedlockFenceLayout (layout.go), by these names:
+-- FENCE    fencing counter (see mint_token in common.lua)
 -- ARGV[1]  the token: the highest counter among the nodes that granted
 --
 -- Returns 1. Never lowers the counter, so a copy, however late, is harmless.
@@ -18,6 +19,6 @@
 -- start below it. So the SET here has no expiry (a mint's retention is
 -- dropped too).
 
-local token = math.max(raise_error(last_token(KEYS[1])), tonumber(ARGV[1]))
-redis.call('SET', KEYS[1], token_text(token))
+local token = math.max(raise_error(last_token(FENCE)), tonumber(ARGV[1]))
+redis.call('SET', FENCE, token_text(token))
 return 1

@@ -2,7 +2,7 @@
 -- outcome the client does not know (it timed out, was cancelled, or failed on
 -- the network), or when a waiter stops waiting.
 --
--- KEYS[1..9] as in rw_lib.lua
+-- KEYS     RWLayout (layout.go), then TOMBSTONE: as in rw_lib.lua
 -- ARGV[1]  member of the attempt in doubt; '' when none is
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
@@ -12,7 +12,7 @@
 -- Returns 1 the attempt had been granted and is released now, else 0.
 --
 -- A copy of any attempt of the call may still be on its way, applied before
--- or not (go-redis resends after a read timeout): the tombstone (KEYS[9],
+-- or not (go-redis resends after a read timeout): the tombstone (TOMBSTONE,
 -- the call's, shared by all its attempts) makes it refuse itself, taking
 -- no hold and registering nothing. It is written whatever this script finds,
 -- also when it releases a hold, and lasts ARGV[3], not the TTL: a copy is
@@ -27,7 +27,7 @@
 
 local now = server_now()
 if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
+  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
 end
 if ARGV[1] ~= '' then
   if live_score(HOLDS, ARGV[1], now) then

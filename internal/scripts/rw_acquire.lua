@@ -1,6 +1,6 @@
 -- Acquire an RWMutex for reading or writing (a ReentrantMutex: writing).
 --
--- KEYS[1..9] as in rw_lib.lua
+-- KEYS     RWLayout (layout.go), then TOMBSTONE: as in rw_lib.lua
 -- ARGV[1]  member of the call's hold: mode .. hold id .. owner; every attempt
 --          of the call sends the same
 -- ARGV[2]  TTL in milliseconds
@@ -34,7 +34,7 @@
 -- the same acquisition, counts once and registers nothing; so does a copy
 -- of an earlier attempt of the call, refused, arriving once a later one was
 -- granted. Safe to arrive late: a copy of any
--- attempt of a call that gave up finds the call's tombstone (KEYS[9]) before
+-- attempt of a call that gave up finds the call's tombstone (TOMBSTONE) before
 -- it takes a hold or registers, and does neither.
 
 local wrong = rights_refused(STATE) or foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
@@ -84,7 +84,7 @@ else
 end
 
 if granted then
-  if redis.call('EXISTS', KEYS[9]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
   if waiter ~= '' then
@@ -123,7 +123,7 @@ if granted then
 end
 
 if waiter ~= '' then
-  if redis.call('EXISTS', KEYS[9]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
   register_waiter(mode == 'w' and WWAIT or RWAIT, waiter, ARGV[4], now)

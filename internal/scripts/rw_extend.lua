@@ -1,7 +1,7 @@
 -- Extend one hold of an RWMutex or ReentrantMutex to a new TTL (renewal and
 -- Lease.Extend). The owner's other holds keep their own expiry.
 --
--- KEYS[1..2] as in rw_lib.lua
+-- KEYS     STATE, HOLDS: RWLayout (layout.go) up to WWAIT, as in rw_lib.lua
 -- ARGV[1]  member of the hold
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later

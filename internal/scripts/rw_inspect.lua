@@ -1,6 +1,6 @@
 -- Describe an RWMutex or ReentrantMutex as it is now, without changing it.
 --
--- KEYS[1..8] as in rw_lib.lua
+-- KEYS     RWLayout (layout.go), as in rw_lib.lua
 -- ARGV[1]  owner id of the asking handle
 --
 -- Returns {write holds, read holds, reading owners, the writer is ARGV[1]

@@ -1,9 +1,11 @@
 -- The state of an RWMutex, and of a ReentrantMutex (an RWMutex used only
 -- for writing), and what every script of theirs does with it. Prepended to
 -- those scripts (see scripts.go). Each script takes the same KEYS, as many of
--- them as it uses, in this order; all are in the lock name's slot:
+-- them as it uses, in the order of RWLayout (layout.go), which names them
+-- so in Lua; then the call's and the hold's own, as each script says. All
+-- are in the lock name's slot:
 --
--- KEYS[1]  state: hash of counts, gone with the last hold
+-- STATE    state: hash of counts, gone with the last hold
 --            'nw'..owner / 'nr'..owner  that owner's live write / read holds
 --            'tw'..owner / 'tr'..owner  their fencing token: every hold of
 --                                       one owner in one mode shares it
@@ -24,27 +26,25 @@
 --                                       release or purge leaves it until the
 --                                       state goes: read only for an owner
 --                                       writing); gone with its last write
--- KEYS[2]  holds: sorted set, one member per hold (per Lease), scored by when
+-- HOLDS    holds: sorted set, one member per hold (per Lease), scored by when
 --          it expires in ms of the server's clock. A member is
 --          mode .. hold id .. owner: mode 'w' or 'r', the hold id
 --          OWNER_TOKEN_DIGITS random hex digits (a secret: it is the proof
 --          a Lease shows), the owner id the rest. Each hold expires on its
 --          own, so a crashed holder stops blocking others within its TTL
 --          while other holders renew theirs.
--- KEYS[3]  writers waiting: sorted set of waiter ids by registration expiry.
+-- WWAIT    writers waiting: sorted set of waiter ids by registration expiry.
 --          While a live one is there, owners not yet holding the lock may not
 --          start reading (writer preference).
--- KEYS[4]  readers waiting: sorted set of waiter ids by registration expiry
--- KEYS[5]  readers passed: the readers that were waiting when a writer left.
+-- RWAIT    readers waiting: sorted set of waiter ids by registration expiry
+-- RPASS    readers passed: the readers that were waiting when a writer left.
 --          They go before any writer, so writers cannot starve readers.
--- KEYS[6]  the writers' wake-up channel (a waiter id is published)
--- KEYS[7]  the readers' wake-up channel ('*' wakes them all)
--- KEYS[8]  fencing counter (see mint_token in common.lua; acquire only)
--- KEYS[9]  the tombstone of this hold id (acquire and abandon only)
+-- WCHAN    the writers' wake-up channel (a waiter id is published)
+-- RCHAN    the readers' wake-up channel ('*' wakes them all)
+-- FENCE    fencing counter (see mint_token in common.lua; acquire only)
+-- TOMBSTONE the tombstone of this hold id (acquire and abandon only)
 
--- Go's RWLayout (layout.go) names these KEYS[1..8] for every script that
--- takes them: STATE, HOLDS, WWAIT, RWAIT, RPASS, WCHAN, RCHAN, FENCE (a
--- release takes its mark in FENCE's place, and reads it as KEYS[8]).
+-- A release takes its mark (RELEASE_MARK) in FENCE's place.
 
 -- The mode and owner of a hold.
 local function parse(member)

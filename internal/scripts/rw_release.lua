@@ -1,10 +1,10 @@
 -- Release one hold of an RWMutex or ReentrantMutex and wake whoever can go.
 --
--- KEYS[1..7] as in rw_lib.lua
--- KEYS[8]  this hold's release mark (see mark_released in common.lua), in
---          place of the fencing counter, which a release does not touch
--- KEYS[9]  the call's tombstone, from a release that gives the call up
---          (see void_call in common.lua); absent otherwise
+-- KEYS     RWLayout (layout.go) up to FENCE, as in rw_lib.lua, then:
+-- RELEASE_MARK  this hold's release mark (see mark_released in common.lua),
+--               in place of the fencing counter, which a release does not touch
+-- TOMBSTONE     the call's tombstone, from a release that gives the call up
+--               (see void_call in common.lua); absent otherwise
 -- ARGV[1]  member of the hold (mode .. hold id .. owner)
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
@@ -20,10 +20,10 @@
 -- so one Lease's Unlock takes away one hold, never another of its owner's;
 -- it finds the first one's mark, and reports the release.
 
-void_call(KEYS[9], ARGV[4])
+void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 if not live_score(HOLDS, ARGV[1], now) then
-  if released_before(KEYS[8]) then
+  if released_before(RELEASE_MARK) then
     return 1
   end
   return 0
@@ -32,5 +32,5 @@ local wrong = release_hold(ARGV[1], ARGV[2], now)
 if wrong then
   return wrong
 end
-mark_released(KEYS[8], ARGV[3])
+mark_released(RELEASE_MARK, ARGV[3])
 return 1

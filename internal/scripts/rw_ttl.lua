@@ -1,6 +1,6 @@
 -- Report how long one hold of an RWMutex or ReentrantMutex has left.
 --
--- KEYS[1..2] as in rw_lib.lua
+-- KEYS     STATE, HOLDS: RWLayout (layout.go) up to WWAIT, as in rw_lib.lua
 -- ARGV[1]  member of the hold
 --
 -- Returns the milliseconds left, or -3 when not held.

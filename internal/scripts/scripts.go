@@ -1,5 +1,7 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
 // operation. Each file's header states its KEYS, ARGV and return values.
+// The KEYS of each script are in the order of its Layout (layout.go),
+// which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
 //
 // Scripts run by SHA (EVALSHA). A server that answers NOSCRIPT (after
 // SCRIPT FLUSH, a restart, or a failover to a node that never ran them) is
@@ -172,58 +174,78 @@ var sources = make(map[*redis.Script]string)
 // scriptOn makes a script of parts that take the KEYS of layout, named
 // after the prelude.
 func scriptOn(layout Layout, parts ...string) *redis.Script {
-	return script(append([]string{layout.locals()}, parts...)...)
+	s := script(append([]string{layout.locals()}, parts...)...)
+	layouts[s] = layout
+	return s
+}
+
+// scriptOnParts makes a script of parts that take the KEYS of a MultiLock
+// group: a part per lock, then tail (see partLocals).
+func scriptOnParts(part, tail Layout, parts ...string) *redis.Script {
+	s := script(append([]string{partLocals(part, tail)}, parts...)...)
+	layouts[s] = part.Then(tail...)
+	return s
+}
+
+// layouts are the scripts' layouts, for LayoutOf.
+var layouts = make(map[*redis.Script]Layout)
+
+// LayoutOf is the layout of the KEYS s takes, which Go makes s's keys by;
+// for a script on parts (a MultiLock's), those of a group of one lock: its
+// part, then the tail. A script not made here has none.
+func LayoutOf(s *redis.Script) Layout {
+	return layouts[s]
 }
 
 // Mutex scripts.
 var (
-	MutexAcquire = script(mutexAcquire)
-	MutexRelease = script(handNext, mutexRelease)
-	MutexExtend  = script(mutexExtend)
-	MutexTTL     = script(mutexTTL)
-	MutexAbandon = script(handNext, mutexAbandon)
+	MutexAcquire = scriptOn(MutexAcquireLayout, mutexAcquire)
+	MutexRelease = scriptOn(MutexReleaseLayout, handNext, mutexRelease)
+	MutexExtend  = scriptOn(MutexExtendLayout, mutexExtend)
+	MutexTTL     = scriptOn(MutexExtendLayout, mutexTTL)
+	MutexAbandon = scriptOn(MutexAbandonLayout, handNext, mutexAbandon)
 )
 
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
 // inspects its holds with MutexExtend and MutexTTL.
 var (
-	FairAcquire = script(fairLib, fairAcquire)
-	FairRelease = script(fairLib, fairRelease)
-	FairAbandon = script(fairLib, fairAbandon)
+	FairAcquire = scriptOn(FairLayout.Then(Tombstone), fairLib, fairAcquire)
+	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), fairLib, fairRelease)
+	FairAbandon = scriptOn(FairLayout.Then(Tombstone), fairLib, fairAbandon)
 )
 
 // Semaphore scripts.
 var (
-	SemAcquire    = script(semLib, semAcquire)
-	SemRelease    = script(wakeNext, semLib, semRelease)
-	SemExtend     = script(semLib, semExtend)
-	SemTTL        = script(semLib, semTTL)
-	SemAbandon    = script(wakeNext, semLib, semAbandon)
-	SemSetPermits = script(semLib, semSetPermits)
+	SemAcquire    = scriptOn(SemLayout.Then(Tombstone), semLib, semAcquire)
+	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), wakeNext, semLib, semRelease)
+	SemExtend     = scriptOn(SemLayout, semLib, semExtend)
+	SemTTL        = scriptOn(SemLayout, semLib, semTTL)
+	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), wakeNext, semLib, semAbandon)
+	SemSetPermits = scriptOn(SemLayout, semLib, semSetPermits)
 )
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = script(handNext, multiLib, multiAcquire)
-	MultiRelease = script(handNext, multiLib, multiRelease)
-	MultiExtend  = script(multiLib, multiExtend)
-	MultiTTL     = script(multiLib, multiTTL)
-	MultiAbandon = script(handNext, multiLib, multiAbandon)
+	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, handNext, multiLib, multiAcquire)
+	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, handNext, multiLib, multiRelease)
+	MultiExtend  = scriptOnParts(MultiPartLayout, nil, multiLib, multiExtend)
+	MultiTTL     = scriptOnParts(MultiPartLayout, nil, multiLib, multiTTL)
+	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, handNext, multiLib, multiAbandon)
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = script(electionAcquire)
-	ElectionRelease  = script(wakeNext, electionRelease)
-	ElectionProclaim = script(electionProclaim)
-	ElectionLeader   = script(electionLeader)
+	ElectionAcquire  = scriptOn(ElectionAcquireLayout, electionAcquire)
+	ElectionRelease  = scriptOn(ElectionReleaseLayout, wakeNext, electionRelease)
+	ElectionProclaim = scriptOn(ElectionProclaimLayout, electionProclaim)
+	ElectionLeader   = scriptOn(ElectionProclaimLayout, electionLeader)
 )
 
 // RedlockFence raises a node's fencing counter to a quorum's token. A
 // Redlock takes, renews and releases its holds on each node with the Mutex
 // scripts.
-var RedlockFence = script(redlockFence)
+var RedlockFence = scriptOn(RedlockFenceLayout, redlockFence)
 
 // Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
@@ -232,12 +254,13 @@ var (
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
+// A release takes its mark in the fencing counter's place.
 var (
-	RWAcquire = scriptOn(RWLayout, rwLib, rwAcquire)
-	RWRelease = scriptOn(RWLayout, rwLib, rwRelease)
+	RWAcquire = scriptOn(RWLayout.Then(Tombstone), rwLib, rwAcquire)
+	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), rwLib, rwRelease)
 	RWExtend  = scriptOn(RWLayout, rwLib, rwExtend)
 	RWTTL     = scriptOn(RWLayout, rwLib, rwTTL)
-	RWAbandon = scriptOn(RWLayout, rwLib, rwAbandon)
+	RWAbandon = scriptOn(RWLayout.Then(Tombstone), rwLib, rwAbandon)
 	RWInspect = scriptOn(RWLayout, rwLib, rwInspect)
 )
 

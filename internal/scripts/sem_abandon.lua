@@ -1,7 +1,7 @@
 -- Give up on acquiring a Semaphore permit: after an attempt whose outcome
 -- the client does not know, or when a waiter stops waiting.
 --
--- KEYS[1..7] as in sem_lib.lua
+-- KEYS     SemLayout (layout.go), then TOMBSTONE: as in sem_lib.lua
 -- ARGV[1]  the call's owner token when an attempt is in doubt; '' when none is
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
@@ -10,7 +10,7 @@
 --
 -- Returns 1 the attempt had taken a permit and it is given back now, else 0.
 --
--- The tombstone (KEYS[7], the call's, shared by all its attempts) makes a
+-- The tombstone (TOMBSTONE, the call's, shared by all its attempts) makes a
 -- copy of any attempt of the call still on its way refuse itself, taking no
 -- permit and registering nothing. It is written whatever this script finds,
 -- also when it gives a permit back (a copy of an applied attempt may be
@@ -26,7 +26,7 @@
 
 local released = 0
 if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[7], '1', 'PX', ARGV[3])
+  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
 end
 if ARGV[1] ~= '' and redis.call('ZREM', HOLDERS, ARGV[1]) == 1 then
   redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])

@@ -1,6 +1,6 @@
 -- Acquire a permit of a Semaphore.
 --
--- KEYS[1..7] as in sem_lib.lua
+-- KEYS     SemLayout (layout.go), then TOMBSTONE: as in sem_lib.lua
 -- ARGV[1]  owner token of the call (random, unique per call); every attempt
 --          of the call sends the same
 -- ARGV[2]  TTL in milliseconds
@@ -23,10 +23,10 @@
 -- registering nothing; so does a copy of an earlier attempt of the call,
 -- refused, arriving once a later one was granted.
 -- Safe to arrive late: a copy of any attempt of a call that gave up finds
--- the call's tombstone (KEYS[7]) before it takes a permit or registers, and
+-- the call's tombstone (TOMBSTONE) before it takes a permit or registers, and
 -- does neither.
 
-local wrong = rights_refused(KEYS[6]) or foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS)
+local wrong = rights_refused(FENCE) or foreign_key({FENCE}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS)
 if wrong then
   return wrong
 end
@@ -43,7 +43,7 @@ if stored and not permits then
   return not_dlocks(PERMITS, 'a string')
 end
 redis.call('HLEN', TOKENS)
-raise_error(last_token(KEYS[6]))
+raise_error(last_token(FENCE))
 purge(now)
 if permits == nil then
   permits = tonumber(ARGV[5])
@@ -55,10 +55,10 @@ if live_score(HOLDERS, owner, now) then
   return {1, tonumber(redis.call('HGET', TOKENS, owner))}
 end
 if redis.call('ZCARD', HOLDERS) < permits then
-  if redis.call('EXISTS', KEYS[7]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  local fence = mint_token(KEYS[6], ARGV[2])
+  local fence = mint_token(FENCE, ARGV[2])
   if type(fence) == 'table' and fence.err then
     return fence
   end
@@ -75,7 +75,7 @@ if redis.call('ZCARD', HOLDERS) < permits then
   return {1, fence}
 end
 if ARGV[3] ~= '' then
-  if redis.call('EXISTS', KEYS[7]) == 1 then
+  if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
   register_waiter(WAITERS, ARGV[3], ARGV[4], now)

@@ -1,6 +1,6 @@
 -- Renew a Semaphore permit: only while this owner holds it.
 --
--- KEYS[1..2] as in sem_lib.lua
+-- KEYS     HOLDERS, TOKENS: SemLayout (layout.go) up to PERMITS, as in sem_lib.lua
 -- ARGV[1]  owner token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later

@@ -1,23 +1,23 @@
 -- The state of a Semaphore. Prepended to the Semaphore scripts (see
--- scripts.go). They take the same KEYS, as many as they use, in this order;
--- all are in the semaphore name's slot:
+-- scripts.go). They take the same KEYS, as many as they use, in the order of
+-- SemLayout (layout.go), which names them so in Lua; then the call's and
+-- the hold's own, as each script says. All are in the semaphore name's
+-- slot:
 --
--- KEYS[1]  holders: sorted set, one member per permit held (the owner token
+-- HOLDERS  holders: sorted set, one member per permit held (the owner token
 --          of its Lease), scored by when it expires in ms of the server's
 --          clock. Each permit expires on its own, so a crashed holder's
 --          permit comes back within its TTL while the others renew theirs.
--- KEYS[2]  tokens: hash of each holder's fencing token, for a resent acquire,
+-- TOKENS   tokens: hash of each holder's fencing token, for a resent acquire,
 --          and, under 'i' .. the holder's owner token, its holder info
 --          (WithHolderInfo in Go), gone with its permit
--- KEYS[3]  permits: the number of permits, a string without TTL, set by the
+-- PERMITS  permits: the number of permits, a string without TTL, set by the
 --          first acquire (or by SetPermits) so that every client agrees
--- KEYS[4]  waiters: sorted set of waiter ids by registration expiry
--- KEYS[5]  wake-up channel (a waiter id is published; '*' wakes all)
--- KEYS[6]  fencing counter (see mint_token in common.lua; acquire; SetPermits
+-- WAITERS  waiters: sorted set of waiter ids by registration expiry
+-- CHANNEL  wake-up channel (a waiter id is published; '*' wakes all)
+-- FENCE    fencing counter (see mint_token in common.lua; acquire; SetPermits
 --          only checks it is dlock's)
--- KEYS[7]  the tombstone of this call (acquire and abandon only)
-
-local HOLDERS, TOKENS, PERMITS, WAITERS, CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- TOMBSTONE the tombstone of this call (acquire and abandon only)
 
 -- Give back the permits whose holders stopped renewing.
 local function purge(now)

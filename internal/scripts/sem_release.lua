@@ -1,10 +1,10 @@
 -- Give back a permit of a Semaphore and wake the next waiter.
 --
--- KEYS[1..5] as in sem_lib.lua
--- KEYS[6]  this permit's release mark (see mark_released in common.lua), in
---          place of the fencing counter, which a release does not touch
--- KEYS[7]  the call's tombstone, from a release that gives the call up
---          (see void_call in common.lua); absent otherwise
+-- KEYS     SemLayout (layout.go) up to FENCE, as in sem_lib.lua, then:
+-- RELEASE_MARK  this permit's release mark (see mark_released in common.lua),
+--               in place of the fencing counter, which a release does not touch
+-- TOMBSTONE     the call's tombstone, from a release that gives the call up
+--               (see void_call in common.lua); absent otherwise
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
@@ -18,7 +18,7 @@
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
 
-void_call(KEYS[7], ARGV[4])
+void_call(TOMBSTONE, ARGV[4])
 local wrong = foreign_tokens()
 if wrong then
   return wrong
@@ -26,7 +26,7 @@ end
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
-  if released_before(KEYS[6]) then
+  if released_before(RELEASE_MARK) then
     return 1
   end
   return 0
@@ -34,7 +34,7 @@ end
 redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])
 wake_next(WAITERS, CHANNEL, ARGV[2])
 if held then
-  mark_released(KEYS[6], ARGV[3])
+  mark_released(RELEASE_MARK, ARGV[3])
   return 1
 end
 return 0

@@ -1,6 +1,6 @@
 -- Change the number of permits of a Semaphore, deliberately.
 --
--- KEYS[1..6] as in sem_lib.lua (the fencing counter only looked at)
+-- KEYS     SemLayout (layout.go), as in sem_lib.lua (FENCE only looked at)
 -- ARGV[1]  the new number of permits
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
@@ -16,7 +16,7 @@
 -- after a later SetPermits would set the older number back: SetPermits is
 -- an operator's change, not made concurrently.
 
-local wrong = foreign_key({KEYS[6]}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS) or foreign_counter(PERMITS)
+local wrong = foreign_key({FENCE}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS) or foreign_counter(PERMITS)
 if wrong then
   return wrong
 end

@@ -1,6 +1,7 @@
 -- How long a Semaphore permit has left.
 --
--- KEYS[1]  holders, as in sem_lib.lua
+-- KEYS     HOLDERS, TOKENS: SemLayout (layout.go) up to PERMITS, as in
+--          sem_lib.lua (HOLDERS alone read)
 -- ARGV[1]  owner token
 --
 -- Returns the milliseconds left, or -3 when this owner holds no permit.
