@@ -248,6 +248,15 @@ local function released_before(mark)
   return mark ~= nil and redis.call('EXISTS', mark) == 1
 end
 
+-- The answer of a release that found no hold of its owner's: 1 when a
+-- copy of it released the hold before (its mark), else 0.
+local function nothing_released(mark)
+  if released_before(mark) then
+    return 1
+  end
+  return 0
+end
+
 -- A release that gives its call up (the caller's context ended as the lock
 -- was granted, or a MultiLock rolls back) writes the call's tombstone for
 -- ms, as an abandon does: a copy of the granted attempt still on its way

@@ -32,14 +32,10 @@
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
 
-local wrong = rights_refused(LOCK) or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER)
+local owner = ARGV[1]
+local holder, wrong = checked_holder(LOCK, rights_refused(LOCK) or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
 if wrong then
   return wrong
-end
-local owner = ARGV[1]
-local holder, foreign = call_on(LOCK, 'GET', LOCK)
-if foreign then
-  return foreign
 end
 if holder == owner then
   return {1, tonumber(redis.call('HGET', LEADER, 'term'))}

@@ -28,14 +28,11 @@
 -- tombstone (fair_abandon.lua) before it takes the lock or a place in the
 -- queue, and does neither.
 
-local wrong = rights_refused(LOCK) or foreign_key({FENCE}, {QUEUE, REG}, {}) or ((ARGV[6] or '') ~= '' and foreign_holder_info(HOLDER))
+local owner = ARGV[1]
+local holder, wrong = checked_holder(LOCK, rights_refused(LOCK) or foreign_key({FENCE}, {QUEUE, REG}, {})
+  or ((ARGV[6] or '') ~= '' and foreign_holder_info(HOLDER)))
 if wrong then
   return wrong
-end
-local owner = ARGV[1]
-local holder, foreign = call_on(LOCK, 'GET', LOCK)
-if foreign then
-  return foreign
 end
 if holder == owner then -- handed over while waiting, or a resend
   redis.call('PEXPIRE', LOCK, ARGV[2])

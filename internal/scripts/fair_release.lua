@@ -21,10 +21,7 @@
 
 void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) ~= ARGV[1] then
-  if released_before(RELEASE_MARK) then
-    return 1
-  end
-  return 0
+  return nothing_released(RELEASE_MARK)
 end
 redis.call('DEL', LOCK)
 hand_over(ARGV[2])

@@ -40,6 +40,16 @@ local function call_on(key, ...)
   return reply
 end
 
+-- The holder a Mutex's lock key names (nil: free), once checks found
+-- nothing wrong; or nil and the error to return: checks' (a right
+-- refused, another program's key beside it) or the lock key's own.
+local function checked_holder(lock, checks)
+  if checks then
+    return nil, checks
+  end
+  return call_on(lock, 'GET', lock)
+end
+
 -- Whether a string read under a Mutex's lock key is an owner token.
 local function is_owner_token(value)
   return string.find(value, OWNER_TOKEN) ~= nil

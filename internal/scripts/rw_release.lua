@@ -23,10 +23,7 @@
 void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 if not live_score(HOLDS, ARGV[1], now) then
-  if released_before(RELEASE_MARK) then
-    return 1
-  end
-  return 0
+  return nothing_released(RELEASE_MARK)
 end
 local wrong = release_hold(ARGV[1], ARGV[2], now)
 if wrong then

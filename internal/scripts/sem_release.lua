@@ -26,10 +26,7 @@ end
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
-  if released_before(RELEASE_MARK) then
-    return 1
-  end
-  return 0
+  return nothing_released(RELEASE_MARK)
 end
 redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])
 wake_next(WAITERS, CHANNEL, ARGV[2])
