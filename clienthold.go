@@ -124,7 +124,10 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit boo
 		args = append(args, shortens)
 	}
 	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
-	ackErr := h.sendExtensions(ctx, h.c.rdb, calls)
+	var ackErr error
+	if acks := h.sendExtensions(ctx, h.c.rdb, calls); acks != nil {
+		ackErr = acks[0]
+	}
 	n, err := calls[0].cmd.Int64()
 	switch {
 	case err != nil:
@@ -139,30 +142,34 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit boo
 
 // sendExtensions sends calls, extensions of holds on one master, to rdb;
 // with [WithReplicaAck], through the master and with WAIT after them (see
-// replicaAck.send), whose shortfall it returns: a lease's deadline moves
-// only with an extension its replicas have, or a failover to one of them
-// would end the hold before the deadline its holder counts on.
-func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) error {
+// replicaAck.send), and returns each call's shortfall of acknowledgements
+// (nil without WithReplicaAck): a lease's deadline moves only with an
+// extension its replicas have, or a failover to one of them would end the
+// hold before the deadline its holder counts on. A call the master
+// redirects (its slot moved, or is moving) goes again where it is sent,
+// alone (see sendAcknowledged).
+func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) []error {
 	if h.ack.n == 0 {
 		sendScripts(ctx, rdb, calls)
 		return nil
 	}
+	acks := make([]error, len(calls))
 	master, err := h.c.masterFor(ctx, h.keys[0])
 	if err != nil {
 		for i := range calls {
 			calls[i].cmd = redis.NewCmd(ctx)
 			calls[i].cmd.SetErr(err)
 		}
-		return err
+		return acks
 	}
-	err = h.ack.send(ctx, master, calls)
-	for _, call := range calls {
-		if _, ask, moved := redirection(call.cmd.Err()); moved && !ask {
-			h.c.reloadLayout(ctx) // the master moved: the next try goes to the new one
-			break
+	batch := h.ack.send(ctx, master, calls)
+	for i, call := range calls {
+		acks[i] = batch
+		if _, _, redirected := redirection(call.cmd.Err()); redirected {
+			calls[i].cmd, acks[i] = h.c.sendAcknowledged(ctx, h.ack, master, call.script, call.argv)
 		}
 	}
-	return err
+	return acks
 }
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {

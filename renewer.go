@@ -261,14 +261,14 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
 	sent := time.Now()
-	ackErr := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
+	acks := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
 	for i, call := range calls {
 		n, err := call.cmd.Int64()
 		switch {
 		case err == nil && n != 1:
 			err = refusal(n)
-		case err == nil:
-			err = ackErr // applied, but not where a failover would keep it: not counted on
+		case err == nil && acks != nil:
+			err = acks[i] // applied, but not where a failover would keep it: not counted on
 		}
 		batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err)
 	}

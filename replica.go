@@ -48,11 +48,8 @@ func (ack replicaAck) confirmed(acks *redis.Cmd) error {
 }
 
 // acquireAcknowledged runs an acquire script's EVALSHA command (argv, as
-// call.argv builds it) with WAIT after it (see replicaAck.send) on the
-// master of its first key, following a cluster's redirections, and
-// reports a shortfall of replica acknowledgements as an error matching
-// [ErrReplicaAck], for the caller to check once it knows the script
-// granted a hold (a refusal needs no replicas).
+// call.argv builds it) with WAIT after it on the master of its first key
+// (see sendAcknowledged).
 func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script *redis.Script, argv []any) (*redis.Cmd, error) {
 	master, err := c.masterFor(ctx, argv[3].(string))
 	if err != nil {
@@ -60,6 +57,17 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 		cmd.SetErr(err)
 		return cmd, nil
 	}
+	return c.sendAcknowledged(ctx, ack, master, script, argv)
+}
+
+// sendAcknowledged runs one script's EVALSHA command with WAIT after it
+// (see replicaAck.send) on master, following a cluster's redirections
+// (MOVED after a failover or a resharding, ASK while a slot migrates), and
+// reports a shortfall of replica acknowledgements as an error matching
+// [ErrReplicaAck], for the caller to check once it knows the script wrote
+// what it counts on (a refusal needs no replicas).
+func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, script *redis.Script,
+	argv []any) (*redis.Cmd, error) {
 	var calls []scriptCall
 	var ackErr error
 	asking := false
@@ -89,7 +97,7 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 	return cmd, ackErr
 }
 
-// maxRedirects bounds the MOVED and ASK answers acquireAcknowledged
+// maxRedirects bounds the MOVED and ASK answers sendAcknowledged
 // follows, as go-redis's cluster client does by default.
 const maxRedirects = 3
 
@@ -120,14 +128,6 @@ func redirection(err error) (addr string, ask, ok bool) {
 	return fields[2], fields[0] == "ASK", true
 }
 
-// reloadLayout has a cluster client reload the cluster's layout, which a
-// MOVED answer on a node's own connection does not tell it.
-func (c *Client) reloadLayout(ctx context.Context) {
-	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
-		cluster.ReloadState(ctx)
-	}
-}
-
 // clusterNode is the cluster client's connection to the node at addr,
 // master or replica (a replica just promoted may not be known as a master
 // yet). moved: the cluster's layout changed, so the client reloads it.
@@ -137,7 +137,7 @@ func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (*red
 		return nil, fmt.Errorf("dlock: a redirection to %s from a server that is not a cluster's", addr)
 	}
 	if moved {
-		c.reloadLayout(ctx)
+		cluster.ReloadState(ctx)
 	}
 	var found *redis.Client
 	var mu sync.Mutex

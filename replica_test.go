@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -196,5 +197,87 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 					counted.Format("15:04:05.000"), kept.Format("15:04:05.000"))
 			}
 		})
+	}
+}
+
+// With replica acks, renewals and Extend go to the lock's master on a
+// connection of its own, not through the cluster client: they follow a
+// slot's redirections themselves, as the acquisition does. While the slot
+// migrates (its keys moved, the slot not yet handed over) the old owner
+// answers ASK; after a resharding, MOVED.
+func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
+	const ttl = time.Second // renewed every 333 ms
+	c := redistest.StartReplicatedCluster(t)
+	ctx := ctxFor(t, time.Minute)
+	rdb := c.Client()
+	renewals := make(chan dlock.RenewalEvent, 64)
+	sem := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond),
+		dlock.WithObserver(&dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+			select {
+			case renewals <- ev:
+			default:
+			}
+		}})).Semaphore(lockName(t), 2) // a Mutex's renewals meet TRYAGAIN while its slot migrates, with or without acks (its extend names keys that are not there)
+	lease, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := int(rdb.ClusterKeySlot(ctx, lockKey(sem.Name())).Val())
+	from, err := c.SlotOwner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := (from + 1) % len(c.Nodes)
+	// Every key moved at once, the slot still migrating (as a resharding
+	// leaves it between its last batch and handing the slot over): the old
+	// owner answers ASK.
+	src, dst := c.Nodes[from].Client(), c.Nodes[to].Client()
+	srcID, dstID := src.ClusterMyID(ctx).Val(), dst.ClusterMyID(ctx).Val()
+	if err := dst.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(c.Nodes[to].Addr())
+	migrate := []any{"migrate", host, port, "", 0, 5000, "keys"}
+	for _, k := range src.ClusterGetKeysInSlot(ctx, slot, 100).Val() {
+		migrate = append(migrate, k)
+	}
+	if err := src.Do(ctx, migrate...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range len(renewals) { // answered before
+		<-renewals
+	}
+	for confirmed := 0; confirmed < 4; { // more than a TTL's worth
+		select {
+		case ev := <-renewals:
+			if ev.Result != dlock.RenewalOK {
+				t.Fatalf("a renewal while the slot migrates: %s, %v", ev.Result, ev.Err)
+			}
+			confirmed++
+		case <-ctx.Done():
+			t.Fatal("no renewal answered")
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := n.Client().Do(ctx, "cluster", "setslot", slot, "node", dstID).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := (to + 1) % len(c.Nodes)
+	if back == from {
+		back = (back + 1) % len(c.Nodes)
+	}
+	if err := c.MigrateSlot(ctx, slot, back, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The slot moved: the old owner answers MOVED.
+	if err := lease.Extend(ctx, 2*ttl); err != nil {
+		t.Fatalf("Extend after the slot moved: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
