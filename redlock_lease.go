@@ -68,7 +68,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bo
 func (r *Redlock) majorityRefused(errs []error) bool {
 	refused := 0
 	for _, err := range errs {
-		if errors.Is(err, ErrNotHeld) {
+		if errors.Is(err, errNotHeldThere) {
 			refused++
 		}
 	}
@@ -86,6 +86,11 @@ func holdOutcome(majorityRefused bool) error {
 	return ErrUnavailable
 }
 
+// errNotHeldThere is a node's answer that the hold is not there. It is not
+// ErrNotHeld: a QuorumError, which wraps every node's error, matches
+// ErrNotHeld only when a majority says so (see holdOutcome).
+var errNotHeldThere = errors.New("not held there: expired or taken")
+
 // heldOrNot reads a node's answer to a script that acts only on a hold of
 // the owner's: 1 done, 0 not held there.
 func heldOrNot(ok int64, err error) error {
@@ -93,7 +98,7 @@ func heldOrNot(ok int64, err error) error {
 	case err != nil:
 		return err
 	case ok != 1:
-		return fmt.Errorf("%w: expired or taken", ErrNotHeld)
+		return errNotHeldThere
 	}
 	return nil
 }

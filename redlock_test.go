@@ -347,6 +347,30 @@ func TestRedlock_NodesThatDoNotAnswerAreUnavailableNotNotHeld(t *testing.T) {
 		}
 	}
 
+	// One node refusing is no majority either: the one that did not
+	// answer may hold it still.
+	for _, what := range []string{"Extend", "Unlock"} {
+		name := lockName(t)
+		lease, err := rl.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := servers[0].Client().Del(ctx, lockKey(name)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		servers[1].Pause()
+		if what == "Extend" {
+			err = lease.Extend(ctx, 20*time.Second)
+		} else {
+			err = lease.Unlock(ctx)
+		}
+		servers[1].Resume()
+		if errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("%s with 1 of 3 nodes refusing and 1 not answering: %v; want ErrUnavailable, not ErrNotHeld", what, err)
+		}
+		_ = lease.Unlock(ctx)
+	}
+
 	// A majority that no longer holds it says so.
 	other, err := rl.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
