@@ -365,3 +365,48 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 		}
 	}
 }
+
+// A release that finds its read-write lock's state gone (evicted) does not
+// write it again without dlock's mark: the other holds' renewals would
+// then take it for another program's, and their leases would be lost.
+func TestForeignKeys_AReleaseDoesNotRewriteAStateThatWentMissing(t *testing.T) {
+	const ttl = time.Second
+	ctx := ctxFor(t, 30*time.Second)
+	rdb := startServer(t).Client()
+	renewals := make(chan dlock.RenewalEvent, 64)
+	c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithObserver(&dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+		select {
+		case renewals <- ev:
+		default:
+		}
+	}}))
+	name := lockName(t)
+	first, err := c.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, lockKey(name)).Err(); err != nil { // the state, evicted
+		t.Fatal(err)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := rdb.HGetAll(ctx, lockKey(name)).Val()
+	for confirmed := 0; confirmed < 4; { // more than a TTL's worth of renewals
+		select {
+		case ev := <-renewals:
+			if ev.Result == dlock.RenewalOK {
+				confirmed++
+			}
+		case <-second.Done():
+			t.Fatalf("the second reader's lease after the first's Unlock left the state as %v: %v", state, second.Err())
+		case <-ctx.Done():
+			t.Fatal("no renewal answered")
+		}
+	}
+	_ = second.Unlock(ctx)
+}

@@ -55,6 +55,11 @@ end
 -- still holds in that mode.
 local function forget(member)
   local mode, owner = parse(member)
+  if not is_dlocks_state(STATE) then
+    -- Gone (evicted, deleted): counting down would write a state without
+    -- the mark, which every other hold's renewal would then refuse.
+    return mode, 0
+  end
   local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, -1)
   if left <= 0 and mode == 'w' then
     redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'iw' .. owner, 'aw' .. owner, 'W')
