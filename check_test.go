@@ -222,7 +222,8 @@ func TestCheck_CloseEndsTheClientsOwnCheck(t *testing.T) {
 
 func TestCheck_BadInput(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
-	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil)} {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil), (*redis.Ring)(nil),
+		&redis.Client{}, &redis.ClusterClient{}, &redis.Ring{}} {
 		if _, err := dlock.New(rdb); !errors.Is(err, dlock.ErrInvalid) {
 			t.Fatalf("New(%#v): %v; want ErrInvalid", rdb, err)
 		}

@@ -78,7 +78,7 @@ type Client struct {
 // where a mistake is best found.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	cfg := defaultSettings().with(opts)
-	if isNil(rdb) {
+	if unmadeClient(rdb) {
 		return nil, invalidf("nil Redis client")
 	}
 	if err := cfg.validate(forClient); err != nil {
@@ -93,14 +93,31 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// isNil reports whether rdb is nil, or a nil pointer in the interface (a
-// *redis.Client variable left unset), which would panic at first use.
-func isNil(rdb redis.UniversalClient) bool {
+// unmadeClient reports whether rdb is nil, a nil pointer in the interface (a
+// *redis.Client variable left unset), or a go-redis client not made by its
+// constructor (&redis.Client{}): each would panic at first use. A
+// *redis.Client's Options panics there too, so that counts as not made.
+func unmadeClient(rdb redis.UniversalClient) (unmade bool) {
 	if rdb == nil {
 		return true
 	}
-	v := reflect.ValueOf(rdb)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
+		return true
+	}
+	defer func() {
+		if recover() != nil {
+			unmade = true
+		}
+	}()
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options() == nil
+	case *redis.ClusterClient:
+		return r.Options() == nil
+	case *redis.Ring:
+		return r.Options() == nil
+	}
+	return false
 }
 
 // resendAfter is the read timeout of rdb's connections: go-redis sends a

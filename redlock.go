@@ -67,7 +67,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 		r.err = r.cfg.validate(forRedlock)
 	}
 	for i, rdb := range clients {
-		if isNil(rdb) {
+		if unmadeClient(rdb) {
 			r.err = invalidf("Redis client %d is nil", i)
 			r.nodes = nil
 			break

@@ -227,6 +227,7 @@ func TestRedlock_BadInput(t *testing.T) {
 		dlock.NewRedlock(nil).Mutex("x"),
 		dlock.NewRedlock([]redis.UniversalClient{clients[0], nil, clients[2]}).Mutex("x"),
 		dlock.NewRedlock([]redis.UniversalClient{clients[0], (*redis.Client)(nil), clients[2]}).Mutex("x"),
+		dlock.NewRedlock([]redis.UniversalClient{clients[0], &redis.Client{}, clients[2]}).Mutex("x"),
 		{}, // a zero RedlockMutex, made without a Redlock
 		(&dlock.Redlock{}).Mutex("x"),
 		dlock.NewRedlock(clients).Mutex(""),
