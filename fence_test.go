@@ -243,6 +243,7 @@ func TestFence_ForeignCounterIsWrongTypeAndChangesNothing(t *testing.T) {
 		"a list":          func(key string) error { return rdb.RPush(ctx, key, "x").Err() },
 		"a hash":          func(key string) error { return rdb.HSet(ctx, key, "f", "1").Err() },
 		"a negative word": func(key string) error { return rdb.Set(ctx, key, "-x", 0).Err() },
+		"an exponent":     func(key string) error { return rdb.Set(ctx, key, "1e5", 0).Err() }, // a number to Lua's tonumber
 		// The last token below 2^53: the next would not be exact in JSON
 		// or in Lua, and dlock itself would refuse it as a counter.
 		"the last safe token": func(key string) error { return rdb.Set(ctx, key, "9007199254740991", 0).Err() },
@@ -271,6 +272,9 @@ func TestFence_ForeignCounterIsWrongTypeAndChangesNothing(t *testing.T) {
 			info, err := c.Describe(ctx, names[len(names)-1])
 			if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(fmt.Sprint(err), bad) {
 				t.Errorf("Describe of a %s with %s as its counter: %+v, %v; want ErrWrongType naming %s", typ.name, what, info, err, bad)
+			}
+			if held, err := c.ForceUnlock(ctx, names[len(names)-1]); !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(fmt.Sprint(err), bad) {
+				t.Errorf("ForceUnlock of a %s with %s as its counter: %v, %v; want ErrWrongType naming %s", typ.name, what, held, err, bad)
 			}
 		}
 	}

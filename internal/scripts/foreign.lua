@@ -157,8 +157,18 @@ local function foreign_semaphore(holders, tokens)
   return foreign_key({}, {holders}, {tokens})
 end
 
--- The error when a counter (a Semaphore's number of permits, a fencing
--- counter) is not dlock's, a string of digits, or nil.
+-- The error when a fencing counter is not dlock's (see last_token: digits,
+-- below 2^53), or nil.
+local function foreign_fence(fence)
+  local token = last_token(fence)
+  if type(token) == 'table' then
+    return token
+  end
+  return nil
+end
+
+-- The error when a Semaphore's number of permits is not dlock's, a
+-- number, or nil.
 local function foreign_counter(key)
   local wrong = foreign_key({key}, {}, {})
   if wrong then
@@ -206,6 +216,6 @@ local function foreign_lock(lock, fence, permits, tokens, leader, zsets, holder,
   elseif kind ~= 'none' then
     wrong = not_dlocks(lock, 'a ' .. kind)
   end
-  return wrong or foreign_key({}, zsets, {tokens}) or foreign_counter(fence) or foreign_counter(permits)
+  return wrong or foreign_key({}, zsets, {tokens}) or foreign_fence(fence) or foreign_counter(permits)
     or foreign_leader(leader) or foreign_holder_info(holder) or foreign_forced(forced)
 end

@@ -18,11 +18,11 @@
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
 
-void_call(TOMBSTONE, ARGV[4])
 local wrong = foreign_tokens()
 if wrong then
   return wrong
 end
+void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
