@@ -195,7 +195,9 @@ const (
 	LossForced LossReason = "forced"
 
 	// LossUnreachable: no renewal was confirmed before the lease's
-	// deadline (Redis stalled, unreachable, or too slow), or an Unlock
+	// deadline (Redis stalled, unreachable, or too slow; with
+	// [WithReplicaAck], too few replicas confirmed them, or WAIT was
+	// refused: an [Observer]'s renewal events say which), or an Unlock
 	// could not tell whether it released. Redis may still hold the key
 	// until its TTL runs out.
 	LossUnreachable LossReason = "unreachable"

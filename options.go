@@ -288,7 +288,12 @@ func WithRestartGuard(d time.Duration) Option {
 // confirmed. One they did not confirm in time counts as failed (a renewal
 // is tried again; Extend returns an error matching ErrReplicaAck and the
 // lease keeps its deadline, or the Extend's if sooner), so a lease whose
-// renewals the replicas stop confirming ends at its deadline.
+// renewals the replicas stop confirming ends at its deadline, lost
+// ([LossUnreachable]). That includes a failover that leaves the new
+// master with fewer than n replicas: until enough rejoin (the old master,
+// restarted as a replica, say), its leases end and new acquisitions fail
+// with ErrReplicaAck. Counting on a renewal no replica has would be
+// counting on what the next failover may lose.
 //
 // What it buys: a lock acquired this way survives the failover of its
 // master to a replica that confirmed it (Sentinel, or Cluster promotes the

@@ -196,6 +196,12 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 				t.Fatalf("the lease counts on its hold until %v, but the promoted replica keeps it until %v",
 					counted.Format("15:04:05.000"), kept.Format("15:04:05.000"))
 			}
+			// The new master has no replica: no renewal is confirmed, and
+			// the lease ends at its deadline, as WithReplicaAck's doc says.
+			waitDone(t, lease.Done(), lossGuard, "the lease ending with no replica to confirm its renewals")
+			if !errors.Is(lease.Err(), dlock.LossUnreachable) {
+				t.Fatalf("the lease ended with %v; want LossUnreachable", lease.Err())
+			}
 		})
 	}
 }
