@@ -24,9 +24,11 @@ type Failover struct {
 // and the Sentinel knows it.
 func StartFailover(t T) *Failover {
 	t.Helper()
-	f := &Failover{Master: Start(t)}
+	// A master syncs a new replica at once, not after waiting 5 s for more
+	// to come (Redis 7's default): the test's, and Rejoin's.
+	f := &Failover{Master: Start(t, syncAtOnce...)}
 	host, port := splitAddr(f.Master.Addr())
-	f.Replica = Start(t, "--replicaof", host, port)
+	f.Replica = Start(t, append([]string{"--replicaof", host, port}, syncAtOnce...)...)
 
 	f.Sentinel = newServer(t)
 	f.Sentinel.conf = filepath.Join(f.Sentinel.dir, "sentinel.conf")
@@ -57,6 +59,10 @@ func StartFailover(t T) *Failover {
 	}
 }
 
+// syncAtOnce is the configuration that has a master sync a replica as soon
+// as it asks.
+var syncAtOnce = []string{"--repl-diskless-sync-delay", "0"}
+
 // Client returns a failover client, which follows the Sentinel to the
 // current master; closed at the test's end.
 func (f *Failover) Client() *redis.Client {
@@ -65,14 +71,27 @@ func (f *Failover) Client() *redis.Client {
 	return rdb
 }
 
-// Promote has the Sentinel fail over to the replica and returns once the
-// Sentinel names it master.
+// Promote has the Sentinel fail over to the replica, unless a failover it
+// began on its own (the master down past down-after) is under way, and
+// returns once the Sentinel names the replica master.
 func (f *Failover) Promote(ctx context.Context) error {
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
 	defer sentinel.Close()
-	if err := sentinel.Failover(ctx, MasterName).Err(); err != nil {
+	if err := sentinel.Failover(ctx, MasterName).Err(); err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
 		return fmt.Errorf("SENTINEL FAILOVER: %w", err)
 	}
+	return f.awaitPromotion(ctx, sentinel)
+}
+
+// AwaitPromotion returns once the Sentinel names the replica master, by a
+// failover it began on its own or was told to make.
+func (f *Failover) AwaitPromotion(ctx context.Context) error {
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	defer sentinel.Close()
+	return f.awaitPromotion(ctx, sentinel)
+}
+
+func (f *Failover) awaitPromotion(ctx context.Context, sentinel *redis.SentinelClient) error {
 	want := f.Replica.Addr()
 	for {
 		addr, err := sentinel.GetMasterAddrByName(ctx, MasterName).Result()
@@ -85,4 +104,56 @@ func (f *Failover) Promote(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Rejoin starts the old master, killed by the caller and failed over from,
+// again on its port, empty, as a replica of the promoted one, with args as
+// extra configuration (an ACL user: a restart forgets those made with ACL
+// SETUSER); and swaps the two, so that Master is the promoted one and
+// Replica the old master. It is never a master again before a failover:
+// a client that still dials its address meets a replica, which refuses
+// writes. Rejoin returns once the replica is in sync and the Sentinel sees
+// it up, so that Promote can fail over to it.
+func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
+	old, promoted := f.Master, f.Replica
+	host, port := splitAddr(promoted.Addr())
+	old.Kill()
+	old.mu.Lock()
+	old.args = append(append([]string{"--replicaof", host, port}, syncAtOnce...), args...)
+	oldPort := old.port
+	old.mu.Unlock()
+	if err := old.startOn(oldPort); err != nil {
+		return fmt.Errorf("restarting the old master on port %d: %w", oldPort, err)
+	}
+	f.Master, f.Replica = promoted, old
+	replica := redis.NewClient(old.options())
+	defer replica.Close()
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	defer sentinel.Close()
+	for {
+		info, _ := replica.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the old master did not sync as a replica, or the sentinel did not see it up: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond): // external processes: nothing to wait on but asking
+		}
+	}
+}
+
+// sentinelSeesUp reports whether the Sentinel lists addr as a replica it
+// can reach: not down, not disconnected.
+func sentinelSeesUp(ctx context.Context, sentinel *redis.SentinelClient, addr string) bool {
+	replicas, err := sentinel.Replicas(ctx, MasterName).Result()
+	if err != nil {
+		return false
+	}
+	for _, r := range replicas {
+		if r["ip"]+":"+r["port"] == addr {
+			return !strings.Contains(r["flags"], "down") && !strings.Contains(r["flags"], "disconnected")
+		}
+	}
+	return false
 }
