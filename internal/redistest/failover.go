@@ -24,11 +24,9 @@ type Failover struct {
 // and the Sentinel knows it.
 func StartFailover(t T) *Failover {
 	t.Helper()
-	// A master syncs a new replica at once, not after waiting 5 s for more
-	// to come (Redis 7's default): the test's, and Rejoin's.
-	f := &Failover{Master: Start(t, syncAtOnce...)}
+	f := &Failover{Master: Start(t, replication...)}
 	host, port := splitAddr(f.Master.Addr())
-	f.Replica = Start(t, append([]string{"--replicaof", host, port}, syncAtOnce...)...)
+	f.Replica = Start(t, append([]string{"--replicaof", host, port}, replication...)...)
 
 	f.Sentinel = newServer(t)
 	f.Sentinel.conf = filepath.Join(f.Sentinel.dir, "sentinel.conf")
@@ -59,9 +57,33 @@ func StartFailover(t T) *Failover {
 	}
 }
 
-// syncAtOnce is the configuration that has a master sync a replica as soon
-// as it asks.
-var syncAtOnce = []string{"--repl-diskless-sync-delay", "0"}
+// replication is the configuration of a Failover's nodes, each a master
+// or a replica in turn: a master syncs a new replica at once, not after
+// waiting 5 s for more to come (Redis 7's default); a replica logs in to
+// its master as replicationUser, which CutReplica turns off.
+var replication = append([]string{"--repl-diskless-sync-delay", "0",
+	"--masteruser", replicationUser, "--masterauth", replicationPassword},
+	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"})...)
+
+// replicationUser is the user a Failover's replica logs in to its master as.
+const replicationUser, replicationPassword = "replication", "replication-secret"
+
+// CutReplica cuts the replica off the master until the master dies: its
+// link closes, and the master refuses it when it comes back (it turns its
+// replication user off), as a network between them that fails would. The
+// replica keeps what it had received and stays up, for the Sentinel to
+// promote; what the master applies from now on, it never gets.
+func (f *Failover) CutReplica(ctx context.Context) error {
+	master := redis.NewClient(f.Master.options())
+	defer master.Close()
+	if err := master.Do(ctx, "ACL", "SETUSER", replicationUser, "off").Err(); err != nil {
+		return fmt.Errorf("turning the replication user off: %w", err)
+	}
+	if err := master.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		return fmt.Errorf("closing the replica's link: %w", err)
+	}
+	return nil
+}
 
 // Client returns a failover client, which follows the Sentinel to the
 // current master; closed at the test's end.
@@ -119,7 +141,7 @@ func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	host, port := splitAddr(promoted.Addr())
 	old.Kill()
 	old.mu.Lock()
-	old.args = append(append([]string{"--replicaof", host, port}, syncAtOnce...), args...)
+	old.args = append(append([]string{"--replicaof", host, port}, replication...), args...)
 	oldPort := old.port
 	old.mu.Unlock()
 	if err := old.startOn(oldPort); err != nil {
