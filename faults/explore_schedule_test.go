@@ -331,10 +331,10 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin
 	}
 	if s.has("failover") && rng.IntN(2) == 0 {
-		// Renewed while the replica falls behind, and lasting past a
-		// promotion (a second or two): a renewal lost with the master
-		// must not have moved the lease's deadline.
-		o.TTL = time.Duration(1000+rng.IntN(1500)) * time.Millisecond
+		// Renewed while the replica is cut off, and lasting past the
+		// promotion (1.1 s after the kill): a renewal lost with the
+		// master must not have moved the lease's deadline.
+		o.TTL = time.Duration(1500+rng.IntN(1500)) * time.Millisecond
 	}
 	if rng.IntN(4) == 0 && kind != "election" && (!s.has("pause") || rng.IntN(2) == 0) {
 		o.Lease = time.Duration(300+rng.IntN(1200)) * time.Millisecond // pauses: mostly renewed leases
@@ -371,8 +371,11 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		if s.Cluster && slices.Contains(s.Kinds, "multi") {
 			o.Hold = time.Duration(600+rng.IntN(1200)) * time.Millisecond // past a MultiLock's fixed lease
 		}
-		if (s.has("pause") || s.has("failover")) && rng.IntN(3) != 0 {
-			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause, or a failover
+		if s.has("pause") && rng.IntN(3) != 0 {
+			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause
+		}
+		if s.has("failover") && rng.IntN(3) != 0 {
+			o.Hold = time.Duration(1500+rng.IntN(2500)) * time.Millisecond // from before a replica is cut off to past the promotion
 		}
 	}
 	if crossSlot && o.Lease > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -165,17 +166,25 @@ func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	}
 }
 
-// sentinelSeesUp reports whether the Sentinel lists addr as a replica it
-// can reach: not down, not disconnected.
+// sentinelSeesUp reports whether the Sentinel would promote the replica
+// at addr now: it lists it as up and reachable, with a recent answer to
+// PING and INFO, as its choice of a replica requires (an INFO within 5 s
+// when the master is down; it asks a new replica at once).
 func sentinelSeesUp(ctx context.Context, sentinel *redis.SentinelClient, addr string) bool {
 	replicas, err := sentinel.Replicas(ctx, MasterName).Result()
 	if err != nil {
 		return false
 	}
 	for _, r := range replicas {
-		if r["ip"]+":"+r["port"] == addr {
-			return !strings.Contains(r["flags"], "down") && !strings.Contains(r["flags"], "disconnected")
+		if r["ip"]+":"+r["port"] != addr {
+			continue
 		}
+		recent := func(field string) bool {
+			ms, err := strconv.Atoi(r[field])
+			return err == nil && ms < 2000
+		}
+		return !strings.Contains(r["flags"], "down") && !strings.Contains(r["flags"], "disconnected") &&
+			r["role-reported"] == "slave" && recent("info-refresh") && recent("last-ok-ping-reply")
 	}
 	return false
 }
