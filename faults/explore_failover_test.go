@@ -70,6 +70,10 @@ func (p *params) drawFailover(seed uint64) {
 	}
 }
 
+// sentinelPauseBound is the longest pause of a failover run's master:
+// half the Sentinel's down-after (1 s).
+const sentinelPauseBound = 500 * time.Millisecond
+
 // failover is one master killed and its replica promoted.
 type failover struct {
 	At     time.Duration // after the run's start (the first), or after the previous rejoined
@@ -261,6 +265,17 @@ func (e *failoverEnv) report(out *outcome) {
 	}
 	for _, l := range e.log {
 		out.note("%s", l)
+	}
+	// A failover the Sentinel made on its own (a master it saw down)
+	// is one the checks did not follow: say so, for whoever reads a
+	// failure of the run.
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: e.f.Sentinel.Addr()})
+	defer sentinel.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if addr, err := sentinel.GetMasterAddrByName(ctx, redistest.MasterName).Result(); err == nil && len(addr) == 2 &&
+		e.master != nil && addr[0]+":"+addr[1] != e.master.Addr() {
+		out.note("failover: the Sentinel names %s:%s master, not %s: it failed over on its own", addr[0], addr[1], e.master.Addr())
 	}
 	if e.failed != nil {
 		out.violate("failover: %v", e.failed)

@@ -297,6 +297,13 @@ func makeSchedule(p params) *schedule {
 		}
 	}
 	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
+	if p.has("failover") {
+		// Half the Sentinel's down-after: a pause must not make a
+		// failover of its own, which the run's checks do not follow.
+		for i := range s.server {
+			s.server[i].For = min(s.server[i].For, sentinelPauseBound)
+		}
+	}
 	// A paused node runs for pauseGap between two pauses: pauses back to
 	// back would stop it past the cluster's node timeout.
 	var free time.Duration
