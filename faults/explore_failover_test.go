@@ -29,8 +29,7 @@ import (
 // closed, the master refusing it back) for 0.2–2.5 s, so that what the
 // master applies meanwhile is lost with it, as with a replica whose
 // network failed; the Sentinel still promotes it (its link down for less
-// than ten down-afters).
-// The old master then either stays dead for the rest of the run (no
+// than ten down-afters). The old master then either stays dead for the rest of the run (no
 // replica: every acquisition fails its WAIT and gives its grant back) or
 // comes back empty as the new master's replica, which a second failover
 // needs.
@@ -38,9 +37,9 @@ import (
 // Not labelled: WithReplicaAck promises that every hold the library
 // returned was on the replica, so no overlap, no token going back, and no
 // hold gone before its lease's deadline. What a failover may cost is a
-// lease (renewals fail until the promotion) and a release: one the master
+// lease (renewals fail until the promotion), a release (one the master
 // applied and did not pass on comes back with the promotion, held until
-// its TTL.
+// its TTL) and a clean-up (a tombstone, or an abandon that met no master).
 
 // failoverStream is the key of the stream failovers are drawn from: under
 // it, no CI seed draws one (TestExplore_NewFaultsLeaveCISeedsAlone).

@@ -96,12 +96,25 @@ func (f *Failover) Client() *redis.Client {
 
 // Promote has the Sentinel fail over to the replica, unless a failover it
 // began on its own (the master down past down-after) is under way, and
-// returns once the Sentinel names the replica master.
+// returns once the Sentinel names the replica master. While the Sentinel
+// finds no replica it would promote (NOGOODSLAVE: its last INFO of the
+// replica too old, say), it asks again, as an operator would.
 func (f *Failover) Promote(ctx context.Context) error {
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
 	defer sentinel.Close()
-	if err := sentinel.Failover(ctx, MasterName).Err(); err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
-		return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+	for {
+		err := sentinel.Failover(ctx, MasterName).Err()
+		if err == nil || strings.HasPrefix(err.Error(), "INPROG") {
+			break
+		}
+		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") {
+			return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, ctx.Err())
+		case <-time.After(100 * time.Millisecond): // the Sentinel's next look at the replica: nothing to wait on but asking
+		}
 	}
 	return f.awaitPromotion(ctx, sentinel)
 }
