@@ -115,6 +115,9 @@ type failoverEnv struct {
 	master  *redistest.Server   // the current master: nil between the kill and the promotion
 	live    []*redistest.Server // the data nodes running
 	windows []lossWindow        // one per failover
+	last    lossWindow          // the last failover's window, once it is made
+	planned map[string]int      // switches to each address the explorer's failovers made, not yet seen by watchSentinel
+	flipped bool                // the Sentinel failed over on its own (watchSentinel)
 	killed  time.Time           // the last kill
 	made    map[string]int      // the failovers made, and those with the replica behind
 	failed  error               // the failover the explorer could not make
@@ -144,7 +147,7 @@ func startFailoverEnv(t redistest.T) *failoverEnv {
 			t.Fatalf("creating the ACL user: %v", err)
 		}
 	}
-	return &failoverEnv{f: f, master: f.Master, live: []*redistest.Server{f.Master, f.Replica}, made: map[string]int{}}
+	return &failoverEnv{f: f, master: f.Master, live: []*redistest.Server{f.Master, f.Replica}, made: map[string]int{}, planned: map[string]int{}}
 }
 
 // newRedis is an explored client of a failover run: it follows the
@@ -229,6 +232,12 @@ func (e *failoverEnv) failOver(ctx context.Context, s *schedule) {
 		if sleepCtx(ctx, time.Until(since.Add(fo.At))) != nil {
 			return
 		}
+		e.mu.Lock()
+		flipped := e.flipped
+		e.mu.Unlock()
+		if flipped {
+			return
+		}
 		began := time.Now()
 		if err := e.failOverOnce(ctx, fo); err != nil {
 			e.mu.Lock()
@@ -241,7 +250,7 @@ func (e *failoverEnv) failOver(ctx context.Context, s *schedule) {
 		if fo.Lag > 0 {
 			e.made["failover.lag"]++
 		}
-		w := e.windows[len(e.windows)-1]
+		w := e.last
 		e.log = append(e.log, fmt.Sprintf("failover %d at %v: %+v; killed after %v, promoted %v later, done %v later",
 			i, began.Sub(start).Round(time.Millisecond), fo, w.to.Sub(began).Round(time.Millisecond),
 			w.back.Sub(w.to).Round(time.Millisecond), time.Since(w.back).Round(time.Millisecond)))
@@ -287,24 +296,26 @@ func (e *failoverEnv) report(out *outcome) {
 func (e *failoverEnv) failOverOnce(ctx context.Context, fo failover) error {
 	f := e.f
 	old, replica := f.Master, f.Replica
+	var w int // the failover's loss window
 	if fo.Lag > 0 {
 		// What the master sent before is the replica's; what it applies
 		// from now on, the replica never gets.
-		e.open(time.Now())
+		w = e.open(time.Now())
 		if err := f.CutReplica(ctx); err != nil {
 			return fmt.Errorf("cutting the replica off: %w", err)
 		}
 		_ = sleepCtx(ctx, fo.Lag)
 	} else {
-		e.open(time.Now().Add(-replicated))
+		w = e.open(time.Now().Add(-replicated))
 	}
 	e.mu.Lock()
 	e.master = nil
+	e.planned[replica.Addr()]++ // the +switch-master watchSentinel is to see
 	e.mu.Unlock()
 	old.Kill()
 	e.mu.Lock()
 	e.killed = time.Now()
-	e.windows[len(e.windows)-1].to = e.killed
+	e.windows[w].to = e.killed
 	e.live = []*redistest.Server{replica}
 	e.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -322,7 +333,8 @@ func (e *failoverEnv) failOverOnce(ctx context.Context, fo failover) error {
 	}
 	e.mu.Lock()
 	e.master = replica
-	e.windows[len(e.windows)-1].back = time.Now()
+	e.windows[w].back = time.Now()
+	e.last = e.windows[w]
 	e.mu.Unlock()
 	if !fo.Rejoin {
 		return nil
@@ -336,11 +348,65 @@ func (e *failoverEnv) failOverOnce(ctx context.Context, fo failover) error {
 	return nil
 }
 
-// open opens a loss window from from.
-func (e *failoverEnv) open(from time.Time) {
+// open opens a loss window from from, and returns its index.
+func (e *failoverEnv) open(from time.Time) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.windows = append(e.windows, lossWindow{from: from})
+	return len(e.windows) - 1
+}
+
+// unplannedSpan is how far around a failover the Sentinel made on its own
+// (seen at its +switch-master) writes may have been lost: its master
+// seen down, a replica chosen and promoted (a second or two), and the old
+// master, alive, taking writes until its clients hear of the switch.
+const unplannedBefore, unplannedAfter = 3 * time.Second, 500 * time.Millisecond
+
+// watchSentinel follows the Sentinel's +switch-master until ctx ends. The
+// Sentinel may fail over on its own: seen after a rejoin, a master it had
+// just promoted marked down a second later and a failover back to the
+// old one. Such a failover loses what its old master applied as the
+// explorer's do, so it gets a loss window of its own, the run's master
+// follows it, and the run makes no more failovers (its servers are no
+// longer where the schedule expects them).
+func (e *failoverEnv) watchSentinel(ctx context.Context) {
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: e.f.Sentinel.Addr()})
+	defer sentinel.Close()
+	sub := sentinel.Subscribe(ctx, "+switch-master")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // subscribed: no switch goes unseen from here
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { _ = sub.Close() }) // a receive does not end with ctx
+	defer stop()
+	for {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			return
+		}
+		f := strings.Fields(msg.Payload) // name, old ip, old port, new ip, new port
+		if len(f) != 5 {
+			continue
+		}
+		to, at := f[3]+":"+f[4], time.Now()
+		e.mu.Lock()
+		if e.planned[to] > 0 {
+			e.planned[to]--
+		} else {
+			e.flipped = true
+			e.windows = append(e.windows, lossWindow{from: at.Add(-unplannedBefore), to: at.Add(-unplannedBefore), back: at.Add(unplannedAfter)})
+			e.killed = at.Add(unplannedAfter)
+			e.master = nil
+			for _, n := range []*redistest.Server{e.f.Master, e.f.Replica} {
+				if n.Addr() == to {
+					e.master = n
+				}
+			}
+			e.made["failover.sentinel"]++
+			e.log = append(e.log, fmt.Sprintf("the Sentinel failed over to %s on its own", to))
+		}
+		e.mu.Unlock()
+	}
 }
 
 // waitFailedOut returns once every hold a failover may have brought back

@@ -255,6 +255,10 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	if env.failover != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); env.failover.failOver(ctx, s) }()
+		watch, stopWatching := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); env.failover.watchSentinel(watch) }()
+		defer func() { stopWatching(); <-watched }() // after the checks: a failover then counts too
 	}
 	network.inject(ctx)
 	evicted := evictFaults(ctx, env, s)
