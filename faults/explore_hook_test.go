@@ -39,6 +39,7 @@ type commandFaults struct {
 	orphaned    []orphanedCopy       // late copies that took a lock for a call that gave up
 	voided      map[string]time.Time // when each call's abandon came back, by its tombstone's key
 	dead        bool                 // its process was killed: nothing more of it is sent (explore_crash_test.go)
+	failover    *failoverEnv         // the run's failovers, on a process's own hook; nil elsewhere
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -60,8 +61,9 @@ var abandonSHAs = map[string]bool{
 // orphanedCopy is a late copy of an acquire that was granted after its
 // call gave up: an orphan, unless a fault also hit the call's abandon.
 type orphanedCopy struct {
-	names []string
-	reply string
+	names  []string
+	reply  string
+	voided time.Time // when the call's abandon came back
 }
 
 // lockNames are the locks a command's keys belong to (their hash tags).
@@ -165,6 +167,18 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 	if !anyScript(cmds) {
 		return next(ctx)
 	}
+	if f.failover != nil && anyCleanUp(cmds) {
+		// A clean-up that met no master, the old one dead and the new one
+		// not yet promoted, left what it was to clean up: a waiter's
+		// place, handed the lock by the next release, holds it for its
+		// remainder, as a dead waiter's does (fair.go).
+		called := time.Now()
+		defer func() {
+			if err != nil && f.failover.mayHaveFailed(called, time.Now()) {
+				f.doubt(cmds)
+			}
+		}()
+	}
 	kind, d := f.draw(anyAcquire(cmds))
 	defer func() { f.noteAbandons(cmds, err) }()
 	switch kind {
@@ -247,6 +261,23 @@ func (f *commandFaults) echo(ctx context.Context, cmds []redis.Cmder, d time.Dur
 	return next(ctx)
 }
 
+// cleanUpSHAs: the scripts with which a call gives up or a holder lets go.
+var cleanUpSHAs = map[string]bool{
+	scripts.MutexAbandon.Hash(): true, scripts.FairAbandon.Hash(): true, scripts.SemAbandon.Hash(): true,
+	scripts.MultiAbandon.Hash(): true, scripts.RWAbandon.Hash(): true,
+	scripts.MutexRelease.Hash(): true, scripts.FairRelease.Hash(): true, scripts.SemRelease.Hash(): true,
+	scripts.MultiRelease.Hash(): true, scripts.RWRelease.Hash(): true, scripts.ElectionRelease.Hash(): true,
+}
+
+func anyCleanUp(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if args := c.Args(); len(args) > 1 && cleanUpSHAs[argString(args[1])] {
+			return true
+		}
+	}
+	return false
+}
+
 func anyAcquire(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		if args := c.Args(); len(args) > 1 && acquireSHAs[argString(args[1])] {
@@ -287,7 +318,7 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 				// Only once the call's abandon has left its tombstone: one
 				// still on its way (a delay) takes the copy's hold back.
 				if voided, ok := f.voided[tombstoneOf(args)]; ok && voided.Before(sent) {
-					f.orphaned = append(f.orphaned, orphanedCopy{names: lockNames(args), reply: fmt.Sprint(reply)})
+					f.orphaned = append(f.orphaned, orphanedCopy{names: lockNames(args), reply: fmt.Sprint(reply), voided: voided})
 				}
 				f.mu.Unlock()
 			}

@@ -25,9 +25,16 @@ type exploreEnv struct {
 	redlock []*redistest.Server // the Redlock's masters; nil in a run without Redlocks
 	slots   *redistest.Cluster  // the cluster, to move slots on (explore_topology_test.go); nil standalone
 	via     map[string]string   // a node's address to its proxy's (see startNetwork)
+	// failover is a failover run's Sentinel, master and replica
+	// (explore_failover_test.go); nodes then holds the first master. Nil
+	// in other runs.
+	failover *failoverEnv
 }
 
 func (e *exploreEnv) newRedis() redis.UniversalClient {
+	if e.failover != nil {
+		return e.failover.newRedis()
+	}
 	if e.cluster {
 		addrs := make([]string, len(e.nodes))
 		for i, n := range e.nodes {
@@ -56,6 +63,7 @@ type process struct {
 	hook      *commandFaults   // on the Client's connections
 	nodeHooks []*commandFaults // on the Redlock's, one per master
 	crash     *crashState      // its death, if it dies (explore_crash_test.go)
+	failover  *failoverEnv     // the run's failovers; nil in other runs
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -161,7 +169,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		waits  []failedWait // Locks that gave up (checkCrashes)
 	)
 	stores := &fencedStores{highest: map[string]uint64{}}
-	rec := &leaseRecorder{start: time.Now()}
+	rec := &leaseRecorder{start: time.Now(), undone: env.failover.mayBeUndone}
 	network := startNetwork(env, s)
 	defer network.stop()
 	resend := env.newRedis()
@@ -183,11 +191,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		penv := network.env(env, s.process[c]) // its own links, when the run has network faults
 		rdb := penv.newRedis()
 		defer rdb.Close()
-		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState()}
+		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover}
+		p.hook.failover = env.failover
 		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
-		client, err := dlock.New(rdb, dlock.WithWaiterRefresh(waiterRefresh))
+		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh)}, env.failover.options()...)...)
 		if err != nil {
 			panic(err) // the options are the explorer's own
 		}
@@ -243,10 +252,19 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	go func() { defer wg.Done(); killProcesses(ctx, s, procs, out) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); migrateSlots(ctx, env, s, out) }()
+	if env.failover != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); env.failover.failOver(ctx, s) }()
+		watch, stopWatching := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); env.failover.watchSentinel(watch) }()
+		defer func() { stopWatching(); <-watched }() // after the checks: a failover then counts too
+	}
 	network.inject(ctx)
 	evicted := evictFaults(ctx, env, s)
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
+	env.failover.report(out)
 	network.wait(out)
 	evicted(out)
 	for _, h := range hooks {
@@ -259,6 +277,14 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			out.injected[k] += n
 		}
 		for _, o := range h.orphaned {
+			// A failover may take a tombstone with it, one its master
+			// wrote and did not pass on: the copy's hold lasts its TTL, as
+			// after a fault that hit the clean-up.
+			if env.failover.mayBeUndone(o.voided, o.voided) {
+				for _, n := range o.names {
+					h.doubtful[n] = true
+				}
+			}
 			// FLUSHALL, a restart and eviction take tombstones with them: that run's
 			// documented failure.
 			if !s.has("flushall") && !s.has("restart") && !s.has("evict") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
@@ -282,6 +308,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	checkHolds(s, holds, pausedNames(ctx, env, s), out)
 	checkCrashes(s, procs, holds, waits, out)
 	waitCrashedOut(ctx, s, procs)
+	waitFailedOut(ctx, env, s)
 	checkFencedOverlaps(s, holds, out)
 	doubtful := map[string]bool{}
 	for _, h := range hooks {
@@ -380,13 +407,20 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	// delay) must find the hold, resent or not.
 	spare := time.Until(lease.Deadline()) > 500*time.Millisecond
 	rec.acquired(client, owner, o, asked, h.start, lease) // its deadline is final
+	unlocked := time.Now()
 	uerr := timedUnlock(ctx, rec, client, owner, o, lease)
 	note := ""
 	if uerr != nil && errors.Is(uerr, dlock.ErrNotHeld) && !h.lost && !h.frozen && !h.fixed && spare && strictUnlock {
 		note = fmt.Sprintf("client %d op %d (%s): Unlock of a lease that held to the end: %v", client, i, o.Kind, uerr)
 	}
 	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release
-		if err := timedUnlock(ctx, rec, client, owner, o, lease); !errors.Is(err, dlock.ErrNotHeld) {
+		again := time.Now()
+		err := timedUnlock(ctx, rec, client, owner, o, lease)
+		// A failover may undo the first release (its master killed
+		// before the replica had it), and leave none to answer the second.
+		excused := err == nil && proc.failover.mayBeUndone(unlocked, again) ||
+			err != nil && proc.failover.mayHaveFailed(again, time.Now())
+		if !errors.Is(err, dlock.ErrNotHeld) && !excused {
 			note = fmt.Sprintf("client %d op %d (%s): second Unlock returned %v, want ErrNotHeld", client, i, o.Kind, err)
 		}
 	}
@@ -444,12 +478,23 @@ func serverFaults(ctx context.Context, env *exploreEnv, s *schedule, out *outcom
 			return
 		}
 		// A node's fault hits the run's server or cluster node, and one
-		// Redlock master; the others, every node.
+		// Redlock master; the others, every node. In a failover run, the
+		// server is the master of the moment (none during a failover),
+		// and every node is every data node running.
+		nodes := env.nodes
 		one := []*redistest.Server{env.nodes[f.Node%len(env.nodes)]}
+		if env.failover != nil {
+			var master *redistest.Server
+			master, nodes = env.failover.current()
+			one = []*redistest.Server{master}
+			if master == nil {
+				one = nil
+			}
+		}
 		if env.redlock != nil {
 			one = append(one, env.redlock[f.Node%len(env.redlock)])
 		}
-		every := append(slices.Clone(env.nodes), env.redlock...)
+		every := append(slices.Clone(nodes), env.redlock...)
 		switch f.Kind {
 		case "pause":
 			for _, n := range one {
@@ -460,8 +505,8 @@ func serverFaults(ctx context.Context, env *exploreEnv, s *schedule, out *outcom
 				n.Resume()
 			}
 		case "restart":
-			if env.cluster { // a cluster node restarted empty would leave the cluster
-				one = one[1:]
+			if env.cluster || env.failover != nil { // a cluster node restarted empty would leave the cluster; a failover run's are the failovers'
+				one = slices.DeleteFunc(one, func(n *redistest.Server) bool { return !slices.Contains(env.redlock, n) })
 			}
 			for _, n := range one {
 				n.Restart()
@@ -679,7 +724,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 		// FLUSHALL takes tombstones with it: a late copy may then take a
 		// lock for nobody, the labelled run's documented failure.
 		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") {
-			out.violate("orphan: %s is held (%s) after every holder let go", name, info.Type)
+			out.violate("orphan: %s is held (%s, %v left, holders %v) after every holder let go", name, info.Type, info.TTL, info.Holders)
 		}
 	}
 	// Liveness: once faults stop, every lock can be had within a TTL.
@@ -705,8 +750,16 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 	// purpose, and only for as long as documented.
 	out.checks++
 	deadline := time.Now().Add(5 * time.Second)
+	nodes := env.nodes
+	if env.failover != nil { // the master of the moment: the replica's keys are its copies
+		master, live := env.failover.current()
+		nodes = live[:1]
+		if master != nil {
+			nodes = []*redistest.Server{master}
+		}
+	}
 	for {
-		left := keysLeft(ctx, env.nodes, s.Seed, false)
+		left := keysLeft(ctx, nodes, s.Seed, false)
 		if env.redlock != nil {
 			left = append(left, keysLeft(ctx, env.redlock, s.Seed, true)...)
 		}
@@ -756,7 +809,8 @@ func keysLeft(ctx context.Context, nodes []*redistest.Server, seed uint64, redlo
 				continue
 			}
 			if bound == 0 {
-				left = append(left, k)
+				ttl, _ := rdb.PTTL(ctx, k).Result()
+				left = append(left, fmt.Sprintf("%s (expires in %v)", k, ttl))
 				continue
 			}
 			if ttl, err := rdb.PTTL(ctx, k).Result(); err == nil && (ttl == -1 || ttl > bound) { // -1: no expiry

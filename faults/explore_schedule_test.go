@@ -71,7 +71,14 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	  migrate  on a cluster, a lock's slot moves to another master and
 //	           back, keys in batches, while clients hold and contend (ASK,
 //	           TRYAGAIN on scripts whose keys are split); not labelled
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict"}
+//	  failover on a standalone run, the server is a Sentinel's master
+//	           with one replica and the clients use WithReplicaAck
+//	           (explore_failover_test.go): once or twice the master is
+//	           killed, sometimes with its replica fallen behind, and the
+//	           Sentinel promotes the replica; not labelled (every hold
+//	           returned was on the replica); not with restart, evict or
+//	           network, whose node is the one server; no CI seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -177,6 +184,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawCrash(seed)   // a stream of its own
 	p.drawMigrate(seed) // and another
 	p.drawNetwork(seed, quiet)
+	p.drawFailover(seed) // once the faults it excludes are known
 }
 
 // op is one operation of a client's loop.
@@ -207,6 +215,7 @@ type schedule struct {
 	process    []int
 	crashes    []crash     // processes killed (explore_crash_test.go)
 	migrations []migration // slots moved (explore_topology_test.go)
+	failovers  []failover  // masters killed and replicas promoted (explore_failover_test.go)
 }
 
 type serverFault struct {
@@ -288,6 +297,13 @@ func makeSchedule(p params) *schedule {
 		}
 	}
 	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
+	if p.has("failover") {
+		// Half the Sentinel's down-after: a pause must not make a
+		// failover of its own, which the run's checks do not follow.
+		for i := range s.server {
+			s.server[i].For = min(s.server[i].For, sentinelPauseBound)
+		}
+	}
 	// A paused node runs for pauseGap between two pauses: pauses back to
 	// back would stop it past the cluster's node timeout.
 	var free time.Duration
@@ -301,6 +317,7 @@ func makeSchedule(p params) *schedule {
 	slices.SortFunc(s.server, func(a, b serverFault) int { return int(a.At - b.At) })
 	s.crashes = drawCrashes(p, s.process)
 	s.migrations = drawMigrations(p, s.names)
+	s.failovers = drawFailovers(p)
 	return s
 }
 
@@ -319,6 +336,12 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	o.TTL = time.Duration(300+rng.IntN(2700)) * time.Millisecond
 	if s.has("pause") && rng.IntN(3) != 0 {
 		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin
+	}
+	if s.has("failover") && rng.IntN(2) == 0 {
+		// Renewed while the replica is cut off, and lasting past the
+		// promotion (1.1 s after the kill): a renewal lost with the
+		// master must not have moved the lease's deadline.
+		o.TTL = time.Duration(1500+rng.IntN(1500)) * time.Millisecond
 	}
 	if rng.IntN(4) == 0 && kind != "election" && (!s.has("pause") || rng.IntN(2) == 0) {
 		o.Lease = time.Duration(300+rng.IntN(1200)) * time.Millisecond // pauses: mostly renewed leases
@@ -344,8 +367,8 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if s.Cluster && slices.Contains(s.Kinds, "multi") {
 		long = 3 // holds that outlast a MultiLock's fixed lease
 	}
-	if s.has("pause") {
-		long = 4 // holds that outlast a stalled node
+	if s.has("pause") || s.has("failover") {
+		long = 4 // holds that outlast a stalled node, or a failover
 	}
 	switch r := rng.IntN(8); {
 	case r < 2:
@@ -357,6 +380,9 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		}
 		if s.has("pause") && rng.IntN(3) != 0 {
 			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause
+		}
+		if s.has("failover") && rng.IntN(3) != 0 {
+			o.Hold = time.Duration(1500+rng.IntN(2500)) * time.Millisecond // from before a replica is cut off to past the promotion
 		}
 	}
 	if crossSlot && o.Lease > 0 {

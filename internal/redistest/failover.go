@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,9 +25,9 @@ type Failover struct {
 // and the Sentinel knows it.
 func StartFailover(t T) *Failover {
 	t.Helper()
-	f := &Failover{Master: Start(t)}
+	f := &Failover{Master: Start(t, replication...)}
 	host, port := splitAddr(f.Master.Addr())
-	f.Replica = Start(t, "--replicaof", host, port)
+	f.Replica = Start(t, append([]string{"--replicaof", host, port}, replication...)...)
 
 	f.Sentinel = newServer(t)
 	f.Sentinel.conf = filepath.Join(f.Sentinel.dir, "sentinel.conf")
@@ -57,6 +58,34 @@ func StartFailover(t T) *Failover {
 	}
 }
 
+// replication is the configuration of a Failover's nodes, each a master
+// or a replica in turn: a master syncs a new replica at once, not after
+// waiting 5 s for more to come (Redis 7's default); a replica logs in to
+// its master as replicationUser, which CutReplica turns off.
+var replication = append([]string{"--repl-diskless-sync-delay", "0",
+	"--masteruser", replicationUser, "--masterauth", replicationPassword},
+	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"})...)
+
+// replicationUser is the user a Failover's replica logs in to its master as.
+const replicationUser, replicationPassword = "replication", "replication-secret"
+
+// CutReplica cuts the replica off the master until the master dies: its
+// link closes, and the master refuses it when it comes back (it turns its
+// replication user off), as a network between them that fails would. The
+// replica keeps what it had received and stays up, for the Sentinel to
+// promote; what the master applies from now on, it never gets.
+func (f *Failover) CutReplica(ctx context.Context) error {
+	master := redis.NewClient(f.Master.options())
+	defer master.Close()
+	if err := master.Do(ctx, "ACL", "SETUSER", replicationUser, "off").Err(); err != nil {
+		return fmt.Errorf("turning the replication user off: %w", err)
+	}
+	if err := master.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+		return fmt.Errorf("closing the replica's link: %w", err)
+	}
+	return nil
+}
+
 // Client returns a failover client, which follows the Sentinel to the
 // current master; closed at the test's end.
 func (f *Failover) Client() *redis.Client {
@@ -65,14 +94,40 @@ func (f *Failover) Client() *redis.Client {
 	return rdb
 }
 
-// Promote has the Sentinel fail over to the replica and returns once the
-// Sentinel names it master.
+// Promote has the Sentinel fail over to the replica, unless a failover it
+// began on its own (the master down past down-after) is under way, and
+// returns once the Sentinel names the replica master. While the Sentinel
+// finds no replica it would promote (NOGOODSLAVE: its last INFO of the
+// replica too old, say), it asks again, as an operator would.
 func (f *Failover) Promote(ctx context.Context) error {
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
 	defer sentinel.Close()
-	if err := sentinel.Failover(ctx, MasterName).Err(); err != nil {
-		return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+	for {
+		err := sentinel.Failover(ctx, MasterName).Err()
+		if err == nil || strings.HasPrefix(err.Error(), "INPROG") {
+			break
+		}
+		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") {
+			return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, ctx.Err())
+		case <-time.After(100 * time.Millisecond): // the Sentinel's next look at the replica: nothing to wait on but asking
+		}
 	}
+	return f.awaitPromotion(ctx, sentinel)
+}
+
+// AwaitPromotion returns once the Sentinel names the replica master, by a
+// failover it began on its own or was told to make.
+func (f *Failover) AwaitPromotion(ctx context.Context) error {
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	defer sentinel.Close()
+	return f.awaitPromotion(ctx, sentinel)
+}
+
+func (f *Failover) awaitPromotion(ctx context.Context, sentinel *redis.SentinelClient) error {
 	want := f.Replica.Addr()
 	for {
 		addr, err := sentinel.GetMasterAddrByName(ctx, MasterName).Result()
@@ -85,4 +140,64 @@ func (f *Failover) Promote(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Rejoin starts the old master, killed by the caller and failed over from,
+// again on its port, empty, as a replica of the promoted one, with args as
+// extra configuration (an ACL user: a restart forgets those made with ACL
+// SETUSER); and swaps the two, so that Master is the promoted one and
+// Replica the old master. It is never a master again before a failover:
+// a client that still dials its address meets a replica, which refuses
+// writes. Rejoin returns once the replica is in sync and the Sentinel sees
+// it up, so that Promote can fail over to it.
+func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
+	old, promoted := f.Master, f.Replica
+	host, port := splitAddr(promoted.Addr())
+	old.Kill()
+	old.mu.Lock()
+	old.args = append(append([]string{"--replicaof", host, port}, replication...), args...)
+	oldPort := old.port
+	old.mu.Unlock()
+	if err := old.startOn(oldPort); err != nil {
+		return fmt.Errorf("restarting the old master on port %d: %w", oldPort, err)
+	}
+	f.Master, f.Replica = promoted, old
+	replica := redis.NewClient(old.options())
+	defer replica.Close()
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	defer sentinel.Close()
+	for {
+		info, _ := replica.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the old master did not sync as a replica, or the sentinel did not see it up: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond): // external processes: nothing to wait on but asking
+		}
+	}
+}
+
+// sentinelSeesUp reports whether the Sentinel would promote the replica
+// at addr now: it lists it as up and reachable, with a recent answer to
+// PING and INFO, as its choice of a replica requires (an INFO within 5 s
+// when the master is down; it asks a new replica at once).
+func sentinelSeesUp(ctx context.Context, sentinel *redis.SentinelClient, addr string) bool {
+	replicas, err := sentinel.Replicas(ctx, MasterName).Result()
+	if err != nil {
+		return false
+	}
+	for _, r := range replicas {
+		if r["ip"]+":"+r["port"] != addr {
+			continue
+		}
+		recent := func(field string) bool {
+			ms, err := strconv.Atoi(r[field])
+			return err == nil && ms < 2000
+		}
+		return !strings.Contains(r["flags"], "down") && !strings.Contains(r["flags"], "disconnected") &&
+			r["role-reported"] == "slave" && recent("info-refresh") && recent("last-ok-ping-reply")
+	}
+	return false
 }
