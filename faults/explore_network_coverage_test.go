@@ -14,7 +14,8 @@ const netCISeed = 5475
 
 // TestExplore_NewFaultsLeaveCISeedsAlone: under drawNetwork's stream key,
 // no CI seed but netCISeed draws the network or eviction fault; under
-// drawFailover's, none draws a failover. And the failover's draw keeps to
+// drawFailover's, none draws a failover (a CI case runs one: its params
+// are given, not drawn). And the failover's draw keeps to
 // what it promises: standalone runs only, none with a fault whose node
 // is the one server, about one in failoverRate of the rest.
 func TestExplore_NewFaultsLeaveCISeedsAlone(t *testing.T) {
@@ -26,11 +27,6 @@ func TestExplore_NewFaultsLeaveCISeedsAlone(t *testing.T) {
 		}
 		if p.has("failover") {
 			t.Errorf("seed %d draws a failover: %s", seed, p)
-		}
-	}
-	for _, c := range ciCases {
-		if c.has("failover") {
-			t.Errorf("CI case %s fails over", c)
 		}
 	}
 	standalone, failovers := 0, 0
