@@ -56,7 +56,7 @@ go test -race -count=1 -parallel 4 -timeout 8m ./...
 # two minutes. The soak profile: cd faults && go test -tags faults -long .
 (cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip 'TestExplore$' .)
 # The explorer: randomized, replayable runs of every lock type under faults
-# (16 fixed seeds, one fixed case and one fresh seed, in two lanes: about a minute).
+# (16 fixed seeds, two fixed cases and one fresh seed, in two lanes: about a minute).
 # Without -race: its checks judge timing, which the race detector slows
 # fivefold. A soak: cd faults && go test -tags faults -run Explore -explore 30m .
 (cd faults && go test -tags faults -count=1 -timeout 6m -run 'TestExplore' .)
