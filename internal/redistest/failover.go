@@ -41,13 +41,13 @@ func StartFailover(t T) *Failover {
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	replica := f.Replica.Client()
+	replica, master := f.Replica.Client(), f.Master.Client()
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
 	defer sentinel.Close()
 	for {
 		info, _ := replica.Info(ctx, "replication").Result()
 		replicas, _ := sentinel.Replicas(ctx, MasterName).Result()
-		if strings.Contains(info, "master_link_status:up") && len(replicas) == 1 {
+		if strings.Contains(info, "master_link_status:up") && len(replicas) == 1 && acknowledges(ctx, master) {
 			return f
 		}
 		select {
@@ -166,9 +166,11 @@ func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	defer replica.Close()
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
 	defer sentinel.Close()
+	master := redis.NewClient(promoted.options())
+	defer master.Close()
 	for {
 		info, _ := replica.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) {
+		if strings.Contains(info, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) && acknowledges(ctx, master) {
 			return nil
 		}
 		select {
@@ -177,6 +179,17 @@ func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 		case <-time.After(50 * time.Millisecond): // external processes: nothing to wait on but asking
 		}
 	}
+}
+
+// acknowledges reports whether master's replica acknowledges a write
+// within 100 ms, as WithReplicaAck asks it to: on a loaded machine its
+// "link up" (a sync at once, no delay) comes well before that.
+func acknowledges(ctx context.Context, master *redis.Client) bool {
+	if master.Set(ctx, "redistest:acknowledged", "1", time.Minute).Err() != nil {
+		return false
+	}
+	n, err := master.Do(ctx, "WAIT", 1, 100).Int()
+	return err == nil && n == 1
 }
 
 // sentinelSeesUp reports whether the Sentinel would promote the replica
