@@ -373,13 +373,8 @@ func TestForeignKeys_AReleaseDoesNotRewriteAStateThatWentMissing(t *testing.T) {
 	const ttl = time.Second
 	ctx := ctxFor(t, 30*time.Second)
 	rdb := startServer(t).Client()
-	renewals := make(chan dlock.RenewalEvent, 64)
-	c := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithObserver(&dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
-		select {
-		case renewals <- ev:
-		default:
-		}
-	}}))
+	renewals, observed := renewalsSeen()
+	c := newClient(t, rdb, dlock.WithTTL(ttl), observed)
 	name := lockName(t)
 	first, err := c.RWMutex(name).RLock(ctx)
 	if err != nil {

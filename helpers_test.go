@@ -411,3 +411,15 @@ func keysOn(t testing.TB, ctx context.Context, rdb redis.UniversalClient, patter
 	}
 	return keys
 }
+
+// renewalsSeen is an option that tells a Client's renewals, answered, on
+// the channel it returns (the latest 64 when nobody reads them).
+func renewalsSeen() (<-chan dlock.RenewalEvent, dlock.Option) {
+	renewals := make(chan dlock.RenewalEvent, 64)
+	return renewals, dlock.WithObserver(&dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+		select {
+		case renewals <- ev:
+		default:
+		}
+	}})
+}

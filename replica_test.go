@@ -142,13 +142,7 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 			f := redistest.StartFailover(t)
 			ctx := ctxFor(t, time.Minute)
 			name := lockName(t)
-			renewals := make(chan dlock.RenewalEvent, 16)
-			obs := &dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
-				select {
-				case renewals <- ev:
-				default:
-				}
-			}}
+			renewals, observed := renewalsSeen()
 			nextRenewal := func() dlock.RenewalEvent {
 				select {
 				case ev := <-renewals:
@@ -159,7 +153,7 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 				}
 			}
 			lease, err := newClient(t, f.Client(), dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond),
-				dlock.WithObserver(obs)).Mutex(name).Lock(ctx)
+				observed).Mutex(name).Lock(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,14 +210,11 @@ func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
 	c := redistest.StartReplicatedCluster(t)
 	ctx := ctxFor(t, time.Minute)
 	rdb := c.Client()
-	renewals := make(chan dlock.RenewalEvent, 64)
-	sem := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond),
-		dlock.WithObserver(&dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
-			select {
-			case renewals <- ev:
-			default:
-			}
-		}})).Semaphore(lockName(t), 2) // a Mutex's renewals meet TRYAGAIN while its slot migrates, with or without acks (its extend names keys that are not there)
+	renewals, observed := renewalsSeen()
+	// A Semaphore: a Mutex's renewals meet TRYAGAIN while its slot
+	// migrates, with or without acks (its extend names keys that are not
+	// there).
+	sem := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond), observed).Semaphore(lockName(t), 2) // a Mutex's renewals meet TRYAGAIN while its slot migrates, with or without acks (its extend names keys that are not there)
 	lease, err := sem.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
