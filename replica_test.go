@@ -263,18 +263,29 @@ func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	back := (to + 1) % len(c.Nodes)
-	if back == from {
-		back = (back + 1) % len(c.Nodes)
-	}
-	if err := c.MigrateSlot(ctx, slot, back, nil); err != nil {
+	if err := lease.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The slot moved: the old owner answers MOVED.
-	if err := lease.Extend(ctx, 2*ttl); err != nil {
+
+	// After a resharding the old owner answers MOVED. A Client of its own
+	// and a TTL that renews nothing meanwhile: its cluster client's layout
+	// stays the one from before the move, so Extend meets MOVED for sure.
+	mu := newClient(t, c.Client(), dlock.WithTTL(30*time.Second), dlock.WithReplicaAck(1, 200*time.Millisecond)).Mutex(lockName(t))
+	held, err := mu.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot = int(rdb.ClusterKeySlot(ctx, lockKey(mu.Name())).Val())
+	if from, err = c.SlotOwner(ctx, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MigrateSlot(ctx, slot, (from+1)%len(c.Nodes), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Extend(ctx, time.Minute); err != nil {
 		t.Fatalf("Extend after the slot moved: %v", err)
 	}
-	if err := lease.Unlock(ctx); err != nil {
+	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
