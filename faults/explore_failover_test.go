@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -180,34 +181,29 @@ func (e *failoverEnv) current() (*redistest.Server, []*redistest.Server) {
 // release that returned done may have come back with the promotion. Nil
 // e: never.
 func (e *failoverEnv) mayBeUndone(call, ret time.Time) bool {
-	if e == nil {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, w := range e.windows {
-		if !ret.Before(w.from) && (w.to.IsZero() || !call.After(w.to)) {
-			return true
-		}
-	}
-	return false
+	return e.anyWindow(func(w lossWindow) bool {
+		return !ret.Before(w.from) && (w.to.IsZero() || !call.After(w.to))
+	})
 }
 
 // mayHaveFailed reports whether a call between call and ret may have
 // met no master: it overlapped a failover, from the kill to the
 // promotion. Nil e: never.
 func (e *failoverEnv) mayHaveFailed(call, ret time.Time) bool {
+	return e.anyWindow(func(w lossWindow) bool {
+		return !w.to.IsZero() && !ret.Before(w.to) && (w.back.IsZero() || !call.After(w.back))
+	})
+}
+
+// anyWindow reports whether any failover's window so far is one that
+// overlaps says overlaps; false for a nil e (a run without failovers).
+func (e *failoverEnv) anyWindow(overlaps func(w lossWindow) bool) bool {
 	if e == nil {
 		return false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, w := range e.windows {
-		if !w.to.IsZero() && !ret.Before(w.to) && (w.back.IsZero() || !call.After(w.back)) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(e.windows, overlaps)
 }
 
 // lastKill is when the run last killed a master; zero if it did not.
