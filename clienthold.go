@@ -165,8 +165,12 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 	batch := h.ack.send(ctx, master, calls)
 	for i, call := range calls {
 		acks[i] = batch
-		if _, _, redirected := redirection(call.cmd.Err()); redirected {
-			calls[i].cmd, acks[i] = h.c.sendAcknowledged(ctx, h.ack, master, call.script, call.argv)
+		addr, ask, redirected := redirection(call.cmd.Err())
+		if !redirected {
+			continue
+		}
+		if next, err := h.c.clusterNode(ctx, addr, !ask); err == nil {
+			calls[i].cmd, acks[i] = h.c.sendAcknowledged(ctx, h.ack, next, ask, call.script, call.argv)
 		}
 	}
 	return acks

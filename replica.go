@@ -57,20 +57,20 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 		cmd.SetErr(err)
 		return cmd, nil
 	}
-	return c.sendAcknowledged(ctx, ack, master, script, argv)
+	return c.sendAcknowledged(ctx, ack, master, false, script, argv)
 }
 
 // sendAcknowledged runs one script's EVALSHA command with WAIT after it
-// (see replicaAck.send) on master, following a cluster's redirections
-// (MOVED after a failover or a resharding, ASK while a slot migrates), and
+// (see replicaAck.send) on master (asking: after an ASK redirection to
+// it), following a cluster's redirections (MOVED after a failover or a
+// resharding, ASK while a slot migrates), and
 // reports a shortfall of replica acknowledgements as an error matching
 // [ErrReplicaAck], for the caller to check once it knows the script wrote
 // what it counts on (a refusal needs no replicas).
-func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, script *redis.Script,
-	argv []any) (*redis.Cmd, error) {
+func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, asking bool,
+	script *redis.Script, argv []any) (*redis.Cmd, error) {
 	var calls []scriptCall
 	var ackErr error
-	asking := false
 	for redirects := 0; ; redirects++ {
 		calls = calls[:0]
 		if asking { // an ASK redirection is followed with ASKING first
