@@ -289,3 +289,45 @@ func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Leases with replica acks renew in batches of their own: a lease of the
+// same Client without them, due at the same moment, is not held up by a
+// WAIT for a replica that does not answer (here WAIT's 2 s would outlast
+// its 1 s TTL), and the lease with them is not renewed without one.
+func TestReplicaAck_OtherLeasesDoNotWaitForTheReplicas(t *testing.T) {
+	const ttl = time.Second
+	f := redistest.StartFailover(t)
+	ctx := ctxFor(t, time.Minute)
+	renewals, observed := renewalsSeen()
+	c := newClient(t, f.Client(), dlock.WithTTL(ttl), observed)
+	plain, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, err := c.Mutex(lockName(t), dlock.WithReplicaAck(1, 2*time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Replica.Pause()
+	defer f.Replica.Resume()
+	unconfirmed := false
+	for confirmed := 0; confirmed < 4 || !unconfirmed; { // more than a TTL's worth of the plain lease's renewals
+		select {
+		case ev := <-renewals:
+			switch {
+			case ev.Name == plain.Name() && ev.Result == dlock.RenewalOK:
+				confirmed++
+			case ev.Name == acked.Name() && ev.Result == dlock.RenewalOK:
+				t.Fatal("a renewal of the lease with replica acks confirmed with its replica stopped")
+			case ev.Name == acked.Name():
+				unconfirmed = errors.Is(ev.Err, dlock.ErrReplicaAck)
+			}
+		case <-plain.Done():
+			t.Fatalf("the lease without replica acks was lost: %v", plain.Err())
+		case <-ctx.Done():
+			t.Fatal("no renewal answered")
+		}
+	}
+	_ = plain.Unlock(ctx)
+	_ = acked.Unlock(ctx)
+}
