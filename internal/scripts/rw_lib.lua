@@ -52,10 +52,11 @@ local function parse(member)
 end
 
 -- Take one hold out of the counts; returns its mode and what its owner
--- still holds in that mode.
-local function forget(member)
+-- still holds in that mode. present: whether the state is there, when the
+-- caller has looked (nil: forget looks).
+local function forget(member, present)
   local mode, owner = parse(member)
-  if not is_dlocks_state(STATE) then
+  if present == false or (present == nil and not is_dlocks_state(STATE)) then
     -- Gone (evicted, deleted): counting down would write a state without
     -- the mark, which every other hold's renewal would then refuse.
     return mode, 0
@@ -72,9 +73,9 @@ local function forget(member)
   return mode, left
 end
 
--- Drop the holds that expired; returns how many.
-local function purge(now)
-  return drop_expired(HOLDS, now, forget)
+-- Drop the holds that expired; returns how many (present as for forget).
+local function purge(now, present)
+  return drop_expired(HOLDS, now, function(member) return forget(member, present) end)
 end
 
 -- The state lives as long as its last hold, and no longer.
@@ -139,13 +140,14 @@ end
 -- Release one live hold and wake whoever can go: nil, or the error when
 -- another program wrote over the state, which is left as it is.
 local function release_hold(member, publish, now)
-  local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
+  local present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
+  local wrong = not present and foreign_state(STATE)
   if wrong then
     return wrong
   end
-  purge(now) -- only holds with this hold in them: its id is secret, so dlock wrote them
+  purge(now, present) -- only holds with this hold in them: its id is secret, so dlock wrote them
   redis.call('ZREM', HOLDS, member)
-  local mode, left = forget(member)
+  local mode, left = forget(member, present)
   wake(publish, now, mode == 'w' and left <= 0)
   expire_with_last()
   return nil
