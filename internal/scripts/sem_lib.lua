@@ -26,8 +26,8 @@ end
 
 -- The error when the tokens hold what dlock did not write there (see
 -- dlocks_beside: a hash without a TTL is another program's), or nil: a
--- release or renewal then changes nothing. One command when they are
--- missing, two otherwise.
+-- renewal then changes nothing. One command when they are missing, two
+-- otherwise.
 local function foreign_tokens()
   local _, what = dlocks_beside(TOKENS, 'hash')
   if what then

@@ -11,24 +11,21 @@
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
--- release: the mark), 0 not held by this owner (expired, or never taken),
--- or WRONGTYPE, changing nothing, when another program wrote over the
--- tokens.
+-- release: the mark), 0 not held by this owner (expired, or never taken).
+-- A value another program wrote over the tokens is left as it is: the
+-- permit's fields are removed only from a hash, where they can only be
+-- dlock's (the owner token is secret), at no command more.
 --
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
 
-local wrong = foreign_tokens()
-if wrong then
-  return wrong
-end
 void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   return nothing_released(RELEASE_MARK)
 end
-redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])
+redis.pcall('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1]) -- WRONGTYPE on another program's value: nothing to remove
 wake_next(WAITERS, CHANNEL, ARGV[2])
 if held then
   mark_released(RELEASE_MARK, ARGV[3])
