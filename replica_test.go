@@ -331,3 +331,37 @@ func TestReplicaAck_OtherLeasesDoNotWaitForTheReplicas(t *testing.T) {
 	_ = plain.Unlock(ctx)
 	_ = acked.Unlock(ctx)
 }
+
+// A renewal whose WAIT the server refuses (the user lost +wait) fails, and
+// says why: the Observer's renewal event matches ErrPermission, as
+// LossUnreachable's doc promises, not a slow replica's ErrReplicaAck.
+func TestReplicaAck_ARenewalWhoseWaitIsRefusedSaysSo(t *testing.T) {
+	f := redistest.StartFailover(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := f.Master.Client()
+	user := aclUser(t, ctx, admin, "waiter", append(append([]string(nil), dlockACL...), "+wait")...)
+	renewals, observed := renewalsSeen()
+	lease, err := newClient(t, user, dlock.WithTTL(time.Second), dlock.WithReplicaAck(1, 200*time.Millisecond), observed).
+		Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "waiter", "-wait").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case ev := <-renewals:
+			if ev.Result == dlock.RenewalOK {
+				continue // sent before the right was taken
+			}
+			if !errors.Is(ev.Err, dlock.ErrPermission) || errors.Is(ev.Err, dlock.ErrReplicaAck) {
+				t.Fatalf("a renewal whose WAIT was refused: %s, %v; want ErrPermission", ev.Result, ev.Err)
+			}
+			_ = lease.Unlock(ctx)
+			return
+		case <-ctx.Done():
+			t.Fatal("no renewal answered")
+		}
+	}
+}
