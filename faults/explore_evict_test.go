@@ -145,7 +145,7 @@ func infoField(ctx context.Context, rdb *redis.Client, section, field string) (i
 // later.) A token minted below the holder's, a counter lost to eviction
 // and restarted low, would let the stale holder's writes through.
 func checkFencedOverlaps(s *schedule, holds []hold, out *outcome) {
-	if !s.has("evict") {
+	if !s.has("evict") && !(s.has("ctakeover") && s.Cluster) {
 		return
 	}
 	for i, a := range holds {

@@ -40,6 +40,7 @@ type commandFaults struct {
 	voided      map[string]time.Time // when each call's abandon came back, by its tombstone's key
 	dead        bool                 // its process was killed: nothing more of it is sent (explore_crash_test.go)
 	failover    *failoverEnv         // the run's failovers, on a process's own hook; nil elsewhere
+	cfail       *clusterFailovers    // the run's cluster failovers, likewise
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -167,14 +168,15 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 	if !anyScript(cmds) {
 		return next(ctx)
 	}
-	if f.failover != nil && anyCleanUp(cmds) {
+	if (f.failover != nil || f.cfail != nil) && anyCleanUp(cmds) {
 		// A clean-up that met no master, the old one dead and the new one
-		// not yet promoted, left what it was to clean up: a waiter's
+		// not yet promoted (or, on a cluster, one that failed while its
+		// shard failed over), left what it was to clean up: a waiter's
 		// place, handed the lock by the next release, holds it for its
 		// remainder, as a dead waiter's does (fair.go).
 		called := time.Now()
 		defer func() {
-			if err != nil && f.failover.mayHaveFailed(called, time.Now()) {
+			if err != nil && (f.failover.mayHaveFailed(called, time.Now()) || f.cfail.mayHaveFailed(called, time.Now())) {
 				f.doubt(cmds)
 			}
 		}()

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/Shopify/toxiproxy/v2"
@@ -18,14 +19,19 @@ import (
 )
 
 // The explorer's network layer: in a run with the network fault, every
-// process's connections to the run's standalone server and to each
-// Redlock master go through a Toxiproxy proxy of their own (one per
-// process and node), and the schedule puts toxics on one link at a time
-// for a while: one process's link to one node, or every process's link to
-// it (the node's own network). A cluster's nodes are not proxied: its
-// clients follow the addresses MOVED and CLUSTER SLOTS name, the nodes'
-// own, which would bypass a proxy; on a cluster run only the Redlock's
-// masters are. The checks' and the late copies' connections go direct.
+// process's connections to the run's standalone server, or to each node
+// of its cluster (replicas too, where it has them), and to each Redlock
+// master go through a Toxiproxy proxy of their own (one per process and
+// node), and the schedule puts toxics on one link at a time for a while:
+// one process's link to one node, or every process's link to it (the
+// node's own network). A cluster's clients follow the addresses CLUSTER
+// SLOTS and MOVED name, the nodes' own, so a process's ClusterClient
+// dials through a go-redis Dialer that picks the node's proxy by the
+// address dialled (exploreEnv.newRedis); a dial to an address with no
+// proxy is counted, and a violation (the fault would have missed it).
+// The nodes' own cluster bus is not proxied: a toxic costs clients their
+// link, never the cluster its view of a node. The checks' and the late
+// copies' connections go direct.
 //
 // Nothing here is outside what dlock promises: a slow, reset or silent
 // link may cost leases (reported lost) and make Unlocks fail, but never
@@ -39,7 +45,8 @@ var netToxics = []string{"latency", "jitter", "bandwidth", "reset", "timeout"}
 type netFault struct {
 	At     time.Duration // after the run's start
 	For    time.Duration
-	Node   int // 0: the run's server; 1-3: a Redlock master
+	Node   int // 0: the run's server (a cluster's: Target); 1-3: a Redlock master
+	Target int // on a cluster, which of its nodes is the run's server, modulo their number
 	Proc   int // whose link, by process; past the last: every process's
 	Toxic  string
 	Stream string // "upstream": requests; "downstream": replies
@@ -55,11 +62,15 @@ func netSchedule(p params) []netFault {
 		return nil
 	}
 	rng := rand.New(rand.NewPCG(p.Seed, 0x6e6574))
+	// A cluster node is drawn from a stream of its own: every run keeps the
+	// faults it drew before cluster nodes were proxied.
+	target := rand.New(rand.NewPCG(p.Seed, netClusterStream))
 	var out []netFault
 	for range 2 + rng.IntN(4) {
 		f := netFault{At: time.Duration(100+rng.IntN(3000)) * time.Millisecond,
 			For: time.Duration(200+rng.IntN(1300)) * time.Millisecond, Node: rng.IntN(4), Proc: rng.IntN(p.Clients + 1),
 			Toxic: netToxics[rng.IntN(len(netToxics))], Stream: []string{"upstream", "downstream"}[rng.IntN(2)]}
+		f.Target = target.IntN(6)
 		switch f.Toxic {
 		case "latency":
 			f.Size = 20 + rng.IntN(300)
@@ -94,9 +105,16 @@ func (f netFault) toxicFor() toxic {
 	return tx
 }
 
-// network is a run's proxies, by process and node (as netFault counts
-// them; nil where a node is not proxied).
+// netClusterStream keys the draw of the cluster node a network fault hits.
+const netClusterStream = 0x6e6543
+
+// network is a run's proxies, by process and node: the run's server or
+// cluster nodes (servers of them), then each Redlock master.
 type network struct {
+	cluster bool
+	servers int
+	strays  atomic.Int64         // a ClusterClient's dials to an address with no proxy
+	dials   atomic.Int64         // and through one
 	procs   []int                // the run's processes, in order
 	proxies [][]*toxiproxy.Proxy // by position in procs, then node
 	via     []map[string]string  // by position in procs: a node's address to its proxy's
@@ -115,10 +133,15 @@ func startNetwork(env *exploreEnv, s *schedule) *network {
 		close(n.done)
 		return n
 	}
-	upstreams := []string{""}
-	if !env.cluster {
-		upstreams[0] = env.nodes[0].Addr()
+	var upstreams []string
+	if env.cluster {
+		for _, node := range append(slices.Clone(env.nodes), env.replicas...) {
+			upstreams = append(upstreams, node.Addr())
+		}
+	} else {
+		upstreams = append(upstreams, env.nodes[0].Addr())
 	}
+	n.cluster, n.servers = env.cluster, len(upstreams)
 	for _, m := range env.redlock {
 		upstreams = append(upstreams, m.Addr())
 	}
@@ -154,7 +177,7 @@ func (n *network) env(env *exploreEnv, proc int) *exploreEnv {
 		return env
 	}
 	e := *env
-	e.via = n.via[i]
+	e.via, e.strays, e.dials = n.via[i], &n.strays, &n.dials
 	return &e
 }
 
@@ -166,11 +189,18 @@ func (e *exploreEnv) dial(addr string) string {
 	return addr
 }
 
-// links are the proxies f puts its toxic on.
+// links are the proxies f puts its toxic on: f.Node counts the run's
+// server (on a cluster, node f.Target of them) and each Redlock master.
 func (n *network) links(f netFault) []*toxiproxy.Proxy {
 	var out []*toxiproxy.Proxy
 	for i, proxies := range n.proxies {
-		if p := proxies[f.Node%len(proxies)]; p != nil && (f.Proc >= len(n.procs) || f.Proc == i) {
+		node := f.Node % (1 + len(proxies) - n.servers)
+		if node == 0 {
+			node = f.Target % n.servers
+		} else {
+			node += n.servers - 1
+		}
+		if p := proxies[node]; p != nil && (f.Proc >= len(n.procs) || f.Proc == i) {
 			out = append(out, p)
 		}
 	}
@@ -221,6 +251,9 @@ func (n *network) inject(ctx context.Context) {
 				}
 			}
 			n.count = append(n.count, "net."+f.Toxic)
+			if n.cluster && f.Node%(1+len(n.proxies[0])-n.servers) == 0 {
+				n.count = append(n.count, "net.cluster")
+			}
 			active = append(active, on{links, time.Now().Add(f.For)})
 			slices.SortFunc(active, func(a, b on) int { return a.off.Compare(b.off) })
 		}
@@ -236,6 +269,12 @@ func (n *network) wait(out *outcome) {
 	}
 	for _, e := range n.errs {
 		out.violate("network: %s", e)
+	}
+	if k := n.dials.Load(); k > 0 {
+		out.injected["net.cluster.dials"] += int(k)
+	}
+	if k := n.strays.Load(); k > 0 {
+		out.violate("network: %d dials to a cluster node went around its proxy", k)
 	}
 }
 

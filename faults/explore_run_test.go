@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +31,13 @@ type exploreEnv struct {
 	// (explore_failover_test.go); nodes then holds the first master. Nil
 	// in other runs.
 	failover *failoverEnv
+	// cfail is a cluster failover run's (explore_cfailover_test.go); nodes
+	// then holds the masters, replicas their replicas. Nil in other runs.
+	cfail    *clusterFailovers
+	replicas []*redistest.Server
+	// a ClusterClient's dials to a node with no proxy, and through one, in
+	// a run that proxies the cluster's nodes (see startNetwork)
+	strays, dials *atomic.Int64
 }
 
 func (e *exploreEnv) newRedis() redis.UniversalClient {
@@ -40,9 +49,25 @@ func (e *exploreEnv) newRedis() redis.UniversalClient {
 		for i, n := range e.nodes {
 			addrs[i] = n.Addr()
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: aclUser, Password: aclPassword,
+		opts := &redis.ClusterOptions{Addrs: addrs, Username: aclUser, Password: aclPassword,
 			DialTimeout: time.Second, ReadTimeout: readTimeout, WriteTimeout: time.Second,
-			MaxRetries: -1, ContextTimeoutEnabled: true})
+			MaxRetries: -1, ContextTimeoutEnabled: true}
+		if e.via != nil {
+			// Every node's connections through its proxy: the address
+			// dialled is the one the cluster names (CLUSTER SLOTS, MOVED),
+			// the node's own, and the proxy is picked by it.
+			opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				to := e.dial(addr)
+				if to == addr {
+					e.strays.Add(1)
+				} else {
+					e.dials.Add(1)
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, network, to)
+			}
+		}
+		return redis.NewClusterClient(opts)
 	}
 	return newRedisAt(e.dial(e.nodes[0].Addr()))
 }
@@ -59,11 +84,12 @@ func newRedisAt(addr string) *redis.Client {
 // connections of its own to the masters, and the fault hooks on each.
 type process struct {
 	client    *dlock.Client
-	redlock   *dlock.Redlock   // nil in a run without Redlocks
-	hook      *commandFaults   // on the Client's connections
-	nodeHooks []*commandFaults // on the Redlock's, one per master
-	crash     *crashState      // its death, if it dies (explore_crash_test.go)
-	failover  *failoverEnv     // the run's failovers; nil in other runs
+	redlock   *dlock.Redlock    // nil in a run without Redlocks
+	hook      *commandFaults    // on the Client's connections
+	nodeHooks []*commandFaults  // on the Redlock's, one per master
+	crash     *crashState       // its death, if it dies (explore_crash_test.go)
+	failover  *failoverEnv      // the run's failovers; nil in other runs
+	cfail     *clusterFailovers // the run's cluster failovers; nil in other runs
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -191,8 +217,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		penv := network.env(env, s.process[c]) // its own links, when the run has network faults
 		rdb := penv.newRedis()
 		defer rdb.Close()
-		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover}
-		p.hook.failover = env.failover
+		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail}
+		p.hook.failover, p.hook.cfail = env.failover, env.cfail
 		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
@@ -260,11 +286,16 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		go func() { defer close(watched); env.failover.watchSentinel(watch) }()
 		defer func() { stopWatching(); <-watched }() // after the checks: a failover then counts too
 	}
+	if env.cfail != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); env.cfail.failOverCluster(ctx, s) }()
+	}
 	network.inject(ctx)
 	evicted := evictFaults(ctx, env, s)
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
 	env.failover.report(out)
+	env.cfail.report(env, holds, out)
 	network.wait(out)
 	evicted(out)
 	for _, h := range hooks {
@@ -285,9 +316,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 					h.doubtful[n] = true
 				}
 			}
-			// FLUSHALL, a restart and eviction take tombstones with them: that run's
-			// documented failure.
-			if !s.has("flushall") && !s.has("restart") && !s.has("evict") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
+			// FLUSHALL, a restart, eviction and a forced cluster failover
+			// take tombstones with them: that run's documented failure.
+			if !s.has("flushall") && !s.has("restart") && !s.has("evict") && !s.has("ctakeover") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
 				out.violate("orphan: a late copy of an acquire of %v was granted after its call gave up: %s", o.names, o.reply)
 			}
 		}
@@ -309,6 +340,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	checkCrashes(s, procs, holds, waits, out)
 	waitCrashedOut(ctx, s, procs)
 	waitFailedOut(ctx, env, s)
+	waitTakenOver(ctx, env, s)
 	checkFencedOverlaps(s, holds, out)
 	doubtful := map[string]bool{}
 	for _, h := range hooks {
@@ -416,10 +448,11 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release
 		again := time.Now()
 		err := timedUnlock(ctx, rec, client, owner, o, lease)
-		// A failover may undo the first release (its master killed
-		// before the replica had it), and leave none to answer the second.
-		excused := err == nil && proc.failover.mayBeUndone(unlocked, again) ||
-			err != nil && proc.failover.mayHaveFailed(again, time.Now())
+		// A failover may undo the first release (its master killed, or
+		// on a cluster failed over by force, before the replica had it),
+		// and leave none to answer the second.
+		excused := err == nil && (proc.failover.mayBeUndone(unlocked, again) || proc.cfail.mayBeUndone(unlocked, again)) ||
+			err != nil && (proc.failover.mayHaveFailed(again, time.Now()) || proc.cfail.mayHaveFailed(again, time.Now()))
 		if !errors.Is(err, dlock.ErrNotHeld) && !excused {
 			note = fmt.Sprintf("client %d op %d (%s): second Unlock returned %v, want ErrNotHeld", client, i, o.Kind, err)
 		}
@@ -490,6 +523,10 @@ func serverFaults(ctx context.Context, env *exploreEnv, s *schedule, out *outcom
 			if master == nil {
 				one = nil
 			}
+		}
+		if env.cfail != nil { // every node: a replica refuses FLUSHALL, and gets it from its master
+			masters, replicas := env.cfail.nodes()
+			nodes = append(masters, replicas...)
 		}
 		if env.redlock != nil {
 			one = append(one, env.redlock[f.Node%len(env.redlock)])
@@ -590,14 +627,15 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 }
 
 // quiet reports whether no fault of the run could make h lost: none at
-// all but Extend and SCRIPT FLUSH, or, on a cluster, pauses of nodes that
-// hold none of h's locks (paused names the locks on paused nodes). A lease
+// all but Extend and SCRIPT FLUSH, or, on a cluster, pauses or graceful
+// failovers of nodes that hold none of h's locks (paused names the locks
+// on paused or failed-over nodes). A lease
 // lost in a quiet run is a bug: a renewal that should have got through.
 func quiet(s *schedule, h hold, paused map[string]bool) bool {
 	for _, f := range s.Faults {
 		switch {
 		case f == "extend", f == "scriptflush", f == "crash": // a crash costs only the dead process's holds
-		case f == "pause" && s.Cluster:
+		case f == "pause" && s.Cluster, f == "cfailover": // a graceful failover stops its shard's writes a while
 			for name := range h.tokens {
 				if paused[name] {
 					return false
@@ -610,9 +648,10 @@ func quiet(s *schedule, h hold, paused map[string]bool) bool {
 	return true
 }
 
-// pausedNames are the locks that live on a node the run pauses.
+// pausedNames are the locks that live on a node the run pauses or fails
+// over.
 func pausedNames(ctx context.Context, env *exploreEnv, s *schedule) map[string]bool {
-	paused := map[string]bool{}
+	paused := env.cfail.failedOverNames()
 	if !env.cluster {
 		return paused
 	}
@@ -723,7 +762,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 		}
 		// FLUSHALL takes tombstones with it: a late copy may then take a
 		// lock for nobody, the labelled run's documented failure.
-		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") {
+		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") && !s.has("ctakeover") {
 			out.violate("orphan: %s is held (%s, %v left, holders %v) after every holder let go", name, info.Type, info.TTL, info.Holders)
 		}
 	}

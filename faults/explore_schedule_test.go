@@ -49,12 +49,12 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           run's one server, its locks lost (documented failure); on
 //	           a Redlock master, kept out of the vote by the restart guard
 //	           (no failure); not on a cluster's nodes
-//	network (Toxiproxy between the clients and the run's server and each
-//	Redlock master; see explore_network_test.go):
+//	network (Toxiproxy between the clients and the run's server, or each
+//	node of its cluster, and each Redlock master; see explore_network_test.go):
 //	  network  one node's link at a time, for a while: latency, jitter, a
 //	           bandwidth limit, resets (reset_peer), or nothing through
-//	           (timeout); not a cluster's nodes, whose MOVED addresses
-//	           bypass a proxy
+//	           (timeout); a cluster's clients dial each node through its
+//	           proxy (a go-redis Dialer), whatever address MOVED names
 //	server, labelled (see explore_evict_test.go):
 //	  evict    a tiny maxmemory with an evicting policy and a filler on the
 //	           run's one server: held locks vanish (documented failure);
@@ -78,7 +78,16 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           Sentinel promotes the replica; not labelled (every hold
 //	           returned was on the replica); not with restart, evict or
 //	           network, whose node is the one server; no CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover"}
+//	  cfailover  on a cluster run, the cluster has a replica per master
+//	           (explore_cfailover_test.go), and once or twice the master of
+//	           one of the run's locks hands its slots to its replica with a
+//	           graceful CLUSTER FAILOVER: nothing lost, not labelled; not
+//	           with pause or migrate, whose nodes a failover swaps
+//	  ctakeover  as cfailover, forced: the replica cut off its master for
+//	           0.2–1.5 s first, then CLUSTER FAILOVER FORCE or TAKEOVER:
+//	           what the master applied since is lost, and the clients ask
+//	           no WithReplicaAck (labelled, as FLUSHALL is)
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -98,9 +107,14 @@ func (p params) expectsOverlap() bool {
 // this run as documented: FLUSHALL empties every node, a Redlock's too;
 // a restart without persistence empties the one server of a standalone
 // run, but only one of a Redlock's masters, which the restart guard keeps
-// out of the vote.
+// out of the vote; a forced cluster failover loses what its master
+// applied since its replica was cut off (no WithReplicaAck), but no
+// Redlock master's.
 func (p params) overlapDocumented(a, b string) bool {
 	if p.has("flushall") || p.has("evict") && !p.Cluster && a != "redlock" && b != "redlock" {
+		return true
+	}
+	if p.has("ctakeover") && p.Cluster && a != "redlock" && b != "redlock" { // a failover that lost writes
 		return true
 	}
 	return p.has("restart") && !p.Cluster && a != "redlock" && b != "redlock"
@@ -108,7 +122,8 @@ func (p params) overlapDocumented(a, b string) bool {
 
 // unlockMayFail reports whether an Unlock of kind may fail although the
 // lease had time to spare when it began: a stalled server, a frozen
-// client, a flushed or restarted server; and for a Redlock, any command
+// client, a flushed or restarted server, a hold lost with a forced
+// cluster failover; and for a Redlock, any command
 // fault, as each master has its node timeout (10-60 ms here) to answer
 // and is not asked again. Elsewhere an Unlock of a lease with time to
 // spare must succeed, resent or not.
@@ -118,7 +133,7 @@ func (p params) unlockMayFail(kind string) bool {
 	}) {
 		return true
 	}
-	return p.has("pause") || p.has("freeze") || p.has("flushall") || p.has("restart") || p.has("evict") && kind != "redlock"
+	return p.has("pause") || p.has("freeze") || p.has("flushall") || p.has("restart") || (p.has("evict") || p.has("ctakeover")) && kind != "redlock"
 }
 
 // String is the flags that replay the run.
@@ -185,6 +200,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawMigrate(seed) // and another
 	p.drawNetwork(seed, quiet)
 	p.drawFailover(seed) // once the faults it excludes are known
+	p.drawClusterFailover(seed, quiet)
 }
 
 // op is one operation of a client's loop.
@@ -216,6 +232,8 @@ type schedule struct {
 	crashes    []crash     // processes killed (explore_crash_test.go)
 	migrations []migration // slots moved (explore_topology_test.go)
 	failovers  []failover  // masters killed and replicas promoted (explore_failover_test.go)
+	// cluster masters failed over to their replicas (explore_cfailover_test.go)
+	clusterFailovers []clusterFailover
 }
 
 type serverFault struct {
@@ -318,6 +336,7 @@ func makeSchedule(p params) *schedule {
 	s.crashes = drawCrashes(p, s.process)
 	s.migrations = drawMigrations(p, s.names)
 	s.failovers = drawFailovers(p)
+	s.clusterFailovers = drawClusterFailovers(p, s.names)
 	return s
 }
 
@@ -367,7 +386,7 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if s.Cluster && slices.Contains(s.Kinds, "multi") {
 		long = 3 // holds that outlast a MultiLock's fixed lease
 	}
-	if s.has("pause") || s.has("failover") {
+	if s.has("pause") || s.has("failover") || s.failsOverCluster() {
 		long = 4 // holds that outlast a stalled node, or a failover
 	}
 	switch r := rng.IntN(8); {

@@ -60,13 +60,19 @@ var ciSeeds = []uint64{crashSeed, 1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 
 // Mutex's, Election's or Redlock's late copy granted after its call gave
 // up. No drawn CI seed draws a failover (they keep their schedules): the
 // second case is the shrunk run that found renewals counted on without
-// their replica.
+// their replica. Nor does one draw a cluster failover: the last case is
+// a short run of both kinds (explore_cfailover_test.go).
 var ciCases = []params{
 	{Seed: 52, Clients: 6, Ops: 12, Kinds: []string{"mutex", "election", "redlock"}, Faults: []string{"late", "lost", "drop"}},
 	// A failover's: renewals confirmed by no replica moved a lease's
 	// deadline (WithReplicaAck), and a reader's Unlock was refused before
 	// it, after the promotion (failed 3 replays of 3 before the fix).
 	{Seed: 1795688454339701332, Clients: 2, Ops: 7, Kinds: []string{"rw.read"}, Faults: []string{"failover"}},
+	// Cluster failovers of a mutex's master: graceful 291 ms in, then,
+	// once settled, forced back after its replica was cut off for 382 ms
+	// (labelled). One case for both: a replicated cluster takes 10 s to
+	// start, in the lane that first needs it.
+	{Seed: 171786, Clients: 3, Ops: 6, Kinds: []string{"mutex", "rw.read", "rw.write", "semaphore"}, Faults: []string{"cfailover", "ctakeover"}, Cluster: true},
 }
 
 // ciRuns are the params of every CI run: ciCases first (long runs that
@@ -238,12 +244,14 @@ func newExplorer(t *testing.T) *explorer {
 	return &explorer{t: t, servers: newServers(t), injected: map[string]int{}, started: time.Now()}
 }
 
-// servers are the servers one lane's runs share: a cluster, started when
+// servers are the servers one lane's runs share: a cluster, and one with
+// a replica per master (explore_cfailover_test.go), each started when
 // first needed, and the Redlock's masters.
 type servers struct {
-	t       *testing.T
-	cluster func() *exploreEnv
-	redlock func() []*redistest.Server
+	t          *testing.T
+	cluster    func() *exploreEnv
+	replicated func() *redistest.Cluster
+	redlock    func() []*redistest.Server
 }
 
 func newServers(t *testing.T) *servers {
@@ -256,6 +264,16 @@ func newServers(t *testing.T) *servers {
 			env = &exploreEnv{nodes: c.Nodes, cluster: true, slots: c}
 		})
 		return env
+	}
+	var replicatedOnce sync.Once
+	var replicated *redistest.Cluster
+	e.replicated = func() *redistest.Cluster {
+		replicatedOnce.Do(func() {
+			// A new replica syncs at once, not after Redis's 5 s wait for
+			// more to come: a forced failover's old master syncs anew.
+			replicated = redistest.StartReplicatedCluster(t, append(clusterUser(), "--repl-diskless-sync-delay", "0")...)
+		})
+		return replicated
 	}
 	// The Redlock's masters start now, so that they are old enough to
 	// vote (redlockGuard) by the first run that needs them.
@@ -275,6 +293,10 @@ func newServers(t *testing.T) *servers {
 func (e *servers) env(p params) *exploreEnv {
 	env := &exploreEnv{}
 	switch {
+	case p.failsOverCluster():
+		c := e.replicated()
+		env.cluster, env.slots, env.cfail = true, c, newClusterFailovers(c)
+		env.nodes, env.replicas = env.cfail.nodes()
 	case p.Cluster:
 		*env = *e.cluster()
 	case p.has("failover"):
@@ -413,7 +435,7 @@ func (x *explorer) finish() {
 	slices.Sort(details)
 	took := time.Since(x.started)
 	report := fmt.Sprintf("explorer: %d runs in %v, %d operations (%.1f a second), %d acquisitions, %d checks; faults injected: %s (details: %s); "+
-		"%d labelled runs (FLUSHALL, restart of a standalone server, eviction) with %d overlaps, the documented failure; %d failing runs",
+		"%d labelled runs (FLUSHALL, restart of a standalone server, eviction, forced cluster failover) with %d overlaps, the documented failure; %d failing runs",
 		x.runs, took.Round(time.Second), x.ops, float64(x.ops)/took.Seconds(), x.acquisitions, x.checks, strings.Join(faults, ", "),
 		strings.Join(details, ", "), x.labelled, x.labelledOverlaps, len(x.failures))
 	x.t.Log(report)
