@@ -403,14 +403,11 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		rec.acquired(client, owner, o, asked, h.start, lease)
 		return proc.crashedHold(h, o, stores), nil, ""
 	}
-	// A release that leaves with time to spare (more than any injected
-	// delay) must find the hold, resent or not.
-	spare := time.Until(lease.Deadline()) > 500*time.Millisecond
 	rec.acquired(client, owner, o, asked, h.start, lease) // its deadline is final
 	unlocked := time.Now()
 	uerr := timedUnlock(ctx, rec, client, owner, o, lease)
 	note := ""
-	if uerr != nil && errors.Is(uerr, dlock.ErrNotHeld) && !h.lost && !h.frozen && !h.fixed && spare && strictUnlock {
+	if refusedInTime(uerr, time.Now(), lease.Deadline()) && !h.lost && !h.frozen && !h.fixed && strictUnlock {
 		note = fmt.Sprintf("client %d op %d (%s): Unlock of a lease that held to the end: %v", client, i, o.Kind, uerr)
 	}
 	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release
@@ -425,6 +422,20 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		}
 	}
 	return h, nil, note
+}
+
+// refusedInTime reports whether an Unlock's answer says that the hold was
+// gone while its lease still counted on it: ErrNotHeld, answered before the
+// lease's deadline, so the release ran, and found nothing of its owner's
+// (nor its mark), before then. It judges the answer, not the call: a
+// release may wait in its Client before it is sent (queued behind the two
+// round trips a Client's acquires and releases share, see dlock's
+// coalescer, while a late copy's read timeout holds both up for a
+// second), and one sent past the deadline rightly finds the hold gone.
+// Whatever delay a fault puts on the release itself comes before its
+// answer too.
+func refusedInTime(err error, answered, deadline time.Time) bool {
+	return errors.Is(err, dlock.ErrNotHeld) && answered.Before(deadline)
 }
 
 func acquire(ctx context.Context, proc *process, o op, opts []dlock.Option) (*dlock.Lease, error) {
