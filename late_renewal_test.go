@@ -67,6 +67,38 @@ func TestLateRenewal_NeverShortensALongerExtend(t *testing.T) {
 	})
 }
 
+// A copy of the attempt that granted a lease (its first copy held up on
+// the network while go-redis's resend was answered) can reach the server
+// after a longer Extend was confirmed. It finds the hold its own, and must
+// not cut it back to the acquire's TTL either: the lease counts on the
+// Extend's.
+func TestLateAttempt_NeverShortensALongerExtend(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		copies := &copier{script: lt.acquire}
+		rdb.AddHook(copies)
+
+		lease, err := lt.take(newClient(t, rdb, dlock.WithTTL(renewalTTL)), lt.name+lockName(t))(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Extend(ctx, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range copies.sent() {
+			if err := other.Do(ctx, args...).Err(); err != nil {
+				t.Fatalf("late attempt: %v", err)
+			}
+		}
+		expectHoldOutlivesLease(t, ctx, lease, "after a late copy of the granting attempt")
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // The same for a Redlock: a late renewal on a node must not cut that node's
 // hold below the validity the lease counts on.
 func TestRedlock_LateRenewalNeverShortensALongerExtend(t *testing.T) {

@@ -86,6 +86,7 @@ type process struct {
 	client    *dlock.Client
 	redlock   *dlock.Redlock    // nil in a run without Redlocks
 	hook      *commandFaults    // on the Client's connections
+	renewals  *redlockRenewals  // what came of the Redlock's renewals, shared by the run's processes
 	nodeHooks []*commandFaults  // on the Redlock's, one per master
 	crash     *crashState       // its death, if it dies (explore_crash_test.go)
 	failover  *failoverEnv      // the run's failovers; nil in other runs
@@ -144,6 +145,13 @@ type hold struct {
 	crashed bool // its process died while it held (explore_crash_test.go)
 	invalid bool // returned with no validity left
 	stale   []staleWrite
+
+	loss error // how the lease was lost, as it told (Lease.Err); nil if it was not
+	// quorumMissed: a Redlock's lease, lost as a Redlock loses one
+	// whatever the run's faults (see quorumMissed); lastRenewal is how its
+	// last failed renewal failed
+	quorumMissed bool
+	lastRenewal  error
 }
 
 func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
@@ -209,6 +217,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	// Redlock over connections (and hooks) of its own; a process's clients
 	// share them.
 	var hooks []*commandFaults
+	renewals := newRedlockRenewals()
 	procs := map[int]*process{}
 	for c := range s.Clients {
 		if procs[s.process[c]] != nil {
@@ -217,7 +226,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		penv := network.env(env, s.process[c]) // its own links, when the run has network faults
 		rdb := penv.newRedis()
 		defer rdb.Close()
-		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail}
+		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals}
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
 		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
@@ -241,7 +250,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 				p.nodeHooks = append(p.nodeHooks, h)
 				masters[i] = node
 			}
-			p.redlock = newExploredRedlock(masters)
+			p.redlock = newExploredRedlock(masters, renewals)
 		}
 		procs[s.process[c]] = p
 	}
@@ -424,7 +433,11 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		proc.sleep(lease, hold)
 	}
 	h.end = time.Now()
-	h.lost = lease.Err() != nil
+	h.loss = lease.Err()
+	h.lost = h.loss != nil
+	if h.lost && o.Kind == "redlock" {
+		h.quorumMissed, h.lastRenewal = proc.renewals.explains(o.Names[0], lease.Token(), h.loss, redlockMasters)
+	}
 	// A lease promises nothing past its deadline, whether or not its loss
 	// was told yet (a loaded machine may run the renewer late).
 	if d := lease.Deadline(); d.Before(h.end) {
@@ -435,14 +448,11 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		rec.acquired(client, owner, o, asked, h.start, lease)
 		return proc.crashedHold(h, o, stores), nil, ""
 	}
-	// A release that leaves with time to spare (more than any injected
-	// delay) must find the hold, resent or not.
-	spare := time.Until(lease.Deadline()) > 500*time.Millisecond
 	rec.acquired(client, owner, o, asked, h.start, lease) // its deadline is final
 	unlocked := time.Now()
 	uerr := timedUnlock(ctx, rec, client, owner, o, lease)
 	note := ""
-	if uerr != nil && errors.Is(uerr, dlock.ErrNotHeld) && !h.lost && !h.frozen && !h.fixed && spare && strictUnlock {
+	if refusedInTime(uerr, time.Now(), lease.Deadline()) && !h.lost && !h.frozen && !h.fixed && strictUnlock {
 		note = fmt.Sprintf("client %d op %d (%s): Unlock of a lease that held to the end: %v", client, i, o.Kind, uerr)
 	}
 	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release
@@ -458,6 +468,20 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		}
 	}
 	return h, nil, note
+}
+
+// refusedInTime reports whether an Unlock's answer says that the hold was
+// gone while its lease still counted on it: ErrNotHeld, answered before the
+// lease's deadline, so the release ran, and found nothing of its owner's
+// (nor its mark), before then. It judges the answer, not the call: a
+// release may wait in its Client before it is sent (queued behind the two
+// round trips a Client's acquires and releases share, see dlock's
+// coalescer, while a late copy's read timeout holds both up for a
+// second), and one sent past the deadline rightly finds the hold gone.
+// Whatever delay a fault puts on the release itself comes before its
+// answer too.
+func refusedInTime(err error, answered, deadline time.Time) bool {
+	return errors.Is(err, dlock.ErrNotHeld) && answered.Before(deadline)
 }
 
 func acquire(ctx context.Context, proc *process, o op, opts []dlock.Option) (*dlock.Lease, error) {
@@ -572,7 +596,11 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			continue
 		}
 		if h.lost && !h.fixed && !h.frozen && !h.crashed && quiet(s, h, paused) {
-			out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it", h.client, h.kind, h.tokens)
+			if h.quorumMissed {
+				out.note("client %d %s %v lost as Redlock loses a lease, its renewals confirmed by no majority: %v; the last: %v", h.client, h.kind, h.tokens, h.loss, h.lastRenewal)
+			} else {
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it: %v", h.client, h.kind, h.tokens, h.loss)
+			}
 		}
 		for name := range h.tokens {
 			byName[name] = append(byName[name], h)
@@ -662,7 +690,7 @@ func pausedNames(ctx context.Context, env *exploreEnv, s *schedule) map[string]b
 		}
 	}
 	for kind, names := range s.names {
-		if kind == "redlock" { // one master of three paused costs a Redlock nothing
+		if kind == "redlock" { // one master of three paused costs a Redlock nothing, unless it holds on two (quorumMissed)
 			continue
 		}
 		for _, name := range names {
@@ -735,7 +763,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 			masters[i] = newRedisAt(n.Addr())
 			defer masters[i].Close()
 		}
-		settled.redlock = newExploredRedlock(masters)
+		settled.redlock = newExploredRedlock(masters, nil)
 		// A master restarted late in the run votes again once the guard
 		// has passed: only then can every lock be had.
 		_ = upFor(ctx, env.redlock, redlockGuard) // if not, the liveness check says so

@@ -277,7 +277,7 @@ func newServers(t *testing.T) *servers {
 	}
 	// The Redlock's masters start now, so that they are old enough to
 	// vote (redlockGuard) by the first run that needs them.
-	masters := []*redistest.Server{startServer(t), startServer(t), startServer(t)}
+	masters := startServers(t, redlockMasters)
 	var redlockOnce sync.Once
 	e.redlock = func() []*redistest.Server {
 		redlockOnce.Do(func() { waitVoting(t, masters) })

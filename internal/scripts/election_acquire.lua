@@ -27,7 +27,9 @@
 -- write (see foreign.lua).
 --
 -- Safe to send twice: a resend finds itself leading and reports its term,
--- registering nothing; so does a copy of an earlier attempt of the
+-- registering nothing, the lock lasting the TTL from now (a copy of an
+-- earlier attempt may have taken it while the campaign slept, told it was
+-- refused; the lease counts from the latest attempt); so does a copy of an earlier attempt of the
 -- campaign, refused, arriving once a later one was elected.
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
@@ -37,7 +39,8 @@ local holder, wrong = checked_holder(LOCK, rights_refused(LOCK) or foreign_key({
 if wrong then
   return wrong
 end
-if holder == owner then
+if holder == owner then -- a resend, or a copy of an attempt the caller was told was refused
+  keep_at_least(LOCK, ARGV[2]) -- the caller's lease counts from this attempt
   return {1, tonumber(redis.call('HGET', LEADER, 'term'))}
 end
 if holder and not is_owner_token(holder) then -- not a leader: nothing to wait for

@@ -23,7 +23,8 @@
 -- write (see foreign.lua).
 --
 -- Safe to send twice: an owner finding the lock already its own reports the
--- same acquisition and mints nothing.
+-- same acquisition, extended to its TTL (never shortened: a copy may land
+-- after a longer Extend), and mints nothing.
 -- Safe to arrive late: a copy of an attempt of a call that gave up finds its
 -- tombstone (fair_abandon.lua) before it takes the lock or a place in the
 -- queue, and does neither.
@@ -35,8 +36,10 @@ if wrong then
   return wrong
 end
 if holder == owner then -- handed over while waiting, or a resend
-  redis.call('PEXPIRE', LOCK, ARGV[2])
-  set_holder_info(HOLDER, owner, ARGV[6], ARGV[2])
+  -- Never shorter: a copy of the attempt that was granted may land after
+  -- a longer Extend, which the lease counts on.
+  keep_at_least(LOCK, ARGV[2])
+  set_holder_info(HOLDER, owner, ARGV[6], redis.call('PTTL', LOCK))
   return {1, raise_error(held_token(FENCE, ARGV[2]))}
 end
 if holder and not is_owner_token(holder) then -- not a holder: nothing to queue behind

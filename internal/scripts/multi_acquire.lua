@@ -25,7 +25,9 @@
 -- and none is wasted on a waiter that cannot use it.
 --
 -- Safe to send twice: a resend finds the locks its own and mints nothing,
--- registering nothing; so does a copy of an earlier attempt of the call,
+-- registering nothing, the locks lasting the TTL from now (a copy of an
+-- earlier attempt may have taken them while the call slept, told it was
+-- refused; the lease counts from the latest attempt); so does a copy of an earlier attempt of the call,
 -- refused, arriving once a later one was granted.
 -- Safe to arrive late: a copy of any attempt of a call that gave up finds
 -- the call's tombstone before it takes the locks or registers, and does
@@ -54,6 +56,9 @@ for i = 1, N do
     for j = 1, N do
       local p = part(j)
       tokens[j + 1] = raise_error(held_token(p.FENCE, ARGV[2]))
+      -- Maybe a copy of an attempt the caller was told was refused: the
+      -- caller's lease counts from this attempt (never shorter).
+      keep_at_least(p.LOCK, ARGV[2])
     end
     return tokens
   end

@@ -37,7 +37,8 @@
 -- ours) and is ignored.
 --
 -- Safe to send twice: an owner finding the lock already its own reports the
--- same acquisition, extended to its TTL, and mints nothing.
+-- same acquisition, extended to its TTL (never shortened: a copy may land
+-- after a longer Extend), and mints nothing.
 -- Safe to arrive late: a client that gave up on this call left a tombstone,
 -- and a copy of any of its attempts that finds it does nothing: it neither
 -- takes the lock nor registers (the next release would hand the lock to a
@@ -91,8 +92,10 @@ if holder == ARGV[1] then
     drop_holder_info(HOLDER)
     return {-1, 0}
   end
-  redis.call('PEXPIRE', LOCK, ARGV[2])
-  set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
+  -- Never shorter: a copy of the attempt that was granted may land after
+  -- a longer Extend, which the lease counts on.
+  keep_at_least(LOCK, ARGV[2])
+  set_holder_info(HOLDER, ARGV[1], ARGV[6], redis.call('PTTL', LOCK))
   return {1, raise_error(held_token(FENCE, ARGV[2]))}
 end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for

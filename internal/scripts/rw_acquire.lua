@@ -31,9 +31,11 @@
 --          a writer waits and this reader was not passed by the last writer
 --
 -- Safe to send twice: a hold already in place (its member is live) reports
--- the same acquisition, counts once and registers nothing; so does a copy
--- of an earlier attempt of the call, refused, arriving once a later one was
--- granted. Safe to arrive late: a copy of any
+-- the same acquisition, counts once, registers nothing and lasts the TTL
+-- from now (a copy of an earlier attempt may have taken it while the call
+-- slept, told it was refused; the call's lease counts from its latest
+-- attempt); so does a copy of an earlier attempt of the call, refused,
+-- arriving once a later one was granted. Safe to arrive late: a copy of any
 -- attempt of a call that gave up finds the call's tombstone (TOMBSTONE) before
 -- it takes a hold or registers, and does neither.
 
@@ -53,6 +55,11 @@ if purge(now) > 0 then
   st = read_state()
 end
 if redis.call('ZSCORE', HOLDS, member) then
+  -- Taken by a copy of an attempt of the call (one the caller was told
+  -- was refused) or by this one's earlier copy: the lease counts from this
+  -- attempt, so the hold lasts the TTL from now (never shorter).
+  extend_score(HOLDS, member, now + tonumber(ARGV[2]), false)
+  expire_with_last()
   return {1, tonumber(st[5])}
 end
 

@@ -20,7 +20,9 @@
 -- a number).
 --
 -- Safe to send twice: a resend finds its permit and reports its token,
--- registering nothing; so does a copy of an earlier attempt of the call,
+-- registering nothing, the permit lasting the TTL from now (a copy of an
+-- earlier attempt may have taken it while the call slept, told it was
+-- refused; the call's lease counts from its latest attempt); so does a copy of an earlier attempt of the call,
 -- refused, arriving once a later one was granted.
 -- Safe to arrive late: a copy of any attempt of a call that gave up finds
 -- the call's tombstone (TOMBSTONE) before it takes a permit or registers, and
@@ -52,6 +54,11 @@ elseif permits ~= tonumber(ARGV[5]) then
   return {-2, permits}
 end
 if live_score(HOLDERS, owner, now) then
+  -- The call's own permit, maybe taken by a copy of an attempt the caller
+  -- was told was refused: it lasts the TTL from now, whence the caller's
+  -- lease counts (never shorter).
+  extend_score(HOLDERS, owner, now + tonumber(ARGV[2]), false)
+  expire_with_last(now)
   return {1, tonumber(redis.call('HGET', TOKENS, owner))}
 end
 if redis.call('ZCARD', HOLDERS) < permits then
