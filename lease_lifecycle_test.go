@@ -71,6 +71,7 @@ func TestLease_ExtendToAShorterTTLIsRenewedAtTheShorterTTL(t *testing.T) {
 func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	clk := dlock.UseClock(c)
 	lease, err := c.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -78,14 +79,14 @@ func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
 	if err := lease.Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(dlock.SkewWallClock(2 * time.Minute)) // resumed after a two-minute suspension
+	clk.Jump(2 * time.Minute) // resumed after a two-minute suspension
 	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Fatalf("Err with the wall clock past the deadline: %v, want ErrLeaseLost", err)
 	}
 	if err := lease.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Extend with the wall clock past the deadline: %v, want ErrNotHeld", err)
 	}
-	if left := time.Until(lease.Deadline()); left > 0 {
+	if left := clk.Until(lease.Deadline()); left > 0 {
 		t.Fatalf("Deadline %v ahead with the wall clock past it", left)
 	}
 	waitDone(t, lease.Done(), lossGuard, "Done with the wall clock past the deadline")
@@ -99,16 +100,43 @@ func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
 func TestLease_RenewalFindsTheWallClockPastTheDeadline(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Second))
+	clk := dlock.UseClock(c)
 	lease, err := c.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := lease.Done()
-	t.Cleanup(dlock.SkewWallClock(2 * time.Minute))
+	clk.Jump(2 * time.Minute)
 	waitDone(t, done, lossGuard, "Done with the wall clock past the deadline")
 	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Fatalf("Err: %v, want ErrLeaseLost", err)
 	}
+}
+
+// A process suspended past its lease's TTL (internal/clock: its readings
+// stand still, its timers and renewer wait, and once it resumes its
+// monotonic clock lags by the suspension while its wall clock does not)
+// finds the lease lost the moment it resumes: Redis expired the key
+// meanwhile, though by the monotonic clock the deadline is still ahead
+// and no renewal is due yet.
+func TestLease_ResumedPastItsTTLTheLeaseIsLostAtOnce(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(300*time.Millisecond))
+	clk := dlock.UseClock(c)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Suspend()
+	time.Sleep(400 * time.Millisecond) // the workload: a suspension past the TTL
+	clk.Resume()
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err at the resume: %v, want ErrLeaseLost", err)
+	}
+	if left := clk.Until(lease.Deadline()); left > 0 {
+		t.Fatalf("Deadline %v ahead at the resume", left)
+	}
+	waitDone(t, lease.Done(), lossGuard, "Done at the resume")
 }
 
 // An Extend confirmed only after the lease's deadline does not bring the
@@ -150,12 +178,12 @@ func TestLease_ExtendConfirmedAfterTheDeadlineReportsTheLoss(t *testing.T) {
 func TestLease_SecondUnlockOfALostButReleasedLeaseIsRefused(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	clk := dlock.UseClock(c)
 	lease, err := c.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	undo := dlock.SkewWallClock(2 * time.Minute) // counted lost; the key has a minute left
-	defer undo()
+	clk.Jump(2 * time.Minute) // counted lost; the key has a minute left
 	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Fatalf("Err: %v, want ErrLeaseLost", err)
 	}
