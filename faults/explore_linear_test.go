@@ -77,9 +77,9 @@ func refusalTells(kind string) bool {
 }
 
 // acquired records an acquisition that returned a lease, once its
-// deadline is final.
-func (r *leaseRecorder) acquired(client int, owner string, o op, call, ret time.Time, l *dlock.Lease) {
-	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret, tokens: l.Tokens(), lapse: l.Deadline(),
+// deadline is final: lapse, in real time (see process.deadline).
+func (r *leaseRecorder) acquired(client int, owner string, o op, call, ret time.Time, l *dlock.Lease, lapse time.Time) {
+	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret, tokens: l.Tokens(), lapse: lapse,
 		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: modeOf(o.Kind)}, out: linear.Result{OK: true}})
 }
 
