@@ -103,14 +103,16 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
 	}
 	now := l.clock.Now()
-	left := l.deadline.Sub(now)
+	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
 		// A cold connection's dial and script load on a slow link all count
-		// against the grant: keep confirms it before the caller sees it, so
-		// that no lease is handed over already lost, overdue for renewal, or
-		// with less time left than its grant took to arrive (a renewal
-		// crosses the same link, and would likely not make it). A fixed
-		// lease handed over for less than its lease time is extended to it.
+		// against the grant, and so does a suspension of the machine
+		// before its reply was read: keep confirms it before the caller
+		// sees it, so that no lease is handed over already lost, overdue
+		// for renewal, or with less time left than its grant took to
+		// arrive (a renewal crosses the same link, and would likely not
+		// make it). A fixed lease handed over for less than its lease
+		// time is extended to it.
 		l.unconfirmed = true
 		return l
 	}

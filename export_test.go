@@ -85,13 +85,14 @@ func FairHandOverTaken(f *FairMutex, fenced int64, grant string) bool {
 	return handOverTaken(a, grant)
 }
 
-// UseClock makes c's leases read a clock of their own, which a test can
-// suspend, resume, or move the wall side of (clock.Jump: as a machine
-// resumed after a suspension finds it), and returns it. Call it before
-// c's first use: the Client reads its clock unguarded.
-func UseClock(c *Client) *clock.Clock {
+// UseClock makes the leases of target, a *Client or *Redlock, read a
+// clock of their own, which a test can suspend, resume, or move the wall
+// side of (clock.Jump: as a machine resumed after a suspension finds it),
+// and returns it. Call it before target's first use: it reads its clock
+// unguarded.
+func UseClock(target any) *clock.Clock {
 	k := clock.New()
-	clock.Use(c, k)
+	clock.Use(target, k)
 	return k
 }
 

@@ -244,6 +244,15 @@ func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
 	}
 }
 
+// elapsed is the time since start, a reading of r's clock, by whichever
+// of the process's clocks went further, as a lease's deadline is judged
+// (Lease.leftAt): a suspended machine's monotonic clock stands still
+// while the nodes' TTLs run on.
+func (r *Redlock) elapsed(start time.Time) time.Duration {
+	now := r.clock.Now()
+	return max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start)))
+}
+
 // drift is how much of a hold's TTL a Redlock gives up to clocks.
 func (m *RedlockMutex) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*m.cfg.drift) + redlockSlack
@@ -276,7 +285,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
-	valid := func() bool { return m.drift(ttl)+r.clock.Since(start) < ttl }
+	valid := func() bool { return m.drift(ttl)+r.elapsed(start) < ttl }
 	op, granted := "lock", succeeded(errs)
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
 	if granted >= r.quorum && valid() && !foreign {
