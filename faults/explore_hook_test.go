@@ -43,6 +43,7 @@ type commandFaults struct {
 	failover    *failoverEnv         // the run's failovers, on a process's own hook; nil elsewhere
 	cfail       *clusterFailovers    // the run's cluster failovers, likewise
 	clock       *clock.Clock         // its process's, in a suspend run: nothing is sent, and no reply read, while it is suspended
+	onReply     func([]redis.Cmder)  // told each reply before the caller reads it (a suspension may begin); nil: none
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -151,6 +152,16 @@ func (f *commandFaults) holdBack(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.frozenUntil = time.Now().Add(d)
+}
+
+// replied is the hook's last step, before the caller reads the replies:
+// a suspension may begin there, and a suspended process reads them once
+// it resumes (explore_suspend_test.go).
+func (f *commandFaults) replied(cmds []redis.Cmder) {
+	if f.onReply != nil {
+		f.onReply(cmds)
+	}
+	f.clock.Wait()
 }
 
 // waitResumed holds a command of a suspended process until it resumes
@@ -433,7 +444,7 @@ func (f *commandFaults) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error { return next(ctx, cmd) })
-		f.clock.Wait() // a suspended process reads the reply once it resumes
+		f.replied([]redis.Cmder{cmd})
 		return err
 	}
 }
@@ -441,7 +452,7 @@ func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (f *commandFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := f.process(ctx, cmds, func(ctx context.Context) error { return next(ctx, cmds) })
-		f.clock.Wait() // a suspended process reads the replies once it resumes
+		f.replied(cmds)
 		return err
 	}
 }

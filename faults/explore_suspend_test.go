@@ -6,8 +6,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/clock"
@@ -62,7 +65,15 @@ type suspend struct {
 	Process int
 	At      time.Duration // after the run's start
 	For     time.Duration // past every TTL the process's leases ask for
+	// OnGrant: it begins, from At on, as the reply to one of the
+	// process's acquires that was granted arrives (within suspendArmed,
+	// else then): the process reads the grant only once it resumes.
+	OnGrant bool
 }
+
+// suspendArmed is how long an OnGrant suspension waits for a grant's
+// reply before it begins anyway.
+const suspendArmed = 2 * time.Second
 
 // drawSuspensions picks the process suspended, when, and for how long:
 // while clients contend, and longer than the longest TTL, lease time or
@@ -83,7 +94,7 @@ func drawSuspensions(p params, ops [][]op, process []int) []suspend {
 		}
 	}
 	return []suspend{{Process: proc, At: time.Duration(200+rng.IntN(1800)) * time.Millisecond,
-		For: longest + time.Duration(200+rng.IntN(1000))*time.Millisecond}}
+		For: longest + time.Duration(200+rng.IntN(1000))*time.Millisecond, OnGrant: rng.IntN(2) == 0}}
 }
 
 // suspendBound is the longest a lease of o may count on from its last
@@ -96,6 +107,9 @@ type suspendState struct {
 	resumed chan struct{} // closed when it ended
 	at      time.Time     // when it began (real time)
 	length  time.Duration // how long it lasted, once ended
+	once    sync.Once     // it begins once
+	armed   atomic.Bool   // an OnGrant suspension waits for a grant's reply
+	onGrant bool          // it began with a grant's reply
 
 	mu      sync.Mutex
 	wakes   []resumedHold
@@ -123,13 +137,49 @@ func suspendProcesses(s *schedule, procs map[int]*process, out *outcome) {
 		time.Sleep(time.Until(start.Add(sp.At)))
 		p := procs[sp.Process]
 		st := p.suspended
-		st.at = time.Now()
-		p.clock.Suspend()
-		close(st.began)
-		time.Sleep(sp.For) // the suspension
+		if sp.OnGrant {
+			st.armed.Store(true)
+			select {
+			case <-st.began:
+			case <-time.After(suspendArmed):
+			}
+			st.armed.Store(false)
+		}
+		p.beginSuspension(false)
+		time.Sleep(time.Until(st.at.Add(sp.For))) // the suspension
 		st.length = p.clock.Resume()
 		close(st.resumed)
 		out.injected["suspend"]++
+		if st.onGrant {
+			out.injected["suspend.ongrant"]++
+		}
+	}
+}
+
+// beginSuspension suspends the process, once: at the suspension's time,
+// or as a grant's reply arrives (onGrant).
+func (p *process) beginSuspension(onGrant bool) {
+	st := p.suspended
+	st.once.Do(func() {
+		st.at, st.onGrant = time.Now(), onGrant
+		p.clock.Suspend()
+		close(st.began)
+	})
+}
+
+// suspendOnGrant begins an armed suspension when cmds carry a granted
+// acquire's reply: the hook then holds the reply until the resume.
+func (p *process) suspendOnGrant(cmds []redis.Cmder) {
+	if !p.suspended.armed.Load() || !anyAcquire(cmds) {
+		return
+	}
+	for _, c := range cmds {
+		if cmd, ok := c.(*redis.Cmd); ok && cmd.Err() == nil {
+			if reply, err := cmd.Slice(); err == nil && len(reply) > 0 && reply[0] == int64(1) {
+				p.beginSuspension(true)
+				return
+			}
+		}
 	}
 }
 
@@ -230,6 +280,7 @@ func (p *process) useClock(hooks []*commandFaults) {
 	}
 	for _, h := range hooks {
 		h.clock = p.clock
+		h.onReply = p.suspendOnGrant
 	}
 }
 
