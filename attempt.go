@@ -110,7 +110,7 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 		publish = publishArg(command)
 	}
 	argv, entry := a.v.request(waiterID, publish)
-	a.sent = time.Now()
+	a.sent = a.h.c.clock.Now()
 	cmd, unconfirmed := a.send(ctx, argv)
 	res, err := cmd.Int64Slice()
 	if tell := a.h.c.attempted; tell != nil {

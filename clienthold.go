@@ -92,7 +92,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	}
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
-			log: spec.cfg.logger, ttl: ttl, renew: autoRenew},
+			log: spec.cfg.logger, ttl: ttl, renew: autoRenew, clock: c.clock},
 		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, mark: spec.mark, tombstone: spec.tombstone,
 			ack: spec.cfg.ack, heapIndex: -1},
 	}
@@ -102,14 +102,17 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	if spec.names != nil {
 		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
 	}
-	left := time.Until(l.deadline)
-	if left < validity/3 || left < time.Since(spec.sent) || (validity < ttl && !autoRenew) {
+	now := l.clock.Now()
+	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
+	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
 		// A cold connection's dial and script load on a slow link all count
-		// against the grant: keep confirms it before the caller sees it, so
-		// that no lease is handed over already lost, overdue for renewal, or
-		// with less time left than its grant took to arrive (a renewal
-		// crosses the same link, and would likely not make it). A fixed
-		// lease handed over for less than its lease time is extended to it.
+		// against the grant, and so does a suspension of the machine
+		// before its reply was read: keep confirms it before the caller
+		// sees it, so that no lease is handed over already lost, overdue
+		// for renewal, or with less time left than its grant took to
+		// arrive (a renewal crosses the same link, and would likely not
+		// make it). A fixed lease handed over for less than its lease
+		// time is extended to it.
 		l.unconfirmed = true
 		return l
 	}

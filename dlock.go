@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/notify"
 	"github.com/dlockio/dlock/internal/scripts"
 )
@@ -60,6 +61,11 @@ type Client struct {
 	// first use, hears of every attempt's reply before the attempt acts on
 	// it; nil, it costs a nil check.
 	attempted func(attemptReport)
+
+	// clock is what the Client's leases read the time from (see
+	// internal/clock): nil, the machine's; the fault tests' suspend it.
+	// Set before the Client's first use (clock.Use).
+	clock *clock.Clock
 
 	mu      sync.Mutex
 	hub     *notify.Hub

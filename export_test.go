@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/clock"
 )
 
 // Internals the external tests look at.
@@ -83,11 +85,15 @@ func FairHandOverTaken(f *FairMutex, fenced int64, grant string) bool {
 	return handOverTaken(a, grant)
 }
 
-// SkewWallClock moves the wall clock the leases read by d, as a machine
-// resumed after a suspension of d finds it, and returns how to undo it.
-func SkewWallClock(d time.Duration) (undo func()) {
-	wallClockSkew.Add(int64(d))
-	return func() { wallClockSkew.Add(-int64(d)) }
+// UseClock makes the leases of target, a *Client or *Redlock, read a
+// clock of their own, which a test can suspend, resume, or move the wall
+// side of (clock.Jump: as a machine resumed after a suspension finds it),
+// and returns it. Call it before target's first use: it reads its clock
+// unguarded.
+func UseClock(target any) *clock.Clock {
+	k := clock.New()
+	clock.Use(target, k)
+	return k
 }
 
 // TombstoneLife is how long a call that gave up keeps late copies of its

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlockio/dlock/internal/clock"
 )
 
 // Lease is one acquisition of a lock: the proof of holding it, the fencing
@@ -30,7 +32,8 @@ type Lease struct {
 	drift float64
 	slack time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
 	log   *slog.Logger
-	hold  hold // where the lock is held, and how: all the rest is the lifecycle's
+	hold  hold         // where the lock is held, and how: all the rest is the lifecycle's
+	clock *clock.Clock // what it reads the time from: nil, the machine's; its Client's or Redlock's (see internal/clock)
 
 	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
 	unlocked  bool        // under unlockMu: a release of ours succeeded, so another Unlock is refused
@@ -120,7 +123,7 @@ type hold interface {
 // a third of the way through.
 func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
-	l.timer = time.AfterFunc(l.nextCheck(time.Now()), l.checkDeadline)
+	l.timer = time.AfterFunc(l.nextCheck(l.clock.Now()), l.checkDeadline)
 	l.mu.Unlock()
 	l.renewAt(sent.Add(validity / 3))
 }
@@ -143,7 +146,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	if !l.unconfirmed {
 		return nil
 	}
-	sent := time.Now()
+	sent := l.clock.Now()
 	loss, err := l.hold.extend(ctx, l.ttl, false)
 	switch {
 	case loss != nil:
@@ -222,7 +225,7 @@ func (l *Lease) Err() error {
 	if l.finished {
 		return l.err
 	}
-	if l.leftAt(time.Now()) <= 0 { // ending meanwhile
+	if l.leftAt(l.clock.Now()) <= 0 { // ending meanwhile
 		return errDeadlinePassed
 	}
 	return nil
@@ -241,7 +244,7 @@ func (l *Lease) currentTTL() time.Duration {
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now()
+	now := l.clock.Now()
 	if left := l.leftAt(now); left < l.deadline.Sub(now) {
 		return now.Add(left)
 	}
@@ -326,7 +329,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: extend %q: %w", l.name, err)
 	}
 	defer l.extendMu.Unlock()
-	sent := time.Now()
+	sent := l.clock.Now()
 	loss, err := l.hold.extend(ctx, ttl, true)
 	switch {
 	case loss != nil:
@@ -419,7 +422,7 @@ func (l *Lease) ended() bool {
 func (l *Lease) heldLocally() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.finished || l.leftAt(time.Now()) <= 0 {
+	if l.finished || l.leftAt(l.clock.Now()) <= 0 {
 		return fmt.Errorf("%w: the lease of %q has ended", ErrNotHeld, l.name)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
 )
@@ -71,6 +72,7 @@ func TestLease_ExtendToAShorterTTLIsRenewedAtTheShorterTTL(t *testing.T) {
 func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	clk := dlock.UseClock(c)
 	lease, err := c.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -78,14 +80,14 @@ func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
 	if err := lease.Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(dlock.SkewWallClock(2 * time.Minute)) // resumed after a two-minute suspension
+	clk.Jump(2 * time.Minute) // resumed after a two-minute suspension
 	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Fatalf("Err with the wall clock past the deadline: %v, want ErrLeaseLost", err)
 	}
 	if err := lease.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Extend with the wall clock past the deadline: %v, want ErrNotHeld", err)
 	}
-	if left := time.Until(lease.Deadline()); left > 0 {
+	if left := clk.Until(lease.Deadline()); left > 0 {
 		t.Fatalf("Deadline %v ahead with the wall clock past it", left)
 	}
 	waitDone(t, lease.Done(), lossGuard, "Done with the wall clock past the deadline")
@@ -99,15 +101,110 @@ func TestLease_WallClockPastTheDeadlineLosesTheLease(t *testing.T) {
 func TestLease_RenewalFindsTheWallClockPastTheDeadline(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Second))
+	clk := dlock.UseClock(c)
 	lease, err := c.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := lease.Done()
-	t.Cleanup(dlock.SkewWallClock(2 * time.Minute))
+	clk.Jump(2 * time.Minute)
 	waitDone(t, done, lossGuard, "Done with the wall clock past the deadline")
 	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Fatalf("Err: %v, want ErrLeaseLost", err)
+	}
+}
+
+// A process suspended past its lease's TTL (internal/clock: its readings
+// stand still, its timers and renewer wait, and once it resumes its
+// monotonic clock lags by the suspension while its wall clock does not)
+// finds the lease lost the moment it resumes: Redis expired the key
+// meanwhile, though by the monotonic clock the deadline is still ahead
+// and no renewal is due yet.
+func TestLease_ResumedPastItsTTLTheLeaseIsLostAtOnce(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(300*time.Millisecond))
+	clk := dlock.UseClock(c)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Suspend()
+	time.Sleep(400 * time.Millisecond) // the workload: a suspension past the TTL
+	clk.Resume()
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err at the resume: %v, want ErrLeaseLost", err)
+	}
+	if left := clk.Until(lease.Deadline()); left > 0 {
+		t.Fatalf("Deadline %v ahead at the resume", left)
+	}
+	waitDone(t, lease.Done(), lossGuard, "Done at the resume")
+}
+
+// A grant whose reply the process reads only once its machine resumed
+// from a suspension (the attempt was sent before it) may have no time
+// left by the wall clock, though some by the monotonic one, which stood
+// still: it is confirmed by an extension before it is returned, as a
+// grant that arrives late is, never returned lost.
+func TestLease_GrantReadAfterASuspensionIsConfirmedNotReturnedLost(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	clk := dlock.UseClock(c)
+	var resumed atomic.Bool
+	dlock.OnAttempt(c, func(r dlock.AttemptReport) {
+		if len(r.Reply) > 0 && r.Reply[0] == 1 && !resumed.Swap(true) {
+			clk.Jump(2 * time.Minute) // the reply is read after a two-minute suspension
+		}
+	})
+	lease, err := c.Mutex(lockName(t)).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resumed.Load() {
+		t.Fatal("the grant's reply was not seen")
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("TryLock returned a lease already lost: %v", err)
+	}
+	if left := clk.Until(lease.Deadline()); left < 30*time.Second {
+		t.Fatalf("lease returned with %v left of a minute's TTL", left)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same for a Redlock: a majority whose replies are read after a
+// suspension that used up the TTL by the wall clock is no grant.
+func TestRedlock_GrantReadAfterASuspensionIsNotReturnedLost(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	servers := redistest.StartMasters(t, 3)
+	clients := make([]redis.UniversalClient, len(servers))
+	var clk *clock.Clock
+	var resumed atomic.Bool
+	for i, srv := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+			if runs(cmd, scripts.MutexAcquire) && !resumed.Swap(true) {
+				clk.Jump(2 * time.Minute) // the replies are read after a two-minute suspension
+			}
+		}})
+		clients[i] = rdb
+	}
+	r := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(time.Minute))
+	clk = dlock.UseClock(r)
+	lease, err := r.Mutex(lockName(t)).TryLock(ctx)
+	if !resumed.Load() {
+		t.Fatal("no grant's reply was seen")
+	}
+	if err == nil {
+		t.Fatalf("TryLock returned a lease (Err %v) from votes read after the TTL ran out by the wall clock", lease.Err())
+	}
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock: %v, want ErrNotAcquired", err)
+	}
+	for _, srv := range servers {
+		expectFree(t, ctx, srv.Client(), lockName(t))
 	}
 }
 
@@ -150,12 +247,12 @@ func TestLease_ExtendConfirmedAfterTheDeadlineReportsTheLoss(t *testing.T) {
 func TestLease_SecondUnlockOfALostButReleasedLeaseIsRefused(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute))
+	clk := dlock.UseClock(c)
 	lease, err := c.Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	undo := dlock.SkewWallClock(2 * time.Minute) // counted lost; the key has a minute left
-	defer undo()
+	clk.Jump(2 * time.Minute) // counted lost; the key has a minute left
 	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Fatalf("Err: %v, want ErrLeaseLost", err)
 	}

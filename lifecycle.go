@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -12,10 +11,6 @@ import (
 // renewer, in a batch per node, see renewer.go; a Redlock's lease, on its
 // own, see renewNow); and how it ends lost. Each is written once, for every
 // kind of hold.
-
-// wallClockSkew is added to the wall clock the leases read (tests stand in
-// a suspension with it); 0 otherwise.
-var wallClockSkew atomic.Int64
 
 var (
 	errDeadlinePassed   = &lostError{LossUnreachable, "no renewal confirmed before its deadline"}
@@ -94,7 +89,7 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 		}
 		return err
 	}
-	if l.leftAt(time.Now()) <= 0 {
+	if l.leftAt(l.clock.Now()) <= 0 {
 		l.mu.Unlock()
 		l.end(errConfirmedLate)
 		return errConfirmedLate
@@ -136,7 +131,7 @@ func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 // MultiLock's part then moves its whole's.
 func (l *Lease) deadlineMoved() {
 	if l.timer != nil {
-		l.timer.Reset(l.nextCheck(time.Now()))
+		l.timer.Reset(l.nextCheck(l.clock.Now()))
 	}
 	whole := l.whole
 	l.mu.Unlock()
@@ -145,14 +140,13 @@ func (l *Lease) deadlineMoved() {
 	}
 }
 
-// leftAt is how long the lease has left at now (a time.Now reading), by
+// leftAt is how long the lease has left at now (a reading of l.clock), by
 // whichever of its deadline's clocks ends first; l.mu must be held. The
 // wall clock goes on while the machine is suspended, the monotonic one
 // does not: after a resume, only the wall clock knows that Redis's TTL
 // has run on.
 func (l *Lease) leftAt(now time.Time) time.Duration {
-	wallNow := now.Round(0).Add(time.Duration(wallClockSkew.Load()))
-	return min(l.deadline.Sub(now), l.deadline.Round(0).Sub(wallNow))
+	return min(l.deadline.Sub(now), l.clock.Wall(l.deadline).Sub(l.clock.Wall(now)))
 }
 
 // expireIfPast ends the lease as lost when its deadline has passed. The
@@ -160,7 +154,7 @@ func (l *Lease) leftAt(now time.Time) time.Duration {
 // late, and whoever looks first ends the lease.
 func (l *Lease) expireIfPast() {
 	l.mu.Lock()
-	past := !l.finished && !l.unconfirmed && l.leftAt(time.Now()) <= 0
+	past := !l.finished && !l.unconfirmed && l.leftAt(l.clock.Now()) <= 0
 	l.mu.Unlock()
 	if past {
 		l.end(l.deadlineLoss())
@@ -168,14 +162,18 @@ func (l *Lease) expireIfPast() {
 }
 
 // checkDeadline runs when the lease's timer fires: at its risk point
-// (see AtRisk), then at its deadline, unless a renewal moved them.
+// (see AtRisk), then at its deadline, unless a renewal moved them. (The
+// timer runs on the machine's monotonic clock, which a suspended
+// machine's stops: in a suspended process of the fault tests, it waits
+// for the resume.)
 func (l *Lease) checkDeadline() {
+	l.clock.Wait()
 	l.mu.Lock()
 	if l.finished {
 		l.mu.Unlock()
 		return
 	}
-	now := time.Now()
+	now := l.clock.Now()
 	left := l.leftAt(now)
 	if left <= 0 {
 		l.mu.Unlock()
@@ -283,7 +281,7 @@ const extendBusyRetry = 5 * time.Millisecond
 func (l *Lease) lockForRenewal() bool {
 	switch {
 	case !l.extendMu.TryLock():
-		l.hold.renewAt(time.Now().Add(extendBusyRetry))
+		l.hold.renewAt(l.clock.Now().Add(extendBusyRetry))
 		return false
 	case l.heldLocally() != nil:
 		// Renewing would not bring it back: a timer that has not fired
@@ -309,32 +307,34 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 	}
 	switch {
 	case loss != nil:
-		ob.renewal(due, RenewalRefused, err)
+		ob.renewal(l.clock, due, RenewalRefused, err)
 		l.refusedWith(loss)
 	case err != nil:
-		ob.renewal(due, RenewalFailed, err)
+		ob.renewal(l.clock, due, RenewalFailed, err)
 		l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
-		l.hold.renewAt(time.Now().Add(max(time.Until(l.Deadline())/4, 5*time.Millisecond)))
+		now := l.clock.Now()
+		l.hold.renewAt(now.Add(max(l.Deadline().Sub(now)/4, 5*time.Millisecond)))
 	default:
 		if err := l.confirmed(sent, ttl); err != nil {
-			ob.renewal(due, RenewalFailed, err)
+			ob.renewal(l.clock, due, RenewalFailed, err)
 			return
 		}
-		ob.renewal(due, RenewalOK, nil)
+		ob.renewal(l.clock, due, RenewalOK, nil)
 	}
 }
 
 // renewNow renews the lease on its own, bounded by its deadline: a
 // Redlock's, whose renewal goes to every node.
 func (l *Lease) renewNow() {
+	l.clock.Wait() // its timer's, as checkDeadline's
 	if l.unlocking.Load() || !l.lockForRenewal() {
 		return
 	}
 	defer l.extendMu.Unlock()
 	ttl := l.currentTTL()
-	ctx, cancel := context.WithDeadline(context.Background(), l.Deadline())
+	sent := l.clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), l.Deadline().Sub(sent))
 	defer cancel()
-	sent := time.Now()
 	loss, err := l.hold.extend(ctx, ttl, false)
 	l.renewalAnswered(sent, ttl, loss, err)
 }

@@ -21,7 +21,7 @@ type partsHold struct {
 // combineLeases makes one lease of the leases of a MultiLock's groups.
 func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 	first := parts[0]
-	l := &Lease{name: name, token: first.token, drift: first.drift, log: first.log, ttl: first.currentTTL(), renew: first.renew}
+	l := &Lease{name: name, token: first.token, drift: first.drift, log: first.log, ttl: first.currentTTL(), renew: first.renew, clock: first.clock}
 	h := &partsHold{lease: l, parts: parts}
 	l.hold = h
 	for _, p := range parts {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/dlockio/dlock/internal/clock"
 )
 
 // How the lock types tell their Observer (observer.go). Nothing here runs
@@ -202,14 +204,14 @@ func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, f
 }
 
 // renewal reports the answer to a renewal of a lease whose deadline was
-// due before it; nothing when ob is nil.
-func (ob *leaseObs) renewal(due time.Time, result RenewalResult, err error) {
+// due before it, read on the lease's clock; nothing when ob is nil.
+func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result RenewalResult, err error) {
 	if ob == nil || ob.o.Renewal == nil {
 		return
 	}
 	ev := RenewalEvent{LeaseInfo: ob.info, Result: result, Err: err}
 	if result == RenewalOK {
-		ev.Margin = time.Until(due)
+		ev.Margin = clk.Until(due)
 	}
 	ob.o.Renewal(ev)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -52,6 +53,7 @@ type Redlock struct {
 	err     error
 	quorum  int
 	longest atomic.Int64 // the longest TTL used, in ns, for the restart guard
+	clock   *clock.Clock // what its leases read the time from; nil: the machine's (see Client.clock)
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
@@ -242,6 +244,15 @@ func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
 	}
 }
 
+// elapsed is the time since start, a reading of r's clock, by whichever
+// of the process's clocks went further, as a lease's deadline is judged
+// (Lease.leftAt): a suspended machine's monotonic clock stands still
+// while the nodes' TTLs run on.
+func (r *Redlock) elapsed(start time.Time) time.Duration {
+	now := r.clock.Now()
+	return max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start)))
+}
+
 // drift is how much of a hold's TTL a Redlock gives up to clocks.
 func (m *RedlockMutex) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*m.cfg.drift) + redlockSlack
@@ -270,11 +281,11 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		guard = max(m.cfg.restartGuard, longest)
 	}
 	keys := m.keys.callKeys(redlockAcquireLayout, m.keys.tombstone(owner))
-	start := time.Now()
+	start := r.clock.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
-	valid := func() bool { return m.drift(ttl)+time.Since(start) < ttl }
+	valid := func() bool { return m.drift(ttl)+r.elapsed(start) < ttl }
 	op, granted := "lock", succeeded(errs)
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
 	if granted >= r.quorum && valid() && !foreign {

@@ -22,7 +22,7 @@ type redlockHold struct {
 func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl time.Duration) *Lease {
 	_, autoRenew := m.cfg.holdTTL()
 	l := &Lease{name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
-		log: m.cfg.logger, ttl: ttl, renew: autoRenew}
+		log: m.cfg.logger, ttl: ttl, renew: autoRenew, clock: m.r.clock}
 	h := &redlockHold{lease: l, m: m}
 	l.hold = h
 	if autoRenew { // made before start sets it, so that no renewal runs before it is made
@@ -41,7 +41,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bo
 	if explicit {
 		m.r.ttlInUse(ttl)
 	}
-	start := time.Now()
+	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		args := []any{l.owner, ttl.Milliseconds()}
 		if explicit {
@@ -51,7 +51,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bo
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	granted := succeeded(errs)
-	if granted >= m.r.quorum && m.drift(ttl)+time.Since(start) < ttl {
+	if granted >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
 	}
 	lost := m.r.majorityRefused(errs)
@@ -105,7 +105,7 @@ func heldOrNot(ok int64, err error) error {
 
 // ttl is the validity left: the time to the deadline.
 func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
-	return time.Until(h.lease.Deadline()), nil
+	return h.lease.clock.Until(h.lease.Deadline()), nil
 }
 
 // release releases on every node, whatever ctx, and succeeds where a
@@ -138,7 +138,7 @@ func (h *redlockHold) renewAt(at time.Time) {
 		h.timer.Stop()
 	case l.unlocking.Load() || l.ended():
 	default:
-		h.timer.Reset(time.Until(at))
+		h.timer.Reset(l.clock.Until(at))
 	}
 }
 

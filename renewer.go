@@ -125,7 +125,8 @@ func (r *renewer) loop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		batch, sleep, idle := r.takeDue(time.Now())
+		r.c.clock.Wait() // a suspended process renews nothing until it resumes (see Lease.checkDeadline)
+		batch, sleep, idle := r.takeDue(r.c.clock.Now())
 		if idle {
 			return
 		}
@@ -254,13 +255,13 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
 		calls[i] = scriptCall{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, []any{h.lease.owner, ttls[i].Milliseconds()})}
-		if left := time.Until(h.lease.Deadline()); i == 0 || left < timeout {
+		if left := r.c.clock.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
-	sent := time.Now()
+	sent := r.c.clock.Now()
 	acks := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
 	for i, call := range calls {
 		n, err := call.cmd.Int64()

@@ -361,6 +361,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	case <-wt.c.done:
 		stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 	}
+	wt.c.clock.Wait() // what a suspended process heard, it acts on once it resumes (see Lease.checkDeadline)
 	if stop != nil {
 		if wt.waiterID != "" || wt.maybeCopied { // a copy of an attempt may be on its way: the tombstone
 			wt.a.leave(wt.ctx, wt.waiterID)

@@ -135,12 +135,13 @@ func (p *process) kill(lateWrite bool) {
 // renewal it sent before it died may still have confirmed.
 func (p *process) awaitDeath() { <-p.crash.gone }
 
-// sleep is a holder's wait, cut short when its lease ends or its process
-// dies.
+// sleep is a holder's wait, cut short when its lease ends, its process
+// dies, or its process's suspension begins (explore_suspend_test.go).
 func (p *process) sleep(l *dlock.Lease, d time.Duration) {
 	select {
 	case <-l.Done():
 	case <-p.died():
+	case <-p.suspending():
 	case <-time.After(d):
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -41,6 +42,8 @@ type commandFaults struct {
 	dead        bool                 // its process was killed: nothing more of it is sent (explore_crash_test.go)
 	failover    *failoverEnv         // the run's failovers, on a process's own hook; nil elsewhere
 	cfail       *clusterFailovers    // the run's cluster failovers, likewise
+	clock       *clock.Clock         // its process's, in a suspend run: nothing is sent, and no reply read, while it is suspended
+	onReply     func([]redis.Cmder)  // told each reply before the caller reads it (a suspension may begin); nil: none
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -151,6 +154,29 @@ func (f *commandFaults) holdBack(d time.Duration) {
 	f.frozenUntil = time.Now().Add(d)
 }
 
+// replied is the hook's last step, before the caller reads the replies:
+// a suspension may begin there, and a suspended process reads them once
+// it resumes (explore_suspend_test.go).
+func (f *commandFaults) replied(cmds []redis.Cmder) {
+	if f.onReply != nil {
+		f.onReply(cmds)
+	}
+	f.clock.Wait()
+}
+
+// waitResumed holds a command of a suspended process until it resumes
+// (explore_suspend_test.go), or its context ends.
+func (f *commandFaults) waitResumed(ctx context.Context) error {
+	if resumed := f.clock.Resumed(); resumed != nil {
+		select {
+		case <-resumed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func (f *commandFaults) waitThaw(ctx context.Context) error {
 	f.mu.Lock()
 	until := f.frozenUntil
@@ -161,6 +187,9 @@ func (f *commandFaults) waitThaw(ctx context.Context) error {
 func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next func(context.Context) error) (err error) {
 	if f.isDead() {
 		return setErr(cmds, errKilled)
+	}
+	if err := f.waitResumed(ctx); err != nil {
+		return err
 	}
 	if err := f.waitThaw(ctx); err != nil {
 		return err
@@ -304,6 +333,7 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 		case <-f.stop:
 			return
 		}
+		f.clock.Wait()  // and wait for it while it is suspended
 		if f.isDead() { // go-redis's resends die with its process
 			return
 		}
@@ -413,12 +443,16 @@ func (f *commandFaults) DialHook(next redis.DialHook) redis.DialHook { return ne
 
 func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		return f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error { return next(ctx, cmd) })
+		err := f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error { return next(ctx, cmd) })
+		f.replied([]redis.Cmder{cmd})
+		return err
 	}
 }
 
 func (f *commandFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		return f.process(ctx, cmds, func(ctx context.Context) error { return next(ctx, cmds) })
+		err := f.process(ctx, cmds, func(ctx context.Context) error { return next(ctx, cmds) })
+		f.replied(cmds)
+		return err
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
 )
@@ -91,6 +92,8 @@ type process struct {
 	crash     *crashState       // its death, if it dies (explore_crash_test.go)
 	failover  *failoverEnv      // the run's failovers; nil in other runs
 	cfail     *clusterFailovers // the run's cluster failovers; nil in other runs
+	clock     *clock.Clock      // its own, in a suspend run (explore_suspend_test.go); nil: the machine's
+	suspended *suspendState     // its suspension as its holders see it, in a suspend run; nil in others
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -252,6 +255,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			}
 			p.redlock = newExploredRedlock(masters, renewals)
 		}
+		if s.has("suspend") {
+			p.useClock(append([]*commandFaults{p.hook}, p.nodeHooks...))
+		}
 		procs[s.process[c]] = p
 	}
 	var wg sync.WaitGroup
@@ -264,6 +270,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 				if proc.killed() {
 					return
 				}
+				proc.awake()
 				asked := time.Now()
 				h, err, unlockErr := runOp(ctx, proc, stores, rec, c, i, o, !s.unlockMayFail(o.Kind))
 				mu.Lock()
@@ -287,6 +294,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	go func() { defer wg.Done(); killProcesses(ctx, s, procs, out) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); migrateSlots(ctx, env, s, out) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); suspendProcesses(s, procs, out) }()
 	if env.failover != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); env.failover.failOver(ctx, s) }()
@@ -347,6 +356,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	}
 	checkHolds(s, holds, pausedNames(ctx, env, s), out)
 	checkCrashes(s, procs, holds, waits, out)
+	checkSuspensions(procs, out)
 	waitCrashedOut(ctx, s, procs)
 	waitFailedOut(ctx, env, s)
 	waitTakenOver(ctx, env, s)
@@ -392,18 +402,19 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	}
 	asked := time.Now()
 	lease, err := acquire(actx, proc, o, opts)
+	proc.awake() // a suspended process learns of it once it resumes
 	if err != nil {
 		rec.refused(client, owner, o, asked, time.Now(), err)
 		return nil, err, ""
 	}
 	if proc.killed() { // the process died before it learnt of its lease, which holds until its deadline
 		proc.awaitDeath()
-		rec.acquired(client, owner, o, asked, time.Now(), lease)
+		rec.acquired(client, owner, o, asked, time.Now(), lease, proc.deadline(lease))
 		return nil, errKilled, ""
 	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
 		fixed: o.Lease > 0 && o.Hold >= o.Lease/2}
-	if lease.Err() != nil || !lease.Deadline().After(h.start) {
+	if lease.Err() != nil || !proc.deadline(lease).After(h.start) {
 		h.invalid = true
 	}
 	for name, token := range h.tokens {
@@ -416,21 +427,27 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		h.frozen = true
 		proc.freeze(o.TTL + o.TTL/2)
 		time.Sleep(o.TTL + o.TTL/2)
+		proc.awake()
 		for name, token := range h.tokens {
 			h.stale = append(h.stale, staleWrite{client: client, name: name, token: token, at: time.Now(),
 				accepted: stores.write(name, token)})
 		}
 	default:
 		hold := o.Hold
+		resumed := false // woken by its process's resume (explore_suspend_test.go)
 		if o.Extend > 0 {
 			// Extend, then hold past the new TTL: renewals must follow it.
 			proc.sleep(lease, hold/2)
+			resumed = proc.resumeHolding(h, o, lease, stores)
 			call := time.Now()
 			err := lease.Extend(ctx, o.Extend)
 			rec.ended(client, owner, o, linear.Extend, call, time.Now(), err)
 			hold = o.Extend + o.Extend/2
 		}
 		proc.sleep(lease, hold)
+		if !resumed {
+			proc.resumeHolding(h, o, lease, stores)
+		}
 	}
 	h.end = time.Now()
 	h.loss = lease.Err()
@@ -440,19 +457,19 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	}
 	// A lease promises nothing past its deadline, whether or not its loss
 	// was told yet (a loaded machine may run the renewer late).
-	if d := lease.Deadline(); d.Before(h.end) {
+	if d := proc.deadline(lease); d.Before(h.end) {
 		h.end = d
 	}
 	if proc.killed() { // no Unlock: the process is dead, its hold lapses at its deadline
 		proc.awaitDeath()
-		rec.acquired(client, owner, o, asked, h.start, lease)
+		rec.acquired(client, owner, o, asked, h.start, lease, proc.deadline(lease))
 		return proc.crashedHold(h, o, stores), nil, ""
 	}
-	rec.acquired(client, owner, o, asked, h.start, lease) // its deadline is final
+	rec.acquired(client, owner, o, asked, h.start, lease, proc.deadline(lease)) // its deadline is final
 	unlocked := time.Now()
 	uerr := timedUnlock(ctx, rec, client, owner, o, lease)
 	note := ""
-	if refusedInTime(uerr, time.Now(), lease.Deadline()) && !h.lost && !h.frozen && !h.fixed && strictUnlock {
+	if refusedInTime(uerr, time.Now(), proc.deadline(lease)) && !h.lost && !h.frozen && !h.fixed && strictUnlock {
 		note = fmt.Sprintf("client %d op %d (%s): Unlock of a lease that held to the end: %v", client, i, o.Kind, uerr)
 	}
 	if o.Unlock2 && uerr == nil { // after a failed Unlock, trying again may well release

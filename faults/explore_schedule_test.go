@@ -87,7 +87,13 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           0.2–1.5 s first, then CLUSTER FAILOVER FORCE or TAKEOVER:
 //	           what the master applied since is lost, and the clients ask
 //	           no WithReplicaAck (labelled, as FLUSHALL is)
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover"}
+//	client, again:
+//	  suspend  one process's machine suspended past its leases' TTLs
+//	           (explore_suspend_test.go): its clock stands still, its
+//	           commands and holders wait; once resumed, its monotonic
+//	           clock lags, its wall clock does not; its leases must say
+//	           lost; not with crash; no CI seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -201,6 +207,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawNetwork(seed, quiet)
 	p.drawFailover(seed) // once the faults it excludes are known
 	p.drawClusterFailover(seed, quiet)
+	p.drawSuspend(seed) // a stream of its own, once crash is known
 }
 
 // op is one operation of a client's loop.
@@ -234,6 +241,7 @@ type schedule struct {
 	failovers  []failover  // masters killed and replicas promoted (explore_failover_test.go)
 	// cluster masters failed over to their replicas (explore_cfailover_test.go)
 	clusterFailovers []clusterFailover
+	suspended        []suspend // processes' machines suspended (explore_suspend_test.go)
 }
 
 type serverFault struct {
@@ -337,6 +345,7 @@ func makeSchedule(p params) *schedule {
 	s.migrations = drawMigrations(p, s.names)
 	s.failovers = drawFailovers(p)
 	s.clusterFailovers = drawClusterFailovers(p, s.names)
+	s.suspended = drawSuspensions(p, s.ops, s.process)
 	return s
 }
 
@@ -353,8 +362,8 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		o.Names = pick(rng, names, 2+rng.IntN(len(names)-1))
 	}
 	o.TTL = time.Duration(300+rng.IntN(2700)) * time.Millisecond
-	if s.has("pause") && rng.IntN(3) != 0 {
-		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin
+	if (s.has("pause") || s.has("suspend")) && rng.IntN(3) != 0 {
+		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin; a suspension its TTL, soon
 	}
 	if s.has("failover") && rng.IntN(2) == 0 {
 		// Renewed while the replica is cut off, and lasting past the
@@ -386,8 +395,8 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if s.Cluster && slices.Contains(s.Kinds, "multi") {
 		long = 3 // holds that outlast a MultiLock's fixed lease
 	}
-	if s.has("pause") || s.has("failover") || s.failsOverCluster() {
-		long = 4 // holds that outlast a stalled node, or a failover
+	if s.has("pause") || s.has("failover") || s.failsOverCluster() || s.has("suspend") {
+		long = 4 // holds that outlast a stalled node, a failover, or span a suspension
 	}
 	switch r := rng.IntN(8); {
 	case r < 2:
@@ -397,8 +406,8 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		if s.Cluster && slices.Contains(s.Kinds, "multi") {
 			o.Hold = time.Duration(600+rng.IntN(1200)) * time.Millisecond // past a MultiLock's fixed lease
 		}
-		if s.has("pause") && rng.IntN(3) != 0 {
-			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause
+		if (s.has("pause") || s.has("suspend")) && rng.IntN(3) != 0 {
+			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause, or a suspension
 		}
 		if s.has("failover") && rng.IntN(3) != 0 {
 			o.Hold = time.Duration(1500+rng.IntN(2500)) * time.Millisecond // from before a replica is cut off to past the promotion

@@ -1,0 +1,171 @@
+// Package clock is the time a dlock Client's (or Redlock's) leases read:
+// the machine's own, or, in fault tests, that of a process that can be
+// suspended, as a laptop's lid is closed or a VM is frozen.
+//
+// A nil *Clock is the machine's clock: each method then costs a nil check
+// and does what package time does. A Clock of this package stands for a
+// process whose machine can be suspended (Suspend, Resume): while it is,
+// its readings stand still and the code of the process waits (Wait);
+// once resumed, its monotonic readings lag real time by the time it was
+// suspended, while its wall readings do not, as on Linux, where
+// CLOCK_MONOTONIC stops during suspend and CLOCK_REALTIME does not.
+// Jump moves its wall clock alone, as a resume found by the wall clock
+// only (or an NTP step) does.
+//
+// A time.Time holds one wall and one monotonic reading, moved together by
+// Add: a reading whose monotonic part lags and whose wall part does not
+// cannot be made. So a reading of a Clock lags in both parts, and carries
+// in its Location how far its wall part lags the machine's wall clock
+// (Wall puts it back); Add and Round keep the Location, so a deadline
+// computed from a reading knows its wall clock too. Comparisons and Sub
+// ignore Locations.
+package clock
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Clock is a suspendable process's clock; nil is the machine's. Its zero
+// value is not ready: use New.
+type Clock struct {
+	mu       sync.Mutex
+	lag      time.Duration // how far readings lag real time: the time suspended so far
+	jumped   time.Duration // how far the wall clock was moved ahead (Jump)
+	stopped  time.Time     // while suspended: the reading that stands still
+	since    time.Time     // while suspended: the real time it began
+	resumed  chan struct{} // while suspended: closed by Resume
+	zone     *time.Location
+	wallLags map[*time.Location]time.Duration // each zone's readings' wall lag
+}
+
+// New returns a running Clock that reads the machine's time.
+func New() *Clock {
+	c := &Clock{wallLags: map[*time.Location]time.Duration{}}
+	c.setZone()
+	return c
+}
+
+// setZone makes the Location of the readings from now on; c.mu must be
+// held, or c not yet shared.
+func (c *Clock) setZone() {
+	wallLag := c.lag + c.jumped
+	c.zone = time.FixedZone(fmt.Sprintf("clock-lag-%v", wallLag), 0)
+	c.wallLags[c.zone] = wallLag
+}
+
+// Now is the process's reading of the time: time.Now for a nil Clock.
+func (c *Clock) Now() time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resumed != nil {
+		return c.stopped
+	}
+	return time.Now().Add(-c.lag).In(c.zone)
+}
+
+// Until is t.Sub(c.Now()): how long the process's monotonic clock takes to
+// reach t.
+func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+
+// Since is c.Now().Sub(t).
+func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// Wall is the process's wall clock at t, a reading of c's (or a time
+// computed from one with Add): t without its monotonic reading, plus how
+// far the wall clock had gone past it when t was read. For a nil Clock,
+// t.Round(0).
+func (c *Clock) Wall(t time.Time) time.Time {
+	t = t.Round(0)
+	if c == nil {
+		return t
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t.Add(c.wallLags[t.Location()])
+}
+
+// Wait returns once the process is not suspended: code of a suspended
+// process runs only once it resumes. At once for a nil Clock.
+func (c *Clock) Wait() {
+	if ch := c.Resumed(); ch != nil {
+		<-ch
+	}
+}
+
+// Resumed is closed when the suspension under way ends; nil when the
+// process is not suspended (or c is nil).
+func (c *Clock) Resumed() <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resumed == nil {
+		return nil
+	}
+	return c.resumed
+}
+
+// Suspend stops the process's clock: its readings stand still and Wait
+// blocks, until Resume. Suspending a suspended process does nothing.
+func (c *Clock) Suspend() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resumed != nil {
+		return
+	}
+	c.since = time.Now()
+	c.stopped = c.since.Add(-c.lag).In(c.zone)
+	c.resumed = make(chan struct{})
+}
+
+// Resume ends a suspension: from now on readings lag real time by its
+// length more, and wall readings do not. It returns how long the process
+// was suspended (0 when it was not).
+func (c *Clock) Resume() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resumed == nil {
+		return 0
+	}
+	suspended := time.Since(c.since)
+	c.lag += suspended
+	c.setZone()
+	close(c.resumed)
+	c.resumed = nil
+	return suspended
+}
+
+// Jump moves the process's wall clock ahead by d, its monotonic clock
+// staying where it is: as a machine that resumed after a suspension of d
+// finds them, without the wait.
+func (c *Clock) Jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.jumped += d
+	c.setZone()
+}
+
+// Real is the real time at which the process's monotonic clock reads t,
+// t being one of its readings or a time computed from one (a lease's
+// deadline), if it is not suspended again: t plus the time suspended so
+// far. For a nil Clock, t.
+func (c *Clock) Real(t time.Time) time.Time {
+	if c == nil {
+		return t
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t.Add(c.lag)
+}
+
+// Use makes target, a *dlock.Client or *dlock.Redlock not used yet, read
+// c: set by package dlock, which this package cannot import (dlock
+// imports it). For the fault tests (faults/), which reach dlock's
+// internals only through internal packages.
+var Use func(target any, c *Clock)
