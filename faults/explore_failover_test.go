@@ -216,7 +216,7 @@ func (e *failoverEnv) lastKill() time.Time {
 func (e *failoverEnv) kill() {
 	f := e.f
 	for _, n := range []*redistest.Server{f.Master, f.Replica, f.Sentinel} {
-		n.Kill()
+		n.Close()
 	}
 }
 

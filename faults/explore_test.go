@@ -325,8 +325,9 @@ func (e *servers) run(p params) *outcome {
 		env.failover.kill()
 	case !env.cluster:
 		// Not at the test's end: a soak's thousands of runs would keep
-		// as many servers (7 MB each) until then.
-		env.nodes[0].Kill()
+		// as many servers (7 MB each), and their clients' connections,
+		// until then.
+		env.nodes[0].Close()
 	}
 	return out
 }

@@ -39,10 +39,11 @@ type Server struct {
 	conf string   // a Sentinel's configuration file; "" for a server
 	tls  *TLS     // set: the server speaks TLS only, password required
 
-	mu   sync.Mutex
-	port int
-	cmd  *exec.Cmd
-	exit chan struct{} // closed when cmd has exited
+	mu     sync.Mutex
+	port   int
+	cmd    *exec.Cmd
+	exit   chan struct{} // closed when cmd has exited
+	client *redis.Client // Client's, made on first use
 }
 
 // Start starts a standalone redis-server that keeps nothing on disk.
@@ -182,12 +183,35 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
 
-// Client returns a go-redis client of the server, closed at the test's end.
-// For a TLS server it trusts the test CA and gives the password.
+// Client returns the server's go-redis client, one for every call, closed
+// by Close or at the test's end. For a TLS server it trusts the test CA and
+// gives the password. One, not one a call: a soak calls it once a run on
+// servers that live for thousands of runs, and each client would keep its
+// connections open until the test ends (the explorer's soak ran out of
+// file descriptors so).
 func (s *Server) Client() *redis.Client {
-	rdb := redis.NewClient(s.options())
-	s.t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	opts := s.options()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil {
+		rdb := redis.NewClient(opts)
+		s.t.Cleanup(func() { _ = rdb.Close() })
+		s.client = rdb
+	}
+	return s.client
+}
+
+// Close kills the server for good and closes its Client: for a server a
+// test is done with before it ends.
+func (s *Server) Close() {
+	s.Kill()
+	s.mu.Lock()
+	rdb := s.client
+	s.client = nil
+	s.mu.Unlock()
+	if rdb != nil {
+		_ = rdb.Close()
+	}
 }
 
 // Kill stops the server at once (SIGKILL), losing whatever it held in memory.
