@@ -78,7 +78,12 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           Sentinel promotes the replica; not labelled (every hold
 //	           returned was on the replica); not with restart, evict or
 //	           network, whose node is the one server; no CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover"}
+//	  child    one more client, in a child process of its own (the test
+//	           binary again), SIGKILLed mid-script, holding, waiting or at
+//	           a time, and at times SIGSTOPped past a TTL first
+//	           (explore_child_test.go); not with a failover; no drawn CI
+//	           seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "child"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -185,6 +190,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawMigrate(seed) // and another
 	p.drawNetwork(seed, quiet)
 	p.drawFailover(seed) // once the faults it excludes are known
+	p.drawChild(seed)    // once a failover, which excludes it, is known
 }
 
 // op is one operation of a client's loop.
@@ -216,6 +222,7 @@ type schedule struct {
 	crashes    []crash     // processes killed (explore_crash_test.go)
 	migrations []migration // slots moved (explore_topology_test.go)
 	failovers  []failover  // masters killed and replicas promoted (explore_failover_test.go)
+	child      *childRun   // a client in a child process, killed for real (explore_child_test.go); nil in most runs
 }
 
 type serverFault struct {
@@ -318,6 +325,7 @@ func makeSchedule(p params) *schedule {
 	s.crashes = drawCrashes(p, s.process)
 	s.migrations = drawMigrations(p, s.names)
 	s.failovers = drawFailovers(p)
+	s.child = drawChildRun(s) // last: its client and process come after the others
 	return s
 }
 
