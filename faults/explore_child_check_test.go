@@ -100,3 +100,31 @@ func TestChild_ACallCutShortIsOfUnknownOutcome(t *testing.T) {
 		t.Errorf("holds %+v, counts %v: want the hold ended before the kill, one kill mid-script in an Unlock", c.holds, c.counts)
 	}
 }
+
+// TestChild_TheStopIsPlacedByTime: a stop that came on one grant may
+// catch a later step, the lines read since being older than the child:
+// the hold that was open during it is frozen (its loss and Unlock are not
+// judged), one that ended before it is not, and a wait it caught is not
+// judged either.
+func TestChild_TheStopIsPlacedByTime(t *testing.T) {
+	stores := &fencedStores{highest: map[string]uint64{}}
+	lock := op{Kind: "mutex", Names: []string{"m"}, TTL: time.Second, Wait: time.Second}
+	c := newTestChild([]op{lock, lock, lock}, stores)
+	t0 := time.Now()
+	at := func(ms int) int64 { return t0.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	c.stopped = []time.Time{t0.Add(100 * time.Millisecond), t0.Add(200 * time.Millisecond)}
+	c.feed("asked 0 %d", at(0))
+	c.feed("granted 0 %d %d 1 m=1", at(10), at(1010))
+	c.feed("end 0 %d %d 0", at(50), at(1010))
+	c.feed("asked 1 %d", at(60))
+	c.feed("granted 1 %d %d 1 m=2", at(70), at(1070))
+	c.feed("end 1 %d %d 1", at(300), at(1070))
+	c.feed("asked 2 %d", at(150))
+	c.feed("refused 2 %d notacquired", at(400))
+	if len(c.holds) != 2 || c.holds[0].frozen || !c.holds[1].frozen {
+		t.Errorf("holds %+v: want the first not frozen, the second (open during the stop) frozen", c.holds)
+	}
+	if len(c.waits) != 0 {
+		t.Errorf("waits %+v: want none judged, the stop caught it", c.waits)
+	}
+}

@@ -463,9 +463,19 @@ func (c *child) stop() {
 	_ = c.cmd.Process.Signal(syscall.SIGCONT)
 	c.stopped = append(c.stopped, from, time.Now())
 	c.counts["crash.child.stopped"]++
-	if op := c.curOp(); op.h != nil {
-		op.h.frozen = true
+}
+
+// stoppedWithin reports whether the child was stopped at some time in
+// (from, to), and until when. The lines read since the grant the stop
+// came on may be of later steps: which hold, wait or Unlock the stop
+// caught is found by their times.
+func (c *child) stoppedWithin(from, to time.Time) (until time.Time, ok bool) {
+	for i := 0; i+1 < len(c.stopped); i += 2 {
+		if c.stopped[i].Before(to) && c.stopped[i+1].After(from) {
+			until, ok = c.stopped[i+1], true
+		}
 	}
+	return until, ok
 }
 
 // childFields is how many fields each of the child's lines has.
@@ -510,7 +520,9 @@ func (c *child) handle(f []string, read time.Time) {
 		op.answered = true
 		ret, err := childTime(f[2]), parseChildErrors(f[3])
 		c.rec.refused(client, owner, o, op.asked, ret, err)
-		c.waits = append(c.waits, failedWait{client: client, op: o, asked: op.asked, gaveUp: ret, err: err})
+		if _, stopped := c.stoppedWithin(op.asked, ret); !stopped { // a stopped process's wait is not judged
+			c.waits = append(c.waits, failedWait{client: client, op: o, asked: op.asked, gaveUp: ret, err: err})
+		}
 	case "granted":
 		op.answered = true
 		op.granted, op.deadline = childTime(f[2]), childTime(f[3])
@@ -543,6 +555,12 @@ func (c *child) handle(f []string, read time.Time) {
 		h := op.h
 		h.end, op.deadline = childTime(f[2]), childTime(f[3])
 		h.lost = f[4] == "1"
+		if _, stopped := c.stoppedWithin(op.granted, h.end); stopped {
+			h.frozen = true
+		}
+		if until, stopped := c.stoppedWithin(op.asked, op.granted); stopped {
+			h.asked = until // it waited from then on, as far as checkCrashes is concerned
+		}
 		if op.deadline.Before(h.end) {
 			h.end = op.deadline
 		}
@@ -559,12 +577,13 @@ func (c *child) handle(f []string, read time.Time) {
 		op.unlocking, op.unlocks = time.Time{}, n
 		c.rec.ended(client, owner, o, linear.Release, call, ret, err)
 		h := op.h
-		strict := !c.s.unlockMayFail(o.Kind)
+		_, stopped := c.stoppedWithin(call, ret)
+		strict := !c.s.unlockMayFail(o.Kind) && !stopped // a stop may time it out, or outlast the hold
 		switch {
 		case n == 1 && err != nil && errors.Is(err, dlock.ErrNotHeld) && !h.lost && !h.frozen && !h.fixed &&
 			op.deadline.Sub(call) > 500*time.Millisecond && strict:
 			c.unlocks = append(c.unlocks, fmt.Sprintf("client %d op %d (%s, the child): Unlock of a lease that held to the end: %v", client, i, o.Kind, err))
-		case n == 2 && !errors.Is(err, dlock.ErrNotHeld):
+		case n == 2 && !errors.Is(err, dlock.ErrNotHeld) && !stopped:
 			c.unlocks = append(c.unlocks, fmt.Sprintf("client %d op %d (%s, the child): second Unlock returned %v, want ErrNotHeld", client, i, o.Kind, err))
 		}
 	}
