@@ -63,6 +63,9 @@ type crash struct {
 	// LateWrite: a holder killed mid-hold had a write with its token on its
 	// way to the fenced store, which arrives after the lock has freed.
 	LateWrite bool
+	// Child: the process is a child process, killed by SIGKILL when its
+	// kill says (explore_child_test.go), not by killProcesses.
+	Child bool
 }
 
 // drawCrashes picks the process that dies and when, while clients
@@ -185,6 +188,9 @@ func (f *commandFaults) isDead() bool {
 func killProcesses(ctx context.Context, s *schedule, procs map[int]*process, out *outcome) {
 	start := time.Now()
 	for _, c := range s.crashes {
+		if c.Child {
+			continue
+		}
 		if sleepCtx(ctx, time.Until(start.Add(c.At))) != nil {
 			return
 		}
@@ -253,7 +259,9 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 			out.injected["crash.latewrite"] += len(h.stale)
 		}
 	}
-	if slices.ContainsFunc(s.Faults, func(f string) bool { return !slices.Contains([]string{"crash", "extend", "scriptflush", "migrate"}, f) }) {
+	if slices.ContainsFunc(s.Faults, func(f string) bool {
+		return !slices.Contains([]string{"crash", "child", "extend", "scriptflush", "migrate"}, f)
+	}) {
 		return
 	}
 	moved := migratedNames(s) // a migration delays its slot's commands
@@ -261,6 +269,10 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 		dead := procs[c.Process]
 		if !dead.killed() {
 			continue
+		}
+		waiter := "crash.waiter"
+		if c.Child {
+			waiter = "crash.child.waiter"
 		}
 		// Each lock the dead process used, and the latest its claim on it
 		// may last.
@@ -290,7 +302,7 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 					continue
 				}
 				out.checks++
-				out.injected["crash.waiter"]++
+				out.injected[waiter]++
 				if !liveHoldDuring(holds, name, dead.crash.at, w.gaveUp) {
 					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
 						w.client, name, w.op.Kind, w.asked.Sub(dead.crash.at), w.gaveUp.Sub(dead.crash.at), b.Sub(dead.crash.at))
@@ -308,7 +320,7 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 					continue
 				}
 				out.checks++
-				out.injected["crash.waiter"]++
+				out.injected[waiter]++
 				if !liveHoldDuring(holds, name, dead.crash.at, h.start) {
 					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
 						h.client, name, h.kind, h.asked.Sub(dead.crash.at), h.start.Sub(dead.crash.at), b.Sub(dead.crash.at))

@@ -260,6 +260,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		}
 		procs[s.process[c]] = p
 	}
+	child := startChild(ctx, env, s, stores, rec, procs) // nil in a run without one
 	var wg sync.WaitGroup
 	for c := range s.Clients {
 		proc := procs[s.process[c]]
@@ -312,6 +313,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	evicted := evictFaults(ctx, env, s)
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
+	child.finish(out, &holds, &waits, &double)
 	env.failover.report(out)
 	env.cfail.report(env, holds, out)
 	network.wait(out)
@@ -357,6 +359,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	checkHolds(s, holds, pausedNames(ctx, env, s), out)
 	checkCrashes(s, procs, holds, waits, out)
 	checkSuspensions(procs, out)
+	child.checkFreed(holds, out)
 	waitCrashedOut(ctx, s, procs)
 	waitFailedOut(ctx, env, s)
 	waitTakenOver(ctx, env, s)
@@ -679,7 +682,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 func quiet(s *schedule, h hold, paused map[string]bool) bool {
 	for _, f := range s.Faults {
 		switch {
-		case f == "extend", f == "scriptflush", f == "crash": // a crash costs only the dead process's holds
+		case f == "extend", f == "scriptflush", f == "crash", f == "child": // a crash costs only the dead process's holds
 		case f == "pause" && s.Cluster, f == "cfailover": // a graceful failover stops its shard's writes a while
 			for name := range h.tokens {
 				if paused[name] {

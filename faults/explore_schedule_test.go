@@ -93,7 +93,12 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           commands and holders wait; once resumed, its monotonic
 //	           clock lags, its wall clock does not; its leases must say
 //	           lost; not with crash; no CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend"}
+//	  child    one more client, in a child process of its own (the test
+//	           binary again), SIGKILLed mid-script, holding, waiting or at
+//	           a time, and at times SIGSTOPped past a TTL first
+//	           (explore_child_test.go); not with a failover, of a Sentinel
+//	           or a cluster; no drawn CI seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -208,6 +213,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawFailover(seed) // once the faults it excludes are known
 	p.drawClusterFailover(seed, quiet)
 	p.drawSuspend(seed) // a stream of its own, once crash is known
+	p.drawChild(seed)   // once the failovers, which exclude it, are known
 }
 
 // op is one operation of a client's loop.
@@ -242,6 +248,7 @@ type schedule struct {
 	// cluster masters failed over to their replicas (explore_cfailover_test.go)
 	clusterFailovers []clusterFailover
 	suspended        []suspend // processes' machines suspended (explore_suspend_test.go)
+	child            *childRun // a client in a child process, killed for real (explore_child_test.go); nil in most runs
 }
 
 type serverFault struct {
@@ -346,6 +353,7 @@ func makeSchedule(p params) *schedule {
 	s.failovers = drawFailovers(p)
 	s.clusterFailovers = drawClusterFailovers(p, s.names)
 	s.suspended = drawSuspensions(p, s.ops, s.process)
+	s.child = drawChildRun(s) // last: its client and process come after the others
 	return s
 }
 

@@ -80,7 +80,7 @@ func report(t *testing.T, r row, allow ...string) {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if helperMain() {
+	if helperMain() || childMain() {
 		return
 	}
 	code := m.Run()

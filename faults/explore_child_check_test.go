@@ -1,0 +1,130 @@
+//go:build faults
+
+package faults
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/linear"
+)
+
+// newTestChild is a child with no process: its lines are fed by hand.
+func newTestChild(ops []op, stores *fencedStores) *child {
+	s := &schedule{params: params{Seed: 1, Clients: 1, Ops: len(ops), Faults: []string{"child"}}, ops: [][]op{nil, ops}, process: []int{0, 1}}
+	s.child = &childRun{client: 1, process: 1}
+	return newChild(s, stores, &leaseRecorder{start: time.Now()})
+}
+
+func (c *child) feed(format string, args ...any) {
+	c.handle(strings.Fields(fmt.Sprintf(format, args...)), time.Now())
+}
+
+// TestChild_AKillEndsTheHoldAndMakesItsUnreadWriteLate: the parent's
+// records of a child killed while it held, with a write in its pipe. The
+// hold ends at the death (its deadline later), crashed, lapsing at the last
+// deadline the child told (a renewal's, not the grant's); the write read
+// after the kill is a stale write of that hold, refused by a store a later
+// holder wrote to; the write read before it is not stale.
+func TestChild_AKillEndsTheHoldAndMakesItsUnreadWriteLate(t *testing.T) {
+	stores := &fencedStores{highest: map[string]uint64{}}
+	c := newTestChild([]op{{Kind: "mutex", Names: []string{"m"}, TTL: time.Second, Hold: time.Second}}, stores)
+	now := time.Now()
+	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	c.feed("asked 0 %d", ns(-300*time.Millisecond))
+	c.feed("granted 0 %d %d 1 m=10", ns(-200*time.Millisecond), ns(800*time.Millisecond))
+	c.feed("write 0 m 10 %d", ns(-200*time.Millisecond))
+	c.feed("deadline 0 %d", ns(1500*time.Millisecond))
+	c.died("held")
+	c.feed("write 0 m 10 %d", ns(0))
+	stores.write("m", 11) // the next holder's first write
+	c.settle(t.Context())
+
+	if len(c.holds) != 1 {
+		t.Fatalf("holds %+v, want one", c.holds)
+	}
+	h := c.holds[0]
+	if !h.crashed || !h.end.Equal(c.death) || h.tokens["m"] != 10 {
+		t.Errorf("hold %+v: want crashed, ended at the death %v, token 10", h, c.death)
+	}
+	if len(h.stale) != 1 || h.stale[0].accepted || h.stale[0].token != 10 {
+		t.Errorf("stale writes %+v: want the one read after the kill, refused", h.stale)
+	}
+	if c.counts["crash.child.latewrite"] != 1 || c.counts["crash.child.holding"] != 1 {
+		t.Errorf("counts %v: want one late write, one kill while holding", c.counts)
+	}
+	if len(c.rec.calls) != 1 || !c.rec.calls[0].out.OK || c.rec.calls[0].lapse.UnixNano() != ns(1500*time.Millisecond) {
+		t.Errorf("recorded %+v: want the acquisition, lapsing at the renewal's deadline", c.rec.calls)
+	}
+}
+
+// TestChild_ACallCutShortIsOfUnknownOutcome: an acquire the child died in
+// may take effect until a release hands the lock to its registration,
+// three waiter refreshes after childApplied; an Unlock it died in, until
+// childApplied. Neither is a refusal.
+func TestChild_ACallCutShortIsOfUnknownOutcome(t *testing.T) {
+	stores := &fencedStores{highest: map[string]uint64{}}
+	lock := op{Kind: "mutex", Names: []string{"m"}, TTL: time.Second, Wait: time.Second}
+	c := newTestChild([]op{lock}, stores)
+	c.feed("asked 0 %d", time.Now().UnixNano())
+	c.died("waiting")
+	c.settle(t.Context())
+	if len(c.rec.calls) != 1 || !c.rec.calls[0].out.Unknown || c.rec.calls[0].ret.Before(c.death.Add(childApplied(c.s)+3*waiterRefresh)) {
+		t.Errorf("recorded %+v: want the acquire of unknown outcome, open until its registration expired", c.rec.calls)
+	}
+	if len(c.holds) != 0 || len(c.waits) != 0 || c.counts["crash.child.in-lock"] != 1 {
+		t.Errorf("holds %v, waits %v, counts %v: want none, none, one kill in a Lock", c.holds, c.waits, c.counts)
+	}
+
+	c = newTestChild([]op{lock}, stores)
+	now := time.Now()
+	c.feed("asked 0 %d", now.UnixNano())
+	c.feed("granted 0 %d %d 1 m=20", now.UnixNano(), now.Add(time.Second).UnixNano())
+	c.feed("write 0 m 20 %d", now.UnixNano())
+	c.feed("end 0 %d %d 0", now.UnixNano(), now.Add(time.Second).UnixNano())
+	c.feed("unlocking 0 %d", now.UnixNano())
+	c.died("sending")
+	c.settle(t.Context())
+	var release *leaseCall
+	for i, call := range c.rec.calls {
+		if call.op.Op == linear.Release {
+			release = &c.rec.calls[i]
+		}
+	}
+	if release == nil || !release.out.Unknown || release.ret.Before(c.death.Add(childApplied(c.s))) {
+		t.Errorf("recorded %+v: want the Unlock of unknown outcome until childApplied after the death", c.rec.calls)
+	}
+	if len(c.holds) != 1 || c.holds[0].crashed || c.counts["crash.child.in-unlock"] != 1 || c.counts["crash.child.mid-script"] != 1 {
+		t.Errorf("holds %+v, counts %v: want the hold ended before the kill, one kill mid-script in an Unlock", c.holds, c.counts)
+	}
+}
+
+// TestChild_TheStopIsPlacedByTime: a stop that came on one grant may
+// catch a later step, the lines read since being older than the child:
+// the hold that was open during it is frozen (its loss and Unlock are not
+// judged), one that ended before it is not, and a wait it caught is not
+// judged either.
+func TestChild_TheStopIsPlacedByTime(t *testing.T) {
+	stores := &fencedStores{highest: map[string]uint64{}}
+	lock := op{Kind: "mutex", Names: []string{"m"}, TTL: time.Second, Wait: time.Second}
+	c := newTestChild([]op{lock, lock, lock}, stores)
+	t0 := time.Now()
+	at := func(ms int) int64 { return t0.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	c.stopped = []time.Time{t0.Add(100 * time.Millisecond), t0.Add(200 * time.Millisecond)}
+	c.feed("asked 0 %d", at(0))
+	c.feed("granted 0 %d %d 1 m=1", at(10), at(1010))
+	c.feed("end 0 %d %d 0", at(50), at(1010))
+	c.feed("asked 1 %d", at(60))
+	c.feed("granted 1 %d %d 1 m=2", at(70), at(1070))
+	c.feed("end 1 %d %d 1", at(300), at(1070))
+	c.feed("asked 2 %d", at(150))
+	c.feed("refused 2 %d notacquired", at(400))
+	if len(c.holds) != 2 || c.holds[0].frozen || !c.holds[1].frozen {
+		t.Errorf("holds %+v: want the first not frozen, the second (open during the stop) frozen", c.holds)
+	}
+	if len(c.waits) != 0 {
+		t.Errorf("waits %+v: want none judged, the stop caught it", c.waits)
+	}
+}
