@@ -22,6 +22,15 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 5000x .
 
+// ownRedis is a go-redis client of srv with connections of its own, as
+// another process's would be: srv.Client() is one client, shared by every
+// caller, and a hook on it counts what the others send.
+func ownRedis(b *testing.B, srv *redistest.Server) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
 // serverCommands is what the server has run so far, inside scripts too.
 func serverCommands(b *testing.B, ctx context.Context, rdb *redis.Client) int64 {
 	b.Helper()
@@ -111,7 +120,7 @@ func benchContended8(b *testing.B, lockOf func(*dlock.Client) func(context.Conte
 	var fenced check.Fenced
 	locks := make([]func(context.Context) (*dlock.Lease, error), clients)
 	for i := range locks {
-		locks[i] = lockOf(newClient(b, srv.Client()))
+		locks[i] = lockOf(newClient(b, ownRedis(b, srv)))
 	}
 	for _, lock := range locks { // scripts loaded, subscribers connected
 		lockUnlock(b, ctx, lock)
@@ -164,7 +173,7 @@ func BenchmarkFamily_Uncontended(b *testing.B) {
 		b.Run(typ.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			admin := srv.Client()
-			rdb := srv.Client()
+			rdb := ownRedis(b, srv)
 			counter := &commandCounter{}
 			rdb.AddHook(counter)
 			lock := typ.lock(newClient(b, rdb))
@@ -192,7 +201,7 @@ func BenchmarkLease_10000Held(b *testing.B) {
 	admin := srv.Client()
 	ctx := context.Background()
 	for b.Loop() {
-		c, err := dlock.New(srv.Client(), dlock.WithTTL(ttl))
+		c, err := dlock.New(ownRedis(b, srv), dlock.WithTTL(ttl))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -239,7 +248,7 @@ func BenchmarkRWMutex_Uncontended(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			srv := redistest.Start(b)
 			admin := srv.Client()
-			rdb := srv.Client()
+			rdb := ownRedis(b, srv)
 			counter := &commandCounter{}
 			rdb.AddHook(counter)
 			rw := newClient(b, rdb).RWMutex("bench:rw")
@@ -277,7 +286,7 @@ func BenchmarkRWMutex_16Readers4Writers(b *testing.B) {
 	}
 	var workers []worker
 	for i := range readers + writers {
-		workers = append(workers, worker{newClient(b, srv.Client()).RWMutex("bench:rw16+4"), i >= readers})
+		workers = append(workers, worker{newClient(b, ownRedis(b, srv)).RWMutex("bench:rw16+4"), i >= readers})
 	}
 	for _, w := range workers { // scripts loaded, subscribers connected
 		lockUnlock(b, ctx, w.rw.Lock)

@@ -14,11 +14,16 @@
 //
 // A time.Time holds one wall and one monotonic reading, moved together by
 // Add: a reading whose monotonic part lags and whose wall part does not
-// cannot be made. So a reading of a Clock lags in both parts, and carries
-// in its Location how far its wall part lags the machine's wall clock
-// (Wall puts it back); Add and Round keep the Location, so a deadline
-// computed from a reading knows its wall clock too. Comparisons and Sub
-// ignore Locations.
+// cannot be made. So a reading of a Clock is the machine's time less the
+// lag, and carries in its Location how far its wall clock lags the
+// machine's (Wall puts it back); Add and Round keep the Location, so a
+// deadline computed from a reading knows its wall clock too. Comparisons
+// and Sub ignore Locations. Setting the Location (time.Time.In) strips
+// the monotonic reading: a Clock's readings have none, and stand for the
+// process's monotonic clock with the machine's wall clock less the lag.
+// A step of the machine's wall clock while a Clock is in use (an NTP step
+// on a soak's machine) moves both of the process's clocks; only a nil
+// Clock, the machine's, keeps them apart.
 package clock
 
 import (

@@ -87,3 +87,17 @@ func TestClock_JumpMovesTheWallClockAlone(t *testing.T) {
 		t.Errorf("wall readings moved %v, want a minute", d)
 	}
 }
+
+// A reading's Location carries its wall lag, and setting it strips the
+// monotonic reading (see the package comment): what a reading's Sub and
+// comparisons read is the machine's wall clock less the lag.
+func TestClock_ReadingsCarryNoMonotonicReading(t *testing.T) {
+	c := New()
+	if now := c.Now(); now != now.Round(0) {
+		t.Errorf("a reading %v carries a monotonic reading; the package comment says it has none", now)
+	}
+	var machine *Clock
+	if now := machine.Now(); now == now.Round(0) {
+		t.Errorf("a nil Clock's reading %v has no monotonic reading", now)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -279,5 +280,54 @@ func TestMultiAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, "t:{m}", "t:{n}").Val(); n != 0 {
 		t.Fatal("a refused late acquire holds locks")
+	}
+}
+
+// A copy of an attempt that took a group arrives once one of its locks was
+// lost (deleted, evicted, removed by force) and is held by another owner:
+// the lock in place is the call's, the group is not. The copy must neither
+// report the group acquired nor lengthen the other owner's hold.
+func TestMultiAcquire_ResendWithALockTakenByAnotherIsRefusedAndTouchesIt(t *testing.T) {
+	ctx, rdb := setup(t)
+	expectGranted(t, multiTry(t, ctx, rdb, tok("a"), "", 1), "the group")
+	rdb.Set(ctx, "t:{n}", tok("e"), 2*time.Second) // lost, then taken by e for 2 s
+	res := multiTry(t, ctx, rdb, tok("a"), "", 1)
+	if res[0] == 1 {
+		t.Errorf("resend with lock 2 held by another: %v, want refused", res)
+	}
+	if holder := rdb.Get(ctx, "t:{n}").Val(); holder != tok("e") {
+		t.Errorf("lock 2 holds %q, want the other owner's", holder)
+	}
+	if left := rdb.PTTL(ctx, "t:{n}").Val(); left > 2*time.Second {
+		t.Errorf("the other owner's hold has %v left, want no more than its own 2 s", left)
+	}
+}
+
+// The same with a value dlock did not write where the lost lock was: the
+// copy fails with WRONGTYPE, changing nothing, and leaves the value with no
+// expiry, as it found it.
+func TestMultiAcquire_ResendWithAForeignValueWhereALockWasLeavesItUntouched(t *testing.T) {
+	ctx, rdb := setup(t)
+	expectGranted(t, multiTry(t, ctx, rdb, tok("a"), "", 1), "the group")
+	rdb.Set(ctx, "t:{n}", "user data", 0)
+	_, err := MultiAcquire.Run(ctx, rdb, with(multiKeys, tok("a")), tok("a"), 10000, "", 3000, 1, "PUBLISH").Int64Slice()
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("resend with a foreign value at lock 2: %v, want WRONGTYPE", err)
+	}
+	if left := rdb.PTTL(ctx, "t:{n}").Val(); left != -1 {
+		t.Errorf("the foreign value was given an expiry (%v left): it would be deleted", left)
+	}
+}
+
+// A lock of the group deleted (evicted, flushed): a copy finding the rest
+// its own takes the group anew, rather than report a lock held that
+// anyone can take.
+func TestMultiAcquire_ResendWithALockGoneTakesItAgain(t *testing.T) {
+	ctx, rdb := setup(t)
+	expectGranted(t, multiTry(t, ctx, rdb, tok("a"), "", 1), "the group")
+	rdb.Del(ctx, "t:{n}")
+	expectGranted(t, multiTry(t, ctx, rdb, tok("a"), "", 1), "the group with lock 2 gone")
+	if holder := rdb.Get(ctx, "t:{n}").Val(); holder != tok("a") {
+		t.Errorf("granted with lock 2 holding %q, want the call's owner token", holder)
 	}
 }

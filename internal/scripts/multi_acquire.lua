@@ -24,7 +24,9 @@
 -- the client listens on the other before trying again: no wake-up is lost
 -- and none is wasted on a waiter that cannot use it.
 --
--- Safe to send twice: a resend finds the locks its own and mints nothing,
+-- Safe to send twice: a resend finds the locks its own (every one of them:
+-- a lock lost since is free, taken anew with the rest, or another's, which
+-- refuses it) and mints nothing,
 -- registering nothing, the locks lasting the TTL from now (a copy of an
 -- earlier attempt may have taken them while the call slept, told it was
 -- refused; the lease counts from the latest attempt); so does a copy of an earlier attempt of the call,
@@ -41,31 +43,43 @@ for i = 1, N do
     return wrong
   end
 end
-local busy = 0
+-- Every lock read before any change: a foreign value in one fails the
+-- script with nothing changed, and the group is the call's only if every
+-- lock is (one may have been lost since: deleted, evicted, removed by
+-- force, and maybe taken by another owner).
+local busy, mine = 0, 0
 for i = 1, N do
   local p = part(i)
-  local holder, foreign = call_on(p.LOCK, 'GET', p.LOCK) -- before any change
+  local holder, foreign = call_on(p.LOCK, 'GET', p.LOCK)
   if foreign then
     return foreign
   end
   if holder and holder ~= owner and not is_owner_token(holder) then
     return not_dlocks(p.LOCK, 'a string')
   end
-  if holder == owner then -- a resend: the attempt took them all
-    local tokens = {1}
-    for j = 1, N do
-      local p = part(j)
-      tokens[j + 1] = raise_error(held_token(p.FENCE, ARGV[2]))
-      -- Maybe a copy of an attempt the caller was told was refused: the
-      -- caller's lease counts from this attempt (never shorter).
-      keep_at_least(p.LOCK, ARGV[2])
-    end
-    return tokens
-  end
-  if holder and busy == 0 then
+  if holder == owner then
+    mine = mine + 1
+  elseif holder and busy == 0 then
     busy = i
   end
 end
+if mine == N then -- a resend: the attempt took them all
+  local tokens = {1}
+  for j = 1, N do
+    local p = part(j)
+    tokens[j + 1] = raise_error(held_token(p.FENCE, ARGV[2]))
+  end
+  for j = 1, N do
+    -- Maybe a copy of an attempt the caller was told was refused: the
+    -- caller's lease counts from this attempt (never shorter).
+    keep_at_least(part(j).LOCK, ARGV[2])
+  end
+  return tokens
+end
+-- Some of the group's locks the call's, not all: those free are taken
+-- with the rest anew (below), as from nothing; one held by another owner
+-- refuses the attempt, and the call's own run out with their TTL (or go
+-- with its abandon).
 
 if busy == 0 then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
