@@ -541,6 +541,9 @@ func (c *child) handle(f []string, read time.Time) {
 		}
 		w := staleWrite{client: client, name: f[2], token: token, at: read, accepted: c.stores.write(f[2], token)}
 		op.writes = append(op.writes, childWrite{staleWrite: w, made: childTime(f[4])})
+		if op.h != nil && op.h.fenced.IsZero() {
+			op.h.fenced = read
+		}
 	case "deadline":
 		if op.h != nil && !op.ended {
 			op.deadline = childTime(f[2])

@@ -136,11 +136,15 @@ type staleWrite struct {
 
 // hold is one acquisition as its holder saw it.
 type hold struct {
-	client  int
-	kind    string
-	tokens  map[string]uint64
-	asked   time.Time // the acquire was called
-	start   time.Time // it returned the lease
+	client int
+	kind   string
+	tokens map[string]uint64
+	asked  time.Time // the acquire was called
+	start  time.Time // it returned the lease
+	// fenced: its first write with its token reached the fenced store, at
+	// once for an in-process holder, when the parent read it for the
+	// child's (explore_child_test.go); zero if none did
+	fenced  time.Time
 	end     time.Time // the holder stopped counting on it: unlock, or its deadline if lost first
 	lost    bool      // the lease ended lost
 	fixed   bool      // a fixed lease time, held past it on purpose
@@ -423,6 +427,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	for name, token := range h.tokens {
 		stores.write(name, token) // the holder's first act: a write with its token
 	}
+	h.fenced = time.Now()
 	switch {
 	case o.Freeze:
 		// A stopped process: nothing of this client reaches Redis, and the
@@ -633,7 +638,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			}
 			for _, other := range byName[w.name] {
 				out.checks++
-				if other.client != w.client && other.start.After(h.end) && other.start.Before(w.at) {
+				if other.client != w.client && other.start.After(h.end) && !other.fenced.IsZero() && other.fenced.Before(w.at) {
 					out.violate("stale accepted: client %d's write with token %d to %s, after it lost the lock and client %d (token %d) took it",
 						w.client, w.token, w.name, other.client, other.tokens[w.name])
 					break
