@@ -51,9 +51,13 @@ func sendScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Sc
 // those calls again with the commands that frame them. On one server the
 // loads go in the same pipeline, ahead of the calls: one round trip more
 // for the whole lock type. A cluster or a Ring routes a SCRIPT LOAD to a
-// node of its choosing, so there the loads go to every node first. A call
-// whose script could not be loaded fails with the load's error (a NOPERM
-// names the right the user lacks).
+// node of its choosing, so there the loads go to nodes first: on a
+// cluster, to the masters of the calls' keys, and to every master only
+// should a call meet NOSCRIPT again (its slot moving to a node without
+// them), so that a stalled master delays no call on another (a renewal
+// would wait for it past its lease's deadline); on a Ring, to every shard.
+// A call whose script could not be loaded fails with the load's error (a
+// NOPERM names the right the user lacks).
 func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) {
 	send(ctx, rdb, nil, calls)
 	var load []string // the scripts' sources
@@ -67,42 +71,75 @@ func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptC
 	}
 	slices.Sort(load) // two calls' types may be one
 	load = slices.Compact(load)
-	var again []scriptCall
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		loadErr := loadForCalls(ctx, cluster, calls, load)
+		if resendNoScript(ctx, rdb, nil, calls, loadErr) {
+			// A call's slot moved to a node without the scripts: every master.
+			resendNoScript(ctx, rdb, nil, calls, cluster.ForEachMaster(ctx, loader(load)))
+		}
+		return
+	}
+	var loadErr error
+	if ring, ok := rdb.(*redis.Ring); ok {
+		loadErr, load = ring.ForEachShard(ctx, loader(load)), nil
+	}
+	resendNoScript(ctx, rdb, load, calls, loadErr)
+}
+
+// resendNoScript sends the calls that met NOSCRIPT again, with the
+// commands that frame them, after the SCRIPT LOADs of load; it reports
+// whether one met NOSCRIPT again. A node down elsewhere in a cluster fails
+// the loads but not the calls: they go again, and loadErr explains only
+// those still NOSCRIPT.
+func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load []string, calls []scriptCall, loadErr error) (again bool) {
+	var resend []scriptCall
 	var resent []int
 	for i, call := range calls {
 		if call.script == nil || isNoScript(call.cmd.Err()) {
-			again, resent = append(again, call), append(resent, i)
+			resend, resent = append(resend, call), append(resent, i)
 		}
 	}
-	loaded, loadErr := loadOnEveryNode(ctx, rdb, load)
-	if loaded {
-		load = nil
-	}
-	// A node down elsewhere in a cluster fails the loads but not the calls:
-	// they go again, and the error explains only those still NOSCRIPT.
-	if err := send(ctx, rdb, load, again); loadErr == nil {
+	if err := send(ctx, rdb, load, resend); loadErr == nil {
 		loadErr = err
 	}
 	for j, i := range resent {
-		calls[i].cmd = again[j].cmd
-		if loadErr != nil && calls[i].script != nil && isNoScript(calls[i].cmd.Err()) {
-			calls[i].cmd.SetErr(loadErr)
+		calls[i].cmd = resend[j].cmd
+		if calls[i].script != nil && isNoScript(calls[i].cmd.Err()) {
+			again = true
+			if loadErr != nil {
+				calls[i].cmd.SetErr(loadErr)
+			}
 		}
 	}
+	return again
 }
 
-// loadOnEveryNode loads scripts on every node of a cluster or a Ring, which
-// would route a SCRIPT LOAD to a node of its choosing, and reports whether
-// it did; a client of one server is left to send them ahead of the calls.
-func loadOnEveryNode(ctx context.Context, rdb redis.UniversalClient, scripts []string) (loaded bool, err error) {
-	load := func(ctx context.Context, node *redis.Client) error { return send(ctx, node, scripts, nil) }
-	switch nodes := rdb.(type) {
-	case *redis.ClusterClient:
-		return true, nodes.ForEachShard(ctx, load)
-	case *redis.Ring:
-		return true, nodes.ForEachShard(ctx, load)
+// loadForCalls loads scripts on the master of each call that met NOSCRIPT
+// (by its first key), once per master.
+func loadForCalls(ctx context.Context, cluster *redis.ClusterClient, calls []scriptCall, scripts []string) error {
+	done := map[string]bool{}
+	for _, call := range calls {
+		if call.script == nil || !isNoScript(call.cmd.Err()) || len(call.argv) < 4 {
+			continue
+		}
+		key, _ := call.argv[3].(string) // after EVALSHA, the SHA and the number of keys
+		master, err := cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		if addr := master.Options().Addr; !done[addr] {
+			done[addr] = true
+			if err := loader(scripts)(ctx, master); err != nil {
+				return err
+			}
+		}
 	}
-	return false, nil
+	return nil
+}
+
+// loader loads scripts on one node.
+func loader(scripts []string) func(context.Context, *redis.Client) error {
+	return func(ctx context.Context, node *redis.Client) error { return send(ctx, node, scripts, nil) }
 }
 
 // send sends SCRIPT LOAD of each of load, then calls, on rdb: a call alone

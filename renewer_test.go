@@ -36,8 +36,8 @@ func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthers(t *testing.T) {
 			}
 		}
 	}
-	// The release script is loaded on demand, by SCRIPT LOAD on every
-	// master (the stalled one too): load it before the stall.
+	// Scripts loaded before the stall: this test is about renewals alone
+	// (the one below, about loading them while a master stalls).
 	warm, err := c.Mutex(nameOn(0)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +62,51 @@ func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthers(t *testing.T) {
 		t.Fatalf("the lease on a healthy master was lost while another master stalled: %v", healthy.Err())
 	case <-time.After(15 * ttl): // the property: still held after 15 TTLs
 	}
+	if err := healthy.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the lease on the healthy master: %v", err)
+	}
+}
+
+// The same after SCRIPT FLUSH (or a master promoted without the scripts):
+// a renewal that meets NOSCRIPT loads the scripts again, and that must not
+// wait on a stalled master that serves none of its locks (issue 17's soak,
+// seed 1795696030340723881: an Election's lease lost on a healthy master
+// while its renewal's SCRIPT LOAD waited on a paused one).
+func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersAfterAScriptFlush(t *testing.T) {
+	cl := redistest.StartCluster(t, "--cluster-require-full-coverage", "no")
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const ttl = 600 * time.Millisecond
+	c := newClient(t, rdb, dlock.WithTTL(ttl))
+	ctx := ctxFor(t, 60*time.Second)
+	var name string
+	for {
+		name = lockName(t)
+		owner, err := cl.SlotOwner(ctx, dlock.ClusterSlot(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner == 0 {
+			break
+		}
+	}
+	healthy, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes {
+		if err := n.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Nodes[1].Pause()
+	t.Cleanup(cl.Nodes[1].Resume) // before the cluster's own clean-up stops it
+	select {
+	case <-healthy.Done():
+		t.Fatalf("the lease on a healthy master was lost while another master stalled, after SCRIPT FLUSH: %v", healthy.Err())
+	case <-time.After(5 * ttl):
+	}
+	cl.Nodes[1].Resume()
 	if err := healthy.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock of the lease on the healthy master: %v", err)
 	}

@@ -211,7 +211,7 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 		}()
 	}
 	kind, d := f.draw(anyAcquire(cmds))
-	defer func() { f.noteAbandons(cmds, err) }()
+	defer func() { f.noteAbandons(cmds, err); f.doubtFailedCleanUps(cmds, err) }()
 	switch kind {
 	case "echo":
 		return f.echo(ctx, cmds, d, next)
@@ -260,6 +260,26 @@ func (f *commandFaults) noteAbandons(cmds []redis.Cmder, err error) {
 				f.voided[k] = time.Now()
 			}
 			f.mu.Unlock()
+		}
+	}
+}
+
+// doubtFailedCleanUps marks the locks of the clean-ups among cmds that
+// came back with an error: whether the server applied them is unknown, and
+// dlock returns the error (Unlock's ErrUnavailable for a TRYAGAIN while
+// the slot is split mid-migration, issue 17's soak seed
+// 1795696030340724105); a hold left so lasts its TTL, as documented. err
+// is what the hook returns, a command alone's error (see noteAbandons).
+// NOSCRIPT is no such error: dlock loads the script and sends the call
+// again.
+func (f *commandFaults) doubtFailedCleanUps(cmds []redis.Cmder, err error) {
+	for _, c := range cmds {
+		failed := c.Err()
+		if len(cmds) == 1 {
+			failed = err
+		}
+		if args := c.Args(); failed != nil && !redis.HasErrorPrefix(failed, "NOSCRIPT") && len(args) > 1 && cleanUpSHAs[argString(args[1])] {
+			f.doubt([]redis.Cmder{c})
 		}
 	}
 }
