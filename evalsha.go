@@ -82,10 +82,47 @@ func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptC
 	if !resendNoScript(ctx, rdb, nil, calls, nil) {
 		return
 	}
-	if err := nodes.forEach(ctx, loader(load)); err != nil {
-		loadErr = err
+	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
+}
+
+// loadEverywhere loads scripts on every node at once and, as each load
+// ends, sends the calls still NOSCRIPT again, until none is: a stalled
+// node's load holds up no call that another node serves (a slot moved onto
+// a master without the scripts, while the map still names the old one).
+// A load still going when it returns goes on to its end, bounded by ctx
+// and the node's timeouts. The calls still NOSCRIPT once every load ended
+// get the first load's error (loadErr, the targeted load's, first).
+func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, scripts []string, loadErr error) {
+	ended, all := make(chan error), make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		all <- nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
+			err := loader(scripts)(ctx, node)
+			select {
+			case ended <- err:
+			case <-stop:
+			}
+			return err
+		})
+	}()
+	for {
+		select {
+		case err := <-ended:
+			if loadErr == nil {
+				loadErr = err
+			}
+			if !resendNoScript(ctx, rdb, nil, calls, nil) {
+				return
+			}
+		case err := <-all: // every load ended, and was received above
+			if loadErr == nil {
+				loadErr = err
+			}
+			resendNoScript(ctx, rdb, nil, calls, loadErr)
+			return
+		}
 	}
-	resendNoScript(ctx, rdb, nil, calls, loadErr)
 }
 
 // resendNoScript sends the calls that met NOSCRIPT again, with the
