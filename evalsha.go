@@ -51,13 +51,13 @@ func sendScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Sc
 // those calls again with the commands that frame them. On one server the
 // loads go in the same pipeline, ahead of the calls: one round trip more
 // for the whole lock type. A cluster or a Ring routes a SCRIPT LOAD to a
-// node of its choosing, so there the loads go to nodes first: on a
-// cluster, to the masters of the calls' keys, and to every master only
-// should a call meet NOSCRIPT again (its slot moving to a node without
-// them), so that a stalled master delays no call on another (a renewal
-// would wait for it past its lease's deadline); on a Ring, to every shard.
-// A call whose script could not be loaded fails with the load's error (a
-// NOPERM names the right the user lacks).
+// node of its choosing, so there the loads go to nodes first: to the node
+// of each call's key (a cluster's master, a Ring's shard), and to every
+// node only should a call meet NOSCRIPT again (the client's map of the
+// nodes was stale: a slot moved, a shard came or went), so that a stalled
+// node delays no call on another (a renewal would wait for it past its
+// lease's deadline). A call whose script could not be loaded fails with the
+// load's error (a NOPERM names the right the user lacks).
 func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) {
 	send(ctx, rdb, nil, calls)
 	var load []string // the scripts' sources
@@ -71,26 +71,65 @@ func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptC
 	}
 	slices.Sort(load) // two calls' types may be one
 	load = slices.Compact(load)
-	if cluster, ok := rdb.(*redis.ClusterClient); ok {
-		loadErr := loadForCalls(ctx, cluster, calls, load)
-		if resendNoScript(ctx, rdb, nil, calls, loadErr) {
-			// A call's slot moved to a node without the scripts: every master.
-			resendNoScript(ctx, rdb, nil, calls, cluster.ForEachMaster(ctx, loader(load)))
-		}
+	nodes, routed := keyNodesOf(rdb)
+	if !routed {
+		resendNoScript(ctx, rdb, load, calls, nil)
 		return
 	}
-	var loadErr error
-	if ring, ok := rdb.(*redis.Ring); ok {
-		loadErr, load = ring.ForEachShard(ctx, loader(load)), nil
+	loadErr := nodes.loadForCalls(ctx, calls, load)
+	// The calls still NOSCRIPT keep that error, to go again below: a failed
+	// load on the node the map named may have been a load on the wrong node.
+	if !resendNoScript(ctx, rdb, nil, calls, nil) {
+		return
 	}
-	resendNoScript(ctx, rdb, load, calls, loadErr)
+	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
+}
+
+// loadEverywhere loads scripts on every node at once and, as each load
+// ends, sends the calls still NOSCRIPT again, until none is: a stalled
+// node's load holds up no call that another node serves (a slot moved onto
+// a master without the scripts, while the map still names the old one).
+// A load still going when it returns goes on to its end, bounded by ctx
+// and the node's timeouts. The calls still NOSCRIPT once every load ended
+// get the first load's error (loadErr, the targeted load's, first).
+func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, scripts []string, loadErr error) {
+	ended, all := make(chan error), make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		all <- nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
+			err := loader(scripts)(ctx, node)
+			select {
+			case ended <- err:
+			case <-stop:
+			}
+			return err
+		})
+	}()
+	for {
+		select {
+		case err := <-ended:
+			if loadErr == nil {
+				loadErr = err
+			}
+			if !resendNoScript(ctx, rdb, nil, calls, nil) {
+				return
+			}
+		case err := <-all: // every load ended, and was received above
+			if loadErr == nil {
+				loadErr = err
+			}
+			resendNoScript(ctx, rdb, nil, calls, loadErr)
+			return
+		}
+	}
 }
 
 // resendNoScript sends the calls that met NOSCRIPT again, with the
 // commands that frame them, after the SCRIPT LOADs of load; it reports
-// whether one met NOSCRIPT again. A node down elsewhere in a cluster fails
-// the loads but not the calls: they go again, and loadErr explains only
-// those still NOSCRIPT.
+// whether one met NOSCRIPT again, and gives those loadErr (if any) as their
+// error. A node down elsewhere in a cluster fails the loads but not the
+// calls: they go again, and loadErr explains only those still NOSCRIPT.
 func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load []string, calls []scriptCall, loadErr error) (again bool) {
 	var resend []scriptCall
 	var resent []int
@@ -114,27 +153,50 @@ func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load []strin
 	return again
 }
 
-// loadForCalls loads scripts on the master of each call that met NOSCRIPT
-// (by its first key), once per master.
-func loadForCalls(ctx context.Context, cluster *redis.ClusterClient, calls []scriptCall, scripts []string) error {
+// keyNodes reaches the nodes of a client that routes each command by its
+// first key (a cluster, a Ring): the node that serves a key, by the
+// client's map as it is now, and every node (a cluster's masters, a Ring's
+// live shards).
+type keyNodes struct {
+	forKey  func(ctx context.Context, key string) (*redis.Client, error)
+	forEach func(ctx context.Context, fn func(context.Context, *redis.Client) error) error
+}
+
+// keyNodesOf is rdb's keyNodes; routed is false for a client of one
+// server (a plain or a Sentinel's), which sends everything on one
+// connection.
+func keyNodesOf(rdb redis.UniversalClient) (nodes keyNodes, routed bool) {
+	switch rdb := rdb.(type) {
+	case *redis.ClusterClient:
+		return keyNodes{rdb.MasterForKey, rdb.ForEachMaster}, true
+	case *redis.Ring:
+		shardFor := func(_ context.Context, key string) (*redis.Client, error) { return rdb.GetShardClientForKey(key) }
+		return keyNodes{shardFor, rdb.ForEachShard}, true
+	}
+	return keyNodes{}, false
+}
+
+// loadForCalls loads scripts on the node of each call that met NOSCRIPT
+// (by its first key), once per node, and returns the first load's error:
+// a node that fails its load keeps none of the others from theirs.
+func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, scripts []string) error {
+	var firstErr error
 	done := map[string]bool{}
 	for _, call := range calls {
-		if call.script == nil || !isNoScript(call.cmd.Err()) || len(call.argv) < 4 {
+		if call.script == nil || !isNoScript(call.cmd.Err()) || len(call.argv) < 4 || call.argv[2] == 0 {
 			continue
 		}
 		key, _ := call.argv[3].(string) // after EVALSHA, the SHA and the number of keys
-		master, err := cluster.MasterForKey(ctx, key)
-		if err != nil {
-			return err
+		node, err := nodes.forKey(ctx, key)
+		if err == nil && !done[node.Options().Addr] {
+			done[node.Options().Addr] = true
+			err = loader(scripts)(ctx, node)
 		}
-		if addr := master.Options().Addr; !done[addr] {
-			done[addr] = true
-			if err := loader(scripts)(ctx, master); err != nil {
-				return err
-			}
+		if firstErr == nil {
+			firstErr = err
 		}
 	}
-	return nil
+	return firstErr
 }
 
 // loader loads scripts on one node.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // scriptTrips counts the round trips that carry a script (EVALSHA, EVAL,
@@ -119,3 +120,53 @@ func TestScripts_AFlushedServerCostsEachLockTypeOneRoundTrip(t *testing.T) {
 }
 
 func tripsNow(h *scriptTrips) (trips, noScript int64) { return h.trips.Load(), h.noScript.Load() }
+
+// A cluster client's slot map may be stale when a call meets NOSCRIPT: the
+// call followed MOVED to its slot's new master, and the map still names
+// the old one, where the scripts then go. Should that node fail the load
+// (an old master down or stalled after a failover; here, a node whose user
+// may not SCRIPT LOAD), the scripts still go to every master, and the call
+// is sent again on its own master, which takes them.
+func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := ctxFor(t, time.Minute)
+	var name string
+	var slot int
+	for {
+		name = lockName(t)
+		slot = dlock.ClusterSlot(name)
+		if owner, err := cl.SlotOwner(ctx, slot); err != nil {
+			t.Fatal(err)
+		} else if owner == 0 {
+			break
+		}
+	}
+	// The client's map, as it was before the slot moved.
+	before, err := cl.Client().ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return before, nil },
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	if err := cl.MigrateSlot(ctx, slot, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes {
+		if err := n.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Nodes[0].Client().Do(ctx, "ACL", "SETUSER", "default", "-script|load").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock on the slot's new master, which can load the scripts: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

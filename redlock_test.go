@@ -386,3 +386,49 @@ func TestRedlock_NodesThatDoNotAnswerAreUnavailableNotNotHeld(t *testing.T) {
 		t.Errorf("Unlock with the hold gone from 2 of 3 nodes: %v; want ErrNotHeld", err)
 	}
 }
+
+// A Redlock master that forgot the scripts (SCRIPT FLUSH, a restart with
+// its data) gets them again from the call that met NOSCRIPT there: the
+// lock is taken, renewed and released on every master, not on the others
+// alone.
+func TestRedlock_AFlushedMasterIsGivenTheScriptsAgain(t *testing.T) {
+	servers := redistest.StartMasters(t, 3)
+	rl := redlockOver(t, servers)
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	warm, err := rl.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[1].Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := rl.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := heldOn(t, ctx, servers, name); n != len(servers) {
+		t.Fatalf("held on %d masters of %d after one forgot the scripts", n, len(servers))
+	}
+	if err := servers[1].Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := servers[1].Client().PTTL(ctx, lockKey(name)).Val(); ttl < 10*time.Second {
+		t.Fatalf("the flushed master's hold lasts %v after an Extend to 20s", ttl)
+	}
+	if err := servers[1].Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := heldOn(t, ctx, servers, name); n != 0 {
+		t.Fatalf("held on %d masters after Unlock", n)
+	}
+}

@@ -1,6 +1,8 @@
 package dlock_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +110,86 @@ func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersAfterAScriptFlush(t *t
 	}
 	cl.Nodes[1].Resume()
 	if err := healthy.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the lease on the healthy master: %v", err)
+	}
+}
+
+// Scripts are loaded only on the masters that ran a call that met
+// NOSCRIPT, so a slot moved by a resharding lands on a master that may
+// never have run its lock type's. A renewal there meets NOSCRIPT right
+// after following MOVED, while the client's map still names the old
+// master: that must not make it wait on a stalled master that serves none
+// of its locks (no SCRIPT FLUSH here: a resharding is enough).
+//
+// It fails as the code is (and passed before b324951, which loaded every
+// type's scripts on every master at its first NOSCRIPT): the load goes to
+// the old master (the stale map), the call meets NOSCRIPT again, and the
+// loads on every master (ForEachMaster, which with a live map also reloads
+// it from a node at random, the stalled one maybe) wait on the stalled one
+// past the lease's deadline.
+func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersWhenItsSlotMoves(t *testing.T) {
+	cl := redistest.StartCluster(t, "--cluster-require-full-coverage", "no")
+	ctx := ctxFor(t, time.Minute)
+	var name string
+	var slot int
+	for {
+		name = lockName(t)
+		slot = dlock.ClusterSlot(name)
+		owner, err := cl.SlotOwner(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner == 0 {
+			break
+		}
+	}
+	// The client's map stays as it was before the slot moved, as it is
+	// until go-redis's reload after MOVED lands (which may wait on the
+	// stalled master: it asks a node at random).
+	before, err := cl.Client().ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return before, nil },
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const ttl = 600 * time.Millisecond
+	c := newClient(t, rdb, dlock.WithTTL(ttl))
+	lease, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Nodes[2].Pause()
+	t.Cleanup(cl.Nodes[2].Resume)
+	// The slot, with the lock, moves from master 0 to master 1, which the
+	// stalled master 2 hears of later (redistest's MigrateSlot would wait
+	// to tell it).
+	src, dst := cl.Nodes[0].Client(), cl.Nodes[1].Client()
+	do := func(rdb *redis.Client, args ...any) {
+		t.Helper()
+		if err := rdb.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srcID, dstID := src.ClusterMyID(ctx).Val(), dst.ClusterMyID(ctx).Val()
+	do(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	do(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	host, port, _ := strings.Cut(cl.Nodes[1].Addr(), ":")
+	migrate := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	for _, k := range src.ClusterGetKeysInSlot(ctx, slot, 100).Val() {
+		migrate = append(migrate, k)
+	}
+	do(src, migrate...)
+	do(dst, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	do(src, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	select {
+	case <-lease.Done():
+		t.Fatalf("the lease on a healthy master was lost when its slot moved while another master stalled: %v", lease.Err())
+	case <-time.After(5 * ttl):
+	}
+	cl.Nodes[2].Resume()
+	if err := lease.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock of the lease on the healthy master: %v", err)
 	}
 }

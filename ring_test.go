@@ -121,3 +121,46 @@ func TestRing_StalledShardCostsNoLeaseOnTheOthers(t *testing.T) {
 	case <-time.After(15 * ttl): // the property: still held after 15 TTLs
 	}
 }
+
+// The same after SCRIPT FLUSH (or a shard restarted empty): a renewal that
+// meets NOSCRIPT loads the scripts again, and that must not wait on a
+// stalled shard that serves none of its locks, as on a cluster
+// (TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersAfterAScriptFlush).
+func TestRing_StalledShardCostsNoLeaseOnTheOthersAfterAScriptFlush(t *testing.T) {
+	servers := redistest.StartMasters(t, 2)
+	ring := newRing(t, servers)
+	const ttl = 600 * time.Millisecond
+	c := newClient(t, ring, dlock.WithTTL(ttl))
+	ctx := ctxFor(t, time.Minute)
+	var name string
+	for {
+		name = lockName(t)
+		shard, err := ring.GetShardClientForKey(lockKey(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shard.Options().Addr == servers[0].Addr() {
+			break
+		}
+	}
+	healthy, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servers[1].Pause()
+	t.Cleanup(servers[1].Resume)
+	select {
+	case <-healthy.Done():
+		t.Fatalf("the lease on a healthy shard was lost while another shard stalled, after SCRIPT FLUSH: %v", healthy.Err())
+	case <-time.After(5 * ttl):
+	}
+	servers[1].Resume()
+	if err := healthy.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the lease on the healthy shard: %v", err)
+	}
+}
