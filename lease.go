@@ -305,9 +305,11 @@ func (l *Lease) GoString() string { return l.String() }
 // and makes ttl the TTL of later automatic renewals, the next due a third of
 // ttl after this extension. Only Extend sets a shorter remaining time than
 // the lock has: an automatic renewal never shortens it, so one delayed on
-// the network cannot cut an Extend to a longer ttl short. It never
-// re-creates a lock that has gone: then it returns [ErrNotHeld] and the
-// lease is lost. An extension confirmed only after the lease's deadline does
+// the network cannot cut an Extend to a longer ttl short. A shorter ttl is
+// counted on from the moment the Extend is sent, before its reply is in:
+// Redis may apply it, and let the key expire, while the reply is on its
+// way. It never re-creates a lock that has gone: then it returns
+// [ErrNotHeld] and the lease is lost. An extension confirmed only after the lease's deadline does
 // not bring the lease back: it returns an error matching [ErrLeaseLost], and
 // the lease stays lost.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
@@ -330,19 +332,23 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer l.extendMu.Unlock()
 	sent := l.clock.Now()
+	// A shorter TTL cuts the key's life when Redis applies it, which may
+	// be long before its reply arrives (a slow link, a process stopped
+	// before it reads it), and the lock may go to another meanwhile: the
+	// lease counts on no more than it leaves from the moment it is sent,
+	// whatever the outcome. A MultiLock's parts judge their own Extends,
+	// and move the whole's deadline with theirs: the whole, which sends
+	// nothing itself, has nothing in doubt.
+	if l.hold.partLeases() == nil {
+		l.inDoubt(sent, ttl)
+	}
 	loss, err := l.hold.extend(ctx, ttl, true)
 	switch {
 	case loss != nil:
 		l.refusedWith(loss)
 		return err
 	case err != nil:
-		// A MultiLock's parts judge their own Extends, sent or not, and
-		// move the whole's deadline with theirs: the whole, which sent
-		// nothing itself, has nothing in doubt.
-		if l.hold.partLeases() == nil {
-			l.inDoubt(sent, ttl)
-		}
-		return err
+		return err // counted on no more than it may have left (inDoubt above)
 	}
 	return l.confirmed(sent, ttl)
 }

@@ -303,6 +303,108 @@ func TestLease_FailedExtendToAShorterTTLCountsOnTheShorterOne(t *testing.T) {
 	}
 }
 
+// An Extend to a shorter TTL cuts the key's life when Redis applies it, not
+// when its reply arrives: while the reply is on its way (a slow link, a
+// process stopped before it reads it), the key may expire and the lock go
+// to another. So the lease counts on no more than the shorter TTL leaves
+// from the moment the Extend is sent, not once its reply is in.
+func TestLease_ExtendToAShorterTTLCountsOnItWhileItsReplyIsOnItsWay(t *testing.T) {
+	const short = 500 * time.Millisecond
+	rdb := backends[0].newRedis(t)
+	var holding atomic.Bool
+	release := make(chan struct{}) // lets the held reply through
+	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+		if holding.Load() && runs(cmd, scripts.MutexExtend) {
+			<-release // the workload: the Extend's reply held up on the way
+		}
+	}})
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	lease, err := newClient(t, rdb, dlock.WithTTL(30*time.Second)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Extend(ctx, 30*time.Second); err != nil { // the script is loaded: the next Extend is one command
+		t.Fatal(err)
+	}
+	holding.Store(true)
+	sent := time.Now()
+	extended := make(chan error, 1)
+	go func() { extended <- lease.Extend(ctx, short) }()
+	defer func() {
+		close(release)
+		if err := <-extended; err == nil {
+			t.Errorf("Extend(%v) confirmed %v after it was sent, past the key's expiry: nil, want the loss", short, time.Since(sent))
+		}
+	}()
+	// Redis applied the Extend: the key expires short after it, and a
+	// waiter is granted the lock then, the Extend's reply still held.
+	next, err := newClient(t, backends[0].newRedis(t), dlock.WithWait(10*time.Second)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("the lock after the shortened key's expiry: %v", err)
+	}
+	defer func() { _ = next.Unlock(ctx) }()
+	if err := lease.Err(); err == nil {
+		t.Errorf("another holds %q (token %d), %v after Extend(%v) was sent, while the first lease (token %d) says it holds, until %v from now",
+			name, next.Token(), time.Since(sent), short, lease.Token(), time.Until(lease.Deadline()))
+	}
+	if d := lease.Deadline(); d.After(sent.Add(short)) {
+		t.Errorf("deadline %v after the Extend(%v) was sent; want no later than its TTL from then", d.Sub(sent), short)
+	}
+}
+
+// The explorer's case of it (two Election leaders): the holder's machine is
+// suspended just after it sends an Extend to a shorter TTL, and reads the
+// reply only once resumed, past the deadline it had before. Redis expired
+// the key the shorter TTL after the Extend, and gave the lock to another:
+// the lease, lost, must say it counted on it no longer than that.
+func TestLease_ExtendToAShorterTTLReadAfterASuspensionCountedOnNoMore(t *testing.T) {
+	const short, ttl = 300 * time.Millisecond, 1500 * time.Millisecond
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb, dlock.WithTTL(ttl))
+	clk := dlock.UseClock(c)
+	var holding atomic.Bool
+	resumed := make(chan struct{})
+	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+		if holding.Load() && runs(cmd, scripts.MutexExtend) {
+			clk.Suspend() // before the process reads the reply
+			<-resumed
+		}
+	}})
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	lease, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Extend(ctx, ttl); err != nil { // the script is loaded: the next Extend is one command
+		t.Fatal(err)
+	}
+	holding.Store(true)
+	sent := time.Now()
+	extended := make(chan error, 1)
+	go func() { extended <- lease.Extend(ctx, short) }()
+	next, err := newClient(t, backends[0].newRedis(t), dlock.WithWait(10*time.Second)).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("the lock after the shortened key's expiry: %v", err)
+	}
+	granted := time.Since(sent)
+	defer func() { _ = next.Unlock(ctx) }()
+	time.Sleep(time.Until(sent.Add(ttl))) // the workload: suspended past the deadline before the Extend
+	clk.Resume()
+	close(resumed)
+	if err := <-extended; err == nil {
+		t.Errorf("Extend(%v) whose reply was read %v after it was sent: nil, want the loss", short, time.Since(sent))
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Err after the resume: %v, want ErrLeaseLost", err)
+	}
+	if d := clk.Real(lease.Deadline()); d.After(sent.Add(short)) {
+		t.Errorf("deadline %v after the Extend(%v) was sent, while another held the lock from %v after it",
+			d.Sub(sent), short, granted)
+	}
+}
+
 // sendSignal is a go-redis hook that closes sent once a command running
 // script has been handed to the connection.
 type sendSignal struct {

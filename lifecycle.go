@@ -101,9 +101,10 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	return nil
 }
 
-// inDoubt handles an Extend to ttl, sent at sent, whose outcome is unknown:
-// Redis may have applied it, or may yet, from a command still waiting in a
-// stalled server or a copy on its way. A longer TTL changes nothing the
+// inDoubt handles an Extend to ttl, sent at sent, whose outcome is not
+// known yet, or never will be: Redis may have applied it, or may yet, from
+// a command still waiting in a stalled server or a copy on its way, its
+// reply not in. A longer TTL changes nothing the
 // lease counts on. A shorter one may have cut the key's life: the lease
 // counts on no more than it would leave, and renews at that TTL from now
 // on, so that the key lives as long as the lease counts on it whichever
