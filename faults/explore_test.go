@@ -26,6 +26,7 @@ import (
 //	go test -tags faults -run Explore -explore 30m -explore.report R.md . # soak
 //	go test -tags faults -run Explore -explore 30m -explore.parallel 3 .  # soak in 3 lanes
 //	go test -tags faults -run Explore -explore.seed 42 -explore.clients 3 ... # replay
+//	go test -tags faults -run Explore -v -explore.schedule -explore.seed 42 ... # replay, its schedule logged
 var (
 	exploreFor    = flag.Duration("explore", 0, "explore fresh seeds for this long (0: the CI budget)")
 	exploreReport = flag.String("explore.report", "", "write the explorer's report (Markdown) here")
@@ -37,6 +38,7 @@ var (
 	replayCluster = flag.Bool("explore.cluster", false, "replay: on a 3-master cluster")
 	noShrink      = flag.Bool("explore.noshrink", false, "report a failure as found, without shrinking it")
 	lanes         = flag.Int("explore.parallel", 1, "soak: schedules run at once, each lane on servers of its own")
+	showSchedule  = flag.Bool("explore.schedule", false, "replay: log the run's schedule (operations, faults and when) before running it")
 )
 
 // ciSeeds are the seeds every CI run explores: chosen to cover each lock
@@ -112,6 +114,9 @@ func maxClients() int {
 func TestExplore(t *testing.T) {
 	x := newExplorer(t)
 	if *replaySeed != 0 {
+		if *showSchedule {
+			logSchedule(t, replayParams())
+		}
 		x.explore(x.servers, replayParams())
 		x.finish()
 		return
@@ -460,5 +465,42 @@ func (x *explorer) finish() {
 		if err := os.WriteFile(*exploreReport, []byte(body), 0o644); err != nil {
 			x.t.Error(err)
 		}
+	}
+}
+
+// logSchedule logs what a run will do, drawn from its params, as a
+// failing run's triage needs it: each client's process and operations,
+// and every fault with its time.
+func logSchedule(t *testing.T, p params) {
+	s := makeSchedule(p)
+	for c, ops := range s.ops {
+		t.Logf("client %d (process %d):", c, s.process[c])
+		for i, o := range ops {
+			t.Logf("  op %d: %+v", i, o)
+		}
+	}
+	for _, f := range s.server {
+		t.Logf("server fault: %+v", f)
+	}
+	for _, f := range netSchedule(p) {
+		t.Logf("network fault: %+v", f)
+	}
+	for _, c := range s.crashes {
+		t.Logf("crash: %+v", c)
+	}
+	for _, m := range s.migrations {
+		t.Logf("migration: %+v", m)
+	}
+	for _, f := range s.failovers {
+		t.Logf("failover: %+v", f)
+	}
+	for _, f := range s.clusterFailovers {
+		t.Logf("cluster failover: %+v", f)
+	}
+	for _, su := range s.suspended {
+		t.Logf("suspension: %+v", su)
+	}
+	if s.child != nil {
+		t.Logf("child: %+v", *s.child)
 	}
 }
