@@ -130,26 +130,7 @@ func tripsNow(h *scriptTrips) (trips, noScript int64) { return h.trips.Load(), h
 func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := ctxFor(t, time.Minute)
-	var name string
-	var slot int
-	for {
-		name = lockName(t)
-		slot = dlock.ClusterSlot(name)
-		if owner, err := cl.SlotOwner(ctx, slot); err != nil {
-			t.Fatal(err)
-		} else if owner == 0 {
-			break
-		}
-	}
-	// The client's map, as it was before the slot moved.
-	before, err := cl.Client().ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return before, nil },
-	})
-	t.Cleanup(func() { _ = rdb.Close() })
+	name, slot, rdb := onStaleMap(ctx, t, cl) // the map from before the slot moves
 	c := newClient(t, rdb)
 	if err := cl.MigrateSlot(ctx, slot, 1, nil); err != nil {
 		t.Fatal(err)
@@ -169,4 +150,32 @@ func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T)
 	if err := lease.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// onStaleMap is a lock name whose slot master 0 of cl serves, that slot,
+// and a cluster client whose slot map stays as it is now: as go-redis's is
+// after a slot moves, until its reload after MOVED lands (which may wait
+// on a stalled master: it asks a node at random).
+func onStaleMap(ctx context.Context, t *testing.T, cl *redistest.Cluster) (name string, slot int, rdb *redis.ClusterClient) {
+	t.Helper()
+	for {
+		name = lockName(t)
+		slot = dlock.ClusterSlot(name)
+		owner, err := cl.SlotOwner(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner == 0 {
+			break
+		}
+	}
+	before, err := cl.Client().ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb = redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return before, nil },
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return name, slot, rdb
 }

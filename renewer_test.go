@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -121,39 +120,17 @@ func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersAfterAScriptFlush(t *t
 // master: that must not make it wait on a stalled master that serves none
 // of its locks (no SCRIPT FLUSH here: a resharding is enough).
 //
-// It fails as the code is (and passed before b324951, which loaded every
-// type's scripts on every master at its first NOSCRIPT): the load goes to
-// the old master (the stale map), the call meets NOSCRIPT again, and the
-// loads on every master (ForEachMaster, which with a live map also reloads
-// it from a node at random, the stalled one maybe) wait on the stalled one
-// past the lease's deadline.
+// It failed between b324951 and d069a6e (and passed before b324951, which
+// loaded every type's scripts on every master at its first NOSCRIPT): the
+// load went to the old master (the stale map), the call met NOSCRIPT
+// again, and the loads on every master (ForEachMaster, which with a live
+// map also reloads it from a node at random, the stalled one maybe) waited
+// on the stalled one past the lease's deadline. The calls now go again as
+// each master's load ends.
 func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersWhenItsSlotMoves(t *testing.T) {
 	cl := redistest.StartCluster(t, "--cluster-require-full-coverage", "no")
 	ctx := ctxFor(t, time.Minute)
-	var name string
-	var slot int
-	for {
-		name = lockName(t)
-		slot = dlock.ClusterSlot(name)
-		owner, err := cl.SlotOwner(ctx, slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if owner == 0 {
-			break
-		}
-	}
-	// The client's map stays as it was before the slot moved, as it is
-	// until go-redis's reload after MOVED lands (which may wait on the
-	// stalled master: it asks a node at random).
-	before, err := cl.Client().ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return before, nil },
-	})
-	t.Cleanup(func() { _ = rdb.Close() })
+	name, slot, rdb := onStaleMap(ctx, t, cl)
 	const ttl = 600 * time.Millisecond
 	c := newClient(t, rdb, dlock.WithTTL(ttl))
 	lease, err := c.Mutex(name).Lock(ctx)
