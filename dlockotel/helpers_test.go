@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 
 func sharedRedis(t testing.TB) *redis.Client {
 	standaloneOnce.Do(func() { standalone = redistest.Start(shared) })
-	rdb := standalone.Client()
+	rdb := redis.NewClient(&redis.Options{Addr: standalone.Addr()}) // its own: the server's Client is shared, and this one is closed
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
