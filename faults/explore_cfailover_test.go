@@ -366,13 +366,7 @@ func waitTakenOver(ctx context.Context, env *exploreEnv, s *schedule) {
 	if lost.IsZero() {
 		return
 	}
-	var claim time.Duration
-	for _, ops := range s.ops {
-		for _, o := range ops {
-			claim = max(claim, deadClaim(o))
-		}
-	}
-	_ = sleepCtx(ctx, time.Until(lost.Add(claim+crashSlack)))
+	waitClaimsOut(ctx, s, lost)
 }
 
 // TestExplore_ClusterFailoversLeaveCISeedsAlone: under

@@ -216,6 +216,19 @@ func deadClaim(o op) time.Duration {
 	return max(o.TTL, o.Lease, o.Extend, 3*waiterRefresh)
 }
 
+// waitClaimsOut waits until every claim any operation of the run may have
+// left at since (a failover that lost writes, say) has run out, with
+// crashSlack, or ctx ends: a deadline, not a guess at another goroutine.
+func waitClaimsOut(ctx context.Context, s *schedule, since time.Time) {
+	var claim time.Duration
+	for _, ops := range s.ops {
+		for _, o := range ops {
+			claim = max(claim, deadClaim(o))
+		}
+	}
+	_ = sleepCtx(ctx, time.Until(since.Add(claim+crashSlack)))
+}
+
 // failedWait is a Lock that waited and did not get its lock.
 type failedWait struct {
 	client        int

@@ -425,13 +425,7 @@ func waitFailedOut(ctx context.Context, env *exploreEnv, s *schedule) {
 	if killed.IsZero() {
 		return
 	}
-	var claim time.Duration
-	for _, ops := range s.ops {
-		for _, o := range ops {
-			claim = max(claim, deadClaim(o))
-		}
-	}
-	_ = sleepCtx(ctx, time.Until(killed.Add(claim+crashSlack)))
+	waitClaimsOut(ctx, s, killed)
 }
 
 // sentinelQuiet is go-redis's logger without what every client logs in
