@@ -44,6 +44,7 @@ type commandFaults struct {
 	cfail       *clusterFailovers    // the run's cluster failovers, likewise
 	clock       *clock.Clock         // its process's, in a suspend run: nothing is sent, and no reply read, while it is suspended
 	onReply     func([]redis.Cmder)  // told each reply before the caller reads it (a suspension may begin); nil: none
+	slow        *stallLog            // its commands' slow round trips (explore_starve_test.go)
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -99,7 +100,7 @@ const readTimeout = time.Second
 
 func newCommandFaults(seed uint64, client int, kinds []string, resend redis.UniversalClient) *commandFaults {
 	f := &commandFaults{kinds: map[string]bool{}, resend: resend, stop: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, voided: map[string]time.Time{}}
+		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, voided: map[string]time.Time{}, slow: &stallLog{}}
 	for _, k := range kinds {
 		f.kinds[k] = true
 	}
@@ -463,7 +464,12 @@ func (f *commandFaults) DialHook(next redis.DialHook) redis.DialHook { return ne
 
 func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error { return next(ctx, cmd) })
+		err := f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error {
+			sent := time.Now()
+			err := next(ctx, cmd)
+			f.slow.roundTrip(sent, err)
+			return err
+		})
 		f.replied([]redis.Cmder{cmd})
 		return err
 	}
@@ -471,7 +477,12 @@ func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (f *commandFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := f.process(ctx, cmds, func(ctx context.Context) error { return next(ctx, cmds) })
+		err := f.process(ctx, cmds, func(ctx context.Context) error {
+			sent := time.Now()
+			err := next(ctx, cmds)
+			f.slow.roundTrip(sent, err)
+			return err
+		})
 		f.replied(cmds)
 		return err
 	}

@@ -94,6 +94,10 @@ type process struct {
 	cfail     *clusterFailovers // the run's cluster failovers; nil in other runs
 	clock     *clock.Clock      // its own, in a suspend run (explore_suspend_test.go); nil: the machine's
 	suspended *suspendState     // its suspension as its holders see it, in a suspend run; nil in others
+	// slowIsStarved: its commands' slow round trips tell of starvation,
+	// the run having no fault that slows a server or the way to one
+	// (explore_starve_test.go)
+	slowIsStarved bool
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -159,6 +163,11 @@ type hold struct {
 	// last failed renewal failed
 	quorumMissed bool
 	lastRenewal  error
+	// starved: how long its process was starved (explore_starve_test.go)
+	// in the last ttl before its deadline, if it was lost, or before it
+	// was returned, if returned lost
+	starved time.Duration
+	ttl     time.Duration
 }
 
 func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
@@ -174,7 +183,14 @@ type outcome struct {
 	overlaps     int           // in a labelled run, the documented failure
 	settling     time.Duration // of the run's time, the checks after it
 	notes        []string      // what a checker could not judge, and why
+	starved      int           // holds lost, or returned lost, to a starved process (explore_starve_test.go)
 	linearizing  time.Duration // of the checks, porcupine's
+}
+
+// starve notes a hold lost to its process's starvation.
+func (o *outcome) starve(format string, args ...any) {
+	o.starved++
+	o.note(format, args...)
 }
 
 func (o *outcome) violate(format string, args ...any) {
@@ -203,11 +219,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	defer cancel()
 
 	var (
-		mu     sync.Mutex
-		holds  []hold
-		errs   []string
-		double []string
-		waits  []failedWait // Locks that gave up (checkCrashes)
+		mu          sync.Mutex
+		holds       []hold
+		errs        []string
+		starvedErrs []string // errors a starved process explains
+		double      []string
+		waits       []failedWait // Locks that gave up (checkCrashes)
 	)
 	stores := &fencedStores{highest: map[string]uint64{}}
 	rec := &leaseRecorder{start: time.Now(), undone: env.failover.mayBeUndone}
@@ -235,6 +252,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		defer rdb.Close()
 		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals}
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
+		p.slowIsStarved = !slices.ContainsFunc(s.Faults, slowsServers)
 		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
@@ -283,7 +301,15 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 					waits = append(waits, failedWait{client: c, op: o, asked: asked, gaveUp: time.Now(), err: err})
 				}
 				if err != nil && !expectedAcquireError(err) && len(s.Faults) == 0 {
-					errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v", c, i, o.Kind, err))
+					// An i/o timeout is a read timeout's worth of waiting
+					// for a reply: starvation, if that much of it was.
+					gaveUp := time.Now()
+					starved := proc.starved(later(asked, gaveUp.Add(-2*readTimeout)), gaveUp)
+					if timedOut(err) && starvedEnough(starved, readTimeout) {
+						starvedErrs = append(starvedErrs, fmt.Sprintf("client %d op %d (%s): %v, its process starved %v of the %v before", c, i, o.Kind, err, starved, gaveUp.Sub(asked)))
+					} else {
+						errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v, its process starved %v of the %v before", c, i, o.Kind, err, starved, gaveUp.Sub(asked)))
+					}
 				}
 				if h != nil {
 					holds = append(holds, *h)
@@ -357,6 +383,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	for _, e := range errs {
 		out.violate("error: %s", e)
 	}
+	for _, e := range starvedErrs {
+		out.starve("%s", e)
+	}
 	for _, d := range double {
 		out.violate("unlock: %s", d)
 	}
@@ -409,6 +438,10 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	}
 	asked := time.Now()
 	lease, err := acquire(actx, proc, o, opts)
+	// Judged as the call returned it, on its process's clock: a
+	// suspension that begins once it returned stops the holder, not dlock.
+	returned := time.Now()
+	returnedLost := err == nil && (lease.Err() != nil || proc.clock.Until(lease.Deadline()) <= 0)
 	proc.awake() // a suspended process learns of it once it resumes
 	if err != nil {
 		rec.refused(client, owner, o, asked, time.Now(), err)
@@ -421,8 +454,13 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
 		fixed: o.Lease > 0 && o.Hold >= o.Lease/2}
-	if lease.Err() != nil || !proc.deadline(lease).After(h.start) {
+	h.ttl = o.TTL
+	if o.Lease > 0 {
+		h.ttl = min(h.ttl, o.Lease)
+	}
+	if returnedLost {
 		h.invalid = true
+		h.starved = proc.starved(returned.Add(-h.ttl), returned)
 	}
 	for name, token := range h.tokens {
 		stores.write(name, token) // the holder's first act: a write with its token
@@ -462,6 +500,13 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	h.lost = h.loss != nil
 	if h.lost && o.Kind == "redlock" {
 		h.quorumMissed, h.lastRenewal = proc.renewals.explains(o.Names[0], lease.Token(), h.loss, redlockMasters)
+	}
+	if h.lost && !h.invalid {
+		if o.Extend > 0 {
+			h.ttl = min(h.ttl, o.Extend)
+		}
+		d := proc.deadline(lease)
+		h.starved = proc.starved(d.Add(-h.ttl), d)
 	}
 	// A lease promises nothing past its deadline, whether or not its loss
 	// was told yet (a loaded machine may run the renewer late).
@@ -617,14 +662,21 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 	for _, h := range holds {
 		out.checks++
 		if h.invalid {
-			out.violate("returned lost: client %d %s %v came back with no validity left", h.client, h.kind, h.tokens)
+			if starvedEnough(h.starved, h.ttl) {
+				out.starve("client %d %s %v came back with no validity left, its process starved %v of the %v before", h.client, h.kind, h.tokens, h.starved, h.ttl)
+			} else {
+				out.violate("returned lost: client %d %s %v came back with no validity left, its process starved %v of the %v before", h.client, h.kind, h.tokens, h.starved, h.ttl)
+			}
 			continue
 		}
 		if h.lost && !h.fixed && !h.frozen && !h.crashed && quiet(s, h, paused) {
-			if h.quorumMissed {
+			switch {
+			case h.quorumMissed:
 				out.note("client %d %s %v lost as Redlock loses a lease, its renewals confirmed by no majority: %v; the last: %v", h.client, h.kind, h.tokens, h.loss, h.lastRenewal)
-			} else {
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it: %v", h.client, h.kind, h.tokens, h.loss)
+			case starvedEnough(h.starved, h.ttl):
+				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
+			default:
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			}
 		}
 		for name := range h.tokens {

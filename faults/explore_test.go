@@ -250,14 +250,15 @@ type explorer struct {
 	t       *testing.T
 	servers *servers // the first lane's
 
-	mu                                                          sync.Mutex // a soak's lanes share the tallies
-	runs, ops, acquisitions, checks, labelled, labelledOverlaps int
-	injected                                                    map[string]int
-	failures                                                    []string
-	started                                                     time.Time
+	mu                                                                   sync.Mutex // a soak's lanes share the tallies
+	runs, ops, acquisitions, checks, labelled, labelledOverlaps, starved int
+	injected                                                             map[string]int
+	failures                                                             []string
+	started                                                              time.Time
 }
 
 func newExplorer(t *testing.T) *explorer {
+	processStalls() // from the first run on
 	return &explorer{t: t, servers: newServers(t), injected: map[string]int{}, started: time.Now()}
 }
 
@@ -375,6 +376,7 @@ func (x *explorer) tally(p params, out *outcome) {
 	x.ops += out.ops
 	x.acquisitions += out.acquisitions
 	x.checks += out.checks
+	x.starved += out.starved
 	for k, n := range out.injected {
 		x.injected[k] += n
 	}
@@ -453,9 +455,10 @@ func (x *explorer) finish() {
 	slices.Sort(details)
 	took := time.Since(x.started)
 	report := fmt.Sprintf("explorer: %d runs in %v, %d operations (%.1f a second), %d acquisitions, %d checks; faults injected: %s (details: %s); "+
-		"%d labelled runs (FLUSHALL, restart of a standalone server, eviction, forced cluster failover) with %d overlaps, the documented failure; %d failing runs",
+		"%d labelled runs (FLUSHALL, restart of a standalone server, eviction, forced cluster failover) with %d overlaps, the documented failure; "+
+		"%d leases lost or returned lost, and i/o timeouts, to a starved process; %d failing runs",
 		x.runs, took.Round(time.Second), x.ops, float64(x.ops)/took.Seconds(), x.acquisitions, x.checks, strings.Join(faults, ", "),
-		strings.Join(details, ", "), x.labelled, x.labelledOverlaps, len(x.failures))
+		strings.Join(details, ", "), x.labelled, x.labelledOverlaps, x.starved, len(x.failures))
 	x.t.Log(report)
 	if *exploreReport != "" {
 		body := "# Explorer report\n\n" + report + "\n"

@@ -1,0 +1,120 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestStarvedFor_CountsEachMomentOnceAndOnlyInTheWindow: spans of several
+// logs that overlap count once, and only their part inside the window.
+func TestStarvedFor_CountsEachMomentOnceAndOnlyInTheWindow(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	a, b := &stallLog{}, &stallLog{}
+	a.add(at(0), at(100))   // half in the window
+	b.add(at(80), at(120))  // overlaps a's
+	a.add(at(200), at(230)) // inside
+	b.add(at(210), at(220)) // inside a's
+	b.add(at(400), at(500)) // after
+	if got, want := starvedFor(at(50), at(300), a, b, nil), 100*time.Millisecond; got != want {
+		t.Errorf("starved %v of [50 ms, 300 ms], want %v (50 to 120, 200 to 230)", got, want)
+	}
+}
+
+// TestProcessStalls_SeeTheProcessStopped: the probe sees the explorer's
+// process stopped (SIGSTOP, then SIGCONT 300 ms later, from a shell it
+// started), as a loaded machine's scheduler stops it.
+func TestProcessStalls_SeeTheProcessStopped(t *testing.T) {
+	log := processStalls()
+	before := time.Now()
+	cmd := exec.Command("sh", "-c", "kill -STOP "+strconv.Itoa(os.Getpid())+"; sleep 0.3; kill -CONT "+strconv.Itoa(os.Getpid()))
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// The probe's goroutine may be the last to run after the resume.
+	deadline := time.Now().Add(10 * time.Second)
+	for starvedFor(before, time.Now(), log) < 250*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe saw %v of a 300 ms stop", starvedFor(before, time.Now(), log))
+		}
+		time.Sleep(probeTick)
+	}
+}
+
+// TestRoundTrips_SlowOnesThatCameBackAreRecorded: the hook records a
+// command held up at the server (CLIENT PAUSE from another connection)
+// that came back, and not one that timed out: that is a loss's symptom.
+func TestRoundTrips_SlowOnesThatCameBackAreRecorded(t *testing.T) {
+	srv := startServer(t)
+	ctx := context.Background()
+	f := newCommandFaults(1, 0, nil, nil)
+	rdb := redisWithTimeout(t, srv.Addr(), 2*time.Second)
+	rdb.AddHook(f)
+	if err := rdb.Ping(ctx).Err(); err != nil { // connected before the pause
+		t.Fatal(err)
+	}
+	pause := func(d time.Duration) {
+		t.Helper()
+		if err := srv.Client().Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pause(200 * time.Millisecond)
+	began := time.Now()
+	if err := rdb.Get(ctx, lockKey(lockName(t))).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	if got := starvedFor(began, time.Now(), f.slow); got < 150*time.Millisecond {
+		t.Errorf("a command held up 200 ms recorded as %v slow", got)
+	}
+
+	short := redisWithTimeout(t, srv.Addr(), 100*time.Millisecond)
+	g := newCommandFaults(1, 0, nil, nil)
+	short.AddHook(g)
+	if err := short.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pause(400 * time.Millisecond)
+	began = time.Now()
+	if err := short.Get(ctx, lockKey(lockName(t))).Err(); !timedOut(err) {
+		t.Fatalf("want a timeout, got %v", err)
+	}
+	if got := starvedFor(began, time.Now(), g.slow); got != 0 {
+		t.Errorf("a timed-out command recorded as %v slow", got)
+	}
+}
+
+// TestCheckHolds_ALossIsExplainedByStarvationOnlyIfThereWasEnough: in a
+// fault-free run, a lease lost (or returned lost) while its process was
+// starved for a quarter of its TTL or more is noted, and one lost with
+// less starvation is a violation: the checker's line between a loaded
+// machine and a renewal dlock failed to make.
+func TestCheckHolds_ALossIsExplainedByStarvationOnlyIfThereWasEnough(t *testing.T) {
+	now := time.Now()
+	lost := func(client int, starved time.Duration, invalid bool) hold {
+		return hold{client: client, kind: "mutex", tokens: map[string]uint64{"n" + strconv.Itoa(client): 1},
+			asked: now, start: now, end: now.Add(time.Second), lost: true, invalid: invalid,
+			loss: errors.New("no renewal confirmed before its deadline"), starved: starved, ttl: time.Second}
+	}
+	out := &outcome{injected: map[string]int{}}
+	checkHolds(&schedule{}, []hold{lost(1, 300*time.Millisecond, false), lost(2, 100*time.Millisecond, false),
+		lost(3, 250*time.Millisecond, true), lost(4, 0, true)}, nil, out)
+	if out.starved != 2 {
+		t.Errorf("%d holds explained by starvation, want 2 (clients 1 and 3): %v", out.starved, out.notes)
+	}
+	want := []string{"returned lost: client 4", "unexplained loss: client 2"}
+	if len(out.violations) != len(want) || !strings.HasPrefix(out.violations[0], want[0]) && !strings.HasPrefix(out.violations[0], want[1]) ||
+		!strings.HasPrefix(out.violations[1], want[0]) && !strings.HasPrefix(out.violations[1], want[1]) {
+		t.Errorf("violations %q, want client 2's loss and client 4's return", out.violations)
+	}
+}

@@ -1,0 +1,170 @@
+//go:build faults
+
+package faults
+
+import (
+	"errors"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+)
+
+// A lease is lost when no renewal is confirmed before its deadline. In a
+// run whose faults do not reach it, that happens when its renewal is sent
+// late (the renewer's goroutine was not run) or answered late (the server
+// or the reading goroutine was not run): a starved process, on a machine
+// that soaks more lanes than it has cores. The explorer tells that from a
+// renewal lost on the way by what it measured of the starvation itself,
+// never by the loss: the stalls of its own process (a probe that asks to
+// sleep and wakes late) and the slow round trips of the lease's process's
+// commands that came back (a timed-out one is the loss's symptom, not its
+// cause). A loss with little starvation in its lease's last TTL stays a
+// violation.
+
+const (
+	// probeTick is how long the probe asks to sleep; a wake-up later than
+	// probeSlack past it is a stall of the explorer's process.
+	probeTick  = 2 * time.Millisecond
+	probeSlack = 5 * time.Millisecond
+	// slowRoundTrip: a command answered later than this on loopback, with
+	// no fault of the run on it, waited for a CPU.
+	slowRoundTrip = 20 * time.Millisecond
+	// stallKept: spans older than this can no longer explain a run's loss
+	// (a run lasts 90 s at most).
+	stallKept = 3 * time.Minute
+)
+
+// span is a stretch of time.
+type span struct{ from, to time.Time }
+
+// stallLog is a record of stretches of starvation.
+type stallLog struct {
+	mu    sync.Mutex
+	spans []span // in the order they ended
+}
+
+func (l *stallLog) add(from, to time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keep := to.Add(-stallKept)
+	i := 0
+	for i < len(l.spans) && l.spans[i].to.Before(keep) {
+		i++
+	}
+	l.spans = append(l.spans[i:], span{from, to})
+}
+
+// clipped is the log's spans that fall in [from, to], cut to it.
+func (l *stallLog) clipped(from, to time.Time) []span {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []span
+	for _, s := range l.spans {
+		if s.to.After(from) && s.from.Before(to) {
+			out = append(out, span{later(s.from, from), earlier(s.to, to)})
+		}
+	}
+	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// starvedFor is how much of [from, to] the logs together cover.
+func starvedFor(from, to time.Time, logs ...*stallLog) time.Duration {
+	var all []span
+	for _, l := range logs {
+		all = append(all, l.clipped(from, to)...)
+	}
+	slices.SortFunc(all, func(a, b span) int { return a.from.Compare(b.from) })
+	var total time.Duration
+	var end time.Time
+	for _, s := range all {
+		if s.to.Before(end) || s.to.Equal(end) {
+			continue
+		}
+		total += s.to.Sub(later(s.from, end))
+		end = s.to
+	}
+	return total
+}
+
+// starvedEnough: starvation of a quarter of a TTL within its last TTL is
+// more than a renewal sent every third of it, with two thirds of margin,
+// survives on a machine run at several times its cores, and more than a
+// process that nothing starves ever sees. Below it, a loss is dlock's.
+func starvedEnough(starved, ttl time.Duration) bool { return starved >= ttl/4 }
+
+var (
+	probeOnce sync.Once
+	machine   *stallLog // the explorer process's own stalls, from its first run on
+)
+
+// processStalls starts the probe once, and returns its log.
+func processStalls() *stallLog {
+	probeOnce.Do(func() {
+		machine = &stallLog{}
+		go func() {
+			for {
+				asked := time.Now()
+				time.Sleep(probeTick)
+				if woke := time.Now(); woke.Sub(asked) > probeTick+probeSlack {
+					machine.add(asked.Add(probeTick), woke)
+				}
+			}
+		}()
+	})
+	return machine
+}
+
+// roundTrip records a command's round trip, from sending to its reply, if
+// it was slow and came back.
+func (l *stallLog) roundTrip(sent time.Time, err error) {
+	if took := time.Since(sent); took >= slowRoundTrip && !timedOut(err) {
+		l.add(sent, sent.Add(took))
+	}
+}
+
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// starved is how much of [from, to] the process was starved: its commands
+// slow, or the explorer's own process stalled.
+func (p *process) starved(from, to time.Time) time.Duration {
+	logs := []*stallLog{processStalls()}
+	if p.slowIsStarved {
+		logs = append(logs, p.hook.slow)
+		for _, h := range p.nodeHooks {
+			logs = append(logs, h.slow)
+		}
+	}
+	return starvedFor(from, to, logs...)
+}
+
+// slowsServers: a fault that slows a server, or the way to one, so that a
+// slow round trip in its run need not be starvation.
+func slowsServers(fault string) bool {
+	switch fault {
+	case "pause", "scriptflush", "flushall", "restart", "migrate", "network", "evict", "failover", "cfailover", "ctakeover":
+		return true
+	}
+	return false
+}
