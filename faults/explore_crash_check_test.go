@@ -66,3 +66,66 @@ func TestCheckCrashes_FlagsAWaiterKeptPastTheDeadClaim(t *testing.T) {
 		t.Errorf("judged waits %d, want 1", out.injected["crash.waiter"])
 	}
 }
+
+// TestCheckCrashes_MultiLockWaiterWaitsForEachOfItsLocks: a MultiLock
+// waits until every one of its locks is free, so a waiter the dead
+// process's claim on one of them no longer kept out may still be kept out
+// by another: by a live holder of another (the explorer's seed
+// 1795699141901286711: a dead child had used m1, a live Mutex held m2 to
+// past the waiters' give-up), or by the dead process's longer claim on
+// another, which one of its other clients held. Neither is a violation;
+// a MultiLock waiter kept out past every claim with no live holder of any
+// of its locks still is.
+func TestCheckCrashes_MultiLockWaiterWaitsForEachOfItsLocks(t *testing.T) {
+	p := params{Seed: 1, Clients: 4, Ops: 1, Kinds: []string{"mutex", "multi"}, Faults: []string{"crash"}}
+	s := &schedule{params: p, process: []int{0, 0, 1, 2}, crashes: []crash{{Process: 0}}}
+	short := op{Kind: "mutex", Names: []string{"m1"}, TTL: 500 * time.Millisecond, Wait: 3 * time.Second}
+	long := op{Kind: "mutex", Names: []string{"m2"}, TTL: 2 * time.Second, Wait: 3 * time.Second}
+	group := op{Kind: "multi", Names: []string{"m1", "m2"}, TTL: time.Second, Wait: 3 * time.Second}
+	other := op{Kind: "mutex", Names: []string{"m2"}, TTL: 3 * time.Second, Wait: 3 * time.Second}
+	died := time.Now()
+	dead := &process{crash: newCrashState()}
+	dead.crash.at = died
+	close(dead.crash.dead)
+	procs := map[int]*process{0: dead, 1: {crash: newCrashState()}, 2: {crash: newCrashState()}}
+	judge := func(ops [][]op, holds []hold, waits []failedWait) *outcome {
+		t.Helper()
+		s.ops = ops
+		out := &outcome{params: p, injected: map[string]int{}}
+		checkCrashes(s, procs, holds, waits, out)
+		return out
+	}
+
+	// The dead process used m1 alone; a live client held m2 from before
+	// the death to past the waiter's give-up, 1 s past m1's bound.
+	heldM1 := hold{client: 0, kind: "mutex", tokens: map[string]uint64{"m1": 1}, start: died.Add(-100 * time.Millisecond), end: died, crashed: true}
+	liveM2 := hold{client: 3, kind: "mutex", tokens: map[string]uint64{"m2": 1}, start: died.Add(-200 * time.Millisecond), end: died.Add(3 * time.Second)}
+	gaveUp := failedWait{client: 2, op: group, asked: died, gaveUp: died.Add(2500 * time.Millisecond), err: dlock.ErrNotAcquired}
+	if out := judge([][]op{{short}, {}, {group}, {other}}, []hold{heldM1, liveM2}, []failedWait{gaveUp}); len(out.violations) != 0 {
+		t.Errorf("a MultiLock waiter a live holder of its other lock kept out: violations %q, want none", out.violations)
+	}
+	got := hold{client: 2, kind: "multi", tokens: map[string]uint64{"m1": 2, "m2": 2}, asked: died, start: died.Add(3 * time.Second), end: died.Add(3100 * time.Millisecond)}
+	if out := judge([][]op{{short}, {}, {group}, {other}}, []hold{heldM1, liveM2, got}, nil); len(out.violations) != 0 {
+		t.Errorf("a MultiLock waiter that got its locks once a live holder of one let go: violations %q, want none", out.violations)
+	}
+
+	// The dead process held m1 (TTL 0.5 s) and, through another client, m2
+	// (TTL 2 s): the waiter got both 2.2 s after the death, past m1's bound
+	// and within m2's.
+	heldM2 := hold{client: 1, kind: "mutex", tokens: map[string]uint64{"m2": 1}, start: died.Add(-100 * time.Millisecond), end: died, crashed: true}
+	within := hold{client: 2, kind: "multi", tokens: map[string]uint64{"m1": 2, "m2": 2}, asked: died, start: died.Add(2200 * time.Millisecond), end: died.Add(2300 * time.Millisecond)}
+	if out := judge([][]op{{short}, {long}, {group}, {}}, []hold{heldM1, heldM2, within}, nil); len(out.violations) != 0 {
+		t.Errorf("a MultiLock waiter within the dead claim on its other lock: violations %q, want none", out.violations)
+	}
+
+	// Past both bounds, with no live holder of either: still a violation,
+	// one for the wait, naming both locks.
+	past := failedWait{client: 2, op: group, asked: died, gaveUp: died.Add(3 * time.Second), err: dlock.ErrNotAcquired}
+	out := judge([][]op{{short}, {long}, {group}, {}}, []hold{heldM1, heldM2}, []failedWait{past})
+	if len(out.violations) != 1 || !strings.HasPrefix(out.violations[0], "crash:") || !strings.Contains(out.violations[0], "m1,m2") {
+		t.Errorf("a MultiLock waiter kept out past every dead claim: violations %q, want one crash violation naming m1,m2", out.violations)
+	}
+	if out.injected["crash.waiter"] != 1 {
+		t.Errorf("judged waits %d, want 1", out.injected["crash.waiter"])
+	}
+}

@@ -5,8 +5,10 @@ package faults
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -261,7 +263,9 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 // checkCrashes: a live client that waited on a lock only a dead process
 // kept from it got it within the dead process's claim (deadClaim) and
 // crashSlack; a wait that gave up or got the lock later, with no live
-// hold of the lock in the meantime, is a violation. Judged in runs whose other faults
+// hold of the lock in the meantime, is a violation. A MultiLock waits for
+// all its locks: it is judged once, by the latest claim on any of them,
+// and a live hold of any of them excuses it. Judged in runs whose other faults
 // delay no command (extend, scriptflush; a slot migration only its own
 // slot's, whose waits are not judged), and not for Redlocks, whose waits
 // follow a retry policy of their own.
@@ -309,17 +313,15 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 				!errors.Is(w.err, dlock.ErrNotAcquired) || slices.ContainsFunc(w.op.Names, func(n string) bool { return slices.Contains(moved, n) }) {
 				continue
 			}
-			for _, name := range w.op.Names {
-				b, ok := bound[name]
-				if !ok || !w.gaveUp.After(b) || w.asked.After(b) || !blocks(kinds[name], w.op.Kind) {
-					continue
-				}
-				out.checks++
-				out.injected[waiter]++
-				if !liveHoldDuring(holds, name, dead.crash.at, w.gaveUp) {
-					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
-						w.client, name, w.op.Kind, w.asked.Sub(dead.crash.at), w.gaveUp.Sub(dead.crash.at), b.Sub(dead.crash.at))
-				}
+			used, b := deadBound(bound, kinds, w.op.Names, w.op.Kind)
+			if used == nil || !w.gaveUp.After(b) || w.asked.After(b) {
+				continue
+			}
+			out.checks++
+			out.injected[waiter]++
+			if !liveHoldDuring(holds, w.op.Names, dead.crash.at, w.gaveUp) {
+				out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
+					w.client, strings.Join(used, ","), w.op.Kind, w.asked.Sub(dead.crash.at), w.gaveUp.Sub(dead.crash.at), b.Sub(dead.crash.at))
 			}
 		}
 		// A wait that ended in a hold: the same bound.
@@ -327,20 +329,41 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 			if h.crashed || s.process[h.client] == c.Process || h.kind == "redlock" {
 				continue
 			}
-			for name := range h.tokens {
-				b, ok := bound[name]
-				if !ok || slices.Contains(moved, name) || !h.start.After(b) || h.asked.After(b) || !blocks(kinds[name], h.kind) {
-					continue
-				}
-				out.checks++
-				out.injected[waiter]++
-				if !liveHoldDuring(holds, name, dead.crash.at, h.start) {
-					out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
-						h.client, name, h.kind, h.asked.Sub(dead.crash.at), h.start.Sub(dead.crash.at), b.Sub(dead.crash.at))
-				}
+			names := slices.Sorted(maps.Keys(h.tokens))
+			if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(moved, n) }) {
+				continue
+			}
+			used, b := deadBound(bound, kinds, names, h.kind)
+			if used == nil || !h.start.After(b) || h.asked.After(b) {
+				continue
+			}
+			out.checks++
+			out.injected[waiter]++
+			if !liveHoldDuring(holds, names, dead.crash.at, h.start) {
+				out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
+					h.client, strings.Join(used, ","), h.kind, h.asked.Sub(dead.crash.at), h.start.Sub(dead.crash.at), b.Sub(dead.crash.at))
 			}
 		}
 	}
+}
+
+// deadBound is how long a dead process's claims may keep a waiter of kind
+// on names out: the latest bound of the names it used in a way that
+// blocks the waiter (used, in names' order; nil if none). A MultiLock
+// waits until every one of its locks is free, so its wait is bounded by
+// the latest claim on any of them, not by each lock's own.
+func deadBound(bound map[string]time.Time, kinds map[string][]string, names []string, kind string) (used []string, b time.Time) {
+	for _, name := range names {
+		nb, ok := bound[name]
+		if !ok || !blocks(kinds[name], kind) {
+			continue
+		}
+		used = append(used, name)
+		if nb.After(b) {
+			b = nb
+		}
+	}
+	return used, b
 }
 
 // blocks reports whether a dead process's use of a lock as kinds could
@@ -352,11 +375,12 @@ func blocks(kinds []string, waiter string) bool {
 	})
 }
 
-// liveHoldDuring reports whether a live process held name at some time in
-// (from, to): a waiter may then have been kept out by it, or lost the race.
-func liveHoldDuring(holds []hold, name string, from, to time.Time) bool {
+// liveHoldDuring reports whether a live process held one of names at
+// some time in (from, to): a waiter on them (a MultiLock waits for each)
+// may then have been kept out by it, or lost the race.
+func liveHoldDuring(holds []hold, names []string, from, to time.Time) bool {
 	return slices.ContainsFunc(holds, func(h hold) bool {
-		_, ok := h.tokens[name]
-		return ok && !h.crashed && h.start.Before(to) && h.end.After(from)
+		return !h.crashed && h.start.Before(to) && h.end.After(from) &&
+			slices.ContainsFunc(names, func(name string) bool { _, ok := h.tokens[name]; return ok })
 	})
 }
