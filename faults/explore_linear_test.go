@@ -109,13 +109,16 @@ func grantExpired(err error) bool {
 // answers ErrNotHeld when fewer than a quorum of masters confirmed, a
 // master's error counting as no confirmation, and its masters keep no
 // release mark, so a resent release that was applied answers 0: it says
-// nothing about whether the hold lasted.
+// nothing about whether the hold lasted. A MultiLock's Unlock releases
+// every lock still its own and answers ErrNotHeld when any one was not:
+// of several locks, it tells of none in particular (one lock expired
+// while the Unlock was held up, another it released may be taken at once).
 func (r *leaseRecorder) ended(client int, owner string, o op, kind linear.Kind, call, ret time.Time, err error) {
 	out := linear.Result{Unknown: true}
 	switch {
 	case err == nil:
 		out = linear.Result{OK: true}
-	case kind == linear.Release && errors.Is(err, dlock.ErrNotHeld) && o.Kind != "redlock":
+	case kind == linear.Release && errors.Is(err, dlock.ErrNotHeld) && o.Kind != "redlock" && !(o.Kind == "multi" && len(o.Names) > 1):
 		out = linear.Result{}
 	}
 	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret,
