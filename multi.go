@@ -191,7 +191,7 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 			return m.h.c.combineLeases(m.h.name, held), nil
 		}
 		m.rollBack(ctx, held)
-		if !(errors.Is(err, errPartLost) || errors.Is(err, ErrUnavailable)) || try || ctx.Err() != nil {
+		if !(errors.Is(err, errPartLost) || errors.Is(err, ErrUnavailable)) || try || contextDone(ctx) != nil {
 			return nil, acquireError(ctx, err)
 		}
 		// A lock ran out while a later one was waited for, and may be

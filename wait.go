@@ -255,7 +255,7 @@ func (wt *waiting) loop() (*Lease, error) {
 			}
 			continue
 		}
-		if errors.Is(err, ErrUnavailable) && wt.ctx.Err() == nil {
+		if errors.Is(err, ErrUnavailable) && contextDone(wt.ctx) == nil {
 			if stop := wt.pause(err); stop != nil {
 				return nil, stop
 			}
@@ -424,8 +424,23 @@ func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 // acquireError makes what a failed acquisition returns: a wait that ended
 // with its context matches both ErrNotAcquired and the context's error.
 func acquireError(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
+	if ctxErr := contextDone(ctx); ctxErr != nil {
 		return fmt.Errorf("%w: %w", ErrNotAcquired, ctxErr)
 	}
 	return err
+}
+
+// contextDone is ctx's error, or context.DeadlineExceeded once its
+// deadline has passed: go-redis sets a connection's deadlines from ctx's
+// (ContextTimeoutEnabled), and on a loaded machine one may fire before
+// ctx's own timer has run, so that a command fails with an i/o timeout
+// while ctx.Err is still nil.
+func contextDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
