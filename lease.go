@@ -137,7 +137,8 @@ func (l *Lease) renewAt(at time.Time) {
 }
 
 // errGrantExpired: a grant that arrived with too little TTL left expired
-// before an extension could confirm it. A waiting Lock attempts again.
+// before an extension could confirm it, or the extension too came back
+// with too little left. A waiting Lock attempts again.
 var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confirmed (a slow link?)", ErrNotAcquired)
 
 // confirmGrant extends an unconfirmed grant to its TTL and starts it; a
@@ -156,6 +157,12 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	}
 	l.unconfirmed = false
 	l.setDeadline(sent, l.ttl)
+	// The confirmation crossed the same link as the grant: it is held to
+	// startLease's rule, or the lease would be handed over lost, or too
+	// late for its first renewal.
+	if now := l.clock.Now(); l.leftAt(now) < max(l.ttl/3, now.Sub(sent)) {
+		return errGrantExpired
+	}
 	l.start(sent, l.ttl)
 	return nil
 }

@@ -531,3 +531,52 @@ func TestLease_LateGrantIsConfirmedBeforeItIsReturned(t *testing.T) {
 	}
 	_ = lease.Unlock(ctx)
 }
+
+// The extension that confirms a late grant crosses the same link: one
+// whose reply comes back after the TTL it asked for (the server stalled
+// meanwhile) leaves nothing to hand over. Before, the lease was returned
+// with its deadline passed, lost as the caller got it (issue 17's soak: a
+// Mutex "returned lost" in a run that paused its server). It is given
+// back: TryLock fails, Lock tries again.
+func TestLease_LateGrantWhoseConfirmationIsLateIsNotReturned(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	rdb := backends[0].newRedis(t)
+	var mu sync.Mutex
+	var delays []time.Duration // the next replies' delays, in turn
+	rdb.AddHook(&commandCounter{onReply: func(redis.Cmder) {
+		mu.Lock()
+		var d time.Duration
+		if len(delays) > 0 {
+			d, delays = delays[0], delays[1:]
+		}
+		mu.Unlock()
+		time.Sleep(d) // the workload: a slow reply
+	}})
+	delayNext := func(d ...time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		delays = d
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	lock := newClient(t, rdb, dlock.WithTTL(ttl)).Mutex(lockName(t))
+
+	delayNext(ttl*8/10, ttl*3/2) // the grant under a third left; its confirmation after the TTL
+	if lease, err := lock.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		left := time.Duration(0)
+		if lease != nil {
+			left, err = time.Until(lease.Deadline()), lease.Err()
+		}
+		t.Fatalf("TryLock whose grant's confirmation arrived after its TTL: returned with %v left (err %v); want ErrNotAcquired", left, err)
+	}
+	expectFree(t, ctx, rdb, lock.Name())
+
+	delayNext(ttl*8/10, ttl*3/2)
+	lease, err := lock.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock whose first confirmation arrived after its TTL: %v; want it to try again", err)
+	}
+	if left := time.Until(lease.Deadline()); left < ttl/2 || lease.Err() != nil {
+		t.Fatalf("Lock returned a lease with %v of validity (err %v)", left, lease.Err())
+	}
+	_ = lease.Unlock(ctx)
+}
