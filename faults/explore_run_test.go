@@ -168,6 +168,9 @@ type hold struct {
 	// was returned, if returned lost
 	starved time.Duration
 	ttl     time.Duration
+	// deadline: its lease's, in real time, if it was lost; lossSeen: when
+	// the holder first saw it lost (the loss was then, or earlier)
+	deadline, lossSeen time.Time
 }
 
 func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
@@ -466,6 +469,10 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		stores.write(name, token) // the holder's first act: a write with its token
 	}
 	h.fenced = time.Now()
+	var (
+		extended  bool  // its Extend was called
+		extendErr error // and returned this
+	)
 	switch {
 	case o.Freeze:
 		// A stopped process: nothing of this client reaches Redis, and the
@@ -484,13 +491,16 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		if o.Extend > 0 {
 			// Extend, then hold past the new TTL: renewals must follow it.
 			proc.sleep(lease, hold/2)
+			h.sawLoss(lease)
 			resumed = proc.resumeHolding(h, o, lease, stores)
 			call := time.Now()
-			err := lease.Extend(ctx, o.Extend)
-			rec.ended(client, owner, o, linear.Extend, call, time.Now(), err)
+			extendErr = lease.Extend(ctx, o.Extend)
+			extended = true
+			rec.ended(client, owner, o, linear.Extend, call, time.Now(), extendErr)
 			hold = o.Extend + o.Extend/2
 		}
 		proc.sleep(lease, hold)
+		h.sawLoss(lease)
 		if !resumed {
 			proc.resumeHolding(h, o, lease, stores)
 		}
@@ -498,14 +508,16 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	h.end = time.Now()
 	h.loss = lease.Err()
 	h.lost = h.loss != nil
+	h.sawLoss(lease)
 	if h.lost && o.Kind == "redlock" {
 		h.quorumMissed, h.lastRenewal = proc.renewals.explains(o.Names[0], lease.Token(), h.loss, redlockMasters)
 	}
 	if h.lost && !h.invalid {
-		if o.Extend > 0 {
-			h.ttl = min(h.ttl, o.Extend)
+		if extended {
+			h.ttl = extendedTTL(h.ttl, o.Extend, extendErr)
 		}
 		d := proc.deadline(lease)
+		h.deadline = d
 		h.starved = proc.starved(d.Add(-h.ttl), d)
 	}
 	// A lease promises nothing past its deadline, whether or not its loss

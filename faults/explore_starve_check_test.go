@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
 )
 
 // TestStarvedFor_CountsEachMomentOnceAndOnlyInTheWindow: spans of several
@@ -116,5 +119,60 @@ func TestCheckHolds_ALossIsExplainedByStarvationOnlyIfThereWasEnough(t *testing.
 	if len(out.violations) != len(want) || !strings.HasPrefix(out.violations[0], want[0]) && !strings.HasPrefix(out.violations[0], want[1]) ||
 		!strings.HasPrefix(out.violations[1], want[0]) && !strings.HasPrefix(out.violations[1], want[1]) {
 		t.Errorf("violations %q, want client 2's loss and client 4's return", out.violations)
+	}
+}
+
+// TestExtendedTTL_IsTheOneTheLeaseCountsOn: a loss after an Extend is
+// judged by the TTL the lease then counted on. Confirmed, the Extend's,
+// longer or shorter: a quarter of a shorter TTL it began with is less
+// starvation than a longer one's renewals survive. Failed, a shorter one
+// may have cut the hold (dlock counts on it), a longer one did not.
+func TestExtendedTTL_IsTheOneTheLeaseCountsOn(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	failed := errors.New("i/o timeout")
+	for _, c := range []struct {
+		ttl, to time.Duration
+		err     error
+		want    time.Duration
+	}{
+		{ms(500), ms(1500), nil, ms(1500)},
+		{ms(500), ms(300), nil, ms(300)},
+		{ms(500), ms(300), failed, ms(300)},
+		{ms(500), ms(1500), failed, ms(500)},
+	} {
+		if got := extendedTTL(c.ttl, c.to, c.err); got != c.want {
+			t.Errorf("a lease of %v Extended to %v (%v): judged by %v, want %v", c.ttl, c.to, c.err, got, c.want)
+		}
+	}
+}
+
+// TestCheckHolds_ARefusalSeenBeforeTheDeadlineIsNeverStarvation: Redis
+// keeps a hold at least until its lease's deadline, and dlock reads a
+// renewal's answer little past it, so a lease that Redis told was gone
+// (expired, taken), seen lost before its deadline, was lost to dlock or to
+// a fault, however starved its process was. Starvation may explain a
+// loss at the deadline (unreachable), or one seen only past it.
+func TestCheckHolds_ARefusalSeenBeforeTheDeadlineIsNeverStarvation(t *testing.T) {
+	now := time.Now()
+	deadline := now.Add(time.Second)
+	lost := func(client int, reason dlock.LossReason, seen time.Time) hold {
+		return hold{client: client, kind: "mutex", tokens: map[string]uint64{"n" + strconv.Itoa(client): 1},
+			asked: now, start: now, end: now.Add(2 * time.Second), lost: true,
+			loss: fmt.Errorf("%w (%w)", dlock.ErrLeaseLost, reason), starved: time.Second, ttl: time.Second,
+			deadline: deadline, lossSeen: seen}
+	}
+	out := &outcome{injected: map[string]int{}}
+	checkHolds(&schedule{}, []hold{
+		lost(1, dlock.LossExpired, deadline.Add(-300*time.Millisecond)),
+		lost(2, dlock.LossTaken, deadline.Add(-300*time.Millisecond)),
+		lost(3, dlock.LossUnreachable, deadline.Add(10*time.Millisecond)),
+		lost(4, dlock.LossExpired, deadline.Add(10*time.Millisecond)),
+	}, nil, out)
+	if out.starved != 2 {
+		t.Errorf("%d holds explained by starvation, want 2 (clients 3 and 4): %v", out.starved, out.notes)
+	}
+	if len(out.violations) != 2 || !strings.HasPrefix(out.violations[0], "unexplained loss: client 1") ||
+		!strings.HasPrefix(out.violations[1], "unexplained loss: client 2") {
+		t.Errorf("violations %q, want the losses of clients 1 and 2", out.violations)
 	}
 }

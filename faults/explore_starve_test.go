@@ -168,3 +168,14 @@ func slowsServers(fault string) bool {
 	}
 	return false
 }
+
+// extendedTTL is the TTL a lease of ttl counts on after an Extend to to
+// that returned err.
+func extendedTTL(ttl, to time.Duration, err error) time.Duration { return min(ttl, to) }
+
+// sawLoss notes when the holder first saw its lease lost.
+func (h *hold) sawLoss(lease interface{ Err() error }) {
+	if h.lossSeen.IsZero() && lease.Err() != nil {
+		h.lossSeen = time.Now()
+	}
+}
