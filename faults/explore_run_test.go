@@ -685,8 +685,10 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			switch {
 			case h.quorumMissed:
 				out.note("client %d %s %v lost as Redlock loses a lease, its renewals confirmed by no majority: %v; the last: %v", h.client, h.kind, h.tokens, h.loss, h.lastRenewal)
-			case starvedEnough(h.starved, h.ttl):
+			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
+			case !h.starvable():
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v): %v", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.loss)
 			default:
 				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			}

@@ -107,7 +107,8 @@ func TestCheckHolds_ALossIsExplainedByStarvationOnlyIfThereWasEnough(t *testing.
 	lost := func(client int, starved time.Duration, invalid bool) hold {
 		return hold{client: client, kind: "mutex", tokens: map[string]uint64{"n" + strconv.Itoa(client): 1},
 			asked: now, start: now, end: now.Add(time.Second), lost: true, invalid: invalid,
-			loss: errors.New("no renewal confirmed before its deadline"), starved: starved, ttl: time.Second}
+			loss: fmt.Errorf("%w (%w): no renewal confirmed before its deadline", dlock.ErrLeaseLost, dlock.LossUnreachable), starved: starved, ttl: time.Second,
+			deadline: now.Add(time.Second), lossSeen: now.Add(time.Second)}
 	}
 	out := &outcome{injected: map[string]int{}}
 	checkHolds(&schedule{}, []hold{lost(1, 300*time.Millisecond, false), lost(2, 100*time.Millisecond, false),

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlockio/dlock"
 )
 
 // A lease is lost when no renewal is confirmed before its deadline. In a
@@ -170,8 +172,25 @@ func slowsServers(fault string) bool {
 }
 
 // extendedTTL is the TTL a lease of ttl counts on after an Extend to to
-// that returned err.
-func extendedTTL(ttl, to time.Duration, err error) time.Duration { return min(ttl, to) }
+// that returned err: to, once confirmed; failed, to if shorter (dlock
+// counts on the shorter TTL an Extend in doubt may have set), or ttl.
+func extendedTTL(ttl, to time.Duration, err error) time.Duration {
+	if err == nil {
+		return to
+	}
+	return min(ttl, to)
+}
+
+// starvable: h's loss may be its process's starvation. Redis keeps a hold
+// at least until its lease's deadline (a TTL from when its last renewal
+// arrived, the deadline a TTL less the drift from when it was sent), and
+// dlock reads no renewal's answer much past the deadline, so a loss Redis
+// told (the hold expired or taken), seen before the deadline, is dlock's
+// or a fault's. A loss at the deadline (unreachable: no renewal confirmed
+// in time), or one seen only past it, may be starvation.
+func (h hold) starvable() bool {
+	return errors.Is(h.loss, dlock.LossUnreachable) || !h.lossSeen.Before(h.deadline)
+}
 
 // sawLoss notes when the holder first saw its lease lost.
 func (h *hold) sawLoss(lease interface{ Err() error }) {
