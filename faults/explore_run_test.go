@@ -457,10 +457,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
 		fixed: o.Lease > 0 && o.Hold >= o.Lease/2}
-	h.ttl = o.TTL
-	if o.Lease > 0 {
-		h.ttl = min(h.ttl, o.Lease)
-	}
+	h.ttl = heldTTL(o)
 	if returnedLost {
 		h.invalid = true
 		h.starved = proc.starved(returned.Add(-h.ttl), returned)

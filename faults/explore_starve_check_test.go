@@ -177,3 +177,22 @@ func TestCheckHolds_ARefusalSeenBeforeTheDeadlineIsNeverStarvation(t *testing.T)
 		t.Errorf("violations %q, want the losses of clients 1 and 2", out.violations)
 	}
 }
+
+// TestHeldTTL_IsTheLeaseTimeOfAFixedLease: a lease with a lease time holds
+// for it, whatever the TTL (dlock's holdTTL), so a loss or a return with
+// no time left is judged by it, longer or shorter than the TTL.
+func TestHeldTTL_IsTheLeaseTimeOfAFixedLease(t *testing.T) {
+	for _, o := range []op{
+		{TTL: 500 * time.Millisecond},
+		{TTL: 500 * time.Millisecond, Lease: 1200 * time.Millisecond},
+		{TTL: 2 * time.Second, Lease: 400 * time.Millisecond},
+	} {
+		want := o.TTL
+		if o.Lease > 0 {
+			want = o.Lease
+		}
+		if got := heldTTL(o); got != want {
+			t.Errorf("TTL %v, lease time %v: judged by %v, want %v", o.TTL, o.Lease, got, want)
+		}
+	}
+}

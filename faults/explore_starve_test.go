@@ -171,6 +171,14 @@ func slowsServers(fault string) bool {
 	return false
 }
 
+// heldTTL is the TTL a lease of o counts on from its grant.
+func heldTTL(o op) time.Duration {
+	if o.Lease > 0 {
+		return min(o.TTL, o.Lease)
+	}
+	return o.TTL
+}
+
 // extendedTTL is the TTL a lease of ttl counts on after an Extend to to
 // that returned err: to, once confirmed; failed, to if shorter (dlock
 // counts on the shorter TTL an Extend in doubt may have set), or ttl.
