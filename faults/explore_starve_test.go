@@ -171,10 +171,11 @@ func slowsServers(fault string) bool {
 	return false
 }
 
-// heldTTL is the TTL a lease of o counts on from its grant.
+// heldTTL is the TTL a lease of o counts on from its grant: its lease
+// time, if it has one, whatever its TTL (dlock's holdTTL).
 func heldTTL(o op) time.Duration {
 	if o.Lease > 0 {
-		return min(o.TTL, o.Lease)
+		return o.Lease
 	}
 	return o.TTL
 }
