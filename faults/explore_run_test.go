@@ -460,7 +460,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	h.ttl = heldTTL(o)
 	if returnedLost {
 		h.invalid = true
-		h.starved = proc.starved(returned.Add(-h.ttl), returned)
+		h.starved = proc.starvedBefore(returned, h.ttl)
 	}
 	for name, token := range h.tokens {
 		stores.write(name, token) // the holder's first act: a write with its token

@@ -196,3 +196,39 @@ func TestHeldTTL_IsTheLeaseTimeOfAFixedLease(t *testing.T) {
 		}
 	}
 }
+
+// TestStarvedBefore_NotWhileItsProcessWasSuspended: a lease returned with
+// no time left after its process's suspension is judged by the stalls
+// after the resume alone. dlock judges what it returns by both clocks
+// once the process resumed, so the wall clock's run during the
+// suspension is dlock's to see, and stalls measured meanwhile (the
+// machine's, under load) explain nothing; the startLease that judged a
+// grant by the monotonic clock alone was excused so, 3 replays of 9 of
+// the suspend CI case on a loaded machine. A lease returned while still
+// suspended was judged as the suspension began.
+func TestStarvedBefore_NotWhileItsProcessWasSuspended(t *testing.T) {
+	t0 := time.Now().Add(time.Hour) // where the probe has measured nothing
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	proc := func() *process {
+		p := &process{hook: newCommandFaults(1, 0, nil, nil), suspended: newSuspendState(), slowIsStarved: true}
+		p.hook.slow.add(at(-300), at(-200)) // before the suspension
+		p.hook.slow.add(at(0), at(900))     // during it
+		p.hook.slow.add(at(1100), at(1150)) // after it
+		p.suspended.at = at(0)
+		close(p.suspended.began)
+		return p
+	}
+	resumed := proc()
+	resumed.suspended.length = time.Second
+	close(resumed.suspended.resumed)
+	if got, want := resumed.starvedBefore(at(1200), time.Second), 50*time.Millisecond; got != want {
+		t.Errorf("returned 200 ms after a resume: starved %v, want %v (after the resume)", got, want)
+	}
+	if got, want := resumed.starvedBefore(at(-100), time.Second), 100*time.Millisecond; got != want {
+		t.Errorf("returned before the suspension: starved %v, want %v", got, want)
+	}
+	still := proc()
+	if got, want := still.starvedBefore(at(500), time.Second), 100*time.Millisecond; got != want {
+		t.Errorf("returned while suspended: starved %v, want %v (before the suspension)", got, want)
+	}
+}

@@ -161,6 +161,12 @@ func (p *process) starved(from, to time.Time) time.Duration {
 	return starvedFor(from, to, logs...)
 }
 
+// starvedBefore is how much of the ttl before returned, when a call
+// returned a lease, its process was starved.
+func (p *process) starvedBefore(returned time.Time, ttl time.Duration) time.Duration {
+	return p.starved(returned.Add(-ttl), returned)
+}
+
 // slowsServers: a fault that slows a server, or the way to one, so that a
 // slow round trip in its run need not be starvation.
 func slowsServers(fault string) bool {
