@@ -162,9 +162,35 @@ func (p *process) starved(from, to time.Time) time.Duration {
 }
 
 // starvedBefore is how much of the ttl before returned, when a call
-// returned a lease, its process was starved.
+// returned a lease, its process was starved while it was not suspended:
+// once resumed, dlock judges what it returns by both clocks, so the
+// suspension is dlock's to see, and stalls measured while it lasted (the
+// machine's) explain nothing of it. A call that returned while its
+// process was still suspended was judged as the suspension began.
 func (p *process) starvedBefore(returned time.Time, ttl time.Duration) time.Duration {
-	return p.starved(returned.Add(-ttl), returned)
+	from, to := returned.Add(-ttl), returned
+	if st := p.suspended; st != nil {
+		select {
+		case <-st.began:
+			if st.at.Before(to) {
+				select {
+				case <-st.resumed:
+					if end := st.at.Add(st.length); !end.After(to) {
+						from = later(from, end)
+					} else {
+						to = st.at
+					}
+				default:
+					to = st.at
+				}
+			}
+		default:
+		}
+	}
+	if !from.Before(to) {
+		return 0
+	}
+	return p.starved(from, to)
 }
 
 // slowsServers: a fault that slows a server, or the way to one, so that a
