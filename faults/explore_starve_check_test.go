@@ -232,3 +232,20 @@ func TestStarvedBefore_NotWhileItsProcessWasSuspended(t *testing.T) {
 		t.Errorf("returned while suspended: starved %v, want %v (before the suspension)", got, want)
 	}
 }
+
+// TestStallLog_KeepsOnlyWhatCanExplainALoss: a soak's 90 minutes of
+// stalls, one every 7 ms (the probe's tick and slack: the most it can
+// record), leave the log with stallKept's worth, its array not much
+// larger.
+func TestStallLog_KeepsOnlyWhatCanExplainALoss(t *testing.T) {
+	l := &stallLog{}
+	t0 := time.Now()
+	every := probeTick + probeSlack
+	for at := t0; at.Before(t0.Add(90 * time.Minute)); at = at.Add(every) {
+		l.add(at, at.Add(every))
+	}
+	kept := int(stallKept/every) + 2
+	if len(l.spans) > kept || cap(l.spans) > 4*kept {
+		t.Errorf("%d spans kept in an array of %d, want at most %d (%v of them)", len(l.spans), cap(l.spans), kept, stallKept)
+	}
+}
