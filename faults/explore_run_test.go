@@ -168,6 +168,9 @@ type hold struct {
 	// was returned, if returned lost
 	starved time.Duration
 	ttl     time.Duration
+	// deadline: its lease's, in real time, if it was lost; lossSeen: when
+	// the holder first saw it lost (the loss was then, or earlier)
+	deadline, lossSeen time.Time
 }
 
 func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
@@ -454,18 +457,19 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	}
 	h := &hold{client: client, kind: o.Kind, tokens: lease.Tokens(), asked: asked, start: time.Now(),
 		fixed: o.Lease > 0 && o.Hold >= o.Lease/2}
-	h.ttl = o.TTL
-	if o.Lease > 0 {
-		h.ttl = min(h.ttl, o.Lease)
-	}
+	h.ttl = heldTTL(o)
 	if returnedLost {
 		h.invalid = true
-		h.starved = proc.starved(returned.Add(-h.ttl), returned)
+		h.starved = proc.starvedBefore(returned, h.ttl)
 	}
 	for name, token := range h.tokens {
 		stores.write(name, token) // the holder's first act: a write with its token
 	}
 	h.fenced = time.Now()
+	var (
+		extended  bool  // its Extend was called
+		extendErr error // and returned this
+	)
 	switch {
 	case o.Freeze:
 		// A stopped process: nothing of this client reaches Redis, and the
@@ -484,13 +488,16 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		if o.Extend > 0 {
 			// Extend, then hold past the new TTL: renewals must follow it.
 			proc.sleep(lease, hold/2)
+			h.sawLoss(lease)
 			resumed = proc.resumeHolding(h, o, lease, stores)
 			call := time.Now()
-			err := lease.Extend(ctx, o.Extend)
-			rec.ended(client, owner, o, linear.Extend, call, time.Now(), err)
+			extendErr = lease.Extend(ctx, o.Extend)
+			extended = true
+			rec.ended(client, owner, o, linear.Extend, call, time.Now(), extendErr)
 			hold = o.Extend + o.Extend/2
 		}
 		proc.sleep(lease, hold)
+		h.sawLoss(lease)
 		if !resumed {
 			proc.resumeHolding(h, o, lease, stores)
 		}
@@ -498,14 +505,16 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	h.end = time.Now()
 	h.loss = lease.Err()
 	h.lost = h.loss != nil
+	h.sawLoss(lease)
 	if h.lost && o.Kind == "redlock" {
 		h.quorumMissed, h.lastRenewal = proc.renewals.explains(o.Names[0], lease.Token(), h.loss, redlockMasters)
 	}
 	if h.lost && !h.invalid {
-		if o.Extend > 0 {
-			h.ttl = min(h.ttl, o.Extend)
+		if extended {
+			h.ttl = extendedTTL(h.ttl, o.Extend, extendErr)
 		}
 		d := proc.deadline(lease)
+		h.deadline = d
 		h.starved = proc.starved(d.Add(-h.ttl), d)
 	}
 	// A lease promises nothing past its deadline, whether or not its loss
@@ -673,8 +682,10 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			switch {
 			case h.quorumMissed:
 				out.note("client %d %s %v lost as Redlock loses a lease, its renewals confirmed by no majority: %v; the last: %v", h.client, h.kind, h.tokens, h.loss, h.lastRenewal)
-			case starvedEnough(h.starved, h.ttl):
+			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
+			case !h.starvable():
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v): %v", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.loss)
 			default:
 				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			}

@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
 )
 
 // TestStarvedFor_CountsEachMomentOnceAndOnlyInTheWindow: spans of several
@@ -104,7 +107,8 @@ func TestCheckHolds_ALossIsExplainedByStarvationOnlyIfThereWasEnough(t *testing.
 	lost := func(client int, starved time.Duration, invalid bool) hold {
 		return hold{client: client, kind: "mutex", tokens: map[string]uint64{"n" + strconv.Itoa(client): 1},
 			asked: now, start: now, end: now.Add(time.Second), lost: true, invalid: invalid,
-			loss: errors.New("no renewal confirmed before its deadline"), starved: starved, ttl: time.Second}
+			loss: fmt.Errorf("%w (%w): no renewal confirmed before its deadline", dlock.ErrLeaseLost, dlock.LossUnreachable), starved: starved, ttl: time.Second,
+			deadline: now.Add(time.Second), lossSeen: now.Add(time.Second)}
 	}
 	out := &outcome{injected: map[string]int{}}
 	checkHolds(&schedule{}, []hold{lost(1, 300*time.Millisecond, false), lost(2, 100*time.Millisecond, false),
@@ -116,5 +120,132 @@ func TestCheckHolds_ALossIsExplainedByStarvationOnlyIfThereWasEnough(t *testing.
 	if len(out.violations) != len(want) || !strings.HasPrefix(out.violations[0], want[0]) && !strings.HasPrefix(out.violations[0], want[1]) ||
 		!strings.HasPrefix(out.violations[1], want[0]) && !strings.HasPrefix(out.violations[1], want[1]) {
 		t.Errorf("violations %q, want client 2's loss and client 4's return", out.violations)
+	}
+}
+
+// TestExtendedTTL_IsTheOneTheLeaseCountsOn: a loss after an Extend is
+// judged by the TTL the lease then counted on. Confirmed, the Extend's,
+// longer or shorter: a quarter of a shorter TTL it began with is less
+// starvation than a longer one's renewals survive. Failed, a shorter one
+// may have cut the hold (dlock counts on it), a longer one did not.
+func TestExtendedTTL_IsTheOneTheLeaseCountsOn(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	failed := errors.New("i/o timeout")
+	for _, c := range []struct {
+		ttl, to time.Duration
+		err     error
+		want    time.Duration
+	}{
+		{ms(500), ms(1500), nil, ms(1500)},
+		{ms(500), ms(300), nil, ms(300)},
+		{ms(500), ms(300), failed, ms(300)},
+		{ms(500), ms(1500), failed, ms(500)},
+	} {
+		if got := extendedTTL(c.ttl, c.to, c.err); got != c.want {
+			t.Errorf("a lease of %v Extended to %v (%v): judged by %v, want %v", c.ttl, c.to, c.err, got, c.want)
+		}
+	}
+}
+
+// TestCheckHolds_ARefusalSeenBeforeTheDeadlineIsNeverStarvation: Redis
+// keeps a hold at least until its lease's deadline, and dlock reads a
+// renewal's answer little past it, so a lease that Redis told was gone
+// (expired, taken), seen lost before its deadline, was lost to dlock or to
+// a fault, however starved its process was. Starvation may explain a
+// loss at the deadline (unreachable), or one seen only past it.
+func TestCheckHolds_ARefusalSeenBeforeTheDeadlineIsNeverStarvation(t *testing.T) {
+	now := time.Now()
+	deadline := now.Add(time.Second)
+	lost := func(client int, reason dlock.LossReason, seen time.Time) hold {
+		return hold{client: client, kind: "mutex", tokens: map[string]uint64{"n" + strconv.Itoa(client): 1},
+			asked: now, start: now, end: now.Add(2 * time.Second), lost: true,
+			loss: fmt.Errorf("%w (%w)", dlock.ErrLeaseLost, reason), starved: time.Second, ttl: time.Second,
+			deadline: deadline, lossSeen: seen}
+	}
+	out := &outcome{injected: map[string]int{}}
+	checkHolds(&schedule{}, []hold{
+		lost(1, dlock.LossExpired, deadline.Add(-300*time.Millisecond)),
+		lost(2, dlock.LossTaken, deadline.Add(-300*time.Millisecond)),
+		lost(3, dlock.LossUnreachable, deadline.Add(10*time.Millisecond)),
+		lost(4, dlock.LossExpired, deadline.Add(10*time.Millisecond)),
+	}, nil, out)
+	if out.starved != 2 {
+		t.Errorf("%d holds explained by starvation, want 2 (clients 3 and 4): %v", out.starved, out.notes)
+	}
+	if len(out.violations) != 2 || !strings.HasPrefix(out.violations[0], "unexplained loss: client 1") ||
+		!strings.HasPrefix(out.violations[1], "unexplained loss: client 2") {
+		t.Errorf("violations %q, want the losses of clients 1 and 2", out.violations)
+	}
+}
+
+// TestHeldTTL_IsTheLeaseTimeOfAFixedLease: a lease with a lease time holds
+// for it, whatever the TTL (dlock's holdTTL), so a loss or a return with
+// no time left is judged by it, longer or shorter than the TTL.
+func TestHeldTTL_IsTheLeaseTimeOfAFixedLease(t *testing.T) {
+	for _, o := range []op{
+		{TTL: 500 * time.Millisecond},
+		{TTL: 500 * time.Millisecond, Lease: 1200 * time.Millisecond},
+		{TTL: 2 * time.Second, Lease: 400 * time.Millisecond},
+	} {
+		want := o.TTL
+		if o.Lease > 0 {
+			want = o.Lease
+		}
+		if got := heldTTL(o); got != want {
+			t.Errorf("TTL %v, lease time %v: judged by %v, want %v", o.TTL, o.Lease, got, want)
+		}
+	}
+}
+
+// TestStarvedBefore_NotWhileItsProcessWasSuspended: a lease returned with
+// no time left after its process's suspension is judged by the stalls
+// after the resume alone. dlock judges what it returns by both clocks
+// once the process resumed, so the wall clock's run during the
+// suspension is dlock's to see, and stalls measured meanwhile (the
+// machine's, under load) explain nothing; the startLease that judged a
+// grant by the monotonic clock alone was excused so, 3 replays of 9 of
+// the suspend CI case on a loaded machine. A lease returned while still
+// suspended was judged as the suspension began.
+func TestStarvedBefore_NotWhileItsProcessWasSuspended(t *testing.T) {
+	t0 := time.Now().Add(time.Hour) // where the probe has measured nothing
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	proc := func() *process {
+		p := &process{hook: newCommandFaults(1, 0, nil, nil), suspended: newSuspendState(), slowIsStarved: true}
+		p.hook.slow.add(at(-300), at(-200)) // before the suspension
+		p.hook.slow.add(at(0), at(900))     // during it
+		p.hook.slow.add(at(1100), at(1150)) // after it
+		p.suspended.at = at(0)
+		close(p.suspended.began)
+		return p
+	}
+	resumed := proc()
+	resumed.suspended.length = time.Second
+	close(resumed.suspended.resumed)
+	if got, want := resumed.starvedBefore(at(1200), time.Second), 50*time.Millisecond; got != want {
+		t.Errorf("returned 200 ms after a resume: starved %v, want %v (after the resume)", got, want)
+	}
+	if got, want := resumed.starvedBefore(at(-100), time.Second), 100*time.Millisecond; got != want {
+		t.Errorf("returned before the suspension: starved %v, want %v", got, want)
+	}
+	still := proc()
+	if got, want := still.starvedBefore(at(500), time.Second), 100*time.Millisecond; got != want {
+		t.Errorf("returned while suspended: starved %v, want %v (before the suspension)", got, want)
+	}
+}
+
+// TestStallLog_KeepsOnlyWhatCanExplainALoss: a soak's 90 minutes of
+// stalls, one every 7 ms (the probe's tick and slack: the most it can
+// record), leave the log with stallKept's worth, its array not much
+// larger.
+func TestStallLog_KeepsOnlyWhatCanExplainALoss(t *testing.T) {
+	l := &stallLog{}
+	t0 := time.Now()
+	every := probeTick + probeSlack
+	for at := t0; at.Before(t0.Add(90 * time.Minute)); at = at.Add(every) {
+		l.add(at, at.Add(every))
+	}
+	kept := int(stallKept/every) + 2
+	if len(l.spans) > kept || cap(l.spans) > 4*kept {
+		t.Errorf("%d spans kept in an array of %d, want at most %d (%v of them)", len(l.spans), cap(l.spans), kept, stallKept)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlockio/dlock"
 )
 
 // A lease is lost when no renewal is confirmed before its deadline. In a
@@ -159,6 +161,38 @@ func (p *process) starved(from, to time.Time) time.Duration {
 	return starvedFor(from, to, logs...)
 }
 
+// starvedBefore is how much of the ttl before returned, when a call
+// returned a lease, its process was starved while it was not suspended:
+// once resumed, dlock judges what it returns by both clocks, so the
+// suspension is dlock's to see, and stalls measured while it lasted (the
+// machine's) explain nothing of it. A call that returned while its
+// process was still suspended was judged as the suspension began.
+func (p *process) starvedBefore(returned time.Time, ttl time.Duration) time.Duration {
+	from, to := returned.Add(-ttl), returned
+	if st := p.suspended; st != nil {
+		select {
+		case <-st.began:
+			if st.at.Before(to) {
+				select {
+				case <-st.resumed:
+					if end := st.at.Add(st.length); !end.After(to) {
+						from = later(from, end)
+					} else {
+						to = st.at
+					}
+				default:
+					to = st.at
+				}
+			}
+		default:
+		}
+	}
+	if !from.Before(to) {
+		return 0
+	}
+	return p.starved(from, to)
+}
+
 // slowsServers: a fault that slows a server, or the way to one, so that a
 // slow round trip in its run need not be starvation.
 func slowsServers(fault string) bool {
@@ -167,4 +201,41 @@ func slowsServers(fault string) bool {
 		return true
 	}
 	return false
+}
+
+// heldTTL is the TTL a lease of o counts on from its grant: its lease
+// time, if it has one, whatever its TTL (dlock's holdTTL).
+func heldTTL(o op) time.Duration {
+	if o.Lease > 0 {
+		return o.Lease
+	}
+	return o.TTL
+}
+
+// extendedTTL is the TTL a lease of ttl counts on after an Extend to to
+// that returned err: to, once confirmed; failed, to if shorter (dlock
+// counts on the shorter TTL an Extend in doubt may have set), or ttl.
+func extendedTTL(ttl, to time.Duration, err error) time.Duration {
+	if err == nil {
+		return to
+	}
+	return min(ttl, to)
+}
+
+// starvable: h's loss may be its process's starvation. Redis keeps a hold
+// at least until its lease's deadline (a TTL from when its last renewal
+// arrived, the deadline a TTL less the drift from when it was sent), and
+// dlock reads no renewal's answer much past the deadline, so a loss Redis
+// told (the hold expired or taken), seen before the deadline, is dlock's
+// or a fault's. A loss at the deadline (unreachable: no renewal confirmed
+// in time), or one seen only past it, may be starvation.
+func (h hold) starvable() bool {
+	return errors.Is(h.loss, dlock.LossUnreachable) || !h.lossSeen.Before(h.deadline)
+}
+
+// sawLoss notes when the holder first saw its lease lost.
+func (h *hold) sawLoss(lease interface{ Err() error }) {
+	if h.lossSeen.IsZero() && lease.Err() != nil {
+		h.lossSeen = time.Now()
+	}
 }
