@@ -55,41 +55,70 @@ func TestProcessStalls_SeeTheProcessStopped(t *testing.T) {
 }
 
 // TestRoundTrips_SlowOnesThatCameBackAreRecorded: the hook records a
-// command held up at the server (CLIENT PAUSE from another connection)
-// that came back, and not one that timed out: that is a loss's symptom.
+// command held up at the server (a write, under CLIENT PAUSE WRITE from
+// another connection, held 200 ms from the moment the server shows it
+// blocked) that came back, and not one that timed out: that is a loss's
+// symptom.
 func TestRoundTrips_SlowOnesThatCameBackAreRecorded(t *testing.T) {
 	srv := startServer(t)
 	ctx := context.Background()
-	f := newCommandFaults(1, 0, nil, nil)
-	rdb := redisWithTimeout(t, srv.Addr(), 2*time.Second)
-	rdb.AddHook(f)
-	if err := rdb.Ping(ctx).Err(); err != nil { // connected before the pause
-		t.Fatal(err)
-	}
-	pause := func(d time.Duration) {
-		t.Helper()
-		if err := srv.Client().Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+	key := lockKey(lockName(t))
+	hooked := func(timeout time.Duration) (*redis.Client, *commandFaults) {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: timeout, WriteTimeout: timeout, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		f := newCommandFaults(1, 0, nil, nil)
+		rdb.AddHook(f)
+		if err := rdb.Ping(ctx).Err(); err != nil { // connected before the pause
 			t.Fatal(err)
 		}
+		return rdb, f
 	}
-	pause(200 * time.Millisecond)
+	// held sends a write under a pause, and ends the pause once the write
+	// has been blocked for hold (0: it is left to time out first).
+	held := func(rdb *redis.Client, hold time.Duration) error {
+		t.Helper()
+		if err := srv.Client().Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := srv.Client().Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		done := make(chan error, 1)
+		go func() { done <- rdb.Set(ctx, key, "v", time.Minute).Err() }()
+		if hold == 0 {
+			return <-done
+		}
+		for { // reads pass a WRITE pause
+			info, err := srv.Client().Info(ctx, "clients").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(info, "blocked_clients:1") {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(hold) // the fault: a server that does not answer for hold
+		if err := srv.Client().Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return <-done
+	}
+
+	rdb, f := hooked(10 * time.Second)
 	began := time.Now()
-	if err := rdb.Get(ctx, lockKey(lockName(t))).Err(); !errors.Is(err, redis.Nil) {
+	if err := held(rdb, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if got := starvedFor(began, time.Now(), f.slow); got < 150*time.Millisecond {
+	if got := starvedFor(began, time.Now(), f.slow); got < 200*time.Millisecond {
 		t.Errorf("a command held up 200 ms recorded as %v slow", got)
 	}
 
-	short := redisWithTimeout(t, srv.Addr(), 100*time.Millisecond)
-	g := newCommandFaults(1, 0, nil, nil)
-	short.AddHook(g)
-	if err := short.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	pause(400 * time.Millisecond)
+	short, g := hooked(100 * time.Millisecond)
 	began = time.Now()
-	if err := short.Get(ctx, lockKey(lockName(t))).Err(); !timedOut(err) {
+	if err := held(short, 0); !timedOut(err) {
 		t.Fatalf("want a timeout, got %v", err)
 	}
 	if got := starvedFor(began, time.Now(), g.slow); got != 0 {
