@@ -700,3 +700,32 @@ func TestLateAttempt_RetakingAGrantReadAfterASuspensionIsNoConfirmation(t *testi
 		}
 	})
 }
+
+// A TryLock whose grant is read past its deadline (here after a
+// suspension) finds it expired and gives it back; the call is over, so a
+// late copy of its attempt, arriving after that, must take nothing: the
+// give-up leaves the call's tombstone, as any give-up does.
+func TestLateAttempt_OfATryWhoseGrantExpiredUnconfirmedTakesNothing(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		copies := &copier{script: lt.acquire}
+		rdb.AddHook(copies)
+		c := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithWait(0))
+		clk := dlock.UseClock(c)
+		var once sync.Once
+		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+			if isReplyOf(cmd, lt.acquire, 1) {
+				once.Do(func() { clk.Jump(2 * time.Minute) }) // the reply is read after a two-minute suspension
+			}
+		}})
+		if lease, err := lt.take(c, name)(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a try whose grant was read past its deadline: %v, %v; want ErrNotAcquired", lease, err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after the try gave its grant back")
+		copies.resend(t, ctx, other)
+		expectNothingLeft(t, ctx, other, name, "after a late copy")
+	})
+}
