@@ -623,3 +623,109 @@ func TestLateAttempt_GrantedBeforeItsWaiterGaveUpIsGivenBack(t *testing.T) {
 		expectNothingLeft(t, ctx, other, name, "after the waiter gave up")
 	})
 }
+
+// A grant whose reply is read late (after a suspension of the machine,
+// here) is confirmed by an extension before it is returned; meanwhile its
+// hold may have run out in Redis, another may have held the lock and let
+// it go, and a late copy of the same attempt, under the same owner, taken
+// the lock again, with a new token. The extension then finds the hold its
+// owner's, but it is not the hold the grant's token was minted for: a
+// lease returned with that token would hold the lock with a token lower
+// than the hold before it (soak seed 1795707226476120556, "token order").
+// It must come back refused, or with a token above the other's.
+func TestLateAttempt_RetakingAGrantReadAfterASuspensionIsNoConfirmation(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+		clk := dlock.UseClock(c)
+		var (
+			once        sync.Once
+			othersToken uint64
+			copyReply   []int64
+			steps       error
+		)
+		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+			if !isReplyOf(cmd, lt.acquire, 1) {
+				return
+			}
+			once.Do(func() {
+				// While the process is suspended: its hold runs out (the
+				// keys of the lock go, but for its fencing counter)...
+				// (A MultiLock's second lock is name-b.)
+				keys := append(keysOn(t, ctx, other, "*{"+name+"}*"), keysOn(t, ctx, other, "*{"+name+"-b}*")...)
+				for _, key := range keys {
+					if !strings.HasSuffix(key, ":fence") {
+						if steps = other.Del(ctx, key).Err(); steps != nil {
+							return
+						}
+					}
+				}
+				// ...another takes the lock and lets it go...
+				lease, err := lt.take(newClient(t, other), name)(ctx)
+				if err != nil {
+					steps = err
+					return
+				}
+				othersToken = lease.Token()
+				if steps = lease.Unlock(ctx); steps != nil {
+					return
+				}
+				// ...and a late copy of the attempt takes it again.
+				copyReply, steps = other.Do(ctx, cmd.Args()...).Int64Slice()
+				clk.Jump(2 * time.Minute) // the reply is read after a two-minute suspension
+			})
+		}})
+		lease, err := lt.take(c, name)(ctx)
+		if steps != nil {
+			t.Fatalf("while the grant's reply was on its way: %v", steps)
+		}
+		if len(copyReply) == 0 || copyReply[0] != 1 {
+			t.Fatalf("the late copy on a free lock: %v; want granted", copyReply)
+		}
+		if err != nil {
+			if !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("take: %v, want ErrNotAcquired or a lease", err)
+			}
+			return
+		}
+		defer func() { _ = lease.Unlock(ctx) }()
+		for lock, token := range lease.Tokens() {
+			if token <= othersToken {
+				t.Errorf("lease returned with token %d on %s, after a hold with token %d had ended; the late copy's reply: %v",
+					token, lock, othersToken, copyReply)
+			}
+		}
+	})
+}
+
+// A TryLock whose grant is read past its deadline (here after a
+// suspension) finds it expired and gives it back; the call is over, so a
+// late copy of its attempt, arriving after that, must take nothing: the
+// give-up leaves the call's tombstone, as any give-up does.
+func TestLateAttempt_OfATryWhoseGrantExpiredUnconfirmedTakesNothing(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		copies := &copier{script: lt.acquire}
+		rdb.AddHook(copies)
+		c := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithWait(0))
+		clk := dlock.UseClock(c)
+		var once sync.Once
+		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+			if isReplyOf(cmd, lt.acquire, 1) {
+				once.Do(func() { clk.Jump(2 * time.Minute) }) // the reply is read after a two-minute suspension
+			}
+		}})
+		if lease, err := lt.take(c, name)(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a try whose grant was read past its deadline: %v, %v; want ErrNotAcquired", lease, err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after the try gave its grant back")
+		copies.resend(t, ctx, other)
+		expectNothingLeft(t, ctx, other, name, "after a late copy")
+	})
+}

@@ -143,9 +143,21 @@ var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confi
 
 // confirmGrant extends an unconfirmed grant to its TTL and starts it; a
 // lease confirmed already is left as it is.
+//
+// The extension confirms the grant only if it was applied before the
+// grant could have run out in Redis: its answer read before the grant's
+// deadline (by both clocks). Past it, the hold may have expired, another
+// may have held the lock and let it go, and a late copy of the call's
+// attempt, under the same owner, taken it again with a new token: the
+// extension would find that hold its owner's, and the lease hand it over
+// with the grant's token, lower than the one before it. Such a grant
+// expired; the caller gives back whatever its owner holds.
 func (l *Lease) confirmGrant(ctx context.Context) error {
 	if !l.unconfirmed {
 		return nil
+	}
+	if l.grantLapsed() {
+		return errGrantExpired
 	}
 	sent := l.clock.Now()
 	loss, err := l.hold.extend(ctx, l.ttl, false)
@@ -154,6 +166,8 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return errGrantExpired
 	case err != nil:
 		return err
+	case l.grantLapsed():
+		return errGrantExpired
 	}
 	l.unconfirmed = false
 	l.setDeadline(sent, l.ttl)
@@ -165,6 +179,13 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	}
 	l.start(sent, l.ttl)
 	return nil
+}
+
+// grantLapsed reports whether an unconfirmed grant's deadline has passed.
+func (l *Lease) grantLapsed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leftAt(l.clock.Now()) <= 0
 }
 
 // shortens is the extend scripts' ARGV[3] from Lease.Extend: the caller asked

@@ -83,17 +83,20 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 //
 // A grant that arrived late (see startLease) is confirmed first, with an
 // extension; if that fails, the grant is given back and the error returned.
-// A grant that expired before it could be confirmed leaves no tombstone: a
-// Lock call then tries again, with the same call token; so does one whose
-// confirmation found Redis unavailable, in a call that goes on (waiting:
-// see waiting.keep).
+// In a call that goes on (waiting: see waiting.keep), a grant that expired
+// before it could be confirmed leaves no tombstone, nor does one whose
+// confirmation found Redis unavailable: the Lock call tries again, with
+// the same call token. A TryLock's call ends there, and leaves its
+// tombstone: a grant read past its deadline is one whose attempt may well
+// have been sent twice (see confirmGrant), and a copy still on its way
+// must take nothing.
 func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
 		if err == nil {
 			return l, nil
 		}
-		if errors.Is(err, errGrantExpired) || goesOn && errors.Is(err, ErrUnavailable) {
+		if goesOn && (errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable)) {
 			_ = l.unlock(ctx, voidNever)
 		} else {
 			_ = l.giveUp(ctx)
