@@ -129,3 +129,73 @@ func TestCheckCrashes_MultiLockWaiterWaitsForEachOfItsLocks(t *testing.T) {
 		t.Errorf("judged waits %d, want 1", out.injected["crash.waiter"])
 	}
 }
+
+// TestCheckCrashes_AWaiterMayBeKeptOutByAnyDeadProcess: with two dead
+// processes on one lock, a waiter may be kept out by the later claim of
+// either, and is judged once, by the latest. The explorer's seed
+// 1795708793282320701: a process died having used elect0 (its claim ran
+// out 2.726 s after, slack included); 280 ms later the child, which had
+// taken elect0 260 ms after that death, was killed holding it with a
+// 2.727 s TTL, and a waiter got it 2.711 s after the child's death, on
+// time, flagged against the first death. Seed 1795708793282319951: a
+// process died holding elect0 with a 2.633 s TTL; 100 ms later the
+// child died, with elect0 in operations it never reached (a 1.412 s
+// TTL), and a waiter got elect0 2.35 s after the child's death, within
+// the first claim, flagged against the child's. A waiter past both
+// claims with no live holder is still a violation, one.
+func TestCheckCrashes_AWaiterMayBeKeptOutByAnyDeadProcess(t *testing.T) {
+	p := params{Seed: 1, Clients: 3, Ops: 1, Kinds: []string{"election"}, Faults: []string{"crash", "child"}}
+	s := &schedule{params: p, process: []int{0, 1, 2}, crashes: []crash{{Process: 0}, {Process: 1, Child: true}}}
+	campaign := func(ttl time.Duration) op {
+		return op{Kind: "election", Names: []string{"elect0"}, TTL: ttl, Wait: 3 * time.Second}
+	}
+	first := time.Now()
+	judge := func(second time.Duration, ops [][]op, holds []hold) *outcome {
+		t.Helper()
+		procs := map[int]*process{2: {crash: newCrashState()}}
+		for i, at := range []time.Time{first, first.Add(second)} {
+			dead := &process{crash: newCrashState()}
+			dead.crash.at = at
+			close(dead.crash.dead)
+			procs[i] = dead
+		}
+		s.ops = ops
+		out := &outcome{params: p, injected: map[string]int{}}
+		checkCrashes(s, procs, holds, nil, out)
+		return out
+	}
+
+	// Seed 1795708793282320701: the child's claim, from its later death.
+	childDied := first.Add(280 * time.Millisecond)
+	childHeld := hold{client: 1, kind: "election", tokens: map[string]uint64{"elect0": 2}, asked: first.Add(100 * time.Millisecond),
+		start: childDied.Add(-20 * time.Millisecond), end: childDied, crashed: true}
+	onTime := hold{client: 2, kind: "election", tokens: map[string]uint64{"elect0": 3}, asked: first.Add(994 * time.Millisecond),
+		start: childDied.Add(2711 * time.Millisecond), end: childDied.Add(2800 * time.Millisecond)}
+	if out := judge(280*time.Millisecond, [][]op{{campaign(2126 * time.Millisecond)}, {campaign(2727 * time.Millisecond)}, {campaign(time.Second)}},
+		[]hold{childHeld, onTime}); len(out.violations) != 0 {
+		t.Errorf("a waiter within the claim of a process that died later: violations %q, want none", out.violations)
+	}
+
+	// Seed 1795708793282319951: the first process's claim, longer than
+	// that of the child, which died after it.
+	firstHeld := hold{client: 0, kind: "election", tokens: map[string]uint64{"elect0": 1}, asked: first.Add(-300 * time.Millisecond),
+		start: first.Add(-200 * time.Millisecond), end: first, crashed: true}
+	within := hold{client: 2, kind: "election", tokens: map[string]uint64{"elect0": 2}, asked: first.Add(1688 * time.Millisecond),
+		start: first.Add(2445 * time.Millisecond), end: first.Add(2500 * time.Millisecond)}
+	if out := judge(100*time.Millisecond, [][]op{{campaign(2633 * time.Millisecond)}, {campaign(1412 * time.Millisecond)}, {campaign(time.Second)}},
+		[]hold{firstHeld, within}); len(out.violations) != 0 {
+		t.Errorf("a waiter within the longer claim of a process that died earlier: violations %q, want none", out.violations)
+	}
+
+	// Past both claims, with no live holder: one violation.
+	late := hold{client: 2, kind: "election", tokens: map[string]uint64{"elect0": 2}, asked: first.Add(1688 * time.Millisecond),
+		start: first.Add(3500 * time.Millisecond), end: first.Add(3600 * time.Millisecond)}
+	out := judge(100*time.Millisecond, [][]op{{campaign(2633 * time.Millisecond)}, {campaign(1412 * time.Millisecond)}, {campaign(time.Second)}},
+		[]hold{firstHeld, late})
+	if len(out.violations) != 1 || !strings.HasPrefix(out.violations[0], "crash:") {
+		t.Errorf("a waiter past both dead claims: violations %q, want one crash violation", out.violations)
+	}
+	if n := out.injected["crash.waiter"] + out.injected["crash.child.waiter"]; n != 1 {
+		t.Errorf("judged waits %d, want 1", n)
+	}
+}

@@ -260,12 +260,16 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 	}
 }
 
-// checkCrashes: a live client that waited on a lock only a dead process
-// kept from it got it within the dead process's claim (deadClaim) and
-// crashSlack; a wait that gave up or got the lock later, with no live
-// hold of the lock in the meantime, is a violation. A MultiLock waits for
-// all its locks: it is judged once, by the latest claim on any of them,
-// and a live hold of any of them excuses it. Judged in runs whose other faults
+// checkCrashes: a live client that waited on a lock only dead processes
+// kept from it got it within their claims (deadClaim) and crashSlack; a
+// wait that gave up or got the lock later, with no live hold of the lock
+// in the meantime, is a violation. With more than one dead process, any
+// of them may have kept the waiter out (one dying while another's claim
+// still held, or holding the lock when it died after the other): a wait
+// is judged once, by the latest claim on its locks of any dead process
+// but its own, from that process's death. A MultiLock waits for all its
+// locks: it is judged once, by the latest claim on any of them, and a
+// live hold of any of them excuses it. Judged in runs whose other faults
 // delay no command (extend, scriptflush; a slot migration only its own
 // slot's, whose waits are not judged), and not for Redlocks, whose waits
 // follow a retry policy of their own.
@@ -282,69 +286,102 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 		return
 	}
 	moved := migratedNames(s) // a migration delays its slot's commands
+	var deaths []deadClaims
 	for _, c := range s.crashes {
-		dead := procs[c.Process]
-		if !dead.killed() {
+		if dead := procs[c.Process]; dead.killed() {
+			deaths = append(deaths, newDeadClaims(s, c, dead.crash.at))
+		}
+	}
+	for _, w := range waits {
+		if w.op.Try || w.op.Cancel > 0 || w.op.Kind == "redlock" ||
+			!errors.Is(w.err, dlock.ErrNotAcquired) || slices.ContainsFunc(w.op.Names, func(n string) bool { return slices.Contains(moved, n) }) {
 			continue
 		}
-		waiter := "crash.waiter"
-		if c.Child {
-			waiter = "crash.child.waiter"
+		d, used, b := latestClaim(deaths, s.process[w.client], w.op.Names, w.op.Kind)
+		if d == nil || !w.gaveUp.After(b) || w.asked.After(b) {
+			continue
 		}
-		// Each lock the dead process used, and the latest its claim on it
-		// may last.
-		bound := map[string]time.Time{}
-		kinds := map[string][]string{}
-		for client, ops := range s.ops {
-			if s.process[client] != c.Process {
-				continue
-			}
-			for _, o := range ops {
-				for _, name := range o.Names {
-					if b := dead.crash.at.Add(deadClaim(o) + crashSlack); b.After(bound[name]) {
-						bound[name] = b
-					}
-					kinds[name] = append(kinds[name], o.Kind)
+		out.checks++
+		out.injected[d.waiter()]++
+		if !liveHoldDuring(holds, w.op.Names, d.at, w.gaveUp) {
+			out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
+				w.client, strings.Join(used, ","), w.op.Kind, w.asked.Sub(d.at), w.gaveUp.Sub(d.at), b.Sub(d.at))
+		}
+	}
+	// A wait that ended in a hold: the same bound.
+	for _, h := range holds {
+		if h.crashed || h.kind == "redlock" {
+			continue
+		}
+		names := slices.Sorted(maps.Keys(h.tokens))
+		if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(moved, n) }) {
+			continue
+		}
+		d, used, b := latestClaim(deaths, s.process[h.client], names, h.kind)
+		if d == nil || !h.start.After(b) || h.asked.After(b) {
+			continue
+		}
+		out.checks++
+		out.injected[d.waiter()]++
+		if !liveHoldDuring(holds, names, d.at, h.start) {
+			out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
+				h.client, strings.Join(used, ","), h.kind, h.asked.Sub(d.at), h.start.Sub(d.at), b.Sub(d.at))
+		}
+	}
+}
+
+// deadClaims is a dead process's claims: each lock it used, the latest
+// its claim on it may last, and how it used it.
+type deadClaims struct {
+	crash crash
+	at    time.Time // its death
+	bound map[string]time.Time
+	kinds map[string][]string
+}
+
+// newDeadClaims is the claims of c's process, dead at at: those of every
+// operation of its schedule, made or not.
+func newDeadClaims(s *schedule, c crash, at time.Time) deadClaims {
+	d := deadClaims{crash: c, at: at, bound: map[string]time.Time{}, kinds: map[string][]string{}}
+	for client, ops := range s.ops {
+		if s.process[client] != c.Process {
+			continue
+		}
+		for _, o := range ops {
+			for _, name := range o.Names {
+				if b := at.Add(deadClaim(o) + crashSlack); b.After(d.bound[name]) {
+					d.bound[name] = b
 				}
-			}
-		}
-		for _, w := range waits {
-			if s.process[w.client] == c.Process || w.op.Try || w.op.Cancel > 0 || w.op.Kind == "redlock" ||
-				!errors.Is(w.err, dlock.ErrNotAcquired) || slices.ContainsFunc(w.op.Names, func(n string) bool { return slices.Contains(moved, n) }) {
-				continue
-			}
-			used, b := deadBound(bound, kinds, w.op.Names, w.op.Kind)
-			if used == nil || !w.gaveUp.After(b) || w.asked.After(b) {
-				continue
-			}
-			out.checks++
-			out.injected[waiter]++
-			if !liveHoldDuring(holds, w.op.Names, dead.crash.at, w.gaveUp) {
-				out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
-					w.client, strings.Join(used, ","), w.op.Kind, w.asked.Sub(dead.crash.at), w.gaveUp.Sub(dead.crash.at), b.Sub(dead.crash.at))
-			}
-		}
-		// A wait that ended in a hold: the same bound.
-		for _, h := range holds {
-			if h.crashed || s.process[h.client] == c.Process || h.kind == "redlock" {
-				continue
-			}
-			names := slices.Sorted(maps.Keys(h.tokens))
-			if slices.ContainsFunc(names, func(n string) bool { return slices.Contains(moved, n) }) {
-				continue
-			}
-			used, b := deadBound(bound, kinds, names, h.kind)
-			if used == nil || !h.start.After(b) || h.asked.After(b) {
-				continue
-			}
-			out.checks++
-			out.injected[waiter]++
-			if !liveHoldDuring(holds, names, dead.crash.at, h.start) {
-				out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
-					h.client, strings.Join(used, ","), h.kind, h.asked.Sub(dead.crash.at), h.start.Sub(dead.crash.at), b.Sub(dead.crash.at))
+				d.kinds[name] = append(d.kinds[name], o.Kind)
 			}
 		}
 	}
+	return d
+}
+
+// waiter is the count of the waits judged against d.
+func (d *deadClaims) waiter() string {
+	if d.crash.Child {
+		return "crash.child.waiter"
+	}
+	return "crash.waiter"
+}
+
+// latestClaim is, of the dead processes but the waiter's own (process),
+// the one whose claims may keep a waiter of kind on names out the
+// longest, the names it used (deadBound) and how long; nil if none used
+// them.
+func latestClaim(deaths []deadClaims, process int, names []string, kind string) (latest *deadClaims, used []string, b time.Time) {
+	for i := range deaths {
+		d := &deaths[i]
+		if d.crash.Process == process {
+			continue
+		}
+		if u, db := deadBound(d.bound, d.kinds, names, kind); u != nil && db.After(b) {
+			latest, used, b = d, u, db
+		}
+	}
+	return latest, used, b
 }
 
 // deadBound is how long a dead process's claims may keep a waiter of kind
