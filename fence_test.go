@@ -30,27 +30,30 @@ func oneName(name string) []string { return []string{name} }
 // groupOf is the MultiLock group taken under name: two locks in one slot.
 func groupOf(name string) []string { return []string{name, name + "+b"} }
 
+// fencedTypes take free names with the waiting calls: on a loaded machine
+// a grant of a short TTL may come back too late to be handed over, and is
+// given back; a Lock tries again, where a TryLock would fail.
 var fencedTypes = []fencedType{
 	{"Mutex", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Mutex(n).TryLock(ctx)
+		return c.Mutex(n).Lock(ctx)
 	}},
 	{"FairMutex", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.FairMutex(n).TryLock(ctx)
+		return c.FairMutex(n).Lock(ctx)
 	}},
 	{"RWMutex write", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.RWMutex(n).TryLock(ctx)
+		return c.RWMutex(n).Lock(ctx)
 	}},
 	{"RWMutex read", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.RWMutex(n).TryRLock(ctx)
+		return c.RWMutex(n).RLock(ctx)
 	}},
 	{"ReentrantMutex", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.ReentrantMutex(n).TryLock(ctx)
+		return c.ReentrantMutex(n).Lock(ctx)
 	}},
 	{"Semaphore", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Semaphore(n, 2).TryAcquire(ctx)
+		return c.Semaphore(n, 2).Acquire(ctx)
 	}},
 	{"MultiLock", groupOf, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.MultiLock(groupOf(n)).TryLock(ctx)
+		return c.MultiLock(groupOf(n)).Lock(ctx)
 	}},
 	{"Election", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
 		return c.Election(n).Campaign(ctx, "candidate")
