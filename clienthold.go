@@ -16,8 +16,10 @@ import (
 // release and abandon take the publish command as ARGV[2] (abandon then the
 // tombstone's lifetime in ms and the waiter id; release then its mark's
 // lifetime in ms, the mark being its last KEY, see releaseMark, and from a
-// giving-up release the tombstone's lifetime, the tombstone after the mark)
-// and return 1 or 0; ttl returns milliseconds left, or -3 when not held.
+// giving-up release the tombstone's lifetime, the tombstone after the mark;
+// a MultiLock group's release then its tokens, lock by lock, to tell a hold
+// a late copy of its grant took anew from one that lasted) and return 1 or
+// 0; ttl returns milliseconds left, or -3 when not held.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script
@@ -210,6 +212,14 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		head = slices.Clone(h.relHead)
 		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
 		last, extra = append(last, h.tombstone), append(extra, tombstoneLifeMillis)
+	}
+	if h.group != nil { // a MultiLock group's tokens, after the tombstone's lifetime: see multi_release.lua
+		if len(extra) == 1 {
+			extra = append(extra, tombstoneLifeMillis) // with no tombstone to write, a place-holder
+		}
+		for _, token := range h.group.tokens {
+			extra = append(extra, token)
+		}
 	}
 	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, l.owner, extra...)
 	if err != nil {
