@@ -15,12 +15,8 @@
 -- mark); 0 when some were not (expired, or taken): those still held are
 -- released all the same.
 --
--- A lock held by this owner whose fencing counter is above the lease's
--- token was taken anew since the grant (nobody mints while a lock is
--- held): the hold lapsed, maybe another held the lock meanwhile, and a
--- late copy of the attempt that granted the lease (go-redis's, after a
--- read timeout) took it again for this owner. It is released, and counts
--- as not held.
+-- A lock held by this owner but taken anew since the grant (taken_since in
+-- common.lua) is released, and counts as not held.
 --
 -- Safe to send twice, and to arrive late: a copy finds no lock of this
 -- owner's, and touches nothing; it finds the first one's mark, and reports
@@ -31,11 +27,7 @@ local released, retaken = 0, false
 for i = 1, N do
   local p = part(i)
   if redis.call('GET', p.LOCK) == ARGV[1] then
-    local token = tonumber(ARGV[4 + i])
-    local last = tonumber(redis.pcall('GET', p.FENCE))
-    if token and last and last > token then
-      retaken = true
-    end
+    retaken = retaken or taken_since(p.FENCE, ARGV[4 + i])
     hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
     released = released + 1
   end
