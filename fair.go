@@ -30,6 +30,7 @@ var fairKind = &leaseKind{
 	release: scripts.FairRelease,
 	ttl:     scripts.MutexTTL,
 	abandon: scripts.FairAbandon,
+	fenced:  true,
 }
 
 // FairMutex returns the fair (first come, first served) lock called name.

@@ -403,7 +403,11 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // A lease that was lost but still held in Redis (a renewal that could not get
 // through in time) is released all the same, and Unlock returns nil. So does
 // an Unlock whose release was applied but whose reply was lost: the copy the
-// Redis client sends again finds the release's mark.
+// Redis client sends again finds the release's mark. A lease of a [Mutex],
+// [FairMutex] or [MultiLock] whose hold lapsed, and was taken again for it
+// by a late copy of the attempt that granted it (the Redis client's, after
+// a read timeout), maybe after another held the lock meanwhile, is
+// released too, and Unlock returns [ErrNotHeld]: the hold did not last.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ob := l.obs.Load(); ob != nil && !ob.part {
 		return ob.unlock(ctx, l)

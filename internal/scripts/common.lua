@@ -248,6 +248,18 @@ local function released_before(mark)
   return mark ~= nil and redis.call('EXISTS', mark) == 1
 end
 
+-- Whether an exclusive lock held by the releasing owner was taken anew since
+-- the grant of the hold whose token (a release's ARGV, nil when not sent)
+-- is given: its counter is above it, and nobody mints while a lock is held.
+-- The hold lapsed, maybe another held the lock meanwhile, and a late copy
+-- of the attempt that granted it (go-redis's, after a read timeout) took it
+-- again for its owner. A counter gone, or foreign, tells nothing.
+local function taken_since(fence, token)
+  token = tonumber(token)
+  local last = tonumber(redis.pcall('GET', fence))
+  return token ~= nil and last ~= nil and last > token
+end
+
 -- The answer of a release that found no hold of its owner's: 1 when a
 -- copy of it released the hold before (its mark), else 0.
 local function nothing_released(mark)

@@ -8,9 +8,12 @@
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
+-- ARGV[5]  the hold's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
--- release: the mark), 0 not held by this owner (expired, or someone else's).
+-- release: the mark), 0 not held by this owner (expired, or someone else's)
+-- since its grant: a hold taken anew since (taken_since in common.lua) is
+-- released all the same, and answers 0, leaving no mark.
 --
 -- The lock goes straight to the head of the queue, inside this script:
 -- neither the releaser nor a newcomer can take it in between.
@@ -23,7 +26,11 @@ void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) ~= ARGV[1] then
   return nothing_released(RELEASE_MARK)
 end
+local retaken = taken_since(FENCE, ARGV[5])
 redis.call('DEL', LOCK)
 hand_over(ARGV[2])
+if retaken then
+  return 0
+end
 mark_released(RELEASE_MARK, ARGV[3])
 return 1

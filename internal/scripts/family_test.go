@@ -270,6 +270,37 @@ func TestMultiRelease_ReleasesWhatIsLeftWhenOneWasLost(t *testing.T) {
 	}
 }
 
+// A group whose hold lapsed, was another's, and was taken again for its
+// owner by a late copy of the attempt that granted it: the release lets it
+// go, but says the hold did not last (the copy minted above the lease's
+// tokens), and leaves no mark that a resend would read as a release.
+func TestMultiRelease_OfAGroupRetakenSinceItsGrantLetsGoAndAnswers0(t *testing.T) {
+	ctx, rdb := setup(t)
+	mark := append(multiKeys[:len(multiKeys):len(multiKeys)], "t:{m}:released:a")
+	granted := multiTry(t, ctx, rdb, tok("a"), "", 1)
+	rdb.Del(ctx, "t:{m}", "t:{n}") // lapsed
+	multiTry(t, ctx, rdb, tok("e"), "", 1)
+	if n := runInt(t, ctx, rdb, MultiRelease, multiKeys, tok("e"), "PUBLISH"); n != 1 {
+		t.Fatalf("the other owner's release: %d, want 1", n)
+	}
+	if res := multiTry(t, ctx, rdb, tok("a"), "", 1); res[0] != 1 {
+		t.Fatalf("the late copy: %v, want it to take the free group", res)
+	}
+	if n := runInt(t, ctx, rdb, MultiRelease, mark, tok("a"), "PUBLISH", 5000, 60000, granted[1], granted[2]); n != 0 {
+		t.Fatalf("release of a group retaken since its grant: %d, want 0", n)
+	}
+	if n := rdb.Exists(ctx, "t:{m}", "t:{n}", "t:{m}:released:a").Val(); n != 0 {
+		t.Fatalf("%d of the locks and the mark left, want none", n)
+	}
+
+	// A hold that lasted since its grant, resent included, answers 1.
+	granted = multiTry(t, ctx, rdb, tok("b"), "", 1)
+	multiTry(t, ctx, rdb, tok("b"), "", 1)
+	if n := runInt(t, ctx, rdb, MultiRelease, mark, tok("b"), "PUBLISH", 5000, 60000, granted[1], granted[2]); n != 1 {
+		t.Fatalf("release of a group held since its grant: %d, want 1", n)
+	}
+}
+
 func TestMultiAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
 	if n := runInt(t, ctx, rdb, MultiAbandon, with(multiKeys, tok("a")), tok("a"), "PUBLISH", 10000, "", 1); n != 0 {

@@ -8,25 +8,31 @@
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
+-- ARGV[4+i] the fencing token the lease holds for lock i, when given
 --
--- Returns 1 when every lock was held by this owner and is released (by this
--- copy, or by an earlier copy of the same release: the mark); 0 when some
--- were not (expired, or taken): those still held are released all the same.
+-- Returns 1 when every lock was held by this owner since its grant and is
+-- released (by this copy, or by an earlier copy of the same release: the
+-- mark); 0 when some were not (expired, or taken): those still held are
+-- released all the same.
+--
+-- A lock held by this owner but taken anew since the grant (taken_since in
+-- common.lua) is released, and counts as not held.
 --
 -- Safe to send twice, and to arrive late: a copy finds no lock of this
 -- owner's, and touches nothing; it finds the first one's mark, and reports
 -- the release.
 
 void_call(TOMBSTONE, ARGV[4])
-local released = 0
+local released, retaken = 0, false
 for i = 1, N do
   local p = part(i)
   if redis.call('GET', p.LOCK) == ARGV[1] then
+    retaken = retaken or taken_since(p.FENCE, ARGV[4 + i])
     hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
     released = released + 1
   end
 end
-if released == N then
+if released == N and not retaken then
   mark_released(RELEASE_MARK, ARGV[3])
   return 1
 end

@@ -16,9 +16,12 @@
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
+-- ARGV[5]  the hold's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
--- release: the mark), 0 not held by this owner (expired, or someone else's).
+-- release: the mark), 0 not held by this owner (expired, or someone else's)
+-- since its grant: a hold taken anew since (taken_since in common.lua) is
+-- released all the same, and answers 0, leaving no mark.
 --
 -- The lock goes straight to a live Mutex waiter, inside this script: the
 -- waiter holds it when the word arrives, one trip after the release left,
@@ -29,7 +32,11 @@
 
 void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) == ARGV[1] then
+  local retaken = taken_since(FENCE, ARGV[5])
   hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER)
+  if retaken then
+    return 0
+  end
   mark_released(RELEASE_MARK, ARGV[3])
   return 1
 end
