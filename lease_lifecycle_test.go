@@ -175,6 +175,92 @@ func TestLease_GrantReadAfterASuspensionIsConfirmedNotReturnedLost(t *testing.T)
 	}
 }
 
+// A release that hands the lock to a waiter whose process is suspended
+// (hand_next.lua) publishes to it at once, while the process reads it
+// only once it resumes, as its code runs only then: by then Redis has
+// expired the hold, which lasted the waiter's TTL (a suspension past it),
+// and another took the lock. The waiter must not return the handed-over
+// lease, lost, with a token below the new holder's: it confirms the grant,
+// finds it gone, and waits on, for the next release.
+func TestMutex_HandOverHeardWhileSuspendedIsActedOnOnceResumed(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
+			testHandOverHeardWhileSuspended(t, fair)
+		})
+	}
+}
+
+func testHandOverHeardWhileSuspended(t *testing.T, fair bool) {
+	ctx := ctxFor(t, 30*time.Second)
+	name := lockName(t)
+	// The waiter hears of the lock from the hand-over, before its first
+	// refresh. A Mutex's hand-over holds the lock for the waiter's TTL, a
+	// FairMutex's for what its registration has left (fair_lib.lua): three
+	// refreshes.
+	waiterRefresh := 20 * time.Second
+	if fair {
+		waiterRefresh = time.Second
+	}
+	waiters := newClient(t, backends[0].newRedis(t), dlock.WithTTL(300*time.Millisecond), dlock.WithWaiterRefresh(waiterRefresh))
+	clk := dlock.UseClock(waiters)
+	suspended := make(chan struct{})
+	var once sync.Once
+	dlock.OnAttempt(waiters, func(r dlock.AttemptReport) {
+		if r.Entry != "" && len(r.Reply) > 0 && r.Reply[0] != 1 { // refused, registered to be handed the lock
+			once.Do(func() { clk.Suspend(); close(suspended) })
+		}
+	})
+	lock := func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		if fair {
+			return c.FairMutex(name).Lock
+		}
+		return c.Mutex(name).Lock
+	}
+	holder, err := lock(newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute)))(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *dlock.Lease
+		err   error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		lease, err := lock(waiters)(ctx)
+		waited <- result{lease, err}
+	}()
+	waitDone(t, suspended, 10*time.Second, "the waiter registering")
+	if err := holder.Unlock(ctx); err != nil { // hands the lock to the suspended waiter
+		t.Fatal(err)
+	}
+	other, err := lock(newClient(t, backends[0].newRedis(t), dlock.WithTTL(time.Minute), dlock.WithWait(10*time.Second)))(ctx)
+	if err != nil {
+		t.Fatalf("the lock once the hand-over expired: %v", err)
+	}
+	select {
+	case r := <-waited:
+		t.Errorf("Lock returned while its process was suspended: token %d, %v (another holds the lock since, token %d)", r.lease.Token(), r.err, other.Token())
+		waited <- r
+	default:
+	}
+	clk.Resume()
+	time.Sleep(100 * time.Millisecond) // the waiter acts on the hand-over, and waits on
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
+	}
+	defer func() { _ = r.lease.Unlock(ctx) }()
+	if r.lease.Token() <= other.Token() {
+		t.Errorf("Lock returned token %d, not above %d of the holder since the hand-over", r.lease.Token(), other.Token())
+	}
+	if err := r.lease.Err(); err != nil {
+		t.Errorf("Lock returned a lease lost: %v", err)
+	}
+}
+
 // The same for a Redlock: a majority whose replies are read after a
 // suspension that used up the TTL by the wall clock is no grant.
 func TestRedlock_GrantReadAfterASuspensionIsNotReturnedLost(t *testing.T) {

@@ -348,9 +348,24 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		wt.observed.wait(wt.ctx, WaitRegistered, nil)
 	}
 	timer.Reset(retryIn)
-	var stop error
+	var (
+		woken bool
+		stop  error
+	)
 	select {
 	case <-wt.w.C():
+		woken = true
+	case <-timer.C:
+	case <-wt.ctx.Done():
+		stop = acquireError(wt.ctx, nil)
+	case <-wt.c.done:
+		stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+	}
+	// What a suspended process heard, it acts on once it resumes (see
+	// Lease.checkDeadline): a hand-over too, whose lease is then judged on
+	// the clock after the resume, which may find it run out.
+	wt.c.clock.Wait()
+	if woken {
 		if l := grantFor(wt.a, wt.w, wt.replicaAck); l != nil {
 			wt.observed.handedOver(wt.ctx, l)
 			l.maybeCopied = wt.maybeCopied
@@ -358,13 +373,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 				return kept, err, true
 			}
 		}
-	case <-timer.C:
-	case <-wt.ctx.Done():
-		stop = acquireError(wt.ctx, nil)
-	case <-wt.c.done:
-		stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 	}
-	wt.c.clock.Wait() // what a suspended process heard, it acts on once it resumes (see Lease.checkDeadline)
 	if stop != nil {
 		if wt.waiterID != "" || wt.maybeCopied { // a copy of an attempt may be on its way: the tombstone
 			wt.a.leave(wt.ctx, wt.waiterID)
