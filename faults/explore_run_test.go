@@ -175,6 +175,12 @@ type hold struct {
 
 func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
 
+// empty: the hold's deadline passed before its holder could act on it,
+// as when its process was suspended the moment its call returned (the
+// call judged it valid; "returned lost" judges that): it held nothing
+// another hold could overlap or follow.
+func (h hold) empty() bool { return !h.end.After(h.start) }
+
 // outcome is what a run found.
 type outcome struct {
 	params       params
@@ -713,6 +719,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 		slices.SortFunc(hs, func(a, b hold) int { return a.start.Compare(b.start) })
 		for i, a := range hs {
 			for _, b := range hs[i+1:] {
+				if a.empty() || b.empty() {
+					continue
+				}
 				out.checks++
 				if b.start.Before(a.end) && (a.exclusive() || b.exclusive()) {
 					if s.overlapDocumented(a.kind, b.kind) {
