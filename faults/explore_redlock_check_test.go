@@ -121,13 +121,16 @@ func TestQuorumMissed_NoOtherFailureExplainsALoss(t *testing.T) {
 // TestCheckRedlockSettled_ACleanUpInFlightIsWaitedFor: the orphan check's
 // false alarm of a soak's seed 1795708793282320978 (extend,suspend; "rl0
 // is held on 3 of 3 masters after every holder let go", not found again
-// in replays). A Redlock attempt whose grants come back past the node
-// timeout returns ErrNotAcquired at once and gives the grants back in the
-// background (abandon: bounded by CleanupTimeout, not waited for), as an
-// Unlock leaves a master that missed the node timeout to its straggling
-// release: at the run's end the last client may return while such a
-// clean-up is still on its way, and the check, which read the masters at
-// once, saw the hold on all three. Here the grants' replies are held (the
+// in ten replays). A Redlock attempt whose grants come back past the node
+// timeout (17 ms for that run's TTLs; a soak filling both cores makes all
+// three masters miss it) returns ErrNotAcquired at once and gives the
+// grants back in the background (abandon: bounded by CleanupTimeout, not
+// waited for, on connections dialled anew, those of the timed-out reads
+// being closed). Client 3's last operation, a TryLock of rl0, fits: its
+// client may well be the last to return, and the check, which read the
+// masters at once, then saw the hold on all three before the abandons
+// landed. (A clean-up cut short by the node timeout fails at its hook and
+// makes its lock doubtful, but only once its goroutine ran.) Here the grants' replies are held (the
 // process suspended as they arrive) past the node timeout, and so are the
 // abandons, until the resume; the check waits for them.
 func TestCheckRedlockSettled_ACleanUpInFlightIsWaitedFor(t *testing.T) {
