@@ -51,9 +51,9 @@ import (
 // The parent reads the lines as they come and makes of them what an
 // in-process client records: holds, failed waits, the porcupine history,
 // writes to the run's fenced stores (a write arrives at the store when
-// the parent handles its line, which a stop holds up). Then every checker judges the child's holds as
-// any other's. At a moment drawn from a stream of its own, the parent
-// sends SIGKILL: right after a "sending" line of a script call (with a
+// the parent handles its line, which a stop holds up). Then every checker
+// judges the child's holds as any other's. At a moment drawn from a
+// stream of its own, the parent sends SIGKILL: right after a "sending" line of a script call (with a
 // small random delay: the command may not have reached Redis, or Redis
 // applied it and the child never read the reply), while it holds, while
 // it waits in a Lock, or at a time. Sometimes, before that, it stops the
