@@ -19,7 +19,7 @@ func newTestChild(ops []op, stores *fencedStores) *child {
 }
 
 func (c *child) feed(format string, args ...any) {
-	c.handle(strings.Fields(fmt.Sprintf(format, args...)), time.Now())
+	c.handle(strings.Fields(fmt.Sprintf(format, args...)))
 }
 
 // TestChild_AKillEndsTheHoldAndMakesItsUnreadWriteLate: the parent's
@@ -158,5 +158,44 @@ func TestCheckHolds_AStaleWriteIsJudgedFromWhenTheLaterHoldersWriteArrived(t *te
 	}
 	if v := judge(at(450)); len(v) != 1 || !strings.HasPrefix(v[0], "stale accepted") {
 		t.Errorf("the child's write reached the store first: %v, want stale accepted", v)
+	}
+}
+
+// TestChild_AWriteReachesTheStoreWhenTheParentHandlesIt: the parent
+// reads the child's lines on one goroutine and handles them on another,
+// which a stop holds up (follow sleeps through the SIGSTOP, 1.5 TTLs and
+// more): a write read before the stop reaches the fenced store only once
+// handled, after it. A frozen holder's stale write that lands meanwhile
+// is accepted rightly, and the child's hold counts as fenced from the
+// handling, not the reading (seed 1795708793282321008 of a soak: the
+// child stopped 3.7 s on its grant of sem0, a frozen in-process holder's
+// write accepted 0.24 s into the stop, judged "stale accepted").
+func TestChild_AWriteReachesTheStoreWhenTheParentHandlesIt(t *testing.T) {
+	stores := &fencedStores{highest: map[string]uint64{}}
+	c := newTestChild([]op{{Kind: "semaphore", Names: []string{"s"}, TTL: time.Second, Wait: time.Second, Hold: 100 * time.Millisecond}}, stores)
+	c.s.Faults = []string{"freeze", "child"}
+	t0 := time.Now()
+	ns := func(ms int) int64 { return t0.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	stores.write("s", 10) // the frozen holder's first write
+	frozen := hold{client: 0, kind: "semaphore", tokens: map[string]uint64{"s": 10}, start: at(-1000), fenced: at(-1000), end: at(-310), frozen: true}
+	c.feed("asked 0 %d", ns(-800))
+	c.feed("granted 0 %d %d 1 s=11", ns(-300), ns(700))
+	// The write's line was read at once (-300 ms); then the parent slept
+	// through the stop, and the frozen holder woke and wrote.
+	frozen.stale = []staleWrite{{client: 0, name: "s", token: 10, at: at(-100), accepted: stores.write("s", 10)}}
+	handled := time.Now()
+	c.feed("write 0 s 11 %d", ns(-300))
+	c.feed("end 0 %d %d 0", ns(-200), ns(700))
+	if len(c.holds) != 1 {
+		t.Fatalf("holds %+v: want the child's", c.holds)
+	}
+	if c.holds[0].fenced.Before(handled) {
+		t.Errorf("hold %+v: want the child's, fenced once its write was handled (%v), not when it was read (%v)", c.holds[0], handled, at(-300))
+	}
+	out := &outcome{params: c.s.params, injected: map[string]int{}}
+	checkHolds(c.s, []hold{frozen, c.holds[0]}, nil, out)
+	if len(out.violations) != 0 {
+		t.Errorf("the child's write reached the store after the stale one: %v, want no violation", out.violations)
 	}
 }

@@ -51,9 +51,9 @@ import (
 // The parent reads the lines as they come and makes of them what an
 // in-process client records: holds, failed waits, the porcupine history,
 // writes to the run's fenced stores (a write arrives at the store when
-// the parent reads it). Then every checker judges the child's holds as
-// any other's. At a moment drawn from a stream of its own, the parent
-// sends SIGKILL: right after a "sending" line of a script call (with a
+// the parent handles its line, which a stop holds up). Then every checker
+// judges the child's holds as any other's. At a moment drawn from a
+// stream of its own, the parent sends SIGKILL: right after a "sending" line of a script call (with a
 // small random delay: the command may not have reached Redis, or Redis
 // applied it and the child never read the reply), while it holds, while
 // it waits in a Lock, or at a time. Sometimes, before that, it stops the
@@ -271,12 +271,12 @@ func startChild(ctx context.Context, env *exploreEnv, s *schedule, stores *fence
 		close(c.done)
 		return c
 	}
-	lines := make(chan childLine, 64)
+	lines := make(chan string, 64)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- childLine{text: sc.Text(), read: time.Now()}
+			lines <- sc.Text()
 		}
 	}()
 	go func() {
@@ -288,14 +288,9 @@ func startChild(ctx context.Context, env *exploreEnv, s *schedule, stores *fence
 	return c
 }
 
-type childLine struct {
-	text string
-	read time.Time
-}
-
 // follow reads the child's lines until its stdout closes, and kills (and
 // stops) it when the schedule says.
-func (c *child) follow(ctx context.Context, lines <-chan childLine) {
+func (c *child) follow(ctx context.Context, lines <-chan string) {
 	k := c.run.kill
 	armed := time.NewTimer(k.At)
 	defer armed.Stop()
@@ -336,11 +331,11 @@ func (c *child) follow(ctx context.Context, lines <-chan childLine) {
 			if !ok {
 				return
 			}
-			fields := strings.Fields(l.text)
+			fields := strings.Fields(l)
 			if len(fields) == 0 {
 				continue
 			}
-			c.handle(fields, l.read)
+			c.handle(fields)
 			if c.killed {
 				c.wroteAfterTrigger = c.wroteAfterTrigger || fields[0] != "sending"
 				continue
@@ -488,7 +483,7 @@ func childTime(s string) time.Time {
 }
 
 // handle takes one line of the child's.
-func (c *child) handle(f []string, read time.Time) {
+func (c *child) handle(f []string) {
 	client := c.run.client
 	ops := c.s.ops[client]
 	if f[0] == "error" {
@@ -539,10 +534,13 @@ func (c *child) handle(f []string, read time.Time) {
 			c.lateWrites = append(c.lateWrites, lateChildWrite{op: i, name: f[2], token: token})
 			return
 		}
-		w := staleWrite{client: client, name: f[2], token: token, at: read, accepted: c.stores.write(f[2], token)}
+		// It reaches the store now, as it is handled: a stop (follow
+		// sleeps through it) may hold up a line read long before.
+		accepted := c.stores.write(f[2], token)
+		w := staleWrite{client: client, name: f[2], token: token, at: time.Now(), accepted: accepted}
 		op.writes = append(op.writes, childWrite{staleWrite: w, made: childTime(f[4])})
 		if op.h != nil && op.h.fenced.IsZero() {
-			op.h.fenced = read
+			op.h.fenced = w.at
 		}
 	case "deadline":
 		if op.h != nil && !op.ended {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,7 @@ type commandFaults struct {
 	frozenUntil time.Time
 	injected    map[string]int
 	doubtful    map[string]bool      // lock names whose release or abandon a fault hit
+	cleaning    atomic.Int64         // clean-ups in flight (waitCleanUps)
 	orphaned    []orphanedCopy       // late copies that took a lock for a call that gave up
 	voided      map[string]time.Time // when each call's abandon came back, by its tombstone's key
 	dead        bool                 // its process was killed: nothing more of it is sent (explore_crash_test.go)
@@ -462,8 +464,19 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func (f *commandFaults) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// inFlight counts cmds as a clean-up in flight, if they carry one, until
+// the func it returns is called (see waitCleanUps).
+func (f *commandFaults) inFlight(cmds []redis.Cmder) func() {
+	if !anyCleanUp(cmds) {
+		return func() {}
+	}
+	f.cleaning.Add(1)
+	return func() { f.cleaning.Add(-1) }
+}
+
 func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		defer f.inFlight([]redis.Cmder{cmd})()
 		err := f.process(ctx, []redis.Cmder{cmd}, func(ctx context.Context) error {
 			sent := time.Now()
 			err := next(ctx, cmd)
@@ -477,6 +490,7 @@ func (f *commandFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (f *commandFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		defer f.inFlight(cmds)()
 		err := f.process(ctx, cmds, func(ctx context.Context) error {
 			sent := time.Now()
 			err := next(ctx, cmds)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -156,3 +157,35 @@ func checkRedlockSettled(ctx context.Context, masters []redis.UniversalClient, s
 		}
 	}
 }
+
+// waitCleanUps returns once no clean-up (a release or an abandon) has
+// been in flight at hooks for cleanUpsQuiet and as many looks, or after
+// CleanupTimeout and more, which bounds each. dlock does not wait for
+// every clean-up it sends: a Redlock's for a master past the node timeout
+// goes on (an Unlock's release, an abandon, sent in the background for a
+// master that had not answered the attempt), and may land after the call
+// returned; a check of what is left must not read the masters before it
+// did.
+func waitCleanUps(ctx context.Context, hooks []*commandFaults) {
+	ctx, cancel := context.WithTimeout(ctx, 2*dlock.CleanupTimeout)
+	defer cancel()
+	quietSince, looks := time.Now(), 0
+	for time.Since(quietSince) < cleanUpsQuiet || looks < cleanUpsLooks {
+		looks++
+		if slices.ContainsFunc(hooks, func(h *commandFaults) bool { return h.cleaning.Load() > 0 }) {
+			quietSince, looks = time.Now(), 0
+		}
+		if sleepCtx(ctx, cleanUpsQuiet/cleanUpsLooks) != nil {
+			return
+		}
+	}
+}
+
+// A goroutine dlock has just started for a clean-up reaches its hook
+// within cleanUpsQuiet, unless the machine starves the process (a soak
+// fills both cores): then the looks, each after a sleep that lets it run,
+// wait for it.
+const (
+	cleanUpsQuiet = 50 * time.Millisecond
+	cleanUpsLooks = 10
+)

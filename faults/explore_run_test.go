@@ -361,6 +361,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		close(h.stop)
 		h.late.Wait()
 	}
+	// Clean-ups dlock sent and did not wait for land (or fail, and make
+	// their locks doubtful) before anything is judged.
+	waitCleanUps(ctx, hooks)
 
 	for _, h := range hooks {
 		for k, n := range h.injected {
