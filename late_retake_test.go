@@ -128,3 +128,52 @@ func TestLateAttempt_OfAGrantRetakingAfterTheLeaseWasLostIsNotUnlockedAsHeld(t *
 		}
 	})
 }
+
+// An Unlock's release is applied and its reply lost; a copy of the attempt
+// that granted the lease (its first copy held up on the network) lands
+// then, and takes the free lock anew for the lease's owner; go-redis's
+// resend of the release arrives after it. The hold lasted from its grant
+// to the release, whose mark the resend would find: the resend's answer,
+// the one the Unlock reads, must say released, and the resend lets go of
+// what the late copy took.
+func TestLateAttempt_RetakingBetweenAReleaseAndItsResendDoesNotMakeItNotHeld(t *testing.T) {
+	releases := map[string]*redis.Script{"MultiLock": scripts.MultiRelease, "Mutex": scripts.MutexRelease, "FairMutex": scripts.FairRelease}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, lt := range retakers {
+			t.Run(lt.name, func(t *testing.T) {
+				ctx := ctxFor(t, 30*time.Second)
+				name := lockName(t)
+				other := b.newRedis(t)
+				rdb := b.newRedis(t)
+				acquires, release := &copier{script: lt.acquire}, &copier{script: releases[lt.name]}
+				rdb.AddHook(acquires)
+				rdb.AddHook(release)
+
+				lease, err := lt.take(newClient(t, rdb), name)(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				granted := acquires.sent()
+				if err := lease.Unlock(ctx); err != nil { // the first copy of the release: its reply is the one lost
+					t.Fatal(err)
+				}
+				for _, args := range granted { // the late copies of the granting attempt
+					if err := other.Do(ctx, args...).Err(); err != nil {
+						t.Fatalf("late copy: %v", err)
+					}
+				}
+				for _, args := range release.sent() { // go-redis's resend of the release
+					n, err := other.Do(ctx, args...).Int64()
+					if err != nil {
+						t.Fatalf("resent release: %v", err)
+					}
+					if n != 1 {
+						t.Fatalf("resent release of a hold that lasted until its release, after a late copy of its grant took the lock anew: %d, want 1 (the Unlock would say ErrNotHeld)", n)
+					}
+				}
+				expectNothingLeft(t, ctx, other, name, "after the resent release")
+				expectNothingLeft(t, ctx, other, name+"-b", "after the resent release")
+			})
+		}
+	})
+}
