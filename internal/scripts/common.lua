@@ -253,11 +253,13 @@ end
 -- is given: its counter is above it, and nobody mints while a lock is held.
 -- The hold lapsed, maybe another held the lock meanwhile, and a late copy
 -- of the attempt that granted it (go-redis's, after a read timeout) took it
--- again for its owner. A counter gone, or foreign, tells nothing.
-local function taken_since(fence, token)
+-- again for its owner. A counter gone, or foreign, tells nothing. Nor does
+-- it once a copy of this release let go (its mark): the hold lasted until
+-- then, and the copy took the lock after it; this resend lets that go.
+local function taken_since(fence, token, mark)
   token = tonumber(token)
   local last = tonumber(redis.pcall('GET', fence))
-  return token ~= nil and last ~= nil and last > token
+  return token ~= nil and last ~= nil and last > token and not released_before(mark)
 end
 
 -- The answer of a release that found no hold of its owner's: 1 when a

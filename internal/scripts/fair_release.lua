@@ -13,7 +13,9 @@
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or someone else's)
 -- since its grant: a hold taken anew since (taken_since in common.lua) is
--- released all the same, and answers 0, leaving no mark.
+-- released all the same, and answers 0, leaving no mark; one taken anew
+-- after this release's mark (a resend's, the hold having lasted until the
+-- first copy let go) is released, and answers 1.
 --
 -- The lock goes straight to the head of the queue, inside this script:
 -- neither the releaser nor a newcomer can take it in between.
@@ -26,7 +28,7 @@ void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) ~= ARGV[1] then
   return nothing_released(RELEASE_MARK)
 end
-local retaken = taken_since(FENCE, ARGV[5])
+local retaken = taken_since(FENCE, ARGV[5], RELEASE_MARK)
 redis.call('DEL', LOCK)
 hand_over(ARGV[2])
 if retaken then

@@ -16,7 +16,9 @@
 -- released all the same.
 --
 -- A lock held by this owner but taken anew since the grant (taken_since in
--- common.lua) is released, and counts as not held.
+-- common.lua) is released, and counts as not held, unless it was taken
+-- after this release's mark (a resend's: the group lasted until the first
+-- copy let go).
 --
 -- Safe to send twice, and to arrive late: a copy finds no lock of this
 -- owner's, and touches nothing; it finds the first one's mark, and reports
@@ -27,7 +29,7 @@ local released, retaken = 0, false
 for i = 1, N do
   local p = part(i)
   if redis.call('GET', p.LOCK) == ARGV[1] then
-    retaken = retaken or taken_since(p.FENCE, ARGV[4 + i])
+    retaken = retaken or taken_since(p.FENCE, ARGV[4 + i], RELEASE_MARK)
     hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
     released = released + 1
   end

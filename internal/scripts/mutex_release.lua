@@ -21,7 +21,9 @@
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or someone else's)
 -- since its grant: a hold taken anew since (taken_since in common.lua) is
--- released all the same, and answers 0, leaving no mark.
+-- released all the same, and answers 0, leaving no mark; one taken anew
+-- after this release's mark (a resend's, the hold having lasted until the
+-- first copy let go) is released, and answers 1.
 --
 -- The lock goes straight to a live Mutex waiter, inside this script: the
 -- waiter holds it when the word arrives, one trip after the release left,
@@ -32,7 +34,7 @@
 
 void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) == ARGV[1] then
-  local retaken = taken_since(FENCE, ARGV[5])
+  local retaken = taken_since(FENCE, ARGV[5], RELEASE_MARK)
   hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER)
   if retaken then
     return 0
