@@ -60,3 +60,23 @@ func TestMintToken_CounterExpiresRetentionAfterTheMint(t *testing.T) {
 		t.Fatalf("counter expires in %v after a mint for 10 s, want %v", left, want)
 	}
 }
+
+// A release's check for a hold taken anew since its grant reads the
+// counter as dlock's only when it is one (last_token): a value dlock did
+// not write there, numeric to Lua but no counter of dlock's, tells nothing,
+// as taken_since says, and the release of a hold that lasted answers 1.
+func TestMutexRelease_AForeignValueAtTheCounterTellsNothingOfARetake(t *testing.T) {
+	ctx, rdb := setup(t)
+	granted := acquire(t, ctx, rdb, tok("a"))
+	if granted[0] != 1 {
+		t.Fatalf("acquire: %v", granted)
+	}
+	rdb.Set(ctx, fenceKey, "1e300", 0) // a user's, after the grant
+	keys := []string{lockKey, channel, waitersKey, fenceKey, "t:{m}:holder", "t:{m}:released:a"}
+	if n := runInt(t, ctx, rdb, MutexRelease, keys, tok("a"), "PUBLISH", 5000, 60000, granted[1]); n != 1 {
+		t.Fatalf("release of a hold that lasted, a foreign value at its counter: %d, want 1", n)
+	}
+	if v := rdb.Get(ctx, fenceKey).Val(); v != "1e300" {
+		t.Fatalf("the foreign value became %q", v)
+	}
+}
