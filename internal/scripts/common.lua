@@ -258,8 +258,8 @@ end
 -- then, and the copy took the lock after it; this resend lets that go.
 local function taken_since(fence, token, mark)
   token = tonumber(token)
-  local last = tonumber(redis.pcall('GET', fence))
-  return token ~= nil and last ~= nil and last > token and not released_before(mark)
+  local last = last_token(fence)
+  return token ~= nil and type(last) == 'number' and last > token and not released_before(mark)
 end
 
 -- The answer of a release that found no hold of its owner's: 1 when a
