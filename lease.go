@@ -408,6 +408,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // by a late copy of the attempt that granted it (the Redis client's, after
 // a read timeout), maybe after another held the lock meanwhile, is
 // released too, and Unlock returns [ErrNotHeld]: the hold did not last.
+// So, on the safe side, does one of a hold that lasted longer than
+// [FenceRetentionTTLs] TTLs, its counter gone, when a late copy of its
+// grant found it held and minted anew (docs/SAFETY.md).
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ob := l.obs.Load(); ob != nil && !ob.part {
 		return ob.unlock(ctx, l)
