@@ -51,6 +51,12 @@ type Lease struct {
 	// before the lease is handed to the caller.
 	maybeCopied bool
 
+	// handedOver: the grant came with a release's hand-over, its deadline
+	// counted from the waiter's last attempt, the hand-over's moment
+	// being unknown: that deadline may have passed while the hold the
+	// release made is fresh, so confirmGrant does not judge it by it.
+	handedOver bool
+
 	// Under mu, with the fields below it; here, they pack with the flags
 	// above (ten thousand held leases are worth a few bytes each).
 	finished bool // the lease has ended
@@ -151,12 +157,16 @@ var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confi
 // attempt, under the same owner, taken it again with a new token: the
 // extension would find that hold its owner's, and the lease hand it over
 // with the grant's token, lower than the one before it. Such a grant
-// expired; the caller gives back whatever its owner holds.
+// expired; the caller gives back whatever its owner holds. A hand-over is
+// not judged so (see handedOver): its deadline says little of its hold,
+// and a waiter that hears of it only after the hold lapsed and a late
+// copy of its last attempt retook the lock would be told by the lock's
+// counter alone, which the extension does not read (issue 17, open).
 func (l *Lease) confirmGrant(ctx context.Context) error {
 	if !l.unconfirmed {
 		return nil
 	}
-	if l.grantLapsed() {
+	if !l.handedOver && l.grantLapsed() {
 		return errGrantExpired
 	}
 	sent := l.clock.Now()
@@ -166,7 +176,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return errGrantExpired
 	case err != nil:
 		return err
-	case l.grantLapsed():
+	case !l.handedOver && l.grantLapsed():
 		return errGrantExpired
 	}
 	l.unconfirmed = false

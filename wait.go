@@ -430,7 +430,11 @@ func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 	if !ok {
 		return nil
 	}
-	return a.grant.granted(h)
+	l := a.grant.granted(h)
+	if l != nil {
+		l.handedOver = true
+	}
+	return l
 }
 
 // acquireError makes what a failed acquisition returns: a wait that ended
