@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -530,6 +532,40 @@ func TestLease_LateGrantIsConfirmedBeforeItIsReturned(t *testing.T) {
 		t.Fatalf("Lock returned a lease with %v of validity", left)
 	}
 	_ = lease.Unlock(ctx)
+}
+
+// A Lock on a link too slow for its TTL (every grant, and every
+// confirmation, comes back with under a third of it left) gives each grant
+// back, and backs off before it tries again, as after a transient error,
+// rather than taking and giving back the lock in a tight loop: each retry
+// is reported with the grant's expiry.
+func TestLock_GrantsTooLateForTheTTLAreRetriedWithABackOff(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	rdb := backends[0].newRedis(t)
+	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+		if cmd.Name() == "evalsha" {
+			time.Sleep(ttl * 8 / 10) // the workload: a slow link
+		}
+	}})
+	var mu sync.Mutex
+	var retries []error
+	observed := dlock.WithObserver(&dlock.Observer{Wait: func(_ context.Context, ev dlock.WaitEvent) {
+		if ev.Step == dlock.WaitRetry {
+			mu.Lock()
+			retries = append(retries, ev.Err)
+			mu.Unlock()
+		}
+	}})
+	ctx, cancel := context.WithTimeout(ctxFor(t, 30*time.Second), 3*time.Second)
+	defer cancel()
+	if lease, err := newClient(t, rdb, dlock.WithTTL(ttl), observed).Mutex(lockName(t)).Lock(ctx); err == nil {
+		t.Fatalf("Lock on a link too slow for its TTL returned a lease with %v left", time.Until(lease.Deadline()))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(retries, func(err error) bool { return err != nil && strings.Contains(err.Error(), "grant expired") }) {
+		t.Fatalf("no retry reported with the grant's expiry (retries: %v)", retries)
+	}
 }
 
 // The extension that confirms a late grant crosses the same link: one

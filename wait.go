@@ -253,8 +253,16 @@ func (wt *waiting) loop() (*Lease, error) {
 		}
 		l, retryIn, err := wt.attempt()
 		if l != nil {
-			if kept, err, done := wt.keep(l); done {
+			kept, err, done := wt.keep(l)
+			if done {
 				return kept, err
+			}
+			// A grant that came back too late was given back: a link that
+			// slow would give the next one back too, so back off first.
+			if errors.Is(err, errGrantExpired) {
+				if stop := wt.pause(err); stop != nil {
+					return nil, stop
+				}
 			}
 			continue
 		}
