@@ -729,3 +729,45 @@ func TestLateAttempt_OfATryWhoseGrantExpiredUnconfirmedTakesNothing(t *testing.T
 		expectNothingLeft(t, ctx, other, name, "after a late copy")
 	})
 }
+
+// A Lock whose grant is read past its deadline (here after a suspension)
+// gives the grant back and goes on waiting; its next attempt is granted
+// and the lease returned. A copy of the give-back's release, sent again by
+// go-redis after a read timeout, lands after that: it must not take away
+// the hold the returned lease counts on, which another would then take
+// (found by the explorer's overlap check, soak seed 1795708793282322346:
+// a ReentrantMutex and an RWMutex's write side held at once, the first's
+// renewal refused and its Unlock answered by the release's mark).
+func TestLateRelease_OfAGrantGivenBackLeavesTheCallsNextHold(t *testing.T) {
+	forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		releases := &copier{script: lt.release}
+		rdb.AddHook(releases)
+		c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+		clk := dlock.UseClock(c)
+		var once sync.Once
+		rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
+			if isReplyOf(cmd, lt.acquire, 1) {
+				once.Do(func() { clk.Jump(2 * time.Minute) }) // the first grant is read after a two-minute suspension
+			}
+		}})
+		lease, err := lt.take(c, name)(ctx)
+		if err != nil {
+			t.Fatalf("a Lock whose first grant was read past its deadline: %v, want the next grant", err)
+		}
+		defer func() { _ = lease.Unlock(ctx) }()
+		givenBack := releases.sent()
+		if len(givenBack) != 1 {
+			t.Fatalf("%d releases sent before the lease was returned, want 1: the first grant's give-back", len(givenBack))
+		}
+		if err := other.Do(ctx, givenBack[0]...).Err(); err != nil { // the give-back's late copy
+			t.Fatalf("late copy of the give-back: %v", err)
+		}
+		if err := lease.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("Extend of the returned lease after a late copy of its call's give-back: %v; its hold was taken away while it counted on it", err)
+		}
+	})
+}

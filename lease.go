@@ -441,7 +441,6 @@ type voidRule int
 const (
 	voidIfCopied voidRule = iota // when an attempt of the call may have been sent twice (an Unlock)
 	voidAlways                   // the call gives up (see giveUp)
-	voidNever                    // the call goes on, and tries again
 )
 
 func (l *Lease) unlock(ctx context.Context, rule voidRule) error {

@@ -155,7 +155,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return keep(ctx, l, false)
+	return keep(ctx, l)
 }
 
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
@@ -192,7 +192,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 		}
 		l, retryIn, err := m.attempt(ctx)
 		if l != nil {
-			return keep(ctx, l, false)
+			return keep(ctx, l)
 		}
 		var quorum *QuorumError
 		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || m.r.forbidden(quorum) {

@@ -72,7 +72,7 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 		}
 		return nil, ErrNotAcquired
 	}
-	return keep(ctx, l, false)
+	return keep(ctx, l)
 }
 
 // keep hands a granted lease to the caller, unless the caller's context
@@ -82,25 +82,18 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 // gives up. A client can see a reply after its context ended.
 //
 // A grant that arrived late (see startLease) is confirmed first, with an
-// extension; if that fails, the grant is given back and the error returned.
-// In a call that goes on (waiting: see waiting.keep), a grant that expired
-// before it could be confirmed leaves no tombstone, nor does one whose
-// confirmation found Redis unavailable: the Lock call tries again, with
-// the same call token. A TryLock's call ends there, and leaves its
-// tombstone: a grant read past its deadline is one whose attempt may well
-// have been sent twice (see confirmGrant), and a copy still on its way
-// must take nothing.
-func keep(ctx context.Context, l *Lease, goesOn bool) (*Lease, error) {
+// extension; if that fails, the grant is given back with the call's
+// tombstone and the error returned: a grant read past its deadline is one
+// whose attempt may well have been sent twice (see confirmGrant), and a
+// copy still on its way must take nothing. A Lock call may go on from
+// there (see waiting.keep), as a new call, under a new token.
+func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
 		if err == nil {
 			return l, nil
 		}
-		if goesOn && (errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable)) {
-			_ = l.unlock(ctx, voidNever)
-		} else {
-			_ = l.giveUp(ctx)
-		}
+		_ = l.giveUp(ctx)
 		return nil, acquireError(ctx, err)
 	}
 	_ = l.giveUp(ctx) // releases whatever ctx; if it fails, the hold expires
@@ -189,10 +182,17 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 // keep is keep for a call that goes on; done is false when it goes on:
 // the grant expired before it could be confirmed, or Redis was unavailable
 // to confirm it (the next attempt then meets the same and pauses, as after
-// any transient error).
+// any transient error). It goes on under a new token, as after an attempt
+// that failed: under the old one, a copy of the give-back's release, sent
+// again by go-redis after a read timeout, would take away the hold the
+// call's next grant returns (the explorer's soak seed 1795708793282322346).
 func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
-	kept, err = keep(wt.ctx, l, true)
-	return kept, err, !errors.Is(err, errGrantExpired) && !errors.Is(err, ErrUnavailable)
+	kept, err = keep(wt.ctx, l)
+	if errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable) {
+		wt.a.v.fresh() // the give-back left the old token's tombstone
+		return nil, err, false
+	}
+	return kept, err, true
 }
 
 // unsubscribed makes the first attempt, without a subscription; done is
