@@ -314,7 +314,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 					// for a reply: starvation, if that much of it was.
 					gaveUp := time.Now()
 					starved := proc.starved(later(asked, gaveUp.Add(-2*readTimeout)), gaveUp)
-					if timedOut(err) && starvedEnough(starved, readTimeout) {
+					if isTimeout(err) && starvedEnough(starved, readTimeout) {
 						starvedErrs = append(starvedErrs, fmt.Sprintf("client %d op %d (%s): %v, its process starved %v of the %v before", c, i, o.Kind, err, starved, gaveUp.Sub(asked)))
 					} else {
 						errs = append(errs, fmt.Sprintf("client %d op %d (%s): %v, its process starved %v of the %v before", c, i, o.Kind, err, starved, gaveUp.Sub(asked)))

@@ -118,7 +118,7 @@ func TestRoundTrips_SlowOnesThatCameBackAreRecorded(t *testing.T) {
 
 	short, g := hooked(100 * time.Millisecond)
 	began = time.Now()
-	if err := held(short, 0); !timedOut(err) {
+	if err := held(short, 0); !isTimeout(err) {
 		t.Fatalf("want a timeout, got %v", err)
 	}
 	if got := starvedFor(began, time.Now(), g.slow); got != 0 {

@@ -4,8 +4,6 @@ package faults
 
 import (
 	"errors"
-	"net"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -138,14 +136,9 @@ func processStalls() *stallLog {
 // roundTrip records a command's round trip, from sending to its reply, if
 // it was slow and came back.
 func (l *stallLog) roundTrip(sent time.Time, err error) {
-	if took := time.Since(sent); took >= slowRoundTrip && !timedOut(err) {
+	if took := time.Since(sent); took >= slowRoundTrip && !isTimeout(err) {
 		l.add(sent, sent.Add(took))
 	}
-}
-
-func timedOut(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // starved is how much of [from, to] the process was starved: its commands
