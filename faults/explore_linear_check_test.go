@@ -39,7 +39,7 @@ func TestLinearCheck_AMultiLockUnlockRefusedForOneLockReleasedTheOthers(t *testi
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: 10 * time.Second,
 		Username: aclUser, Password: aclPassword, MaxRedirects: 3})
 	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.AddHook(held)
+	rdb.AddHook(beforeSending(held.hold))
 	other := newClient(t, c.Client())
 	rec := &leaseRecorder{start: time.Now()}
 	multi := op{Kind: "multi", Names: []string{first, second}}
@@ -137,21 +137,5 @@ func (h *heldRelease) hold(cmds []redis.Cmder) {
 			<-h.release
 			return
 		}
-	}
-}
-
-func (h *heldRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *heldRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.hold([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-
-func (h *heldRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.hold(cmds)
-		return next(ctx, cmds)
 	}
 }

@@ -32,7 +32,7 @@ func TestUnlockCheck_AReleaseSentPastTheDeadlineIsNoViolation(t *testing.T) {
 	name := lockName(t)
 	held := &heldFlights{busy: name + "-busy", arrived: make(chan struct{}, 2), release: make(chan struct{})}
 	rdb := redisWithTimeout(t, srv.Addr(), 10*time.Second)
-	rdb.AddHook(held)
+	rdb.AddHook(beforeSending(held.hold))
 	c := newClient(t, rdb)
 	lock := c.Mutex(name, dlock.WithLeaseTime(time.Second))
 
@@ -110,18 +110,22 @@ func (h *heldFlights) hold(cmds []redis.Cmder) {
 	}
 }
 
-func (h *heldFlights) DialHook(next redis.DialHook) redis.DialHook { return next }
+// beforeSending is a go-redis hook that calls f with each command, or each
+// pipeline's commands, before they are sent: a test holds them there.
+type beforeSending func(cmds []redis.Cmder)
 
-func (h *heldFlights) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (f beforeSending) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f beforeSending) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.hold([]redis.Cmder{cmd})
+		f([]redis.Cmder{cmd})
 		return next(ctx, cmd)
 	}
 }
 
-func (h *heldFlights) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (f beforeSending) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.hold(cmds)
+		f(cmds)
 		return next(ctx, cmds)
 	}
 }
