@@ -166,6 +166,10 @@ type waiting struct {
 	// maybeCopied: an attempt of the call may have been sent twice (see
 	// Lease.maybeCopied).
 	maybeCopied bool
+	// tooLate: the last grant came back too late and was given back; a
+	// link that slow would give the next one back too, so the loop backs
+	// off first.
+	tooLate error
 }
 
 // attempt makes one attempt, and notes whether it may have been sent twice.
@@ -186,10 +190,18 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 // that failed: under the old one, a copy of the give-back's release, sent
 // again by go-redis after a read timeout, would take away the hold the
 // call's next grant returns (the explorer's soak seed 1795708793282322346).
+// The call held the lock for a while, for no lease: a grant given back is
+// reported as a retry with what it met (for one that came back too late,
+// by the loop's pause before it tries again).
 func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
 	kept, err = keep(wt.ctx, l)
 	if errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable) {
 		wt.a.v.fresh() // the give-back left the old token's tombstone
+		if errors.Is(err, errGrantExpired) {
+			wt.tooLate = err
+		} else {
+			wt.observed.wait(wt.ctx, WaitRetry, err)
+		}
 		return nil, err, false
 	}
 	return kept, err, true
@@ -204,6 +216,11 @@ func (wt *waiting) unsubscribed() (*Lease, error, bool) {
 	}
 	if l != nil {
 		return wt.keep(l)
+	}
+	if err != nil {
+		// An attempt in doubt may have held the lock until its clean-up:
+		// reported as the loop reports its own.
+		wt.observed.wait(wt.ctx, WaitRetry, err)
 	}
 	return nil, nil, false
 }
@@ -248,21 +265,19 @@ func (wt *waiting) loop() (*Lease, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if wt.tooLate != nil {
+			if stop := wt.pause(wt.tooLate); stop != nil {
+				return nil, stop
+			}
+			wt.tooLate = nil
+		}
 		if err := wt.register(); err != nil {
 			return nil, err
 		}
 		l, retryIn, err := wt.attempt()
 		if l != nil {
-			kept, err, done := wt.keep(l)
-			if done {
+			if kept, err, done := wt.keep(l); done {
 				return kept, err
-			}
-			// A grant that came back too late was given back: a link that
-			// slow would give the next one back too, so back off first.
-			if errors.Is(err, errGrantExpired) {
-				if stop := wt.pause(err); stop != nil {
-					return nil, stop
-				}
 			}
 			continue
 		}
