@@ -98,6 +98,9 @@ type process struct {
 	// the run having no fault that slows a server or the way to one
 	// (explore_starve_test.go)
 	slowIsStarved bool
+	// servers: its run's servers' run-queue waits, counted in every run
+	// (explore_schedstat_test.go); nil: none measured
+	servers *serverStalls
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -239,6 +242,10 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	rec := &leaseRecorder{start: time.Now(), undone: env.failover.mayBeUndone}
 	network := startNetwork(env, s)
 	defer network.stop()
+	// The servers' run-queue waits, from now to the run's end: its
+	// failovers' data nodes as they are at each tick.
+	runQueues := startServerStalls(runServers(env))
+	defer runQueues.close()
 	resend := env.newRedis()
 	defer resend.Close()
 	resendTo := make([]redis.UniversalClient, len(env.redlock)) // a copy goes where its first went
@@ -259,7 +266,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		penv := network.env(env, s.process[c]) // its own links, when the run has network faults
 		rdb := penv.newRedis()
 		defer rdb.Close()
-		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals}
+		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals, servers: runQueues}
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
 		p.slowIsStarved = !slices.ContainsFunc(s.Faults, slowsServers)
 		p.crash.conns = append(p.crash.conns, rdb)

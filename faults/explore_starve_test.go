@@ -18,9 +18,12 @@ import (
 // that soaks more lanes than it has cores. The explorer tells that from a
 // renewal lost on the way by what it measured of the starvation itself,
 // never by the loss: the stalls of its own process (a probe that asks to
-// sleep and wakes late) and the slow round trips of the lease's process's
+// sleep and wakes late), the slow round trips of the lease's process's
 // commands that came back (a timed-out one is the loss's symptom, not its
-// cause). A loss with little starvation in its lease's last TTL stays a
+// cause; only in runs with no fault that slows a server), and in every
+// run the time each of the run's servers waited on a run queue for a CPU,
+// as the kernel counts it (explore_schedstat_test.go), the worst server's.
+// A loss with little starvation in its lease's last TTL stays a
 // violation.
 
 const (
@@ -142,7 +145,10 @@ func (l *stallLog) roundTrip(sent time.Time, err error) {
 }
 
 // starved is how much of [from, to] the process was starved: its commands
-// slow, or the explorer's own process stalled.
+// slow, or the explorer's own process stalled, together with the run-queue
+// wait of its run's worst server there (explore_schedstat_test.go). The
+// worst, not all: a lease lives on one node, and a wait of each server
+// in turn would add up to a starvation no lease saw.
 func (p *process) starved(from, to time.Time) time.Duration {
 	logs := []*stallLog{processStalls()}
 	if p.slowIsStarved {
@@ -151,7 +157,11 @@ func (p *process) starved(from, to time.Time) time.Duration {
 			logs = append(logs, h.slow)
 		}
 	}
-	return starvedFor(from, to, logs...)
+	worst := starvedFor(from, to, logs...)
+	for _, server := range p.servers.all() {
+		worst = max(worst, starvedFor(from, to, append(logs[:len(logs):len(logs)], server)...))
+	}
+	return worst
 }
 
 // starvedBefore is how much of the ttl before returned, when a call

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -128,5 +129,31 @@ func TestReplicatedCluster_FailOverPromotesTheReplica(t *testing.T) {
 	}
 	if role, _ := c.Replicas[owner].Client().Info(ctx, "replication").Result(); !strings.Contains(role, "role:slave") {
 		t.Fatalf("the old master after the failover:\n%s", role)
+	}
+}
+
+// TestPid_IsTheServersOwnWhileItRuns: the pid is the one the server
+// reports, a new one after a restart, and 0 once it is killed.
+func TestPid_IsTheServersOwnWhileItRuns(t *testing.T) {
+	s := Start(t)
+	ctx := context.Background()
+	reported := func() string {
+		info, err := s.Client().Info(ctx, "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	if pid := s.Pid(); pid == 0 || !strings.Contains(reported(), "process_id:"+strconv.Itoa(pid)+"\r\n") {
+		t.Fatalf("Pid() = %d, not the server's own", pid)
+	}
+	before := s.Pid()
+	s.Restart()
+	if pid := s.Pid(); pid == before || !strings.Contains(reported(), "process_id:"+strconv.Itoa(pid)+"\r\n") {
+		t.Fatalf("Pid() = %d after a restart (before: %d), not the server's own", pid, before)
+	}
+	s.Kill()
+	if pid := s.Pid(); pid != 0 {
+		t.Fatalf("Pid() = %d once killed, want 0", pid)
 	}
 }

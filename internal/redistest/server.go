@@ -183,6 +183,23 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
 
+// Pid is the server's process id, for what the OS tells of it (as
+// /proc/<pid>/schedstat); 0 when it is not running: killed, or between a
+// Restart's kill and start. A restart gives a new one.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	select {
+	case <-s.exit:
+		return 0
+	default:
+		return s.cmd.Process.Pid
+	}
+}
+
 // Client returns the server's go-redis client, one for every call, closed
 // by Close or at the test's end. For a TLS server it trusts the test CA and
 // gives the password. One, not one a call: a soak calls it once a run on

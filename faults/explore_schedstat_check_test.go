@@ -1,0 +1,201 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// TestRunQueueSpan_TheWaitAtTheWindowsEnd: a window's run-queue wait is a
+// stall of its length at the window's end, never before the window began,
+// and none below schedMin.
+func TestRunQueueSpan_TheWaitAtTheWindowsEnd(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, c := range []struct {
+		prev, now int
+		wait      time.Duration
+		want      *span
+	}{
+		{0, 20, 5 * time.Millisecond, &span{at(15), at(20)}},
+		{0, 20, schedMin, &span{at(19), at(20)}},
+		{0, 20, 20 * time.Millisecond, &span{at(0), at(20)}},
+		{0, 20, 50 * time.Millisecond, &span{at(0), at(20)}}, // a wait that began before the window was read
+		{0, 20, schedMin - time.Microsecond, nil},
+		{0, 20, 0, nil},
+		{20, 20, 5 * time.Millisecond, nil},
+	} {
+		got, ok := runQueueSpan(at(c.prev), at(c.now), c.wait)
+		switch {
+		case c.want == nil && ok:
+			t.Errorf("[%d ms, %d ms] waiting %v: span %v, want none", c.prev, c.now, c.wait, got)
+		case c.want != nil && (!ok || !got.from.Equal(c.want.from) || !got.to.Equal(c.want.to)):
+			t.Errorf("[%d ms, %d ms] waiting %v: span [%v, %v] (%v), want [%v, %v]", c.prev, c.now, c.wait,
+				got.from.Sub(t0), got.to.Sub(t0), ok, c.want.from.Sub(t0), c.want.to.Sub(t0))
+		}
+	}
+}
+
+// TestStarved_TheWorstServerNotTheirSum: a process is as starved as its
+// own stalls with its worst server's: a lease lives on one node, and
+// stalls of two servers in turn do not add up.
+func TestStarved_TheWorstServerNotTheirSum(t *testing.T) {
+	t0 := time.Now().Add(time.Hour) // where the probe has measured nothing
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	a, b := new(redistest.Server), new(redistest.Server)
+	stalls := &serverStalls{logs: map[*redistest.Server]*stallLog{}}
+	stalls.logFor(a).add(at(0), at(300))
+	stalls.logFor(b).add(at(500), at(800))
+	for _, slowIsStarved := range []bool{true, false} {
+		p := &process{hook: newCommandFaults(1, 0, nil, nil), servers: stalls, slowIsStarved: slowIsStarved}
+		p.hook.slow.add(at(250), at(350))
+		want := 300 * time.Millisecond // b's, or a's
+		if slowIsStarved {
+			want = 400 * time.Millisecond // the slow round trip with b's (with a's: 350 ms)
+		}
+		if got := p.starved(at(0), at(1000)); got != want {
+			t.Errorf("slow round trips counted %v: starved %v, want %v", slowIsStarved, got, want)
+		}
+	}
+	if got, want := (&process{hook: newCommandFaults(1, 0, nil, nil)}).starved(at(0), at(1000)), time.Duration(0); got != want {
+		t.Errorf("no servers measured: starved %v, want %v", got, want)
+	}
+}
+
+// TestRunServers_EveryServerOfTheRun: the sampler of a run watches its
+// nodes, their replicas, the Redlock's masters, a failover's data nodes
+// running and a cluster failover's nodes, as they are at each tick.
+func TestRunServers_EveryServerOfTheRun(t *testing.T) {
+	srv := func() *redistest.Server { return new(redistest.Server) }
+	node, replica, master := srv(), srv(), srv()
+	env := &exploreEnv{nodes: []*redistest.Server{node}, replicas: []*redistest.Server{replica}, redlock: []*redistest.Server{master}}
+	if got, want := runServers(env)(), []*redistest.Server{node, replica, master}; !sameServers(got, want) {
+		t.Errorf("standalone run: %d servers listed, want %d", len(got), len(want))
+	}
+	promoted := srv()
+	env = &exploreEnv{nodes: []*redistest.Server{node}, failover: &failoverEnv{live: []*redistest.Server{node, promoted}}}
+	servers := runServers(env)
+	if got, want := servers(), []*redistest.Server{node, promoted}; !sameServers(got, want) {
+		t.Errorf("failover run: %d servers, want %d", len(got), len(want))
+	}
+	rejoined := srv()
+	env.failover.live = []*redistest.Server{promoted, rejoined}
+	if got, want := servers(), []*redistest.Server{node, promoted, rejoined}; !sameServers(got, want) {
+		t.Errorf("failover run after a failover: %d servers, want %d (its live nodes of now)", len(got), len(want))
+	}
+	c := &redistest.Cluster{Nodes: []*redistest.Server{node}, Replicas: []*redistest.Server{replica}}
+	env = &exploreEnv{nodes: []*redistest.Server{node}, replicas: []*redistest.Server{replica}, cfail: newClusterFailovers(c)}
+	servers = runServers(env)
+	added := srv()
+	c.Replicas = append(c.Replicas, added)
+	if got, want := servers(), []*redistest.Server{node, replica, added}; !sameServers(got, want) {
+		t.Errorf("cluster failover run: %d servers, want %d (its nodes of now)", len(got), len(want))
+	}
+}
+
+// sameServers: got lists want's servers, some maybe twice (the sampler
+// reads each once a tick), and no other.
+func sameServers(got, want []*redistest.Server) bool {
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			return false
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestServerStalls_SeeAServerWaitingForACPU: a server pinned to one CPU
+// with a process that spins on it, kept busy by a script of about half a
+// second of its CPU, waits on the run queue for much of the script's
+// time (each gets half the CPU, both at the test's niceness: the script
+// takes about a second), and the sampler sees at least a quarter of it.
+func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/schedstat"); err != nil {
+		t.Skip("no /proc/self/schedstat: the kernel tells no run-queue wait here")
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		t.Skip("no taskset to pin the server and the hog to one CPU")
+	}
+	srv := startServer(t)
+	stalls := startServerStalls(func() []*redistest.Server { return []*redistest.Server{srv} })
+	t.Cleanup(stalls.close)
+	ctx := context.Background()
+
+	// A Lua loop of n steps; n for about 500 ms, timed on the server alone.
+	const loop = "local i = 0 while i < tonumber(ARGV[1]) do i = i + 1 end return i"
+	const calibrate = 2_000_000
+	began := time.Now()
+	if err := srv.Client().Eval(ctx, loop, nil, calibrate).Err(); err != nil {
+		t.Fatal(err)
+	}
+	steps := int(float64(calibrate) * float64(500*time.Millisecond) / float64(max(time.Since(began), time.Millisecond)))
+	steps = min(steps, 500_000_000)
+
+	if out, err := exec.Command(taskset, "-a", "-p", "-c", "0", strconv.Itoa(srv.Pid())).CombinedOutput(); err != nil {
+		t.Fatalf("pinning the server: %v: %s", err, out)
+	}
+	hog := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done")
+	hog.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hog.Process.Kill()
+		_ = hog.Wait()
+	})
+
+	before, _ := readRunDelay(srv.Pid())
+	type busy struct {
+		sent, answered time.Time
+		err            error
+	}
+	done := make(chan busy, 1)
+	go func() {
+		sent := time.Now()
+		err := srv.Client().Eval(ctx, loop, nil, steps).Err()
+		done <- busy{sent, time.Now(), err}
+	}()
+	b := <-done
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	after, _ := readRunDelay(srv.Pid())
+	window := b.answered.Sub(b.sent)
+	// The sampler's next reading, a tick away, has the wait that ended
+	// with the script; it may run late on a loaded machine.
+	deadline := time.Now().Add(5 * time.Second)
+	for starvedFor(b.sent, b.answered, stalls.logFor(srv)) < window/4 && time.Now().Before(deadline) {
+		time.Sleep(schedTick)
+	}
+	seen := starvedFor(b.sent, b.answered, stalls.logFor(srv))
+	t.Logf("script of %d steps busy %v; the kernel's run-queue wait over it %v; the sampler's stalls in it %v",
+		steps, window.Round(time.Millisecond), (after - before).Round(time.Millisecond), seen.Round(time.Millisecond))
+	if seen < window/4 {
+		t.Errorf("the sampler saw %v of run-queue wait in a %v busy window, want a quarter at least (the kernel counted %v)", seen, window, after-before)
+	}
+}
+
+// readRunDelay is pid's run-queue wait so far.
+func readRunDelay(pid int) (time.Duration, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/schedstat")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return runDelay(f, make([]byte, 128))
+}
