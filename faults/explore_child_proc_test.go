@@ -109,7 +109,7 @@ func runChildLoop(c childSpec) {
 		rdb = newRedisAt(c.Addrs[0])
 	}
 	rdb.AddHook(childSending{out})
-	observer := &dlock.Observer{Renewal: func(dlock.RenewalEvent) { out.deadline() }}
+	observer := &dlock.Observer{Renewal: func(dlock.RenewalEvent) { out.deadline() }, Wait: observedInDoubt.Wait}
 	client, err := dlock.New(rdb, dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer))
 	if err != nil {
 		out.line("error %v", err)
@@ -131,6 +131,7 @@ func runChildLoop(c childSpec) {
 		if o.Cancel > 0 {
 			actx, cancel = context.WithTimeout(ctx, o.Cancel)
 		}
+		actx, inDoubt := withInDoubt(actx)
 		out.line("asked %d %d", i, unixNow())
 		lease, err := acquire(actx, proc, o, opts)
 		cancel()
@@ -148,7 +149,7 @@ func runChildLoop(c childSpec) {
 		for name, token := range lease.Tokens() {
 			tokens = append(tokens, fmt.Sprintf("%s=%d", name, token))
 		}
-		out.line("granted %d %d %d %d %s", i, ret.UnixNano(), lease.Deadline().UnixNano(), valid, strings.Join(tokens, ","))
+		out.line("granted %d %d %d %d %s %d", i, ret.UnixNano(), lease.Deadline().UnixNano(), valid, strings.Join(tokens, ","), b2i(inDoubt.Load()))
 		write := func() { // without looking at the lease
 			for name, token := range lease.Tokens() {
 				out.line("write %d %s %d %d", i, name, token, unixNow())

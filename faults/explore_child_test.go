@@ -528,6 +528,9 @@ func (c *child) handle(f []string) {
 			h.tokens[name], _ = strconv.ParseUint(token, 10, 64)
 		}
 		op.h = h
+		if len(f) > 6 && f[6] == "1" { // it may have held the lock under no lease first
+			c.rec.recordInDoubt(client, owner, o, op.asked, op.granted)
+		}
 	case "write":
 		token, _ := strconv.ParseUint(f[3], 10, 64)
 		if c.killed {

@@ -272,7 +272,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
-		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh)}, env.failover.options()...)...)
+		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observedInDoubt)}, env.failover.options()...)...)
 		if err != nil {
 			panic(err) // the options are the explorer's own
 		}
@@ -455,8 +455,12 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		actx, cancel = context.WithTimeout(ctx, o.Cancel)
 		defer cancel()
 	}
+	actx, inDoubt := withInDoubt(actx)
 	asked := time.Now()
 	lease, err := acquire(actx, proc, o, opts)
+	if err == nil && inDoubt.Load() {
+		rec.recordInDoubt(client, owner, o, asked, time.Now())
+	}
 	// Judged as the call returned it, on its process's clock: a
 	// suspension that begins once it returned stops the holder, not dlock.
 	returned := time.Now()

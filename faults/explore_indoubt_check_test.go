@@ -1,0 +1,86 @@
+//go:build faults
+
+package faults
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/linear"
+)
+
+// TestLinearCheck_ARefusalWhileAWaiterHeldAGrantItGaveBack: client 0's
+// Lock took the lock, gave the grant back unconfirmed and was granted it
+// again after client 2 had held it; client 1's TryLock, refused before
+// that, saw the first hold. By the calls alone nobody held the lock then:
+// a violation, as the soak reported (seed 1795714824042407448). With the
+// hold the call marked in doubt, none.
+func TestLinearCheck_ARefusalWhileAWaiterHeldAGrantItGaveBack(t *testing.T) {
+	start := time.Now()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	mutex := op{Kind: "mutex", Names: []string{"m"}}
+	granted := func(client int, owner string, call, ret time.Time, token uint64) leaseCall {
+		return leaseCall{client: client, names: mutex.Names, call: call, ret: ret, tokens: map[string]uint64{"m": token}, lapse: ret.Add(time.Second),
+			op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: linear.Exclusive}, out: linear.Result{OK: true}}
+	}
+	check := func(inDoubt bool) []string {
+		rec := &leaseRecorder{start: start}
+		rec.add(granted(0, "client 0 op 0", at(0), at(300), 3)) // given back first, granted again at the end
+		if inDoubt {
+			rec.recordInDoubt(0, "client 0 op 0", mutex, at(0), at(300))
+		}
+		rec.refused(1, "client 1 op 0", op{Kind: "mutex", Names: mutex.Names, Try: true}, at(20), at(30), dlock.ErrNotAcquired)
+		// Another client held the lock in between: client 0's call did not hold it from before the refusal on.
+		rec.add(granted(2, "client 2 op 0", at(50), at(60), 2))
+		rec.ended(2, "client 2 op 0", mutex, linear.Release, at(70), at(80), nil)
+		rec.ended(0, "client 0 op 0", mutex, linear.Release, at(400), at(410), nil)
+		var out outcome
+		checkLinearizable(&schedule{}, rec, map[string]string{"m": "mutex"}, nil, &out)
+		return out.violations
+	}
+	if v := check(false); len(v) != 1 {
+		t.Fatalf("without the hold in doubt: %d violations, want the refusal flagged\n%s", len(v), strings.Join(v, "\n"))
+	}
+	if v := check(true); len(v) != 0 {
+		t.Fatalf("with the hold in doubt: %d violations\n%s", len(v), strings.Join(v, "\n"))
+	}
+}
+
+// TestInDoubt_ALockThatGaveBackAGrantIsMarked: the mark comes from dlock
+// itself, through the explorer's Observer: a Lock whose first grant came
+// back after its TTL (its attempt held up before it was sent) is marked;
+// one granted at once is not.
+func TestInDoubt_ALockThatGaveBackAGrantIsMarked(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	rdb := newRedisAt(startServer(t).Addr())
+	t.Cleanup(func() { _ = rdb.Close() })
+	var slow atomic.Bool
+	rdb.AddHook(beforeSending(func(cmds []redis.Cmder) {
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" && slow.CompareAndSwap(true, false) {
+				time.Sleep(ttl * 3 / 2) // applied after the TTL its sender counts from
+			}
+		}
+	}))
+	client := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithObserver(observedInDoubt))
+	ctx := ctxFor(t, 30*time.Second)
+	for _, late := range []bool{false, true} {
+		slow.Store(late)
+		actx, inDoubt := withInDoubt(ctx)
+		lease, err := client.Mutex(lockName(t)).Lock(actx)
+		if err != nil {
+			t.Fatalf("Lock (first grant late: %v): %v", late, err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if inDoubt.Load() != late {
+			t.Errorf("first grant late: %v; marked in doubt: %v", late, inDoubt.Load())
+		}
+	}
+}
