@@ -86,6 +86,30 @@ local function registered_id(rest)
   return string.match(rest, '^([^:{]+)(.*)$')
 end
 
+-- Withdraw from set every registration of the waiter that made
+-- registration, and registration itself; how many went. A Mutex's call
+-- registers anew at each attempt ('client/id:attempt:...', hand_next.lua),
+-- and a late copy of an earlier attempt that lands while the call still
+-- waits registers it again beside its latest: left behind when the call
+-- leaves the line, it would be handed the lock by a later release, held
+-- then for nobody until it ran out. One pass over the waiters, made only
+-- as a call that registered leaves the line.
+local function withdraw_waiter(set, registration)
+  local client, rest = registration_parts(registration)
+  local id = client and registered_id(rest)
+  if id == nil then
+    return redis.call('ZREM', set, registration)
+  end
+  local prefix = client .. '/' .. id .. ':'
+  local withdrawn = 0
+  for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+    if member == registration or member:sub(1, #prefix) == prefix then
+      withdrawn = withdrawn + redis.call('ZREM', set, member)
+    end
+  end
+  return withdrawn
+end
+
 -- Tell a waiter picked from a set of registrations to try again: one
 -- registered as 'client/id' on its client's own channel (the lock's channel
 -- followed by ':client'), so that no other client hears it; a bare id on

@@ -66,6 +66,10 @@ local function hand_next(lock, fence, waiters, channel, publish, holder)
     wake_waiter(channel, waiter, publish)
     return
   end
+  -- Its other registrations go with it: a late copy of an earlier attempt
+  -- may have registered it again (withdraw_waiter in common.lua), and the
+  -- next release would hand the lock to it once more.
+  withdraw_waiter(waiters, waiter)
   local token = mint_token(fence, ttl)
   if type(token) ~= 'number' then -- a foreign fencing counter: wake the waiter instead
     redis.call('DEL', lock)

@@ -54,10 +54,13 @@ if ARGV[4] ~= '' then
   local withdrawn -- none from waiters dlock did not write (dlocks_beside)
   if not dlocks_beside(WAITERS, 'zset') then
     withdrawn = 0
-  elseif ARGV[5] ~= '' then
-    withdrawn = redis.call('ZREM', WAITERS, ARGV[4], ARGV[5])
   else
-    withdrawn = redis.call('ZREM', WAITERS, ARGV[4])
+    -- Every registration of the call: a late copy of an earlier attempt
+    -- may have registered it again (withdraw_waiter in common.lua).
+    withdrawn = withdraw_waiter(WAITERS, ARGV[4])
+    if ARGV[5] ~= '' then
+      withdrawn = withdrawn + withdraw_waiter(WAITERS, ARGV[5])
+    end
   end
   picked = withdrawn == 0
 end

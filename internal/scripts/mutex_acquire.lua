@@ -69,10 +69,11 @@ if not holder then
   end
   -- From here an error must not leave the hold behind: pcall, undo, report.
   if ARGV[5] ~= '' then
-    local removed = redis.pcall('ZREM', WAITERS, ARGV[5])
-    if type(removed) == 'table' and removed.err then
+    -- Every registration of the call, a late copy's too (withdraw_waiter).
+    local ok, err = pcall(withdraw_waiter, WAITERS, ARGV[5])
+    if not ok then
       redis.call('DEL', LOCK)
-      return removed
+      return type(err) == 'table' and err or redis.error_reply(tostring(err))
     end
   end
   local fence = mint_token(FENCE, ARGV[2])

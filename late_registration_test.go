@@ -1,0 +1,103 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// A late copy of a waiter's earlier attempt may land while the waiter still
+// waits (held on the network, or resent by go-redis after a read timeout,
+// on another connection): before its tombstone, so it registers the call a
+// second time, under that earlier attempt, beside its latest registration.
+// Every registration of the call goes with it, whichever way it leaves the
+// line, or a later release hands the lock to a call that has gone, held
+// then for nobody until the registration runs out (the explorer's soak,
+// seed 1795718155730350820: a Mutex orphan after a waiter gave up).
+func TestLateAttempt_OfAnEarlierRegistrationLeavesWithItsWaiter(t *testing.T) {
+	// How the waiter leaves the line: it gives up; it is handed the lock
+	// (or woken to take it) by the holder's release, and unlocks; or it
+	// takes the lock itself once the holder's lease ran out, and unlocks.
+	const (
+		gaveUp = iota
+		handedOver
+		tookIt
+	)
+	for how, name := range []string{"gives up", "handed the lock, then unlocks", "takes it once the holder's lease ran out, then unlocks"} {
+		t.Run(name, func(t *testing.T) {
+			forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+				ctx := ctxFor(t, 30*time.Second)
+				name := lockName(t)
+				other := b.newRedis(t)
+				hold := lt.hold
+				if hold == nil {
+					hold = lt.take
+				}
+				holders := newClient(t, other, dlock.WithTTL(time.Second))
+				holder, err := hold(holders, name)(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				rdb := b.newRedis(t)
+				copies := &copier{script: lt.acquire}
+				rdb.AddHook(copies)
+				// A registration lasts three refreshes: the late copy's must
+				// outlast the holder's TTL, for the waiter to take the lock
+				// with it still there.
+				refresh := 100 * time.Millisecond
+				if how == tookIt {
+					refresh = 500 * time.Millisecond
+				}
+				waiter := newClient(t, rdb, dlock.WithWaiterRefresh(refresh))
+				attempts := countAttemptsOf(waiter, lt.acquire)
+				waitCtx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				type result struct {
+					lease *dlock.Lease
+					err   error
+				}
+				results := make(chan result, 1)
+				take := lt.take(waiter, name)
+				go func() {
+					lease, err := take(waitCtx)
+					results <- result{lease, err}
+				}()
+				waitDone(t, attempts.registeredReach(2), 10*time.Second, "the waiter registering twice")
+				// The waiter's attempts up to its first registration, again:
+				// its latest registration is a later one.
+				copies.resendFirst(t, ctx, other, 2)
+
+				switch how {
+				case gaveUp:
+					cancel()
+					if r := <-results; !errors.Is(r.err, context.Canceled) {
+						t.Fatalf("cancelled wait: %v", r.err)
+					}
+					if err := holder.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+					expectNothingLeft(t, ctx, other, name, "after the holder's release, the waiter gone")
+					return
+				case handedOver:
+					if err := holder.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				case tookIt:
+					_ = holders.Close() // no renewals: the hold runs out within its TTL
+				}
+				r := <-results
+				if r.err != nil {
+					t.Fatalf("waiter, once the holder released: %v", r.err)
+				}
+				if err := r.lease.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				expectNothingLeft(t, ctx, other, name, "after the waiter's own release")
+			})
+		})
+	}
+}
