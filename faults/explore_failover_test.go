@@ -129,7 +129,12 @@ type failoverEnv struct {
 // from its replica's falling behind (or shortly before the kill) to the
 // kill (zero while the master lives); and back, when the replica was
 // promoted (zero until then): from the kill to then, no master answers.
-type lossWindow struct{ from, to, back time.Time }
+// lossWindow is a failover's: writes its old master applied from from to
+// to (its kill) may be lost, and calls from to until back (the promotion)
+// may meet no master. A failover the Sentinel made on its own is seen only
+// at its switch: lostUntil, when set, ends the writes it may have lost (the
+// old master took them until its clients heard of the switch), past to.
+type lossWindow struct{ from, to, back, lostUntil time.Time }
 
 // failoverACL is the explored clients' ACL user on a failover run's nodes:
 // a standalone server's (startServer), and WAIT.
@@ -182,7 +187,11 @@ func (e *failoverEnv) current() (*redistest.Server, []*redistest.Server) {
 // e: never.
 func (e *failoverEnv) mayBeUndone(call, ret time.Time) bool {
 	return e.anyWindow(func(w lossWindow) bool {
-		return !ret.Before(w.from) && (w.to.IsZero() || !call.After(w.to))
+		end := w.to
+		if !w.lostUntil.IsZero() {
+			end = w.lostUntil
+		}
+		return !ret.Before(w.from) && (end.IsZero() || !call.After(end))
 	})
 }
 
@@ -367,6 +376,16 @@ func (e *failoverEnv) open(from time.Time) int {
 // master, alive, taking writes until its clients hear of the switch.
 const unplannedBefore, unplannedAfter = 3 * time.Second, 500 * time.Millisecond
 
+// unplanned notes a failover the Sentinel made on its own, seen switching
+// at at: writes from unplannedBefore before it to unplannedAfter after it
+// may be lost, and calls in that span may meet no master. Under e.mu.
+func (e *failoverEnv) unplanned(at time.Time) {
+	e.flipped = true
+	e.windows = append(e.windows, lossWindow{from: at.Add(-unplannedBefore), to: at.Add(-unplannedBefore),
+		back: at.Add(unplannedAfter), lostUntil: at.Add(unplannedAfter)})
+	e.killed = at.Add(unplannedAfter)
+}
+
 // watchSentinel follows the Sentinel's +switch-master until ctx ends. The
 // Sentinel may fail over on its own: seen after a rejoin, a master it had
 // just promoted marked down a second later and a failover back to the
@@ -398,9 +417,7 @@ func (e *failoverEnv) watchSentinel(ctx context.Context) {
 		if e.planned[to] > 0 {
 			e.planned[to]--
 		} else {
-			e.flipped = true
-			e.windows = append(e.windows, lossWindow{from: at.Add(-unplannedBefore), to: at.Add(-unplannedBefore), back: at.Add(unplannedAfter)})
-			e.killed = at.Add(unplannedAfter)
+			e.unplanned(at)
 			e.master = nil
 			for _, n := range []*redistest.Server{e.f.Master, e.f.Replica} {
 				if n.Addr() == to {
