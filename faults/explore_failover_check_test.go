@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -34,5 +35,22 @@ func TestFailoverWindows_AnUnplannedFailoverMayUndoWhatItsOldMasterApplied(t *te
 	}
 	if !e.mayHaveFailed(at.Add(-time.Second), at.Add(-time.Second)) {
 		t.Error("a call a second before the switch: want it may have met no master")
+	}
+}
+
+// TestFailedFailover_ASentinelWithNoGoodReplicaIsTheHarnesss: a soak's run
+// (seed 1795718155730353842) failed on the Sentinel's NOGOODSLAVE for the
+// whole 30 s the explorer asks: no fault made, counted apart; another
+// failure to fail over stays a violation.
+func TestFailedFailover_ASentinelWithNoGoodReplicaIsTheHarnesss(t *testing.T) {
+	var out outcome
+	failedFailover(&out, errors.New("promoting the replica: SENTINEL FAILOVER: NOGOODSLAVE No suitable replica to promote, until context deadline exceeded"))
+	if len(out.violations) != 0 || out.unmade != 1 {
+		t.Errorf("NOGOODSLAVE: violations %v, unmade %d; want none, 1", out.violations, out.unmade)
+	}
+	out = outcome{}
+	failedFailover(&out, errors.New("rejoining the old master: restarting the old master on port 1: refused"))
+	if len(out.violations) != 1 || out.unmade != 0 {
+		t.Errorf("a failed rejoin: violations %v, unmade %d; want one, 0", out.violations, out.unmade)
 	}
 }

@@ -196,6 +196,7 @@ type outcome struct {
 	settling     time.Duration // of the run's time, the checks after it
 	notes        []string      // what a checker could not judge, and why
 	starved      int           // holds lost, or returned lost, to a starved process (explore_starve_test.go)
+	unmade       int           // faults the harness could not make (failedFailover)
 	linearizing  time.Duration // of the checks, porcupine's
 }
 

@@ -250,11 +250,11 @@ type explorer struct {
 	t       *testing.T
 	servers *servers // the first lane's
 
-	mu                                                                   sync.Mutex // a soak's lanes share the tallies
-	runs, ops, acquisitions, checks, labelled, labelledOverlaps, starved int
-	injected                                                             map[string]int
-	failures                                                             []string
-	started                                                              time.Time
+	mu                                                                           sync.Mutex // a soak's lanes share the tallies
+	runs, ops, acquisitions, checks, labelled, labelledOverlaps, starved, unmade int
+	injected                                                                     map[string]int
+	failures                                                                     []string
+	started                                                                      time.Time
 }
 
 func newExplorer(t *testing.T) *explorer {
@@ -377,6 +377,7 @@ func (x *explorer) tally(p params, out *outcome) {
 	x.acquisitions += out.acquisitions
 	x.checks += out.checks
 	x.starved += out.starved
+	x.unmade += out.unmade
 	for k, n := range out.injected {
 		x.injected[k] += n
 	}
@@ -456,9 +457,9 @@ func (x *explorer) finish() {
 	took := time.Since(x.started)
 	report := fmt.Sprintf("explorer: %d runs in %v, %d operations (%.1f a second), %d acquisitions, %d checks; faults injected: %s (details: %s); "+
 		"%d labelled runs (FLUSHALL, restart of a standalone server, eviction, forced cluster failover) with %d overlaps, the documented failure; "+
-		"%d leases lost or returned lost, and i/o timeouts, to a starved process; %d failing runs",
+		"%d leases lost or returned lost, and i/o timeouts, to a starved process; %d failovers the Sentinel would not make (NOGOODSLAVE, the harness's); %d failing runs",
 		x.runs, took.Round(time.Second), x.ops, float64(x.ops)/took.Seconds(), x.acquisitions, x.checks, strings.Join(faults, ", "),
-		strings.Join(details, ", "), x.labelled, x.labelledOverlaps, x.starved, len(x.failures))
+		strings.Join(details, ", "), x.labelled, x.labelledOverlaps, x.starved, x.unmade, len(x.failures))
 	x.t.Log(report)
 	if *exploreReport != "" {
 		body := "# Explorer report\n\n" + report + "\n"
