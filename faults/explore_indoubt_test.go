@@ -44,9 +44,11 @@ var observedInDoubt = &dlock.Observer{Wait: func(ctx context.Context, ev dlock.W
 
 // recordInDoubt records, for an acquisition that returned a lease after it
 // may have held the lock under none, that earlier hold: an acquisition of
-// unknown outcome, an owner of its own, over the call's window. (A call
-// that returned no lease is of unknown outcome already.)
+// unknown outcome, an owner of its own, over the call's window, gone a TTL
+// after the call returned at the latest (given back before the call went
+// on, or, if the give-back failed, run out). (A call that returned no
+// lease is of unknown outcome already.)
 func (r *leaseRecorder) recordInDoubt(client int, owner string, o op, call, ret time.Time) {
-	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret,
+	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret, until: ret.Add(max(o.TTL, o.Lease)),
 		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner + " (given back)", Mode: modeOf(o.Kind)}, out: linear.Result{Unknown: true}})
 }

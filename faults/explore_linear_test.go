@@ -36,6 +36,7 @@ type leaseCall struct {
 	call, ret time.Time
 	op        linear.LeaseOp // Owner, Op and Mode; the history fills in the rest
 	lapse     time.Time      // an acquisition's: its lease's deadline
+	until     time.Time      // an acquisition in doubt's: gone by then (recordInDoubt); zero: no bound
 	tokens    map[string]uint64
 	out       linear.Result
 }
@@ -158,7 +159,9 @@ func checkLinearizable(s *schedule, rec *leaseRecorder, kindOf map[string]string
 				in.Lapse, result.Token = h.Since(c.lapse), c.tokens[name]
 			}
 			if in.Op == linear.Acquire && result.Unknown && doubtful[name] {
-				ret = end
+				ret = end // a late copy with no tombstone: no bound either
+			} else if in.Op == linear.Acquire && result.Unknown && !c.until.IsZero() {
+				in.Until = h.Since(c.until)
 			}
 			if in.Op == linear.Release && result.OK && rec.undone != nil && rec.undone(c.call, c.ret) {
 				// The release may have come back with a failover: its

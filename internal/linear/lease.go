@@ -33,12 +33,14 @@ const (
 // for an Acquire that succeeded, when its hold may have ended unseen: the
 // lease's deadline, in nanoseconds since the history's start; for an
 // Acquire of unknown outcome, the hold it may have taken may end at any
-// moment from its call on. History fills in At.
+// moment from its call on, and, when Until is set, has ended by Until (a
+// hold given back, or gone with its TTL). History fills in At.
 type LeaseOp struct {
 	Op    Kind
 	Owner string
 	Mode  Mode
 	Lapse int64
+	Until int64
 	At    Window
 }
 
@@ -49,6 +51,7 @@ type leaseHolder struct {
 	owner string
 	mode  Mode
 	lapse int64 // the hold may have ended from then on
+	until int64 // and has ended by then; 0: no bound
 }
 
 // leaseState is a lock's holds, encoded in a string so that states
@@ -71,7 +74,8 @@ func (s leaseState) decode() []leaseHolder {
 		f := strings.Split(rec, "\x1f")
 		mode, _ := strconv.Atoi(f[1])
 		lapse, _ := strconv.ParseInt(f[2], 10, 64)
-		out = append(out, leaseHolder{owner: f[0], mode: Mode(mode), lapse: lapse})
+		until, _ := strconv.ParseInt(f[3], 10, 64)
+		out = append(out, leaseHolder{owner: f[0], mode: Mode(mode), lapse: lapse, until: until})
 	}
 	return out
 }
@@ -79,7 +83,7 @@ func (s leaseState) decode() []leaseHolder {
 func encode(hs []leaseHolder, token uint64, at int64) leaseState {
 	recs := make([]string, len(hs))
 	for i, h := range hs {
-		recs[i] = h.owner + "\x1f" + strconv.Itoa(int(h.mode)) + "\x1f" + strconv.FormatInt(h.lapse, 10)
+		recs[i] = h.owner + "\x1f" + strconv.Itoa(int(h.mode)) + "\x1f" + strconv.FormatInt(h.lapse, 10) + "\x1f" + strconv.FormatInt(h.until, 10)
 	}
 	slices.Sort(recs)
 	return leaseState{holders: strings.Join(recs, "\x1e"), token: token, at: at}
@@ -126,20 +130,21 @@ type view struct {
 
 // views are the holds that may last when an operation in window w takes
 // effect, no earlier than at: each hold whose lapse came by w's return may
-// be gone. Every subset of those is a view when they are few; otherwise
-// none, all, and each alone gone (a lock has few holds that bar an
-// acquisition: one, or a semaphore's permits).
+// be gone, and one whose until came before w's call is. Every subset of
+// those that may be gone is a view when they are few; otherwise none, all,
+// and each alone gone (a lock has few holds that bar an acquisition: one,
+// or a semaphore's permits).
 func views(hs []leaseHolder, w Window, at int64) []view {
 	var may []int
 	for i, h := range hs {
-		if h.lapse <= w.Return {
+		if h.lapse <= w.Return && !gone(h, w) {
 			may = append(may, i)
 		}
 	}
 	without := func(drop func(int) bool) view {
 		v := view{at: at}
 		for i, h := range hs {
-			if drop(i) {
+			if drop(i) || gone(h, w) {
 				v.at = max(v.at, h.lapse)
 			} else {
 				v.holds = append(v.holds, h)
@@ -157,12 +162,15 @@ func views(hs []leaseHolder, w Window, at int64) []view {
 		}
 		return out
 	}
-	out := []view{{holds: hs, at: at}, without(func(i int) bool { return slices.Contains(may, i) })}
+	out := []view{without(func(int) bool { return false }), without(func(i int) bool { return slices.Contains(may, i) })}
 	for _, m := range may {
 		out = append(out, without(func(i int) bool { return i == m }))
 	}
 	return out
 }
+
+// gone reports whether h has ended before an operation in window w.
+func gone(h leaseHolder, w Window) bool { return h.until != 0 && h.until < w.Call }
 
 // fits reports whether a hold of mode may be taken beside hs.
 func fits(hs []leaseHolder, mode Mode, permits int) bool {
@@ -193,7 +201,7 @@ func stepLease(hs []leaseHolder, token uint64, at int64, in LeaseOp, out Result,
 		if mine || !fits(hs, in.Mode, permits) {
 			return []interface{}{same}
 		}
-		ghost := leaseHolder{owner: in.Owner, mode: in.Mode, lapse: in.At.Call}
+		ghost := leaseHolder{owner: in.Owner, mode: in.Mode, lapse: in.At.Call, until: in.Until}
 		return []interface{}{same, encode(append(slices.Clone(hs), ghost), token, at)}
 	case in.Op == Acquire && out.OK:
 		if !mine && fits(hs, in.Mode, permits) && out.Token > token {

@@ -46,6 +46,18 @@ func TestLeaseModel(t *testing.T) {
 			at(h, 1, 2, 3, acquire("b", Exclusive, never), refused)
 			at(h, 1, 4, 5, acquire("c", Exclusive, never), tok(1))
 		}, porcupine.Ok},
+		// A hold in doubt that ends by a bound (Until): a grant given back,
+		// or gone with its TTL. Permits, which nothing else forces out.
+		{"a permit in doubt bars another until its bound", func(h *History) {
+			at(h, 0, 0, 1, LeaseOp{Op: Acquire, Owner: "a", Mode: Permit, Until: 10e6}, unknown)
+			at(h, 1, 2, 3, acquire("b", Permit, never), tok(1))
+			at(h, 2, 5, 6, acquire("c", Permit, never), refused)
+		}, porcupine.Ok},
+		{"a permit in doubt bars nothing past its bound", func(h *History) {
+			at(h, 0, 0, 1, LeaseOp{Op: Acquire, Owner: "a", Mode: Permit, Until: 10e6}, unknown)
+			at(h, 1, 2, 3, acquire("b", Permit, never), tok(1))
+			at(h, 2, 11, 12, acquire("c", Permit, never), refused)
+		}, porcupine.Illegal},
 		// What the classic flaws leave in a history: a release that deleted
 		// another's hold (GET, then DEL after the key expired and b took
 		// it), so that c gets the lock while b's lease counts.
