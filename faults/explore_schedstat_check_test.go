@@ -17,29 +17,33 @@ import (
 
 // TestRunQueueSpan_TheWaitAtTheWindowsEnd: a window's run-queue wait is a
 // stall of its length at the window's end, never before the window began,
-// and none below schedMin.
+// and none when its waits were under schedMin on average.
 func TestRunQueueSpan_TheWaitAtTheWindowsEnd(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	for _, c := range []struct {
 		prev, now int
 		wait      time.Duration
+		waits     int64
 		want      *span
 	}{
-		{0, 20, 5 * time.Millisecond, &span{at(15), at(20)}},
-		{0, 20, schedMin, &span{at(19), at(20)}},
-		{0, 20, 20 * time.Millisecond, &span{at(0), at(20)}},
-		{0, 20, 50 * time.Millisecond, &span{at(0), at(20)}}, // a wait that began before the window was read
-		{0, 20, schedMin - time.Microsecond, nil},
-		{0, 20, 0, nil},
-		{20, 20, 5 * time.Millisecond, nil},
+		{0, 20, 5 * time.Millisecond, 1, &span{at(15), at(20)}},
+		{0, 20, schedMin, 1, &span{at(15), at(20)}},
+		{0, 20, 12 * time.Millisecond, 2, &span{at(8), at(20)}},
+		{0, 20, 20 * time.Millisecond, 1, &span{at(0), at(20)}},
+		{0, 20, 50 * time.Millisecond, 1, &span{at(0), at(20)}}, // a wait that began before the window was read
+		{0, 20, 16 * time.Millisecond, 4, nil},                  // four waits of 4 ms: no command was held up past its margin
+		{0, 20, schedMin - time.Microsecond, 1, nil},
+		{0, 20, 5 * time.Millisecond, 0, nil},
+		{0, 20, 0, 0, nil},
+		{20, 20, 5 * time.Millisecond, 1, nil},
 	} {
-		got, ok := runQueueSpan(at(c.prev), at(c.now), c.wait)
+		got, ok := runQueueSpan(at(c.prev), at(c.now), c.wait, c.waits)
 		switch {
 		case c.want == nil && ok:
-			t.Errorf("[%d ms, %d ms] waiting %v: span %v, want none", c.prev, c.now, c.wait, got)
+			t.Errorf("[%d ms, %d ms] waiting %v in %d: span %v, want none", c.prev, c.now, c.wait, c.waits, got)
 		case c.want != nil && (!ok || !got.from.Equal(c.want.from) || !got.to.Equal(c.want.to)):
-			t.Errorf("[%d ms, %d ms] waiting %v: span [%v, %v] (%v), want [%v, %v]", c.prev, c.now, c.wait,
+			t.Errorf("[%d ms, %d ms] waiting %v in %d: span [%v, %v] (%v), want [%v, %v]", c.prev, c.now, c.wait, c.waits,
 				got.from.Sub(t0), got.to.Sub(t0), ok, c.want.from.Sub(t0), c.want.to.Sub(t0))
 		}
 	}
@@ -72,13 +76,14 @@ func TestStarved_TheWorstServerNotTheirSum(t *testing.T) {
 }
 
 // TestRunServers_EveryServerOfTheRun: the sampler of a run watches its
-// nodes, their replicas, the Redlock's masters, a failover's data nodes
-// running and a cluster failover's nodes, as they are at each tick.
+// nodes, the Redlock's masters, a failover's data nodes running and a
+// cluster failover's masters, as they are at each tick; never a cluster's
+// replicas, which serve no lease.
 func TestRunServers_EveryServerOfTheRun(t *testing.T) {
 	srv := func() *redistest.Server { return new(redistest.Server) }
 	node, replica, master := srv(), srv(), srv()
 	env := &exploreEnv{nodes: []*redistest.Server{node}, replicas: []*redistest.Server{replica}, redlock: []*redistest.Server{master}}
-	if got, want := runServers(env)(), []*redistest.Server{node, replica, master}; !sameServers(got, want) {
+	if got, want := runServers(env)(), []*redistest.Server{node, master}; !sameServers(got, want) {
 		t.Errorf("standalone run: %d servers listed, want %d", len(got), len(want))
 	}
 	promoted := srv()
@@ -95,10 +100,11 @@ func TestRunServers_EveryServerOfTheRun(t *testing.T) {
 	c := &redistest.Cluster{Nodes: []*redistest.Server{node}, Replicas: []*redistest.Server{replica}}
 	env = &exploreEnv{nodes: []*redistest.Server{node}, replicas: []*redistest.Server{replica}, cfail: newClusterFailovers(c)}
 	servers = runServers(env)
-	added := srv()
-	c.Replicas = append(c.Replicas, added)
-	if got, want := servers(), []*redistest.Server{node, replica, added}; !sameServers(got, want) {
-		t.Errorf("cluster failover run: %d servers, want %d (its nodes of now)", len(got), len(want))
+	promoted = srv()
+	c.Nodes = []*redistest.Server{promoted} // the replica promoted, the old master its replica
+	c.Replicas = []*redistest.Server{node}
+	if got, want := servers(), []*redistest.Server{promoted}; !sameServers(got, want) {
+		t.Errorf("cluster failover run: %d servers, want %d (its masters of now)", len(got), len(want))
 	}
 }
 
@@ -119,10 +125,13 @@ func sameServers(got, want []*redistest.Server) bool {
 }
 
 // TestServerStalls_SeeAServerWaitingForACPU: a server pinned to one CPU
-// with a process that spins on it, kept busy by a script of about half a
-// second of its CPU, waits on the run queue for much of the script's
-// time (each gets half the CPU, both at the test's niceness: the script
-// takes about a second), and the sampler sees at least a quarter of it.
+// with a process that spins on it, and run at niceness 19 (the hog gets
+// about 98% of the CPU), kept busy by a script of about 100 ms of its CPU,
+// waits on the run queue for most of the script's time, much of it in long
+// waits (the sampler counts a tick's waits when they average schedMin or
+// more), and the sampler sees at least a tenth of it. Sharing the CPU at one niceness,
+// a server waits in slices of a few ms, which hold a quick command up no
+// more than that: no stall.
 func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
 	if _, err := os.Stat("/proc/self/schedstat"); err != nil {
 		t.Skip("no /proc/self/schedstat: the kernel tells no run-queue wait here")
@@ -136,18 +145,21 @@ func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
 	t.Cleanup(stalls.close)
 	ctx := context.Background()
 
-	// A Lua loop of n steps; n for about 500 ms, timed on the server alone.
+	// A Lua loop of n steps; n for about 100 ms, timed on the server alone.
 	const loop = "local i = 0 while i < tonumber(ARGV[1]) do i = i + 1 end return i"
 	const calibrate = 2_000_000
 	began := time.Now()
 	if err := srv.Client().Eval(ctx, loop, nil, calibrate).Err(); err != nil {
 		t.Fatal(err)
 	}
-	steps := int(float64(calibrate) * float64(500*time.Millisecond) / float64(max(time.Since(began), time.Millisecond)))
+	steps := int(float64(calibrate) * float64(100*time.Millisecond) / float64(max(time.Since(began), time.Millisecond)))
 	steps = min(steps, 500_000_000)
 
 	if out, err := exec.Command(taskset, "-a", "-p", "-c", "0", strconv.Itoa(srv.Pid())).CombinedOutput(); err != nil {
 		t.Fatalf("pinning the server: %v: %s", err, out)
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, srv.Pid(), 19); err != nil { // its main thread, which runs scripts
+		t.Fatalf("renicing the server: %v", err)
 	}
 	hog := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done")
 	hog.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -185,8 +197,13 @@ func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
 	seen := starvedFor(b.sent, b.answered, stalls.logFor(srv))
 	t.Logf("script of %d steps busy %v; the kernel's run-queue wait over it %v; the sampler's stalls in it %v",
 		steps, window.Round(time.Millisecond), (after - before).Round(time.Millisecond), seen.Round(time.Millisecond))
-	if seen < window/4 {
-		t.Errorf("the sampler saw %v of run-queue wait in a %v busy window, want a quarter at least (the kernel counted %v)", seen, window, after-before)
+	// The kernel's scheduler gives the reniced server slices of its own
+	// choosing: on this VM the ticks whose waits average schedMin or more
+	// cover 22-57% of the window (4 runs, the soak beside them). A tenth
+	// is what the sampler must see; a sampler that logged nothing, or
+	// took every tick for short waits, sees none.
+	if seen < window/10 {
+		t.Errorf("the sampler saw %v of run-queue wait in a %v busy window, want a tenth at least (the kernel counted %v)", seen, window, after-before)
 	}
 }
 
@@ -197,5 +214,6 @@ func readRunDelay(pid int) (time.Duration, error) {
 		return 0, err
 	}
 	defer f.Close()
-	return runDelay(f, make([]byte, 128))
+	delay, _, err := runDelay(f, make([]byte, 128))
+	return delay, err
 }

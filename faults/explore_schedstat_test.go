@@ -30,34 +30,43 @@ import (
 const (
 	// schedTick: how often the servers' run-queue wait is read.
 	schedTick = 20 * time.Millisecond
-	// schedMin: less run-queue wait than this over a tick is no stall.
-	schedMin = time.Millisecond
+	// schedMin: waits shorter than this on average, over a tick, are no
+	// stall, however many: a command that meets one is answered a few ms
+	// late, far inside a renewal's margin (a third of a TTL). The probe's
+	// slack: a wake-up that late is the probe's stall.
+	schedMin = probeSlack
 )
 
-// runQueueSpan is the stall that a run-queue wait of wait over the window
-// (prev, now] tells: its last wait, not before prev; none below schedMin.
-// The kernel counts a wait when it ends, so a wait that began before prev
-// shows in the window whole: its part before prev is left out.
-func runQueueSpan(prev, now time.Time, wait time.Duration) (span, bool) {
-	if wait < schedMin || !now.After(prev) {
+// runQueueSpan is the stall that a run-queue wait of wait, over waits
+// times the server was run, tells of the window (prev, now]: its last
+// wait, not before prev; none when its waits were under schedMin on
+// average. The kernel counts a wait when it ends, so a wait that began
+// before prev shows in the window whole: its part before prev is left out.
+func runQueueSpan(prev, now time.Time, wait time.Duration, waits int64) (span, bool) {
+	if waits < 1 || wait/time.Duration(waits) < schedMin || !now.After(prev) {
 		return span{}, false
 	}
 	return span{later(now.Add(-wait), prev), now}, true
 }
 
-// runDelay reads run_delay from f, an open /proc/<pid>/schedstat, from its
-// start: a read of it is the task's numbers of now.
-func runDelay(f *os.File, buf []byte) (time.Duration, error) {
+// runDelay reads run_delay and the times run (pcount) from f, an open
+// /proc/<pid>/schedstat, from its start: a read of it is the task's
+// numbers of now.
+func runDelay(f *os.File, buf []byte) (time.Duration, int64, error) {
 	n, err := f.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, err
+		return 0, 0, err
 	}
 	fields := bytes.Fields(buf[:n])
-	if len(fields) < 2 {
-		return 0, errors.New("schedstat: no run_delay in " + strconv.Quote(string(buf[:n])))
+	if len(fields) < 3 {
+		return 0, 0, errors.New("schedstat: no run_delay and pcount in " + strconv.Quote(string(buf[:n])))
 	}
 	ns, err := strconv.ParseInt(string(fields[1]), 10, 64)
-	return time.Duration(ns), err
+	if err != nil {
+		return 0, 0, err
+	}
+	runs, err := strconv.ParseInt(string(fields[2]), 10, 64)
+	return time.Duration(ns), runs, err
 }
 
 // serverStalls are the run-queue waits of a run's servers, one stallLog a
@@ -76,6 +85,7 @@ type schedReading struct {
 	pid   int
 	file  *os.File // its /proc/<pid>/schedstat, kept open: a reading is a pread
 	delay time.Duration
+	runs  int64 // times the task was run
 	at    time.Time
 	tick  int // the last tick it was read
 }
@@ -154,7 +164,7 @@ func (s *serverStalls) read(readings map[*redistest.Server]*schedReading, tick i
 			r = &schedReading{pid: pid, file: f}
 			readings[srv] = r
 		}
-		delay, err := runDelay(r.file, buf)
+		delay, runs, err := runDelay(r.file, buf)
 		now := time.Now()
 		if err != nil { // it exited
 			forget(srv, r)
@@ -162,11 +172,11 @@ func (s *serverStalls) read(readings map[*redistest.Server]*schedReading, tick i
 		}
 		log := s.logFor(srv)
 		if !r.at.IsZero() {
-			if sp, ok := runQueueSpan(r.at, now, delay-r.delay); ok {
+			if sp, ok := runQueueSpan(r.at, now, delay-r.delay, runs-r.runs); ok {
 				log.add(sp.from, sp.to)
 			}
 		}
-		r.delay, r.at, r.tick = delay, now, tick
+		r.delay, r.runs, r.at, r.tick = delay, runs, now, tick
 	}
 	for srv, r := range readings {
 		if r.tick != tick {
@@ -201,12 +211,16 @@ func (s *serverStalls) all() []*stallLog {
 	return out
 }
 
-// runServers is the run's servers of the moment: its nodes and their
-// replicas, the Redlock's masters, a failover run's data nodes running
-// and a cluster failover run's nodes, those two as they are at each call
-// (a failover changes them).
+// runServers is the run's servers of the moment that hold its locks: its
+// nodes, the Redlock's masters, a failover run's data nodes running, and a
+// cluster failover run's masters as they are at each call (a failover
+// changes them). Not a cluster's replicas: a lease lives on its master,
+// and a replica's wait would excuse the loss of a lease it never served.
 func runServers(env *exploreEnv) func() []*redistest.Server {
-	fixed := slices.Concat(env.nodes, env.replicas, env.redlock) // a cluster failover run's change: read below
+	fixed := slices.Clone(env.redlock)
+	if env.cfail == nil { // a cluster failover run's masters change: read below
+		fixed = append(fixed, env.nodes...)
+	}
 	return func() []*redistest.Server {
 		out := slices.Clone(fixed)
 		if env.failover != nil {
@@ -214,8 +228,8 @@ func runServers(env *exploreEnv) func() []*redistest.Server {
 			out = append(out, live...)
 		}
 		if env.cfail != nil {
-			masters, replicas := env.cfail.nodes()
-			out = append(append(out, masters...), replicas...)
+			masters, _ := env.cfail.nodes()
+			out = append(out, masters...)
 		}
 		return out
 	}

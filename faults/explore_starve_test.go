@@ -59,7 +59,9 @@ func (l *stallLog) add(from, to time.Time) {
 	l.spans = append(l.spans[i:], span{from, to})
 }
 
-// clipped is the log's spans that fall in [from, to], cut to it.
+// clipped is the log's spans that fall in [from, to], cut to it. A span
+// shorter than probeSlack holds nothing up past a renewal's margin, and
+// many of them do not add up to one that does: it counts for nothing.
 func (l *stallLog) clipped(from, to time.Time) []span {
 	if l == nil {
 		return nil
@@ -68,7 +70,7 @@ func (l *stallLog) clipped(from, to time.Time) []span {
 	defer l.mu.Unlock()
 	var out []span
 	for _, s := range l.spans {
-		if s.to.After(from) && s.from.Before(to) {
+		if s.to.Sub(s.from) >= probeSlack && s.to.After(from) && s.from.Before(to) {
 			out = append(out, span{later(s.from, from), earlier(s.to, to)})
 		}
 	}
