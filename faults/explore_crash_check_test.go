@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/linear"
 )
 
 // TestExplore_CrashesKeepTheCISchedules: crashes and slot migrations come
@@ -197,5 +198,37 @@ func TestCheckCrashes_AWaiterMayBeKeptOutByAnyDeadProcess(t *testing.T) {
 	}
 	if n := out.injected["crash.waiter"] + out.injected["crash.child.waiter"]; n != 1 {
 		t.Errorf("judged waits %d, want 1", n)
+	}
+}
+
+// TestLinearCheck_AKilledWaiterMayBeHandedTheLockAfterItsDeath: the soak's
+// run (seed 1795721477811378860): client 4 waited in a Lock of m2 behind
+// client 5's hold until its process was killed, at 1836 ms; client 5's
+// release, at 1879 ms, handed the lock to its registration, which a dead
+// process leaves for three waiter refreshes; client 6's TryLock, at 2269
+// ms, was refused. The failed Lock may take effect until its registration
+// expires (failedBy), not only until its process died.
+func TestLinearCheck_AKilledWaiterMayBeHandedTheLockAfterItsDeath(t *testing.T) {
+	start := time.Now()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	mutex := op{Kind: "mutex", Names: []string{"m2"}}
+	dead := &process{crash: newCrashState()}
+	close(dead.crash.dead)
+	check := func(waiter *process) []string {
+		rec := &leaseRecorder{start: start}
+		rec.add(leaseCall{client: 5, names: mutex.Names, call: at(208), ret: at(209), tokens: map[string]uint64{"m2": 7}, lapse: at(2500),
+			op: linear.LeaseOp{Op: linear.Acquire, Owner: "client 5 op 1", Mode: linear.Exclusive}, out: linear.Result{OK: true}})
+		rec.refused(4, "client 4 op 4", mutex, at(279), waiter.failedBy(at(1836)), errKilled)
+		rec.ended(5, "client 5 op 1", mutex, linear.Release, at(1879), at(1888), nil)
+		rec.refused(6, "client 6 op 3", op{Kind: "mutex", Names: mutex.Names, Try: true}, at(2269), at(2273), dlock.ErrNotAcquired)
+		var out outcome
+		checkLinearizable(&schedule{}, rec, map[string]string{"m2": "mutex"}, nil, &out)
+		return out.violations
+	}
+	if v := check(&process{crash: newCrashState()}); len(v) != 1 {
+		t.Fatalf("a waiter whose process lives on, its Lock failed at 1836 ms: %d violations, want the refusal flagged", len(v))
+	}
+	if v := check(dead); len(v) != 0 {
+		t.Fatalf("a waiter whose process was killed: %d violations\n%s", len(v), strings.Join(v, "\n"))
 	}
 }

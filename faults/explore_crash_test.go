@@ -112,6 +112,19 @@ func (p *process) died() <-chan struct{} {
 }
 
 // killed reports whether the process died.
+// failedBy is until when an acquisition that failed at now may take
+// effect: now, or, in a process that died, until the registration of a
+// waiter it had expires (three waiter refreshes), as a release may hand
+// the lock to it until then, as the child's (explore_child_test.go). A
+// soak's run (seed 1795721477811378860) flagged a TryLock refused while a
+// lock handed to a dead process's waiter, 43 ms after its death, held.
+func (p *process) failedBy(now time.Time) time.Time {
+	if p.killed() {
+		return now.Add(3 * waiterRefresh)
+	}
+	return now
+}
+
 func (p *process) killed() bool {
 	select {
 	case <-p.died():

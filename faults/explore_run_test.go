@@ -468,7 +468,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	returnedLost := err == nil && (lease.Err() != nil || proc.clock.Until(lease.Deadline()) <= 0)
 	proc.awake() // a suspended process learns of it once it resumes
 	if err != nil {
-		rec.refused(client, owner, o, asked, time.Now(), err)
+		rec.refused(client, owner, o, asked, proc.failedBy(time.Now()), err)
 		return nil, err, ""
 	}
 	if proc.killed() { // the process died before it learnt of its lease, which holds until its deadline
