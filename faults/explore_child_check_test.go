@@ -71,7 +71,7 @@ func TestChild_ACallCutShortIsOfUnknownOutcome(t *testing.T) {
 	c.feed("asked 0 %d", time.Now().UnixNano())
 	c.died("waiting")
 	c.settle(t.Context())
-	if len(c.rec.calls) != 1 || !c.rec.calls[0].out.Unknown || c.rec.calls[0].ret.Before(c.death.Add(childApplied(c.s)+3*waiterRefresh)) {
+	if len(c.rec.calls) != 1 || !c.rec.calls[0].out.Unknown || c.rec.calls[0].ret.Before(c.death.Add(childApplied(c.s)+registrationLife)) {
 		t.Errorf("recorded %+v: want the acquire of unknown outcome, open until its registration expired", c.rec.calls)
 	}
 	if len(c.holds) != 0 || len(c.waits) != 0 || c.counts["crash.child.in-lock"] != 1 {

@@ -618,7 +618,7 @@ func (c *child) settle(ctx context.Context) {
 	case !op.answered:
 		// A dead waiter may be handed the lock until its registration
 		// expires.
-		c.rec.refused(client, owner, o, op.asked, unknown.Add(3*waiterRefresh), errKilled)
+		c.rec.refused(client, owner, o, op.asked, unknown.Add(registrationLife), errKilled)
 	case op.h != nil && !op.ended:
 		h := op.h
 		h.crashed = true

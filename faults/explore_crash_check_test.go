@@ -216,8 +216,7 @@ func TestLinearCheck_AKilledWaiterMayBeHandedTheLockAfterItsDeath(t *testing.T) 
 	close(dead.crash.dead)
 	check := func(waiter *process) []string {
 		rec := &leaseRecorder{start: start}
-		rec.add(leaseCall{client: 5, names: mutex.Names, call: at(208), ret: at(209), tokens: map[string]uint64{"m2": 7}, lapse: at(2500),
-			op: linear.LeaseOp{Op: linear.Acquire, Owner: "client 5 op 1", Mode: linear.Exclusive}, out: linear.Result{OK: true}})
+		rec.add(grantedCall(5, "client 5 op 1", mutex, at(208), at(209), 7, at(2500)))
 		rec.refused(4, "client 4 op 4", mutex, at(279), waiter.failedBy(at(1836)), errKilled)
 		rec.ended(5, "client 5 op 1", mutex, linear.Release, at(1879), at(1888), nil)
 		rec.refused(6, "client 6 op 3", op{Kind: "mutex", Names: mutex.Names, Try: true}, at(2269), at(2273), dlock.ErrNotAcquired)

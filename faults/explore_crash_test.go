@@ -120,7 +120,7 @@ func (p *process) died() <-chan struct{} {
 // lock handed to a dead process's waiter, 43 ms after its death, held.
 func (p *process) failedBy(now time.Time) time.Time {
 	if p.killed() {
-		return now.Add(3 * waiterRefresh)
+		return now.Add(registrationLife)
 	}
 	return now
 }
@@ -217,6 +217,11 @@ func killProcesses(ctx context.Context, s *schedule, procs map[int]*process, out
 // waiterRefresh is the explored clients' WithWaiterRefresh.
 const waiterRefresh = 300 * time.Millisecond
 
+// registrationLife is how long a waiter's registration lasts unrenewed
+// (three waiter refreshes, dlock's rule): a release may hand the lock to a
+// dead waiter until then.
+const registrationLife = 3 * waiterRefresh
+
 // crashSlack is how late past its bound a waiter may get a dead process's
 // lock: a waiter's refresh (it tries again then, if no wake-up came) and
 // some scheduling on a loaded machine.
@@ -228,7 +233,7 @@ const crashSlack = waiterRefresh + 300*time.Millisecond
 // grant, which came before the death; a lock handed to it while it
 // waited, its registration's remainder, at most three waiter refreshes.
 func deadClaim(o op) time.Duration {
-	return max(o.TTL, o.Lease, o.Extend, 3*waiterRefresh)
+	return max(o.TTL, o.Lease, o.Extend, registrationLife)
 }
 
 // waitClaimsOut waits until every claim any operation of the run may have

@@ -26,8 +26,7 @@ func TestLinearCheck_AHoldInDoubtEndsWithinATTLOfItsCall(t *testing.T) {
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
 	sem := op{Kind: "semaphore", Names: []string{"s"}}
 	granted := func(client int, owner string, call, ret time.Time, token uint64) leaseCall {
-		return leaseCall{client: client, names: sem.Names, call: call, ret: ret, tokens: map[string]uint64{"s": token}, lapse: ret.Add(time.Second),
-			op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: linear.Permit}, out: linear.Result{OK: true}}
+		return grantedCall(client, owner, sem, call, ret, token, ret.Add(time.Second))
 	}
 	check := func(inDoubt bool) []string {
 		rec := &leaseRecorder{start: start}

@@ -25,8 +25,7 @@ func TestLinearCheck_ARefusalWhileAWaiterHeldAGrantItGaveBack(t *testing.T) {
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
 	mutex := op{Kind: "mutex", Names: []string{"m"}}
 	granted := func(client int, owner string, call, ret time.Time, token uint64) leaseCall {
-		return leaseCall{client: client, names: mutex.Names, call: call, ret: ret, tokens: map[string]uint64{"m": token}, lapse: ret.Add(time.Second),
-			op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: linear.Exclusive}, out: linear.Result{OK: true}}
+		return grantedCall(client, owner, mutex, call, ret, token, ret.Add(time.Second))
 	}
 	check := func(inDoubt bool) []string {
 		rec := &leaseRecorder{start: start}
@@ -83,4 +82,11 @@ func TestInDoubt_ALockThatGaveBackAGrantIsMarked(t *testing.T) {
 			t.Errorf("first grant late: %v; marked in doubt: %v", late, inDoubt.Load())
 		}
 	}
+}
+
+// grantedCall is o's acquisition by owner, recorded as returning a lease
+// with token on o's first name, from call to ret, its deadline lapse.
+func grantedCall(client int, owner string, o op, call, ret time.Time, token uint64, lapse time.Time) leaseCall {
+	return leaseCall{client: client, names: o.Names, call: call, ret: ret, tokens: map[string]uint64{o.Names[0]: token}, lapse: lapse,
+		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: modeOf(o.Kind)}, out: linear.Result{OK: true}}
 }
