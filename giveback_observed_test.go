@@ -60,23 +60,14 @@ func TestLock_GivenBackGrantIsReportedAsARetry(t *testing.T) {
 				}
 				return reply
 			}))
-			var retries []error
-			observed := dlock.WithObserver(&dlock.Observer{Wait: func(_ context.Context, ev dlock.WaitEvent) {
-				if ev.Step == dlock.WaitRetry {
-					mu.Lock()
-					retries = append(retries, ev.Err)
-					mu.Unlock()
-				}
-			}})
+			observed, retried := observeRetries()
 			ctx := ctxFor(t, 30*time.Second)
 			lease, err := newClient(t, rdb, dlock.WithTTL(ttl), observed).Mutex(lockName(t)).Lock(ctx)
 			if err != nil {
 				t.Fatalf("Lock whose first grant was given back: %v; want it to try again", err)
 			}
 			defer lease.Unlock(ctx)
-			mu.Lock()
-			defer mu.Unlock()
-			if len(retries) == 0 || !tc.want(retries[0]) {
+			if retries := retried(); len(retries) == 0 || !tc.want(retries[0]) {
 				t.Fatalf("retries reported: %v; want the given-back grant's first", retries)
 			}
 		})

@@ -547,23 +547,13 @@ func TestLock_GrantsTooLateForTheTTLAreRetriedWithABackOff(t *testing.T) {
 			time.Sleep(ttl * 8 / 10) // the workload: a slow link
 		}
 	}})
-	var mu sync.Mutex
-	var retries []error
-	observed := dlock.WithObserver(&dlock.Observer{Wait: func(_ context.Context, ev dlock.WaitEvent) {
-		if ev.Step == dlock.WaitRetry {
-			mu.Lock()
-			retries = append(retries, ev.Err)
-			mu.Unlock()
-		}
-	}})
+	observed, retried := observeRetries()
 	ctx, cancel := context.WithTimeout(ctxFor(t, 30*time.Second), 3*time.Second)
 	defer cancel()
 	if lease, err := newClient(t, rdb, dlock.WithTTL(ttl), observed).Mutex(lockName(t)).Lock(ctx); err == nil {
 		t.Fatalf("Lock on a link too slow for its TTL returned a lease with %v left", time.Until(lease.Deadline()))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.ContainsFunc(retries, func(err error) bool { return err != nil && strings.Contains(err.Error(), "grant expired") }) {
+	if retries := retried(); !slices.ContainsFunc(retries, func(err error) bool { return err != nil && strings.Contains(err.Error(), "grant expired") }) {
 		t.Fatalf("no retry reported with the grant's expiry (retries: %v)", retries)
 	}
 }
@@ -615,4 +605,23 @@ func TestLease_LateGrantWhoseConfirmationIsLateIsNotReturned(t *testing.T) {
 		t.Fatalf("Lock returned a lease with %v of validity (err %v)", left, lease.Err())
 	}
 	_ = lease.Unlock(ctx)
+}
+
+// observeRetries is an Observer option that keeps the error of each
+// WaitRetry it is told of, and what it kept so far.
+func observeRetries() (dlock.Option, func() []error) {
+	var mu sync.Mutex
+	var retries []error
+	observed := dlock.WithObserver(&dlock.Observer{Wait: func(_ context.Context, ev dlock.WaitEvent) {
+		if ev.Step == dlock.WaitRetry {
+			mu.Lock()
+			retries = append(retries, ev.Err)
+			mu.Unlock()
+		}
+	}})
+	return observed, func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(retries)
+	}
 }
