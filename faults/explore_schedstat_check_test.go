@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRunQueueSpan_TheWaitAtTheWindowsEnd: a window's run-queue wait is a
-// stall of its length at the window's end, never before the window began,
-// and none when its waits were under schedMin on average.
+// stall of its length at the window's end, one that began before the
+// window was read whole, and none when its waits were under schedMin on
+// average.
 func TestRunQueueSpan_TheWaitAtTheWindowsEnd(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
@@ -31,8 +33,9 @@ func TestRunQueueSpan_TheWaitAtTheWindowsEnd(t *testing.T) {
 		{0, 20, schedMin, 1, &span{at(15), at(20)}},
 		{0, 20, 12 * time.Millisecond, 2, &span{at(8), at(20)}},
 		{0, 20, 20 * time.Millisecond, 1, &span{at(0), at(20)}},
-		{0, 20, 50 * time.Millisecond, 1, &span{at(0), at(20)}}, // a wait that began before the window was read
-		{0, 20, 16 * time.Millisecond, 4, nil},                  // four waits of 4 ms: no command was held up past its margin
+		{0, 20, 50 * time.Millisecond, 1, &span{at(-30), at(20)}},   // a wait that began before the window was read
+		{0, 20, 280 * time.Millisecond, 1, &span{at(-260), at(20)}}, // a reniced server's, beside a hog
+		{0, 20, 16 * time.Millisecond, 4, nil},                      // four waits of 4 ms: no command was held up past its margin
 		{0, 20, schedMin - time.Microsecond, 1, nil},
 		{0, 20, 5 * time.Millisecond, 0, nil},
 		{0, 20, 0, 0, nil},
@@ -129,9 +132,9 @@ func sameServers(got, want []*redistest.Server) bool {
 // about 98% of the CPU), kept busy by a script of about 100 ms of its CPU,
 // waits on the run queue for most of the script's time, much of it in long
 // waits (the sampler counts a tick's waits when they average schedMin or
-// more), and the sampler sees at least a tenth of it. Sharing the CPU at one niceness,
-// a server waits in slices of a few ms, which hold a quick command up no
-// more than that: no stall.
+// more), and the sampler sees at least half of it. Sharing the CPU at one
+// niceness, a server waits in slices of a few ms, which hold a quick
+// command up no more than that: no stall.
 func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
 	if _, err := os.Stat("/proc/self/schedstat"); err != nil {
 		t.Skip("no /proc/self/schedstat: the kernel tells no run-queue wait here")
@@ -176,10 +179,15 @@ func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
 		sent, answered time.Time
 		err            error
 	}
+	// At niceness 19 beside the hog the script takes seconds: no read
+	// timeout, and no retry, whose copy would find the server BUSY with
+	// the first.
+	slow := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1, MaxRetries: -1})
+	t.Cleanup(func() { _ = slow.Close() })
 	done := make(chan busy, 1)
 	go func() {
 		sent := time.Now()
-		err := srv.Client().Eval(ctx, loop, nil, steps).Err()
+		err := slow.Eval(ctx, loop, nil, steps).Err()
 		done <- busy{sent, time.Now(), err}
 	}()
 	b := <-done
@@ -191,19 +199,19 @@ func TestServerStalls_SeeAServerWaitingForACPU(t *testing.T) {
 	// The sampler's next reading, a tick away, has the wait that ended
 	// with the script; it may run late on a loaded machine.
 	deadline := time.Now().Add(5 * time.Second)
-	for starvedFor(b.sent, b.answered, stalls.logFor(srv)) < window/4 && time.Now().Before(deadline) {
+	for starvedFor(b.sent, b.answered, stalls.logFor(srv)) < window/2 && time.Now().Before(deadline) {
 		time.Sleep(schedTick)
 	}
 	seen := starvedFor(b.sent, b.answered, stalls.logFor(srv))
 	t.Logf("script of %d steps busy %v; the kernel's run-queue wait over it %v; the sampler's stalls in it %v",
 		steps, window.Round(time.Millisecond), (after - before).Round(time.Millisecond), seen.Round(time.Millisecond))
-	// The kernel's scheduler gives the reniced server slices of its own
-	// choosing: on this VM the ticks whose waits average schedMin or more
-	// cover 22-57% of the window (4 runs, the soak beside them). A tenth
-	// is what the sampler must see; a sampler that logged nothing, or
-	// took every tick for short waits, sees none.
-	if seen < window/10 {
-		t.Errorf("the sampler saw %v of run-queue wait in a %v busy window, want a tenth at least (the kernel counted %v)", seen, window, after-before)
+	// The kernel runs the reniced server a few ms every 250-300 ms on this
+	// VM (kernel 6.18): long waits, which the sampler sees whole, 92-98% of
+	// the window. Half is what it must see; one that took a wait for the
+	// one tick it ended in saw 7-9%, and one that logged nothing, or took
+	// every tick for short waits, sees none.
+	if seen < window/2 {
+		t.Errorf("the sampler saw %v of run-queue wait in a %v busy window, want half at least (the kernel counted %v)", seen, window, after-before)
 	}
 }
 
