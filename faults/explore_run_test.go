@@ -171,6 +171,9 @@ type hold struct {
 	// was returned, if returned lost
 	starved time.Duration
 	ttl     time.Duration
+	// threadsWaited: how long, in that ttl, any thread of the explorer
+	// waited for a CPU (explore_threadstat_test.go); it explains no loss
+	threadsWaited time.Duration
 	// deadline: its lease's, in real time, if it was lost; lossSeen: when
 	// the holder first saw it lost (the loss was then, or earlier)
 	deadline, lossSeen time.Time
@@ -537,6 +540,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		d := proc.deadline(lease)
 		h.deadline = d
 		h.starved = proc.starved(d.Add(-h.ttl), d)
+		h.threadsWaited = starvedFor(d.Add(-h.ttl), d, threadStalls())
 	}
 	// A lease promises nothing past its deadline, whether or not its loss
 	// was told yet (a loaded machine may run the renewer late).
@@ -706,9 +710,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v): %v", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.loss)
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v): %v", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.loss)
 			default:
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.loss)
 			}
 		}
 		for name := range h.tokens {

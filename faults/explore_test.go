@@ -259,6 +259,7 @@ type explorer struct {
 
 func newExplorer(t *testing.T) *explorer {
 	processStalls() // from the first run on
+	threadStalls()
 	return &explorer{t: t, servers: newServers(t), injected: map[string]int{}, started: time.Now()}
 }
 
