@@ -101,6 +101,9 @@ type process struct {
 	// servers: its run's servers' run-queue waits, counted in every run
 	// (explore_schedstat_test.go); nil: none measured
 	servers *serverStalls
+	// renewed: what came of its Client's leases' renewals, for an
+	// unexplained loss to tell (explore_renewals_test.go)
+	renewed *leaseRenewals
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -174,6 +177,9 @@ type hold struct {
 	// threadsWaited: how long, in that ttl, any thread of the explorer
 	// waited for a CPU (explore_threadstat_test.go); it explains no loss
 	threadsWaited time.Duration
+	// renewals: what came of its last renewals, if it was lost
+	// (explore_renewals_test.go)
+	renewals string
 	// deadline: its lease's, in real time, if it was lost; lossSeen: when
 	// the holder first saw it lost (the loss was then, or earlier)
 	deadline, lossSeen time.Time
@@ -276,7 +282,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		p.crash.conns = append(p.crash.conns, rdb)
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
-		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observedInDoubt)}, env.failover.options()...)...)
+		p.renewed = newLeaseRenewals()
+		observer := &dlock.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
+		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer)}, env.failover.options()...)...)
 		if err != nil {
 			panic(err) // the options are the explorer's own
 		}
@@ -541,6 +549,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		h.deadline = d
 		h.starved = proc.starved(d.Add(-h.ttl), d)
 		h.threadsWaited = starvedFor(d.Add(-h.ttl), d, threadStalls())
+		h.renewals = proc.renewed.before(h.tokens, h.start, d)
 	}
 	// A lease promises nothing past its deadline, whether or not its loss
 	// was told yet (a loaded machine may run the renewer late).
@@ -710,9 +719,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v): %v", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.loss)
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.loss, h.renewals)
 			default:
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.loss)
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.loss, h.renewals)
 			}
 		}
 		for name := range h.tokens {
