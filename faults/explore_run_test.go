@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -104,6 +105,10 @@ type process struct {
 	// renewed: what came of its Client's leases' renewals, for an
 	// unexplained loss to tell (explore_renewals_test.go)
 	renewed *leaseRenewals
+	// trace: its Client's last commands, and rdb its connections, for an
+	// unexplained loss to tell (explore_trace_test.go)
+	trace *commandTrace
+	rdb   redis.UniversalClient
 }
 
 // freeze stops every command of the process for d from now, as SIGSTOP
@@ -177,12 +182,22 @@ type hold struct {
 	// threadsWaited: how long, in that ttl, any thread of the explorer
 	// waited for a CPU (explore_threadstat_test.go); it explains no loss
 	threadsWaited time.Duration
-	// renewals: what came of its last renewals, if it was lost
-	// (explore_renewals_test.go)
-	renewals string
+	// howLost tells, if it was lost, what came of its last renewals
+	// (explore_renewals_test.go), and of its commands in its last two
+	// TTLs (explore_trace_test.go), read when the run is checked: a
+	// renewal that timed out at the deadline is told just after it
+	howLost func() string
 	// deadline: its lease's, in real time, if it was lost; lossSeen: when
 	// the holder first saw it lost (the loss was then, or earlier)
 	deadline, lossSeen time.Time
+}
+
+// lossTold is howLost's, or nothing.
+func (h hold) lossTold() string {
+	if h.howLost == nil {
+		return ""
+	}
+	return h.howLost()
 }
 
 func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
@@ -280,6 +295,8 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
 		p.slowIsStarved = !slices.ContainsFunc(s.Faults, slowsServers)
 		p.crash.conns = append(p.crash.conns, rdb)
+		p.trace, p.rdb = newCommandTrace(), rdb
+		rdb.AddHook(p.trace) // first, so outermost: what the Client saw
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
 		p.renewed = newLeaseRenewals()
@@ -549,7 +566,10 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		h.deadline = d
 		h.starved = proc.starved(d.Add(-h.ttl), d)
 		h.threadsWaited = starvedFor(d.Add(-h.ttl), d, threadStalls())
-		h.renewals = proc.renewed.before(h.tokens, h.start, d)
+		h.howLost = func() string {
+			names := slices.Collect(maps.Keys(h.tokens))
+			return proc.renewed.before(h.tokens, h.start, d) + "; its commands:" + proc.trace.about(names, d.Add(-2*h.ttl), d) + "; " + poolWaits(proc.rdb)
+		}
 	}
 	// A lease promises nothing past its deadline, whether or not its loss
 	// was told yet (a loaded machine may run the renewer late).
@@ -719,9 +739,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.loss, h.renewals)
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.loss, h.lossTold())
 			default:
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.loss, h.renewals)
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.loss, h.lossTold())
 			}
 		}
 		for name := range h.tokens {

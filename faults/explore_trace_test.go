@@ -1,0 +1,140 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An unexplained loss also says when its lease's commands were sent and
+// answered, as its process's Client saw them (the trace is the outermost
+// hook, over the faults'), and whether commands waited for one of the
+// connection pool's connections: a renewal sent late is its renewer's,
+// or its process's, one sent in time and answered late the server's or
+// the way back's.
+
+// tracedKept: the last commands of a process kept, many more than it
+// sends in a TTL.
+const tracedKept = 4096
+
+// tracedCmd is one command: its name and arguments (from the first key),
+// cut short, and when it was sent and answered.
+type tracedCmd struct {
+	what           string
+	sent, answered time.Time
+	err            error
+}
+
+// commandTrace is a go-redis hook that keeps a process's last commands.
+type commandTrace struct {
+	mu   sync.Mutex
+	ring []tracedCmd
+	next int
+}
+
+func newCommandTrace() *commandTrace { return &commandTrace{ring: make([]tracedCmd, 0, tracedKept)} }
+
+func (t *commandTrace) add(c tracedCmd) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.ring) < tracedKept {
+		t.ring = append(t.ring, c)
+		return
+	}
+	t.ring[t.next] = c
+	t.next = (t.next + 1) % tracedKept
+}
+
+// describe is cmd's name and arguments, keys first: an EVALSHA's script
+// and key count left out.
+func describe(cmd redis.Cmder) string {
+	args := cmd.Args()
+	from := 1
+	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		from = 3
+	}
+	var b strings.Builder
+	b.WriteString(cmd.Name())
+	for i := from; i < len(args) && b.Len() < 160; i++ {
+		fmt.Fprintf(&b, " %v", args[i])
+	}
+	return b.String()
+}
+
+func (t *commandTrace) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (t *commandTrace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent := time.Now()
+		err := next(ctx, cmd)
+		t.add(tracedCmd{describe(cmd), sent, time.Now(), err})
+		return err
+	}
+}
+
+func (t *commandTrace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := time.Now()
+		err := next(ctx, cmds)
+		answered := time.Now()
+		for _, cmd := range cmds {
+			t.add(tracedCmd{"(pipelined) " + describe(cmd), sent, answered, cmd.Err()})
+		}
+		return err
+	}
+}
+
+// about is the commands naming any of names sent from from on, oldest
+// first, each timed from deadline.
+func (t *commandTrace) about(names []string, from, deadline time.Time) string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ms := func(at time.Time) string { return at.Sub(deadline).Round(time.Millisecond).String() }
+	var b strings.Builder
+	for i := range t.ring {
+		c := t.ring[(t.next+i)%len(t.ring)]
+		if c.sent.Before(from) || !containsAny(c.what, names) {
+			continue
+		}
+		fmt.Fprintf(&b, " [%s sent %s answered %s", c.what, ms(c.sent), ms(c.answered))
+		if c.err != nil {
+			fmt.Fprintf(&b, " %v", c.err)
+		}
+		b.WriteString("]")
+	}
+	if b.Len() == 0 {
+		return " none"
+	}
+	return b.String()
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// poolWaits tells how often, and how long in all, rdb's commands waited
+// for a connection of its pool, and how many gave up.
+func poolWaits(rdb redis.UniversalClient) string {
+	type stater interface{ PoolStats() *redis.PoolStats }
+	s, ok := rdb.(stater)
+	if !ok {
+		return ""
+	}
+	st := s.PoolStats()
+	return fmt.Sprintf("pool: %d conns, %d waits for one (%v in all), %d timed out", st.TotalConns, st.WaitCount,
+		time.Duration(st.WaitDurationNs).Round(time.Millisecond), st.Timeouts)
+}
