@@ -182,6 +182,9 @@ type hold struct {
 	// threadsWaited: how long, in that ttl, any thread of the explorer
 	// waited for a CPU (explore_threadstat_test.go); it explains no loss
 	threadsWaited time.Duration
+	// goroutinesWaited: how long, in that ttl, the explorer's goroutines
+	// waited to run (explore_schedlat_test.go)
+	goroutinesWaited time.Duration
 	// howLost tells, if it was lost, what came of its last renewals
 	// (explore_renewals_test.go), and of its commands in its last two
 	// TTLs (explore_trace_test.go), read when the run is checked: a
@@ -566,6 +569,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		h.deadline = d
 		h.starved = proc.starved(d.Add(-h.ttl), d)
 		h.threadsWaited = starvedFor(d.Add(-h.ttl), d, threadStalls())
+		h.goroutinesWaited = starvedFor(d.Add(-h.ttl), d, goroutineStalls())
 		h.howLost = func() string {
 			names := slices.Collect(maps.Keys(h.tokens))
 			return proc.renewed.before(h.tokens, h.start, d) + "; its commands:" + proc.trace.about(names, d.Add(-2*h.ttl), d) + "; " + poolWaits(proc.rdb)
@@ -739,9 +743,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.loss, h.lossTold())
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v, its goroutines to run %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.goroutinesWaited, h.loss, h.lossTold())
 			default:
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.loss, h.lossTold())
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v, its goroutines to run %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.goroutinesWaited, h.loss, h.lossTold())
 			}
 		}
 		for name := range h.tokens {
