@@ -179,12 +179,13 @@ type hold struct {
 	// was returned, if returned lost
 	starved time.Duration
 	ttl     time.Duration
-	// threadsWaited: how long, in that ttl, any thread of the explorer
-	// waited for a CPU (explore_threadstat_test.go); it explains no loss
-	threadsWaited time.Duration
 	// goroutinesWaited: how long, in that ttl, the explorer's goroutines
-	// waited to run (explore_schedlat_test.go)
+	// waited to run (explore_schedlat_test.go); it explains no loss
 	goroutinesWaited time.Duration
+	// measure sets starved and goroutinesWaited when the run is checked:
+	// the kernel counts a wait, and a probe or a command its stall, when
+	// it ends, which may be after the deadline
+	measure func(*hold)
 	// howLost tells, if it was lost, what came of its last renewals
 	// (explore_renewals_test.go), and of its commands in its last two
 	// TTLs (explore_trace_test.go), read when the run is checked: a
@@ -512,7 +513,8 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 	h.ttl = heldTTL(o)
 	if returnedLost {
 		h.invalid = true
-		h.starved = proc.starvedBefore(returned, h.ttl)
+		ttl := h.ttl
+		h.measure = func(h *hold) { h.starved = proc.starvedBefore(returned, ttl) }
 	}
 	for name, token := range h.tokens {
 		stores.write(name, token) // the holder's first act: a write with its token
@@ -567,9 +569,11 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		}
 		d := proc.deadline(lease)
 		h.deadline = d
-		h.starved = proc.starved(d.Add(-h.ttl), d)
-		h.threadsWaited = starvedFor(d.Add(-h.ttl), d, threadStalls())
-		h.goroutinesWaited = starvedFor(d.Add(-h.ttl), d, goroutineStalls())
+		from := d.Add(-h.ttl)
+		h.measure = func(h *hold) {
+			h.starved = proc.starved(from, d)
+			h.goroutinesWaited = starvedFor(from, d, goroutineStalls())
+		}
 		h.howLost = func() string {
 			names := slices.Collect(maps.Keys(h.tokens))
 			return proc.renewed.before(h.tokens, h.start, d) + "; its commands:" + proc.trace.about(names, d.Add(-2*h.ttl), d) + "; " + poolWaits(proc.rdb)
@@ -728,6 +732,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 	byName := map[string][]hold{}
 	for _, h := range holds {
 		out.checks++
+		if h.measure != nil {
+			h.measure(&h)
+		}
 		if h.invalid {
 			if starvedEnough(h.starved, h.ttl) {
 				out.starve("client %d %s %v came back with no validity left, its process starved %v of the %v before", h.client, h.kind, h.tokens, h.starved, h.ttl)
@@ -743,9 +750,9 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, a thread of it waited for a CPU %v, its goroutines to run %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.threadsWaited, h.goroutinesWaited, h.loss, h.lossTold())
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, its goroutines waited to run %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.goroutinesWaited, h.loss, h.lossTold())
 			default:
-				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, a thread of it waited for a CPU %v, its goroutines to run %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.threadsWaited, h.goroutinesWaited, h.loss, h.lossTold())
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, its goroutines waited to run %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.goroutinesWaited, h.loss, h.lossTold())
 			}
 		}
 		for name := range h.tokens {

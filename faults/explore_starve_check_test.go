@@ -278,3 +278,24 @@ func TestStallLog_KeepsOnlyWhatCanExplainALoss(t *testing.T) {
 		t.Errorf("%d spans kept in an array of %d, want at most %d (%v of them)", len(l.spans), cap(l.spans), kept, stallKept)
 	}
 }
+
+// TestCheckHolds_StarvationIsMeasuredWhenTheRunIsChecked: a stall that
+// began before a lease's deadline and ended after it (a reply read late,
+// a wait the kernel counts when it ends) is logged after the hold ended;
+// the hold's starvation is measured when the run is checked, so it counts.
+func TestCheckHolds_StarvationIsMeasuredWhenTheRunIsChecked(t *testing.T) {
+	now := time.Now()
+	ttl := 400 * time.Millisecond
+	deadline := now.Add(time.Second)
+	stalls := &stallLog{}
+	h := hold{client: 1, kind: "mutex", tokens: map[string]uint64{"n": 1}, asked: now, start: now, end: deadline, lost: true,
+		loss: fmt.Errorf("%w (%w): no renewal confirmed before its deadline", dlock.ErrLeaseLost, dlock.LossUnreachable),
+		ttl:  ttl, deadline: deadline, lossSeen: deadline}
+	h.measure = func(h *hold) { h.starved = starvedFor(deadline.Add(-ttl), deadline, stalls) }
+	stalls.add(deadline.Add(-300*time.Millisecond), deadline.Add(100*time.Millisecond)) // logged when it ended
+	out := &outcome{injected: map[string]int{}}
+	checkHolds(&schedule{}, []hold{h}, nil, out)
+	if out.starved != 1 || len(out.violations) != 0 {
+		t.Errorf("%d explained by starvation, violations %q; want the loss explained by its 300 ms of stall", out.starved, out.violations)
+	}
+}

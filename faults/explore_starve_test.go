@@ -121,10 +121,12 @@ var (
 	machine   *stallLog // the explorer process's own stalls, from its first run on
 )
 
-// processStalls starts the probe once, and returns its log.
+// processStalls starts the probes once, the sleeping one and the
+// network's (explore_netprobe_test.go), and returns their log.
 func processStalls() *stallLog {
 	probeOnce.Do(func() {
 		machine = &stallLog{}
+		startNetProbe(machine)
 		go func() {
 			for {
 				asked := time.Now()

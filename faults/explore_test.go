@@ -259,7 +259,6 @@ type explorer struct {
 
 func newExplorer(t *testing.T) *explorer {
 	processStalls() // from the first run on
-	threadStalls()
 	goroutineStalls()
 	return &explorer{t: t, servers: newServers(t), injected: map[string]int{}, started: time.Now()}
 }

@@ -19,14 +19,15 @@ import (
 // or its process's, one sent in time and answered late the server's or
 // the way back's.
 
-// tracedKept: the last commands of a process kept, many more than it
-// sends in a TTL.
-const tracedKept = 4096
+// tracedKept: the last commands of a process kept, more than it sends in
+// two TTLs.
+const tracedKept = 1024
 
-// tracedCmd is one command: its name and arguments (from the first key),
-// cut short, and when it was sent and answered.
+// tracedCmd is one command, described only if a loss is told, and when it
+// was sent and answered.
 type tracedCmd struct {
-	what           string
+	cmd            redis.Cmder
+	pipelined      bool
 	sent, answered time.Time
 	err            error
 }
@@ -73,7 +74,7 @@ func (t *commandTrace) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		sent := time.Now()
 		err := next(ctx, cmd)
-		t.add(tracedCmd{describe(cmd), sent, time.Now(), err})
+		t.add(tracedCmd{cmd, false, sent, time.Now(), err})
 		return err
 	}
 }
@@ -84,7 +85,7 @@ func (t *commandTrace) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		err := next(ctx, cmds)
 		answered := time.Now()
 		for _, cmd := range cmds {
-			t.add(tracedCmd{"(pipelined) " + describe(cmd), sent, answered, cmd.Err()})
+			t.add(tracedCmd{cmd, true, sent, answered, cmd.Err()})
 		}
 		return err
 	}
@@ -102,10 +103,17 @@ func (t *commandTrace) about(names []string, from, deadline time.Time) string {
 	var b strings.Builder
 	for i := range t.ring {
 		c := t.ring[(t.next+i)%len(t.ring)]
-		if c.sent.Before(from) || !containsAny(c.what, names) {
+		if c.sent.Before(from) {
 			continue
 		}
-		fmt.Fprintf(&b, " [%s sent %s answered %s", c.what, ms(c.sent), ms(c.answered))
+		what := describe(c.cmd)
+		if !containsAny(what, names) {
+			continue
+		}
+		if c.pipelined {
+			what = "(pipelined) " + what
+		}
+		fmt.Fprintf(&b, " [%s sent %s answered %s", what, ms(c.sent), ms(c.answered))
 		if c.err != nil {
 			fmt.Fprintf(&b, " %v", c.err)
 		}
