@@ -37,14 +37,29 @@ func TestLongestWait_TheLongestNewWaitsBucket(t *testing.T) {
 	}
 }
 
-// TestGoroutineStalls_SeeGoroutinesWaitingToRun: with one P, twenty
-// goroutines that spin take it in turns of 10 ms (the runtime's
-// preemption), so a goroutine woken meanwhile waits about 200 ms to run;
-// the sampler sees a stall of 50 ms at least.
+// TestGoroutineStalls_SeeGoroutinesWaitingToRun: with one P taken in
+// turns by twenty goroutines that spin, a goroutine woken meanwhile waits
+// about 200 ms to run; the sampler sees a stall of 50 ms at least.
 func TestGoroutineStalls_SeeGoroutinesWaitingToRun(t *testing.T) {
 	log := goroutineStalls()
+	began, ended := spinOneP(func() {
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			time.Sleep(time.Millisecond) // wake-ups, to be counted
+		}
+	})
+	longest := awaitStall(log, began, ended, 50*time.Millisecond)
+	t.Logf("spun for %v; the sampler's longest stall %v", ended.Sub(began).Round(time.Millisecond), longest)
+	if longest < 50*time.Millisecond {
+		t.Errorf("the sampler's longest stall %v, want 50 ms at least", longest)
+	}
+}
+
+// spinOneP runs meanwhile with the process down to one P, which twenty
+// goroutines that spin take in turns of 10 ms (the runtime's preemption),
+// and says when that began and ended.
+func spinOneP(meanwhile func()) (began, ended time.Time) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	began := time.Now()
+	began = time.Now()
 	stop := make(chan struct{})
 	var spinners sync.WaitGroup
 	for range 20 {
@@ -60,24 +75,25 @@ func TestGoroutineStalls_SeeGoroutinesWaitingToRun(t *testing.T) {
 			}
 		}()
 	}
-	for range 20 { // wake-ups, to be counted
-		time.Sleep(time.Millisecond)
-	}
+	meanwhile()
 	close(stop)
 	spinners.Wait()
-	ended := time.Now()
-	deadline := time.Now().Add(5 * time.Second)
+	return began, time.Now()
+}
+
+// awaitStall is the longest of log's stalls that began in [began, ended],
+// once one of want is logged or 5 s have passed: a stall is logged when
+// it ends, and the sampler may run late on a loaded machine.
+func awaitStall(log *stallLog, began, ended time.Time, want time.Duration) time.Duration {
 	longest := func() (d time.Duration) {
 		for _, s := range log.clipped(began, ended.Add(time.Second)) {
 			d = max(d, s.to.Sub(s.from))
 		}
 		return d
 	}
-	for longest() < 50*time.Millisecond && time.Now().Before(deadline) {
-		time.Sleep(schedTick)
+	deadline := time.Now().Add(5 * time.Second)
+	for longest() < want && time.Now().Before(deadline) {
+		time.Sleep(probeTick)
 	}
-	t.Logf("spun for %v; the longest stall the sampler saw %v", ended.Sub(began).Round(time.Millisecond), longest())
-	if longest() < 50*time.Millisecond {
-		t.Errorf("the sampler's longest stall %v, want 50 ms at least", longest())
-	}
+	return longest()
 }
