@@ -4,6 +4,7 @@ package faults
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +159,32 @@ func TestCheckHolds_AStaleWriteIsJudgedFromWhenTheLaterHoldersWriteArrived(t *te
 	}
 	if v := judge(at(450)); len(v) != 1 || !strings.HasPrefix(v[0], "stale accepted") {
 		t.Errorf("the child's write reached the store first: %v, want stale accepted", v)
+	}
+}
+
+// TestCheckHolds_AStaleWriteIsJudgedOnlyAgainstAnExclusiveHold: a
+// reader's write after its loss, accepted after another reader's, is no
+// violation when that reader was granted first (its lower token) and its
+// call returned later (a soak flagged one, seed 1795732968650196478: the
+// child, a reader killed holding, its last write with token …824 against
+// client 10's …645); against a writer that took the lock after it, it is.
+func TestCheckHolds_AStaleWriteIsJudgedOnlyAgainstAnExclusiveHold(t *testing.T) {
+	now := time.Now()
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	judge := func(laterKind string) []string {
+		reader := hold{client: 0, kind: "rw.read", tokens: map[string]uint64{"rw": 11}, asked: at(0), start: at(0), fenced: at(0), end: at(300), crashed: true,
+			stale: []staleWrite{{client: 0, name: "rw", token: 11, at: at(500), accepted: true}}}
+		later := hold{client: 1, kind: laterKind, tokens: map[string]uint64{"rw": 10}, asked: at(-100), start: at(400), fenced: at(450), end: at(900)}
+		s := &schedule{params: params{Seed: 1, Clients: 2, Faults: []string{"child"}}}
+		out := &outcome{params: s.params, injected: map[string]int{}}
+		checkHolds(s, []hold{reader, later}, nil, out)
+		return out.violations
+	}
+	if v := judge("rw.read"); len(v) != 0 {
+		t.Errorf("a reader granted first, returned later: %v, want no violation", v)
+	}
+	if v := judge("rw.write"); !slices.ContainsFunc(v, func(v string) bool { return strings.HasPrefix(v, "stale accepted") }) {
+		t.Errorf("a writer that took the lock after the reader lost it: %v, want stale accepted", v)
 	}
 }
 

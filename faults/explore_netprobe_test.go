@@ -40,6 +40,7 @@ func startNetProbe(log *stallLog) {
 	}()
 	writer, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
+		_ = ln.Close()
 		return
 	}
 	reader, ok := <-accepted
@@ -63,12 +64,18 @@ func startNetProbe(log *stallLog) {
 	}()
 	go func() {
 		var stamp [8]byte
+		var last time.Time
 		for {
 			if _, err := io.ReadFull(reader, stamp[:]); err != nil {
 				return
 			}
 			sent := base.Add(time.Duration(binary.BigEndian.Uint64(stamp[:])))
-			if read := time.Now(); read.Sub(sent) > probeSlack {
+			read := time.Now()
+			if sent.Before(last) || sent.After(read) { // not our writer's
+				continue
+			}
+			last = sent
+			if read.Sub(sent) > probeSlack {
 				log.add(sent, read)
 			}
 		}

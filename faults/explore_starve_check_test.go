@@ -299,3 +299,52 @@ func TestCheckHolds_StarvationIsMeasuredWhenTheRunIsChecked(t *testing.T) {
 		t.Errorf("%d explained by starvation, violations %q; want the loss explained by its 300 ms of stall", out.starved, out.violations)
 	}
 }
+
+// TestNetworkStalled_TheLongestStallNotTheirSum: stamps read 6 ms late
+// every 2 ms, in batches as a late reader drains them, cover most of a
+// 300 ms TTL together but hold no reply up past its margin: the network
+// probe counts its longest stall, 6 ms; one of 200 ms counts whole.
+func TestNetworkStalled_TheLongestStallNotTheirSum(t *testing.T) {
+	t0 := time.Now().Add(time.Hour)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	steady := &stallLog{}
+	for sent := 0; sent < 300; sent += 8 { // a batch: stamps sent at sent..sent+6, read at sent+6
+		for s := sent; s <= sent+4; s += 2 {
+			steady.add(at(s), at(sent+6))
+		}
+	}
+	if covered := starvedFor(at(0), at(300), steady); covered < 200*time.Millisecond {
+		t.Fatalf("the steady spans cover %v together: not the case this test is for", covered)
+	}
+	if got := networkStalled(at(0), at(300), steady); got != 6*time.Millisecond {
+		t.Errorf("steady 6 ms lateness: %v stalled, want 6ms", got)
+	}
+	once := &stallLog{}
+	once.add(at(50), at(250))
+	once.add(at(52), at(250)) // the backlog, read at once
+	if got := networkStalled(at(0), at(300), once); got != 200*time.Millisecond {
+		t.Errorf("one 200 ms stall: %v, want 200ms", got)
+	}
+}
+
+// TestStarved_ALostRenewalsOwnLateReplyExplainsNothing: a renewal sent
+// two thirds of a TTL before the deadline and answered just after it is
+// the loss's symptom, as a timed-out one is: its round trip, logged when
+// it came back, counts for nothing; one answered before the deadline
+// counts.
+func TestStarved_ALostRenewalsOwnLateReplyExplainsNothing(t *testing.T) {
+	t0 := time.Now().Add(time.Hour)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ttl := 300 * time.Millisecond
+	deadline := at(300)
+	late := &process{hook: newCommandFaults(1, 0, nil, nil), slowIsStarved: true}
+	late.hook.slow.add(at(100), at(305))
+	if got := late.starved(deadline.Add(-ttl), deadline); starvedEnough(got, ttl) {
+		t.Errorf("a reply after the deadline: starved %v of %v, want less than a quarter", got, ttl)
+	}
+	inTime := &process{hook: newCommandFaults(1, 0, nil, nil), slowIsStarved: true}
+	inTime.hook.slow.add(at(100), at(290))
+	if got := inTime.starved(deadline.Add(-ttl), deadline); got != 190*time.Millisecond {
+		t.Errorf("a slow reply before the deadline: starved %v, want 190ms", got)
+	}
+}

@@ -119,14 +119,15 @@ func starvedEnough(starved, ttl time.Duration) bool { return starved >= ttl/4 }
 var (
 	probeOnce sync.Once
 	machine   *stallLog // the explorer process's own stalls, from its first run on
+	netProbe  *stallLog // the network probe's (explore_netprobe_test.go)
 )
 
 // processStalls starts the probes once, the sleeping one and the
-// network's (explore_netprobe_test.go), and returns their log.
+// network's, and returns the sleeping one's log.
 func processStalls() *stallLog {
 	probeOnce.Do(func() {
-		machine = &stallLog{}
-		startNetProbe(machine)
+		machine, netProbe = &stallLog{}, &stallLog{}
+		startNetProbe(netProbe)
 		go func() {
 			for {
 				asked := time.Now()
@@ -152,20 +153,60 @@ func (l *stallLog) roundTrip(sent time.Time, err error) {
 // slow, or the explorer's own process stalled, together with the run-queue
 // wait of its run's worst server there (explore_schedstat_test.go). The
 // worst, not all: a lease lives on one node, and a wait of each server
-// in turn would add up to a starvation no lease saw.
+// in turn would add up to a starvation no lease saw. Only the commands
+// answered by to count: a reply that came after it, as a lost renewal's
+// own, is the loss's symptom, as a timed-out one is. The network probe
+// counts by its longest stall, not their sum (networkStalled).
 func (p *process) starved(from, to time.Time) time.Duration {
 	logs := []*stallLog{processStalls()}
 	if p.slowIsStarved {
-		logs = append(logs, p.hook.slow)
+		logs = append(logs, p.hook.slow.endedBy(to))
 		for _, h := range p.nodeHooks {
-			logs = append(logs, h.slow)
+			logs = append(logs, h.slow.endedBy(to))
 		}
 	}
 	worst := starvedFor(from, to, logs...)
 	for _, server := range p.servers.all() {
 		worst = max(worst, starvedFor(from, to, append(logs[:len(logs):len(logs)], server)...))
 	}
-	return worst
+	return max(worst, networkStalled(from, to, netProbe))
+}
+
+// endedBy is a copy of the log with only its spans that ended by to.
+func (l *stallLog) endedBy(to time.Time) *stallLog {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := &stallLog{}
+	for _, s := range l.spans {
+		if !s.to.After(to) {
+			out.spans = append(out.spans, s)
+		}
+	}
+	return out
+}
+
+// networkStalled is the network probe's longest stall in [from, to], its
+// overlapping spans merged: a reply's reader is held up by one long wait,
+// and a probe read a few ms late every 2 ms, which holds no reply up past
+// its margin, logs spans that together cover the window (the adversarial
+// review's: steady 6 ms wake-ups read as 100% starved).
+func networkStalled(from, to time.Time, log *stallLog) time.Duration {
+	spans := log.clipped(from, to)
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	var longest time.Duration
+	var run span
+	for i, s := range spans {
+		if i == 0 || s.from.After(run.to) {
+			run = s
+		} else if s.to.After(run.to) {
+			run.to = s.to
+		}
+		longest = max(longest, run.to.Sub(run.from))
+	}
+	return longest
 }
 
 // starvedBefore is how much of the ttl before returned, when a call
