@@ -97,17 +97,25 @@ func starvedFor(from, to time.Time, logs ...*stallLog) time.Duration {
 	for _, l := range logs {
 		all = append(all, l.clipped(from, to)...)
 	}
-	slices.SortFunc(all, func(a, b span) int { return a.from.Compare(b.from) })
 	var total time.Duration
-	var end time.Time
-	for _, s := range all {
-		if s.to.Before(end) || s.to.Equal(end) {
-			continue
-		}
-		total += s.to.Sub(later(s.from, end))
-		end = s.to
+	for _, e := range episodes(all) {
+		total += e.to.Sub(e.from)
 	}
 	return total
+}
+
+// episodes are spans merged where they overlap, in order.
+func episodes(spans []span) []span {
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	var out []span
+	for _, s := range spans {
+		if n := len(out); n > 0 && !s.from.After(out[n-1].to) {
+			out[n-1].to = later(out[n-1].to, s.to)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // starvedEnough: starvation of a quarter of a TTL within its last TTL is
@@ -194,17 +202,9 @@ func (l *stallLog) endedBy(to time.Time) *stallLog {
 // its margin, logs spans that together cover the window (the adversarial
 // review's: steady 6 ms wake-ups read as 100% starved).
 func networkStalled(from, to time.Time, log *stallLog) time.Duration {
-	spans := log.clipped(from, to)
-	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
 	var longest time.Duration
-	var run span
-	for i, s := range spans {
-		if i == 0 || s.from.After(run.to) {
-			run = s
-		} else if s.to.After(run.to) {
-			run.to = s.to
-		}
-		longest = max(longest, run.to.Sub(run.from))
+	for _, e := range episodes(log.clipped(from, to)) {
+		longest = max(longest, e.to.Sub(e.from))
 	}
 	return longest
 }
