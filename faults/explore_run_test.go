@@ -179,8 +179,9 @@ type hold struct {
 	// was returned, if returned lost
 	starved time.Duration
 	ttl     time.Duration
-	// goroutinesWaited: how long, in that ttl, the explorer's goroutines
-	// waited to run (explore_schedlat_test.go); it explains no loss
+	// goroutinesWaited: the longest, in that ttl, the explorer's
+	// goroutines waited to run (explore_schedlat_test.go), not the sum:
+	// a wait per tick would cover the ttl; it explains no loss
 	goroutinesWaited time.Duration
 	// measure sets starved and goroutinesWaited when the run is checked:
 	// the kernel counts a wait, and a probe or a command its stall, when
@@ -572,7 +573,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		from := d.Add(-h.ttl)
 		h.measure = func(h *hold) {
 			h.starved = proc.starved(from, d)
-			h.goroutinesWaited = starvedFor(from, d, goroutineStalls())
+			h.goroutinesWaited = longestStall(from, d, goroutineStalls())
 		}
 		h.howLost = func() string {
 			names := slices.Collect(maps.Keys(h.tokens))

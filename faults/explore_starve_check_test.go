@@ -300,11 +300,11 @@ func TestCheckHolds_StarvationIsMeasuredWhenTheRunIsChecked(t *testing.T) {
 	}
 }
 
-// TestNetworkStalled_TheLongestStallNotTheirSum: stamps read 6 ms late
+// TestLongestStall_TheLongestNotTheirSum: stamps read 6 ms late
 // every 2 ms, in batches as a late reader drains them, cover most of a
 // 300 ms TTL together but hold no reply up past its margin: the network
 // probe counts its longest stall, 6 ms; one of 200 ms counts whole.
-func TestNetworkStalled_TheLongestStallNotTheirSum(t *testing.T) {
+func TestLongestStall_TheLongestNotTheirSum(t *testing.T) {
 	t0 := time.Now().Add(time.Hour)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	steady := &stallLog{}
@@ -316,13 +316,13 @@ func TestNetworkStalled_TheLongestStallNotTheirSum(t *testing.T) {
 	if covered := starvedFor(at(0), at(300), steady); covered < 200*time.Millisecond {
 		t.Fatalf("the steady spans cover %v together: not the case this test is for", covered)
 	}
-	if got := networkStalled(at(0), at(300), steady); got != 6*time.Millisecond {
+	if got := longestStall(at(0), at(300), steady); got != 6*time.Millisecond {
 		t.Errorf("steady 6 ms lateness: %v stalled, want 6ms", got)
 	}
 	once := &stallLog{}
 	once.add(at(50), at(250))
 	once.add(at(52), at(250)) // the backlog, read at once
-	if got := networkStalled(at(0), at(300), once); got != 200*time.Millisecond {
+	if got := longestStall(at(0), at(300), once); got != 200*time.Millisecond {
 		t.Errorf("one 200 ms stall: %v, want 200ms", got)
 	}
 }

@@ -164,7 +164,7 @@ func (l *stallLog) roundTrip(sent time.Time, err error) {
 // in turn would add up to a starvation no lease saw. Only the commands
 // answered by to count: a reply that came after it, as a lost renewal's
 // own, is the loss's symptom, as a timed-out one is. The network probe
-// counts by its longest stall, not their sum (networkStalled).
+// counts by its longest stall, not their sum (longestStall).
 func (p *process) starved(from, to time.Time) time.Duration {
 	logs := []*stallLog{processStalls()}
 	if p.slowIsStarved {
@@ -177,7 +177,7 @@ func (p *process) starved(from, to time.Time) time.Duration {
 	for _, server := range p.servers.all() {
 		worst = max(worst, starvedFor(from, to, append(logs[:len(logs):len(logs)], server)...))
 	}
-	return max(worst, networkStalled(from, to, netProbe))
+	return max(worst, longestStall(from, to, netProbe))
 }
 
 // endedBy is a copy of the log with only its spans that ended by to.
@@ -196,12 +196,13 @@ func (l *stallLog) endedBy(to time.Time) *stallLog {
 	return out
 }
 
-// networkStalled is the network probe's longest stall in [from, to], its
-// overlapping spans merged: a reply's reader is held up by one long wait,
-// and a probe read a few ms late every 2 ms, which holds no reply up past
-// its margin, logs spans that together cover the window (the adversarial
-// review's: steady 6 ms wake-ups read as 100% starved).
-func networkStalled(from, to time.Time, log *stallLog) time.Duration {
+// longestStall is a log's longest stall in [from, to] (the network
+// probe's, the goroutines' waits), its overlapping spans merged: a
+// reply's reader is held up by one long wait, and a probe read a few ms
+// late every 2 ms, which holds no reply up past its margin, logs spans
+// that together cover the window (the adversarial review's: steady 6 ms
+// wake-ups read as 100% starved).
+func longestStall(from, to time.Time, log *stallLog) time.Duration {
 	var longest time.Duration
 	for _, e := range episodes(log.clipped(from, to)) {
 		longest = max(longest, e.to.Sub(e.from))
