@@ -26,8 +26,8 @@ type leaseKind struct {
 	ttl     *redis.Script
 	abandon *redis.Script
 	// fenced: the release takes the hold's tokens too, after the
-	// tombstone's lifetime (see mutex_release.lua): an exclusive lock's,
-	// on which nobody mints while it is held.
+	// tombstone's lifetime, to tell a hold that lapsed and was taken anew
+	// by a late copy of its grant (mutex_release.lua, rw_release.lua).
 	fenced bool
 }
 

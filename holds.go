@@ -35,6 +35,7 @@ var rwKind = &leaseKind{
 	release: scripts.RWRelease,
 	ttl:     scripts.RWTTL,
 	abandon: scripts.RWAbandon,
+	fenced:  true,
 }
 
 func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {

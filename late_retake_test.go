@@ -50,26 +50,49 @@ func (h failRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
+// taker is how a lock type takes a hold of name.
+type taker func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error)
+
 // retakers are the lock types whose release tells a hold taken anew since
-// its grant: exclusive locks, fenced; each with the scripts that grant and
-// renew it. (An Election's does not yet: docs/SAFETY.md.)
+// its grant; each with the scripts that grant and renew it, and, where
+// another hold of its own kind would not wait for it (a read), what
+// another holder takes in between. (An Election's does not yet:
+// docs/SAFETY.md.)
 var retakers = []struct {
 	name            string
 	acquire, extend *redis.Script
-	take            func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error)
+	take            taker
+	between         taker // nil: take
 }{
 	{"MultiLock", scripts.MultiAcquire, scripts.MultiExtend,
 		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
 			return c.MultiLock([]string{name, name + "-b"}, opts...).Lock
-		}},
+		}, nil},
 	{"Mutex", scripts.MutexAcquire, scripts.MutexExtend,
 		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex(name, opts...).Lock
-		}},
+		}, nil},
 	{"FairMutex", scripts.FairAcquire, scripts.MutexExtend,
 		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex(name, opts...).Lock
-		}},
+		}, nil},
+	{"RWMutex.Lock", scripts.RWAcquire, scripts.RWExtend, rwWrite, nil},
+	{"RWMutex.RLock", scripts.RWAcquire, scripts.RWExtend,
+		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex(name, opts...).RLock
+		}, rwWrite},
+	{"ReentrantMutex", scripts.RWAcquire, scripts.RWExtend,
+		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+			return c.ReentrantMutex(name, opts...).Lock
+		}, nil},
+	{"Semaphore", scripts.SemAcquire, scripts.SemExtend,
+		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+			return c.Semaphore(name, 1, opts...).Acquire
+		}, nil},
+}
+
+func rwWrite(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+	return c.RWMutex(name, opts...).Lock
 }
 
 // A copy of the attempt that granted a lease (its first copy held up on
@@ -104,7 +127,11 @@ func TestLateAttempt_OfAGrantRetakingAfterTheLeaseWasLostIsNotUnlockedAsHeld(t *
 				}
 
 				// Another waits out the hold's TTL, takes the lock, lets it go.
-				second, err := lt.take(newClient(t, other), name)(ctx)
+				between := lt.between
+				if between == nil {
+					between = lt.take
+				}
+				second, err := between(newClient(t, other), name)(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -137,7 +164,8 @@ func TestLateAttempt_OfAGrantRetakingAfterTheLeaseWasLostIsNotUnlockedAsHeld(t *
 // the one the Unlock reads, must say released, and the resend lets go of
 // what the late copy took.
 func TestLateAttempt_RetakingBetweenAReleaseAndItsResendDoesNotMakeItNotHeld(t *testing.T) {
-	releases := map[string]*redis.Script{"MultiLock": scripts.MultiRelease, "Mutex": scripts.MutexRelease, "FairMutex": scripts.FairRelease}
+	releases := map[string]*redis.Script{"MultiLock": scripts.MultiRelease, "Mutex": scripts.MutexRelease, "FairMutex": scripts.FairRelease,
+		"RWMutex.Lock": scripts.RWRelease, "RWMutex.RLock": scripts.RWRelease, "ReentrantMutex": scripts.RWRelease, "Semaphore": scripts.SemRelease}
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, lt := range retakers {
 			t.Run(lt.name, func(t *testing.T) {

@@ -413,14 +413,17 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // A lease that was lost but still held in Redis (a renewal that could not get
 // through in time) is released all the same, and Unlock returns nil. So does
 // an Unlock whose release was applied but whose reply was lost: the copy the
-// Redis client sends again finds the release's mark. A lease of a [Mutex],
-// [FairMutex] or [MultiLock] whose hold lapsed, and was taken again for it
-// by a late copy of the attempt that granted it (the Redis client's, after
-// a read timeout), maybe after another held the lock meanwhile, is
-// released too, and Unlock returns [ErrNotHeld]: the hold did not last.
-// So, on the safe side, does one of a hold that lasted longer than
-// [FenceRetentionTTLs] TTLs, its counter gone, when a late copy of its
-// grant found it held and minted anew (docs/SAFETY.md).
+// Redis client sends again finds the release's mark. A lease of any lock
+// but an [Election] or a [Redlock] whose hold lapsed, and was taken again
+// for it by a late copy of the attempt that granted it (the Redis
+// client's, after a read timeout), maybe after another held the lock
+// meanwhile, is released too, and Unlock returns [ErrNotHeld]: the hold did
+// not last. (A [ReentrantMutex]'s or an [RWMutex]'s hold taken again while
+// another hold of its owner in the same mode lasted, which kept every other
+// owner out, shares that hold's token and is released with nil.) So, on
+// the safe side, does a [Mutex]'s, [FairMutex]'s or [MultiLock]'s hold
+// that lasted longer than [FenceRetentionTTLs] TTLs, its counter gone, when
+// a late copy of its grant found it held and minted anew (docs/SAFETY.md).
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ob := l.obs.Load(); ob != nil && !ob.part {
 		return ob.unlock(ctx, l)

@@ -8,11 +8,17 @@
 -- ARGV[1]  member of the hold (mode .. hold id .. owner)
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given (a
+--          place-holder otherwise, when ARGV[5] follows)
+-- ARGV[5]  the hold's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held: expired, or never this member's (also
 -- where another program wrote over the holds: they are left as they are).
+-- A hold taken anew since its grant (retaken below) is released all the
+-- same, and answers 0, leaving no mark; one taken anew after this release's
+-- mark (a resend's, the hold having lasted until the first copy let go) is
+-- released, and answers 1.
 -- Fails with WRONGTYPE, changing nothing, where another program wrote
 -- over the state (foreign.lua).
 --
@@ -25,9 +31,30 @@ local now = server_now()
 if not live_score(HOLDS, ARGV[1], now) then
   return nothing_released(RELEASE_MARK)
 end
+-- Taken anew since the grant: the member's hold lapsed (its owner's holds
+-- in its mode with it, taking their shared token), and a late copy of the
+-- attempt that granted it took it again under a token minted then
+-- (rw_acquire.lua), maybe after another owner held the lock. While any of
+-- the owner's holds in the mode lasts, the token stays, and so no other
+-- owner could have held against them. Unless a copy of this release let go
+-- first (its mark): then the hold lasted until that copy.
+local function retaken(member, token)
+  token = tonumber(token)
+  if token == nil or not is_dlocks_state(STATE) then
+    return false
+  end
+  local mode, owner = parse(member)
+  local now_token = tonumber(redis.call('HGET', STATE, 't' .. mode .. owner))
+  return now_token ~= nil and now_token ~= token and not released_before(RELEASE_MARK)
+end
+
+local anew = retaken(ARGV[1], ARGV[5])
 local wrong = release_hold(ARGV[1], ARGV[2], now)
 if wrong then
   return wrong
+end
+if anew then
+  return 0
 end
 mark_released(RELEASE_MARK, ARGV[3])
 return 1

@@ -8,10 +8,17 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given (a
+--          place-holder otherwise, when ARGV[5] follows)
+-- ARGV[5]  the permit's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or never taken).
+-- A permit taken anew since its grant (under another token: its grant's
+-- late copy took it again once it lapsed, maybe after others took every
+-- permit) is released all the same, and answers 0, leaving no mark,
+-- unless a copy of this release let go first (its mark): then the permit
+-- lasted until that copy.
 -- A value another program wrote over the tokens is left as it is: the
 -- permit's fields are removed only from a hash, where they can only be
 -- dlock's (the owner token is secret), at no command more.
@@ -22,6 +29,10 @@
 void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
+if held and ARGV[5] then
+  local token = tonumber(redis.pcall('HGET', TOKENS, ARGV[1])) -- not a number from another program's value
+  held = token == nil or token == tonumber(ARGV[5]) or released_before(RELEASE_MARK)
+end
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   return nothing_released(RELEASE_MARK)
 end
