@@ -231,3 +231,44 @@ func TestLinearCheck_AKilledWaiterMayBeHandedTheLockAfterItsDeath(t *testing.T) 
 		t.Fatalf("a waiter whose process was killed: %d violations\n%s", len(v), strings.Join(v, "\n"))
 	}
 }
+
+// TestCheckCrashes_ALateWaitIsStarvedOnlyIfItsProcessWasStarvedEnough: a
+// soak's crash check failed a waiter 113 ms past its bound at a load
+// average of 9-15 (soak H, seed 1795734994283035775). A wait that ended
+// past its bound is explained, and counted as starved, only where its
+// process was starved for that lateness and crashSlack's scheduling on
+// top; one starved less is still a violation.
+func TestCheckCrashes_ALateWaitIsStarvedOnlyIfItsProcessWasStarvedEnough(t *testing.T) {
+	p := params{Seed: 1, Clients: 2, Ops: 1, Kinds: []string{"mutex"}, Faults: []string{"crash"}}
+	s := &schedule{params: p, process: []int{0, 1}, crashes: []crash{{Process: 0}}}
+	lock := op{Kind: "mutex", Names: []string{"m"}, TTL: time.Second, Wait: 3 * time.Second}
+	s.ops = [][]op{{lock}, {lock}}
+	died := time.Now().Add(-time.Hour) // before the probes' first stamp: only the stalls below count
+	late := 113 * time.Millisecond
+	start := died.Add(time.Second + crashSlack + late)
+	held := hold{client: 0, kind: "mutex", tokens: map[string]uint64{"m": 1}, start: died.Add(-time.Second), end: died, crashed: true}
+	got := hold{client: 1, kind: "mutex", tokens: map[string]uint64{"m": 2}, asked: died, start: start, end: start.Add(time.Second)}
+	for _, c := range []struct {
+		stall     time.Duration
+		starved   int
+		violation bool
+	}{
+		{late + crashScheduling + 10*time.Millisecond, 1, false},
+		{late + crashScheduling - 10*time.Millisecond, 0, true},
+		{0, 0, true},
+	} {
+		dead := &process{crash: newCrashState()}
+		dead.crash.at = died
+		close(dead.crash.dead)
+		waiter := &process{crash: newCrashState(), hook: newCommandFaults(1, 1, nil, nil), slowIsStarved: true}
+		if c.stall > 0 {
+			waiter.hook.slow.add(start.Add(-c.stall-time.Millisecond), start.Add(-time.Millisecond))
+		}
+		out := &outcome{params: p, injected: map[string]int{}}
+		checkCrashes(s, map[int]*process{0: dead, 1: waiter}, []hold{held, got}, nil, out)
+		if out.starved != c.starved || (len(out.violations) == 1) != c.violation || len(out.violations) > 1 {
+			t.Errorf("a wait %v past its bound, its process starved %v: %d starved, violations %q; want %d starved, a violation %v",
+				late, c.stall, out.starved, out.violations, c.starved, c.violation)
+		}
+	}
+}

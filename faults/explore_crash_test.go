@@ -224,8 +224,13 @@ const registrationLife = 3 * waiterRefresh
 
 // crashSlack is how late past its bound a waiter may get a dead process's
 // lock: a waiter's refresh (it tries again then, if no wake-up came) and
-// some scheduling on a loaded machine.
-const crashSlack = waiterRefresh + 300*time.Millisecond
+// some scheduling on a loaded machine (crashScheduling).
+const crashSlack = waiterRefresh + crashScheduling
+
+// crashScheduling is the part of crashSlack a loaded machine's scheduling
+// may take. A wait that ended later still is explained only by its
+// process starved for that and for how late it was (starvedPast).
+const crashScheduling = 300 * time.Millisecond
 
 // deadClaim is how long after its death a process's operation o may keep
 // its lock from others (docs/ARCHITECTURE.md, "Registrations expire"): a
@@ -321,7 +326,13 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 		}
 		out.checks++
 		out.injected[d.waiter()]++
-		if !liveHoldDuring(holds, w.op.Names, d.at, w.gaveUp) {
+		if liveHoldDuring(holds, w.op.Names, d.at, w.gaveUp) {
+			continue
+		}
+		if starved, ok := starvedPast(procs[s.process[w.client]], d.at, b, w.gaveUp); ok {
+			out.starve("crash: client %d waited on %s (%s) from %v to %v after a process using it died, and gave up; it was free by %v at the latest, and its process starved %v meanwhile",
+				w.client, strings.Join(used, ","), w.op.Kind, w.asked.Sub(d.at), w.gaveUp.Sub(d.at), b.Sub(d.at), starved)
+		} else {
 			out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder, and gave up; it was free by %v at the latest",
 				w.client, strings.Join(used, ","), w.op.Kind, w.asked.Sub(d.at), w.gaveUp.Sub(d.at), b.Sub(d.at))
 		}
@@ -341,11 +352,31 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 		}
 		out.checks++
 		out.injected[d.waiter()]++
-		if !liveHoldDuring(holds, names, d.at, h.start) {
+		if liveHoldDuring(holds, names, d.at, h.start) {
+			continue
+		}
+		if starved, ok := starvedPast(procs[s.process[h.client]], d.at, b, h.start); ok {
+			out.starve("crash: client %d waited on %s (%s) from %v to %v after a process using it died; it was free by %v at the latest, and its process starved %v meanwhile",
+				h.client, strings.Join(used, ","), h.kind, h.asked.Sub(d.at), h.start.Sub(d.at), b.Sub(d.at), starved)
+		} else {
 			out.violate("crash: client %d waited on %s (%s) from %v to %v after a process using it died, with no live holder; it was free by %v at the latest",
 				h.client, strings.Join(used, ","), h.kind, h.asked.Sub(d.at), h.start.Sub(d.at), b.Sub(d.at))
 		}
 	}
+}
+
+// starvedPast: the waiter's process p was starved, between a death at
+// from and the wait's end, for as long as the wait ended past its bound b
+// and the scheduling crashSlack allows for on top: without that, the wait
+// would have ended in time. The starvation that explains a lost lease
+// (process.starved), so a wait it explains counts as starved, as such a
+// loss does.
+func starvedPast(p *process, from, b, end time.Time) (time.Duration, bool) {
+	if p == nil {
+		return 0, false
+	}
+	starved := p.starved(from, end)
+	return starved, starved >= end.Sub(b)+crashScheduling
 }
 
 // deadClaims is a dead process's claims: each lock it used, the latest

@@ -1051,7 +1051,10 @@ func keysLeft(ctx context.Context, nodes []*redistest.Server, seed uint64, redlo
 				continue
 			}
 			if bound == 0 {
-				ttl, _ := rdb.PTTL(ctx, k).Result()
+				ttl, err := rdb.PTTL(ctx, k).Result()
+				if err == nil && ttl == -2 { // gone since KEYS listed it (-2: no such key)
+					continue
+				}
 				left = append(left, fmt.Sprintf("%s (expires in %v)", k, ttl))
 				continue
 			}
