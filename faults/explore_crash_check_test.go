@@ -248,6 +248,19 @@ func TestCheckCrashes_ALateWaitIsStarvedOnlyIfItsProcessWasStarvedEnough(t *test
 	start := died.Add(time.Second + crashSlack + late)
 	held := hold{client: 0, kind: "mutex", tokens: map[string]uint64{"m": 1}, start: died.Add(-time.Second), end: died, crashed: true}
 	got := hold{client: 1, kind: "mutex", tokens: map[string]uint64{"m": 2}, asked: died, start: start, end: start.Add(time.Second)}
+	{
+		// Stalls while the claim held: they kept the waiter from nothing.
+		claimed := &process{crash: newCrashState(), hook: newCommandFaults(1, 1, nil, nil), slowIsStarved: true}
+		claimed.hook.slow.add(died.Add(100*time.Millisecond), died.Add(time.Second))
+		out := &outcome{params: p, injected: map[string]int{}}
+		dead := &process{crash: newCrashState()}
+		dead.crash.at = died
+		close(dead.crash.dead)
+		checkCrashes(s, map[int]*process{0: dead, 1: claimed}, []hold{held, got}, nil, out)
+		if out.starved != 0 || len(out.violations) != 1 {
+			t.Errorf("a wait %v past its bound, its process starved only while the claim held: %d starved, violations %q; want a violation", late, out.starved, out.violations)
+		}
+	}
 	for _, c := range []struct {
 		stall     time.Duration
 		starved   int

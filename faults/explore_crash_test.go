@@ -329,7 +329,7 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 		if liveHoldDuring(holds, w.op.Names, d.at, w.gaveUp) {
 			continue
 		}
-		if starved, ok := starvedPast(procs[s.process[w.client]], d.at, b, w.gaveUp); ok {
+		if starved, ok := starvedPast(procs[s.process[w.client]], b, w.gaveUp); ok {
 			out.starve("crash: client %d waited on %s (%s) from %v to %v after a process using it died, and gave up; it was free by %v at the latest, and its process starved %v meanwhile",
 				w.client, strings.Join(used, ","), w.op.Kind, w.asked.Sub(d.at), w.gaveUp.Sub(d.at), b.Sub(d.at), starved)
 		} else {
@@ -355,7 +355,7 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 		if liveHoldDuring(holds, names, d.at, h.start) {
 			continue
 		}
-		if starved, ok := starvedPast(procs[s.process[h.client]], d.at, b, h.start); ok {
+		if starved, ok := starvedPast(procs[s.process[h.client]], b, h.start); ok {
 			out.starve("crash: client %d waited on %s (%s) from %v to %v after a process using it died; it was free by %v at the latest, and its process starved %v meanwhile",
 				h.client, strings.Join(used, ","), h.kind, h.asked.Sub(d.at), h.start.Sub(d.at), b.Sub(d.at), starved)
 		} else {
@@ -365,17 +365,19 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 	}
 }
 
-// starvedPast: the waiter's process p was starved, between a death at
-// from and the wait's end, for as long as the wait ended past its bound b
-// and the scheduling crashSlack allows for on top: without that, the wait
-// would have ended in time. The starvation that explains a lost lease
-// (process.starved), so a wait it explains counts as starved, as such a
-// loss does.
-func starvedPast(p *process, from, b, end time.Time) (time.Duration, bool) {
+// starvedPast: the waiter's process p was starved, from when the dead
+// process's claim ran out (b less crashSlack) to the wait's end, for as
+// long as the wait ended past its bound b and the scheduling crashSlack
+// allows for on top: without that, the wait would have ended in time. A
+// stall while the claim held kept the waiter from nothing (it tries again
+// once it runs), so it does not count. The starvation that explains a
+// lost lease (process.starved), so a wait it explains counts as starved,
+// as such a loss does.
+func starvedPast(p *process, b, end time.Time) (time.Duration, bool) {
 	if p == nil {
 		return 0, false
 	}
-	starved := p.starved(from, end)
+	starved := p.starved(b.Add(-crashSlack), end)
 	return starved, starved >= end.Sub(b)+crashScheduling
 }
 

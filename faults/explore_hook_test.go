@@ -28,10 +28,11 @@ import (
 // stopped process would be. Draws come from the client's own stream of the
 // schedule's seed, in the order that client sends.
 type commandFaults struct {
-	kinds  map[string]bool
-	resend redis.UniversalClient // another connection, for late copies
-	late   sync.WaitGroup        // late copies still to arrive
-	stop   chan struct{}         // closed when the run ends: no more faults
+	kinds    map[string]bool
+	withhold bool                  // keep every renewal from Redis, silently (explore_mutate_test.go)
+	resend   redis.UniversalClient // another connection, for late copies
+	late     sync.WaitGroup        // late copies still to arrive
+	stop     chan struct{}         // closed when the run ends: no more faults
 
 	mu          sync.Mutex
 	rng         *rand.Rand
@@ -200,6 +201,9 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 	if !anyScript(cmds) {
 		return next(ctx)
 	}
+	if f.withhold && anyRenewal(cmds) { // the checker checked (explore_mutate_test.go): no fault
+		return setErr(cmds, errLostReply)
+	}
 	if (f.failover != nil || f.cfail != nil) && anyCleanUp(cmds) {
 		// A clean-up that met no master, the old one dead and the new one
 		// not yet promoted (or, on a cluster, one that failed while its
@@ -321,6 +325,21 @@ var cleanUpSHAs = map[string]bool{
 	scripts.MultiAbandon.Hash(): true, scripts.RWAbandon.Hash(): true,
 	scripts.MutexRelease.Hash(): true, scripts.FairRelease.Hash(): true, scripts.SemRelease.Hash(): true,
 	scripts.MultiRelease.Hash(): true, scripts.RWRelease.Hash(): true, scripts.ElectionRelease.Hash(): true,
+}
+
+// renewalSHAs: the scripts that renew a hold (and extend it, for Extend).
+var renewalSHAs = map[string]bool{
+	scripts.MutexExtend.Hash(): true, scripts.SemExtend.Hash(): true,
+	scripts.MultiExtend.Hash(): true, scripts.RWExtend.Hash(): true,
+}
+
+func anyRenewal(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if args := c.Args(); len(args) > 1 && renewalSHAs[argString(args[1])] {
+			return true
+		}
+	}
+	return false
 }
 
 func anyCleanUp(cmds []redis.Cmder) bool {

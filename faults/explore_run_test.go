@@ -183,7 +183,11 @@ type hold struct {
 	// goroutines waited to run (explore_schedlat_test.go), not the sum:
 	// a wait per tick would cover the ttl; it explains no loss
 	goroutinesWaited time.Duration
-	// measure sets starved and goroutinesWaited when the run is checked:
+	// renewalFailed: a renewal of its lease, in its last ttl, that came
+	// back with an error sooner than any timeout of dlock's could fire
+	// (quickFailure), which starvation does not explain; "" if none
+	renewalFailed string
+	// measure sets starved, goroutinesWaited and renewalFailed when the run is checked:
 	// the kernel counts a wait, and a probe or a command its stall, when
 	// it ends, which may be after the deadline
 	measure func(*hold)
@@ -298,6 +302,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		defer rdb.Close()
 		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals, servers: runQueues}
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
+		p.hook.withhold = withholding() && c == 0
 		p.slowIsStarved = !slices.ContainsFunc(s.Faults, slowsServers)
 		p.crash.conns = append(p.crash.conns, rdb)
 		p.trace, p.rdb = newCommandTrace(), rdb
@@ -319,6 +324,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 				defer node.Close()
 				// Each master's hook draws from a stream of its own.
 				h := newCommandFaults(s.Seed, c+1000*(i+1), s.Faults, resendTo[i])
+				h.withhold = p.hook.withhold
 				node.AddHook(h)
 				p.crash.conns = append(p.crash.conns, node)
 				hooks = append(hooks, h)
@@ -443,6 +449,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		out.violate("unlock: %s", d)
 	}
 	checkHolds(s, holds, pausedNames(ctx, env, s), out)
+	tallyMutation(s, out)
 	checkCrashes(s, procs, holds, waits, out)
 	checkSuspensions(procs, out)
 	child.checkFreed(holds, out)
@@ -574,6 +581,7 @@ func runOp(ctx context.Context, proc *process, stores *fencedStores, rec *leaseR
 		h.measure = func(h *hold) {
 			h.starved = proc.starved(from, d)
 			h.goroutinesWaited = longestStall(from, d, goroutineStalls())
+			h.renewalFailed = proc.trace.quickFailure(slices.Collect(maps.Keys(h.tokens)), from, d)
 		}
 		h.howLost = func() string {
 			names := slices.Collect(maps.Keys(h.tokens))
@@ -748,6 +756,8 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			switch {
 			case h.quorumMissed:
 				out.note("client %d %s %v lost as Redlock loses a lease, its renewals confirmed by no majority: %v; the last: %v", h.client, h.kind, h.tokens, h.loss, h.lastRenewal)
+			case h.renewalFailed != "":
+				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, a renewal failing as no starvation makes one fail (%s; its process starved %v of its last %v): %v; %s", h.client, h.kind, h.tokens, h.renewalFailed, h.starved, h.ttl, h.loss, h.lossTold())
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():

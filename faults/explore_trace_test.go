@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
 )
 
 // An unexplained loss also says when its lease's commands were sent and
@@ -124,6 +126,36 @@ func (t *commandTrace) about(names []string, from, deadline time.Time) string {
 	}
 	return b.String()
 }
+
+// quickFailure describes the first renewal naming any of names, sent
+// from from on, that came back with an error before deadline and sooner
+// than quickFailed after it was sent: no timeout of dlock's (a renewal's
+// context lasts MinTTL/4 at least, go-redis's read timeout longer) fires
+// that soon, so a starved process does not fail its renewals that way,
+// though a dlock that made a bad renewal would. "" if none.
+func (t *commandTrace) quickFailure(names []string, from, deadline time.Time) string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.ring {
+		c := t.ring[(t.next+i)%len(t.ring)]
+		if c.err == nil || c.sent.Before(from) || !c.answered.Before(deadline) || c.answered.Sub(c.sent) >= quickFailed {
+			continue
+		}
+		if args := c.cmd.Args(); len(args) < 2 || !renewalSHAs[argString(args[1])] || !containsAny(describe(c.cmd), names) {
+			continue
+		}
+		return fmt.Sprintf("%s sent %v before its deadline, failed %v later: %v", describe(c.cmd),
+			deadline.Sub(c.sent).Round(time.Millisecond), c.answered.Sub(c.sent).Round(time.Millisecond), c.err)
+	}
+	return ""
+}
+
+// quickFailed is how soon a renewal's error comes back for it to be no
+// timeout's: a renewal's context's shortest life.
+const quickFailed = dlock.MinTTL / 4
 
 func containsAny(s string, subs []string) bool {
 	for _, sub := range subs {
