@@ -419,8 +419,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // client's, after a read timeout), maybe after another held the lock
 // meanwhile, is released too, and Unlock returns [ErrNotHeld]: the hold did
 // not last. (A [ReentrantMutex]'s or an [RWMutex]'s hold taken again while
-// another hold of its owner in the same mode lasted, which kept every other
-// owner out, shares that hold's token and is released with nil.) So, on
+// another hold of its owner in the same mode lasted, with no gap since the
+// lost hold's grant, which kept every other owner out, shares that hold's
+// token and is released with nil; so is a [Semaphore]'s permit whose
+// tokens were lost with Redis's data, which nothing can tell.) So, on
 // the safe side, does a [Mutex]'s, [FairMutex]'s or [MultiLock]'s hold
 // that lasted longer than [FenceRetentionTTLs] TTLs, its counter gone, when
 // a late copy of its grant found it held and minted anew (docs/SAFETY.md).

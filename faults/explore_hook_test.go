@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type commandFaults struct {
 	frozenUntil time.Time
 	injected    map[string]int
 	doubtful    map[string]bool      // lock names whose release or abandon a fault hit
+	lateOwners  map[string]bool      // owners of acquires a copy of was sent late (sendLate)
 	cleaning    atomic.Int64         // clean-ups in flight (waitCleanUps)
 	orphaned    []orphanedCopy       // late copies that took a lock for a call that gave up
 	voided      map[string]time.Time // when each call's abandon came back, by its tombstone's key
@@ -103,7 +105,7 @@ const readTimeout = time.Second
 
 func newCommandFaults(seed uint64, client int, kinds []string, resend redis.UniversalClient) *commandFaults {
 	f := &commandFaults{kinds: map[string]bool{}, resend: resend, stop: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, voided: map[string]time.Time{}, slow: &stallLog{}}
+		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, lateOwners: map[string]bool{}, voided: map[string]time.Time{}, slow: &stallLog{}}
 	for _, k := range kinds {
 		f.kinds[k] = true
 	}
@@ -364,9 +366,14 @@ func anyAcquire(cmds []redis.Cmder) bool {
 // go-redis's retry after a read timeout would.
 func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 	copies := make([][]any, len(cmds))
+	f.mu.Lock()
 	for i, c := range cmds {
 		copies[i] = append([]any(nil), c.Args()...)
+		if owner := acquireOwner(copies[i]); owner != "" {
+			f.lateOwners[owner] = true
+		}
 	}
+	f.mu.Unlock()
 	f.late.Add(1)
 	go func() {
 		defer f.late.Done()
@@ -398,6 +405,19 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 			}
 		}
 	}()
+}
+
+// acquireOwner is the owner token an acquire's arguments (EVALSHA sha
+// numkeys keys... owner ...) ask for; "" for any other command.
+func acquireOwner(args []any) string {
+	if len(args) < 3 || !acquireSHAs[argString(args[1])] {
+		return ""
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[2])) // an int as dlock sends it
+	if err != nil || len(args) <= 3+n {
+		return ""
+	}
+	return argString(args[3+n])
 }
 
 // replyFromCopy sends cmds again and gives each the copy's reply.

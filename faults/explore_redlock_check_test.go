@@ -182,7 +182,7 @@ func TestCheckRedlockSettled_ACleanUpInFlightIsWaitedFor(t *testing.T) {
 	waitCleanUps(ctx, hooks)
 	s := &schedule{params: params{Seed: 1, Faults: []string{"suspend"}}, names: map[string][]string{"redlock": {name}}}
 	out := &outcome{params: s.params, injected: map[string]int{}}
-	checkRedlockSettled(ctx, plain, s, map[string]bool{}, out)
+	checkRedlockSettled(ctx, plain, s, map[string]bool{}, map[string]bool{}, out)
 	if len(out.violations) != 0 {
 		t.Errorf("the attempt's grants given back in the background: %v, want no violation once they landed", out.violations)
 	}
@@ -254,7 +254,8 @@ func TestCheckRedlockSettled_AQuorumIsOneOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	// lateCopies takes name and lets it go, then lands the lease's granting
-	// attempt again on the masters on.
+	// attempt again on the masters on; late are the owners so copied.
+	late := map[string]bool{}
 	lateCopies := func(name string, on ...int) {
 		lease, err := rl.Mutex(name, dlock.WithTTL(time.Minute)).Lock(ctx)
 		if err != nil {
@@ -268,27 +269,34 @@ func TestCheckRedlockSettled_AQuorumIsOneOwners(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, i := range on {
+			late[acquireOwner(copies[i])] = true
 			if err := plain[i].Do(ctx, copies[i]...).Err(); err != nil {
 				t.Fatalf("late copy on master %d: %v", i, err)
 			}
 		}
 	}
-	check := func(name string) *outcome {
+	check := func(name string, late map[string]bool) *outcome {
 		s := &schedule{params: params{Seed: 1, Faults: []string{"late"}}, names: map[string][]string{"redlock": {name}}}
 		out := &outcome{params: s.params, injected: map[string]int{}}
-		checkRedlockSettled(ctx, plain, s, map[string]bool{}, out)
+		checkRedlockSettled(ctx, plain, s, map[string]bool{}, late, out)
 		return out
 	}
 
 	twoOwners := lockName(t) + "-two"
 	lateCopies(twoOwners, 0)
 	lateCopies(twoOwners, 1)
-	if out := check(twoOwners); len(out.violations) != 0 {
+	if out := check(twoOwners, late); len(out.violations) != 0 {
 		t.Errorf("two leases' late copies, one master each: %q, want no violation", out.violations)
+	}
+	// The same holds, their copies sent by no hook: what left them is
+	// not a late copy, and the check says so (an abandon or a release
+	// that left a master behind, say).
+	if out := check(twoOwners, map[string]bool{}); len(out.violations) != 1 || !strings.Contains(out.violations[0], "no late copy") {
+		t.Errorf("two leftover holds no late copy explains: %q, want an orphan", out.violations)
 	}
 	oneOwner := lockName(t) + "-one"
 	lateCopies(oneOwner, 0, 1)
-	if out := check(oneOwner); len(out.violations) != 1 || !strings.HasPrefix(out.violations[0], "orphan: ") {
+	if out := check(oneOwner, late); len(out.violations) != 1 || !strings.HasPrefix(out.violations[0], "orphan: ") {
 		t.Errorf("one lease's late copies on two of three masters: %q, want an orphan", out.violations)
 	}
 }

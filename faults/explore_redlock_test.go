@@ -134,12 +134,14 @@ func isTimeout(err error) bool {
 }
 
 // checkRedlockSettled: no Redlock held by one owner on a quorum of
-// masters once every holder let go. A single master may keep a hold for
-// its TTL, where a fault or the node timeout cut its release short, or a
-// late copy of a granting attempt took it again after the lease's release
-// (a Redlock's release writes no tombstone), as documented; holds of
-// different owners, one master each, are no quorum of anyone's.
-func checkRedlockSettled(ctx context.Context, masters []redis.UniversalClient, s *schedule, doubtful map[string]bool, out *outcome) {
+// masters once every holder let go, nor on any master by an owner no late
+// copy of an acquire (lateOwners) explains. A single master may keep a
+// hold for its TTL, where a fault or the node timeout cut its release
+// short (doubtful), or a late copy of a granting attempt took it again
+// after the lease's release (a Redlock's release writes no tombstone), as
+// documented; holds of different owners, one master each, are no quorum
+// of anyone's.
+func checkRedlockSettled(ctx context.Context, masters []redis.UniversalClient, s *schedule, doubtful, lateOwners map[string]bool, out *outcome) {
 	for _, name := range s.names["redlock"] {
 		out.checks++
 		owners := map[string]int{}
@@ -154,12 +156,21 @@ func checkRedlockSettled(ctx context.Context, masters []redis.UniversalClient, s
 			owners[owner]++
 			held = append(held, fmt.Sprintf("master %d: owner …%s", i, owner[max(0, len(owner)-6):]))
 		}
-		most := 0
-		for _, n := range owners {
-			most = max(most, n)
+		if doubtful[name] || s.has("pause") || s.has("flushall") || s.has("restart") {
+			continue
 		}
-		if most > len(masters)/2 && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") {
+		most, unexplained := 0, 0
+		for owner, n := range owners {
+			most = max(most, n)
+			if !lateOwners[owner] {
+				unexplained += n
+			}
+		}
+		switch {
+		case most > len(masters)/2:
 			out.violate("orphan: Redlock %s is held by one owner on %d of %d masters after every holder let go (%s)", name, most, len(masters), strings.Join(held, ", "))
+		case unexplained > 0:
+			out.violate("orphan: Redlock %s is held on %d of %d masters after every holder let go, by an owner no late copy of an acquire explains (%s)", name, unexplained, len(masters), strings.Join(held, ", "))
 		}
 	}
 }

@@ -457,17 +457,20 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	waitFailedOut(ctx, env, s)
 	waitTakenOver(ctx, env, s)
 	checkFencedOverlaps(s, holds, out)
-	doubtful := map[string]bool{}
+	doubtful, lateOwners := map[string]bool{}, map[string]bool{}
 	for _, h := range hooks {
 		for name := range h.doubtful {
 			doubtful[name] = true
+		}
+		for owner := range h.lateOwners {
+			lateOwners[owner] = true
 		}
 	}
 	linearizing := time.Now()
 	checkLinearizable(s, rec, kindsOfNames(s), doubtful, out)
 	out.linearizing = time.Since(linearizing)
 	settling := time.Now()
-	checkSettled(ctx, env, s, doubtful, out)
+	checkSettled(ctx, env, s, doubtful, lateOwners, out)
 	out.settling = time.Since(settling)
 	return out
 }
@@ -924,7 +927,7 @@ func checkPermits(name string, hs []hold, out *outcome) {
 // no lock held by nobody (unless a fault hit its clean-up, which leaves a
 // hold for its TTL at most, as documented), every lock free to take, and
 // no key left behind once every TTL and registration has run out.
-func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful map[string]bool, out *outcome) {
+func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, lateOwners map[string]bool, out *outcome) {
 	rdb := env.newRedis()
 	defer rdb.Close()
 	c, err := dlock.New(rdb)
@@ -944,7 +947,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful ma
 		// A master restarted late in the run votes again once the guard
 		// has passed: only then can every lock be had.
 		_ = upFor(ctx, env.redlock, redlockGuard) // if not, the liveness check says so
-		checkRedlockSettled(ctx, masters, s, doubtful, out)
+		checkRedlockSettled(ctx, masters, s, doubtful, lateOwners, out)
 	}
 	var names []string
 	for _, kind := range s.Kinds {
