@@ -49,6 +49,7 @@ var electionKind = &leaseKind{
 	release: scripts.ElectionRelease,
 	ttl:     scripts.MutexTTL,
 	abandon: scripts.MutexAbandon,
+	fenced:  true,
 }
 
 // Election returns the candidate handle of the election called name.

@@ -56,8 +56,7 @@ type taker func(c *dlock.Client, name string, opts ...dlock.Option) func(context
 // retakers are the lock types whose release tells a hold taken anew since
 // its grant; each with the scripts that grant and renew it, and, where
 // another hold of its own kind would not wait for it (a read), what
-// another holder takes in between. (An Election's does not yet:
-// docs/SAFETY.md.)
+// another holder takes in between.
 var retakers = []struct {
 	name            string
 	acquire, extend *redis.Script
@@ -84,6 +83,11 @@ var retakers = []struct {
 	{"ReentrantMutex", scripts.RWAcquire, scripts.RWExtend,
 		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
 			return c.ReentrantMutex(name, opts...).Lock
+		}, nil},
+	{"Election", scripts.ElectionAcquire, scripts.MutexExtend,
+		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
+			e := c.Election(name, opts...)
+			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "candidate") }
 		}, nil},
 	{"Semaphore", scripts.SemAcquire, scripts.SemExtend,
 		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
@@ -165,7 +169,7 @@ func TestLateAttempt_OfAGrantRetakingAfterTheLeaseWasLostIsNotUnlockedAsHeld(t *
 // what the late copy took.
 func TestLateAttempt_RetakingBetweenAReleaseAndItsResendDoesNotMakeItNotHeld(t *testing.T) {
 	releases := map[string]*redis.Script{"MultiLock": scripts.MultiRelease, "Mutex": scripts.MutexRelease, "FairMutex": scripts.FairRelease,
-		"RWMutex.Lock": scripts.RWRelease, "RWMutex.RLock": scripts.RWRelease, "ReentrantMutex": scripts.RWRelease, "Semaphore": scripts.SemRelease}
+		"RWMutex.Lock": scripts.RWRelease, "RWMutex.RLock": scripts.RWRelease, "ReentrantMutex": scripts.RWRelease, "Semaphore": scripts.SemRelease, "Election": scripts.ElectionRelease}
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, lt := range retakers {
 			t.Run(lt.name, func(t *testing.T) {

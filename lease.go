@@ -414,7 +414,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // through in time) is released all the same, and Unlock returns nil. So does
 // an Unlock whose release was applied but whose reply was lost: the copy the
 // Redis client sends again finds the release's mark. A lease of any lock
-// but an [Election] or a [Redlock] whose hold lapsed, and was taken again
+// but a [Redlock] whose hold lapsed, and was taken again
 // for it by a late copy of the attempt that granted it (the Redis
 // client's, after a read timeout), maybe after another held the lock
 // meanwhile, is released too, and Unlock returns [ErrNotHeld]: the hold did

@@ -11,10 +11,17 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
+-- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given (a
+--          place-holder otherwise, when ARGV[5] follows)
+-- ARGV[5]  the leadership's term (its fencing token), when given
 --
 -- Returns 1 resigned (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not the leader (its term ended, or another's).
+-- A leadership of this owner's under another term (a late copy of the
+-- campaign that elected it took the lapsed lock again, minting anew,
+-- maybe after another led) is resigned all the same, and answers 0,
+-- leaving no mark, unless a copy of this release let go first (its mark):
+-- then the leadership lasted until that copy.
 --
 -- The leader hash goes with the leadership; observers learn of the next
 -- leader when it is elected. It is deleted only as this leadership's
@@ -30,11 +37,17 @@ void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) ~= ARGV[1] then
   return nothing_released(RELEASE_MARK)
 end
+local retaken = false
 if redis.pcall('HGET', LEADER, 'owner') == ARGV[1] then
+  local term = tonumber(redis.call('HGET', LEADER, 'term'))
+  retaken = ARGV[5] ~= nil and term ~= nil and term ~= tonumber(ARGV[5]) and not released_before(RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)
 end
 wake_next(WAITERS, CHANNEL, ARGV[2])
+if retaken then
+  return 0
+end
 mark_released(RELEASE_MARK, ARGV[3])
 return 1
