@@ -14,9 +14,12 @@ import (
 	"github.com/dlockio/dlock"
 )
 
-// failAfter is a go-redis hook that fails every renewal after wait,
-// sending none: a renewer whose renewals fail, at once or as a timeout.
-type failAfter struct{ wait time.Duration }
+// failAfter is a go-redis hook that fails every renewal with err after
+// wait, sending none: a renewer whose renewals fail.
+type failAfter struct {
+	wait time.Duration
+	err  error
+}
 
 func (f failAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -37,26 +40,35 @@ func (f failAfter) fail(cmds []redis.Cmder, next func() error) error {
 		return next()
 	}
 	time.Sleep(f.wait)
-	return setErr(cmds, errLostReply)
+	return setErr(cmds, f.err)
 }
 
 // TestQuickFailure_ARenewalFailedSoonerThanATimeoutIsNoStarvation: the
 // withholding mutation (explore_mutate_test.go) found the checker
 // excusing 107 of 277 losses of renewals kept from Redis as starvation,
 // in a 24-lane soak. A renewal that comes back with an error sooner
-// than any timeout of dlock's fires is told (quickFailure), and such a
-// loss is unexplained whatever the starvation; one that failed as late
-// as a timeout is not told.
+// than any timeout of dlock's fires, an error that is no timeout (which a
+// starved process may see that soon) nor NOSCRIPT (after which dlock
+// loads the script and sends it again), is told (quickFailure), and such
+// a loss is unexplained whatever the starvation; one that failed as late
+// as a timeout, or with those errors, is not told.
 func TestQuickFailure_ARenewalFailedSoonerThanATimeoutIsNoStarvation(t *testing.T) {
 	srv := startServer(t)
+	bad := errors.New("ERR a renewal gone wrong")
 	for _, c := range []struct {
 		wait time.Duration
+		err  error
 		told bool
-	}{{0, true}, {quickFailed + 10*time.Millisecond, false}} {
+	}{
+		{0, bad, true},
+		{quickFailed + 10*time.Millisecond, bad, false},
+		{0, errLostReply, false},
+		{0, context.DeadlineExceeded, false},
+	} {
 		trace := newCommandTrace()
 		rdb := newRedisAt(srv.Addr())
 		rdb.AddHook(trace) // first, so outermost, as the explorer's
-		rdb.AddHook(failAfter{c.wait})
+		rdb.AddHook(failAfter{c.wait, c.err})
 		client, err := dlock.New(rdb)
 		if err != nil {
 			t.Fatal(err)
@@ -74,7 +86,7 @@ func TestQuickFailure_ARenewalFailedSoonerThanATimeoutIsNoStarvation(t *testing.
 		}
 		told := trace.quickFailure([]string{name}, began, lease.Deadline())
 		if (told != "") != c.told || c.told && !strings.Contains(told, name) {
-			t.Errorf("renewals failing %v after they were sent: told %q, want told %v", c.wait, told, c.told)
+			t.Errorf("renewals failing %v after they were sent with %v: told %q, want told %v", c.wait, c.err, told, c.told)
 		}
 		client.Close()
 		rdb.Close()

@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -129,10 +130,10 @@ func (t *commandTrace) about(names []string, from, deadline time.Time) string {
 
 // quickFailure describes the first renewal naming any of names, sent
 // from from on, that came back with an error before deadline and sooner
-// than quickFailed after it was sent: no timeout of dlock's (a renewal's
-// context lasts MinTTL/4 at least, go-redis's read timeout longer) fires
-// that soon, so a starved process does not fail its renewals that way,
-// though a dlock that made a bad renewal would. "" if none.
+// than quickFailed after it was sent, an error that is no timeout nor a
+// reload (timedOutOrReloaded): a starved process does not fail its
+// renewals that way, though a dlock that sent a bad renewal would. "" if
+// none.
 func (t *commandTrace) quickFailure(names []string, from, deadline time.Time) string {
 	if t == nil {
 		return ""
@@ -141,7 +142,7 @@ func (t *commandTrace) quickFailure(names []string, from, deadline time.Time) st
 	defer t.mu.Unlock()
 	for i := range t.ring {
 		c := t.ring[(t.next+i)%len(t.ring)]
-		if c.err == nil || c.sent.Before(from) || !c.answered.Before(deadline) || c.answered.Sub(c.sent) >= quickFailed {
+		if c.err == nil || c.sent.Before(from) || !c.answered.Before(deadline) || c.answered.Sub(c.sent) >= quickFailed || timedOutOrReloaded(c.err) {
 			continue
 		}
 		if args := c.cmd.Args(); len(args) < 2 || !renewalSHAs[argString(args[1])] || !containsAny(describe(c.cmd), names) {
@@ -151,6 +152,16 @@ func (t *commandTrace) quickFailure(names []string, from, deadline time.Time) st
 			deadline.Sub(c.sent).Round(time.Millisecond), c.answered.Sub(c.sent).Round(time.Millisecond), c.err)
 	}
 	return ""
+}
+
+// timedOutOrReloaded: an error a starved process may see sooner than
+// quickFailed after the trace saw its command sent (the context is made
+// before, its deadline maybe another lease's), or one dlock answers by
+// loading the script and sending the command again (NOSCRIPT, after a
+// SCRIPT FLUSH): neither tells a renewal gone wrong.
+func timedOutOrReloaded(err error) bool {
+	return isTimeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // quickFailed is how soon a renewal's error comes back for it to be no
