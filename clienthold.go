@@ -16,19 +16,15 @@ import (
 // release and abandon take the publish command as ARGV[2] (abandon then the
 // tombstone's lifetime in ms and the waiter id; release then its mark's
 // lifetime in ms, the mark being its last KEY, see releaseMark, and from a
-// giving-up release the tombstone's lifetime, the tombstone after the mark;
-// a fenced kind's release then the hold's tokens, to tell a hold a late
-// copy of its grant took anew from one that lasted) and return 1 or 0; ttl
-// returns milliseconds left, or -3 when not held.
+// giving-up release the tombstone's lifetime, the tombstone after the mark,
+// or a place-holder; then the hold's tokens, to tell a hold a late copy of
+// its grant took anew from one that lasted) and return 1 or 0; ttl returns
+// milliseconds left, or -3 when not held.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script
 	ttl     *redis.Script
 	abandon *redis.Script
-	// fenced: the release takes the hold's tokens too, after the
-	// tombstone's lifetime, to tell a hold that lapsed and was taken anew
-	// by a late copy of its grant (mutex_release.lua, rw_release.lua).
-	fenced bool
 }
 
 // leaseSpec is what a lock type knows about a hold it has just been granted.
@@ -209,24 +205,22 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	defer cancel()
 	// The mark is named at release, not kept from the grant: a held lease
 	// costs a Client's memory for as long as it is held (see 10000Held).
-	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 1, 3) // room for a tombstone, and a fenced hold's token
-	last[0], extra[0] = releaseMark(h.mark, l.owner), releaseMarkMillis
+	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 2, 3) // room for a tombstone, and a hold's token
+	// The mark's lifetime, then the tombstone's (a place-holder when no
+	// tombstone is written), then the hold's tokens, which tell a hold a
+	// late copy of its grant took anew (minted_anew in common.lua).
+	last[0], extra[0], extra[1] = releaseMark(h.mark, l.owner), releaseMarkMillis, tombstoneLifeMillis
 	void := rule == voidAlways || (rule == voidIfCopied && l.maybeCopied)
-	if void && h.tombstone != "" { // the tombstone is release's last KEY, its lifetime its last ARGV
+	if void && h.tombstone != "" { // the tombstone is release's last KEY
 		head = slices.Clone(h.relHead)
 		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
-		last, extra = append(last, h.tombstone), append(extra, tombstoneLifeMillis)
+		last = append(last, h.tombstone)
 	}
-	if h.kind.fenced { // the hold's tokens, after the tombstone's lifetime: see mutex_release.lua
-		if len(extra) == 1 {
-			extra = append(extra, tombstoneLifeMillis) // with no tombstone to write, a place-holder
-		}
-		if h.group == nil {
-			extra = append(extra, l.token)
-		} else {
-			for _, token := range h.group.tokens {
-				extra = append(extra, token)
-			}
+	if h.group == nil {
+		extra = append(extra, l.token)
+	} else {
+		for _, token := range h.group.tokens {
+			extra = append(extra, token)
 		}
 	}
 	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, l.owner, extra...)

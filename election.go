@@ -49,7 +49,6 @@ var electionKind = &leaseKind{
 	release: scripts.ElectionRelease,
 	ttl:     scripts.MutexTTL,
 	abandon: scripts.MutexAbandon,
-	fenced:  true,
 }
 
 // Election returns the candidate handle of the election called name.

@@ -30,7 +30,6 @@ var fairKind = &leaseKind{
 	release: scripts.FairRelease,
 	ttl:     scripts.MutexTTL,
 	abandon: scripts.FairAbandon,
-	fenced:  true,
 }
 
 // FairMutex returns the fair (first come, first served) lock called name.

@@ -35,7 +35,6 @@ var rwKind = &leaseKind{
 	release: scripts.RWRelease,
 	ttl:     scripts.RWTTL,
 	abandon: scripts.RWAbandon,
-	fenced:  true,
 }
 
 func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {

@@ -52,7 +52,6 @@ var multiKind = &leaseKind{
 	release: scripts.MultiRelease,
 	ttl:     scripts.MultiTTL,
 	abandon: scripts.MultiAbandon,
-	fenced:  true,
 }
 
 // MultiLock returns the locks of names, taken together. The order of names

@@ -21,7 +21,6 @@ var mutexKind = &leaseKind{
 	release: scripts.MutexRelease,
 	ttl:     scripts.MutexTTL,
 	abandon: scripts.MutexAbandon,
-	fenced:  true,
 }
 
 // Mutex returns the exclusive lock called name. Options override the

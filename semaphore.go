@@ -30,7 +30,6 @@ var semKind = &leaseKind{
 	release: scripts.SemRelease,
 	ttl:     scripts.SemTTL,
 	abandon: scripts.SemAbandon,
-	fenced:  true,
 }
 
 // Semaphore returns the semaphore called name, with permits permits.

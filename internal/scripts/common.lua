@@ -286,6 +286,20 @@ local function taken_since(fence, token, mark)
   return token ~= nil and type(last) == 'number' and last > token and not released_before(mark)
 end
 
+-- Whether a hold a release found its owner's was taken anew since the
+-- grant whose token (a release's ARGV, nil when not sent) is given: the
+-- token its record keeps now (current) is another, minted when a late copy
+-- of the attempt that granted it (go-redis's, after a read timeout) took
+-- it again once it had lapsed, maybe after another held the lock. For a
+-- lock whose counter others' grants raise while it is held (readers,
+-- permits, re-entries), where taken_since cannot tell. A record gone, or
+-- foreign, tells nothing; nor, as for taken_since, does one taken after a
+-- copy of this release let go (its mark).
+local function minted_anew(current, token, mark)
+  current, token = tonumber(current), tonumber(token)
+  return current ~= nil and token ~= nil and current ~= token and not released_before(mark)
+end
+
 -- The answer of a release that found no hold of its owner's: 1 when a
 -- copy of it released the hold before (its mark), else 0.
 local function nothing_released(mark)

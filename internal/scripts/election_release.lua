@@ -39,8 +39,7 @@ if redis.call('GET', LOCK) ~= ARGV[1] then
 end
 local retaken = false
 if redis.pcall('HGET', LEADER, 'owner') == ARGV[1] then
-  local term = tonumber(redis.call('HGET', LEADER, 'term'))
-  retaken = ARGV[5] ~= nil and term ~= nil and term ~= tonumber(ARGV[5]) and not released_before(RELEASE_MARK)
+  retaken = minted_anew(redis.call('HGET', LEADER, 'term'), ARGV[5], RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)

@@ -31,24 +31,15 @@ local now = server_now()
 if not live_score(HOLDS, ARGV[1], now) then
   return nothing_released(RELEASE_MARK)
 end
--- Taken anew since the grant: the member's hold lapsed (its owner's holds
--- in its mode with it, taking their shared token), and a late copy of the
--- attempt that granted it took it again under a token minted then
--- (rw_acquire.lua), maybe after another owner held the lock. While any of
--- the owner's holds in the mode lasts, the token stays, and so no other
--- owner could have held against them. Unless a copy of this release let go
--- first (its mark): then the hold lasted until that copy.
-local function retaken(member, token)
-  token = tonumber(token)
-  if token == nil or not is_dlocks_state(STATE) then
-    return false
-  end
-  local mode, owner = parse(member)
-  local now_token = tonumber(redis.call('HGET', STATE, 't' .. mode .. owner))
-  return now_token ~= nil and now_token ~= token and not released_before(RELEASE_MARK)
+-- Taken anew since the grant (minted_anew): the token of the owner's holds
+-- in the member's mode is another. It is minted only when none of them is
+-- held (rw_acquire.lua): while any lasts, it stays, and no other owner can
+-- have held against them.
+local anew = false
+if is_dlocks_state(STATE) then
+  local mode, owner = parse(ARGV[1])
+  anew = minted_anew(redis.call('HGET', STATE, 't' .. mode .. owner), ARGV[5], RELEASE_MARK)
 end
-
-local anew = retaken(ARGV[1], ARGV[5])
 local wrong = release_hold(ARGV[1], ARGV[2], now)
 if wrong then
   return wrong

@@ -29,9 +29,8 @@
 void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
-if held and ARGV[5] then
-  local token = tonumber(redis.pcall('HGET', TOKENS, ARGV[1])) -- not a number from another program's value
-  held = token == nil or token == tonumber(ARGV[5]) or released_before(RELEASE_MARK)
+if held then -- not when taken anew (minted_anew); another program's value is no number, and tells nothing
+  held = not minted_anew(redis.pcall('HGET', TOKENS, ARGV[1]), ARGV[5], RELEASE_MARK)
 end
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   return nothing_released(RELEASE_MARK)
