@@ -209,3 +209,67 @@ func TestLateAttempt_RetakingBetweenAReleaseAndItsResendDoesNotMakeItNotHeld(t *
 		}
 	})
 }
+
+// A hold of a ReentrantMutex's owner lapses while another of the same
+// owner lasts, and a late copy of the attempt that granted it takes it
+// again: the owner's other hold kept every other owner out all along,
+// and the copy's hold shares its token. The lapsed lease's Unlock
+// releases it and answers nil, as Lease.Unlock says, and the other hold
+// still holds.
+func TestLateAttempt_RetakingWhileTheOwnersOtherHoldLastedIsUnlockedAsHeld(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		name := lockName(t)
+		other := b.newRedis(t)
+		rdb := b.newRedis(t)
+		copies := &copier{script: scripts.RWAcquire}
+		rdb.AddHook(copies)
+		rdb.AddHook(failRenewals{scripts.RWExtend})
+		owner := dlock.WithOwner("owner-" + name)
+
+		lapsing, err := newClient(t, rdb).ReentrantMutex(name, owner, dlock.WithTTL(300*time.Millisecond)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := copies.sent()
+		lasting, err := newClient(t, other).ReentrantMutex(name, owner).Lock(ctx) // the same owner: a re-entry
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, lapsing.Done(), 10*time.Second, "the loss of the lease whose renewals fail")
+		if !errors.Is(lapsing.Err(), dlock.ErrLeaseLost) {
+			t.Fatalf("lease ended with %v, want ErrLeaseLost", lapsing.Err())
+		}
+		describer := newClient(t, other)
+		holds := func() int {
+			info, err := describer.Describe(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 1 {
+				t.Fatalf("holders %+v, want the one owner", info.Holders)
+			}
+			return info.Holders[0].Holds
+		}
+		eventually(t, ctx, "the lapsed hold's expiry in Redis", func() bool { return holds() == 1 })
+		for _, args := range granted {
+			if err := other.Do(ctx, args...).Err(); err != nil {
+				t.Fatalf("late copy: %v", err)
+			}
+		}
+		if n := holds(); n != 2 {
+			t.Fatalf("the late copy took %d holds, want the lapsed one again beside the other", n-1)
+		}
+
+		if err := lapsing.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of a hold retaken while its owner's other hold lasted: %v, want nil", err)
+		}
+		if n := holds(); n != 1 || lasting.Err() != nil {
+			t.Fatalf("after the Unlock: %d holds, the other lease's end %v; want the other hold alone, held", n, lasting.Err())
+		}
+		if err := lasting.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectNothingLeft(t, ctx, other, name, "after both Unlocks")
+	})
+}
