@@ -147,9 +147,8 @@ func checkRedlockSettled(ctx context.Context, masters []redis.UniversalClient, s
 		owners := map[string]int{}
 		var held []string
 		for i, m := range masters {
-			// The lock key, as dlock names it: a Redlock's hold is a
-			// Mutex's, its value the owner token.
-			owner, err := m.Get(ctx, dlock.DefaultPrefix+"{"+name+"}").Result()
+			// A Redlock's hold is a Mutex's: its value the owner token.
+			owner, err := m.Get(ctx, lockKey(name)).Result()
 			if err != nil {
 				continue
 			}

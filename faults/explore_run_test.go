@@ -229,8 +229,16 @@ type outcome struct {
 	settling     time.Duration // of the run's time, the checks after it
 	notes        []string      // what a checker could not judge, and why
 	starved      int           // holds lost, or returned lost, to a starved process (explore_starve_test.go)
+	lossesJudged []lossJudged  // how checkHolds judged each loss no fault reaches
 	unmade       int           // faults the harness could not make (failedFailover)
 	linearizing  time.Duration // of the checks, porcupine's
+}
+
+// lossJudged is checkHolds's verdict on a loss no fault reaches: caught
+// (unexplained), starved, or redlock (lost as a Redlock loses a lease).
+type lossJudged struct {
+	client  int
+	verdict string
 }
 
 // starve notes a hold lost to its process's starvation.
@@ -756,16 +764,22 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 			continue
 		}
 		if h.lost && !h.fixed && !h.frozen && !h.crashed && quiet(s, h, paused) {
+			judged := func(verdict string) { out.lossesJudged = append(out.lossesJudged, lossJudged{h.client, verdict}) }
 			switch {
 			case h.quorumMissed:
+				judged("redlock")
 				out.note("client %d %s %v lost as Redlock loses a lease, its renewals confirmed by no majority: %v; the last: %v", h.client, h.kind, h.tokens, h.loss, h.lastRenewal)
 			case h.renewalFailed != "":
+				judged("caught")
 				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, a renewal failing as no starvation makes one fail (%s; its process starved %v of its last %v): %v; %s", h.client, h.kind, h.tokens, h.renewalFailed, h.starved, h.ttl, h.loss, h.lossTold())
 			case starvedEnough(h.starved, h.ttl) && h.starvable():
+				judged("starved")
 				out.starve("client %d %s %v lost, its process starved %v of its last %v: %v", h.client, h.kind, h.tokens, h.starved, h.ttl, h.loss)
 			case !h.starvable():
+				judged("caught")
 				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, told by Redis %v before its deadline (its process starved %v of its last %v, its goroutines waited to run %v): %v; %s", h.client, h.kind, h.tokens, h.deadline.Sub(h.lossSeen).Round(time.Millisecond), h.starved, h.ttl, h.goroutinesWaited, h.loss, h.lossTold())
 			default:
+				judged("caught")
 				out.violate("unexplained loss: client %d %s %v lost with no fault that reaches it, its process starved %v of its last %v, its goroutines waited to run %v: %v; %s", h.client, h.kind, h.tokens, h.starved, h.ttl, h.goroutinesWaited, h.loss, h.lossTold())
 			}
 		}

@@ -110,7 +110,7 @@ func (t *commandTrace) about(names []string, from, deadline time.Time) string {
 			continue
 		}
 		what := describe(c.cmd)
-		if !containsAny(what, names) {
+		if !namesAny(what, names) {
 			continue
 		}
 		if c.pipelined {
@@ -145,7 +145,7 @@ func (t *commandTrace) quickFailure(names []string, from, deadline time.Time) st
 		if c.err == nil || c.sent.Before(from) || !c.answered.Before(deadline) || c.answered.Sub(c.sent) >= quickFailed || timedOutOrReloaded(c.err) {
 			continue
 		}
-		if args := c.cmd.Args(); len(args) < 2 || !renewalSHAs[argString(args[1])] || !containsAny(describe(c.cmd), names) {
+		if args := c.cmd.Args(); len(args) < 2 || !renewalSHAs[argString(args[1])] || !namesAny(describe(c.cmd), names) {
 			continue
 		}
 		return fmt.Sprintf("%s sent %v before its deadline, failed %v later: %v", describe(c.cmd),
@@ -168,9 +168,11 @@ func timedOutOrReloaded(err error) bool {
 // timeout's: a renewal's context's shortest life.
 const quickFailed = dlock.MinTTL / 4
 
-func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
+// namesAny: a command described by what has a key of a lock of names,
+// whose name is the key's hash tag (a lock m1's, not m10's).
+func namesAny(what string, names []string) bool {
+	for _, name := range names {
+		if strings.Contains(what, "{"+name+"}") {
 			return true
 		}
 	}
