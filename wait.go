@@ -365,6 +365,10 @@ func (wt *waiting) watch(ch string) error {
 func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error, bool) {
 	if retryIn < 0 {
 		retryIn = noExpiryRetry
+	} else {
+		// Redis counted the hold's time left when it ran the attempt; a
+		// reply read late (a slow link, a starved process) used some of it.
+		retryIn = max(0, retryIn-wt.c.clock.Now().Sub(wt.a.sent))
 	}
 	if wt.waiterID != "" {
 		retryIn = min(retryIn, wt.refresh)
