@@ -177,19 +177,24 @@ func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Leas
 // call's tombstone, also with no waiterID (a refused attempt that may have
 // been sent twice), and gives back a hold taken under the call's owner that
 // nobody heard of: a copy of a refused attempt, resent by go-redis, granted
-// once the lock was free, or a hand-over.
-func (a *call) leave(ctx context.Context, waiterID string) { a.abandon(ctx, a.v.entry(waiterID)) }
+// once the lock was free, or a hand-over. It reports whether the call may
+// have held the lock (see Client.abandon).
+func (a *call) leave(ctx context.Context, waiterID string) bool {
+	return a.abandon(ctx, a.v.entry(waiterID))
+}
 
 // abandon gives up the call after an attempt whose registration was entry:
 // a hold it may have, any copy of its attempts still on its way (the
 // tombstone), and its registration (see the type's abandon script). The
 // tombstone keeps the call's attempts so far out, so a Lock that goes on
-// waiting (see [ErrUnavailable]) goes on as a new call.
-func (a *call) abandon(ctx context.Context, entry string) {
+// waiting (see [ErrUnavailable]) goes on as a new call. It reports whether
+// the call may have held the lock (see Client.abandon).
+func (a *call) abandon(ctx context.Context, entry string) bool {
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))
 	keys = append(append(append(keys, s.abandonKeys[0]...), a.tombstone), s.abandonKeys[1]...)
 	args := append([]any{tombstoneLifeMillis}, a.v.abandonArgs(entry)...)
-	a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, a.owner, args...)
+	mayHaveHeld := a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, a.owner, args...)
 	a.v.fresh()
+	return mayHaveHeld
 }

@@ -409,11 +409,15 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // or may yet apply it), or a waiter that stops waiting. The kind's abandon
 // script releases a hold that is there, leaves a tombstone that makes a late
 // attempt refuse itself, and unregisters the waiter. Like a release, it is
-// not stopped by ctx's cancellation, only bounded by [CleanupTimeout].
-func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) {
+// not stopped by ctx's cancellation, only bounded by [CleanupTimeout]. It
+// reports whether the call may have held the lock: it gave a hold back, or
+// could not clear up.
+func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) (mayHaveHeld bool) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	if _, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), nil, owner, extra...); err != nil {
+	released, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), nil, owner, extra...)
+	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}
+	return released || err != nil
 }

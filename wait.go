@@ -307,11 +307,15 @@ func (wt *waiting) loop() (*Lease, error) {
 // call that queues, at once). Where the subscription it registered with is
 // gone for good (its node failed over, its slot moved), it leaves first,
 // passing on a wake-up it may have had, and listens where the channel is
-// now.
+// now. A release may have handed it the lock meanwhile, the word lost
+// with the subscription: the leave gives that hold back, and the call,
+// which held the lock for no lease, reports it as any grant given back.
 func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
-		wt.a.leave(wt.ctx, wt.waiterID)
+		if wt.a.leave(wt.ctx, wt.waiterID) {
+			wt.observed.wait(wt.ctx, WaitRetry, errHandOverUnheard)
+		}
 		if err := wt.watch(wt.channel); err != nil {
 			return err
 		}
@@ -321,6 +325,11 @@ func (wt *waiting) register() error {
 	}
 	return nil
 }
+
+// errHandOverUnheard is what a waiter that left the line as its
+// subscription was lost reports, when the leave gave back a hold: a lock
+// handed to it while nobody listened.
+var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost, given back")
 
 // pause waits after an attempt that found Redis unavailable, and cleaned
 // up after itself, registration included: the next registers anew.
