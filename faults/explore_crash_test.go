@@ -241,6 +241,16 @@ func deadClaim(o op) time.Duration {
 	return max(o.TTL, o.Lease, o.Extend, registrationLife)
 }
 
+// claimsFrom is when the claims of c's process, dead at at, start to run
+// out: at its death, or for a child, once Redis may have applied what the
+// dead child's socket still held (childApplied), which may be a grant.
+func claimsFrom(s *schedule, c crash, at time.Time) time.Time {
+	if c.Child {
+		return at.Add(childApplied(s))
+	}
+	return at
+}
+
 // waitClaimsOut waits until every claim any operation of the run may have
 // left at since (a failover that lost writes, say) has run out, with
 // crashSlack, or ctx ends: a deadline, not a guess at another goroutine.
@@ -279,7 +289,7 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 				}
 			}
 		}
-		_ = sleepCtx(ctx, time.Until(p.crash.at.Add(claim+crashSlack)))
+		_ = sleepCtx(ctx, time.Until(claimsFrom(s, c, p.crash.at).Add(claim+crashSlack)))
 	}
 }
 
@@ -290,7 +300,9 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 // of them may have kept the waiter out (one dying while another's claim
 // still held, or holding the lock when it died after the other): a wait
 // is judged once, by the latest claim on its locks of any dead process
-// but its own, from that process's death. A MultiLock waits for all its
+// but its own, from that process's death (claimsFrom). A wait asked once
+// that claim had run out was kept from nothing dead and is not judged
+// here. A MultiLock waits for all its
 // locks: it is judged once, by the latest claim on any of them, and a
 // live hold of any of them excuses it. Judged in runs whose other faults
 // delay no command (extend, scriptflush; a slot migration only its own
@@ -321,7 +333,7 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 			continue
 		}
 		d, used, b := latestClaim(deaths, s.process[w.client], w.op.Names, w.op.Kind)
-		if d == nil || !w.gaveUp.After(b) || w.asked.After(b) {
+		if d == nil || !w.gaveUp.After(b) || w.asked.After(b.Add(-crashSlack)) {
 			continue
 		}
 		out.checks++
@@ -347,7 +359,7 @@ func checkCrashes(s *schedule, procs map[int]*process, holds []hold, waits []fai
 			continue
 		}
 		d, used, b := latestClaim(deaths, s.process[h.client], names, h.kind)
-		if d == nil || !h.start.After(b) || h.asked.After(b) {
+		if d == nil || !h.start.After(b) || h.asked.After(b.Add(-crashSlack)) {
 			continue
 		}
 		out.checks++
@@ -394,13 +406,14 @@ type deadClaims struct {
 // operation of its schedule, made or not.
 func newDeadClaims(s *schedule, c crash, at time.Time) deadClaims {
 	d := deadClaims{crash: c, at: at, bound: map[string]time.Time{}, kinds: map[string][]string{}}
+	from := claimsFrom(s, c, at)
 	for client, ops := range s.ops {
 		if s.process[client] != c.Process {
 			continue
 		}
 		for _, o := range ops {
 			for _, name := range o.Names {
-				if b := at.Add(deadClaim(o) + crashSlack); b.After(d.bound[name]) {
+				if b := from.Add(deadClaim(o) + crashSlack); b.After(d.bound[name]) {
 					d.bound[name] = b
 				}
 				d.kinds[name] = append(d.kinds[name], o.Kind)

@@ -90,3 +90,32 @@ func grantedCall(client int, owner string, o op, call, ret time.Time, token uint
 	return leaseCall{client: client, names: o.Names, call: call, ret: ret, tokens: map[string]uint64{o.Names[0]: token}, lapse: lapse,
 		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: modeOf(o.Kind)}, out: linear.Result{OK: true}}
 }
+
+// TestLinearCheck_ASlowTryRefusalMayHaveHeldTheLockWithinItsCall: a
+// TryLock refused so slowly that go-redis may have sent its attempt twice
+// (a read timeout, readTimeout) tells nothing: the other copy may have
+// taken the lock once it was free, held until the call gave it back
+// before returning, and another TryLock refused meanwhile, with no lease
+// held. A prompt refusal still tells that the lock was held.
+func TestLinearCheck_ASlowTryRefusalMayHaveHeldTheLockWithinItsCall(t *testing.T) {
+	start := time.Now()
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	mutex := op{Kind: "mutex", Names: []string{"m"}}
+	try := op{Kind: "mutex", Names: mutex.Names, Try: true}
+	check := func(took time.Duration) []string {
+		rec := &leaseRecorder{start: start}
+		rec.add(grantedCall(0, "client 0 op 0", mutex, at(0), at(10), 1, at(1000)))
+		rec.ended(0, "client 0 op 0", mutex, linear.Release, at(100), at(110), nil)
+		rec.refused(1, "client 1 op 0", try, at(50), at(50).Add(took), dlock.ErrNotAcquired)
+		rec.refused(2, "client 2 op 0", try, at(500), at(510), dlock.ErrNotAcquired) // nobody known holds it
+		var out outcome
+		checkLinearizable(&schedule{}, rec, map[string]string{"m": "mutex"}, nil, &out)
+		return out.violations
+	}
+	if v := check(readTimeout - 500*time.Millisecond); len(v) != 1 {
+		t.Fatalf("a prompt refusal: %d violations, want the second refusal flagged\n%s", len(v), strings.Join(v, "\n"))
+	}
+	if v := check(readTimeout + 100*time.Millisecond); len(v) != 0 {
+		t.Fatalf("a refusal that took a read timeout: %d violations\n%s", len(v), strings.Join(v, "\n"))
+	}
+}

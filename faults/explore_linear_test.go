@@ -85,10 +85,13 @@ func (r *leaseRecorder) acquired(client int, owner string, o op, call, ret time.
 		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: modeOf(o.Kind)}, out: linear.Result{OK: true}})
 }
 
-// refused records an acquisition that returned err.
+// refused records an acquisition that returned err. A Try refused after a
+// read timeout (readTimeout) or more tells nothing either: go-redis may
+// have sent its attempt twice, and the other copy taken the lock once
+// free, held until the call gave it back before it returned.
 func (r *leaseRecorder) refused(client int, owner string, o op, call, ret time.Time, err error) {
 	out := linear.Result{Unknown: true}
-	if o.Try && refusalTells(o.Kind) && errors.Is(err, dlock.ErrNotAcquired) && !grantExpired(err) {
+	if o.Try && refusalTells(o.Kind) && errors.Is(err, dlock.ErrNotAcquired) && !grantExpired(err) && ret.Sub(call) < readTimeout {
 		out = linear.Result{}
 	}
 	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret,
