@@ -63,11 +63,15 @@ var lockTypes = []lockType{
 		}},
 }
 
-// forEachLockType runs f for every lock type on every backend.
+// forEachLockType runs f for every lock type on every backend, the lock
+// types at once: each waits on its own names' timers, not on the CPU.
 func forEachLockType(t *testing.T, f func(t *testing.T, b backend, lt lockType)) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, lt := range lockTypes {
-			t.Run(lt.name, func(t *testing.T) { f(t, b, lt) })
+			t.Run(lt.name, func(t *testing.T) {
+				t.Parallel()
+				f(t, b, lt)
+			})
 		}
 	})
 }

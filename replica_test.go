@@ -136,6 +136,8 @@ func TestReplicaAck_FollowsAClusterRedirection(t *testing.T) {
 // the lock before the first lease's deadline. While the replica keeps up,
 // renewals are confirmed as usual.
 func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
+
 	const ttl = 3 * time.Second // renewed every second
 	for _, how := range []string{"renewal", "extend"} {
 		t.Run(how, func(t *testing.T) {
@@ -206,6 +208,8 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 // migrates (its keys moved, the slot not yet handed over) the old owner
 // answers ASK; after a resharding, MOVED.
 func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
+	t.Parallel() // waits on servers and timers of its own, not on the CPU
+
 	const ttl = time.Second // renewed every 333 ms
 	c := redistest.StartReplicatedCluster(t)
 	ctx := ctxFor(t, time.Minute)

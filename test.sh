@@ -48,9 +48,9 @@ fi
 
 echo "test.sh: $(go version); $(redis-server --version | cut -d' ' -f1-3)"
 go vet ./...
-# -parallel 4: the few tests marked parallel wait on timers and servers of
+# -parallel 8: the tests marked parallel wait on timers and servers of
 # their own, not on the CPU; two cores would run only two at once.
-go test -race -count=1 -parallel 4 -timeout 8m ./...
+go test -race -count=1 -parallel 8 -timeout 8m ./...
 # The fault-injection suite is a module of its own (Toxiproxy stays out of
 # dlock's go.mod) behind the faults tag; CI runs its short profile, about
 # two minutes. The soak profile: cd faults && go test -tags faults -long .
