@@ -179,7 +179,7 @@ func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Leas
 // nobody heard of: a copy of a refused attempt, resent by go-redis, granted
 // once the lock was free, or a hand-over. It reports whether the call may
 // have held the lock (see Client.abandon).
-func (a *call) leave(ctx context.Context, waiterID string) bool {
+func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, err error) {
 	return a.abandon(ctx, a.v.entry(waiterID))
 }
 
@@ -189,12 +189,12 @@ func (a *call) leave(ctx context.Context, waiterID string) bool {
 // tombstone keeps the call's attempts so far out, so a Lock that goes on
 // waiting (see [ErrUnavailable]) goes on as a new call. It reports whether
 // the call may have held the lock (see Client.abandon).
-func (a *call) abandon(ctx context.Context, entry string) bool {
+func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))
 	keys = append(append(append(keys, s.abandonKeys[0]...), a.tombstone), s.abandonKeys[1]...)
 	args := append([]any{tombstoneLifeMillis}, a.v.abandonArgs(entry)...)
-	mayHaveHeld := a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, a.owner, args...)
+	mayHaveHeld, err = a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, a.owner, args...)
 	a.v.fresh()
-	return mayHaveHeld
+	return mayHaveHeld, err
 }

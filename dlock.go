@@ -410,14 +410,16 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // script releases a hold that is there, leaves a tombstone that makes a late
 // attempt refuse itself, and unregisters the waiter. Like a release, it is
 // not stopped by ctx's cancellation, only bounded by [CleanupTimeout]. It
-// reports whether the call may have held the lock: it gave a hold back, or
-// could not clear up.
-func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) (mayHaveHeld bool) {
+// reports whether the call may have held the lock: it gave a hold back; or
+// it may have, in a copy go-redis sent first (the reply read then answers
+// for the copy that found nothing); or it could not clear up (err).
+func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) (mayHaveHeld bool, err error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
+	sent := time.Now()
 	released, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), nil, owner, extra...)
 	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}
-	return released || err != nil
+	return released || err != nil || time.Since(sent) >= c.resendAfter, err
 }

@@ -132,7 +132,8 @@ const (
 	// WaitRetry: the call attempts again: woken by a release that did not
 	// hand it the lock, at its waiter refresh or the holder's expiry, or
 	// after an attempt that failed or a grant it gave back: unconfirmed,
-	// or handed to it while its subscription was lost (Err). An attempt
+	// or handed to it while its subscription was lost (Err; with why, if
+	// the give-back failed and the hold runs out with its TTL). An attempt
 	// that failed in doubt, or a grant given back, may have held the lock
 	// for a while, for no lease.
 	WaitRetry WaitStep = "retry"

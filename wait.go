@@ -313,8 +313,8 @@ func (wt *waiting) loop() (*Lease, error) {
 func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
-		if wt.a.leave(wt.ctx, wt.waiterID) {
-			wt.observed.wait(wt.ctx, WaitRetry, errHandOverUnheard)
+		if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
+			wt.observed.wait(wt.ctx, WaitRetry, handOverUnheard(err))
 		}
 		if err := wt.watch(wt.channel); err != nil {
 			return err
@@ -327,9 +327,18 @@ func (wt *waiting) register() error {
 }
 
 // errHandOverUnheard is what a waiter that left the line as its
-// subscription was lost reports, when the leave gave back a hold: a lock
-// handed to it while nobody listened.
-var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost, given back")
+// subscription was lost reports, when the leave may have given back a
+// hold: a lock handed to it while nobody listened (or a late copy's grant).
+var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost may have been held, and was given back")
+
+// handOverUnheard is errHandOverUnheard, with why the leave could not
+// clear up (err) if it could not: then the hold runs out with its TTL.
+func handOverUnheard(err error) error {
+	if err == nil {
+		return errHandOverUnheard
+	}
+	return fmt.Errorf("%w: %w", errHandOverUnheard, err)
+}
 
 // pause waits after an attempt that found Redis unavailable, and cleaned
 // up after itself, registration included: the next registers anew.
@@ -377,7 +386,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	} else {
 		// Redis counted the hold's time left when it ran the attempt; a
 		// reply read late (a slow link, a starved process) used some of it.
-		retryIn = max(0, retryIn-wt.c.clock.Now().Sub(wt.a.sent))
+		retryIn -= min(retryIn, max(0, wt.c.clock.Now().Sub(wt.a.sent)))
 	}
 	if wt.waiterID != "" {
 		retryIn = min(retryIn, wt.refresh)
