@@ -208,8 +208,6 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 // migrates (its keys moved, the slot not yet handed over) the old owner
 // answers ASK; after a resharding, MOVED.
 func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
-	t.Parallel() // waits on servers and timers of its own, not on the CPU
-
 	const ttl = time.Second // renewed every 333 ms
 	c := redistest.StartReplicatedCluster(t)
 	ctx := ctxFor(t, time.Minute)

@@ -100,22 +100,29 @@ func grantedCall(client int, owner string, o op, call, ret time.Time, token uint
 func TestLinearCheck_ASlowTryRefusalMayHaveHeldTheLockWithinItsCall(t *testing.T) {
 	start := time.Now()
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	mutex := op{Kind: "mutex", Names: []string{"m"}}
-	try := op{Kind: "mutex", Names: mutex.Names, Try: true}
-	check := func(took time.Duration) []string {
+	mutex := op{Kind: "mutex", Names: []string{"m"}, TTL: time.Second}
+	try := op{Kind: "mutex", Names: mutex.Names, TTL: time.Second, Try: true}
+	check := func(took, refusedAt time.Duration) []string {
 		rec := &leaseRecorder{start: start}
 		rec.add(grantedCall(0, "client 0 op 0", mutex, at(0), at(10), 1, at(1000)))
 		rec.ended(0, "client 0 op 0", mutex, linear.Release, at(100), at(110), nil)
 		rec.refused(1, "client 1 op 0", try, at(50), at(50).Add(took), dlock.ErrNotAcquired)
-		rec.refused(2, "client 2 op 0", try, at(500), at(510), dlock.ErrNotAcquired) // nobody known holds it
+		// Nobody known holds it.
+		rec.refused(2, "client 2 op 0", try, start.Add(refusedAt), start.Add(refusedAt+10*time.Millisecond), dlock.ErrNotAcquired)
 		var out outcome
 		checkLinearizable(&schedule{}, rec, map[string]string{"m": "mutex"}, nil, &out)
 		return out.violations
 	}
-	if v := check(readTimeout - 500*time.Millisecond); len(v) != 1 {
+	if v := check(readTimeout-500*time.Millisecond, 500*time.Millisecond); len(v) != 1 {
 		t.Fatalf("a prompt refusal: %d violations, want the second refusal flagged\n%s", len(v), strings.Join(v, "\n"))
 	}
-	if v := check(readTimeout + 100*time.Millisecond); len(v) != 0 {
+	slow := readTimeout + 100*time.Millisecond
+	if v := check(slow, 500*time.Millisecond); len(v) != 0 {
 		t.Fatalf("a refusal that took a read timeout: %d violations\n%s", len(v), strings.Join(v, "\n"))
+	}
+	// Its copy's hold was given back before the call returned, or ran
+	// out with its TTL: it explains no refusal after that.
+	if v := check(slow, 50*time.Millisecond+slow+try.TTL+100*time.Millisecond); len(v) != 1 {
+		t.Fatalf("a refusal a TTL after the slow one returned: %d violations, want it flagged\n%s", len(v), strings.Join(v, "\n"))
 	}
 }

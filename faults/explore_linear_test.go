@@ -88,14 +88,19 @@ func (r *leaseRecorder) acquired(client int, owner string, o op, call, ret time.
 // refused records an acquisition that returned err. A Try refused after a
 // read timeout (readTimeout) or more tells nothing either: go-redis may
 // have sent its attempt twice, and the other copy taken the lock once
-// free, held until the call gave it back before it returned.
+// free, held until the call gave it back before it returned, or, if that
+// failed, for its TTL.
 func (r *leaseRecorder) refused(client int, owner string, o op, call, ret time.Time, err error) {
-	out := linear.Result{Unknown: true}
-	if o.Try && refusalTells(o.Kind) && errors.Is(err, dlock.ErrNotAcquired) && !grantExpired(err) && ret.Sub(call) < readTimeout {
-		out = linear.Result{}
+	c := leaseCall{client: client, names: o.Names, call: call, ret: ret,
+		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: modeOf(o.Kind)}, out: linear.Result{Unknown: true}}
+	if o.Try && refusalTells(o.Kind) && errors.Is(err, dlock.ErrNotAcquired) && !grantExpired(err) {
+		if ret.Sub(call) < readTimeout {
+			c.out = linear.Result{}
+		} else {
+			c.until = ret.Add(max(o.TTL, o.Lease))
+		}
 	}
-	r.add(leaseCall{client: client, names: o.Names, call: call, ret: ret,
-		op: linear.LeaseOp{Op: linear.Acquire, Owner: owner, Mode: modeOf(o.Kind)}, out: out})
+	r.add(c)
 }
 
 // grantExpired reports whether err is a grant that ran out before it could
