@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"math/rand/v2"
@@ -305,13 +306,14 @@ func (e *failoverEnv) report(out *outcome) {
 // failedFailover judges a failover the explorer could not make. A Sentinel
 // that finds no replica good to promote (NOGOODSLAVE) for the 30 s the
 // explorer asks, as a soak's load makes it now and then (its look at the
-// replica goes stale), made no fault: the run's checks go on, and the
-// report counts it apart, the harness's and not dlock's. Any other
-// failure is a violation.
+// replica goes stale), or does not answer SENTINEL FAILOVER in that time,
+// made no fault: the run's checks go on, and the report counts it apart,
+// the harness's and not dlock's. Any other failure is a violation.
 func failedFailover(out *outcome, err error) {
 	switch {
 	case err == nil:
-	case strings.Contains(err.Error(), "NOGOODSLAVE"):
+	case strings.Contains(err.Error(), "NOGOODSLAVE"),
+		strings.Contains(err.Error(), "SENTINEL FAILOVER") && errors.Is(err, context.DeadlineExceeded):
 		out.unmade++
 		out.note("failover not made, the harness's: %v", err)
 	default:
