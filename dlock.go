@@ -126,6 +126,12 @@ func unmadeClient(rdb redis.UniversalClient) (unmade bool) {
 	return false
 }
 
+// mayHaveResent reports whether a command sent at sent, and answered now,
+// may have been sent twice by the Redis client (see resendAfter).
+func (c *Client) mayHaveResent(sent time.Time) bool {
+	return time.Since(sent) >= c.resendAfter
+}
+
 // resendAfter is the read timeout of rdb's connections: go-redis sends a
 // command again only after a read timed out (or its connection failed,
 // which leaves no copy on the way), so a command answered sooner was sent
@@ -421,5 +427,5 @@ func (c *Client) abandon(ctx context.Context, name string, script *redis.Script,
 	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}
-	return released || err != nil || time.Since(sent) >= c.resendAfter, err
+	return released || err != nil || c.mayHaveResent(sent), err
 }

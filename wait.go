@@ -176,7 +176,7 @@ type waiting struct {
 func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	sent := time.Now()
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
-	wt.maybeCopied = wt.maybeCopied || time.Since(sent) >= wt.c.resendAfter
+	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
 	if l != nil {
 		l.maybeCopied = wt.maybeCopied
 	}
