@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,15 +26,43 @@ import (
 // 1795742894877401398: a TryLock refused "while nothing was held").
 func TestWaiter_HandOverLostInAFailoverIsReportedGivenBack(t *testing.T) {
 	t.Parallel() // waits on its own clusters' failovers, not on the CPU
-	t.Run("its leave answered", func(t *testing.T) { handOverLostInAFailover(t, false) })
-	// A copy of the leave, sent by go-redis after a read timeout, may have
-	// given the hold back first: the reply read, the other copy's, finds
-	// nothing to give back.
-	t.Run("its leave sent twice, the copy first", func(t *testing.T) { handOverLostInAFailover(t, true) })
+	const readTimeout = 500 * time.Millisecond
+	for _, leave := range []struct {
+		name string
+		// hook, on the waiter's client (with readTimeout), does to the
+		// leave's abandon what the case says; nil for nothing.
+		hook func(other redis.UniversalClient) redis.Hook
+		// cause is what the report must also match: why the give-back
+		// failed, if it did.
+		cause error
+	}{
+		{name: "its leave answered"},
+		// A copy of the leave, sent by go-redis after a read timeout, may
+		// have given the hold back first: the reply read, the other
+		// copy's, finds nothing to give back.
+		{name: "its leave sent twice, the copy first", hook: func(other redis.UniversalClient) redis.Hook {
+			return &copyFirst{script: scripts.MutexAbandon, other: other, after: readTimeout}
+		}},
+		// The leave's reply is lost: the report says why.
+		{name: "its leave's reply lost", cause: errReplyLost, hook: func(redis.UniversalClient) redis.Hook {
+			return &copier{script: scripts.MutexAbandon, loseFirst: true}
+		}},
+	} {
+		t.Run(leave.name, func(t *testing.T) {
+			t.Parallel()
+			c := redistest.StartReplicatedCluster(t)
+			rdb := c.Client()
+			waiterRedis := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: readTimeout})
+			t.Cleanup(func() { _ = waiterRedis.Close() })
+			if leave.hook != nil {
+				waiterRedis.AddHook(leave.hook(rdb))
+			}
+			handOverLostInAFailover(t, c, rdb, waiterRedis, leave.cause)
+		})
+	}
 }
 
-func handOverLostInAFailover(t *testing.T, leaveCopiedFirst bool) {
-	c := redistest.StartReplicatedCluster(t)
+func handOverLostInAFailover(t *testing.T, c *redistest.Cluster, rdb, waiterRedis redis.UniversalClient, cause error) {
 	ctx := ctxFor(t, time.Minute)
 	name := lockName(t)
 
@@ -57,17 +86,12 @@ func handOverLostInAFailover(t *testing.T, leaveCopiedFirst bool) {
 			givenBack <- ev.Err
 		}
 	}}
+	// The waiter stays in its Observer until the test lets it go, or ends.
+	letGo := sync.OnceFunc(func() { close(goOn) })
+	t.Cleanup(letGo)
 	// No waiter refresh or hold expiry comes in the test's time: the
 	// failover is what wakes the waiter.
 	const long = 30 * time.Second
-	rdb := c.Client()
-	waiterRedis := redis.UniversalClient(c.Client())
-	if leaveCopiedFirst {
-		const readTimeout = 500 * time.Millisecond
-		waiterRedis = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: readTimeout})
-		t.Cleanup(func() { _ = waiterRedis.Close() })
-		waiterRedis.AddHook(&copyFirst{script: scripts.MutexAbandon, other: rdb, after: readTimeout})
-	}
 	waiter := newClient(t, waiterRedis, dlock.WithObserver(obs), dlock.WithWaiterRefresh(long/3))
 	holder, err := newClient(t, c.Client()).Mutex(name, dlock.WithTTL(long)).Lock(ctx)
 	if err != nil {
@@ -98,7 +122,7 @@ func handOverLostInAFailover(t *testing.T, leaveCopiedFirst bool) {
 	if _, err := newClient(t, rdb).Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock after the release handed the lock to the waiter: %v, want ErrNotAcquired", err)
 	}
-	close(goOn)
+	letGo()
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -108,7 +132,9 @@ func handOverLostInAFailover(t *testing.T, leaveCopiedFirst bool) {
 	}
 	select {
 	case err := <-givenBack:
-		t.Logf("reported: %v", err)
+		if cause != nil && !errors.Is(err, cause) {
+			t.Fatalf("reported %v: want it to say why the give-back failed, %v", err, cause)
+		}
 	default:
 		t.Fatal("the waiter gave back a lock handed to it, and its Observer heard of no grant given back")
 	}

@@ -86,8 +86,9 @@ type copier struct {
 	script     *redis.Script
 	loseFirst  bool
 	onGrant    func()        // called once, when the server first grants an attempt
-	slowReply  time.Duration // how late the first reply of slowStatus comes
+	slowReply  time.Duration // how late the first reply of slowStatus (after slowAfter) comes
 	slowStatus int64         // 1 a grant, 0 a refusal
+	slowAfter  int           // how many replies of slowStatus come at once before it
 
 	mu     sync.Mutex
 	copies [][]any
@@ -134,8 +135,12 @@ func (h *copier) keep(cmd redis.Cmder) bool {
 		h.onGrant = nil
 	}
 	if h.slowReply > 0 && isReplyOf(cmd, h.script, h.slowStatus) {
-		time.Sleep(h.slowReply) // the fault: a reply as slow as a read timeout
-		h.slowReply = 0
+		if h.slowAfter > 0 {
+			h.slowAfter--
+		} else {
+			time.Sleep(h.slowReply) // the fault: a reply as slow as a read timeout
+			h.slowReply = 0
+		}
 	}
 	return lose
 }

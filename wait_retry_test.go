@@ -1,12 +1,8 @@
 package dlock_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/scripts"
@@ -40,7 +36,7 @@ func TestWait_RetryAfterASlowRefusalCountsTheHoldsTimeFromTheAttempt(t *testing.
 		// The first refusal comes before the waiter subscribes, and it
 		// tries again at once; the second, registered, is the one it
 		// waits after.
-		rdb.AddHook(&slowRefusal{script: scripts.MutexAcquire, nth: 2, delay: slow})
+		rdb.AddHook(&copier{script: scripts.MutexAcquire, slowReply: slow, slowStatus: 0, slowAfter: 1})
 		start := time.Now()
 		lease, err := newClient(t, rdb, dlock.WithWaiterRefresh(10*time.Second)).Mutex(name).Lock(ctx)
 		if err != nil {
@@ -54,29 +50,4 @@ func TestWait_RetryAfterASlowRefusalCountsTheHoldsTimeFromTheAttempt(t *testing.
 			t.Fatalf("granted %v after asking, behind a hold of %v whose refusal was read after %v: want at most %v", took, ttl, slow, bound)
 		}
 	})
-}
-
-// slowRefusal is a go-redis hook that delays the reply of the nth refusal
-// of script, once it has been read.
-type slowRefusal struct {
-	script *redis.Script
-	nth    int32
-	delay  time.Duration
-	seen   atomic.Int32
-}
-
-func (h *slowRefusal) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *slowRefusal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if isReplyOf(cmd, h.script, 0) && h.seen.Add(1) == h.nth {
-			time.Sleep(h.delay)
-		}
-		return err
-	}
-}
-
-func (h *slowRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
