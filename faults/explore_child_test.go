@@ -642,7 +642,7 @@ func (c *child) settle(ctx context.Context) {
 	// after: with LateWrite, once the dead claim ran out (and anyone may
 	// have taken the lock since).
 	if c.run.kill.LateWrite {
-		_ = sleepCtx(ctx, time.Until(c.death.Add(childApplied(c.s)+deadClaim(o)+crashSlack)))
+		_ = sleepCtx(ctx, time.Until(claimsFrom(c.s, true, c.death).Add(deadClaim(o)+crashSlack)))
 	}
 	for _, w := range c.lateWrites {
 		accepted := c.stores.write(w.name, w.token)

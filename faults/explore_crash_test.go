@@ -241,11 +241,11 @@ func deadClaim(o op) time.Duration {
 	return max(o.TTL, o.Lease, o.Extend, registrationLife)
 }
 
-// claimsFrom is when the claims of c's process, dead at at, start to run
+// claimsFrom is when the claims of a process dead at at start to run
 // out: at its death, or for a child, once Redis may have applied what the
 // dead child's socket still held (childApplied), which may be a grant.
-func claimsFrom(s *schedule, c crash, at time.Time) time.Time {
-	if c.Child {
+func claimsFrom(s *schedule, child bool, at time.Time) time.Time {
+	if child {
 		return at.Add(childApplied(s))
 	}
 	return at
@@ -289,7 +289,7 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 				}
 			}
 		}
-		_ = sleepCtx(ctx, time.Until(claimsFrom(s, c, p.crash.at).Add(claim+crashSlack)))
+		_ = sleepCtx(ctx, time.Until(claimsFrom(s, c.Child, p.crash.at).Add(claim+crashSlack)))
 	}
 }
 
@@ -302,9 +302,9 @@ func waitCrashedOut(ctx context.Context, s *schedule, procs map[int]*process) {
 // is judged once, by the latest claim on its locks of any dead process
 // but its own, from that process's death (claimsFrom). A wait asked once
 // that claim had run out was kept from nothing dead and is not judged
-// here. A MultiLock waits for all its
-// locks: it is judged once, by the latest claim on any of them, and a
-// live hold of any of them excuses it. Judged in runs whose other faults
+// here. A MultiLock waits for all its locks: it is judged once, by the
+// latest claim on any of them, and a live hold of any of them excuses it.
+// Judged in runs whose other faults
 // delay no command (extend, scriptflush; a slot migration only its own
 // slot's, whose waits are not judged), and not for Redlocks, whose waits
 // follow a retry policy of their own.
@@ -406,7 +406,7 @@ type deadClaims struct {
 // operation of its schedule, made or not.
 func newDeadClaims(s *schedule, c crash, at time.Time) deadClaims {
 	d := deadClaims{crash: c, at: at, bound: map[string]time.Time{}, kinds: map[string][]string{}}
-	from := claimsFrom(s, c, at)
+	from := claimsFrom(s, c.Child, at)
 	for client, ops := range s.ops {
 		if s.process[client] != c.Process {
 			continue
