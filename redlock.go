@@ -136,7 +136,10 @@ func (m *RedlockMutex) usable() error {
 
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] matching [ErrNotAcquired] when no majority granted in time,
-// naming each node that did not and why.
+// naming each node that did not and why. A failed attempt gives back what
+// it won: within the node timeout where it can, and where it cannot, in
+// the background within [CleanupTimeout]; a node it cannot reach keeps the
+// attempt until its TTL, and the Client's logger says so.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
@@ -374,10 +377,13 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 }
 
 // abandon releases an attempt on every node, and leaves a tombstone where it
-// has not arrived. It waits for the nodes that answered the attempt; the
-// others (down, or slow) get theirs in the background, bounded by
+// has not arrived. It waits for the nodes that answered the attempt, for
+// the node timeout; the others (down, or slow), and those whose release
+// missed the node timeout, get theirs in the background, bounded by
 // [CleanupTimeout], so that a failed attempt returns within the node
-// timeout.
+// timeout and yet does not leave a hold it won for its TTL. A release sent
+// twice is harmless: the second finds the hold gone, and leaves a
+// tombstone.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
@@ -393,15 +399,24 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) 
 	release := func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		return struct{}{}, runScript(ctx, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Err()
 	}
-	logFailures := func(nodes []*redlockNode, timeout time.Duration) {
-		_, errs := onNodes(ctx, nodes, timeout, release)
+	inBackground := func(nodes []*redlockNode) {
+		_, errs := onNodes(ctx, nodes, CleanupTimeout, release)
 		for _, err := range nodeErrors(nodes, errs) {
 			m.cfg.logger.Warn("dlock: could not clear up a failed Redlock attempt; it expires with its TTL",
 				"lock", m.name, "err", err)
 		}
 	}
 	if len(background) > 0 {
-		go logFailures(background, CleanupTimeout)
+		go inBackground(background)
 	}
-	logFailures(waitFor, m.nodeTimeout)
+	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, release)
+	var missed []*redlockNode
+	for i, err := range errs {
+		if err != nil {
+			missed = append(missed, waitFor[i])
+		}
+	}
+	if len(missed) > 0 {
+		go inBackground(missed)
+	}
 }
