@@ -288,9 +288,7 @@ func newServers(t *testing.T) *servers {
 	var replicated *redistest.Cluster
 	e.replicated = func() *redistest.Cluster {
 		replicatedOnce.Do(func() {
-			// A new replica syncs at once, not after Redis's 5 s wait for
-			// more to come: a forced failover's old master syncs anew.
-			replicated = redistest.StartReplicatedCluster(t, append(clusterUser(), "--repl-diskless-sync-delay", "0")...)
+			replicated = redistest.StartReplicatedCluster(t, clusterUser()...)
 		})
 		return replicated
 	}

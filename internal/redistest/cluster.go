@@ -49,10 +49,11 @@ func StartCluster(t T, args ...string) *Cluster {
 // StartReplicatedCluster starts a 3-master cluster with one replica per
 // master, and returns once every replica is in sync and every node sees
 // the whole cluster. A master killed is replaced by its replica within a
-// few node timeouts (cluster-node-timeout is 1 s).
+// few node timeouts (cluster-node-timeout is 1 s). Every node syncs its
+// replicas at once (syncAtOnce).
 func StartReplicatedCluster(t T, args ...string) *Cluster {
 	t.Helper()
-	c := StartCluster(t, args...)
+	c := StartCluster(t, append(syncAtOnce(), args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for range c.Nodes {

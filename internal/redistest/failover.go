@@ -59,12 +59,18 @@ func StartFailover(t T) *Failover {
 }
 
 // replication is the configuration of a Failover's nodes, each a master
-// or a replica in turn: a master syncs a new replica at once, not after
-// waiting 5 s for more to come (Redis 7's default); a replica logs in to
-// its master as replicationUser, which CutReplica turns off.
-var replication = append([]string{"--repl-diskless-sync-delay", "0",
-	"--masteruser", replicationUser, "--masterauth", replicationPassword},
+// or a replica in turn: a master syncs a new replica at once
+// (syncAtOnce); a replica logs in to its master as replicationUser, which
+// CutReplica turns off.
+var replication = append(append(syncAtOnce(),
+	"--masteruser", replicationUser, "--masterauth", replicationPassword),
 	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"})...)
+
+// syncAtOnce is the configuration of a master whose replicas the tests
+// start: it syncs a new replica at once, not after waiting 5 s for more to
+// come (Redis 7's default), at the start and when a failed-over master
+// rejoins as a replica.
+func syncAtOnce() []string { return []string{"--repl-diskless-sync-delay", "0"} }
 
 // replicationUser is the user a Failover's replica logs in to its master as.
 const replicationUser, replicationPassword = "replication", "replication-secret"
