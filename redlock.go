@@ -136,10 +136,13 @@ func (m *RedlockMutex) usable() error {
 
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] matching [ErrNotAcquired] when no majority granted in time,
-// naming each node that did not and why. A failed attempt gives back what
-// it won: within the node timeout where it can, and where it cannot, in
-// the background within [CleanupTimeout]; a node it cannot reach keeps the
-// attempt until its TTL, and the Client's logger says so.
+// naming each node that did not and why. An attempt that wins no majority
+// is given back on every node: before TryLock returns, within the node
+// timeout, on the nodes that answered it; in the background, within
+// [CleanupTimeout], on the others and where that release failed. A node
+// it still cannot reach keeps the attempt until its TTL, which the
+// Redlock's logger says. Nothing waits for that background: clients closed
+// right after a failed TryLock cut it short.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
@@ -379,10 +382,10 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 // abandon releases an attempt on every node, and leaves a tombstone where it
 // has not arrived. It waits for the nodes that answered the attempt, for
 // the node timeout; the others (down, or slow), and those whose release
-// missed the node timeout, get theirs in the background, bounded by
-// [CleanupTimeout], so that a failed attempt returns within the node
-// timeout and yet does not leave a hold it won for its TTL. A release sent
-// twice is harmless: the second finds the hold gone, and leaves a
+// failed (it missed the node timeout, say), get theirs in the background,
+// bounded by [CleanupTimeout], so that a failed attempt returns within the
+// node timeout and yet does not leave a hold it won for its TTL. A release
+// sent twice is harmless: the second finds the hold gone, and leaves a
 // tombstone.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))

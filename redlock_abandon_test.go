@@ -16,23 +16,29 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// A failed Redlock attempt gives back what it won. Where that release
-// misses the node timeout (a starved client, a slow link), it is sent
-// again in the background, bounded by CleanupTimeout, as to the nodes that
-// never answered the attempt: the node does not keep the failed attempt
-// for its TTL, which would shut everyone out of the lock for that long.
-// Where the second release misses too, the attempt is left to its TTL and
-// the logger says so.
+// A Redlock attempt that wins no majority gives back what it won. Where
+// that release fails (a starved client, a slow link: it missed the node
+// timeout), it is sent again in the background, bounded by CleanupTimeout,
+// as to the nodes that never answered the attempt, while TryLock returns
+// within the node timeout: the node does not keep the failed attempt for
+// its TTL, which would shut everyone out of the lock for that long. A
+// release applied whose reply was lost is sent again harmlessly. Where the
+// second release fails too, the attempt is left to its TTL and the logger
+// says so. No other owner's hold is touched.
 func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *testing.T) {
 	t.Parallel()
-	const ttl = time.Minute // far longer than the test: only a release ends the hold
+	const (
+		ttl         = time.Minute // far longer than the test: only a release ends the hold
+		nodeTimeout = time.Second // generous: it times the held-back release, not the machine
+	)
 	for _, tc := range []struct {
 		what     string
-		stalls   int32 // releases of the failed attempt held back on the first master
+		hook     *holdBackReleases // on the first master
 		released bool
 	}{
-		{"the second release arrives", 1, true},
-		{"no release arrives", 2, false},
+		{"the second release arrives", &holdBackReleases{n: 1}, true},
+		{"the first release applied, its reply lost", &holdBackReleases{n: 1, send: true}, true},
+		{"no release arrives", &holdBackReleases{n: 2}, false},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			t.Parallel()
@@ -42,7 +48,7 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 
 			// Another owner holds the lock on the second and third masters
 			// only, so that an attempt wins the first and fails.
-			other, err := redlockOver(t, servers, dlock.WithTTL(ttl)).Mutex(name).TryLock(ctx)
+			other, err := redlockOver(t, servers, dlock.WithTTL(ttl), dlock.WithNodeTimeout(nodeTimeout)).Mutex(name).TryLock(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,22 +57,34 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 				t.Fatal(err)
 			}
 
-			stall := &stallReleases{n: tc.stalls}
+			hook := tc.hook
 			clients := make([]redis.UniversalClient, len(servers))
 			for i, srv := range servers {
 				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-				if i == 0 {
-					rdb.AddHook(stall)
-				}
 				t.Cleanup(func() { _ = rdb.Close() })
+				if err := rdb.Ping(ctx).Err(); err != nil { // connected before the attempt is timed
+					t.Fatal(err)
+				}
+				if i == 0 {
+					rdb.AddHook(hook)
+				}
 				clients[i] = rdb
 			}
 			logs := &logRecorder{}
 			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
-				dlock.WithNodeTimeout(100*time.Millisecond), dlock.WithLogger(slog.New(logs)))
-			if _, err := rl.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-				t.Fatalf("TryLock held by another owner on 2 of 3 masters: %v; want ErrNotAcquired", err)
+				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
+			began := time.Now()
+			_, err = rl.Mutex(name).TryLock(ctx)
+			took := time.Since(began)
+			var quorum *dlock.QuorumError
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &quorum) || quorum.Granted != 1 ||
+				slices.ContainsFunc(quorum.Nodes, func(n *dlock.NodeError) bool { return n.Node == 0 }) {
+				t.Fatalf("TryLock held by another owner on 2 of 3 masters: %v; want ErrNotAcquired, granted by the first master only (the test's premise)", err)
 			}
+			if took >= dlock.CleanupTimeout {
+				t.Errorf("the failed TryLock took %v: it waited for its background release", took)
+			}
+
 			within, cancel := context.WithTimeout(ctx, dlock.CleanupTimeout+5*time.Second)
 			defer cancel()
 			if tc.released {
@@ -81,29 +99,37 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 					t.Error("the first master dropped an attempt no release reached")
 				}
 			}
-			if got := stall.stalled.Load(); got != tc.stalls {
-				t.Errorf("%d releases held back; want %d (the test's premise)", got, tc.stalls)
+			if got := hook.held.Load(); got != hook.n {
+				t.Errorf("%d releases held back; want %d (the test's premise)", got, hook.n)
 			}
 			if n := logs.warnings(name); tc.released && n != 0 {
 				t.Errorf("%d warnings about a failed attempt the second release cleared up", n)
+			}
+			if heldOn(t, ctx, servers[1:], name) != 2 || other.Err() != nil {
+				t.Errorf("the other owner's hold was touched: held on %d of its 2 masters, lease %v", heldOn(t, ctx, servers[1:], name), other.Err())
 			}
 		})
 	}
 }
 
-// stallReleases holds back the first n releases of a failed attempt
-// (MutexAbandon) until their context ends, unsent, as a starved client's
-// commands would miss their deadline; every other command passes.
-type stallReleases struct {
-	n       int32
-	stalled atomic.Int32
+// holdBackReleases holds back the first n releases of a failed attempt
+// (MutexAbandon) until their context ends, as a starved client's commands
+// would miss their deadline: unsent, or with send, sent and their reply
+// lost. Every other command passes.
+type holdBackReleases struct {
+	n    int32
+	send bool
+	held atomic.Int32
 }
 
-func (h *stallReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdBackReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *stallReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *holdBackReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.stall([]redis.Cmder{cmd}) {
+		if h.holdBack([]redis.Cmder{cmd}) {
+			if h.send {
+				_ = next(ctx, cmd)
+			}
 			<-ctx.Done()
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()
@@ -112,9 +138,12 @@ func (h *stallReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h *stallReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *holdBackReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.stall(cmds) {
+		if h.holdBack(cmds) {
+			if h.send {
+				_ = next(ctx, cmds)
+			}
 			<-ctx.Done()
 			for _, cmd := range cmds {
 				cmd.SetErr(ctx.Err())
@@ -125,8 +154,8 @@ func (h *stallReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// stall reports whether cmds carry a release to hold back, counting it.
-func (h *stallReleases) stall(cmds []redis.Cmder) bool {
+// holdBack reports whether cmds carry a release to hold back, counting it.
+func (h *holdBackReleases) holdBack(cmds []redis.Cmder) bool {
 	release := slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
 		args := cmd.Args()
 		return len(args) > 1 && args[1] == scripts.MutexAbandon.Hash()
@@ -135,11 +164,11 @@ func (h *stallReleases) stall(cmds []redis.Cmder) bool {
 		return false
 	}
 	for {
-		n := h.stalled.Load()
+		n := h.held.Load()
 		if n >= h.n {
 			return false
 		}
-		if h.stalled.CompareAndSwap(n, n+1) {
+		if h.held.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}
