@@ -54,12 +54,15 @@ go test -race -count=1 -parallel 8 -timeout 8m ./...
 # The fault-injection suite is a module of its own (Toxiproxy stays out of
 # dlock's go.mod) behind the faults tag; CI runs its short profile, about
 # two minutes. The soak profile: cd faults && go test -tags faults -long .
-(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip 'TestExplore$' .)
+# -parallel 4: the scenarios marked parallel wait on failovers and restarts
+# of servers of their own.
+(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -parallel 4 -timeout 6m -skip 'TestExplore$' .)
 # The explorer: randomized, replayable runs of every lock type under faults
 # (16 fixed seeds, two fixed cases and one fresh seed, in two lanes: about a minute).
 # Without -race: its checks judge timing, which the race detector slows
 # fivefold. A soak: cd faults && go test -tags faults -run Explore -explore 30m .
-(cd faults && go test -tags faults -count=1 -timeout 6m -run 'TestExplore' .)
+# The explorer's own tests ran in the step before, with -race.
+(cd faults && go test -tags faults -count=1 -timeout 6m -run 'TestExplore$' .)
 # Allocation counts, which the race detector changes: without it (the
 # library is built so already, for the explorer).
 go test -count=1 -timeout 2m -run 'Allocate' .
