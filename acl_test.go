@@ -33,6 +33,7 @@ func aclUser(t *testing.T, ctx context.Context, admin *redis.Client, name string
 }
 
 func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
+	t.Parallel()
 	t.Run("standalone", func(t *testing.T) {
 		srv := startServer(t)
 		ctx := ctxFor(t, time.Minute)
@@ -180,6 +181,7 @@ func TestACL_AUserWhoMayNotLoadScriptsIsToldWhyOnAColdServer(t *testing.T) {
 // so a script that wrote a hold before being refused its expiry (or the
 // sorted set that sets it) would leave a lock held for good.
 func TestACL_AScriptRefusedPartWayLeavesNoHoldWithoutExpiry(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	admin := srv.Client()

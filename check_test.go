@@ -85,6 +85,7 @@ func lockThroughRounds(t *testing.T, ctx context.Context, c *dlock.Client) {
 var evictingPolicies = []string{"allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
 
 func TestCheck_APolicyThatCanEvictLocksIsReportedAndLoggedOncePerNode(t *testing.T) {
+	t.Parallel()
 	for _, policy := range append([]string{"noeviction"}, evictingPolicies...) {
 		t.Run(policy, func(t *testing.T) {
 			srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", policy)

@@ -128,6 +128,7 @@ func tripsNow(h *scriptTrips) (trips, noScript int64) { return h.trips.Load(), h
 // may not SCRIPT LOAD), the scripts still go to every master, and the call
 // is sent again on its own master, which takes them.
 func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	ctx := ctxFor(t, time.Minute)
 	name, slot, rdb := onStaleMap(ctx, t, cl) // the map from before the slot moves

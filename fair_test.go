@@ -186,6 +186,7 @@ func TestFairMutex_ContendedClientsShareEvenlyWithoutOverlap(t *testing.T) {
 }
 
 func TestFairMutex_DeadWaiterDelaysTheNextOnlyForItsWaitLease(t *testing.T) {
+	t.Parallel()
 	const deadLease = time.Second
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxFor(t, time.Minute)

@@ -446,6 +446,7 @@ func TestLateAttempt_OfAWaiterThatGaveUpRegistersAndTakesNothing(t *testing.T) {
 // waiter for a call that is no longer waiting. A Semaphore of two permits,
 // both held, shows the permit a copy would take.
 func TestLateAttempt_OfARefusalAfterItsCallWasGrantedCountsOnce(t *testing.T) {
+	t.Parallel()
 	type lockCase struct {
 		lockType
 		holders int // holds taken, each by another handle, so that take waits

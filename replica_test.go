@@ -16,6 +16,7 @@ import (
 // first lease finds out at its next renewal; with it, the first acquisition
 // fails instead of being lost.
 func TestReplicaAck_FailoverLosesOnlyUnacknowledgedLocks(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second // renewed every second
 	for _, ack := range []bool{false, true} {
 		t.Run(map[bool]string{false: "without ack", true: "with ack"}[ack], func(t *testing.T) {
@@ -106,6 +107,7 @@ func TestReplicaAck_WithoutReplicasFailsAndReleases(t *testing.T) {
 // not through the cluster client: after a resharding (or a failover) the
 // node that answers MOVED must be followed there, not returned as an error.
 func TestReplicaAck_FollowsAClusterRedirection(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	ctx := ctxFor(t, time.Minute)
 	rdb := c.Client()

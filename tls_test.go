@@ -13,6 +13,7 @@ import (
 )
 
 func TestTLS_LocksOverTLSWithAPassword_WrongCAOrPasswordFailsFast(t *testing.T) {
+	t.Parallel()
 	srv, certs := redistest.StartTLS(t)
 	ctx := ctxFor(t, time.Minute)
 	name := lockName(t)

@@ -86,6 +86,7 @@ func (h *failAttempts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // a TryLock returns the error, matching ErrUnavailable, with Redis's error
 // in its chain, and holds nothing.
 func TestLock_RidesOutTransientErrors(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, tc := range transientErrors {
 			t.Run(tc.name, func(t *testing.T) {
@@ -156,6 +157,7 @@ func whileWaiting(t *testing.T, failed *countdown, n int64, result <-chan error,
 // has moved and the holder released; a TryLock meanwhile returns
 // ErrUnavailable.
 func TestLock_WaitsOutASlotMigration(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	ctx := ctxFor(t, 2*time.Minute)
 	name := lockName(t)

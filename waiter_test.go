@@ -125,6 +125,7 @@ func (h *severed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // registrations of waiters that died must still go once their lease has
 // run out, or the sets grow without bound.
 func TestRWMutex_DeadWaitersLeaveTheirSetUnderContention(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, mode := range []struct {
 			what string

@@ -142,6 +142,7 @@ func waitSubscribed(t *testing.T, ctx context.Context, rdb *redis.Client, channe
 // wake-up. The others find the lock free at their next refresh, long before
 // the old holder's TTL would have run out.
 func TestMutex_WakeUpSentToADeadWaiterDelaysOthersOneRefreshAtMost(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const refresh = 2 * time.Second
 		name := lockName(t)
