@@ -250,3 +250,47 @@ func TestSemaphore_CancelledAcquireLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Semaphore whose tokens hash is lost while its holders' set lives
+// (eviction, a DEL: outside what dlock promises) is refused by every call
+// of the name as another program's value, since dlock cannot tell the set
+// from one. Its renewals refuse it too, so each lease reports the loss at
+// its next renewal and the set expires with its last permit: the name is
+// free again within a TTL, not shut for as long as a holder renews.
+func TestSemaphore_TokensLostFreeTheNameWithinATTL(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		c := newClient(t, rdb, dlock.WithTTL(ttl))
+		name := lockName(t)
+		lease, err := c.Semaphore(name, 2).TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Del(ctx, lockKey(name)+scripts.TokensSuffix).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Semaphore(name, 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("acquire with the tokens lost: %v; want ErrWrongType (the premise)", err)
+		}
+		select {
+		case <-lease.Done():
+			if !errors.Is(lease.Err(), dlock.ErrLeaseLost) {
+				t.Errorf("lease ended with %v; want ErrLeaseLost", lease.Err())
+			}
+		case <-time.After(10 * ttl):
+			t.Fatalf("the lease still renews %v after its tokens were lost, keeping the name shut", 10*ttl)
+		}
+		within, cancel := context.WithTimeout(ctx, 5*ttl)
+		defer cancel()
+		eventually(t, within, "the name free again, within a TTL of the lease's loss", func() bool {
+			l, err := c.Semaphore(name, 2).TryAcquire(ctx)
+			if err == nil {
+				_ = l.Unlock(ctx)
+			}
+			return err == nil
+		})
+	})
+}

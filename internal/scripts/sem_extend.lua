@@ -7,7 +7,8 @@
 --
 -- Returns 1 renewed, 0 not held (expired or released): never re-created;
 -- or WRONGTYPE when another program wrote over the tokens, which are left
--- as they are (their expiry too).
+-- as they are (their expiry too), or when they are gone (foreign_tokens):
+-- the holders' set then expires with its last permit.
 --
 -- Safe to send twice, and to arrive late: a copy finds the hold this
 -- owner's or not (and does nothing); an owner token is never reused, so a

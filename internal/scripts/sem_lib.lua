@@ -24,14 +24,20 @@ local function purge(now)
   drop_expired(HOLDERS, now, function(owner) redis.call('HDEL', TOKENS, owner, 'i' .. owner) end)
 end
 
--- The error when the tokens hold what dlock did not write there (see
--- dlocks_beside: a hash without a TTL is another program's), or nil: a
--- renewal then changes nothing. One command when they are missing, two
--- otherwise.
+-- The error for a renewal of a live permit when the tokens are not as
+-- dlock left them, or nil: they hold what dlock did not write there (see
+-- dlocks_beside: a hash without a TTL is another program's), or they are
+-- gone (eviction, a DEL) while the holders' set lives, which
+-- foreign_semaphore, and so every other call of the name, counts another
+-- program's; a renewal that went on would keep that set alive, refused by
+-- all the others, for as long as it renewed. Two commands.
 local function foreign_tokens()
-  local _, what = dlocks_beside(TOKENS, 'hash')
+  local mine, what = dlocks_beside(TOKENS, 'hash')
   if what then
     return not_dlocks(TOKENS, what)
+  end
+  if not mine then
+    return foreign_semaphore(HOLDERS, TOKENS)
   end
   return nil
 end
