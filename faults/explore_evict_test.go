@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
 )
 
 // The explorer's eviction fault, a labelled one: the run's own standalone
@@ -171,6 +174,31 @@ func checkFencedOverlaps(s *schedule, holds []hold, out *outcome) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// longestTTL is the longest TTL a run's hold has (see randomOp).
+const longestTTL = 3 * time.Second
+
+// untilEvictionClears calls f again while it fails with ErrWrongType in an
+// eviction run (evicted), until the longest TTL has passed. Eviction may
+// take a Semaphore's tokens hash and leave its holders' set, which dlock
+// then cannot tell from another program's: it refuses the name with
+// ErrWrongType, the safe side, until the set expires with its last permit,
+// within a TTL, for no renewal extends it (docs/SAFETY.md, "Eviction").
+// Outside eviction runs, or once the TTL has passed, f's error stands.
+func untilEvictionClears(ctx context.Context, evicted bool, f func() error) error {
+	deadline := time.Now().Add(longestTTL)
+	for {
+		err := f()
+		if !evicted || !errors.Is(err, dlock.ErrWrongType) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond): // nothing to wait on but the key's expiry
 		}
 	}
 }

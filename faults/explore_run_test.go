@@ -977,7 +977,11 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 	slices.Sort(names)
 	for _, name := range names {
 		out.checks++
-		info, err := c.Describe(ctx, name)
+		var info dlock.LockInfo
+		err := untilEvictionClears(ctx, s.has("evict"), func() (err error) {
+			info, err = c.Describe(ctx, name)
+			return err
+		})
 		if err != nil {
 			out.violate("describe: %s: %v", name, err)
 			continue
@@ -1004,9 +1008,13 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 				// for seconds on end when a soak fills both cores.
 				opts = append(opts, dlock.WithNodeTimeout(250*time.Millisecond))
 			}
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			l, err := acquire(lctx, settled, o, opts)
-			cancel()
+			var l *dlock.Lease
+			err := untilEvictionClears(ctx, s.has("evict"), func() (err error) {
+				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				l, err = acquire(lctx, settled, o, opts)
+				return err
+			})
 			if err != nil {
 				out.violate("liveness: %s %s cannot be taken after the faults: %v", kind, name, err)
 				continue
