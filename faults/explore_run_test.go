@@ -1026,7 +1026,6 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 	// registrations (0.9 s) have run out; what stays longer stays on
 	// purpose, and only for as long as documented.
 	out.checks++
-	deadline := time.Now().Add(5 * time.Second)
 	nodes := env.nodes
 	if env.failover != nil { // the master of the moment: the replica's keys are its copies
 		master, live := env.failover.current()
@@ -1035,17 +1034,33 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 			nodes = []*redistest.Server{master}
 		}
 	}
-	for {
+	left := waitKeysGone(ctx, time.Now, time.Now().Add(5*time.Second), func() []string {
 		left := keysLeft(ctx, nodes, s.Seed, false)
 		if env.redlock != nil {
 			left = append(left, keysLeft(ctx, env.redlock, s.Seed, true)...)
 		}
+		return left
+	})
+	if len(left) > 0 {
+		out.violate("keys left: %v", left)
+	}
+}
+
+// waitKeysGone reads the keys left (read) until none is, and returns those
+// a read begun after deadline still found, or nil. A read is judged by when
+// it began: one pass over many keys (a Redlock run leaves a tombstone on
+// every master for each failed attempt) may take seconds on a loaded
+// machine, and a key it read in time, with some TTL left, is no key left
+// after the deadline (soak M, seed 1795762742435567400).
+func waitKeysGone(ctx context.Context, now func() time.Time, deadline time.Time, read func() []string) []string {
+	for {
+		late := now().After(deadline)
+		left := read()
 		if len(left) == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			out.violate("keys left: %v", left)
-			return
+		if late || ctx.Err() != nil {
+			return left
 		}
 		_ = sleepCtx(ctx, 100*time.Millisecond)
 	}
@@ -1080,20 +1095,27 @@ func keysLeft(ctx context.Context, nodes []*redistest.Server, seed uint64, redlo
 	for _, n := range nodes {
 		rdb := n.Client()
 		keys, _ := rdb.Keys(ctx, fmt.Sprintf("*{x%d:*", seed)).Result()
-		for _, k := range keys {
+		ttls := make([]*redis.DurationCmd, len(keys)) // one round trip for them all
+		_, _ = rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range keys {
+				ttls[i] = pipe.PTTL(ctx, k)
+			}
+			return nil
+		})
+		for i, k := range keys {
 			bound, forever := keptFor(k, redlock)
 			if forever {
 				continue
 			}
+			ttl, err := ttls[i].Result()
 			if bound == 0 {
-				ttl, err := rdb.PTTL(ctx, k).Result()
 				if err == nil && ttl == -2 { // gone since KEYS listed it (-2: no such key)
 					continue
 				}
 				left = append(left, fmt.Sprintf("%s (expires in %v)", k, ttl))
 				continue
 			}
-			if ttl, err := rdb.PTTL(ctx, k).Result(); err == nil && (ttl == -1 || ttl > bound) { // -1: no expiry
+			if err == nil && (ttl == -1 || ttl > bound) { // -1: no expiry
 				left = append(left, fmt.Sprintf("%s (expires in %v, bound %v)", k, ttl, bound))
 			}
 		}
