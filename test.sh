@@ -54,9 +54,7 @@ go test -race -count=1 -parallel 8 -timeout 8m ./...
 # The fault-injection suite is a module of its own (Toxiproxy stays out of
 # dlock's go.mod) behind the faults tag; CI runs its short profile, about
 # two minutes. The soak profile: cd faults && go test -tags faults -long .
-# -parallel 4: the scenarios marked parallel wait on failovers and restarts
-# of servers of their own.
-(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -parallel 4 -timeout 6m -skip 'TestExplore$' .)
+(cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip 'TestExplore$' .)
 # The explorer: randomized, replayable runs of every lock type under faults
 # (16 fixed seeds, two fixed cases and one fresh seed, in two lanes: about a minute).
 # Without -race: its checks judge timing, which the race detector slows
