@@ -54,6 +54,22 @@ func (h *logRecorder) byNode(level slog.Level) map[string]int {
 	return counts
 }
 
+// warnings counts the warnings logged about the lock called name.
+func (h *logRecorder) warnings(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.records {
+		r.Attrs(func(a slog.Attr) bool {
+			if r.Level == slog.LevelWarn && a.Key == "lock" && a.Value.String() == name {
+				n++
+			}
+			return true
+		})
+	}
+	return n
+}
+
 // lockMany takes and releases n locks of different names, so that a
 // cluster's every master sees some, each lock a first use for none but the
 // first.

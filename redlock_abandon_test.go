@@ -5,7 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +99,7 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 					t.Error("the first master dropped an attempt no release reached")
 				}
 			}
-			if got := hook.held.Load(); got != hook.n {
+			if got := hook.releasesHeld(); got != hook.n {
 				t.Errorf("%d releases held back; want %d (the test's premise)", got, hook.n)
 			}
 			if n := logs.warnings(name); tc.released && n != 0 {
@@ -117,75 +117,58 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 // would miss their deadline: unsent, or with send, sent and their reply
 // lost. Every other command passes.
 type holdBackReleases struct {
-	n    int32
+	n    int
 	send bool
-	held atomic.Int32
+
+	mu   sync.Mutex
+	held int
+}
+
+// releasesHeld is how many releases h held back.
+func (h *holdBackReleases) releasesHeld() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
 }
 
 func (h *holdBackReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *holdBackReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.holdBack([]redis.Cmder{cmd}) {
-			if h.send {
-				_ = next(ctx, cmd)
-			}
-			<-ctx.Done()
-			cmd.SetErr(ctx.Err())
-			return ctx.Err()
-		}
-		return next(ctx, cmd)
+		return h.process(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
 	}
 }
 
 func (h *holdBackReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.holdBack(cmds) {
-			if h.send {
-				_ = next(ctx, cmds)
-			}
-			<-ctx.Done()
-			for _, cmd := range cmds {
-				cmd.SetErr(ctx.Err())
-			}
-			return ctx.Err()
-		}
-		return next(ctx, cmds)
+		return h.process(ctx, cmds, func() error { return next(ctx, cmds) })
 	}
+}
+
+// process sends cmds, or, when they carry a release to hold back, sends
+// them only with send and answers each with its context's end.
+func (h *holdBackReleases) process(ctx context.Context, cmds []redis.Cmder, sendOn func() error) error {
+	if !h.holdBack(cmds) {
+		return sendOn()
+	}
+	if h.send {
+		_ = sendOn()
+	}
+	<-ctx.Done()
+	for _, cmd := range cmds {
+		cmd.SetErr(ctx.Err())
+	}
+	return ctx.Err()
 }
 
 // holdBack reports whether cmds carry a release to hold back, counting it.
 func (h *holdBackReleases) holdBack(cmds []redis.Cmder) bool {
-	release := slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
-		args := cmd.Args()
-		return len(args) > 1 && args[1] == scripts.MutexAbandon.Hash()
-	})
-	if !release {
-		return false
-	}
-	for {
-		n := h.held.Load()
-		if n >= h.n {
-			return false
-		}
-		if h.held.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// warnings counts the warnings logged about the lock called name.
-func (h *logRecorder) warnings(name string) int {
+	release := slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return runs(cmd, scripts.MutexAbandon) })
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
-	for _, r := range h.records {
-		r.Attrs(func(a slog.Attr) bool {
-			if r.Level == slog.LevelWarn && a.Key == "lock" && a.Value.String() == name {
-				n++
-			}
-			return true
-		})
+	if !release || h.held >= h.n {
+		return false
 	}
-	return n
+	h.held++
+	return true
 }
