@@ -178,9 +178,6 @@ func checkFencedOverlaps(s *schedule, holds []hold, out *outcome) {
 	}
 }
 
-// longestTTL is the longest TTL a run's hold has (see randomOp).
-const longestTTL = 3 * time.Second
-
 // untilEvictionClears calls f again while it fails with ErrWrongType in an
 // eviction run (evicted), until the longest TTL has passed. Eviction may
 // take a Semaphore's tokens hash and leave its holders' set, which dlock

@@ -1068,7 +1068,7 @@ func waitKeysGone(ctx context.Context, now func() time.Time, deadline time.Time,
 
 // keptFor is how long a key may outlive every hold, by its kind (the part
 // of its name after the lock's): fencing counters FenceRetentionTTLs hold
-// TTLs (3 s at most here), tombstones a minute, release marks
+// TTLs (longestTTL), tombstones a minute, release marks
 // CleanupTimeout; a Semaphore's number of permits and a Redlock master's
 // fencing counter have no expiry, by design (redlock_fence.lua). Anything
 // else must be gone.
@@ -1077,7 +1077,7 @@ func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	case strings.HasSuffix(key, ":fence") && redlock:
 		return 0, true
 	case strings.HasSuffix(key, ":fence"):
-		return time.Duration(dlock.FenceRetentionTTLs) * 3 * time.Second, false
+		return time.Duration(dlock.FenceRetentionTTLs) * longestTTL, false
 	case strings.Contains(key, ":void:"):
 		return time.Minute, false
 	case strings.Contains(key, ":released:"):

@@ -357,6 +357,11 @@ func makeSchedule(p params) *schedule {
 	return s
 }
 
+// longestTTL bounds every hold's TTL a run draws (randomOp: 300 ms and
+// up to 2.7 s more; an Extend draws shorter ones): the settled checks
+// wait it out.
+const longestTTL = 3 * time.Second
+
 func (s *schedule) randomOp(rng *rand.Rand) op {
 	kind := s.Kinds[rng.IntN(len(s.Kinds))]
 	// On a cluster, MultiLocks across slots come often: their waits for a
@@ -369,7 +374,7 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if kind == "multi" {
 		o.Names = pick(rng, names, 2+rng.IntN(len(names)-1))
 	}
-	o.TTL = time.Duration(300+rng.IntN(2700)) * time.Millisecond
+	o.TTL = time.Duration(300+rng.IntN(2700)) * time.Millisecond // up to longestTTL
 	if (s.has("pause") || s.has("suspend")) && rng.IntN(3) != 0 {
 		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin; a suspension its TTL, soon
 	}
