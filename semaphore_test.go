@@ -252,9 +252,9 @@ func TestSemaphore_CancelledAcquireLeavesNothingBehind(t *testing.T) {
 }
 
 // A Semaphore whose tokens hash is lost while its holders' set lives
-// (eviction, a DEL: outside what dlock promises) is refused by every call
-// of the name as another program's value, since dlock cannot tell the set
-// from one. Its renewals refuse it too, so each lease reports the loss at
+// (eviction, a DEL: outside what dlock promises) is refused by every
+// acquire and Describe of the name as another program's value, since dlock
+// cannot tell the set from one. Its renewals refuse it too, so each lease reports the loss at
 // its next renewal and the set expires with its last permit: the name is
 // free again within a TTL, not shut for as long as a holder renews.
 func TestSemaphore_TokensLostFreeTheNameWithinATTL(t *testing.T) {
@@ -274,6 +274,9 @@ func TestSemaphore_TokensLostFreeTheNameWithinATTL(t *testing.T) {
 		}
 		if _, err := c.Semaphore(name, 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrWrongType) {
 			t.Fatalf("acquire with the tokens lost: %v; want ErrWrongType (the premise)", err)
+		}
+		if _, err := c.Describe(ctx, name); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("Describe with the tokens lost: %v; want ErrWrongType", err)
 		}
 		select {
 		case <-lease.Done():

@@ -28,9 +28,9 @@ end
 -- dlock left them, or nil: they hold what dlock did not write there (see
 -- dlocks_beside: a hash without a TTL is another program's), or they are
 -- gone (eviction, a DEL) while the holders' set lives, which
--- foreign_semaphore, and so every other call of the name, counts another
--- program's; a renewal that went on would keep that set alive, refused by
--- all the others, for as long as it renewed. Two commands.
+-- foreign_semaphore, and so every acquire and describe.lua, counts
+-- another program's; a renewal that went on would keep that set alive,
+-- refused by them, for as long as it renewed. Two commands.
 local function foreign_tokens()
   local mine, what = dlocks_beside(TOKENS, 'hash')
   if what then
