@@ -113,12 +113,14 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 }
 
 // holdBackReleases holds back the first n releases of a failed attempt
-// (MutexAbandon) until their context ends, as a starved client's commands
-// would miss their deadline: unsent, or with send, sent and their reply
-// lost. Every other command passes.
+// (MutexAbandon), and with unlocks a lease's too (MutexRelease), until
+// their context ends, as a starved client's commands would miss their
+// deadline: unsent, or with send, sent and their reply lost. Every other
+// command passes.
 type holdBackReleases struct {
-	n    int
-	send bool
+	n       int
+	send    bool
+	unlocks bool
 
 	mu   sync.Mutex
 	held int
@@ -163,7 +165,9 @@ func (h *holdBackReleases) process(ctx context.Context, cmds []redis.Cmder, send
 
 // holdBack reports whether cmds carry a release to hold back, counting it.
 func (h *holdBackReleases) holdBack(cmds []redis.Cmder) bool {
-	release := slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return runs(cmd, scripts.MutexAbandon) })
+	release := slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
+		return runs(cmd, scripts.MutexAbandon) || h.unlocks && runs(cmd, scripts.MutexRelease)
+	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !release || h.held >= h.n {

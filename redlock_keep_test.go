@@ -1,0 +1,190 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/scripts"
+)
+
+// A Redlock attempt that won a majority, whose caller's context ended
+// meanwhile, is given back (keep): TryLock and Lock return the context's
+// error, and no lease. Where that give-back misses the node timeout (a
+// starved client, a slow link), it is sent again in the background,
+// bounded by CleanupTimeout, as a failed attempt's is: the masters that
+// granted do not keep the hold, which nobody has, for its TTL, shutting
+// everyone out of the lock that long. A give-back applied whose reply was
+// lost is sent again harmlessly. Where the second one fails too, the hold
+// is left to its TTL and the logger says so. Another owner's hold is never
+// touched.
+func TestRedlock_AGrantItsCallerNoLongerWaitsForIsGivenBackWhereTheReleaseMissesTheNodeTimeout(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl         = time.Minute // far longer than the test: only a release ends the hold
+		nodeTimeout = time.Second // generous: it times the held-back release, not the machine
+	)
+	tryLock := func(ctx context.Context, m *dlock.RedlockMutex) (*dlock.Lease, error) { return m.TryLock(ctx) }
+	lock := func(ctx context.Context, m *dlock.RedlockMutex) (*dlock.Lease, error) { return m.Lock(ctx) }
+	for _, tc := range []struct {
+		what     string
+		lock     func(context.Context, *dlock.RedlockMutex) (*dlock.Lease, error)
+		n        int  // releases held back on each of the first two masters
+		send     bool // held back after sending: applied, the reply lost
+		released bool
+	}{
+		{"TryLock, the second release arrives", tryLock, 1, false, true},
+		{"TryLock, the first release applied, its reply lost", tryLock, 1, true, true},
+		{"Lock, the second release arrives", lock, 1, false, true},
+		{"TryLock, no release arrives", tryLock, 2, false, false},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			t.Parallel()
+			servers := redistest.StartMasters(t, 3)
+			ctx := ctxFor(t, 2*time.Minute)
+			name := lockName(t)
+
+			// Another owner holds the lock on the third master only, so
+			// that an attempt wins the first two, a majority.
+			other, err := redlockOver(t, servers, dlock.WithTTL(ttl), dlock.WithNodeTimeout(nodeTimeout)).Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+			for _, srv := range servers[:2] {
+				if err := srv.Client().Del(ctx, lockKey(name)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			callCtx, cancelCall := context.WithCancel(ctx)
+			defer cancelCall()
+			fenced := &cancelOnceFenced{cancel: cancelCall}
+			fenced.left.Store(int32(len(servers)))
+			hooks := make([]*holdBackReleases, 2)
+			clients := make([]redis.UniversalClient, len(servers))
+			for i, srv := range servers {
+				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+				t.Cleanup(func() { _ = rdb.Close() })
+				if err := rdb.Ping(ctx).Err(); err != nil { // connected before the attempt is timed
+					t.Fatal(err)
+				}
+				rdb.AddHook(fenced)
+				if i < len(hooks) {
+					hooks[i] = &holdBackReleases{n: tc.n, send: tc.send, unlocks: true}
+					rdb.AddHook(hooks[i])
+				}
+				clients[i] = rdb
+			}
+			logs := &logRecorder{}
+			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
+				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
+			began := time.Now()
+			lease, err := tc.lock(callCtx, rl.Mutex(name))
+			took := time.Since(began)
+			if lease != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("a call whose context ended once a majority granted returned %v, %v; want no lease, ErrNotAcquired and context.Canceled", lease, err)
+			}
+			if fenced.left.Load() != 0 {
+				t.Fatalf("the call's context ended with %d masters not fenced: it won no majority (the test's premise)", fenced.left.Load())
+			}
+			if took >= dlock.CleanupTimeout {
+				t.Errorf("the call took %v: it waited for its background release", took)
+			}
+
+			within, cancel := context.WithTimeout(ctx, dlock.CleanupTimeout+5*time.Second)
+			defer cancel()
+			if tc.released {
+				eventually(t, within, "the first two masters dropping the hold given back, within CleanupTimeout", func() bool {
+					return heldOn(t, ctx, servers[:2], name) == 0
+				})
+			} else {
+				eventually(t, within, "a warning that the hold given back is left to its TTL", func() bool {
+					return leftToTTL(logs, name) > 0
+				})
+				if heldOn(t, ctx, servers[:2], name) != 2 {
+					t.Error("a master dropped a hold no release reached")
+				}
+			}
+			for i, hook := range hooks {
+				if got := hook.releasesHeld(); got != hook.n {
+					t.Errorf("%d releases held back on master %d; want %d (the test's premise)", got, i, hook.n)
+				}
+			}
+			if n := leftToTTL(logs, name); tc.released && n != 0 {
+				t.Errorf("%d warnings about a hold left to its TTL that the second release cleared up", n)
+			}
+			if heldOn(t, ctx, servers[2:], name) != 1 || other.Err() != nil {
+				t.Errorf("the other owner's hold was touched: held on %d of its 1 master, lease %v", heldOn(t, ctx, servers[2:], name), other.Err())
+			}
+		})
+	}
+}
+
+// leftToTTL counts the warnings that something of the lock called name
+// was left to expire with its TTL.
+func leftToTTL(logs *logRecorder, name string) int {
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	n := 0
+	for _, r := range logs.records {
+		if r.Level != slog.LevelWarn || !strings.Contains(r.Message, "expires with its TTL") {
+			continue
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "lock" && a.Value.String() == name {
+				n++
+			}
+			return true
+		})
+	}
+	return n
+}
+
+// cancelOnceFenced cancels a call's context once every master answered
+// its fencing token (RedlockFence): the attempt won, and its caller has
+// gone by the time the lease would be returned.
+type cancelOnceFenced struct {
+	left   atomic.Int32
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnceFenced) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *cancelOnceFenced) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		c.fenced([]redis.Cmder{cmd}, err)
+		return err
+	}
+}
+
+func (c *cancelOnceFenced) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		c.fenced(cmds, nil)
+		return err
+	}
+}
+
+// fenced counts the fences among cmds that succeeded; err is a command
+// alone's error (go-redis sets it on the command after the hook returns).
+func (c *cancelOnceFenced) fenced(cmds []redis.Cmder, err error) {
+	for _, cmd := range cmds {
+		failed := cmd.Err()
+		if len(cmds) == 1 && err != nil {
+			failed = err
+		}
+		if failed == nil && runs(cmd, scripts.RedlockFence) && c.left.Add(-1) == 0 {
+			c.cancel()
+		}
+	}
+}
