@@ -406,7 +406,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // already cancelled or past its deadline: a cancelled caller must not leave
 // its lock behind. Whatever ctx (one that never ends included), the release
 // is bounded by [CleanupTimeout] (with a go-redis client that lets contexts
-// bound its round trips: ContextTimeoutEnabled).
+// bound its round trips: ContextTimeoutEnabled). A [Redlock]'s lease waits
+// for each node for the node timeout only; a node whose release failed is
+// sent it again in the background, within CleanupTimeout (see
+// [RedlockMutex]).
 //
 // It returns [ErrNotHeld] when there was nothing of ours left to release: the
 // lease was released before, or was lost and someone else may hold the lock.

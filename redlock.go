@@ -91,7 +91,12 @@ func (r *Redlock) Quorum() int {
 // RedlockMutex is an exclusive lock held on a majority of a [Redlock]'s
 // nodes. Its leases are ordinary [Lease] values: a token, Done and Context,
 // renewal every TTL/3 while a majority confirms in time, Unlock on every
-// node.
+// node. Unlock waits for each node for the node timeout, and succeeds where
+// a majority let go; where the release failed on a node (it missed the
+// node timeout, say), it is sent there again in the background, within
+// [CleanupTimeout], so that the node does not keep the hold for its TTL. A
+// node it still cannot reach keeps the hold until its TTL, which the
+// Redlock's logger says.
 type RedlockMutex struct {
 	r           *Redlock
 	name        string
@@ -141,8 +146,11 @@ func (m *RedlockMutex) usable() error {
 // timeout, on the nodes that answered it; in the background, within
 // [CleanupTimeout], on the others and where that release failed. A node
 // it still cannot reach keeps the attempt until its TTL, which the
-// Redlock's logger says. Nothing waits for that background: clients closed
-// right after a failed TryLock cut it short.
+// Redlock's logger says. An attempt that won a majority once ctx ended is
+// given back the same way, with the call's tombstone so that a late copy
+// of the attempt takes nothing, and TryLock returns ctx's error, matching
+// [ErrNotAcquired]. Nothing waits for that background: clients closed
+// right after TryLock cut it short.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
@@ -167,7 +175,9 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
 // wait set by [WithWait] runs out; then the error matches ctx's error and
 // wraps the last attempt's [*QuorumError]. Between attempts it waits a
-// random moment, so contenders do not collide again and again.
+// random moment, so contenders do not collide again and again. Each
+// attempt that fails, and one that won a majority once ctx ended, is
+// given back as TryLock's is, in the background where its release failed.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
@@ -381,45 +391,71 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 
 // abandon releases an attempt on every node, and leaves a tombstone where it
 // has not arrived. It waits for the nodes that answered the attempt, for
-// the node timeout; the others (down, or slow), and those whose release
-// failed (it missed the node timeout, say), get theirs in the background,
-// bounded by [CleanupTimeout], so that a failed attempt returns within the
-// node timeout and yet does not leave a hold it won for its TTL. A release
-// sent twice is harmless: the second finds the hold gone, and leaves a
-// tombstone.
+// the node timeout; the others (down, or slow) get theirs in the
+// background, and those whose release failed are sent it again there (see
+// giveBack), so that a failed attempt returns within the node timeout and
+// yet does not leave a hold it won for its TTL.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
-	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
-	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	var waitFor []*redlockNode
-	var background []*redlockNode
+	var waitFor, later []*redlockNode
 	for i, n := range m.r.nodes {
 		if votes[i].answered {
 			waitFor = append(waitFor, n)
 		} else {
-			background = append(background, n)
+			later = append(later, n)
 		}
 	}
-	release := func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, runScript(ctx, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Err()
+	m.giveBack(ctx, waitFor, later, m.abandonOn(owner),
+		"dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
+}
+
+// abandonOn is what gives up owner's call on a node: it releases the hold
+// owner has there (errNotHeldThere: none), and leaves the call's tombstone
+// either way, so that a copy of the attempt still on its way takes
+// nothing. A release sent twice is harmless: the second finds the hold
+// gone, and leaves the tombstone again.
+func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
+	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
+	return func(ctx context.Context, n *redlockNode) error {
+		ok, err := runScript(ctx, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Int64()
+		return heldOrNot(ok, err)
 	}
+}
+
+// giveBack is how every hold or attempt of a Redlock is given back: it
+// runs give on the nodes of waitFor, each bounded by the node timeout, and
+// returns their errors, and on those of later in the background at once.
+// Each node whose give failed (it missed the node timeout, say), short of
+// answering that the hold is not there (errNotHeldThere), is sent it again
+// in the background, bounded by [CleanupTimeout]: a starved client or a
+// slow link does not leave what it gives back held for its TTL, shutting
+// everyone out. A node where the background's fails too keeps it until its
+// TTL, and the logger says so with warning. Nothing waits for the
+// background: clients closed meanwhile cut it short. give must be safe to
+// send twice.
+func (m *RedlockMutex) giveBack(ctx context.Context, waitFor, later []*redlockNode,
+	give func(context.Context, *redlockNode) error, warning string) []error {
+	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
+	call := func(ctx context.Context, n *redlockNode) (struct{}, error) { return struct{}{}, give(ctx, n) }
 	inBackground := func(nodes []*redlockNode) {
-		_, errs := onNodes(ctx, nodes, CleanupTimeout, release)
-		for _, err := range nodeErrors(nodes, errs) {
-			m.cfg.logger.Warn("dlock: could not clear up a failed Redlock attempt; it expires with its TTL",
-				"lock", m.name, "err", err)
+		_, errs := onNodes(ctx, nodes, CleanupTimeout, call)
+		for i, err := range errs {
+			if err != nil && !errors.Is(err, errNotHeldThere) {
+				m.cfg.logger.Warn(warning, "lock", m.name, "err", &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
+			}
 		}
 	}
-	if len(background) > 0 {
-		go inBackground(background)
+	if len(later) > 0 {
+		go inBackground(later)
 	}
-	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, release)
+	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, call)
 	var missed []*redlockNode
 	for i, err := range errs {
-		if err != nil {
+		if err != nil && !errors.Is(err, errNotHeldThere) {
 			missed = append(missed, waitFor[i])
 		}
 	}
 	if len(missed) > 0 {
 		go inBackground(missed)
 	}
+	return errs
 }

@@ -188,3 +188,57 @@ func (c *cancelOnceFenced) fenced(cmds []redis.Cmder, err error) {
 		}
 	}
 }
+
+// An Unlock whose release misses the node timeout on a master (a minority)
+// still succeeds, a majority having let go, and the release is sent there
+// again in the background, bounded by CleanupTimeout: the master does not
+// keep the hold for its TTL, where one more master lost would shut
+// everyone out of the lock that long.
+func TestRedlock_AnUnlocksReleaseThatMissesTheNodeTimeoutIsSentAgain(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl         = time.Minute // far longer than the test: only a release ends the hold
+		nodeTimeout = time.Second // generous: it times the held-back release, not the machine
+	)
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, 2*time.Minute)
+	name := lockName(t)
+	hook := &holdBackReleases{n: 1, unlocks: true}
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, srv := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if i == 0 {
+			rdb.AddHook(hook)
+		}
+		clients[i] = rdb
+	}
+	logs := &logRecorder{}
+	rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
+		dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
+	lease, err := rl.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := heldOn(t, ctx, servers, name); n != 3 {
+		t.Fatalf("held on %d of 3 masters; want 3 (the test's premise)", n)
+	}
+	began := time.Now()
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a majority let go: %v", err)
+	}
+	if took := time.Since(began); took >= dlock.CleanupTimeout {
+		t.Errorf("Unlock took %v: it waited for its background release", took)
+	}
+	if got := hook.releasesHeld(); got != 1 {
+		t.Fatalf("%d releases held back; want 1 (the test's premise)", got)
+	}
+	within, cancel := context.WithTimeout(ctx, dlock.CleanupTimeout+5*time.Second)
+	defer cancel()
+	eventually(t, within, "the first master dropping the released hold, within CleanupTimeout", func() bool {
+		return heldOn(t, ctx, servers, name) == 0
+	})
+	if n := leftToTTL(logs, name); n != 0 {
+		t.Errorf("%d warnings about a hold left to its TTL that the second release cleared up", n)
+	}
+}

@@ -109,15 +109,19 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 }
 
 // release releases on every node, whatever ctx, and succeeds where a
-// majority let go of a hold of this owner.
-func (h *redlockHold) release(ctx context.Context, _ voidRule) (loss, err error) {
+// majority let go of a hold of this owner. It waits for each node for the
+// node timeout; where a release failed, it is sent again in the
+// background (see giveBack), which the outcome does not wait for. A
+// lease its call does not return (see giveUp) is given up as a failed
+// attempt is (see abandon): the release leaves the call's tombstone, so
+// that a copy of the attempt still on its way takes nothing.
+func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	l, m := h.lease, h.m
-	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	keys := m.keys.callKeys(redlockReleaseLayout)
-	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		ok, err := runScript(ctx, n.rdb, scripts.MutexRelease, keys, l.owner, "PUBLISH").Int64()
-		return struct{}{}, heldOrNot(ok, err)
-	})
+	give, warning := m.releaseOn(l.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
+	if rule == voidAlways || l.maybeCopied {
+		give, warning = m.abandonOn(l.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
+	}
+	errs := m.giveBack(ctx, m.r.nodes, nil, give, warning)
 	if granted := succeeded(errs); granted < m.r.quorum {
 		lost := m.r.majorityRefused(errs)
 		err := &QuorumError{Op: "unlock", Name: m.name, Quorum: m.r.quorum, Granted: granted,
@@ -129,6 +133,16 @@ func (h *redlockHold) release(ctx context.Context, _ voidRule) (loss, err error)
 		return fmt.Errorf("%w: %w", cause, err), err
 	}
 	return nil, nil
+}
+
+// releaseOn is what releases owner's hold on a node (errNotHeldThere:
+// owner holds nothing there). Sent twice, the second finds nothing.
+func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
+	keys := m.keys.callKeys(redlockReleaseLayout)
+	return func(ctx context.Context, n *redlockNode) error {
+		ok, err := runScript(ctx, n.rdb, scripts.MutexRelease, keys, owner, "PUBLISH").Int64()
+		return heldOrNot(ok, err)
+	}
 }
 
 func (h *redlockHold) renewAt(at time.Time) {
