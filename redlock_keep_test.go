@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,5 +247,101 @@ func TestRedlock_AnUnlocksReleaseThatMissesTheNodeTimeoutIsSentAgain(t *testing.
 	})
 	if n := leftToTTL(logs, name); n != 0 {
 		t.Errorf("%d warnings about a hold left to its TTL that the second release cleared up", n)
+	}
+}
+
+// A Redlock grant given up because its caller's context ended leaves the
+// call's tombstone on every master, as a failed attempt's abandon does: a
+// late copy of the attempt that was granted (the Redis client's, sent
+// again after a read timeout) that arrives after the give-back takes
+// nothing, where it would otherwise take the lock again for nobody, until
+// its TTL.
+func TestRedlock_AGrantItsCallerNoLongerWaitsForLeavesTheCallsTombstone(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Minute // far longer than the test: only a release ends the hold
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	fenced := &cancelOnceFenced{cancel: cancelCall}
+	fenced.left.Store(int32(len(servers)))
+	grants := make([]*grantRecorder, len(servers))
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, srv := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		grants[i] = &grantRecorder{}
+		rdb.AddHook(fenced)
+		rdb.AddHook(grants[i])
+		clients[i] = rdb
+	}
+	rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl), dlock.WithNodeTimeout(time.Second))
+	lease, err := rl.Mutex(name).TryLock(callCtx)
+	if lease != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call whose context ended once a majority granted returned %v, %v; want no lease, ErrNotAcquired and context.Canceled", lease, err)
+	}
+	if fenced.left.Load() != 0 {
+		t.Fatalf("the call's context ended with %d masters not fenced: it won no majority (the test's premise)", fenced.left.Load())
+	}
+	if n := heldOn(t, ctx, servers, name); n != 0 {
+		t.Fatalf("held on %d of 3 masters after the give-back; want 0 (the test's premise)", n)
+	}
+	for i, srv := range servers {
+		args := grants[i].granted()
+		if args == nil {
+			t.Fatalf("no granted acquire recorded on master %d (the test's premise)", i)
+		}
+		// The same command, as a late copy of it would arrive.
+		res, err := srv.Client().Do(ctx, args...).Int64Slice()
+		if err != nil {
+			t.Fatalf("master %d: the late copy of the granted acquire: %v", i, err)
+		}
+		if held := srv.Client().Get(ctx, lockKey(name)).Val(); held != "" || len(res) != 2 || res[0] != -1 {
+			t.Errorf("master %d: a late copy of the granted acquire answered %v and left the lock held by %q; want [-1 0] (the call's tombstone) and the lock free", i, res, held)
+		}
+	}
+}
+
+// grantRecorder keeps the arguments of the last acquire (MutexAcquire)
+// that a server granted, to send it again as a late copy would arrive.
+type grantRecorder struct {
+	mu   sync.Mutex
+	args []any
+}
+
+// granted is the last granted acquire's command, nil if none.
+func (g *grantRecorder) granted() []any {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.args
+}
+
+func (g *grantRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *grantRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		g.record([]redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (g *grantRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		g.record(cmds)
+		return err
+	}
+}
+
+func (g *grantRecorder) record(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if isReplyOf(cmd, scripts.MutexAcquire, 1) {
+			g.mu.Lock()
+			g.args = slices.Clone(cmd.Args())
+			g.mu.Unlock()
+		}
 	}
 }
