@@ -102,6 +102,16 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 			if got := hook.releasesHeld(); got != hook.n {
 				t.Errorf("%d releases held back; want %d (the test's premise)", got, hook.n)
 			}
+			reached := 0 // the ones held back after sending, and one sent again
+			if hook.send {
+				reached = hook.n
+			}
+			if tc.released {
+				reached++
+			}
+			if got := hook.releasesSent(); got < reached {
+				t.Errorf("%d releases reached the first master; want at least %d: the release held back was not sent again", got, reached)
+			}
 			if n := logs.warnings(name); tc.released && n != 0 {
 				t.Errorf("%d warnings about a failed attempt the second release cleared up", n)
 			}
@@ -124,6 +134,7 @@ type holdBackReleases struct {
 
 	mu   sync.Mutex
 	held int
+	sent int // releases that reached the server
 }
 
 // releasesHeld is how many releases h held back.
@@ -131,6 +142,14 @@ func (h *holdBackReleases) releasesHeld() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.held
+}
+
+// releasesSent is how many releases reached the server, held back after
+// sending (send) or not.
+func (h *holdBackReleases) releasesSent() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sent
 }
 
 func (h *holdBackReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -150,29 +169,47 @@ func (h *holdBackReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // process sends cmds, or, when they carry a release to hold back, sends
 // them only with send and answers each with its context's end.
 func (h *holdBackReleases) process(ctx context.Context, cmds []redis.Cmder, sendOn func() error) error {
-	if !h.holdBack(cmds) {
+	release, hold := h.holdBack(cmds)
+	switch {
+	case !release:
+		return sendOn()
+	case !hold:
+		h.count(&h.sent)
 		return sendOn()
 	}
 	if h.send {
+		h.count(&h.sent)
 		_ = sendOn()
 	}
 	<-ctx.Done()
+	return answerEnded(ctx, cmds)
+}
+
+// answerEnded answers cmds with ctx's end.
+func answerEnded(ctx context.Context, cmds []redis.Cmder) error {
 	for _, cmd := range cmds {
 		cmd.SetErr(ctx.Err())
 	}
 	return ctx.Err()
 }
 
-// holdBack reports whether cmds carry a release to hold back, counting it.
-func (h *holdBackReleases) holdBack(cmds []redis.Cmder) bool {
-	release := slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
+func (h *holdBackReleases) count(n *int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*n++
+}
+
+// holdBack reports whether cmds carry a release, and whether to hold it
+// back, counting it.
+func (h *holdBackReleases) holdBack(cmds []redis.Cmder) (release, hold bool) {
+	release = slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
 		return runs(cmd, scripts.MutexAbandon) || h.unlocks && runs(cmd, scripts.MutexRelease)
 	})
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !release || h.held >= h.n {
-		return false
+		return release, false
 	}
 	h.held++
-	return true
+	return true, true
 }

@@ -121,9 +121,21 @@ func TestRedlock_AGrantItsCallerNoLongerWaitsForIsGivenBackWhereTheReleaseMisses
 					t.Error("a master dropped a hold no release reached")
 				}
 			}
+			// Each master held back gets the release again: the ones held
+			// back after sending reached it, and one more, sent again.
+			reached := 0
+			if tc.send {
+				reached = tc.n
+			}
+			if tc.released {
+				reached++
+			}
 			for i, hook := range hooks {
 				if got := hook.releasesHeld(); got != hook.n {
 					t.Errorf("%d releases held back on master %d; want %d (the test's premise)", got, i, hook.n)
+				}
+				if got := hook.releasesSent(); got < reached {
+					t.Errorf("%d releases reached master %d; want at least %d: the release held back was not sent again", got, i, reached)
 				}
 			}
 			if n := leftToTTL(logs, name); tc.released && n != 0 {
