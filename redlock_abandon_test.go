@@ -125,16 +125,21 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 // holdBackReleases holds back the first n releases of a failed attempt
 // (MutexAbandon), and with unlocks a lease's too (MutexRelease), until
 // their context ends, as a starved client's commands would miss their
-// deadline: unsent, or with send, sent and their reply lost. Every other
-// command passes.
+// deadline: unsent, or with send, sent and their reply lost. With a gate,
+// the releases after those wait for it to close (or their context to end)
+// before they are sent, each saying so on atGate once it waits. Every
+// other command passes.
 type holdBackReleases struct {
 	n       int
 	send    bool
 	unlocks bool
+	gate    chan struct{}
+	atGate  chan struct{} // buffered, with gate: a release waits there
 
-	mu   sync.Mutex
-	held int
-	sent int // releases that reached the server
+	mu    sync.Mutex
+	held  int
+	sent  int               // releases that reached the server
+	gated []context.Context // of the releases at the gate; nil once through
 }
 
 // releasesHeld is how many releases h held back.
@@ -152,6 +157,20 @@ func (h *holdBackReleases) releasesSent() int {
 	return h.sent
 }
 
+// releasesCutShort is how many releases at the gate had their context
+// end before it opened: their call's bound ran out, or the call returned.
+func (h *holdBackReleases) releasesCutShort() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, ctx := range h.gated {
+		if ctx != nil && ctx.Err() != nil {
+			n++
+		}
+	}
+	return n
+}
+
 func (h *holdBackReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *holdBackReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -167,12 +186,31 @@ func (h *holdBackReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 
 // process sends cmds, or, when they carry a release to hold back, sends
-// them only with send and answers each with its context's end.
+// them only with send and answers each with its context's end; a release
+// not held back waits at the gate first, if any.
 func (h *holdBackReleases) process(ctx context.Context, cmds []redis.Cmder, sendOn func() error) error {
 	release, hold := h.holdBack(cmds)
 	switch {
 	case !release:
 		return sendOn()
+	case !hold && h.gate != nil:
+		h.mu.Lock()
+		at := len(h.gated)
+		h.gated = append(h.gated, ctx)
+		h.mu.Unlock()
+		select {
+		case h.atGate <- struct{}{}:
+		default:
+		}
+		select {
+		case <-h.gate:
+		case <-ctx.Done():
+			return answerEnded(ctx, cmds)
+		}
+		h.mu.Lock()
+		h.gated[at] = nil
+		h.mu.Unlock()
+		fallthrough
 	case !hold:
 		h.count(&h.sent)
 		return sendOn()

@@ -210,55 +210,97 @@ func (c *cancelOnceFenced) fenced(cmds []redis.Cmder, err error) {
 
 // An Unlock whose release misses the node timeout on a master (a minority)
 // still succeeds, a majority having let go, and the release is sent there
-// again in the background, bounded by CleanupTimeout: the master does not
-// keep the hold for its TTL, where one more master lost would shut
-// everyone out of the lock that long.
+// again in the background, bounded by CleanupTimeout, which Unlock does
+// not wait for: the master does not keep the hold for its TTL, where one
+// more master lost would shut everyone out of the lock that long. Where
+// the second release fails too, the hold is left to its TTL there and the
+// logger says so.
 func TestRedlock_AnUnlocksReleaseThatMissesTheNodeTimeoutIsSentAgain(t *testing.T) {
 	t.Parallel()
 	const (
 		ttl         = time.Minute // far longer than the test: only a release ends the hold
 		nodeTimeout = time.Second // generous: it times the held-back release, not the machine
 	)
-	servers := redistest.StartMasters(t, 3)
-	ctx := ctxFor(t, 2*time.Minute)
-	name := lockName(t)
-	hook := &holdBackReleases{n: 1, unlocks: true}
-	clients := make([]redis.UniversalClient, len(servers))
-	for i, srv := range servers {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		if i == 0 {
-			rdb.AddHook(hook)
-		}
-		clients[i] = rdb
-	}
-	logs := &logRecorder{}
-	rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
-		dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
-	lease, err := rl.Mutex(name).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := heldOn(t, ctx, servers, name); n != 3 {
-		t.Fatalf("held on %d of 3 masters; want 3 (the test's premise)", n)
-	}
-	began := time.Now()
-	if err := lease.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock with a majority let go: %v", err)
-	}
-	if took := time.Since(began); took >= dlock.CleanupTimeout {
-		t.Errorf("Unlock took %v: it waited for its background release", took)
-	}
-	if got := hook.releasesHeld(); got != 1 {
-		t.Fatalf("%d releases held back; want 1 (the test's premise)", got)
-	}
-	within, cancel := context.WithTimeout(ctx, dlock.CleanupTimeout+5*time.Second)
-	defer cancel()
-	eventually(t, within, "the first master dropping the released hold, within CleanupTimeout", func() bool {
-		return heldOn(t, ctx, servers, name) == 0
-	})
-	if n := leftToTTL(logs, name); n != 0 {
-		t.Errorf("%d warnings about a hold left to its TTL that the second release cleared up", n)
+	for _, tc := range []struct {
+		what     string
+		n        int // releases held back on the first master
+		released bool
+	}{
+		{"the second release arrives", 1, true},
+		{"no release arrives", 2, false},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			t.Parallel()
+			servers := redistest.StartMasters(t, 3)
+			ctx := ctxFor(t, 2*time.Minute)
+			name := lockName(t)
+			// The release sent again waits at the gate until Unlock has
+			// returned: had Unlock waited for it, its context would have
+			// ended by then.
+			hook := &holdBackReleases{n: tc.n, unlocks: true, gate: make(chan struct{}), atGate: make(chan struct{}, 1)}
+			clients := make([]redis.UniversalClient, len(servers))
+			for i, srv := range servers {
+				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+				t.Cleanup(func() { _ = rdb.Close() })
+				if i == 0 {
+					rdb.AddHook(hook)
+				}
+				clients[i] = rdb
+			}
+			logs := &logRecorder{}
+			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
+				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
+			lease, err := rl.Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := heldOn(t, ctx, servers, name); n != 3 {
+				t.Fatalf("held on %d of 3 masters; want 3 (the test's premise)", n)
+			}
+			began := time.Now()
+			if err := lease.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock with a majority let go: %v", err)
+			}
+			if took := time.Since(began); took >= dlock.CleanupTimeout {
+				t.Errorf("Unlock took %v: it waited for its background release", took)
+			}
+			if n := heldOn(t, ctx, servers[1:], name); n != 0 {
+				t.Errorf("held on %d of the 2 masters that let go within the node timeout", n)
+			}
+
+			within, cancel := context.WithTimeout(ctx, dlock.CleanupTimeout+5*time.Second)
+			defer cancel()
+			if tc.released {
+				select {
+				case <-hook.atGate:
+				case <-within.Done():
+					t.Fatal("the release was not sent again to the master that missed the node timeout")
+				}
+				if n := hook.releasesCutShort(); n != 0 {
+					t.Fatal("the release sent again had its context end before Unlock returned: Unlock waited for its background release")
+				}
+				close(hook.gate)
+				eventually(t, within, "the first master dropping the released hold, within CleanupTimeout", func() bool {
+					return heldOn(t, ctx, servers, name) == 0
+				})
+				if n := hook.releasesCutShort(); n != 0 {
+					t.Errorf("%d releases sent again were cut short at the gate (the test's premise)", n)
+				}
+			} else {
+				eventually(t, within, "a warning that the released hold is left to its TTL", func() bool {
+					return leftToTTL(logs, name) > 0
+				})
+				if heldOn(t, ctx, servers[:1], name) != 1 {
+					t.Error("the first master dropped a hold no release reached")
+				}
+			}
+			if got := hook.releasesHeld(); got != tc.n {
+				t.Errorf("%d releases held back; want %d (the test's premise)", got, tc.n)
+			}
+			if n := leftToTTL(logs, name); tc.released && n != 0 {
+				t.Errorf("%d warnings about a hold left to its TTL that the second release cleared up", n)
+			}
+		})
 	}
 }
 
