@@ -114,11 +114,16 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 // background (see giveBack), which the outcome does not wait for. A
 // lease its call does not return (see giveUp) is given up as a failed
 // attempt is (see abandon): the release leaves the call's tombstone, so
-// that a copy of the attempt still on its way takes nothing.
+// that a copy of the attempt still on its way takes nothing. An Unlock
+// writes none: a Redlock never learns whether one of its attempts was sent
+// twice (Lease.maybeCopied is a Client's), so a late copy of the attempt
+// that granted the lease, landing after its Unlock, takes that master
+// again for its TTL (the known gap, docs/SAFETY.md: "A Redlock's release
+// writes no tombstone").
 func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	l, m := h.lease, h.m
 	give, warning := m.releaseOn(l.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
-	if rule == voidAlways || l.maybeCopied {
+	if rule == voidAlways {
 		give, warning = m.abandonOn(l.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
 	errs := m.giveBack(ctx, m.r.nodes, nil, give, warning)
