@@ -409,14 +409,19 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // bound its round trips: ContextTimeoutEnabled). A [Redlock]'s lease waits
 // for each node for the node timeout only; a node whose release failed is
 // sent it again in the background, within CleanupTimeout (see
-// [RedlockMutex]).
+// [RedlockMutex]). Nothing waits for that: clients closed right after
+// Unlock cut it short. While a node is down (unreachable), each Unlock of
+// a Redlock's lease logs that node's failure as a warning, as a failed
+// attempt's give-back does.
 //
 // It returns [ErrNotHeld] when there was nothing of ours left to release: the
 // lease was released before, or was lost and someone else may hold the lock.
 // A lease that was lost but still held in Redis (a renewal that could not get
 // through in time) is released all the same, and Unlock returns nil. So does
-// an Unlock whose release was applied but whose reply was lost: the copy the
-// Redis client sends again finds the release's mark. A lease of any lock
+// an Unlock of a [Client]'s lease whose release was applied but whose reply
+// was lost: the copy the Redis client sends again finds the release's mark.
+// A Redlock keeps no such mark: a node whose release was applied but whose
+// reply was lost counts as one that did not let go. A lease of any lock
 // but a [Redlock] whose hold lapsed, and was taken again
 // for it by a late copy of the attempt that granted it (the Redis
 // client's, after a read timeout), maybe after another held the lock

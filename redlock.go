@@ -96,7 +96,10 @@ func (r *Redlock) Quorum() int {
 // node timeout, say), it is sent there again in the background, within
 // [CleanupTimeout], so that the node does not keep the hold for its TTL. A
 // node it still cannot reach keeps the hold until its TTL, which the
-// Redlock's logger says.
+// Redlock's logger says: while a node is down (unreachable), each Unlock
+// logs that node's failure as a warning, as each failed attempt's
+// give-back does. Nothing waits for that background: clients closed
+// right after Unlock cut it short.
 type RedlockMutex struct {
 	r           *Redlock
 	name        string
