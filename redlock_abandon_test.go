@@ -58,18 +58,12 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 			}
 
 			hook := tc.hook
-			clients := make([]redis.UniversalClient, len(servers))
-			for i, srv := range servers {
-				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-				t.Cleanup(func() { _ = rdb.Close() })
-				if err := rdb.Ping(ctx).Err(); err != nil { // connected before the attempt is timed
-					t.Fatal(err)
-				}
+			clients := hookedClients(t, ctx, servers, func(i int) []redis.Hook {
 				if i == 0 {
-					rdb.AddHook(hook)
+					return []redis.Hook{hook}
 				}
-				clients[i] = rdb
-			}
+				return nil
+			})
 			logs := &logRecorder{}
 			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
 				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))

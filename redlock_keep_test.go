@@ -77,20 +77,13 @@ func TestRedlock_AGrantItsCallerNoLongerWaitsForIsGivenBackWhereTheReleaseMisses
 			fenced := &cancelOnceFenced{cancel: cancelCall}
 			fenced.left.Store(int32(len(servers)))
 			hooks := make([]*holdBackReleases, 2)
-			clients := make([]redis.UniversalClient, len(servers))
-			for i, srv := range servers {
-				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-				t.Cleanup(func() { _ = rdb.Close() })
-				if err := rdb.Ping(ctx).Err(); err != nil { // connected before the attempt is timed
-					t.Fatal(err)
+			clients := hookedClients(t, ctx, servers, func(i int) []redis.Hook {
+				if i >= len(hooks) {
+					return []redis.Hook{fenced}
 				}
-				rdb.AddHook(fenced)
-				if i < len(hooks) {
-					hooks[i] = &holdBackReleases{n: tc.n, send: tc.send, unlocks: true}
-					rdb.AddHook(hooks[i])
-				}
-				clients[i] = rdb
-			}
+				hooks[i] = &holdBackReleases{n: tc.n, send: tc.send, unlocks: true}
+				return []redis.Hook{fenced, hooks[i]}
+			})
 			logs := &logRecorder{}
 			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
 				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
@@ -238,15 +231,12 @@ func TestRedlock_AnUnlocksReleaseThatMissesTheNodeTimeoutIsSentAgain(t *testing.
 			// returned: had Unlock waited for it, its context would have
 			// ended by then.
 			hook := &holdBackReleases{n: tc.n, unlocks: true, gate: make(chan struct{}), atGate: make(chan struct{}, 1)}
-			clients := make([]redis.UniversalClient, len(servers))
-			for i, srv := range servers {
-				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-				t.Cleanup(func() { _ = rdb.Close() })
+			clients := hookedClients(t, ctx, servers, func(i int) []redis.Hook {
 				if i == 0 {
-					rdb.AddHook(hook)
+					return []redis.Hook{hook}
 				}
-				clients[i] = rdb
-			}
+				return nil
+			})
 			logs := &logRecorder{}
 			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
 				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
@@ -322,15 +312,10 @@ func TestRedlock_AGrantItsCallerNoLongerWaitsForLeavesTheCallsTombstone(t *testi
 	fenced := &cancelOnceFenced{cancel: cancelCall}
 	fenced.left.Store(int32(len(servers)))
 	grants := make([]*grantRecorder, len(servers))
-	clients := make([]redis.UniversalClient, len(servers))
-	for i, srv := range servers {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
+	clients := hookedClients(t, ctx, servers, func(i int) []redis.Hook {
 		grants[i] = &grantRecorder{}
-		rdb.AddHook(fenced)
-		rdb.AddHook(grants[i])
-		clients[i] = rdb
-	}
+		return []redis.Hook{fenced, grants[i]}
+	})
 	rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl), dlock.WithNodeTimeout(time.Second))
 	lease, err := rl.Mutex(name).TryLock(callCtx)
 	if lease != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {

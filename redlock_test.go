@@ -26,6 +26,25 @@ func redlockOver(t testing.TB, servers []*redistest.Server, opts ...dlock.Option
 	return dlock.NewRedlock(clients, append([]dlock.Option{dlock.WithRestartGuard(0)}, opts...)...)
 }
 
+// hookedClients is a client of each server, connected before a test times
+// anything, with hooksOf(i) added to the i-th's.
+func hookedClients(t testing.TB, ctx context.Context, servers []*redistest.Server, hooksOf func(i int) []redis.Hook) []redis.UniversalClient {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, srv := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, hook := range hooksOf(i) {
+			rdb.AddHook(hook)
+		}
+		clients[i] = rdb
+	}
+	return clients
+}
+
 // heldOn counts the servers where the lock is held by anyone.
 func heldOn(t testing.TB, ctx context.Context, servers []*redistest.Server, name string) int {
 	t.Helper()
