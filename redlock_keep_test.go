@@ -384,3 +384,61 @@ func (g *grantRecorder) record(cmds []redis.Cmder) {
 		}
 	}
 }
+
+// While a master is down, each Unlock of a Redlock's lease logs that
+// master's failure as a warning (its release sent again in the background
+// fails too), as the godoc says, and Unlock still succeeds on the majority.
+func TestRedlock_AnUnlockWithAMasterDownLogsIt(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	down := servers[2]
+	down.Kill()
+
+	logs := &logRecorder{}
+	clients := hookedClients(t, ctx, servers[:2], func(int) []redis.Hook { return nil })
+	downClient := redis.NewClient(&redis.Options{Addr: down.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = downClient.Close() })
+	rl := dlock.NewRedlock(append(clients, downClient), dlock.WithRestartGuard(0),
+		dlock.WithNodeTimeout(time.Second), dlock.WithLogger(slog.New(logs)))
+	lease, err := rl.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with 2 of 3 masters up: %v", err)
+	}
+	before := warningsNaming(logs, name, down.Addr())
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with 2 of 3 masters up: %v", err)
+	}
+	within, cancel := context.WithTimeout(ctx, dlock.CleanupTimeout+5*time.Second)
+	defer cancel()
+	eventually(t, within, "a warning naming the master that is down, after Unlock", func() bool {
+		return warningsNaming(logs, name, down.Addr()) > before
+	})
+	if n := heldOn(t, ctx, servers[:2], name); n != 0 {
+		t.Errorf("held on %d of the 2 masters up after Unlock; want 0", n)
+	}
+}
+
+// warningsNaming counts the warnings about the lock called name whose
+// error names the node at addr.
+func warningsNaming(logs *logRecorder, name, addr string) int {
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	n := 0
+	for _, r := range logs.records {
+		if r.Level != slog.LevelWarn {
+			continue
+		}
+		lock, node := false, false
+		r.Attrs(func(a slog.Attr) bool {
+			lock = lock || a.Key == "lock" && a.Value.String() == name
+			node = node || a.Key == "err" && strings.Contains(a.Value.String(), addr)
+			return true
+		})
+		if lock && node {
+			n++
+		}
+	}
+	return n
+}
