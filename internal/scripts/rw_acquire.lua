@@ -31,7 +31,8 @@
 --          a writer waits and this reader was not passed by the last writer
 --
 -- Safe to send twice: a hold already in place (its member is live) reports
--- the same acquisition, counts once, registers nothing and lasts the TTL
+-- the same acquisition, counts once, registers nothing (withdraws the
+-- call's registration, made while the copy took it) and lasts the TTL
 -- from now (a copy of an earlier attempt may have taken it while the call
 -- slept, told it was refused; the call's lease counts from its latest
 -- attempt); so does a copy of an earlier attempt of the call, refused,
@@ -63,6 +64,10 @@ if not fresh and redis.call('ZSCORE', HOLDS, member) then
   -- attempt, so the hold lasts the TTL from now (never shorter).
   extend_score(HOLDS, member, now + tonumber(ARGV[2]), false)
   expire_with_last()
+  if waiter ~= '' then -- registered while that copy took it: no longer waiting
+    redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
+    redis.call('ZREM', RPASS, waiter)
+  end
   return {1, tonumber(st[5])}
 end
 
