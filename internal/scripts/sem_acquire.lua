@@ -50,7 +50,7 @@ raise_error(last_token(FENCE))
 purge(now)
 if permits == nil then
   permits = tonumber(ARGV[5])
-  redis.call('SET', PERMITS, permits)
+  redis.call('SET', PERMITS, permits, 'PX', ARGV[2]) -- a grant keeps it with its permit (expire_with_last)
 elseif permits ~= tonumber(ARGV[5]) then
   return {-2, permits}
 end
