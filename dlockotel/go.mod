@@ -1,10 +1,10 @@
 module github.com/dlockio/dlock/dlockotel
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dlockio/dlock v0.0.0
+	github.com/dlockio/dlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
