@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,4 +235,39 @@ func failoverRedlock(t *testing.T, ctx context.Context, f *redistest.Failover, s
 		return nil
 	})
 	return dlock.NewRedlock(append([]redis.UniversalClient{node0}, others...), opts...)
+}
+
+// A client that reaches a replica (an address that no longer follows the
+// master, a replica left writable) does not count it: what it grants, the
+// master never had.
+func TestRedlock_AReplicaDoesNotVote(t *testing.T) {
+	t.Parallel() // waits on its servers' uptime, not on the CPU
+	const guard = 2 * time.Second
+	servers := redistest.StartMasters(t, 3)
+	host, port, err := net.SplitHostPort(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := redistest.Start(t, "--replicaof", host, port, "--replica-read-only", "no")
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	waitUptime(t, ctx, append([]*redistest.Server{replica}, servers[1:]...), guard)
+	// Another owner holds the lock on node 2: node 0's vote would decide.
+	other, err := newClient(t, servers[2].Client()).Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+
+	nodes := append([]*redistest.Server{replica}, servers[1:]...)
+	lease, err := redlockOver(t, nodes, dlock.WithTTL(guard), dlock.WithRestartGuard(guard)).Mutex(name).TryLock(ctx)
+	var quorum *dlock.QuorumError
+	if err == nil {
+		_ = lease.Unlock(ctx)
+	}
+	if !errors.As(err, &quorum) || quorum.Granted != 1 || len(quorum.Nodes) != 2 ||
+		quorum.Nodes[0].Node != 0 || !strings.Contains(quorum.Nodes[0].Err.Error(), "not a master") {
+		t.Fatalf("TryLock with node 0 a writable replica, node 2 held: %v, %v; want node 0 kept out as not a master", lease, err)
+	}
+	t.Logf("refused: %v", err)
 }
