@@ -38,15 +38,15 @@ import (
 // random delay rather than being woken: a release on a majority is not one
 // event any node could announce.
 //
-// A node votes only once it has been up for the restart guard (see
+// A node votes only once it has had its data for the restart guard (see
 // [WithRestartGuard]; by default the longest TTL in use, at least
-// [DefaultRestartGuard]): nodes started or restarted less than that ago,
-// a new deployment's too, do not count toward a quorum, and each attempt's
-// [*QuorumError] names them. NewRedlock adds a hook to each client that
-// counts the connections it opens: the guard reads a node's uptime (INFO,
-// which the client's user needs) after each reconnection, which a restart
-// forces. Each client should reach one master: a Client, or a failover
-// client.
+// [DefaultRestartGuard]): nodes started, restarted or failed over less
+// than that ago, a new deployment's too, do not count toward a quorum,
+// and each attempt's [*QuorumError] names them. NewRedlock adds a hook to
+// each client that counts the connections it opens: after each, which a
+// restart or a failover forces, the guard reads the node's INFO (the
+// client's user needs +info). Each client should reach one master: a
+// Client, or a failover client, whose failovers the guard counts.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
