@@ -29,8 +29,8 @@ import (
 // drift + 2 ms); fencing tokens strictly increase from one holder to the
 // next. What it does not: it cannot stop a holder paused past its deadline
 // from acting (use the token), and it relies on timing: a node whose clock
-// jumps forward, or that loses writes on restart while the guard is off,
-// can let two owners in.
+// jumps forward, or that loses writes (a restart, a failover) while the
+// guard is off or unaware, can let two owners in.
 //
 // Each operation goes to every node at once, each answer bounded by
 // [WithNodeTimeout]. A failed acquisition releases what it took on every
