@@ -30,7 +30,7 @@ import (
 // next. What it does not: it cannot stop a holder paused past its deadline
 // from acting (use the token), and it relies on timing: a node whose clock
 // jumps forward, or that loses writes (a restart, a failover) while the
-// guard is off or unaware, can let two owners in.
+// guard is off, or unseen by it (docs/SAFETY.md), can let two owners in.
 //
 // Each operation goes to every node at once, each answer bounded by
 // [WithNodeTimeout]. A failed acquisition releases what it took on every
