@@ -34,7 +34,7 @@ type redlockNode struct {
 // run id; a promotion, or a sync from another master, the replication id.
 type nodeRun struct{ runID, replID string }
 
-var errRecovering = errors.New("restart guard: new to its data for less than the guard, so it may have lost locks: it does not vote yet")
+var errRecovering = errors.New("restart guard: started or failed over within the guard, so it may have lost locks: it does not vote yet")
 
 func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index)}
@@ -81,9 +81,7 @@ func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	fresh := upSince.IsZero() || dials != n.checked
 	n.mu.Unlock()
 	if fresh {
-		// INFO's default sections, server and replication among them:
-		// Redis 6 takes one section at most.
-		info, err := n.rdb.Info(ctx).Result()
+		info, err := readInfo(ctx, n.rdb)
 		if isPermission(err) {
 			return fmt.Errorf("%w: restart guard: cannot read INFO (grant +info): %w", ErrPermission, err)
 		}
@@ -99,20 +97,31 @@ func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 		switch {
 		case !n.upSince.IsZero() && run == n.seen: // the run it read before
 		case !n.upSince.IsZero():
-			n.upSince, n.since = received, "another master than before (a restart or failover) seen"
+			n.upSince, n.since = received, "another master than before (a restart or failover), seen"
 		case promoted:
 			n.upSince, n.since = received, "a master promoted (or loaded from disk) since it started, first seen"
 		default:
-			n.upSince, n.since = received.Add(-up), "up"
+			n.upSince, n.since = received.Add(-up), "started at least"
 		}
 		n.seen, n.checked = run, dials
 		upSince, since = n.upSince, n.since
 		n.mu.Unlock()
 	}
 	if up := time.Since(upSince); up < guard {
-		return fmt.Errorf("%w (%s %v ago, of %v)", errRecovering, since, up.Truncate(time.Millisecond), guard)
+		return fmt.Errorf("%w (%s %v ago; guard %v)", errRecovering, since, up.Truncate(time.Millisecond), guard)
 	}
 	return nil
+}
+
+// readInfo reads INFO's server and replication sections in one round
+// trip: Redis 6 takes one section per INFO.
+func readInfo(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	var server, replication *redis.StringCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		server, replication = p.Info(ctx, "server"), p.Info(ctx, "replication")
+		return nil
+	})
+	return server.Val() + replication.Val(), err
 }
 
 // readRun reads from INFO the least uptime of the node, which run of which
