@@ -259,8 +259,10 @@ func TestRedlock_AReplicaDoesNotVote(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
 
-	nodes := append([]*redistest.Server{replica}, servers[1:]...)
-	lease, err := redlockOver(t, nodes, dlock.WithTTL(guard), dlock.WithRestartGuard(guard)).Mutex(name).TryLock(ctx)
+	// Connected clients, and a node timeout a loaded machine meets.
+	clients := hookedClients(t, ctx, append([]*redistest.Server{replica}, servers[1:]...), func(int) []redis.Hook { return nil })
+	opts := []dlock.Option{dlock.WithTTL(guard), dlock.WithRestartGuard(guard), dlock.WithNodeTimeout(guard / 4)}
+	lease, err := dlock.NewRedlock(clients, opts...).Mutex(name).TryLock(ctx)
 	var quorum *dlock.QuorumError
 	if err == nil {
 		_ = lease.Unlock(ctx)
