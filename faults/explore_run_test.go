@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -311,6 +312,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals, servers: runQueues}
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
 		p.hook.withhold = withholding() && c == 0
+		if s.has("latefirst") {
+			p.hook.firstRng = rand.New(rand.NewPCG(s.Seed, lateFirstStream+uint64(c)))
+		}
 		p.slowIsStarved = !slices.ContainsFunc(s.Faults, slowsServers)
 		p.crash.conns = append(p.crash.conns, rdb)
 		p.trace, p.rdb = newCommandTrace(), rdb
@@ -438,6 +442,11 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			if !s.has("flushall") && !s.has("restart") && !s.has("evict") && !s.has("ctakeover") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
 				out.violate("orphan: a late copy of an acquire of %v was granted after its call gave up: %s", o.names, o.reply)
 			}
+		}
+	}
+	for _, h := range hooks {
+		for _, v := range h.leftBehind {
+			out.violate("registration: %s", v)
 		}
 	}
 	for _, sf := range s.server {

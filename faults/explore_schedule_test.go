@@ -98,7 +98,13 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           a time, and at times SIGSTOPped past a TTL first
 //	           (explore_child_test.go); not with a failover, of a Sentinel
 //	           or a cluster; no drawn CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child"}
+//	command level, again:
+//	  latefirst  with late, some echoes of a waiting call's attempt that
+//	           registers nothing land only once the call has waited, before
+//	           its next attempt or its abandon (explore_latefirst_test.go):
+//	           none of the call's registrations may be left once that
+//	           attempt was granted or the abandon applied; no CI seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child", "latefirst"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -214,6 +220,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawClusterFailover(seed, quiet)
 	p.drawSuspend(seed) // a stream of its own, once crash is known
 	p.drawChild(seed)   // once the failovers, which exclude it, are known
+	p.drawLateFirst(seed)
 }
 
 // op is one operation of a client's loop.
@@ -408,8 +415,8 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if s.Cluster && slices.Contains(s.Kinds, "multi") {
 		long = 3 // holds that outlast a MultiLock's fixed lease
 	}
-	if s.has("pause") || s.has("failover") || s.failsOverCluster() || s.has("suspend") {
-		long = 4 // holds that outlast a stalled node, a failover, or span a suspension
+	if s.has("pause") || s.has("failover") || s.failsOverCluster() || s.has("suspend") || s.has("latefirst") {
+		long = 4 // holds that outlast a stalled node, a failover, a first attempt's read timeout, or span a suspension
 	}
 	switch r := rng.IntN(8); {
 	case r < 2:
@@ -421,6 +428,9 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		}
 		if (s.has("pause") || s.has("suspend")) && rng.IntN(3) != 0 {
 			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause, or a suspension
+		}
+		if s.has("latefirst") && rng.IntN(2) == 0 {
+			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // a waiter's first attempt, held up a read timeout, still refused
 		}
 		if s.has("failover") && rng.IntN(3) != 0 {
 			o.Hold = time.Duration(1500+rng.IntN(2500)) * time.Millisecond // from before a replica is cut off to past the promotion

@@ -87,6 +87,11 @@ var ciCases = []params{
 	// 3, the lock handed to the dead waiter was an orphan (failed 2 of 2;
 	// about 4 s).
 	{Seed: 56, Clients: 5, Ops: 6, Kinds: []string{"mutex", "fair"}, Faults: []string{"child"}},
+	// A late copy of a waiting call's first attempt (explore_latefirst_test.go):
+	// with f5a87ca's scripts reverted, an RWMutex's next attempt that found
+	// the hold the copy took left the call's registration ("registration"),
+	// 4 replays of 4 (about 10 s).
+	{Seed: 21, Clients: 6, Ops: 10, Kinds: []string{"rw.read", "rw.write", "semaphore"}, Faults: []string{"late", "latefirst"}},
 }
 
 // ciRuns are the params of every CI run: ciCases first (long runs that
