@@ -289,7 +289,7 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 func others(holders []dlock.Holder, self string) []dlock.Holder {
 	var rest []dlock.Holder
 	for _, h := range holders {
-		if h.Owner != self {
+		if h.Owner != dlock.OwnerHash(self) {
 			rest = append(rest, h)
 		}
 	}
