@@ -12,9 +12,9 @@ import (
 )
 
 // The slowobserver fault: each process's Observer takes 1–8 ms to be told
-// a renewal, and one time in three blocks for as long as a TTL (0.3–3 s), as
-// an exporter stuck on the network would (issue 33). A hook must cost no lease its renewal, so
-// the fault costs none: a quiet run stays quiet with it.
+// a renewal, and one time in three blocks for as long as a TTL (0.3–3 s),
+// as an exporter stuck on the network would (issue 33). A hook must cost
+// no lease its renewal, so the fault costs none: a quiet run stays quiet.
 
 // slowObserverStream is the key of the stream the fault is drawn from,
 // and its processes' delays: under it, no CI seed draws it
