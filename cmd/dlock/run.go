@@ -198,11 +198,12 @@ func parseRunArgs(fs *flag.FlagSet, out *output) (name string, command []string,
 	return name, rest, 0, false
 }
 
-// ownerID names this run in `dlock status`: host, process and a random
-// part, since process ids repeat across containers and reboots.
+// ownerID is this run's owner id: host, process and 128 random bits.
+// Status shows its OwnerHash, and the host and pid (the holder info): the
+// random part keeps the id from being guessed back from them.
 func ownerID() string {
 	host, _ := os.Hostname()
-	var b [4]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s/pid-%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }

@@ -438,3 +438,14 @@ func TestRun_OnAClusterAsAUserWithTheDocumentedRights(t *testing.T) {
 		}
 	}
 }
+
+// A run's owner id joins its hold (WithOwner). Status shows its hash, and
+// the run's host and pid: 128 random bits keep the id from being guessed
+// back from them.
+func TestRun_OwnerIDCannotBeGuessedFromWhatStatusShows(t *testing.T) {
+	id := ownerID()
+	random := id[strings.LastIndex(id, "/")+1:]
+	if len(random) < 32 || id == ownerID() {
+		t.Fatalf("owner id %q: want 128 random bits (32 hex digits) after the host and pid", id)
+	}
+}
