@@ -255,9 +255,10 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 // goroutines using such a handle are one owner, and are not excluded from
 // each other. Without it, the owner is the call chain: a call whose context
 // carries a hold of the lock (see [Lease.Context]) is that hold's owner,
-// any other a new owner with a random id. The id is not a secret (a hold is
-// released only through its Lease), but two unrelated parties that pick the
-// same id share their holds. It must not be empty and is at most
+// any other a new owner with a random id. Whoever knows the id joins its
+// holds, write holds with their fencing token: [Client.Describe] shows only
+// its [OwnerHash], which hides an id that cannot be guessed. It must not be
+// empty and is at most
 // [MaxNameLen] bytes. Only an RWMutex and a ReentrantMutex (or a Client, as
 // their default) take it.
 func WithOwner(id string) Option {
