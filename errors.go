@@ -75,13 +75,15 @@ var (
 	// reason that passes on its own: a cluster slot being migrated
 	// (TRYAGAIN, or MOVED once go-redis's redirections ran out), a cluster
 	// missing a master (CLUSTERDOWN), a server loading its data (LOADING),
-	// a master that failed over or restarted (connection refused or reset,
-	// READONLY, MASTERDOWN). The Redis error stays in the chain. An
-	// acquisition that fails so holds nothing: one whose outcome is unknown
-	// was abandoned, as after any error. A waiting Lock (Acquire, Campaign…)
-	// does not return it: it tries again, backing off up to
-	// a second between tries, until its context ends; TryLock
-	// and the other calls return it, and are worth trying again.
+	// a master that failed over or restarted, or no server at the address
+	// (connection refused or reset, READONLY, MASTERDOWN). The Redis or
+	// connection error stays in the chain. An acquisition that fails so
+	// holds nothing: one whose outcome is unknown was abandoned, as after
+	// any error. A waiting Lock (Acquire, Campaign…) tries again, backing
+	// off up to a second between tries, until its context ends; then, if
+	// Redis was still unavailable, it returns this error with the
+	// context's, never [ErrNotAcquired]. TryLock and the other calls
+	// return it at once, and are worth trying again.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 

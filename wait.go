@@ -134,7 +134,12 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 		return nil, acquireError(ctx, err)
 	}
 	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0]}
-	if !c.subscribed(wt.channel) {
+	l, err := wt.run()
+	return l, wt.ended(err)
+}
+
+func (wt *waiting) run() (*Lease, error) {
+	if !wt.c.subscribed(wt.channel) {
 		if l, err, done := wt.unsubscribed(); done {
 			return l, err
 		}
@@ -147,6 +152,18 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 		defer wt.leaveOnPanic()
 	}
 	return wt.loop()
+}
+
+// ended is what a wait that ended with err returns: where its context
+// ended while Redis was unavailable (the last attempt, or subscription,
+// failed so), that outage with the context's error, not [ErrNotAcquired]:
+// nothing said the lock was taken.
+func (wt *waiting) ended(err error) error {
+	ctxErr := contextDone(wt.ctx)
+	if wt.outage == nil || ctxErr == nil || !errors.Is(err, ErrNotAcquired) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", wt.outage, ctxErr)
 }
 
 // waiting is one waitFor: its call, and where it listens.
@@ -163,6 +180,7 @@ type waiting struct {
 	channel    string
 	waiterID   string // set once a release can reach this waiter: then it registers
 	failures   int    // attempts in a row that found Redis unavailable
+	outage     error  // what the last attempt met, if Redis was unavailable (see ended)
 	// maybeCopied: an attempt of the call may have been sent twice (see
 	// Lease.maybeCopied).
 	maybeCopied bool
@@ -176,11 +194,28 @@ type waiting struct {
 func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	sent := time.Now()
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
+	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
 	if l != nil {
 		l.maybeCopied = wt.maybeCopied
 	}
 	return l, retryIn, err
+}
+
+// noteOutage keeps err if it says Redis is unavailable, and forgets the
+// last outage once Redis answered (err nil). Another error (a call cut
+// short by its context) is an outage where the Client's last dial failed.
+func (wt *waiting) noteOutage(err error) {
+	switch {
+	case err == nil:
+		wt.outage = nil
+	case errors.Is(err, ErrUnavailable):
+		wt.outage = err
+	default:
+		if dialErr := wt.c.dials.failure(); dialErr != nil {
+			wt.outage = fmt.Errorf("%w: %s %q: connecting: %w", ErrUnavailable, wt.a.spec.op, wt.a.spec.lease.name, dialErr)
+		}
+	}
 }
 
 // keep is keep for a call that goes on; done is false when it goes on:
@@ -195,6 +230,7 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 // by the loop's pause before it tries again).
 func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
 	kept, err = keep(wt.ctx, l)
+	wt.noteOutage(err)
 	if errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable) {
 		wt.a.v.fresh() // the give-back left the old token's tombstone
 		if errors.Is(err, errGrantExpired) {
@@ -230,6 +266,7 @@ func (wt *waiting) unsubscribed() (*Lease, error, bool) {
 func (wt *waiting) listen() error {
 	hub, err := wt.c.notifier(wt.ctx)
 	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
+		wt.outage = err
 		if stop := wt.c.pause(wt.ctx, failures, nil); stop != nil {
 			return stop
 		}
@@ -244,6 +281,7 @@ func (wt *waiting) listen() error {
 	wt.hub = hub
 	wt.w, err = hub.Watch(wt.ctx, wt.channel)
 	if err != nil {
+		wt.noteOutage(err)
 		return acquireError(wt.ctx, err)
 	}
 	return nil

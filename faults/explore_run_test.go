@@ -483,9 +483,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	return out
 }
 
-// expectedAcquireError: refusals and the caller's own cancellation.
+// expectedAcquireError: refusals, the caller's own cancellation, and a
+// Redlock's quorum missed (nodes slow under the load, or held).
 func expectedAcquireError(err error) bool {
-	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	var quorum *dlock.QuorumError
+	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &quorum)
 }
 
 // runOp makes one operation: acquire, write with the token, hold (maybe
