@@ -139,14 +139,25 @@ func unavailable(err error) error {
 }
 
 // isPermission recognises an ACL refusal: NOPERM for a command sent, and
-// Redis 7.0's own words for one a script ran.
+// Redis 7.0's own words for one a script ran ("The user executing the
+// script can't run this command", "… can't publish to the channel…").
 func isPermission(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") ||
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "executing the script can't") ||
 		strings.Contains(msg, "No permissions to access")
+}
+
+// isPublishRefused recognises a script's PUBLISH refused by an ACL that
+// lacks the lock's channels, in Redis 7.0's words or later ones'.
+func isPublishRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "can't publish to the channel") || strings.Contains(msg, "No permissions to access a channel")
 }
 
 // wrongTypeDetail is what Redis said after WRONGTYPE, without where in

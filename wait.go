@@ -282,9 +282,19 @@ func (wt *waiting) listen() error {
 	wt.w, err = hub.Watch(wt.ctx, wt.channel)
 	if err != nil {
 		wt.noteOutage(err)
-		return acquireError(wt.ctx, err)
+		return acquireError(wt.ctx, wt.watchError(err))
 	}
 	return nil
+}
+
+// watchError is what a waiter whose Watch failed with err returns: a
+// subscription refused (ACL) is [ErrPermission], never a lock taken: the
+// waiter would hear no release, and wait out every hold's TTL.
+func (wt *waiting) watchError(err error) error {
+	if isPermission(err) {
+		return redisError("subscribe", wt.a.spec.lease.name, err)
+	}
+	return err
 }
 
 // leaveOnPanic: an Observer's Wait that panics leaves, as a give-up does,
@@ -409,7 +419,7 @@ func (wt *waiting) watch(ch string) error {
 	wt.w.Close()
 	next, err := wt.hub.Watch(wt.ctx, ch)
 	if err != nil {
-		return acquireError(wt.ctx, err)
+		return acquireError(wt.ctx, wt.watchError(err))
 	}
 	wt.w, wt.channel, wt.waiterID = next, ch, ""
 	return nil
