@@ -238,8 +238,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 // matches: ErrNotAcquired where other owners' holds alone keep a majority
 // out; ErrPermission where refusals for lack of it (an ACL without +info,
 // which the restart guard needs) do too, so no quorum is left to wait for;
-// else ErrUnavailable: nodes down, too slow, not voting yet, or a
-// majority too late.
+// else ErrUnavailable: nodes down, too slow or not voting yet.
 func (r *Redlock) acquireOutcome(errs []error) error {
 	held, forbidden := 0, 0
 	for _, err := range errs {
@@ -338,9 +337,13 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	}
 	m.abandon(ctx, owner, votes)
 
+	late := granted >= r.quorum && !foreign // a quorum, but its validity ran out
+	outcome := ErrNotAcquired               // a grant too late, as a Client's that expired unconfirmed
+	if !late {
+		outcome = r.acquireOutcome(errs)
+	}
 	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted,
-		Late:  granted >= r.quorum && !foreign, // a quorum, but its validity ran out
-		Nodes: nodeErrors(r.nodes, errs), outcome: r.acquireOutcome(errs)}
+		Late: late, Nodes: nodeErrors(r.nodes, errs), outcome: outcome}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}

@@ -26,7 +26,8 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // confirmed in time. An acquisition's matches [ErrNotAcquired] where other
 // owners' holds alone keep it from a majority, [ErrPermission] where
 // refusals for lack of permission do too, else [ErrUnavailable] (nodes
-// down, too slow, kept out by the restart guard, or a majority too late);
+// down, too slow, or kept out by the restart guard); a majority granted
+// too late ([QuorumError.Late]) matches [ErrNotAcquired];
 // an extension's or release's, [ErrNotHeld] when a majority answered that the
 // hold is not there, else [ErrUnavailable] (nodes that did not answer in
 // time may hold it still); and each node's error (so errors.As finds a
