@@ -23,33 +23,46 @@ func appACL() []string {
 	return rules
 }
 
-// A waiting Lock whose SUBSCRIBE Redis refuses (ACL) fails with
-// ErrPermission at once, as the README promises, rather than waiting out
-// the holder's TTL on a lock that may be free by then.
+// A waiting Lock whose SUBSCRIBE Redis refuses (ACL: the channel, or the
+// command) fails with ErrPermission at once, as the README promises,
+// rather than waiting out the holder's TTL on a lock that may be free by
+// then (before, it did: without a subscription no release reached it).
 func TestACL_ARefusedChannelFailsAWaitingLockWithErrPermission(t *testing.T) {
 	srv := startServer(t)
 	ctx := ctxFor(t, time.Minute)
 	admin := srv.Client()
-	holder := newClient(t, admin, dlock.WithPrefix("app:"))
-	c := newClient(t, aclUser(t, ctx, admin, "app", appACL()...), dlock.WithPrefix("app:"))
-	for what, lock := range map[string]func(c *dlock.Client) func(context.Context) (*dlock.Lease, error){
-		"Mutex":     func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Mutex("m").Lock },
-		"FairMutex": func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.FairMutex("f").Lock },
-		"RWMutex":   func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("rw").Lock },
-	} {
-		held, err := lock(holder)(ctx)
-		if err != nil {
-			t.Fatal(err)
+	var noSubscribe []string
+	for _, r := range dlockACL {
+		if r != "+subscribe" {
+			noSubscribe = append(noSubscribe, r)
 		}
-		// The holder renews: a waiter that hears nothing would wait it out.
-		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = lock(c)(wait)
-		cancel()
-		if !errors.Is(err, dlock.ErrPermission) || errors.Is(err, dlock.ErrNotAcquired) {
-			t.Errorf("%s: a Lock whose subscription is refused: %v; want ErrPermission, not ErrNotAcquired", what, err)
+	}
+	for user, prefix := range map[string]string{"app": "app:", "nosub": dlock.DefaultPrefix} {
+		rules := appACL()
+		if user == "nosub" {
+			rules = noSubscribe
 		}
-		if err := held.Unlock(ctx); err != nil {
-			t.Fatal(err)
+		holder := newClient(t, admin, dlock.WithPrefix(prefix))
+		c := newClient(t, aclUser(t, ctx, admin, user, rules...), dlock.WithPrefix(prefix))
+		for what, lock := range map[string]func(c *dlock.Client) func(context.Context) (*dlock.Lease, error){
+			"Mutex":     func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Mutex("m").Lock },
+			"FairMutex": func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.FairMutex("f").Lock },
+			"RWMutex":   func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("rw").Lock },
+		} {
+			held, err := lock(holder)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The holder renews: a waiter that hears nothing would wait it out.
+			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = lock(c)(wait)
+			cancel()
+			if !errors.Is(err, dlock.ErrPermission) || errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("%s, %s: a Lock whose subscription is refused: %v; want ErrPermission, not ErrNotAcquired", user, what, err)
+			}
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
