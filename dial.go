@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,7 +16,12 @@ import (
 // cause (a refused connection, say) for its error.
 type dialWatch struct {
 	opened atomic.Int64
-	failed atomic.Pointer[error]
+	failed atomic.Pointer[dialFailure]
+}
+
+type dialFailure struct {
+	err error
+	at  time.Time
 }
 
 // watchDials adds a dialWatch to rdb. It costs nothing per command.
@@ -25,10 +31,10 @@ func watchDials(rdb redis.UniversalClient) *dialWatch {
 	return w
 }
 
-// failure is why the last dial failed, or nil.
-func (w *dialWatch) failure() error {
-	if err := w.failed.Load(); err != nil {
-		return *err
+// failure is why the last dial failed, if it did after since.
+func (w *dialWatch) failure(since time.Time) error {
+	if f := w.failed.Load(); f != nil && f.at.After(since) {
+		return f.err
 	}
 	return nil
 }
@@ -41,7 +47,7 @@ func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
 			w.opened.Add(1)
 			w.failed.Store(nil)
 		case ctx.Err() == nil: // a dial the call's end cut short says nothing of the server
-			w.failed.Store(&err)
+			w.failed.Store(&dialFailure{err, time.Now()})
 		}
 		return conn, err
 	}

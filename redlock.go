@@ -144,9 +144,9 @@ func (m *RedlockMutex) usable() error {
 
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] when no majority granted in time, naming each node that
-// did not and why: it matches [ErrNotAcquired] only where other owners
-// hold the lock on enough nodes to keep a majority out. An attempt that wins no majority
-// is given back on every node: before TryLock returns, within the node
+// did not and why (it matches [ErrNotAcquired] only where other owners'
+// holds keep a majority out). An attempt that wins no majority is given
+// back on every node: before TryLock returns, within the node
 // timeout, on the nodes that answered it; in the background, within
 // [CleanupTimeout], on the others and where that release failed. A node
 // it still cannot reach keeps the attempt until its TTL, which the
@@ -179,8 +179,8 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
 // wait set by [WithWait] runs out; then the error matches ctx's error and
 // wraps the last attempt's [*QuorumError] (the last one ctx did not cut
-// short), which says whether the lock was held or the nodes unavailable. Between attempts it waits a
-// random moment, so contenders do not collide again and again. Each
+// short): whether the lock was held or the nodes unavailable. Between
+// attempts it waits a random moment, so contenders do not collide again and again. Each
 // attempt that fails, and one that won a majority once ctx ended, is
 // given back as TryLock's is, in the background where its release failed.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {

@@ -196,7 +196,7 @@ func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 		if err == nil {
 			continue
 		}
-		if dialErr := nodes[i].dials.failure(); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
+		if dialErr := nodes[i].dials.failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
 		}
 		out = append(out, &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})

@@ -133,11 +133,13 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0]}
+	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx),
+		channel: a.spec.channels[0], answered: time.Now()}
 	l, err := wt.run()
 	return l, wt.ended(err)
 }
 
+// run is the wait; waitFor tells what ended it (see ended).
 func (wt *waiting) run() (*Lease, error) {
 	if !wt.c.subscribed(wt.channel) {
 		if l, err, done := wt.unsubscribed(); done {
@@ -178,9 +180,10 @@ type waiting struct {
 	hub        *notify.Hub
 	w          *notify.Waiter
 	channel    string
-	waiterID   string // set once a release can reach this waiter: then it registers
-	failures   int    // attempts in a row that found Redis unavailable
-	outage     error  // what the last attempt met, if Redis was unavailable (see ended)
+	waiterID   string    // set once a release can reach this waiter: then it registers
+	failures   int       // attempts in a row that found Redis unavailable
+	outage     error     // what the last attempt met, if Redis was unavailable (see ended)
+	answered   time.Time // when Redis last answered an attempt (or the call began)
 	// maybeCopied: an attempt of the call may have been sent twice (see
 	// Lease.maybeCopied).
 	maybeCopied bool
@@ -204,15 +207,16 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 
 // noteOutage keeps err if it says Redis is unavailable, and forgets the
 // last outage once Redis answered (err nil). Another error (a call cut
-// short by its context) is an outage where the Client's last dial failed.
+// short by its context) is an outage where the Client's last dial failed
+// since Redis last answered the call.
 func (wt *waiting) noteOutage(err error) {
 	switch {
 	case err == nil:
-		wt.outage = nil
+		wt.outage, wt.answered = nil, time.Now()
 	case errors.Is(err, ErrUnavailable):
 		wt.outage = err
 	default:
-		if dialErr := wt.c.dials.failure(); dialErr != nil {
+		if dialErr := wt.c.dials.failure(wt.answered); dialErr != nil {
 			wt.outage = fmt.Errorf("%w: %s %q: connecting: %w", ErrUnavailable, wt.a.spec.op, wt.a.spec.lease.name, dialErr)
 		}
 	}
