@@ -98,13 +98,16 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           a time, and at times SIGSTOPped past a TTL first
 //	           (explore_child_test.go); not with a failover, of a Sentinel
 //	           or a cluster; no drawn CI seed draws it
+//	  slowobserver  every process's Observer is slow to be told renewals,
+//	           and at times blocks (explore_slowobserver_test.go): no
+//	           lease may be lost for it; no drawn CI seed draws it
 //	command level, again:
 //	  latefirst  with late, some echoes of a waiting call's attempt that
 //	           registers nothing land only once the call has waited, before
 //	           its next attempt or its abandon (explore_latefirst_test.go):
 //	           none of the call's registrations may be left once that
 //	           attempt was granted or the abandon applied; no CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child", "latefirst"}
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child", "slowobserver", "latefirst"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -220,6 +223,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawClusterFailover(seed, quiet)
 	p.drawSuspend(seed) // a stream of its own, once crash is known
 	p.drawChild(seed)   // once the failovers, which exclude it, are known
+	p.drawSlowObserver(seed)
 	p.drawLateFirst(seed)
 }
 
