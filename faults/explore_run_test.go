@@ -325,6 +325,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		observer := &dlock.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
 		if s.has("slowobserver") {
 			observer.Renewal = slowRenewals(s.Seed, s.process[c], p.renewed.observe)
+			observer.End = slowEnds(s.Seed, s.process[c])
 		}
 		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer)}, env.failover.options()...)...)
 		if err != nil {
