@@ -54,9 +54,12 @@ type commandFaults struct {
 	// latefirst (explore_latefirst_test.go): firstRng picks the echoes it
 	// turns into latefirst (nil: none), firsts are the first copies held
 	// for their calls' waits, by tombstone, leftBehind what its check found
-	firstRng   *rand.Rand
-	firsts     map[string]*lateFirst
-	leftBehind []string
+	firstRng *rand.Rand
+	// unreachable: while it says so, every script call is dropped (a
+	// rlfailover run's Redlock master 2, explore_rlfailover_test.go)
+	unreachable *atomic.Bool
+	firsts      map[string]*lateFirst
+	leftBehind  []string
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
@@ -229,6 +232,10 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 				f.doubt(cmds)
 			}
 		}()
+	}
+	if f.unreachable != nil && f.unreachable.Load() {
+		f.doubt(cmds)
+		return setErr(cmds, errLostReply)
 	}
 	first := f.landFirst(cmds) // its call's held first copy, landed now
 	kind, d := f.draw(anyAcquire(cmds))
