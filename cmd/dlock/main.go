@@ -38,6 +38,9 @@ const (
 )
 
 func main() {
+	if os.Getenv(guardEnv) != "" {
+		os.Exit(guardGroup())
+	}
 	// go-redis logs a failed dial from its pool, several times a second while
 	// Redis is down; dlock reports what failed once, in its own words.
 	redis.SetLogger(silentLogger{})

@@ -46,10 +46,12 @@ could not be reached for longer than the TTL allows), the command's group
 gets SIGTERM, then SIGKILL after --kill-grace, and dlock exits 76. Not
 acquired within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock
 are passed on to the command; while dlock waits for the lock they withdraw
-it from the queue and dlock exits 128+N. On Linux the command is killed
-(SIGKILL) when dlock dies, even by kill -9, so that it never runs on without
-the lock; processes it left in the background, and on other systems the
-command itself, run on, and the lock expires within --ttl.
+it from the queue and dlock exits 128+N. When dlock dies, even by kill -9,
+the command's whole process group is killed (SIGKILL), so that none of it
+runs on without the lock: a guard, a second dlock process in a group of its
+own, sees dlock's end of a pipe close and kills the group. Killed together
+(pkill -9 dlock), they leave the group running, and the lock expires within
+--ttl.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
@@ -345,6 +347,12 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 	if !releaseOnExit {
 		becomeSubreaper()
 	}
+	guard, err := startGuard()
+	if err != nil {
+		fmt.Fprintf(out.stderr, "dlock run: %q: not run: starting its guard: %v\n", name, err)
+		return exitCannotRun
+	}
+	defer guard.release()
 	tty := foregroundTerminal(out.stdin)
 	if err := startCommand(cmd, tty); err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
@@ -360,6 +368,7 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 		defer takeTerminal(tty)
 	}
 	group := cmd.Process.Pid
+	guard.watch(group)
 	var childChanged <-chan os.Signal // SIGCHLD, while the command has the terminal
 	if tty >= 0 {
 		sigchld := make(chan os.Signal, 1)

@@ -222,6 +222,22 @@ func TestRun_TheCommandDiesWithDlock(t *testing.T) {
 	waitGone(t, command, 10*time.Second, "the command, after kill -9 of dlock,")
 }
 
+// Issue 36.1: kill -9 of dlock takes the command's whole process group down,
+// not only its main process: a script's running step (sh -c 'step; next')
+// must not go on while a second run takes the lock.
+func TestRun_KillOfDlockTakesTheCommandsGroupDown(t *testing.T) {
+	url, _ := testRedis(t)
+	ready := fifo(t, "ready")
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "deploy-step", "--",
+		"sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "$1"; wait; echo next`, "sh", ready)
+	step := readPid(t, ready)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 15*time.Second)
+	waitGone(t, step, 10*time.Second, "the command's running step, after kill -9 of dlock,")
+}
+
 // Item 7: like flock(1), whose descriptor the command's children inherit,
 // the lock is held until the processes the command left running end.
 func TestRun_BackgroundProcessesOfTheCommandKeepTheLock(t *testing.T) {
