@@ -111,7 +111,30 @@ func run(ctx context.Context, args []string, out *output) int {
 	if code, done := parseFlags(fs, args, out); done {
 		return code
 	}
+	if first, _, ok := strings.Cut(c.synopsis, " -- "); ok && dashesEndedFlags(fs, args) {
+		// dlock run -- echo hi: not a lock named "echo" running hi.
+		return usageError(out, c.name, "no %s before \"--\": want %s", first[strings.LastIndexByte(first, ' ')+1:], c.synopsis)
+	}
 	return act(ctx, fs, out)
+}
+
+// dashesEndedFlags says whether fs's flags, parsed from args, were ended
+// by "--" rather than by the first argument; a "--" that is a flag's value
+// (--info --) does not count.
+func dashesEndedFlags(fs *flag.FlagSet, args []string) bool {
+	k := len(args) - fs.NArg()
+	if k == 0 || args[k-1] != "--" {
+		return false
+	}
+	if k >= 2 && strings.HasPrefix(args[k-2], "-") && !strings.Contains(args[k-2], "=") {
+		f := fs.Lookup(strings.TrimLeft(args[k-2], "-"))
+		if f == nil {
+			return true
+		}
+		boolean, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return ok && boolean.IsBoolFlag()
+	}
+	return true
 }
 
 // newFlagSet makes a command's flags. They print nothing themselves:

@@ -28,7 +28,8 @@ Runs COMMAND while holding the lock NAME: a distributed flock(1). Waits for
 the lock (up to --wait), runs the command with DLOCK_NAME and DLOCK_TOKEN (the
 fencing token) in its environment, renews the lock while it runs, releases it
 when it exits, and exits with the command's exit code. Flags may come before
-or after NAME, not after "--".
+or after NAME, not after "--". NAME must come before "--": dlock run -- echo
+hi is a usage error (exit 2), not a lock named echo.
 
 The command runs in a process group of its own, so that stopping it stops
 every process it started. The lock is held until every process of that group
