@@ -207,7 +207,7 @@ func ownerID() string {
 	host, _ := os.Hostname()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s/pid-%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s/pid-%d/%s", printable(host), os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // runHolderInfo is what a run stores with its hold for status to show:
@@ -302,7 +302,7 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 func describeHolders(holders []dlock.Holder) string {
 	parts := make([]string, 0, len(holders))
 	for _, h := range holders {
-		owner := h.Owner
+		owner := printable(h.Owner)
 		if owner == "" {
 			owner = "a Mutex holder"
 		}
