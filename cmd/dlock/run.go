@@ -44,7 +44,9 @@ stops only the command.
 
 If the lock is lost while the command runs (someone forced it open, or Redis
 could not be reached for longer than the TTL allows), the command's group
-gets SIGTERM, then SIGKILL after --kill-grace, and dlock exits 76. Not
+gets SIGTERM, then SIGKILL after --kill-grace, and dlock exits 76 as soon as
+the group has exited. With Redis unreachable, that is at the lease's
+deadline: at most --ttl after its last renewal. Not
 acquired within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock
 are passed on to the command; while dlock waits for the lock they withdraw
 it from the queue and dlock exits 128+N. When dlock dies, even by kill -9,
@@ -164,6 +166,11 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		return reportAcquire(ctx, name, err, out)
 	}
 	code = supervise(lease, name, command, s.grace, s.releaseOnExit, signals, out)
+	if lease.Err() != nil {
+		// Lost: nothing to release, and a Redis that cannot be reached
+		// would hold the exit for the clean-up's timeout.
+		return code
+	}
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
 		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %v (it expires within its TTL)\n", name, err)
 	}

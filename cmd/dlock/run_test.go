@@ -454,3 +454,46 @@ func TestRun_OnAClusterAsAUserWithTheDocumentedRights(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36.5: when Redis can no longer be reached, the run acts on the loss
+// at the lease's deadline (the command gets SIGTERM then), not seconds
+// later: a second run may take the lock from then on.
+func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
+	for _, how := range []string{"killed", "stalled"} {
+		t.Run(how, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ready, stopped := fifo(t, "ready"), filepath.Join(t.TempDir(), "stopped")
+			p := startDlock(t, "redis://"+srv.Addr(), "", "run", "--ttl", "2s", "--kill-grace", "1s", "deadline", "--",
+				"sh", "-c", `trap 'date +%s%N > "$2"; exit 1' TERM; echo go > "$1"; while :; do sleep 0.05; done`, "sh", ready, stopped)
+			readFifo(t, ready, 15*time.Second)
+			// The lease was renewed at most TTL/3 before; its deadline is at
+			// most 2s after this moment.
+			cut := time.Now()
+			if how == "killed" {
+				srv.Kill()
+			} else {
+				srv.Pause()
+				t.Cleanup(srv.Resume)
+			}
+			if code := p.wait(t, 30*time.Second); code != exitLost {
+				t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+			}
+			// The command ends at once on SIGTERM: dlock has nothing left to
+			// wait for.
+			took := time.Since(cut)
+			t.Logf("exit 76 %v after Redis was %s", took, how)
+			if took > 3500*time.Millisecond {
+				t.Fatalf("dlock exited %v after Redis was %s, want about the TTL (2s)\nstderr: %s", took, how, &p.stderr)
+			}
+			data, err := os.ReadFile(stopped)
+			ns, err2 := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+			if err != nil || err2 != nil {
+				t.Fatalf("the command got no SIGTERM: %v %v\nstderr: %s", err, err2, &p.stderr)
+			}
+			// 2s is the latest deadline; 0.5s is for a loaded machine.
+			if late := time.Unix(0, ns).Sub(cut); late > 2500*time.Millisecond {
+				t.Fatalf("the command got SIGTERM %v after Redis was %s, want within the TTL (2s)\nstderr: %s", late, how, &p.stderr)
+			}
+		})
+	}
+}
