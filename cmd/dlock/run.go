@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -61,7 +62,10 @@ The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 other but never with an exclusive one. Go programs use the same lock through
 dlock's RWMutex or ReentrantMutex of the same name.
 
-On a terminal, a status line shows who holds the lock while dlock waits.
+While dlock waits, a status line on a terminal shows who holds the lock,
+cut to the terminal's width. Elsewhere (a CI log) dlock says in one line
+that it waits and who holds the lock, and in another when it has it.
+--quiet says neither.
 
 Exit codes: the command's (128+N if signal N killed it); 75 not acquired
 within --wait (--conflict-exit-code N: N, as flock -E; --quiet: say nothing
@@ -97,7 +101,7 @@ func defineRun(fs *flag.FlagSet) action {
 	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM on a lost lock, how long before SIGKILL")
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process of its group does")
-	quiet := fs.Bool("quiet", false, "say nothing when the lock is busy (not acquired within --wait)")
+	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
 	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
@@ -243,24 +247,59 @@ func clip(s string, n int) string {
 	return s
 }
 
-// acquire takes the lock, drawing a status line on a terminal while it
-// waits, unless quiet.
+// acquire takes the lock. Once it has to wait (unless quiet), it draws a
+// status line on a terminal; elsewhere, as in a CI log, it says in one line
+// that it waits and for whom, and in another when it has the lock.
 func acquire(ctx context.Context, client *dlock.Client, name, self string, shared, quiet bool, out *output) (*dlock.Lease, error) {
-	rw := client.RWMutex(name)
+	waiting := make(chan struct{})
+	var once sync.Once
+	waits := dlock.WithObserver(&dlock.Observer{Wait: func(context.Context, dlock.WaitEvent) { once.Do(func() { close(waiting) }) }})
+	rw := client.RWMutex(name, waits)
 	lock := rw.Lock
 	if shared {
 		lock = rw.RLock
 	}
-	stop := func() {}
-	if !quiet {
-		started := time.Now()
-		stop = out.progress(time.Second, func() string {
-			return waitingLine(ctx, client, name, self, time.Since(started))
-		})
+	if quiet {
+		return lock(ctx)
 	}
+	started := time.Now()
+	done := make(chan struct{})
+	reported := make(chan bool, 1) // whether it said it waits
+	go func() {
+		select {
+		case <-done:
+			reported <- false
+			return
+		case <-waiting:
+		}
+		if out.tty {
+			stop := out.progress(time.Second, func() string {
+				return waitingLine(ctx, client, name, self, time.Since(started))
+			})
+			<-done
+			stop()
+			reported <- false
+			return
+		}
+		fmt.Fprintf(out.stderr, "dlock run: waiting for %q%s\n", name, heldBy(client, name, self))
+		reported <- true
+	}()
 	lease, err := lock(ctx)
-	stop()
+	close(done)
+	if <-reported && err == nil {
+		fmt.Fprintf(out.stderr, "dlock run: acquired %q after %v\n", name, time.Since(started).Round(100*time.Millisecond))
+	}
 	return lease, err
+}
+
+// heldBy is ", held by …" naming the holders of name but self, or "".
+func heldBy(client *dlock.Client, name, self string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
+		return ", held by " + describeHolders(others(info.Holders, self))
+	}
+	return ""
 }
 
 // reportBusy says who holds the lock that --wait gave up on.
@@ -269,13 +308,7 @@ func reportBusy(client *dlock.Client, name, self string, wait time.Duration, out
 	if wait == 0 {
 		within = "(--wait 0)"
 	}
-	holders := ""
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
-		holders = ", held by " + describeHolders(others(info.Holders, self))
-	}
-	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, holders, within)
+	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, heldBy(client, name, self), within)
 }
 
 // waitingLine is the status line of a run waiting for name. It names the

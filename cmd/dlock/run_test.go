@@ -77,6 +77,12 @@ type terminal struct {
 // startTerminal runs script with sh in a new tmux session.
 func startTerminal(t *testing.T, script string) *terminal {
 	t.Helper()
+	return startTerminalOfWidth(t, 120, script)
+}
+
+// startTerminalOfWidth is startTerminal on a terminal width columns wide.
+func startTerminalOfWidth(t *testing.T, width int, script string) *terminal {
+	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed: the terminal tests need it (apt-get install tmux)")
 	}
@@ -86,7 +92,7 @@ func startTerminal(t *testing.T, script string) *terminal {
 		t.Fatal(err)
 	}
 	term := &terminal{t: t, socket: filepath.Join(dir, "tmux")}
-	term.tmux("-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "30", "sh "+file)
+	term.tmux("-f", "/dev/null", "new-session", "-d", "-x", strconv.Itoa(width), "-y", "30", "sh "+file)
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", term.socket, "kill-server").Run() })
 	return term
 }
@@ -495,5 +501,62 @@ func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
 				t.Fatalf("the command got SIGTERM %v after Redis was %s, want within the TTL (2s)\nstderr: %s", late, how, &p.stderr)
 			}
 		})
+	}
+}
+
+// Issue 36.4: with stderr not a terminal (a CI log), a run says once that it
+// waits and who holds the lock, and once that it has the lock.
+func TestRun_WaitingOutsideATerminalIsReportedOnceAndSoIsTheAcquisition(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx := context.Background()
+	held, err := locks.RWMutex("ci", dlock.WithOwner("host-a/pid-7")).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "stderr")
+	stderr, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	p := &dlockProcess{cmd: exec.Command(dlockBin, "run", "ci", "--", "echo", "ran"), exited: make(chan int, 1)}
+	p.cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	go func() {
+		_ = p.cmd.Wait()
+		p.exited <- p.cmd.ProcessState.ExitCode()
+	}()
+	read := func() string { data, _ := os.ReadFile(log); return string(data) }
+	waitFor(t, 15*time.Second, "a line saying the run waits", func() bool { return strings.Contains(read(), "\n") })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 || p.stdout.String() != "ran\n" {
+		t.Fatalf("exit %d, stdout %q\nstderr: %s", code, &p.stdout, read())
+	}
+	lines := strings.Split(strings.TrimSuffix(read(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `dlock run: waiting for "ci", held by host-a/pid-7 (write ×1)`) ||
+		!strings.HasPrefix(lines[1], `dlock run: acquired "ci" after `) {
+		t.Fatalf("stderr:\n%s\nwant a line saying the run waits, and for whom, then one saying it acquired the lock", read())
+	}
+}
+
+// Issue 36.4: on a terminal narrower than the waiting line, the line is cut
+// to the width, so that each redraw replaces it instead of adding a line.
+func TestRun_TheWaitingLineFitsANarrowTerminal(t *testing.T) {
+	url, locks := testRedis(t)
+	held, err := locks.RWMutex("narrow", dlock.WithOwner("a-rather-long-host-name.example.com/pid-1234/0123abcd")).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	term := startTerminalOfWidth(t, 60, fmt.Sprintf("%s run --redis %s narrow -- true\nsleep 600\n", dlockBin, url))
+	term.waitScreen("for 3s")
+	if n := strings.Count(term.screen(), "dlock"); n != 1 {
+		t.Fatalf("the waiting line shows %d times, want once:\n%s", n, term.screen())
 	}
 }
