@@ -16,7 +16,7 @@ func TestCLI_AFlagErrorNamesTheRuleAndPointsToHelp(t *testing.T) {
 	}{
 		{[]string{"run", "-x", "job", "--", "true"}, "dlock run: flag provided but not defined: -x", "dlock run"},
 		{[]string{"run", "job", "--bogus", "--", "true"}, "dlock run: flag provided but not defined: -bogus", "dlock run"},
-		{[]string{"run", "--wait", "soon", "job", "--", "true"}, `dlock run: invalid value "soon" for flag -wait: want a duration of 0 or more, such as 30s or 10m`, "dlock run"},
+		{[]string{"run", "--wait", "soon", "job", "--", "true"}, `dlock run: invalid value "soon" for flag -wait: want a duration of 0 or more, such as 30s or 10m, or seconds`, "dlock run"},
 		{[]string{"run", "job"}, "dlock run: want NAME -- COMMAND [ARGS...]", "dlock run"},
 		// Issue 36.3: not a lock named "echo" running hi.
 		{[]string{"run", "--", "echo", "hi"}, `dlock run: no NAME before "--": want [flags] NAME -- COMMAND [ARGS...]`, "dlock run"},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -60,7 +61,12 @@ own, sees dlock's end of a pipe close and kills the group. Killed together
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
 other but never with an exclusive one. Go programs use the same lock through
-dlock's RWMutex or ReentrantMutex of the same name.
+dlock's RWMutex or ReentrantMutex of the same name. --permits N takes a
+permit of the Semaphore of that name instead: N runs at once (consul lock
+-n N), as with a Go Semaphore of N permits.
+
+flock(1)'s short flags work: -n (--wait 0), -w (--wait, in seconds or a
+duration), -s (--shared), -E (--conflict-exit-code).
 
 While dlock waits, a status line on a terminal shows who holds the lock,
 cut to the terminal's width. Elsewhere (a CI log) dlock says in one line
@@ -82,6 +88,9 @@ Examples:
   # many readers of a dataset at once, never during a rebuild
   dlock run --shared dataset -- ./query.sh
   dlock run dataset -- ./rebuild.sh
+  # at most 3 backups at once; flock's habits
+  dlock run --permits 3 backups -- ./backup.sh
+  dlock run -n -E 0 nightly -- ./report
 `
 
 func defineRun(fs *flag.FlagSet) action {
@@ -89,21 +98,32 @@ func defineRun(fs *flag.FlagSet) action {
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "how long the lock outlives dlock if it dies; renewed every TTL/3")
 	var wait time.Duration
 	waitSet := false
-	fs.Func("wait", "how long to wait for the lock, a `duration`; 0: try once (default: wait forever)", func(s string) error {
+	fs.Func("wait", "how long to wait for the lock, a `duration` or seconds (flock -w); 0: try once (default: wait forever)", func(s string) error {
 		d, err := time.ParseDuration(s)
+		if seconds, errSeconds := strconv.ParseFloat(s, 64); errSeconds == nil && seconds <= math.MaxInt64/1e9 {
+			d, err = time.Duration(seconds*float64(time.Second)), nil
+		}
 		if err != nil || d < 0 {
-			return fmt.Errorf("want a duration of 0 or more, such as 30s or 10m")
+			return fmt.Errorf("want a duration of 0 or more, such as 30s or 10m, or seconds")
 		}
 		wait, waitSet = d, true
 		return nil
 	})
+	fs.BoolFunc("n", "try once, as --wait 0 (flock -n)", func(string) error {
+		wait, waitSet = 0, true
+		return nil
+	})
 	shared := fs.Bool("shared", false, "take a shared (read) lock: shared runs may overlap")
+	permits := fs.Int("permits", 0, "run under a Semaphore of `N` permits: N runs at once (consul lock -n)")
 	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM on a lost lock, how long before SIGKILL")
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process of its group does")
 	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
-	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
+	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock -E)")
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
+	alias(fs, "w", "wait")
+	alias(fs, "s", "shared")
+	alias(fs, "E", "conflict-exit-code")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		name, command, code, done := parseRunArgs(fs, out)
 		if done {
@@ -116,9 +136,14 @@ func defineRun(fs *flag.FlagSet) action {
 			return usageError(out, "run", "--kill-grace must not be negative")
 		case *conflictCode < 0 || *conflictCode > 255:
 			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
+		case *permits < 0:
+			return usageError(out, "run", "--permits must be at least 1")
+		case *permits > 0 && *shared:
+			return usageError(out, "run", "--permits and --shared do not go together: a Semaphore has no shared side")
 		}
 		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
-			shared: *shared, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet, conflictCode: *conflictCode, info: *infoText}, out)
+			shared: *shared, permits: *permits, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet,
+			conflictCode: *conflictCode, info: *infoText}, out)
 	}
 }
 
@@ -128,6 +153,7 @@ type runSettings struct {
 	ttl, wait     time.Duration
 	waitSet       bool
 	shared        bool
+	permits       int // a Semaphore's, when not 0
 	grace         time.Duration
 	releaseOnExit bool
 	quiet         bool
@@ -159,7 +185,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	}
 	defer closeClient()
 
-	lease, err := acquire(ctx, client, name, self, s.shared, s.quiet, out)
+	lease, err := acquire(ctx, client, name, self, s, out)
 	if err != nil {
 		if _, signalled := signalExit(ctx); !signalled && errors.Is(err, dlock.ErrNotAcquired) {
 			if !s.quiet {
@@ -250,16 +276,18 @@ func clip(s string, n int) string {
 // acquire takes the lock. Once it has to wait (unless quiet), it draws a
 // status line on a terminal; elsewhere, as in a CI log, it says in one line
 // that it waits and for whom, and in another when it has the lock.
-func acquire(ctx context.Context, client *dlock.Client, name, self string, shared, quiet bool, out *output) (*dlock.Lease, error) {
+func acquire(ctx context.Context, client *dlock.Client, name, self string, s runSettings, out *output) (*dlock.Lease, error) {
 	waiting := make(chan struct{})
 	var once sync.Once
 	waits := dlock.WithObserver(&dlock.Observer{Wait: func(context.Context, dlock.WaitEvent) { once.Do(func() { close(waiting) }) }})
-	rw := client.RWMutex(name, waits)
-	lock := rw.Lock
-	if shared {
-		lock = rw.RLock
+	lock := client.RWMutex(name, waits).Lock
+	switch {
+	case s.permits > 0:
+		lock = client.Semaphore(name, s.permits, waits).Acquire
+	case s.shared:
+		lock = client.RWMutex(name, waits).RLock
 	}
-	if quiet {
+	if s.quiet {
 		return lock(ctx)
 	}
 	started := time.Now()
@@ -297,7 +325,7 @@ func heldBy(client *dlock.Client, name, self string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
-		return ", held by " + describeHolders(others(info.Holders, self))
+		return ", held by " + describeHolders(info, self)
 	}
 	return ""
 }
@@ -324,7 +352,7 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 	if err != nil || len(holders) == 0 {
 		return line
 	}
-	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(holders),
+	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(info, self),
 		info.TTL.Round(100*time.Millisecond))
 }
 
@@ -339,7 +367,13 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 	return rest
 }
 
-func describeHolders(holders []dlock.Holder) string {
+// describeHolders names the holders of a lock but self, or counts a
+// Semaphore's permits.
+func describeHolders(info dlock.LockInfo, self string) string {
+	if info.Permits > 0 {
+		return fmt.Sprintf("%d of %d permits", permitsHeld(info), info.Permits)
+	}
+	holders := others(info.Holders, self)
 	parts := make([]string, 0, len(holders))
 	for _, h := range holders {
 		owner := printable(h.Owner)

@@ -560,3 +560,64 @@ func TestRun_TheWaitingLineFitsANarrowTerminal(t *testing.T) {
 		t.Fatalf("the waiting line shows %d times, want once:\n%s", n, term.screen())
 	}
 }
+
+// Issue 36.6: flock(1)'s short flags: -n (try once), -w SECONDS or a
+// duration, -s (shared), -E N (the busy exit code).
+func TestRun_FlocksShortFlags(t *testing.T) {
+	url, locks := testRedis(t)
+	held, err := locks.RWMutex("short", dlock.WithOwner("host-a/pid-7")).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	for _, args := range [][]string{{"-n"}, {"-w", "0.3"}, {"-w", "300ms"}, {"-s", "-n"}} {
+		code, _, stderr := runDlock(t, url, append(append([]string{"run"}, args...), "short", "--", "true")...)
+		if code != exitNotAcquired || !strings.Contains(stderr, "busy") {
+			t.Errorf("run %v on a held lock: exit %d, want %d\n%s", args, code, exitNotAcquired, stderr)
+		}
+	}
+	if code, _, stderr := runDlock(t, url, "run", "-n", "-E", "3", "short", "--", "true"); code != 3 {
+		t.Errorf("run -n -E 3 on a held lock: exit %d, want 3\n%s", code, stderr)
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "-n", "-s", "other", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("run -n -s on a free lock: exit %d, %q\n%s", code, stdout, stderr)
+	}
+	code, help, _ := runDlock(t, url, "run", "--help")
+	for _, want := range []string{"  -n\n", "  -s, --shared\n", "  -w, --wait duration\n", "  -E, --conflict-exit-code int\n", "  --permits N\n"} {
+		if code != 0 || !strings.Contains(help, want) {
+			t.Errorf("run --help does not list %q:\n%s", want, help)
+		}
+	}
+}
+
+// Issue 36.6: --permits N runs under a Semaphore of N permits, as consul
+// lock -n N: N runs at once, the next one is busy.
+func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
+	url, locks := testRedis(t)
+	first, second, finish := fifo(t, "first"), fifo(t, "second"), fifo(t, "finish")
+	a := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo a > "$1"; cat "$2"`, "sh", first, finish)
+	readFifo(t, first, 15*time.Second)
+	b := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo b > "$1"; cat "$2"`, "sh", second, finish)
+	readFifo(t, second, 15*time.Second)
+	info, err := locks.Describe(context.Background(), "pool")
+	if err != nil || info.Type != dlock.TypeSemaphore || info.Permits != 2 {
+		t.Fatalf("with two runs: %+v, %v; want a Semaphore of 2 permits", info, err)
+	}
+	code, _, stderr := runDlock(t, url, "run", "--permits", "2", "-n", "pool", "--", "true")
+	if code != exitNotAcquired || !strings.Contains(stderr, "2 of 2 permits") {
+		t.Fatalf("a third run: exit %d, want %d saying the permits are taken\n%s", code, exitNotAcquired, stderr)
+	}
+	for range 2 {
+		if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []*dlockProcess{a, b} {
+		if code := p.wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("exit %d\n%s", code, &p.stderr)
+		}
+	}
+	if code, _, stderr := runDlock(t, url, "run", "--permits", "2", "--shared", "pool", "--", "true"); code != exitUsage {
+		t.Fatalf("--permits with --shared: exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+}
