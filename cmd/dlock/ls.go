@@ -329,7 +329,7 @@ func holdersText(info dlock.LockInfo) string {
 		return "-"
 	}
 	if info.Permits > 0 {
-		return fmt.Sprintf("%d/%d permits", info.Holders[0].Holds, info.Permits)
+		return fmt.Sprintf("%d/%d permits", permitsHeld(info), info.Permits)
 	}
 	var parts []string
 	for _, h := range info.Holders {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -227,4 +230,40 @@ func newLocks(t testing.TB, rdb redis.UniversalClient) *dlock.Client {
 	}
 	t.Cleanup(func() { _ = locks.Close() })
 	return locks
+}
+
+// Issue 36.9: a Semaphore's permits held by holders with different holder
+// info (one line each in Describe) all count: ls and watch say 2/2, as
+// status says 2 of 2.
+func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
+	srv := redistest.Start(t)
+	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
+	ctx, must := context.Background(), mustLease(t)
+	for _, host := range []string{"web-1", "web-2"} {
+		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(dlock.HolderInfo{Hostname: host})).Acquire(ctx))
+	}
+	code, stdout, stderr := runDlock(t, url, "ls")
+	if code != 0 || !strings.Contains(stdout, "2/2 permits") || !strings.Contains(stdout, "full") {
+		t.Fatalf("ls: exit %d, want pool full with 2/2 permits\n%s%s", code, stdout, stderr)
+	}
+	log := filepath.Join(t.TempDir(), "watch")
+	watch := exec.Command(dlockBin, "watch", "--redis", url, "pool")
+	file, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	watch.Stdout = file
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Process.Kill(); _ = watch.Wait() }()
+	var line []byte
+	waitFor(t, 15*time.Second, "watch prints pool's line", func() bool {
+		line, _ = os.ReadFile(log)
+		return strings.Contains(string(line), "\n")
+	})
+	if !strings.Contains(string(line), "2/2 permits") {
+		t.Fatalf("watch: %s\nwant 2/2 permits", line)
+	}
 }
