@@ -193,6 +193,12 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 			}
 			return s.conflictCode
 		}
+		if errors.Is(err, dlock.ErrWrongType) {
+			if held := heldAsAnotherType(client, name, s.permits > 0); held != "" {
+				fmt.Fprintf(out.stderr, "dlock run: %s\n", held)
+				return exitFailure
+			}
+		}
 		return reportAcquire(ctx, name, err, out)
 	}
 	code = supervise(lease, name, command, s.grace, s.releaseOnExit, signals, out)
@@ -202,7 +208,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		return code
 	}
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
-		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %v (it expires within its TTL)\n", name, err)
+		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, errText(err))
 	}
 	return code
 }
@@ -330,6 +336,30 @@ func heldBy(client *dlock.Client, name, self string) string {
 	return ""
 }
 
+// heldAsAnotherType says which type of dlock's holds name, where the run's
+// own type found keys it does not write: a Go program's Mutex, say. "" when
+// Describe does not know the keys either.
+func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := client.Describe(ctx, name)
+	if err != nil || info.Type == dlock.TypeNone {
+		return ""
+	}
+	article := "a"
+	if strings.ContainsRune("AEIOUR", rune(info.Type[0])) { // an RWMutex, an Election
+		article = "an"
+	}
+	takes := "dlock run takes an RWMutex"
+	switch {
+	case semaphore:
+		takes = "dlock run --permits takes a Semaphore"
+	case info.Type == dlock.TypeSemaphore:
+		takes += "; --permits N takes a Semaphore"
+	}
+	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(info.Type), stateOf(info), takes)
+}
+
 // reportBusy says who holds the lock that --wait gave up on.
 func reportBusy(client *dlock.Client, name, self string, wait time.Duration, out *output) {
 	within := "within --wait " + wait.String()
@@ -398,7 +428,11 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 		fmt.Fprintf(out.stderr, "dlock run: %q: stopped waiting: %v\n", name, context.Cause(ctx))
 		return code
 	}
-	fmt.Fprintf(out.stderr, "dlock run: %q: %v\n", name, err)
+	text := errText(err)
+	if !strings.Contains(text, strconv.Quote(name)) {
+		text = strconv.Quote(name) + ": " + text
+	}
+	fmt.Fprintf(out.stderr, "dlock run: %s\n", text)
 	return exitCodeOf(ctx, err)
 }
 
@@ -477,7 +511,7 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 				suspend(tty, group)
 			}
 		case <-lease.Done():
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%v); stopping the command\n", name, lease.Err())
+			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); stopping the command\n", name, errText(lease.Err()))
 			stopGroup(group, exited, grace)
 			return exitLost
 		}

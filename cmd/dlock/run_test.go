@@ -621,3 +621,28 @@ func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
 		t.Fatalf("--permits with --shared: exit %d, want %d\n%s", code, exitUsage, stderr)
 	}
 }
+
+// Issue 36.10: a run on a name another lock type holds (a Go program's
+// Mutex, a Semaphore) says which type holds it and how to take that type,
+// not that the key holds what dlock did not write; and says "dlock" once.
+func TestRun_ANameHeldAsAnotherTypeIsNamedSo(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	must(locks.Mutex("m").Lock(ctx))
+	must(locks.Semaphore("s", 2).Acquire(ctx))
+	must(locks.RWMutex("rw").Lock(ctx))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "m", "--", "true"}, `dlock run: "m" is a Mutex (or a FairMutex with nobody queued, or a MultiLock's part), held: dlock run takes an RWMutex`},
+		{[]string{"run", "s", "--", "true"}, `dlock run: "s" is a Semaphore, shared: dlock run takes an RWMutex; --permits N takes a Semaphore`},
+		{[]string{"run", "--permits", "2", "rw", "--", "true"}, `dlock run: "rw" is an RWMutex (or a ReentrantMutex), held: dlock run --permits takes a Semaphore`},
+	} {
+		code, _, stderr := runDlock(t, url, tc.args...)
+		if code != exitFailure || !strings.HasPrefix(stderr, tc.want) || strings.Contains(stderr, "did not write") ||
+			strings.Count(stderr, "dlock") != strings.Count(tc.want, "dlock") {
+			t.Errorf("dlock %q: exit %d, stderr:\n%s\nwant %d and:\n%s", tc.args, code, stderr, exitFailure, tc.want)
+		}
+	}
+}

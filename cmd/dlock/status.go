@@ -236,7 +236,7 @@ func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) 
 }
 
 func reportError(command string, err error, out *output) int {
-	fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
+	fmt.Fprintf(out.stderr, "dlock %s: %s\n", command, errText(err))
 	return exitCodeOf(context.Background(), err)
 }
 
