@@ -267,3 +267,72 @@ func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
 		t.Fatalf("watch: %s\nwant 2/2 permits", line)
 	}
 }
+
+// Issue 36.11: the holders column names a holder by the holder info it
+// stored (host, pid, program), as status does, rather than a random owner id
+// or "(owner hidden)"; a single holder too long for the column is cut, not
+// replaced by "…+1 more".
+func TestLs_HoldersColumnShowsHolderInfoAndCutsALongOwner(t *testing.T) {
+	srv := redistest.Start(t)
+	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
+	ctx, must := context.Background(), mustLease(t)
+	web := dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "web-1", PID: 42, Program: "deploy.sh"})
+	must(locks.Mutex("m", web).Lock(ctx))
+	must(locks.RWMutex("rw", web).Lock(ctx)) // the call's owner: a random id
+	long := strings.Repeat("a-very-long-owner-id/", 5)
+	must(locks.RWMutex("long", dlock.WithOwner(long)).Lock(ctx))
+	code, stdout, stderr := runDlock(t, url, "ls")
+	if code != 0 {
+		t.Fatalf("ls: exit %d\n%s", code, stderr)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(stdout, "\n") {
+		if name, _, ok := strings.Cut(line, " "); ok {
+			rows[name] = line
+		}
+	}
+	for _, name := range []string{"m", "rw"} {
+		if row := rows[name]; !strings.Contains(row, "web-1 pid 42 deploy.sh write") || strings.Contains(row, "hidden") {
+			t.Errorf("%s: %q; want its holder shown by its info, web-1 pid 42 deploy.sh write", name, row)
+		}
+	}
+	if row := rows["long"]; !strings.Contains(row, "a-very-long-owner-id/a-very") || strings.Contains(row, "more") {
+		t.Errorf("long: %q; want the beginning of its one owner id, cut", row)
+	}
+}
+
+// Issue 36.11: --limit N shows the first N locks in use by name, as the
+// table is sorted, whatever order SCAN met them in; names that are free
+// (only their fencing counter left) do not count.
+func TestLs_LimitShowsTheFirstNLocksByName(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		must(locks.Mutex(name).Lock(ctx))
+		free := must(locks.Mutex(name + "-free").Lock(ctx))
+		if err := free.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := lsJSON(t, url, "--limit", "3")
+	if got := lockNames(l); !slices.Equal(got, []string{"a", "b", "c"}) || !l.Cut {
+		t.Fatalf("--limit 3: %v, cut %v; want a, b, c, cut", got, l.Cut)
+	}
+	if l := lsJSON(t, url, "--limit", "3", "--all"); !slices.Equal(lockNames(l), []string{"a", "a-free", "b"}) || !l.Cut {
+		t.Fatalf("--limit 3 --all: %v, cut %v; want a, a-free, b, cut", lockNames(l), l.Cut)
+	}
+}
+
+// Issue 36.11: status counts waiters in the words of the lock's type:
+// writers and readers for an RWMutex, waiters for the others.
+func TestStatus_CountsWaitersInTheWordsOfTheType(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	must(locks.Mutex("m").Lock(ctx))
+	must(locks.RWMutex("rw").Lock(ctx))
+	for name, want := range map[string]string{"m": "waiting:     0\n", "rw": "waiting:     0 writers, 0 readers\n"} {
+		if code, stdout, _ := runDlock(t, url, "status", name); code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("status %s: exit %d, want %q:\n%s", name, code, want, stdout)
+		}
+	}
+}

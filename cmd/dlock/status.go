@@ -17,8 +17,9 @@ const statusUsage = `Usage: dlock status [--json] NAME
 Shows the lock NAME: its state, its type, who holds it (owner ids and hold
 counts; a Mutex's owner is a secret and stays hidden; the host, pid and
 program that a dlock run or a program's WithHolderInfo stored), how long
-its holds last unless renewed (a live holder renews them every TTL/3), who
-waits for it, and the last fencing token handed out.
+its holds last unless renewed (a live holder renews them every TTL/3), how
+many wait for it (writers and readers of an RWMutex; Redis keeps no names
+of waiters), and the last fencing token handed out.
 
 The state is free; held (by a Mutex's holder or an RWMutex's writer: no one
 else gets in); shared (by readers, or by some of a Semaphore's permits: more
@@ -129,7 +130,11 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		}
 		fmt.Fprintf(out.stdout, "expires:     %s\n", ttl)
 	}
-	fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
+	if s.Type == dlock.TypeRWMutex || s.Type == dlock.TypeReentrantMutex {
+		fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
+	} else {
+		fmt.Fprintf(out.stdout, "waiting:     %d\n", s.WritersWaiting+s.ReadersWaiting)
+	}
 	fmt.Fprintf(out.stdout, "last token:  %d\n", s.LastToken)
 	return 0
 }

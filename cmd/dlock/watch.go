@@ -53,7 +53,7 @@ const rateWindow = 10 * time.Second
 func defineWatch(fs *flag.FlagSet) action {
 	redisFlag := fs.String("redis", "", redisFlagUsage)
 	interval := fs.Duration("interval", time.Second, "refresh every `duration`")
-	limit := fs.Int("limit", defaultLsLimit, "look at `N` lock names at most, each refresh")
+	limit := fs.Int("limit", defaultLsLimit, "show `N` locks at most, the first by name")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		w := &watcher{query: lockQuery{pattern: "*", limit: *limit}, interval: *interval}
 		switch {
@@ -229,7 +229,7 @@ func (w *watcher) draw(screen *terminalScreen, found foundLocks, err error) {
 		lines = append(lines, strings.Split(strings.TrimRight(table.String(), "\n"), "\n")...)
 	}
 	if found.cut {
-		footer = append(footer, fmt.Sprintf("cut at %d names: narrow the PATTERN or raise --limit", w.query.limit))
+		footer = append(footer, fmt.Sprintf("cut at %d locks: narrow the PATTERN or raise --limit", w.query.limit))
 	}
 	if room := height - len(footer) - 1; len(lines) > room && room > 2 {
 		hidden := len(lines) - (room - 1)
