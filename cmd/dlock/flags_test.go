@@ -76,7 +76,7 @@ func TestCLI_HelpCallsEveryTimeFlagADuration(t *testing.T) {
 			t.Fatalf("%s --help: exit %d", command, code)
 		}
 		for _, name := range flags {
-			line := regexp.MustCompile(`(?m)^  --` + name + ` duration$`)
+			line := regexp.MustCompile(`(?m)^  (-[a-zA-Z], )?--` + name + ` duration$`)
 			if !line.MatchString(stdout) {
 				t.Errorf("%s --help does not list \"--%s duration\":\n%s", command, name, stdout)
 			}

@@ -594,10 +594,11 @@ func TestRun_FlocksShortFlags(t *testing.T) {
 // lock -n N: N runs at once, the next one is busy.
 func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
 	url, locks := testRedis(t)
-	first, second, finish := fifo(t, "first"), fifo(t, "second"), fifo(t, "finish")
-	a := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo a > "$1"; cat "$2"`, "sh", first, finish)
+	first, second := fifo(t, "first"), fifo(t, "second")
+	finish := []string{fifo(t, "finish-a"), fifo(t, "finish-b")}
+	a := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo a > "$1"; cat "$2"`, "sh", first, finish[0])
 	readFifo(t, first, 15*time.Second)
-	b := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo b > "$1"; cat "$2"`, "sh", second, finish)
+	b := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo b > "$1"; cat "$2"`, "sh", second, finish[1])
 	readFifo(t, second, 15*time.Second)
 	info, err := locks.Describe(context.Background(), "pool")
 	if err != nil || info.Type != dlock.TypeSemaphore || info.Permits != 2 {
@@ -607,8 +608,8 @@ func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
 	if code != exitNotAcquired || !strings.Contains(stderr, "2 of 2 permits") {
 		t.Fatalf("a third run: exit %d, want %d saying the permits are taken\n%s", code, exitNotAcquired, stderr)
 	}
-	for range 2 {
-		if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+	for _, f := range finish {
+		if err := os.WriteFile(f, []byte("done\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
