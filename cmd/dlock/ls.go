@@ -31,8 +31,9 @@ It finds them with SCAN over dlock's key prefix, on every master of a
 cluster (never KEYS), and asks each name's state in one round trip
 (dlock.Client.Describe). It shows --limit locks at most, the first by name:
 a listing cut there says so on stderr ("cut" in --json). Names whose keys
-remain only for their fencing counter (free locks) are left out unless --all. A name whose
-keys hold what dlock did not write is listed as not dlock's.
+remain only for their fencing counter (free locks) are left out unless
+--all. A name whose keys hold what dlock did not write is listed as not
+dlock's.
 
 Examples:
   dlock ls

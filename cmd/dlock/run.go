@@ -46,17 +46,16 @@ stops only the command.
 
 If the lock is lost while the command runs (someone forced it open, or Redis
 could not be reached for longer than the TTL allows), the command's group
-gets SIGTERM, then SIGKILL after --kill-grace, and dlock exits 76 as soon as
-the group has exited. With Redis unreachable, that is at the lease's
-deadline: at most --ttl after its last renewal. Not
-acquired within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock
-are passed on to the command; while dlock waits for the lock they withdraw
-it from the queue and dlock exits 128+N. When dlock dies, even by kill -9,
-the command's whole process group is killed (SIGKILL), so that none of it
-runs on without the lock: a guard, a second dlock process in a group of its
-own, sees dlock's end of a pipe close and kills the group. Killed together
-(pkill -9 dlock), they leave the group running, and the lock expires within
---ttl.
+gets SIGTERM (with Redis unreachable, at the lease's deadline: at most --ttl
+after its last renewal), then SIGKILL after --kill-grace, and dlock exits 76
+as soon as the group has exited. Not acquired within --wait: exit 75.
+SIGINT, SIGTERM and SIGHUP sent to dlock are passed on to the command; while
+dlock waits for the lock they withdraw it from the queue and dlock exits
+128+N. When dlock dies, even by kill -9, the command's whole process group
+is killed (SIGKILL), so that none of it runs on without the lock: a guard, a
+second dlock process in a group of its own, sees dlock's end of a pipe close
+and kills the group. Killed together (pkill -9 dlock), they leave the group
+running, and the lock expires within --ttl.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
