@@ -26,9 +26,13 @@ const guardEnv = "DLOCK_RUN_GUARD"
 // startGuard starts a guard in a process group of its own, out of reach
 // of the signals a shell sends dlock's job (kill -9 %1).
 func startGuard() (*guard, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
+	// On Linux, this very binary, even if a newer dlock replaced its file
+	// while the run waited for the lock.
+	self := "/proc/self/exe"
+	if _, err := os.Stat(self); err != nil {
+		if self, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -36,6 +40,7 @@ func startGuard() (*guard, error) {
 	}
 	defer r.Close()
 	cmd := exec.Command(self)
+	cmd.Args[0] = "dlock-guard" // as ps shows it
 	cmd.Env = []string{guardEnv + "=1"}
 	cmd.Stdin = r
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -54,8 +54,8 @@ dlock waits for the lock they withdraw it from the queue and dlock exits
 128+N. When dlock dies, even by kill -9, the command's whole process group
 is killed (SIGKILL), so that none of it runs on without the lock: a guard, a
 second dlock process in a group of its own, sees dlock's end of a pipe close
-and kills the group. Killed together (pkill -9 dlock), they leave the group
-running, and the lock expires within --ttl.
+and kills the group (ps shows it as dlock-guard). Both killed, they leave
+the group running, and the lock expires within --ttl.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
