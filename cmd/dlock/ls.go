@@ -25,7 +25,8 @@ every name), one line each, sorted by name: type, state (as dlock status
 says it), how long their holds last unless renewed, who waits (writers, and
 readers with an r), the last fencing token, and the holders: each by the
 host, pid and program it stored (a dlock run stores them), else by its owner
-id; a Semaphore's permits; a Mutex's owner is a secret and stays hidden.
+id's hash; a Semaphore's permits; a Mutex's owner is a secret and stays
+hidden.
 
 It finds them with SCAN over dlock's key prefix, on every master of a
 cluster (never KEYS), and asks each name's state in one round trip
@@ -363,7 +364,7 @@ func holdersText(info dlock.LockInfo) string {
 
 // holderLabel names a holder in a column: by the host, pid and program it
 // stored (WithHolderInfo, or a dlock run), as status shows them; else by its
-// owner id, which is random unless chosen (WithOwner), or hidden (a Mutex's).
+// owner id's hash, or hidden (a Mutex's).
 func holderLabel(h dlock.Holder) string {
 	if h.Info != nil {
 		var parts []string
@@ -381,7 +382,10 @@ func holderLabel(h dlock.Holder) string {
 		}
 	}
 	if h.Owner == "" {
-		return "(owner hidden)"
+		return hiddenOwner
 	}
 	return printable(h.Owner)
 }
+
+// hiddenOwner stands for a Mutex holder's owner, a secret.
+const hiddenOwner = "(owner hidden)"

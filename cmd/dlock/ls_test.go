@@ -99,8 +99,8 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 		writersWaiting int
 	}{
 		{"m", "held", "Mutex", []string{""}, 1},
-		{"rw", "held", "RWMutex", []string{"ops-host/42/writer"}, 0},
-		{"readers", "shared", "RWMutex", []string{"r1", "r2"}, 0},
+		{"rw", "held", "RWMutex", []string{dlock.OwnerHash("ops-host/42/writer")}, 0},
+		{"readers", "shared", "RWMutex", slices.Sorted(slices.Values([]string{dlock.OwnerHash("r1"), dlock.OwnerHash("r2")})), 0},
 		{"sem", "shared", "Semaphore", []string{""}, 0},
 		{"precious", "foreign", "", nil, 0},
 	} {
@@ -145,7 +145,7 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ops-host/42/writer", "not dlock's", "1/3 permits", "r1", "r2"} {
+	for _, want := range []string{dlock.OwnerHash("ops-host/42/writer"), "not dlock's", "1/3 permits", dlock.OwnerHash("r1"), dlock.OwnerHash("r2")} {
 		if !strings.Contains(text, want) {
 			t.Errorf("ls does not show %q:\n%s", want, text)
 		}
@@ -153,6 +153,9 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 	_, jsonText, _ := runDlock(t, url, "ls", "--json", "--all")
 	if strings.Contains(text, ownerToken) || strings.Contains(jsonText, ownerToken) {
 		t.Fatalf("ls shows the Mutex's owner token %q:\n%s\n%s", ownerToken, text, jsonText)
+	}
+	if strings.Contains(text, "ops-host/42/writer") || strings.Contains(jsonText, "ops-host/42/writer") {
+		t.Fatalf("ls shows an owner id, which WithOwner joins its holds with:\n%s\n%s", text, jsonText)
 	}
 }
 
@@ -269,9 +272,9 @@ func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
 }
 
 // Issue 36.11: the holders column names a holder by the holder info it
-// stored (host, pid, program), as status does, rather than a random owner id
-// or "(owner hidden)"; a single holder too long for the column is cut, not
-// replaced by "…+1 more".
+// stored (host, pid, program), as status does, rather than its owner id's
+// hash or "(owner hidden)"; a single holder too long for the column is cut,
+// not replaced by "…+1 more".
 func TestLs_HoldersColumnShowsHolderInfoAndCutsALongOwner(t *testing.T) {
 	srv := redistest.Start(t)
 	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
@@ -279,8 +282,8 @@ func TestLs_HoldersColumnShowsHolderInfoAndCutsALongOwner(t *testing.T) {
 	web := dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "web-1", PID: 42, Program: "deploy.sh"})
 	must(locks.Mutex("m", web).Lock(ctx))
 	must(locks.RWMutex("rw", web).Lock(ctx)) // the call's owner: a random id
-	long := strings.Repeat("a-very-long-owner-id/", 5)
-	must(locks.RWMutex("long", dlock.WithOwner(long)).Lock(ctx))
+	long := dlock.HolderInfo{Hostname: strings.Repeat("a-very-long-host-name.", 4)}
+	must(locks.RWMutex("long", dlock.WithHolderInfo(long)).Lock(ctx))
 	code, stdout, stderr := runDlock(t, url, "ls")
 	if code != 0 {
 		t.Fatalf("ls: exit %d\n%s", code, stderr)
@@ -296,8 +299,8 @@ func TestLs_HoldersColumnShowsHolderInfoAndCutsALongOwner(t *testing.T) {
 			t.Errorf("%s: %q; want its holder shown by its info, web-1 pid 42 deploy.sh write", name, row)
 		}
 	}
-	if row := rows["long"]; !strings.Contains(row, "a-very-long-owner-id/a-very") || strings.Contains(row, "more") {
-		t.Errorf("long: %q; want the beginning of its one owner id, cut", row)
+	if row := rows["long"]; !strings.Contains(row, "a-very-long-host-name.a-very") || strings.Contains(row, "more") {
+		t.Errorf("long: %q; want the beginning of its one holder, cut", row)
 	}
 }
 

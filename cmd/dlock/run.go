@@ -243,11 +243,12 @@ func parseRunArgs(fs *flag.FlagSet, out *output) (name string, command []string,
 	return name, rest, 0, false
 }
 
-// ownerID names this run in `dlock status`: host, process and a random
-// part, since process ids repeat across containers and reboots.
+// ownerID is this run's owner id: host, process and 128 random bits.
+// Status shows its OwnerHash, and the host and pid (the holder info): the
+// random part keeps the id from being guessed back from them.
 func ownerID() string {
 	host, _ := os.Hostname()
-	var b [4]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s/pid-%d/%s", printable(host), os.Getpid(), hex.EncodeToString(b[:]))
 }
@@ -389,15 +390,15 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 func others(holders []dlock.Holder, self string) []dlock.Holder {
 	var rest []dlock.Holder
 	for _, h := range holders {
-		if h.Owner != self {
+		if h.Owner != dlock.OwnerHash(self) {
 			rest = append(rest, h)
 		}
 	}
 	return rest
 }
 
-// describeHolders names the holders of a lock but self, or counts a
-// Semaphore's permits.
+// describeHolders names the holders of a lock but self (as ls does), or
+// counts a Semaphore's permits.
 func describeHolders(info dlock.LockInfo, self string) string {
 	if info.Permits > 0 {
 		return fmt.Sprintf("%d of %d permits", permitsHeld(info), info.Permits)
@@ -405,11 +406,11 @@ func describeHolders(info dlock.LockInfo, self string) string {
 	holders := others(info.Holders, self)
 	parts := make([]string, 0, len(holders))
 	for _, h := range holders {
-		owner := printable(h.Owner)
-		if owner == "" {
-			owner = "a Mutex holder"
+		label := holderLabel(h)
+		if label == hiddenOwner {
+			label = "a Mutex holder"
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", owner, modeName(h), h.Holds))
+		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", label, modeName(h), h.Holds))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -419,7 +419,7 @@ func TestRun_BusyLockMessageQuietAndConflictExitCode(t *testing.T) {
 	}
 	defer held.Unlock(context.Background())
 	code, _, stderr := runDlock(t, url, "run", "--wait", "300ms", "busy", "--", "true")
-	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, "host-a/pid-7") ||
+	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, dlock.OwnerHash("host-a/pid-7")) ||
 		strings.Contains(stderr, "deadline") {
 		t.Fatalf("a busy lock: exit %d, stderr %q; want %d, saying busy and who holds it", code, stderr, exitNotAcquired)
 	}
@@ -509,7 +509,7 @@ func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
 func TestRun_WaitingOutsideATerminalIsReportedOnceAndSoIsTheAcquisition(t *testing.T) {
 	url, locks := testRedis(t)
 	ctx := context.Background()
-	held, err := locks.RWMutex("ci", dlock.WithOwner("host-a/pid-7")).Lock(ctx)
+	held, err := locks.RWMutex("ci", dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "host-a", PID: 7})).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +539,7 @@ func TestRun_WaitingOutsideATerminalIsReportedOnceAndSoIsTheAcquisition(t *testi
 		t.Fatalf("exit %d, stdout %q\nstderr: %s", code, &p.stdout, read())
 	}
 	lines := strings.Split(strings.TrimSuffix(read(), "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], `dlock run: waiting for "ci", held by host-a/pid-7 (write ×1)`) ||
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `dlock run: waiting for "ci", held by host-a pid 7 (write ×1)`) ||
 		!strings.HasPrefix(lines[1], `dlock run: acquired "ci" after `) {
 		t.Fatalf("stderr:\n%s\nwant a line saying the run waits, and for whom, then one saying it acquired the lock", read())
 	}
@@ -645,5 +645,16 @@ func TestRun_ANameHeldAsAnotherTypeIsNamedSo(t *testing.T) {
 			strings.Count(stderr, "dlock") != strings.Count(tc.want, "dlock") {
 			t.Errorf("dlock %q: exit %d, stderr:\n%s\nwant %d and:\n%s", tc.args, code, stderr, exitFailure, tc.want)
 		}
+	}
+}
+
+// A run's owner id joins its hold (WithOwner). Status shows its hash, and
+// the run's host and pid: 128 random bits keep the id from being guessed
+// back from them.
+func TestRun_OwnerIDCannotBeGuessedFromWhatStatusShows(t *testing.T) {
+	id := ownerID()
+	random := id[strings.LastIndex(id, "/")+1:]
+	if len(random) < 32 || id == ownerID() {
+		t.Fatalf("owner id %q: want 128 random bits (32 hex digits) after the host and pid", id)
 	}
 }
