@@ -9,11 +9,11 @@
 // call again: dlock's evalsha.go does that, in one place.
 //
 // Redis scripts cannot import one another, so what several scripts share is
-// prepended to them here: common.lua (the server's clock, expiring sorted
-// sets, waiter registration) and foreign.lua (how dlock's own keys are
-// recognised) to every script, hand_next.lua to the Mutex
-// and MultiLock scripts that free a lock, wake_next.lua to the others that
-// do,
+// prepended to them here, each script getting only the helpers it calls
+// (assemble.go): common.lua (the server's clock, expiring sorted sets,
+// waiter registration) and foreign.lua (how dlock's own keys are
+// recognised) to every script, hand_next.lua to the Mutex and MultiLock
+// scripts that free a lock, wake_next.lua to the others that do,
 // fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
 // to the Semaphore scripts, multi_lib.lua to the MultiLock scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
@@ -156,11 +156,11 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
 
-// script makes a script of parts, after the prelude: every script has the
-// shared helpers, whether or not it calls them (unused functions cost a
-// script nothing once Redis has cached it).
+// script makes a script of parts, after the prelude, with only the helpers
+// of the prelude and libraries that it calls (see assemble): Redis runs a
+// script's whole text at every call, and each function defined costs then.
 func script(parts ...string) *redis.Script {
-	src := prelude + strings.Join(parts, "")
+	src := assemble(append([]string{prelude}, parts...))
 	s := redis.NewScript(src)
 	sources[s] = src
 	return s
