@@ -90,7 +90,7 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 		return typeResult{}, err
 	}
 	defer c.Close()
-	r := dlock.NewRedlock(universal, dlock.WithTTL(benchTTL))
+	r := dlock.NewRedlock(universal, dlock.WithTTL(benchTTL), dlock.WithRestartGuard(0)) // fresh servers
 	pair := func() error {
 		lease, err := typ.lock(ctx, c, r)
 		if err != nil {
