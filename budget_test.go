@@ -44,32 +44,32 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		budget  int64 // per lock+unlock, on all servers
 		lock    func(c *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error)
 	}{
-		{"Mutex", 1, 15, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Mutex", 1, 14, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex("budget").Lock
 		}},
-		{"ReentrantMutex", 1, 37, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"ReentrantMutex", 1, 33, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.ReentrantMutex("budget").Lock
 		}},
-		{"RWMutex read", 1, 38, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"RWMutex read", 1, 34, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").RLock
 		}},
-		{"RWMutex write", 1, 37, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"RWMutex write", 1, 33, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").Lock
 		}},
-		{"FairMutex", 1, 17, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"FairMutex", 1, 16, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
-		{"Semaphore", 1, 29, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Semaphore", 1, 27, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
-		{"MultiLock of 3", 1, 40, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"MultiLock of 3", 1, 35, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.MultiLock([]string{"budget:a", "budget:b", "budget:c"}).Lock
 		}},
-		{"Election", 1, 20, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Election", 1, 19, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			e := c.Election("budget")
 			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "me") }
 		}},
-		{"Redlock of 3", 3, 48, func(_ *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Redlock of 3", 3, 45, func(_ *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return r.Mutex("budget").Lock
 		}},
 	}
@@ -111,7 +111,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 // then registers; the holder's release hands it the lock; the waiter
 // unlocks. The count is of the whole story.
 func TestCommandBudget_MutexHandOver(t *testing.T) {
-	const budget = 41
+	const budget = 39
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	holder := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget")

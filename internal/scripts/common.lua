@@ -2,11 +2,18 @@
 -- sorted sets scored by expiry in ms of that clock, and waiter
 -- registration, which most scripts share.
 
+-- The server's clock, read once per script: every TIME is a command the
+-- server runs, and a script is one moment (nothing else runs meanwhile).
+local clock_read = {}
+
 -- The server's clock in ms, and in µs.
 local function server_now()
-  local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return math.floor(us / 1000), us
+  if clock_read.us == nil then
+    local t = redis.call('TIME')
+    clock_read.us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_read.ms = math.floor(clock_read.us / 1000)
+  end
+  return clock_read.ms, clock_read.us
 end
 
 -- When member's entry in zset expires; nil when it is absent or expired.
@@ -186,11 +193,21 @@ end
 -- after its last mint (see scripts.FenceRetentionTTLs, which scripts.go
 -- puts before this file), so a name no longer used leaves no key behind.
 
+-- What foreign_key (foreign.lua) read of each counter it checked (false:
+-- nothing), taken by the next last_token of that counter instead of a GET
+-- of its own: nothing writes a counter in between but store_token, which
+-- comes after a last_token.
+local counter_reads = {}
+
 -- The last token minted from the counter fence, 0 when there is none; an
 -- error reply (WRONGTYPE, naming the key) when the key holds what dlock did
 -- not write there: another type, or a string that is not a token.
 local function last_token(fence)
-  local stored = redis.pcall('GET', fence)
+  local stored = counter_reads[fence]
+  counter_reads[fence] = nil
+  if stored == nil then
+    stored = redis.pcall('GET', fence)
+  end
   -- Tokens stay below 2^53 (exact in Lua and in JSON): a counter with no
   -- token left below it is no counter of dlock's.
   if stored and (type(stored) ~= 'string' or not string.match(stored, '^%d+$') or tonumber(stored) >= 2^53 - 1) then

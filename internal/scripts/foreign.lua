@@ -106,15 +106,17 @@ end
 
 -- The error for the first of these keys that holds what dlock did not
 -- write there, or nil: counters may hold strings (their digits are checked
--- where they are read), zsets and hashes that type with a TTL
--- (dlocks_beside). One command for the counters and one more when none of
--- the others exists, which is the case on a lock nobody waits for.
+-- where they are read: a counter's GET here is last_token's, see
+-- counter_reads), zsets and hashes that type with a TTL (dlocks_beside).
+-- One command a counter and one more when none of the others exists, which
+-- is the case on a lock nobody waits for.
 local function foreign_key(counters, zsets, hashes)
   for _, key in ipairs(counters) do
-    local kind = redis.call('TYPE', key).ok
-    if kind ~= 'none' and kind ~= 'string' then
-      return not_dlocks(key, 'a ' .. kind)
+    local stored, wrong = call_on(key, 'GET', key)
+    if wrong then
+      return wrong
     end
+    counter_reads[key] = stored or false
   end
   local keys = {}
   for _, key in ipairs(zsets) do keys[#keys + 1] = key end
@@ -174,7 +176,8 @@ local function foreign_counter(key)
   if wrong then
     return wrong
   end
-  local stored = redis.call('GET', key)
+  local stored = counter_reads[key] -- foreign_key's GET
+  counter_reads[key] = nil
   if stored and not tonumber(stored) then
     return not_dlocks(key, 'a string')
   end

@@ -138,9 +138,12 @@ local function wake(publish, now, writer_left)
 end
 
 -- Release one live hold and wake whoever can go: nil, or the error when
--- another program wrote over the state, which is left as it is.
-local function release_hold(member, publish, now)
-  local present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
+-- another program wrote over the state, which is left as it is. present is
+-- is_dlocks_state(STATE), when the caller has read it.
+local function release_hold(member, publish, now, present)
+  if present == nil then
+    present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
+  end
   local wrong = not present and foreign_state(STATE)
   if wrong then
     return wrong
