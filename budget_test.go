@@ -47,13 +47,13 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"Mutex", 1, 14, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex("budget").Lock
 		}},
-		{"ReentrantMutex", 1, 33, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"ReentrantMutex", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.ReentrantMutex("budget").Lock
 		}},
-		{"RWMutex read", 1, 34, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"RWMutex read", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").RLock
 		}},
-		{"RWMutex write", 1, 33, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"RWMutex write", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").Lock
 		}},
 		{"FairMutex", 1, 16, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
@@ -62,7 +62,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"Semaphore", 1, 27, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
-		{"MultiLock of 3", 1, 35, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"MultiLock of 3", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.MultiLock([]string{"budget:a", "budget:b", "budget:c"}).Lock
 		}},
 		{"Election", 1, 19, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {

@@ -228,9 +228,10 @@ local function store_token(fence, token, ttl)
 end
 
 -- Mint the next token from the counter fence, for a hold of ttl ms: the
--- token, or last_token's error reply with nothing changed.
-local function mint_token(fence, ttl)
-  local last = last_token(fence)
+-- token, or last_token's error reply with nothing changed. last: the
+-- counter's last_token, when the caller has read it since it last wrote.
+local function mint_token(fence, ttl, last)
+  last = last or last_token(fence)
   if type(last) ~= 'number' then
     return last
   end
@@ -416,14 +417,6 @@ local function handover_message(id, ref, token, px)
   return message .. token_text(token) .. ':' .. px
 end
 
--- Every command dlock's scripts run on keys (TestScripts_RightsCoverEveryCommand
--- keeps the list whole). Redis does not undo a script's writes when a later
--- command in it is refused by an ACL: a user missing one right could leave
--- a hold written and its expiry not, held for good.
-local SCRIPT_COMMANDS = {'del', 'exists', 'get', 'hdel', 'hget', 'hincrby', 'hlen', 'hmget', 'hset',
-  'pexpire', 'pexpireat', 'pttl', 'rename', 'set', 'time', 'type', 'zadd', 'zcard', 'zcount',
-  'zpopmin', 'zrange', 'zrangebyscore', 'zrem', 'zremrangebyscore', 'zscore'}
-
 -- rights_refused is an acquire's first step: a NOPERM error, before anything
 -- is written, when the user running the script may not run one of
 -- SCRIPT_COMMANDS on key (a key of the lock's: its slot, its prefix); else
@@ -431,11 +424,18 @@ local SCRIPT_COMMANDS = {'del', 'exists', 'get', 'hdel', 'hget', 'hincrby', 'hle
 -- miniredis has none), nothing is checked. Nor for a user allowed FLUSHALL
 -- and key, such as the default user: one who may wipe every key is taken
 -- to be allowed the commands above, which saves the default user the
--- checks' cost (about 0.3 µs each, some 25 in all).
+-- checks' cost (about 0.3 µs each, some 25 in all), and the list's.
 local function rights_refused(key)
   if redis.acl_check_cmd == nil or (redis.acl_check_cmd('flushall') and redis.acl_check_cmd('del', key)) then
     return nil
   end
+  -- Every command dlock's scripts run on keys (TestScripts_RightsCoverEveryCommand
+  -- keeps the list whole). Redis does not undo a script's writes when a later
+  -- command in it is refused by an ACL: a user missing one right could leave
+  -- a hold written and its expiry not, held for good.
+  local SCRIPT_COMMANDS = {'del', 'exists', 'get', 'hdel', 'hget', 'hincrby', 'hlen', 'hmget', 'hset',
+    'pexpire', 'pexpireat', 'pttl', 'rename', 'set', 'time', 'type', 'zadd', 'zcard', 'zcount',
+    'zpopmin', 'zrange', 'zrangebyscore', 'zrem', 'zremrangebyscore', 'zscore'}
   for _, command in ipairs(SCRIPT_COMMANDS) do
     local args = command == 'time' and {} or {key}
     if not redis.acl_check_cmd(command, unpack(args)) then
