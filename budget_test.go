@@ -59,7 +59,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"FairMutex", 1, 16, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
-		{"Semaphore", 1, 27, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Semaphore", 1, 26, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
 		{"MultiLock of 3", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {

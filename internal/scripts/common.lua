@@ -134,9 +134,10 @@ end
 -- Keep key for at least ms more, never less than it had: a set of waiters
 -- must outlive its longest registration, whoever registered last and for
 -- however short (waiters in different processes refresh at different
--- rates). A key just made has no expiry (-1) and gets this one.
+-- rates). A key just made has no expiry (-1) and gets this one. One
+-- command where the expiry moves later, the case of a renewal.
 local function keep_at_least(key, ms)
-  if redis.call('PTTL', key) < tonumber(ms) then
+  if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) == -1 then
     redis.call('PEXPIRE', key, ms)
   end
 end
@@ -193,10 +194,10 @@ end
 -- after its last mint (see scripts.FenceRetentionTTLs, which scripts.go
 -- puts before this file), so a name no longer used leaves no key behind.
 
--- What foreign_key (foreign.lua) read of each counter it checked (false:
--- nothing), taken by the next last_token of that counter instead of a GET
--- of its own: nothing writes a counter in between but store_token, which
--- comes after a last_token.
+-- What each counter holds, as this script read it (foreign_key in
+-- foreign.lua, last_token) or wrote it (store_token); false: nothing. A
+-- script reads a counter from Redis once: every write to one goes through
+-- store_token, but redlock_fence.lua's, its last command.
 local counter_reads = {}
 
 -- The last token minted from the counter fence, 0 when there is none; an
@@ -204,9 +205,9 @@ local counter_reads = {}
 -- not write there: another type, or a string that is not a token.
 local function last_token(fence)
   local stored = counter_reads[fence]
-  counter_reads[fence] = nil
   if stored == nil then
     stored = redis.pcall('GET', fence)
+    counter_reads[fence] = stored
   end
   -- Tokens stay below 2^53 (exact in Lua and in JSON): a counter with no
   -- token left below it is no counter of dlock's.
@@ -224,7 +225,8 @@ end
 
 -- Set the counter fence to token, for FENCE_RETENTION_TTLS times ttl ms.
 local function store_token(fence, token, ttl)
-  redis.call('SET', fence, token_text(token), 'PX', FENCE_RETENTION_TTLS * tonumber(ttl))
+  counter_reads[fence] = token_text(token)
+  redis.call('SET', fence, counter_reads[fence], 'PX', FENCE_RETENTION_TTLS * tonumber(ttl))
 end
 
 -- Mint the next token from the counter fence, for a hold of ttl ms: the

@@ -106,8 +106,7 @@ end
 
 -- The error for the first of these keys that holds what dlock did not
 -- write there, or nil: counters may hold strings (their digits are checked
--- where they are read: a counter's GET here is last_token's, see
--- counter_reads), zsets and hashes that type with a TTL (dlocks_beside).
+-- where they are read: last_token takes the GET here, see counter_reads), zsets and hashes that type with a TTL (dlocks_beside).
 -- One command a counter and one more when none of the others exists, which
 -- is the case on a lock nobody waits for.
 local function foreign_key(counters, zsets, hashes)
