@@ -106,9 +106,10 @@ end
 
 -- The error for the first of these keys that holds what dlock did not
 -- write there, or nil: counters may hold strings (their digits are checked
--- where they are read: last_token takes the GET here, see counter_reads), zsets and hashes that type with a TTL (dlocks_beside).
--- One command a counter and one more when none of the others exists, which
--- is the case on a lock nobody waits for.
+-- where they are read: last_token takes the GET here, see counter_reads),
+-- zsets and hashes that type with a TTL (dlocks_beside). One command a
+-- counter and one more when none of the others exists, which is the case
+-- on a lock nobody waits for.
 local function foreign_key(counters, zsets, hashes)
   for _, key in ipairs(counters) do
     local stored, wrong = call_on(key, 'GET', key)
@@ -120,7 +121,9 @@ local function foreign_key(counters, zsets, hashes)
   local keys = {}
   for _, key in ipairs(zsets) do keys[#keys + 1] = key end
   for _, key in ipairs(hashes) do keys[#keys + 1] = key end
-  if #keys == 0 or redis.call('EXISTS', unpack(keys)) == 0 then
+  -- One EXISTS for several keys; a single key's PTTL (dlocks_beside) says
+  -- as much, and is needed when the key is there.
+  if #keys == 0 or #keys > 1 and redis.call('EXISTS', unpack(keys)) == 0 then
     return nil
   end
   for i, key in ipairs(keys) do
