@@ -258,22 +258,17 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithRestartGuard sets the restart guard of a [Redlock]: a node votes only
-// once it has been up for at least d, or for the longest TTL the Redlock
-// has used, whichever is longer (default [DefaultRestartGuard]). Give the
-// longest TTL or lease time that any client of these nodes may use, in any
-// process. WithRestartGuard(0) turns the guard off: only for nodes that
-// persist every write (appendonly yes, appendfsync always).
-//
-// Why: a node that restarted without persistence has forgotten the locks
-// it held, and its vote could let a second owner in beside one whose hold
-// it lost (the Redlock algorithm's delayed restart). A process that first
-// meets a node after its restart cannot tell it from a new node, so the
-// guard goes by the node's uptime alone, whatever this process saw before:
-// a node started less than d ago does not vote, even on a new deployment.
-// Each node tells its uptime to the second (INFO server); the guard counts
-// the least it can be. Reading it needs +info (see the README's ACL).
-// A node whose uptime cannot be read does not vote: its [NodeError] says
-// why. Only a Redlock takes it.
+// once it has had its data for at least d, or for the longest TTL the
+// Redlock has used, whichever is longer (default [DefaultRestartGuard]): a
+// node that lost writes (a restart without persistence, a failover to a
+// replica that missed them) could let a second owner in. That time counts
+// from the node's start (its uptime: a new deployment waits too), or from
+// when this process sees a master other than the one it saw behind the
+// client, or first meets one promoted since it started. A node that is not
+// a master, or whose INFO cannot be read (+info), does not vote; its
+// [NodeError] says why. Give d the longest TTL any process uses.
+// WithRestartGuard(0) turns it off: only for nodes that persist every
+// write (appendfsync always) and are never failed over.
 func WithRestartGuard(d time.Duration) Option {
 	return func(s *settings) { s.restartGuard, s.given = d, s.given|optRestartGuard }
 }

@@ -29,8 +29,8 @@ import (
 // drift + 2 ms); fencing tokens strictly increase from one holder to the
 // next. What it does not: it cannot stop a holder paused past its deadline
 // from acting (use the token), and it relies on timing: a node whose clock
-// jumps forward, or that loses writes on restart while the guard is off,
-// can let two owners in.
+// jumps forward, or that loses writes (a restart, a failover) while the
+// guard is off, or unseen by it (docs/SAFETY.md), can let two owners in.
 //
 // Each operation goes to every node at once, each answer bounded by
 // [WithNodeTimeout]. A failed acquisition releases what it took on every
@@ -38,15 +38,15 @@ import (
 // random delay rather than being woken: a release on a majority is not one
 // event any node could announce.
 //
-// A node votes only once it has been up for the restart guard (see
+// A node votes only once it has had its data for the restart guard (see
 // [WithRestartGuard]; by default the longest TTL in use, at least
-// [DefaultRestartGuard]): nodes started or restarted less than that ago,
-// a new deployment's too, do not count toward a quorum, and each attempt's
-// [*QuorumError] names them. NewRedlock adds a hook to each client that
-// counts the connections it opens: the guard reads a node's uptime (INFO,
-// which the client's user needs) after each reconnection, which a restart
-// forces. Each client should reach one master: a Client, or a failover
-// client.
+// [DefaultRestartGuard]): nodes started, restarted or failed over less
+// than that ago, a new deployment's too, do not count toward a quorum,
+// and each attempt's [*QuorumError] names them. NewRedlock adds a hook to
+// each client that counts the connections it opens: after each, which a
+// restart or a failover forces, the guard reads the node's INFO (the
+// client's user needs +info). Each client should reach one master: a
+// Client, or a failover client, whose failovers the guard counts.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings

@@ -1,6 +1,6 @@
 module github.com/dlockio/dlock/bench
 
-go 1.26.8
+go 1.26.0
 
 require github.com/dlockio/dlock v0.0.0
 

@@ -55,5 +55,7 @@
 // package measures locks, not commands.
 //
 // Owner tokens, the secrets that prove a hold, never reach this package;
-// fencing tokens are attributes of spans only.
+// fencing tokens are attributes of spans only. redisotel records every
+// command's arguments, owner tokens among them, as db.statement: use
+// redisotel.WithDBStatement(false) beside dlock.
 package dlockotel
