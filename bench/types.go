@@ -17,37 +17,41 @@ import (
 // A lockType is one of dlock's lock types, for workload 6: lock takes it
 // once on the servers addrs (one, or a Redlock's three).
 type lockType struct {
-	name    string
-	servers int
-	lock    func(ctx context.Context, c *dlock.Client, r *dlock.Redlock) (*dlock.Lease, error)
+	name       string
+	servers    int
+	restricted bool // the client logs in as a user with the README's rights, not as the default user
+	lock       func(ctx context.Context, c *dlock.Client, r *dlock.Redlock) (*dlock.Lease, error)
 }
 
 var lockTypes = []lockType{
-	{"Mutex", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"Mutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.Mutex("bench:mutex").Lock(ctx)
 	}},
-	{"ReentrantMutex", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"Mutex, the README's ACL user", 1, true, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.Mutex("bench:mutex").Lock(ctx)
+	}},
+	{"ReentrantMutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.ReentrantMutex("bench:reentrant").Lock(ctx)
 	}},
-	{"RWMutex read", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"RWMutex read", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.RWMutex("bench:rw").RLock(ctx)
 	}},
-	{"RWMutex write", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"RWMutex write", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.RWMutex("bench:rw").Lock(ctx)
 	}},
-	{"FairMutex", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"FairMutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.FairMutex("bench:fair").Lock(ctx)
 	}},
-	{"Semaphore", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"Semaphore", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.Semaphore("bench:sem", 4).Acquire(ctx)
 	}},
-	{"MultiLock of 3", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"MultiLock of 3", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.MultiLock([]string{"bench:a", "bench:b", "bench:c"}).Lock(ctx)
 	}},
-	{"Election", 1, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+	{"Election", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.Election("bench:election").Campaign(ctx, "me")
 	}},
-	{"Redlock, per node", 3, func(ctx context.Context, _ *dlock.Client, r *dlock.Redlock) (*dlock.Lease, error) {
+	{"Redlock, per node", 3, false, func(ctx context.Context, _ *dlock.Client, r *dlock.Redlock) (*dlock.Lease, error) {
 		return r.Mutex("bench:redlock").Lock(ctx)
 	}},
 }
@@ -85,7 +89,19 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 		defer rdb.Close()
 		nodes, universal = append(nodes, rdb), append(universal, rdb)
 	}
-	c, err := dlock.New(nodes[0], dlock.WithTTL(benchTTL))
+	rdb := nodes[0]
+	if typ.restricted {
+		args := []any{"ACL", "SETUSER", "locks", "reset", "on", ">secret"}
+		for _, rule := range append(redistest.DlockACL, "+info") {
+			args = append(args, rule)
+		}
+		if err := rdb.Do(ctx, args...).Err(); err != nil {
+			return typeResult{}, err
+		}
+		rdb = redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, Username: "locks", Password: "secret"})
+		defer rdb.Close()
+	}
+	c, err := dlock.New(rdb, dlock.WithTTL(benchTTL))
 	if err != nil {
 		return typeResult{}, err
 	}
