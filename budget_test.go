@@ -111,7 +111,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 // then registers; the holder's release hands it the lock; the waiter
 // unlocks. The count is of the whole story.
 func TestCommandBudget_MutexHandOver(t *testing.T) {
-	const budget = 39
+	const budget = 38
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	holder := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget")

@@ -40,13 +40,14 @@ end
 
 -- Pop the next live registration of a set of waiters (scored by expiry):
 -- its member and the ms it had left, or nil when none is left. Expired
--- entries are dropped on the way. The caller has recognised waiters as
--- dlock's (dlocks_beside in foreign.lua): this changes it.
+-- entries are dropped on the way. The caller has found waiters with a TTL
+-- (poppable in foreign.lua): ZPOPMIN tells the rest of dlocks_beside's rule,
+-- failing on a key of another type and changing nothing (nobody waits).
 local function pop_live(waiters)
   local now
   while true do
-    local popped = redis.call('ZPOPMIN', waiters)
-    if #popped == 0 then
+    local popped = redis.pcall('ZPOPMIN', waiters)
+    if popped.err or #popped == 0 then
       return nil
     end
     if now == nil then -- no clock reading when nobody waits

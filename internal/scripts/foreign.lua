@@ -104,6 +104,14 @@ local function dlocks_beside(key, want)
   return true
 end
 
+-- Whether a set of waiters may be popped (pop_live in common.lua): it has a
+-- TTL, and pop_live's ZPOPMIN finds whether it is a sorted set, so that
+-- only a sorted set with a TTL (dlocks_beside's rule) changes. One command
+-- fewer than dlocks_beside, on every release that finds waiters.
+local function poppable(waiters)
+  return redis.call('PTTL', waiters) >= 0
+end
+
 -- The error for the first of these keys that holds what dlock did not
 -- write there, or nil: counters may hold strings (their digits are checked
 -- where they are read: last_token takes the GET here, see counter_reads),

@@ -27,7 +27,7 @@
 -- client alone, the lock's channel followed by ':client': the waiter holds
 -- the lock without another round trip, and no other client is disturbed.
 -- Expired registrations are dropped on the way. A waiters key
--- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
+-- dlock did not write (see poppable in foreign.lua) is left as it is
 -- and hands to nobody, rather than failing the release.
 
 -- The parts of a Mutex waiter's registration: its client's tag, waiter id,
@@ -53,7 +53,7 @@ end
 local function hand_next(lock, fence, waiters, channel, publish, holder)
   drop_holder_info(holder)
   local waiter, left
-  if dlocks_beside(waiters, 'zset') then
+  if poppable(waiters) then
     waiter, left = pop_live(waiters)
   end
   if waiter == nil then
