@@ -44,7 +44,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		budget  int64 // per lock+unlock, on all servers
 		lock    func(c *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error)
 	}{
-		{"Mutex", 1, 14, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Mutex", 1, 13, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex("budget").Lock
 		}},
 		{"ReentrantMutex", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
@@ -56,7 +56,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"RWMutex write", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").Lock
 		}},
-		{"FairMutex", 1, 16, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"FairMutex", 1, 15, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
 		{"Semaphore", 1, 26, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
@@ -111,7 +111,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 // then registers; the holder's release hands it the lock; the waiter
 // unlocks. The count is of the whole story.
 func TestCommandBudget_MutexHandOver(t *testing.T) {
-	const budget = 38
+	const budget = 36
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	holder := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget")

@@ -65,6 +65,7 @@ type clientHold struct {
 	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
 	group     *groupTokens
 	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
+	noInfo    bool       // taken without holder info (WithHolderInfo): its release has none to remove
 
 	// Owned by the Client's renewer, under its lock.
 	nextRenew time.Time
@@ -96,7 +97,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
 			log: spec.cfg.logger, ttl: ttl, renew: autoRenew, clock: c.clock},
 		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, mark: spec.mark, tombstone: spec.tombstone,
-			ack: spec.cfg.ack, heapIndex: -1},
+			ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
@@ -205,7 +206,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	defer cancel()
 	// The mark is named at release, not kept from the grant: a held lease
 	// costs a Client's memory for as long as it is held (see 10000Held).
-	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 2, 3) // room for a tombstone, and a hold's token
+	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 2, 4) // room for a tombstone, a hold's token and noInfo
 	// The mark's lifetime, then the tombstone's (a place-holder when no
 	// tombstone is written), then the hold's tokens, which tell a hold a
 	// late copy of its grant took anew (minted_anew in common.lua).
@@ -216,7 +217,9 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
 		last = append(last, h.tombstone)
 	}
-	if h.group == nil {
+	if h.group == nil && h.noInfo {
+		extra = append(extra, l.token, "0") // a Mutex's and FairMutex's release then reads no holder info
+	} else if h.group == nil {
 		extra = append(extra, l.token)
 	} else {
 		for _, token := range h.group.tokens {
