@@ -140,3 +140,24 @@ func TestCommandBudget_MutexHandOver(t *testing.T) {
 		}
 	}
 }
+
+// An Extend, as each renewal: a Mutex hold taken without holder info
+// reads none.
+func TestCommandBudget_MutexExtend(t *testing.T) {
+	const budget = 3
+	ctx := ctxFor(t, 30*time.Second)
+	srv := redistest.Start(t)
+	lease, err := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extend := func() {
+		if err := lease.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extend() // scripts loaded
+	if n := commandsOf(t, ctx, []*redistest.Server{srv}, extend); n != budget {
+		t.Fatalf("an Extend ran %d Redis commands; its budget is %d", n, budget)
+	}
+}

@@ -12,7 +12,8 @@ import (
 // leaseKind is what differs between lock types: the scripts that renew,
 // release, inspect and give up one hold. Every kind's scripts take the owner
 // token as ARGV[1]; extend takes the TTL in ms as ARGV[2], then shortens from
-// Lease.Extend only (a renewal never shortens a hold), and returns 1 or 0;
+// Lease.Extend only (a renewal never shortens a hold), then infoArg, and
+// returns 1 or 0;
 // release and abandon take the publish command as ARGV[2] (abandon then the
 // tombstone's lifetime in ms and the waiter id; release then its mark's
 // lifetime in ms, the mark being its last KEY, see releaseMark, and from a
@@ -123,11 +124,23 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	return l
 }
 
+// infoArg tells a Mutex's or FairMutex's extend and release whether the
+// hold stored holder info: "0" spares them reading it. The other types'
+// scripts take none. Boxed once: a release allocates nothing for it.
+func (h *clientHold) infoArg() any {
+	if h.noInfo {
+		return boxedNoInfo
+	}
+	return boxedInfo
+}
+
+var boxedNoInfo, boxedInfo any = "0", "1"
+
 func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
 	l := h.lease
-	args := []any{l.owner, ttl.Milliseconds()}
+	args := []any{l.owner, ttl.Milliseconds(), lengthens, h.infoArg()}
 	if explicit {
-		args = append(args, shortens)
+		args[2] = shortens
 	}
 	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
 	var ackErr error
@@ -217,10 +230,8 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
 		last = append(last, h.tombstone)
 	}
-	if h.group == nil && h.noInfo {
-		extra = append(extra, l.token, "0") // a Mutex's and FairMutex's release then reads no holder info
-	} else if h.group == nil {
-		extra = append(extra, l.token)
+	if h.group == nil {
+		extra = append(extra, l.token, h.infoArg())
 	} else {
 		for _, token := range h.group.tokens {
 			extra = append(extra, token)
