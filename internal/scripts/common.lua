@@ -47,6 +47,9 @@ local function pop_live(waiters)
   local now
   while true do
     local popped = redis.pcall('ZPOPMIN', waiters)
+    if popped.err and not string.find(popped.err, 'WRONGTYPE', 1, true) then
+      error(popped) -- as redis.call would: a refused right, say
+    end
     if popped.err or #popped == 0 then
       return nil
     end
