@@ -47,19 +47,19 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"Mutex", 1, 13, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex("budget").Lock
 		}},
-		{"ReentrantMutex", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"ReentrantMutex", 1, 30, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.ReentrantMutex("budget").Lock
 		}},
-		{"RWMutex read", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"RWMutex read", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").RLock
 		}},
-		{"RWMutex write", 1, 31, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"RWMutex write", 1, 30, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").Lock
 		}},
 		{"FairMutex", 1, 15, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
-		{"Semaphore", 1, 26, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Semaphore", 1, 27, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
 		{"MultiLock of 3", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {

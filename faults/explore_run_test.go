@@ -319,6 +319,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		hooks = append(hooks, p.hook)
 		p.renewed = newLeaseRenewals()
 		observer := &dlock.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
+		if s.has("slowobserver") {
+			observer.Renewal = slowRenewals(s.Seed, s.process[c], p.renewed.observe)
+		}
 		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer)}, env.failover.options()...)...)
 		if err != nil {
 			panic(err) // the options are the explorer's own
@@ -483,9 +486,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	return out
 }
 
-// expectedAcquireError: refusals and the caller's own cancellation.
+// expectedAcquireError: refusals, the caller's own cancellation, and a
+// Redlock's quorum missed (nodes slow under the load, or held).
 func expectedAcquireError(err error) bool {
-	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	var quorum *dlock.QuorumError
+	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &quorum)
 }
 
 // runOp makes one operation: acquire, write with the token, hold (maybe
@@ -849,7 +855,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 }
 
 // quiet reports whether no fault of the run could make h lost: none at
-// all but Extend and SCRIPT FLUSH, or, on a cluster, pauses or graceful
+// all but Extend, SCRIPT FLUSH and a slow observer, or, on a cluster, pauses or graceful
 // failovers of nodes that hold none of h's locks (paused names the locks
 // on paused or failed-over nodes). A lease
 // lost in a quiet run is a bug: a renewal that should have got through.
@@ -857,6 +863,7 @@ func quiet(s *schedule, h hold, paused map[string]bool) bool {
 	for _, f := range s.Faults {
 		switch {
 		case f == "extend", f == "scriptflush", f == "crash", f == "child": // a crash costs only the dead process's holds
+		case f == "slowobserver": // a slow Observer costs no lease its renewal
 		case f == "pause" && s.Cluster, f == "cfailover": // a graceful failover stops its shard's writes a while
 			for name := range h.tokens {
 				if paused[name] {
@@ -1068,10 +1075,10 @@ func waitKeysGone(ctx context.Context, now func() time.Time, deadline time.Time,
 
 // keptFor is how long a key may outlive every hold, by its kind (the part
 // of its name after the lock's): fencing counters FenceRetentionTTLs hold
-// TTLs (longestTTL), tombstones a minute, release marks
-// CleanupTimeout; a Semaphore's number of permits and a Redlock master's
-// fencing counter have no expiry, by design (redlock_fence.lua). Anything
-// else must be gone.
+// TTLs (longestTTL), tombstones a minute, release marks CleanupTimeout, a
+// Semaphore's number of permits a TTL (it expires with the last permit);
+// a Redlock master's fencing counter has no expiry, by design
+// (redlock_fence.lua). Anything else must be gone.
 func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	switch {
 	case strings.HasSuffix(key, ":fence") && redlock:
@@ -1083,7 +1090,7 @@ func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	case strings.Contains(key, ":released:"):
 		return dlock.CleanupTimeout, false
 	case strings.HasSuffix(key, ":permits"):
-		return 0, true
+		return longestTTL, false
 	}
 	return 0, false
 }

@@ -142,8 +142,9 @@ local function wake(publish, now, writer_left, held)
 end
 
 -- Release one live hold and wake whoever can go: nil, or the error when
--- another program wrote over the state, which is left as it is. present is
--- is_dlocks_state(STATE), when the caller has read it.
+-- another program wrote over the state, which is left as it is. The wake's
+-- PUBLISH comes last: one an ACL refuses finds the hold released. present
+-- is is_dlocks_state(STATE), when the caller has read it.
 local function release_hold(member, publish, now, present)
   if present == nil then
     present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
@@ -155,8 +156,8 @@ local function release_hold(member, publish, now, present)
   purge(now, present) -- only holds with this hold in them: its id is secret, so dlock wrote them
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member, present)
-  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES') -- wake and expire_with_last read it
-  wake(publish, now, mode == 'w' and left <= 0, #last > 0)
+  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES') -- expire_with_last and wake read it
   expire_with_last(last)
+  wake(publish, now, mode == 'w' and left <= 0, #last > 0)
   return nil
 end
