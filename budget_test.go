@@ -69,7 +69,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 			e := c.Election("budget")
 			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "me") }
 		}},
-		{"Redlock of 3", 3, 45, func(_ *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Redlock of 3", 3, 42, func(_ *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return r.Mutex("budget").Lock
 		}},
 	}

@@ -306,8 +306,11 @@ end
 -- then, and the copy took the lock after it; this resend lets that go.
 local function taken_since(fence, token, mark)
   token = tonumber(token)
+  if token == nil then -- nothing to compare: no read (a Redlock's release)
+    return false
+  end
   local last = last_token(fence)
-  return token ~= nil and type(last) == 'number' and last > token and not released_before(mark)
+  return type(last) == 'number' and last > token and not released_before(mark)
 end
 
 -- Whether a hold a release found its owner's was taken anew since the
