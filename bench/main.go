@@ -26,6 +26,7 @@ func main() {
 	quick := flag.Bool("quick", false, "one short round and a short hold: a smoke test, not a result")
 	out := flag.String("out", "RESULTS.md", "where to write the results")
 	typesOnly := flag.Bool("types", false, "only workload 6, dlock's types one by one: per-script server µs in seconds")
+	readme := flag.String("readme", "", "also rewrite the table between the bench markers in this file (../README.md)")
 	only := flag.String("libs", "", "comma-separated libraries to run besides ideal (default: all), for a quicker look")
 	flag.Parse()
 	if *only != "" {
@@ -107,6 +108,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(report)
+	if *readme != "" {
+		if err := writeReadme(*readme, readmeTable(rows, typeRows, *quick)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 }
 
 // machine describes where the run ran.
