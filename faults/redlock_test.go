@@ -251,6 +251,7 @@ func TestScenario11_RedlockValidityUnderSlowNodes(t *testing.T) {
 // nodes vote and the second owner gets in. The first owner's next renewal
 // reports the loss in every case.
 func TestScenario12_RedlockRestartedNodes(t *testing.T) {
+	t.Parallel()
 	const guard = 5 * time.Second
 	for _, tc := range []struct {
 		what  string
