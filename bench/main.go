@@ -26,6 +26,7 @@ func main() {
 	quick := flag.Bool("quick", false, "one short round and a short hold: a smoke test, not a result")
 	out := flag.String("out", "RESULTS.md", "where to write the results")
 	typesOnly := flag.Bool("types", false, "only workload 6, dlock's types one by one: per-script server µs in seconds")
+	readme := flag.String("readme", "", "also rewrite the table between the bench markers in this file (../README.md)")
 	only := flag.String("libs", "", "comma-separated libraries to run besides ideal (default: all), for a quicker look")
 	flag.Parse()
 	if *only != "" {
@@ -70,7 +71,10 @@ func main() {
 		for _, lib := range order {
 			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", round+1, *rounds, lib.name)
 			r := run{lib: lib, addr: addrs[lib.name], admin: redisClient(addrs[lib.name]), round: round, scale: scale}
-			if err := rows[lib.name].measure(ctx, r); err != nil {
+			mctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a hung peer fails its row
+			err := rows[lib.name].measure(mctx, r)
+			cancel()
+			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %v\n", lib.name, err)
 				rows[lib.name].failed = err.Error()
 			}
@@ -83,7 +87,11 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "10,000 leases held for %v: %s\n", *hold, lib.name)
 		r := run{lib: lib, addr: addrs[lib.name], admin: redisClient(addrs[lib.name]), round: *rounds, scale: scale}
-		res, err := r.held(ctx, *hold)
+		// A peer that hangs (rueidislock once did, taking a lease) must not
+		// hang the run: it fails its row instead.
+		hctx, cancel := context.WithTimeout(ctx, *hold+time.Minute)
+		res, err := r.held(hctx, *hold)
+		cancel()
 		_ = r.admin.Close()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", lib.name, err)
@@ -107,6 +115,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(report)
+	if *readme != "" {
+		if err := writeReadme(*readme, readmeTable(rows, typeRows, *quick)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 }
 
 // machine describes where the run ran.

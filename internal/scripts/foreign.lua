@@ -21,8 +21,12 @@
 local STATE_MARK, STATE_KIND = 'dlock', 'rw'
 
 -- The error a script returns for key, which holds what (a value of that
--- type) that dlock did not write.
+-- type) that dlock did not write; or a Mutex's owner token, which another
+-- type of lock read there.
 local function not_dlocks(key, what)
+  if redis.call('TYPE', key).ok == 'string' and string.find(redis.call('GET', key), OWNER_TOKEN) then
+    return redis.error_reply('WRONGTYPE ' .. key .. " holds a Mutex's hold: another type of lock than this one")
+  end
   return redis.error_reply('WRONGTYPE ' .. key .. ' holds ' .. what .. ' that dlock did not write')
 end
 
@@ -33,7 +37,11 @@ local function call_on(key, ...)
   local reply = redis.pcall(...)
   if type(reply) == 'table' and reply.err then
     if string.find(reply.err, 'WRONGTYPE', 1, true) then
-      return nil, not_dlocks(key, 'a ' .. redis.call('TYPE', key).ok)
+      local kind = redis.call('TYPE', key).ok
+      if kind == 'string' then
+        return nil, not_dlocks(key, 'a string')
+      end
+      return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ": another type of lock's, or what dlock did not write")
     end
     return nil, reply
   end
