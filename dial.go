@@ -24,10 +24,15 @@ type dialFailure struct {
 	at  time.Time
 }
 
-// watchDials adds a dialWatch to rdb. It costs nothing per command.
+// watchDials adds a dialWatch to rdb. It costs nothing per command. A
+// Cluster client dials through its nodes' clients, not its own hooks: the
+// watch hears the nodes made from now on.
 func watchDials(rdb redis.UniversalClient) *dialWatch {
 	w := &dialWatch{}
 	rdb.AddHook(w)
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		cluster.OnNewNode(func(node *redis.Client) { node.AddHook(w) })
+	}
 	return w
 }
 
