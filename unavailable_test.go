@@ -140,16 +140,19 @@ func TestUnreachable_ATryLockCutShortWhileDialingSaysConnectionRefused(t *testin
 		"Client":        redis.NewClient(&redis.Options{Addr: dead, DialerRetries: 1000, DialerRetryBackoff: again}),
 		"ClusterClient": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{dead}, DialerRetries: 1000, DialerRetryBackoff: again}),
 	} {
-		t.Cleanup(func() { _ = rdb.Close() })
-		var seen outcomes
-		c := newClient(t, rdb, dlock.WithObserver(seen.observer()))
-		ctx, cancel := context.WithTimeout(ctxFor(t, time.Minute), 300*time.Millisecond)
-		_, err := c.Mutex("m").TryLock(ctx)
-		cancel()
-		unreachable(t, kind+": TryLock with a deadline", err, "connection refused")
-		if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
-			t.Errorf("%s: TryLock: %v, outcome %q; want DeadlineExceeded too, outcome error", kind, err, seen.last())
-		}
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // each Close waits out its call's clean-up, sent to the dead port
+			t.Cleanup(func() { _ = rdb.Close() })
+			var seen outcomes
+			c := newClient(t, rdb, dlock.WithObserver(seen.observer()))
+			ctx, cancel := context.WithTimeout(ctxFor(t, time.Minute), 300*time.Millisecond)
+			_, err := c.Mutex("m").TryLock(ctx)
+			cancel()
+			unreachable(t, "TryLock with a deadline", err, "connection refused")
+			if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+				t.Errorf("TryLock: %v, outcome %q; want DeadlineExceeded too, outcome error", err, seen.last())
+			}
+		})
 	}
 }
 
