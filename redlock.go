@@ -45,8 +45,11 @@ import (
 // and each attempt's [*QuorumError] names them. NewRedlock adds a hook to
 // each client that counts the connections it opens: after each, which a
 // restart or a failover forces, the guard reads the node's INFO (the
-// client's user needs +info). Each client should reach one master: a
-// Client, or a failover client, whose failovers the guard counts.
+// client's user needs +info). Each client must reach one master: a
+// Client, or a failover client, whose failovers the guard counts. A Ring
+// or ClusterClient is refused, matching [ErrInvalid]: the guard cannot
+// count its connections. A proxy that keeps the client's connection
+// across a failover hides it from the guard (docs/SAFETY.md).
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
@@ -73,6 +76,14 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 			r.err = invalidf("Redis client %d is nil", i)
 			r.nodes = nil
 			break
+		}
+		// Their connections are opened by clients of their own, unseen by
+		// the hook the restart guard counts them with.
+		switch rdb.(type) {
+		case *redis.Ring, *redis.ClusterClient:
+			r.err = invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
+			r.nodes = nil
+			return r
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
 	}
