@@ -56,19 +56,17 @@ func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefres
 // made persistent outside dlock), when no wake-up comes.
 const noExpiryRetry = time.Second
 
-// tryOnce is TryLock: one attempt, never a wait. An attempt cut short
-// while the Client's dials failed is an outage (see noteOutage).
+// tryOnce is TryLock: one attempt, never a wait. Its context ending
+// while the Client's dials failed is an outage, as a wait's is (see
+// ended).
 func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
 	wt := waiting{c: a.client(), ctx: ctx, a: a, answered: time.Now()}
 	l, left, err := wt.attempt()
-	if wt.outage != nil {
-		err = wt.outage
-	}
 	if err != nil {
-		return nil, acquireError(ctx, err)
+		return nil, wt.ended(acquireError(ctx, err))
 	}
 	if l == nil {
 		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
