@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,16 +25,21 @@ type guard struct {
 // guardEnv, set in a guard's environment, makes main run guardGroup.
 const guardEnv = "DLOCK_RUN_GUARD"
 
+// selfPath is dlock's own binary: on Linux, this very one, even if a newer
+// dlock replaced its file while the run waited for the lock.
+func selfPath() (string, error) {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return "/proc/self/exe", nil
+	}
+	return os.Executable()
+}
+
 // startGuard starts a guard in a process group of its own, out of reach
 // of the signals a shell sends dlock's job (kill -9 %1).
 func startGuard() (*guard, error) {
-	// On Linux, this very binary, even if a newer dlock replaced its file
-	// while the run waited for the lock.
-	self := "/proc/self/exe"
-	if _, err := os.Stat(self); err != nil {
-		if self, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	self, err := selfPath()
+	if err != nil {
+		return nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -84,4 +91,50 @@ func guardGroup() int {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	return 0
+}
+
+// heldEnv, set in the environment of a command dlock starts, makes main run
+// heldCommand: dlock's binary, in the command's process group, waits there
+// until the guard knows that group, then execs the command. Started
+// directly, the command could fork a child that a kill -9 of dlock in
+// that moment would leave running without the lock.
+const heldEnv = "DLOCK_RUN_HELD"
+
+// holdCommand makes cmd start as heldCommand. Once cmd has started (or
+// failed to), release lets it run; if dlock dies first, it exits unrun.
+func holdCommand(cmd *exec.Cmd) (release func(), err error) {
+	self, err := selfPath()
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Args = append([]string{"dlock-run", cmd.Path}, cmd.Args...)
+	cmd.Path = self
+	cmd.Env = append(cmd.Env, heldEnv+"=1")
+	cmd.ExtraFiles = []*os.File{r} // its descriptor 3
+	return func() {
+		r.Close()
+		_, _ = w.Write([]byte{1})
+		w.Close()
+	}, nil
+}
+
+// heldCommand waits for dlock's word on descriptor 3, then execs the
+// command: os.Args holds its path, then its arguments.
+func heldCommand() int {
+	held := os.NewFile(3, "held")
+	if n, _ := held.Read(make([]byte, 1)); n != 1 {
+		return exitCannotRun // dlock died before the guard knew the group
+	}
+	held.Close()
+	env := slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })
+	err := syscall.Exec(os.Args[1], os.Args[2:], env)
+	fmt.Fprintf(os.Stderr, "dlock run: %v\n", &os.PathError{Op: "exec", Path: os.Args[1], Err: err})
+	if errors.Is(err, syscall.ENOENT) {
+		return exitNotFound
+	}
+	return exitCannotRun
 }

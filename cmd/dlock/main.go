@@ -41,6 +41,9 @@ func main() {
 	if os.Getenv(guardEnv) != "" {
 		os.Exit(guardGroup())
 	}
+	if os.Getenv(heldEnv) != "" {
+		os.Exit(heldCommand())
+	}
 	// go-redis logs a failed dial from its pool, several times a second while
 	// Redis is down; dlock reports what failed once, in its own words.
 	redis.SetLogger(silentLogger{})

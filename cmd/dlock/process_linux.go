@@ -7,8 +7,9 @@ import (
 	"unsafe"
 )
 
-// dieWithDlock has the kernel kill the command (its main process) when
-// dlock dies, even by SIGKILL, before the guard has been told its group.
+// dieWithDlock has the kernel kill the command's main process when dlock
+// dies, even by SIGKILL: a second line behind the guard, should the guard
+// be killed too.
 func dieWithDlock(attr *syscall.SysProcAttr) {
 	attr.Pdeathsig = syscall.SIGKILL
 }

@@ -462,8 +462,14 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 		return exitCannotRun
 	}
 	defer guard.release()
+	release, err := holdCommand(cmd)
+	if err != nil {
+		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, err)
+		return exitCannotRun
+	}
 	tty := foregroundTerminal(out.stdin)
 	if err := startCommand(cmd, tty); err != nil {
+		release()
 		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
@@ -477,7 +483,9 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 		defer takeTerminal(tty)
 	}
 	group := cmd.Process.Pid
+	pauseBeforeWatch(group)
 	guard.watch(group)
+	release()
 	var childChanged <-chan os.Signal // SIGCHLD, while the command has the terminal
 	if tty >= 0 {
 		sigchld := make(chan os.Signal, 1)
@@ -528,4 +536,16 @@ func exitCode(cmd *exec.Cmd) int {
 		return 128 + int(ws.Signal())
 	}
 	return state.ExitCode()
+}
+
+// pauseBeforeWatchEnv names a file to which dlock, started by a test, writes
+// the command's pid and then stops for ever before telling the guard: the
+// test kills dlock in that gap.
+const pauseBeforeWatchEnv = "DLOCK_TEST_PAUSE_BEFORE_WATCH"
+
+func pauseBeforeWatch(pid int) {
+	if path := os.Getenv(pauseBeforeWatchEnv); path != "" {
+		_ = os.WriteFile(path, []byte(strconv.Itoa(pid)+"\n"), 0o600)
+		select {}
+	}
 }

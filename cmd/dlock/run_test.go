@@ -244,6 +244,40 @@ func TestRun_KillOfDlockTakesTheCommandsGroupDown(t *testing.T) {
 	waitGone(t, step, 10*time.Second, "the command's running step, after kill -9 of dlock,")
 }
 
+// Issue 36.1: dlock killed after starting the command but before telling
+// the guard its group: no process of the command may run on.
+func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
+	url, _ := testRedis(t)
+	paused := fifo(t, "paused")
+	childFile := filepath.Join(t.TempDir(), "child")
+	t.Setenv(pauseBeforeWatchEnv, paused)
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "early", "--",
+		"sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 61 >/dev/null 2>&1`,
+		"sh", childFile)
+	command := readPid(t, paused)
+	self, err := filepath.EvalSymlinks(dlockBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kill dlock once the command has forked its child, or while it is
+	// still dlock's binary, held back until the guard knows its group.
+	waitFor(t, 15*time.Second, "the command's child started, or the command held back", func() bool {
+		_, err := os.Stat(childFile)
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", command))
+		return err == nil || exe == self
+	})
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 15*time.Second)
+	waitGone(t, command, 10*time.Second, "the command, after kill -9 of dlock,")
+	if data, err := os.ReadFile(childFile); err == nil {
+		child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+		waitGone(t, child, 10*time.Second, "the command's child, after kill -9 of dlock before the guard knew its group,")
+	}
+}
+
 // Item 7: like flock(1), whose descriptor the command's children inherit,
 // the lock is held until the processes the command left running end.
 func TestRun_BackgroundProcessesOfTheCommandKeepTheLock(t *testing.T) {
