@@ -19,16 +19,17 @@ import (
 // Redlock makes locks held by a majority of several independent Redis
 // masters (the Redis documentation's Redlock algorithm), so that a lock
 // survives the loss of a minority of them. Each client should reach one
-// master.
+// master: a Client, or a failover client, whose failovers the guard counts.
 //
 // Given clocks within [WithDriftFactor] and the restart guard on (see
 // [WithRestartGuard]): while a lease is valid no other owner holds a
 // majority; a lease is returned only with validity left, counted from the
 // attempt's start; tokens strictly increase. It cannot stop a holder paused
-// past its deadline (use the token), and a clock jump or a restart without
-// persistence, guard off, can let two owners in. Each operation goes to
-// every node at once, bounded by [WithNodeTimeout]; waiting Locks retry
-// after a random delay. Failures are a [*QuorumError] naming each node.
+// past its deadline (use the token), and a clock jump, or lost writes (a
+// restart, a failover) the guard is off for or does not see, can let two
+// owners in. Each operation goes to every node at once, bounded by
+// [WithNodeTimeout]; waiting Locks retry after a random delay. Failures are
+// a [*QuorumError] naming each node.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings

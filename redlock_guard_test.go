@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,4 +147,129 @@ func TestRedlock_ANodeThatRefusesINFODoesNotVoteAndSaysWhy(t *testing.T) {
 		t.Fatalf("guard off, INFO refused: %v", err)
 	}
 	_ = lease.Unlock(ctx)
+}
+
+// Node 0 is a master with a replica, reached through a Sentinel failover
+// client, as through any address that follows the master. A takes the
+// lock on nodes 0 and 1 while node 2 is cut off; node 0's master dies
+// before its replica has A's hold, and the replica, up for longer than
+// the guard, is promoted. While A's lease is valid, node 0 must not vote
+// for a second owner: not in A's process, which saw the master it
+// replaced, nor in a new one, which never saw it. Once the guard has
+// passed since it was seen, it votes again.
+func TestRedlock_ANodeFailedOverDoesNotVoteWhileTheHoldItLostIsValid(t *testing.T) {
+	t.Parallel() // waits on its servers, its Sentinel and the guard, not on the CPU
+	const guard = 10 * time.Second
+	f := redistest.StartFailover(t)
+	servers := redistest.StartMasters(t, 2)
+	ctx := ctxFor(t, 2*time.Minute)
+	name := lockName(t)
+	// A node timeout long enough for a reconnection through the Sentinel,
+	// on a loaded machine; a fixed lease, so that no renewal runs.
+	opts := []dlock.Option{dlock.WithLeaseTime(guard), dlock.WithNodeTimeout(time.Second), dlock.WithRestartGuard(guard)}
+	waitUptime(t, ctx, []*redistest.Server{f.Master, f.Replica, servers[0], servers[1]}, guard)
+
+	var cutA, cutB severed
+	processA := failoverRedlock(t, ctx, f, servers, &cutA, opts...)
+	if err := f.CutReplica(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cutA.cut.Store(true)
+	a, err := processA.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("A on nodes 0 and 1: %v", err)
+	}
+	f.Master.Kill()
+	if err := f.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cutA.cut.Store(false)
+	processB := failoverRedlock(t, ctx, f, servers, &cutB, opts...)
+
+	var refusedAt time.Time
+	for _, p := range []struct {
+		what string
+		r    *dlock.Redlock
+	}{{"a new process", processB}, {"A's process", processA}} {
+		lease, err := p.r.Mutex(name).TryLock(ctx)
+		refusedAt = time.Now()
+		if !refusedAt.Before(a.Deadline()) {
+			t.Skipf("the failover took %v: longer than A's lease, nothing to show", time.Since(a.Deadline().Add(-guard)))
+		}
+		if err == nil {
+			_ = lease.Unlock(ctx)
+			t.Errorf("%s: B granted with A's lease valid for %v more: node 0, failed over, voted", p.what, time.Until(a.Deadline()))
+			continue
+		}
+		var quorum *dlock.QuorumError
+		if !errors.As(err, &quorum) || quorum.Granted != 1 || len(quorum.Nodes) != 2 ||
+			quorum.Nodes[0].Node != 0 || !strings.Contains(quorum.Nodes[0].Err.Error(), "restart guard") {
+			t.Fatalf("%s: %v; want node 0 kept out by the restart guard, node 1 held by A, node 2 granting", p.what, err)
+		}
+		t.Logf("%s refused: %v", p.what, err)
+	}
+
+	// Once the guard has passed since B's process saw node 0, it votes:
+	// with node 2 cut off, node 0 and node 1 (A gone) make the majority.
+	_ = a.Unlock(ctx)
+	eventually(t, ctx, "the guard passing since node 0 was seen", func() bool { return time.Since(refusedAt) >= guard })
+	cutB.cut.Store(true)
+	lease, err := processB.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("node 0 seen %v ago: %v", time.Since(refusedAt), err)
+	}
+	_ = lease.Unlock(ctx)
+}
+
+// failoverRedlock is a Redlock over clients of its own, as a process
+// would have, connected: node 0 through a failover client of f, nodes 1
+// and 2 the servers, node 2 behind cut.
+func failoverRedlock(t *testing.T, ctx context.Context, f *redistest.Failover, servers []*redistest.Server, cut *severed, opts ...dlock.Option) *dlock.Redlock {
+	t.Helper()
+	node0 := f.Client()
+	eventually(t, ctx, "the failover client reaching the master", func() bool { return node0.Ping(ctx).Err() == nil })
+	others := hookedClients(t, ctx, servers, func(i int) []redis.Hook {
+		if i == 1 {
+			return []redis.Hook{cut}
+		}
+		return nil
+	})
+	return dlock.NewRedlock(append([]redis.UniversalClient{node0}, others...), opts...)
+}
+
+// A client that reaches a replica (an address that no longer follows the
+// master, a replica left writable) does not count it: what it grants, the
+// master never had.
+func TestRedlock_AReplicaDoesNotVote(t *testing.T) {
+	t.Parallel() // waits on its servers' uptime, not on the CPU
+	const guard = 2 * time.Second
+	servers := redistest.StartMasters(t, 3)
+	host, port, err := net.SplitHostPort(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := redistest.Start(t, "--replicaof", host, port, "--replica-read-only", "no")
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	waitUptime(t, ctx, append([]*redistest.Server{replica}, servers[1:]...), guard)
+	// Another owner holds the lock on node 2: node 0's vote would decide.
+	other, err := newClient(t, servers[2].Client()).Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+
+	// Connected clients, and a node timeout a loaded machine meets.
+	clients := hookedClients(t, ctx, append([]*redistest.Server{replica}, servers[1:]...), func(int) []redis.Hook { return nil })
+	opts := []dlock.Option{dlock.WithTTL(guard), dlock.WithRestartGuard(guard), dlock.WithNodeTimeout(guard / 4)}
+	lease, err := dlock.NewRedlock(clients, opts...).Mutex(name).TryLock(ctx)
+	var quorum *dlock.QuorumError
+	if err == nil {
+		_ = lease.Unlock(ctx)
+	}
+	if !errors.As(err, &quorum) || quorum.Granted != 1 || len(quorum.Nodes) != 2 ||
+		quorum.Nodes[0].Node != 0 || !strings.Contains(quorum.Nodes[0].Err.Error(), "not a master") {
+		t.Fatalf("TryLock with node 0 a writable replica, node 2 held: %v, %v; want node 0 kept out as not a master", lease, err)
+	}
+	t.Logf("refused: %v", err)
 }

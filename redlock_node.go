@@ -24,11 +24,17 @@ type redlockNode struct {
 	dials atomic.Int64 // connections opened to it: a restart makes new ones
 
 	mu      sync.Mutex
-	checked int64     // dials when its uptime was last read
-	upSince time.Time // the latest it can have started, on this process's clock
+	checked int64     // dials when it was last read
+	seen    nodeRun   // which run of which master it was then
+	upSince time.Time // the latest it can have had its data from, on this process's clock
+	since   string    // what upSince counts from, for the error
 }
 
-var errRecovering = errors.New("restart guard: up for less than the guard, so it may have lost locks: it does not vote yet")
+// nodeRun tells one run of a master from another: a restart changes the
+// run id; a promotion, or a sync from another master, the replication id.
+type nodeRun struct{ runID, replID string }
+
+var errRecovering = errors.New("restart guard: started or failed over within the guard, so it may have lost locks: it does not vote yet")
 
 func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index)}
@@ -60,20 +66,22 @@ func (h dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // mayVote reports whether the node's grant counts toward a quorum: only
-// once it has been up for guard. A process cannot tell a node that
-// restarted empty from one it has not met before, so it goes by uptime
-// alone (see [WithRestartGuard]). After a new connection it reads the
-// node's uptime (one INFO round trip, only then); a node whose uptime it
-// cannot read does not vote, and the error says why.
+// once it has had its data for guard (see [WithRestartGuard]). After a new
+// connection it reads the node's INFO (one round trip, only then): its
+// uptime, and which run of which master it is. Another run than this
+// process saw (a restart, a failover behind its address), or a master
+// promoted at a moment INFO does not tell, counts from when it is seen. A
+// node it cannot read, or that is not a master, does not vote, and the
+// error says why.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.Load()
 	n.mu.Lock()
-	upSince := n.upSince
+	upSince, since := n.upSince, n.since
 	// Never read is fresh too: clients may come to NewRedlock connected.
 	fresh := upSince.IsZero() || dials != n.checked
 	n.mu.Unlock()
 	if fresh {
-		info, err := n.rdb.Info(ctx, "server").Result()
+		info, err := readInfo(ctx, n.rdb)
 		if isPermission(err) {
 			return fmt.Errorf("%w: restart guard: cannot read INFO (grant +info): %w", ErrPermission, err)
 		}
@@ -81,19 +89,57 @@ func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 			return fmt.Errorf("restart guard: cannot read INFO: %w", err)
 		}
 		received := time.Now()
-		up, ok := leastUptime(info)
-		if !ok {
-			return fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
+		up, run, promoted, err := readRun(info)
+		if err != nil {
+			return err
 		}
-		upSince = received.Add(-up)
 		n.mu.Lock()
-		n.upSince, n.checked = upSince, dials
+		switch {
+		case !n.upSince.IsZero() && run == n.seen: // the run it read before
+		case !n.upSince.IsZero():
+			n.upSince, n.since = received, "another master than before (a restart or failover), seen"
+		case promoted:
+			n.upSince, n.since = received, "a master promoted (or loaded from disk) since it started, first seen"
+		default:
+			n.upSince, n.since = received.Add(-up), "started at least"
+		}
+		n.seen, n.checked = run, dials
+		upSince, since = n.upSince, n.since
 		n.mu.Unlock()
 	}
 	if up := time.Since(upSince); up < guard {
-		return fmt.Errorf("%w (up for at least %v of %v)", errRecovering, up.Truncate(time.Millisecond), guard)
+		return fmt.Errorf("%w (%s %v ago; guard %v)", errRecovering, since, up.Truncate(time.Millisecond), guard)
 	}
 	return nil
+}
+
+// readInfo reads INFO's server and replication sections in one round
+// trip: Redis 6 takes one section per INFO.
+func readInfo(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	var server, replication *redis.StringCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		server, replication = p.Info(ctx, "server"), p.Info(ctx, "replication")
+		return nil
+	})
+	return server.Val() + replication.Val(), err
+}
+
+// readRun reads from INFO the least uptime of the node, which run of which
+// master it is, and whether it was promoted (or, on Redis 7, loaded its
+// data from disk) since it started: a second replication id and offset.
+func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err error) {
+	up, ok := leastUptime(info)
+	if !ok {
+		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
+	}
+	if role := infoField(info, "role"); role != "master" {
+		return 0, run, false, fmt.Errorf("restart guard: role %q, not a master: it does not vote", role)
+	}
+	run = nodeRun{infoField(info, "run_id"), infoField(info, "master_replid")}
+	if run.runID == "" || run.replID == "" {
+		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no run_id or master_replid: %w", errUnexpectedReply)
+	}
+	return up, run, infoField(info, "second_repl_offset") != "-1", nil
 }
 
 // leastUptime is the shortest time the server that wrote info (INFO
