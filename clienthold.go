@@ -224,6 +224,12 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		}
 	}
 	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, l.owner, extra...)
+	if isPublishRefused(err) && h.group == nil {
+		// A lock's release publishes after its writes: the hold is released
+		// (handed over), only the wake-up was refused. (A MultiLock's
+		// publishes part by part, so its later parts may be held still.)
+		return nil, fmt.Errorf("%w: %q released, but its waiters could not be told (grant the lock's channels): %w", ErrPermission, l.name, err)
+	}
 	if err != nil {
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
 		return errUnlockIncomplete, redisError("unlock", l.name, err)

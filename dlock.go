@@ -34,6 +34,7 @@ type Client struct {
 
 	renewer *renewer
 	flights *coalescer // acquires and releases, shared pipelines under concurrency
+	dials   *dialWatch // why rdb's last dial failed: see waiting.noteOutage
 
 	// resendAfter is how long a command takes at least when the Redis
 	// client may have sent it twice: go-redis resends one only after a read
@@ -86,6 +87,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb}
+	c.dials = watchDials(rdb)
 	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
 	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)

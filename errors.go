@@ -75,13 +75,15 @@ var (
 	// reason that passes on its own: a cluster slot being migrated
 	// (TRYAGAIN, or MOVED once go-redis's redirections ran out), a cluster
 	// missing a master (CLUSTERDOWN), a server loading its data (LOADING),
-	// a master that failed over or restarted (connection refused or reset,
-	// READONLY, MASTERDOWN). The Redis error stays in the chain. An
-	// acquisition that fails so holds nothing: one whose outcome is unknown
-	// was abandoned, as after any error. A waiting Lock (Acquire, Campaign…)
-	// does not return it: it tries again, backing off up to
-	// a second between tries, until its context ends; TryLock
-	// and the other calls return it, and are worth trying again.
+	// a master that failed over or restarted, or no server at the address
+	// (connection refused or reset, READONLY, MASTERDOWN). The Redis or
+	// connection error stays in the chain. An acquisition that fails so
+	// holds nothing: one whose outcome is unknown was abandoned, as after
+	// any error. A waiting Lock (Acquire, Campaign…) tries again, backing
+	// off up to a second between tries, until its context ends; then, if
+	// Redis was still unavailable, it returns this error with the
+	// context's, never [ErrNotAcquired]. TryLock and the other calls
+	// return it at once, and are worth trying again.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
@@ -137,14 +139,25 @@ func unavailable(err error) error {
 }
 
 // isPermission recognises an ACL refusal: NOPERM for a command sent, and
-// Redis 7.0's own words for one a script ran.
+// Redis 7.0's own words for one a script ran ("The user executing the
+// script can't run this command", "… can't publish to the channel…").
 func isPermission(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") ||
+	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "executing the script can't") ||
 		strings.Contains(msg, "No permissions to access")
+}
+
+// isPublishRefused recognises a script's PUBLISH refused by an ACL that
+// lacks the lock's channels, in Redis 7.0's words or later ones'.
+func isPublishRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "can't publish to the channel") || strings.Contains(msg, "No permissions to access a channel")
 }
 
 // wrongTypeDetail is what Redis said after WRONGTYPE, without where in

@@ -3,10 +3,12 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // A late copy of a waiter's earlier attempt may land while the waiter still
@@ -97,6 +99,97 @@ func TestLateAttempt_OfAnEarlierRegistrationLeavesWithItsWaiter(t *testing.T) {
 					t.Fatal(err)
 				}
 				expectNothingLeft(t, ctx, other, name, "after the waiter's own release")
+			})
+		})
+	}
+}
+
+// A late copy of a waiter's first attempt (which registers nothing) may
+// take the lock for the call once it is free, while the call is
+// registered: the call's next attempt finds the hold its own. Its
+// registration goes then too, whether that attempt is granted or the call
+// gives up on it, or the lock's release would hand the lock to it (held
+// for nobody), or it would keep readers out as a waiting writer does.
+func TestLateAttempt_OfAFirstAttemptTakingTheLockLeavesNoRegistration(t *testing.T) {
+	for _, gives := range []bool{false, true} {
+		what := "granted at its next attempt"
+		if gives {
+			what = "gives up at its next attempt"
+		}
+		t.Run(what, func(t *testing.T) {
+			forEachLockType(t, func(t *testing.T, b backend, lt lockType) {
+				if lt.acquire == scripts.FairAcquire {
+					t.Skip("a FairMutex's free lock goes to the head of its queue: the waiter, not a copy of its first attempt")
+				}
+				ctx := ctxFor(t, 30*time.Second)
+				name := lockName(t)
+				other := b.newRedis(t)
+				hold := lt.hold
+				if hold == nil {
+					hold = lt.take
+				}
+				if _, err := hold(newClient(t, other, dlock.WithTTL(time.Hour)), name)(ctx); err != nil {
+					t.Fatal(err)
+				}
+
+				rdb := b.newRedis(t)
+				copies := &copier{script: lt.acquire}
+				next := &gate{script: lt.acquire, open: make(chan struct{}), blocked: make(chan struct{}, 1)}
+				rdb.AddHook(copies)
+				rdb.AddHook(next)
+				waiter := newClient(t, rdb, dlock.WithWaiterRefresh(time.Second))
+				attempts := countAttemptsOf(waiter, lt.acquire)
+				waitCtx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				type result struct {
+					lease *dlock.Lease
+					err   error
+				}
+				results := make(chan result, 1)
+				take := lt.take(waiter, name)
+				go func() {
+					lease, err := take(waitCtx)
+					results <- result{lease, err}
+				}()
+				waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter registering")
+				next.armed.Store(true)
+				waitDone(t, next.blocked, 10*time.Second, "the waiter's next attempt")
+
+				// The holder's hold goes without a release (as by an
+				// eviction): nothing wakes the waiter. Its first attempt's
+				// copy lands then, and takes the lock.
+				for _, key := range keysOn(t, ctx, other, "*{"+name+"*") {
+					if strings.HasSuffix(key, ":waiters") || strings.HasSuffix(key, ":rwaiters") || strings.HasSuffix(key, ":queue") {
+						continue
+					}
+					if err := other.Del(ctx, key).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				res, err := other.Do(ctx, copies.sent()[0]...).Int64Slice()
+				if err != nil || res[0] != 1 {
+					t.Fatalf("the late copy on a free lock: %v, %v; want granted", res, err)
+				}
+				if gives {
+					cancel()
+				}
+				close(next.open)
+				r := <-results
+				if gives {
+					if !errors.Is(r.err, context.Canceled) {
+						t.Fatalf("cancelled wait: %v", r.err)
+					}
+					expectNothingLeft(t, ctx, other, name, "after the waiter gave up")
+					return
+				}
+				if r.err != nil {
+					t.Fatalf("the waiter's next attempt: %v", r.err)
+				}
+				expectNoneWaiting(t, ctx, other, name, "once the waiter holds the lock")
+				if err := r.lease.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				expectNothingLeft(t, ctx, other, name, "after the waiter's release")
 			})
 		})
 	}

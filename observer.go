@@ -94,7 +94,8 @@ const (
 	OutcomeNotAcquired Outcome = "not_acquired"
 	// OutcomeCanceled: the caller's context was cancelled.
 	OutcomeCanceled Outcome = "canceled"
-	// OutcomeError: anything else (Redis failed, a wrong-type key…).
+	// OutcomeError: anything else (Redis failed or was unreachable until
+	// the call's end, a wrong-type key…).
 	OutcomeError Outcome = "error"
 )
 

@@ -126,9 +126,10 @@ func (m *RedlockMutex) usable() error {
 }
 
 // TryLock makes one attempt on every node and never waits. It returns a
-// [*QuorumError] matching [ErrNotAcquired] when no majority granted in time,
-// naming each node that did not and why. An attempt that wins no majority
-// is given back on every node: before TryLock returns, within the node
+// [*QuorumError] when no majority granted in time, naming each node that
+// did not and why (it matches [ErrNotAcquired] only where other owners'
+// holds keep a majority out). An attempt that wins no majority is given
+// back on every node: before TryLock returns, within the node
 // timeout, on the nodes that answered it; in the background, within
 // [CleanupTimeout], on the others and where that release failed. A node
 // it still cannot reach keeps the attempt until its TTL, which the
@@ -160,8 +161,9 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
 // wait set by [WithWait] runs out; then the error matches ctx's error and
-// wraps the last attempt's [*QuorumError]. Between attempts it waits a
-// random moment, so contenders do not collide again and again. Each
+// wraps the last attempt's [*QuorumError] (the last one ctx did not cut
+// short): whether the lock was held or the nodes unavailable. Between
+// attempts it waits a random moment, so contenders do not collide again and again. Each
 // attempt that fails, and one that won a majority once ctx ended, is
 // given back as TryLock's is, in the background where its release failed.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
@@ -197,10 +199,12 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 			return keep(ctx, l)
 		}
 		var quorum *QuorumError
-		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || m.r.forbidden(quorum) {
+		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || quorum.outcome == ErrPermission {
 			return nil, err // bad input, a foreign key, no permission: trying again will not help
 		}
-		last = err
+		if last == nil || contextDone(ctx) == nil { // an attempt ctx cut short tells nothing of the nodes
+			last = err
+		}
 		delay := redlockRetryMin + rand.N(redlockRetrySpread)
 		if retryIn > 0 {
 			delay = min(delay, retryIn)
@@ -213,18 +217,33 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// forbidden reports whether so many nodes refused an attempt for lack of
-// permission (an ACL without +info, which the restart guard needs) that no
-// quorum is left to wait for.
-func (r *Redlock) forbidden(q *QuorumError) bool {
-	refused := 0
-	for _, node := range q.Nodes {
-		if errors.Is(node, ErrPermission) {
-			refused++
+// acquireOutcome is what a failed acquisition whose nodes answered errs
+// matches: ErrNotAcquired where other owners' holds alone keep a majority
+// out; ErrPermission where refusals for lack of it (an ACL without +info,
+// which the restart guard needs) do too, so no quorum is left to wait for;
+// else ErrUnavailable: nodes down, too slow or not voting yet.
+func (r *Redlock) acquireOutcome(errs []error) error {
+	held, forbidden := 0, 0
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, errHeldThere):
+			held++
+		case errors.Is(err, ErrPermission):
+			forbidden++
 		}
 	}
-	return len(r.nodes)-refused < r.quorum
+	switch {
+	case len(errs)-held < r.quorum:
+		return ErrNotAcquired
+	case len(errs)-held-forbidden < r.quorum:
+		return ErrPermission
+	}
+	return ErrUnavailable
 }
+
+// errHeldThere is a node's refusal of an attempt: another owner holds the
+// lock there.
+var errHeldThere = errors.New("held by another owner")
 
 // A waiting RedlockMutex tries again after redlockRetryMin plus up to
 // redlockRetrySpread, or when the holder's hold runs out, if sooner.
@@ -301,9 +320,13 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	}
 	m.abandon(ctx, owner, votes)
 
+	late := granted >= r.quorum && !foreign // a quorum, but its validity ran out
+	outcome := ErrNotAcquired               // a grant too late, as a Client's that expired unconfirmed
+	if !late {
+		outcome = r.acquireOutcome(errs)
+	}
 	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted,
-		Late:  granted >= r.quorum && !foreign, // a quorum, but its validity ran out
-		Nodes: nodeErrors(r.nodes, errs), outcome: ErrNotAcquired}
+		Late: late, Nodes: nodeErrors(r.nodes, errs), outcome: outcome}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
@@ -330,7 +353,7 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 	case err != nil:
 		return vote{}, err
 	case res[0] != 1:
-		return vote{answered: true, held: res[1]}, fmt.Errorf("%w: held by another owner", ErrNotAcquired)
+		return vote{answered: true, held: res[1]}, errHeldThere
 	}
 	v := vote{answered: true, token: res[1]}
 	if guard > 0 {

@@ -7,8 +7,8 @@ import (
 
 // NodeError is what went wrong on one node of a [Redlock]: its position in
 // the clients given to [NewRedlock], its address, and the error (a network
-// error, a timeout, [ErrNotAcquired] when another owner holds the lock
-// there, or why the restart guard keeps the node out of the vote: it has
+// error; a timeout, with why connecting failed if it did; "held by another
+// owner"; or why the restart guard keeps the node out of the vote: it has
 // not been up for the guard, or its uptime cannot be read, matching
 // [ErrPermission] when the client's user lacks +info).
 type NodeError struct {
@@ -23,8 +23,12 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %d (%s): %v", e.No
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // QuorumError is a [Redlock] operation that fewer than a majority of nodes
-// confirmed in time. It matches [ErrNotAcquired] for an acquisition; for
-// an extension or release, [ErrNotHeld] when a majority answered that the
+// confirmed in time. An acquisition's matches [ErrNotAcquired] where other
+// owners' holds alone keep it from a majority, [ErrPermission] where
+// refusals for lack of permission do too, else [ErrUnavailable] (nodes
+// down, too slow, or kept out by the restart guard); a majority granted
+// too late ([QuorumError.Late]) matches [ErrNotAcquired];
+// an extension's or release's, [ErrNotHeld] when a majority answered that the
 // hold is not there, else [ErrUnavailable] (nodes that did not answer in
 // time may hold it still); and each node's error (so errors.As finds a
 // *NodeError, errors.Is a context.DeadlineExceeded of a node that timed
@@ -36,7 +40,7 @@ type QuorumError struct {
 	Granted int  // nodes that confirmed
 	Late    bool // a quorum confirmed, but too late to leave any validity
 	Nodes   []*NodeError
-	outcome error // ErrNotAcquired, ErrNotHeld or ErrUnavailable
+	outcome error // ErrNotAcquired, ErrNotHeld, ErrPermission or ErrUnavailable
 }
 
 func (e *QuorumError) Error() string {

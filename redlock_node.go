@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,7 +19,7 @@ type redlockNode struct {
 	rdb   redis.UniversalClient
 	addr  string
 
-	dials atomic.Int64 // connections opened to it: a restart makes new ones
+	dials *dialWatch // connections opened to it (a restart makes new ones), and why one failed
 
 	mu      sync.Mutex
 	checked int64     // dials when it was last read
@@ -37,32 +35,11 @@ type nodeRun struct{ runID, replID string }
 var errRecovering = errors.New("restart guard: started or failed over within the guard, so it may have lost locks: it does not vote yet")
 
 func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
-	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index)}
+	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index), dials: watchDials(rdb)}
 	if c, ok := rdb.(*redis.Client); ok {
 		n.addr = c.Options().Addr
 	}
-	rdb.AddHook(dialCounter{n})
 	return n
-}
-
-// dialCounter counts the connections a node's client opens, so that a
-// reconnection, which a restart forces, gets the node's uptime read again.
-type dialCounter struct{ n *redlockNode }
-
-func (h dialCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		if err == nil {
-			h.n.dials.Add(1)
-		}
-		return conn, err
-	}
-}
-
-func (h dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // mayVote reports whether the node's grant counts toward a quorum: only
@@ -74,7 +51,7 @@ func (h dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // node it cannot read, or that is not a master, does not vote, and the
 // error says why.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
-	dials := n.dials.Load()
+	dials := n.dials.opened.Load()
 	n.mu.Lock()
 	upSince, since := n.upSince, n.since
 	// Never read is fresh too: clients may come to NewRedlock connected.
@@ -210,13 +187,19 @@ collect:
 	return vals, errs
 }
 
-// nodeErrors names the nodes whose call failed.
+// nodeErrors names the nodes whose call failed. A node that did not
+// answer in time while it could not be connected to says why (refused,
+// say): the call's timeout hides it, as go-redis dials again and again.
 func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 	var out []*NodeError
 	for i, err := range errs {
-		if err != nil {
-			out = append(out, &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
+		if err == nil {
+			continue
 		}
+		if dialErr := nodes[i].dials.failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
+		}
+		out = append(out, &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
 	}
 	return out
 }

@@ -157,8 +157,8 @@ func TestRedlock_MajorityDownFailsFastAndLeavesNoHold(t *testing.T) {
 	took := time.Since(began)
 	var quorum *dlock.QuorumError
 	var node *dlock.NodeError
-	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &quorum) || !errors.As(err, &node) {
-		t.Fatalf("TryLock with 3 of 5 nodes down: %v; want a QuorumError naming the nodes, matching ErrNotAcquired", err)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &quorum) || !errors.As(err, &node) {
+		t.Fatalf("TryLock with 3 of 5 nodes down: %v; want a QuorumError naming the nodes, matching ErrUnavailable, not ErrNotAcquired", err)
 	}
 	if quorum.Granted != 2 || len(quorum.Nodes) != 3 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v: want 2 granted, 3 nodes failed (two timed out)", err)
@@ -213,8 +213,8 @@ func TestRedlock_NodesRestartedEmptyDoNotLetASecondOwnerIn(t *testing.T) {
 				t.Skipf("the machine took %v to restart and ask: longer than the guard, nothing to show", time.Since(restarted))
 			}
 			if guard > 0 {
-				if !errors.Is(err, dlock.ErrNotAcquired) {
-					t.Fatalf("second owner after a majority restarted within the TTL: %v, %v; want refused", lease, err)
+				if !errors.Is(err, dlock.ErrUnavailable) {
+					t.Fatalf("second owner after a majority restarted within the TTL: %v, %v; want refused, the restarted nodes not voting yet (ErrUnavailable)", lease, err)
 				}
 				t.Logf("refused: %v", err)
 			} else if err != nil {

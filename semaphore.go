@@ -14,8 +14,9 @@ import (
 // its permit back within its TTL while the other holders renew theirs.
 //
 // The number of permits lives in Redis, set by the first acquisition, so
-// that every client agrees on it: a handle opened with another number fails
-// with [ErrPermits] until it is changed deliberately ([Semaphore.SetPermits]).
+// that every client agrees on it: while a permit is held, a handle opened
+// with another number fails with [ErrPermits] until it is changed
+// deliberately ([Semaphore.SetPermits]). It goes with the last permit.
 // A Semaphore is a handle, safe for concurrent use.
 type Semaphore struct {
 	handle
@@ -49,8 +50,9 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		lay := keyLists{k: s.keys}
 		acquire, release := lay.add(scripts.LayoutOf(scripts.SemAcquire)), lay.add(scripts.LayoutOf(scripts.SemRelease))
 		abandon, setPermits := lay.add(scripts.LayoutOf(scripts.SemAbandon)), lay.add(scripts.LayoutOf(scripts.SemSetPermits))
-		// extend and TTL: the holders and their tokens
-		extend := lay.add(scripts.SemLayout.Before("PERMITS"))
+		// extend and TTL: the holders, their tokens and the number of
+		// permits, which expires with them
+		extend := lay.add(scripts.SemLayout.Before("WAITERS"))
 		own := lay.also(s.keys.own)
 		keys := lay.lists()
 		s.setPermitsKeys = keys[setPermits][0]
@@ -84,9 +86,10 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 
 // SetPermits changes the number of permits of the semaphore in Redis, and
 // of this handle, to n. Other handles opened with the old number then fail
-// with [ErrPermits] until they are opened anew. Permits held above a lower
-// number are not taken back: no new one is granted until the holders are
-// fewer than n.
+// with [ErrPermits] until they are opened anew, or until the number goes
+// with the last permit ([FenceRetentionTTLs] of this handle's TTL when
+// none is held). Permits held above a lower number are not taken back: no
+// new one is granted until the holders are fewer than n.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -98,7 +101,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := runScript(ctx, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys, n, publish).Err(); err != nil {
+	ttl, _ := s.cfg.holdTTL()
+	if err := runScript(ctx, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys, n, publish, ttl.Milliseconds()).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}
 	s.permits.Store(int64(n))

@@ -297,3 +297,62 @@ func TestSemaphore_TokensLostFreeTheNameWithinATTL(t *testing.T) {
 		})
 	})
 }
+
+// A Semaphore's number of permits goes with its last permit, released or
+// run out, as its holders' keys do: a name used once leaves nothing
+// behind. While a permit is held, renewed past its TTL, the number stays,
+// and a handle opened with another fails with ErrPermits. One set while no
+// permit is held lasts FenceRetentionTTLs of the handle's TTL.
+func TestSemaphore_PermitsGoWithTheLastPermit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, time.Minute)
+		rdb := b.newRedis(t)
+		name := lockName(t)
+		permits := lockKey(name) + scripts.PermitsSuffix
+		expectGone := func(what string) {
+			t.Helper()
+			within, cancel := context.WithTimeout(ctx, 10*time.Second) // the TTL is 1 s
+			defer cancel()
+			eventually(t, within, "the number of permits gone "+what, func() bool {
+				return rdb.Exists(ctx, permits).Val() == 0
+			})
+		}
+
+		renewals, observed := renewalsSeen()
+		held, err := newClient(t, rdb, dlock.WithTTL(time.Second), observed).Semaphore(name, 2).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for confirmed := 0; confirmed < 4; { // more than a TTL's worth of renewals
+			select {
+			case ev := <-renewals:
+				if ev.Result == dlock.RenewalOK {
+					confirmed++
+				}
+			case <-ctx.Done():
+				t.Fatal("no renewal answered")
+			}
+		}
+		if _, err := newClient(t, rdb).Semaphore(name, 3).TryAcquire(ctx); !errors.Is(err, dlock.ErrPermits) {
+			t.Fatalf("opened with 3 permits while 2 are agreed and one held: %v; want ErrPermits", err)
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expectGone("after the last permit's release")
+
+		crashed := newClient(t, rdb, dlock.WithTTL(time.Second))
+		if _, err := crashed.Semaphore(name, 2).Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = crashed.Close() // no renewals: the permit runs out within its TTL
+		expectGone("after the last permit ran out")
+
+		if err := newClient(t, rdb, dlock.WithTTL(time.Second)).Semaphore(name, 2).SetPermits(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		if left := rdb.PTTL(ctx, permits).Val(); left <= 0 || left > dlock.FenceRetentionTTLs*time.Second {
+			t.Fatalf("a number set while no permit is held expires in %v; want within %d TTLs", left, dlock.FenceRetentionTTLs)
+		}
+	})
+}

@@ -133,8 +133,15 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0]}
-	if !c.subscribed(wt.channel) {
+	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx),
+		channel: a.spec.channels[0], answered: time.Now()}
+	l, err := wt.run()
+	return l, wt.ended(err)
+}
+
+// run is the wait; waitFor tells what ended it (see ended).
+func (wt *waiting) run() (*Lease, error) {
+	if !wt.c.subscribed(wt.channel) {
 		if l, err, done := wt.unsubscribed(); done {
 			return l, err
 		}
@@ -149,6 +156,18 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 	return wt.loop()
 }
 
+// ended is what a wait that ended with err returns: where its context
+// ended while Redis was unavailable (the last attempt, or subscription,
+// failed so), that outage with the context's error, not [ErrNotAcquired]:
+// nothing said the lock was taken.
+func (wt *waiting) ended(err error) error {
+	ctxErr := contextDone(wt.ctx)
+	if wt.outage == nil || ctxErr == nil || !errors.Is(err, ErrNotAcquired) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", wt.outage, ctxErr)
+}
+
 // waiting is one waitFor: its call, and where it listens.
 type waiting struct {
 	c   *Client
@@ -161,8 +180,10 @@ type waiting struct {
 	hub        *notify.Hub
 	w          *notify.Waiter
 	channel    string
-	waiterID   string // set once a release can reach this waiter: then it registers
-	failures   int    // attempts in a row that found Redis unavailable
+	waiterID   string    // set once a release can reach this waiter: then it registers
+	failures   int       // attempts in a row that found Redis unavailable
+	outage     error     // what the last attempt met, if Redis was unavailable (see ended)
+	answered   time.Time // when Redis last answered an attempt (or the call began)
 	// maybeCopied: an attempt of the call may have been sent twice (see
 	// Lease.maybeCopied).
 	maybeCopied bool
@@ -176,11 +197,29 @@ type waiting struct {
 func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	sent := time.Now()
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
+	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
 	if l != nil {
 		l.maybeCopied = wt.maybeCopied
 	}
 	return l, retryIn, err
+}
+
+// noteOutage keeps err if it says Redis is unavailable, and forgets the
+// last outage once Redis answered (err nil). Another error (a call cut
+// short by its context) is an outage where the Client's last dial failed
+// since Redis last answered the call.
+func (wt *waiting) noteOutage(err error) {
+	switch {
+	case err == nil:
+		wt.outage, wt.answered = nil, time.Now()
+	case errors.Is(err, ErrUnavailable):
+		wt.outage = err
+	default:
+		if dialErr := wt.c.dials.failure(wt.answered); dialErr != nil {
+			wt.outage = fmt.Errorf("%w: %s %q: connecting: %w", ErrUnavailable, wt.a.spec.op, wt.a.spec.lease.name, dialErr)
+		}
+	}
 }
 
 // keep is keep for a call that goes on; done is false when it goes on:
@@ -195,6 +234,7 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 // by the loop's pause before it tries again).
 func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
 	kept, err = keep(wt.ctx, l)
+	wt.noteOutage(err)
 	if errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable) {
 		wt.a.v.fresh() // the give-back left the old token's tombstone
 		if errors.Is(err, errGrantExpired) {
@@ -230,6 +270,7 @@ func (wt *waiting) unsubscribed() (*Lease, error, bool) {
 func (wt *waiting) listen() error {
 	hub, err := wt.c.notifier(wt.ctx)
 	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
+		wt.outage = err
 		if stop := wt.c.pause(wt.ctx, failures, nil); stop != nil {
 			return stop
 		}
@@ -244,9 +285,20 @@ func (wt *waiting) listen() error {
 	wt.hub = hub
 	wt.w, err = hub.Watch(wt.ctx, wt.channel)
 	if err != nil {
-		return acquireError(wt.ctx, err)
+		wt.noteOutage(err)
+		return acquireError(wt.ctx, wt.watchError(err))
 	}
 	return nil
+}
+
+// watchError is what a waiter whose Watch failed with err returns: a
+// subscription refused (ACL) is [ErrPermission], never a lock taken: the
+// waiter would hear no release, and wait out every hold's TTL.
+func (wt *waiting) watchError(err error) error {
+	if isPermission(err) {
+		return redisError("subscribe", wt.a.spec.lease.name, err)
+	}
+	return err
 }
 
 // leaveOnPanic: an Observer's Wait that panics leaves, as a give-up does,
@@ -371,7 +423,7 @@ func (wt *waiting) watch(ch string) error {
 	wt.w.Close()
 	next, err := wt.hub.Watch(wt.ctx, ch)
 	if err != nil {
-		return acquireError(wt.ctx, err)
+		return acquireError(wt.ctx, wt.watchError(err))
 	}
 	wt.w, wt.channel, wt.waiterID = next, ch, ""
 	return nil

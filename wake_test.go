@@ -72,35 +72,6 @@ func TestMutex_EachReleaseHandsTheLockToOneWaiterAcrossClients(t *testing.T) {
 	})
 }
 
-// A user without permission to subscribe still gets the lock: waiters fall
-// back to retrying when the holder's TTL runs out.
-func TestMutex_WaitersFallBackToTTLWhenSubscribingIsRefused(t *testing.T) {
-	srv := startServer(t)
-	admin := srv.Client()
-	ctx := ctxFor(t, 30*time.Second)
-	err := admin.Do(ctx, "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all",
-		"-subscribe", "-ssubscribe", "-psubscribe").Err()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nosub", Password: "pw"})
-	t.Cleanup(func() { _ = rdb.Close() })
-
-	name := lockName(t)
-	holder, err := newClient(t, srv.Client(), dlock.WithTTL(time.Second)).Mutex(name).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter := newClient(t, rdb)
-	attempts := countAttempts(waiter)
-	acquired := lockInBackground(ctx, waiter.Mutex(name).Lock)
-	waitDone(t, attempts.refusedReach(2), 10*time.Second, "the waiter waiting")
-	if err := holder.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	expectAcquired(t, acquired, 15*time.Second, "the waiter without a subscription never got the lock")
-}
-
 // When the subscriber connection is killed, go-redis reconnects and
 // resubscribes, and a release after that wakes the waiter again.
 func TestMutex_WaiterIsWokenAfterSubscriberReconnects(t *testing.T) {

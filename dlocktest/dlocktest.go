@@ -10,9 +10,16 @@
 // on both, so a CI can choose:
 //
 //	func TestWorkerStopsWhenItsLockIsStolen(t *testing.T) {
+//		ctx := t.Context()
 //		r := dlocktest.Start(t)
-//		lease, _ := r.Client().Mutex("job").Lock(ctx)
-//		r.Steal(ctx, "job")
+//		// A short TTL: a loss shows at the next renewal, TTL/3 on.
+//		lease, err := r.Client(dlock.WithTTL(300 * time.Millisecond)).Mutex("job").Lock(ctx)
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		if _, err := r.Steal(ctx, "job"); err != nil {
+//			t.Fatal(err)
+//		}
 //		<-lease.Done() // the worker under test must stop here
 //	}
 //
@@ -20,7 +27,9 @@
 // (a hold removed, another owner's hold written) or on the connection (a
 // go-redis hook that delays or refuses commands), so the code under test
 // sees them through dlock's own paths: its renewals are refused, or come
-// too late, and its leases report the loss through Done, Err and Context.
+// too late, and its leases report the loss through Done, Err and Context,
+// with the reason a real event gives. [Redis.Disconnect] cuts one Client
+// off while the others go on.
 //
 // dlocktest does not work inside a testing/synctest bubble: dlock talks to
 // Redis over a socket, embedded or not, and a goroutine blocked on a socket
@@ -61,6 +70,7 @@ type Redis struct {
 	mu      sync.Mutex
 	op      *dlock.Client // see operator
 	clients []*dlock.Client
+	hooks   map[*dlock.Client]*clientFaults // each Client's, for Disconnect
 	closers []func() error
 }
 
@@ -125,9 +135,14 @@ func NewRedis(url string) (*Redis, error) {
 func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
 	rdb := redis.NewClient(r.clientOptions())
-	rdb.AddHook(r.faults)
+	hook := &clientFaults{all: r.faults}
+	rdb.AddHook(hook)
 	c := mustNew(rdb, opts...)
 	r.mu.Lock()
+	if r.hooks == nil {
+		r.hooks = make(map[*dlock.Client]*clientFaults)
+	}
+	r.hooks[c] = hook
 	r.clients = append(r.clients, c)
 	r.closers = append(r.closers, rdb.Close)
 	r.mu.Unlock()
@@ -161,7 +176,7 @@ func (r *Redis) Close() error {
 	if r.op != nil {
 		clients = append(clients, r.op)
 	}
-	r.clients, r.closers, r.op = nil, nil, nil
+	r.clients, r.closers, r.op, r.hooks = nil, nil, nil, nil
 	r.mu.Unlock()
 	var errs []error
 	for _, c := range clients {

@@ -42,6 +42,47 @@ func ExampleRedis_Steal() {
 	// thief's token is newer: true
 }
 
+// A standby takes over when the leader's process is cut off from Redis:
+// Disconnect cuts one Client off, while the others go on.
+func ExampleRedis_Disconnect() {
+	r, err := dlocktest.NewRedis("")
+	if err != nil {
+		panic(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	primary, standby := r.Client(dlock.WithTTL(300*time.Millisecond)), r.Client(dlock.WithTTL(300*time.Millisecond))
+
+	leading, err := primary.Election("db-primary").Campaign(ctx, "host-a")
+	if err != nil {
+		panic(err)
+	}
+	takeover := make(chan *dlock.Lease)
+	go func() {
+		lease, err := standby.Election("db-primary").Campaign(ctx, "host-b")
+		if err != nil {
+			panic(err)
+		}
+		takeover <- lease
+	}()
+
+	if err := r.Disconnect(primary); err != nil { // host-a's network fails
+		panic(err)
+	}
+	<-leading.Done()
+	fmt.Println("host-a stepped down:", errors.Is(leading.Err(), dlock.LossUnreachable))
+	next := <-takeover
+	defer next.Unlock(ctx)
+	leader, err := standby.Election("db-primary").Leader(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("leader now:", leader.Value, leader.Term > leading.Token())
+	// Output:
+	// host-a stepped down: true
+	// leader now: host-b true
+}
+
 // A cron job that runs on many hosts takes the lock with TryLock: the host
 // that gets it runs the job, the others skip this round.
 func ExampleNew_cronJob() {

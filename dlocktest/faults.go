@@ -2,10 +2,12 @@ package dlocktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,10 +19,21 @@ import (
 
 // Expire makes the lock called name vanish as if its holders' TTLs ran out:
 // every hold of it is removed (any lock type). Each holder's lease reports
-// the loss at its next renewal, within a third of its TTL; its waiters are
-// woken. The fencing counter stays, so the next holder's token is higher.
-// It returns an error if nothing held the lock.
+// the loss at its next renewal, within a third of its TTL (give the Client
+// a short [dlock.WithTTL] to see it at once), as an expiry: its error
+// matches [dlock.LossExpired]. Its waiters are woken. The fencing counter
+// stays, so the next holder's token is higher. It returns an error if
+// nothing held the lock.
 func (r *Redis) Expire(ctx context.Context, name string) error {
+	defer r.faults.holdRenewals()()
+	return r.expire(ctx, name)
+}
+
+// expire removes every hold of name, with no mark of a forced removal: a
+// renewal then finds the hold gone, as after an expiry. Renewals must be
+// held back (see faults.holdRenewals), or one between the two steps would
+// find the mark.
+func (r *Redis) expire(ctx context.Context, name string) error {
 	held, err := r.operator().ForceUnlock(ctx, name)
 	if err != nil {
 		return err
@@ -28,7 +41,7 @@ func (r *Redis) Expire(ctx context.Context, name string) error {
 	if !held {
 		return fmt.Errorf("dlocktest: nothing holds %q", name)
 	}
-	return nil
+	return r.admin.Del(ctx, r.prefix+"{"+name+"}"+scripts.ForcedSuffix).Err()
 }
 
 // Steal removes every hold of the lock called name and takes it for a new
@@ -36,8 +49,10 @@ func (r *Redis) Expire(ctx context.Context, name string) error {
 // FairMutex's, Election's) lock, an RWMutex's write side (a
 // ReentrantMutex's lock), or a Semaphore's permit. The holders' leases
 // report the loss at their next renewal, and the returned lease's token is
-// above theirs: a fenced resource now refuses their writes. Unlock the
-// returned lease to end the theft.
+// above theirs: a fenced resource now refuses their writes. The loss's
+// reason is a takeover's: [dlock.LossTaken] where the hold names its owner
+// (a Mutex's, FairMutex's, Election's), else [dlock.LossExpired], as for
+// a real one. Unlock the returned lease to end the theft.
 //
 // A waiter of the lock, woken by the removal, may take it first: then Steal
 // returns an error matching [dlock.ErrNotAcquired], and the holders have
@@ -51,7 +66,10 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	if info.Type == "" {
 		return nil, fmt.Errorf("dlocktest: nothing holds %q", name)
 	}
-	if _, err := op.ForceUnlock(ctx, name); err != nil {
+	// No renewal may come between the removal and the theft: it would
+	// find the lock gone, not taken.
+	defer r.faults.holdRenewals()()
+	if err := r.expire(ctx, name); err != nil {
 		return nil, err
 	}
 	switch info.Type {
@@ -86,6 +104,27 @@ func (r *Redis) Down() { r.faults.set(func(f *faults) { f.down = true }) }
 // Up ends [Redis.Down].
 func (r *Redis) Up() { r.faults.set(func(f *faults) { f.down = false }) }
 
+// Disconnect makes Redis unreachable for c alone, a Client made by
+// [Redis.Client], as [Redis.Down] does for all: c's leases are lost at
+// their deadline, as a partitioned process's are, while the other Clients
+// go on and take over. It lasts until [Redis.Reconnect]. It returns an
+// error for a Client this Redis did not make.
+func (r *Redis) Disconnect(c *dlock.Client) error { return r.cut(c, true) }
+
+// Reconnect ends [Redis.Disconnect] of c.
+func (r *Redis) Reconnect(c *dlock.Client) error { return r.cut(c, false) }
+
+func (r *Redis) cut(c *dlock.Client, down bool) error {
+	r.mu.Lock()
+	h := r.hooks[c]
+	r.mu.Unlock()
+	if h == nil {
+		return errors.New("dlocktest: a Client not made by this Redis's Client method")
+	}
+	h.cut.Store(down)
+	return nil
+}
+
 // ErrDown is the cause of the errors commands get while Redis is [Redis.Down].
 var ErrDown = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 
@@ -99,12 +138,20 @@ func (r *Redis) operator() *dlock.Client {
 	return r.op
 }
 
-// faults is the go-redis hook of every Client made by Redis.Client.
+// faults are those of every Client made by Redis.Client.
 type faults struct {
 	mu    sync.Mutex
 	stall time.Duration
 	slow  time.Duration
 	down  bool
+
+	// held is not nil while renewals are held back (holdRenewals), and
+	// closed when they may go on; renewing counts those sent and not yet
+	// answered, and settled is closed once none is.
+	held     chan struct{}
+	renewing int
+	settled  chan struct{}
+	holdMu   sync.Mutex // one holdRenewals at a time
 }
 
 func (f *faults) set(change func(*faults)) {
@@ -113,21 +160,105 @@ func (f *faults) set(change func(*faults)) {
 	change(f)
 }
 
-// before is what the faults do to cmds before they are sent.
-func (f *faults) before(ctx context.Context, cmds []redis.Cmder) error {
+// holdRenewals holds back every renewal not yet sent, waits for those
+// sent to be answered, and returns what lets them go on: what Expire and
+// Steal do meanwhile, no renewal sees half done.
+func (f *faults) holdRenewals() (release func()) {
+	f.holdMu.Lock()
 	f.mu.Lock()
-	down, delay := f.down, f.slow
-	if f.stall > 0 && anyRenewal(cmds) {
+	f.held = make(chan struct{})
+	settled := make(chan struct{})
+	if f.renewing == 0 {
+		close(settled)
+	}
+	f.settled = settled
+	f.mu.Unlock()
+	<-settled
+	return func() {
+		f.mu.Lock()
+		close(f.held)
+		f.held, f.settled = nil, nil
+		f.mu.Unlock()
+		f.holdMu.Unlock()
+	}
+}
+
+// renewal waits while renewals are held back, then counts one sent; done
+// counts it answered.
+func (f *faults) renewal(ctx context.Context) (done func(), err error) {
+	for {
+		f.mu.Lock()
+		held := f.held
+		if held == nil {
+			f.renewing++
+			f.mu.Unlock()
+			return f.renewed, nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (f *faults) renewed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.renewing--; f.renewing == 0 && f.settled != nil {
+		select {
+		case <-f.settled:
+		default:
+			close(f.settled)
+		}
+	}
+}
+
+// clientFaults is the go-redis hook of one Client made by Redis.Client:
+// the faults of all, and its own cut (Redis.Disconnect).
+type clientFaults struct {
+	all *faults
+	cut atomic.Bool
+}
+
+func (h *clientFaults) down() bool {
+	h.all.mu.Lock()
+	defer h.all.mu.Unlock()
+	return h.all.down || h.cut.Load()
+}
+
+// around runs send, the sending of cmds, with the faults.
+func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+	f := h.all
+	renewal := anyRenewal(cmds)
+	f.mu.Lock()
+	delay := f.slow
+	if f.stall > 0 && renewal {
 		delay += f.stall
 	}
 	f.mu.Unlock()
-	if down {
+	if err := pause(ctx, delay); err != nil {
+		return err
+	}
+	if h.down() {
 		return ErrDown
 	}
-	if delay <= 0 {
+	if renewal {
+		done, err := f.renewal(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
+	return send()
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(delay)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -137,37 +268,36 @@ func (f *faults) before(ctx context.Context, cmds []redis.Cmder) error {
 	}
 }
 
-func (f *faults) DialHook(next redis.DialHook) redis.DialHook {
+func (h *clientFaults) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		f.mu.Lock()
-		down := f.down
-		f.mu.Unlock()
-		if down {
+		if h.down() {
 			return nil, ErrDown
 		}
 		return next(ctx, network, addr)
 	}
 }
 
-func (f *faults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *clientFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := f.before(ctx, []redis.Cmder{cmd}); err != nil {
+		err := h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+		if err != nil && cmd.Err() == nil {
 			cmd.SetErr(err)
-			return err
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 
-func (f *faults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *clientFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if err := f.before(ctx, cmds); err != nil {
+		err := h.around(ctx, cmds, func() error { return next(ctx, cmds) })
+		if err != nil {
 			for _, cmd := range cmds {
-				cmd.SetErr(err)
+				if cmd.Err() == nil {
+					cmd.SetErr(err)
+				}
 			}
-			return err
 		}
-		return next(ctx, cmds)
+		return err
 	}
 }
 

@@ -196,7 +196,8 @@ func b2i(b bool) int {
 }
 
 // childErrors is err as the sentinels it matches, comma-separated ("ok"
-// for nil), or "other:" and its text without spaces.
+// for nil), and "quorum" for a Redlock's QuorumError (expectedAcquireError
+// reads it), or "other:" and its text without spaces.
 func childErrors(err error) string {
 	if err == nil {
 		return "ok"
@@ -206,6 +207,9 @@ func childErrors(err error) string {
 		if errors.Is(err, s.err) {
 			is = append(is, s.name)
 		}
+	}
+	if quorum := (*dlock.QuorumError)(nil); errors.As(err, &quorum) {
+		is = append(is, "quorum")
 	}
 	if len(is) == 0 {
 		return "other:" + strings.Join(strings.Fields(err.Error()), "_")
@@ -232,6 +236,9 @@ func parseChildErrors(s string) error {
 	}
 	var errs []error
 	for _, name := range strings.Split(s, ",") {
+		if name == "quorum" {
+			errs = append(errs, &dlock.QuorumError{})
+		}
 		for _, c := range childSentinels {
 			if c.name == name {
 				errs = append(errs, c.err)

@@ -126,7 +126,7 @@ func TestQuorumMissed_NoOtherFailureExplainsALoss(t *testing.T) {
 // is held on 3 of 3 masters after every holder let go", not found again
 // in ten replays). A Redlock attempt whose grants come back past the node
 // timeout (17 ms for that run's TTLs; a soak filling both cores makes all
-// three masters miss it) returns ErrNotAcquired at once and gives the
+// three masters miss it) returns ErrUnavailable at once and gives the
 // grants back in the background (abandon: bounded by CleanupTimeout, not
 // waited for, on connections dialled anew, those of the timed-out reads
 // being closed). Client 3's last operation, a TryLock of rl0, fits: its
@@ -171,8 +171,8 @@ func TestCheckRedlockSettled_ACleanUpInFlightIsWaitedFor(t *testing.T) {
 	}
 	armed.Store(true)
 	name := lockName(t)
-	if _, err := rl.Mutex(name, dlock.WithTTL(5*time.Second)).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("TryLock with every grant read past the node timeout: %v, want ErrNotAcquired", err)
+	if _, err := rl.Mutex(name, dlock.WithTTL(5*time.Second)).TryLock(ctx); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryLock with every grant read past the node timeout: %v, want ErrUnavailable", err)
 	}
 	go func() {
 		time.Sleep(300 * time.Millisecond)

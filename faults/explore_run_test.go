@@ -483,9 +483,12 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	return out
 }
 
-// expectedAcquireError: refusals and the caller's own cancellation.
+// expectedAcquireError: refusals, the caller's own cancellation, and a
+// Redlock's quorum missed (nodes slow under the load, or held).
 func expectedAcquireError(err error) bool {
-	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	var quorum *dlock.QuorumError
+	return errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &quorum)
 }
 
 // runOp makes one operation: acquire, write with the token, hold (maybe
@@ -1068,10 +1071,10 @@ func waitKeysGone(ctx context.Context, now func() time.Time, deadline time.Time,
 
 // keptFor is how long a key may outlive every hold, by its kind (the part
 // of its name after the lock's): fencing counters FenceRetentionTTLs hold
-// TTLs (longestTTL), tombstones a minute, release marks
-// CleanupTimeout; a Semaphore's number of permits and a Redlock master's
-// fencing counter have no expiry, by design (redlock_fence.lua). Anything
-// else must be gone.
+// TTLs (longestTTL), tombstones a minute, release marks CleanupTimeout, a
+// Semaphore's number of permits a TTL (it expires with the last permit);
+// a Redlock master's fencing counter has no expiry, by design
+// (redlock_fence.lua). Anything else must be gone.
 func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	switch {
 	case strings.HasSuffix(key, ":fence") && redlock:
@@ -1083,7 +1086,7 @@ func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	case strings.Contains(key, ":released:"):
 		return dlock.CleanupTimeout, false
 	case strings.HasSuffix(key, ":permits"):
-		return 0, true
+		return longestTTL, false
 	}
 	return 0, false
 }

@@ -162,10 +162,10 @@ func probeWakeUp(ctx context.Context, rdb redis.UniversalClient, channel string,
 // lockKeySuffixes are what follows a lock's key (PREFIX{name}) in the
 // names of its other keys, for every type: those of the scripts that take
 // a lock of any type (scripts.AnyLockLayout; channels among them, whose
-// DEL finds nothing). Some have no expiry (a Semaphore's permits, an
-// Election's leader), and a script refused half way by an ACL leaves what
-// it wrote before the refusal (Redis does not roll a script back):
-// cleanScratch deletes them by name, which needs no SCAN.
+// DEL finds nothing). Some have no expiry (an Election's leader), and a
+// script refused half way by an ACL leaves what it wrote before the
+// refusal (Redis does not roll a script back): cleanScratch deletes them
+// by name, which needs no SCAN.
 // TestDoctor_FindsWhatMakesAServerUnfitForLocks checks that nothing
 // without an expiry is left.
 var lockKeySuffixes = func() []string {

@@ -87,8 +87,8 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 	})
 
 	// A user who may not SCAN leaves only what expires by itself: the keys
-	// without expiry (a Semaphore's permits, an Election's leader, what a
-	// refused script wrote) are deleted by name.
+	// without expiry (an Election's leader, what a refused script wrote)
+	// are deleted by name.
 	noPermanentKeys := func(t *testing.T) {
 		t.Helper()
 		for _, key := range rdb.Keys(ctx, "dlock:doctor-*").Val() {

@@ -90,7 +90,9 @@ var ErrClosed = errors.New("notify: hub closed")
 // Watch registers the caller as a waiter on channel and returns once Redis has
 // confirmed the subscription, the subscription has failed or is late (the
 // waiter then gets no wake-ups and [Waiter.Subscribed] is false), or ctx is
-// done (ctx.Err()). The caller must Close the waiter.
+// done (ctx.Err()). A subscription Redis refused for lack of permission
+// (NOPERM: an ACL without the channel) is an error: it would fail again,
+// and a waiter would wait on nothing. The caller must Close the waiter.
 func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	var w *Waiter
 	var ready <-chan struct{}
@@ -111,14 +113,14 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	}
 	select {
 	case <-ready: // already subscribed: the common case under contention, no timer
-		return w, nil
+		return w.unlessRefused()
 	default:
 	}
 	timeout := time.NewTimer(subscribeTimeout)
 	defer timeout.Stop()
 	select {
 	case <-ready:
-		return w, nil
+		return w.unlessRefused()
 	case <-ctx.Done():
 		w.Close()
 		return nil, ctx.Err()

@@ -59,6 +59,28 @@ func subscribers(t *testing.T, ctx context.Context, rdb *redis.Client, channel s
 	return counts[channel]
 }
 
+// A subscription Redis refuses for lack of permission (ACL) is Watch's
+// error, for each waiter that waited for it; another channel the user may
+// have is subscribed as ever.
+func TestHub_ARefusedSubscriptionIsWatchsError(t *testing.T) {
+	ctx, rdb, _ := setup(t, 0)
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "resetchannels", "&app:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	user := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, Username: "app", Password: "pw"})
+	t.Cleanup(func() { _ = user.Close() })
+	hub := New(Config{Client: user})
+	t.Cleanup(func() { _ = hub.Close() })
+	for range 2 {
+		if w, err := hub.Watch(ctx, "dlock:ch"); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			t.Fatalf("Watch of a channel refused: %v, %v; want the NOPERM refusal", w, err)
+		}
+	}
+	if w := watch(t, ctx, hub, "app:ch"); !w.Subscribed() {
+		t.Fatal("Watch of a channel allowed returned unsubscribed")
+	}
+}
+
 // Watch returns only once the server has the subscription: a message
 // published right after is delivered.
 func TestHub_WatchReturnsOnceTheServerHasTheSubscription(t *testing.T) {

@@ -247,12 +247,25 @@ func (sh *shard) failed(err error) {
 	serverReply := errors.As(err, &replyErr)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	refused := serverReply && strings.HasPrefix(err.Error(), "NOPERM")
 	for channel, tp := range sh.topics {
 		if serverReply && tp.pending > 0 {
+			if refused { // the reply names no channel: each pending one's waiters are told
+				tp.refuse(err)
+			}
 			sh.reset(channel, tp)
 			continue
 		}
 		tp.wakeAll()
+	}
+}
+
+// refuse tells the channel's waiters that Redis refused its subscription.
+func (tp *topic) refuse(err error) {
+	for _, w := range tp.waiters {
+		w.mu.Lock()
+		w.refused = err
+		w.mu.Unlock()
 	}
 }
 

@@ -14,8 +14,22 @@ type Waiter struct {
 	channel string
 	wake    chan struct{}
 
-	mu    sync.Mutex
-	grant string // what the last wake-up carried after the id, if anything
+	mu      sync.Mutex
+	grant   string // what the last wake-up carried after the id, if anything
+	refused error  // Redis refused the subscription it waited for (NOPERM)
+}
+
+// unlessRefused is w, or, where Redis refused its subscription for lack
+// of permission, that refusal (w closed).
+func (w *Waiter) unlessRefused() (*Waiter, error) {
+	w.mu.Lock()
+	err := w.refused
+	w.mu.Unlock()
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
 }
 
 func newWaiterID() string {

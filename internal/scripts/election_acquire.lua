@@ -27,7 +27,8 @@
 -- write (see foreign.lua).
 --
 -- Safe to send twice: a resend finds itself leading and reports its term,
--- registering nothing, the lock lasting the TTL from now (a copy of an
+-- registering nothing (withdrawing the campaign's registration), the lock
+-- lasting the TTL from now (a copy of an
 -- earlier attempt may have taken it while the campaign slept, told it was
 -- refused; the lease counts from the latest attempt); so does a copy of an earlier attempt of the
 -- campaign, refused, arriving once a later one was elected.
@@ -41,6 +42,9 @@ if wrong then
 end
 if holder == owner then -- a resend, or a copy of an attempt the caller was told was refused
   keep_at_least(LOCK, ARGV[2]) -- the caller's lease counts from this attempt
+  if ARGV[3] ~= '' then -- registered while a copy took it: no longer waiting
+    redis.pcall('ZREM', WAITERS, ARGV[3])
+  end
   return {1, tonumber(redis.call('HGET', LEADER, 'term'))}
 end
 if holder and not is_owner_token(holder) then -- not a leader: nothing to wait for

@@ -34,7 +34,7 @@ var extendCases = []extendCase{
 			expectGranted(t, tryRW(t, ctx, rdb, a, ""), "the write lock")
 			return a
 		}},
-	{"SemExtend", SemExtend, SemTTL, semKeys[:2], []string{"t:{m}", "t:{m}:tokens"},
+	{"SemExtend", SemExtend, SemTTL, semKeys[:3], []string{"t:{m}", "t:{m}:tokens", "t:{m}:permits"},
 		func(t *testing.T, ctx context.Context, rdb *redis.Client) string {
 			expectGranted(t, semTry(t, ctx, rdb, tok("a"), 1), "a permit")
 			return tok("a")

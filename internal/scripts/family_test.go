@@ -188,7 +188,7 @@ func TestSemExtend_NeverBringsBackAnExpiredPermit(t *testing.T) {
 	if err := rdb.ZAddXX(ctx, "t:{m}", redis.Z{Score: 1, Member: tok("a")}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n := runInt(t, ctx, rdb, SemExtend, semKeys[:2], tok("a"), 10000); n != 0 {
+	if n := runInt(t, ctx, rdb, SemExtend, semKeys[:3], tok("a"), 10000); n != 0 {
 		t.Fatalf("extend of an expired permit: %d, want 0", n)
 	}
 	expectGranted(t, semTry(t, ctx, rdb, tok("b"), 1), "the expired permit, taken by another")

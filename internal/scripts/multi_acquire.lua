@@ -27,7 +27,8 @@
 -- Safe to send twice: a resend finds the locks its own (every one of them:
 -- a lock lost since is free, taken anew with the rest, or another's, which
 -- refuses it) and mints nothing,
--- registering nothing, the locks lasting the TTL from now (a copy of an
+-- registering nothing (withdrawing the call's registration), the locks
+-- lasting the TTL from now (a copy of an
 -- earlier attempt may have taken them while the call slept, told it was
 -- refused; the lease counts from the latest attempt); so does a copy of an earlier attempt of the call,
 -- refused, arriving once a later one was granted.
@@ -73,6 +74,9 @@ if mine == N then -- a resend: the attempt took them all
     -- Maybe a copy of an attempt the caller was told was refused: the
     -- caller's lease counts from this attempt (never shorter).
     keep_at_least(part(j).LOCK, ARGV[2])
+  end
+  if waiter ~= '' then -- registered while a copy took them: no longer waiting
+    redis.pcall('ZREM', part(watch).WAITERS, waiter)
   end
   return tokens
 end

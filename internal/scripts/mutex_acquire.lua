@@ -38,7 +38,8 @@
 --
 -- Safe to send twice: an owner finding the lock already its own reports the
 -- same acquisition, extended to its TTL (never shortened: a copy may land
--- after a longer Extend), and mints nothing.
+-- after a longer Extend), mints nothing, and withdraws every registration
+-- of the call (a late copy of an earlier attempt took the lock as it waited).
 -- Safe to arrive late: a client that gave up on this call left a tombstone,
 -- and a copy of any of its attempts that finds it does nothing: it neither
 -- takes the lock nor registers (the next release would hand the lock to a
@@ -92,6 +93,13 @@ if holder == ARGV[1] then
     redis.call('DEL', LOCK)
     drop_holder_info(HOLDER)
     return {-1, 0}
+  end
+  -- Taken by a late copy of an earlier attempt while the call waited:
+  -- every registration of the call goes (withdraw_waiter), or the release
+  -- would hand the lock to one, held for nobody.
+  local registered = ARGV[5] ~= '' and ARGV[5] or ARGV[3]
+  if registered ~= '' then
+    withdraw_waiter(WAITERS, registered)
   end
   -- Never shorter: a copy of the attempt that was granted may land after
   -- a longer Extend, which the lease counts on.

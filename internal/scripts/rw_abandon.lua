@@ -9,7 +9,8 @@
 --          attempt may still arrive (see tombstoneLife in dlock.go)
 -- ARGV[4]  waiter id to unregister; '' when not registered
 --
--- Returns 1 the attempt had been granted and is released now, else 0.
+-- Returns 1 the attempt had been granted and is released now, else 0. The
+-- call's registration goes in either case.
 --
 -- A copy of any attempt of the call may still be on its way, applied before
 -- or not (go-redis resends after a read timeout): the tombstone (TOMBSTONE,
@@ -29,20 +30,20 @@ local now = server_now()
 if tonumber(ARGV[3]) > 0 then
   redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
 end
-if ARGV[1] ~= '' then
-  if live_score(HOLDS, ARGV[1], now) then
-    return release_hold(ARGV[1], ARGV[2], now) or 1
-  end
-end
+-- The registration goes first, also when a hold is released: a late copy
+-- of an earlier attempt may have taken the hold while the call waited.
+local left = false
 if ARGV[4] ~= '' then
-  local left = false
   for _, set in ipairs({WWAIT, RWAIT, RPASS}) do
     if dlocks_beside(set, 'zset') and redis.call('ZREM', set, ARGV[4]) == 1 then
       left = true
     end
   end
-  if left then
-    wake(ARGV[2], now, false)
-  end
+end
+if ARGV[1] ~= '' and live_score(HOLDS, ARGV[1], now) then
+  return release_hold(ARGV[1], ARGV[2], now) or 1
+end
+if left then
+  wake(ARGV[2], now, false)
 end
 return 0

@@ -31,7 +31,8 @@
 --          a writer waits and this reader was not passed by the last writer
 --
 -- Safe to send twice: a hold already in place (its member is live) reports
--- the same acquisition, counts once, registers nothing and lasts the TTL
+-- the same acquisition, counts once, registers nothing (withdraws the
+-- call's registration, made while the copy took it) and lasts the TTL
 -- from now (a copy of an earlier attempt may have taken it while the call
 -- slept, told it was refused; the call's lease counts from its latest
 -- attempt); so does a copy of an earlier attempt of the call, refused,
@@ -48,18 +49,25 @@ local mode, owner = parse(member)
 local now = server_now()
 
 local function read_state()
-  return redis.call('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner)
+  return redis.call('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner, STATE_MARK)
 end
 local st = read_state() -- raises WRONGTYPE for a foreign state before anything is written
 if purge(now) > 0 then
   st = read_state()
 end
-if redis.call('ZSCORE', HOLDS, member) then
+-- No state (foreign_state above: no mark): any hold left in HOLDS lost its
+-- count with it (DEL, FLUSHDB, an eviction), and is nobody's now.
+local fresh = not st[6]
+if not fresh and redis.call('ZSCORE', HOLDS, member) then
   -- Taken by a copy of an attempt of the call (one the caller was told
   -- was refused) or by this one's earlier copy: the lease counts from this
   -- attempt, so the hold lasts the TTL from now (never shorter).
   extend_score(HOLDS, member, now + tonumber(ARGV[2]), false)
   expire_with_last()
+  if waiter ~= '' then -- registered while that copy took it: no longer waiting
+    redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
+    redis.call('ZREM', RPASS, waiter)
+  end
   return {1, tonumber(st[5])}
 end
 
@@ -113,7 +121,7 @@ if granted then
   if mode == 'r' then
     redis.call('HINCRBY', STATE, 'R', 1)
   end
-  if mine == 0 then -- the state may be new: mark it as dlock's
+  if fresh then
     redis.call('HSET', STATE, STATE_MARK, STATE_KIND)
   end
   if ARGV[5] and ARGV[5] ~= '' then
@@ -124,8 +132,17 @@ if granted then
   elseif mode == 'w' then
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
-  redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
-  expire_with_last()
+  if fresh then
+    -- Holds left from a lost state go, or their leases would renew them
+    -- (rw_extend.lua) while this one holds the lock.
+    redis.call('DEL', HOLDS)
+    redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
+    redis.call('PEXPIREAT', STATE, now + tonumber(ARGV[2]))
+    redis.call('PEXPIREAT', HOLDS, now + tonumber(ARGV[2]))
+  else
+    redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
+    expire_with_last()
+  end
   return {1, token}
 end
 

@@ -6,8 +6,9 @@
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
 --
--- Returns 1 extended, 0 not held, or WRONGTYPE when another program wrote
--- over the state, which is left as it is (its expiry too).
+-- Returns 1 extended, 0 not held (also when the state is gone), or
+-- WRONGTYPE when another program wrote over the state, which is left as
+-- it is (its expiry too).
 --
 -- Never brings back a hold that expired or was released: someone else may
 -- already have been told the lock was free.
@@ -24,9 +25,10 @@ local now = server_now()
 if not live_score(HOLDS, ARGV[1], now) then
   return 0
 end
-local wrong = not is_dlocks_state(STATE) and foreign_state(STATE)
-if wrong then
-  return wrong
+if not is_dlocks_state(STATE) then
+  -- Gone (DEL, FLUSHDB, an eviction): the hold went with its count, as a
+  -- Mutex's goes with its key, and the next acquire drops it.
+  return foreign_state(STATE) or 0
 end
 extend_score(HOLDS, ARGV[1], now + tonumber(ARGV[2]), may_shorten(ARGV[3]))
 expire_with_last()

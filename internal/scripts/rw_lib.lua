@@ -138,7 +138,8 @@ local function wake(publish, now, writer_left)
 end
 
 -- Release one live hold and wake whoever can go: nil, or the error when
--- another program wrote over the state, which is left as it is.
+-- another program wrote over the state, which is left as it is. The wake's
+-- PUBLISH comes last: one an ACL refuses finds the hold released.
 local function release_hold(member, publish, now)
   local present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
   local wrong = not present and foreign_state(STATE)
@@ -148,7 +149,7 @@ local function release_hold(member, publish, now)
   purge(now, present) -- only holds with this hold in them: its id is secret, so dlock wrote them
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member, present)
-  wake(publish, now, mode == 'w' and left <= 0)
   expire_with_last()
+  wake(publish, now, mode == 'w' and left <= 0)
   return nil
 end

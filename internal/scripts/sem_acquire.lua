@@ -20,7 +20,8 @@
 -- a number).
 --
 -- Safe to send twice: a resend finds its permit and reports its token,
--- registering nothing, the permit lasting the TTL from now (a copy of an
+-- registering nothing (withdrawing the call's registration), the permit
+-- lasting the TTL from now (a copy of an
 -- earlier attempt may have taken it while the call slept, told it was
 -- refused; the call's lease counts from its latest attempt); so does a copy of an earlier attempt of the call,
 -- refused, arriving once a later one was granted.
@@ -49,7 +50,7 @@ raise_error(last_token(FENCE))
 purge(now)
 if permits == nil then
   permits = tonumber(ARGV[5])
-  redis.call('SET', PERMITS, permits)
+  redis.call('SET', PERMITS, permits, 'PX', ARGV[2]) -- a grant keeps it with its permit (expire_with_last)
 elseif permits ~= tonumber(ARGV[5]) then
   return {-2, permits}
 end
@@ -59,6 +60,9 @@ if live_score(HOLDERS, owner, now) then
   -- lease counts (never shorter).
   extend_score(HOLDERS, owner, now + tonumber(ARGV[2]), false)
   expire_with_last(now)
+  if ARGV[3] ~= '' then -- registered while that copy took it: no longer waiting
+    redis.pcall('ZREM', WAITERS, ARGV[3])
+  end
   return {1, tonumber(redis.call('HGET', TOKENS, owner))}
 end
 if redis.call('ZCARD', HOLDERS) < permits then

@@ -1,6 +1,7 @@
 -- Renew a Semaphore permit: only while this owner holds it.
 --
--- KEYS     HOLDERS, TOKENS: SemLayout (layout.go) up to PERMITS, as in sem_lib.lua
+-- KEYS     HOLDERS, TOKENS, PERMITS: SemLayout (layout.go) up to WAITERS, as
+--          in sem_lib.lua
 -- ARGV[1]  owner token
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later

@@ -11,8 +11,9 @@
 -- TOKENS   tokens: hash of each holder's fencing token, for a resent acquire,
 --          and, under 'i' .. the holder's owner token, its holder info
 --          (WithHolderInfo in Go), gone with its permit
--- PERMITS  permits: the number of permits, a string without TTL, set by the
---          first acquire (or by SetPermits) so that every client agrees
+-- PERMITS  permits: the number of permits, a string set by the first
+--          acquire (or by SetPermits) so that every client agrees; it
+--          expires with the holders, so a name used once leaves nothing
 -- WAITERS  waiters: sorted set of waiter ids by registration expiry
 -- CHANNEL  wake-up channel (a waiter id is published; '*' wakes all)
 -- FENCE    fencing counter (see mint_token in common.lua; acquire; SetPermits
@@ -42,7 +43,8 @@ local function foreign_tokens()
   return nil
 end
 
--- The holders' keys live as long as the last permit, and no longer.
+-- The holders' keys, and the number of permits, live as long as the last
+-- permit, and no longer.
 local function expire_with_last(now)
   local last = redis.call('ZRANGE', HOLDERS, -1, -1, 'WITHSCORES')
   if #last == 0 then
@@ -51,6 +53,7 @@ local function expire_with_last(now)
   local left = math.max(tonumber(last[2]) - now, 1)
   redis.call('PEXPIRE', HOLDERS, left)
   redis.call('PEXPIRE', TOKENS, left)
+  redis.call('PEXPIRE', PERMITS, left)
 end
 
 -- Whether a permit is free for the next waiter.

@@ -3,6 +3,9 @@
 -- KEYS     SemLayout (layout.go), as in sem_lib.lua (FENCE only looked at)
 -- ARGV[1]  the new number of permits
 -- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV[3]  the handle's TTL in milliseconds: a number set while no permit
+--          is held lasts FENCE_RETENTION_TTLS of it; else it lasts as long
+--          as the holders (expire_with_last in sem_lib.lua)
 --
 -- Returns the number it had before (0: none yet).
 --
@@ -21,6 +24,11 @@ if wrong then
   return wrong
 end
 local before = tonumber(redis.call('GET', PERMITS)) or 0
-redis.call('SET', PERMITS, ARGV[1])
+local held = redis.call('PTTL', HOLDERS)
+if held > 0 then
+  redis.call('SET', PERMITS, ARGV[1], 'PX', held)
+else
+  redis.call('SET', PERMITS, ARGV[1], 'PX', FENCE_RETENTION_TTLS * tonumber(ARGV[3]))
+end
 wake_all(WAITERS, CHANNEL, ARGV[2])
 return before

@@ -1,7 +1,7 @@
 -- How long a Semaphore permit has left.
 --
--- KEYS     HOLDERS, TOKENS: SemLayout (layout.go) up to PERMITS, as in
---          sem_lib.lua (HOLDERS alone read)
+-- KEYS     HOLDERS, TOKENS, PERMITS: SemLayout (layout.go) up to WAITERS,
+--          as in sem_lib.lua (HOLDERS alone read)
 -- ARGV[1]  owner token
 --
 -- Returns the milliseconds left, or -3 when this owner holds no permit.

@@ -1,0 +1,130 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+)
+
+// deadAddr is a loopback address nothing listens on: a server's, started
+// and killed.
+func deadAddr(t *testing.T) string {
+	srv := redistest.Start(t)
+	srv.Kill()
+	return srv.Addr()
+}
+
+// outcomes is an Observer that keeps each acquire call's outcome.
+type outcomes struct {
+	mu   sync.Mutex
+	seen []dlock.Outcome
+}
+
+func (o *outcomes) observer() *dlock.Observer {
+	return &dlock.Observer{Acquire: func(ctx context.Context, _ dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+		return ctx, func(d dlock.AcquireDone) {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			o.seen = append(o.seen, d.Outcome)
+		}
+	}}
+}
+
+func (o *outcomes) last() dlock.Outcome {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.seen) == 0 {
+		return ""
+	}
+	return o.seen[len(o.seen)-1]
+}
+
+// unreachable fails the test unless err says Redis could not be reached,
+// with its cause, and never that the lock was taken.
+func unreachable(t *testing.T, what string, err error, cause string) {
+	t.Helper()
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), cause) {
+		t.Errorf("%s: %v; want ErrUnavailable saying %q, not ErrNotAcquired", what, err, cause)
+	}
+}
+
+// A Client pointed at a port nothing listens on (a mistyped port) is told
+// so: its calls fail with ErrUnavailable and "connection refused", a
+// waiting Lock too once its context ends, and the Observer is told error.
+func TestUnreachable_AClientOnADeadPortSaysConnectionRefused(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var seen outcomes
+	c := newClient(t, rdb, dlock.WithObserver(seen.observer()))
+	ctx := ctxFor(t, time.Minute)
+
+	_, err := c.Mutex("m").TryLock(ctx)
+	unreachable(t, "TryLock", err, "connection refused")
+	if !errors.Is(err, syscall.ECONNREFUSED) || seen.last() != dlock.OutcomeError {
+		t.Errorf("TryLock: %v, outcome %q; want the refused connection in the chain, outcome error", err, seen.last())
+	}
+
+	for what, lock := range map[string]func(context.Context) (*dlock.Lease, error){
+		"Mutex":     c.Mutex("m").Lock,
+		"FairMutex": c.FairMutex("f").Lock,
+		"RLock":     c.RWMutex("rw").RLock,
+	} {
+		wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = lock(wait)
+		cancel()
+		unreachable(t, what+" with a deadline", err, "connection refused")
+		if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+			t.Errorf("%s: %v, outcome %q; want DeadlineExceeded too, outcome error", what, err, seen.last())
+		}
+	}
+}
+
+// A Redlock acquisition that fails because nodes are down says
+// ErrUnavailable, not ErrNotAcquired; one that other owners' holds keep
+// out of a majority says ErrNotAcquired, whatever the other nodes did.
+func TestUnreachable_ARedlockWithNodesDownSaysUnavailable(t *testing.T) {
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, time.Minute)
+	opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithNodeTimeout(100 * time.Millisecond)}
+	name := lockName(t)
+	for _, srv := range servers[:2] { // another owner holds nodes 0 and 1
+		if _, err := newClient(t, srv.Client()).Mutex(name, dlock.WithTTL(time.Minute)).TryLock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen outcomes
+	rl := redlockOver(t, servers, append(opts, dlock.WithObserver(seen.observer()))...)
+
+	servers[2].Kill()
+	_, err := rl.Mutex(name).TryLock(ctx)
+	if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrUnavailable) || seen.last() != dlock.OutcomeNotAcquired {
+		t.Errorf("held on 2 of 3, the third down: %v, outcome %q; want ErrNotAcquired, not ErrUnavailable", err, seen.last())
+	}
+
+	servers[1].Kill()
+	_, err = rl.Mutex(name).TryLock(ctx)
+	unreachable(t, "held on 1 of 3, two down", err, "connection refused")
+
+	servers[0].Kill()
+	_, err = rl.Mutex(name).TryLock(ctx)
+	unreachable(t, "every node down: TryLock", err, "connection refused")
+	if seen.last() != dlock.OutcomeError {
+		t.Errorf("every node down: TryLock's outcome %q; want error", seen.last())
+	}
+	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = rl.Mutex(name).Lock(wait)
+	unreachable(t, "every node down: Lock with a deadline", err, "connection refused")
+	if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+		t.Errorf("every node down: Lock: %v, outcome %q; want DeadlineExceeded too, outcome error", err, seen.last())
+	}
+}
