@@ -25,9 +25,9 @@ import (
 // [WithRestartGuard]): while a lease is valid no other owner holds a
 // majority; a lease is returned only with validity left, counted from the
 // attempt's start; tokens strictly increase. It cannot stop a holder paused
-// past its deadline (use the token), and a clock jump, or lost writes (a
-// restart, a failover) the guard is off for or does not see, can let two
-// owners in. Each operation goes to every node at once, bounded by
+// past its deadline (use the token), and a clock jump, or lost writes the
+// guard is off for or does not see (docs/SAFETY.md), can let two owners in.
+// Each operation goes to every node at once, bounded by
 // [WithNodeTimeout]; waiting Locks retry after a random delay. Failures are
 // a [*QuorumError] naming each node.
 type Redlock struct {
