@@ -97,7 +97,8 @@ func (r *Report) Worst() Severity {
 // The Client also checks each node once by itself, from its first use on,
 // in the background (no lock waits for it), and logs what it finds to
 // [WithLogger]'s logger once per node: SeverityError at error level,
-// SeverityWarning at warn level.
+// SeverityWarning at warn level. Without WithLogger, errors go to
+// [slog.Default].
 func (c *Client) Check(ctx context.Context) (*Report, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err

@@ -286,3 +286,26 @@ func TestCheck_ARedlockReportsEachNode(t *testing.T) {
 		t.Fatalf("Check of a Redlock of 2 nodes: %v; want ErrInvalid", err)
 	}
 }
+
+// Without WithLogger, an evicting policy still reaches the program: at
+// error level, through slog.Default(); nothing below error level does.
+func TestCheck_AnEvictingPolicyReachesSlogDefaultWithoutALogger(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru")
+	ctx := ctxFor(t, time.Minute)
+	logs := &logRecorder{}
+	before := slog.Default()
+	slog.SetDefault(slog.New(logs))
+	t.Cleanup(func() { slog.SetDefault(before) })
+	c := newClient(t, srv.Client())
+	lockThroughRounds(t, ctx, c)
+	if logged := logs.byNode(slog.LevelError)[srv.Addr()]; logged != 1 {
+		t.Fatalf("%d error lines about the node in slog.Default(); want 1", logged)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, r := range logs.records {
+		if r.Level < slog.LevelError {
+			t.Errorf("logged to slog.Default() below error level: %s %q", r.Level, r.Message)
+		}
+	}
+}

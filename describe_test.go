@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +46,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			}
 		}
 		info, err = c.Describe(ctx, rwName)
-		want := []dlock.Holder{{Owner: "writer", Write: true, Holds: 1}, {Owner: "writer", Holds: 2}}
+		want := []dlock.Holder{{Owner: dlock.OwnerHash("writer"), Write: true, Holds: 1}, {Owner: dlock.OwnerHash("writer"), Holds: 2}}
 		if err != nil || info.Type != "RWMutex" || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
 			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != lastRead.Token() {
 			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
@@ -254,11 +256,11 @@ func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	}
 
 	// An older dlock's hold has no mark: an RWMutex's, as far as it shows.
-	if _, err := c.ReentrantMutex(name).Lock(ctx); err != nil {
+	if _, err := c.ReentrantMutex(name, dlock.WithOwner("older")).Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	info := expect("a ReentrantMutex's hold", dlock.TypeReentrantMutex)
-	if err := rdb.HDel(ctx, lockKey(name), "aw"+info.Holders[0].Owner).Err(); err != nil {
+	expect("a ReentrantMutex's hold", dlock.TypeReentrantMutex)
+	if err := rdb.HDel(ctx, lockKey(name), "awolder").Err(); err != nil {
 		t.Fatal(err)
 	}
 	expect("a hold without the mark", dlock.TypeRWMutex)
@@ -311,5 +313,55 @@ func TestClient_DescribeOfTypesThatAreOneLockInRedis(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// An owner id is a capability: WithOwner(id) joins the holds of that
+// owner, exclusive ones included, with their fencing token. Describe shows
+// each holder's id in a form that never contains it and that joins
+// nothing as an owner id, as a Mutex's owner token is not shown at all.
+func TestClient_DescribeNeverShowsAnOwnerID(t *testing.T) {
+	c := newClient(t, sharedStandalone().Client())
+	ctx := ctxFor(t, 30*time.Second)
+	for _, lock := range []struct {
+		name string
+		take func(name, owner string) (*dlock.Lease, error)
+		join func(name, owner string) (*dlock.Lease, error)
+	}{
+		{"RWMutex", func(name, owner string) (*dlock.Lease, error) {
+			return c.RWMutex(name, dlock.WithOwner(owner)).Lock(ctx)
+		}, func(name, owner string) (*dlock.Lease, error) {
+			return c.RWMutex(name, dlock.WithOwner(owner)).TryLock(ctx)
+		}},
+		{"ReentrantMutex", func(name, owner string) (*dlock.Lease, error) {
+			return c.ReentrantMutex(name, dlock.WithOwner(owner)).Lock(ctx)
+		}, func(name, owner string) (*dlock.Lease, error) {
+			return c.ReentrantMutex(name, dlock.WithOwner(owner)).TryLock(ctx)
+		}},
+		{"RWMutex read", func(name, owner string) (*dlock.Lease, error) {
+			return c.RWMutex(name, dlock.WithOwner(owner)).RLock(ctx)
+		}, func(name, owner string) (*dlock.Lease, error) {
+			return c.RWMutex(name, dlock.WithOwner(owner)).TryLock(ctx) // another owner may not write beside the reads
+		}},
+	} {
+		t.Run(lock.name, func(t *testing.T) {
+			name, owner := lockName(t), "deploy-job/"+lockName(t)
+			if _, err := lock.take(name, owner); err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.Describe(ctx, name)
+			if err != nil || len(info.Holders) != 1 {
+				t.Fatalf("Describe: %+v, %v; want one holder", info, err)
+			}
+			if shown := fmt.Sprintf("%+v %#v", info, info); strings.Contains(shown, owner) {
+				t.Fatalf("Describe shows the owner id %q: %s", owner, shown)
+			}
+			if got, want := info.Holders[0].Owner, dlock.OwnerHash(owner); got != want || got == "" {
+				t.Fatalf("holder shown as %q; want OwnerHash(id), %q", got, want)
+			}
+			if l, err := lock.join(name, info.Holders[0].Owner); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("WithOwner(what Describe shows): %v, %v; want ErrNotAcquired", l, err)
+			}
+		})
 	}
 }

@@ -184,13 +184,16 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Term: uint64(term)}, nil
 }
 
-// Observe returns a channel of the election's leaders, in order: the
-// current one first (if any), then each new leadership and each
-// proclamation, as Redis publishes them. A term that passes while the
-// subscription is down is not seen, but the current leader is read again
-// whenever it comes back, and every TTL/3 besides, so no change is missed
-// for long. The channel is closed when ctx ends. Read it promptly: a slow
-// reader holds the observation up, not the election.
+// Observe returns a channel of the election's leaders: the current one
+// first (if any), then each new leadership and each proclamation, as
+// Redis publishes them. Values never go back: terms come in increasing
+// order, a term's values in the order proclaimed, and a reader slower than
+// the proclamations skips to the latest (each costs the observer a read).
+// A term that passes while the subscription is down is not seen, but the
+// current leader is read again whenever it comes back, and every TTL/3
+// besides, so no change is missed for long. The channel is closed when ctx
+// ends. Read it promptly: a slow reader holds the observation up, not the
+// election.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	if e.check(ctx, "") != nil {
@@ -250,8 +253,21 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			case *redis.Subscription: // subscribed, or again after a reconnect
 				ok = reread()
 			case *redis.Message:
-				l, parsed := parseLeader(m.Payload)
-				ok = !parsed || emit(l)
+				// A new term's message is its first value. A value of the
+				// current term may be older than the one a read emitted
+				// (it waited behind a slow reader): it only says the value
+				// changed, and the read after the last one queued says to
+				// what. Reads in a row never go back.
+				switch l, parsed := parseLeader(m.Payload); {
+				case !parsed:
+					ok = true
+				case l.Term > last.Term:
+					ok = emit(l)
+				case len(messages) == 0:
+					ok = reread()
+				default:
+					ok = true
+				}
 			default:
 				ok = true
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -303,5 +304,42 @@ func TestElection_ObserverReadsAgainAfterItsConnectionDrops(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the observer did not catch up after its connection dropped")
+	}
+}
+
+// An observer read slowly never shows an older value of a term after a
+// newer one. The observer, blocked on its reader, has proclamations
+// queued; its periodic read (every TTL/3) may find a newer value than
+// those: it must not be followed by them.
+func TestElection_SlowObserverSeesATermsValuesInOrder(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	name := lockName(t)
+	c := newClient(t, sharedStandalone().Client(), dlock.WithTTL(dlock.MinTTL))
+	leader := c.Election(name)
+	if _, err := leader.Campaign(ctx, "0"); err != nil {
+		t.Fatal(err)
+	}
+	observed := c.Election(name).Observe(ctx)
+	if l := <-observed; l.Value != "0" {
+		t.Fatalf("observed %+v first", l)
+	}
+	const rounds, perRound = 20, 60 // fewer than go-redis queues (100)
+	seen := 0
+	for round := range rounds {
+		// Not read meanwhile: the observer blocks on its first, the rest
+		// queue, and its periodic reads fall due.
+		for i := range perRound {
+			if err := leader.Proclaim(ctx, strconv.Itoa(round*perRound+i+1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for last := (round + 1) * perRound; seen != last; {
+			l := <-observed
+			v, err := strconv.Atoi(l.Value)
+			if err != nil || v <= seen {
+				t.Fatalf("round %d: observed %q after %d", round, l.Value, seen)
+			}
+			seen = v
+		}
 	}
 }

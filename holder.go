@@ -1,6 +1,8 @@
 package dlock
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,13 +11,25 @@ import (
 
 // Holder is one owner holding a lock.
 type Holder struct {
-	Owner string // the owner id; "" for a Mutex, whose owner token is a secret
-	Write bool   // holds the exclusive (write) side; else reads
-	Holds int    // how many holds (re-entries counted)
+	// Owner is the holder's owner id as [OwnerHash] shows it; "" for a
+	// Mutex, whose owner token is a secret.
+	Owner string
+	Write bool // holds the exclusive (write) side; else reads
+	Holds int  // how many holds (re-entries counted)
 
 	// Info is what the holder stored with [WithHolderInfo]; nil when it
 	// stored none (or its lock type keeps none).
 	Info *HolderInfo
+}
+
+// OwnerHash is how [Client.Describe] shows the owner id of an RWMutex or
+// ReentrantMutex holder: 12 hex digits of its SHA-256. The id itself is
+// never shown: [WithOwner](id) joins that owner's holds, exclusive ones
+// with their fencing token. A process finds its own holds by OwnerHash of
+// its id; people tell holders apart by [HolderInfo].
+func OwnerHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:6])
 }
 
 // HolderInfo describes who holds a lock, for people: [Client.Describe]

@@ -191,7 +191,7 @@ func parseHoldState(reply []any) (holdState, error) {
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
 		info, _ := reply[i+3].(string)
-		holders = append(holders, Holder{Owner: owner, Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
+		holders = append(holders, Holder{Owner: OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
 			writerType = LockType(taken)
 		}

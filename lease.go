@@ -456,11 +456,16 @@ func (l *Lease) heldLocally() error {
 
 // end closes the lease once, with err nil for a release. A loss is logged
 // before Done closes, so the log shows it before anyone reacts to it.
-func (l *Lease) end(err error) {
+func (l *Lease) end(err error) { l.endTelling(err, renewalReport{}) }
+
+// endTelling is end for a loss, with first (the Renewal report that found
+// it, from the lease's observer) told before the End; false when the lease
+// was ending already, and first is the caller's to tell.
+func (l *Lease) endTelling(err error, first renewalReport) bool {
 	l.mu.Lock()
 	if l.ending {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	l.ending = true
 	ob := l.obs.Load() // under mu: see Observer.watch
@@ -496,8 +501,12 @@ func (l *Lease) end(err error) {
 		// A loss is found by the renewal loop or a timer: told once Done
 		// has closed, on a goroutine of its own, so that no observer delays
 		// the holder's signal or the renewals of other leases.
-		go ob.ended(err)
+		go func() {
+			first.tell()
+			ob.ended(err)
+		}()
 	}
+	return true
 }
 
 func cancelCause(err error) error {

@@ -285,9 +285,10 @@ func (l *Lease) lockForRenewal() bool {
 // (the caller holds extendMu): confirmed, the next is due a third of ttl
 // after it; refused (loss), the lease is lost; failed (err alone), it is
 // tried again soon, well before the deadline: if none gets through, the
-// deadline timer reports the loss. An observer is told each answer, with
-// the margin the lease had left.
-func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) {
+// deadline timer reports the loss. It returns the observer's report, with
+// the margin the lease had left, for the caller to tell once it has
+// released extendMu (a refusal's is told before the lease's End).
+func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
 	ob := l.obs.Load()
 	var due time.Time
 	if ob != nil {
@@ -295,20 +296,21 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 	}
 	switch {
 	case loss != nil:
-		ob.renewal(l.clock, due, RenewalRefused, err)
-		l.refusedWith(loss)
+		report := ob.renewal(l.clock, due, RenewalRefused, err)
+		if !l.unlocking.Load() && l.endTelling(loss, report) {
+			return renewalReport{}
+		}
+		return report
 	case err != nil:
-		ob.renewal(l.clock, due, RenewalFailed, err)
 		l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
 		now := l.clock.Now()
 		l.hold.renewAt(now.Add(max(l.Deadline().Sub(now)/4, 5*time.Millisecond)))
-	default:
-		if err := l.confirmed(sent, ttl); err != nil {
-			ob.renewal(l.clock, due, RenewalFailed, err)
-			return
-		}
-		ob.renewal(l.clock, due, RenewalOK, nil)
+		return ob.renewal(l.clock, due, RenewalFailed, err)
 	}
+	if err := l.confirmed(sent, ttl); err != nil {
+		return ob.renewal(l.clock, due, RenewalFailed, err)
+	}
+	return ob.renewal(l.clock, due, RenewalOK, nil)
 }
 
 // renewNow renews the lease on its own, bounded by its deadline: a
@@ -318,11 +320,12 @@ func (l *Lease) renewNow() {
 	if l.unlocking.Load() || !l.lockForRenewal() {
 		return
 	}
-	defer l.extendMu.Unlock()
 	ttl := l.currentTTL()
 	sent := l.clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), l.Deadline().Sub(sent))
 	defer cancel()
 	loss, err := l.hold.extend(ctx, ttl, false)
-	l.renewalAnswered(sent, ttl, loss, err)
+	report := l.renewalAnswered(sent, ttl, loss, err)
+	l.extendMu.Unlock()
+	report.tell()
 }

@@ -203,17 +203,32 @@ func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, f
 	return ob.o.Release(ctx, ob.info)
 }
 
-// renewal reports the answer to a renewal of a lease whose deadline was
-// due before it, read on the lease's clock; nothing when ob is nil.
-func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result RenewalResult, err error) {
+// renewal is the report of the answer to a renewal of a lease whose
+// deadline was due before it, read on the lease's clock: nothing when ob
+// is nil.
+func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result RenewalResult, err error) renewalReport {
 	if ob == nil || ob.o.Renewal == nil {
-		return
+		return renewalReport{}
 	}
 	ev := RenewalEvent{LeaseInfo: ob.info, Result: result, Err: err}
 	if result == RenewalOK {
 		ev.Margin = clk.Until(due)
 	}
-	ob.o.Renewal(ev)
+	return renewalReport{ob.o.Renewal, ev}
+}
+
+// renewalReport is a Renewal event not told yet: told once the renewal
+// let go of its lease and of the others of its batch, so that a slow hook
+// delays no lease's renewal.
+type renewalReport struct {
+	hook func(RenewalEvent) // nil: nothing to tell
+	ev   RenewalEvent
+}
+
+func (r renewalReport) tell() {
+	if r.hook != nil {
+		r.hook(r.ev)
+	}
 }
 
 // extended reports an Extend of l to ttl that returned err.

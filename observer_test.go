@@ -562,3 +562,57 @@ func TestObserver_BlockingEndDoesNotDelayTheLoss(t *testing.T) {
 	}
 	waitDone(t, lease.Done(), 5*time.Second, "the loss reaching Done while End blocks")
 }
+
+// A Renewal hook that blocks (an exporter stuck on the network) costs no
+// lease its renewal: neither the others renewed in its batch nor its own.
+// Each renewal confirmed is told from later batches while it blocks.
+func TestObserver_BlockingRenewalHookCostsNoLeaseItsRenewal(t *testing.T) {
+	const leases = 100
+	blocked, release, renewed, lost := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan dlock.LeaseEnd, leases)
+	var (
+		first     sync.Once
+		mu        sync.Mutex
+		confirmed = map[uint64]int{} // renewals told confirmed, by token, while the first hook blocks
+		twice     int                // leases confirmed twice
+	)
+	o := &dlock.Observer{
+		Renewal: func(ev dlock.RenewalEvent) {
+			isFirst := false
+			first.Do(func() { isFirst = true })
+			if isFirst {
+				close(blocked)
+				<-release
+				return
+			}
+			if ev.Result != dlock.RenewalOK {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if confirmed[ev.Token]++; confirmed[ev.Token] == 2 {
+				if twice++; twice == leases {
+					close(renewed)
+				}
+			}
+		},
+		End: func(ev dlock.LeaseEnd) { lost <- ev },
+	}
+	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(o), dlock.WithTTL(time.Second))
+	t.Cleanup(func() { close(release) }) // before the Client's Close, which waits for its renewals
+	ctx := ctxFor(t, time.Minute)
+	for range leases {
+		if _, err := c.Mutex(lockName(t)).Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDone(t, blocked, 10*time.Second, "the first renewal's hook")
+	select {
+	case <-renewed:
+	case ev := <-lost:
+		t.Fatalf("a lease was lost while a Renewal hook blocked: %+v", ev)
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("while a Renewal hook blocked, %d of %d leases were renewed twice", twice, leases)
+	}
+}

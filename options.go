@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"time"
@@ -166,7 +167,7 @@ func defaultSettings() settings {
 		prefix: DefaultPrefix,
 		ttl:    DefaultTTL,
 		drift:  DefaultDriftFactor,
-		logger: slog.New(slog.DiscardHandler),
+		logger: slog.New(errorsToDefault{}),
 
 		waiterRefresh: DefaultWaiterRefresh,
 		restartGuard:  DefaultRestartGuard,
@@ -206,7 +207,8 @@ func WithWait(d time.Duration) Option {
 
 // WithLogger sets where dlock logs renewals that failed, leases that were
 // lost and subscriptions that broke. Owner tokens never appear there.
-// Default: no logging.
+// Default: only what is logged at error level, a Redis node that can evict
+// held locks, goes to [slog.Default]; WithLogger(nil) logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *settings) {
 		if l == nil {
@@ -216,14 +218,44 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// errorsToDefault is the default logger's handler: a warning that the
+// locks are unsafe (error level) must reach someone without configuration,
+// so it passes records at error level to next, or to slog.Default()'s
+// handler as it is at each record, and drops the rest.
+type errorsToDefault struct{ next slog.Handler }
+
+func (h errorsToDefault) handler() slog.Handler {
+	if h.next != nil {
+		return h.next
+	}
+	return slog.Default().Handler()
+}
+
+func (h errorsToDefault) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelError && h.handler().Enabled(ctx, level)
+}
+
+func (h errorsToDefault) Handle(ctx context.Context, r slog.Record) error {
+	return h.handler().Handle(ctx, r)
+}
+
+func (h errorsToDefault) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return errorsToDefault{h.handler().WithAttrs(attrs)}
+}
+
+func (h errorsToDefault) WithGroup(name string) slog.Handler {
+	return errorsToDefault{h.handler().WithGroup(name)}
+}
+
 // WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle:
 // every call through it, whatever its context, and every handle with the
 // same id, in any process, is one owner, re-entering the others' holds. It
 // is for holds shared across processes, not for goroutines. Without it the
-// owner is the call chain (see [Lease.Context]). The id is no secret, but
-// unrelated parties that pick the same id share holds. It must not be empty
-// and is at most [MaxNameLen] bytes. Only an RWMutex and a ReentrantMutex
-// (or a Client, as their default) take it.
+// owner is the call chain (see [Lease.Context]). Whoever knows the id joins
+// its holds, write holds with their fencing token: [Client.Describe] shows
+// only its [OwnerHash], which hides an id that cannot be guessed. It must
+// not be empty and is at most [MaxNameLen] bytes. Only an RWMutex and a
+// ReentrantMutex (or a Client, as their default) take it.
 func WithOwner(id string) Option {
 	return func(s *settings) {
 		s.owner = id

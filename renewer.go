@@ -241,11 +241,6 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 			batch = append(batch, h)
 		}
 	}
-	defer func() {
-		for _, h := range batch {
-			h.lease.extendMu.Unlock()
-		}
-	}()
 	if len(batch) == 0 {
 		return
 	}
@@ -263,6 +258,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	defer cancel()
 	sent := r.c.clock.Now()
 	acks := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
+	var reports []renewalReport
 	for i, call := range calls {
 		n, err := call.cmd.Int64()
 		switch {
@@ -271,7 +267,17 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 		case err == nil && acks != nil:
 			err = acks[i] // applied, but not where a failover would keep it: not counted on
 		}
-		batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err)
+		if report := batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err); report.hook != nil {
+			reports = append(reports, report)
+		}
+	}
+	// Every lease of the batch answered and let go of before any observer
+	// is told: a slow hook delays no lease's confirmation or next renewal.
+	for _, h := range batch {
+		h.lease.extendMu.Unlock()
+	}
+	for _, report := range reports {
+		report.tell()
 	}
 }
 

@@ -319,6 +319,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		hooks = append(hooks, p.hook)
 		p.renewed = newLeaseRenewals()
 		observer := &dlock.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
+		if s.has("slowobserver") {
+			observer.Renewal = slowRenewals(s.Seed, s.process[c], p.renewed.observe)
+		}
 		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer)}, env.failover.options()...)...)
 		if err != nil {
 			panic(err) // the options are the explorer's own
@@ -852,7 +855,7 @@ func checkHolds(s *schedule, holds []hold, paused map[string]bool, out *outcome)
 }
 
 // quiet reports whether no fault of the run could make h lost: none at
-// all but Extend and SCRIPT FLUSH, or, on a cluster, pauses or graceful
+// all but Extend, SCRIPT FLUSH and a slow observer, or, on a cluster, pauses or graceful
 // failovers of nodes that hold none of h's locks (paused names the locks
 // on paused or failed-over nodes). A lease
 // lost in a quiet run is a bug: a renewal that should have got through.
@@ -860,6 +863,7 @@ func quiet(s *schedule, h hold, paused map[string]bool) bool {
 	for _, f := range s.Faults {
 		switch {
 		case f == "extend", f == "scriptflush", f == "crash", f == "child": // a crash costs only the dead process's holds
+		case f == "slowobserver": // a slow Observer costs no lease its renewal
 		case f == "pause" && s.Cluster, f == "cfailover": // a graceful failover stops its shard's writes a while
 			for name := range h.tokens {
 				if paused[name] {

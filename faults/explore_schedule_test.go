@@ -98,7 +98,10 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	           a time, and at times SIGSTOPped past a TTL first
 //	           (explore_child_test.go); not with a failover, of a Sentinel
 //	           or a cluster; no drawn CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child"}
+//	  slowobserver  every process's Observer is slow to be told renewals,
+//	           and at times blocks (explore_slowobserver_test.go): no
+//	           lease may be lost for it; no drawn CI seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child", "slowobserver"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -214,6 +217,7 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawClusterFailover(seed, quiet)
 	p.drawSuspend(seed) // a stream of its own, once crash is known
 	p.drawChild(seed)   // once the failovers, which exclude it, are known
+	p.drawSlowObserver(seed)
 }
 
 // op is one operation of a client's loop.

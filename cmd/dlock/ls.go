@@ -23,7 +23,7 @@ const lsUsage = `Usage: dlock ls [--json] [--all] [--limit N] [PATTERN]
 Lists the locks whose names match PATTERN (a Redis glob: * ? [abc]; default
 every name), one line each, sorted by name: type, state (as dlock status
 says it), how long their holds last unless renewed, who waits (writers, and
-readers with an r), the last fencing token, and the holders: owner ids, a
+readers with an r), the last fencing token, and the holders: owner id hashes, a
 Semaphore's permits; a Mutex's owner is a secret and stays hidden.
 
 It finds them with SCAN over dlock's key prefix, on every master of a

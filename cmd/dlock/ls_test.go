@@ -96,8 +96,8 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 		writersWaiting int
 	}{
 		{"m", "held", "Mutex", []string{""}, 1},
-		{"rw", "held", "RWMutex", []string{"ops-host/42/writer"}, 0},
-		{"readers", "shared", "RWMutex", []string{"r1", "r2"}, 0},
+		{"rw", "held", "RWMutex", []string{dlock.OwnerHash("ops-host/42/writer")}, 0},
+		{"readers", "shared", "RWMutex", slices.Sorted(slices.Values([]string{dlock.OwnerHash("r1"), dlock.OwnerHash("r2")})), 0},
 		{"sem", "shared", "Semaphore", []string{""}, 0},
 		{"precious", "foreign", "", nil, 0},
 	} {
@@ -142,7 +142,7 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ops-host/42/writer", "not dlock's", "1/3 permits", "r1", "r2"} {
+	for _, want := range []string{dlock.OwnerHash("ops-host/42/writer"), "not dlock's", "1/3 permits", dlock.OwnerHash("r1"), dlock.OwnerHash("r2")} {
 		if !strings.Contains(text, want) {
 			t.Errorf("ls does not show %q:\n%s", want, text)
 		}
@@ -150,6 +150,9 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 	_, jsonText, _ := runDlock(t, url, "ls", "--json", "--all")
 	if strings.Contains(text, ownerToken) || strings.Contains(jsonText, ownerToken) {
 		t.Fatalf("ls shows the Mutex's owner token %q:\n%s\n%s", ownerToken, text, jsonText)
+	}
+	if strings.Contains(text, "ops-host/42/writer") || strings.Contains(jsonText, "ops-host/42/writer") {
+		t.Fatalf("ls shows an owner id, which WithOwner joins its holds with:\n%s\n%s", text, jsonText)
 	}
 }
 

@@ -198,11 +198,12 @@ func parseRunArgs(fs *flag.FlagSet, out *output) (name string, command []string,
 	return name, rest, 0, false
 }
 
-// ownerID names this run in `dlock status`: host, process and a random
-// part, since process ids repeat across containers and reboots.
+// ownerID is this run's owner id: host, process and 128 random bits.
+// Status shows its OwnerHash, and the host and pid (the holder info): the
+// random part keeps the id from being guessed back from them.
 func ownerID() string {
 	host, _ := os.Hostname()
-	var b [4]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s/pid-%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
@@ -289,7 +290,7 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 func others(holders []dlock.Holder, self string) []dlock.Holder {
 	var rest []dlock.Holder
 	for _, h := range holders {
-		if h.Owner != self {
+		if h.Owner != dlock.OwnerHash(self) {
 			rest = append(rest, h)
 		}
 	}

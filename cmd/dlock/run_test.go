@@ -397,7 +397,7 @@ func TestRun_BusyLockMessageQuietAndConflictExitCode(t *testing.T) {
 	}
 	defer held.Unlock(context.Background())
 	code, _, stderr := runDlock(t, url, "run", "--wait", "300ms", "busy", "--", "true")
-	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, "host-a/pid-7") ||
+	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, dlock.OwnerHash("host-a/pid-7")) ||
 		strings.Contains(stderr, "deadline") {
 		t.Fatalf("a busy lock: exit %d, stderr %q; want %d, saying busy and who holds it", code, stderr, exitNotAcquired)
 	}
@@ -436,5 +436,16 @@ func TestRun_OnAClusterAsAUserWithTheDocumentedRights(t *testing.T) {
 		if code, stdout, stderr := runDlock(t, url, "run", "acl-cluster-job", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
 			t.Fatalf("%s: exit %d, %q\n%s", what, code, stdout, stderr)
 		}
+	}
+}
+
+// A run's owner id joins its hold (WithOwner). Status shows its hash, and
+// the run's host and pid: 128 random bits keep the id from being guessed
+// back from them.
+func TestRun_OwnerIDCannotBeGuessedFromWhatStatusShows(t *testing.T) {
+	id := ownerID()
+	random := id[strings.LastIndex(id, "/")+1:]
+	if len(random) < 32 || id == ownerID() {
+		t.Fatalf("owner id %q: want 128 random bits (32 hex digits) after the host and pid", id)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 const statusUsage = `Usage: dlock status [--json] NAME
 
-Shows the lock NAME: its state, its type, who holds it (owner ids and hold
+Shows the lock NAME: its state, its type, who holds it (owner id hashes and hold
 counts; a Mutex's owner is a secret and stays hidden; the host, pid and
 program that a dlock run or a program's WithHolderInfo stored), how long
 its holds last unless renewed (a live holder renews them every TTL/3), who
