@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -89,6 +90,15 @@ var (
 
 var errUnexpectedReply = errors.New("unexpected reply from Redis")
 
+// notAcquired is a refusal that names the lock and, where the attempt
+// learnt it, how long the hold in its way lasts at most.
+func notAcquired(name string, left time.Duration) error {
+	if left <= 0 {
+		return fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
+	}
+	return fmt.Errorf("%w: %q is held, for %v at most", ErrNotAcquired, name, left.Round(time.Millisecond))
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
@@ -96,7 +106,7 @@ func invalidf(format string, args ...any) error {
 // redisError classifies an error from a script run on the lock name's keys.
 func redisError(op, name string, err error) error {
 	if isWrongType(err) {
-		return fmt.Errorf("%w: lock %q (%s): %s", ErrWrongType, name, op, wrongTypeDetail(err))
+		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, name, wrongTypeDetail(err))
 	}
 	if isPermission(err) {
 		return fmt.Errorf("%w: %s %q: %w", ErrPermission, op, name, err)

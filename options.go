@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Defaults and limits.
@@ -254,8 +256,8 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 // owner is the call chain (see [Lease.Context]). Whoever knows the id joins
 // its holds, write holds with their fencing token: [Client.Describe] shows
 // only its [OwnerHash], which hides an id that cannot be guessed. It must
-// not be empty and is at most [MaxNameLen] bytes. Only an RWMutex and a
-// ReentrantMutex (or a Client, as their default) take it.
+// be printable UTF-8, not empty, and at most [MaxNameLen] bytes. Only an
+// RWMutex and a ReentrantMutex (or a Client, as their default) take it.
 func WithOwner(id string) Option {
 	return func(s *settings) {
 		s.owner = id
@@ -357,6 +359,9 @@ func (s settings) validate(scope optionScope) error {
 		return invalidf("empty owner id")
 	case len(s.owner) > MaxNameLen:
 		return invalidf("owner id of %d bytes exceeds %d", len(s.owner), MaxNameLen)
+	case !printableText(s.owner):
+		// Operators' terminals show it (dlock status, ls, watch).
+		return invalidf("owner id %q is not printable UTF-8", s.owner)
 	}
 	return nil
 }
@@ -384,6 +389,12 @@ func validTTL(what string, d time.Duration) error {
 		return invalidf("%s %v is above the maximum %v", what, d, MaxTTL)
 	}
 	return nil
+}
+
+// printableText says whether s is valid UTF-8 of printable runes only,
+// spaces included (no control character, no bidi override).
+func printableText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0
 }
 
 func validateName(name string) error {

@@ -120,3 +120,31 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// An owner id is shown to operators (dlock status, ls, watch): one that
+// does not print as it is (control characters, invalid UTF-8, bidi
+// overrides) is refused with ErrInvalid, before anything is sent.
+func TestWithOwner_AnIDThatDoesNotPrintIsInvalidBeforeAnyCommand(t *testing.T) {
+	counter := &commandCounter{}
+	rdb := backends[0].newRedis(t)
+	rdb.AddHook(counter)
+	ctx := ctxFor(t, 10*time.Second)
+	for _, id := range []string{"o\x1b]0;owned\a", "line\nbreak", "bad\xffutf8", "rtl\u202eevil", "del\x7f"} {
+		if c, err := dlock.New(rdb, dlock.WithOwner(id)); c != nil || !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("New with owner %q: %v, %v; want ErrInvalid", id, c, err)
+		}
+		c := newClient(t, rdb)
+		if _, err := c.RWMutex("x", dlock.WithOwner(id)).Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("RWMutex Lock with owner %q: %v; want ErrInvalid", id, err)
+		}
+		if _, err := c.ReentrantMutex("x", dlock.WithOwner(id)).TryLock(ctx); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("ReentrantMutex TryLock with owner %q: %v; want ErrInvalid", id, err)
+		}
+	}
+	if n := counter.commands.Load(); n != 0 {
+		t.Fatalf("%d commands sent for invalid owner ids, want 0", n)
+	}
+	if _, err := newClient(t, rdb).RWMutex("x", dlock.WithOwner("host-a/pid 7/ü")).Lock(ctx); err != nil {
+		t.Fatalf("a printable owner id with a space and a non-ASCII letter: %v", err)
+	}
+}

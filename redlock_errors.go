@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -49,9 +50,21 @@ func (e *QuorumError) Error() string {
 	if e.Late {
 		b.WriteString(", too late to leave any validity")
 	}
+	// The restart guard's reason is said once for all the nodes it keeps out.
+	var guarded []string
 	for _, n := range e.Nodes {
-		b.WriteString("; ")
-		b.WriteString(n.Error())
+		if errors.Is(n.Err, errRecovering) {
+			guarded = append(guarded, fmt.Sprintf("%d (%s)", n.Node, n.Addr))
+		}
+	}
+	for _, n := range e.Nodes {
+		if len(guarded) < 2 || !errors.Is(n.Err, errRecovering) {
+			b.WriteString("; ")
+			b.WriteString(n.Error())
+		}
+	}
+	if len(guarded) > 1 {
+		fmt.Fprintf(&b, "; nodes %s: %v (see WithRestartGuard)", strings.Join(guarded, ", "), errRecovering)
 	}
 	return b.String()
 }

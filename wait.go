@@ -62,7 +62,7 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 		return nil, acquireError(ctx, err)
 	}
 	wt := waiting{c: a.client(), ctx: ctx, a: a}
-	l, _, err := wt.attempt()
+	l, left, err := wt.attempt()
 	if err != nil {
 		return nil, acquireError(ctx, err)
 	}
@@ -70,7 +70,7 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
 			a.leave(ctx, "")
 		}
-		return nil, ErrNotAcquired
+		return nil, notAcquired(a.h.name, left)
 	}
 	return keep(ctx, l)
 }

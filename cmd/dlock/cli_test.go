@@ -362,8 +362,8 @@ func TestCLI_LeavesAKeyDlockDidNotWrite(t *testing.T) {
 			key = "dlock:{" + args[len(args)-3] + "}"
 		}
 		code, stdout, stderr := runDlock(t, url, args...)
-		if code != exitFailure || !strings.Contains(stderr, key) {
-			t.Errorf("dlock %v: exit %d, stdout %q, stderr %q; want exit %d naming %s", args, code, stdout, stderr, exitFailure, key)
+		if code != exitFailure || !strings.Contains(stderr, key) || strings.Contains(stderr, ": dlock: ") {
+			t.Errorf("dlock %v: exit %d, stdout %q, stderr %q; want exit %d naming %s, saying dlock once", args, code, stdout, stderr, exitFailure, key)
 		}
 		for key, dump := range before {
 			if rdb.Dump(ctx, key).Val() != dump {

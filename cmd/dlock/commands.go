@@ -111,7 +111,30 @@ func run(ctx context.Context, args []string, out *output) int {
 	if code, done := parseFlags(fs, args, out); done {
 		return code
 	}
+	if first, _, ok := strings.Cut(c.synopsis, " -- "); ok && dashesEndedFlags(fs, args) {
+		// dlock run -- echo hi: not a lock named "echo" running hi.
+		return usageError(out, c.name, "no %s before \"--\": want %s", first[strings.LastIndexByte(first, ' ')+1:], c.synopsis)
+	}
 	return act(ctx, fs, out)
+}
+
+// dashesEndedFlags says whether fs's flags, parsed from args, were ended
+// by "--" rather than by the first argument; a "--" that is a flag's value
+// (--info --) does not count.
+func dashesEndedFlags(fs *flag.FlagSet, args []string) bool {
+	k := len(args) - fs.NArg()
+	if k == 0 || args[k-1] != "--" {
+		return false
+	}
+	if k >= 2 && strings.HasPrefix(args[k-2], "-") && !strings.Contains(args[k-2], "=") {
+		f := fs.Lookup(strings.TrimLeft(args[k-2], "-"))
+		if f == nil {
+			return true
+		}
+		boolean, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return ok && boolean.IsBoolFlag()
+	}
+	return true
 }
 
 // newFlagSet makes a command's flags. They print nothing themselves:
@@ -164,21 +187,56 @@ func flagCount(fs *flag.FlagSet) int {
 	return n
 }
 
+// alias defines -short as another name of the flag --long, as flock(1)'s
+// -s is its --shared. Help lists them together: "-s, --shared".
+func alias(fs *flag.FlagSet, short, long string) {
+	fs.Var(fs.Lookup(long).Value, short, aliasMark+long)
+}
+
+// aliasMark starts the usage of an alias, which names its flag after it.
+const aliasMark = "\x00alias of "
+
+// dashed is a flag's name as typed: -n, --wait.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
 // flagInfo is what help, completion and the man page say of one flag.
 type flagInfo struct {
 	name  string
+	short string // its alias of one letter, or ""
 	arg   string // what its value is ("duration", "URL", "int"…); "" for a switch
 	usage string
 	def   string // its default, when it is worth saying; ""
+}
+
+// names are the flag's names as typed: "-s", "--shared".
+func (f flagInfo) names() []string {
+	if f.short != "" {
+		return []string{"-" + f.short, dashed(f.name)}
+	}
+	return []string{dashed(f.name)}
 }
 
 // flagsOf lists fs's flags in name order. A value's name is flag's: the
 // word in backquotes in its usage, else its type ("duration", "int").
 func flagsOf(fs *flag.FlagSet) []flagInfo {
 	var flags []flagInfo
+	shorts := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
+		if long, ok := strings.CutPrefix(f.Usage, aliasMark); ok {
+			shorts[long] = f.Name
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, aliasMark) {
+			return
+		}
 		arg, text := flag.UnquoteUsage(f)
-		info := flagInfo{name: f.Name, arg: arg, usage: text}
+		info := flagInfo{name: f.Name, short: shorts[f.Name], arg: arg, usage: text}
 		switch f.DefValue {
 		case "", "0", "false", "0s":
 		default:
@@ -192,7 +250,11 @@ func flagsOf(fs *flag.FlagSet) []flagInfo {
 // printFlags prints fs's flags as help does: "--name type", then what it is.
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	for _, f := range flagsOf(fs) {
-		fmt.Fprintf(w, "  --%s", f.name)
+		fmt.Fprint(w, "  ")
+		if f.short != "" {
+			fmt.Fprintf(w, "-%s, ", f.short)
+		}
+		fmt.Fprint(w, dashed(f.name))
 		if f.arg != "" {
 			fmt.Fprintf(w, " %s", f.arg)
 		}

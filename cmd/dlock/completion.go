@@ -105,7 +105,7 @@ func firstClause(usage string) string {
 func flagNames(flags []flagInfo) []string {
 	names := []string{"--help"}
 	for _, f := range flags {
-		names = append(names, "--"+f.name)
+		names = append(names, f.names()...)
 	}
 	sort.Strings(names)
 	return names
@@ -117,6 +117,9 @@ func valueFlags(flags []flagInfo) []string {
 	for _, f := range flags {
 		if f.arg != "" {
 			names = append(names, "--"+f.name, "-"+f.name)
+			if f.short != "" {
+				names = append(names, "-"+f.short)
+			}
 		}
 	}
 	return names
@@ -185,10 +188,15 @@ var zshQuote = strings.NewReplacer(`'`, `'\''`, `[`, `\[`, `]`, `\]`, `\`, `\\`)
 // zshFlags are _arguments specs of flags, one a line.
 func zshFlags(w io.Writer, flags []flagInfo, indent string) {
 	for _, f := range flags {
-		if f.arg == "" {
-			fmt.Fprintf(w, "%s'--%s[%s]' \\\n", indent, f.name, zshQuote(firstClause(f.usage)))
-		} else {
-			fmt.Fprintf(w, "%s'--%s=[%s]:%s:' \\\n", indent, f.name, zshQuote(firstClause(f.usage)), zshQuote(f.arg))
+		for _, name := range f.names() {
+			switch {
+			case f.arg == "":
+				fmt.Fprintf(w, "%s'%s[%s]' \\\n", indent, name, zshQuote(firstClause(f.usage)))
+			case strings.HasPrefix(name, "--"):
+				fmt.Fprintf(w, "%s'%s=[%s]:%s:' \\\n", indent, name, zshQuote(firstClause(f.usage)), zshQuote(f.arg))
+			default:
+				fmt.Fprintf(w, "%s'%s[%s]:%s:' \\\n", indent, name, zshQuote(firstClause(f.usage)), zshQuote(f.arg))
+			}
 		}
 	}
 	fmt.Fprintf(w, "%s'(- *)--help[show the help]' \\\n", indent)
@@ -256,7 +264,14 @@ complete -c dlock -f
 			if f.arg != "" {
 				value = " -r"
 			}
-			fmt.Fprintf(w, "complete -c dlock -n %s -l %s%s -d %s\n", fishQuote(condition), f.name, value,
+			option := "-l " + f.name
+			if len(f.name) == 1 {
+				option = "-s " + f.name
+			}
+			if f.short != "" {
+				option += " -s " + f.short
+			}
+			fmt.Fprintf(w, "complete -c dlock -n %s %s%s -d %s\n", fishQuote(condition), option, value,
 				fishQuote(firstClause(f.usage)))
 		}
 		fmt.Fprintf(w, "complete -c dlock -n %s -l help -d 'show the help'\n", fishQuote(condition))

@@ -24,7 +24,7 @@ func readSurface(t *testing.T) cliSurface {
 	if code != 0 {
 		t.Fatalf("dlock help: exit %d", code)
 	}
-	flagLine := regexp.MustCompile(`(?m)^  --([a-z-]+)`)
+	flagLine := regexp.MustCompile(`(?m)^  (?:-[a-zA-Z], )?--([a-z-]+)`) // -s, --shared: its long name
 	s := cliSurface{flags: map[string][]string{}}
 	commands, global, _ := strings.Cut(help, "Global flags")
 	for _, m := range regexp.MustCompile(`(?m)^  dlock ([a-z]+)`).FindAllStringSubmatch(commands, -1) {
@@ -217,7 +217,8 @@ func TestMan_DescribesEveryCommandAndFlag(t *testing.T) {
 			if f == "help" {
 				continue
 			}
-			if !ok || !strings.Contains(part, ".B \\-\\-"+strings.ReplaceAll(f, "-", `\-`)) {
+			named := regexp.MustCompile(`(?m)^\.B (\\-[a-zA-Z], )?\\-\\-` + strings.ReplaceAll(f, "-", `\\-`) + `\b`)
+			if !ok || !named.MatchString(part) {
 				t.Errorf("the man page's section on %s does not name --%s", c, f)
 			}
 		}

@@ -159,18 +159,22 @@ func openClient(ctx context.Context, command, flagValue string, out *output, opt
 	}
 	_, rdb, err := connect(ctx, url)
 	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
+		fmt.Fprintf(out.stderr, "dlock %s: %s\n", command, errText(err))
 		return nil, nil, nil, exitCodeOf(ctx, err)
 	}
 	if client, err = dlock.New(rdb, opts...); err != nil {
 		_ = rdb.Close()
-		fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
+		fmt.Fprintf(out.stderr, "dlock %s: %s\n", command, errText(err))
 		return nil, nil, nil, exitCodeOf(ctx, err)
 	}
 	return client, rdb, func() { _ = client.Close(); _ = rdb.Close() }, 0
 }
 
 // exitCodeOf is the exit code of a failure to reach, or use, Redis.
+// errText is err for a line that starts "dlock COMMAND:": without the
+// "dlock: " its own text starts with.
+func errText(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
+
 func exitCodeOf(ctx context.Context, err error) int {
 	if code, ok := signalExit(ctx); ok {
 		return code

@@ -26,7 +26,8 @@ a verdict with the reason: pass; warn (a guarantee is weaker than it could
 be, or could not be confirmed); fail (locks are unsafe there, or will not
 work).
 
-  maxmemory-policy  noeviction, so that Redis never evicts a held lock
+  maxmemory-policy  noeviction, so that Redis never evicts a held lock; a
+                    policy doctor cannot read (no +info) fails
   persistence       what a restart loses: AOF (appendonly, appendfsync) and
                     RDB snapshots (save); only appendfsync always keeps every lock
   replication       replicas and min-replicas-to-write: a failover can promote

@@ -42,7 +42,8 @@ func maxmemoryCheck(ctx context.Context, rdb redis.UniversalClient, nodes []*doc
 		var reasons []string
 		for _, p := range found {
 			v := warn
-			if p.Severity >= dlock.SeverityError {
+			// A policy doctor could not read is no pass: it may evict.
+			if p.Severity >= dlock.SeverityError || p.Check == dlock.CheckInfo {
 				v = fail
 			}
 			worst = max(worst, v)

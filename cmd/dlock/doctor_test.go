@@ -51,7 +51,7 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 		}
 	}
 	var otherPrefix []string // the README's rights, for a program using WithPrefix("myapp:")
-	for _, r := range redistest.DlockACL {
+	for _, r := range readmeACL(t) {
 		otherPrefix = append(otherPrefix, strings.NewReplacer("~dlock:*", "~myapp:*", "&dlock:*", "&myapp:*").Replace(r))
 	}
 	args := append(redistest.UserArgs("locks", "pw", redistest.DlockACL), redistest.UserArgs("nozadd", "pw", lacking)...)
@@ -98,14 +98,15 @@ func TestDoctor_FindsWhatMakesAServerUnfitForLocks(t *testing.T) {
 		}
 	}
 
-	t.Run("the README's ACL", func(t *testing.T) {
+	// Issue 36.7: a check doctor cannot make does not pass.
+	t.Run("the rights to lock, without +info", func(t *testing.T) {
 		defer noPermanentKeys(t)
 		code, checks := doctorReport(t, "redis://locks:pw@"+srv.Addr())
-		if code != 0 || checks["rights"].Verdict != "pass" {
-			t.Fatalf("as a user with the README's rights: exit %d, rights %+v; want 0 and pass", code, checks["rights"])
+		if checks["rights"].Verdict != "pass" {
+			t.Fatalf("as a user with the rights to lock: rights %+v; want pass", checks["rights"])
 		}
-		if m := checks["maxmemory-policy"]; m.Verdict != "warn" || !strings.Contains(m.Reason, "+info") {
-			t.Errorf("maxmemory-policy without +info: %+v; want a warning naming +info", m)
+		if m := checks["maxmemory-policy"]; code != exitFailure || m.Verdict != "fail" || !strings.Contains(m.Reason, "+info") {
+			t.Errorf("maxmemory-policy without +info: exit %d, %+v; want %d and a failure naming +info", code, m, exitFailure)
 		}
 		if v := checks["version"]; v.Verdict != "pass" || !strings.Contains(v.Reason, "Redis 7") {
 			t.Errorf("version without +info: %+v; want it read from HELLO", v)
@@ -290,5 +291,36 @@ func TestDoctor_TriesEveryCommandTheScriptsRun(t *testing.T) {
 		if ok && !tried[command] && !slices.Contains(sentDirectly, command) {
 			t.Errorf("the README grants %s, which the rights check does not try", command)
 		}
+	}
+}
+
+// readmeACL is the ACL the README tells operators to grant on a single
+// server: the rules of its ACL SETUSER block, as written there.
+func readmeACL(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "\nACL SETUSER locks on >password ")
+	block, _, ok2 := strings.Cut(block, "\n```")
+	if !ok || !ok2 {
+		t.Fatal("the README has no ACL SETUSER block")
+	}
+	return strings.Fields(block)
+}
+
+// Issue 36.7: as the README's ACL user, doctor reads the eviction policy
+// and fails a Redis that may evict held locks.
+func TestDoctor_AsTheREADMEsACLUserSeesAnEvictingPolicy(t *testing.T) {
+	srv := redistest.Start(t, append(redistest.UserArgs("locks", "pw", readmeACL(t)),
+		"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")...)
+	code, checks := doctorReport(t, "redis://locks:pw@"+srv.Addr())
+	if m := checks["maxmemory-policy"]; code != exitFailure || m.Verdict != "fail" || !strings.Contains(m.Reason, "allkeys-lru") {
+		t.Fatalf("an allkeys-lru Redis, as the README's user: exit %d, maxmemory-policy %+v; want %d and a failure naming allkeys-lru",
+			code, m, exitFailure)
+	}
+	if r := checks["rights"]; r.Verdict != "pass" {
+		t.Fatalf("the README's rights: %+v; want pass", r)
 	}
 }

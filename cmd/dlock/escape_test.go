@@ -2,16 +2,33 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlockio/dlock"
 )
 
-// Lock names, owner ids and holder info are written by whoever uses the
-// lock (or has Redis): ls and status print none of their control
-// characters raw, which would let them move the operator's cursor, retitle
-// the terminal, or forge lines of the listing. They are shown escaped.
+// noControl fails the test if out holds a control character, or does not
+// show the escape it left out.
+func noControl(t *testing.T, what, out string) {
+	t.Helper()
+	for _, r := range out {
+		if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
+			t.Fatalf("%s printed the control character %U:\n%q", what, r, out)
+		}
+	}
+	if !strings.Contains(out, `\x1b`) {
+		t.Fatalf("%s does not show the escape it left out:\n%s", what, out)
+	}
+}
+
+// Lock names and holder info are written by whoever uses the lock (or has
+// Redis): ls and status print none of their control characters raw, which
+// would let them move the operator's cursor, retitle the terminal, or forge
+// lines of the listing. They are shown escaped. (Owner ids are shown as
+// their hash, and WithOwner takes printable ids only.)
 func TestLsAndStatus_PrintNoControlCharacterOfNamesOwnersOrHolderInfo(t *testing.T) {
 	url, locks := testRedis(t)
 	ctx, must := context.Background(), mustLease(t)
@@ -21,20 +38,40 @@ func TestLsAndStatus_PrintNoControlCharacterOfNamesOwnersOrHolderInfo(t *testing
 	)
 	hostile := dlock.HolderInfo{Hostname: "h\x1b]0;owned\x07", Program: "p\nfree  Mutex", User: "u"}
 	must(locks.Mutex(mutexName, dlock.WithHolderInfo(hostile)).Lock(ctx))
-	must(locks.RWMutex(rwName, dlock.WithOwner("o\x1b[1A\x7f"), dlock.WithHolderInfo(hostile)).Lock(ctx))
+	must(locks.RWMutex(rwName, dlock.WithOwner("o"), dlock.WithHolderInfo(hostile)).Lock(ctx))
 	runs := [][]string{{"ls"}, {"status", mutexName}, {"status", rwName}}
 	for _, args := range runs {
 		code, stdout, stderr := runDlock(t, url, args...)
 		if code != 0 {
 			t.Fatalf("%q: exit %d\n%s", args, code, stderr)
 		}
-		for _, r := range stdout {
-			if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
-				t.Fatalf("%q printed the control character %U:\n%q", args, r, stdout)
-			}
-		}
-		if !strings.Contains(stdout, `\x1b`) {
-			t.Fatalf("%q does not show the escape it left out:\n%s", args, stdout)
-		}
+		noControl(t, fmt.Sprintf("%q", args), stdout)
+	}
+}
+
+// Issue 36.2: run's busy report and waiting line, and unlock --force's
+// question, name a holder by its holder info, escaped: raw, a hostile one
+// retitled the terminal, cleared it and forged the line the operator was
+// asked to confirm.
+func TestRunAndUnlock_PrintNoControlCharacterOfHolders(t *testing.T) {
+	url, locks := testRedis(t)
+	hostile := dlock.HolderInfo{Hostname: "h\x1b]0;owned\a\x1b[2J", PID: 7}
+	mustLease(t)(locks.RWMutex("d", dlock.WithHolderInfo(hostile)).Lock(context.Background()))
+
+	code, _, stderr := runDlock(t, url, "run", "--wait", "0", "d", "--", "true")
+	if code != exitNotAcquired {
+		t.Fatalf("run on a held lock: exit %d\n%s", code, stderr)
+	}
+	noControl(t, "run's busy report", stderr)
+	p := startDlock(t, url, "n\n", "unlock", "--force", "d")
+	if code := p.wait(t, 15*time.Second); code != exitFailure {
+		t.Fatalf("unlock answered no: exit %d\n%s", code, &p.stderr)
+	}
+	noControl(t, "unlock's question", p.stderr.String())
+
+	term := startTerminal(t, fmt.Sprintf("%s run --redis %s d -- true\nsleep 600\n", dlockBin, url))
+	term.waitScreen(`held by h\x1b]0;owned\a\x1b[2J pid 7`)
+	if title := term.tmux("display", "-p", "#{pane_title}"); strings.Contains(title, "owned") {
+		t.Fatalf("the waiting line retitled the terminal: %q", title)
 	}
 }

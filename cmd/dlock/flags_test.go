@@ -16,8 +16,11 @@ func TestCLI_AFlagErrorNamesTheRuleAndPointsToHelp(t *testing.T) {
 	}{
 		{[]string{"run", "-x", "job", "--", "true"}, "dlock run: flag provided but not defined: -x", "dlock run"},
 		{[]string{"run", "job", "--bogus", "--", "true"}, "dlock run: flag provided but not defined: -bogus", "dlock run"},
-		{[]string{"run", "--wait", "soon", "job", "--", "true"}, `dlock run: invalid value "soon" for flag -wait: want a duration of 0 or more, such as 30s or 10m`, "dlock run"},
+		{[]string{"run", "--wait", "soon", "job", "--", "true"}, `dlock run: invalid value "soon" for flag -wait: want a duration of 0 or more, such as 30s or 10m, or seconds`, "dlock run"},
 		{[]string{"run", "job"}, "dlock run: want NAME -- COMMAND [ARGS...]", "dlock run"},
+		// Issue 36.3: not a lock named "echo" running hi.
+		{[]string{"run", "--", "echo", "hi"}, `dlock run: no NAME before "--": want [flags] NAME -- COMMAND [ARGS...]`, "dlock run"},
+		{[]string{"run", "--wait", "0", "--", "echo", "hi"}, `dlock run: no NAME before "--": want [flags] NAME -- COMMAND [ARGS...]`, "dlock run"},
 		{[]string{"status"}, "dlock status: want one lock NAME", "dlock status"},
 		{[]string{"status", "--jsn", "x"}, "dlock status: flag provided but not defined: -jsn", "dlock status"},
 		{[]string{"unlock", "x"}, "dlock unlock: want --force and one lock NAME", "dlock unlock"},
@@ -73,7 +76,7 @@ func TestCLI_HelpCallsEveryTimeFlagADuration(t *testing.T) {
 			t.Fatalf("%s --help: exit %d", command, code)
 		}
 		for _, name := range flags {
-			line := regexp.MustCompile(`(?m)^  --` + name + ` duration$`)
+			line := regexp.MustCompile(`(?m)^  (-[a-zA-Z], )?--` + name + ` duration$`)
 			if !line.MatchString(stdout) {
 				t.Errorf("%s --help does not list \"--%s duration\":\n%s", command, name, stdout)
 			}

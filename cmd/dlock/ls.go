@@ -23,15 +23,18 @@ const lsUsage = `Usage: dlock ls [--json] [--all] [--limit N] [PATTERN]
 Lists the locks whose names match PATTERN (a Redis glob: * ? [abc]; default
 every name), one line each, sorted by name: type, state (as dlock status
 says it), how long their holds last unless renewed, who waits (writers, and
-readers with an r), the last fencing token, and the holders: owner id hashes, a
-Semaphore's permits; a Mutex's owner is a secret and stays hidden.
+readers with an r), the last fencing token, and the holders: each by the
+host, pid and program it stored (a dlock run stores them), else by its owner
+id's hash; a Semaphore's permits; a Mutex's owner is a secret and stays
+hidden.
 
 It finds them with SCAN over dlock's key prefix, on every master of a
 cluster (never KEYS), and asks each name's state in one round trip
-(dlock.Client.Describe). It looks at --limit names at most: a listing cut
-there says so on stderr ("cut" in --json). Names whose keys remain only for
-their fencing counter (free locks) are left out unless --all. A name whose
-keys hold what dlock did not write is listed as not dlock's.
+(dlock.Client.Describe). It shows --limit locks at most, the first by name:
+a listing cut there says so on stderr ("cut" in --json). Names whose keys
+remain only for their fencing counter (free locks) are left out unless
+--all. A name whose keys hold what dlock did not write is listed as not
+dlock's.
 
 Examples:
   dlock ls
@@ -42,8 +45,8 @@ Exit codes: 0 listed (also when cut); 2 bad flags or PATTERN; 69 Redis could
 not be reached or failed; 77 Redis refused the login or a command.
 `
 
-// defaultLsLimit is how many names one ls (or one refresh of watch) looks
-// at unless --limit says otherwise: a screenful many times over, and a few
+// defaultLsLimit is how many locks one ls (or one refresh of watch) shows
+// unless --limit says otherwise: a screenful many times over, and a few
 // hundred milliseconds of round trips.
 const defaultLsLimit = 1000
 
@@ -70,7 +73,7 @@ type lsLockJSON struct {
 // lockQuery is which locks ls and watch show.
 type lockQuery struct {
 	pattern string // a glob of names
-	limit   int    // of names looked at
+	limit   int    // of locks shown, the first by name
 	all     bool   // free locks too
 }
 
@@ -78,7 +81,7 @@ func defineLs(fs *flag.FlagSet) action {
 	redisFlag := fs.String("redis", "", redisFlagUsage)
 	asJSON := fs.Bool("json", false, "print JSON, for scripts")
 	all := fs.Bool("all", false, "list free locks too (whose fencing counter remains)")
-	limit := fs.Int("limit", defaultLsLimit, "look at `N` lock names at most")
+	limit := fs.Int("limit", defaultLsLimit, "show `N` locks at most, the first by name")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		q := lockQuery{pattern: "*", limit: *limit, all: *all}
 		switch {
@@ -128,7 +131,7 @@ func ls(ctx context.Context, q lockQuery, redisFlag string, asJSON bool, out *ou
 	}
 	printLocks(out.stdout, found.locks, nil)
 	if found.cut {
-		fmt.Fprintf(out.stderr, "dlock ls: cut at %d names; more match: narrow the PATTERN or raise --limit\n", q.limit)
+		fmt.Fprintf(out.stderr, "dlock ls: cut at %d locks; more match: narrow the PATTERN or raise --limit\n", q.limit)
 	}
 	return 0
 }
@@ -155,36 +158,46 @@ func (l foundLock) inUse() bool {
 // foundLocks are the locks a query found, sorted by name.
 type foundLocks struct {
 	locks []foundLock
-	cut   bool // more names matched than the query's limit
+	cut   bool // more locks matched than the query's limit
 }
 
-// findLocks scans for the names of q's locks and describes each.
+// findLocks finds q's locks: the first q.limit in use (or, with q.all,
+// whose keys remain) in name order. Every name is scanned for, so that the
+// rows are the first by name whatever order SCAN meets them in, and they
+// are described in that order, a batch at a time, until limit rows and one
+// more (the listing is cut) are found, or the names run out.
 func findLocks(ctx context.Context, client *dlock.Client, rdb redis.UniversalClient, q lockQuery) (foundLocks, error) {
-	names, cut, err := scanNames(ctx, rdb, q.pattern, q.limit)
+	names, err := scanNames(ctx, rdb, q.pattern)
 	if err != nil {
 		return foundLocks{}, err
 	}
-	locks, err := describeAll(ctx, client, names)
-	if err != nil {
-		return foundLocks{}, err
-	}
-	found := foundLocks{cut: cut}
-	for _, l := range locks {
-		if q.all || l.inUse() {
+	var found foundLocks
+	for len(names) > 0 {
+		batch := names[:min(max(q.limit+1-len(found.locks), describers), len(names))]
+		names = names[len(batch):]
+		locks, err := describeAll(ctx, client, batch)
+		if err != nil {
+			return foundLocks{}, err
+		}
+		for _, l := range locks {
+			if !q.all && !l.inUse() {
+				continue
+			}
+			if len(found.locks) == q.limit {
+				found.cut = true
+				return found, nil
+			}
 			found.locks = append(found.locks, l)
 		}
 	}
 	return found, nil
 }
 
-// errEnough stops a scan that has found more names than it may show.
-var errEnough = errors.New("enough names")
-
-// scanNames returns up to limit names of locks matching pattern, sorted, and
-// whether more matched. Every key of a lock starts with the prefix and its
-// name in braces (docs/ARCHITECTURE.md, "Keys and channels"), so one name
-// may be met several times.
-func scanNames(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int) (names []string, cut bool, err error) {
+// scanNames returns the names of the locks matching pattern, sorted. Every
+// key of a lock starts with the prefix and its name in braces
+// (docs/ARCHITECTURE.md, "Keys and channels"), so one name may be met
+// several times.
+func scanNames(ctx context.Context, rdb redis.UniversalClient, pattern string) (names []string, err error) {
 	start := dlock.DefaultPrefix + "{"
 	match := start + pattern + "}*"
 	var mu sync.Mutex
@@ -202,11 +215,7 @@ func scanNames(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 					seen[name] = true
 				}
 			}
-			enough := len(seen) > limit
 			mu.Unlock()
-			if enough {
-				return errEnough
-			}
 			if cursor = next; cursor == 0 {
 				return nil
 			}
@@ -218,17 +227,14 @@ func scanNames(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 	} else {
 		err = scan(ctx, rdb)
 	}
-	if err != nil && !errors.Is(err, errEnough) {
-		return nil, false, fmt.Errorf("listing locks: %w", err)
+	if err != nil {
+		return nil, fmt.Errorf("listing locks: %w", err)
 	}
 	for name := range seen {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	if len(names) > limit {
-		return names[:limit], true, nil
-	}
-	return names, false, nil
+	return names, nil
 }
 
 // describeAll describes each of names, a few at a time.
@@ -329,15 +335,11 @@ func holdersText(info dlock.LockInfo) string {
 		return "-"
 	}
 	if info.Permits > 0 {
-		return fmt.Sprintf("%d/%d permits", info.Holders[0].Holds, info.Permits)
+		return fmt.Sprintf("%d/%d permits", permitsHeld(info), info.Permits)
 	}
 	var parts []string
 	for _, h := range info.Holders {
-		owner := printable(h.Owner)
-		if owner == "" {
-			owner = "(owner hidden)"
-		}
-		part := owner + " " + modeName(h)
+		part := holderLabel(h) + " " + modeName(h)
 		if h.Holds > 1 {
 			part += fmt.Sprintf(" ×%d", h.Holds)
 		}
@@ -349,7 +351,41 @@ func holdersText(info dlock.LockInfo) string {
 		for n := 0; shown < len(parts) && n+len(parts[shown]) <= maxHoldersText-12; shown++ {
 			n += len(parts[shown]) + 2
 		}
-		text = strings.Join(parts[:shown], ", ") + fmt.Sprintf(" …+%d more", len(parts)-shown)
+		if shown == 0 { // one holder longer than the column: its beginning
+			parts[0], shown = cutTo(parts[0], maxHoldersText-13)+"…", 1
+		}
+		text = strings.Join(parts[:shown], ", ")
+		if more := len(parts) - shown; more > 0 {
+			text += fmt.Sprintf(" …+%d more", more)
+		}
 	}
 	return text
 }
+
+// holderLabel names a holder in a column: by the host, pid and program it
+// stored (WithHolderInfo, or a dlock run), as status shows them; else by its
+// owner id's hash, or hidden (a Mutex's).
+func holderLabel(h dlock.Holder) string {
+	if h.Info != nil {
+		var parts []string
+		if h.Info.Hostname != "" {
+			parts = append(parts, printable(h.Info.Hostname))
+		}
+		if h.Info.PID != 0 {
+			parts = append(parts, fmt.Sprintf("pid %d", h.Info.PID))
+		}
+		if h.Info.Program != "" {
+			parts = append(parts, printable(h.Info.Program))
+		}
+		if len(parts) > 0 {
+			return strings.Join(parts, " ")
+		}
+	}
+	if h.Owner == "" {
+		return hiddenOwner
+	}
+	return printable(h.Owner)
+}
+
+// hiddenOwner stands for a Mutex holder's owner, a secret.
+const hiddenOwner = "(owner hidden)"

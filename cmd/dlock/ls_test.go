@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -230,4 +233,109 @@ func newLocks(t testing.TB, rdb redis.UniversalClient) *dlock.Client {
 	}
 	t.Cleanup(func() { _ = locks.Close() })
 	return locks
+}
+
+// Issue 36.9: a Semaphore's permits held by holders with different holder
+// info (one line each in Describe) all count: ls and watch say 2/2, as
+// status says 2 of 2.
+func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
+	srv := redistest.Start(t)
+	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
+	ctx, must := context.Background(), mustLease(t)
+	for _, host := range []string{"web-1", "web-2"} {
+		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(dlock.HolderInfo{Hostname: host})).Acquire(ctx))
+	}
+	code, stdout, stderr := runDlock(t, url, "ls")
+	if code != 0 || !strings.Contains(stdout, "2/2 permits") || !strings.Contains(stdout, "full") {
+		t.Fatalf("ls: exit %d, want pool full with 2/2 permits\n%s%s", code, stdout, stderr)
+	}
+	log := filepath.Join(t.TempDir(), "watch")
+	watch := exec.Command(dlockBin, "watch", "--redis", url, "pool")
+	file, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	watch.Stdout = file
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Process.Kill(); _ = watch.Wait() }()
+	var line []byte
+	waitFor(t, 15*time.Second, "watch prints pool's line", func() bool {
+		line, _ = os.ReadFile(log)
+		return strings.Contains(string(line), "\n")
+	})
+	if !strings.Contains(string(line), "2/2 permits") {
+		t.Fatalf("watch: %s\nwant 2/2 permits", line)
+	}
+}
+
+// Issue 36.11: the holders column names a holder by the holder info it
+// stored (host, pid, program), as status does, rather than its owner id's
+// hash or "(owner hidden)"; a single holder too long for the column is cut,
+// not replaced by "…+1 more".
+func TestLs_HoldersColumnShowsHolderInfoAndCutsALongOwner(t *testing.T) {
+	srv := redistest.Start(t)
+	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
+	ctx, must := context.Background(), mustLease(t)
+	web := dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "web-1", PID: 42, Program: "deploy.sh"})
+	must(locks.Mutex("m", web).Lock(ctx))
+	must(locks.RWMutex("rw", web).Lock(ctx)) // the call's owner: a random id
+	long := dlock.HolderInfo{Hostname: strings.Repeat("a-very-long-host-name.", 4)}
+	must(locks.RWMutex("long", dlock.WithHolderInfo(long)).Lock(ctx))
+	code, stdout, stderr := runDlock(t, url, "ls")
+	if code != 0 {
+		t.Fatalf("ls: exit %d\n%s", code, stderr)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(stdout, "\n") {
+		if name, _, ok := strings.Cut(line, " "); ok {
+			rows[name] = line
+		}
+	}
+	for _, name := range []string{"m", "rw"} {
+		if row := rows[name]; !strings.Contains(row, "web-1 pid 42 deploy.sh write") || strings.Contains(row, "hidden") {
+			t.Errorf("%s: %q; want its holder shown by its info, web-1 pid 42 deploy.sh write", name, row)
+		}
+	}
+	if row := rows["long"]; !strings.Contains(row, "a-very-long-host-name.a-very") || strings.Contains(row, "more") {
+		t.Errorf("long: %q; want the beginning of its one holder, cut", row)
+	}
+}
+
+// Issue 36.11: --limit N shows the first N locks in use by name, as the
+// table is sorted, whatever order SCAN met them in; names that are free
+// (only their fencing counter left) do not count.
+func TestLs_LimitShowsTheFirstNLocksByName(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		must(locks.Mutex(name).Lock(ctx))
+		free := must(locks.Mutex(name + "-free").Lock(ctx))
+		if err := free.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := lsJSON(t, url, "--limit", "3")
+	if got := lockNames(l); !slices.Equal(got, []string{"a", "b", "c"}) || !l.Cut {
+		t.Fatalf("--limit 3: %v, cut %v; want a, b, c, cut", got, l.Cut)
+	}
+	if l := lsJSON(t, url, "--limit", "3", "--all"); !slices.Equal(lockNames(l), []string{"a", "a-free", "b"}) || !l.Cut {
+		t.Fatalf("--limit 3 --all: %v, cut %v; want a, a-free, b, cut", lockNames(l), l.Cut)
+	}
+}
+
+// Issue 36.11: status counts waiters in the words of the lock's type:
+// writers and readers for an RWMutex, waiters for the others.
+func TestStatus_CountsWaitersInTheWordsOfTheType(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	must(locks.Mutex("m").Lock(ctx))
+	must(locks.RWMutex("rw").Lock(ctx))
+	for name, want := range map[string]string{"m": "waiting:     0\n", "rw": "waiting:     0 writers, 0 readers\n"} {
+		if code, stdout, _ := runDlock(t, url, "status", name); code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("status %s: exit %d, want %q:\n%s", name, code, want, stdout)
+		}
+	}
 }

@@ -38,6 +38,9 @@ const (
 )
 
 func main() {
+	if os.Getenv(guardEnv) != "" {
+		os.Exit(guardGroup())
+	}
 	// go-redis logs a failed dial from its pool, several times a second while
 	// Redis is down; dlock reports what failed once, in its own words.
 	redis.SetLogger(silentLogger{})
@@ -117,6 +120,16 @@ type output struct {
 	keyboard       *os.File // stdin, when it is a terminal (watch reads q from it); else nil
 }
 
+// stderrWidth is the width of the terminal stderr is, or 0.
+func (o *output) stderrWidth() int {
+	if f, ok := o.stderr.(*os.File); ok {
+		if width, _, err := windowSize(int(f.Fd())); err == nil {
+			return width
+		}
+	}
+	return 0
+}
+
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
@@ -131,7 +144,8 @@ func terminalOrNil(f *os.File) *os.File {
 }
 
 // progress redraws line() on the terminal every interval until stop is
-// called, which clears it. Not on a terminal, it does nothing.
+// called, which clears it. The line is cut to the terminal's width: one
+// that wrapped would leave a line behind at each redraw. Not on a terminal, it does nothing.
 func (o *output) progress(interval time.Duration, line func() string) (stop func()) {
 	if !o.tty {
 		return func() {}
@@ -144,7 +158,7 @@ func (o *output) progress(interval time.Duration, line func() string) (stop func
 		ticker := time.NewTicker(interval)
 		defer ticker.Stop()
 		for {
-			fmt.Fprintf(o.stderr, "\r\033[K%s", line())
+			fmt.Fprintf(o.stderr, "\r\033[K%s", cutTo(line(), o.stderrWidth()-1))
 			select {
 			case <-done:
 				fmt.Fprint(o.stderr, "\r\033[K")

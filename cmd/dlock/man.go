@@ -93,7 +93,7 @@ func writeRoffText(w io.Writer, text string) {
 // writeRoffFlags lists flags as tagged paragraphs.
 func writeRoffFlags(w io.Writer, flags []flagInfo) {
 	for _, f := range flags {
-		fmt.Fprintf(w, ".TP\n.B \\-\\-%s", roffEscape(f.name))
+		fmt.Fprintf(w, ".TP\n.B %s", roffEscape(strings.Join(f.names(), ", ")))
 		if f.arg != "" {
 			fmt.Fprintf(w, ` \fI%s\fR`, roffEscape(f.arg))
 		}

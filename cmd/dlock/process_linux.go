@@ -8,8 +8,7 @@ import (
 )
 
 // dieWithDlock has the kernel kill the command (its main process) when
-// dlock dies, even by SIGKILL: it must not go on without the lock, which
-// expires within its TTL once dlock no longer renews it.
+// dlock dies, even by SIGKILL, before the guard has been told its group.
 func dieWithDlock(attr *syscall.SysProcAttr) {
 	attr.Pdeathsig = syscall.SIGKILL
 }

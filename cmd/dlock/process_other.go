@@ -5,9 +5,7 @@ package main
 import "syscall"
 
 // dieWithDlock does nothing here: only Linux has the kernel kill a child
-// when its parent dies. Killed by SIGKILL, dlock leaves the command running
-// and the lock expires within its TTL: the command then runs unprotected.
-// SIGINT, SIGTERM and SIGHUP, which dlock handles, stop the command too.
+// when its parent dies. The guard kills the command's group, once told it.
 func dieWithDlock(*syscall.SysProcAttr) {}
 
 // becomeSubreaper does nothing here: the orphans of the command's processes

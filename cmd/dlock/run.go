@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -28,7 +30,8 @@ Runs COMMAND while holding the lock NAME: a distributed flock(1). Waits for
 the lock (up to --wait), runs the command with DLOCK_NAME and DLOCK_TOKEN (the
 fencing token) in its environment, renews the lock while it runs, releases it
 when it exits, and exits with the command's exit code. Flags may come before
-or after NAME, not after "--".
+or after NAME, not after "--". NAME must come before "--": dlock run -- echo
+hi is a usage error (exit 2), not a lock named echo.
 
 The command runs in a process group of its own, so that stopping it stops
 every process it started. The lock is held until every process of that group
@@ -43,20 +46,31 @@ stops only the command.
 
 If the lock is lost while the command runs (someone forced it open, or Redis
 could not be reached for longer than the TTL allows), the command's group
-gets SIGTERM, then SIGKILL after --kill-grace, and dlock exits 76. Not
-acquired within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock
-are passed on to the command; while dlock waits for the lock they withdraw
-it from the queue and dlock exits 128+N. On Linux the command is killed
-(SIGKILL) when dlock dies, even by kill -9, so that it never runs on without
-the lock; processes it left in the background, and on other systems the
-command itself, run on, and the lock expires within --ttl.
+gets SIGTERM (with Redis unreachable, at the lease's deadline: at most --ttl
+after its last renewal), then SIGKILL after --kill-grace, and dlock exits 76
+as soon as the group has exited. Not acquired within --wait: exit 75.
+SIGINT, SIGTERM and SIGHUP sent to dlock are passed on to the command; while
+dlock waits for the lock they withdraw it from the queue and dlock exits
+128+N. When dlock dies, even by kill -9, the command's whole process group
+is killed (SIGKILL), so that none of it runs on without the lock: a guard, a
+second dlock process in a group of its own, sees dlock's end of a pipe close
+and kills the group (ps shows it as dlock-guard). Both killed, they leave
+the group running, and the lock expires within --ttl.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
 other but never with an exclusive one. Go programs use the same lock through
-dlock's RWMutex or ReentrantMutex of the same name.
+dlock's RWMutex or ReentrantMutex of the same name. --permits N takes a
+permit of the Semaphore of that name instead: N runs at once (consul lock
+-n N), as with a Go Semaphore of N permits.
 
-On a terminal, a status line shows who holds the lock while dlock waits.
+flock(1)'s short flags work: -n (--wait 0), -w (--wait, in seconds or a
+duration), -s (--shared), -E (--conflict-exit-code).
+
+While dlock waits, a status line on a terminal shows who holds the lock,
+cut to the terminal's width. Elsewhere (a CI log) dlock says in one line
+that it waits and who holds the lock, and in another when it has it.
+--quiet says neither.
 
 Exit codes: the command's (128+N if signal N killed it); 75 not acquired
 within --wait (--conflict-exit-code N: N, as flock -E; --quiet: say nothing
@@ -73,6 +87,9 @@ Examples:
   # many readers of a dataset at once, never during a rebuild
   dlock run --shared dataset -- ./query.sh
   dlock run dataset -- ./rebuild.sh
+  # at most 3 backups at once; flock's habits
+  dlock run --permits 3 backups -- ./backup.sh
+  dlock run -n -E 0 nightly -- ./report
 `
 
 func defineRun(fs *flag.FlagSet) action {
@@ -80,21 +97,32 @@ func defineRun(fs *flag.FlagSet) action {
 	ttl := fs.Duration("ttl", dlock.DefaultTTL, "how long the lock outlives dlock if it dies; renewed every TTL/3")
 	var wait time.Duration
 	waitSet := false
-	fs.Func("wait", "how long to wait for the lock, a `duration`; 0: try once (default: wait forever)", func(s string) error {
+	fs.Func("wait", "how long to wait for the lock, a `duration` or seconds (flock -w); 0: try once (default: wait forever)", func(s string) error {
 		d, err := time.ParseDuration(s)
+		if seconds, errSeconds := strconv.ParseFloat(s, 64); errSeconds == nil && seconds <= math.MaxInt64/1e9 {
+			d, err = time.Duration(seconds*float64(time.Second)), nil
+		}
 		if err != nil || d < 0 {
-			return fmt.Errorf("want a duration of 0 or more, such as 30s or 10m")
+			return fmt.Errorf("want a duration of 0 or more, such as 30s or 10m, or seconds")
 		}
 		wait, waitSet = d, true
 		return nil
 	})
+	fs.BoolFunc("n", "try once, as --wait 0 (flock -n)", func(string) error {
+		wait, waitSet = 0, true
+		return nil
+	})
 	shared := fs.Bool("shared", false, "take a shared (read) lock: shared runs may overlap")
+	permits := fs.Int("permits", 0, "run under a Semaphore of `N` permits: N runs at once (consul lock -n)")
 	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM on a lost lock, how long before SIGKILL")
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process of its group does")
-	quiet := fs.Bool("quiet", false, "say nothing when the lock is busy (not acquired within --wait)")
-	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock's -E)")
+	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
+	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock -E)")
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
+	alias(fs, "w", "wait")
+	alias(fs, "s", "shared")
+	alias(fs, "E", "conflict-exit-code")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		name, command, code, done := parseRunArgs(fs, out)
 		if done {
@@ -107,9 +135,14 @@ func defineRun(fs *flag.FlagSet) action {
 			return usageError(out, "run", "--kill-grace must not be negative")
 		case *conflictCode < 0 || *conflictCode > 255:
 			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
+		case *permits < 0:
+			return usageError(out, "run", "--permits must be at least 1")
+		case *permits > 0 && *shared:
+			return usageError(out, "run", "--permits and --shared do not go together: a Semaphore has no shared side")
 		}
 		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
-			shared: *shared, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet, conflictCode: *conflictCode, info: *infoText}, out)
+			shared: *shared, permits: *permits, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet,
+			conflictCode: *conflictCode, info: *infoText}, out)
 	}
 }
 
@@ -119,6 +152,7 @@ type runSettings struct {
 	ttl, wait     time.Duration
 	waitSet       bool
 	shared        bool
+	permits       int // a Semaphore's, when not 0
 	grace         time.Duration
 	releaseOnExit bool
 	quiet         bool
@@ -150,7 +184,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	}
 	defer closeClient()
 
-	lease, err := acquire(ctx, client, name, self, s.shared, s.quiet, out)
+	lease, err := acquire(ctx, client, name, self, s, out)
 	if err != nil {
 		if _, signalled := signalExit(ctx); !signalled && errors.Is(err, dlock.ErrNotAcquired) {
 			if !s.quiet {
@@ -158,11 +192,22 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 			}
 			return s.conflictCode
 		}
+		if errors.Is(err, dlock.ErrWrongType) {
+			if held := heldAsAnotherType(client, name, s.permits > 0); held != "" {
+				fmt.Fprintf(out.stderr, "dlock run: %s\n", held)
+				return exitFailure
+			}
+		}
 		return reportAcquire(ctx, name, err, out)
 	}
 	code = supervise(lease, name, command, s.grace, s.releaseOnExit, signals, out)
+	if lease.Err() != nil {
+		// Lost: nothing to release, and a Redis that cannot be reached
+		// would hold the exit for the clean-up's timeout.
+		return code
+	}
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
-		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %v (it expires within its TTL)\n", name, err)
+		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, errText(err))
 	}
 	return code
 }
@@ -205,7 +250,7 @@ func ownerID() string {
 	host, _ := os.Hostname()
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s/pid-%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s/pid-%d/%s", printable(host), os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // runHolderInfo is what a run stores with its hold for status to show:
@@ -234,24 +279,85 @@ func clip(s string, n int) string {
 	return s
 }
 
-// acquire takes the lock, drawing a status line on a terminal while it
-// waits, unless quiet.
-func acquire(ctx context.Context, client *dlock.Client, name, self string, shared, quiet bool, out *output) (*dlock.Lease, error) {
-	rw := client.RWMutex(name)
-	lock := rw.Lock
-	if shared {
-		lock = rw.RLock
+// acquire takes the lock. Once it has to wait (unless quiet), it draws a
+// status line on a terminal; elsewhere, as in a CI log, it says in one line
+// that it waits and for whom, and in another when it has the lock.
+func acquire(ctx context.Context, client *dlock.Client, name, self string, s runSettings, out *output) (*dlock.Lease, error) {
+	waiting := make(chan struct{})
+	var once sync.Once
+	waits := dlock.WithObserver(&dlock.Observer{Wait: func(context.Context, dlock.WaitEvent) { once.Do(func() { close(waiting) }) }})
+	lock := client.RWMutex(name, waits).Lock
+	switch {
+	case s.permits > 0:
+		lock = client.Semaphore(name, s.permits, waits).Acquire
+	case s.shared:
+		lock = client.RWMutex(name, waits).RLock
 	}
-	stop := func() {}
-	if !quiet {
-		started := time.Now()
-		stop = out.progress(time.Second, func() string {
-			return waitingLine(ctx, client, name, self, time.Since(started))
-		})
+	if s.quiet {
+		return lock(ctx)
 	}
+	started := time.Now()
+	done := make(chan struct{})
+	reported := make(chan bool, 1) // whether it said it waits
+	go func() {
+		select {
+		case <-done:
+			reported <- false
+			return
+		case <-waiting:
+		}
+		if out.tty {
+			stop := out.progress(time.Second, func() string {
+				return waitingLine(ctx, client, name, self, time.Since(started))
+			})
+			<-done
+			stop()
+			reported <- false
+			return
+		}
+		fmt.Fprintf(out.stderr, "dlock run: waiting for %q%s\n", name, heldBy(client, name, self))
+		reported <- true
+	}()
 	lease, err := lock(ctx)
-	stop()
+	close(done)
+	if <-reported && err == nil {
+		fmt.Fprintf(out.stderr, "dlock run: acquired %q after %v\n", name, time.Since(started).Round(100*time.Millisecond))
+	}
 	return lease, err
+}
+
+// heldBy is ", held by …" naming the holders of name but self, or "".
+func heldBy(client *dlock.Client, name, self string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
+		return ", held by " + describeHolders(info, self)
+	}
+	return ""
+}
+
+// heldAsAnotherType says which type of dlock's holds name, where the run's
+// own type found keys it does not write: a Go program's Mutex, say. "" when
+// Describe does not know the keys either.
+func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := client.Describe(ctx, name)
+	if err != nil || info.Type == dlock.TypeNone {
+		return ""
+	}
+	article := "a"
+	if strings.ContainsRune("AEIOUR", rune(info.Type[0])) { // an RWMutex, an Election
+		article = "an"
+	}
+	takes := "dlock run takes an RWMutex"
+	switch {
+	case semaphore:
+		takes = "dlock run --permits takes a Semaphore"
+	case info.Type == dlock.TypeSemaphore:
+		takes += "; --permits N takes a Semaphore"
+	}
+	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(info.Type), stateOf(info), takes)
 }
 
 // reportBusy says who holds the lock that --wait gave up on.
@@ -260,13 +366,7 @@ func reportBusy(client *dlock.Client, name, self string, wait time.Duration, out
 	if wait == 0 {
 		within = "(--wait 0)"
 	}
-	holders := ""
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
-		holders = ", held by " + describeHolders(others(info.Holders, self))
-	}
-	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, holders, within)
+	fmt.Fprintf(out.stderr, "dlock run: %q is busy%s: not acquired %s\n", name, heldBy(client, name, self), within)
 }
 
 // waitingLine is the status line of a run waiting for name. It names the
@@ -282,7 +382,7 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 	if err != nil || len(holders) == 0 {
 		return line
 	}
-	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(holders),
+	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(info, self),
 		info.TTL.Round(100*time.Millisecond))
 }
 
@@ -297,14 +397,20 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 	return rest
 }
 
-func describeHolders(holders []dlock.Holder) string {
+// describeHolders names the holders of a lock but self (as ls does), or
+// counts a Semaphore's permits.
+func describeHolders(info dlock.LockInfo, self string) string {
+	if info.Permits > 0 {
+		return fmt.Sprintf("%d of %d permits", permitsHeld(info), info.Permits)
+	}
+	holders := others(info.Holders, self)
 	parts := make([]string, 0, len(holders))
 	for _, h := range holders {
-		owner := h.Owner
-		if owner == "" {
-			owner = "a Mutex holder"
+		label := holderLabel(h)
+		if label == hiddenOwner {
+			label = "a Mutex holder"
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", owner, modeName(h), h.Holds))
+		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", label, modeName(h), h.Holds))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -322,7 +428,11 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 		fmt.Fprintf(out.stderr, "dlock run: %q: stopped waiting: %v\n", name, context.Cause(ctx))
 		return code
 	}
-	fmt.Fprintf(out.stderr, "dlock run: %q: %v\n", name, err)
+	text := errText(err)
+	if !strings.Contains(text, strconv.Quote(name)) {
+		text = strconv.Quote(name) + ": " + text
+	}
+	fmt.Fprintf(out.stderr, "dlock run: %s\n", text)
 	return exitCodeOf(ctx, err)
 }
 
@@ -346,6 +456,12 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 	if !releaseOnExit {
 		becomeSubreaper()
 	}
+	guard, err := startGuard()
+	if err != nil {
+		fmt.Fprintf(out.stderr, "dlock run: %q: not run: starting its guard: %v\n", name, err)
+		return exitCannotRun
+	}
+	defer guard.release()
 	tty := foregroundTerminal(out.stdin)
 	if err := startCommand(cmd, tty); err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
@@ -361,6 +477,7 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 		defer takeTerminal(tty)
 	}
 	group := cmd.Process.Pid
+	guard.watch(group)
 	var childChanged <-chan os.Signal // SIGCHLD, while the command has the terminal
 	if tty >= 0 {
 		sigchld := make(chan os.Signal, 1)
@@ -394,7 +511,7 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 				suspend(tty, group)
 			}
 		case <-lease.Done():
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%v); stopping the command\n", name, lease.Err())
+			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); stopping the command\n", name, errText(lease.Err()))
 			stopGroup(group, exited, grace)
 			return exitLost
 		}

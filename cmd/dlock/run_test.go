@@ -77,6 +77,12 @@ type terminal struct {
 // startTerminal runs script with sh in a new tmux session.
 func startTerminal(t *testing.T, script string) *terminal {
 	t.Helper()
+	return startTerminalOfWidth(t, 120, script)
+}
+
+// startTerminalOfWidth is startTerminal on a terminal width columns wide.
+func startTerminalOfWidth(t *testing.T, width int, script string) *terminal {
+	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed: the terminal tests need it (apt-get install tmux)")
 	}
@@ -86,7 +92,7 @@ func startTerminal(t *testing.T, script string) *terminal {
 		t.Fatal(err)
 	}
 	term := &terminal{t: t, socket: filepath.Join(dir, "tmux")}
-	term.tmux("-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "30", "sh "+file)
+	term.tmux("-f", "/dev/null", "new-session", "-d", "-x", strconv.Itoa(width), "-y", "30", "sh "+file)
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", term.socket, "kill-server").Run() })
 	return term
 }
@@ -220,6 +226,22 @@ func TestRun_TheCommandDiesWithDlock(t *testing.T) {
 	}
 	p.wait(t, 15*time.Second)
 	waitGone(t, command, 10*time.Second, "the command, after kill -9 of dlock,")
+}
+
+// Issue 36.1: kill -9 of dlock takes the command's whole process group down,
+// not only its main process: a script's running step (sh -c 'step; next')
+// must not go on while a second run takes the lock.
+func TestRun_KillOfDlockTakesTheCommandsGroupDown(t *testing.T) {
+	url, _ := testRedis(t)
+	ready := fifo(t, "ready")
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "deploy-step", "--",
+		"sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "$1"; wait; echo next`, "sh", ready)
+	step := readPid(t, ready)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 15*time.Second)
+	waitGone(t, step, 10*time.Second, "the command's running step, after kill -9 of dlock,")
 }
 
 // Item 7: like flock(1), whose descriptor the command's children inherit,
@@ -435,6 +457,193 @@ func TestRun_OnAClusterAsAUserWithTheDocumentedRights(t *testing.T) {
 	for what, url := range map[string]string{"every node": strings.Join(urls, ","), "one node": urls[0]} {
 		if code, stdout, stderr := runDlock(t, url, "run", "acl-cluster-job", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
 			t.Fatalf("%s: exit %d, %q\n%s", what, code, stdout, stderr)
+		}
+	}
+}
+
+// Issue 36.5: when Redis can no longer be reached, the run acts on the loss
+// at the lease's deadline (the command gets SIGTERM then), not seconds
+// later: a second run may take the lock from then on.
+func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
+	for _, how := range []string{"killed", "stalled"} {
+		t.Run(how, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ready, stopped := fifo(t, "ready"), filepath.Join(t.TempDir(), "stopped")
+			p := startDlock(t, "redis://"+srv.Addr(), "", "run", "--ttl", "2s", "--kill-grace", "1s", "deadline", "--",
+				"sh", "-c", `trap 'date +%s%N > "$2"; exit 1' TERM; echo go > "$1"; while :; do sleep 0.05; done`, "sh", ready, stopped)
+			readFifo(t, ready, 15*time.Second)
+			// The lease was renewed at most TTL/3 before; its deadline is at
+			// most 2s after this moment.
+			cut := time.Now()
+			if how == "killed" {
+				srv.Kill()
+			} else {
+				srv.Pause()
+				t.Cleanup(srv.Resume)
+			}
+			if code := p.wait(t, 30*time.Second); code != exitLost {
+				t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+			}
+			// The command ends at once on SIGTERM: dlock has nothing left to
+			// wait for.
+			took := time.Since(cut)
+			t.Logf("exit 76 %v after Redis was %s", took, how)
+			if took > 3500*time.Millisecond {
+				t.Fatalf("dlock exited %v after Redis was %s, want about the TTL (2s)\nstderr: %s", took, how, &p.stderr)
+			}
+			data, err := os.ReadFile(stopped)
+			ns, err2 := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+			if err != nil || err2 != nil {
+				t.Fatalf("the command got no SIGTERM: %v %v\nstderr: %s", err, err2, &p.stderr)
+			}
+			// 2s is the latest deadline; 0.5s is for a loaded machine.
+			if late := time.Unix(0, ns).Sub(cut); late > 2500*time.Millisecond {
+				t.Fatalf("the command got SIGTERM %v after Redis was %s, want within the TTL (2s)\nstderr: %s", late, how, &p.stderr)
+			}
+		})
+	}
+}
+
+// Issue 36.4: with stderr not a terminal (a CI log), a run says once that it
+// waits and who holds the lock, and once that it has the lock.
+func TestRun_WaitingOutsideATerminalIsReportedOnceAndSoIsTheAcquisition(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx := context.Background()
+	held, err := locks.RWMutex("ci", dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "host-a", PID: 7})).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "stderr")
+	stderr, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	p := &dlockProcess{cmd: exec.Command(dlockBin, "run", "ci", "--", "echo", "ran"), exited: make(chan int, 1)}
+	p.cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	go func() {
+		_ = p.cmd.Wait()
+		p.exited <- p.cmd.ProcessState.ExitCode()
+	}()
+	read := func() string { data, _ := os.ReadFile(log); return string(data) }
+	waitFor(t, 15*time.Second, "a line saying the run waits", func() bool { return strings.Contains(read(), "\n") })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 || p.stdout.String() != "ran\n" {
+		t.Fatalf("exit %d, stdout %q\nstderr: %s", code, &p.stdout, read())
+	}
+	lines := strings.Split(strings.TrimSuffix(read(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `dlock run: waiting for "ci", held by host-a pid 7 (write ×1)`) ||
+		!strings.HasPrefix(lines[1], `dlock run: acquired "ci" after `) {
+		t.Fatalf("stderr:\n%s\nwant a line saying the run waits, and for whom, then one saying it acquired the lock", read())
+	}
+}
+
+// Issue 36.4: on a terminal narrower than the waiting line, the line is cut
+// to the width, so that each redraw replaces it instead of adding a line.
+func TestRun_TheWaitingLineFitsANarrowTerminal(t *testing.T) {
+	url, locks := testRedis(t)
+	held, err := locks.RWMutex("narrow", dlock.WithOwner("a-rather-long-host-name.example.com/pid-1234/0123abcd")).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	term := startTerminalOfWidth(t, 60, fmt.Sprintf("%s run --redis %s narrow -- true\nsleep 600\n", dlockBin, url))
+	term.waitScreen("for 3s")
+	if n := strings.Count(term.screen(), "dlock"); n != 1 {
+		t.Fatalf("the waiting line shows %d times, want once:\n%s", n, term.screen())
+	}
+}
+
+// Issue 36.6: flock(1)'s short flags: -n (try once), -w SECONDS or a
+// duration, -s (shared), -E N (the busy exit code).
+func TestRun_FlocksShortFlags(t *testing.T) {
+	url, locks := testRedis(t)
+	held, err := locks.RWMutex("short", dlock.WithOwner("host-a/pid-7")).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	for _, args := range [][]string{{"-n"}, {"-w", "0.3"}, {"-w", "300ms"}, {"-s", "-n"}} {
+		code, _, stderr := runDlock(t, url, append(append([]string{"run"}, args...), "short", "--", "true")...)
+		if code != exitNotAcquired || !strings.Contains(stderr, "busy") {
+			t.Errorf("run %v on a held lock: exit %d, want %d\n%s", args, code, exitNotAcquired, stderr)
+		}
+	}
+	if code, _, stderr := runDlock(t, url, "run", "-n", "-E", "3", "short", "--", "true"); code != 3 {
+		t.Errorf("run -n -E 3 on a held lock: exit %d, want 3\n%s", code, stderr)
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "-n", "-s", "other", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("run -n -s on a free lock: exit %d, %q\n%s", code, stdout, stderr)
+	}
+	code, help, _ := runDlock(t, url, "run", "--help")
+	for _, want := range []string{"  -n\n", "  -s, --shared\n", "  -w, --wait duration\n", "  -E, --conflict-exit-code int\n", "  --permits N\n"} {
+		if code != 0 || !strings.Contains(help, want) {
+			t.Errorf("run --help does not list %q:\n%s", want, help)
+		}
+	}
+}
+
+// Issue 36.6: --permits N runs under a Semaphore of N permits, as consul
+// lock -n N: N runs at once, the next one is busy.
+func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
+	url, locks := testRedis(t)
+	first, second := fifo(t, "first"), fifo(t, "second")
+	finish := []string{fifo(t, "finish-a"), fifo(t, "finish-b")}
+	a := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo a > "$1"; cat "$2"`, "sh", first, finish[0])
+	readFifo(t, first, 15*time.Second)
+	b := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo b > "$1"; cat "$2"`, "sh", second, finish[1])
+	readFifo(t, second, 15*time.Second)
+	info, err := locks.Describe(context.Background(), "pool")
+	if err != nil || info.Type != dlock.TypeSemaphore || info.Permits != 2 {
+		t.Fatalf("with two runs: %+v, %v; want a Semaphore of 2 permits", info, err)
+	}
+	code, _, stderr := runDlock(t, url, "run", "--permits", "2", "-n", "pool", "--", "true")
+	if code != exitNotAcquired || !strings.Contains(stderr, "2 of 2 permits") {
+		t.Fatalf("a third run: exit %d, want %d saying the permits are taken\n%s", code, exitNotAcquired, stderr)
+	}
+	for _, f := range finish {
+		if err := os.WriteFile(f, []byte("done\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []*dlockProcess{a, b} {
+		if code := p.wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("exit %d\n%s", code, &p.stderr)
+		}
+	}
+	if code, _, stderr := runDlock(t, url, "run", "--permits", "2", "--shared", "pool", "--", "true"); code != exitUsage {
+		t.Fatalf("--permits with --shared: exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+}
+
+// Issue 36.10: a run on a name another lock type holds (a Go program's
+// Mutex, a Semaphore) says which type holds it and how to take that type,
+// not that the key holds what dlock did not write; and says "dlock" once.
+func TestRun_ANameHeldAsAnotherTypeIsNamedSo(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	must(locks.Mutex("m").Lock(ctx))
+	must(locks.Semaphore("s", 2).Acquire(ctx))
+	must(locks.RWMutex("rw").Lock(ctx))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "m", "--", "true"}, `dlock run: "m" is a Mutex (or a FairMutex with nobody queued, or a MultiLock's part), held: dlock run takes an RWMutex`},
+		{[]string{"run", "s", "--", "true"}, `dlock run: "s" is a Semaphore, shared: dlock run takes an RWMutex; --permits N takes a Semaphore`},
+		{[]string{"run", "--permits", "2", "rw", "--", "true"}, `dlock run: "rw" is an RWMutex (or a ReentrantMutex), held: dlock run --permits takes a Semaphore`},
+	} {
+		code, _, stderr := runDlock(t, url, tc.args...)
+		if code != exitFailure || !strings.HasPrefix(stderr, tc.want) || strings.Contains(stderr, "did not write") ||
+			strings.Count(stderr, "dlock") != strings.Count(tc.want, "dlock") {
+			t.Errorf("dlock %q: exit %d, stderr:\n%s\nwant %d and:\n%s", tc.args, code, stderr, exitFailure, tc.want)
 		}
 	}
 }

@@ -17,8 +17,9 @@ const statusUsage = `Usage: dlock status [--json] NAME
 Shows the lock NAME: its state, its type, who holds it (owner id hashes and hold
 counts; a Mutex's owner is a secret and stays hidden; the host, pid and
 program that a dlock run or a program's WithHolderInfo stored), how long
-its holds last unless renewed (a live holder renews them every TTL/3), who
-waits for it, and the last fencing token handed out.
+its holds last unless renewed (a live holder renews them every TTL/3), how
+many wait for it (writers and readers of an RWMutex; Redis keeps no names
+of waiters), and the last fencing token handed out.
 
 The state is free; held (by a Mutex's holder or an RWMutex's writer: no one
 else gets in); shared (by readers, or by some of a Semaphore's permits: more
@@ -129,7 +130,11 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		}
 		fmt.Fprintf(out.stdout, "expires:     %s\n", ttl)
 	}
-	fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
+	if s.Type == dlock.TypeRWMutex || s.Type == dlock.TypeReentrantMutex {
+		fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
+	} else {
+		fmt.Fprintf(out.stdout, "waiting:     %d\n", s.WritersWaiting+s.ReadersWaiting)
+	}
 	fmt.Fprintf(out.stdout, "last token:  %d\n", s.LastToken)
 	return 0
 }
@@ -216,7 +221,7 @@ func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) 
 			fmt.Fprintf(out.stdout, "%q is not held; nothing to remove\n", name)
 			return 0
 		}
-		fmt.Fprintf(out.stderr, "Remove the lock %q held by %s? Its holders will lose it. [y/N] ", name, describeHolders(info.Holders))
+		fmt.Fprintf(out.stderr, "Remove the lock %q held by %s? Its holders will lose it. [y/N] ", name, describeHolders(info, ""))
 		answer, _ := bufio.NewReader(out.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			fmt.Fprintln(out.stderr, "not removed")
@@ -236,7 +241,7 @@ func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) 
 }
 
 func reportError(command string, err error, out *output) int {
-	fmt.Fprintf(out.stderr, "dlock %s: %v\n", command, err)
+	fmt.Fprintf(out.stderr, "dlock %s: %s\n", command, errText(err))
 	return exitCodeOf(context.Background(), err)
 }
 

@@ -36,11 +36,16 @@ Examples:
 
 Exit codes: 0 ended by q or a signal; 2 bad flags or arguments; 69 Redis
 could not be reached or failed; 77 Redis refused the login or a command.
-Once started, a refresh that fails is shown and retried, not an exit.
+Once started, a refresh that fails is shown and retried, not an exit; one
+that takes longer than --interval or 2s (a stalled Redis) fails.
 `
 
 // minWatchInterval bounds how hard watch asks Redis.
 const minWatchInterval = 100 * time.Millisecond
+
+// minRefreshTimeout bounds a refresh (or --interval, if longer): a stalled
+// Redis is then shown as a failed refresh, not as a stale screen.
+const minRefreshTimeout = 2 * time.Second
 
 // rateWindow is how far back ACQ/S looks.
 const rateWindow = 10 * time.Second
@@ -48,7 +53,7 @@ const rateWindow = 10 * time.Second
 func defineWatch(fs *flag.FlagSet) action {
 	redisFlag := fs.String("redis", "", redisFlagUsage)
 	interval := fs.Duration("interval", time.Second, "refresh every `duration`")
-	limit := fs.Int("limit", defaultLsLimit, "look at `N` lock names at most, each refresh")
+	limit := fs.Int("limit", defaultLsLimit, "show `N` locks at most, the first by name")
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		w := &watcher{query: lockQuery{pattern: "*", limit: *limit}, interval: *interval}
 		switch {
@@ -107,9 +112,24 @@ func (w *watcher) run(ctx context.Context, redisFlag string, out *output) int {
 	ticker := time.NewTicker(w.interval)
 	defer ticker.Stop()
 	for {
-		found, err := w.refresh(ctx)
-		if ctx.Err() != nil {
+		// Not waited for past a signal or q: go-redis's read of a stalled
+		// server ends at its deadline, not when its context is cancelled.
+		refreshed := make(chan refreshResult, 1)
+		go func() {
+			refreshCtx, stop := context.WithTimeout(ctx, max(w.interval, minRefreshTimeout))
+			defer stop()
+			found, err := w.refresh(refreshCtx)
+			refreshed <- refreshResult{found, err}
+		}()
+		var found foundLocks
+		var err error
+		select {
+		case <-ctx.Done():
 			return 0 // a signal: the way to end a watch
+		case <-quit:
+			return 0
+		case r := <-refreshed:
+			found, err = r.found, r.err
 		}
 		if screen != nil {
 			w.draw(screen, found, err)
@@ -124,6 +144,11 @@ func (w *watcher) run(ctx context.Context, redisFlag string, out *output) int {
 		case <-ticker.C:
 		}
 	}
+}
+
+type refreshResult struct {
+	found foundLocks
+	err   error
 }
 
 // refresh finds the locks shown, and notes their tokens.
@@ -204,7 +229,7 @@ func (w *watcher) draw(screen *terminalScreen, found foundLocks, err error) {
 		lines = append(lines, strings.Split(strings.TrimRight(table.String(), "\n"), "\n")...)
 	}
 	if found.cut {
-		footer = append(footer, fmt.Sprintf("cut at %d names: narrow the PATTERN or raise --limit", w.query.limit))
+		footer = append(footer, fmt.Sprintf("cut at %d locks: narrow the PATTERN or raise --limit", w.query.limit))
 	}
 	if room := height - len(footer) - 1; len(lines) > room && room > 2 {
 		hidden := len(lines) - (room - 1)

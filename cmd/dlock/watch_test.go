@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // waitScreenUntil waits until the screen satisfies cond.
@@ -170,5 +171,28 @@ func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("watch after SIGINT: %v; want exit 0", err)
+	}
+}
+
+// Issue 36.8: when Redis stalls, watch says its refresh failed within a
+// couple of seconds instead of showing a stale screen, and q still quits.
+func TestWatch_AStalledRedisIsShownAndQStillQuits(t *testing.T) {
+	srv := redistest.Start(t)
+	term := startTerminal(t, fmt.Sprintf("%s watch --redis redis://%s --interval 200ms 'job*'\necho \"watch-exit:$?\"\nsleep 600\n",
+		dlockBin, srv.Addr()))
+	term.waitScreen("q quits")
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	stalled := time.Now()
+	term.waitScreen("refresh failed")
+	if took := time.Since(stalled); took > 4*time.Second {
+		t.Fatalf("refresh failed shown %v after Redis stalled, want within 4s", took)
+	}
+	// A refresh is in flight again by now, stuck on the stalled server.
+	term.tmux("send-keys", "q")
+	quit := time.Now()
+	term.waitScreen("watch-exit:0")
+	if took := time.Since(quit); took > time.Second {
+		t.Fatalf("q took %v to end watch, want well under a second", took)
 	}
 }

@@ -1,8 +1,8 @@
 package redistest
 
-// DlockACL is what the README tells operators to grant dlock on a single
-// server: its keys and channels under the default prefix, and the commands
-// it sends or its scripts run. A cluster adds more (ClusterACL);
+// DlockACL is what dlock needs to lock on a single server: its keys and
+// channels under the default prefix, and the commands it sends or its
+// scripts run. The README grants +info too, for the policy checks. A cluster adds more (ClusterACL);
 // WithReplicaAck wait; a Redlock info (RedlockACL).
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
