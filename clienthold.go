@@ -12,7 +12,8 @@ import (
 // leaseKind is what differs between lock types: the scripts that renew,
 // release, inspect and give up one hold. Every kind's scripts take the owner
 // token as ARGV[1]; extend takes the TTL in ms as ARGV[2], then shortens from
-// Lease.Extend only (a renewal never shortens a hold), and returns 1 or 0;
+// Lease.Extend only (a renewal never shortens a hold), then infoArg, and
+// returns 1 or 0;
 // release and abandon take the publish command as ARGV[2] (abandon then the
 // tombstone's lifetime in ms and the waiter id; release then its mark's
 // lifetime in ms, the mark being its last KEY, see releaseMark, and from a
@@ -65,6 +66,7 @@ type clientHold struct {
 	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
 	group     *groupTokens
 	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
+	noInfo    bool       // taken without holder info (WithHolderInfo): its release has none to remove
 
 	// Owned by the Client's renewer, under its lock.
 	nextRenew time.Time
@@ -96,7 +98,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
 			log: spec.cfg.logger, ttl: ttl, renew: autoRenew, clock: c.clock},
 		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, mark: spec.mark, tombstone: spec.tombstone,
-			ack: spec.cfg.ack, heapIndex: -1},
+			ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
@@ -122,11 +124,23 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	return l
 }
 
+// infoArg tells a Mutex's or FairMutex's extend and release whether the
+// hold stored holder info: "0" spares them reading it. The other types'
+// scripts take none. Boxed once: a release allocates nothing for it.
+func (h *clientHold) infoArg() any {
+	if h.noInfo {
+		return boxedNoInfo
+	}
+	return boxedInfo
+}
+
+var boxedNoInfo, boxedInfo any = "0", "1"
+
 func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
 	l := h.lease
-	args := []any{l.owner, ttl.Milliseconds()}
+	args := []any{l.owner, ttl.Milliseconds(), lengthens, h.infoArg()}
 	if explicit {
-		args = append(args, shortens)
+		args[2] = shortens
 	}
 	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
 	var ackErr error
@@ -205,7 +219,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	defer cancel()
 	// The mark is named at release, not kept from the grant: a held lease
 	// costs a Client's memory for as long as it is held (see 10000Held).
-	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 2, 3) // room for a tombstone, and a hold's token
+	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 2, 4) // room for a tombstone, a hold's token and noInfo
 	// The mark's lifetime, then the tombstone's (a place-holder when no
 	// tombstone is written), then the hold's tokens, which tell a hold a
 	// late copy of its grant took anew (minted_anew in common.lua).
@@ -217,7 +231,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		last = append(last, h.tombstone)
 	}
 	if h.group == nil {
-		extra = append(extra, l.token)
+		extra = append(extra, l.token, h.infoArg())
 	} else {
 		for _, token := range h.group.tokens {
 			extra = append(extra, token)

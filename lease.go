@@ -193,9 +193,9 @@ func (l *Lease) grantLapsed() bool {
 }
 
 // shortens is the extend scripts' ARGV[3] from Lease.Extend: the caller asked
-// for this TTL, shorter or not. Renewals and confirmGrant leave it out, and
-// then a script only ever moves a hold's expiry later.
-const shortens = "1"
+// for this TTL, shorter or not. Renewals and confirmGrant send lengthens,
+// and then a script only ever moves a hold's expiry later.
+const shortens, lengthens = "1", "0"
 
 // validUntil is how long a hold sent at sent, for ttl, can be counted on.
 func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {

@@ -26,6 +26,19 @@ func TestMessages_SayWhatAndWhichOnce(t *testing.T) {
 		t.Errorf("TryLock of a held lock: %v; want ErrNotAcquired naming %q", err, name)
 	}
 
+	// A name another type of lock holds is not called data dlock did not write.
+	_, err = c.RWMutex(name).TryLock(ctx)
+	if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "Mutex's hold") || strings.Contains(err.Error(), "did not write") {
+		t.Errorf("an RWMutex on a Mutex's name: %v; want ErrWrongType saying a Mutex holds it", err)
+	}
+	if _, err := c.Semaphore(name+"-sem", 2).TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Mutex(name + "-sem").TryLock(ctx)
+	if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), "another type of lock") {
+		t.Errorf("a Mutex on a Semaphore's name: %v; want ErrWrongType saying another type of lock may hold it", err)
+	}
+
 	rdb.Set(ctx, lockKey(name+"-foreign"), "not dlock's", 0)
 	_, err = c.Mutex(name + "-foreign").TryLock(ctx)
 	if !errors.Is(err, dlock.ErrWrongType) || strings.Contains(err.Error(), "(lock)") {

@@ -25,6 +25,8 @@ func main() {
 	hold := flag.Duration("hold", 20*time.Second, "how long workload 5 holds its 10,000 leases (the issue's soak: 1m)")
 	quick := flag.Bool("quick", false, "one short round and a short hold: a smoke test, not a result")
 	out := flag.String("out", "RESULTS.md", "where to write the results")
+	typesOnly := flag.Bool("types", false, "only workload 6, dlock's types one by one: per-script server µs in seconds")
+	readme := flag.String("readme", "", "also rewrite the table between the bench markers in this file (../README.md)")
 	only := flag.String("libs", "", "comma-separated libraries to run besides ideal (default: all), for a quicker look")
 	flag.Parse()
 	if *only != "" {
@@ -43,6 +45,16 @@ func main() {
 	servers := redistest.NewShared()
 	defer servers.Close()
 	ctx := context.Background()
+	if *typesOnly {
+		typeRows, err := types(ctx, servers, scale)
+		fmt.Print(typesTable(nil, typeRows))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			servers.Close()
+			os.Exit(1)
+		}
+		return
+	}
 	start := time.Now()
 
 	rows := make(map[string]*row)
@@ -81,12 +93,27 @@ func main() {
 		rows[lib.name].held = &res
 	}
 
-	report := render(rows, *rounds, *hold, *quick, time.Since(start))
+	var typeRows []typeResult
+	if rows["dlock"] != nil {
+		fmt.Fprintln(os.Stderr, "dlock's types")
+		var err error
+		if typeRows, err = types(ctx, servers, scale); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+
+	report := render(rows, typeRows, *rounds, *hold, *quick, time.Since(start))
 	if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	fmt.Print(report)
+	if *readme != "" {
+		if err := writeReadme(*readme, readmeTable(rows, typeRows, *quick)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 }
 
 // machine describes where the run ran.

@@ -18,7 +18,9 @@ type row struct {
 	failed string
 
 	uncontended []time.Duration // 1: per lock+unlock
+	alone       []cost          // 1: the server's, per lock+unlock
 	distinct    []float64       // 2: pairs/s
+	distinctOp  []cost          // 2: the server's, per lock+unlock
 	contended   []float64       // 3: acquisitions/s
 	commands    []float64       // 3: Redis commands per acquisition
 	requests    []float64       // 3: requests the server read per acquisition
@@ -32,15 +34,16 @@ type row struct {
 	waitP99     []time.Duration
 	waitMax     []time.Duration
 	fairness    []float64 // 4: max/min acquisitions per client
+	queued      []cost    // 4: the server's, per acquisition
 	held        *heldResult
 }
 
 func (w *row) measure(ctx context.Context, r run) error {
-	u, err := r.uncontended(ctx)
+	u, alone, err := r.uncontended(ctx)
 	if err != nil {
 		return fmt.Errorf("uncontended: %w", err)
 	}
-	d, err := r.distinctKeys(ctx)
+	d, distinctOp, err := r.distinctKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("distinct keys: %w", err)
 	}
@@ -53,7 +56,10 @@ func (w *row) measure(ctx context.Context, r run) error {
 		return fmt.Errorf("waiters: %w", err)
 	}
 	w.uncontended = append(w.uncontended, u)
+	w.alone = append(w.alone, alone)
 	w.distinct = append(w.distinct, d)
+	w.distinctOp = append(w.distinctOp, distinctOp)
+	w.queued = append(w.queued, wr.cost)
 	w.contended = append(w.contended, c.perSec)
 	w.commands = append(w.commands, c.commands)
 	w.requests = append(w.requests, c.requests)
@@ -68,6 +74,29 @@ func (w *row) measure(ctx context.Context, r run) error {
 	w.waitMax = append(w.waitMax, wr.wait.Percentile(100))
 	w.fairness = append(w.fairness, float64(wr.most)/float64(max(wr.least, 1)))
 	return nil
+}
+
+// costs are the median server CPU and commands of cs.
+func costs(cs []cost) (time.Duration, float64) {
+	var cpu []time.Duration
+	var commands []float64
+	for _, c := range cs {
+		cpu, commands = append(cpu, c.cpu), append(commands, c.commands)
+	}
+	return median(cpu), median(commands)
+}
+
+// cpuRatio is the median over rounds of a library's server CPU over the
+// ideal's in the same round (1.00× = ideal; above costs more).
+func cpuRatio(lib, ideal []cost) string {
+	var l, i []time.Duration
+	for _, c := range lib {
+		l = append(l, c.cpu)
+	}
+	for _, c := range ideal {
+		i = append(i, c.cpu)
+	}
+	return ratios(l, i, true)
 }
 
 func median[T time.Duration | float64](xs []T) T {
@@ -107,7 +136,7 @@ func round(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-func render(rows map[string]*row, rounds int, hold time.Duration, quick bool, took time.Duration) string {
+func render(rows map[string]*row, typeRows []typeResult, rounds int, hold time.Duration, quick bool, took time.Duration) string {
 	var b strings.Builder
 	ideal := rows["ideal"]
 	fmt.Fprintf(&b, "# dlock against its Go peers\n\n")
@@ -124,15 +153,23 @@ func render(rows map[string]*row, rounds int, hold time.Duration, quick bool, to
 		fmt.Fprintf(&b, "- %s: %s\n", lib.name, lib.note)
 	}
 
-	b.WriteString("\n## 1. Uncontended lock + unlock, 1 goroutine\n\n| library | per pair | vs ideal |\n|---|---|---|\n")
+	b.WriteString("\n## 1. Uncontended lock + unlock, 1 goroutine\n\n" +
+		"Per pair: the time, the server's CPU time (INFO cpu: used_cpu_user + used_cpu_sys) and its ratio to the ideal's (above 1.00× costs more), " +
+		"Redis commands (INFO commandstats, inside scripts counted).\n\n" +
+		"| library | per pair | vs ideal | server CPU | CPU vs ideal | commands |\n|---|---|---|---|---|---|\n")
 	for _, lib := range libraries {
 		w := rows[lib.name]
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", lib.name, round(median(w.uncontended)), ratios(w.uncontended, ideal.uncontended, false))
+		cpu, commands := costs(w.alone)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.1f |\n", lib.name, round(median(w.uncontended)), ratios(w.uncontended, ideal.uncontended, false),
+			round(cpu), cpuRatio(w.alone, ideal.alone), commands)
 	}
-	b.WriteString("\n## 2. 64 goroutines of one client, distinct keys\n\n| library | pairs/s | vs ideal |\n|---|---|---|\n")
+	b.WriteString("\n## 2. 64 goroutines of one client, distinct keys\n\n" +
+		"Per pair as in 1.\n\n| library | pairs/s | vs ideal | server CPU | CPU vs ideal | commands |\n|---|---|---|---|---|---|\n")
 	for _, lib := range libraries {
 		w := rows[lib.name]
-		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", lib.name, median(w.distinct), ratios(w.distinct, ideal.distinct, true))
+		cpu, commands := costs(w.distinctOp)
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %.1f |\n", lib.name, median(w.distinct), ratios(w.distinct, ideal.distinct, true),
+			round(cpu), cpuRatio(w.distinctOp, ideal.distinctOp), commands)
 	}
 	b.WriteString("\n## 3. 16 clients on one key, back to back\n\n" +
 		"Per acquisition: Redis commands (inside scripts counted), requests the server read (round trips), the server's CPU time, the clients' CPU time; " +
@@ -145,12 +182,14 @@ func render(rows map[string]*row, rounds int, hold time.Duration, quick bool, to
 	}
 	b.WriteString("\n## 4. 8 clients on one key: hold 2 ms, think 3-6 ms\n\n" +
 		"Handoff: from a release to a different, waiting client holding the lock; also in round trips, over the p50 of a PING sent alongside " +
-		"by a client as idle between requests as the workers (from idle, a round trip pays the wake-ups a handoff pays). Wait: from asking to holding.\n\n" +
-		"| library | handoff p50 | in round trips | handoff p99 | wait p50 | wait p99 | wait max | max/min per client |\n|---|---|---|---|---|---|---|---|\n")
+		"by a client as idle between requests as the workers (from idle, a round trip pays the wake-ups a handoff pays). Wait: from asking to holding. " +
+		"Per acquisition: Redis commands (inside scripts counted, the PINGs left out) and the server's CPU (the PINGs' in).\n\n" +
+		"| library | handoff p50 | in round trips | handoff p99 | wait p50 | wait p99 | wait max | max/min per client | commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, lib := range libraries {
 		w := rows[lib.name]
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %s | %s | %s | %.2f |\n", lib.name, round(median(w.handoffP50)), median(w.handoffRTTs),
-			round(median(w.handoffP99)), round(median(w.waitP50)), round(median(w.waitP99)), round(median(w.waitMax)), median(w.fairness))
+		cpu, commands := costs(w.queued)
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %s | %s | %s | %.2f | %.1f | %s |\n", lib.name, round(median(w.handoffP50)), median(w.handoffRTTs),
+			round(median(w.handoffP99)), round(median(w.waitP50)), round(median(w.waitP99)), round(median(w.waitMax)), median(w.fairness), commands, round(cpu))
 	}
 	fmt.Fprintf(&b, "\n## 5. 10,000 leases held by one client for %v\n\n"+
 		"Only libraries that keep a lease alive by themselves; the others' locks expire unless the caller renews them.\n\n"+
@@ -161,10 +200,32 @@ func render(rows map[string]*row, rounds int, hold time.Duration, quick bool, to
 				100*h.cpu.Seconds()/hold.Seconds(), h.heapMB, h.goroutines)
 		}
 	}
+	b.WriteString(typesTable(ideal, typeRows))
 	for _, lib := range libraries {
 		if f := rows[lib.name].failed; f != "" {
 			fmt.Fprintf(&b, "\n%s failed: %s\n", lib.name, f)
 		}
+	}
+	return b.String()
+}
+
+// typesTable is workload 6's table, beside workload 1's ideal row when
+// there is one.
+func typesTable(ideal *row, typeRows []typeResult) string {
+	if len(typeRows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## 6. dlock's types: uncontended lock + unlock, 1 goroutine\n\n" +
+		"Per pair, and per node for a Redlock (three): the server's CPU time, Redis commands (inside scripts counted), " +
+		"EVALSHA calls and the server's µs per EVALSHA (INFO commandstats usec_per_call). The ideal row is workload 1's.\n\n" +
+		"| type | per pair | server CPU | commands | scripts | µs per script |\n|---|---|---|---|---|---|\n")
+	if ideal != nil && len(ideal.alone) > 0 {
+		cpu, commands := costs(ideal.alone)
+		fmt.Fprintf(&b, "| ideal | %s | %s | %.1f | - | - |\n", round(median(ideal.uncontended)), round(cpu), commands)
+	}
+	for _, t := range typeRows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.1f |\n", t.name, round(t.pair), round(t.cpu), t.commands, t.scripts, t.perCall)
 	}
 	return b.String()
 }

@@ -68,12 +68,31 @@ func (r run) cpu(ctx context.Context) float64 {
 	return s
 }
 
+// cost is what the server spent per operation: CPU time (INFO cpu) and
+// commands (INFO commandstats, inside scripts counted).
+type cost struct {
+	cpu      time.Duration
+	commands float64
+}
+
+// meter starts measuring the server's work; its result divides it by n.
+func (r run) meter(ctx context.Context) func(n int64) cost {
+	cpu, commands := r.cpu(ctx), r.commands(ctx)
+	return func(n int64) cost {
+		n = max(n, 1)
+		return cost{
+			cpu:      time.Duration((r.cpu(ctx) - cpu) / float64(n) * float64(time.Second)),
+			commands: float64(r.commands(ctx)-commands) / float64(n),
+		}
+	}
+}
+
 // uncontended is workload 1: one goroutine locks and unlocks one key.
-// It returns the mean time of a lock+unlock pair.
-func (r run) uncontended(ctx context.Context) (time.Duration, error) {
+// It returns the mean time of a lock+unlock pair, and the server's cost.
+func (r run) uncontended(ctx context.Context) (time.Duration, cost, error) {
 	ls, closeAll, err := r.lockers(1)
 	if err != nil {
-		return 0, err
+		return 0, cost{}, err
 	}
 	defer closeAll()
 	key := r.key("uncontended")
@@ -86,29 +105,31 @@ func (r run) uncontended(ctx context.Context) (time.Duration, error) {
 	}
 	for range 50 { // connections, scripts, subscriptions warmed up
 		if err := pair(); err != nil {
-			return 0, err
+			return 0, cost{}, err
 		}
 	}
 	n := 0
-	start := time.Now()
+	start, meter := time.Now(), r.meter(ctx)
 	for time.Since(start) < r.seconds(1) {
 		if err := pair(); err != nil {
-			return 0, err
+			return 0, cost{}, err
 		}
 		n++
 	}
-	return time.Since(start) / time.Duration(n), nil
+	took := time.Since(start)
+	return took / time.Duration(n), meter(int64(n)), nil
 }
 
 // distinctKeys is workload 2: 64 goroutines of one client, each on its own
-// key. It returns lock+unlock pairs per second.
-func (r run) distinctKeys(ctx context.Context) (float64, error) {
+// key. It returns lock+unlock pairs per second, and the server's cost.
+func (r run) distinctKeys(ctx context.Context) (float64, cost, error) {
 	ls, closeAll, err := r.lockers(1)
 	if err != nil {
-		return 0, err
+		return 0, cost{}, err
 	}
 	defer closeAll()
 	var pairs atomic.Int64
+	meter := r.meter(ctx)
 	err = r.forWorkers(ctx, 64, r.seconds(2), func(ctx context.Context, g int) error {
 		unlock, err := ls[0].lock(ctx, r.key(fmt.Sprint("distinct:", g)))
 		if err != nil {
@@ -117,7 +138,8 @@ func (r run) distinctKeys(ctx context.Context) (float64, error) {
 		pairs.Add(1)
 		return unlock(context.WithoutCancel(ctx))
 	})
-	return float64(pairs.Load()) / r.seconds(2).Seconds(), err
+	spent := meter(pairs.Load())
+	return float64(pairs.Load()) / r.seconds(2).Seconds(), spent, err
 }
 
 // contendedResult is workload 3's measurements.
@@ -179,6 +201,7 @@ func (r run) contended(ctx context.Context) (contendedResult, error) {
 type waitersResult struct {
 	handoff, wait *check.Latencies
 	least, most   int
+	cost          cost             // per acquisition
 	ping          *check.Latencies // a PING's round trip, sent as idly as the workers ask
 }
 
@@ -215,6 +238,7 @@ func (r run) waiters(ctx context.Context) (waitersResult, error) {
 			}
 		}
 	}()
+	meter := r.meter(ctx)
 	err = r.forWorkers(ctx, len(ls), r.seconds(3), func(ctx context.Context, w int) error {
 		asked := time.Now()
 		unlock, err := ls[w].lock(ctx, key)
@@ -238,6 +262,8 @@ func (r run) waiters(ctx context.Context) (waitersResult, error) {
 	})
 	stopPings()
 	<-pinged
+	spent := meter(int64(seq))
+	spent.commands -= float64(pings.Count()) / float64(max(seq, 1)) // the yardstick's PINGs
 	if res := fenced.Result(); res.Overlaps != 0 {
 		return waitersResult{}, fmt.Errorf("%d overlapping holders", res.Overlaps)
 	}
@@ -245,7 +271,7 @@ func (r run) waiters(ctx context.Context) (waitersResult, error) {
 	for _, n := range perClient {
 		least, most = min(least, n), max(most, n)
 	}
-	return waitersResult{handoff: &fenced.Handoffs, wait: waits, least: least, most: most, ping: pings}, err
+	return waitersResult{handoff: &fenced.Handoffs, wait: waits, least: least, most: most, ping: pings, cost: spent}, err
 }
 
 // heldResult is workload 5's measurements.

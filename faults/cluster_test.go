@@ -76,6 +76,7 @@ func TestScenario13_ClusterSlotMigration(t *testing.T) {
 // …) every grant is on the replica before it is returned. Pass with ack:
 // no overlap, tokens in order.
 func TestScenario13_ClusterFailover(t *testing.T) {
+	t.Parallel()
 	workers, per := 4, sized(60, 400)
 	for _, ack := range []bool{false, true} {
 		c := redistest.StartReplicatedCluster(t, clusterUser("+wait")...)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,7 +90,7 @@ type failover struct {
 // the replica to pass before the promotion; most promoted at once, some
 // left to the Sentinel's own detection.
 func drawFailovers(p params) []failover {
-	if !p.has("failover") || p.Cluster { // a replay may ask for it on a cluster: nothing to fail over
+	if !p.has("failover") && !p.has("rlfailover") || p.has("failover") && p.Cluster { // a replay may ask for it on a cluster: nothing to fail over
 		return nil
 	}
 	rng := rand.New(rand.NewPCG(p.Seed, failoverStream+1))
@@ -124,6 +125,10 @@ type failoverEnv struct {
 	made    map[string]int      // the failovers made, and those with the replica behind
 	failed  error               // the failover the explorer could not make
 	log     []string            // what each took, for the run's notes
+	// isolated: set while its replica is cut off; a rlfailover run's
+	// Redlock master 2 drops every script call meanwhile
+	// (explore_rlfailover_test.go)
+	isolated atomic.Bool
 }
 
 // lossWindow is when a write a master applied may have been lost with it:
@@ -335,6 +340,7 @@ func (e *failoverEnv) failOverOnce(ctx context.Context, fo failover) error {
 		if err := f.CutReplica(ctx); err != nil {
 			return fmt.Errorf("cutting the replica off: %w", err)
 		}
+		e.isolated.Store(true)
 		_ = sleepCtx(ctx, fo.Lag)
 	} else {
 		w = e.open(time.Now().Add(-replicated))
@@ -344,6 +350,7 @@ func (e *failoverEnv) failOverOnce(ctx context.Context, fo failover) error {
 	e.planned[replica.Addr()]++ // the +switch-master watchSentinel is to see
 	e.mu.Unlock()
 	old.Kill()
+	e.isolated.Store(false)
 	e.mu.Lock()
 	e.killed = time.Now()
 	e.windows[w].to = e.killed

@@ -50,10 +50,23 @@ type commandFaults struct {
 	clock       *clock.Clock         // its process's, in a suspend run: nothing is sent, and no reply read, while it is suspended
 	onReply     func([]redis.Cmder)  // told each reply before the caller reads it (a suspension may begin); nil: none
 	slow        *stallLog            // its commands' slow round trips (explore_starve_test.go)
+	copying     map[string]int       // late copies on their way, by their call's tombstone (sendLate)
+	// latefirst (explore_latefirst_test.go): firstRng picks the echoes it
+	// turns into latefirst (nil: none), firsts are the first copies held
+	// for their calls' waits, by tombstone, leftBehind what its check found
+	firstRng *rand.Rand
+	// unreachable: while it says so, every script call is dropped (a
+	// rlfailover run's Redlock master 2, explore_rlfailover_test.go)
+	unreachable *atomic.Bool
+	firsts      map[string]*lateFirst
+	leftBehind  []string
 }
 
 // tombstoneOf is the tombstone key among a script call's arguments.
 func tombstoneOf(args []any) string {
+	if len(args) < 3 {
+		return ""
+	}
 	for _, a := range args[2:] {
 		if k := argString(a); strings.Contains(k, ":void:") {
 			return k
@@ -105,7 +118,8 @@ const readTimeout = time.Second
 
 func newCommandFaults(seed uint64, client int, kinds []string, resend redis.UniversalClient) *commandFaults {
 	f := &commandFaults{kinds: map[string]bool{}, resend: resend, stop: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, lateOwners: map[string]bool{}, voided: map[string]time.Time{}, slow: &stallLog{}}
+		rng: rand.New(rand.NewPCG(seed, uint64(client)+100)), injected: map[string]int{}, doubtful: map[string]bool{}, lateOwners: map[string]bool{}, voided: map[string]time.Time{}, slow: &stallLog{},
+		copying: map[string]int{}, firsts: map[string]*lateFirst{}}
 	for _, k := range kinds {
 		f.kinds[k] = true
 	}
@@ -219,9 +233,24 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 			}
 		}()
 	}
+	if f.unreachable != nil && f.unreachable.Load() {
+		f.doubt(cmds)
+		return setErr(cmds, errLostReply)
+	}
+	first := f.landFirst(cmds) // its call's held first copy, landed now
 	kind, d := f.draw(anyAcquire(cmds))
-	defer func() { f.noteAbandons(cmds, err); f.doubtFailedCleanUps(cmds, err) }()
+	if f.becomesLateFirst(ctx, cmds, kind) {
+		kind = "latefirst"
+	}
+	defer func() {
+		f.noteAbandons(cmds, err)
+		f.doubtFailedCleanUps(cmds, err)
+		f.checkWithdrawn(first, cmds, err)
+		f.answered(cmds)
+	}()
 	switch kind {
+	case "latefirst":
+		return f.holdFirst(ctx, cmds, next)
 	case "echo":
 		return f.echo(ctx, cmds, d, next)
 	case "delay":
@@ -372,11 +401,19 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 		if owner := acquireOwner(copies[i]); owner != "" {
 			f.lateOwners[owner] = true
 		}
+		f.copying[tombstoneOf(copies[i])]++
 	}
 	f.mu.Unlock()
 	f.late.Add(1)
 	go func() {
 		defer f.late.Done()
+		defer func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, args := range copies {
+				f.copying[tombstoneOf(args)]--
+			}
+		}()
 		select {
 		case <-time.After(d):
 		case <-f.stop:

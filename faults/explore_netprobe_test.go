@@ -19,7 +19,10 @@ import (
 // for a CPU). The network probe is woken the way a reply's reader is: a
 // goroutine stamps the time on a loopback connection every probeTick,
 // and one parked reading the other end counts the time from the stamp to
-// its reading, more than probeSlack, as its process's stall.
+// its reading, more than probeSlack, as its process's stall. Not under
+// the race detector: its scheduler takes the next slot only half the
+// time and shuffles run queues, so the stamp may wait as long as its
+// reader, and the reader may run at once (the explorer runs without it).
 
 // startNetProbe logs into log the network probe's stalls, from now on;
 // where loopback cannot be listened on it logs nothing.

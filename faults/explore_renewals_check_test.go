@@ -43,6 +43,15 @@ func TestLeaseRenewals_TellHowALeaseRanOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-lease.Done()
+	// The refusal is told after Done closes, before the lease's End.
+	for refused := false; !refused; {
+		select {
+		case ev := <-told:
+			refused = ev.Result == dlock.RenewalRefused
+		case <-ctx.Done():
+			t.Fatal("the lease ended, and no refused renewal was told")
+		}
+	}
 	got := renewed.before(map[string]uint64{name: lease.Token()}, acquired, time.Now())
 	t.Log(got)
 	if !strings.HasPrefix(got, "acquired -") || strings.Count(got, " ok (margin ") < 2 || !strings.Contains(got, " refused") {

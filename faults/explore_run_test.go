@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -37,6 +38,10 @@ type exploreEnv struct {
 	// then holds the masters, replicas their replicas. Nil in other runs.
 	cfail    *clusterFailovers
 	replicas []*redistest.Server
+	// rlFailover is a rlfailover run's Redlock node 0
+	// (explore_rlfailover_test.go); redlock[0] is then its first master.
+	// Nil in other runs.
+	rlFailover *failoverEnv
 	// a ClusterClient's dials to a node with no proxy, and through one, in
 	// a run that proxies the cluster's nodes (see startNetwork)
 	strays, dials *atomic.Int64
@@ -293,6 +298,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	resendTo := make([]redis.UniversalClient, len(env.redlock)) // a copy goes where its first went
 	for i, n := range env.redlock {
 		resendTo[i] = newRedisAt(n.Addr())
+		if i == 0 && env.rlFailover != nil {
+			resendTo[i] = env.rlFailover.newRedis()
+		}
 		defer resendTo[i].Close()
 	}
 	// One go-redis client, hook and dlock Client per process, and one
@@ -311,6 +319,9 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		p := &process{hook: newCommandFaults(s.Seed, c, s.Faults, resend), crash: newCrashState(), failover: env.failover, cfail: env.cfail, renewals: renewals, servers: runQueues}
 		p.hook.failover, p.hook.cfail = env.failover, env.cfail
 		p.hook.withhold = withholding() && c == 0
+		if s.has("latefirst") {
+			p.hook.firstRng = rand.New(rand.NewPCG(s.Seed, lateFirstStream+uint64(c)))
+		}
 		p.slowIsStarved = !slices.ContainsFunc(s.Faults, slowsServers)
 		p.crash.conns = append(p.crash.conns, rdb)
 		p.trace, p.rdb = newCommandTrace(), rdb
@@ -321,6 +332,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		observer := &dlock.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
 		if s.has("slowobserver") {
 			observer.Renewal = slowRenewals(s.Seed, s.process[c], p.renewed.observe)
+			observer.End = slowEnds(s.Seed, s.process[c])
 		}
 		client, err := dlock.New(rdb, append([]dlock.Option{dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer)}, env.failover.options()...)...)
 		if err != nil {
@@ -331,10 +343,19 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		if env.redlock != nil {
 			masters := make([]redis.UniversalClient, len(env.redlock))
 			for i, n := range env.redlock {
-				node := newRedisAt(penv.dial(n.Addr()))
+				var node redis.UniversalClient = newRedisAt(penv.dial(n.Addr()))
+				if i == 0 && env.rlFailover != nil {
+					node = env.rlFailover.newRedis()
+				}
 				defer node.Close()
 				// Each master's hook draws from a stream of its own.
 				h := newCommandFaults(s.Seed, c+1000*(i+1), s.Faults, resendTo[i])
+				if i == 0 {
+					h.failover = env.rlFailover // its clean-ups may meet no master
+				}
+				if i == 2 && env.rlFailover != nil {
+					h.unreachable = &env.rlFailover.isolated // as in issue 33's case: A holds on 0 and 1
+				}
 				h.withhold = p.hook.withhold
 				node.AddHook(h)
 				p.crash.conns = append(p.crash.conns, node)
@@ -406,12 +427,21 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		wg.Add(1)
 		go func() { defer wg.Done(); env.cfail.failOverCluster(ctx, s) }()
 	}
+	if env.rlFailover != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); env.rlFailover.failOver(ctx, s) }()
+		watch, stopWatching := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); env.rlFailover.watchSentinel(watch) }()
+		defer func() { stopWatching(); <-watched }()
+	}
 	network.inject(ctx)
 	evicted := evictFaults(ctx, env, s)
 	serverFaults(ctx, env, s, out)
 	wg.Wait()
 	child.finish(out, &holds, &waits, &double)
 	env.failover.report(out)
+	env.rlFailover.report(out)
 	env.cfail.report(env, holds, out)
 	network.wait(out)
 	evicted(out)
@@ -431,7 +461,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			// A failover may take a tombstone with it, one its master
 			// wrote and did not pass on: the copy's hold lasts its TTL, as
 			// after a fault that hit the clean-up.
-			if env.failover.mayBeUndone(o.voided, o.voided) {
+			if env.failover.mayBeUndone(o.voided, o.voided) || h.failover.mayBeUndone(o.voided, o.voided) {
 				for _, n := range o.names {
 					h.doubtful[n] = true
 				}
@@ -441,6 +471,11 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 			if !s.has("flushall") && !s.has("restart") && !s.has("evict") && !s.has("ctakeover") && !slices.ContainsFunc(o.names, func(n string) bool { return h.doubtful[n] }) {
 				out.violate("orphan: a late copy of an acquire of %v was granted after its call gave up: %s", o.names, o.reply)
 			}
+		}
+	}
+	for _, h := range hooks {
+		for _, v := range h.leftBehind {
+			out.violate("registration: %s", v)
 		}
 	}
 	for _, sf := range s.server {
@@ -466,6 +501,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 	child.checkFreed(holds, out)
 	waitCrashedOut(ctx, s, procs)
 	waitFailedOut(ctx, env, s)
+	waitRedlockFailedOut(ctx, env, s)
 	waitTakenOver(ctx, env, s)
 	checkFencedOverlaps(s, holds, out)
 	doubtful, lateOwners := map[string]bool{}, map[string]bool{}
@@ -864,6 +900,10 @@ func quiet(s *schedule, h hold, paused map[string]bool) bool {
 		switch {
 		case f == "extend", f == "scriptflush", f == "crash", f == "child": // a crash costs only the dead process's holds
 		case f == "slowobserver": // a slow Observer costs no lease its renewal
+		case f == "rlfailover": // a failover of a Redlock master costs only a Redlock lease
+			if h.kind == "redlock" {
+				return false
+			}
 		case f == "pause" && s.Cluster, f == "cfailover": // a graceful failover stops its shard's writes a while
 			for name := range h.tokens {
 				if paused[name] {
@@ -959,15 +999,16 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 	defer c.Close()
 	settled := &process{client: c}
 	if env.redlock != nil {
-		masters := make([]redis.UniversalClient, len(env.redlock))
-		for i, n := range env.redlock {
+		now := env.redlockNow() // node 0's master of the moment, in a rlfailover run
+		masters := make([]redis.UniversalClient, len(now))
+		for i, n := range now {
 			masters[i] = newRedisAt(n.Addr())
 			defer masters[i].Close()
 		}
 		settled.redlock = newExploredRedlock(masters, nil)
 		// A master restarted late in the run votes again once the guard
 		// has passed: only then can every lock be had.
-		_ = upFor(ctx, env.redlock, redlockGuard) // if not, the liveness check says so
+		_ = upFor(ctx, now, redlockGuard) // if not, the liveness check says so
 		checkRedlockSettled(ctx, masters, s, doubtful, lateOwners, out)
 	}
 	var names []string
@@ -1044,7 +1085,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 	left := waitKeysGone(ctx, time.Now, time.Now().Add(5*time.Second), func() []string {
 		left := keysLeft(ctx, nodes, s.Seed, false)
 		if env.redlock != nil {
-			left = append(left, keysLeft(ctx, env.redlock, s.Seed, true)...)
+			left = append(left, keysLeft(ctx, env.redlockNow(), s.Seed, true)...)
 		}
 		return left
 	})

@@ -221,6 +221,9 @@ func (s *serverStalls) all() []*stallLog {
 // and a replica's wait would excuse the loss of a lease it never served.
 func runServers(env *exploreEnv) func() []*redistest.Server {
 	fixed := slices.Clone(env.redlock)
+	if env.rlFailover != nil { // node 0's master changes: read below
+		fixed = fixed[1:]
+	}
 	if env.cfail == nil { // a cluster failover run's masters change: read below
 		fixed = append(fixed, env.nodes...)
 	}
@@ -228,6 +231,10 @@ func runServers(env *exploreEnv) func() []*redistest.Server {
 		out := slices.Clone(fixed)
 		if env.failover != nil {
 			_, live := env.failover.current()
+			out = append(out, live...)
+		}
+		if env.rlFailover != nil {
+			_, live := env.rlFailover.current()
 			out = append(out, live...)
 		}
 		if env.cfail != nil {

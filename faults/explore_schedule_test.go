@@ -101,7 +101,18 @@ var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "s
 //	  slowobserver  every process's Observer is slow to be told renewals,
 //	           and at times blocks (explore_slowobserver_test.go): no
 //	           lease may be lost for it; no drawn CI seed draws it
-var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child", "slowobserver"}
+//	command level, again:
+//	  latefirst  with late, some echoes of a waiting call's attempt that
+//	           registers nothing land only once the call has waited, before
+//	           its next attempt or its abandon (explore_latefirst_test.go):
+//	           none of the call's registrations may be left once that
+//	           attempt was granted or the abandon applied; no CI seed draws it
+//	server, again:
+//	  rlfailover  the Redlock's master 0 is a Sentinel's master with a
+//	           replica, reached through failover clients, and is failed over
+//	           once or twice (explore_rlfailover_test.go): the restart guard
+//	           keeps it out of the vote; not labelled; no CI seed draws it
+var faultKinds = []string{"delay", "lost", "late", "retry", "drop", "pause", "scriptflush", "flushall", "freeze", "extend", "restart", "crash", "migrate", "network", "evict", "failover", "cfailover", "ctakeover", "suspend", "child", "slowobserver", "latefirst", "rlfailover"}
 
 // quietFaults are the faults that cost no lease that a run's checks do not
 // account for (see quiet in explore_run_test.go).
@@ -142,6 +153,9 @@ func (p params) overlapDocumented(a, b string) bool {
 // and is not asked again. Elsewhere an Unlock of a lease with time to
 // spare must succeed, resent or not.
 func (p params) unlockMayFail(kind string) bool {
+	if kind == "redlock" && p.has("rlfailover") { // node 0 unreachable until the promotion
+		return true
+	}
 	if kind == "redlock" && slices.ContainsFunc(p.Faults, func(f string) bool {
 		return slices.Contains([]string{"delay", "lost", "late", "retry", "drop"}, f)
 	}) {
@@ -218,6 +232,8 @@ func (p *params) drawLater(seed uint64, quiet bool) {
 	p.drawSuspend(seed) // a stream of its own, once crash is known
 	p.drawChild(seed)   // once the failovers, which exclude it, are known
 	p.drawSlowObserver(seed)
+	p.drawLateFirst(seed)
+	p.drawRedlockFailover(seed) // last: it excludes most faults of a Redlock master
 }
 
 // op is one operation of a client's loop.
@@ -382,7 +398,7 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if (s.has("pause") || s.has("suspend")) && rng.IntN(3) != 0 {
 		o.TTL = time.Duration(400+rng.IntN(700)) * time.Millisecond // a pause outlasts its renewal's margin; a suspension its TTL, soon
 	}
-	if s.has("failover") && rng.IntN(2) == 0 {
+	if (s.has("failover") || s.has("rlfailover")) && rng.IntN(2) == 0 {
 		// Renewed while the replica is cut off, and lasting past the
 		// promotion (1.1 s after the kill): a renewal lost with the
 		// master must not have moved the lease's deadline.
@@ -412,8 +428,8 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 	if s.Cluster && slices.Contains(s.Kinds, "multi") {
 		long = 3 // holds that outlast a MultiLock's fixed lease
 	}
-	if s.has("pause") || s.has("failover") || s.failsOverCluster() || s.has("suspend") {
-		long = 4 // holds that outlast a stalled node, a failover, or span a suspension
+	if s.has("pause") || s.has("failover") || s.failsOverCluster() || s.has("suspend") || s.has("latefirst") || s.has("rlfailover") {
+		long = 4 // holds that outlast a stalled node, a failover, a first attempt's read timeout, or span a suspension
 	}
 	switch r := rng.IntN(8); {
 	case r < 2:
@@ -426,7 +442,10 @@ func (s *schedule) randomOp(rng *rand.Rand) op {
 		if (s.has("pause") || s.has("suspend")) && rng.IntN(3) != 0 {
 			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // across a pause, or a suspension
 		}
-		if s.has("failover") && rng.IntN(3) != 0 {
+		if s.has("latefirst") && rng.IntN(2) == 0 {
+			o.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond // a waiter's first attempt, held up a read timeout, still refused
+		}
+		if (s.has("failover") || s.has("rlfailover")) && rng.IntN(3) != 0 {
 			o.Hold = time.Duration(1500+rng.IntN(2500)) * time.Millisecond // from before a replica is cut off to past the promotion
 		}
 	}

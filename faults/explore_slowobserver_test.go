@@ -13,8 +13,9 @@ import (
 
 // The slowobserver fault: each process's Observer takes 1–8 ms to be told
 // a renewal, and one time in three blocks for as long as a TTL (0.3–3 s),
-// as an exporter stuck on the network would (issue 33). A hook must cost
-// no lease its renewal, so the fault costs none: a quiet run stays quiet.
+// as an exporter stuck on the network would (issue 33); it takes 1–8 ms
+// to be told a lease's end. A hook must cost no lease its renewal, so the
+// fault costs none: a quiet run stays quiet.
 
 // slowObserverStream is the key of the stream the fault is drawn from,
 // and its processes' delays: under it, no CI seed draws it
@@ -46,6 +47,20 @@ func slowRenewals(seed uint64, process int, hook func(dlock.RenewalEvent)) func(
 		mu.Unlock()
 		time.Sleep(delay) // the fault itself, not a synchronisation
 		hook(ev)
+	}
+}
+
+// slowEnds is an End hook that takes 1–8 ms, drawn for the process from a
+// stream of its own (the Renewal hook's delays stay as they were): told on
+// the Unlock's goroutine, it may delay that Unlock, and no other lease.
+func slowEnds(seed uint64, process int) func(dlock.LeaseEnd) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, slowObserverStream+uint64(process)+1000))
+	return func(dlock.LeaseEnd) {
+		mu.Lock()
+		delay := time.Duration(1+rng.IntN(8)) * time.Millisecond
+		mu.Unlock()
+		time.Sleep(delay) // the fault itself, not a synchronisation
 	}
 }
 

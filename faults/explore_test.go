@@ -92,6 +92,16 @@ var ciCases = []params{
 	// leases held until every Renewal hook of it returned, a MultiLock was
 	// lost ("unexplained loss", 3 runs of 3; about 4 s).
 	{Seed: 60, Clients: 6, Ops: 8, Kinds: []string{"mutex", "rw.write", "semaphore", "multi"}, Faults: []string{"slowobserver"}},
+	// A late copy of a waiting call's first attempt (explore_latefirst_test.go):
+	// with f5a87ca's scripts reverted, an RWMutex's next attempt that found
+	// the hold the copy took left the call's registration ("registration"),
+	// 4 replays of 4 (about 10 s).
+	{Seed: 21, Clients: 6, Ops: 10, Kinds: []string{"rw.read", "rw.write", "semaphore"}, Faults: []string{"late", "latefirst"}},
+	// A failover behind a Redlock master (explore_rlfailover_test.go):
+	// with the restart guard going by the promoted replica's uptime alone
+	// (bc95db3's identity check removed, scratch), two Redlock holders at
+	// once ("overlap", "linearizable"), 3 replays of 3 (about 20 s).
+	{Seed: 81, Clients: 6, Ops: 10, Kinds: []string{"redlock"}, Faults: []string{"drop", "rlfailover"}},
 }
 
 // ciRuns are the params of every CI run: ciCases first (long runs that
@@ -329,6 +339,10 @@ func (e *servers) env(p params) *exploreEnv {
 	}
 	if slices.Contains(p.Kinds, "redlock") {
 		env.redlock = e.redlock()
+		if p.has("rlfailover") {
+			env.rlFailover = startRedlockFailover(e.t)
+			env.redlock = append([]*redistest.Server{env.rlFailover.f.Master}, env.redlock[1:]...)
+		}
 	}
 	return env
 }
@@ -336,6 +350,9 @@ func (e *servers) env(p params) *exploreEnv {
 func (e *servers) run(p params) *outcome {
 	env := e.env(p)
 	out := runSchedule(env, makeSchedule(p))
+	if env.rlFailover != nil {
+		env.rlFailover.kill()
+	}
 	switch {
 	case env.failover != nil:
 		env.failover.kill()

@@ -41,6 +41,7 @@ func TestScenario01_Baseline(t *testing.T) {
 // replies cut into packets of 2–14 bytes. Pass: no overlap, and every
 // lease returned with validity left.
 func TestScenario02_LatencyAndSlicedPackets(t *testing.T) {
+	t.Parallel()
 	clients, per := 8, sized(8, 40)
 	srv := startServer(t)
 	p := newProxy(t, srv.Addr())

@@ -19,6 +19,7 @@ import (
 // grant the replica never received (its link cut) is lost with the
 // master, and a second client gets in: the documented failure mode.
 func TestScenario08_ReplicaFailover(t *testing.T) {
+	t.Parallel()
 	const ttl = 5 * time.Second
 	for _, ack := range []bool{true, false} {
 		f := redistest.StartFailover(t)

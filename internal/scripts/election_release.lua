@@ -38,8 +38,9 @@ if redis.call('GET', LOCK) ~= ARGV[1] then
   return nothing_released(RELEASE_MARK)
 end
 local retaken = false
-if redis.pcall('HGET', LEADER, 'owner') == ARGV[1] then
-  retaken = minted_anew(redis.call('HGET', LEADER, 'term'), ARGV[5], RELEASE_MARK)
+local record = redis.pcall('HMGET', LEADER, 'owner', 'term') -- an error reply where another type is
+if record[1] == ARGV[1] then
+  retaken = minted_anew(record[2], ARGV[5], RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)

@@ -45,9 +45,11 @@ end
 -- attempt. A bare waiter id is published on the lock's channel, and tries
 -- again. Returns whether anyone was waiting: nobody does where the queue
 -- or the registrations are not dlock's (dlocks_beside in foreign.lua),
--- which are left as they are.
-local function hand_over(publish)
-  drop_holder_info(HOLDER) -- the lock is being freed: whoever's it was, it is no longer
+-- which are left as they are. with_info: as hand_next's (hand_next.lua).
+local function hand_over(publish, with_info)
+  if with_info ~= false then
+    drop_holder_info(HOLDER) -- the lock is being freed: whoever's it was, it is no longer
+  end
   if not (dlocks_beside(QUEUE, 'zset') and dlocks_beside(REG, 'zset')) then -- no clock, no purge
     return false
   end

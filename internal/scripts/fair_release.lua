@@ -9,6 +9,7 @@
 -- ARGV[3]  how long the mark lasts, in milliseconds
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 -- ARGV[5]  the hold's fencing token, when given
+-- ARGV[6]  '0' when the hold was taken without holder info: none to remove
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or someone else's)
@@ -30,7 +31,7 @@ if redis.call('GET', LOCK) ~= ARGV[1] then
 end
 local retaken = taken_since(FENCE, ARGV[5], RELEASE_MARK)
 redis.call('DEL', LOCK)
-hand_over(ARGV[2])
+hand_over(ARGV[2], ARGV[6] ~= '0')
 if retaken then
   return 0
 end

@@ -21,8 +21,12 @@
 local STATE_MARK, STATE_KIND = 'dlock', 'rw'
 
 -- The error a script returns for key, which holds what (a value of that
--- type) that dlock did not write.
+-- type) that dlock did not write; or a Mutex's owner token, which another
+-- type of lock read there.
 local function not_dlocks(key, what)
+  if redis.call('TYPE', key).ok == 'string' and string.find(redis.call('GET', key), OWNER_TOKEN) then
+    return redis.error_reply('WRONGTYPE ' .. key .. " holds a Mutex's hold: another type of lock than this one")
+  end
   return redis.error_reply('WRONGTYPE ' .. key .. ' holds ' .. what .. ' that dlock did not write')
 end
 
@@ -33,7 +37,11 @@ local function call_on(key, ...)
   local reply = redis.pcall(...)
   if type(reply) == 'table' and reply.err then
     if string.find(reply.err, 'WRONGTYPE', 1, true) then
-      return nil, not_dlocks(key, 'a ' .. redis.call('TYPE', key).ok)
+      local kind = redis.call('TYPE', key).ok
+      if kind == 'string' then
+        return nil, not_dlocks(key, 'a string')
+      end
+      return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ": another type of lock's, or what dlock did not write")
     end
     return nil, reply
   end
@@ -104,22 +112,34 @@ local function dlocks_beside(key, want)
   return true
 end
 
+-- Whether a set of waiters may be popped (pop_live in common.lua): it has a
+-- TTL, and pop_live's ZPOPMIN finds whether it is a sorted set, so that
+-- only a sorted set with a TTL (dlocks_beside's rule) changes. One command
+-- fewer than dlocks_beside, on every release that finds waiters.
+local function poppable(waiters)
+  return redis.call('PTTL', waiters) >= 0
+end
+
 -- The error for the first of these keys that holds what dlock did not
 -- write there, or nil: counters may hold strings (their digits are checked
--- where they are read), zsets and hashes that type with a TTL
--- (dlocks_beside). One command for the counters and one more when none of
--- the others exists, which is the case on a lock nobody waits for.
+-- where they are read: last_token takes the GET here, see counter_reads),
+-- zsets and hashes that type with a TTL (dlocks_beside). One command a
+-- counter and one more when none of the others exists, which is the case
+-- on a lock nobody waits for.
 local function foreign_key(counters, zsets, hashes)
   for _, key in ipairs(counters) do
-    local kind = redis.call('TYPE', key).ok
-    if kind ~= 'none' and kind ~= 'string' then
-      return not_dlocks(key, 'a ' .. kind)
+    local stored, wrong = call_on(key, 'GET', key)
+    if wrong then
+      return wrong
     end
+    counter_reads[key] = stored or false
   end
   local keys = {}
   for _, key in ipairs(zsets) do keys[#keys + 1] = key end
   for _, key in ipairs(hashes) do keys[#keys + 1] = key end
-  if #keys == 0 or redis.call('EXISTS', unpack(keys)) == 0 then
+  -- One EXISTS for several keys; a single key's PTTL (dlocks_beside) says
+  -- as much, and is needed when the key is there.
+  if #keys == 0 or #keys > 1 and redis.call('EXISTS', unpack(keys)) == 0 then
     return nil
   end
   for i, key in ipairs(keys) do
@@ -174,7 +194,8 @@ local function foreign_counter(key)
   if wrong then
     return wrong
   end
-  local stored = redis.call('GET', key)
+  local stored = counter_reads[key] -- foreign_key's GET
+  counter_reads[key] = nil
   if stored and not tonumber(stored) then
     return not_dlocks(key, 'a string')
   end

@@ -1,4 +1,4 @@
--- hand_next(lock, fence, waiters, channel, publish, holder): pass a Mutex lock that
+-- hand_next(lock, fence, waiters, channel, publish, holder, with_info): pass a Mutex lock that
 -- is being freed to its next live waiter. Prepended to the scripts that free
 -- a Mutex's (or a MultiLock's) lock (see scripts.go); the caller owns the lock
 -- or found it free.
@@ -12,6 +12,8 @@
 -- holder   the lock's holder info (see set_holder_info in common.lua): the
 --          releaser's goes, the next holder's comes from its registration;
 --          nil where the caller keeps none (a MultiLock's)
+-- with_info false when the releaser's hold was taken without holder info:
+--          nothing of its to remove, nothing read
 --
 -- A registration is a waiter id alone, or after its client's tag (a
 -- MultiLock's or an Election's waiter: it is woken, see wake_waiter in
@@ -27,7 +29,7 @@
 -- client alone, the lock's channel followed by ':client': the waiter holds
 -- the lock without another round trip, and no other client is disturbed.
 -- Expired registrations are dropped on the way. A waiters key
--- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
+-- dlock did not write (see poppable in foreign.lua) is left as it is
 -- and hands to nobody, rather than failing the release.
 
 -- The parts of a Mutex waiter's registration: its client's tag, waiter id,
@@ -50,10 +52,12 @@ local function mutex_registration(waiter)
 end
 
 -- hand_next: as this file's header says.
-local function hand_next(lock, fence, waiters, channel, publish, holder)
-  drop_holder_info(holder)
+local function hand_next(lock, fence, waiters, channel, publish, holder, with_info)
+  if with_info ~= false then
+    drop_holder_info(holder)
+  end
   local waiter, left
-  if dlocks_beside(waiters, 'zset') then
+  if poppable(waiters) then
     waiter, left = pop_live(waiters)
   end
   if waiter == nil then

@@ -90,14 +90,14 @@ if busy == 0 then
     return {-1, 0}
   end
   -- Every counter read first: a foreign value in one fails before any is minted.
-  local tokens = {1}
+  local tokens, lasts = {1}, {}
   for i = 1, N do
     local p = part(i)
-    raise_error(last_token(p.FENCE))
+    lasts[i] = raise_error(last_token(p.FENCE))
   end
   for i = 1, N do
     local p = part(i)
-    tokens[i + 1] = mint_token(p.FENCE, ARGV[2])
+    tokens[i + 1] = mint_token(p.FENCE, ARGV[2], lasts[i])
   end
   for i = 1, N do
     local p = part(i)

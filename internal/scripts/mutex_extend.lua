@@ -10,6 +10,7 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds
 -- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
+-- ARGV[4]  '0' when the hold was taken without holder info: none to extend
 --
 -- Returns 1 extended; else not held by this owner, and why (LossReason in
 -- Go): 0 the key is gone (expired or deleted), -1 another owner holds it,
@@ -29,7 +30,7 @@
 local holder = redis.call('GET', LOCK)
 if holder == ARGV[1] then
   extend_key(LOCK, ARGV[2], may_shorten(ARGV[3]))
-  if holder_info_of(HOLDER, ARGV[1]) then
+  if ARGV[4] ~= '0' and holder_info_of(HOLDER, ARGV[1]) then
     extend_key(HOLDER, ARGV[2], may_shorten(ARGV[3]))
   end
   return 1

@@ -17,6 +17,7 @@
 -- ARGV[3]  how long the mark lasts, in milliseconds
 -- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
 -- ARGV[5]  the hold's fencing token, when given
+-- ARGV[6]  '0' when the hold was taken without holder info: none to remove
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or someone else's)
@@ -35,7 +36,7 @@
 void_call(TOMBSTONE, ARGV[4])
 if redis.call('GET', LOCK) == ARGV[1] then
   local retaken = taken_since(FENCE, ARGV[5], RELEASE_MARK)
-  hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER)
+  hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER, ARGV[6] ~= '0')
   if retaken then
     return 0
   end

@@ -78,9 +78,10 @@ local function purge(now, present)
   return drop_expired(HOLDS, now, function(member) return forget(member, present) end)
 end
 
--- The state lives as long as its last hold, and no longer.
-local function expire_with_last()
-  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
+-- The state lives as long as its last hold, and no longer. last: the
+-- holds' last entry, when the caller has read it.
+local function expire_with_last(last)
+  last = last or redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', STATE, HOLDS)
   else
@@ -119,11 +120,14 @@ end
 -- of them, passed ahead of waiting writers); otherwise, once nothing is
 -- held, one writer, or if none waits, all readers. Readers passed where
 -- dlock did not write them (dlocks_beside) are woken but not recorded: the
--- value there is left as it is.
-local function wake(publish, now, writer_left)
-  local held = redis.call('ZCARD', HOLDS) > 0
-  if held and not writer_left then
-    return
+-- value there is left as it is. held: whether holds are left, when the
+-- caller has read it.
+local function wake(publish, now, writer_left, held)
+  if held == nil then
+    held = redis.call('ZCARD', HOLDS) > 0
+  end
+  if held and not writer_left or redis.call('EXISTS', RWAIT, WWAIT) == 0 then
+    return -- nobody to wake (one command for both sets, where nobody waits)
   end
   local readers_waiting = live_waiters(RWAIT, now) > 0
   if writer_left and readers_waiting then
@@ -139,9 +143,12 @@ end
 
 -- Release one live hold and wake whoever can go: nil, or the error when
 -- another program wrote over the state, which is left as it is. The wake's
--- PUBLISH comes last: one an ACL refuses finds the hold released.
-local function release_hold(member, publish, now)
-  local present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
+-- PUBLISH comes last: one an ACL refuses finds the hold released. present
+-- is is_dlocks_state(STATE), when the caller has read it.
+local function release_hold(member, publish, now, present)
+  if present == nil then
+    present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
+  end
   local wrong = not present and foreign_state(STATE)
   if wrong then
     return wrong
@@ -149,7 +156,8 @@ local function release_hold(member, publish, now)
   purge(now, present) -- only holds with this hold in them: its id is secret, so dlock wrote them
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member, present)
-  expire_with_last()
-  wake(publish, now, mode == 'w' and left <= 0)
+  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES') -- expire_with_last and wake read it
+  expire_with_last(last)
+  wake(publish, now, mode == 'w' and left <= 0, #last > 0)
   return nil
 end

@@ -35,12 +35,12 @@ end
 -- in the member's mode is another. It is minted only when none of them is
 -- held (rw_acquire.lua): while any lasts, it stays, and no other owner can
 -- have held against them.
-local anew = false
-if is_dlocks_state(STATE) then
-  local mode, owner = parse(ARGV[1])
-  anew = minted_anew(redis.call('HGET', STATE, 't' .. mode .. owner), ARGV[5], RELEASE_MARK)
-end
-local wrong = release_hold(ARGV[1], ARGV[2], now)
+-- One read for the mark (is_dlocks_state) and the token.
+local mode, owner = parse(ARGV[1])
+local state = redis.pcall('HMGET', STATE, STATE_MARK, 't' .. mode .. owner)
+local present = state[1] == STATE_KIND -- false on an error reply: foreign
+local anew = present and minted_anew(state[2], ARGV[5], RELEASE_MARK)
+local wrong = release_hold(ARGV[1], ARGV[2], now, present)
 if wrong then
   return wrong
 end

@@ -9,11 +9,11 @@
 // call again: dlock's evalsha.go does that, in one place.
 //
 // Redis scripts cannot import one another, so what several scripts share is
-// prepended to them here: common.lua (the server's clock, expiring sorted
-// sets, waiter registration) and foreign.lua (how dlock's own keys are
-// recognised) to every script, hand_next.lua to the Mutex
-// and MultiLock scripts that free a lock, wake_next.lua to the others that
-// do,
+// prepended to them here, each script getting only the helpers it calls
+// (assemble.go): common.lua (the server's clock, expiring sorted sets,
+// waiter registration) and foreign.lua (how dlock's own keys are
+// recognised) to every script, hand_next.lua to the Mutex and MultiLock
+// scripts that free a lock, wake_next.lua to the others that do,
 // fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
 // to the Semaphore scripts, multi_lib.lua to the MultiLock scripts,
 // rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
@@ -23,6 +23,8 @@ package scripts
 import (
 	_ "embed"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -156,11 +158,13 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	common + foreign
 
-// script makes a script of parts, after the prelude: every script has the
-// shared helpers, whether or not it calls them (unused functions cost a
-// script nothing once Redis has cached it).
-func script(parts ...string) *redis.Script {
-	src := prelude + strings.Join(parts, "")
+// script makes a script of parts, after the prelude, with only the helpers
+// of the prelude and libraries that it calls (see assemble): Redis runs a
+// script's whole text at every call, and each function defined costs then.
+// An acquire's rights_refused checks the commands it runs and those of
+// others (see withRights).
+func script(others []*redis.Script, parts ...string) *redis.Script {
+	src := withRights(assemble(append([]string{prelude}, parts...)), others)
 	s := redis.NewScript(src)
 	sources[s] = src
 	return s
@@ -174,17 +178,65 @@ var sources = make(map[*redis.Script]string)
 // scriptOn makes a script of parts that take the KEYS of layout, named
 // after the prelude.
 func scriptOn(layout Layout, parts ...string) *redis.Script {
-	s := script(append([]string{layout.locals()}, parts...)...)
+	return acquireOn(layout, nil, parts...)
+}
+
+// acquireOn is scriptOn for a lock type's acquire: others are the type's
+// scripts its leases run later, whose commands it checks the rights of.
+func acquireOn(layout Layout, others []*redis.Script, parts ...string) *redis.Script {
+	s := script(others, append([]string{layout.locals()}, parts...)...)
 	layouts[s] = layout
 	return s
 }
 
 // scriptOnParts makes a script of parts that take the KEYS of a MultiLock
-// group: a part per lock, then tail (see partLocals).
-func scriptOnParts(part, tail Layout, parts ...string) *redis.Script {
-	s := script(append([]string{partLocals(part, tail)}, parts...)...)
+// group: a part per lock, then tail (see partLocals); others as for
+// acquireOn.
+func scriptOnParts(part, tail Layout, others []*redis.Script, parts ...string) *redis.Script {
+	s := script(others, append([]string{partLocals(part, tail)}, parts...)...)
 	layouts[s] = part.Then(tail...)
 	return s
+}
+
+// rightsList is the list of commands rights_refused (common.lua) checks,
+// as written there, for withRights to fill.
+const rightsList = "local SCRIPT_COMMANDS = {}"
+
+// scriptCommand finds a command a script runs on keys, by its name in
+// redis.call, redis.pcall or call_on (foreign.lua). Only PUBLISH goes by a
+// variable (it may be SPUBLISH), on a channel, not a key.
+var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_on\([^,]+, )'([A-Z]+)'`)
+
+// withRights fills rights_refused's list in src, where src has it: the
+// commands src and others run on keys. A lease runs its type's other
+// scripts after the acquire, and Redis does not undo a script's writes
+// when a later command in it is refused: checked at the acquire, a missing
+// right refuses the lock before anything is written. Checking only the
+// type's commands, not every script's, spares a restricted user's acquire
+// the checks of the others.
+func withRights(src string, others []*redis.Script) string {
+	if !strings.Contains(src, rightsList) {
+		return src
+	}
+	names := commandsRun(src)
+	for _, other := range others {
+		names = append(names, commandsRun(sources[other])...)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	return strings.Replace(src, rightsList, "local SCRIPT_COMMANDS = {'"+strings.Join(names, "', '")+"'}", 1)
+}
+
+// commandsRun are the commands src runs on keys, in lowercase, as ACL
+// names them.
+func commandsRun(src string) []string {
+	var names []string
+	for line := range strings.SplitSeq(src, "\n") {
+		for _, m := range scriptCommand.FindAllStringSubmatch(uncommented(line), -1) {
+			names = append(names, strings.ToLower(m[1]))
+		}
+	}
+	return names
 }
 
 // layouts are the scripts' layouts, for LayoutOf.
@@ -199,7 +251,7 @@ func LayoutOf(s *redis.Script) Layout {
 
 // Mutex scripts.
 var (
-	MutexAcquire = scriptOn(MutexAcquireLayout, mutexAcquire)
+	MutexAcquire = acquireOn(MutexAcquireLayout, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, mutexAcquire)
 	MutexRelease = scriptOn(MutexReleaseLayout, handNext, mutexRelease)
 	MutexExtend  = scriptOn(MutexExtendLayout, mutexExtend)
 	MutexTTL     = scriptOn(MutexExtendLayout, mutexTTL)
@@ -209,14 +261,14 @@ var (
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
 // inspects its holds with MutexExtend and MutexTTL.
 var (
-	FairAcquire = scriptOn(FairLayout.Then(Tombstone), fairLib, fairAcquire)
+	FairAcquire = acquireOn(FairLayout.Then(Tombstone), []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, fairLib, fairAcquire)
 	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), fairLib, fairRelease)
 	FairAbandon = scriptOn(FairLayout.Then(Tombstone), fairLib, fairAbandon)
 )
 
 // Semaphore scripts.
 var (
-	SemAcquire    = scriptOn(SemLayout.Then(Tombstone), semLib, semAcquire)
+	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, semAcquire)
 	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), wakeNext, semLib, semRelease)
 	SemExtend     = scriptOn(SemLayout, semLib, semExtend)
 	SemTTL        = scriptOn(SemLayout, semLib, semTTL)
@@ -226,17 +278,17 @@ var (
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, handNext, multiLib, multiAcquire)
-	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, handNext, multiLib, multiRelease)
-	MultiExtend  = scriptOnParts(MultiPartLayout, nil, multiLib, multiExtend)
-	MultiTTL     = scriptOnParts(MultiPartLayout, nil, multiLib, multiTTL)
-	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, handNext, multiLib, multiAbandon)
+	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, multiAcquire)
+	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, nil, handNext, multiLib, multiRelease)
+	MultiExtend  = scriptOnParts(MultiPartLayout, nil, nil, multiLib, multiExtend)
+	MultiTTL     = scriptOnParts(MultiPartLayout, nil, nil, multiLib, multiTTL)
+	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, nil, handNext, multiLib, multiAbandon)
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = scriptOn(ElectionAcquireLayout, electionAcquire)
+	ElectionAcquire  = acquireOn(ElectionAcquireLayout, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, electionAcquire)
 	ElectionRelease  = scriptOn(ElectionReleaseLayout, wakeNext, electionRelease)
 	ElectionProclaim = scriptOn(ElectionProclaimLayout, electionProclaim)
 	ElectionLeader   = scriptOn(ElectionProclaimLayout, electionLeader)
@@ -256,7 +308,7 @@ var (
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 // A release takes its mark in the fencing counter's place.
 var (
-	RWAcquire = scriptOn(RWLayout.Then(Tombstone), rwLib, rwAcquire)
+	RWAcquire = acquireOn(RWLayout.Then(Tombstone), []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, rwLib, rwAcquire)
 	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), rwLib, rwRelease)
 	RWExtend  = scriptOn(RWLayout, rwLib, rwExtend)
 	RWTTL     = scriptOn(RWLayout, rwLib, rwTTL)

@@ -11,10 +11,10 @@
 --
 -- Pops expired entries until it finds a live one and publishes its id: one
 -- release, one attempt, whichever client the waiter is in. A waiters key
--- dlock did not write (see dlocks_beside in foreign.lua) is left as it is
+-- dlock did not write (see poppable in foreign.lua) is left as it is
 -- and wakes nobody, rather than failing the release.
 local function wake_next(waiters, channel, publish)
-  if not dlocks_beside(waiters, 'zset') then
+  if not poppable(waiters) then
     return
   end
   local waiter = pop_live(waiters)

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/serverstats"
+)
+
+// A lockType is one of dlock's lock types, for workload 6: lock takes it
+// once on the servers addrs (one, or a Redlock's three).
+type lockType struct {
+	name       string
+	servers    int
+	restricted bool // the client logs in as a user with the README's rights, not as the default user
+	lock       func(ctx context.Context, c *dlock.Client, r *dlock.Redlock) (*dlock.Lease, error)
+}
+
+var lockTypes = []lockType{
+	{"Mutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.Mutex("bench:mutex").Lock(ctx)
+	}},
+	{"Mutex, the README's ACL user", 1, true, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.Mutex("bench:mutex").Lock(ctx)
+	}},
+	{"ReentrantMutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.ReentrantMutex("bench:reentrant").Lock(ctx)
+	}},
+	{"RWMutex read", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.RWMutex("bench:rw").RLock(ctx)
+	}},
+	{"RWMutex write", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.RWMutex("bench:rw").Lock(ctx)
+	}},
+	{"FairMutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.FairMutex("bench:fair").Lock(ctx)
+	}},
+	{"Semaphore", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.Semaphore("bench:sem", 4).Acquire(ctx)
+	}},
+	{"MultiLock of 3", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.MultiLock([]string{"bench:a", "bench:b", "bench:c"}).Lock(ctx)
+	}},
+	{"Election", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.Election("bench:election").Campaign(ctx, "me")
+	}},
+	{"Redlock, per node", 3, false, func(ctx context.Context, _ *dlock.Client, r *dlock.Redlock) (*dlock.Lease, error) {
+		return r.Mutex("bench:redlock").Lock(ctx)
+	}},
+}
+
+// typeResult is workload 6's measurements of one type, per lock+unlock
+// and per node.
+type typeResult struct {
+	name     string
+	pair     time.Duration // wall time
+	cpu      time.Duration // the server's CPU (INFO cpu)
+	commands float64       // Redis commands, inside scripts counted
+	scripts  float64       // EVALSHA calls
+	perCall  float64       // µs of server time per EVALSHA (commandstats usec_per_call)
+}
+
+// types is workload 6: one goroutine takes and releases each of dlock's
+// lock types, uncontended, on servers of its own. The figures are per node.
+func types(ctx context.Context, servers *redistest.Shared, scale float64) ([]typeResult, error) {
+	var results []typeResult
+	for _, typ := range lockTypes {
+		res, err := measureType(ctx, servers, typ, time.Duration(scale*float64(time.Second)))
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", typ.name, err)
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d time.Duration) (typeResult, error) {
+	var nodes []*redis.Client
+	var universal []redis.UniversalClient
+	for range typ.servers {
+		rdb := redisClient(redistest.Start(servers).Addr())
+		defer rdb.Close()
+		nodes, universal = append(nodes, rdb), append(universal, rdb)
+	}
+	rdb := nodes[0]
+	if typ.restricted {
+		args := []any{"ACL", "SETUSER", "locks", "reset", "on", ">secret"}
+		for _, rule := range append(redistest.DlockACL, "+info") {
+			args = append(args, rule)
+		}
+		if err := rdb.Do(ctx, args...).Err(); err != nil {
+			return typeResult{}, err
+		}
+		rdb = redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, Username: "locks", Password: "secret"})
+		defer rdb.Close()
+	}
+	c, err := dlock.New(rdb, dlock.WithTTL(benchTTL))
+	if err != nil {
+		return typeResult{}, err
+	}
+	defer c.Close()
+	r := dlock.NewRedlock(universal, dlock.WithTTL(benchTTL), dlock.WithRestartGuard(0)) // fresh servers
+	pair := func() error {
+		lease, err := typ.lock(ctx, c, r)
+		if err != nil {
+			return err
+		}
+		return lease.Unlock(ctx)
+	}
+	for range 50 { // scripts loaded, connections made
+		if err := pair(); err != nil {
+			return typeResult{}, err
+		}
+	}
+	var cpuBefore, commandsBefore float64
+	for _, node := range nodes {
+		if err := node.ConfigResetStat(ctx).Err(); err != nil {
+			return typeResult{}, err
+		}
+		cpu, _ := serverstats.CPU(ctx, node)
+		cpuBefore += cpu
+	}
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		if err := pair(); err != nil {
+			return typeResult{}, err
+		}
+		n++
+	}
+	wall := time.Since(start)
+	res := typeResult{name: typ.name, pair: wall / time.Duration(n)}
+	var cpu, usec float64
+	for _, node := range nodes {
+		s, _ := serverstats.CPU(ctx, node)
+		cpu += s
+		commands, _ := serverstats.Commands(ctx, node)
+		commandsBefore += float64(commands)
+		calls, us, err := evalshaStats(ctx, node)
+		if err != nil {
+			return typeResult{}, err
+		}
+		res.scripts += calls
+		usec += us
+	}
+	perNode := float64(n * typ.servers)
+	res.cpu = time.Duration((cpu - cpuBefore) / perNode * float64(time.Second))
+	res.commands = commandsBefore / perNode
+	res.perCall = usec / max(res.scripts, 1)
+	res.scripts /= perNode
+	return res, nil
+}
+
+// evalshaStats reads the calls of EVALSHA and the µs they took from INFO
+// commandstats.
+func evalshaStats(ctx context.Context, rdb *redis.Client) (calls, usec float64, err error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(stats, ",") {
+			name, value, _ := strings.Cut(field, "=")
+			switch name {
+			case "calls":
+				calls, _ = strconv.ParseFloat(value, 64)
+			case "usec":
+				usec, _ = strconv.ParseFloat(value, 64)
+			}
+		}
+	}
+	return calls, usec, nil
+}

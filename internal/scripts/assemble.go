@@ -1,0 +1,154 @@
+package scripts
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Redis runs a script's whole text on every EVALSHA: each top-level `local
+// function` of a library makes a closure per call, used or not (the full
+// prelude cost about 7 µs of server CPU per call, more than most scripts'
+// work). So a script ships only the helpers it calls, found here.
+
+// A helper is one top-level definition of a library: `local function
+// NAME` or `local NAME[, NAME] = ...`, its code without comment lines.
+type helper struct {
+	names []string
+	code  string
+	uses  map[string]bool // the identifiers its code mentions
+}
+
+// libraries are the parts of scripts made of helpers alone, by their text,
+// parsed once; every other part is shipped whole.
+var libraries = parseLibraries(prelude, wakeNext, handNext, fairLib, semLib, multiLib, rwLib)
+
+func parseLibraries(srcs ...string) map[string][]helper {
+	parsed := make(map[string][]helper, len(srcs))
+	for _, src := range srcs {
+		parsed[src] = parseLibrary(src)
+	}
+	return parsed
+}
+
+var (
+	definition = regexp.MustCompile(`^local (?:function ([A-Za-z_]\w*)|([A-Za-z_][\w, ]*?)\s*=)`)
+	identifier = regexp.MustCompile(`[A-Za-z_]\w*`)
+)
+
+// parseLibrary splits src into its helpers: each starts at a line that
+// begins `local ` and runs to the next. It panics on code outside them, a
+// mistake every test shows.
+func parseLibrary(src string) []helper {
+	var helpers []helper
+	var code strings.Builder
+	flush := func() {
+		if len(helpers) > 0 {
+			h := &helpers[len(helpers)-1]
+			h.code, h.uses = code.String(), identifiers(code.String())
+		}
+		code.Reset()
+	}
+	for line := range strings.SplitSeq(src, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		if m := definition.FindStringSubmatch(line); m != nil {
+			flush()
+			names := []string{m[1]}
+			if m[1] == "" {
+				names = strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")
+			}
+			helpers = append(helpers, helper{names: names})
+		} else if len(helpers) == 0 {
+			panic("scripts: a library starts with code outside a definition: " + line)
+		}
+		code.WriteString(line + "\n")
+	}
+	flush()
+	return helpers
+}
+
+// identifiers are the names code mentions outside its comments (strings'
+// words are counted too: at worst a helper too many).
+func identifiers(code string) map[string]bool {
+	names := make(map[string]bool)
+	for line := range strings.SplitSeq(code, "\n") {
+		for _, name := range identifier.FindAllString(uncommented(line), -1) {
+			names[name] = true
+		}
+	}
+	return names
+}
+
+// uncommented is line up to its comment, if any: a "--" outside quotes.
+func uncommented(line string) string {
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case quote != 0 && c == '\\':
+			i++
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '-' && strings.HasPrefix(line[i:], "--"):
+			return line[:i]
+		}
+	}
+	return line
+}
+
+// assemble joins parts, keeping of each library only the helpers the
+// script calls, directly or through other helpers, in their order. A name
+// binds to the last definition before its use, so one pass from the end
+// finds them: each part adds what it mentions to what is needed before it.
+func assemble(parts []string) string {
+	kept := make([][]string, len(parts))
+	needed := make(map[string]bool)
+	for i := len(parts) - 1; i >= 0; i-- {
+		helpers, isLibrary := libraries[parts[i]]
+		if !isLibrary {
+			kept[i] = []string{parts[i]}
+			for name := range identifiers(parts[i]) {
+				needed[name] = true
+			}
+			continue
+		}
+		for j := len(helpers) - 1; j >= 0; j-- {
+			h := helpers[j]
+			if !mentionsAny(needed, h.names) {
+				continue
+			}
+			for name := range h.uses {
+				needed[name] = true
+			}
+			for _, name := range h.names { // uses before it bind to an earlier one
+				delete(needed, name)
+			}
+			kept[i] = append(kept[i], h.code)
+		}
+	}
+	var b strings.Builder
+	for i, part := range kept {
+		if _, isLibrary := libraries[parts[i]]; isLibrary {
+			for j := len(part) - 1; j >= 0; j-- { // kept from the end
+				b.WriteString(part[j])
+			}
+			continue
+		}
+		b.WriteString(part[0])
+	}
+	return b.String()
+}
+
+func mentionsAny(needed map[string]bool, names []string) bool {
+	for _, name := range names {
+		if needed[name] {
+			return true
+		}
+	}
+	return false
+}
