@@ -18,8 +18,9 @@ import (
 
 // Redlock makes locks held by a majority of several independent Redis
 // masters (the Redis documentation's Redlock algorithm), so that a lock
-// survives the loss of a minority of them. Each client should reach one
-// master: a Client, or a failover client, whose failovers the guard counts.
+// survives the loss of a minority of them. Each client must reach one
+// master: a Client, or a failover client, whose failovers the guard counts;
+// a Ring or ClusterClient is refused with [ErrInvalid].
 //
 // Given clocks within [WithDriftFactor] and the restart guard on (see
 // [WithRestartGuard]): while a lease is valid no other owner holds a
@@ -56,6 +57,14 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 			r.err = invalidf("Redis client %d is nil", i)
 			r.nodes = nil
 			break
+		}
+		// Their connections are opened by clients of their own, unseen by
+		// the hook the restart guard counts them with.
+		switch rdb.(type) {
+		case *redis.Ring, *redis.ClusterClient:
+			r.err = invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
+			r.nodes = nil
+			return r
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
 	}

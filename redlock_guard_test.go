@@ -273,3 +273,27 @@ func TestRedlock_AReplicaDoesNotVote(t *testing.T) {
 	}
 	t.Logf("refused: %v", err)
 }
+
+// A Ring or a ClusterClient opens its connections through clients of its
+// own, which never pass its dial hook: the restart guard would never hear
+// of a restart behind one. NewRedlock refuses them as nodes.
+func TestRedlock_ARingOrClusterNodeIsRefused(t *testing.T) {
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, 10*time.Second)
+	node := func(i int) redis.UniversalClient {
+		rdb := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": servers[0].Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr()}})
+	t.Cleanup(func() { _ = cluster.Close() })
+	for what, first := range map[string]redis.UniversalClient{"a Ring": ring, "a ClusterClient": cluster} {
+		rl := dlock.NewRedlock([]redis.UniversalClient{first, node(1), node(2)}, dlock.WithRestartGuard(0))
+		_, err := rl.Mutex(lockName(t)).TryLock(ctx)
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s as a Redlock node: TryLock %v; want ErrInvalid", what, err)
+		}
+	}
+}

@@ -11,21 +11,33 @@ cd "$(dirname "$0")"
 
 started=$SECONDS
 logs=$(mktemp -d)
-steps=0
 
-# step NAME CMD...: runs CMD quietly; on failure prints its output and the
-# verdict, and exits.
+# step NAME CMD...: runs CMD quietly and prints one line; on failure, its
+# output too. It leaves NAME.ok or NAME.failed in $logs for the verdict.
 step() {
 	local name=$1 t0=$SECONDS
 	shift
 	if "$@" >"$logs/$name.log" 2>&1; then
-		steps=$((steps + 1))
-		printf 'test.sh: %-10s ok  %4ds\n' "$name" $((SECONDS - t0))
-		return
+		touch "$logs/$name.ok"
+		printf 'test.sh: %-10s ok   %4ds\n' "$name" $((SECONDS - t0))
+		return 0
 	fi
-	printf 'test.sh: %-10s FAIL %3ds\n' "$name" $((SECONDS - t0))
+	touch "$logs/$name.failed"
+	printf 'test.sh: %-10s FAIL %4ds\n' "$name" $((SECONDS - t0))
 	grep -v '^go: downloading' "$logs/$name.log"
-	echo "test.sh: FAILED at step $name ($steps steps passed before it, $((SECONDS - started)) s)"
+	return 1
+}
+
+# verdict ends the run: all passed, or which steps failed.
+verdict() {
+	local passed failed
+	passed=$(find "$logs" -name '*.ok' | wc -l)
+	failed=$(cd "$logs" && ls -- *.failed 2>/dev/null | sed 's/\.failed$//' | tr '\n' ' ')
+	if [ -z "$failed" ]; then
+		echo "test.sh: all checks passed ($passed steps in $((SECONDS - started)) s)"
+		exit 0
+	fi
+	echo "test.sh: FAILED: ${failed% } ($passed steps passed, $((SECONDS - started)) s)"
 	exit 1
 }
 
@@ -65,26 +77,32 @@ oldest_go() {
 }
 
 echo "test.sh: $(go version | cut -d' ' -f3-); $(command -v redis-server >/dev/null && redis-server --version | cut -d' ' -f1-3)"
-step install install
-step vet go vet ./...
-step oldest-go oldest_go
-# -parallel 8: the tests marked parallel wait on timers and servers of
-# their own, not on the CPU; two cores would run only two at once.
-step root go test -race -count=1 -parallel 8 -timeout 8m ./...
-# Allocation counts, which the race detector changes.
-step allocs go test -count=1 -timeout 2m -run 'Allocate' .
-# The fault-injection suite is a module of its own (Toxiproxy stays out of
-# dlock's go.mod) behind the faults tag. The soak: see faults/doc.go.
-step faults bash -c 'cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip "TestExplore$" .'
-# The explorer: 16 fixed seeds, two fixed cases and one fresh seed, without
-# -race (its checks judge timing, which the race detector slows fivefold),
-# and the check of its network probe, which the race detector's shuffled
-# scheduler defeats.
-step explorer bash -c 'cd faults && go test -tags faults -count=1 -timeout 6m -run "TestExplore$|TestNetProbe_" .'
-# The OpenTelemetry observer, a module of its own.
-step dlockotel bash -c 'cd dlockotel && go vet ./... && go test -count=1 -timeout 3m ./...'
-# The peer benchmark, a module of its own: one short round, so a broken
-# harness shows here, not when someone measures.
-step bench bash -c 'cd bench && go vet ./... && go run . -quick -out "$(mktemp)"'
+step install install || verdict
+step vet go vet ./... || verdict
 
-echo "test.sh: all checks passed ($steps steps in $((SECONDS - started)) s)"
+# Two lanes at once: the tests mostly wait on servers and timers of their
+# own, so together they take about the time of the longer lane.
+# Lane 1: every package of the library with the race detector. -parallel 8:
+# the tests marked parallel wait, not compute; two cores would run two.
+step root go test -race -count=1 -parallel 8 -timeout 8m ./... &
+lane1=$!
+# Lane 2: the fault-injection suite, a module of its own (Toxiproxy stays
+# out of dlock's go.mod) behind the faults tag (the soak: faults/doc.go);
+# then the oldest Go, allocation counts (which the race detector changes),
+# the OpenTelemetry observer's module, and one short round of the peer
+# benchmark's module, so a broken harness shows here.
+(
+	step faults bash -c 'cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip "TestExplore$" .'
+	step oldest-go oldest_go
+	step allocs go test -count=1 -timeout 2m -run 'Allocate' .
+	step dlockotel bash -c 'cd dlockotel && go vet ./... && go test -count=1 -timeout 3m ./...'
+	step bench bash -c 'cd bench && go vet ./... && go run . -quick -out "$(mktemp)"'
+) &
+lane2=$!
+wait $lane1 $lane2
+
+# Alone, as its checks judge timing: the explorer (fixed seeds and cases,
+# one fresh seed) without -race, which slows it fivefold, and the check of
+# its network probe, which the race detector's shuffled scheduler defeats.
+step explorer bash -c 'cd faults && go test -tags faults -count=1 -timeout 6m -run "TestExplore$|TestNetProbe_" .'
+verdict
