@@ -3,8 +3,11 @@ package dlock
 import (
 	"context"
 	"net"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,10 +27,46 @@ type dialFailure struct {
 	at  time.Time
 }
 
-// watchDials adds a dialWatch to rdb. It costs nothing per command.
+// watchDials is rdb's dialWatch, shared by every Client and Redlock node
+// on rdb: go-redis cannot remove a hook, and copies its hook list at each
+// addition, so a hook per Client would cost every dial a wrapper per
+// Client ever made. The watch costs nothing per command. A Cluster
+// client dials through its nodes' clients, which its own hooks never
+// reach: the watch goes on each node made from now on.
 func watchDials(rdb redis.UniversalClient) *dialWatch {
-	w := &dialWatch{}
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return sharedWatch(r, rdb)
+	case *redis.ClusterClient:
+		return sharedWatch(r, rdb)
+	case *redis.Ring:
+		return sharedWatch(r, rdb)
+	}
+	return addWatch(rdb, &dialWatch{}) // a client of another kind: one per Client
+}
+
+// dialWatches maps a go-redis client, held weakly (a closed client it
+// kept alive would leak), to its dialWatch.
+var dialWatches sync.Map
+
+func sharedWatch[T any](client *T, rdb redis.UniversalClient) *dialWatch {
+	key := weak.Make(client)
+	if w, ok := dialWatches.Load(key); ok {
+		return w.(*dialWatch)
+	}
+	w, loaded := dialWatches.LoadOrStore(key, &dialWatch{})
+	if !loaded {
+		addWatch(rdb, w.(*dialWatch))
+		runtime.AddCleanup(client, func(key weak.Pointer[T]) { dialWatches.Delete(key) }, key)
+	}
+	return w.(*dialWatch)
+}
+
+func addWatch(rdb redis.UniversalClient, w *dialWatch) *dialWatch {
 	rdb.AddHook(w)
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		cluster.OnNewNode(func(node *redis.Client) { node.AddHook(w) })
+	}
 	return w
 }
 

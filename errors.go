@@ -123,10 +123,11 @@ func redisError(op, name string, err error) error {
 var transientReplies = []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"}
 
 // isTransient recognises an error that passes on its own (see
-// [ErrUnavailable]): one of transientReplies, or a server that refused or
+// [ErrUnavailable]): one of transientReplies, a server that refused or
 // dropped the connection (a master killed, restarting, or failed over
-// away from). A timeout is not one: it may be a server too slow for the
-// load, which retrying would add to.
+// away from), or a Ring whose heartbeat found every shard down. A timeout
+// is not one: it may be a server too slow for the load, which retrying
+// would add to.
 func isTransient(err error) bool {
 	if err == nil {
 		return false
@@ -137,8 +138,13 @@ func isTransient(err error) bool {
 		}
 	}
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), ringShardsDown)
 }
+
+// ringShardsDown is a Ring's error when its heartbeat found every shard
+// down: go-redis exports no sentinel for it.
+const ringShardsDown = "redis: all ring shards are down"
 
 // unavailable marks err with ErrUnavailable when it is transient.
 func unavailable(err error) error {

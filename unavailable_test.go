@@ -128,3 +128,53 @@ func TestUnreachable_ARedlockWithNodesDownSaysUnavailable(t *testing.T) {
 		t.Errorf("every node down: Lock: %v, outcome %q; want DeadlineExceeded too, outcome error", err, seen.last())
 	}
 }
+
+// A TryLock whose context ends while go-redis still dials a refused port
+// (it dials again and again before a command fails) says why:
+// ErrUnavailable with "connection refused" and the context's error, never
+// ErrNotAcquired; through a Client and a Cluster client alike.
+func TestUnreachable_ATryLockCutShortWhileDialingSaysConnectionRefused(t *testing.T) {
+	dead := deadAddr(t)
+	again := func(int) time.Duration { return 20 * time.Millisecond } // dials outlast the call's context
+	for kind, rdb := range map[string]redis.UniversalClient{
+		"Client":        redis.NewClient(&redis.Options{Addr: dead, DialerRetries: 1000, DialerRetryBackoff: again}),
+		"ClusterClient": redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{dead}, DialerRetries: 1000, DialerRetryBackoff: again}),
+	} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // each Close waits out its call's clean-up, sent to the dead port
+			t.Cleanup(func() { _ = rdb.Close() })
+			var seen outcomes
+			c := newClient(t, rdb, dlock.WithObserver(seen.observer()))
+			ctx, cancel := context.WithTimeout(ctxFor(t, time.Minute), 300*time.Millisecond)
+			_, err := c.Mutex("m").TryLock(ctx)
+			cancel()
+			unreachable(t, "TryLock with a deadline", err, "connection refused")
+			if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+				t.Errorf("TryLock: %v, outcome %q; want DeadlineExceeded too, outcome error", err, seen.last())
+			}
+		})
+	}
+}
+
+// A Ring whose shards are all down ("redis: all ring shards are down") is
+// unavailable: TryLock says so at once, a waiting Lock once its context ends.
+func TestUnreachable_ARingWithEveryShardDownSaysUnavailable(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": deadAddr(t)}, HeartbeatFrequency: 10 * time.Millisecond})
+	t.Cleanup(func() { _ = ring.Close() })
+	ctx := ctxFor(t, time.Minute)
+	for ring.Ping(ctx).Err() == nil || !strings.Contains(ring.Ping(ctx).Err().Error(), "all ring shards are down") {
+		if ctx.Err() != nil {
+			t.Fatal("the ring's heartbeat never marked its shard down")
+		}
+	}
+	c := newClient(t, ring)
+	_, err := c.Mutex("m").TryLock(ctx)
+	unreachable(t, "TryLock", err, "all ring shards are down")
+	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Mutex("m").Lock(wait)
+	unreachable(t, "Lock with a deadline", err, "all ring shards are down")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock: %v; want DeadlineExceeded too", err)
+	}
+}

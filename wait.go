@@ -56,15 +56,17 @@ func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefres
 // made persistent outside dlock), when no wake-up comes.
 const noExpiryRetry = time.Second
 
-// tryOnce is TryLock: one attempt, never a wait.
+// tryOnce is TryLock: one attempt, never a wait. Its context ending
+// while the Client's dials failed is an outage, as a wait's is (see
+// ended).
 func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: a.client(), ctx: ctx, a: a}
+	wt := waiting{c: a.client(), ctx: ctx, a: a, answered: time.Now()}
 	l, left, err := wt.attempt()
 	if err != nil {
-		return nil, acquireError(ctx, err)
+		return nil, wt.ended(acquireError(ctx, err))
 	}
 	if l == nil {
 		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
@@ -535,12 +537,19 @@ func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 }
 
 // acquireError makes what a failed acquisition returns: a wait that ended
-// with its context matches both ErrNotAcquired and the context's error.
+// with its context matches both ErrNotAcquired and the context's error;
+// one that ended while Redis was unavailable (err), that and the context's.
 func acquireError(ctx context.Context, err error) error {
-	if ctxErr := contextDone(ctx); ctxErr != nil {
+	ctxErr := contextDone(ctx)
+	switch {
+	case ctxErr == nil:
+		return err
+	case !errors.Is(err, ErrUnavailable):
 		return fmt.Errorf("%w: %w", ErrNotAcquired, ctxErr)
+	case errors.Is(err, ctxErr):
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", err, ctxErr)
 }
 
 // contextDone is ctx's error, or context.DeadlineExceeded once its

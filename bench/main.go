@@ -71,7 +71,10 @@ func main() {
 		for _, lib := range order {
 			fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", round+1, *rounds, lib.name)
 			r := run{lib: lib, addr: addrs[lib.name], admin: redisClient(addrs[lib.name]), round: round, scale: scale}
-			if err := rows[lib.name].measure(ctx, r); err != nil {
+			mctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // a hung peer fails its row
+			err := rows[lib.name].measure(mctx, r)
+			cancel()
+			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %v\n", lib.name, err)
 				rows[lib.name].failed = err.Error()
 			}
@@ -84,7 +87,11 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "10,000 leases held for %v: %s\n", *hold, lib.name)
 		r := run{lib: lib, addr: addrs[lib.name], admin: redisClient(addrs[lib.name]), round: *rounds, scale: scale}
-		res, err := r.held(ctx, *hold)
+		// A peer that hangs (rueidislock once did, taking a lease) must not
+		// hang the run: it fails its row instead.
+		hctx, cancel := context.WithTimeout(ctx, *hold+time.Minute)
+		res, err := r.held(hctx, *hold)
+		cancel()
 		_ = r.admin.Close()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", lib.name, err)
