@@ -225,3 +225,24 @@ func TestACL_AScriptRefusedPartWayLeavesNoHoldWithoutExpiry(t *testing.T) {
 		}
 	}
 }
+
+// A command refused inside a release script (rights taken away while the
+// lock was held) is ErrPermission on every server: Redis 7.0 says "The user
+// executing the script can't run this command", Redis 8 and Valkey "ACL
+// failure in script: User … has no permissions to run the '…' command".
+func TestACL_ACommandRefusedInAReleaseIsErrPermission(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	c := newClient(t, aclUser(t, ctx, admin, "revoked", dlockACL...))
+	lease, err := c.Mutex("m").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "revoked", "-get").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrPermission) {
+		t.Fatalf("Unlock without +get: %v; want ErrPermission", err)
+	}
+}

@@ -155,15 +155,16 @@ func unavailable(err error) error {
 }
 
 // isPermission recognises an ACL refusal: NOPERM for a command sent, and
-// Redis 7.0's own words for one a script ran ("The user executing the
-// script can't run this command", "… can't publish to the channel…").
+// for one a script ran, Redis 7.0's words ("The user executing the script
+// can't run this command") or Redis 8's and Valkey's ("ACL failure in
+// script: …").
 func isPermission(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "executing the script can't") ||
-		strings.Contains(msg, "No permissions to access")
+		strings.Contains(msg, "ACL failure in script") || strings.Contains(msg, "No permissions to access")
 }
 
 // isPublishRefused recognises a script's PUBLISH refused by an ACL that

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -155,5 +156,18 @@ func TestPid_IsTheServersOwnWhileItRuns(t *testing.T) {
 	s.Kill()
 	if pid := s.Pid(); pid != 0 {
 		t.Fatalf("Pid() = %d once killed, want 0", pid)
+	}
+}
+
+// DLOCK_REDIS_SERVER is a command prefix: here env(1) before the server.
+func TestStart_ServerEnvIsACommandPrefix(t *testing.T) {
+	bin, err := serverCommand()
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Setenv(ServerEnv, "env "+strings.Join(bin, " "))
+	s := Start(t)
+	if err := s.Client().Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING through %q: %v", os.Getenv(ServerEnv), err)
 	}
 }

@@ -27,13 +27,18 @@ const InstallHint = "redis-server is not installed: install Redis 7 " +
 	"(Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis) " +
 	"or run ./test.sh, which installs it when run as root"
 
+// ServerEnv names the variable that, when set, replaces redis-server: a
+// command line prefix the server's arguments follow, split at spaces, e.g.
+// "valkey-server", or a loader that runs another distribution's binary.
+const ServerEnv = "DLOCK_REDIS_SERVER"
+
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 20 * time.Second
 
 // Server is one redis-server process.
 type Server struct {
 	t    T
-	bin  string
+	bin  []string // the command line before the arguments
 	dir  string
 	args []string // extra configuration, as command-line arguments
 	conf string   // a Sentinel's configuration file; "" for a server
@@ -67,13 +72,29 @@ func StartMasters(t T, n int) []*Server {
 
 func newServer(t T, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := serverCommand()
 	if err != nil {
-		t.Fatal(InstallHint)
+		t.Fatal(err)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Kill)
 	return s
+}
+
+// serverCommand returns the command that starts a server: $DLOCK_REDIS_SERVER's
+// words, or redis-server.
+func serverCommand() ([]string, error) {
+	words := strings.Fields(os.Getenv(ServerEnv))
+	if len(words) == 0 {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			return nil, errors.New(InstallHint)
+		}
+		return []string{"redis-server"}, nil
+	}
+	if _, err := exec.LookPath(words[0]); err != nil {
+		return nil, fmt.Errorf("redistest: %s=%q: %w", ServerEnv, os.Getenv(ServerEnv), err)
+	}
+	return words, nil
 }
 
 // startFresh starts the server on a new free port, trying again when another
@@ -115,7 +136,7 @@ func (s *Server) startOn(port int) error {
 		args = append(args, "--save", "", "--appendonly", "no")
 	}
 	args = append(args, s.args...)
-	cmd := exec.Command(s.bin, args...)
+	cmd := exec.Command(s.bin[0], append(s.bin[1:len(s.bin):len(s.bin)], args...)...)
 	// Die with the test binary, even when it is killed or panics.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
