@@ -9,25 +9,12 @@ import (
 )
 
 // LockType is the type of lock [Client.Describe] found under a name, as
-// far as Redis can tell: some types are by design one lock in Redis (see
-// each constant).
-//
-// A FairMutex, a MultiLock's lock of a name and a Mutex of that name are
-// one lock, which each of them takes and sees held: a string key holding
-// the holder's owner token, and nothing else that every hold has. Telling
-// them apart would take either a key more per lock (a FairMutex's queue
-// tells it only while someone queues), or a mark in that value: but every
-// dlock that speaks protocol 2 refuses as foreign ([ErrWrongType]) a lock
-// key that is not 32 lowercase hex digits, so a marked value would fail an
-// older client's acquire during a rolling upgrade, and a mark within those
-// digits cannot be told from an older client's random token (and takes
-// bits from the secret). So Describe says Mutex for all three, unless a
-// queue or an Election's leader record stands beside the key.
-//
-// A ReentrantMutex is the write side of the RWMutex of its name; their
-// state keeps per owner the type that took its latest write hold (a field
-// an older dlock ignores), so Describe tells the two apart, except for a
-// hold an older dlock took, which keeps no such field.
+// far as Redis can tell. A FairMutex with nobody queued, a MultiLock's lock
+// and a Mutex of one name are one lock in Redis, which each takes and sees
+// held: Describe says Mutex for all three, unless a queue or an Election's
+// leader record stands beside the key. A ReentrantMutex is told from the
+// RWMutex of its name by the type of each owner's latest write, except for
+// a hold an older dlock took. Why there is no type mark: docs/ARCHITECTURE.md.
 type LockType string
 
 // The lock types Describe tells apart.
@@ -180,19 +167,15 @@ func permitHolders(infos []any) []Holder {
 	return holders
 }
 
-// ForceUnlock removes the lock called name whatever holds it (any type:
-// the holds of a Semaphore's every permit, a MultiLock's lock of that name),
-// and wakes its waiters: the operator's escape hatch for a lock whose holder is known to
-// be gone. The holders' leases report the loss at their next renewal (within
-// TTL/3), a Mutex's, FairMutex's or Election's as [LossForced] (the removal
-// leaves a mark naming the owner, under the name's ":forced" key, for as
-// long as the hold had left); until then they may still act as holders, which is what fencing
-// tokens are for: the fencing counter is kept, so the next holder's token is
-// above theirs. It reports whether anything was held. It removes only what
-// dlock wrote: when a key of the name holds anything else, it fails with
-// [ErrWrongType], naming the key, and removes nothing. Like [Client.Describe],
-// it looks under the prefix opts give with [WithPrefix], if any, and
-// refuses any other option.
+// ForceUnlock removes the lock called name whatever holds it (any type, a
+// Semaphore's every permit) and wakes its waiters: the operator's escape
+// hatch for a holder known to be gone. It reports whether anything was held.
+// The holders' leases report the loss at their next renewal (a Mutex's,
+// FairMutex's or Election's as [LossForced]); until then they may act, which
+// fencing covers: the counter is kept, so the next token is above theirs. A
+// key of the name that dlock did not write fails it with [ErrWrongType] and
+// nothing is removed. It looks under opts' [WithPrefix], if any, and refuses
+// any other option.
 func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (bool, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {

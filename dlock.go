@@ -24,17 +24,10 @@ import (
 // failover group, a Redis Cluster or a [redis.Ring], whatever go-redis's
 // [redis.UniversalClient] reaches. It is safe for concurrent use. Its
 // background work starts on first use and stops with [Client.Close]: one
-// renewal goroutine (plus one per node while renewals to that node are in
-// flight), one subscriber goroutine per shard, and, at its first use and
-// now and then after, a goroutine that checks nodes it has not checked yet
-// (see [Client.Check]).
-//
-// On a Ring, each lock lives on the shard its name hashes to (all its keys
-// share the hash tag {name}), and its waiters subscribe on that shard. A
-// Ring moves names to other shards when it finds one down, and back when it
-// returns; a lock held on the shard it left can then be taken again on the
-// new one. Where that matters, use a Cluster with replicas or a
-// [RedlockMutex].
+// renewal goroutine (and one per node while renewals are in flight), one
+// subscriber per shard, and a node check (see [Client.Check]). On a Ring a
+// lock lives on the shard its name hashes to; a Ring moves names while a
+// shard is down, so a held lock can be taken again (docs/SAFETY.md).
 type Client struct {
 	rdb redis.UniversalClient
 	cfg settings

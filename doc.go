@@ -120,22 +120,8 @@
 // Redlock's failures are a [*QuorumError] of [*NodeError] values. Bad
 // input is reported before anything is sent to Redis.
 //
-// # Inside: where a new lock type goes
+// # More
 //
-// For those who work on dlock itself (docs/ARCHITECTURE.md has the whole
-// design). A lock type provides its Lua scripts in internal/scripts (one
-// per operation: acquire, release, extend, ttl, abandon; listed with their
-// companions in scripts.go), each on a layout of its KEYS
-// (internal/scripts/layout.go: the order and the Lua name of every key,
-// which Go makes the keys by); teaches foreign.lua its keys (so that every
-// script refuses another program's value there), Describe its layout, and
-// options.go which options it takes (an optionScope); and one Go file
-// with a handle that embeds the shared handle, an acquireSpec (its
-// scripts, keys and channels, as data) and a call that embeds the shared
-// call and says in a few variant methods how its commands differ. The
-// shared attempt path, the wait for a release, the Lease with its renewals,
-// Extend and loss, and the observer are then the type's without more
-// code. A hold that is not one script on one server (a Redlock's quorum,
-// a MultiLock across slots) provides its own implementation of the Lease's
-// hold interface instead.
+// docs/SAFETY.md in the repository says what dlock promises under faults,
+// and which test shows each promise; docs/ARCHITECTURE.md how it works.
 package dlock

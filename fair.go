@@ -6,20 +6,13 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// FairMutex is an exclusive lock taken in the order it was asked for: the
-// first Lock to wait is the first to get it. A release hands the lock to the
-// head of the queue inside the release script, so neither the releaser
-// taking it again nor a newcomer can barge in, and wakes that waiter alone.
-//
-// Waiters keep their place by renewing it every [WithWaiterRefresh]. A
-// waiter that dies loses its place within three refreshes (3 s by default);
-// if the lock is handed to it meanwhile, it holds the lock up for no longer
-// than its place would have lasted. A Lock whose context ends leaves the
-// queue at once, passing the lock on if it had just been handed to it.
-//
-// Its key is a [Mutex]'s, so [Client.Describe], ForceUnlock and a Mutex of
-// the same name see its holds; but a Mutex does not queue, and its releases
-// do not hand over, so do not mix the two on one name.
+// FairMutex is an exclusive lock taken in the order it was asked for. A
+// release hands the lock to the head of the queue inside its script, so
+// neither the releaser nor a newcomer can barge in. Waiters keep their place
+// by renewing it every [WithWaiterRefresh]; a dead waiter loses it within
+// three refreshes, and a Lock whose context ends leaves at once. Its key is
+// a [Mutex]'s, so Describe and a Mutex of the same name see its holds; a
+// Mutex does not queue, so do not mix the two on one name.
 type FairMutex struct {
 	handle
 	spec *acquireSpec

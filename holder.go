@@ -62,25 +62,13 @@ func ThisProcess() HolderInfo {
 }
 
 // WithHolderInfo stores info with every hold taken, so that operators see
-// who holds a lock. It is written by the acquire's own script (no extra
-// round trip), renewed with the hold and removed with it. Where it is
-// kept, by type:
-//   - Mutex, FairMutex: beside the lock, for the hold's TTL, and handed
-//     over with the lock to the waiting Lock that gets it (its
-//     registration carries it).
-//   - RWMutex, ReentrantMutex: in the lock's state, per owner and side
-//     (write, read), for as long as that owner holds that side; the last
-//     hold taken with info sets it.
-//   - Semaphore: with each permit (in the hash of its holders' tokens),
-//     gone with the permit; Describe counts the permits held per info.
-//   - MultiLock, Election, Redlock: refused with [ErrInvalid] (a
-//     MultiLock's locks are Mutex keys shared with no info; an Election's
-//     leader has its value; a Redlock's nodes are described one by one, if
-//     at all). A Client takes it, as the default of the types that do.
-//
-// Info that is not valid UTF-8, has a negative PID or is longer than
-// [MaxHolderInfo] once encoded is refused with [ErrInvalid] by the first
-// call, before anything is sent. The zero HolderInfo stores nothing.
+// who holds a lock ([Client.Describe], dlock status). The acquire's own
+// script writes it; it is renewed and removed with the hold. A Mutex,
+// FairMutex, RWMutex, ReentrantMutex and Semaphore keep it (per owner and
+// side, or per permit); a MultiLock, Election and Redlock refuse it with
+// [ErrInvalid]. Info that is not valid UTF-8, has a negative PID or encodes
+// longer than [MaxHolderInfo] is refused with ErrInvalid by the first call,
+// before anything is sent. The zero HolderInfo stores nothing.
 func WithHolderInfo(info HolderInfo) Option {
 	encoded, err := encodeHolderInfo(info)
 	return func(s *settings) { s.holderInfo, s.holderInfoErr, s.given = encoded, err, s.given|optHolderInfo }

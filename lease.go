@@ -13,18 +13,12 @@ import (
 
 // Lease is one acquisition of a lock: the proof of holding it, the fencing
 // token to show the resource it protects, and the way to learn that the hold
-// has ended. A Lease is safe to use from several goroutines.
-//
-// A lease ends when it is released ([Lease.Unlock]) or lost: Redis refused a
-// renewal (the key expired, was deleted, or belongs to someone else), or the
-// lease's deadline passed before a renewal was confirmed. It counts itself
-// lost no later than Redis could give the lock to someone else: the deadline
-// is the moment the acquire (or the last confirmed renewal) was sent plus
-// TTL × (1 − drift), on this process's monotonic clock and on its wall
-// clock, whichever ends first: the monotonic clock stands still while the
-// machine is suspended, Redis's clock does not. [Lease.AtRisk] warns half
-// way there when renewals are not getting through, and a lost lease's error
-// says why it was lost ([LossReason]).
+// has ended. It is safe to use from several goroutines. A lease ends when
+// released ([Lease.Unlock]) or lost: Redis refused a renewal, or its deadline
+// passed first. It counts itself lost no later than Redis could give the
+// lock to someone else: its deadline is the last confirmed sending plus
+// TTL × (1 − drift), by the monotonic and the wall clock, whichever ends
+// first. [Lease.AtRisk] warns half way there; a loss's error says why.
 type Lease struct {
 	name  string
 	owner string // secret: never logged, never in an error; none for a MultiLock's whole
@@ -212,20 +206,13 @@ func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {
 // the names it holds, sorted, joined by commas.
 func (l *Lease) Name() string { return l.name }
 
-// Token returns the fencing token of this hold: larger than the token of every
-// earlier hold of the same lock name. Pass it to the resource the lock
-// protects and have the resource refuse any token lower than the highest it
-// has seen. A [MultiLock]'s lease holds a token per name: Token is the
-// first's, [Lease.Tokens] has them all.
-//
-// A token is one above the name's last, and never below the Redis server's
-// clock in microseconds since 1970, so tokens keep going up when the
-// counter is lost (evicted, flushed, deleted, or missed by a replica
-// promoted in a failover): unless the server's clock stepped back further
-// than it has moved forward since the last hold. The counter expires
-// [FenceRetentionTTLs] hold TTLs after the last token. Tokens stay
-// below 2^53, exact as JSON numbers and float64s. They are not consecutive:
-// compare them, do not count on the next being one more.
+// Token returns the fencing token of this hold: larger than the token of
+// every earlier hold of the same lock name. Pass it to the resource the lock
+// protects, and have the resource refuse a token lower than the highest it
+// has seen. Tokens go up even when the counter is lost (each is at least the
+// server's clock in µs), stay below 2^53, and are not consecutive. A
+// [MultiLock]'s lease holds one per name: Token is the first's, and
+// [Lease.Tokens] has them all.
 func (l *Lease) Token() uint64 { return l.token }
 
 // Tokens returns the fencing token of each lock the lease holds, by name:
@@ -403,37 +390,13 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Unlock releases the hold and wakes a waiter. It releases even when ctx is
-// already cancelled or past its deadline: a cancelled caller must not leave
-// its lock behind. Whatever ctx (one that never ends included), the release
-// is bounded by [CleanupTimeout] (with a go-redis client that lets contexts
-// bound its round trips: ContextTimeoutEnabled). A [Redlock]'s lease waits
-// for each node for the node timeout only; a node whose release failed is
-// sent it again in the background, within CleanupTimeout (see
-// [RedlockMutex]). Nothing waits for that: clients closed right after
-// Unlock cut it short. While a node is down (unreachable), each Unlock of
-// a Redlock's lease logs that node's failure as a warning, as a failed
-// attempt's give-back does.
-//
-// It returns [ErrNotHeld] when there was nothing of ours left to release: the
-// lease was released before, or was lost and someone else may hold the lock.
-// A lease that was lost but still held in Redis (a renewal that could not get
-// through in time) is released all the same, and Unlock returns nil. So does
-// an Unlock of a [Client]'s lease whose release was applied but whose reply
-// was lost: the copy the Redis client sends again finds the release's mark.
-// A Redlock keeps no such mark: a node whose release was applied but whose
-// reply was lost counts as one that did not let go. A lease of any lock
-// but a [Redlock] whose hold lapsed, and was taken again
-// for it by a late copy of the attempt that granted it (the Redis
-// client's, after a read timeout), maybe after another held the lock
-// meanwhile, is released too, and Unlock returns [ErrNotHeld]: the hold did
-// not last. (A [ReentrantMutex]'s or an [RWMutex]'s hold taken again while
-// another hold of its owner in the same mode lasted, with no gap since the
-// lost hold's grant, which kept every other owner out, shares that hold's
-// token and is released with nil; so is a [Semaphore]'s permit whose
-// tokens were lost with Redis's data, which nothing can tell.) So, on
-// the safe side, does a [Mutex]'s, [FairMutex]'s or [MultiLock]'s hold
-// that lasted longer than [FenceRetentionTTLs] TTLs, its counter gone, when
-// a late copy of its grant found it held and minted anew (docs/SAFETY.md).
+// cancelled, so that a cancelled caller leaves no lock behind; whatever ctx,
+// it is bounded by [CleanupTimeout] (with ContextTimeoutEnabled). It returns
+// nil when the hold was released, also for a lost lease still held in Redis,
+// and [ErrNotHeld] when nothing of the caller's was left to release: released
+// before, or lost and maybe taken by another. A [Redlock]'s lease waits for
+// each node up to the node timeout and resends a failed release in the
+// background. The cases are in docs/SAFETY.md ("Contracts in detail").
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ob := l.obs.Load(); ob != nil && !ob.part {
 		return ob.unlock(ctx, l)

@@ -220,25 +220,12 @@ func (l *Lease) nextCheck(now time.Time) time.Duration {
 
 // AtRisk returns a channel that is closed once the lease is at risk: an
 // auto-renewed lease with no renewal confirmed for half the time its last
-// confirmed grant or renewal gave it (half the TTL, less drift). Renewals
-// go every TTL/3, so a renewal has then failed, or is waiting on a Redis
-// that does not answer, and a second try has not got through either:
-// this is the moment to stop starting work that cannot be undone, or to
-// checkpoint, while the lease still holds (Err is nil) and the deadline
-// is a sixth of the TTL or more away. A lease whose renewal then
-// succeeds holds on as before, but its AtRisk stays closed: a lease
-// that was once in doubt is worth a log line, and [Lease.Deadline] tells
-// how much time it has now.
-//
-// Half, rather than a later point, because the time from there to the
-// deadline must cover what a holder does about it (a checkpoint, a
-// hand-off), and an earlier point would fire on one renewal slowed by a
-// busy server. A lease with a fixed lease time ([WithLeaseTime]) is not
-// renewed, so running down is no risk: its AtRisk closes only on loss.
-//
-// A lost lease's AtRisk is closed too, before Done, so a caller that
-// watches AtRisk alone learns of every loss; a release does not close
-// it. A [MultiLock]'s lease is at risk when any of its parts is.
+// confirmation gave it. Renewals go every TTL/3, so two have failed or hang,
+// while the lease still holds and a sixth of the TTL or more is left: the
+// moment to checkpoint, or to start nothing that cannot be undone. It stays
+// closed if a renewal then succeeds. A fixed lease's closes only on loss; a
+// lost lease's closes before Done; a release does not close it. A
+// [MultiLock]'s lease is at risk when any part is (docs/SAFETY.md).
 func (l *Lease) AtRisk() <-chan struct{} {
 	l.expireIfPast()
 	l.mu.Lock()

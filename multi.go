@@ -14,33 +14,15 @@ import (
 )
 
 // MultiLock takes several exclusive locks together: all of them, or none.
-// Its lease is one [Lease], lost as soon as any of its locks is lost, with a
-// fencing token per lock ([Lease.Tokens]). Each lock is a [Mutex] of its
-// name, so a MultiLock and Mutex handles of the same names exclude each
-// other.
-//
-// Where all the names are on one server, or in one slot of a Redis Cluster,
-// the locks are taken by one script, atomically. Across slots, the locks of
-// each slot are taken by one script, slot after slot in increasing slot
-// order: every MultiLock takes its slots in that one global order, so two of
-// them that want the same locks cannot each hold what the other waits for.
-// A MultiLock that fails or gives up part way (its context ended, an error)
-// releases what it took before returning: it never leaves a partial hold.
-//
-// Taking the slots in turn, a MultiLock may wait for a later slot longer
-// than an earlier slot's hold lasts: nothing renews a lease of
-// [WithLeaseTime]. So once the last slot is taken, the earlier ones are
-// confirmed before Lock or TryLock returns: a fixed lease is extended to
-// its lease time, so that every lock's lease runs from about the moment the
-// lease is returned, and an auto-renewed one must not have been lost.
-// Where one is no longer held (it ran out, and someone else may have taken
-// it), the MultiLock releases everything and Lock starts over, waiting as
-// before, within its context and [WithWait]; TryLock returns
-// [ErrNotAcquired]. The lease returned holds every lock, with time left.
-//
-// While it waits it is registered with one of the locks in its way at a
-// time, and woken by that lock's release. It does not queue for the others:
-// under constant contention for its locks one by one, it is not fair.
+// Its lease is one [Lease], lost as soon as any lock is, with a token per
+// lock ([Lease.Tokens]). Each lock is the [Mutex] of its name, so the two
+// exclude each other. On one server or slot one script takes them all;
+// across slots, slot by slot in one global order, so no two MultiLocks
+// deadlock. A failed or cancelled MultiLock releases what it took. The
+// lease is returned only once every lock is confirmed held with time left;
+// else all is released and Lock waits again (TryLock: [ErrNotAcquired]).
+// While it waits it is registered with one lock in its way at a time, so
+// under constant contention for its locks one by one it is not fair.
 type MultiLock struct {
 	h      handle // its name is the names joined
 	names  []string

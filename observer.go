@@ -7,26 +7,14 @@ import (
 
 // Observer is told what happens to locks: acquire calls and their outcome,
 // waits, renewals, extensions, releases, losses and leadership. It is the
-// hook for metrics, traces and logs; the module
-// github.com/dlockio/dlock/dlockotel turns it into OpenTelemetry
-// instruments and spans. Give it to a Client (or one lock) with
-// [WithObserver].
-//
-// Every field is optional: a nil field is not called, and a Client without
-// an Observer spends nothing on observation. The functions are called on
-// the goroutine doing the work (the caller's, the renewal loop's, a
-// lease's deadline timer's), so they must be quick, must not block, and
-// must not call back into dlock. They may be called from several
-// goroutines at once. A panic in Acquire's done, in a Wait, in Leader as a
-// candidate starts to lead, or in Release goes on to the caller, but only
-// after the lease involved was released and the waiter's registration
-// withdrawn: a caller that recovers is left holding nothing it cannot
-// unlock.
-//
-// Events name the lock (its name, as given) and may carry its fencing
-// token, which is not a secret; never an owner token, the secret that
-// proves a hold. Names can be many: an observer that makes metrics should
-// map them to a few groups, or leave them out.
+// hook for metrics, traces and logs (dlockotel makes OpenTelemetry of it);
+// give it with [WithObserver]. Every field is optional; unset, observation
+// costs nothing. The functions run on the goroutine doing the work, so they
+// must be quick, must not block, and must not call back into dlock; several
+// may run at once. A panic in a hook goes on to the caller only after the
+// lease involved was released and the waiter withdrawn. Events carry lock
+// names and fencing tokens, never owner tokens; map names to a few groups
+// before they become metric attributes.
 type Observer struct {
 	// Acquire is called when a TryLock, Lock, TryRLock, RLock, TryAcquire,
 	// Acquire or Campaign call begins, once its arguments were found valid

@@ -250,19 +250,14 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 }
 
 // WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle:
-// every call through it acts as that owner, whatever its context, and
-// every handle with the same owner id, in this process or another,
-// re-enters the holds of the others and may take their read locks while
-// they write. It is for sharing holds across processes, on purpose: all
-// goroutines using such a handle are one owner, and are not excluded from
-// each other. Without it, the owner is the call chain: a call whose context
-// carries a hold of the lock (see [Lease.Context]) is that hold's owner,
-// any other a new owner with a random id. Whoever knows the id joins its
-// holds, write holds with their fencing token: [Client.Describe] shows only
-// its [OwnerHash], which hides an id that cannot be guessed. It must be
-// printable UTF-8, not empty, and at most [MaxNameLen] bytes. Only an
-// RWMutex and a ReentrantMutex (or a Client, as
-// their default) take it.
+// every call through it, whatever its context, and every handle with the
+// same id, in any process, is one owner, re-entering the others' holds. It
+// is for holds shared across processes, not for goroutines. Without it the
+// owner is the call chain (see [Lease.Context]). Whoever knows the id joins
+// its holds, write holds with their fencing token: [Client.Describe] shows
+// only its [OwnerHash], which hides an id that cannot be guessed. It must
+// be printable UTF-8, not empty, and at most [MaxNameLen] bytes. Only an
+// RWMutex and a ReentrantMutex (or a Client, as their default) take it.
 func WithOwner(id string) Option {
 	return func(s *settings) {
 		s.owner = id
@@ -308,29 +303,13 @@ func WithRestartGuard(d time.Duration) Option {
 }
 
 // WithReplicaAck makes every acquisition wait until n replicas of the
-// lock's master confirm it, for at most timeout: the acquire script and a
-// WAIT go in one pipeline on one connection. With fewer confirmations the
-// hold is released and the acquisition fails with [ErrReplicaAck].
-//
-// Renewals and [Lease.Extend] wait for the replicas too, in the same
-// pipeline: a lease's deadline moves only with an extension n replicas
-// confirmed. One they did not confirm in time counts as failed (a renewal
-// is tried again; Extend returns an error matching ErrReplicaAck and the
-// lease keeps its deadline, or the Extend's if sooner), so a lease whose
-// renewals the replicas stop confirming ends at its deadline, lost
-// ([LossUnreachable]). That includes a failover that leaves the new
-// master with fewer than n replicas: until enough rejoin (the old master,
-// restarted as a replica, say), its leases end and new acquisitions fail
-// with ErrReplicaAck. Counting on a renewal no replica has would be
-// counting on what the next failover may lose.
-//
-// What it buys: a lock acquired this way survives the failover of its
-// master to a replica that confirmed it (Sentinel, or Cluster promotes the
-// replica most up to date), until the deadline its lease counts on. What
-// it does not: WAIT is not consensus; a failover may still promote a
-// replica that had not confirmed (one that was not among the n), and a
-// replica can lose the write in its own restart. A [Redlock], whose nodes
-// are independent masters, refuses it.
+// lock's master confirm it, for at most timeout (WAIT, in the same
+// pipeline); with fewer, the hold is released and the call fails with
+// [ErrReplicaAck]. Renewals and [Lease.Extend] wait too, and a lease's
+// deadline moves only with what the replicas confirmed. So a lock survives
+// the failover of its master to a replica that confirmed it. WAIT is not
+// consensus: a replica outside the n may still be promoted. A [Redlock]
+// refuses it. Details in docs/SAFETY.md ("Contracts in detail").
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(s *settings) { s.ack, s.given = replicaAck{n, timeout}, s.given|optReplicaAck }
 }

@@ -17,39 +17,20 @@ import (
 )
 
 // Redlock makes locks held by a majority of several independent Redis
-// masters (the Redlock algorithm of the Redis documentation), so that a lock
-// survives the loss of a minority of them.
+// masters (the Redis documentation's Redlock algorithm), so that a lock
+// survives the loss of a minority of them. Each client must reach one
+// master: a Client, or a failover client, whose failovers the guard counts;
+// a Ring or ClusterClient is refused with [ErrInvalid].
 //
-// What it guarantees, given clocks that run at about the same rate
-// (a drift within [WithDriftFactor]) and the restart guard on and at least
-// the longest TTL any of its clients uses: while a lease
-// is valid (before [Lease.Deadline]), no other owner holds a majority; a
-// lease is returned only with validity left, counted from the start of the
-// attempt that took it (TTL minus the time the attempt took, minus TTL ×
-// drift + 2 ms); fencing tokens strictly increase from one holder to the
-// next. What it does not: it cannot stop a holder paused past its deadline
-// from acting (use the token), and it relies on timing: a node whose clock
-// jumps forward, or that loses writes (a restart, a failover) while the
-// guard is off, or unseen by it (docs/SAFETY.md), can let two owners in.
-//
-// Each operation goes to every node at once, each answer bounded by
-// [WithNodeTimeout]. A failed acquisition releases what it took on every
-// node, also those that seemed to fail. Waiting Locks retry after a short
-// random delay rather than being woken: a release on a majority is not one
-// event any node could announce.
-//
-// A node votes only once it has had its data for the restart guard (see
-// [WithRestartGuard]; by default the longest TTL in use, at least
-// [DefaultRestartGuard]): nodes started, restarted or failed over less
-// than that ago, a new deployment's too, do not count toward a quorum,
-// and each attempt's [*QuorumError] names them. NewRedlock adds a hook to
-// each client that counts the connections it opens: after each, which a
-// restart or a failover forces, the guard reads the node's INFO (the
-// client's user needs +info). Each client must reach one master: a
-// Client, or a failover client, whose failovers the guard counts. A Ring
-// or ClusterClient is refused, matching [ErrInvalid]: the guard cannot
-// count its connections. A proxy that keeps the client's connection
-// across a failover hides it from the guard (docs/SAFETY.md).
+// Given clocks within [WithDriftFactor] and the restart guard on (see
+// [WithRestartGuard]): while a lease is valid no other owner holds a
+// majority; a lease is returned only with validity left, counted from the
+// attempt's start; tokens strictly increase. It cannot stop a holder paused
+// past its deadline (use the token), and a clock jump, or lost writes the
+// guard is off for or does not see (docs/SAFETY.md), can let two owners in.
+// Each operation goes to every node at once, bounded by
+// [WithNodeTimeout]; waiting Locks retry after a random delay. Failures are
+// a [*QuorumError] naming each node.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings

@@ -6,37 +6,24 @@ import (
 )
 
 // ReentrantMutex is an exclusive lock that its owner may take again while
-// holding it. Each acquisition is a hold with its own [Lease]; the lock is
-// free once every hold is released or has expired.
+// holding it. Each acquisition is a hold with its own [Lease], with the same
+// fencing token; the lock is free once every hold is released or expired.
 //
-// The owner is the call chain, told by the context, never the handle: a
-// handle may be shared between goroutines, as a [sync.Mutex] is, and each
-// Lock whose context carries no hold of the lock is an owner of its own,
-// which waits while anyone else holds it. A Lock whose context carries a
-// live hold of this lock (one made by [Lease.Context], or derived from one)
-// re-enters it, through any handle of the lock (its name and prefix, in any
-// Client of the same Redis: the same go-redis client, or one of the same
-// addresses and database; the same name on another Redis is another lock):
+// The owner is the call chain, told by the context, never the handle: share
+// a handle between goroutines as a [sync.Mutex], and each Lock whose context
+// carries no hold of the lock is an owner of its own. A Lock whose context
+// carries a live hold of this lock, on the same Redis, re-enters it:
 //
 //	lease, err := m.Lock(ctx)
 //	…
 //	defer lease.Unlock(ctx)
 //	ctx = lease.Context(ctx) // carries the hold: callees that Lock m with it re-enter
 //
-// So goroutines started with such a context share the hold, as work done
-// under the lock should; a context whose lease has ended (released or lost)
-// carries no hold. [WithOwner] instead makes every Lock through the handle
-// the given owner, whatever its context: for holds shared across processes.
-//
-// A re-entry returns a new lease with the same fencing token, counts one
-// more hold, and never shortens the time the other holds have left: each
-// hold expires on its own, on Redis's clock. Each lease's Unlock takes away
-// its own hold only, in any order; when the last goes, the next waiter is
-// woken. A lease's context ends with that lease, and so does every context
-// derived from it, even while other holds keep the lock: unlock the inner
-// holds first (as defer does) to keep their contexts alive.
-//
-// A ReentrantMutex is the write side of the [RWMutex] of the same name.
+// Holds are released in any order, and a re-entry never shortens the others.
+// A lease's context ends with that lease: unlock inner holds first (as defer
+// does). [WithOwner] makes every call through a handle one owner, for holds
+// shared across processes. A ReentrantMutex is the write side of the
+// [RWMutex] of the same name.
 type ReentrantMutex struct{ holdLock }
 
 // ReentrantMutex returns the reentrant lock called name. Options override

@@ -7,43 +7,22 @@ import (
 
 // RWMutex is a distributed read-write lock: many readers or one writer.
 //
-// Unlike a [sync.RWMutex], it is reentrant, and so it must know who the
-// owner of each hold is. Go has no goroutine id: the owner is the call chain,
-// told by the context. A handle may be shared between goroutines as a
-// sync.RWMutex is: each Lock or RLock whose context carries no hold of the
-// lock is an owner of its own. One whose context carries a live hold of
-// this lock (made by [Lease.Context], or derived from one; a lease that
-// has ended carries none) acts as that hold's owner, through any handle of
-// the lock. [WithOwner] instead makes every call through the handle the
-// given owner, whatever its context: for holds shared across processes.
+// Unlike a [sync.RWMutex] it is reentrant, and the owner of a hold is the
+// call chain, told by the context, as for a [ReentrantMutex]: a call whose
+// context carries a live hold of this lock ([Lease.Context]) acts as that
+// hold's owner, and any other call is an owner of its own. Each acquisition
+// is a hold with its own [Lease]:
+//   - Reads and writes re-enter at once, with the same token, even while a
+//     writer waits.
+//   - The owner writing may read, and keep reading after its write
+//     (downgrade). An owner holding only reads gets [ErrUpgrade] at once.
+//   - Writers are preferred: once one waits, new readers wait too; the
+//     readers that waited then all go before the next writer.
+//   - Each hold expires on its own on Redis's clock, so a crashed reader
+//     stops blocking writers within its TTL.
 //
-// Each acquisition is a hold with its own [Lease], and what an owner may do
-// depends on what it holds:
-//   - Reads and writes are reentrant: an owner holding a mode takes it again
-//     at once, with the same fencing token, even while a writer waits.
-//   - The owner writing may also read (RLock with the write lease's
-//     context), and keep its reads after releasing the write (downgrade).
-//     An owner holding only reads cannot write: that would deadlock as soon
-//     as two readers tried, so it gets [ErrUpgrade] at once.
-//   - Writers are preferred, as with [sync.RWMutex]: once a writer waits, new
-//     readers wait too, so a steady stream of readers cannot starve it. When
-//     the writer is done, the readers that waited for it all go before the
-//     next writer, so writers cannot starve readers either. A waiting writer
-//     that died holds readers back for its registration's lifetime at most
-//     (three waiter refreshes, 3 s by default).
-//   - Each hold expires on its own on Redis's clock: a crashed reader stops
-//     blocking writers within its TTL, however the other readers renew.
-//
-// Holds are released one lease at a time, in any order; the owner holds a
-// mode until its last hold of that mode goes. A lease's context ends with
-// that lease, and so does every context derived from it: after a downgrade,
-// go on reading under the read lease's context, made from one that
-// outlives the write.
-//
-// A writer's release wakes every waiting reader; the last hold's release
-// wakes one writer. Fencing tokens are minted for every new hold of an owner
-// in a mode, readers' included, so a writer's token is above every token
-// handed out before it.
+// Holds are released one lease at a time, in any order. Every new hold,
+// readers' included, mints a token, so a writer's is above every earlier one.
 type RWMutex struct{ holdLock }
 
 // RWMutex returns the read-write lock called name. Options override the

@@ -184,7 +184,7 @@ func exitCodeOf(ctx context.Context, err error) int {
 		return exitUsage
 	case errors.Is(err, errAccess), errors.Is(err, dlock.ErrPermission), refusedAccess(err):
 		return exitNoPermission
-	case errors.Is(err, dlock.ErrWrongType):
+	case errors.Is(err, dlock.ErrWrongType), errors.Is(err, dlock.ErrPermits), errors.Is(err, dlock.ErrUpgrade):
 		return exitFailure
 	}
 	return exitRedis

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -150,9 +149,7 @@ func doctor(ctx context.Context, flagValue, prefix string, asJSON bool, out *out
 		return code
 	}
 	if asJSON {
-		enc := json.NewEncoder(out.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(report)
+		writeJSON(out.stdout, report)
 	} else {
 		printDoctor(out.stdout, report, checks)
 	}

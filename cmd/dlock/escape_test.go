@@ -75,3 +75,23 @@ func TestRunAndUnlock_PrintNoControlCharacterOfHolders(t *testing.T) {
 		t.Fatalf("the waiting line retitled the terminal: %q", title)
 	}
 }
+
+// encoding/json escapes C0 controls only: a C1 control (U+009B, a CSI) or a
+// bidi override (U+202E) in a name or holder info reached a terminal that
+// showed `ls --json` raw. The JSON outputs escape every rune that does not
+// print, as \uXXXX, which a JSON reader decodes as it was.
+func TestJSONOutputs_EscapeEveryRuneThatDoesNotPrint(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	const name = "m\u009b2J"
+	must(locks.Mutex(name, dlock.WithHolderInfo(dlock.HolderInfo{Program: "p\u202eevil"})).Lock(ctx))
+	for _, args := range [][]string{{"ls", "--json"}, {"status", "--json", name}} {
+		code, stdout, stderr := runDlock(t, url, args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d\n%s", args, code, stderr)
+		}
+		if strings.ContainsAny(stdout, "\u009b\u202e") || !strings.Contains(stdout, `\u009b`) || !strings.Contains(stdout, `\u202e`) {
+			t.Errorf("%q printed a rune that does not print raw, or not escaped:\n%q", args, stdout)
+		}
+	}
+}

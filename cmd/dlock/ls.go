@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -124,9 +123,7 @@ func ls(ctx context.Context, q lockQuery, redisFlag string, asJSON bool, out *ou
 		for _, l := range found.locks {
 			listing.Locks = append(listing.Locks, l.json())
 		}
-		enc := json.NewEncoder(out.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(listing)
+		writeJSON(out.stdout, listing)
 		return 0
 	}
 	printLocks(out.stdout, found.locks, nil)

@@ -692,3 +692,14 @@ func TestRun_OwnerIDCannotBeGuessedFromWhatStatusShows(t *testing.T) {
 		t.Fatalf("owner id %q: want 128 random bits (32 hex digits) after the host and pid", id)
 	}
 }
+
+// A run whose --permits differs from the Semaphore's number in Redis is a
+// mismatch to fix, not an unreachable Redis (it exited 69).
+func TestRun_PermitsOtherThanTheSemaphoresFailsNotAsUnreachable(t *testing.T) {
+	url, locks := testRedis(t)
+	mustLease(t)(locks.Semaphore("pool", 2).Acquire(context.Background()))
+	code, _, stderr := runDlock(t, url, "run", "--permits", "3", "-n", "pool", "--", "true")
+	if code != exitFailure || !strings.Contains(stderr, "permits") {
+		t.Fatalf("--permits 3 on a Semaphore of 2: exit %d, want %d\n%s", code, exitFailure, stderr)
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"strings"
@@ -92,9 +91,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	}
 	s := statusOf(info)
 	if asJSON {
-		enc := json.NewEncoder(out.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(s)
+		writeJSON(out.stdout, s)
 		return 0
 	}
 	fmt.Fprintf(out.stdout, "name:        %s\n", printable(s.Name))
