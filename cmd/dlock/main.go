@@ -38,10 +38,12 @@ const (
 )
 
 func main() {
-	if os.Getenv(guardEnv) != "" {
+	// Both roles need their name as well as the variable: a user's own
+	// environment may carry the variable, never dlock's argv[0].
+	if os.Getenv(guardEnv) != "" && os.Args[0] == "dlock-guard" {
 		os.Exit(guardGroup())
 	}
-	if os.Getenv(heldEnv) != "" {
+	if os.Getenv(heldEnv) != "" && os.Args[0] == "dlock-run" {
 		os.Exit(heldCommand())
 	}
 	// go-redis logs a failed dial from its pool, several times a second while
