@@ -213,7 +213,7 @@ func randomParams(seed uint64, maxClients int) params {
 // drawLater draws the kinds added after the first seeds were chosen
 // (redlock, restart) from a stream of their own, so that every seed keeps
 // the other kinds, faults and sizes it had; the stream's key is one under
-// which the CI seeds that caught a reverted fix (docs/SAFETY.md) draw
+// which the CI seeds that caught a reverted fix (faults/RESULTS.md) draw
 // neither, so that they keep their schedules too. A Redlock comes in a
 // third of the runs, a restart in a quarter of those that are not quiet.
 func (p *params) drawLater(seed uint64, quiet bool) {

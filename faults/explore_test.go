@@ -44,7 +44,7 @@ var (
 // ciSeeds are the seeds every CI run explores: chosen to cover each lock
 // kind and fault kind, the cluster, and fault-free runs (see
 // TestExplore_CISeedsCoverEveryKind), and among them runs that caught a
-// reverted fix (docs/SAFETY.md, "The explorer"): 1 (release mark), 2 and 4
+// reverted fix (faults/RESULTS.md, "Reverted fixes"): 1 (release mark), 2 and 4
 // (Extend), 6 and 24 (MultiLock's earlier parts), 59 (renewals per node),
 // 50, 64 and 101 (tombstones), 68 (tokens floored by server time, through
 // a restart); 64 and 101 once failed on the checker's own error, an
@@ -56,7 +56,7 @@ var ciSeeds = []uint64{crashSeed, 1, 2, 3, 4, 6, 7, 16, 24, 47, 50, 59, 64, 68, 
 
 // ciCases are runs CI makes besides ciSeeds whose params are not drawn
 // from their seed: each is the targeted run that caught a reverted fix no
-// drawn CI seed catches (docs/SAFETY.md, "The explorer"). Seed 52's run
+// drawn CI seed catches (faults/RESULTS.md, "Reverted fixes"). Seed 52's run
 // catches the Mutex half of the tombstone after an applied attempt
 // (mutex_abandon.lua writing none when it releases a hold): "orphan", a
 // Mutex's, Election's or Redlock's late copy granted after its call gave

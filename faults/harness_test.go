@@ -38,7 +38,7 @@ func sized(short, soak int) int {
 	return short
 }
 
-// row is what a scenario checked and found; docs/SAFETY.md tabulates them.
+// row is what a scenario checked and found; faults/RESULTS.md keeps the last soak profile.
 type row struct {
 	Scenario      string
 	Acquisitions  int // critical sections checked
