@@ -56,7 +56,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
 		if unmadeClient(rdb) {
 			r.err = invalidf("Redis client %d is nil", i)
 			r.nodes = nil
-			break
+			return r
 		}
 		// Their connections are opened by clients of their own, unseen by
 		// the hook the restart guard counts them with.
