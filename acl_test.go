@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,21 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 		ctx := ctxFor(t, time.Minute)
 		admin := srv.Client()
 		runEveryTypeAs(t, ctx, aclUser(t, ctx, admin, "locks", dlockACL...), aclUser(t, ctx, admin, "locks2", dlockACL...),
-			func() error { return admin.ScriptFlush(ctx).Err() })
+			func() error { return forgetScripts(ctx, admin) })
+	})
+	// A user granted dlock's rights from before it called Redis Functions
+	// (no +fcall, no +function|load) runs every type by EVALSHA.
+	t.Run("without Functions", func(t *testing.T) {
+		srv := startServer(t)
+		ctx := ctxFor(t, time.Minute)
+		admin := srv.Client()
+		runEveryTypeAs(t, ctx, aclUser(t, ctx, admin, "locks", redistest.EvalshaACL...), aclUser(t, ctx, admin, "locks2", redistest.EvalshaACL...),
+			func() error { return forgetScripts(ctx, admin) })
+		stats := admin.Info(ctx, "commandstats").Val()
+		// An FCALL refused by the ACL counts as rejected, not as a call.
+		if !strings.Contains(stats, "cmdstat_evalsha:calls=") || regexp.MustCompile(`cmdstat_fcall:calls=[1-9]`).MatchString(stats) {
+			t.Errorf("the user without Functions ran scripts other than by EVALSHA:\n%s", stats)
+		}
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
@@ -57,7 +72,7 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 		}
 		runEveryTypeAs(t, ctx, user(), user(), func() error {
 			for _, admin := range admins {
-				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				if err := forgetScripts(ctx, admin); err != nil {
 					return err
 				}
 			}
@@ -152,16 +167,17 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 }
 
 // On a server that does not know dlock's scripts (new, restarted or
-// flushed), a user who may not load them is told so: the attempt fails
-// with the load's refusal, matching ErrPermission and naming the command,
-// not with NOSCRIPT, and takes nothing.
+// flushed), a user who may not load them (neither as a library nor for
+// EVALSHA) is told so: the attempt fails with the load's refusal,
+// matching ErrPermission and naming the command, not with NOSCRIPT, and
+// takes nothing.
 func TestACL_AUserWhoMayNotLoadScriptsIsToldWhyOnAColdServer(t *testing.T) {
 	srv := startServer(t)
 	ctx := ctxFor(t, time.Minute)
 	admin := srv.Client()
 	var noLoad []string
 	for _, r := range dlockACL {
-		if r != "+script|load" {
+		if r != "+script|load" && r != "+function|load" {
 			noLoad = append(noLoad, r)
 		}
 	}

@@ -142,7 +142,7 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit boo
 	if explicit {
 		args[2] = shortens
 	}
-	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
+	calls := []scriptCall{{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, args)}}
 	var ackErr error
 	if acks := h.sendExtensions(ctx, h.c.rdb, calls); acks != nil {
 		ackErr = acks[0]
@@ -169,7 +169,7 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit boo
 // alone (see sendAcknowledged).
 func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) []error {
 	if h.ack.n == 0 {
-		sendScripts(ctx, rdb, calls)
+		sendScripts(ctx, &h.c.fns, rdb, calls)
 		return nil
 	}
 	acks := make([]error, len(calls))
@@ -181,7 +181,7 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 		}
 		return acks
 	}
-	batch := h.ack.send(ctx, master, calls)
+	batch := h.ack.send(ctx, &h.c.fns, master, calls)
 	for i, call := range calls {
 		acks[i] = batch
 		addr, ask, redirected := redirection(call.cmd.Err())
@@ -197,7 +197,7 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
 	l := h.lease
-	ms, err := runScript(ctx, h.c.rdb, h.kind.ttl, h.keys, l.owner).Int64()
+	ms, err := runScript(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, l.owner).Int64()
 	if err != nil {
 		return 0, redisError("ttl", l.name, err)
 	}

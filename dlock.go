@@ -30,6 +30,7 @@ import (
 // shard is down, so a held lock can be taken again (docs/SAFETY.md).
 type Client struct {
 	rdb redis.UniversalClient
+	fns functions // how rdb's servers take dlock's scripts
 	cfg settings
 
 	renewer *renewer
@@ -86,7 +87,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
 	c.renewer = newRenewer(c)
-	c.flights = &coalescer{rdb: rdb}
+	c.flights = &coalescer{rdb: rdb, fns: &c.fns}
 	c.dials = watchDials(rdb)
 	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
 	c.resendAfter = resendAfter(rdb)
@@ -418,7 +419,7 @@ func (c *Client) abandon(ctx context.Context, name string, script *redis.Script,
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	sent := time.Now()
-	released, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), nil, owner, extra...)
+	released, err := c.releaseWithin(ctx, script, scriptArgv(script, keys, nil), nil, owner, extra...)
 	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // handle is what every lock handle holds: the lock's name, keys and
@@ -146,22 +148,43 @@ func (b *boxer) keys(argv []any, keys []string) []any {
 	return argv
 }
 
-// command is the EVALSHA command of script up to keys, with more KEYS to
+// command is the FCALL command of script up to keys, with more KEYS to
 // come.
 func (b *boxer) command(script *redis.Script, keys []string, more int) []any {
 	argv := make([]any, 0, 3+len(keys))
-	return b.keys(append(argv, "evalsha", boxedHash(script), len(keys)+more), keys)
+	name, id := scriptHead(script)
+	return b.keys(append(argv, name, id, len(keys)+more), keys)
 }
 
-// boxedHashes are the scripts' SHAs boxed, each once per process.
-var boxedHashes sync.Map // *redis.Script → any (its Hash)
+// boxedIDs are the scripts' function names and SHAs boxed, each once per
+// process.
+var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}
 
-func boxedHash(script *redis.Script) any {
-	if v, ok := boxedHashes.Load(script); ok {
-		return v
+// scriptHead is how a command of script starts: FCALL and its function,
+// or EVALSHA and its SHA for a script not in dlock's library.
+func scriptHead(script *redis.Script) (name string, id any) {
+	ids := boxedIDsOf(script)
+	if ids[0] == nil {
+		return "evalsha", ids[1]
 	}
-	v, _ := boxedHashes.LoadOrStore(script, any(script.Hash()))
-	return v
+	return "fcall", ids[0]
+}
+
+// boxedHash is script's SHA, boxed once.
+func boxedHash(script *redis.Script) any {
+	return boxedIDsOf(script)[1]
+}
+
+func boxedIDsOf(script *redis.Script) [2]any {
+	if v, ok := boxedIDs.Load(script); ok {
+		return v.([2]any)
+	}
+	ids := [2]any{nil, script.Hash()}
+	if fn := scripts.Function(script); fn != "" {
+		ids[0] = fn
+	}
+	v, _ := boxedIDs.LoadOrStore(script, ids)
+	return v.([2]any)
 }
 
 // boxMillis is d in ms as an EVALSHA argument: the defaults (a TTL, a

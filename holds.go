@@ -166,7 +166,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	reply, err := runScript(ctx, h.c.rdb, scripts.RWInspect, h.inspectKeys, h.ownerFor(ctx)).Slice()
+	reply, err := runScript(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, h.ownerFor(ctx)).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {

@@ -311,6 +311,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		guard = max(m.cfg.restartGuard, longest)
 	}
 	keys := m.keys.callKeys(redlockAcquireLayout, m.keys.tombstone(owner))
+	r.preload(ctx, max(m.nodeTimeout, redlockPreloadWait))
 	start := r.clock.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
@@ -342,6 +343,35 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
+// preload loads dlock's scripts, ahead of a vote, on the nodes this
+// Redlock has not loaded them on yet. A load (the server compiling them,
+// a connection dialled) may take longer than a vote waits for a node (the
+// node timeout), and would cost a cold node its vote. The vote's clock
+// starts after the loads, which write no lock: they are no part of any
+// hold's validity. Each node is tried once, whatever the outcome, for at
+// most wait: a node down now must not slow every attempt; one that loses
+// the scripts later (a restart, a failover) gets them again within a vote
+// (sendScripts).
+func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
+	var cold []*redlockNode
+	for _, n := range r.nodes {
+		if n.preloaded.CompareAndSwap(false, true) {
+			cold = append(cold, n)
+		}
+	}
+	if len(cold) > 0 {
+		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+			return struct{}{}, preload(ctx, &n.fns, n.rdb, scripts.MutexAcquire)
+		})
+	}
+}
+
+// redlockPreloadWait is how long a Redlock's first attempt waits at most
+// for its nodes to load dlock's scripts (see preload), when that is longer
+// than the node timeout: a load takes a few ms of a server's time, and a
+// node that has not loaded them by then loads them within its vote.
+const redlockPreloadWait = 100 * time.Millisecond
+
 // vote is what a node answered an attempt: granted with its counter, or
 // held by another owner for held more ms.
 type vote struct {
@@ -352,7 +382,7 @@ type vote struct {
 // askNode asks node n for the lock, and, with a restart guard, whether it may
 // vote (see redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
-	res, err := runScript(ctx, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
+	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply
 	}
@@ -384,7 +414,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 		}
 	}
 	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), token).Err()
+		return struct{}{}, runScript(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), token).Err()
 	})
 	return uint64(token), fenced
 }
@@ -434,7 +464,7 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) 
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Int64()
 		return heldOrNot(ok, err)
 	}
 }

@@ -47,7 +47,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bo
 		if explicit {
 			args = append(args, shortens)
 		}
-		ok, err := runScript(ctx, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	granted := succeeded(errs)
@@ -145,7 +145,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, n.rdb, scripts.MutexRelease, keys, owner, "PUBLISH").Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, owner, "PUBLISH").Int64()
 		return heldOrNot(ok, err)
 	}
 }
