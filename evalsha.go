@@ -191,6 +191,14 @@ func refusesFunctions(err error) bool {
 		strings.Contains(msg, "'function") || strings.Contains(msg, "`function`")
 }
 
+// libraryLoaded tells FUNCTION LOAD's error where dlock's library is
+// loaded already (by another client, meanwhile): no error. A function of
+// one of its names in another library is one.
+func libraryLoaded(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Library") && strings.Contains(msg, scripts.LibraryName) && strings.Contains(msg, "already exists")
+}
+
 // preload loads dlock's scripts on every server of rdb ahead of the calls
 // that need them: the library, or where Functions are refused, the
 // scripts of script's lock type.
@@ -352,7 +360,7 @@ func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for _, cmd := range loads {
-		if err := cmd.Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		if err := cmd.Err(); err != nil && !libraryLoaded(err) {
 			return err
 		}
 	}

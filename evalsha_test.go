@@ -125,7 +125,8 @@ func tripsNow(h *scriptTrips) (trips, noScript int64) { return h.trips.Load(), h
 // call followed MOVED to its slot's new master, and the map still names
 // the old one, where the scripts then go. Should that node fail the load
 // (an old master down or stalled after a failover; here, a node whose user
-// may not SCRIPT LOAD), the scripts still go to every master, and the call
+// may load neither the library nor the scripts, which also makes the
+// Client send EVALSHA), the scripts still go to every master, and the call
 // is sent again on its own master, which takes them.
 func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T) {
 	t.Parallel()
@@ -141,7 +142,7 @@ func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T)
 			t.Fatal(err)
 		}
 	}
-	if err := cl.Nodes[0].Client().Do(ctx, "ACL", "SETUSER", "default", "-script|load").Err(); err != nil {
+	if err := cl.Nodes[0].Client().Do(ctx, "ACL", "SETUSER", "default", "-script|load", "-function|load").Err(); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := c.Mutex(name).Lock(ctx)

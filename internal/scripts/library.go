@@ -124,6 +124,7 @@ func function(name string, a assembly, top map[string]bool) string {
 	for _, seg := range a.segs {
 		code := strings.Replace(seg.h.code, rightsList, a.rights, 1)
 		if seg.lib == "" {
+			code = uncommentedLines(code)
 			for _, m := range localNames.FindAllStringSubmatch(code, -1) {
 				for n := range strings.SplitSeq(strings.ReplaceAll(m[1], " ", ""), ",") {
 					perCall[n] = true
@@ -152,6 +153,18 @@ func function(name string, a assembly, top map[string]bool) string {
 	}
 	return "do\n" + once.String() +
 		"redis.register_function('" + name + "', function(KEYS, ARGV)\n" + reset.String() + body.String() + "end)\nend\n"
+}
+
+// uncommentedLines is code without its lines of comment alone: the
+// library's text is sent at every load, and kept by every server.
+func uncommentedLines(code string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(code, "\n") {
+		if trimmed := strings.TrimSpace(line); trimmed != "" && !strings.HasPrefix(trimmed, "--") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 func isDefinedIn(lib, name string) bool {

@@ -3,10 +3,12 @@
 // The KEYS of each script are in the order of its Layout (layout.go),
 // which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
 //
-// Scripts run by SHA (EVALSHA). A server that answers NOSCRIPT (after
-// SCRIPT FLUSH, a restart, or a failover to a node that never ran them) is
-// sent the script's companions (see Companions) in one round trip, and the
-// call again: dlock's evalsha.go does that, in one place.
+// The scripts are also the functions of one Redis Functions library
+// (Library, library.go), which dlock calls by FCALL: a server without it
+// is sent it, and the call again, in one round trip. Where Functions are
+// refused, scripts run by SHA (EVALSHA), and a server that answers
+// NOSCRIPT is sent the script's companions (see Companions). dlock's
+// evalsha.go does both, in one place.
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here, each script getting only the helpers it calls
