@@ -218,7 +218,7 @@ func typesTable(ideal *row, typeRows []typeResult) string {
 	var b strings.Builder
 	b.WriteString("\n## 6. dlock's types: uncontended lock + unlock, 1 goroutine\n\n" +
 		"Per pair, and per node for a Redlock (three): the server's CPU time, Redis commands (inside scripts counted), " +
-		"EVALSHA calls and the server's µs per EVALSHA (INFO commandstats usec_per_call). The ideal row is workload 1's.\n\n" +
+		"script calls (FCALL, or EVALSHA where Functions are refused) and the server's µs per call (INFO commandstats usec). The ideal row is workload 1's.\n\n" +
 		"| type | per pair | server CPU | commands | scripts | µs per script |\n|---|---|---|---|---|---|\n")
 	if ideal != nil && len(ideal.alone) > 0 {
 		cpu, commands := costs(ideal.alone)

@@ -63,8 +63,8 @@ type typeResult struct {
 	pair     time.Duration // wall time
 	cpu      time.Duration // the server's CPU (INFO cpu)
 	commands float64       // Redis commands, inside scripts counted
-	scripts  float64       // EVALSHA calls
-	perCall  float64       // µs of server time per EVALSHA (commandstats usec_per_call)
+	scripts  float64       // script calls: FCALL, EVALSHA
+	perCall  float64       // µs of server time per script call (commandstats usec)
 }
 
 // types is workload 6: one goroutine takes and releases each of dlock's
@@ -143,7 +143,7 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 		cpu += s
 		commands, _ := serverstats.Commands(ctx, node)
 		commandsBefore += float64(commands)
-		calls, us, err := evalshaStats(ctx, node)
+		calls, us, err := scriptStats(ctx, node)
 		if err != nil {
 			return typeResult{}, err
 		}
@@ -158,9 +158,9 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 	return res, nil
 }
 
-// evalshaStats reads the calls of EVALSHA and the µs they took from INFO
-// commandstats.
-func evalshaStats(ctx context.Context, rdb *redis.Client) (calls, usec float64, err error) {
+// scriptStats reads the calls of scripts (FCALL and EVALSHA) and the µs
+// they took from INFO commandstats.
+func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec float64, err error) {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, 0, err
@@ -168,15 +168,19 @@ func evalshaStats(ctx context.Context, rdb *redis.Client) (calls, usec float64, 
 	for line := range strings.SplitSeq(info, "\n") {
 		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
 		if !ok {
+			stats, ok = strings.CutPrefix(strings.TrimSpace(line), "cmdstat_fcall:")
+		}
+		if !ok {
 			continue
 		}
 		for field := range strings.SplitSeq(stats, ",") {
 			name, value, _ := strings.Cut(field, "=")
+			v, _ := strconv.ParseFloat(value, 64)
 			switch name {
 			case "calls":
-				calls, _ = strconv.ParseFloat(value, 64)
+				calls += v
 			case "usec":
-				usec, _ = strconv.ParseFloat(value, 64)
+				usec += v
 			}
 		}
 	}
