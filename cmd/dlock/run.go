@@ -348,7 +348,7 @@ func heldBy(client *dlock.Client, name, self string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
-		return ", held by " + describeHolders(info, self)
+		return ", " + holdersPhrase(info, self)
 	}
 	return ""
 }
@@ -399,7 +399,7 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 	if err != nil || len(holders) == 0 {
 		return line
 	}
-	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(info, self),
+	return fmt.Sprintf("%s; %s (renewed; lapses within %v of its holder's death)", line, holdersPhrase(info, self),
 		info.TTL.Round(100*time.Millisecond))
 }
 
@@ -414,11 +414,11 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 	return rest
 }
 
-// describeHolders names the holders of a lock but self (as ls does), or
-// counts a Semaphore's permits.
-func describeHolders(info dlock.LockInfo, self string) string {
+// holdersPhrase is "held by …" naming the holders of a lock but self (as
+// ls does), or "N of M permits held" for a Semaphore; escaped.
+func holdersPhrase(info dlock.LockInfo, self string) string {
 	if info.Permits > 0 {
-		return fmt.Sprintf("%d of %d permits", permitsHeld(info), info.Permits)
+		return permitsText(info)
 	}
 	holders := others(info.Holders, self)
 	parts := make([]string, 0, len(holders))
@@ -429,7 +429,7 @@ func describeHolders(info dlock.LockInfo, self string) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", label, modeName(h), h.Holds))
 	}
-	return strings.Join(parts, ", ")
+	return "held by " + printable(strings.Join(parts, ", "))
 }
 
 func modeName(h dlock.Holder) string {
