@@ -16,7 +16,8 @@ import (
 // The number of permits lives in Redis, set by the first acquisition, so
 // that every client agrees on it: while a permit is held, a handle opened
 // with another number fails with [ErrPermits] until it is changed
-// deliberately ([Semaphore.SetPermits]). It goes with the last permit.
+// deliberately ([Semaphore.SetPermits]). It goes with the last permit,
+// released or run out, so a new handle may then bring another number.
 // A Semaphore is a handle, safe for concurrent use.
 type Semaphore struct {
 	handle
