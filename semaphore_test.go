@@ -189,6 +189,7 @@ func TestSemaphore_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 	for _, sem := range []*dlock.Semaphore{
 		c.Semaphore("x", 0),
 		c.Semaphore("x", -1),
+		c.Semaphore("x", 1<<53), // Lua's numbers are doubles: it would be stored rounded
 		c.Semaphore("", 1),
 		c.Semaphore("x", 1, dlock.WithTTL(time.Millisecond)),
 		(*dlock.Client)(nil).Semaphore("x", 1),
