@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +261,28 @@ func TestACL_ACommandRefusedInAReleaseIsErrPermission(t *testing.T) {
 	}
 	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrPermission) {
 		t.Fatalf("Unlock without +get: %v; want ErrPermission", err)
+	}
+}
+
+// A user who may call functions but not load them, on a server without
+// dlock's library, is sent by EVALSHA instead: the refused load is no
+// refused lock.
+func TestACL_AUserWhoMayNotLoadTheLibraryLocksByEvalsha(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	if err := forgetScripts(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	rules := slices.DeleteFunc(slices.Clone(dlockACL), func(r string) bool { return r == "+function|load" })
+	c := newClient(t, aclUser(t, ctx, admin, "nolibrary", rules...))
+	for range 2 { // cold, then with the scripts loaded
+		lease, err := c.Mutex(lockName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock by a user without +function|load: %v", err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -79,7 +79,7 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 		asEvalsha(calls)
 	}
 	send(ctx, rdb, nil, calls)
-	if !fns.refused.Load() && slices.ContainsFunc(calls, refusedFunctions) {
+	if slices.ContainsFunc(calls, refusedFunctions) { // maybe sent before another call learnt it
 		fns.refused.Store(true)
 		asEvalsha(calls) // the refused calls, and those that ran, whose replies stay
 	}
@@ -90,7 +90,7 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	defer func() {
 		// A library that could not be loaded (a user without
 		// +function|load): the calls go again by EVALSHA.
-		if !fns.refused.Load() && slices.ContainsFunc(calls, refusedFunctions) {
+		if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
 			fns.refused.Store(true)
 			sendAgain(ctx, fns, rdb, calls)
 		}
