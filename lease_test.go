@@ -625,3 +625,33 @@ func observeRetries() (dlock.Option, func() []error) {
 		return slices.Clone(retries)
 	}
 }
+
+// A full Redis under noeviction refuses an acquire, nothing written, but
+// not what keeps or ends a hold: a lease still renews, extends and
+// releases (docs/SAFETY.md, Eviction).
+func TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases(t *testing.T) {
+	srv := startServer(t)
+	rdb := srv.Client()
+	ctx := ctxFor(t, time.Minute)
+	c := newClient(t, rdb)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil { // full
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+	if _, err := c.Mutex(lockName(t)).TryLock(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("TryLock on a full server: %v; want its OOM refusal", err)
+	}
+	if err := lease.Extend(ctx, time.Minute); err != nil {
+		t.Errorf("Extend on a full server: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Errorf("Unlock on a full server: %v", err)
+	}
+}

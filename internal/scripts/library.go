@@ -23,6 +23,13 @@ import (
 // helper keeps (a script's clock reading, its counters' reads) is one
 // call's: each call starts with it empty, as an EVALSHA script does.
 //
+// A full Redis (maxmemory under noeviction) refuses a function before it
+// runs unless it is flagged allow-oom, where an EVALSHA script was refused
+// only at a first write that may grow memory. An acquire is refused so,
+// whole, as before; every other script (a renewal, a release, an abandon,
+// a read) runs, as before: a full server must not cost a holder its lease
+// nor keep a lock held (TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases).
+//
 // The library is named after a hash of its text, as are its functions
 // (Redis names functions server-wide), so two versions of dlock load two
 // libraries and each calls its own during a rolling upgrade.
@@ -54,8 +61,9 @@ func Of(name string) *redis.Script {
 var assembled = make(map[*redis.Script]assembly)
 
 type assembly struct {
-	segs   []segment
-	rights string
+	segs    []segment
+	rights  string
+	acquire bool // it takes a lock (see allowOOM)
 }
 
 // perCallTable is a helper that is one table, filled by a call.
@@ -151,8 +159,13 @@ func function(name string, a assembly, top map[string]bool) string {
 		}
 		once.WriteString(code)
 	}
+	flags := "{'allow-oom'}"
+	if a.acquire {
+		flags = "{}"
+	}
 	return "do\n" + once.String() +
-		"redis.register_function('" + name + "', function(KEYS, ARGV)\n" + reset.String() + body.String() + "end)\nend\n"
+		"redis.register_function{function_name = '" + name + "', flags = " + flags + ", callback = function(KEYS, ARGV)\n" +
+		reset.String() + body.String() + "end}\nend\n"
 }
 
 // uncommentedLines is code without its lines of comment alone: the

@@ -171,7 +171,7 @@ func script(others []*redis.Script, parts ...string) *redis.Script {
 	src := strings.Replace(joined(segs), rightsList, rights, 1)
 	s := redis.NewScript(src)
 	sources[s] = src
-	assembled[s] = assembly{segs, rights}
+	assembled[s] = assembly{segs, rights, others != nil}
 	return s
 }
 
