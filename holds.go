@@ -128,7 +128,7 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 }
 
 // takenBy is what a write hold of kind stores for Describe to say which
-// type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's LockType; an
+// type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's mark; an
 // RWMutex stores nothing, as dlock before the mark did, and is described
 // as it always was. Boxed once: an attempt adds no allocation.
 func takenBy(kind Kind) any {
@@ -138,7 +138,11 @@ func takenBy(kind Kind) any {
 	return noType
 }
 
-var reentrantType, noType any = string(TypeReentrantMutex), ""
+// reentrantMark is the mark's value: the name dlock's Redis data has held
+// since the mark began, whatever the Go names.
+const reentrantMark = "ReentrantMutex"
+
+var reentrantType, noType any = reentrantMark, ""
 
 func (a *holdCall) entry(waiterID string) string { return waiterID }
 
@@ -158,7 +162,7 @@ type holdState struct {
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
 	holders                        []Holder
-	writerType                     LockType // the type that took the writer's latest hold, where stored (see takenBy)
+	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
 }
 
 // inspect runs rw_inspect.lua, as seen by the owner a call with ctx acts as.
@@ -185,7 +189,7 @@ func parseHoldState(reply []any) (holdState, error) {
 		return holdState{}, errUnexpectedReply
 	}
 	var holders []Holder
-	var writerType LockType
+	var reentrant bool
 	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
@@ -193,11 +197,11 @@ func parseHoldState(reply []any) (holdState, error) {
 		info, _ := reply[i+3].(string)
 		holders = append(holders, Holder{Owner: OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
-			writerType = LockType(taken)
+			reentrant = taken == reentrantMark
 		}
 	}
 	return holdState{
-		holders: holders, writerType: writerType,
+		holders: holders, reentrant: reentrant,
 		writeHolds: int(r[0]), readHolds: int(r[1]), readers: int(r[2]),
 		writerIsOwner: r[3] == 1, ownReads: int(r[4]),
 		ttl:            time.Duration(r[5]) * time.Millisecond,

@@ -42,8 +42,9 @@ func (c *Client) inspectMutex(ctx context.Context, name string, k keys) (MutexSt
 	if err != nil {
 		return MutexState{}, err
 	}
-	if info.Type == TypeRWMutex || info.Type == TypeReentrantMutex || info.Type == TypeSemaphore {
-		return MutexState{}, fmt.Errorf("%w: lock %q (inspect): %s holds it, not a Mutex", ErrWrongType, name, info.Type)
+	switch info.Kind {
+	case KindRead, KindWrite, KindReentrant, KindSemaphore:
+		return MutexState{}, fmt.Errorf("%w: lock %q (inspect): %s holds it, not a Mutex", ErrWrongType, name, info.Kind)
 	}
 	s := MutexState{TTL: info.TTL, LastToken: info.LastToken, Waiting: info.WritersWaiting}
 	if len(info.Holders) > 0 {

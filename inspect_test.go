@@ -19,30 +19,30 @@ func inspecting(t *testing.T) (*redis.Client, *dlock.Client, context.Context, st
 	return rdb, newClient(t, rdb), ctxFor(t, 30*time.Second), lockName(t)
 }
 
-// Describe's Type is a LockType, one constant per type it tells apart.
-func TestClient_DescribeTypeIsALockType(t *testing.T) {
+// Describe's Kind is one constant per type it tells apart.
+func TestClient_DescribeKindIsOneConstantPerType(t *testing.T) {
 	_, c, ctx, name := inspecting(t)
 
 	cases := []struct {
 		name string
 		take func(name string) error
-		want dlock.LockType
+		want dlock.Kind
 	}{
-		{"free", func(string) error { return nil }, dlock.TypeNone},
-		{"mutex", func(name string) error { _, err := c.Mutex(name).Lock(ctx); return err }, dlock.TypeMutex},
-		{"rw", func(name string) error { _, err := c.RWMutex(name).RLock(ctx); return err }, dlock.TypeRWMutex},
-		{"rw write", func(name string) error { _, err := c.RWMutex(name).Lock(ctx); return err }, dlock.TypeRWMutex},
-		{"reentrant", func(name string) error { _, err := c.ReentrantMutex(name).Lock(ctx); return err }, dlock.TypeReentrantMutex},
-		{"semaphore", func(name string) error { _, err := c.Semaphore(name, 2).Acquire(ctx); return err }, dlock.TypeSemaphore},
-		{"election", func(name string) error { _, err := c.Election(name).Campaign(ctx, "v"); return err }, dlock.TypeElection},
+		{"free", func(string) error { return nil }, ""},
+		{"mutex", func(name string) error { _, err := c.Mutex(name).Lock(ctx); return err }, dlock.KindMutex},
+		{"rw", func(name string) error { _, err := c.RWMutex(name).RLock(ctx); return err }, dlock.KindRead},
+		{"rw write", func(name string) error { _, err := c.RWMutex(name).Lock(ctx); return err }, dlock.KindWrite},
+		{"reentrant", func(name string) error { _, err := c.ReentrantMutex(name).Lock(ctx); return err }, dlock.KindReentrant},
+		{"semaphore", func(name string) error { _, err := c.Semaphore(name, 2).Acquire(ctx); return err }, dlock.KindSemaphore},
+		{"election", func(name string) error { _, err := c.Election(name).Campaign(ctx, "v"); return err }, dlock.KindElection},
 	}
 	for _, tc := range cases {
 		name := name + tc.name
 		if err := tc.take(name); err != nil {
 			t.Fatal(err)
 		}
-		if info, err := c.Describe(ctx, name); err != nil || info.Type != tc.want {
-			t.Errorf("%s: Type %q, %v; want %q", tc.name, info.Type, err, tc.want)
+		if info, err := c.Describe(ctx, name); err != nil || info.Kind != tc.want {
+			t.Errorf("%s: Kind %q, %v; want %q", tc.name, info.Kind, err, tc.want)
 		}
 	}
 }
@@ -57,10 +57,10 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Describe(ctx, name, dlock.WithPrefix("other:"))
-	if err != nil || info.Type != dlock.TypeMutex || info.LastToken != lease.Token() {
+	if err != nil || info.Kind != dlock.KindMutex || info.LastToken != lease.Token() {
 		t.Fatalf("under the handle's prefix: %+v, %v; want the Mutex held", info, err)
 	}
-	if info, err := c.Describe(ctx, name); err != nil || info.Type != dlock.TypeNone {
+	if info, err := c.Describe(ctx, name); err != nil || info.Kind != "" {
 		t.Fatalf("under the Client's prefix: %+v, %v; want free", info, err)
 	}
 	if _, err := c.Describe(ctx, name, dlock.WithPrefix("a{b}:")); !errors.Is(err, dlock.ErrInvalid) {
@@ -72,7 +72,7 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 	if held, err := c.ForceUnlock(ctx, name, dlock.WithPrefix("other:")); err != nil || !held {
 		t.Fatalf("ForceUnlock under the handle's prefix: %v, %v; want the Mutex removed", held, err)
 	}
-	if info, err := c.Describe(ctx, name, dlock.WithPrefix("other:")); err != nil || info.Type != dlock.TypeNone {
+	if info, err := c.Describe(ctx, name, dlock.WithPrefix("other:")); err != nil || info.Kind != "" {
 		t.Fatalf("after ForceUnlock: %+v, %v; want free", info, err)
 	}
 }

@@ -1037,8 +1037,8 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 		// FLUSHALL takes tombstones with it, and so may eviction: a late
 		// copy may then take a lock for nobody, the labelled run's
 		// documented failure (as the late copies' own orphan check has it).
-		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") && !s.has("ctakeover") && !s.has("evict") {
-			out.violate("orphan: %s is held (%s, %v left, holders %v) after every holder let go", name, info.Type, info.TTL, info.Holders)
+		if info.Kind != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") && !s.has("ctakeover") && !s.has("evict") {
+			out.violate("orphan: %s is held (%s, %v left, holders %v) after every holder let go", name, info.Kind, info.TTL, info.Holders)
 		}
 	}
 	// Liveness: once faults stop, every lock can be had within a TTL.
