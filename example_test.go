@@ -367,7 +367,11 @@ func ExampleNewRedlock() {
 	ctx := context.Background()
 	// miniredis tells no uptime, which the restart guard needs: off here.
 	// With real servers keep it on (see WithRestartGuard).
-	redlock := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second), dlock.WithRestartGuard(0))
+	redlock, err := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second), dlock.WithRestartGuard(0))
+	if err != nil {
+		fmt.Println("redlock:", err)
+		return
+	}
 
 	lease, err := redlock.Mutex("payments:eu").Lock(ctx)
 	if err != nil {

@@ -139,7 +139,10 @@ func TestScriptLayouts_NameTheKeysEveryTypeSends(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		nodes = append(nodes, rdb)
 	}
-	r := NewRedlock(nodes, WithRestartGuard(0))
+	r, err := NewRedlock(nodes, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
 	exercise("Redlock", r.Mutex("r").Lock, r.Mutex("r", briefly).Lock)
 
 	for name, script := range scriptsOfEveryType {

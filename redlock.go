@@ -34,7 +34,6 @@ import (
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
-	err     error
 	quorum  int
 	longest atomic.Int64 // the longest TTL used, in ns, for the restart guard
 	clock   *clock.Clock // what its leases read the time from; nil: the machine's (see Client.clock)
@@ -42,33 +41,28 @@ type Redlock struct {
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
 // number, at least 3. Options set defaults for its locks. Nothing is sent to
-// Redis; bad arguments are returned by every lock's first call, matching
-// [ErrInvalid].
-func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
+// Redis; bad arguments fail it with [ErrInvalid].
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
-	switch {
-	case len(clients) < 3 || len(clients)%2 == 0:
-		r.err = invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
-	default:
-		r.err = r.cfg.validate(forRedlock)
-	}
 	for i, rdb := range clients {
 		if unmadeClient(rdb) {
-			r.err = invalidf("Redis client %d is nil", i)
-			r.nodes = nil
-			return r
+			return nil, invalidf("Redis client %d is nil", i)
 		}
 		// Their connections are opened by clients of their own, unseen by
 		// the hook the restart guard counts them with.
 		switch rdb.(type) {
 		case *redis.Ring, *redis.ClusterClient:
-			r.err = invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
-			r.nodes = nil
-			return r
+			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
 	}
-	return r
+	if len(clients) < 3 || len(clients)%2 == 0 {
+		return nil, invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
+	}
+	if err := r.cfg.validate(forRedlock); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Quorum returns how many nodes must agree: a majority.
@@ -108,14 +102,14 @@ const redlockSlack = 2 * time.Millisecond
 // Mutex returns the lock called name over the Redlock's nodes. Options
 // override the Redlock's defaults.
 func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
-	if r == nil {
-		return &RedlockMutex{name: name, err: invalidf("nil dlock.Redlock")}
+	if r == nil || r.nodes == nil {
+		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
 	}
 	cfg := r.cfg.with(opts)
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
 	ttl, _ := cfg.holdTTL()
 	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
-	m.err = cmp.Or(r.err, validateName(name), cfg.validate(forRedlock))
+	m.err = cmp.Or(validateName(name), cfg.validate(forRedlock))
 	if m.err == nil && m.nodeTimeout >= ttl/2 {
 		m.err = invalidf("node timeout %v is not small against the TTL %v", m.nodeTimeout, ttl)
 	}
