@@ -135,7 +135,7 @@ func ExampleReentrantMutex() {
 		}
 		defer lease.Unlock(ctx)
 		state, _ := account.Inspect(lease.Context(ctx))
-		fmt.Println("debit: holds", state.Count, "of this call:", state.HeldByOwner)
+		fmt.Println("debit: holds", state.WriteHolds, "of this call:", state.WriterIsOwner)
 		return nil
 	}
 	transfer := func(ctx context.Context) error {

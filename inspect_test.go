@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -77,64 +76,25 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 	}
 }
 
-func TestMutex_InspectReportsTheHold(t *testing.T) {
+// Describe reports a Mutex's hold with its holder info, and once it is
+// released no holder but the last token.
+func TestClient_DescribeReportsAMutexsHoldThenItsLastToken(t *testing.T) {
 	_, c, ctx, name := inspecting(t)
 	info := dlock.HolderInfo{Hostname: "web-1", PID: 42}
-	m := c.Mutex(name, dlock.WithPrefix("inspect:"), dlock.WithHolderInfo(info))
-
-	if s, err := m.Inspect(ctx); err != nil || s != (dlock.MutexState{}) {
-		t.Fatalf("free: %+v, %v; want the zero MutexState", s, err)
-	}
-	lease, err := m.Lock(ctx)
+	prefix := dlock.WithPrefix("inspect:")
+	lease, err := c.Mutex(name, prefix, dlock.WithHolderInfo(info)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := m.Inspect(ctx)
-	if err != nil || !s.Held || s.TTL <= 0 || s.TTL > dlock.DefaultTTL || s.LastToken != lease.Token() ||
-		s.Info == nil || *s.Info != info || s.Waiting != 0 {
+	s, err := c.Describe(ctx, name, prefix)
+	if err != nil || len(s.Holders) != 1 || s.TTL <= 0 || s.TTL > dlock.DefaultTTL || s.LastToken != lease.Token() ||
+		s.Holders[0].Info == nil || *s.Holders[0].Info != info || s.WritersWaiting != 0 {
 		t.Fatalf("held: %+v, %v; want held with token %d and info %+v", s, err, lease.Token(), info)
 	}
 	if err := lease.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := m.Inspect(ctx); err != nil || s.Held || s.TTL != 0 || s.LastToken != lease.Token() {
+	if s, err := c.Describe(ctx, name, prefix); err != nil || len(s.Holders) != 0 || s.TTL != 0 || s.LastToken != lease.Token() {
 		t.Fatalf("released: %+v, %v; want not held, the last token kept", s, err)
 	}
-}
-
-// A Mutex (or FairMutex) handle on a name another type holds reports
-// ErrWrongType, as its Lock would, rather than a Mutex that is free.
-func TestMutex_InspectRefusesAnotherType(t *testing.T) {
-	_, c, ctx, name := inspecting(t)
-	if _, err := c.RWMutex(name).RLock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Mutex(name).Inspect(ctx); !errors.Is(err, dlock.ErrWrongType) {
-		t.Fatalf("Mutex.Inspect of a read-locked RWMutex: %v; want ErrWrongType", err)
-	}
-	if _, err := c.FairMutex(name).Inspect(ctx); !errors.Is(err, dlock.ErrWrongType) {
-		t.Fatalf("FairMutex.Inspect of a read-locked RWMutex: %v; want ErrWrongType", err)
-	}
-}
-
-func TestFairMutex_InspectCountsTheQueue(t *testing.T) {
-	rdb, c, ctx, name := inspecting(t)
-	f := c.FairMutex(name)
-
-	held, err := f.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	queuer := newClient(t, rdb)
-	attempts := countAttemptsOf(queuer, scripts.FairAcquire)
-	waiting := lockInBackground(ctx, queuer.FairMutex(name).Lock)
-	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")
-	s, err := f.Inspect(ctx)
-	if err != nil || !s.Held || s.Waiting != 1 || s.LastToken != held.Token() || s.Info != nil {
-		t.Fatalf("held, one queued: %+v, %v; want held, 1 waiting", s, err)
-	}
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	expectAcquired(t, waiting, 10*time.Second, "the queued Lock was not handed the lock")
 }

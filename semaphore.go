@@ -87,7 +87,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 // SetPermits changes the number of permits of the semaphore in Redis, and
 // of this handle, to n. Other handles opened with the old number then fail
 // with [ErrPermits] until they are opened anew, or until the number goes
-// with the last permit ([FenceRetentionTTLs] of this handle's TTL when
+// with the last permit (10 of this handle's TTLs when
 // none is held). Permits held above a lower number are not taken back: no
 // new one is granted until the holders are fewer than n.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // exploreEnv is where a schedule runs: its nodes, and how to reach them.
@@ -1125,7 +1126,7 @@ func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	case strings.HasSuffix(key, ":fence") && redlock:
 		return 0, true
 	case strings.HasSuffix(key, ":fence"):
-		return time.Duration(dlock.FenceRetentionTTLs) * longestTTL, false
+		return time.Duration(scripts.FenceRetentionTTLs) * longestTTL, false
 	case strings.Contains(key, ":void:"):
 		return time.Minute, false
 	case strings.Contains(key, ":released:"):
