@@ -44,26 +44,25 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
 	h.owner, h.heldKey = h.cfg.owner, heldKey(h.keys.lock)
-	lay := keyLists{k: h.keys}
+	lay := newKeyLists(h.keys)
 	acquire, release := lay.add(scripts.LayoutOf(scripts.RWAcquire)), lay.add(scripts.LayoutOf(scripts.RWRelease))
 	abandon, inspect := lay.add(scripts.LayoutOf(scripts.RWAbandon)), lay.add(scripts.LayoutOf(scripts.RWInspect))
 	extend := lay.add(rwExtendLayout)
 	writers, readers := lay.add(rwWritersChannel), lay.add(rwReadersChannel)
-	keys := lay.lists()
-	h.inspectKeys = keys[inspect][0]
+	h.inspectKeys = lay.list(inspect)[0]
 	if h.err != nil {
 		return h
 	}
 	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: keys[writers][0], takenBy: takenBy(writeKind),
-		keys: keys[acquire], abandonKeys: keys[abandon],
-		lease:       leaseSpec{kind: rwKind, keys: keys[extend][0]},
-		releaseKeys: keys[release][0],
+		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy(writeKind),
+		keys: lay.list(acquire), abandonKeys: lay.list(abandon),
+		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
+		releaseKeys: lay.list(release)[0],
 	})
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write
-	read.op, read.channels, read.takenBy = "read lock", keys[readers][0], noType
+	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], noType
 	h.read = &read
 	return h
 }
