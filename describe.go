@@ -105,7 +105,7 @@ func parseSemaphoreInfo(reply []any) (LockInfo, error) {
 }
 
 // parseRWInfo reads describe.lua's reply for a read-write lock, or a name
-// nothing holds: rw_inspect.lua's.
+// nothing holds: rw_state's (rw_lib.lua).
 func parseRWInfo(reply []any) (LockInfo, error) {
 	s, err := parseHoldState(reply)
 	if err != nil {

@@ -179,7 +179,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	return holdState{}, redisError("inspect", h.name, err)
 }
 
-// parseHoldState reads rw_inspect.lua's reply: ten numbers, then owner,
+// parseHoldState reads rw_state's reply (rw_lib.lua): ten numbers, then owner,
 // mode, holds, holder info and the type that took the latest hold of each
 // holder.
 func parseHoldState(reply []any) (holdState, error) {

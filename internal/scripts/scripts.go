@@ -302,7 +302,7 @@ var RedlockFence = scriptOn(RedlockFenceLayout, redlockFence)
 // Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
 	ForceUnlock = scriptOn(AnyLockLayout, rwLib, forceUnlock)
-	Describe    = scriptOn(AnyLockLayout, rwLib, describe, rwInspect)
+	Describe    = scriptOn(AnyLockLayout, rwLib, describe)
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
