@@ -117,7 +117,7 @@ func TestRun_KillOfDlockTakesDownAProcessThatLeftTheGroup(t *testing.T) {
 func TestRun_ALostLockKillsEveryProcessAtOnce(t *testing.T) {
 	url, _ := testRedis(t)
 	started, ready := fifo(t, "started"), fifo(t, "ready")
-	p := startDlock(t, url, "", "run", "--kill-grace", "60s", "lost-all", "--", "bash", "-c",
+	p := startDlock(t, url, "", "run", "--ttl", "3s", "--kill-grace", "60s", "lost-all", "--", "bash", "-c",
 		leaveTheGroup["setsid"]+` trap '' TERM; echo $$ > "$2"; while :; do sleep 0.05; done`, "bash", started, ready)
 	leaver, _ := outOfGroup(t, started)
 	command := readPid(t, ready)
