@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// The guard is dlock's own binary (dlock-run in ps) between dlock and the
+// The guard is dlock's own binary (dlock-guard in ps) between dlock and the
 // command: the command's parent, in its process group. On Linux it is the
 // subreaper of the command's processes, so that every one of them stays
 // below it whatever group or session it moves to, and it exits once none
@@ -58,7 +58,7 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	if releaseOnExit {
 		mode = "release"
 	}
-	cmd.Args = append([]string{"dlock-run", cmd.Path}, cmd.Args...)
+	cmd.Args = append([]string{"dlock-guard", cmd.Path}, cmd.Args...) // as ps -f shows it
 	cmd.Path = self
 	cmd.Env = append(cmd.Env, heldEnv+"="+mode)
 	cmd.ExtraFiles = []*os.File{r} // its descriptor 3
@@ -93,6 +93,7 @@ func guardCommand() int {
 	// The terminal's ^C, a kill 0 of the command's, and what dlock passes
 	// on reach the guard too: they are the command's to act on.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	nameProcess("dlock-guard")
 	syscall.CloseOnExec(3) // dlock's word is not the command's
 	words := make(chan string)
 	go func() {

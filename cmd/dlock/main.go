@@ -40,7 +40,7 @@ const (
 func main() {
 	// The guard's role needs its name as well as the variable: a user's
 	// own environment may carry the variable, never dlock's argv[0].
-	if os.Getenv(heldEnv) != "" && os.Args[0] == "dlock-run" {
+	if os.Getenv(heldEnv) != "" && os.Args[0] == "dlock-guard" {
 		os.Exit(guardCommand())
 	}
 	// go-redis logs a failed dial from its pool, several times a second while
