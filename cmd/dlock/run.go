@@ -138,7 +138,7 @@ func defineRun(fs *flag.FlagSet) action {
 	})
 	grace := fs.Duration("kill-grace", 10*time.Second, "with Redis unreachable, how long before the lease's deadline the command gets SIGTERM (SIGKILL at it)")
 	releaseOnExit := fs.Bool("release-on-exit", false,
-		"release when COMMAND's main process exits, not when the last process of its group does")
+		"release when COMMAND's main process exits, not when the last process it started does")
 	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
 	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock -E)")
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")

@@ -178,3 +178,23 @@ func TestRun_AStoppedDlockLetsNoCommandRunPastTheDeadline(t *testing.T) {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 	}
 }
+
+// Issue 36.1: the guard killed alone (kill -9 of the command's group, which
+// it is in) leaves no process of the command running once dlock has
+// released the lock: dlock, their subreaper then, kills them.
+func TestRun_AKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) {
+	url, _ := testRedis(t)
+	started := fifo(t, "started")
+	p := startDlock(t, url, "", "run", "guard-killed", "--",
+		"bash", "-c", leaveTheGroup["setsid"]+` exec sleep 100 >/dev/null 2>&1`, "bash", started)
+	leaver, main := outOfGroup(t, started)
+	guard := parentOf(main)
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("exit %d, want %d (the guard's)\nstderr: %s", code, 128+int(syscall.SIGKILL), &p.stderr)
+	}
+	waitGone(t, main, 10*time.Second, "the command, its guard killed,")
+	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, its guard killed,")
+}
