@@ -244,8 +244,8 @@ func TestRun_KillOfDlockTakesTheCommandsGroupDown(t *testing.T) {
 	waitGone(t, step, 10*time.Second, "the command's running step, after kill -9 of dlock,")
 }
 
-// Issue 36.1: dlock killed after starting the command but before telling
-// the guard its group: no process of the command may run on.
+// Issue 36.1: dlock killed after starting the command's guard but before
+// telling it to run the command: no process of the command may run on.
 func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
 	url, _ := testRedis(t)
 	paused := fifo(t, "paused")
@@ -259,8 +259,8 @@ func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Kill dlock once the command has forked its child, or while it is
-	// still dlock's binary, held back until the guard knows its group.
+	// Kill dlock once the command has forked its child, or while the guard,
+	// dlock's binary, holds the command back.
 	waitFor(t, 15*time.Second, "the command's child started, or the command held back", func() bool {
 		_, err := os.Stat(childFile)
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", command))
@@ -274,7 +274,7 @@ func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
 	if data, err := os.ReadFile(childFile); err == nil {
 		child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
-		waitGone(t, child, 10*time.Second, "the command's child, after kill -9 of dlock before the guard knew its group,")
+		waitGone(t, child, 10*time.Second, "the command's child, after kill -9 of dlock before the guard ran it,")
 	}
 }
 
@@ -701,5 +701,37 @@ func TestRun_PermitsOtherThanTheSemaphoresFailsNotAsUnreachable(t *testing.T) {
 	code, _, stderr := runDlock(t, url, "run", "--permits", "3", "-n", "pool", "--", "true")
 	if code != exitFailure || !strings.Contains(stderr, "permits") {
 		t.Fatalf("--permits 3 on a Semaphore of 2: exit %d, want %d\n%s", code, exitFailure, stderr)
+	}
+}
+
+// Issue 36 (D2): flock's short flags group as getopt groups them: switches
+// together (-ns), the last one taking its value from the rest of the word
+// or the next (-nE 0, -nE3, -w0.3). A group never hides in a flag's value
+// (--info -nE), and a letter that is no flag is refused, not guessed.
+func TestRun_GroupedShortFlags(t *testing.T) {
+	url, locks := testRedis(t)
+	mustLease(t)(locks.RWMutex("short", dlock.WithOwner("host-a/pid-7")).Lock(context.Background()))
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-ns"}, exitNotAcquired},
+		{[]string{"-sn"}, exitNotAcquired},
+		{[]string{"-nE", "0"}, 0},
+		{[]string{"-nE3"}, 3},
+		{[]string{"-sw0.3"}, exitNotAcquired},
+		{[]string{"-snE", "4"}, 4},
+	} {
+		code, stdout, stderr := runDlock(t, url, append(append([]string{"run"}, tc.args...), "short", "--", "echo", "ran")...)
+		if code != tc.code || stdout != "" {
+			t.Errorf("run %q on a held lock: exit %d, stdout %q, want %d\n%s", tc.args, code, stdout, tc.code, stderr)
+		}
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "--info", "-nE", "free", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("run --info -nE free: exit %d, %q, want the note -nE\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := runDlock(t, url, "run", "-nx", "short", "--", "echo", "ran")
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "-nx") {
+		t.Errorf("run -nx: exit %d, stdout %q, want %d naming -nx\n%s", code, stdout, exitUsage, stderr)
 	}
 }
