@@ -18,19 +18,13 @@ import (
 
 // Redlock makes locks held by a majority of several independent Redis
 // masters (the Redis documentation's Redlock algorithm), so that a lock
-// survives the loss of a minority of them. Each client must reach one
-// master: a Client, or a failover client, whose failovers the guard counts;
-// a Ring or ClusterClient is refused with [ErrInvalid].
-//
-// Given clocks within [WithDriftFactor] and the restart guard on (see
-// [WithRestartGuard]): while a lease is valid no other owner holds a
-// majority; a lease is returned only with validity left, counted from the
-// attempt's start; tokens strictly increase. It cannot stop a holder paused
-// past its deadline (use the token), and a clock jump, or lost writes the
-// guard is off for or does not see (docs/SAFETY.md), can let two owners in.
-// Each operation goes to every node at once, bounded by
-// [WithNodeTimeout]; waiting Locks retry after a random delay. Failures are
-// a [*QuorumError] naming each node.
+// survives the loss of a minority of them. Each node is one master's
+// client (a Client, or a failover client), whose restarts and failovers the
+// restart guard counts ([WithRestartGuard]). Each operation goes to every
+// node at once, bounded by [WithNodeTimeout]; waiting Locks retry after a
+// random delay; failures are a [*QuorumError] naming each node. What it
+// promises given clocks within [WithDriftFactor], and what can still let
+// two owners in (a paused holder, a clock jump, lost writes): docs/SAFETY.md.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
