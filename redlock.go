@@ -34,8 +34,9 @@ type Redlock struct {
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
-// number, at least 3. Options set defaults for its locks. Nothing is sent to
-// Redis; bad arguments fail it with [ErrInvalid].
+// number, at least 3, none a Ring or ClusterClient. Options set defaults
+// for its locks. Nothing is sent to Redis; bad arguments fail it with
+// [ErrInvalid].
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
 	for i, rdb := range clients {
