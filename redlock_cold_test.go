@@ -55,7 +55,10 @@ func TestRedlock_AFirstVoteOnColdNodesIsNotLostToLoadingScripts(t *testing.T) {
 			}
 		}
 		clients := hookedClients(t, ctx, servers, func(int) []redis.Hook { return []redis.Hook{slowLoads{50 * time.Millisecond}} })
-		rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(300*time.Millisecond))
+		rl, err := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
 		lease, err := rl.Mutex(lockName(t)).TryLock(ctx)
 		if err != nil {
 			t.Fatalf("round %d: the first TryLock on cold nodes: %v", round, err)
