@@ -94,6 +94,7 @@ type acquireSpec struct {
 	// mark, are releaseKeys.
 	lease       leaseSpec
 	releaseKeys []string
+	rules       leaseRules // what its leases share, kept here: lease.rules points to it
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
 	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
@@ -113,6 +114,9 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	}
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
 	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
+	_, renew := h.cfg.holdTTL()
+	s.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew}
+	s.lease.rules = &s.rules
 	return &s
 }
 

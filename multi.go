@@ -223,7 +223,7 @@ var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", 
 func confirmParts(ctx context.Context, parts []*Lease) error {
 	for _, p := range parts {
 		var err error
-		if p.renew {
+		if p.rules.renew {
 			err = p.heldLocally()
 		} else {
 			err = p.Extend(ctx, p.currentTTL())

@@ -21,13 +21,13 @@ type partsHold struct {
 // combineLeases makes one lease of the leases of a MultiLock's groups.
 func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 	first := parts[0]
-	l := &Lease{name: name, token: first.token, drift: first.drift, log: first.log, ttl: first.currentTTL(), renew: first.renew, clock: first.clock}
+	l := &Lease{name: name, token: first.token, rules: first.rules, ttl: first.currentTTL(), clock: first.clock, state: leaseHeld}
 	h := &partsHold{lease: l, parts: parts}
 	l.hold = h
 	for _, p := range parts {
 		p.mu.Lock()
-		p.whole = h
-		risky := p.risky
+		p.signal().whole = h
+		risky := p.risky()
 		p.mu.Unlock()
 		if risky {
 			l.markRisky()

@@ -136,7 +136,7 @@ func (o *Observer) watch(l *Lease, kind Kind) {
 		o.Leader(LeaderEvent{Name: l.name, Term: l.token, Leading: true})
 	}
 	l.mu.Lock()
-	ending := l.ending // end reads obs under the same lock, as it sets ending
+	ending := l.state >= leaseEnding // end reads obs under the same lock, as it steps to leaseEnding
 	if !ending {
 		l.obs.Store(ob)
 	}

@@ -99,6 +99,7 @@ type RedlockMutex struct {
 	cfg         settings
 	err         error
 	nodeTimeout time.Duration
+	rules       leaseRules // what its leases share
 }
 
 // redlockSlack is the fixed part of a Redlock's drift allowance: the clock
@@ -112,7 +113,9 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		return &RedlockMutex{name: name, err: invalidf("nil dlock.Redlock")}
 	}
 	cfg := r.cfg.with(opts)
-	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
+	_, renew := cfg.holdTTL()
+	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name),
+		rules: leaseRules{log: cfg.logger, drift: cfg.drift, slack: redlockSlack, renew: renew}}
 	ttl, _ := cfg.holdTTL()
 	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
 	m.err = cmp.Or(r.err, validateName(name), cfg.validate(forRedlock))

@@ -40,7 +40,7 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 		return h.owner
 	}
 	if held, ok := ctx.Value(h.heldKey).(*clientHold); ok && sameRedis(held.c, h.c) && held.lease.heldLocally() == nil {
-		return holdOwner(held.lease.owner)
+		return holdOwner(held.owner)
 	}
 	return ""
 }

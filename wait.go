@@ -187,7 +187,7 @@ type waiting struct {
 	outage     error     // what the last attempt met, if Redis was unavailable (see ended)
 	answered   time.Time // when Redis last answered an attempt (or the call began)
 	// maybeCopied: an attempt of the call may have been sent twice (see
-	// Lease.maybeCopied).
+	// clientHold.maybeCopied).
 	maybeCopied bool
 	// tooLate: the last grant came back too late and was given back; a
 	// link that slow would give the next one back too, so the loop backs
@@ -202,7 +202,7 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
 	if l != nil {
-		l.maybeCopied = wt.maybeCopied
+		l.noteCopies(wt.maybeCopied)
 	}
 	return l, retryIn, err
 }
@@ -467,7 +467,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	if woken {
 		if l := grantFor(wt.a, wt.w, wt.replicaAck); l != nil {
 			wt.observed.handedOver(wt.ctx, l)
-			l.maybeCopied = wt.maybeCopied
+			l.noteCopies(wt.maybeCopied)
 			if kept, err, done := wt.keep(l); done {
 				return kept, err, true
 			}
@@ -531,7 +531,7 @@ func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 	}
 	l := a.grant.granted(h)
 	if l != nil {
-		l.handedOver = true
+		l.handOver()
 	}
 	return l
 }
