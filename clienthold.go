@@ -148,11 +148,12 @@ func (h *clientHold) infoArg() any {
 
 var boxedNoInfo, boxedInfo any = "0", "1"
 
-func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
+func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l := h.lease
 	args := []any{h.owner, ttl.Milliseconds(), lengthens, h.infoArg()}
-	if explicit {
+	if !extending.IsZero() {
 		args[2] = shortens
+		l.inDoubt(extending, ttl)
 	}
 	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
 	var ackErr error
@@ -274,12 +275,6 @@ func (h *clientHold) renewAt(at time.Time) {
 	h.c.renewer.reschedule(h, at)
 }
 
-func (h *clientHold) renewalsStopped() bool {
-	h.c.renewer.mu.Lock()
-	defer h.c.renewer.mu.Unlock()
-	return h.c.renewer.closed
-}
-
 func (h *clientHold) addTokens(tokens map[string]uint64) {
 	if h.group == nil {
 		tokens[h.lease.name] = h.lease.token
@@ -288,13 +283,4 @@ func (h *clientHold) addTokens(tokens map[string]uint64) {
 	for i, name := range h.group.names {
 		tokens[name] = h.group.tokens[i]
 	}
-}
-
-func (h *clientHold) partLeases() []*Lease { return nil }
-
-func (h *clientHold) carry(parent context.Context) context.Context {
-	if h.kind != rwKind {
-		return parent
-	}
-	return withHold(parent, h)
 }

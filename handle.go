@@ -115,7 +115,7 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
 	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
 	_, renew := h.cfg.holdTTL()
-	s.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew}
+	s.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	s.lease.rules = &s.rules
 	return &s
 }

@@ -60,11 +60,13 @@ type Lease struct {
 // The Lease runs the same lifecycle over each: deadline, timer, renewal
 // schedule, loss, Done.
 type hold interface {
-	// extend asks once that the hold be kept ttl from now; explicit (an
-	// Extend) may shorten it (see shortens), a renewal only lengthens it.
-	// loss, when Redis refused, is what the lease is lost with, and err
-	// what the caller is told; err alone: the outcome is unknown.
-	extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error)
+	// extend asks once that the hold be kept ttl from now. An Extend,
+	// sent at extending, may shorten it (see shortens): a hold that sends
+	// it counts on no more than it leaves until it is answered (see
+	// inDoubt). A renewal (extending zero) only lengthens it. loss, when
+	// Redis refused, is what the lease is lost with, and err what the
+	// caller is told; err alone: the outcome is unknown.
+	extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error)
 	// ttl is [Lease.TTL] of a lease held as far as it knows.
 	ttl(ctx context.Context) (time.Duration, error)
 	// release gives the hold back, with the call's tombstone as rule says;
@@ -73,17 +75,7 @@ type hold interface {
 	// renewAt has the hold renewed at at, unless the lease ended or is
 	// being released meanwhile; a zero at stops its renewals.
 	renewAt(at time.Time)
-	// renewalsStopped reports whether its renewals stopped for good (its
-	// Client was closed): the lease then runs out rather than fails.
-	renewalsStopped() bool
 	addTokens(tokens map[string]uint64)
-	// carry is the context of [Lease.Context] before it is bound to the
-	// lease: parent, or parent carrying a read-write lock's hold.
-	carry(parent context.Context) context.Context
-	// partLeases are the leases it is made of (a MultiLock's across
-	// slots), which send its commands and judge their outcomes; nil for
-	// a hold that sends its own.
-	partLeases() []*Lease
 }
 
 // start runs the lease from a grant or extension sent at sent, for validity:
@@ -136,7 +128,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return errGrantExpired
 	}
 	sent := l.clock.Now()
-	loss, err := l.hold.extend(ctx, l.ttl, false)
+	loss, err := l.hold.extend(ctx, l.ttl, time.Time{})
 	switch {
 	case loss != nil:
 		return errGrantExpired
@@ -269,7 +261,10 @@ func (l *Lease) Deadline() time.Time {
 // re-enters the hold as its owner (see [RWMutex]) while the lease is held.
 func (l *Lease) Context(parent context.Context) context.Context {
 	l.expireIfPast()
-	ctx, cancel := context.WithCancelCause(l.hold.carry(parent))
+	if key := l.rules.heldKey; key != nil {
+		parent = context.WithValue(parent, key, l.hold) // see ownerFor
+	}
+	ctx, cancel := context.WithCancelCause(parent)
 	if key := l.whenEnded(func(err error) { cancel(err) }); key != nil {
 		// Forget the callback when parent ends first, so a long-lived lease
 		// does not collect them.
@@ -341,23 +336,13 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer l.extendMu.Unlock()
 	sent := l.clock.Now()
-	// A shorter TTL cuts the key's life when Redis applies it, which may
-	// be long before its reply arrives (a slow link, a process stopped
-	// before it reads it), and the lock may go to another meanwhile: the
-	// lease counts on no more than it leaves from the moment it is sent,
-	// whatever the outcome. A MultiLock's parts judge their own Extends,
-	// and move the whole's deadline with theirs: the whole, which sends
-	// nothing itself, has nothing in doubt.
-	if l.hold.partLeases() == nil {
-		l.inDoubt(sent, ttl)
-	}
-	loss, err := l.hold.extend(ctx, ttl, true)
+	loss, err := l.hold.extend(ctx, ttl, sent)
 	switch {
 	case loss != nil:
 		l.refusedWith(loss)
 		return err
 	case err != nil:
-		return err // counted on no more than it may have left (inDoubt above)
+		return err // counted on no more than it may have left (see inDoubt)
 	}
 	return l.confirmed(sent, ttl)
 }

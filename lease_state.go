@@ -73,10 +73,25 @@ func (l *Lease) releasing() bool {
 // leaseRules are what the leases of one handle (or one RedlockMutex)
 // share, kept once there.
 type leaseRules struct {
-	log   *slog.Logger
-	drift float64
-	slack time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
-	renew bool          // renewed automatically (a MultiLock's, through its parts): AtRisk watches its renewals
+	log     *slog.Logger
+	drift   float64
+	slack   time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
+	renew   bool          // renewed automatically (a MultiLock's, through its parts): AtRisk watches its renewals
+	renewer *renewer      // what renews it: its Client's; nil for a Redlock's, which renews itself
+	// heldKey is the context key [Lease.Context] carries the hold under:
+	// a read-write lock's (see ownerFor), nil for the other types.
+	heldKey any
+}
+
+// renewalsStopped reports whether renewals stopped for good (their
+// Client was closed): a lease then runs out rather than fails.
+func (r *leaseRules) renewalsStopped() bool {
+	if r.renewer == nil {
+		return false
+	}
+	r.renewer.mu.Lock()
+	defer r.renewer.mu.Unlock()
+	return r.renewer.closed
 }
 
 // leaseSignals are what a lease tells, and to whom: made on first use

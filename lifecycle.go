@@ -27,7 +27,7 @@ var (
 // unreachable where renewals were due and none got through in time,
 // expired where none were to be sent.
 func (l *Lease) deadlineLoss() error {
-	if l.rules.renew && !l.hold.renewalsStopped() {
+	if l.rules.renew && !l.rules.renewalsStopped() {
 		return errDeadlinePassed
 	}
 	return errRanOut
@@ -102,7 +102,10 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 }
 
 // inDoubt handles an Extend to ttl, sent at sent, whose outcome is not
-// known yet, or never will be: Redis may have applied it, or may yet, from
+// known yet, or never will be (a hold calls it as it sends one). A
+// shorter TTL cuts the key's life when Redis applies it, which may be long
+// before its reply arrives (a slow link, a process stopped before it
+// reads it), and the lock may go to another meanwhile: Redis may have applied it, or may yet, from
 // a command still waiting in a stalled server or a copy on its way, its
 // reply not in. A longer TTL changes nothing the
 // lease counts on. A shorter one may have cut the key's life: the lease
@@ -291,7 +294,7 @@ func (l *Lease) lockForRenewal() bool {
 // the margin the lease had left, for the caller to tell once it has
 // released extendMu (a refusal's is told before the lease's End).
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
-	ob := l.obs.Load()
+	ob := l.observer()
 	var due time.Time
 	if ob != nil {
 		due = l.Deadline()
@@ -326,7 +329,7 @@ func (l *Lease) renewNow() {
 	sent := l.clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), l.Deadline().Sub(sent))
 	defer cancel()
-	loss, err := l.hold.extend(ctx, ttl, false)
+	loss, err := l.hold.extend(ctx, ttl, time.Time{})
 	report := l.renewalAnswered(sent, ttl, loss, err)
 	l.extendMu.Unlock()
 	report.tell()

@@ -35,10 +35,12 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 // extend extends the hold on every node; it counts when a majority
 // confirmed within the validity the extension gives. A majority that
 // refused (the hold expired there, or is another's) loses the lease.
-func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
+func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l, m := h.lease, h.m
+	explicit := !extending.IsZero()
 	if explicit {
 		m.r.ttlInUse(ttl)
+		l.inDoubt(extending, ttl)
 	}
 	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
@@ -160,10 +162,4 @@ func (h *redlockHold) renewAt(at time.Time) {
 	}
 }
 
-func (h *redlockHold) renewalsStopped() bool { return false }
-
 func (h *redlockHold) addTokens(tokens map[string]uint64) { tokens[h.lease.name] = h.lease.token }
-
-func (h *redlockHold) carry(parent context.Context) context.Context { return parent }
-
-func (h *redlockHold) partLeases() []*Lease { return nil }
