@@ -21,30 +21,23 @@ const (
 	leaseReleasing // an Unlock sent its release: renewals stop counting
 	leaseEnding    // end has begun: only its first call counts
 	leaseEnded     // released or lost: err says which
-	// leaseReleased: ended, and a release of ours succeeded (also of a
-	// lease lost first): another Unlock is refused, since the release's
-	// mark would make a second release look like a resent first one.
+	// leaseReleased: ended, and a release of ours succeeded (of a lease
+	// lost first too): another Unlock is refused, as the release's mark
+	// would make a second release look like a resent first one.
 	leaseReleased
 )
 
-// leaseSteps are the legal steps, from each state to the states it may
-// go to. A lease ends from any state before leaseEnding; only an Unlock
-// that released ends it released.
+// leaseSteps are the legal steps, as bit sets of the states each state
+// may go to: a lease ends from any state before leaseEnding, and only an
+// Unlock that released marks it released.
 var leaseSteps = [...]uint8{
-	leaseUnconfirmed: stateSet(leaseHandedOver, leaseHeld, leaseReleasing, leaseEnding),
-	leaseHandedOver:  stateSet(leaseHeld, leaseReleasing, leaseEnding),
-	leaseHeld:        stateSet(leaseReleasing, leaseEnding),
-	leaseReleasing:   stateSet(leaseEnding),
-	leaseEnding:      stateSet(leaseEnded),
-	leaseEnded:       stateSet(leaseReleased),
+	leaseUnconfirmed: 1<<leaseHandedOver | 1<<leaseHeld | 1<<leaseReleasing | 1<<leaseEnding,
+	leaseHandedOver:  1<<leaseHeld | 1<<leaseReleasing | 1<<leaseEnding,
+	leaseHeld:        1<<leaseReleasing | 1<<leaseEnding,
+	leaseReleasing:   1 << leaseEnding,
+	leaseEnding:      1 << leaseEnded,
+	leaseEnded:       1 << leaseReleased,
 	leaseReleased:    0,
-}
-
-func stateSet(states ...leaseState) (set uint8) {
-	for _, s := range states {
-		set |= 1 << s
-	}
-	return set
 }
 
 // step moves the lease to next if leaseSteps allows it from where it is,
@@ -59,32 +52,26 @@ func (l *Lease) step(next leaseState) bool {
 
 func (l *Lease) finished() bool { return l.state >= leaseEnded }
 
-// releasingLocked reports whether an Unlock began or the lease is ending:
-// its renewals no longer count; l.mu must be held.
-func (l *Lease) releasingLocked() bool { return l.state >= leaseReleasing }
-
-// releasing is releasingLocked, taking l.mu.
+// releasing reports whether an Unlock began or the lease is ending: its
+// renewals no longer count.
 func (l *Lease) releasing() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.releasingLocked()
+	return l.state >= leaseReleasing
 }
 
-// leaseRules are what the leases of one handle (or one RedlockMutex)
-// share, kept once there.
+// leaseRules are what the leases of one handle (or RedlockMutex) share.
 type leaseRules struct {
 	log     *slog.Logger
 	drift   float64
 	slack   time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
 	renew   bool          // renewed automatically (a MultiLock's, through its parts): AtRisk watches its renewals
-	renewer *renewer      // what renews it: its Client's; nil for a Redlock's, which renews itself
-	// heldKey is the context key [Lease.Context] carries the hold under:
-	// a read-write lock's (see ownerFor), nil for the other types.
-	heldKey any
+	renewer *renewer      // its Client's, whose Close stops its renewals; nil for a Redlock's
+	heldKey any           // what Lease.Context carries the hold under (see ownerFor); nil but for a read-write lock
 }
 
-// renewalsStopped reports whether renewals stopped for good (their
-// Client was closed): a lease then runs out rather than fails.
+// renewalsStopped reports whether renewals stopped for good (the Client
+// was closed): a lease then runs out rather than fails.
 func (r *leaseRules) renewalsStopped() bool {
 	if r.renewer == nil {
 		return false
@@ -94,14 +81,13 @@ func (r *leaseRules) renewalsStopped() bool {
 	return r.renewer.closed
 }
 
-// leaseSignals are what a lease tells, and to whom: made on first use
-// (most leases are unlocked with nobody waiting on them, and ten thousand
-// held leases are a megabyte lighter without); under the lease's mu.
+// leaseSignals are what a lease tells, and to whom, under its mu: made on
+// first use, as most leases are unlocked with nobody waiting on them.
 type leaseSignals struct {
 	done  chan struct{} // made by the first Done, closed once finished
 	risk  chan struct{} // made by the first AtRisk, closed once risky
 	onEnd map[*func(error)]struct{}
-	whole *partsHold // of a MultiLock's part: the whole, whose deadline follows its parts' and which is at risk when a part is
+	whole *partsHold // of a MultiLock's part: the whole, whose deadline and risk follow the parts'
 	risky bool       // at risk (see AtRisk), or lost
 }
 

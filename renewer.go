@@ -297,12 +297,9 @@ func renewalLoss(err error) error {
 // unlocked meanwhile, or the renewer was closed: the lease then runs to its
 // deadline, and reports itself lost.
 func (r *renewer) reschedule(h *clientHold, at time.Time) {
-	if h.lease.ended() {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || h.lease.releasing() {
+	if r.closed || h.lease.releasing() { // released, or ended
 		return
 	}
 	r.schedule(h, at)
