@@ -102,16 +102,14 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 }
 
 // inDoubt handles an Extend to ttl, sent at sent, whose outcome is not
-// known yet, or never will be (a hold calls it as it sends one). A
-// shorter TTL cuts the key's life when Redis applies it, which may be long
-// before its reply arrives (a slow link, a process stopped before it
-// reads it), and the lock may go to another meanwhile: Redis may have applied it, or may yet, from
-// a command still waiting in a stalled server or a copy on its way, its
-// reply not in. A longer TTL changes nothing the
-// lease counts on. A shorter one may have cut the key's life: the lease
-// counts on no more than it would leave, and renews at that TTL from now
-// on, so that the key lives as long as the lease counts on it whichever
-// extension Redis applies last.
+// known yet, or never will be; a hold calls it as it sends one. Redis may
+// have applied it, or may yet (a command waiting in a stalled server, a
+// copy on its way), long before its reply arrives, and the lock may go to
+// another meanwhile. A longer TTL changes nothing the lease counts on. A
+// shorter one may have cut the key's life: the lease counts on no more
+// than it would leave, and renews at that TTL from now on, so that the
+// key lives as long as the lease counts on it whichever extension Redis
+// applies last.
 func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	if l.finished() || ttl >= l.ttl {
