@@ -39,7 +39,7 @@ type leaseSpec struct {
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
 	cfg     settings
-	rules   *leaseRules // the handle's (see acquireSpec.rules)
+	rules   leaseRules
 
 	// tombstone is the call's (see keys.tombstone): a release that gives
 	// the call up writes it.

@@ -110,7 +110,6 @@ type acquireSpec struct {
 	// mark, are releaseKeys.
 	lease       leaseSpec
 	releaseKeys []string
-	rules       leaseRules // what its leases share, kept here: lease.rules points to it
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
 	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
@@ -131,8 +130,7 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
 	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
 	_, renew := h.cfg.holdTTL()
-	s.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
-	s.lease.rules = &s.rules
+	s.lease.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	return &s
 }
 

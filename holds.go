@@ -60,7 +60,7 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 		lease:       leaseSpec{kind: rwKind, keys: keys[extend][0]},
 		releaseKeys: keys[release][0],
 	})
-	h.write.rules.heldKey = h.heldKey
+	h.write.lease.rules.heldKey = h.heldKey
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write

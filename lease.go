@@ -22,7 +22,7 @@ type Lease struct {
 	name  string
 	token uint64
 	hold  hold         // where the lock is held, and how: all the rest is the lifecycle's
-	rules *leaseRules  // its handle's: drift, slack, logger, whether renewed
+	rules leaseRules   // its handle's (copied: a lease keeps no handle alive)
 	clock *clock.Clock // what it reads the time from: nil, the machine's; its Client's or Redlock's (see internal/clock)
 
 	unlockMu sync.Mutex // one Unlock at a time, so their outcomes are not crossed

@@ -60,7 +60,8 @@ func (l *Lease) releasing() bool {
 	return l.state >= leaseReleasing
 }
 
-// leaseRules are what the leases of one handle (or RedlockMutex) share.
+// leaseRules are what the leases of one handle (or RedlockMutex) have in
+// common.
 type leaseRules struct {
 	log     *slog.Logger
 	drift   float64

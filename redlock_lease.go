@@ -21,7 +21,7 @@ type redlockHold struct {
 // newLease makes the lease of a hold a majority granted to an attempt
 // that started at start: valid until start + TTL − TTL × drift − 2 ms.
 func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl time.Duration) *Lease {
-	l := &Lease{name: m.name, token: token, rules: &m.rules, ttl: ttl, clock: m.r.clock, state: leaseHeld}
+	l := &Lease{name: m.name, token: token, rules: m.rules, ttl: ttl, clock: m.r.clock, state: leaseHeld}
 	h := &redlockHold{lease: l, m: m, owner: owner}
 	l.hold = h
 	if m.rules.renew { // made before start sets it, so that no renewal runs before it is made
