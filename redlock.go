@@ -102,10 +102,9 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
 	}
 	cfg := r.cfg.with(opts)
-	_, renew := cfg.holdTTL()
+	ttl, renew := cfg.holdTTL()
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name),
 		rules: leaseRules{log: cfg.logger, drift: cfg.drift, slack: redlockSlack, renew: renew}}
-	ttl, _ := cfg.holdTTL()
 	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
 	m.err = cmp.Or(validateName(name), cfg.validate(forRedlock))
 	if m.err == nil && m.nodeTimeout >= ttl/2 {
