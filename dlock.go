@@ -39,7 +39,7 @@ type Client struct {
 
 	// resendAfter is how long a command takes at least when the Redis
 	// client may have sent it twice: go-redis resends one only after a read
-	// timed out. See Lease.maybeCopied.
+	// timed out. See clientHold.maybeCopied.
 	resendAfter time.Duration
 
 	// tag names this Client's own wake-up channel of each Mutex (see
@@ -258,7 +258,7 @@ func secretKey(base, sep, token string) string {
 // token all its attempts carry (the call's owner token, a read-write lock's
 // hold id, or a MultiLock call's token of its own, shared by its groups):
 // every abandon script writes it, as does the release of a lease whose call
-// gave it up or may have had an attempt sent twice (see Lease.maybeCopied);
+// gave it up or may have had an attempt sent twice (see clientHold.maybeCopied);
 // every acquire script refuses an attempt that finds it before taking or
 // registering anything, so that a copy of any attempt of the call arriving
 // late does nothing.

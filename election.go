@@ -154,7 +154,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	n, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
-		l.owner, value, publish).Int64()
+		l.hold.(*clientHold).owner, value, publish).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
 	}

@@ -53,17 +53,33 @@ func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(
 	return h.take(ctx, kind, try, newCall)
 }
 
-// take makes a call (newCall's) try once, or wait for the lock, inside the
-// observer's bracket when there is one.
+// take makes a call (newCall's) try once, or wait for the lock (see
+// acquireBy).
 func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
-	run := func(ctx context.Context) (*Lease, error) {
+	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
 			return tryOnce(ctx, newCall(ctx))
 		}
 		return h.c.waitFor(ctx, h.cfg, newCall(ctx))
+	})
+}
+
+// acquireBy is every acquire call of every type, a Redlock's and a
+// MultiLock's included: inside the observer's bracket when there is one,
+// take tries once (TryLock, or a wait of zero set by [WithWait]) or
+// waits, bounded by WithWait's wait.
+func acquireBy(ctx context.Context, cfg settings, kind Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
+	try = try || cfg.triesOnce()
+	run := func(ctx context.Context) (*Lease, error) {
+		if !try && cfg.waitSet {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cfg.wait)
+			defer cancel()
+		}
+		return take(ctx, try)
 	}
-	if o := h.cfg.observer; o != nil {
-		return o.acquire(ctx, kind, h.name, try || h.cfg.triesOnce(), run)
+	if o := cfg.observer; o != nil {
+		return o.acquire(ctx, kind, name, try, run)
 	}
 	return run(ctx)
 }
@@ -115,6 +131,8 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	}
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
 	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
+	_, renew := h.cfg.holdTTL()
+	s.lease.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	return &s
 }
 

@@ -59,6 +59,7 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
 		releaseKeys: lay.list(release)[0],
 	})
+	h.write.lease.rules.heldKey = h.heldKey
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write

@@ -88,6 +88,7 @@ type RedlockMutex struct {
 	cfg         settings
 	err         error
 	nodeTimeout time.Duration
+	rules       leaseRules // what its leases share
 }
 
 // redlockSlack is the fixed part of a Redlock's drift allowance: the clock
@@ -101,8 +102,9 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
 	}
 	cfg := r.cfg.with(opts)
-	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
-	ttl, _ := cfg.holdTTL()
+	ttl, renew := cfg.holdTTL()
+	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name),
+		rules: leaseRules{log: cfg.logger, drift: cfg.drift, slack: redlockSlack, renew: renew}}
 	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
 	m.err = cmp.Or(validateName(name), cfg.validate(forRedlock))
 	if m.err == nil && m.nodeTimeout >= ttl/2 {
@@ -137,13 +139,7 @@ func (m *RedlockMutex) usable() error {
 // [ErrNotAcquired]. Nothing waits for that background: clients closed
 // right after TryLock cut it short.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.usable(); err != nil {
-		return nil, err
-	}
-	if o := m.cfg.observer; o != nil {
-		return o.acquire(ctx, KindRedlock, m.name, true, m.tryLock)
-	}
-	return m.tryLock(ctx)
+	return m.acquire(ctx, true)
 }
 
 func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
@@ -165,24 +161,23 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // attempt that fails, and one that won a majority once ctx ended, is
 // given back as TryLock's is, in the background where its release failed.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, false)
+}
+
+// acquire is TryLock (try) or Lock (see acquireBy).
+func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	if o := m.cfg.observer; o != nil {
-		return o.acquire(ctx, KindRedlock, m.name, m.cfg.triesOnce(), m.lock)
-	}
-	return m.lock(ctx)
+	return acquireBy(ctx, m.cfg, KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
+		if try {
+			return m.tryLock(ctx)
+		}
+		return m.lock(ctx)
+	})
 }
 
 func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
-	if m.cfg.waitSet {
-		if m.cfg.wait == 0 {
-			return m.tryLock(ctx)
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.cfg.wait)
-		defer cancel()
-	}
 	var last error
 	observed := m.cfg.observer.callIn(ctx) // nil when nobody observes
 	for {
