@@ -103,9 +103,11 @@
 //
 // # Observing locks
 //
-// [WithObserver] sets an [Observer]: functions told of each acquire call
-// and its outcome, the steps of a wait, renewals with their margin,
-// extensions, releases, losses with their reason, and leaderships. The
+// [WithObserver] sets an [observe.Observer] (package observe holds it and
+// its events, as net/http/httptrace does for net/http): functions told of
+// each acquire call and its outcome, the steps of a wait, renewals with
+// their margin, extensions, releases, losses with their reason, and
+// leaderships. The
 // module github.com/dlockio/dlock/dlockotel makes OpenTelemetry metrics and
 // spans of them; this module depends on no telemetry library. Unset, it
 // costs nothing.

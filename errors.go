@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlockio/dlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -202,7 +203,8 @@ func isWrongType(err error) bool {
 // LossReason says how a lease was lost. It is an error in the chain of
 // every lost lease's error, beside [ErrLeaseLost]: match one with
 // errors.Is(err, dlock.LossTaken), or read it with errors.As(err, &reason).
-type LossReason string
+// It is defined in package observe, whose [observe.LeaseEnd] carries it.
+type LossReason = observe.LossReason
 
 // The ways a lease is lost.
 const (
@@ -213,31 +215,28 @@ const (
 	// TTL, and the lock types whose holds carry no owner to compare with
 	// (a read-write lock's, a Semaphore's, a MultiLock's) or no mark of a
 	// forced removal.
-	LossExpired LossReason = "expired"
+	LossExpired LossReason = observe.LossExpired
 
 	// LossTaken: another owner holds the lock now. Its key was
 	// overwritten: a program other than dlock wrote it, or dlock's own
 	// hold went and another acquired it before this lease's renewal came.
-	LossTaken LossReason = "taken"
+	LossTaken LossReason = observe.LossTaken
 
 	// LossForced: [Client.ForceUnlock] (`dlock unlock --force`) removed
 	// the hold. Told for a Mutex's, FairMutex's or Election's hold, whose
 	// removal leaves a mark naming its owner for as long as the hold had
 	// left.
-	LossForced LossReason = "forced"
+	LossForced LossReason = observe.LossForced
 
 	// LossUnreachable: no renewal was confirmed before the lease's
 	// deadline (Redis stalled, unreachable, or too slow; with
 	// [WithReplicaAck], too few replicas confirmed them, or WAIT was
-	// refused: an [Observer]'s renewal events say which), or an Unlock
-	// could not tell whether it released. Redis may still hold the key
-	// until its TTL runs out.
-	LossUnreachable LossReason = "unreachable"
+	// refused: an [observe.Observer]'s renewal events say which), or an
+	// Unlock could not tell whether it released. Redis may still hold the
+	// key until its TTL runs out.
+	LossUnreachable LossReason = observe.LossUnreachable
 
-	// LossUnknown is what an [Observer] is told where none of the above
-	// is known. No lost lease's error matches it.
-	LossUnknown LossReason = "unknown"
+	// LossUnknown is what an [observe.Observer] is told where none of
+	// the above is known. No lost lease's error matches it.
+	LossUnknown LossReason = observe.LossUnknown
 )
-
-// Error is the reason in words.
-func (r LossReason) Error() string { return "lease lost: " + string(r) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // An Observer of one's own: here it prints what happens. For
@@ -12,12 +13,12 @@ import (
 func ExampleWithObserver() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	obs := &dlock.Observer{
-		Acquire: func(ctx context.Context, call dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+	obs := &observe.Observer{
+		Acquire: func(ctx context.Context, call observe.AcquireCall) (context.Context, func(observe.AcquireDone)) {
 			fmt.Println("acquiring a", call.Kind)
-			return ctx, func(d dlock.AcquireDone) { fmt.Println("acquire:", d.Outcome) }
+			return ctx, func(d observe.AcquireDone) { fmt.Println("acquire:", d.Outcome) }
 		},
-		End: func(ev dlock.LeaseEnd) {
+		End: func(ev observe.LeaseEnd) {
 			if ev.Lost != "" {
 				fmt.Println("lost:", ev.Lost)
 				return

@@ -13,6 +13,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // A graceful cluster failover drops a waiter's sharded subscription, and
@@ -70,11 +71,11 @@ func handOverLostInAFailover(t *testing.T, c *redistest.Cluster, rdb, waiterRedi
 	woken := make(chan struct{}, 1)
 	goOn := make(chan struct{})
 	givenBack := make(chan error, 8)
-	obs := &dlock.Observer{Wait: func(_ context.Context, ev dlock.WaitEvent) {
+	obs := &observe.Observer{Wait: func(_ context.Context, ev observe.WaitEvent) {
 		switch {
-		case ev.Step == dlock.WaitRegistered:
+		case ev.Step == observe.WaitRegistered:
 			registered <- struct{}{}
-		case ev.Step == dlock.WaitRetry && ev.Err == nil:
+		case ev.Step == observe.WaitRetry && ev.Err == nil:
 			// The failover's wake-up: the waiter stays here until the
 			// holder has released, handing it the lock.
 			select {
@@ -82,7 +83,7 @@ func handOverLostInAFailover(t *testing.T, c *redistest.Cluster, rdb, waiterRedi
 				<-goOn
 			default:
 			}
-		case ev.Step == dlock.WaitRetry:
+		case ev.Step == observe.WaitRetry:
 			givenBack <- ev.Err
 		}
 	}}

@@ -18,6 +18,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Servers shared by the tests of this package that need no server of their
@@ -431,9 +432,9 @@ func keysOn(t testing.TB, ctx context.Context, rdb redis.UniversalClient, patter
 
 // renewalsSeen is an option that tells a Client's renewals, answered, on
 // the channel it returns (the latest 64 when nobody reads them).
-func renewalsSeen() (<-chan dlock.RenewalEvent, dlock.Option) {
-	renewals := make(chan dlock.RenewalEvent, 64)
-	return renewals, dlock.WithObserver(&dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+func renewalsSeen() (<-chan observe.RenewalEvent, dlock.Option) {
+	renewals := make(chan observe.RenewalEvent, 64)
+	return renewals, dlock.WithObserver(&observe.Observer{Renewal: func(ev observe.RenewalEvent) {
 		select {
 		case renewals <- ev:
 		default:

@@ -48,7 +48,7 @@ type Lease struct {
 	signals  *leaseSignals // made on first use (see leaseSignals)
 
 	// obs tells an Observer about a lease returned to a caller (see
-	// Observer.watch); nil when none is set.
+	// hooks.watch); nil when none is set.
 	obs atomic.Pointer[leaseObs]
 }
 
@@ -442,7 +442,7 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 		l.mu.Unlock()
 		return false
 	}
-	ob := l.obs.Load() // under mu: see Observer.watch
+	ob := l.obs.Load() // under mu: see hooks.watch
 	l.mu.Unlock()
 	if err != nil {
 		l.rules.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)

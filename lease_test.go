@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // lossGuard bounds how long a test waits for a loss it expects: generous, so
@@ -620,8 +621,8 @@ func TestLease_LateGrantWhoseConfirmationIsLateIsNotReturned(t *testing.T) {
 func observeRetries() (dlock.Option, func() []error) {
 	var mu sync.Mutex
 	var retries []error
-	observed := dlock.WithObserver(&dlock.Observer{Wait: func(_ context.Context, ev dlock.WaitEvent) {
-		if ev.Step == dlock.WaitRetry {
+	observed := dlock.WithObserver(&observe.Observer{Wait: func(_ context.Context, ev observe.WaitEvent) {
+		if ev.Step == observe.WaitRetry {
 			mu.Lock()
 			retries = append(retries, ev.Err)
 			mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/dlockio/dlock/observe"
 )
 
 // How a lease lives: its deadline, on two clocks; the timer that looks at
@@ -299,7 +301,7 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 	}
 	switch {
 	case loss != nil:
-		report := ob.renewal(l.clock, due, RenewalRefused, err)
+		report := ob.renewal(l.clock, due, observe.RenewalRefused, err)
 		if !l.releasing() && l.endTelling(loss, report) {
 			return renewalReport{}
 		}
@@ -308,12 +310,12 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 		l.rules.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
 		now := l.clock.Now()
 		l.hold.renewAt(now.Add(max(l.Deadline().Sub(now)/4, 5*time.Millisecond)))
-		return ob.renewal(l.clock, due, RenewalFailed, err)
+		return ob.renewal(l.clock, due, observe.RenewalFailed, err)
 	}
 	if err := l.confirmed(sent, ttl); err != nil {
-		return ob.renewal(l.clock, due, RenewalFailed, err)
+		return ob.renewal(l.clock, due, observe.RenewalFailed, err)
 	}
-	return ob.renewal(l.clock, due, RenewalOK, nil)
+	return ob.renewal(l.clock, due, observe.RenewalOK, nil)
 }
 
 // renewNow renews the lease on its own, bounded by its deadline: a

@@ -6,17 +6,26 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/observe"
 )
 
-// How the lock types tell their Observer (observer.go). Nothing here runs
-// when no Observer is set: each hook point tests a nil pointer first (the
+// WithObserver sets the [observe.Observer] told about the locks (of a
+// Client, or of one lock). A later WithObserver replaces an earlier one;
+// WithObserver(nil) turns observation off.
+func WithObserver(o *observe.Observer) Option {
+	return func(s *settings) { s.observer, s.given = (*hooks)(o), s.given|optObserver }
+}
+
+// hooks is the Observer the lock types tell. Nothing here runs when no
+// Observer is set: each hook point tests a nil pointer first (the
 // handle's settings, a lease's obs), so an unobserved Lock and Unlock
 // allocate nothing more.
+type hooks observe.Observer
 
 // observedCall is one acquire call being observed. It travels in the
 // call's context (callKey), where the waiting loop finds it.
 type observedCall struct {
-	o          *Observer
+	o          *hooks
 	kind       Kind
 	name       string
 	registered bool // the call registered as a waiter: reported once
@@ -27,19 +36,19 @@ type callKey struct{}
 // acquire runs one acquire call of a lock of kind called name, observed by
 // o: Acquire before, done after, and the lease it returns watched until it
 // ends.
-func (o *Observer) acquire(ctx context.Context, kind Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
+func (o *hooks) acquire(ctx context.Context, kind Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
 	call := &observedCall{o: o, kind: kind, name: name}
-	var done func(AcquireDone)
+	var done func(observe.AcquireDone)
 	if o.Acquire != nil {
 		var callCtx context.Context
-		if callCtx, done = o.Acquire(ctx, AcquireCall{Kind: kind, Name: name, Try: try}); callCtx != nil {
+		if callCtx, done = o.Acquire(ctx, observe.AcquireCall{Kind: kind, Name: name, Try: try}); callCtx != nil {
 			ctx = callCtx
 		}
 	}
 	l, err := acquire(context.WithValue(ctx, callKey{}, call))
 	defer releaseOnPanic(ctx, l) // done and watch run while l is not yet the caller's
 	if done != nil {
-		d := AcquireDone{Outcome: outcomeOf(err), Waited: call.registered, Err: err}
+		d := observe.AcquireDone{Outcome: outcomeOf(err), Waited: call.registered, Err: err}
 		if l != nil {
 			d.Token = l.token
 		}
@@ -71,25 +80,25 @@ func releaseOnPanic(ctx context.Context, l *Lease) {
 // call has not returned yet: a panicking hook gives it up.
 func (c *observedCall) handedOver(ctx context.Context, l *Lease) {
 	defer releaseOnPanic(ctx, l)
-	c.wait(ctx, WaitHandedOver, nil)
+	c.wait(ctx, observe.WaitHandedOver, nil)
 }
 
 // outcomeOf classes what an acquire call returned.
-func outcomeOf(err error) Outcome {
+func outcomeOf(err error) observe.Outcome {
 	switch {
 	case err == nil:
-		return OutcomeAcquired
+		return observe.OutcomeAcquired
 	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
+		return observe.OutcomeCanceled
 	case errors.Is(err, ErrNotAcquired):
-		return OutcomeNotAcquired
+		return observe.OutcomeNotAcquired
 	}
-	return OutcomeError
+	return observe.OutcomeError
 }
 
 // callIn is the observed call ctx carries, or nil: at once when o is nil,
 // so that an unobserved wait does not look.
-func (o *Observer) callIn(ctx context.Context) *observedCall {
+func (o *hooks) callIn(ctx context.Context) *observedCall {
 	if o == nil {
 		return nil
 	}
@@ -98,18 +107,18 @@ func (o *Observer) callIn(ctx context.Context) *observedCall {
 }
 
 // wait reports a step of the call's wait; a nil call reports nothing.
-func (c *observedCall) wait(ctx context.Context, step WaitStep, err error) {
+func (c *observedCall) wait(ctx context.Context, step observe.WaitStep, err error) {
 	if c == nil {
 		return
 	}
-	if step == WaitRegistered {
+	if step == observe.WaitRegistered {
 		if c.registered {
 			return
 		}
 		c.registered = true
 	}
 	if c.o.Wait != nil {
-		c.o.Wait(ctx, WaitEvent{Kind: c.kind, Name: c.name, Step: step, Err: err})
+		c.o.Wait(ctx, observe.WaitEvent{Kind: c.kind, Name: c.name, Step: step, Err: err})
 	}
 }
 
@@ -118,8 +127,8 @@ func (c *observedCall) wait(ctx context.Context, step WaitStep, err error) {
 // one of their own from the whole's, marked part (see Lease.observer):
 // they report renewals, and the whole lease reports the rest.
 type leaseObs struct {
-	o        *Observer
-	info     LeaseInfo
+	o        *hooks
+	info     observe.LeaseInfo
 	acquired time.Time
 	part     bool
 }
@@ -127,10 +136,10 @@ type leaseObs struct {
 // watch makes l, just returned to the caller of an acquire of kind,
 // report to o from now on. A lease that ended meanwhile (it was lost on
 // the way) reports its end at once.
-func (o *Observer) watch(l *Lease, kind Kind) {
-	ob := &leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
+func (o *hooks) watch(l *Lease, kind Kind) {
+	ob := &leaseObs{o: o, info: observe.LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
 	if kind == KindElection && o.Leader != nil {
-		o.Leader(LeaderEvent{Name: l.name, Term: l.token, Leading: true})
+		o.Leader(observe.LeaderEvent{Name: l.name, Term: l.token, Leading: true})
 	}
 	l.mu.Lock()
 	ending := l.state >= leaseEnding // end reads obs under the same lock, as it steps to leaseEnding
@@ -160,7 +169,7 @@ func (l *Lease) observer() *leaseObs {
 	if wob == nil {
 		return nil
 	}
-	ob := &leaseObs{o: wob.o, info: LeaseInfo{Kind: wob.info.Kind, Name: l.name, Token: l.token}, part: true}
+	ob := &leaseObs{o: wob.o, info: observe.LeaseInfo{Kind: wob.info.Kind, Name: l.name, Token: l.token}, part: true}
 	l.obs.Store(ob)
 	return ob
 }
@@ -172,14 +181,14 @@ func (ob *leaseObs) ended(err error) {
 	}
 	o := ob.o
 	if o.End != nil {
-		ev := LeaseEnd{LeaseInfo: ob.info, Held: time.Since(ob.acquired), Err: err}
+		ev := observe.LeaseEnd{LeaseInfo: ob.info, Held: time.Since(ob.acquired), Err: err}
 		if err != nil {
 			ev.Lost = lossReason(err)
 		}
 		o.End(ev)
 	}
 	if ob.info.Kind == KindElection && o.Leader != nil {
-		o.Leader(LeaderEvent{Name: ob.info.Name, Term: ob.info.Token})
+		o.Leader(observe.LeaderEvent{Name: ob.info.Name, Term: ob.info.Token})
 	}
 }
 
@@ -224,12 +233,12 @@ func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, f
 // renewal is the report of the answer to a renewal of a lease whose
 // deadline was due before it, read on the lease's clock: nothing when ob
 // is nil.
-func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result RenewalResult, err error) renewalReport {
+func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result observe.RenewalResult, err error) renewalReport {
 	if ob == nil || ob.o.Renewal == nil {
 		return renewalReport{}
 	}
-	ev := RenewalEvent{LeaseInfo: ob.info, Result: result, Err: err}
-	if result == RenewalOK {
+	ev := observe.RenewalEvent{LeaseInfo: ob.info, Result: result, Err: err}
+	if result == observe.RenewalOK {
 		ev.Margin = clk.Until(due)
 	}
 	return renewalReport{ob.o.Renewal, ev}
@@ -239,8 +248,8 @@ func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result RenewalResul
 // let go of its lease and of the others of its batch, so that a slow hook
 // delays no lease's renewal.
 type renewalReport struct {
-	hook func(RenewalEvent) // nil: nothing to tell
-	ev   RenewalEvent
+	hook func(observe.RenewalEvent) // nil: nothing to tell
+	ev   observe.RenewalEvent
 }
 
 func (r renewalReport) tell() {
@@ -255,15 +264,15 @@ func (l *Lease) extended(ttl time.Duration, err error) {
 	if ob == nil || ob.part || ob.o.Extend == nil || errors.Is(err, ErrInvalid) {
 		return
 	}
-	ev := ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: RenewalOK, Err: err}
+	ev := observe.ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: observe.RenewalOK, Err: err}
 	switch {
 	case err == nil:
 	case errors.Is(err, errConfirmedLate):
-		ev.Result = RenewalFailed
+		ev.Result = observe.RenewalFailed
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrLeaseLost):
-		ev.Result = RenewalRefused
+		ev.Result = observe.RenewalRefused
 	default:
-		ev.Result = RenewalFailed
+		ev.Result = observe.RenewalFailed
 	}
 	ob.o.Extend(ev)
 }

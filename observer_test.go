@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // recorder is an Observer that writes down every event, one line each,
@@ -36,32 +37,32 @@ func (r *recorder) add(ev any, format string, args ...any) {
 
 type ctxMark struct{}
 
-func (r *recorder) observer() *dlock.Observer {
-	return &dlock.Observer{
-		Acquire: func(ctx context.Context, call dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+func (r *recorder) observer() *observe.Observer {
+	return &observe.Observer{
+		Acquire: func(ctx context.Context, call observe.AcquireCall) (context.Context, func(observe.AcquireDone)) {
 			r.add(call, "acquire %s try=%v", call.Kind, call.Try)
 			ctx = context.WithValue(ctx, ctxMark{}, call.Name)
-			return ctx, func(d dlock.AcquireDone) {
+			return ctx, func(d observe.AcquireDone) {
 				r.add(d, "done %s waited=%v token>0=%v", d.Outcome, d.Waited, d.Token > 0)
 			}
 		},
-		Wait: func(ctx context.Context, ev dlock.WaitEvent) {
+		Wait: func(ctx context.Context, ev observe.WaitEvent) {
 			// The wait runs in the context Acquire returned.
 			marked := ctx.Value(ctxMark{}) == ev.Name
 			r.add(ev, "wait %s %s marked=%v", ev.Kind, ev.Step, marked)
 		},
-		Release: func(ctx context.Context, l dlock.LeaseInfo) (context.Context, func(error)) {
+		Release: func(ctx context.Context, l observe.LeaseInfo) (context.Context, func(error)) {
 			r.add(l, "release %s", l.Kind)
 			return ctx, func(err error) { r.add(err, "released err=%v", err) }
 		},
-		Renewal: func(ev dlock.RenewalEvent) {
+		Renewal: func(ev observe.RenewalEvent) {
 			r.add(ev, "renewal %s %s margin>0=%v", ev.Kind, ev.Result, ev.Margin > 0)
 		},
-		Extend: func(ev dlock.ExtendEvent) { r.add(ev, "extend %s %s", ev.Kind, ev.Result) },
-		End: func(ev dlock.LeaseEnd) {
+		Extend: func(ev observe.ExtendEvent) { r.add(ev, "extend %s %s", ev.Kind, ev.Result) },
+		End: func(ev observe.LeaseEnd) {
 			r.add(ev, "end %s lost=%q held>0=%v", ev.Kind, string(ev.Lost), ev.Held > 0)
 		},
-		Leader: func(ev dlock.LeaderEvent) { r.add(ev, "leader leading=%v term>0=%v", ev.Leading, ev.Term > 0) },
+		Leader: func(ev observe.LeaderEvent) { r.add(ev, "leader leading=%v term>0=%v", ev.Leading, ev.Term > 0) },
 	}
 }
 
@@ -120,7 +121,7 @@ func TestObserver_LockUnlockIsOneAcquireAndOneRelease(t *testing.T) {
 		`end mutex lost="" held>0=true`,
 		"released err=<nil>",
 	})
-	if end := rec.events[3].(dlock.LeaseEnd); end.Token != lease.Token() || end.Name != lease.Name() {
+	if end := rec.events[3].(observe.LeaseEnd); end.Token != lease.Token() || end.Name != lease.Name() {
 		t.Fatalf("end of %+v, want the lease's name and token %d", end, lease.Token())
 	}
 }
@@ -219,8 +220,8 @@ func TestObserver_CancelledWaitIsCanceled(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock: %v", err)
 	}
-	done := rec.waitFor(t, "done", time.Second).(dlock.AcquireDone)
-	if done.Outcome != dlock.OutcomeCanceled || !done.Waited || done.Err == nil {
+	done := rec.waitFor(t, "done", time.Second).(observe.AcquireDone)
+	if done.Outcome != observe.OutcomeCanceled || !done.Waited || done.Err == nil {
 		t.Fatalf("done: %+v", done)
 	}
 
@@ -230,7 +231,7 @@ func TestObserver_CancelledWaitIsCanceled(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock: %v", err)
 	}
-	if done := rec2.waitFor(t, "done", time.Second).(dlock.AcquireDone); done.Outcome != dlock.OutcomeNotAcquired {
+	if done := rec2.waitFor(t, "done", time.Second).(observe.AcquireDone); done.Outcome != observe.OutcomeNotAcquired {
 		t.Fatalf("done after WithWait ran out: %+v", done)
 	}
 }
@@ -246,14 +247,14 @@ func TestObserver_RenewalsReportTheirMargin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := rec.waitFor(t, "renewal mutex ok", 5*time.Second).(dlock.RenewalEvent)
+	ev := rec.waitFor(t, "renewal mutex ok", 5*time.Second).(observe.RenewalEvent)
 	if ev.Margin <= 0 || ev.Margin >= ttl || ev.Token != lease.Token() {
 		t.Fatalf("renewal %+v: want a margin in (0, %v) and the lease's token %d", ev, ttl, lease.Token())
 	}
 	if err := lease.Extend(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if ev := rec.waitFor(t, "extend mutex ok", time.Second).(dlock.ExtendEvent); ev.TTL != time.Second {
+	if ev := rec.waitFor(t, "extend mutex ok", time.Second).(observe.ExtendEvent); ev.TTL != time.Second {
 		t.Fatalf("extend: %+v", ev)
 	}
 	if err := lease.Unlock(ctx); err != nil {
@@ -282,7 +283,7 @@ func TestObserver_RefusedRenewalEndsTheLeaseLost(t *testing.T) {
 		"renewal mutex refused margin>0=false",
 		`end mutex lost="forced" held>0=true`,
 	})
-	if end := rec.events[len(lines)-1].(dlock.LeaseEnd); !errors.Is(end.Err, dlock.ErrLeaseLost) {
+	if end := rec.events[len(lines)-1].(observe.LeaseEnd); !errors.Is(end.Err, dlock.ErrLeaseLost) {
 		t.Fatalf("end: %+v", end)
 	}
 }
@@ -297,7 +298,7 @@ func TestObserver_FixedLeaseRunsOutExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, lease.Done(), 5*time.Second, "the lease's end")
-	if end := rec.waitFor(t, "end", time.Second).(dlock.LeaseEnd); end.Lost != dlock.LossExpired {
+	if end := rec.waitFor(t, "end", time.Second).(observe.LeaseEnd); end.Lost != dlock.LossExpired {
 		t.Fatalf("end: %+v", end)
 	}
 }
@@ -319,7 +320,7 @@ func TestObserver_UnansweredRenewalsEndTheLeaseUnreachable(t *testing.T) {
 	defer srv.Resume()
 	waitDone(t, lease.Done(), 5*time.Second, "the loss")
 	rec.waitFor(t, "renewal mutex failed", time.Second)
-	if end := rec.waitFor(t, "end", time.Second).(dlock.LeaseEnd); end.Lost != dlock.LossUnreachable {
+	if end := rec.waitFor(t, "end", time.Second).(observe.LeaseEnd); end.Lost != dlock.LossUnreachable {
 		t.Fatalf("end: %+v", end)
 	}
 }
@@ -366,11 +367,11 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 			var kind dlock.Kind
 			var evName string
 			switch ev := ev.(type) {
-			case dlock.AcquireCall:
+			case observe.AcquireCall:
 				kind, evName = ev.Kind, ev.Name
-			case dlock.LeaseInfo:
+			case observe.LeaseInfo:
 				kind, evName = ev.Kind, ev.Name
-			case dlock.LeaseEnd:
+			case observe.LeaseEnd:
 				kind, evName = ev.Kind, ev.Name
 			default:
 				continue
@@ -442,7 +443,7 @@ func TestObserver_MultiLockAcrossSlotsIsOneLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	renewal := rec.waitFor(t, "renewal multi ok", 5*time.Second).(dlock.RenewalEvent)
+	renewal := rec.waitFor(t, "renewal multi ok", 5*time.Second).(observe.RenewalEvent)
 	if renewal.Name == lease.Name() {
 		t.Fatalf("renewal of %q: want one part's names", renewal.Name)
 	}
@@ -475,27 +476,27 @@ func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 		t.Run(hook, func(t *testing.T) {
 			ctx := ctxFor(t, 30*time.Second)
 			name := lockName(t)
-			o := &dlock.Observer{}
+			o := &observe.Observer{}
 			registered := make(chan struct{}) // the panicking call waits (handed over)
 			switch hook {
 			case "done":
-				o.Acquire = func(ctx context.Context, _ dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
-					return ctx, func(dlock.AcquireDone) { panic("observer broke") }
+				o.Acquire = func(ctx context.Context, _ observe.AcquireCall) (context.Context, func(observe.AcquireDone)) {
+					return ctx, func(observe.AcquireDone) { panic("observer broke") }
 				}
 			case "handed over":
-				o.Wait = func(_ context.Context, ev dlock.WaitEvent) {
+				o.Wait = func(_ context.Context, ev observe.WaitEvent) {
 					switch ev.Step {
-					case dlock.WaitRegistered:
+					case observe.WaitRegistered:
 						close(registered)
-					case dlock.WaitHandedOver:
+					case observe.WaitHandedOver:
 						panic("observer broke")
 					}
 				}
 			case "release":
-				o.Release = func(context.Context, dlock.LeaseInfo) (context.Context, func(error)) { panic("observer broke") }
+				o.Release = func(context.Context, observe.LeaseInfo) (context.Context, func(error)) { panic("observer broke") }
 			case "registered": // no lease yet, but a registration a release would hand the lock to
-				o.Wait = func(_ context.Context, ev dlock.WaitEvent) {
-					if ev.Step == dlock.WaitRegistered {
+				o.Wait = func(_ context.Context, ev observe.WaitEvent) {
+					if ev.Step == observe.WaitRegistered {
 						panic("observer broke")
 					}
 				}
@@ -548,7 +549,7 @@ func TestObserver_PanickingHookLeavesNoHold(t *testing.T) {
 // keep a lost lease's holder from learning of the loss: Done closes first.
 func TestObserver_BlockingEndDoesNotDelayTheLoss(t *testing.T) {
 	release := make(chan struct{})
-	o := &dlock.Observer{End: func(dlock.LeaseEnd) { <-release }}
+	o := &observe.Observer{End: func(observe.LeaseEnd) { <-release }}
 	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(o), dlock.WithTTL(300*time.Millisecond))
 	t.Cleanup(func() { close(release) }) // before the Client's Close, which waits for its renewals
 	ctx := ctxFor(t, 10*time.Second)
@@ -568,15 +569,15 @@ func TestObserver_BlockingEndDoesNotDelayTheLoss(t *testing.T) {
 // Each renewal confirmed is told from later batches while it blocks.
 func TestObserver_BlockingRenewalHookCostsNoLeaseItsRenewal(t *testing.T) {
 	const leases = 100
-	blocked, release, renewed, lost := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan dlock.LeaseEnd, leases)
+	blocked, release, renewed, lost := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan observe.LeaseEnd, leases)
 	var (
 		first     sync.Once
 		mu        sync.Mutex
 		confirmed = map[uint64]int{} // renewals told confirmed, by token, while the first hook blocks
 		twice     int                // leases confirmed twice
 	)
-	o := &dlock.Observer{
-		Renewal: func(ev dlock.RenewalEvent) {
+	o := &observe.Observer{
+		Renewal: func(ev observe.RenewalEvent) {
 			isFirst := false
 			first.Do(func() { isFirst = true })
 			if isFirst {
@@ -584,7 +585,7 @@ func TestObserver_BlockingRenewalHookCostsNoLeaseItsRenewal(t *testing.T) {
 				<-release
 				return
 			}
-			if ev.Result != dlock.RenewalOK {
+			if ev.Result != observe.RenewalOK {
 				return
 			}
 			mu.Lock()
@@ -595,7 +596,7 @@ func TestObserver_BlockingRenewalHookCostsNoLeaseItsRenewal(t *testing.T) {
 				}
 			}
 		},
-		End: func(ev dlock.LeaseEnd) { lost <- ev },
+		End: func(ev observe.LeaseEnd) { lost <- ev },
 	}
 	c := newClient(t, sharedStandalone().Client(), dlock.WithObserver(o), dlock.WithTTL(time.Second))
 	t.Cleanup(func() { close(release) }) // before the Client's Close, which waits for its renewals

@@ -157,9 +157,9 @@ type settings struct {
 
 	ack replicaAck // replicas that must confirm what a lease counts on (WAIT)
 
-	observer      *Observer // nil: nothing is observed
-	holderInfo    string    // encoded (see encodeHolderInfo); "" none
-	holderInfoErr error     // what was wrong with WithHolderInfo's
+	observer      *hooks // nil: nothing is observed
+	holderInfo    string // encoded (see encodeHolderInfo); "" none
+	holderInfoErr error  // what was wrong with WithHolderInfo's
 
 	given optionSet // of the options only some types take, those given to this maker
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // An option given where it does not apply is refused like a bad value, by
@@ -102,7 +103,7 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 		{"WithTTL", dlock.WithTTL(10 * time.Second), everyType},
 		{"WithLeaseTime", dlock.WithLeaseTime(10 * time.Second), everyType},
 		{"WithLogger", dlock.WithLogger(nil), everyType},
-		{"WithObserver", dlock.WithObserver(&dlock.Observer{}), everyType},
+		{"WithObserver", dlock.WithObserver(&observe.Observer{}), everyType},
 		{"WithPrefix", dlock.WithPrefix("p:"), everyMaker},
 	} {
 		for _, lockType := range everyMaker {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Redlock makes locks held by a majority of several independent Redis
@@ -204,7 +205,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 		}
 		select {
 		case <-time.After(delay):
-			observed.wait(ctx, WaitRetry, err)
+			observed.wait(ctx, observe.WaitRetry, err)
 		case <-ctx.Done():
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // The lost-lock recipe: the replica falls behind, a lock is taken on the
@@ -147,13 +148,13 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			name := lockName(t)
 			renewals, observed := renewalsSeen()
-			nextRenewal := func() dlock.RenewalEvent {
+			nextRenewal := func() observe.RenewalEvent {
 				select {
 				case ev := <-renewals:
 					return ev
 				case <-ctx.Done():
 					t.Fatal("no renewal answered")
-					return dlock.RenewalEvent{}
+					return observe.RenewalEvent{}
 				}
 			}
 			lease, err := newClient(t, f.Client(), dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond),
@@ -161,7 +162,7 @@ func TestReplicaAck_ADeadlineTheReplicaMissedIsNotCountedOn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev := nextRenewal(); ev.Result != dlock.RenewalOK {
+			if ev := nextRenewal(); ev.Result != observe.RenewalOK {
 				t.Fatalf("a renewal with the replica keeping up: %s, %v", ev.Result, ev.Err)
 			}
 			// The replica falls behind, its link cut (see above).
@@ -254,7 +255,7 @@ func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
 	for confirmed := 0; confirmed < 4; { // more than a TTL's worth
 		select {
 		case ev := <-renewals:
-			if ev.Result != dlock.RenewalOK {
+			if ev.Result != observe.RenewalOK {
 				t.Fatalf("a renewal while the slot migrates: %s, %v", ev.Result, ev.Err)
 			}
 			confirmed++
@@ -319,9 +320,9 @@ func TestReplicaAck_OtherLeasesDoNotWaitForTheReplicas(t *testing.T) {
 		select {
 		case ev := <-renewals:
 			switch {
-			case ev.Name == plain.Name() && ev.Result == dlock.RenewalOK:
+			case ev.Name == plain.Name() && ev.Result == observe.RenewalOK:
 				confirmed++
-			case ev.Name == acked.Name() && ev.Result == dlock.RenewalOK:
+			case ev.Name == acked.Name() && ev.Result == observe.RenewalOK:
 				t.Fatal("a renewal of the lease with replica acks confirmed with its replica stopped")
 			case ev.Name == acked.Name():
 				unconfirmed = errors.Is(ev.Err, dlock.ErrReplicaAck)
@@ -356,7 +357,7 @@ func TestReplicaAck_ARenewalWhoseWaitIsRefusedSaysSo(t *testing.T) {
 	for {
 		select {
 		case ev := <-renewals:
-			if ev.Result == dlock.RenewalOK {
+			if ev.Result == observe.RenewalOK {
 				continue // sent before the right was taken
 			}
 			if !errors.Is(ev.Err, dlock.ErrPermission) || errors.Is(ev.Err, dlock.ErrReplicaAck) {

@@ -9,6 +9,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 func TestSemaphore_NeverMorePermitsHeldThanItHas(t *testing.T) {
@@ -327,7 +328,7 @@ func TestSemaphore_PermitsGoWithTheLastPermit(t *testing.T) {
 		for confirmed := 0; confirmed < 4; { // more than a TTL's worth of renewals
 			select {
 			case ev := <-renewals:
-				if ev.Result == dlock.RenewalOK {
+				if ev.Result == observe.RenewalOK {
 					confirmed++
 				}
 			case <-ctx.Done():

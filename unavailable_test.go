@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // deadAddr is a loopback address nothing listens on: a server's, started
@@ -26,12 +27,12 @@ func deadAddr(t *testing.T) string {
 // outcomes is an Observer that keeps each acquire call's outcome.
 type outcomes struct {
 	mu   sync.Mutex
-	seen []dlock.Outcome
+	seen []observe.Outcome
 }
 
-func (o *outcomes) observer() *dlock.Observer {
-	return &dlock.Observer{Acquire: func(ctx context.Context, _ dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
-		return ctx, func(d dlock.AcquireDone) {
+func (o *outcomes) observer() *observe.Observer {
+	return &observe.Observer{Acquire: func(ctx context.Context, _ observe.AcquireCall) (context.Context, func(observe.AcquireDone)) {
+		return ctx, func(d observe.AcquireDone) {
 			o.mu.Lock()
 			defer o.mu.Unlock()
 			o.seen = append(o.seen, d.Outcome)
@@ -39,7 +40,7 @@ func (o *outcomes) observer() *dlock.Observer {
 	}}
 }
 
-func (o *outcomes) last() dlock.Outcome {
+func (o *outcomes) last() observe.Outcome {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.seen) == 0 {
@@ -69,7 +70,7 @@ func TestUnreachable_AClientOnADeadPortSaysConnectionRefused(t *testing.T) {
 
 	_, err := c.Mutex("m").TryLock(ctx)
 	unreachable(t, "TryLock", err, "connection refused")
-	if !errors.Is(err, syscall.ECONNREFUSED) || seen.last() != dlock.OutcomeError {
+	if !errors.Is(err, syscall.ECONNREFUSED) || seen.last() != observe.OutcomeError {
 		t.Errorf("TryLock: %v, outcome %q; want the refused connection in the chain, outcome error", err, seen.last())
 	}
 
@@ -82,7 +83,7 @@ func TestUnreachable_AClientOnADeadPortSaysConnectionRefused(t *testing.T) {
 		_, err = lock(wait)
 		cancel()
 		unreachable(t, what+" with a deadline", err, "connection refused")
-		if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+		if !errors.Is(err, context.DeadlineExceeded) || seen.last() != observe.OutcomeError {
 			t.Errorf("%s: %v, outcome %q; want DeadlineExceeded too, outcome error", what, err, seen.last())
 		}
 	}
@@ -106,7 +107,7 @@ func TestUnreachable_ARedlockWithNodesDownSaysUnavailable(t *testing.T) {
 
 	servers[2].Kill()
 	_, err := rl.Mutex(name).TryLock(ctx)
-	if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrUnavailable) || seen.last() != dlock.OutcomeNotAcquired {
+	if !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrUnavailable) || seen.last() != observe.OutcomeNotAcquired {
 		t.Errorf("held on 2 of 3, the third down: %v, outcome %q; want ErrNotAcquired, not ErrUnavailable", err, seen.last())
 	}
 
@@ -117,14 +118,14 @@ func TestUnreachable_ARedlockWithNodesDownSaysUnavailable(t *testing.T) {
 	servers[0].Kill()
 	_, err = rl.Mutex(name).TryLock(ctx)
 	unreachable(t, "every node down: TryLock", err, "connection refused")
-	if seen.last() != dlock.OutcomeError {
+	if seen.last() != observe.OutcomeError {
 		t.Errorf("every node down: TryLock's outcome %q; want error", seen.last())
 	}
 	wait, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err = rl.Mutex(name).Lock(wait)
 	unreachable(t, "every node down: Lock with a deadline", err, "connection refused")
-	if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+	if !errors.Is(err, context.DeadlineExceeded) || seen.last() != observe.OutcomeError {
 		t.Errorf("every node down: Lock: %v, outcome %q; want DeadlineExceeded too, outcome error", err, seen.last())
 	}
 }
@@ -149,7 +150,7 @@ func TestUnreachable_ATryLockCutShortWhileDialingSaysConnectionRefused(t *testin
 			_, err := c.Mutex("m").TryLock(ctx)
 			cancel()
 			unreachable(t, "TryLock with a deadline", err, "connection refused")
-			if !errors.Is(err, context.DeadlineExceeded) || seen.last() != dlock.OutcomeError {
+			if !errors.Is(err, context.DeadlineExceeded) || seen.last() != observe.OutcomeError {
 				t.Errorf("TryLock: %v, outcome %q; want DeadlineExceeded too, outcome error", err, seen.last())
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/notify"
+	"github.com/dlockio/dlock/observe"
 )
 
 // handOver is what a release that handed a waiter the lock told it:
@@ -234,7 +235,7 @@ func (wt *waiting) keep(l *Lease) (*Lease, error) {
 		if errors.Is(err, errGrantExpired) {
 			wt.tooLate = err
 		} else {
-			wt.observed.wait(wt.ctx, WaitRetry, err)
+			wt.observed.wait(wt.ctx, observe.WaitRetry, err)
 		}
 		return nil, nil
 	}
@@ -254,7 +255,7 @@ func (wt *waiting) unsubscribed() (*Lease, error) {
 	if err != nil {
 		// An attempt in doubt may have held the lock until its clean-up:
 		// reported as the loop reports its own.
-		wt.observed.wait(wt.ctx, WaitRetry, err)
+		wt.observed.wait(wt.ctx, observe.WaitRetry, err)
 	}
 	return nil, nil
 }
@@ -360,7 +361,7 @@ func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
 		if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
-			wt.observed.wait(wt.ctx, WaitRetry, handOverUnheard(err))
+			wt.observed.wait(wt.ctx, observe.WaitRetry, handOverUnheard(err))
 		}
 		if err := wt.watch(wt.channel); err != nil {
 			return err
@@ -396,7 +397,7 @@ func (wt *waiting) pause(err error) error {
 		}
 		return stop
 	}
-	wt.observed.wait(wt.ctx, WaitRetry, err)
+	wt.observed.wait(wt.ctx, observe.WaitRetry, err)
 	return nil
 }
 
@@ -436,7 +437,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	}
 	if wt.waiterID != "" {
 		retryIn = min(retryIn, wt.refresh)
-		wt.observed.wait(wt.ctx, WaitRegistered, nil)
+		wt.observed.wait(wt.ctx, observe.WaitRegistered, nil)
 	}
 	timer.Reset(retryIn)
 	var (
@@ -471,7 +472,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		}
 		return nil, stop
 	}
-	wt.observed.wait(wt.ctx, WaitRetry, nil)
+	wt.observed.wait(wt.ctx, observe.WaitRetry, nil)
 	return nil, nil
 }
 

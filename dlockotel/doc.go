@@ -1,5 +1,5 @@
 // Package dlockotel makes OpenTelemetry metrics and spans of what happens to
-// dlock's locks: a [dlock.Observer] that records them.
+// dlock's locks: an [observe.Observer] that records them.
 //
 //	obs, err := dlockotel.NewObserver() // the global MeterProvider and TracerProvider
 //	if err != nil {

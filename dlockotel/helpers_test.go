@@ -20,6 +20,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlockotel"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // One redis-server for the tests that need no server of their own.
@@ -60,10 +61,10 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // telemetry is an observer recording into the SDK's in-memory reader and
 // span recorder.
 type telemetry struct {
-	obs    *dlock.Observer
+	obs    *observe.Observer
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
-	losses chan dlock.LeaseEnd // each lease lost, once the observer has recorded it
+	losses chan observe.LeaseEnd // each lease lost, once the observer has recorded it
 }
 
 func newTelemetry(t *testing.T, opts ...dlockotel.Option) *telemetry {
@@ -78,9 +79,9 @@ func newTelemetry(t *testing.T, opts ...dlockotel.Option) *telemetry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel := &telemetry{obs: obs, reader: reader, spans: spans, losses: make(chan dlock.LeaseEnd, 64)}
+	tel := &telemetry{obs: obs, reader: reader, spans: spans, losses: make(chan observe.LeaseEnd, 64)}
 	record := obs.End
-	obs.End = func(ev dlock.LeaseEnd) {
+	obs.End = func(ev observe.LeaseEnd) {
 		record(ev)
 		if ev.Lost != "" {
 			tel.losses <- ev
@@ -91,14 +92,14 @@ func newTelemetry(t *testing.T, opts ...dlockotel.Option) *telemetry {
 
 // waitLoss returns once the observer has recorded a lost lease: a loss is
 // told after the lease's Done closes, on a goroutine of its own.
-func (tel *telemetry) waitLoss(t *testing.T) dlock.LeaseEnd {
+func (tel *telemetry) waitLoss(t *testing.T) observe.LeaseEnd {
 	t.Helper()
 	select {
 	case ev := <-tel.losses:
 		return ev
 	case <-time.After(5 * time.Second):
 		t.Fatal("no loss recorded within 5s")
-		return dlock.LeaseEnd{}
+		return observe.LeaseEnd{}
 	}
 }
 

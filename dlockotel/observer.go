@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -68,7 +69,7 @@ type observer struct {
 
 // NewObserver returns an Observer that records metrics and spans, for
 // [dlock.WithObserver]. It fails only when an instrument cannot be made.
-func NewObserver(opts ...Option) (*dlock.Observer, error) {
+func NewObserver(opts ...Option) (*observe.Observer, error) {
 	cfg := config{}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -83,7 +84,7 @@ func NewObserver(opts ...Option) (*dlock.Observer, error) {
 	if err := o.inst.make(cfg.meters.Meter(ScopeName)); err != nil {
 		return nil, err
 	}
-	return &dlock.Observer{
+	return &observe.Observer{
 		Acquire: o.acquire,
 		Wait:    o.wait,
 		Release: o.release,
@@ -120,7 +121,7 @@ type call struct {
 
 type callKey struct{}
 
-func (o *observer) acquire(ctx context.Context, ac dlock.AcquireCall) (context.Context, func(dlock.AcquireDone)) {
+func (o *observer) acquire(ctx context.Context, ac observe.AcquireCall) (context.Context, func(observe.AcquireDone)) {
 	c := &call{start: time.Now(), kind: ac.Kind, name: ac.Name}
 	spanAttrs := []attribute.KeyValue{keyKind.String(string(ac.Kind)), keyTry.Bool(ac.Try)}
 	if o.group != nil {
@@ -129,13 +130,13 @@ func (o *observer) acquire(ctx context.Context, ac dlock.AcquireCall) (context.C
 		}
 	}
 	ctx, c.span = o.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(spanAttrs...))
-	return context.WithValue(ctx, callKey{}, c), func(d dlock.AcquireDone) { o.acquired(c, d) }
+	return context.WithValue(ctx, callKey{}, c), func(d observe.AcquireDone) { o.acquired(c, d) }
 }
 
-func (o *observer) acquired(c *call, d dlock.AcquireDone) {
+func (o *observer) acquired(c *call, d observe.AcquireDone) {
 	now := time.Now()
 	extra := []attribute.KeyValue{keyOutcome.String(string(d.Outcome))}
-	if d.Outcome == dlock.OutcomeError {
+	if d.Outcome == observe.OutcomeError {
 		extra = append(extra, keyErrorType.String(errorType(d.Err)))
 	}
 	bg := context.Background()
@@ -143,10 +144,10 @@ func (o *observer) acquired(c *call, d dlock.AcquireDone) {
 	if c.registered {
 		o.inst.waiting.Add(bg, -1, o.attrs(c.kind, c.name))
 	}
-	if d.Outcome == dlock.OutcomeAcquired {
+	if d.Outcome == observe.OutcomeAcquired {
 		o.inst.held.Add(bg, 1, o.attrs(c.kind, c.name))
 	}
-	if released, ok := o.hand.taken(c.name, c.registered, d.Outcome == dlock.OutcomeAcquired); ok {
+	if released, ok := o.hand.taken(c.name, c.registered, d.Outcome == observe.OutcomeAcquired); ok {
 		at := now
 		if !c.handedAt.IsZero() {
 			at = c.handedAt
@@ -156,29 +157,29 @@ func (o *observer) acquired(c *call, d dlock.AcquireDone) {
 
 	c.span.SetAttributes(extra...)
 	c.span.SetAttributes(keyWaited.Bool(d.Waited))
-	if d.Outcome == dlock.OutcomeAcquired {
+	if d.Outcome == observe.OutcomeAcquired {
 		c.span.SetAttributes(keyFencingToken.Int64(int64(d.Token)))
 	}
-	if d.Outcome == dlock.OutcomeError {
+	if d.Outcome == observe.OutcomeError {
 		c.span.SetStatus(codes.Error, d.Err.Error())
 	}
 	c.span.End()
 }
 
-func (o *observer) wait(ctx context.Context, ev dlock.WaitEvent) {
+func (o *observer) wait(ctx context.Context, ev observe.WaitEvent) {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil {
 		return // not a call of this observer's
 	}
 	var opts []trace.EventOption
 	switch ev.Step {
-	case dlock.WaitRegistered:
+	case observe.WaitRegistered:
 		c.registered = true
 		o.inst.waiting.Add(context.Background(), 1, o.attrs(c.kind, c.name))
 		o.hand.registered(c.name)
-	case dlock.WaitHandedOver:
+	case observe.WaitHandedOver:
 		c.handedAt = time.Now()
-	case dlock.WaitRetry:
+	case observe.WaitRetry:
 		if ev.Err != nil {
 			opts = append(opts, trace.WithAttributes(keyErrorType.String(errorType(ev.Err))))
 		}
@@ -186,7 +187,7 @@ func (o *observer) wait(ctx context.Context, ev dlock.WaitEvent) {
 	c.span.AddEvent("dlock.wait."+string(ev.Step), opts...)
 }
 
-func (o *observer) release(ctx context.Context, l dlock.LeaseInfo) (context.Context, func(error)) {
+func (o *observer) release(ctx context.Context, l observe.LeaseInfo) (context.Context, func(error)) {
 	o.hand.releasing(l.Name)
 	attrs := []attribute.KeyValue{keyKind.String(string(l.Kind)), keyFencingToken.Int64(int64(l.Token))}
 	if o.group != nil {
@@ -204,19 +205,19 @@ func (o *observer) release(ctx context.Context, l dlock.LeaseInfo) (context.Cont
 	}
 }
 
-func (o *observer) renewal(ev dlock.RenewalEvent) {
+func (o *observer) renewal(ev observe.RenewalEvent) {
 	bg := context.Background()
 	o.inst.renewals.Add(bg, 1, o.attrs(ev.Kind, ev.Name, keyRenewalResult.String(string(ev.Result))))
-	if ev.Result == dlock.RenewalOK {
+	if ev.Result == observe.RenewalOK {
 		o.inst.margin.Record(bg, ev.Margin.Seconds(), o.attrs(ev.Kind, ev.Name))
 	}
 }
 
-func (o *observer) extend(ev dlock.ExtendEvent) {
+func (o *observer) extend(ev observe.ExtendEvent) {
 	o.inst.extensions.Add(context.Background(), 1, o.attrs(ev.Kind, ev.Name, keyExtensionResult.String(string(ev.Result))))
 }
 
-func (o *observer) end(ev dlock.LeaseEnd) {
+func (o *observer) end(ev observe.LeaseEnd) {
 	bg := context.Background()
 	reason := "released"
 	if ev.Lost != "" {
@@ -227,7 +228,7 @@ func (o *observer) end(ev dlock.LeaseEnd) {
 	o.inst.held.Add(bg, -1, o.attrs(ev.Kind, ev.Name))
 }
 
-func (o *observer) leader(ev dlock.LeaderEvent) {
+func (o *observer) leader(ev observe.LeaderEvent) {
 	n := int64(-1)
 	if ev.Leading {
 		n = 1

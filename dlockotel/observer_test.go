@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlockotel"
+	"github.com/dlockio/dlock/observe"
 )
 
 func TestLockUnlock_AcquireHoldHeldAndSpans(t *testing.T) {
@@ -74,9 +75,9 @@ func TestWaiter_WaitingHandOverAndSpanEvents(t *testing.T) {
 	tel := newTelemetry(t)
 	registered := make(chan struct{})
 	wait := tel.obs.Wait
-	tel.obs.Wait = func(ctx context.Context, ev dlock.WaitEvent) {
+	tel.obs.Wait = func(ctx context.Context, ev observe.WaitEvent) {
 		wait(ctx, ev)
-		if ev.Step == dlock.WaitRegistered {
+		if ev.Step == observe.WaitRegistered {
 			close(registered)
 		}
 	}
@@ -183,7 +184,7 @@ func TestOutcomes_NotAcquiredCanceledAndError(t *testing.T) {
 func TestRenewals_CountedWithTheirMargin(t *testing.T) {
 	tel := newTelemetry(t)
 	var renewed <-chan struct{}
-	tel.obs.Renewal, renewed = signal(tel.obs.Renewal, func(ev dlock.RenewalEvent) bool { return ev.Result == dlock.RenewalOK })
+	tel.obs.Renewal, renewed = signal(tel.obs.Renewal, func(ev observe.RenewalEvent) bool { return ev.Result == observe.RenewalOK })
 	const ttl = 300 * time.Millisecond
 	ctx := ctxFor(t, 10*time.Second)
 	lease, err := tel.client(t, dlock.WithTTL(ttl)).Mutex(lockName(t)).Lock(ctx)
@@ -314,7 +315,7 @@ func TestLockNames_OnlyAsGroups(t *testing.T) {
 func TestOwnerToken_NeverRecorded(t *testing.T) {
 	tel := newTelemetry(t)
 	var renewed <-chan struct{}
-	tel.obs.Renewal, renewed = signal(tel.obs.Renewal, func(ev dlock.RenewalEvent) bool { return true })
+	tel.obs.Renewal, renewed = signal(tel.obs.Renewal, func(ev observe.RenewalEvent) bool { return true })
 	ctx := ctxFor(t, 10*time.Second)
 	name := lockName(t)
 	lease, err := tel.client(t, dlock.WithTTL(300*time.Millisecond)).Mutex(name).Lock(ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // The child process of the child fault (explore_child_test.go): the test
@@ -109,7 +110,7 @@ func runChildLoop(c childSpec) {
 		rdb = newRedisAt(c.Addrs[0])
 	}
 	rdb.AddHook(childSending{out})
-	observer := &dlock.Observer{Renewal: func(dlock.RenewalEvent) { out.deadline() }, Wait: observedInDoubt.Wait}
+	observer := &observe.Observer{Renewal: func(observe.RenewalEvent) { out.deadline() }, Wait: observedInDoubt.Wait}
 	client, err := dlock.New(rdb, dlock.WithWaiterRefresh(waiterRefresh), dlock.WithObserver(observer))
 	if err != nil {
 		out.line("error %v", err)

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/observe"
 )
 
 // A waiting call may hold its lock for a while under no lease it returns:
@@ -33,8 +33,8 @@ func withInDoubt(ctx context.Context) (context.Context, *atomic.Bool) {
 
 // observedInDoubt is the explorer's Observer: it marks a call that may have
 // held its lock under no lease.
-var observedInDoubt = &dlock.Observer{Wait: func(ctx context.Context, ev dlock.WaitEvent) {
-	if ev.Step != dlock.WaitRetry || ev.Err == nil {
+var observedInDoubt = &observe.Observer{Wait: func(ctx context.Context, ev observe.WaitEvent) {
+	if ev.Step != observe.WaitRetry || ev.Err == nil {
 		return
 	}
 	if mark, ok := ctx.Value(inDoubtKey{}).(*atomic.Bool); ok {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // redlockGuard is the explored Redlocks' restart guard: at least the
@@ -57,12 +58,12 @@ func newRedlockRenewals() *redlockRenewals {
 	return &redlockRenewals{failed: map[string][]error{}}
 }
 
-func (r *redlockRenewals) observer() *dlock.Observer {
+func (r *redlockRenewals) observer() *observe.Observer {
 	if r == nil {
 		return nil
 	}
-	return &dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
-		if ev.Result != dlock.RenewalFailed {
+	return &observe.Observer{Renewal: func(ev observe.RenewalEvent) {
+		if ev.Result != observe.RenewalFailed {
 			return
 		}
 		r.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // TestLeaseRenewals_TellHowALeaseRanOut: a lease renewed twice, then its
@@ -17,8 +18,8 @@ import (
 func TestLeaseRenewals_TellHowALeaseRanOut(t *testing.T) {
 	srv := startServer(t)
 	renewed := newLeaseRenewals()
-	told := make(chan dlock.RenewalEvent, 16)
-	observer := &dlock.Observer{Renewal: func(ev dlock.RenewalEvent) {
+	told := make(chan observe.RenewalEvent, 16)
+	observer := &observe.Observer{Renewal: func(ev observe.RenewalEvent) {
 		renewed.observe(ev)
 		told <- ev
 	}}
@@ -35,7 +36,7 @@ func TestLeaseRenewals_TellHowALeaseRanOut(t *testing.T) {
 	}
 	acquired := time.Now()
 	for oks := 0; oks < 2; {
-		if ev := <-told; ev.Result == dlock.RenewalOK {
+		if ev := <-told; ev.Result == observe.RenewalOK {
 			oks++
 		}
 	}
@@ -47,7 +48,7 @@ func TestLeaseRenewals_TellHowALeaseRanOut(t *testing.T) {
 	for refused := false; !refused; {
 		select {
 		case ev := <-told:
-			refused = ev.Result == dlock.RenewalRefused
+			refused = ev.Result == observe.RenewalRefused
 		case <-ctx.Done():
 			t.Fatal("the lease ended, and no refused renewal was told")
 		}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // An unexplained loss says how its lease ran out: what came of its last
@@ -31,7 +31,7 @@ type leaseKey struct {
 // renewalSeen is one renewal's outcome, when the Observer was told it.
 type renewalSeen struct {
 	at     time.Time
-	result dlock.RenewalResult
+	result observe.RenewalResult
 	margin time.Duration
 	err    error
 }
@@ -47,7 +47,7 @@ func newLeaseRenewals() *leaseRenewals {
 }
 
 // observe is an Observer's Renewal.
-func (r *leaseRenewals) observe(ev dlock.RenewalEvent) {
+func (r *leaseRenewals) observe(ev observe.RenewalEvent) {
 	seen := renewalSeen{at: time.Now(), result: ev.Result, margin: ev.Margin, err: ev.Err}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -82,7 +82,7 @@ func (r *leaseRenewals) before(tokens map[string]uint64, acquired, deadline time
 		}
 		for _, s := range seen {
 			fmt.Fprintf(&b, " %s %s", ms(s.at), s.result)
-			if s.result == dlock.RenewalOK {
+			if s.result == observe.RenewalOK {
 				fmt.Fprintf(&b, " (margin %v)", s.margin.Round(time.Millisecond))
 			} else if s.err != nil {
 				fmt.Fprintf(&b, " (%v)", s.err)

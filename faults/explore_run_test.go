@@ -22,6 +22,7 @@ import (
 	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // exploreEnv is where a schedule runs: its nodes, and how to reach them.
@@ -330,7 +331,7 @@ func runSchedule(env *exploreEnv, s *schedule) *outcome {
 		rdb.AddHook(p.hook)
 		hooks = append(hooks, p.hook)
 		p.renewed = newLeaseRenewals()
-		observer := &dlock.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
+		observer := &observe.Observer{Wait: observedInDoubt.Wait, Renewal: p.renewed.observe}
 		if s.has("slowobserver") {
 			observer.Renewal = slowRenewals(s.Seed, s.process[c], p.renewed.observe)
 			observer.End = slowEnds(s.Seed, s.process[c])

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 // The slowobserver fault: each process's Observer takes 1–8 ms to be told
@@ -35,10 +35,10 @@ func (p *params) drawSlowObserver(seed uint64) {
 }
 
 // slowRenewals is hook told slowly, with delays drawn for the process.
-func slowRenewals(seed uint64, process int, hook func(dlock.RenewalEvent)) func(dlock.RenewalEvent) {
+func slowRenewals(seed uint64, process int, hook func(observe.RenewalEvent)) func(observe.RenewalEvent) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, slowObserverStream+uint64(process)+1))
-	return func(ev dlock.RenewalEvent) {
+	return func(ev observe.RenewalEvent) {
 		mu.Lock()
 		delay := time.Duration(1+rng.IntN(8)) * time.Millisecond
 		if rng.IntN(3) == 0 { // as long as a TTL (see drawOp)
@@ -53,10 +53,10 @@ func slowRenewals(seed uint64, process int, hook func(dlock.RenewalEvent)) func(
 // slowEnds is an End hook that takes 1–8 ms, drawn for the process from a
 // stream of its own (the Renewal hook's delays stay as they were): told on
 // the Unlock's goroutine, it may delay that Unlock, and no other lease.
-func slowEnds(seed uint64, process int) func(dlock.LeaseEnd) {
+func slowEnds(seed uint64, process int) func(observe.LeaseEnd) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, slowObserverStream+uint64(process)+1000))
-	return func(dlock.LeaseEnd) {
+	return func(observe.LeaseEnd) {
 		mu.Lock()
 		delay := time.Duration(1+rng.IntN(8)) * time.Millisecond
 		mu.Unlock()

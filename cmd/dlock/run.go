@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/observe"
 )
 
 const runUsage = `Usage: dlock run [flags] NAME [flags] -- COMMAND [ARGS...]
@@ -310,7 +311,7 @@ func clip(s string, n int) string {
 func acquire(ctx context.Context, client *dlock.Client, name, self string, s runSettings, out *output) (*dlock.Lease, error) {
 	waiting := make(chan struct{})
 	var once sync.Once
-	waits := dlock.WithObserver(&dlock.Observer{Wait: func(context.Context, dlock.WaitEvent) { once.Do(func() { close(waiting) }) }})
+	waits := dlock.WithObserver(&observe.Observer{Wait: func(context.Context, observe.WaitEvent) { once.Do(func() { close(waiting) }) }})
 	lock := client.RWMutex(name, waits).Lock
 	switch {
 	case s.permits > 0:

@@ -1,4 +1,13 @@
-package dlock
+// Package observe holds the types with which a program watches dlock's
+// locks: an [Observer] of hooks and the events they are told. It is to
+// dlock what net/http/httptrace is to net/http: give an Observer to
+// dlock.WithObserver, and the lock types call its hooks as acquire calls
+// begin, wait and end, as leases renew, extend, end and lead. dlockotel
+// makes OpenTelemetry metrics and spans of it.
+//
+// [Kind] and [LossReason] are defined here, since events carry them;
+// package dlock names them too (dlock.Kind, dlock.LossTaken…), as aliases.
+package observe
 
 import (
 	"context"
@@ -8,7 +17,7 @@ import (
 // Observer is told what happens to locks: acquire calls and their outcome,
 // waits, renewals, extensions, releases, losses and leadership. It is the
 // hook for metrics, traces and logs (dlockotel makes OpenTelemetry of it);
-// give it with [WithObserver]. Every field is optional; unset, observation
+// give it with dlock.WithObserver. Every field is optional; unset, observation
 // costs nothing. The functions run on the goroutine doing the work, so they
 // must be quick, must not block, and must not call back into dlock; several
 // may run at once. A panic in a hook goes on to the caller only after the
@@ -18,7 +27,7 @@ import (
 type Observer struct {
 	// Acquire is called when a TryLock, Lock, TryRLock, RLock, TryAcquire,
 	// Acquire or Campaign call begins, once its arguments were found valid
-	// (a call with bad arguments returns [ErrInvalid] unobserved). It
+	// (a call with bad arguments returns dlock.ErrInvalid unobserved). It
 	// returns the context the call goes on with: ctx, or one derived from
 	// it, carrying a span say. That context is the one the call's Wait
 	// events get, and the call's Redis commands are sent with. done, if
@@ -29,7 +38,7 @@ type Observer struct {
 	// tries again; ctx is the one Acquire returned (or derived from it).
 	Wait func(ctx context.Context, ev WaitEvent)
 
-	// Release is called when [Lease.Unlock] (or [Election.Resign]) begins;
+	// Release is called when dlock.Lease.Unlock (or dlock.Election.Resign) begins;
 	// its context and done are as Acquire's. The lease's End comes before
 	// done.
 	Release func(ctx context.Context, lease LeaseInfo) (_ context.Context, done func(error))
@@ -37,32 +46,25 @@ type Observer struct {
 	// Renewal is called with the outcome of each automatic renewal.
 	Renewal func(ev RenewalEvent)
 
-	// Extend is called with the outcome of each [Lease.Extend].
+	// Extend is called with the outcome of each dlock.Lease.Extend.
 	Extend func(ev ExtendEvent)
 
 	// End is called once per lease returned to a caller, when it ends:
-	// released (before [Lease.Done] is closed, on the goroutine of the
+	// released (before dlock.Lease.Done is closed, on the goroutine of the
 	// Unlock), or lost (after Done is closed, on a goroutine of its own:
 	// no observer can delay the holder's loss signal).
 	End func(ev LeaseEnd)
 
-	// Leader is called when an [Election] candidate of this process
+	// Leader is called when an dlock.Election candidate of this process
 	// starts to lead (Campaign returns) and when that leadership ends.
 	Leader func(ev LeaderEvent)
-}
-
-// WithObserver sets the [Observer] told about the locks (of a Client, or of
-// one lock). A later WithObserver replaces an earlier one; WithObserver(nil)
-// turns observation off.
-func WithObserver(o *Observer) Option {
-	return func(s *settings) { s.observer, s.given = o, s.given|optObserver }
 }
 
 // AcquireCall is one acquire call as it begins.
 type AcquireCall struct {
 	Kind Kind
 	Name string // the lock's name; a MultiLock's names, sorted, joined by commas
-	Try  bool   // a single attempt (TryLock…, or [WithWait](0)): it never waits
+	Try  bool   // a single attempt (TryLock…, or dlock.WithWait(0)): it never waits
 }
 
 // Outcome is how an acquire call ended.
@@ -73,8 +75,8 @@ const (
 	// OutcomeAcquired: the call returned a lease.
 	OutcomeAcquired Outcome = "acquired"
 	// OutcomeNotAcquired: the lock was held for as long as the call would
-	// try: a TryLock refused, or a wait whose deadline or [WithWait] ran
-	// out (the error matches [ErrNotAcquired]).
+	// try: a TryLock refused, or a wait whose deadline or dlock.WithWait ran
+	// out (the error matches dlock.ErrNotAcquired).
 	OutcomeNotAcquired Outcome = "not_acquired"
 	// OutcomeCanceled: the caller's context was cancelled.
 	OutcomeCanceled Outcome = "canceled"
@@ -153,7 +155,7 @@ type RenewalEvent struct {
 	Err    error // for a failed renewal, why
 }
 
-// ExtendEvent is the outcome of one [Lease.Extend].
+// ExtendEvent is the outcome of one dlock.Lease.Extend.
 type ExtendEvent struct {
 	LeaseInfo
 	TTL    time.Duration // asked for
@@ -166,12 +168,52 @@ type LeaseEnd struct {
 	LeaseInfo
 	Held time.Duration // from the acquire call's return to the end
 	Lost LossReason    // "" when released
-	Err  error         // the lease's [Lease.Err]: nil when released
+	Err  error         // the lease's dlock.Lease.Err: nil when released
 }
 
-// LeaderEvent is a change of this process's leadership of an [Election].
+// LeaderEvent is a change of this process's leadership of a dlock.Election.
 type LeaderEvent struct {
 	Name    string
 	Term    uint64 // the leadership's term (its lease's fencing token)
 	Leading bool   // true: leads from now on; false: no longer leads
 }
+
+// Kind is a type of lock: the one an event is about, or the one
+// dlock.Client.Describe found holding a name.
+type Kind string
+
+// The kinds of lock. Describe tells apart those Redis can: it says
+// KindMutex for a Mutex, a FairMutex with nobody queued and a MultiLock's
+// lock (one lock in Redis), and KindRead, KindWrite or KindReentrant for
+// the read-write locks (see dlock.LockInfo); never KindMulti or KindRedlock.
+const (
+	KindMutex     Kind = "mutex"     // dlock.Mutex
+	KindReentrant Kind = "reentrant" // dlock.ReentrantMutex
+	KindRead      Kind = "rw.read"   // dlock.RWMutex, a read lock
+	KindWrite     Kind = "rw.write"  // dlock.RWMutex, the write lock
+	KindFair      Kind = "fair"      // dlock.FairMutex
+	KindSemaphore Kind = "semaphore" // dlock.Semaphore
+	KindMulti     Kind = "multi"     // dlock.MultiLock
+	KindElection  Kind = "election"  // dlock.Election
+	KindRedlock   Kind = "redlock"   // dlock.RedlockMutex
+)
+
+// LossReason says how a lease was lost. It is an error in the chain of
+// every lost lease's error, beside dlock.ErrLeaseLost: match one with
+// errors.Is(err, dlock.LossTaken), or read it with errors.As(err, &reason).
+type LossReason string
+
+// The ways a lease is lost: package dlock's LossExpired, LossTaken,
+// LossForced and LossUnreachable say when each is told.
+const (
+	LossExpired     LossReason = "expired"     // the hold was gone from Redis
+	LossTaken       LossReason = "taken"       // another owner holds the lock
+	LossForced      LossReason = "forced"      // dlock.Client.ForceUnlock removed the hold
+	LossUnreachable LossReason = "unreachable" // no renewal was confirmed in time
+	// LossUnknown is what an [Observer] is told where none of the above
+	// is known. No lost lease's error matches it.
+	LossUnknown LossReason = "unknown"
+)
+
+// Error is the reason in words.
+func (r LossReason) Error() string { return "lease lost: " + string(r) }
