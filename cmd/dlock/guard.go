@@ -152,7 +152,7 @@ func superviseCommand(words <-chan string, signals <-chan os.Signal, expiry *tim
 	cmd := &exec.Cmd{Path: os.Args[1], Args: os.Args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(os.Stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
 		}
@@ -239,4 +239,15 @@ func killAll(group int) {
 	for signalAll(group, syscall.SIGKILL) > 0 {
 		time.Sleep(time.Millisecond) // for the killed to become zombies
 	}
+}
+
+// startError is why the command did not start, its name escaped and its
+// middle cut when long: the name is the caller's, and may hold control
+// characters or be huge.
+func startError(err error) string {
+	text := err.Error()
+	if len(text) > 300 {
+		text = clip(text, 200) + "…" + text[len(text)-80:]
+	}
+	return printable(text)
 }

@@ -300,6 +300,15 @@ func runHolderInfo(command []string, note string) (dlock.HolderInfo, error) {
 	return info, nil
 }
 
+// quoteCut is name quoted, cut to 100 bytes: one refused for its length
+// may be huge.
+func quoteCut(name string) string {
+	if len(name) > 100 {
+		return strconv.Quote(clip(name, 100)) + "…"
+	}
+	return strconv.Quote(name)
+}
+
 // clip cuts s to at most n bytes, at a rune boundary.
 func clip(s string, n int) string {
 	for len(s) > n {
@@ -461,7 +470,7 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 	}
 	text := errText(err)
 	if !strings.Contains(text, strconv.Quote(name)) {
-		text = strconv.Quote(name) + ": " + text
+		text = quoteCut(name) + ": " + text
 	}
 	fmt.Fprintf(out.stderr, "dlock run: %s\n", text)
 	return exitCodeOf(ctx, err)
@@ -500,7 +509,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	err = startCommand(cmd, tty)
 	guard.started()
 	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(out.stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound, false
 		}
