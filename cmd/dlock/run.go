@@ -536,6 +536,16 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	defer tick.Stop()
 	warnBefore := min(s.grace, s.ttl/2)
 	lost := lease.Done()
+	// A tick TTL/3 late (they come every TTL/10 at most) says dlock was
+	// stopped, or starved of CPU: a deadline that passed then is not
+	// Redis's doing.
+	lastTick, stalled := time.Now(), false
+	loss := func() string {
+		if (stalled || time.Since(lastTick) > s.ttl/3) && errors.Is(lease.Err(), dlock.LossUnreachable) {
+			return "no renewal went out before the lease's deadline: dlock was stopped"
+		}
+		return errText(lease.Err())
+	}
 	for {
 		select {
 		case <-exited:
@@ -544,7 +554,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				killAll(group) // left by a guard killed alone
 			}
 			if lease.Err() != nil && lost != nil {
-				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, errText(lease.Err()))
+				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, loss())
 			}
 			if lease.Err() != nil || stopped {
 				return exitLost, true
@@ -559,6 +569,8 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				sayHolding(name, exit, cmd.Process.Pid, group, out)
 			}
 		case <-tick.C:
+			stalled = stalled || time.Since(lastTick) > s.ttl/3
+			lastTick = time.Now()
 			deadline := lease.Deadline()
 			guard.tell(deadline)
 			if left := time.Until(deadline); !stopped && left <= warnBefore && lease.Err() == nil {
@@ -572,7 +584,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// may run on, not even for --kill-grace. dlock kills it itself,
 			// the guard too: a stopped guard would kill nothing.
 			killAll(group)
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); killed the command\n", name, errText(lease.Err()))
+			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); killed the command\n", name, loss())
 			lost, stopped = nil, true
 		}
 	}
