@@ -197,6 +197,10 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, stopSignals...)
 	defer signal.Stop(signals)
+	// A closed output (dlock run … | head) must not kill dlock before it
+	// exits with the command's code or 76. Caught, not ignored: the
+	// command gets the default back at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	holder, err := runHolderInfo(command, s.info)
 	if err != nil {

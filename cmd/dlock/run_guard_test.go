@@ -59,8 +59,8 @@ func TestRun_ALossKillsTheCommandUnderAStoppedGuard(t *testing.T) {
 }
 
 // Issue 36: dlock's output closed (dlock run … 2>&1 | true), the guard
-// killed at the deadline all the same: it does not die of SIGPIPE saying
-// why first.
+// kills at the deadline all the same, and dlock exits 76: neither dies of
+// SIGPIPE saying why.
 func TestRun_AClosedOutputDoesNotSpareTheCommandAtTheDeadline(t *testing.T) {
 	url, _ := testRedis(t)
 	ready := fifo(t, "ready")
@@ -83,6 +83,13 @@ func TestRun_AClosedOutputDoesNotSpareTheCommandAtTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, command, 10*time.Second, "the command, dlock stopped and its output closed,")
+	// Continued, dlock says it lost the lock to no one, and exits 76.
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != exitLost {
+		t.Fatalf("dlock: %v, want exit %d", err, exitLost)
+	}
 }
 
 // Issue 36: --release-on-exit, a loss or kill -9 of dlock kills the
