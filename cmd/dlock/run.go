@@ -66,7 +66,7 @@ gets SIGTERM --kill-grace before that deadline (but not before renewals
 have failed for half the TTL), to stop cleanly. Either way dlock exits 76
 once the command has. Not acquired within --wait: exit 75. SIGINT, SIGTERM
 and SIGHUP sent to dlock are passed on to every process of the command,
-those out of its group too, as ^C is; while dlock
+as ^C is, those out of its group too (on Linux); while dlock
 waits for the lock they withdraw it from the queue and dlock exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
@@ -573,7 +573,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				sayHolding(name, exit, cmd.Process.Pid, group, out)
 			}
 		case <-tick.C:
-			stalled = stalled || time.Since(lastTick) > s.ttl/3
+			stalled = time.Since(lastTick) > s.ttl/3 // the loss that follows a stop comes with this tick
 			lastTick = time.Now()
 			deadline := lease.Deadline()
 			guard.tell(deadline)
