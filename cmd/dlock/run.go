@@ -38,15 +38,15 @@ every process it started. The lock is held until every process the command
 started has exited: a command that leaves a process running in the
 background (sh -c 'worker &'), even out of its group (setsid, a job of a
 shell with set -m; on Linux only), keeps the lock until it ends, as
-flock(1) does through the descriptor they inherit. --release-on-exit releases when the command's
-main process exits instead. On a terminal of which dlock is in the
-foreground, the command gets the terminal (it reads it, ^C reaches it) and
-dlock takes it back after. On Linux ^Z stops dlock with the command, as one
-job, and fg resumes both; the lock is not renewed while dlock is stopped:
-stopped past the TTL, the run is lost, and the guard kills every process
-of the command at the lease's deadline. Elsewhere ^Z stops only the
-command. Once the main process has exited, dlock says which processes
-it still holds the lock for.
+flock(1) does through the descriptor they inherit. --release-on-exit
+releases when the command's main process exits instead. On a terminal of
+which dlock is in the foreground, the command gets the terminal (it reads
+it, ^C reaches it) and dlock takes it back after. On Linux ^Z stops dlock
+with the command, as one job, and fg resumes both; the lock is not renewed
+while dlock is stopped: stopped past the TTL, the run is lost, and the
+guard kills every process of the command at the lease's deadline. Elsewhere
+^Z stops only the command. Once the main process has exited, dlock says
+which processes it still holds the lock for.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
