@@ -1,0 +1,95 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockio/dlock"
+)
+
+// Rights taken away at runtime, after the Client's user has locked every
+// type once (the acquires have checked its rights): a lock refused part-way
+// fails with ErrPermission and leaves nothing applied, so that anyone
+// may take the lock at once; a lock granted and released regardless, or
+// refused its release, leaves no key without expiry.
+func TestACL_RightsRevokedAfterTheFirstLocksLeaveNothingHalfApplied(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	admin := srv.Client()
+	other := newClient(t, admin)
+	for _, rule := range dlockACL {
+		switch rule {
+		case "+evalsha", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
+			continue // not run by a script
+		}
+		if rule[0] != '+' {
+			continue
+		}
+		user := "revoked-" + rule[1:]
+		c := newClient(t, aclUser(t, ctx, admin, user, dlockACL...))
+		for _, lt := range lockTypes {
+			lease, err := lt.take(c, "first-"+user+"-"+lt.name)(ctx)
+			if err != nil {
+				t.Fatalf("%s before revoking %s: %v", lt.name, rule, err)
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				t.Fatalf("%s: Unlock before revoking %s: %v", lt.name, rule, err)
+			}
+		}
+		if err := admin.Do(ctx, "ACL", "SETUSER", user, "-"+rule[1:]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, lt := range lockTypes {
+			name := "revoked-" + user + "-" + lt.name
+			var writer *dlock.Lease
+			if lt.hold != nil { // a reader behind a writer: the writer is the admin's
+				var err error
+				if writer, err = lt.hold(other, name)(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			try, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			lease, err := lt.take(c, name)(try)
+			cancel()
+			switch {
+			case err == nil:
+				if err := lease.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrPermission) {
+					t.Errorf("without %s, %s: Unlock: %v; want nil or ErrPermission", rule, lt.name, err)
+				}
+			case errors.Is(err, dlock.ErrPermission):
+				if writer != nil {
+					if err := writer.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Nothing applied: the lock is free for anyone.
+				free, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				taker := lt.take
+				if lt.hold != nil {
+					taker = lt.hold // the writer finds no reader left
+				}
+				held, err := taker(other, name)(free)
+				cancel()
+				if err != nil {
+					t.Errorf("without %s, a refused %s left the lock taken: %v", rule, lt.name, err)
+				} else if err := held.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case lt.hold == nil || !errors.Is(err, dlock.ErrNotAcquired):
+				t.Errorf("without %s, %s: %v; want ErrPermission, or the lock", rule, lt.name, err)
+			}
+			for _, key := range keysOn(t, ctx, admin, "*{"+name+"*") {
+				if strings.HasSuffix(key, "}:permits") || strings.HasSuffix(key, "}:leader") {
+					continue // kept for good by design
+				}
+				if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
+					t.Errorf("without %s, %s left %s with no expiry (%v)", rule, lt.name, key, err)
+				}
+			}
+		}
+	}
+}
