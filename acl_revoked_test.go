@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 )
 
@@ -52,10 +54,16 @@ func TestACL_RightsRevokedAfterTheFirstLocksLeaveNothingHalfApplied(t *testing.T
 					t.Fatal(err)
 				}
 			}
+			if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+				t.Fatal(err)
+			}
 			try, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			lease, err := lt.take(c, name)(try)
 			cancel()
 			switch {
+			case err == nil && refusedInScripts(t, ctx, admin, user) > 0:
+				t.Errorf("without %s, %s succeeded past a command Redis refused it", rule, lt.name)
+				_ = lease.Unlock(ctx)
 			case err == nil:
 				if err := lease.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrPermission) {
 					t.Errorf("without %s, %s: Unlock: %v; want nil or ErrPermission", rule, lt.name, err)
@@ -92,4 +100,31 @@ func TestACL_RightsRevokedAfterTheFirstLocksLeaveNothingHalfApplied(t *testing.T
 			}
 		}
 	}
+}
+
+// refusedInScripts is how many of user's commands inside scripts the ACL
+// LOG has refused since its reset.
+func refusedInScripts(t *testing.T, ctx context.Context, admin *redis.Client, user string) int {
+	t.Helper()
+	entries, err := admin.Do(ctx, "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		fields, _ := e.([]any)
+		var who, context string
+		for i := 0; i+1 < len(fields); i += 2 {
+			switch fields[i] {
+			case "username":
+				who, _ = fields[i+1].(string)
+			case "context":
+				context, _ = fields[i+1].(string)
+			}
+		}
+		if who == user && (context == "lua" || context == "script") {
+			n++
+		}
+	}
+	return n
 }
