@@ -16,7 +16,8 @@ import (
 // The number of permits lives in Redis, set by the first acquisition, so
 // that every client agrees on it: while a permit is held, a handle opened
 // with another number fails with [ErrPermits] until it is changed
-// deliberately ([Semaphore.SetPermits]). It goes with the last permit.
+// deliberately ([Semaphore.SetPermits]). It goes with the last permit,
+// released or run out, so a new handle may then bring another number.
 // A Semaphore is a handle, safe for concurrent use.
 type Semaphore struct {
 	handle
@@ -35,7 +36,7 @@ var semKind = &leaseKind{
 
 // Semaphore returns the semaphore called name, with permits permits.
 // Options override the Client's defaults for it. Nothing is sent to Redis;
-// a bad name, option or number of permits (≤ 0) is returned by the first
+// a bad name, option or number of permits (not 1 to 2^53-1) is returned by the first
 // acquisition, matching [ErrInvalid].
 //
 // A Semaphore's keys are its own type: a Mutex or another lock type of the
@@ -43,8 +44,8 @@ var semKind = &leaseKind{
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
 	s := &Semaphore{handle: c.newHandle(name, opts, forSemaphore)}
 	s.permits.Store(int64(permits))
-	if c != nil && permits <= 0 {
-		s.err = invalidf("semaphore %q with %d permits", name, permits)
+	if c != nil && s.err == nil {
+		s.err = validPermits(name, permits)
 	}
 	if s.err == nil {
 		lay := keyLists{k: s.keys}
@@ -64,6 +65,17 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		})
 	}
 	return s
+}
+
+// maxPermits is the most permits a Semaphore has: its scripts count in
+// Lua's doubles, which hold every integer up to it exactly.
+const maxPermits = 1<<53 - 1
+
+func validPermits(name string, n int) error {
+	if n <= 0 || n > maxPermits {
+		return invalidf("semaphore %q with %d permits: want 1 to %d", name, n, maxPermits)
+	}
+	return nil
 }
 
 // Permits returns the number of permits this handle expects.
@@ -94,8 +106,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if n <= 0 {
-		return invalidf("semaphore %q with %d permits", s.name, n)
+	if err := validPermits(s.name, n); err != nil {
+		return err
 	}
 	publish, err := s.c.publishCommand(ctx)
 	if err != nil {

@@ -189,6 +189,7 @@ func TestSemaphore_BadInputWrongTypeAndDoubleUnlock(t *testing.T) {
 	for _, sem := range []*dlock.Semaphore{
 		c.Semaphore("x", 0),
 		c.Semaphore("x", -1),
+		c.Semaphore("x", 1<<53), // Lua's numbers are doubles: it would be stored rounded
 		c.Semaphore("", 1),
 		c.Semaphore("x", 1, dlock.WithTTL(time.Millisecond)),
 		(*dlock.Client)(nil).Semaphore("x", 1),
@@ -354,5 +355,38 @@ func TestSemaphore_PermitsGoWithTheLastPermit(t *testing.T) {
 		if left := rdb.PTTL(ctx, permits).Val(); left <= 0 || left > dlock.FenceRetentionTTLs*time.Second {
 			t.Fatalf("a number set while no permit is held expires in %v; want within %d TTLs", left, dlock.FenceRetentionTTLs)
 		}
+	})
+}
+
+// The number of permits goes with the last permit's release, not a TTL
+// later: a handle opened with another number right after it is refused
+// nothing (dlock run --permits 2, then --permits 3).
+func TestSemaphore_TheLastReleaseFreesTheNumberOfPermits(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxFor(t, 30*time.Second)
+		c := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute))
+		name := lockName(t)
+		first, err := c.Semaphore(name, 2).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := c.Semaphore(name, 2).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Semaphore(name, 3).TryAcquire(ctx); !errors.Is(err, dlock.ErrPermits) {
+			t.Fatalf("opened with 3 permits while a permit of 2 is held: %v; want ErrPermits", err)
+		}
+		if err := second.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := c.Semaphore(name, 3).TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("opened with 3 permits after the last permit of 2 was released: %v", err)
+		}
+		_ = lease.Unlock(ctx)
 	})
 }

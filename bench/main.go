@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -28,6 +29,8 @@ func main() {
 	typesOnly := flag.Bool("types", false, "only workload 6, dlock's types one by one: per-script server µs in seconds")
 	readme := flag.String("readme", "", "also rewrite the table between the bench markers in this file (../README.md)")
 	only := flag.String("libs", "", "comma-separated libraries to run besides ideal (default: all), for a quicker look")
+	asJSON := flag.Bool("json", false, "with -types: print the results as JSON, for another run's -before")
+	before := flag.String("before", "", "LABEL=BINARY: a bench binary built from an earlier commit, whose -types run goes beside this one's")
 	flag.Parse()
 	if *only != "" {
 		libraries = slices.DeleteFunc(libraries, func(l library) bool {
@@ -46,8 +49,13 @@ func main() {
 	defer servers.Close()
 	ctx := context.Background()
 	if *typesOnly {
-		typeRows, err := types(ctx, servers, scale)
-		fmt.Print(typesTable(nil, typeRows))
+		typeRows, err := typesBeside(ctx, servers, scale, *before, *quick)
+		if *asJSON {
+			out, _ := json.Marshal(typeRows)
+			fmt.Println(string(out))
+		} else {
+			fmt.Print(typesTable(nil, typeRows))
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			servers.Close()
@@ -104,7 +112,7 @@ func main() {
 	if rows["dlock"] != nil {
 		fmt.Fprintln(os.Stderr, "dlock's types")
 		var err error
-		if typeRows, err = types(ctx, servers, scale); err != nil {
+		if typeRows, err = typesBeside(ctx, servers, scale, *before, *quick); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}

@@ -46,9 +46,22 @@ func readmeTable(rows map[string]*row, typeRows []typeResult, quick bool) string
 	if d != nil && d.held != nil {
 		fmt.Fprintf(&b, "| 10,000 leases held by one Client | %.0f Redis commands/s, %.1f MB heap | | |\n", d.held.commandsPerSec, d.held.heapMB)
 	}
+	if len(typeRows) == 0 {
+		return b.String()
+	}
+	label := ""
+	if len(typeRows) > 0 && typeRows[0].Before != nil {
+		label = beforeLabel
+	}
+	fmt.Fprintf(&b, "\n| uncontended lock+unlock | dlock | %s | server CPU, now / before |\n|---|---|---|---|\n", or(label, "before"))
 	for _, t := range typeRows {
-		fmt.Fprintf(&b, "| %s, uncontended lock+unlock | %s, server CPU %s, %.0f commands, %.1f µs a script | | |\n",
-			t.name, round(t.pair), round(t.cpu), t.commands, t.perCall)
+		now := fmt.Sprintf("%s, server CPU %s, %.0f commands, %.1f µs a script", round(t.Pair), round(t.CPU), t.Commands, t.PerCall)
+		before, ratio := "", ""
+		if o := t.Before; o != nil {
+			before = fmt.Sprintf("%s, %s, %.0f, %.1f", round(o.Pair), round(o.CPU), o.Commands, o.PerCall)
+			ratio = fmt.Sprintf("%.2f×", float64(t.CPU)/float64(max(o.CPU, 1)))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, now, before, ratio)
 	}
 	return b.String()
 }
@@ -65,4 +78,12 @@ func writeReadme(path, table string) error {
 		return fmt.Errorf("%s has no %q ... %q markers", path, readmeBegin, readmeEnd)
 	}
 	return os.WriteFile(path, []byte(before+readmeBegin+"\n"+table+readmeEnd+after), 0o644)
+}
+
+// or is s, or else def when s is empty.
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

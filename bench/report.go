@@ -218,14 +218,18 @@ func typesTable(ideal *row, typeRows []typeResult) string {
 	var b strings.Builder
 	b.WriteString("\n## 6. dlock's types: uncontended lock + unlock, 1 goroutine\n\n" +
 		"Per pair, and per node for a Redlock (three): the server's CPU time, Redis commands (inside scripts counted), " +
-		"EVALSHA calls and the server's µs per EVALSHA (INFO commandstats usec_per_call). The ideal row is workload 1's.\n\n" +
-		"| type | per pair | server CPU | commands | scripts | µs per script |\n|---|---|---|---|---|---|\n")
+		"script calls (EVALSHA or FCALL) and the server's µs per call (INFO commandstats). The ideal row is workload 1's; the last column, a -before run's.\n\n" +
+		"| type | per pair | server CPU | commands | scripts | µs per script | server CPU, commands: " + or(beforeLabel, "before") + " |\n|---|---|---|---|---|---|---|\n")
 	if ideal != nil && len(ideal.alone) > 0 {
 		cpu, commands := costs(ideal.alone)
-		fmt.Fprintf(&b, "| ideal | %s | %s | %.1f | - | - |\n", round(median(ideal.uncontended)), round(cpu), commands)
+		fmt.Fprintf(&b, "| ideal | %s | %s | %.1f | - | - | |\n", round(median(ideal.uncontended)), round(cpu), commands)
 	}
 	for _, t := range typeRows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.1f |\n", t.name, round(t.pair), round(t.cpu), t.commands, t.scripts, t.perCall)
+		before := ""
+		if o := t.Before; o != nil {
+			before = fmt.Sprintf("%s, %.1f", round(o.CPU), o.Commands)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.1f | %s |\n", t.Name, round(t.Pair), round(t.CPU), t.Commands, t.Scripts, t.PerCall, before)
 	}
 	return b.String()
 }

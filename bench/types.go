@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -57,14 +60,16 @@ var lockTypes = []lockType{
 }
 
 // typeResult is workload 6's measurements of one type, per lock+unlock
-// and per node.
+// and per node. It is JSON for -types -json, which a later run reads with
+// -before to show an earlier commit's figures beside its own.
 type typeResult struct {
-	name     string
-	pair     time.Duration // wall time
-	cpu      time.Duration // the server's CPU (INFO cpu)
-	commands float64       // Redis commands, inside scripts counted
-	scripts  float64       // EVALSHA calls
-	perCall  float64       // µs of server time per EVALSHA (commandstats usec_per_call)
+	Name     string
+	Pair     time.Duration // wall time
+	CPU      time.Duration // the server's CPU (INFO cpu)
+	Commands float64       // Redis commands, inside scripts counted
+	Scripts  float64       // script calls: EVALSHA or FCALL
+	PerCall  float64       // µs of server time per script call (commandstats usec)
+	Before   *typeResult   `json:"-"` // the -before run's figures, if any
 }
 
 // types is workload 6: one goroutine takes and releases each of dlock's
@@ -79,6 +84,43 @@ func types(ctx context.Context, servers *redistest.Shared, scale float64) ([]typ
 		results = append(results, res)
 	}
 	return results, nil
+}
+
+// beforeLabel names the -before run, as the tables head its column.
+var beforeLabel string
+
+// typesBeside is types, with the figures of the -before binary's run (spec
+// LABEL=BINARY), made just before, beside each type of the same name.
+func typesBeside(ctx context.Context, servers *redistest.Shared, scale float64, spec string, quick bool) ([]typeResult, error) {
+	var before []typeResult
+	if spec != "" {
+		label, bin, ok := strings.Cut(spec, "=")
+		if !ok {
+			return nil, fmt.Errorf("-before %q: want LABEL=BINARY", spec)
+		}
+		args := []string{"-types", "-json"}
+		if quick {
+			args = append(args, "-quick")
+		}
+		fmt.Fprintf(os.Stderr, "dlock's types at %s\n", label)
+		out, err := exec.CommandContext(ctx, bin, args...).Output()
+		if err != nil {
+			return nil, fmt.Errorf("-before %s: %w", label, err)
+		}
+		if err := json.Unmarshal(out, &before); err != nil {
+			return nil, fmt.Errorf("-before %s: %w", label, err)
+		}
+		beforeLabel = label
+	}
+	rows, err := types(ctx, servers, scale)
+	for i := range rows {
+		for j := range before {
+			if before[j].Name == rows[i].Name {
+				rows[i].Before = &before[j]
+			}
+		}
+	}
+	return rows, err
 }
 
 func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d time.Duration) (typeResult, error) {
@@ -136,47 +178,50 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 		n++
 	}
 	wall := time.Since(start)
-	res := typeResult{name: typ.name, pair: wall / time.Duration(n)}
+	res := typeResult{Name: typ.name, Pair: wall / time.Duration(n)}
 	var cpu, usec float64
 	for _, node := range nodes {
 		s, _ := serverstats.CPU(ctx, node)
 		cpu += s
 		commands, _ := serverstats.Commands(ctx, node)
 		commandsBefore += float64(commands)
-		calls, us, err := evalshaStats(ctx, node)
+		calls, us, err := scriptStats(ctx, node)
 		if err != nil {
 			return typeResult{}, err
 		}
-		res.scripts += calls
+		res.Scripts += calls
 		usec += us
 	}
 	perNode := float64(n * typ.servers)
-	res.cpu = time.Duration((cpu - cpuBefore) / perNode * float64(time.Second))
-	res.commands = commandsBefore / perNode
-	res.perCall = usec / max(res.scripts, 1)
-	res.scripts /= perNode
+	res.CPU = time.Duration((cpu - cpuBefore) / perNode * float64(time.Second))
+	res.Commands = commandsBefore / perNode
+	res.PerCall = usec / max(res.Scripts, 1)
+	res.Scripts /= perNode
 	return res, nil
 }
 
-// evalshaStats reads the calls of EVALSHA and the µs they took from INFO
-// commandstats.
-func evalshaStats(ctx context.Context, rdb *redis.Client) (calls, usec float64, err error) {
+// scriptStats reads the calls of scripts (EVALSHA, FCALL) and the µs they
+// took from INFO commandstats.
+func scriptStats(ctx context.Context, rdb *redis.Client) (calls, usec float64, err error) {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, 0, err
 	}
 	for line := range strings.SplitSeq(info, "\n") {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
+		name, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch name {
+		case "cmdstat_evalsha", "cmdstat_fcall":
+		default:
 			continue
 		}
 		for field := range strings.SplitSeq(stats, ",") {
 			name, value, _ := strings.Cut(field, "=")
+			v, _ := strconv.ParseFloat(value, 64)
 			switch name {
 			case "calls":
-				calls, _ = strconv.ParseFloat(value, 64)
+				calls += v
 			case "usec":
-				usec, _ = strconv.ParseFloat(value, 64)
+				usec += v
 			}
 		}
 	}

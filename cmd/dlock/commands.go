@@ -128,13 +128,15 @@ func dashesEndedFlags(fs *flag.FlagSet, args []string) bool {
 	}
 	if k >= 2 && strings.HasPrefix(args[k-2], "-") && !strings.Contains(args[k-2], "=") {
 		f := fs.Lookup(strings.TrimLeft(args[k-2], "-"))
-		if f == nil {
-			return true
-		}
-		boolean, ok := f.Value.(interface{ IsBoolFlag() bool })
-		return ok && boolean.IsBoolFlag()
+		return f == nil || isSwitch(f)
 	}
 	return true
+}
+
+// isSwitch says whether f takes no value: -n, --shared.
+func isSwitch(f *flag.Flag) bool {
+	boolean, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && boolean.IsBoolFlag()
 }
 
 // newFlagSet makes a command's flags. They print nothing themselves:
@@ -150,7 +152,10 @@ func newFlagSet(name string) *flag.FlagSet {
 // done says the command should return code: its help was asked for (on
 // stdout), or a flag broke a rule (that rule, on stderr).
 func parseFlags(fs *flag.FlagSet, args []string, out *output) (code int, done bool) {
-	err := fs.Parse(args)
+	args, err := shortGroups(fs, args)
+	if err == nil {
+		err = fs.Parse(args)
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		c, _ := lookup(fs.Name())
@@ -160,6 +165,66 @@ func parseFlags(fs *flag.FlagSet, args []string, out *output) (code int, done bo
 		return usageError(out, fs.Name(), "%v", err), true
 	}
 	return 0, false
+}
+
+// shortGroups splits groups of one-letter flags as getopt does, and so
+// flock(1): -ns is -n -s; the last letter may take its value from the rest
+// of the word (-E3, -w0.5) or from the next word (-nE 0). It walks args as
+// the flag package will, up to "--" or the first argument, so that a
+// flag's value (--info -ns) is never split. A word with a letter that is no
+// flag is left whole, for the flag package to refuse. A number right after
+// a one-letter switch is refused: -n 3 would make 3 the lock's NAME, where
+// consul's users mean 3 permits.
+func shortGroups(fs *flag.FlagSet, args []string) ([]string, error) {
+	words := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" || len(arg) < 2 || arg[0] != '-' {
+			return append(words, args[i:]...), nil
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		split := []string{arg}
+		if fs.Lookup(name) == nil {
+			if arg[1] == '-' {
+				return append(words, args[i:]...), nil
+			}
+			if split = splitGroup(fs, arg[1:]); split == nil {
+				return append(words, args[i:]...), nil
+			}
+			name, _, hasValue = strings.Cut(strings.TrimLeft(split[len(split)-1], "-"), "=")
+		}
+		words = append(words, split...)
+		last := fs.Lookup(name)
+		switch {
+		case hasValue || i+1 == len(args):
+		case !isSwitch(last):
+			i++
+			words = append(words, args[i]) // its value
+		case len(name) == 1 && args[i+1] != "" && strings.Trim(args[i+1], "0123456789") == "":
+			return nil, fmt.Errorf("-%s takes no value, not %q: %s", name, args[i+1], usageOf(fs, last))
+		}
+	}
+	return words, nil
+}
+
+// splitGroup is the group of one-letter flags letters (ns, nE3) as flags
+// of their own (-n -s, -n -E=3), or nil if a letter is no flag.
+func splitGroup(fs *flag.FlagSet, letters string) []string {
+	var split []string
+	for i, letter := range letters {
+		f := fs.Lookup(string(letter))
+		switch {
+		case f == nil:
+			return nil
+		case isSwitch(f):
+			split = append(split, "-"+f.Name)
+		case i+1 < len(letters):
+			return append(split, "-"+f.Name+"="+letters[i+1:])
+		default:
+			return append(split, "-"+f.Name)
+		}
+	}
+	return split
 }
 
 // usageError says which rule the command line broke and where the rules
@@ -191,6 +256,14 @@ func flagCount(fs *flag.FlagSet) int {
 // -s is its --shared. Help lists them together: "-s, --shared".
 func alias(fs *flag.FlagSet, short, long string) {
 	fs.Var(fs.Lookup(long).Value, short, aliasMark+long)
+}
+
+// usageOf is f's usage; an alias's is its flag's.
+func usageOf(fs *flag.FlagSet, f *flag.Flag) string {
+	if long, ok := strings.CutPrefix(f.Usage, aliasMark); ok {
+		return fs.Lookup(long).Usage
+	}
+	return f.Usage
 }
 
 // aliasMark starts the usage of an alias, which names its flag after it.

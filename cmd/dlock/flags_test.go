@@ -95,3 +95,43 @@ func TestBench_HelpListsEveryType(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36 (D1): consul's habit, -n N before the name, is not flock's -n
+// (try once) followed by a lock named N running the name as a command: it
+// exits 2, pointing to --permits N, and runs nothing.
+func TestRun_ConsulsDashNWithANumberIsAUsageError(t *testing.T) {
+	url, _ := testRedis(t)
+	for _, args := range [][]string{
+		{"run", "-n", "3", "backups", "--", "echo", "ran"},
+		{"run", "-n", "3", "--", "echo", "ran"},
+		{"run", "-n=3", "backups", "--", "echo", "ran"},
+		{"run", "backups", "-n", "3", "--", "echo", "ran"},
+	} {
+		code, stdout, stderr := runDlock(t, url, args...)
+		refused := strings.Contains(stderr, `-n takes no value, not "3"`) || strings.Contains(stderr, `"3" for -n`)
+		if code != exitUsage || stdout != "" || !refused || !strings.Contains(stderr, "--permits N") {
+			t.Errorf("dlock %q: exit %d, stdout %q, stderr:\n%s\nwant %d, nothing run, a pointer to --permits N",
+				args, code, stdout, stderr, exitUsage)
+		}
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "--permits", "3", "-n", "backups", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("run --permits 3 -n backups: exit %d, %q\n%s", code, stdout, stderr)
+	}
+}
+
+// Issue 36 (D3): --permits takes 1 or more, up to what a Semaphore keeps
+// exactly (2^53-1); 0 ran under an RWMutex, and a number past 2^53 was
+// stored rounded.
+func TestRun_PermitsOutOfRangeIsAUsageError(t *testing.T) {
+	url, _ := testRedis(t)
+	for _, permits := range []string{"0", "-1", "9007199254740992", "99999999999999999999", "many"} {
+		code, stdout, stderr := runDlock(t, url, "run", "--permits", permits, "pool", "--", "echo", "ran")
+		want := `dlock run: invalid value "` + permits + `" for flag -permits: want a number of permits from 1 to 9007199254740991`
+		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, want) {
+			t.Errorf("--permits %s: exit %d, stdout %q, stderr:\n%s\nwant %d, nothing run, and:\n%s", permits, code, stdout, stderr, exitUsage, want)
+		}
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "--permits", "9007199254740991", "pool", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("--permits 2^53-1: exit %d, %q\n%s", code, stdout, stderr)
+	}
+}

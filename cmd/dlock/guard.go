@@ -76,6 +76,7 @@ func guardGroup() int {
 	// Only the pipe ends a guard: a terminal's hangup or ^C is dlock's to
 	// handle, and dlock passes it on to the command.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	nameProcess("dlock-guard")
 	pgid := 0
 	lines := bufio.NewScanner(os.Stdin)
 	for lines.Scan() {

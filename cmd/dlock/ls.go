@@ -305,7 +305,8 @@ func (l foundLock) columns() []string {
 	if info.ReadersWaiting > 0 {
 		waiting = fmt.Sprintf("%d+%dr", info.WritersWaiting, info.ReadersWaiting)
 	}
-	return []string{printable(info.Name), lockType, stateOf(info), ttlText(info.TTL), waiting, fmt.Sprint(info.LastToken), holdersText(info)}
+	return []string{printable(info.Name), lockType, stateOf(info), ttlText(info.TTL), waiting, fmt.Sprint(info.LastToken),
+		printable(holdersText(info))}
 }
 
 // ttlText is a TTL in few characters: tenths of seconds under a minute.
@@ -326,13 +327,14 @@ func ttlText(ttl time.Duration) string {
 const maxHoldersText = 60
 
 // holdersText names a lock's holders: owner ids with their modes and holds,
-// a Semaphore's permits, or a hidden Mutex owner.
+// a Semaphore's permits, or a hidden Mutex owner. It is raw: each output
+// escapes it once, in its own way.
 func holdersText(info dlock.LockInfo) string {
 	if len(info.Holders) == 0 {
 		return "-"
 	}
 	if info.Permits > 0 {
-		return fmt.Sprintf("%d/%d permits", permitsHeld(info), info.Permits)
+		return permitsText(info)
 	}
 	var parts []string
 	for _, h := range info.Holders {
@@ -359,20 +361,25 @@ func holdersText(info dlock.LockInfo) string {
 	return text
 }
 
-// holderLabel names a holder in a column: by the host, pid and program it
-// stored (WithHolderInfo, or a dlock run), as status shows them; else by its
-// owner id's hash, or hidden (a Mutex's).
+// permitsText counts a Semaphore's permits held, as status does.
+func permitsText(info dlock.LockInfo) string {
+	return fmt.Sprintf("%d of %d permits held", permitsHeld(info), info.Permits)
+}
+
+// holderLabel names a holder, raw: by the host, pid and program it stored
+// (WithHolderInfo, or a dlock run), as status shows them; else by its owner
+// id's hash, or hidden (a Mutex's).
 func holderLabel(h dlock.Holder) string {
 	if h.Info != nil {
 		var parts []string
 		if h.Info.Hostname != "" {
-			parts = append(parts, printable(h.Info.Hostname))
+			parts = append(parts, h.Info.Hostname)
 		}
 		if h.Info.PID != 0 {
 			parts = append(parts, fmt.Sprintf("pid %d", h.Info.PID))
 		}
 		if h.Info.Program != "" {
-			parts = append(parts, printable(h.Info.Program))
+			parts = append(parts, h.Info.Program)
 		}
 		if len(parts) > 0 {
 			return strings.Join(parts, " ")
@@ -381,7 +388,7 @@ func holderLabel(h dlock.Holder) string {
 	if h.Owner == "" {
 		return hiddenOwner
 	}
-	return printable(h.Owner)
+	return h.Owner
 }
 
 // hiddenOwner stands for a Mutex holder's owner, a secret.

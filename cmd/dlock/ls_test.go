@@ -145,7 +145,7 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{dlock.OwnerHash("ops-host/42/writer"), "not dlock's", "1/3 permits", dlock.OwnerHash("r1"), dlock.OwnerHash("r2")} {
+	for _, want := range []string{dlock.OwnerHash("ops-host/42/writer"), "not dlock's", "1 of 3 permits held", dlock.OwnerHash("r1"), dlock.OwnerHash("r2")} {
 		if !strings.Contains(text, want) {
 			t.Errorf("ls does not show %q:\n%s", want, text)
 		}
@@ -236,7 +236,7 @@ func newLocks(t testing.TB, rdb redis.UniversalClient) *dlock.Client {
 }
 
 // Issue 36.9: a Semaphore's permits held by holders with different holder
-// info (one line each in Describe) all count: ls and watch say 2/2, as
+// info (one line each in Describe) all count: ls and watch say 2 of 2, as
 // status says 2 of 2.
 func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
 	srv := redistest.Start(t)
@@ -246,8 +246,8 @@ func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
 		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(dlock.HolderInfo{Hostname: host})).Acquire(ctx))
 	}
 	code, stdout, stderr := runDlock(t, url, "ls")
-	if code != 0 || !strings.Contains(stdout, "2/2 permits") || !strings.Contains(stdout, "full") {
-		t.Fatalf("ls: exit %d, want pool full with 2/2 permits\n%s%s", code, stdout, stderr)
+	if code != 0 || !strings.Contains(stdout, "2 of 2 permits held") || !strings.Contains(stdout, "full") {
+		t.Fatalf("ls: exit %d, want pool full with 2 of 2 permits held\n%s%s", code, stdout, stderr)
 	}
 	log := filepath.Join(t.TempDir(), "watch")
 	watch := exec.Command(dlockBin, "watch", "--redis", url, "pool")
@@ -266,8 +266,8 @@ func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
 		line, _ = os.ReadFile(log)
 		return strings.Contains(string(line), "\n")
 	})
-	if !strings.Contains(string(line), "2/2 permits") {
-		t.Fatalf("watch: %s\nwant 2/2 permits", line)
+	if !strings.Contains(string(line), "2 of 2 permits held") {
+		t.Fatalf("watch: %s\nwant 2 of 2 permits held", line)
 	}
 }
 

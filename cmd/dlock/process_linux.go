@@ -82,3 +82,11 @@ func underJobControl() bool {
 	pgid, err := syscall.Getpgid(parent)
 	return errno == 0 && errno2 == 0 && err == nil && sid == own && pgid != syscall.Getpgrp()
 }
+
+// nameProcess sets the name ps and top show (comm), else the file dlock
+// was started from: exe, for /proc/self/exe. /proc/self/comm is the main
+// thread's whichever thread writes it; prctl(PR_SET_NAME) would name the
+// thread the goroutine happens to run on.
+func nameProcess(name string) {
+	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
+}

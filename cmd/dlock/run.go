@@ -62,10 +62,12 @@ The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 other but never with an exclusive one. Go programs use the same lock through
 dlock's RWMutex or ReentrantMutex of the same name. --permits N takes a
 permit of the Semaphore of that name instead: N runs at once (consul lock
--n N), as with a Go Semaphore of N permits.
+-n N), as with a Go Semaphore of N permits; N is 1 to 2^53-1.
 
-flock(1)'s short flags work: -n (--wait 0), -w (--wait, in seconds or a
-duration), -s (--shared), -E (--conflict-exit-code).
+flock(1)'s short flags work, grouped as flock takes them (-ns, -nE 0, -w5):
+-n (--wait 0), -w (--wait, in seconds or a duration), -s (--shared), -E
+(--conflict-exit-code). consul lock -n N is --permits N here: -n takes no
+value, and a number after it is refused (exit 2), not taken for NAME.
 
 While dlock waits, a status line on a terminal shows who holds the lock,
 cut to the terminal's width. Elsewhere (a CI log) dlock says in one line
@@ -89,7 +91,7 @@ Examples:
   dlock run dataset -- ./rebuild.sh
   # at most 3 backups at once; flock's habits
   dlock run --permits 3 backups -- ./backup.sh
-  dlock run -n -E 0 nightly -- ./report
+  dlock run -nE 0 nightly -- ./report
 `
 
 func defineRun(fs *flag.FlagSet) action {
@@ -108,12 +110,25 @@ func defineRun(fs *flag.FlagSet) action {
 		wait, waitSet = d, true
 		return nil
 	})
-	fs.BoolFunc("n", "try once, as --wait 0 (flock -n)", func(string) error {
-		wait, waitSet = 0, true
+	const tryOnce = "try once, as --wait 0 (flock -n); for consul lock -n N, use --permits N"
+	fs.BoolFunc("n", tryOnce, func(s string) error {
+		if on, err := strconv.ParseBool(s); err != nil {
+			return errors.New(tryOnce)
+		} else if on {
+			wait, waitSet = 0, true
+		}
 		return nil
 	})
 	shared := fs.Bool("shared", false, "take a shared (read) lock: shared runs may overlap")
-	permits := fs.Int("permits", 0, "run under a Semaphore of `N` permits: N runs at once (consul lock -n)")
+	permits := 0 // not a Semaphore
+	fs.Func("permits", "run under a Semaphore of `N` permits: N runs at once (consul lock -n)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPermits {
+			return fmt.Errorf("want a number of permits from 1 to %d", maxPermits)
+		}
+		permits = n
+		return nil
+	})
 	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM on a lost lock, how long before SIGKILL")
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process of its group does")
@@ -135,16 +150,18 @@ func defineRun(fs *flag.FlagSet) action {
 			return usageError(out, "run", "--kill-grace must not be negative")
 		case *conflictCode < 0 || *conflictCode > 255:
 			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
-		case *permits < 0:
-			return usageError(out, "run", "--permits must be at least 1")
-		case *permits > 0 && *shared:
+		case permits > 0 && *shared:
 			return usageError(out, "run", "--permits and --shared do not go together: a Semaphore has no shared side")
 		}
 		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
-			shared: *shared, permits: *permits, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet,
+			shared: *shared, permits: permits, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet,
 			conflictCode: *conflictCode, info: *infoText}, out)
 	}
 }
+
+// maxPermits is the most permits --permits takes: a Semaphore's number
+// is a Lua number in Redis, exact up to 2^53-1; past it, stored rounded.
+const maxPermits = 1<<53 - 1
 
 // runSettings are run's flags.
 type runSettings struct {
@@ -331,7 +348,7 @@ func heldBy(client *dlock.Client, name, self string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if info, err := client.Describe(ctx, name); err == nil && len(others(info.Holders, self)) > 0 {
-		return ", held by " + describeHolders(info, self)
+		return ", " + holdersPhrase(info, self)
 	}
 	return ""
 }
@@ -382,7 +399,7 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 	if err != nil || len(holders) == 0 {
 		return line
 	}
-	return fmt.Sprintf("%s; held by %s (renewed; lapses within %v of its holder's death)", line, describeHolders(info, self),
+	return fmt.Sprintf("%s; %s (renewed; lapses within %v of its holder's death)", line, holdersPhrase(info, self),
 		info.TTL.Round(100*time.Millisecond))
 }
 
@@ -397,11 +414,11 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 	return rest
 }
 
-// describeHolders names the holders of a lock but self (as ls does), or
-// counts a Semaphore's permits.
-func describeHolders(info dlock.LockInfo, self string) string {
+// holdersPhrase is "held by …" naming the holders of a lock but self (as
+// ls does), or "N of M permits held" for a Semaphore; escaped.
+func holdersPhrase(info dlock.LockInfo, self string) string {
 	if info.Permits > 0 {
-		return fmt.Sprintf("%d of %d permits", permitsHeld(info), info.Permits)
+		return permitsText(info)
 	}
 	holders := others(info.Holders, self)
 	parts := make([]string, 0, len(holders))
@@ -412,7 +429,7 @@ func describeHolders(info dlock.LockInfo, self string) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s ×%d)", label, modeName(h), h.Holds))
 	}
-	return strings.Join(parts, ", ")
+	return "held by " + printable(strings.Join(parts, ", "))
 }
 
 func modeName(h dlock.Holder) string {

@@ -703,3 +703,35 @@ func TestRun_PermitsOtherThanTheSemaphoresFailsNotAsUnreachable(t *testing.T) {
 		t.Fatalf("--permits 3 on a Semaphore of 2: exit %d, want %d\n%s", code, exitFailure, stderr)
 	}
 }
+
+// Issue 36 (D2): flock's short flags group as getopt groups them: switches
+// together (-ns), the last one taking its value from the rest of the word
+// or the next (-nE 0, -nE3, -w0.3). A group never hides in a flag's value
+// (--info -nE), and a letter that is no flag is refused, not guessed.
+func TestRun_GroupedShortFlags(t *testing.T) {
+	url, locks := testRedis(t)
+	mustLease(t)(locks.RWMutex("short", dlock.WithOwner("host-a/pid-7")).Lock(context.Background()))
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-ns"}, exitNotAcquired},
+		{[]string{"-sn"}, exitNotAcquired},
+		{[]string{"-nE", "0"}, 0},
+		{[]string{"-nE3"}, 3},
+		{[]string{"-sw0.3"}, exitNotAcquired},
+		{[]string{"-snE", "4"}, 4},
+	} {
+		code, stdout, stderr := runDlock(t, url, append(append([]string{"run"}, tc.args...), "short", "--", "echo", "ran")...)
+		if code != tc.code || stdout != "" {
+			t.Errorf("run %q on a held lock: exit %d, stdout %q, want %d\n%s", tc.args, code, stdout, tc.code, stderr)
+		}
+	}
+	if code, stdout, stderr := runDlock(t, url, "run", "--info", "-nE", "free", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
+		t.Errorf("run --info -nE free: exit %d, %q, want the note -nE\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := runDlock(t, url, "run", "-nx", "short", "--", "echo", "ran")
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "-nx") {
+		t.Errorf("run -nx: exit %d, stdout %q, want %d naming -nx\n%s", code, stdout, exitUsage, stderr)
+	}
+}

@@ -218,7 +218,7 @@ func unlock(ctx context.Context, name, redisFlag string, yes bool, out *output) 
 			fmt.Fprintf(out.stdout, "%q is not held; nothing to remove\n", name)
 			return 0
 		}
-		fmt.Fprintf(out.stderr, "Remove the lock %q held by %s? Its holders will lose it. [y/N] ", name, describeHolders(info, ""))
+		fmt.Fprintf(out.stderr, "Remove the lock %q, %s? Its holders will lose it. [y/N] ", name, holdersPhrase(info, ""))
 		answer, _ := bufio.NewReader(out.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			fmt.Fprintln(out.stderr, "not removed")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,37 @@ func TestStatus_NamesAnElectionAndItsLeader(t *testing.T) {
 	if _, text, _ := runDlock(t, url, "status", "sem"); !strings.Contains(text, "permits:     2 of 3 held") {
 		t.Fatalf("status of a Semaphore with 2 of 3 permits held by two holders:\n%s", text)
 	}
+}
+
+// Issue 36 (F3): a full Semaphore is "2 of 2 permits held" wherever its
+// holders are named (run's busy report and waiting lines, unlock's
+// question, ls, watch), as status's "2 of 2 held"; not "held by 2 of 2
+// permits", which read as if permits held the lock.
+func TestCLI_ASemaphoresHoldersAreItsPermitsHeld(t *testing.T) {
+	url, locks := testRedis(t)
+	ctx, must := context.Background(), mustLease(t)
+	for _, host := range []string{"web-1", "web-2"} {
+		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(dlock.HolderInfo{Hostname: host})).Acquire(ctx))
+	}
+	const held = "2 of 2 permits held"
+	check := func(what, out, want string) {
+		t.Helper()
+		if !strings.Contains(out, want) || strings.Contains(out, "held by") || strings.Contains(out, "2/2") {
+			t.Errorf("%s:\n%s\nwant %q", what, out, want)
+		}
+	}
+	_, _, stderr := runDlock(t, url, "run", "--permits", "2", "-n", "pool", "--", "true")
+	check("run's busy report", stderr, `"pool" is busy, `+held+`: not acquired (--wait 0)`)
+	_, _, stderr = runDlock(t, url, "run", "--permits", "2", "--wait", "1s", "pool", "--", "true")
+	check("run's waiting line outside a terminal", stderr, `dlock run: waiting for "pool", `+held+"\n")
+	p := startDlock(t, url, "n\n", "unlock", "--force", "pool")
+	p.wait(t, 15*time.Second)
+	check("unlock's question", p.stderr.String(), `Remove the lock "pool", `+held+`?`)
+	_, stdout, _ := runDlock(t, url, "ls")
+	check("ls", stdout, held)
+	waitLine, stop := plainWatch(t, url, "pool")
+	check("watch", waitLine("pool", "pool"), `holders="`+held+`"`)
+	stop()
+	term := startTerminal(t, fmt.Sprintf("%s run --redis %s --permits 2 pool -- true\nsleep 600\n", dlockBin, url))
+	term.waitScreen("; " + held + " (renewed")
 }

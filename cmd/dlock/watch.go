@@ -285,7 +285,11 @@ func (w *watcher) printChanges(out *output, found foundLocks, err error) {
 }
 
 // plainLine is a lock's columns but its TTL, which changes every refresh.
+// The holders are quoted as Go quotes a string, which escapes them once.
 func plainLine(l foundLock) string {
-	c := l.columns()
-	return fmt.Sprintf("%s %s type=%s waiting=%s token=%s holders=%q", c[0], c[2], c[1], c[4], c[5], c[6])
+	c, holders := l.columns(), "-"
+	if l.notDlocks == nil {
+		holders = holdersText(l.info)
+	}
+	return fmt.Sprintf("%s %s type=%s waiting=%s token=%s holders=%q", c[0], c[2], c[1], c[4], c[5], holders)
 }

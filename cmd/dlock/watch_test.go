@@ -109,11 +109,12 @@ sleep 600
 	}
 }
 
-// With stdout not a terminal, watch prints a plain line for each change: a
-// lock taken, released; no escape sequences. SIGINT ends it, exit 0.
-func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
-	url, locks := testRedis(t)
-	cmd := exec.Command(dlockBin, "watch", "--interval", "100ms", "plain*")
+// plainWatch starts dlock watch args with stdout a pipe. Its waitLine
+// returns the first line holding every word, failing the test after 15s or
+// on an escape sequence; its stop sends SIGINT and waits for exit 0.
+func plainWatch(t *testing.T, url string, args ...string) (waitLine func(what string, words ...string) string, stop func()) {
+	t.Helper()
+	cmd := exec.Command(dlockBin, append([]string{"watch", "--interval", "100ms"}, args...)...)
 	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -130,7 +131,7 @@ func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
 			lines <- scan.Text()
 		}
 	}()
-	waitLine := func(what string, words ...string) string {
+	waitLine = func(what string, words ...string) string {
 		t.Helper()
 		timeout := time.After(15 * time.Second)
 		for {
@@ -154,6 +155,25 @@ func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
 			}
 		}
 	}
+	stop = func() {
+		t.Helper()
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		for range lines { // to the end of its output
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("watch after SIGINT: %v; want exit 0", err)
+		}
+	}
+	return waitLine, stop
+}
+
+// With stdout not a terminal, watch prints a plain line for each change: a
+// lock taken, released; no escape sequences. SIGINT ends it, exit 0.
+func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
+	url, locks := testRedis(t)
+	waitLine, stop := plainWatch(t, url, "plain*")
 	ctx := context.Background()
 	lease, err := locks.Mutex("plain-1").Lock(ctx)
 	if err != nil {
@@ -164,14 +184,23 @@ func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLine("plain-1 released", "plain-1", "free")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
+	stop()
+}
+
+// Issue 36 (F2): a plain line quotes the holders once, as Go quotes a
+// string: a rune that does not print is escaped once (\x1b), not twice
+// (\\x1b), so that strconv.Unquote gives the holders back.
+func TestWatch_PlainLinesEscapeTheHoldersOnce(t *testing.T) {
+	url, locks := testRedis(t)
+	waitLine, stop := plainWatch(t, url, "hostile")
+	hostile := dlock.HolderInfo{Hostname: "h\x1b[2J \"x\"", PID: 7}
+	mustLease(t)(locks.RWMutex("hostile", dlock.WithHolderInfo(hostile)).Lock(context.Background()))
+	line := waitLine("hostile held", "hostile", "held")
+	want := `holders="h\x1b[2J \"x\" pid 7 write"`
+	if !strings.Contains(line, want) {
+		t.Fatalf("watch's plain line:\n%s\nwant the holders quoted once: %s", line, want)
 	}
-	for range lines { // to the end of its output
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("watch after SIGINT: %v; want exit 0", err)
-	}
+	stop()
 }
 
 // Issue 36.8: when Redis stalls, watch says its refresh failed within a

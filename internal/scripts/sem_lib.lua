@@ -13,7 +13,8 @@
 --          (WithHolderInfo in Go), gone with its permit
 -- PERMITS  permits: the number of permits, a string set by the first
 --          acquire (or by SetPermits) so that every client agrees; it
---          expires with the holders, so a name used once leaves nothing
+--          expires with the holders and goes with the last one's release,
+--          so a name used once leaves nothing
 -- WAITERS  waiters: sorted set of waiter ids by registration expiry
 -- CHANNEL  wake-up channel (a waiter id is published; '*' wakes all)
 -- FENCE    fencing counter (see mint_token in common.lua; acquire; SetPermits

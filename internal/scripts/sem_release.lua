@@ -23,6 +23,9 @@
 -- permit's fields are removed only from a hash, where they can only be
 -- dlock's (the owner token is secret), at no command more.
 --
+-- The last permit's release deletes the number of permits: the next handle
+-- may bring another.
+--
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
 
@@ -36,6 +39,9 @@ if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   return nothing_released(RELEASE_MARK)
 end
 call_or_wrongtype('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1]) -- WRONGTYPE on another program's value: nothing to remove
+if redis.call('EXISTS', HOLDERS) == 0 then -- the last permit: the number goes with it, not a TTL later
+  redis.call('DEL', PERMITS)
+end
 wake_next(WAITERS, CHANNEL, ARGV[2])
 if held then
   mark_released(RELEASE_MARK, ARGV[3])
