@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
 // Rights taken away at runtime, after the Client's user has locked every
@@ -127,4 +128,72 @@ func refusedInScripts(t *testing.T, ctx context.Context, admin *redis.Client, us
 		}
 	}
 	return n
+}
+
+// The same of a Redlock: each node's rights are checked at its first
+// acquire, and a node that refuses later fails the attempt, which every
+// node gives back. The fencing counters stay by design.
+func TestACL_RightsRevokedAfterARedlocksFirstLockLeaveNothingHalfApplied(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartMasters(t, 3)
+	ctx := ctxFor(t, 2*time.Minute)
+	var admins []redis.UniversalClient
+	for _, s := range servers {
+		admins = append(admins, s.Client())
+	}
+	other := dlock.NewRedlock(admins, dlock.WithRestartGuard(0))
+	for _, rule := range dlockACL {
+		switch rule {
+		case "+evalsha", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
+			continue // not run by a script
+		}
+		if rule[0] != '+' {
+			continue
+		}
+		user := "revoked-" + rule[1:]
+		var users []redis.UniversalClient
+		for _, admin := range admins {
+			users = append(users, aclUser(t, ctx, admin.(*redis.Client), user, dlockACL...))
+		}
+		r := dlock.NewRedlock(users, dlock.WithRestartGuard(0))
+		lease, err := r.Mutex("first-" + user).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("before revoking %s: %v", rule, err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock before revoking %s: %v", rule, err)
+		}
+		for _, admin := range admins {
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "-"+rule[1:]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		name := "revoked-" + user
+		lease, err = r.Mutex(name).TryLock(ctx)
+		switch {
+		case err == nil:
+			if err := lease.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrPermission) {
+				t.Errorf("without %s: Unlock: %v; want nil or ErrPermission", rule, err)
+			}
+		case errors.Is(err, dlock.ErrPermission):
+			held, err := other.Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Errorf("without %s, a refused Redlock left the lock taken: %v", rule, err)
+			} else if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Errorf("without %s: %v; want ErrPermission, or the lock", rule, err)
+		}
+		for _, admin := range admins {
+			for _, key := range keysOn(t, ctx, admin, "*{"+name+"}*") {
+				if strings.HasSuffix(key, "}:fence") {
+					continue // kept for good by design
+				}
+				if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
+					t.Errorf("without %s, a Redlock left %s with no expiry (%v)", rule, key, err)
+				}
+			}
+		}
+	}
 }
