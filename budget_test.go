@@ -113,7 +113,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 // then registers; the holder's release hands it the lock; the waiter
 // unlocks. The count is of the whole story.
 func TestCommandBudget_MutexHandOver(t *testing.T) {
-	const budget = 36
+	const budget = 32
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	holder := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget")
@@ -141,6 +141,101 @@ func TestCommandBudget_MutexHandOver(t *testing.T) {
 			t.Fatalf("a hand-over ran %d Redis commands; its budget is %d", n, budget)
 		}
 	}
+}
+
+// A Mutex under contention, one key: each release hands the lock to the
+// first registered waiter, and the releaser, locking again, is refused and
+// registers behind the others. A turn is what each acquisition costs when
+// clients take the lock back to back (dlock bench --type Mutex, issue 37):
+// the holder's Unlock that hands over, and its next Lock until it waits.
+// Three contenders, so that a registration finds others waiting, as in the
+// bench; the waiters refresh less often than the test runs, so every count
+// is exact.
+func TestCommandBudget_MutexContended(t *testing.T) {
+	const budget = 18
+	ctx := ctxFor(t, 30*time.Second)
+	srv := redistest.Start(t)
+	type contender struct {
+		mutex    *dlock.Mutex
+		attempts *attemptCounter
+		lease    chan *dlock.Lease
+	}
+	// lock starts c's Lock, and returns once it waits, registered.
+	lock := func(c *contender) {
+		registered := c.attempts.registeredReach(c.attempts.registered.Load() + 1)
+		go func() {
+			lease, err := c.mutex.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			c.lease <- lease
+		}()
+		<-registered
+	}
+	var queue []*contender // the holder, then its waiters in order
+	for range 3 {
+		client := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}), dlock.WithWaiterRefresh(time.Minute))
+		queue = append(queue, &contender{attempts: countAttempts(client), mutex: client.Mutex("budget"), lease: make(chan *dlock.Lease, 1)})
+	}
+	held, err := queue[0].mutex.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range queue[1:] {
+		lock(c) // subscribes, then registers
+	}
+	turn := func() {
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lock(queue[0])
+		if held = <-queue[1].lease; held == nil {
+			t.FailNow()
+		}
+		queue = append(queue[1:], queue[0])
+	}
+	for range len(queue) {
+		turn() // every contender subscribed, the scripts loaded
+	}
+	for range 4 {
+		calls := callsOf(t, ctx, srv, turn)
+		if n := sum(calls); n != budget {
+			t.Errorf("a contended acquisition ran %d Redis commands (%v); its budget is %d", n, calls, budget)
+		}
+	}
+	for _, c := range queue[1:] {
+		_ = held.Unlock(ctx)
+		held = <-c.lease
+	}
+	_ = held.Unlock(ctx)
+}
+
+// callsOf is how many of each command srv ran while f ran.
+func callsOf(t *testing.T, ctx context.Context, srv *redistest.Server, f func()) map[string]int64 {
+	t.Helper()
+	before, err := serverstats.Calls(ctx, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f()
+	after, err := serverstats.Calls(ctx, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range before {
+		if after[name] -= n; after[name] == 0 {
+			delete(after, name)
+		}
+	}
+	return after
+}
+
+func sum(calls map[string]int64) int64 {
+	var n int64
+	for _, c := range calls {
+		n += c
+	}
+	return n
 }
 
 // An Extend, as each renewal: a Mutex hold taken without holder info

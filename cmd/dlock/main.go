@@ -38,13 +38,10 @@ const (
 )
 
 func main() {
-	// Both roles need their name as well as the variable: a user's own
-	// environment may carry the variable, never dlock's argv[0].
-	if os.Getenv(guardEnv) != "" && os.Args[0] == "dlock-guard" {
-		os.Exit(guardGroup())
-	}
-	if os.Getenv(heldEnv) != "" && os.Args[0] == "dlock-run" {
-		os.Exit(heldCommand())
+	// The guard's role needs its name as well as the variable: a user's
+	// own environment may carry the variable, never dlock's argv[0].
+	if os.Getenv(heldEnv) != "" && os.Args[0] == "dlock-guard" {
+		os.Exit(guardCommand())
 	}
 	// go-redis logs a failed dial from its pool, several times a second while
 	// Redis is down; dlock reports what failed once, in its own words.

@@ -1,20 +1,12 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
-	"time"
 	"unsafe"
 )
-
-// groupPoll is how often dlock looks whether the processes a command left
-// running have ended: nothing tells a process when a group it does not
-// parent empties.
-const groupPoll = 50 * time.Millisecond
 
 // foregroundTerminal returns stdin's descriptor when it is a terminal whose
 // foreground process group is dlock's: the command, which runs in a group
@@ -52,7 +44,7 @@ func takeTerminal(fd int) {
 }
 
 // startCommand starts cmd in a process group of its own, in the terminal's
-// foreground when tty is not -1, and on Linux bound to die with dlock.
+// foreground when tty is not -1.
 func startCommand(cmd *exec.Cmd, tty int) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if tty >= 0 {
@@ -60,54 +52,11 @@ func startCommand(cmd *exec.Cmd, tty int) error {
 		// command, with its signals blocked, so SIGTTOU does not stop it.
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
 	}
-	dieWithDlock(cmd.SysProcAttr)
-	// Pdeathsig fires when the thread that forked the child exits, not the
-	// process (golang/go#27505). Go ends a thread only when a goroutine
-	// locked to it exits: forking on a thread locked for the call, and
-	// unlocked after, keeps that thread alive as long as dlock.
-	runtime.LockOSThread()
 	err := cmd.Start()
-	runtime.UnlockOSThread()
 	if err == nil && tty >= 0 {
 		signal.Ignore(syscall.SIGTTOU)
 	}
 	return err
-}
-
-// groupGone says whether no process of group pgid is left. It first reaps
-// the group's orphans, which come to dlock as their subreaper on Linux:
-// a zombie still counts as a member.
-func groupGone(pgid int) bool {
-	reapOrphans()
-	err := syscall.Kill(-pgid, 0)
-	return errors.Is(err, syscall.ESRCH)
-}
-
-// stopGroup stops every process of group pgid: SIGTERM (with SIGCONT, so
-// that a stopped one sees it), then SIGKILL once the main process and the
-// rest have exited or grace has passed, whichever comes first. exited
-// delivers the main process's end; nil when it has already ended.
-func stopGroup(pgid int, exited <-chan error, grace time.Duration) {
-	signalGroup(pgid, syscall.SIGTERM)
-	deadline := time.NewTimer(grace)
-	defer deadline.Stop()
-	tick := time.NewTicker(groupPoll)
-	defer tick.Stop()
-wait:
-	for exited != nil || !groupGone(pgid) {
-		select {
-		case <-exited:
-			exited = nil
-		case <-tick.C:
-		case <-deadline.C:
-			break wait
-		}
-	}
-	// Whatever of the group is left must not go on acting as the holder.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	if exited != nil {
-		<-exited
-	}
 }
 
 // signalGroup sends sig to group pgid, and SIGCONT after it: a command

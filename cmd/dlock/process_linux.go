@@ -1,41 +1,63 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 )
 
-// dieWithDlock has the kernel kill the command's main process when dlock
-// dies, even by SIGKILL: a second line behind the guard, should the guard
-// be killed too.
-func dieWithDlock(attr *syscall.SysProcAttr) {
-	attr.Pdeathsig = syscall.SIGKILL
-}
-
-// becomeSubreaper makes dlock the parent of the orphans of the command's
-// processes, so that groupGone can reap them: reparented to an init that
-// does not reap (a container's, often), they would stay zombies, members of
-// the group for ever.
+// becomeSubreaper makes this process, dlock or the guard, the parent of
+// the orphans of the processes below it: none of the command's processes
+// then leaves the guard's reach, whatever group or session it moves to.
 func becomeSubreaper() {
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 }
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, <linux/prctl.h>
 
-// reapOrphans reaps whatever child of dlock has exited. Called only once
-// the command's main process has been waited for, it takes no exit status
-// anyone else waits for.
-func reapOrphans() {
-	for {
-		var status syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &status, syscall.WNOHANG, nil)
-		if pid <= 0 || err != nil {
-			return
+// descendants are the living processes below process root, found by their
+// parents in /proc. Zombies are left out: they run no more.
+func descendants(root int) []int {
+	entries, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil {
+			children[ppid] = append(children[ppid], pid)
 		}
 	}
+	var below []int
+	for next := []int{root}; len(next) > 0; {
+		pid := next[0]
+		next = append(next[1:], children[pid]...)
+		below = append(below, children[pid]...)
+	}
+	return below
 }
+
+// waitForGroup has nothing to wait for here: the processes the command
+// left are the guard's children, reaped by reapAll.
+func waitForGroup() {}
+
+// signalOwnGroup does nothing here: the processes of the command's group
+// are all below the guard, their subreaper.
+func signalOwnGroup(syscall.Signal) {}
 
 // commandStopped says whether process pid has stopped (^Z, or reading a
 // terminal it does not own), taking that news from the kernel. waitid

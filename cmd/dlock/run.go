@@ -34,28 +34,35 @@ or after NAME, not after "--". NAME must come before "--": dlock run -- echo
 hi is a usage error (exit 2), not a lock named echo.
 
 The command runs in a process group of its own, so that stopping it stops
-every process it started. The lock is held until every process of that group
-has exited: a command that leaves a process running in the background
-(sh -c 'worker &') keeps the lock until it ends, as flock(1) does through the
-descriptor they inherit. --release-on-exit releases when the command's main
-process exits instead. On a terminal of which dlock is in the foreground, the
-command gets the terminal (it reads it, ^C reaches it) and dlock takes it
-back after. On Linux ^Z stops dlock with the command, as one job, and fg
-resumes both; the lock is not renewed while dlock is stopped. Elsewhere ^Z
-stops only the command.
+every process it started. The lock is held until every process the command
+started has exited: a command that leaves a process running in the
+background (sh -c 'worker &'), even out of its group (setsid, a job of a
+shell with set -m; on Linux only), keeps the lock until it ends, as
+flock(1) does through the descriptor they inherit. --release-on-exit releases when the command's
+main process exits instead. On a terminal of which dlock is in the
+foreground, the command gets the terminal (it reads it, ^C reaches it) and
+dlock takes it back after. On Linux ^Z stops dlock with the command, as one
+job, and fg resumes both; the lock is not renewed while dlock is stopped.
+Elsewhere ^Z stops only the command.
 
-If the lock is lost while the command runs (someone forced it open, or Redis
-could not be reached for longer than the TTL allows), the command's group
-gets SIGTERM (with Redis unreachable, at the lease's deadline: at most --ttl
-after its last renewal), then SIGKILL after --kill-grace, and dlock exits 76
-as soon as the group has exited. Not acquired within --wait: exit 75.
-SIGINT, SIGTERM and SIGHUP sent to dlock are passed on to the command; while
-dlock waits for the lock they withdraw it from the queue and dlock exits
-128+N. When dlock dies, even by kill -9, the command's whole process group
-is killed (SIGKILL), so that none of it runs on without the lock: a guard, a
-second dlock process in a group of its own, sees dlock's end of a pipe close
-and kills the group (ps shows it as dlock-guard). Both killed, they leave
-the group running, and the lock expires within --ttl.
+The command runs under a guard, dlock's own binary (dlock-guard in ps), its
+parent. The guard kills every process of the command (SIGKILL) when dlock
+dies, even by kill -9, and at the lease's deadline if dlock stops renewing
+the lock (SIGSTOP), so that none of it runs on without the lock. On Linux
+the guard is their subreaper: none escapes it, whatever group or session
+it moves to. Elsewhere it reaches only the command's process group. Both
+dlock and the guard killed, the command runs on, and the lock expires
+within --ttl.
+
+If the lock is lost while the command runs (someone forced it open, or
+Redis could not be reached until the lease's deadline: at most --ttl after
+its last renewal), every process of the command is killed at once: someone
+else may hold the lock from then on. With Redis unreachable, the command
+gets SIGTERM --kill-grace before that deadline (but not before renewals
+have failed for half the TTL), to stop cleanly. Either way dlock exits 76
+once the command has. Not acquired within --wait: exit 75. SIGINT, SIGTERM
+and SIGHUP sent to dlock are passed on to the command's group; while dlock
+waits for the lock they withdraw it from the queue and dlock exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
@@ -129,9 +136,9 @@ func defineRun(fs *flag.FlagSet) action {
 		permits = n
 		return nil
 	})
-	grace := fs.Duration("kill-grace", 10*time.Second, "after SIGTERM on a lost lock, how long before SIGKILL")
+	grace := fs.Duration("kill-grace", 10*time.Second, "with Redis unreachable, how long before the lease's deadline the command gets SIGTERM (SIGKILL at it)")
 	releaseOnExit := fs.Bool("release-on-exit", false,
-		"release when COMMAND's main process exits, not when the last process of its group does")
+		"release when COMMAND's main process exits, not when the last process it started does")
 	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
 	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock -E)")
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
@@ -217,10 +224,11 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		}
 		return reportAcquire(ctx, name, err, out)
 	}
-	code = supervise(lease, name, command, s.grace, s.releaseOnExit, signals, out)
-	if lease.Err() != nil {
-		// Lost: nothing to release, and a Redis that cannot be reached
-		// would hold the exit for the clean-up's timeout.
+	code, stopped := supervise(lease, name, command, s, signals, out)
+	if stopped {
+		// Lost, or lapsing with Redis not answering renewals: nothing to
+		// release, and such a Redis would hold the exit for the clean-up's
+		// timeout.
 		return code
 	}
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
@@ -454,12 +462,14 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 }
 
 // supervise runs command while lease holds, and returns the exit code:
-// the command's main process's. Unless releaseOnExit, it returns once every
-// process of the command's group has exited, as flock(1) holds its lock
-// while any process that inherited the descriptor runs.
+// the command's main process's. Unless --release-on-exit, it returns once
+// every process of the command has exited, as flock(1) holds its lock
+// while any process that inherited the descriptor runs. The command runs
+// under a guard (guard.go), which dlock tells the lease's deadline.
 // signals delivers what dlock is sent: passed on to the command's group.
-func supervise(lease *dlock.Lease, name string, command []string, grace time.Duration, releaseOnExit bool,
-	signals <-chan os.Signal, out *output) int {
+// stopped says the command was stopped for the lease's end (exit 76).
+func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
+	signals <-chan os.Signal, out *output) (code int, stopped bool) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
 	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
@@ -467,42 +477,39 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 	select {
 	case sig := <-signals: // while dlock took the lock: the command has not started
 		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, signalled{sig.(syscall.Signal)})
-		return 128 + int(sig.(syscall.Signal))
+		return 128 + int(sig.(syscall.Signal)), false
 	default:
 	}
-	if !releaseOnExit {
+	if !s.releaseOnExit {
+		// The guard's orphans come to dlock if the guard is killed alone.
 		becomeSubreaper()
 	}
-	guard, err := startGuard()
-	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock run: %q: not run: starting its guard: %v\n", name, err)
-		return exitCannotRun
-	}
-	defer guard.release()
-	release, err := holdCommand(cmd)
+	guard, err := guardCmd(cmd, s.releaseOnExit)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, err)
-		return exitCannotRun
+		return exitCannotRun, false
 	}
+	defer guard.close()
 	tty := foregroundTerminal(out.stdin)
-	if err := startCommand(cmd, tty); err != nil {
-		release()
+	err = startCommand(cmd, tty)
+	guard.started()
+	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return exitNotFound
+			return exitNotFound, false
 		}
-		return exitCannotRun
+		return exitCannotRun, false
 	}
 	if tty >= 0 {
-		// After the whole group: a process the command left in the
+		// After the whole command: a process the command left in the
 		// background would be stopped for reading a terminal taken from it,
 		// and would then keep the lock for ever.
 		defer takeTerminal(tty)
 	}
 	group := cmd.Process.Pid
+	guard.tell(lease.Deadline())
 	pauseBeforeWatch(group)
-	guard.watch(group)
-	release()
+	guard.run()
 	var childChanged <-chan os.Signal // SIGCHLD, while the command has the terminal
 	if tty >= 0 {
 		sigchld := make(chan os.Signal, 1)
@@ -513,32 +520,49 @@ func supervise(lease *dlock.Lease, name string, command []string, grace time.Dur
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	code := 0
-	var poll <-chan time.Time // ticks once the main process has exited
+	// Each tick tells the guard the deadline, which moves at each renewal,
+	// and looks whether the command must be warned: SIGTERM --kill-grace
+	// before the deadline, but never before renewals have failed for half
+	// the TTL (they go every TTL/3).
+	tick := time.NewTicker(min(max(s.ttl/10, 10*time.Millisecond), time.Second))
+	defer tick.Stop()
+	warnBefore := min(s.grace, s.ttl/2)
+	lost := lease.Done()
 	for {
 		select {
 		case <-exited:
-			code, exited = exitCode(cmd), nil
-			if releaseOnExit || groupGone(group) {
-				return code
+			code = exitCode(cmd)
+			if !s.releaseOnExit {
+				killBelow() // left by a guard killed alone
 			}
-			ticker := time.NewTicker(groupPoll)
-			defer ticker.Stop()
-			poll = ticker.C
-		case <-poll:
-			if groupGone(group) {
-				return code
+			if lease.Err() != nil && lost != nil {
+				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, errText(lease.Err()))
 			}
+			if lease.Err() != nil || stopped {
+				return exitLost, true
+			}
+			return code, false
 		case sig := <-signals:
 			signalGroup(group, sig.(syscall.Signal))
 		case <-childChanged:
-			if exited != nil && commandStopped(cmd.Process.Pid) {
+			if commandStopped(cmd.Process.Pid) {
 				suspend(tty, group)
 			}
-		case <-lease.Done():
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); stopping the command\n", name, errText(lease.Err()))
-			stopGroup(group, exited, grace)
-			return exitLost
+		case <-tick.C:
+			deadline := lease.Deadline()
+			guard.tell(deadline)
+			if left := time.Until(deadline); !stopped && left <= warnBefore && lease.Err() == nil {
+				fmt.Fprintf(out.stderr, "dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
+					name, left.Round(time.Millisecond))
+				guard.term()
+				stopped = true
+			}
+		case <-lost:
+			// Someone may hold the lock already: nothing of the command
+			// may run on, not even for --kill-grace.
+			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); killing the command\n", name, errText(lease.Err()))
+			guard.kill()
+			lost, stopped = nil, true
 		}
 	}
 }
@@ -556,8 +580,8 @@ func exitCode(cmd *exec.Cmd) int {
 }
 
 // pauseBeforeWatchEnv names a file to which dlock, started by a test, writes
-// the command's pid and then stops for ever before telling the guard: the
-// test kills dlock in that gap.
+// the guard's pid and then stops for ever before telling it to run the
+// command: the test kills dlock in that gap.
 const pauseBeforeWatchEnv = "DLOCK_TEST_PAUSE_BEFORE_WATCH"
 
 func pauseBeforeWatch(pid int) {

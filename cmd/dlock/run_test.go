@@ -244,8 +244,8 @@ func TestRun_KillOfDlockTakesTheCommandsGroupDown(t *testing.T) {
 	waitGone(t, step, 10*time.Second, "the command's running step, after kill -9 of dlock,")
 }
 
-// Issue 36.1: dlock killed after starting the command but before telling
-// the guard its group: no process of the command may run on.
+// Issue 36.1: dlock killed after starting the command's guard but before
+// telling it to run the command: no process of the command may run on.
 func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
 	url, _ := testRedis(t)
 	paused := fifo(t, "paused")
@@ -259,8 +259,8 @@ func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Kill dlock once the command has forked its child, or while it is
-	// still dlock's binary, held back until the guard knows its group.
+	// Kill dlock once the command has forked its child, or while the guard,
+	// dlock's binary, holds the command back.
 	waitFor(t, 15*time.Second, "the command's child started, or the command held back", func() bool {
 		_, err := os.Stat(childFile)
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", command))
@@ -274,7 +274,7 @@ func TestRun_KillOfDlockBeforeTheGuardKnowsTheGroup(t *testing.T) {
 	if data, err := os.ReadFile(childFile); err == nil {
 		child, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
-		waitGone(t, child, 10*time.Second, "the command's child, after kill -9 of dlock before the guard knew its group,")
+		waitGone(t, child, 10*time.Second, "the command's child, after kill -9 of dlock before the guard ran it,")
 	}
 }
 

@@ -112,6 +112,24 @@ local function dlocks_beside(key, want)
   return true
 end
 
+-- The error when waiters, a set of registrations whose PTTL the caller
+-- read (ttl), are not dlock's by dlocks_beside's rule, or nil: nothing to
+-- ask when they are missing (-2), else their TYPE. For the paths that touch
+-- no waiter; a registration learns the type from its ZADD's WRONGTYPE.
+local function waiters_wrong(waiters, ttl)
+  if ttl == -2 then
+    return nil
+  end
+  local kind = redis.call('TYPE', waiters).ok
+  if kind ~= 'zset' then
+    return not_dlocks(waiters, 'a ' .. kind)
+  end
+  if ttl == -1 then
+    return not_dlocks(waiters, 'a zset without a TTL')
+  end
+  return nil
+end
+
 -- Whether a set of waiters may be popped (pop_live in common.lua): it has a
 -- TTL, and pop_live's ZPOPMIN finds whether it is a sorted set, so that
 -- only a sorted set with a TTL (dlocks_beside's rule) changes. One command

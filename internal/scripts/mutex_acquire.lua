@@ -24,9 +24,13 @@
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
 --                     expires (-1: the key has no TTL)
 --         {-1, 0}     this Lock call was abandoned by its client: do nothing
--- Fails with WRONGTYPE, changing nothing, when a key of the lock holds what
--- dlock did not write (see foreign.lua): a value of another type, a string
--- that is no owner token under the lock key, a waiters set without a TTL.
+-- Fails with WRONGTYPE, changing nothing, when a key of the lock it would
+-- use holds what dlock did not write (see foreign.lua): a value of another
+-- type, a string that is no owner token under the lock key, a waiters set
+-- without a TTL; the fencing counter is read only to mint. Where no probe
+-- came first (one PTTL of the waiters), the command that touches a key
+-- tells (ZADD's, the counter's GET), and a hold just taken is undone: a
+-- script is atomic, so nobody sees it.
 --
 -- A refused waiter is registered in the same step as its refusal, after it
 -- subscribed: the release that follows hands the lock to it (or to another
@@ -53,9 +57,16 @@
 -- lock to that registration; the copy that then finds the lock its own
 -- lets it go rather than report it granted to nobody.
 
-local wrong = rights_refused(LOCK) or foreign_key({FENCE}, {WAITERS}, {}) or (ARGV[6] ~= '' and foreign_holder_info(HOLDER))
+local wrong = rights_refused(LOCK) or (ARGV[6] ~= '' and foreign_holder_info(HOLDER))
 if wrong then
   return wrong
+end
+-- The waiters' TTL tells dlock's set (foreign.lua): missing (-2), or with a
+-- TTL; the type is learnt from the command that touches it, or, where
+-- none does, from TYPE (waiters_wrong).
+local waiters_ttl = redis.call('PTTL', WAITERS)
+if waiters_ttl == -1 then
+  return waiters_wrong(WAITERS, waiters_ttl)
 end
 -- SET NX GET takes a free lock and returns nothing, or returns the holder;
 -- on a key of another type it fails with WRONGTYPE, changing nothing.
@@ -64,12 +75,13 @@ if foreign then
   return foreign
 end
 if not holder then
-  if redis.call('EXISTS', TOMBSTONE) == 1 then
+  local refused = redis.call('EXISTS', TOMBSTONE) == 1 and {-1, 0} or waiters_wrong(WAITERS, waiters_ttl)
+  if refused then
     redis.call('DEL', LOCK)
-    return {-1, 0}
+    return refused
   end
   -- From here an error must not leave the hold behind: pcall, undo, report.
-  if ARGV[5] ~= '' then
+  if ARGV[5] ~= '' and waiters_ttl ~= -2 then
     -- Every registration of the call, a late copy's too (withdraw_waiter).
     local ok, err = pcall(withdraw_waiter, WAITERS, ARGV[5])
     if not ok then
@@ -77,7 +89,7 @@ if not holder then
       return type(err) == 'table' and err or redis.error_reply(tostring(err))
     end
   end
-  local fence = mint_token(FENCE, ARGV[2])
+  local fence = mint_token(FENCE, ARGV[2]) -- its GET finds a counter of another type
   if type(fence) == 'table' and fence.err then
     redis.call('DEL', LOCK)
     return fence
@@ -98,25 +110,58 @@ if holder == ARGV[1] then
   -- every registration of the call goes (withdraw_waiter), or the release
   -- would hand the lock to one, held for nobody.
   local registered = ARGV[5] ~= '' and ARGV[5] or ARGV[3]
-  if registered ~= '' then
+  if registered ~= '' and waiters_ttl ~= -2 then
+    local wrong_waiters = waiters_wrong(WAITERS, waiters_ttl)
+    if wrong_waiters then
+      return wrong_waiters
+    end
     withdraw_waiter(WAITERS, registered)
+  end
+  local fence = held_token(FENCE, ARGV[2])
+  if type(fence) == 'table' then -- a counter dlock did not write: before any write
+    return fence
   end
   -- Never shorter: a copy of the attempt that was granted may land after
   -- a longer Extend, which the lease counts on.
   keep_at_least(LOCK, ARGV[2])
   set_holder_info(HOLDER, ARGV[1], ARGV[6], redis.call('PTTL', LOCK))
-  return {1, raise_error(held_token(FENCE, ARGV[2]))}
+  return {1, fence}
 end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for
   return not_dlocks(LOCK, 'a string')
 end
+-- Register the call (ARGV[3]) for ARGV[4] ms: ZADD's WRONGTYPE tells waiters
+-- of another type, changing nothing. The set's life and its dead entries
+-- are tended only once its TTL is below a registration's: it is made to
+-- last two, so that most registrations cost no PEXPIRE (a release drops
+-- dead entries too, as they come first: see pop_live).
+local function register()
+  local lease = tonumber(ARGV[4])
+  local _, us = server_now()
+  local now = us / 1000 -- to the µs: registrations in one ms line up as they came
+  local _, wrong = call_on(WAITERS, 'ZADD', WAITERS, now + lease, ARGV[3])
+  if wrong then
+    return wrong
+  end
+  if waiters_ttl < lease then
+    if waiters_ttl ~= -2 then
+      redis.call('ZREMRANGEBYSCORE', WAITERS, '-inf', now)
+    end
+    redis.call('PEXPIRE', WAITERS, 2 * lease)
+  end
+  return nil
+end
+
 if ARGV[3] ~= '' then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  if ARGV[5] ~= '' then
+  local wrong_waiters = register()
+  if wrong_waiters then
+    return wrong_waiters
+  end
+  if ARGV[5] ~= '' then -- after the ZADD: the set, never emptied, keeps its TTL
     redis.call('ZREM', WAITERS, ARGV[5])
   end
-  register_waiter(WAITERS, ARGV[3], ARGV[4])
 end
 return {0, redis.call('PTTL', LOCK)}

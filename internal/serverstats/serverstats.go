@@ -23,21 +23,32 @@ func Commands(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 		})
 		return total.Load(), err
 	}
+	calls, err := Calls(ctx, rdb)
+	var total int64
+	for _, n := range calls {
+		total += n
+	}
+	return total, err
+}
+
+// Calls is how many times a standalone server has run each command (by its
+// lower-case name, as INFO commandstats gives it), counting commands run
+// inside scripts and leaving out INFO itself.
+func Calls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var total int64
+	calls := make(map[string]int64)
 	for line := range strings.SplitSeq(info, "\n") {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
 			continue
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		total += n
+		n, _ := strconv.ParseInt(strings.TrimPrefix(strings.SplitN(stats, ",", 2)[0], "calls="), 10, 64)
+		calls[strings.TrimPrefix(name, "cmdstat_")] = n
 	}
-	return total, nil
+	return calls, nil
 }
 
 // Field reads one numeric field of an INFO section of a standalone server
