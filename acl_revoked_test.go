@@ -47,58 +47,73 @@ func TestACL_RightsRevokedAfterTheFirstLocksLeaveNothingHalfApplied(t *testing.T
 			t.Fatal(err)
 		}
 		for _, lt := range lockTypes {
-			name := "revoked-" + user + "-" + lt.name
-			var writer *dlock.Lease
-			if lt.hold != nil { // a reader behind a writer: the writer is the admin's
-				var err error
-				if writer, err = lt.hold(other, name)(ctx); err != nil {
-					t.Fatal(err)
-				}
+			for _, behind := range []bool{false, true} {
+				revokedAttempt(t, ctx, admin, c, other, lt, rule, behind)
 			}
-			if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
-				t.Fatal(err)
-			}
-			try, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			lease, err := lt.take(c, name)(try)
-			cancel()
-			switch {
-			case err == nil && refusedInScripts(t, ctx, admin, user) > 0:
-				t.Errorf("without %s, %s succeeded past a command Redis refused it", rule, lt.name)
-				_ = lease.Unlock(ctx)
-			case err == nil:
-				if err := lease.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrPermission) {
-					t.Errorf("without %s, %s: Unlock: %v; want nil or ErrPermission", rule, lt.name, err)
-				}
-			case errors.Is(err, dlock.ErrPermission):
-				if writer != nil {
-					if err := writer.Unlock(ctx); err != nil {
-						t.Fatal(err)
-					}
-				}
-				// Nothing applied: the lock is free for anyone.
-				free, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-				taker := lt.take
-				if lt.hold != nil {
-					taker = lt.hold // the writer finds no reader left
-				}
-				held, err := taker(other, name)(free)
-				cancel()
-				if err != nil {
-					t.Errorf("without %s, a refused %s left the lock taken: %v", rule, lt.name, err)
-				} else if err := held.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
-			case lt.hold == nil || !errors.Is(err, dlock.ErrNotAcquired):
-				t.Errorf("without %s, %s: %v; want ErrPermission, or the lock", rule, lt.name, err)
-			}
-			for _, key := range keysOn(t, ctx, admin, "*{"+name+"*") {
-				if strings.HasSuffix(key, "}:permits") || strings.HasSuffix(key, "}:leader") {
-					continue // kept for good by design
-				}
-				if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
-					t.Errorf("without %s, %s left %s with no expiry (%v)", rule, lt.name, key, err)
-				}
-			}
+		}
+	}
+}
+
+// revokedAttempt takes lt as c, whose user has lost rule, behind a holder
+// (other's) or not, and checks what it left: a refused attempt nothing, so
+// that the lock is free for other once its holder let go; any attempt no
+// key without expiry.
+func revokedAttempt(t *testing.T, ctx context.Context, admin *redis.Client, c, other *dlock.Client, lt lockType, rule string, behind bool) {
+	name := "revoked-" + rule[1:] + "-" + lt.name
+	holdWith := lt.hold // a reader behind a writer
+	if holdWith == nil {
+		holdWith = lt.take
+	}
+	if behind {
+		name += "-behind"
+	} else if lt.hold != nil {
+		return // always behind
+	}
+	var holder *dlock.Lease
+	if behind {
+		var err error
+		if holder, err = holdWith(other, name)(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	try, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	lease, err := lt.take(c, name)(try)
+	cancel()
+	if holder != nil {
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	switch {
+	case err == nil && refusedInScripts(t, ctx, admin, "revoked-"+rule[1:]) > 0:
+		t.Errorf("without %s, %s succeeded past a command Redis refused it", rule, lt.name)
+		_ = lease.Unlock(ctx)
+	case err == nil:
+		if err := lease.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrPermission) {
+			t.Errorf("without %s, %s: Unlock: %v; want nil or ErrPermission", rule, lt.name, err)
+		}
+	case errors.Is(err, dlock.ErrPermission) || behind && errors.Is(err, dlock.ErrNotAcquired):
+		// Nothing applied: the lock is free for anyone.
+		free, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		held, err := holdWith(other, name)(free)
+		cancel()
+		if err != nil {
+			t.Errorf("without %s, a refused %s (behind a holder: %v) left the lock taken: %v", rule, lt.name, behind, err)
+		} else if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Errorf("without %s, %s: %v; want ErrPermission, or the lock", rule, lt.name, err)
+	}
+	for _, key := range keysOn(t, ctx, admin, "*{"+name+"*") {
+		if strings.HasSuffix(key, "}:permits") || strings.HasSuffix(key, "}:leader") {
+			continue // kept for good by design
+		}
+		if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
+			t.Errorf("without %s, %s (behind a holder: %v) left %s with no expiry (%v)", rule, lt.name, behind, key, err)
 		}
 	}
 }

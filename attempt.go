@@ -84,7 +84,9 @@ func (a *call) rewatch() (channel string, moved bool) {
 // argv is the one builder of an attempt's EVALSHA command: the handle's
 // boxed keys around the call's tombstone, then the owner, TTL, entry and
 // registration's life every script takes, then tail, the type's own, and
-// last whether the user's rights are known (rights.go).
+// last whether the user's rights are known (rights.go). An attempt that
+// registers checks them always: a registration refused part-way could
+// leave a set of waiters without its TTL, which no abandon takes back.
 func (a *call) argv(entry string, tail ...any) []any {
 	s := a.spec
 	argv := make([]any, 0, len(s.head)+1+len(s.rest)+4+len(tail)+1)
@@ -93,6 +95,9 @@ func (a *call) argv(entry string, tail ...any) []any {
 	argv = append(argv, s.rest...)
 	argv = append(argv, a.owner, s.ttl, entry, s.registration)
 	argv = append(argv, tail...)
+	if entry != "" {
+		return append(argv, rightsCheck)
+	}
 	return append(argv, a.h.c.rights.arg(s.script))
 }
 

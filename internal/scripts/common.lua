@@ -446,7 +446,8 @@ end
 -- this check pass (rights.go): then nothing is checked, which spares a
 -- restricted user about 0.3 µs a command on every acquire. Rights taken
 -- away since are found by the command refused; the Client then gives back
--- what the attempt took (its abandon) and checks again at the next.
+-- what the attempt took (its abandon) and checks again at the next. An
+-- attempt that registers a waiter never sends RIGHTS_KNOWN.
 -- Where the server cannot tell (redis.acl_check_cmd is Redis 7's;
 -- miniredis has none), nothing is checked. Nor for a user allowed FLUSHALL
 -- and key, such as the default user: one who may wipe every key is taken
