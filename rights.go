@@ -12,10 +12,11 @@ import (
 // the acquire scripts whose check of their lock type's commands passed
 // there (rights_refused in common.lua). That check cost a restricted user
 // about a quarter of each acquire; once it has passed, acquires send
-// scripts.RightsKnown and skip it. Rights taken away later are found by
-// the command Redis refuses: the attempt gives back what it took (its
-// abandon, as after any error) and fails with ErrPermission, and every
-// refusal makes the next acquires check again.
+// scripts.RightsKnown and skip it, but for those that register a waiter
+// (see call.argv). Rights taken away later are found by the command Redis
+// refuses: the attempt gives back what it took (its abandon, as after any
+// error) and fails with ErrPermission, and every refusal makes the next
+// acquires check again.
 //
 // A Client's user is one, so is its record, for all of a cluster's nodes:
 // a node that grants less (ACLs set node by node) is found as rights taken
