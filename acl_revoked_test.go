@@ -156,7 +156,7 @@ func TestACL_RightsRevokedAfterARedlocksFirstLockLeaveNothingHalfApplied(t *test
 	for _, s := range servers {
 		admins = append(admins, s.Client())
 	}
-	other := dlock.NewRedlock(admins, dlock.WithRestartGuard(0))
+	other := mustRedlock(t, admins, dlock.WithRestartGuard(0))
 	for _, rule := range dlockACL {
 		switch rule {
 		case "+evalsha", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
@@ -170,7 +170,7 @@ func TestACL_RightsRevokedAfterARedlocksFirstLockLeaveNothingHalfApplied(t *test
 		for _, admin := range admins {
 			users = append(users, aclUser(t, ctx, admin.(*redis.Client), user, dlockACL...))
 		}
-		r := dlock.NewRedlock(users, dlock.WithRestartGuard(0))
+		r := mustRedlock(t, users, dlock.WithRestartGuard(0))
 		lease, err := r.Mutex("first-" + user).TryLock(ctx)
 		if err != nil {
 			t.Fatalf("before revoking %s: %v", rule, err)

@@ -87,7 +87,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 			}
 			var r *dlock.Redlock
 			if len(clients) > 1 {
-				r = dlock.NewRedlock(clients, dlock.WithRestartGuard(0)) // fresh servers
+				r = mustRedlock(t, clients, dlock.WithRestartGuard(0)) // fresh servers
 			}
 			lock := typ.lock(newClient(t, clients[0]), r)
 			pair := func() {

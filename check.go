@@ -125,11 +125,8 @@ func (c *Client) Check(ctx context.Context) (*Report, error) {
 // Client's: a NodeReport per node, in the order given to [NewRedlock]. A
 // Redlock does not check its nodes by itself; call it at start.
 func (r *Redlock) Check(ctx context.Context) (*Report, error) {
-	switch {
-	case r == nil:
-		return nil, invalidf("nil dlock.Redlock")
-	case r.err != nil:
-		return nil, r.err
+	if r == nil || r.nodes == nil {
+		return nil, invalidf("a Redlock not made by NewRedlock")
 	}
 	report := &Report{Nodes: make([]NodeReport, len(r.nodes))}
 	var wg sync.WaitGroup

@@ -8,36 +8,15 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// LockType is the type of lock [Client.Describe] found under a name, as
-// far as Redis can tell. A FairMutex with nobody queued, a MultiLock's lock
-// and a Mutex of one name are one lock in Redis, which each takes and sees
-// held: Describe says Mutex for all three, unless a queue or an Election's
-// leader record stands beside the key. A ReentrantMutex is told from the
-// RWMutex of its name by the type of each owner's latest write, except for
-// a hold an older dlock took. Why there is no type mark: docs/ARCHITECTURE.md.
-type LockType string
-
-// The lock types Describe tells apart.
-const (
-	TypeNone      LockType = ""          // nothing holds the name
-	TypeMutex     LockType = "Mutex"     // a Mutex; also a FairMutex with nobody queued, and a MultiLock's lock
-	TypeFairMutex LockType = "FairMutex" // a FairMutex with someone queued
-	TypeElection  LockType = "Election"  // an Election's leadership
-	TypeSemaphore LockType = "Semaphore" // a Semaphore
-
-	// TypeRWMutex is an RWMutex: its reads, or a write hold an RWMutex
-	// took; also a ReentrantMutex whose owner reads under its write
-	// through an RWMutex, or whose hold an older dlock took.
-	TypeRWMutex LockType = "RWMutex"
-	// TypeReentrantMutex is a ReentrantMutex: a write hold, with no reads,
-	// whose owner's latest write hold a ReentrantMutex took.
-	TypeReentrantMutex LockType = "ReentrantMutex"
-)
-
-// LockInfo is what [Client.Describe] found under a lock name.
+// LockInfo is what [Client.Describe] found under a lock name. Its Kind is
+// as far as Redis can tell (see [Kind]): KindFair only with someone queued;
+// for a read-write lock, KindRead while anyone reads, else KindReentrant
+// when its owner's latest write hold a ReentrantMutex took, else KindWrite
+// (an RWMutex's write, or a hold an older dlock took). Why there is no type
+// mark: docs/ARCHITECTURE.md.
 type LockInfo struct {
 	Name           string
-	Type           LockType      // TypeNone when nothing holds it
+	Kind           Kind          // "" when nothing holds it; see below
 	LeaderValue    string        // an Election's: the value its leader campaigned with; else ""
 	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
 	Permits        int           // a Semaphore's number of permits; else 0
@@ -96,13 +75,13 @@ func parseMutexInfo(reply []any) (LockInfo, error) {
 		return LockInfo{}, err
 	}
 	holderInfo, _ := reply[4].(string)
-	info := LockInfo{Type: TypeMutex, Holders: []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
+	info := LockInfo{Kind: KindMutex, Holders: []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
 		TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]), LastToken: uint64(r[3])}
 	switch sort, _ := reply[5].(string); sort {
 	case "election":
-		info.Type, info.LeaderValue = TypeElection, fmt.Sprint(reply[6])
+		info.Kind, info.LeaderValue = KindElection, fmt.Sprint(reply[6])
 	case "fair":
-		info.Type = TypeFairMutex
+		info.Kind = KindFair
 	}
 	if r[1] < 0 {
 		info.TTL = -1
@@ -120,13 +99,13 @@ func parseSemaphoreInfo(reply []any) (LockInfo, error) {
 	info := LockInfo{TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]),
 		LastToken: uint64(r[3]), Permits: int(r[4])}
 	if r[0] > 0 {
-		info.Type, info.Holders = TypeSemaphore, permitHolders(reply[5:])
+		info.Kind, info.Holders = KindSemaphore, permitHolders(reply[5:])
 	}
 	return info, nil
 }
 
 // parseRWInfo reads describe.lua's reply for a read-write lock, or a name
-// nothing holds: rw_inspect.lua's.
+// nothing holds: rw_state's (rw_lib.lua).
 func parseRWInfo(reply []any) (LockInfo, error) {
 	s, err := parseHoldState(reply)
 	if err != nil {
@@ -136,10 +115,12 @@ func parseRWInfo(reply []any) (LockInfo, error) {
 		ReadersWaiting: s.readersWaiting, LastToken: s.lastToken}
 	switch {
 	case len(s.holders) == 0:
-	case s.readHolds == 0 && s.writerType == TypeReentrantMutex:
-		info.Type = TypeReentrantMutex
+	case s.readHolds > 0:
+		info.Kind = KindRead
+	case s.reentrant:
+		info.Kind = KindReentrant
 	default:
-		info.Type = TypeRWMutex
+		info.Kind = KindWrite
 	}
 	return info, nil
 }

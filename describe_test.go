@@ -19,7 +19,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 		ctx := ctxFor(t, 30*time.Second)
 
 		free := lockName(t)
-		if info, err := c.Describe(ctx, free); err != nil || info.Type != "" || len(info.Holders) != 0 || info.TTL != 0 {
+		if info, err := c.Describe(ctx, free); err != nil || info.Kind != "" || len(info.Holders) != 0 || info.TTL != 0 {
 			t.Fatalf("a free lock: %+v, %v", info, err)
 		}
 
@@ -29,7 +29,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err := c.Describe(ctx, mutex)
-		if err != nil || info.Type != "Mutex" || len(info.Holders) != 1 || info.Holders[0].Owner != "" ||
+		if err != nil || info.Kind != dlock.KindMutex || len(info.Holders) != 1 || info.Holders[0].Owner != "" ||
 			info.TTL <= 0 || info.LastToken != lease.Token() {
 			t.Fatalf("a held Mutex: %+v, %v", info, err)
 		}
@@ -47,7 +47,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 		}
 		info, err = c.Describe(ctx, rwName)
 		want := []dlock.Holder{{Owner: dlock.OwnerHash("writer"), Write: true, Holds: 1}, {Owner: dlock.OwnerHash("writer"), Holds: 2}}
-		if err != nil || info.Type != "RWMutex" || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
+		if err != nil || info.Kind != dlock.KindRead || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
 			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != lastRead.Token() {
 			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
 		}
@@ -58,7 +58,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err = c.Describe(ctx, fair)
-		if err != nil || info.Type != "Mutex" || len(info.Holders) != 1 || info.LastToken != fairLease.Token() {
+		if err != nil || info.Kind != dlock.KindMutex || len(info.Holders) != 1 || info.LastToken != fairLease.Token() {
 			t.Fatalf("a held FairMutex: %+v, %v", info, err)
 		}
 
@@ -71,7 +71,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			}
 		}
 		info, err = c.Describe(ctx, semName)
-		if err != nil || info.Type != "Semaphore" || len(info.Holders) != 1 || info.Holders[0].Holds != 2 ||
+		if err != nil || info.Kind != dlock.KindSemaphore || len(info.Holders) != 1 || info.Holders[0].Holds != 2 ||
 			info.Permits != 3 || info.TTL <= 0 || info.LastToken != permit.Token() {
 			t.Fatalf("a Semaphore with 2 of 3 permits held: %+v, %v", info, err)
 		}
@@ -167,13 +167,13 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Describe(ctx, election)
-	if err != nil || info.Type != "Election" || info.LeaderValue != "node-a:8080" || info.LastToken != lead.Token() {
+	if err != nil || info.Kind != dlock.KindElection || info.LeaderValue != "node-a:8080" || info.LastToken != lead.Token() {
 		t.Fatalf("an Election with a leader: %+v, %v; want Type Election, its value", info, err)
 	}
 	if err := lead.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := c.Describe(ctx, election); err != nil || info.Type != "" || info.LeaderValue != "" {
+	if info, err := c.Describe(ctx, election); err != nil || info.Kind != "" || info.LeaderValue != "" {
 		t.Fatalf("an Election whose leader resigned: %+v, %v; want free", info, err)
 	}
 
@@ -192,7 +192,7 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 		waiting <- err
 	}()
 	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")
-	if info, err := c.Describe(ctx, fair); err != nil || info.Type != "FairMutex" || info.WritersWaiting != 1 {
+	if info, err := c.Describe(ctx, fair); err != nil || info.Kind != dlock.KindFair || info.WritersWaiting != 1 {
 		t.Fatalf("a FairMutex with one queued: %+v, %v; want Type FairMutex, 1 waiting", info, err)
 	}
 	cancel()
@@ -202,15 +202,15 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 
 // A ReentrantMutex is the write side of the RWMutex of its name, the same
 // lock in Redis; Describe says which of the two took the writer's latest
-// hold, and RWMutex where reads are held too or the hold carries no mark
-// (as one an older dlock took).
+// hold: KindRead where reads are held too, KindWrite where the hold
+// carries no mark (as one an older dlock took).
 func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	rdb, c, ctx, name := inspecting(t)
-	expect := func(what string, want dlock.LockType) dlock.LockInfo {
+	expect := func(what string, want dlock.Kind) dlock.LockInfo {
 		t.Helper()
 		info, err := c.Describe(ctx, name)
-		if err != nil || info.Type != want {
-			t.Fatalf("%s: Type %q, %v; want %q", what, info.Type, err, want)
+		if err != nil || info.Kind != want {
+			t.Fatalf("%s: Kind %q, %v; want %q", what, info.Kind, err, want)
 		}
 		return info
 	}
@@ -218,39 +218,39 @@ func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("a ReentrantMutex's hold", dlock.TypeReentrantMutex)
+	expect("a ReentrantMutex's hold", dlock.KindReentrant)
 	held := reentrant.Context(ctx) // its owner's calls re-enter
 	again, err := c.ReentrantMutex(name).Lock(held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("re-entered", dlock.TypeReentrantMutex)
+	expect("re-entered", dlock.KindReentrant)
 	read, err := c.RWMutex(name).RLock(held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("its owner reading too, through an RWMutex", dlock.TypeRWMutex)
+	expect("its owner reading too, through an RWMutex", dlock.KindRead)
 	if err := read.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expect("the read released", dlock.TypeReentrantMutex)
+	expect("the read released", dlock.KindReentrant)
 	write, err := c.RWMutex(name).Lock(held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("its owner writing through an RWMutex", dlock.TypeRWMutex)
+	expect("its owner writing through an RWMutex", dlock.KindWrite)
 	for _, l := range []*dlock.Lease{write, again, reentrant} {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	expect("released", dlock.TypeNone)
+	expect("released", "")
 
 	w, err := c.RWMutex(name).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("an RWMutex's write hold", dlock.TypeRWMutex)
+	expect("an RWMutex's write hold", dlock.KindWrite)
 	if err := w.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -259,17 +259,17 @@ func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	if _, err := c.ReentrantMutex(name, dlock.WithOwner("older")).Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expect("a ReentrantMutex's hold", dlock.TypeReentrantMutex)
+	expect("a ReentrantMutex's hold", dlock.KindReentrant)
 	if err := rdb.HDel(ctx, lockKey(name), "awolder").Err(); err != nil {
 		t.Fatal(err)
 	}
-	expect("a hold without the mark", dlock.TypeRWMutex)
+	expect("a hold without the mark", dlock.KindWrite)
 }
 
 // A Mutex, a FairMutex and a MultiLock's lock of one name are one lock in
 // Redis, as are a ReentrantMutex and an RWMutex's write side: each is
 // refused (not a wrong type) while another of its group holds the name.
-// Describe says Mutex for the first three (see LockType: nothing that
+// Describe says KindMutex for the first three (see Kind: nothing that
 // every hold of theirs has can carry the type), and tells the other two
 // apart.
 func TestClient_DescribeOfTypesThatAreOneLockInRedis(t *testing.T) {
@@ -278,15 +278,15 @@ func TestClient_DescribeOfTypesThatAreOneLockInRedis(t *testing.T) {
 	type member struct {
 		name      string
 		try       lockOf
-		described dlock.LockType
+		described dlock.Kind
 	}
 	groups := [][]member{{
-		{"Mutex", func(n string) (*dlock.Lease, error) { return c.Mutex(n).TryLock(ctx) }, dlock.TypeMutex},
-		{"FairMutex", func(n string) (*dlock.Lease, error) { return c.FairMutex(n).TryLock(ctx) }, dlock.TypeMutex},
-		{"MultiLock", func(n string) (*dlock.Lease, error) { return c.MultiLock([]string{n}).TryLock(ctx) }, dlock.TypeMutex},
+		{"Mutex", func(n string) (*dlock.Lease, error) { return c.Mutex(n).TryLock(ctx) }, dlock.KindMutex},
+		{"FairMutex", func(n string) (*dlock.Lease, error) { return c.FairMutex(n).TryLock(ctx) }, dlock.KindMutex},
+		{"MultiLock", func(n string) (*dlock.Lease, error) { return c.MultiLock([]string{n}).TryLock(ctx) }, dlock.KindMutex},
 	}, {
-		{"ReentrantMutex", func(n string) (*dlock.Lease, error) { return c.ReentrantMutex(n).TryLock(ctx) }, dlock.TypeReentrantMutex},
-		{"RWMutex", func(n string) (*dlock.Lease, error) { return c.RWMutex(n).TryLock(ctx) }, dlock.TypeRWMutex},
+		{"ReentrantMutex", func(n string) (*dlock.Lease, error) { return c.ReentrantMutex(n).TryLock(ctx) }, dlock.KindReentrant},
+		{"RWMutex", func(n string) (*dlock.Lease, error) { return c.RWMutex(n).TryLock(ctx) }, dlock.KindWrite},
 	}}
 	for _, group := range groups {
 		for _, first := range group {
@@ -299,8 +299,8 @@ func TestClient_DescribeOfTypesThatAreOneLockInRedis(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", first.name, err)
 				}
-				if info, err := c.Describe(ctx, name); err != nil || info.Type != first.described {
-					t.Errorf("%s held: Type %q, %v; want %q", first.name, info.Type, err, first.described)
+				if info, err := c.Describe(ctx, name); err != nil || info.Kind != first.described {
+					t.Errorf("%s held: Kind %q, %v; want %q", first.name, info.Kind, err, first.described)
 				}
 				if l, err := second.try(name); !errors.Is(err, dlock.ErrNotAcquired) {
 					t.Errorf("%s while a %s holds the name: %v; want ErrNotAcquired", second.name, first.name, err)

@@ -87,7 +87,7 @@
 // Every operation is one Lua script (in internal/scripts), run by SHA, one
 // round trip. All keys of one lock share the hash tag {name}: with the
 // default prefix the lock "orders:42" lives in "dlock:{orders:42}", its
-// fencing counter in "dlock:{orders:42}:fence" (kept [FenceRetentionTTLs]
+// fencing counter in "dlock:{orders:42}:fence" (kept 10
 // TTLs past the last hold), and it publishes on "dlock:{orders:42}:wake" (a
 // Mutex's hand-overs on "dlock:{orders:42}:wake:" followed by the waiting
 // Client's random tag).

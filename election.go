@@ -60,19 +60,18 @@ var electionKind = &leaseKind{
 // ForceUnlock see it, and a Mutex of that name would contend with it.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, forElection)}
-	lay := keyLists{k: e.keys}
+	lay := newKeyLists(e.keys)
 	acquire, release := lay.add(scripts.LayoutOf(scripts.ElectionAcquire)), lay.add(scripts.LayoutOf(scripts.ElectionRelease))
 	abandon, extend := lay.add(electionAbandonLayout), lay.add(electionExtendLayout)
 	proclaim, leader := lay.add(scripts.LayoutOf(scripts.ElectionProclaim)), lay.add(electionLeaderLayout)
 	observers, own := lay.add(electionObserversLayout), lay.also(e.keys.own)
-	keys := lay.lists()
-	e.proclaimKeys, e.leaderKeys, e.leader = keys[proclaim][0], keys[leader][0], keys[observers][0][0]
+	e.proclaimKeys, e.leaderKeys, e.leader = lay.list(proclaim)[0], lay.list(leader)[0], lay.list(observers)[0][0]
 	if e.err == nil {
 		e.spec = e.boxed(acquireSpec{
-			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: keys[own][0],
-			keys: keys[acquire], abandonKeys: keys[abandon],
-			lease:       leaseSpec{kind: electionKind, keys: keys[extend][0]},
-			releaseKeys: keys[release][0],
+			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: lay.list(own)[0],
+			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
+			lease:       leaseSpec{kind: electionKind, keys: lay.list(extend)[0]},
+			releaseKeys: lay.list(release)[0],
 		})
 	}
 	return e

@@ -135,7 +135,7 @@ func ExampleReentrantMutex() {
 		}
 		defer lease.Unlock(ctx)
 		state, _ := account.Inspect(lease.Context(ctx))
-		fmt.Println("debit: holds", state.Count, "of this call:", state.HeldByOwner)
+		fmt.Println("debit: holds", state.WriteHolds, "of this call:", state.WriterIsOwner)
 		return nil
 	}
 	transfer := func(ctx context.Context) error {
@@ -367,7 +367,11 @@ func ExampleNewRedlock() {
 	ctx := context.Background()
 	// miniredis tells no uptime, which the restart guard needs: off here.
 	// With real servers keep it on (see WithRestartGuard).
-	redlock := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second), dlock.WithRestartGuard(0))
+	redlock, err := dlock.NewRedlock(clients, dlock.WithTTL(10*time.Second), dlock.WithRestartGuard(0))
+	if err != nil {
+		fmt.Println("redlock:", err)
+		return
+	}
 
 	lease, err := redlock.Mutex("payments:eu").Lock(ctx)
 	if err != nil {

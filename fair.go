@@ -32,16 +32,15 @@ var fairKind = &leaseKind{
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	f := &FairMutex{handle: c.newHandle(name, opts, forFair)}
 	if f.err == nil {
-		lay := keyLists{k: f.keys}
+		lay := newKeyLists(f.keys)
 		acquire, release := lay.add(scripts.LayoutOf(scripts.FairAcquire)), lay.add(scripts.LayoutOf(scripts.FairRelease))
 		abandon, extend := lay.add(scripts.LayoutOf(scripts.FairAbandon)), lay.add(scripts.LayoutOf(fairKind.extend))
 		own := lay.also(f.keys.own)
-		keys := lay.lists()
 		f.spec = f.boxed(acquireSpec{
-			op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, channels: keys[own][0],
-			keys: keys[acquire], abandonKeys: keys[abandon],
-			lease:       leaseSpec{kind: fairKind, keys: keys[extend][0]},
-			releaseKeys: keys[release][0],
+			op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, channels: lay.list(own)[0],
+			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
+			lease:       leaseSpec{kind: fairKind, keys: lay.list(extend)[0]},
+			releaseKeys: lay.list(release)[0],
 		})
 	}
 	return f

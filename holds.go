@@ -44,26 +44,25 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
 	h.owner, h.heldKey = h.cfg.owner, heldKey(h.keys.lock)
-	lay := keyLists{k: h.keys}
+	lay := newKeyLists(h.keys)
 	acquire, release := lay.add(scripts.LayoutOf(scripts.RWAcquire)), lay.add(scripts.LayoutOf(scripts.RWRelease))
 	abandon, inspect := lay.add(scripts.LayoutOf(scripts.RWAbandon)), lay.add(scripts.LayoutOf(scripts.RWInspect))
 	extend := lay.add(rwExtendLayout)
 	writers, readers := lay.add(rwWritersChannel), lay.add(rwReadersChannel)
-	keys := lay.lists()
-	h.inspectKeys = keys[inspect][0]
+	h.inspectKeys = lay.list(inspect)[0]
 	if h.err != nil {
 		return h
 	}
 	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: keys[writers][0], takenBy: takenBy(writeKind),
-		keys: keys[acquire], abandonKeys: keys[abandon],
-		lease:       leaseSpec{kind: rwKind, keys: keys[extend][0]},
-		releaseKeys: keys[release][0],
+		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy(writeKind),
+		keys: lay.list(acquire), abandonKeys: lay.list(abandon),
+		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
+		releaseKeys: lay.list(release)[0],
 	})
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write
-	read.op, read.channels, read.takenBy = "read lock", keys[readers][0], noType
+	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], noType
 	h.read = &read
 	return h
 }
@@ -128,7 +127,7 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 }
 
 // takenBy is what a write hold of kind stores for Describe to say which
-// type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's LockType; an
+// type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's mark; an
 // RWMutex stores nothing, as dlock before the mark did, and is described
 // as it always was. Boxed once: an attempt adds no allocation.
 func takenBy(kind Kind) any {
@@ -138,7 +137,11 @@ func takenBy(kind Kind) any {
 	return noType
 }
 
-var reentrantType, noType any = string(TypeReentrantMutex), ""
+// reentrantMark is the mark's value: the name dlock's Redis data has held
+// since the mark began, whatever the Go names.
+const reentrantMark = "ReentrantMutex"
+
+var reentrantType, noType any = reentrantMark, ""
 
 func (a *holdCall) entry(waiterID string) string { return waiterID }
 
@@ -158,7 +161,7 @@ type holdState struct {
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
 	holders                        []Holder
-	writerType                     LockType // the type that took the writer's latest hold, where stored (see takenBy)
+	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
 }
 
 // inspect runs rw_inspect.lua, as seen by the owner a call with ctx acts as.
@@ -176,7 +179,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	return holdState{}, redisError("inspect", h.name, err)
 }
 
-// parseHoldState reads rw_inspect.lua's reply: ten numbers, then owner,
+// parseHoldState reads rw_state's reply (rw_lib.lua): ten numbers, then owner,
 // mode, holds, holder info and the type that took the latest hold of each
 // holder.
 func parseHoldState(reply []any) (holdState, error) {
@@ -185,7 +188,7 @@ func parseHoldState(reply []any) (holdState, error) {
 		return holdState{}, errUnexpectedReply
 	}
 	var holders []Holder
-	var writerType LockType
+	var reentrant bool
 	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
@@ -193,11 +196,11 @@ func parseHoldState(reply []any) (holdState, error) {
 		info, _ := reply[i+3].(string)
 		holders = append(holders, Holder{Owner: OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
-			writerType = LockType(taken)
+			reentrant = taken == reentrantMark
 		}
 	}
 	return holdState{
-		holders: holders, writerType: writerType,
+		holders: holders, reentrant: reentrant,
 		writeHolds: int(r[0]), readHolds: int(r[1]), readers: int(r[2]),
 		writerIsOwner: r[3] == 1, ownReads: int(r[4]),
 		ttl:            time.Duration(r[5]) * time.Millisecond,

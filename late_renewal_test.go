@@ -120,12 +120,12 @@ func TestRedlock_LateRenewalNeverShortensALongerExtend(t *testing.T) {
 	for i, srv := range servers {
 		plain[i] = srv.Client()
 	}
-	warm, err := dlock.NewRedlock(plain, dlock.WithRestartGuard(0), dlock.WithTTL(renewalTTL)).Mutex(lockName(t) + ":warm").Lock(ctx)
+	warm, err := mustRedlock(t, plain, dlock.WithRestartGuard(0), dlock.WithTTL(renewalTTL)).Mutex(lockName(t) + ":warm").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = warm.Unlock(ctx)
-	r := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(renewalTTL))
+	r := mustRedlock(t, clients, dlock.WithRestartGuard(0), dlock.WithTTL(renewalTTL))
 	name := lockName(t)
 	lease, err := r.Mutex(name).Lock(ctx)
 	if err != nil {

@@ -52,61 +52,59 @@ func (k keys) appendKeys(keys []string, layout scripts.Layout, perCall ...string
 // keyLists lays out the KEYS of a handle's scripts in one array: a handle
 // is often made for one call, and each list apart was an allocation of its
 // own. A list equal to one laid out before is that one, and a name k does
-// not keep is made once. Its zero value, with k set, is ready; lists
-// returns the lists added, each by the number add gave. Every type's lists
-// fit in names and spans with room to spare (the most: an Election's, 19
-// names in 8 lists); a type that needs more fails its first handle, out
-// of range.
+// not keep is made once. Make it with newKeyLists; add and also return each
+// list's place, which list reads once every list is added.
 type keyLists struct {
 	k     keys
-	names [32]string
-	n     int
-	spans [12][3]int // a list's start, its first per-call key's place (or end), end
-	m     int
+	names []string
 }
 
+// keyList is one list's place in keyLists' names: its start, its first
+// per-call key's place (or end), its end.
+type keyList struct{ start, split, end int }
+
+// newKeyLists returns empty lists of k's keys, with room for every type's
+// names in the one allocation the lists share (the most: an Election's 19);
+// a type that outgrows it costs an allocation more, not a panic.
+func newKeyLists(k keys) keyLists { return keyLists{k: k, names: make([]string, 0, 24)} }
+
 // add lays out the KEYS of a script on layout, but for its per-call keys
-// (see lists), and returns the list's number.
-func (l *keyLists) add(layout scripts.Layout) int {
-	start, split := l.n, -1
+// (see list), and returns the list's place.
+func (l *keyLists) add(layout scripts.Layout) keyList {
+	start, split := len(l.names), -1
 	for _, key := range layout {
 		if key.PerCall {
 			if split < 0 {
-				split = l.n
+				split = len(l.names)
 			}
 			continue
 		}
-		l.names[l.n] = l.name(key)
-		l.n++
+		l.names = append(l.names, l.name(key))
 	}
 	if split < 0 {
-		split = l.n
+		split = len(l.names)
 	}
 	return l.span(start, split)
 }
 
 // also lays out a list of names: a handle's own channel.
-func (l *keyLists) also(names ...string) int {
-	start := l.n
-	l.n += copy(l.names[start:], names)
-	return l.span(start, l.n)
+func (l *keyLists) also(names ...string) keyList {
+	start := len(l.names)
+	l.names = append(l.names, names...)
+	return l.span(start, len(l.names))
 }
 
-// span records the list just laid out at start, split at split; an earlier
-// one equal to it stands for it.
-func (l *keyLists) span(start, split int) int {
-	list := l.names[start:l.n]
+// span is the place of the list just laid out at start, split at split; an
+// earlier one equal to it stands for it.
+func (l *keyLists) span(start, split int) keyList {
+	list := l.names[start:]
 	for i := range start {
 		if i+len(list) <= start && slices.Equal(l.names[i:i+len(list)], list) {
-			l.n = start
-			l.spans[l.m] = [3]int{i, i + split - start, i + len(list)}
-			l.m++
-			return l.m - 1
+			l.names = l.names[:start]
+			return keyList{i, i + split - start, i + len(list)}
 		}
 	}
-	l.spans[l.m] = [3]int{start, split, l.n}
-	l.m++
-	return l.m - 1
+	return keyList{start, split, len(l.names)}
 }
 
 // name is k's key named key: k's own, one laid out already, or made.
@@ -114,7 +112,7 @@ func (l *keyLists) name(key scripts.Key) string {
 	if name, ok := l.k.named(key); ok {
 		return name
 	}
-	for _, name := range l.names[:l.n] {
+	for _, name := range l.names {
 		if len(name) == len(l.k.lock)+len(key.Suffix) && strings.HasPrefix(name, l.k.lock) && strings.HasSuffix(name, key.Suffix) {
 			return name
 		}
@@ -122,15 +120,11 @@ func (l *keyLists) name(key scripts.Key) string {
 	return l.k.lock + key.Suffix
 }
 
-// lists are the lists added, by their numbers, in one array: each is the
-// keys before its first per-call key (a tombstone, a release mark) and
-// those after it. The per-call keys are added by each call: an attempt's
-// tombstone (call.argv) in between, a release's mark and tombstone
-// (clientHold) after the first part, which is all of a release's.
-func (l *keyLists) lists() (lists [12][2][]string) {
-	all := slices.Clone(l.names[:l.n])
-	for i, s := range l.spans[:l.m] {
-		lists[i] = [2][]string{all[s[0]:s[1]:s[1]], all[s[1]:s[2]:s[2]]}
-	}
-	return lists
+// list is the list at place p, once every list is added: the keys before its first per-call
+// key (a tombstone, a release mark) and those after it. The per-call keys
+// are added by each call: an attempt's tombstone (call.argv) in between, a
+// release's mark and tombstone (clientHold) after the first part, which is
+// all of a release's.
+func (l *keyLists) list(p keyList) [2][]string {
+	return [2][]string{l.names[p.start:p.split:p.split], l.names[p.split:p.end:p.end]}
 }

@@ -139,7 +139,10 @@ func TestScriptLayouts_NameTheKeysEveryTypeSends(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		nodes = append(nodes, rdb)
 	}
-	r := NewRedlock(nodes, WithRestartGuard(0))
+	r, err := NewRedlock(nodes, WithRestartGuard(0))
+	if err != nil {
+		t.Fatal(err)
+	}
 	exercise("Redlock", r.Mutex("r").Lock, r.Mutex("r", briefly).Lock)
 
 	for name, script := range scriptsOfEveryType {
@@ -227,5 +230,21 @@ func TestClientTag_HasTheFormTheScriptsRead(t *testing.T) {
 	tag := newClientTag()
 	if len(tag) != scripts.ClientTagChars || !strings.HasPrefix(tag, scripts.ProtocolTag) {
 		t.Fatalf("tag %q; want %d characters starting with %q", tag, scripts.ClientTagChars, scripts.ProtocolTag)
+	}
+}
+
+// A type whose scripts need more keys or lists than any type has today
+// lays them out as one that fits does, rather than panicking (the fixed
+// arrays before: index out of range [12] with length 12).
+func TestKeyLists_ATypeMayOutgrowTheRoomMadeForToday(t *testing.T) {
+	lay := newKeyLists(keysFor("p:", "big"))
+	var places []keyList
+	for i := range 40 {
+		places = append(places, lay.also(fmt.Sprint("extra", i)))
+	}
+	for i, p := range places {
+		if got := lay.list(p); len(got[0]) != 1 || got[0][0] != fmt.Sprint("extra", i) || len(got[1]) != 0 {
+			t.Fatalf("list %d: %q; want [[extra%d] []]", i, got, i)
+		}
 	}
 }

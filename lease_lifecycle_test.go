@@ -279,7 +279,7 @@ func TestRedlock_GrantReadAfterASuspensionIsNotReturnedLost(t *testing.T) {
 		}})
 		clients[i] = rdb
 	}
-	r := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(time.Minute))
+	r := mustRedlock(t, clients, dlock.WithRestartGuard(0), dlock.WithTTL(time.Minute))
 	clk = dlock.UseClock(r)
 	lease, err := r.Mutex(lockName(t)).TryLock(ctx)
 	if !resumed.Load() {

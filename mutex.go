@@ -29,16 +29,15 @@ var mutexKind = &leaseKind{
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m := &Mutex{handle: c.newHandle(name, opts, forMutex)}
 	if m.err == nil {
-		lay := keyLists{k: m.keys}
+		lay := newKeyLists(m.keys)
 		acquire, release := lay.add(scripts.LayoutOf(scripts.MutexAcquire)), lay.add(scripts.LayoutOf(scripts.MutexRelease))
 		abandon, extend := lay.add(scripts.LayoutOf(scripts.MutexAbandon)), lay.add(scripts.LayoutOf(scripts.MutexExtend))
 		own := lay.also(m.keys.own) // where its waiters listen
-		keys := lay.lists()
 		m.spec = m.boxed(acquireSpec{
-			op: "lock", script: scripts.MutexAcquire, channels: keys[own][0],
-			keys: keys[acquire], abandonKeys: keys[abandon],
-			lease:       leaseSpec{kind: mutexKind, keys: keys[extend][0]}, // MutexTTL's too
-			releaseKeys: keys[release][0],
+			op: "lock", script: scripts.MutexAcquire, channels: lay.list(own)[0],
+			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
+			lease:       leaseSpec{kind: mutexKind, keys: lay.list(extend)[0]}, // MutexTTL's too
+			releaseKeys: lay.list(release)[0],
 		})
 	}
 	return m

@@ -58,22 +58,6 @@ func WithObserver(o *Observer) Option {
 	return func(s *settings) { s.observer, s.given = o, s.given|optObserver }
 }
 
-// Kind is the type of lock an event is about.
-type Kind string
-
-// The kinds of lock.
-const (
-	KindMutex     Kind = "mutex"     // [Mutex]
-	KindReentrant Kind = "reentrant" // [ReentrantMutex]
-	KindRead      Kind = "rw.read"   // [RWMutex], a read lock
-	KindWrite     Kind = "rw.write"  // [RWMutex], the write lock
-	KindFair      Kind = "fair"      // [FairMutex]
-	KindSemaphore Kind = "semaphore" // [Semaphore]
-	KindMulti     Kind = "multi"     // [MultiLock]
-	KindElection  Kind = "election"  // [Election]
-	KindRedlock   Kind = "redlock"   // [RedlockMutex]
-)
-
 // AcquireCall is one acquire call as it begins.
 type AcquireCall struct {
 	Kind Kind

@@ -333,7 +333,7 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 	name := lockName(t)
 	masters := []redis.UniversalClient{rdb, startServer(t).Client(), startServer(t).Client()}
-	redlock := dlock.NewRedlock(masters, dlock.WithObserver(rec.observer()), dlock.WithRestartGuard(0))
+	redlock := mustRedlock(t, masters, dlock.WithObserver(rec.observer()), dlock.WithRestartGuard(0))
 	rw := c.RWMutex(name + ":rw")
 	for _, tc := range []struct {
 		kind dlock.Kind

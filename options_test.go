@@ -60,11 +60,14 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 			return first(newClient(t, rdb, dlock.WithWait(0)).Election(lockName(t), opt).Campaign(ctx, "v"))
 		},
 		"NewRedlock": func(opt dlock.Option) error {
-			r := dlock.NewRedlock(nodes, opt, dlock.WithRestartGuard(0))
+			r, err := dlock.NewRedlock(nodes, opt, dlock.WithRestartGuard(0))
+			if err != nil {
+				return err
+			}
 			return first(r.Mutex(lockName(t), dlock.WithNodeTimeout(time.Second)).TryLock(ctx))
 		},
 		"RedlockMutex": func(opt dlock.Option) error {
-			r := dlock.NewRedlock(nodes, dlock.WithRestartGuard(0))
+			r := mustRedlock(t, nodes, dlock.WithRestartGuard(0))
 			return first(r.Mutex(lockName(t), opt).TryLock(ctx))
 		},
 		"Describe": func(opt dlock.Option) error {

@@ -18,57 +18,46 @@ import (
 
 // Redlock makes locks held by a majority of several independent Redis
 // masters (the Redis documentation's Redlock algorithm), so that a lock
-// survives the loss of a minority of them. Each client must reach one
-// master: a Client, or a failover client, whose failovers the guard counts;
-// a Ring or ClusterClient is refused with [ErrInvalid].
-//
-// Given clocks within [WithDriftFactor] and the restart guard on (see
-// [WithRestartGuard]): while a lease is valid no other owner holds a
-// majority; a lease is returned only with validity left, counted from the
-// attempt's start; tokens strictly increase. It cannot stop a holder paused
-// past its deadline (use the token), and a clock jump, or lost writes the
-// guard is off for or does not see (docs/SAFETY.md), can let two owners in.
-// Each operation goes to every node at once, bounded by
-// [WithNodeTimeout]; waiting Locks retry after a random delay. Failures are
-// a [*QuorumError] naming each node.
+// survives the loss of a minority of them. Each node is one master's
+// client (a Client, or a failover client), whose restarts and failovers the
+// restart guard counts ([WithRestartGuard]). Each operation goes to every
+// node at once, bounded by [WithNodeTimeout]; waiting Locks retry after a
+// random delay; failures are a [*QuorumError] naming each node. What it
+// promises given clocks within [WithDriftFactor], and what can still let
+// two owners in (a paused holder, a clock jump, lost writes): docs/SAFETY.md.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
-	err     error
 	quorum  int
 	longest atomic.Int64 // the longest TTL used, in ns, for the restart guard
 	clock   *clock.Clock // what its leases read the time from; nil: the machine's (see Client.clock)
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
-// number, at least 3. Options set defaults for its locks. Nothing is sent to
-// Redis; bad arguments are returned by every lock's first call, matching
+// number, at least 3, none a Ring or ClusterClient. Options set defaults
+// for its locks. Nothing is sent to Redis; bad arguments fail it with
 // [ErrInvalid].
-func NewRedlock(clients []redis.UniversalClient, opts ...Option) *Redlock {
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
-	switch {
-	case len(clients) < 3 || len(clients)%2 == 0:
-		r.err = invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
-	default:
-		r.err = r.cfg.validate(forRedlock)
-	}
 	for i, rdb := range clients {
 		if unmadeClient(rdb) {
-			r.err = invalidf("Redis client %d is nil", i)
-			r.nodes = nil
-			return r
+			return nil, invalidf("Redis client %d is nil", i)
 		}
 		// Their connections are opened by clients of their own, unseen by
 		// the hook the restart guard counts them with.
 		switch rdb.(type) {
 		case *redis.Ring, *redis.ClusterClient:
-			r.err = invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
-			r.nodes = nil
-			return r
+			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
 	}
-	return r
+	if len(clients) < 3 || len(clients)%2 == 0 {
+		return nil, invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
+	}
+	if err := r.cfg.validate(forRedlock); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Quorum returns how many nodes must agree: a majority.
@@ -108,14 +97,14 @@ const redlockSlack = 2 * time.Millisecond
 // Mutex returns the lock called name over the Redlock's nodes. Options
 // override the Redlock's defaults.
 func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
-	if r == nil {
-		return &RedlockMutex{name: name, err: invalidf("nil dlock.Redlock")}
+	if r == nil || r.nodes == nil {
+		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
 	}
 	cfg := r.cfg.with(opts)
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
 	ttl, _ := cfg.holdTTL()
 	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
-	m.err = cmp.Or(r.err, validateName(name), cfg.validate(forRedlock))
+	m.err = cmp.Or(validateName(name), cfg.validate(forRedlock))
 	if m.err == nil && m.nodeTimeout >= ttl/2 {
 		m.err = invalidf("node timeout %v is not small against the TTL %v", m.nodeTimeout, ttl)
 	}

@@ -65,7 +65,7 @@ func TestRedlock_AFailedAttemptsReleaseThatMissesTheNodeTimeoutIsSentAgain(t *te
 				return nil
 			})
 			logs := &logRecorder{}
-			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
+			rl := mustRedlock(t, clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
 				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
 			began := time.Now()
 			_, err = rl.Mutex(name).TryLock(ctx)

@@ -76,7 +76,7 @@ func TestRedlock_ANodeRestartedWithinTheGuardDoesNotVoteEvenForANewProcess(t *te
 	}
 	for what, m := range map[string]*dlock.RedlockMutex{
 		"a new process":          fresh,
-		"over connected clients": dlock.NewRedlock(connected, opts...).Mutex(name),
+		"over connected clients": mustRedlock(t, connected, opts...).Mutex(name),
 	} {
 		lease, err := m.TryLock(ctx)
 		if time.Since(restarted) >= guard {
@@ -119,7 +119,7 @@ func TestRedlock_ANodeThatRefusesINFODoesNotVoteAndSaysWhy(t *testing.T) {
 	opts := []dlock.Option{dlock.WithTTL(2 * time.Second), dlock.WithNodeTimeout(200 * time.Millisecond), dlock.WithRestartGuard(time.Second)}
 	name := lockName(t)
 
-	_, err := dlock.NewRedlock(clients, opts...).Mutex(name).TryLock(ctx)
+	_, err := mustRedlock(t, clients, opts...).Mutex(name).TryLock(ctx)
 	var quorum *dlock.QuorumError
 	if !errors.As(err, &quorum) || errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, dlock.ErrPermission) {
 		t.Fatalf("TryLock on nodes that refuse INFO: %v; want ErrPermission, never ErrNotAcquired", err)
@@ -137,12 +137,12 @@ func TestRedlock_ANodeThatRefusesINFODoesNotVoteAndSaysWhy(t *testing.T) {
 	}
 	t.Logf("refused: %v", err)
 	// Waiting would not help: Lock says so at once rather than at ctx's end.
-	if _, err := dlock.NewRedlock(clients, opts...).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrPermission) || ctx.Err() != nil {
+	if _, err := mustRedlock(t, clients, opts...).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrPermission) || ctx.Err() != nil {
 		t.Fatalf("Lock on nodes that refuse INFO: %v; want ErrPermission before the context ends", err)
 	}
 
 	// With the guard off (nodes that persist every write), INFO is not needed.
-	lease, err := dlock.NewRedlock(clients, append(opts, dlock.WithRestartGuard(0))...).Mutex(name).TryLock(ctx)
+	lease, err := mustRedlock(t, clients, append(opts, dlock.WithRestartGuard(0))...).Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("guard off, INFO refused: %v", err)
 	}
@@ -234,7 +234,7 @@ func failoverRedlock(t *testing.T, ctx context.Context, f *redistest.Failover, s
 		}
 		return nil
 	})
-	return dlock.NewRedlock(append([]redis.UniversalClient{node0}, others...), opts...)
+	return mustRedlock(t, append([]redis.UniversalClient{node0}, others...), opts...)
 }
 
 // A client that reaches a replica (an address that no longer follows the
@@ -262,7 +262,7 @@ func TestRedlock_AReplicaDoesNotVote(t *testing.T) {
 	// Connected clients, and a node timeout a loaded machine meets.
 	clients := hookedClients(t, ctx, append([]*redistest.Server{replica}, servers[1:]...), func(int) []redis.Hook { return nil })
 	opts := []dlock.Option{dlock.WithTTL(guard), dlock.WithRestartGuard(guard), dlock.WithNodeTimeout(guard / 4)}
-	lease, err := dlock.NewRedlock(clients, opts...).Mutex(name).TryLock(ctx)
+	lease, err := mustRedlock(t, clients, opts...).Mutex(name).TryLock(ctx)
 	var quorum *dlock.QuorumError
 	if err == nil {
 		_ = lease.Unlock(ctx)
@@ -279,7 +279,6 @@ func TestRedlock_AReplicaDoesNotVote(t *testing.T) {
 // of a restart behind one. NewRedlock refuses them as nodes.
 func TestRedlock_ARingOrClusterNodeIsRefused(t *testing.T) {
 	servers := redistest.StartMasters(t, 3)
-	ctx := ctxFor(t, 10*time.Second)
 	node := func(i int) redis.UniversalClient {
 		rdb := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
@@ -290,10 +289,9 @@ func TestRedlock_ARingOrClusterNodeIsRefused(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr()}})
 	t.Cleanup(func() { _ = cluster.Close() })
 	for what, first := range map[string]redis.UniversalClient{"a Ring": ring, "a ClusterClient": cluster} {
-		rl := dlock.NewRedlock([]redis.UniversalClient{first, node(1), node(2)}, dlock.WithRestartGuard(0))
-		_, err := rl.Mutex(lockName(t)).TryLock(ctx)
-		if !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("%s as a Redlock node: TryLock %v; want ErrInvalid", what, err)
+		rl, err := dlock.NewRedlock([]redis.UniversalClient{first, node(1), node(2)}, dlock.WithRestartGuard(0))
+		if !errors.Is(err, dlock.ErrInvalid) || rl != nil {
+			t.Errorf("%s as a Redlock node: %v, %v; want nil, ErrInvalid", what, rl, err)
 		}
 	}
 }

@@ -85,7 +85,7 @@ func TestRedlock_AGrantItsCallerNoLongerWaitsForIsGivenBackWhereTheReleaseMisses
 				return []redis.Hook{fenced, hooks[i]}
 			})
 			logs := &logRecorder{}
-			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
+			rl := mustRedlock(t, clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
 				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
 			began := time.Now()
 			lease, err := tc.lock(callCtx, rl.Mutex(name))
@@ -240,7 +240,7 @@ func TestRedlock_AnUnlocksReleaseThatMissesTheNodeTimeoutIsSentAgain(t *testing.
 				return nil
 			})
 			logs := &logRecorder{}
-			rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
+			rl := mustRedlock(t, clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl),
 				dlock.WithNodeTimeout(nodeTimeout), dlock.WithLogger(slog.New(logs)))
 			lease, err := rl.Mutex(name).TryLock(ctx)
 			if err != nil {
@@ -318,7 +318,7 @@ func TestRedlock_AGrantItsCallerNoLongerWaitsForLeavesTheCallsTombstone(t *testi
 		grants[i] = &grantRecorder{}
 		return []redis.Hook{fenced, grants[i]}
 	})
-	rl := dlock.NewRedlock(clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl), dlock.WithNodeTimeout(time.Second))
+	rl := mustRedlock(t, clients, dlock.WithRestartGuard(0), dlock.WithTTL(ttl), dlock.WithNodeTimeout(time.Second))
 	lease, err := rl.Mutex(name).TryLock(callCtx)
 	if lease != nil || !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("a call whose context ended once a majority granted returned %v, %v; want no lease, ErrNotAcquired and context.Canceled", lease, err)
@@ -402,7 +402,7 @@ func TestRedlock_AnUnlockWithAMasterDownLogsIt(t *testing.T) {
 	clients := hookedClients(t, ctx, servers[:2], func(int) []redis.Hook { return nil })
 	downClient := redis.NewClient(&redis.Options{Addr: down.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = downClient.Close() })
-	rl := dlock.NewRedlock(append(clients, downClient), dlock.WithRestartGuard(0),
+	rl := mustRedlock(t, append(clients, downClient), dlock.WithRestartGuard(0),
 		dlock.WithNodeTimeout(time.Second), dlock.WithLogger(slog.New(logs)))
 	lease, err := rl.Mutex(name).TryLock(ctx)
 	if err != nil {

@@ -23,7 +23,17 @@ func redlockOver(t testing.TB, servers []*redistest.Server, opts ...dlock.Option
 		t.Cleanup(func() { _ = rdb.Close() })
 		clients[i] = rdb
 	}
-	return dlock.NewRedlock(clients, append([]dlock.Option{dlock.WithRestartGuard(0)}, opts...)...)
+	return mustRedlock(t, clients, append([]dlock.Option{dlock.WithRestartGuard(0)}, opts...)...)
+}
+
+// mustRedlock is NewRedlock's Redlock, for arguments it takes.
+func mustRedlock(t testing.TB, clients []redis.UniversalClient, opts ...dlock.Option) *dlock.Redlock {
+	t.Helper()
+	r, err := dlock.NewRedlock(clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // hookedClients is a client of each server, connected before a test times
@@ -240,17 +250,29 @@ func TestRedlock_BadInput(t *testing.T) {
 		rdb.AddHook(counter)
 		clients = append(clients, rdb)
 	}
+	for what, nodes := range map[string][]redis.UniversalClient{
+		"2 nodes":            clients[:2],
+		"4 nodes":            append(clients, clients[0]),
+		"no nodes":           nil,
+		"a nil node":         {clients[0], nil, clients[2]},
+		"a nil *Client":      {clients[0], (*redis.Client)(nil), clients[2]},
+		"an unmade *Client":  {clients[0], &redis.Client{}, clients[2]},
+		"a Client's options": clients, // given below
+	} {
+		var opts []dlock.Option
+		if what == "a Client's options" {
+			opts = append(opts, dlock.WithReplicaAck(1, time.Second))
+		}
+		if r, err := dlock.NewRedlock(nodes, opts...); !errors.Is(err, dlock.ErrInvalid) || r != nil {
+			t.Errorf("NewRedlock of %s: %v, %v; want nil, ErrInvalid", what, r, err)
+		}
+	}
+	r := mustRedlock(t, clients)
 	for _, m := range []*dlock.RedlockMutex{
-		dlock.NewRedlock(clients[:2]).Mutex("x"),
-		dlock.NewRedlock(append(clients, clients[0])).Mutex("x"),
-		dlock.NewRedlock(nil).Mutex("x"),
-		dlock.NewRedlock([]redis.UniversalClient{clients[0], nil, clients[2]}).Mutex("x"),
-		dlock.NewRedlock([]redis.UniversalClient{clients[0], (*redis.Client)(nil), clients[2]}).Mutex("x"),
-		dlock.NewRedlock([]redis.UniversalClient{clients[0], &redis.Client{}, clients[2]}).Mutex("x"),
 		{}, // a zero RedlockMutex, made without a Redlock
 		(&dlock.Redlock{}).Mutex("x"),
-		dlock.NewRedlock(clients).Mutex(""),
-		dlock.NewRedlock(clients).Mutex("x", dlock.WithTTL(time.Second), dlock.WithNodeTimeout(time.Second)),
+		r.Mutex(""),
+		r.Mutex("x", dlock.WithTTL(time.Second), dlock.WithNodeTimeout(time.Second)),
 		(*dlock.Redlock)(nil).Mutex("x"),
 	} {
 		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
@@ -264,7 +286,7 @@ func TestRedlock_BadInput(t *testing.T) {
 	if err := servers[1].Client().HSet(ctx, lockKey(name), "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dlock.NewRedlock(clients).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+	if _, err := r.Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrWrongType) {
 		t.Fatalf("Lock with a hash under the name on one node: %v; want ErrWrongType", err)
 	}
 	if n := heldOn(t, ctx, []*redistest.Server{servers[0], servers[2]}, name); n != 0 {

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"time"
 )
 
 // ReentrantMutex is an exclusive lock that its owner may take again while
@@ -46,25 +45,11 @@ func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, modeWrite, false)
 }
 
-// ReentrantState is a ReentrantMutex as [ReentrantMutex.Inspect] found it.
-type ReentrantState struct {
-	Held        bool          // some owner holds the lock
-	HeldByOwner bool          // the holder is the owner the call acts as: ctx's hold's, or WithOwner's
-	Count       int           // the holder's hold count; 0 when not held
-	TTL         time.Duration // until the last hold expires unless renewed; 0 when not held
-	Token       uint64        // the fencing token the holds share; 0 when not held
-	Waiting     int           // Locks registered to be woken when it is free
-}
-
-// Inspect reports who holds the lock, how often, and for how long yet. It
-// tells whether the holder is the owner a Lock with ctx would act as.
-func (m *ReentrantMutex) Inspect(ctx context.Context) (ReentrantState, error) {
+// Inspect reports who holds the lock, how often, and for how long yet, as
+// [RWMutex.Inspect] does for the RWMutex of its name (a ReentrantMutex is
+// its write side). It tells whether the writer is the owner a Lock with ctx
+// would act as.
+func (m *ReentrantMutex) Inspect(ctx context.Context) (RWState, error) {
 	s, err := m.inspect(ctx)
-	if err != nil {
-		return ReentrantState{}, err
-	}
-	return ReentrantState{
-		Held: s.writeHolds > 0, HeldByOwner: s.writerIsOwner, Count: s.writeHolds,
-		TTL: s.ttl, Token: s.writeToken, Waiting: s.writersWaiting,
-	}, nil
+	return rwState(s), err
 }

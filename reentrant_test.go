@@ -12,7 +12,7 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-func inspectReentrant(t *testing.T, ctx context.Context, m *dlock.ReentrantMutex) dlock.ReentrantState {
+func inspectReentrant(t *testing.T, ctx context.Context, m *dlock.ReentrantMutex) dlock.RWState {
 	t.Helper()
 	s, err := m.Inspect(ctx)
 	if err != nil {
@@ -43,7 +43,7 @@ func TestReentrantMutex_NestedHoldsShareTheTokenAndFreeAtZero(t *testing.T) {
 			}
 			leases = append(leases, lease)
 			holding = lease.Context(holding)
-			if s := inspectReentrant(t, holding, m); !s.Held || !s.HeldByOwner || s.Count != i+1 || s.Token != leases[0].Token() {
+			if s := inspectReentrant(t, holding, m); !s.WriterIsOwner || s.WriteHolds != i+1 || s.WriteToken != leases[0].Token() {
 				t.Fatalf("after %d holds: %+v", i+1, s)
 			}
 		}
@@ -62,8 +62,8 @@ func TestReentrantMutex_NestedHoldsShareTheTokenAndFreeAtZero(t *testing.T) {
 			if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 				t.Fatalf("second Unlock of one hold: %v, want ErrNotHeld", err)
 			}
-			if s := inspectReentrant(t, ctx, other); i < depth-1 && s.Count != depth-i-1 {
-				t.Fatalf("count %d after %d unlocks, want %d", s.Count, i+1, depth-i-1)
+			if s := inspectReentrant(t, ctx, other); i < depth-1 && s.WriteHolds != depth-i-1 {
+				t.Fatalf("count %d after %d unlocks, want %d", s.WriteHolds, i+1, depth-i-1)
 			}
 		}
 		expectAcquired(t, waiter, 10*time.Second, "the other owner was not woken when the count reached zero")
@@ -103,7 +103,7 @@ func TestReentrantMutex_ForeignUnlockIsRefusedAndChangesNothing(t *testing.T) {
 	if len(after) != 2 || after[0] != before[0] || after[1] != before[1] {
 		t.Fatalf("a foreign unlock changed the holds from %v to %v", before, after)
 	}
-	if s := inspectReentrant(t, alicesCtx, alice); s.Count != 2 || !s.HeldByOwner {
+	if s := inspectReentrant(t, alicesCtx, alice); s.WriteHolds != 2 || !s.WriterIsOwner {
 		t.Fatalf("after a foreign unlock: %+v, want alice holding twice", s)
 	}
 }
@@ -161,7 +161,7 @@ func TestReentrantMutex_WithOwnerActsAsOneOwnerAcrossClients(t *testing.T) {
 		if _, err := stranger.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("another owner: %v, want ErrNotAcquired", err)
 		}
-		if s := inspectReentrant(t, ctx, stranger); s.Count != 2 || s.HeldByOwner {
+		if s := inspectReentrant(t, ctx, stranger); s.WriteHolds != 2 || s.WriterIsOwner {
 			t.Fatalf("seen by the stranger: %+v", s)
 		}
 	})
@@ -201,8 +201,8 @@ func TestReentrantMutex_AcquireReachingRedisTwiceCountsOnce(t *testing.T) {
 	}
 	// Inspect counts the holds; the scripts decide by the owner's count in
 	// the lock's hash (see internal/scripts/rw_lib.lua): both must say two.
-	if s := inspectReentrant(t, ctx, m); s.Count != 2 {
-		t.Fatalf("count %d after two acquires each sent twice, want 2", s.Count)
+	if s := inspectReentrant(t, ctx, m); s.WriteHolds != 2 {
+		t.Fatalf("count %d after two acquires each sent twice, want 2", s.WriteHolds)
 	}
 	if n, _ := rdb.HGet(ctx, lockKey(name), "nw"+m.Owner()).Int(); n != 2 {
 		t.Fatalf("the lock's own count is %d after two acquires each sent twice, want 2", n)

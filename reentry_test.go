@@ -160,22 +160,22 @@ func TestReentrantMutex_ReentersThroughTheLeaseContext(t *testing.T) {
 				t.Fatalf("nested hold %d has token %d, the first %d", i+2, l.Token(), outer.Token())
 			}
 		}
-		if s := inspectReentrant(t, innerCtx, m); !s.HeldByOwner || s.Count != 4 || s.Token != outer.Token() {
+		if s := inspectReentrant(t, innerCtx, m); !s.WriterIsOwner || s.WriteHolds != 4 || s.WriteToken != outer.Token() {
 			t.Fatalf("seen with the hold's context: %+v, want held by this owner 4 times", s)
 		}
-		if s := inspectReentrant(t, ctx, m); !s.Held || s.HeldByOwner || s.Count != 4 {
+		if s := inspectReentrant(t, ctx, m); s.WriterIsOwner || s.WriteHolds != 4 {
 			t.Fatalf("seen without a hold: %+v, want held 4 times by another owner", s)
 		}
 
 		// Unlock in any order: the lock is held until the last hold goes.
 		waiter := lockInBackground(ctx, m.Lock)
-		eventually(t, ctx, "the other owner waiting", func() bool { return inspectReentrant(t, ctx, m).Waiting == 1 })
+		eventually(t, ctx, "the other owner waiting", func() bool { return inspectReentrant(t, ctx, m).WritersWaiting == 1 })
 		for i, l := range []*dlock.Lease{outer, third, inner, fourth} {
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if i < 3 {
-				if s := inspectReentrant(t, ctx, m); s.Count != 3-i {
+				if s := inspectReentrant(t, ctx, m); s.WriteHolds != 3-i {
 					t.Fatalf("after %d unlocks: %+v, want %d holds", i+1, s, 3-i)
 				}
 			}

@@ -25,7 +25,6 @@ type renewer struct {
 	mu      sync.Mutex
 	due     leaseHeap
 	running bool
-	starts  int // how many times the loop was started (for tests)
 	closed  bool
 	kick    chan struct{} // a lease became due earlier than the loop sleeps
 	// wakeAt is when the sleeping loop wakes by itself; zero while it is
@@ -69,7 +68,6 @@ func (r *renewer) schedule(h *clientHold, at time.Time) {
 	}
 	if !r.running {
 		r.running = true
-		r.starts++
 		r.wg.Add(1)
 		go r.loop()
 	}

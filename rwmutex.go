@@ -61,7 +61,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 	return rw.acquire(ctx, modeRead, true)
 }
 
-// RWState is an RWMutex as [RWMutex.Inspect] found it.
+// RWState is an RWMutex or a ReentrantMutex as its Inspect found it.
 type RWState struct {
 	WriteHolds     int           // holds of the write side, all by one owner; 0: nobody writes
 	WriterIsOwner  bool          // the writer is the owner the call acts as: ctx's hold's, or WithOwner's
@@ -80,13 +80,15 @@ type RWState struct {
 // fields are about the owner a Lock with ctx would act as.
 func (rw *RWMutex) Inspect(ctx context.Context) (RWState, error) {
 	s, err := rw.inspect(ctx)
-	if err != nil {
-		return RWState{}, err
-	}
+	return rwState(s), err
+}
+
+// rwState is the exported view of what rw_inspect.lua reported.
+func rwState(s holdState) RWState {
 	return RWState{
 		WriteHolds: s.writeHolds, WriterIsOwner: s.writerIsOwner,
 		ReadHolds: s.readHolds, Readers: s.readers, OwnerReadHolds: s.ownReads,
 		TTL: s.ttl, WritersWaiting: s.writersWaiting, ReadersWaiting: s.readersWaiting,
 		WriteToken: s.writeToken, LastToken: s.lastToken, Holders: s.holders,
-	}, nil
+	}
 }

@@ -48,20 +48,19 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		s.err = validPermits(name, permits)
 	}
 	if s.err == nil {
-		lay := keyLists{k: s.keys}
+		lay := newKeyLists(s.keys)
 		acquire, release := lay.add(scripts.LayoutOf(scripts.SemAcquire)), lay.add(scripts.LayoutOf(scripts.SemRelease))
 		abandon, setPermits := lay.add(scripts.LayoutOf(scripts.SemAbandon)), lay.add(scripts.LayoutOf(scripts.SemSetPermits))
 		// extend and TTL: the holders, their tokens and the number of
 		// permits, which expires with them
 		extend := lay.add(scripts.SemLayout.Before("WAITERS"))
 		own := lay.also(s.keys.own)
-		keys := lay.lists()
-		s.setPermitsKeys = keys[setPermits][0]
+		s.setPermitsKeys = lay.list(setPermits)[0]
 		s.spec = s.boxed(acquireSpec{
-			op: "acquire", script: scripts.SemAcquire, channels: keys[own][0],
-			keys: keys[acquire], abandonKeys: keys[abandon],
-			lease:       leaseSpec{kind: semKind, keys: keys[extend][0]},
-			releaseKeys: keys[release][0],
+			op: "acquire", script: scripts.SemAcquire, channels: lay.list(own)[0],
+			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
+			lease:       leaseSpec{kind: semKind, keys: lay.list(extend)[0]},
+			releaseKeys: lay.list(release)[0],
 		})
 	}
 	return s
@@ -99,8 +98,8 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 // SetPermits changes the number of permits of the semaphore in Redis, and
 // of this handle, to n. Other handles opened with the old number then fail
 // with [ErrPermits] until they are opened anew, or until the number goes
-// with the last permit ([FenceRetentionTTLs] of this handle's TTL when
-// none is held). Permits held above a lower number are not taken back: no
+// with the last permit (10 of this handle's TTLs when none is held).
+// Permits held above a lower number are not taken back: no
 // new one is granted until the holders are fewer than n.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {

@@ -352,8 +352,8 @@ func TestSemaphore_PermitsGoWithTheLastPermit(t *testing.T) {
 		if err := newClient(t, rdb, dlock.WithTTL(time.Second)).Semaphore(name, 2).SetPermits(ctx, 5); err != nil {
 			t.Fatal(err)
 		}
-		if left := rdb.PTTL(ctx, permits).Val(); left <= 0 || left > dlock.FenceRetentionTTLs*time.Second {
-			t.Fatalf("a number set while no permit is held expires in %v; want within %d TTLs", left, dlock.FenceRetentionTTLs)
+		if left := rdb.PTTL(ctx, permits).Val(); left <= 0 || left > scripts.FenceRetentionTTLs*time.Second {
+			t.Fatalf("a number set while no permit is held expires in %v; want within %d TTLs", left, scripts.FenceRetentionTTLs)
 		}
 	})
 }

@@ -148,7 +148,12 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 		return typeResult{}, err
 	}
 	defer c.Close()
-	r := dlock.NewRedlock(universal, dlock.WithTTL(benchTTL), dlock.WithRestartGuard(0)) // fresh servers
+	var r *dlock.Redlock
+	if len(universal) > 1 {
+		if r, err = dlock.NewRedlock(universal, dlock.WithTTL(benchTTL), dlock.WithRestartGuard(0)); err != nil { // fresh servers
+			return typeResult{}, err
+		}
+	}
 	pair := func() error {
 		lease, err := typ.lock(ctx, c, r)
 		if err != nil {

@@ -63,7 +63,7 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if info.Type == "" {
+	if info.Kind == "" {
 		return nil, fmt.Errorf("dlocktest: nothing holds %q", name)
 	}
 	// No renewal may come between the removal and the theft: it would
@@ -72,12 +72,12 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	if err := r.expire(ctx, name); err != nil {
 		return nil, err
 	}
-	switch info.Type {
-	case "RWMutex":
+	switch info.Kind {
+	case dlock.KindRead, dlock.KindWrite:
 		return op.RWMutex(name).TryLock(ctx)
-	case "ReentrantMutex":
+	case dlock.KindReentrant:
 		return op.ReentrantMutex(name).TryLock(ctx)
-	case "Semaphore":
+	case dlock.KindSemaphore:
 		return op.Semaphore(name, info.Permits).TryAcquire(ctx)
 	default:
 		return op.Mutex(name).TryLock(ctx)

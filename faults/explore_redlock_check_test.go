@@ -40,7 +40,7 @@ func TestQuorumMissed_ALeaseOnTwoMastersIsLostToAPauseOfOne(t *testing.T) {
 		masters[i] = redisAt(t, srv.Addr())
 	}
 	renewals := newRedlockRenewals()
-	redlock := dlock.NewRedlock(masters, dlock.WithRestartGuard(0), dlock.WithObserver(renewals.observer()))
+	redlock := redlockOf(t, masters, dlock.WithRestartGuard(0), dlock.WithObserver(renewals.observer()))
 	// Connections made and scripts loaded, with the node timeout of a
 	// long TTL (200 ms): a 600 ms TTL leaves each master 12 ms.
 	warm, err := redlock.Mutex(lockName(t), dlock.WithTTL(10*time.Second)).TryLock(ctx)
@@ -159,7 +159,7 @@ func TestCheckRedlockSettled_ACleanUpInFlightIsWaitedFor(t *testing.T) {
 		masters, hooks = append(masters, rdb), append(hooks, h)
 		plain = append(plain, redisAt(t, srv.Addr()))
 	}
-	rl := dlock.NewRedlock(masters, dlock.WithRestartGuard(0)) // new servers: no guard
+	rl := redlockOf(t, masters, dlock.WithRestartGuard(0)) // new servers: no guard
 	clock.Use(rl, c)
 	// The scripts loaded first: a NOSCRIPT reply is no grant.
 	warm, err := rl.Mutex(lockName(t)).TryLock(ctx)
@@ -243,7 +243,7 @@ func TestCheckRedlockSettled_AQuorumIsOneOwners(t *testing.T) {
 		rdb.AddHook(g)
 		masters, hooks, plain = append(masters, rdb), append(hooks, g), append(plain, redisAt(t, srv.Addr()))
 	}
-	rl := dlock.NewRedlock(masters, dlock.WithRestartGuard(0)) // new servers: no guard
+	rl := redlockOf(t, masters, dlock.WithRestartGuard(0)) // new servers: no guard
 	// The scripts loaded first: an attempt that met NOSCRIPT is sent again
 	// whole (EVAL), and kept by no hook.
 	warm, err := rl.Mutex(lockName(t)).Lock(ctx)

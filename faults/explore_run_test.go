@@ -21,6 +21,7 @@ import (
 	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // exploreEnv is where a schedule runs: its nodes, and how to reach them.
@@ -1037,8 +1038,8 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 		// FLUSHALL takes tombstones with it, and so may eviction: a late
 		// copy may then take a lock for nobody, the labelled run's
 		// documented failure (as the late copies' own orphan check has it).
-		if info.Type != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") && !s.has("ctakeover") && !s.has("evict") {
-			out.violate("orphan: %s is held (%s, %v left, holders %v) after every holder let go", name, info.Type, info.TTL, info.Holders)
+		if info.Kind != "" && !doubtful[name] && !s.has("pause") && !s.has("flushall") && !s.has("restart") && !s.has("ctakeover") && !s.has("evict") {
+			out.violate("orphan: %s is held (%s, %v left, holders %v) after every holder let go", name, info.Kind, info.TTL, info.Holders)
 		}
 	}
 	// Liveness: once faults stop, every lock can be had within a TTL.
@@ -1125,7 +1126,7 @@ func keptFor(key string, redlock bool) (bound time.Duration, forever bool) {
 	case strings.HasSuffix(key, ":fence") && redlock:
 		return 0, true
 	case strings.HasSuffix(key, ":fence"):
-		return time.Duration(dlock.FenceRetentionTTLs) * longestTTL, false
+		return time.Duration(scripts.FenceRetentionTTLs) * longestTTL, false
 	case strings.Contains(key, ":void:"):
 		return time.Minute, false
 	case strings.Contains(key, ":released:"):

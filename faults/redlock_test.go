@@ -26,7 +26,17 @@ func redlockAt(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Redloc
 	for i, addr := range addrs {
 		clients[i] = redisAt(t, addr)
 	}
-	return dlock.NewRedlock(clients, append([]dlock.Option{dlock.WithRestartGuard(0)}, opts...)...)
+	return redlockOf(t, clients, append([]dlock.Option{dlock.WithRestartGuard(0)}, opts...)...)
+}
+
+// redlockOf is NewRedlock's Redlock, for arguments it takes.
+func redlockOf(t *testing.T, clients []redis.UniversalClient, opts ...dlock.Option) *dlock.Redlock {
+	t.Helper()
+	r, err := dlock.NewRedlock(clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // waitUptime returns once every server has been up for at least d, as the

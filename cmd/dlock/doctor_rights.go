@@ -16,7 +16,7 @@ import (
 )
 
 // scratchTTL is the TTL of the rights check's locks: short, so that what
-// they leave behind (a fencing counter kept FenceRetentionTTLs of it, a
+// they leave behind (a fencing counter kept 10 of its TTLs, a
 // release mark, a tombstone) expires within a minute where doctor may not
 // delete it, and long enough for a slow server to confirm a hold.
 const scratchTTL = 5 * time.Second

@@ -297,7 +297,7 @@ func (l foundLock) columns() []string {
 	if l.notDlocks != nil {
 		return []string{printable(info.Name), "-", "not dlock's", "-", "-", "-", "-"}
 	}
-	lockType := string(info.Type)
+	lockType := typeNames[info.Kind]
 	if lockType == "" {
 		lockType = "-"
 	}

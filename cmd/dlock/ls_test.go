@@ -94,7 +94,7 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, state    string
-		lockType       dlock.LockType
+		lockType       string
 		owners         []string
 		writersWaiting int
 	}{

@@ -368,21 +368,22 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	info, err := client.Describe(ctx, name)
-	if err != nil || info.Type == dlock.TypeNone {
+	typeName := typeNames[info.Kind]
+	if err != nil || typeName == "" {
 		return ""
 	}
 	article := "a"
-	if strings.ContainsRune("AEIOUR", rune(info.Type[0])) { // an RWMutex, an Election
+	if strings.ContainsRune("AEIOUR", rune(typeName[0])) { // an RWMutex, an Election
 		article = "an"
 	}
 	takes := "dlock run takes an RWMutex"
 	switch {
 	case semaphore:
 		takes = "dlock run --permits takes a Semaphore"
-	case info.Type == dlock.TypeSemaphore:
+	case info.Kind == dlock.KindSemaphore:
 		takes += "; --permits N takes a Semaphore"
 	}
-	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(info.Type), stateOf(info), takes)
+	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(typeName), stateOf(info), takes)
 }
 
 // reportBusy says who holds the lock that --wait gave up on.

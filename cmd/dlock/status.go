@@ -47,17 +47,17 @@ Examples:
 
 // statusJSON is what status --json prints.
 type statusJSON struct {
-	Name           string         `json:"name"`
-	State          string         `json:"state"`          // "free", "held", "shared" or "full": see stateOf
-	Type           dlock.LockType `json:"type,omitempty"` // dlock.LockInfo's: "Mutex", "FairMutex", "Election", "RWMutex", "ReentrantMutex" or "Semaphore"; none when free
-	Held           bool           `json:"held"`
-	Holders        []holderJSON   `json:"holders"`
-	TTLMillis      int64          `json:"ttl_ms"` // -1: no expiry; 0: not held
-	WritersWaiting int            `json:"writers_waiting"`
-	ReadersWaiting int            `json:"readers_waiting"`
-	LastToken      uint64         `json:"last_token"`
-	Permits        int            `json:"permits,omitempty"`      // a Semaphore's
-	LeaderValue    string         `json:"leader_value,omitempty"` // an Election's leader's
+	Name           string       `json:"name"`
+	State          string       `json:"state"`          // "free", "held", "shared" or "full": see stateOf
+	Type           string       `json:"type,omitempty"` // typeNames': "Mutex", "FairMutex", "Election", "RWMutex", "ReentrantMutex" or "Semaphore"; none when free
+	Held           bool         `json:"held"`
+	Holders        []holderJSON `json:"holders"`
+	TTLMillis      int64        `json:"ttl_ms"` // -1: no expiry; 0: not held
+	WritersWaiting int          `json:"writers_waiting"`
+	ReadersWaiting int          `json:"readers_waiting"`
+	LastToken      uint64       `json:"last_token"`
+	Permits        int          `json:"permits,omitempty"`      // a Semaphore's
+	LeaderValue    string       `json:"leader_value,omitempty"` // an Election's leader's
 }
 
 type holderJSON struct {
@@ -98,7 +98,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
 	if s.Held {
 		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
-		if s.Type == dlock.TypeElection {
+		if info.Kind == dlock.KindElection {
 			fmt.Fprintf(out.stdout, "leader:      %s\n", s.LeaderValue)
 		}
 		if s.Permits > 0 {
@@ -127,7 +127,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		}
 		fmt.Fprintf(out.stdout, "expires:     %s\n", ttl)
 	}
-	if s.Type == dlock.TypeRWMutex || s.Type == dlock.TypeReentrantMutex {
+	if s.Type == "RWMutex" || s.Type == "ReentrantMutex" {
 		fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
 	} else {
 		fmt.Fprintf(out.stdout, "waiting:     %d\n", s.WritersWaiting+s.ReadersWaiting)
@@ -138,7 +138,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 
 // statusOf is what status --json says of a lock, and ls --json of each.
 func statusOf(info dlock.LockInfo) statusJSON {
-	s := statusJSON{Name: info.Name, State: stateOf(info), Type: info.Type, Held: len(info.Holders) > 0, Holders: []holderJSON{},
+	s := statusJSON{Name: info.Name, State: stateOf(info), Type: typeNames[info.Kind], Held: len(info.Holders) > 0, Holders: []holderJSON{},
 		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
 		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits, LeaderValue: info.LeaderValue}
 	if info.TTL < 0 {
@@ -178,16 +178,24 @@ func stateOf(info dlock.LockInfo) string {
 	return "held"
 }
 
-// typeLabel is the type in words: LockInfo's types each stand for several
-// of dlock's, which it does not tell apart.
-func typeLabel(lockType dlock.LockType) string {
-	switch lockType {
-	case dlock.TypeMutex:
+// typeNames are the CLI's names of the kinds Describe reports: the Go
+// types', which status and ls have always printed.
+var typeNames = map[dlock.Kind]string{
+	dlock.KindMutex: "Mutex", dlock.KindFair: "FairMutex", dlock.KindElection: "Election",
+	dlock.KindSemaphore: "Semaphore", dlock.KindRead: "RWMutex", dlock.KindWrite: "RWMutex",
+	dlock.KindReentrant: "ReentrantMutex",
+}
+
+// typeLabel is the type in words: Describe's kinds each stand for several
+// of dlock's types, which it does not tell apart.
+func typeLabel(typeName string) string {
+	switch typeName {
+	case "Mutex":
 		return "Mutex (or a FairMutex with nobody queued, or a MultiLock's part)"
-	case dlock.TypeRWMutex:
+	case "RWMutex":
 		return "RWMutex (or a ReentrantMutex)"
 	}
-	return string(lockType)
+	return typeName
 }
 
 func defineUnlock(fs *flag.FlagSet) action {

@@ -45,7 +45,7 @@ func TestStatus_StateIsApartFromTheType(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, state string
-		lockType    dlock.LockType
+		lockType    string
 	}{
 		{"nothing", "free", ""},
 		{"m", "held", "Mutex"},

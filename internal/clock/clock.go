@@ -28,8 +28,10 @@ package clock
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Clock is a suspendable process's clock; nil is the machine's. Its zero
@@ -170,7 +172,17 @@ func (c *Clock) Real(t time.Time) time.Time {
 }
 
 // Use makes target, a *dlock.Client or *dlock.Redlock not used yet, read
-// c: set by package dlock, which this package cannot import (dlock
-// imports it). For the fault tests (faults/), which reach dlock's
-// internals only through internal packages.
-var Use func(target any, c *Clock)
+// c: it sets the field named clock of the struct target points to. For the
+// fault tests (faults/), which reach dlock's internals only through
+// internal packages; this package cannot import dlock (dlock imports it),
+// and reflection spares dlock a hook to install at init.
+func Use(target any, c *Clock) {
+	v := reflect.ValueOf(target)
+	if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
+		v = v.Elem().FieldByName("clock")
+	}
+	if !v.IsValid() || v.Type() != reflect.TypeOf(c) {
+		panic(fmt.Sprintf("clock.Use: a %T has no clock field", target))
+	}
+	reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem().Set(reflect.ValueOf(c))
+}

@@ -101,3 +101,17 @@ func TestClock_ReadingsCarryNoMonotonicReading(t *testing.T) {
 		t.Errorf("a nil Clock's reading %v has no monotonic reading", now)
 	}
 }
+
+// Use sets the clock field of any struct, as dlock's Client and Redlock
+// have, with no hook for dlock to install first.
+func TestUse_SetsTheTargetsClockField(t *testing.T) {
+	var target struct {
+		other int
+		clock *Clock
+	}
+	c := New()
+	Use(&target, c)
+	if target.clock != c {
+		t.Fatalf("clock field %p; want %p", target.clock, c)
+	}
+}

@@ -1,9 +1,7 @@
--- Describe a lock of any type for Client.Describe (and Mutex.Inspect,
--- FairMutex.Inspect), in one step so that the lock cannot change type
--- between looking and reading. This part answers for a string lock key (a
--- Mutex, FairMutex, Election, MultiLock's lock) and a Semaphore; the rest
--- falls through to rw_inspect.lua, prepended after it (see scripts.go),
--- which describes a read-write lock, or nothing held.
+-- Describe a lock of any type for Client.Describe, in one step so that the
+-- lock cannot change type between looking and reading: a string lock key
+-- (a Mutex, FairMutex, Election, MultiLock's lock), a Semaphore, or else a
+-- read-write lock, or nothing held (rw_state in rw_lib.lua).
 --
 -- KEYS     AnyLockLayout (layout.go), named in Lua: rw_lib.lua's STATE ..
 --          FENCE (a Mutex's lock key, waiters and fencing counter are
@@ -22,11 +20,10 @@
 -- an Election leader's value ('' otherwise)}; the holder's owner token is
 -- a secret and is not returned. A FairMutex with nobody queued, and a
 -- MultiLock's lock, look like a Mutex: nothing beside the key tells them
--- (why none can be added: LockType in describe.go).
+-- (why none can be added: docs/ARCHITECTURE.md).
 -- For a Semaphore {'semaphore', permits held, ms until the last expires,
 -- live waiters, the last fencing token, its number of permits}, followed
--- by the holder info of each permit held ('' none). Otherwise what
--- rw_inspect.lua returns. Fails with WRONGTYPE when a key of the name
+-- by the holder info of each permit held ('' none). Otherwise rw_state(''). Fails with WRONGTYPE when a key of the name
 -- holds what dlock did not write (see foreign.lua): that is no holder, nor
 -- a lock at all.
 --
@@ -65,3 +62,4 @@ if kind == 'zset' then
   end
   return reply
 end
+return rw_state(ARGV[1])

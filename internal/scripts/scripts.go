@@ -304,7 +304,7 @@ var RedlockFence = scriptOn(RedlockFenceLayout, redlockFence)
 // Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
 	ForceUnlock = scriptOn(AnyLockLayout, rwLib, forceUnlock)
-	Describe    = scriptOn(AnyLockLayout, rwLib, describe, rwInspect)
+	Describe    = scriptOn(AnyLockLayout, rwLib, describe)
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
@@ -367,7 +367,9 @@ func Companions(s *redis.Script) []string {
 const RightsKnown = "rights-known"
 
 // FenceRetentionTTLs is how long a lock name's fencing counter outlives the
-// last token minted from it, in TTLs of the hold that token went to (see
-// dlock.FenceRetentionTTLs, and mint_token in common.lua, which has it
-// from here).
+// last token minted from it, in TTLs of the hold that token went to, so a
+// name no longer used leaves no key behind. Tokens do not need the counter
+// to go up (see dlock.Lease.Token); it keeps them going up while the
+// server's clock is behind the last token. A Redlock's counters are kept
+// for good (redlock_fence.lua). mint_token in common.lua has it from here.
 const FenceRetentionTTLs = 10
