@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +41,21 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 		ctx := ctxFor(t, time.Minute)
 		admin := srv.Client()
 		runEveryTypeAs(t, ctx, aclUser(t, ctx, admin, "locks", dlockACL...), aclUser(t, ctx, admin, "locks2", dlockACL...),
-			func() error { return admin.ScriptFlush(ctx).Err() })
+			func() error { return forgetScripts(ctx, admin) })
+	})
+	// A user granted dlock's rights from before it called Redis Functions
+	// (no +fcall, no +function|load) runs every type by EVALSHA.
+	t.Run("without Functions", func(t *testing.T) {
+		srv := startServer(t)
+		ctx := ctxFor(t, time.Minute)
+		admin := srv.Client()
+		runEveryTypeAs(t, ctx, aclUser(t, ctx, admin, "locks", redistest.EvalshaACL...), aclUser(t, ctx, admin, "locks2", redistest.EvalshaACL...),
+			func() error { return forgetScripts(ctx, admin) })
+		stats := admin.Info(ctx, "commandstats").Val()
+		// An FCALL refused by the ACL counts as rejected, not as a call.
+		if !strings.Contains(stats, "cmdstat_evalsha:calls=") || regexp.MustCompile(`cmdstat_fcall:calls=[1-9]`).MatchString(stats) {
+			t.Errorf("the user without Functions ran scripts other than by EVALSHA:\n%s", stats)
+		}
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
@@ -57,7 +73,7 @@ func TestACL_AUserLimitedToTheDocumentedCommandsRunsEveryType(t *testing.T) {
 		}
 		runEveryTypeAs(t, ctx, user(), user(), func() error {
 			for _, admin := range admins {
-				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				if err := forgetScripts(ctx, admin); err != nil {
 					return err
 				}
 			}
@@ -152,16 +168,17 @@ func TestACL_AMissingPermissionIsAnErrorNotLockTaken(t *testing.T) {
 }
 
 // On a server that does not know dlock's scripts (new, restarted or
-// flushed), a user who may not load them is told so: the attempt fails
-// with the load's refusal, matching ErrPermission and naming the command,
-// not with NOSCRIPT, and takes nothing.
+// flushed), a user who may not load them (neither as a library nor for
+// EVALSHA) is told so: the attempt fails with the load's refusal,
+// matching ErrPermission and naming the command, not with NOSCRIPT, and
+// takes nothing.
 func TestACL_AUserWhoMayNotLoadScriptsIsToldWhyOnAColdServer(t *testing.T) {
 	srv := startServer(t)
 	ctx := ctxFor(t, time.Minute)
 	admin := srv.Client()
 	var noLoad []string
 	for _, r := range dlockACL {
-		if r != "+script|load" {
+		if r != "+script|load" && r != "+function|load" {
 			noLoad = append(noLoad, r)
 		}
 	}
@@ -244,5 +261,28 @@ func TestACL_ACommandRefusedInAReleaseIsErrPermission(t *testing.T) {
 	}
 	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrPermission) {
 		t.Fatalf("Unlock without +get: %v; want ErrPermission", err)
+	}
+}
+
+// A user who may call functions but not load them, on a server without
+// dlock's library, is sent by EVALSHA instead: the refused load is no
+// refused lock.
+func TestACL_AUserWhoMayNotLoadTheLibraryLocksByEvalsha(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	if err := forgetScripts(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	rules := slices.DeleteFunc(slices.Clone(dlockACL), func(r string) bool { return r == "+function|load" })
+	c := newClient(t, aclUser(t, ctx, admin, "nolibrary", rules...))
+	for range 2 { // cold, then with the scripts loaded
+		lease, err := c.Mutex(lockName(t)).Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock by a user without +function|load: %v", err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

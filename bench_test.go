@@ -96,6 +96,42 @@ func BenchmarkMutex_UncontendedLockUnlock(b *testing.B) {
 	b.ReportMetric(float64(counter.commands.Load())/float64(b.N), "roundtrips/op")
 }
 
+// The server's time in scripts per uncontended Mutex Lock+Unlock, as FCALL
+// (the default user) and as EVALSHA (a user allowed everything but Redis
+// Functions), taken in turn on one server so that both see the same load
+// (INFO commandstats usec, inner commands included):
+//
+//	nice go test -run '^$' -bench FunctionsVsEvalsha -benchtime 10000x .
+func BenchmarkMutex_FunctionsVsEvalsha(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := srv.Client()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noFunctions", "on", ">secret", "~*", "&*", "+@all", "-fcall", "-function").Err(); err != nil {
+		b.Fatal(err)
+	}
+	evalsha := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "noFunctions", Password: "secret"})
+	b.Cleanup(func() { _ = evalsha.Close() })
+	byFunction := newClient(b, admin).Mutex("bench:fcall")
+	byEvalsha := newClient(b, evalsha).Mutex("bench:evalsha")
+	lockUnlock(b, ctx, byFunction.Lock) // the library loaded, the connections made
+	lockUnlock(b, ctx, byEvalsha.Lock)
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		lockUnlock(b, ctx, byFunction.Lock)
+		lockUnlock(b, ctx, byEvalsha.Lock)
+	}
+	b.StopTimer()
+	for _, cmd := range []string{"fcall", "evalsha"} {
+		usec, err := serverstats.CommandStat(ctx, admin, cmd, "usec")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(usec/float64(b.N), "server-µs/pair-"+cmd)
+	}
+}
+
 // Eight clients, each with its own connections, take one lock back to back.
 // A handoff is the time from a release to a different client holding it.
 func BenchmarkMutex_Contended8Clients(b *testing.B) {

@@ -39,6 +39,7 @@ type leaseSpec struct {
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
 	cfg     settings
+	rules   leaseRules
 
 	// tombstone is the call's (see keys.tombstone): a release that gives
 	// the call up writes it.
@@ -65,8 +66,15 @@ type clientHold struct {
 	mark      string   // the lock key its release's mark is named after (see releaseMark)
 	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
 	group     *groupTokens
+	owner     string     // secret: never logged, never in an error
 	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
 	noInfo    bool       // taken without holder info (WithHolderInfo): its release has none to remove
+
+	// maybeCopied: an attempt of the call took long enough for the Redis
+	// client to have sent it twice (see Client.resendAfter), so a copy may
+	// still be on its way: the release writes the call's tombstone. Set
+	// before the lease is handed to the caller (see noteCopies).
+	maybeCopied bool
 
 	// Owned by the Client's renewer, under its lock.
 	nextRenew time.Time
@@ -95,10 +103,9 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 		validity = min(spec.validity, ttl)
 	}
 	cl := &clientLease{
-		Lease: Lease{name: spec.name, owner: spec.owner, token: spec.token, drift: spec.cfg.drift,
-			log: spec.cfg.logger, ttl: ttl, renew: autoRenew, clock: c.clock},
+		Lease: Lease{name: spec.name, token: spec.token, rules: spec.rules, ttl: ttl, clock: c.clock, state: leaseHeld},
 		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, mark: spec.mark, tombstone: spec.tombstone,
-			ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
+			owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
@@ -117,12 +124,17 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 		// arrive (a renewal crosses the same link, and would likely not
 		// make it). A fixed lease handed over for less than its lease
 		// time is extended to it.
-		l.unconfirmed = true
+		l.state = leaseUnconfirmed
 		return l
 	}
 	l.start(spec.sent, validity)
 	return l
 }
+
+// noteCopies notes whether an attempt of the call l was granted to may
+// have been sent twice (see clientHold.maybeCopied). A Client's calls make
+// only Client leases.
+func (l *Lease) noteCopies(maybeCopied bool) { l.hold.(*clientHold).maybeCopied = maybeCopied }
 
 // infoArg tells a Mutex's or FairMutex's extend and release whether the
 // hold stored holder info: "0" spares them reading it. The other types'
@@ -136,13 +148,14 @@ func (h *clientHold) infoArg() any {
 
 var boxedNoInfo, boxedInfo any = "0", "1"
 
-func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
+func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l := h.lease
-	args := []any{l.owner, ttl.Milliseconds(), lengthens, h.infoArg()}
-	if explicit {
+	args := []any{h.owner, ttl.Milliseconds(), lengthens, h.infoArg()}
+	if !extending.IsZero() {
 		args[2] = shortens
+		l.inDoubt(extending, ttl)
 	}
-	calls := []scriptCall{{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, args)}}
+	calls := []scriptCall{{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, args)}}
 	var ackErr error
 	if acks := h.sendExtensions(ctx, h.c.rdb, calls); acks != nil {
 		ackErr = acks[0]
@@ -170,7 +183,7 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, explicit boo
 // alone (see sendAcknowledged).
 func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) []error {
 	if h.ack.n == 0 {
-		sendScripts(ctx, rdb, calls)
+		sendScripts(ctx, &h.c.fns, rdb, calls)
 		return nil
 	}
 	acks := make([]error, len(calls))
@@ -182,7 +195,7 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 		}
 		return acks
 	}
-	batch := h.ack.send(ctx, master, calls)
+	batch := h.ack.send(ctx, &h.c.fns, master, calls)
 	for i, call := range calls {
 		acks[i] = batch
 		addr, ask, redirected := redirection(call.cmd.Err())
@@ -198,7 +211,7 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
 	l := h.lease
-	ms, err := runScript(ctx, h.c.rdb, h.kind.ttl, h.keys, l.owner).Int64()
+	ms, err := runScript(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, h.owner).Int64()
 	if err != nil {
 		return 0, redisError("ttl", l.name, err)
 	}
@@ -224,8 +237,8 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	// The mark's lifetime, then the tombstone's (a place-holder when no
 	// tombstone is written), then the hold's tokens, which tell a hold a
 	// late copy of its grant took anew (minted_anew in common.lua).
-	last[0], extra[0], extra[1] = releaseMark(h.mark, l.owner), releaseMarkMillis, tombstoneLifeMillis
-	void := rule == voidAlways || (rule == voidIfCopied && l.maybeCopied)
+	last[0], extra[0], extra[1] = releaseMark(h.mark, h.owner), releaseMarkMillis, tombstoneLifeMillis
+	void := rule == voidAlways || (rule == voidIfCopied && h.maybeCopied)
 	if void && h.tombstone != "" { // the tombstone is release's last KEY
 		head = slices.Clone(h.relHead)
 		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
@@ -238,7 +251,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 			extra = append(extra, token)
 		}
 	}
-	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, l.owner, extra...)
+	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, h.owner, extra...)
 	h.c.rights.refused(err)
 	if isPublishRefused(err) && h.group == nil {
 		// A lock's release publishes after its writes: the hold is released
@@ -264,12 +277,6 @@ func (h *clientHold) renewAt(at time.Time) {
 	h.c.renewer.reschedule(h, at)
 }
 
-func (h *clientHold) renewalsStopped() bool {
-	h.c.renewer.mu.Lock()
-	defer h.c.renewer.mu.Unlock()
-	return h.c.renewer.closed
-}
-
 func (h *clientHold) addTokens(tokens map[string]uint64) {
 	if h.group == nil {
 		tokens[h.lease.name] = h.lease.token
@@ -278,13 +285,4 @@ func (h *clientHold) addTokens(tokens map[string]uint64) {
 	for i, name := range h.group.names {
 		tokens[name] = h.group.tokens[i]
 	}
-}
-
-func (h *clientHold) partLeases() []*Lease { return nil }
-
-func (h *clientHold) carry(parent context.Context) context.Context {
-	if h.kind != rwKind {
-		return parent
-	}
-	return withHold(parent, h)
 }

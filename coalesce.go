@@ -18,6 +18,7 @@ import (
 // get more lock operations through than one round trip each would allow.
 type coalescer struct {
 	rdb redis.UniversalClient
+	fns *functions
 
 	mu      sync.Mutex
 	queue   []*queuedCall
@@ -45,7 +46,7 @@ func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []an
 	if q.flights < coalesceFlights && len(q.queue) == 0 {
 		q.flights++
 		q.mu.Unlock()
-		cmd := sendScript(ctx, q.rdb, script, argv)
+		cmd := sendScript(ctx, q.fns, q.rdb, script, argv)
 		q.landed()
 		return cmd
 	}
@@ -85,7 +86,7 @@ func (q *coalescer) fly(batch []*queuedCall) {
 		calls[i] = queued.scriptCall
 	}
 	// The context is shared by callers: none of theirs may cut it short.
-	sendScripts(context.Background(), q.rdb, calls)
+	sendScripts(context.Background(), q.fns, q.rdb, calls)
 	for i, queued := range batch {
 		queued.cmd = calls[i].cmd
 		close(queued.done)

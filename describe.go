@@ -45,7 +45,7 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (Loc
 
 // describe runs describe.lua on the keys of the lock called name.
 func (c *Client) describe(ctx context.Context, name string, k keys) (LockInfo, error) {
-	reply, err := runScript(ctx, c.rdb, scripts.Describe, anyLockKeys(k), "").Slice()
+	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), "").Slice()
 	var info LockInfo
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
@@ -166,7 +166,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	if err != nil {
 		return false, err
 	}
-	n, err := runScript(ctx, c.rdb, scripts.ForceUnlock, anyLockKeys(k), publish).Int64()
+	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, anyLockKeys(k), publish).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}

@@ -30,6 +30,7 @@ import (
 // shard is down, so a held lock can be taken again (docs/SAFETY.md).
 type Client struct {
 	rdb redis.UniversalClient
+	fns functions // how rdb's servers take dlock's scripts
 	cfg settings
 
 	renewer *renewer
@@ -39,7 +40,7 @@ type Client struct {
 
 	// resendAfter is how long a command takes at least when the Redis
 	// client may have sent it twice: go-redis resends one only after a read
-	// timed out. See Lease.maybeCopied.
+	// timed out. See clientHold.maybeCopied.
 	resendAfter time.Duration
 
 	// tag names this Client's own wake-up channel of each Mutex (see
@@ -87,7 +88,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
 	c.renewer = newRenewer(c)
-	c.flights = &coalescer{rdb: rdb}
+	c.flights = &coalescer{rdb: rdb, fns: &c.fns}
 	c.dials = watchDials(rdb)
 	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
 	c.resendAfter = resendAfter(rdb)
@@ -258,7 +259,7 @@ func secretKey(base, sep, token string) string {
 // token all its attempts carry (the call's owner token, a read-write lock's
 // hold id, or a MultiLock call's token of its own, shared by its groups):
 // every abandon script writes it, as does the release of a lease whose call
-// gave it up or may have had an attempt sent twice (see Lease.maybeCopied);
+// gave it up or may have had an attempt sent twice (see clientHold.maybeCopied);
 // every acquire script refuses an attempt that finds it before taking or
 // registering anything, so that a copy of any attempt of the call arriving
 // late does nothing.
@@ -419,7 +420,7 @@ func (c *Client) abandon(ctx context.Context, name string, script *redis.Script,
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	sent := time.Now()
-	released, err := c.releaseWithin(ctx, script, evalshaArgv(script, keys, nil), nil, owner, extra...)
+	released, err := c.releaseWithin(ctx, script, scriptArgv(script, keys, nil), nil, owner, extra...)
 	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}

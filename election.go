@@ -153,8 +153,8 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := runScript(ctx, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
-		l.owner, value, publish).Int64()
+	n, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
+		l.hold.(*clientHold).owner, value, publish).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
 	}
@@ -171,7 +171,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
-	reply, err := runScript(ctx, e.c.rdb, scripts.ElectionLeader, e.leaderKeys).Slice()
+	reply, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionLeader, e.leaderKeys).Slice()
 	if err != nil {
 		return Leader{}, redisError("leader", e.name, err)
 	}

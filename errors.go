@@ -185,10 +185,12 @@ func wrongTypeDetail(err error) string {
 	return strings.TrimSuffix(detail, ".")
 }
 
-// isNoScript recognises a server that does not have a script cached (after
-// SCRIPT FLUSH or a restart): see sendScripts.
+// isNoScript recognises a server that does not have a script (EVALSHA's
+// NOSCRIPT) or dlock's function library (FCALL's "Function not found"):
+// after SCRIPT FLUSH, FUNCTION FLUSH, a restart without its data, on a
+// fresh server; see sendScripts.
 func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.Contains(err.Error(), "Function not found"))
 }
 
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at

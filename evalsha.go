@@ -3,25 +3,40 @@ package dlock
 import (
 	"context"
 	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// scriptCall is one command of what sendScripts sends: a script's EVALSHA
-// command or, with no script, a command that frames the scripts on their
-// connection (ASKING before them, WAIT after them); and its reply.
+// functions is what a Client (a Redlock's node) learnt of how its servers
+// take dlock's scripts. They are sent as FCALL of dlock's function library
+// (scripts.Library: its helpers defined once per server, not at every
+// call) until a server refuses Redis Functions (Redis < 7, an ACL user
+// without +fcall or +function|load, an embedded Redis without them); from
+// then on, by EVALSHA, which every server takes.
+type functions struct {
+	refused atomic.Bool
+}
+
+// scriptCall is one command of what sendScripts sends: a script's FCALL
+// (or EVALSHA) command or, with no script, a command that frames the
+// scripts on their connection (ASKING before them, WAIT after them); and
+// its reply.
 type scriptCall struct {
 	script *redis.Script
 	argv   []any
 	cmd    *redis.Cmd
 }
 
-// evalshaArgv is the EVALSHA command of script on keys and args.
-func evalshaArgv(script *redis.Script, keys []string, args []any) []any {
+// scriptArgv is the FCALL command of script on keys and args (EVALSHA for
+// a script not in the library).
+func scriptArgv(script *redis.Script, keys []string, args []any) []any {
 	argv := make([]any, 0, 3+len(keys)+len(args))
-	argv = append(argv, "evalsha", boxedHash(script), len(keys))
+	name, id := scriptHead(script)
+	argv = append(argv, name, id, len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
@@ -30,59 +45,182 @@ func evalshaArgv(script *redis.Script, keys []string, args []any) []any {
 
 // runScript runs script on rdb, as [redis.Script.Run] would but through
 // sendScripts.
-func runScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return sendScript(ctx, rdb, script, evalshaArgv(script, keys, args))
+func runScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return sendScript(ctx, fns, rdb, script, scriptArgv(script, keys, args))
 }
 
-// sendScript is runScript with the EVALSHA command built, so that a hot
-// path can keep what does not change (key names, TTLs) boxed once.
-func sendScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, argv []any) *redis.Cmd {
+// sendScript is runScript with the command built, so that a hot path can
+// keep what does not change (key names, TTLs) boxed once.
+func sendScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script, argv []any) *redis.Cmd {
 	calls := [1]scriptCall{{script: script, argv: argv}}
-	sendScripts(ctx, rdb, calls[:])
+	sendScripts(ctx, fns, rdb, calls[:])
 	return calls[0].cmd
 }
 
-// sendScripts sends calls to rdb by SHA: one alone, more in one pipeline.
-// It is the one place where dlock meets a server that does not know a
-// script (NOSCRIPT: a cold, restarted or flushed server, or a replica
-// promoted before it ever ran it): it loads the scripts that met NOSCRIPT
-// with their companions (every script of their lock type, see
-// scripts.Companions), so that the type's next calls find theirs, and sends
-// those calls again with the commands that frame them. On one server the
-// loads go in the same pipeline, ahead of the calls: one round trip more
-// for the whole lock type. A cluster or a Ring routes a SCRIPT LOAD to a
-// node of its choosing, so there the loads go to nodes first: to the node
-// of each call's key (a cluster's master, a Ring's shard), and to every
-// node only should a call meet NOSCRIPT again (the client's map of the
-// nodes was stale: a slot moved, a shard came or went), so that a stalled
-// node delays no call on another (a renewal would wait for it past its
-// lease's deadline). A call whose script could not be loaded fails with the
-// load's error (a NOPERM names the right the user lacks).
-func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) {
-	send(ctx, rdb, nil, calls)
-	var load []string // the scripts' sources
-	for _, call := range calls {
-		if call.script != nil && isNoScript(call.cmd.Err()) {
-			load = append(load, scripts.Companions(call.script)...)
-		}
+// sendScripts sends calls to rdb: one alone, more in one pipeline. It is
+// the one place where dlock meets a server that does not have its scripts
+// (a cold, restarted or flushed server, or a replica promoted before it
+// had them): a call that met that (an FCALL's "Function not found",
+// EVALSHA's NOSCRIPT) is sent again after dlock's function library (with
+// EVALSHA, the scripts of the call's lock type: scripts.Companions), and
+// with the commands that frame it. On one server the loads go in the same
+// pipeline, ahead of the calls: one round trip more. A cluster or a Ring
+// routes a load to a node of its choosing, so there the loads go to nodes
+// first: to the node of each call's key (a cluster's master, a Ring's
+// shard), and to every node only should a call meet a missing script again
+// (the client's map of the nodes was stale: a slot moved, a shard came or
+// went), so that a stalled node delays no call on another (a renewal would
+// wait for it past its lease's deadline). A call whose script could not be
+// loaded fails with the load's error (a NOPERM names the right the user
+// lacks). A server that refuses Functions makes fns send EVALSHA from then
+// on, this call's again among them.
+func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
+	if fns.refused.Load() {
+		asEvalsha(calls)
 	}
+	send(ctx, rdb, nil, calls)
+	if slices.ContainsFunc(calls, refusedFunctions) { // maybe sent before another call learnt it
+		fns.refused.Store(true)
+		asEvalsha(calls) // the refused calls, and those that ran, whose replies stay
+	}
+	load := loadsFor(calls)
 	if len(load) == 0 {
 		return
 	}
-	slices.Sort(load) // two calls' types may be one
-	load = slices.Compact(load)
+	defer func() {
+		// A library that could not be loaded (a user without
+		// +function|load): the calls go again by EVALSHA.
+		if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
+			fns.refused.Store(true)
+			sendAgain(ctx, fns, rdb, calls)
+		}
+	}()
 	nodes, routed := keyNodesOf(rdb)
 	if !routed {
 		resendNoScript(ctx, rdb, load, calls, nil)
 		return
 	}
 	loadErr := nodes.loadForCalls(ctx, calls, load)
-	// The calls still NOSCRIPT keep that error, to go again below: a failed
-	// load on the node the map named may have been a load on the wrong node.
+	// The calls still missing their script keep that error, to go again
+	// below: a failed load on the node the map named may have been a load
+	// on the wrong node.
 	if !resendNoScript(ctx, rdb, nil, calls, nil) {
 		return
 	}
 	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
+}
+
+// sendAgain sends again, with the commands that frame them, the calls
+// whose Functions were refused.
+func sendAgain(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
+	var again []scriptCall
+	var at []int
+	for i, call := range calls {
+		if call.script == nil || refusedFunctions(call) {
+			again, at = append(again, call), append(at, i)
+		}
+	}
+	sendScripts(ctx, fns, rdb, again)
+	for j, i := range at {
+		calls[i].cmd = again[j].cmd
+	}
+}
+
+// asEvalsha makes the FCALLs of calls EVALSHA commands of their scripts.
+func asEvalsha(calls []scriptCall) {
+	for i, call := range calls {
+		if call.script != nil && call.argv[0] == "fcall" {
+			argv := slices.Clone(call.argv)
+			argv[0], argv[1] = "evalsha", boxedHash(call.script)
+			calls[i].argv = argv
+		}
+	}
+}
+
+// loadsFor are the commands that load what the calls that met a missing
+// script miss: dlock's library for an FCALL, the scripts of its lock type
+// for an EVALSHA.
+func loadsFor(calls []scriptCall) [][]any {
+	var library bool
+	var sources []string
+	for _, call := range calls {
+		if !missingScript(call) {
+			continue
+		}
+		if call.argv[0] == "fcall" {
+			library = true
+		} else {
+			sources = append(sources, scripts.Companions(call.script)...)
+		}
+	}
+	slices.Sort(sources) // two calls' types may be one
+	var load [][]any
+	if library {
+		load = append(load, []any{"function", "load", scripts.Library})
+	}
+	for _, src := range slices.Compact(sources) {
+		load = append(load, []any{"script", "load", src})
+	}
+	return load
+}
+
+// missingScript tells a call that met a server without its script, or
+// whose Functions were refused (then sent as EVALSHA, asEvalsha).
+func missingScript(call scriptCall) bool {
+	return call.script != nil && call.cmd != nil && (isNoScript(call.cmd.Err()) || refusedFunctions(call))
+}
+
+// refusedFunctions tells a call refused because the server does not take
+// Redis Functions (see refusesFunctions).
+func refusedFunctions(call scriptCall) bool {
+	return call.script != nil && call.cmd != nil && refusesFunctions(call.cmd.Err())
+}
+
+// refusesFunctions tells the error of a server that does not take Redis
+// Functions: FCALL or FUNCTION is an unknown command there, or the user
+// may not run it.
+func refusesFunctions(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "NOPERM") && !strings.Contains(msg, "unknown command") {
+		return false
+	}
+	return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "`fcall`") ||
+		strings.Contains(msg, "'function") || strings.Contains(msg, "`function`")
+}
+
+// libraryLoaded tells FUNCTION LOAD's error where dlock's library is
+// loaded already (by another client, meanwhile): no error. A function of
+// one of its names in another library is one.
+func libraryLoaded(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Library") && strings.Contains(msg, scripts.LibraryName) && strings.Contains(msg, "already exists")
+}
+
+// preload loads dlock's scripts on every server of rdb ahead of the calls
+// that need them: the library, or where Functions are refused, the
+// scripts of script's lock type.
+func preload(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script) error {
+	load := [][]any{{"function", "load", scripts.Library}}
+	if fns.refused.Load() {
+		load = load[:0]
+		for _, src := range scripts.Companions(script) {
+			load = append(load, []any{"script", "load", src})
+		}
+	}
+	var err error
+	if nodes, routed := keyNodesOf(rdb); routed {
+		err = nodes.forEach(ctx, loader(load))
+	} else {
+		err = send(ctx, rdb, load, nil)
+	}
+	if !fns.refused.Load() && refusesFunctions(err) {
+		fns.refused.Store(true)
+		return preload(ctx, fns, rdb, script)
+	}
+	return err
 }
 
 // loadEverywhere loads scripts on every node at once and, as each load
@@ -92,13 +230,13 @@ func sendScripts(ctx context.Context, rdb redis.UniversalClient, calls []scriptC
 // A load still going when it returns goes on to its end, bounded by ctx
 // and the node's timeouts. The calls still NOSCRIPT once every load ended
 // get the first load's error (loadErr, the targeted load's, first).
-func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, scripts []string, loadErr error) {
+func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, load [][]any, loadErr error) {
 	ended, all := make(chan error), make(chan error, 1)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		all <- nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
-			err := loader(scripts)(ctx, node)
+			err := loader(load)(ctx, node)
 			select {
 			case ended <- err:
 			case <-stop:
@@ -130,11 +268,11 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 // whether one met NOSCRIPT again, and gives those loadErr (if any) as their
 // error. A node down elsewhere in a cluster fails the loads but not the
 // calls: they go again, and loadErr explains only those still NOSCRIPT.
-func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load []string, calls []scriptCall, loadErr error) (again bool) {
+func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall, loadErr error) (again bool) {
 	var resend []scriptCall
 	var resent []int
 	for i, call := range calls {
-		if call.script == nil || isNoScript(call.cmd.Err()) {
+		if call.script == nil || missingScript(call) {
 			resend, resent = append(resend, call), append(resent, i)
 		}
 	}
@@ -143,7 +281,7 @@ func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load []strin
 	}
 	for j, i := range resent {
 		calls[i].cmd = resend[j].cmd
-		if calls[i].script != nil && isNoScript(calls[i].cmd.Err()) {
+		if missingScript(calls[i]) {
 			again = true
 			if loadErr != nil {
 				calls[i].cmd.SetErr(loadErr)
@@ -179,18 +317,18 @@ func keyNodesOf(rdb redis.UniversalClient) (nodes keyNodes, routed bool) {
 // loadForCalls loads scripts on the node of each call that met NOSCRIPT
 // (by its first key), once per node, and returns the first load's error:
 // a node that fails its load keeps none of the others from theirs.
-func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, scripts []string) error {
+func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load [][]any) error {
 	var firstErr error
 	done := map[string]bool{}
 	for _, call := range calls {
-		if call.script == nil || !isNoScript(call.cmd.Err()) || len(call.argv) < 4 || call.argv[2] == 0 {
+		if !missingScript(call) || len(call.argv) < 4 || call.argv[2] == 0 {
 			continue
 		}
-		key, _ := call.argv[3].(string) // after EVALSHA, the SHA and the number of keys
+		key, _ := call.argv[3].(string) // after FCALL and the function (EVALSHA and the SHA), the number of keys
 		node, err := nodes.forKey(ctx, key)
 		if err == nil && !done[node.Options().Addr] {
 			done[node.Options().Addr] = true
-			err = loader(scripts)(ctx, node)
+			err = loader(load)(ctx, node)
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -199,29 +337,30 @@ func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, scri
 	return firstErr
 }
 
-// loader loads scripts on one node.
-func loader(scripts []string) func(context.Context, *redis.Client) error {
-	return func(ctx context.Context, node *redis.Client) error { return send(ctx, node, scripts, nil) }
+// loader sends load to one node.
+func loader(load [][]any) func(context.Context, *redis.Client) error {
+	return func(ctx context.Context, node *redis.Client) error { return send(ctx, node, load, nil) }
 }
 
-// send sends SCRIPT LOAD of each of load, then calls, on rdb: a call alone
-// as a command, more as one pipeline. It returns the first load's error.
-func send(ctx context.Context, rdb redis.UniversalClient, load []string, calls []scriptCall) error {
+// send sends the commands of load (FUNCTION LOAD, SCRIPT LOAD), then
+// calls, on rdb: a call alone as a command, more as one pipeline. It
+// returns the first load's error; a library loaded already is none.
+func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall) error {
 	if len(load) == 0 && len(calls) == 1 {
 		calls[0].cmd = rdb.Do(ctx, calls[0].argv...)
 		return nil
 	}
 	pipe := rdb.Pipeline()
-	loads := make([]*redis.StringCmd, len(load))
-	for i, src := range load {
-		loads[i] = pipe.ScriptLoad(ctx, src)
+	loads := make([]*redis.Cmd, len(load))
+	for i, argv := range load {
+		loads[i] = pipe.Do(ctx, argv...)
 	}
 	for i := range calls {
 		calls[i].cmd = pipe.Do(ctx, calls[i].argv...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for _, cmd := range loads {
-		if err := cmd.Err(); err != nil {
+		if err := cmd.Err(); err != nil && !libraryLoaded(err) {
 			return err
 		}
 	}

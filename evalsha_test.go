@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"cmp"
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,8 +13,9 @@ import (
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// scriptTrips counts the round trips that carry a script (EVALSHA, EVAL,
-// SCRIPT LOAD), and the NOSCRIPT replies among their commands.
+// scriptTrips counts the round trips that carry a script (FCALL, FUNCTION
+// LOAD, EVALSHA, EVAL, SCRIPT LOAD), and the replies among their commands
+// that say a script is missing (NOSCRIPT, "Function not found").
 type scriptTrips struct {
 	trips, noScript atomic.Int64
 }
@@ -44,10 +44,10 @@ func (h *scriptTrips) count(cmds []redis.Cmder, err error) {
 	scripted := false
 	for _, cmd := range cmds {
 		switch cmd.Name() {
-		case "evalsha", "eval", "script":
+		case "fcall", "function", "evalsha", "eval", "script":
 			scripted = true
 		}
-		if err := cmp.Or(err, cmd.Err()); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if missingScript(cmp.Or(err, cmd.Err())) {
 			h.noScript.Add(1)
 		}
 	}
@@ -56,10 +56,10 @@ func (h *scriptTrips) count(cmds []redis.Cmder, err error) {
 	}
 }
 
-// A server that forgot the scripts (SCRIPT FLUSH, a restart) answers
-// NOSCRIPT to a lock type's first script, and dlock loads all of the
-// type's scripts then: a first Lock, Extend, TTL and Unlock meet NOSCRIPT
-// once, and cost one round trip more than on a warm server.
+// A server that forgot the scripts (FUNCTION FLUSH, a restart) answers
+// "Function not found" to the first call, and dlock loads its library
+// then: a first Lock, Extend, TTL and Unlock meet it once, and cost one
+// round trip more than on a warm server.
 func TestScripts_AFlushedServerCostsEachLockTypeOneRoundTrip(t *testing.T) {
 	srv := startServer(t)
 	rdb := srv.Client()
@@ -107,12 +107,12 @@ func TestScripts_AFlushedServerCostsEachLockTypeOneRoundTrip(t *testing.T) {
 			}
 			use() // every connection dialled, every subscription made
 			warm, _ := use()
-			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			if err := forgetScripts(ctx, rdb); err != nil {
 				t.Fatal(err)
 			}
 			cold, noScript := use()
 			if noScript != 1 || cold != warm+1 {
-				t.Errorf("after SCRIPT FLUSH: %d NOSCRIPT replies, %d round trips with scripts (%d warm); want 1 and %d",
+				t.Errorf("after a flush: %d missing-script replies, %d round trips with scripts (%d warm); want 1 and %d",
 					noScript, cold, warm, warm+1)
 			}
 		})
@@ -125,7 +125,8 @@ func tripsNow(h *scriptTrips) (trips, noScript int64) { return h.trips.Load(), h
 // call followed MOVED to its slot's new master, and the map still names
 // the old one, where the scripts then go. Should that node fail the load
 // (an old master down or stalled after a failover; here, a node whose user
-// may not SCRIPT LOAD), the scripts still go to every master, and the call
+// may load neither the library nor the scripts, which also makes the
+// Client send EVALSHA), the scripts still go to every master, and the call
 // is sent again on its own master, which takes them.
 func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T) {
 	t.Parallel()
@@ -137,11 +138,11 @@ func TestScripts_ALoadOnAStaleMasterOfTheKeyFallsBackToEveryMaster(t *testing.T)
 		t.Fatal(err)
 	}
 	for _, n := range cl.Nodes {
-		if err := n.Client().ScriptFlush(ctx).Err(); err != nil {
+		if err := forgetScripts(ctx, n.Client()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := cl.Nodes[0].Client().Do(ctx, "ACL", "SETUSER", "default", "-script|load").Err(); err != nil {
+	if err := cl.Nodes[0].Client().Do(ctx, "ACL", "SETUSER", "default", "-script|load", "-function|load").Err(); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := c.Mutex(name).Lock(ctx)

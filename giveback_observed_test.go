@@ -41,7 +41,7 @@ func TestLock_GivenBackGrantIsReportedAsARetry(t *testing.T) {
 			var mu sync.Mutex
 			replies, delays := tc.replies, tc.delays
 			rdb.AddHook(replyHook(func(cmd redis.Cmder, reply error) error {
-				if cmd.Name() != "evalsha" || redis.HasErrorPrefix(reply, "NOSCRIPT") {
+				if !isScriptCall(cmd) || missingScript(reply) {
 					return reply // the scripts' loading, on a server that has not seen them
 				}
 				mu.Lock()

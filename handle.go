@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // handle is what every lock handle holds: the lock's name, keys and
@@ -51,17 +53,33 @@ func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(
 	return h.take(ctx, kind, try, newCall)
 }
 
-// take makes a call (newCall's) try once, or wait for the lock, inside the
-// observer's bracket when there is one.
+// take makes a call (newCall's) try once, or wait for the lock (see
+// acquireBy).
 func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
-	run := func(ctx context.Context) (*Lease, error) {
+	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
 			return tryOnce(ctx, newCall(ctx))
 		}
 		return h.c.waitFor(ctx, h.cfg, newCall(ctx))
+	})
+}
+
+// acquireBy is every acquire call of every type, a Redlock's and a
+// MultiLock's included: inside the observer's bracket when there is one,
+// take tries once (TryLock, or a wait of zero set by [WithWait]) or
+// waits, bounded by WithWait's wait.
+func acquireBy(ctx context.Context, cfg settings, kind Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
+	try = try || cfg.triesOnce()
+	run := func(ctx context.Context) (*Lease, error) {
+		if !try && cfg.waitSet {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cfg.wait)
+			defer cancel()
+		}
+		return take(ctx, try)
 	}
-	if o := h.cfg.observer; o != nil {
-		return o.acquire(ctx, kind, h.name, try || h.cfg.triesOnce(), run)
+	if o := cfg.observer; o != nil {
+		return o.acquire(ctx, kind, name, try, run)
 	}
 	return run(ctx)
 }
@@ -113,6 +131,8 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	}
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
 	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
+	_, renew := h.cfg.holdTTL()
+	s.lease.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	return &s
 }
 
@@ -146,22 +166,43 @@ func (b *boxer) keys(argv []any, keys []string) []any {
 	return argv
 }
 
-// command is the EVALSHA command of script up to keys, with more KEYS to
+// command is the FCALL command of script up to keys, with more KEYS to
 // come.
 func (b *boxer) command(script *redis.Script, keys []string, more int) []any {
 	argv := make([]any, 0, 3+len(keys))
-	return b.keys(append(argv, "evalsha", boxedHash(script), len(keys)+more), keys)
+	name, id := scriptHead(script)
+	return b.keys(append(argv, name, id, len(keys)+more), keys)
 }
 
-// boxedHashes are the scripts' SHAs boxed, each once per process.
-var boxedHashes sync.Map // *redis.Script → any (its Hash)
+// boxedIDs are the scripts' function names and SHAs boxed, each once per
+// process.
+var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}
 
-func boxedHash(script *redis.Script) any {
-	if v, ok := boxedHashes.Load(script); ok {
-		return v
+// scriptHead is how a command of script starts: FCALL and its function,
+// or EVALSHA and its SHA for a script not in dlock's library.
+func scriptHead(script *redis.Script) (name string, id any) {
+	ids := boxedIDsOf(script)
+	if ids[0] == nil {
+		return "evalsha", ids[1]
 	}
-	v, _ := boxedHashes.LoadOrStore(script, any(script.Hash()))
-	return v
+	return "fcall", ids[0]
+}
+
+// boxedHash is script's SHA, boxed once.
+func boxedHash(script *redis.Script) any {
+	return boxedIDsOf(script)[1]
+}
+
+func boxedIDsOf(script *redis.Script) [2]any {
+	if v, ok := boxedIDs.Load(script); ok {
+		return v.([2]any)
+	}
+	ids := [2]any{nil, script.Hash()}
+	if fn := scripts.Function(script); fn != "" {
+		ids[0] = fn
+	}
+	v, _ := boxedIDs.LoadOrStore(script, ids)
+	return v.([2]any)
 }
 
 // boxMillis is d in ms as an EVALSHA argument: the defaults (a TTL, a

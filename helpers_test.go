@@ -224,22 +224,39 @@ func isReplyOf(cmd redis.Cmder, script *redis.Script, status int64) bool {
 	return err == nil && len(vals) >= 2 && vals[0] == status
 }
 
-// runs reports whether cmd runs script: by its SHA, or by its source where
-// the server did not know it yet (NOSCRIPT, then EVAL). For fault hooks.
+// runs reports whether cmd runs script. For fault hooks.
 func runs(cmd redis.Cmder, script *redis.Script) bool {
+	return scriptRun(cmd) == script
+}
+
+// scriptRun is the script cmd runs: by its function (FCALL), its SHA
+// (EVALSHA), or its source (EVAL); nil for another command.
+func scriptRun(cmd redis.Cmder) *redis.Script {
 	args := cmd.Args()
 	if len(args) < 2 {
-		return false
+		return nil
 	}
+	id, _ := args[1].(string)
 	switch cmd.Name() {
-	case "evalsha":
-		return args[1] == script.Hash()
+	case "fcall", "evalsha":
+		return scripts.Of(id)
 	case "eval":
-		src, _ := args[1].(string)
-		sum := sha1.Sum([]byte(src))
-		return hex.EncodeToString(sum[:]) == script.Hash()
+		sum := sha1.Sum([]byte(id))
+		return scripts.Of(hex.EncodeToString(sum[:]))
 	}
-	return false
+	return nil
+}
+
+// isScriptCall tells a command that calls one of dlock's scripts by its
+// name (FCALL, EVALSHA), as dlock sends them.
+func isScriptCall(cmd redis.Cmder) bool {
+	return (cmd.Name() == "fcall" || cmd.Name() == "evalsha") && scriptRun(cmd) != nil
+}
+
+// missingScript tells the reply of a server that did not have the script
+// called: it ran nothing, and dlock sends the call again.
+func missingScript(reply error) bool {
+	return redis.HasErrorPrefix(reply, "NOSCRIPT") || reply != nil && strings.Contains(reply.Error(), "Function not found")
 }
 
 // attemptCounter counts a client's acquire attempts by outcome, and says
@@ -422,4 +439,11 @@ func renewalsSeen() (<-chan dlock.RenewalEvent, dlock.Option) {
 		default:
 		}
 	}})
+}
+
+// forgetScripts makes the server forget dlock's scripts, as a restart
+// without its data or a failover to a node that never had them would: both
+// those cached for EVALSHA and the function libraries.
+func forgetScripts(ctx context.Context, rdb redis.Cmdable) error {
+	return errors.Join(rdb.ScriptFlush(ctx).Err(), rdb.FunctionFlush(ctx).Err())
 }

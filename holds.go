@@ -59,6 +59,7 @@ func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLoc
 		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
 		releaseKeys: lay.list(release)[0],
 	})
+	h.write.lease.rules.heldKey = h.heldKey
 	// Reads send what writes send, boxed once; only the waiters' channel
 	// differs.
 	read := *h.write
@@ -169,7 +170,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	reply, err := runScript(ctx, h.c.rdb, scripts.RWInspect, h.inspectKeys, h.ownerFor(ctx)).Slice()
+	reply, err := runScript(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, h.ownerFor(ctx)).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {

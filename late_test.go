@@ -127,7 +127,7 @@ func (h *copier) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // loaded (whether it meets NOSCRIPT depends on what earlier tests left on
 // the shared servers).
 func (h *copier) keep(cmd redis.Cmder, err error) bool {
-	if !runs(cmd, h.script) || cmd.Name() != "evalsha" || redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if !runs(cmd, h.script) || !isScriptCall(cmd) || missingScript(err) {
 		return false
 	}
 	h.mu.Lock()

@@ -42,10 +42,12 @@ func (r *scriptRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 
 func (r *scriptRecorder) record(cmd redis.Cmder) {
 	args := cmd.Args()
-	if cmd.Name() != "evalsha" || len(args) < 3 {
+	name, _ := args[min(1, len(args)-1)].(string)
+	script := scripts.Of(name)
+	if (cmd.Name() != "fcall" && cmd.Name() != "evalsha") || script == nil || len(args) < 3 {
 		return
 	}
-	sha, _ := args[1].(string)
+	sha := script.Hash()
 	n, _ := args[2].(int)
 	keys := make([]string, 0, n)
 	for _, k := range args[3 : 3+n] {

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,40 +20,12 @@ import (
 // first. [Lease.AtRisk] warns half way there; a loss's error says why.
 type Lease struct {
 	name  string
-	owner string // secret: never logged, never in an error; none for a MultiLock's whole
 	token uint64
-	drift float64
-	slack time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
-	log   *slog.Logger
 	hold  hold         // where the lock is held, and how: all the rest is the lifecycle's
+	rules leaseRules   // its handle's (copied: a lease keeps no handle alive)
 	clock *clock.Clock // what it reads the time from: nil, the machine's; its Client's or Redlock's (see internal/clock)
 
-	unlockMu  sync.Mutex  // one Unlock at a time, so their outcomes are not crossed
-	unlocked  bool        // under unlockMu: a release of ours succeeded, so another Unlock is refused
-	unlocking atomic.Bool // set before a release is sent: renewals stop counting
-	renew     bool        // renewed automatically (a MultiLock's, through its parts): AtRisk watches its renewals
-
-	// unconfirmed: the grant arrived late (see startLease), so it has no
-	// deadline timer nor renewals until confirmGrant extends it.
-	// Set by startLease, cleared by confirmGrant, before any other use.
-	unconfirmed bool
-
-	// maybeCopied: an attempt of the call took long enough for the Redis
-	// client to have sent it twice (see Client.resendAfter), so a copy may
-	// still be on its way: the release writes the call's tombstone. Set
-	// before the lease is handed to the caller.
-	maybeCopied bool
-
-	// handedOver: the grant came with a release's hand-over, its deadline
-	// counted from the waiter's last attempt, the hand-over's moment
-	// being unknown: that deadline may have passed while the hold the
-	// release made is fresh, so confirmGrant does not judge it by it.
-	handedOver bool
-
-	// Under mu, with the fields below it; here, they pack with the flags
-	// above (ten thousand held leases are worth a few bytes each).
-	finished bool // the lease has ended
-	ending   bool // end has begun: only its first call counts
+	unlockMu sync.Mutex // one Unlock at a time, so their outcomes are not crossed
 
 	// extendMu keeps one extension (Extend or renewal) of this lease in
 	// flight at a time, so that the deadline follows the replies in the
@@ -68,16 +39,13 @@ type Lease struct {
 	extendMu ctxMutex
 
 	mu       sync.Mutex
+	state    leaseState    // see lease_state.go
 	ttl      time.Duration // what each renewal asks for
 	deadline time.Time     // moves only on a confirmed renewal; its monotonic and wall readings both count (see leftAt)
 	riskAt   time.Time     // half way from the last confirmed sending to deadline (see AtRisk)
 	timer    *time.Timer   // fires at riskAt, then at deadline, by the monotonic clock (see nextCheck); none for a MultiLock's whole
-	done     chan struct{} // made by the first Done, closed once finished
-	risk     chan struct{} // made by the first AtRisk, closed once risky
-	risky    bool          // at risk (see AtRisk), or lost
 	err      error         // set once finished: nil when released, else wraps ErrLeaseLost
-	onEnd    map[*func(error)]struct{}
-	whole    *partsHold // of a part: the MultiLock's lease, at risk when a part is
+	signals  *leaseSignals // made on first use (see leaseSignals)
 
 	// obs tells an Observer about a lease returned to a caller (see
 	// Observer.watch); nil when none is set.
@@ -92,11 +60,13 @@ type Lease struct {
 // The Lease runs the same lifecycle over each: deadline, timer, renewal
 // schedule, loss, Done.
 type hold interface {
-	// extend asks once that the hold be kept ttl from now; explicit (an
-	// Extend) may shorten it (see shortens), a renewal only lengthens it.
-	// loss, when Redis refused, is what the lease is lost with, and err
-	// what the caller is told; err alone: the outcome is unknown.
-	extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error)
+	// extend asks once that the hold be kept ttl from now. An Extend,
+	// sent at extending, may shorten it (see shortens): a hold that sends
+	// it counts on no more than it leaves until it is answered (see
+	// inDoubt). A renewal (extending zero) only lengthens it. loss, when
+	// Redis refused, is what the lease is lost with, and err what the
+	// caller is told; err alone: the outcome is unknown.
+	extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error)
 	// ttl is [Lease.TTL] of a lease held as far as it knows.
 	ttl(ctx context.Context) (time.Duration, error)
 	// release gives the hold back, with the call's tombstone as rule says;
@@ -105,17 +75,7 @@ type hold interface {
 	// renewAt has the hold renewed at at, unless the lease ended or is
 	// being released meanwhile; a zero at stops its renewals.
 	renewAt(at time.Time)
-	// renewalsStopped reports whether its renewals stopped for good (its
-	// Client was closed): the lease then runs out rather than fails.
-	renewalsStopped() bool
 	addTokens(tokens map[string]uint64)
-	// carry is the context of [Lease.Context] before it is bound to the
-	// lease: parent, or parent carrying a read-write lock's hold.
-	carry(parent context.Context) context.Context
-	// partLeases are the leases it is made of (a MultiLock's across
-	// slots), which send its commands and judge their outcomes; nil for
-	// a hold that sends its own.
-	partLeases() []*Lease
 }
 
 // start runs the lease from a grant or extension sent at sent, for validity:
@@ -131,7 +91,7 @@ func (l *Lease) start(sent time.Time, validity time.Duration) {
 // renewAt has an auto-renewed lease's hold renewed at at (a zero at stops
 // its renewals); a lease with a fixed lease time is never renewed.
 func (l *Lease) renewAt(at time.Time) {
-	if l.renew {
+	if l.rules.renew {
 		l.hold.renewAt(at)
 	}
 }
@@ -152,29 +112,35 @@ var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confi
 // extension would find that hold its owner's, and the lease hand it over
 // with the grant's token, lower than the one before it. Such a grant
 // expired; the caller gives back whatever its owner holds. A hand-over is
-// not judged so (see handedOver): its deadline says little of its hold,
+// not judged so (see leaseHandedOver): its deadline says little of its hold,
 // and a waiter that hears of it only after the hold lapsed and a late
 // copy of its last attempt retook the lock would be told by the lock's
 // counter alone, which the extension does not read (issue 17, open).
 func (l *Lease) confirmGrant(ctx context.Context) error {
-	if !l.unconfirmed {
+	l.mu.Lock()
+	state := l.state
+	l.mu.Unlock()
+	if state > leaseHandedOver {
 		return nil
 	}
-	if !l.handedOver && l.grantLapsed() {
+	handedOver := state == leaseHandedOver
+	if !handedOver && l.grantLapsed() {
 		return errGrantExpired
 	}
 	sent := l.clock.Now()
-	loss, err := l.hold.extend(ctx, l.ttl, false)
+	loss, err := l.hold.extend(ctx, l.ttl, time.Time{})
 	switch {
 	case loss != nil:
 		return errGrantExpired
 	case err != nil:
 		return err
-	case !l.handedOver && l.grantLapsed():
+	case !handedOver && l.grantLapsed():
 		return errGrantExpired
 	}
-	l.unconfirmed = false
+	l.mu.Lock()
+	l.step(leaseHeld)
 	l.setDeadline(sent, l.ttl)
+	l.mu.Unlock()
 	// The confirmation crossed the same link as the grant: it is held to
 	// startLease's rule, or the lease would be handed over lost, or too
 	// late for its first renewal.
@@ -183,6 +149,14 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	}
 	l.start(sent, l.ttl)
 	return nil
+}
+
+// handOver marks a grant that came with a release's hand-over (see
+// leaseHandedOver); a grant confirmed already stays as it is.
+func (l *Lease) handOver() {
+	l.mu.Lock()
+	l.step(leaseHandedOver)
+	l.mu.Unlock()
 }
 
 // grantLapsed reports whether an unconfirmed grant's deadline has passed.
@@ -231,13 +205,14 @@ func (l *Lease) Done() <-chan struct{} {
 	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done == nil {
-		l.done = make(chan struct{})
-		if l.finished {
-			close(l.done)
+	sig := l.signal()
+	if sig.done == nil {
+		sig.done = make(chan struct{})
+		if l.finished() {
+			close(sig.done)
 		}
 	}
-	return l.done
+	return sig.done
 }
 
 // Err returns nil while the lease is held and after it was released; an error
@@ -247,7 +222,7 @@ func (l *Lease) Err() error {
 	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.finished {
+	if l.finished() {
 		return l.err
 	}
 	if l.leftAt(l.clock.Now()) <= 0 { // ending meanwhile
@@ -286,13 +261,16 @@ func (l *Lease) Deadline() time.Time {
 // re-enters the hold as its owner (see [RWMutex]) while the lease is held.
 func (l *Lease) Context(parent context.Context) context.Context {
 	l.expireIfPast()
-	ctx, cancel := context.WithCancelCause(l.hold.carry(parent))
+	if key := l.rules.heldKey; key != nil {
+		parent = context.WithValue(parent, key, l.hold) // see ownerFor
+	}
+	ctx, cancel := context.WithCancelCause(parent)
 	if key := l.whenEnded(func(err error) { cancel(err) }); key != nil {
 		// Forget the callback when parent ends first, so a long-lived lease
 		// does not collect them.
 		context.AfterFunc(ctx, func() {
 			l.mu.Lock()
-			delete(l.onEnd, key)
+			delete(l.signals.onEnd, key)
 			l.mu.Unlock()
 		})
 	}
@@ -304,16 +282,17 @@ func (l *Lease) Context(parent context.Context) context.Context {
 // returns nil.
 func (l *Lease) whenEnded(f func(error)) *func(error) {
 	l.mu.Lock()
-	if l.finished {
+	if l.finished() {
 		err := l.err
 		l.mu.Unlock()
 		f(cancelCause(err))
 		return nil
 	}
-	if l.onEnd == nil {
-		l.onEnd = make(map[*func(error)]struct{})
+	sig := l.signal()
+	if sig.onEnd == nil {
+		sig.onEnd = make(map[*func(error)]struct{})
 	}
-	l.onEnd[&f] = struct{}{}
+	sig.onEnd[&f] = struct{}{}
 	l.mu.Unlock()
 	return &f
 }
@@ -357,23 +336,13 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	defer l.extendMu.Unlock()
 	sent := l.clock.Now()
-	// A shorter TTL cuts the key's life when Redis applies it, which may
-	// be long before its reply arrives (a slow link, a process stopped
-	// before it reads it), and the lock may go to another meanwhile: the
-	// lease counts on no more than it leaves from the moment it is sent,
-	// whatever the outcome. A MultiLock's parts judge their own Extends,
-	// and move the whole's deadline with theirs: the whole, which sends
-	// nothing itself, has nothing in doubt.
-	if l.hold.partLeases() == nil {
-		l.inDoubt(sent, ttl)
-	}
-	loss, err := l.hold.extend(ctx, ttl, true)
+	loss, err := l.hold.extend(ctx, ttl, sent)
 	switch {
 	case loss != nil:
 		l.refusedWith(loss)
 		return err
 	case err != nil:
-		return err // counted on no more than it may have left (inDoubt above)
+		return err // counted on no more than it may have left (see inDoubt)
 	}
 	return l.confirmed(sent, ttl)
 }
@@ -422,25 +391,30 @@ const (
 func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 	l.unlockMu.Lock()
 	defer l.unlockMu.Unlock()
-	// A lease that ended lost may still have been released by an Unlock
-	// (see Unlock): the release's mark would make a second release look
-	// like a resent first one, so the lease remembers. (Only a release of
-	// ours ends a lease without an error, so that covers those too.)
-	if l.unlocked {
+	l.mu.Lock()
+	released := l.state == leaseReleased // see leaseReleased
+	l.step(leaseReleasing)               // unless it is ending, or ended
+	l.mu.Unlock()
+	if released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
-	l.unlocking.Store(true)
 	l.renewAt(time.Time{})
 	loss, err := l.hold.release(ctx, rule)
-	l.end(loss)
-	l.unlocked = err == nil
+	if !l.end(loss) && err == nil {
+		<-l.Done() // ending lost meanwhile: released once it has ended
+	}
+	if err == nil {
+		l.mu.Lock()
+		l.step(leaseReleased)
+		l.mu.Unlock()
+	}
 	return err
 }
 
 func (l *Lease) ended() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.finished
+	return l.finished()
 }
 
 // heldLocally says whether the lease may still hold the lock as far as this
@@ -448,30 +422,30 @@ func (l *Lease) ended() bool {
 func (l *Lease) heldLocally() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.finished || l.leftAt(l.clock.Now()) <= 0 {
+	if l.finished() || l.leftAt(l.clock.Now()) <= 0 {
 		return fmt.Errorf("%w: the lease of %q has ended", ErrNotHeld, l.name)
 	}
 	return nil
 }
 
-// end closes the lease once, with err nil for a release. A loss is logged
-// before Done closes, so the log shows it before anyone reacts to it.
-func (l *Lease) end(err error) { l.endTelling(err, renewalReport{}) }
+// end closes the lease once, with err nil for a release, and reports
+// whether this call did. A loss is logged before Done closes, so the log
+// shows it before anyone reacts to it.
+func (l *Lease) end(err error) bool { return l.endTelling(err, renewalReport{}) }
 
 // endTelling is end for a loss, with first (the Renewal report that found
 // it, from the lease's observer) told before the End; false when the lease
 // was ending already, and first is the caller's to tell.
 func (l *Lease) endTelling(err error, first renewalReport) bool {
 	l.mu.Lock()
-	if l.ending {
+	if !l.step(leaseEnding) { // ending already
 		l.mu.Unlock()
 		return false
 	}
-	l.ending = true
 	ob := l.obs.Load() // under mu: see Observer.watch
 	l.mu.Unlock()
 	if err != nil {
-		l.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
+		l.rules.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
 	}
 	if ob != nil && err == nil { // a release: told before Done closes, on the caller's goroutine
 		ob.ended(nil)
@@ -479,18 +453,20 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 
 	l.mu.Lock()
 	l.err = err
-	l.finished = true
+	l.step(leaseEnded)
 	if err != nil {
 		l.setRisky() // before Done: AtRisk tells of every loss
 	}
-	if l.done != nil {
-		close(l.done)
+	var callbacks map[*func(error)]struct{}
+	if sig := l.signals; sig != nil {
+		if sig.done != nil {
+			close(sig.done)
+		}
+		callbacks, sig.onEnd = sig.onEnd, nil
 	}
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	callbacks := l.onEnd
-	l.onEnd = nil
 	l.mu.Unlock()
 
 	l.renewAt(time.Time{})

@@ -81,7 +81,7 @@ func TestLease_ScriptFlushKeepsLeaseRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+	if err := forgetScripts(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	flushedAt := lease.Deadline()
@@ -551,7 +551,7 @@ func TestLock_GrantsTooLateForTheTTLAreRetriedWithABackOff(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	rdb := backends[0].newRedis(t)
 	rdb.AddHook(&commandCounter{onReply: func(cmd redis.Cmder) {
-		if cmd.Name() == "evalsha" {
+		if isScriptCall(cmd) {
 			time.Sleep(ttl * 8 / 10) // the workload: a slow link
 		}
 	}})
@@ -631,5 +631,35 @@ func observeRetries() (dlock.Option, func() []error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(retries)
+	}
+}
+
+// A full Redis under noeviction refuses an acquire, nothing written, but
+// not what keeps or ends a hold: a lease still renews, extends and
+// releases (docs/SAFETY.md, Eviction).
+func TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases(t *testing.T) {
+	srv := startServer(t)
+	rdb := srv.Client()
+	ctx := ctxFor(t, time.Minute)
+	c := newClient(t, rdb)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil { // full
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+	if _, err := c.Mutex(lockName(t)).TryLock(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("TryLock on a full server: %v; want its OOM refusal", err)
+	}
+	if err := lease.Extend(ctx, time.Minute); err != nil {
+		t.Errorf("Extend on a full server: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Errorf("Unlock on a full server: %v", err)
 	}
 }

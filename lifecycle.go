@@ -27,7 +27,7 @@ var (
 // unreachable where renewals were due and none got through in time,
 // expired where none were to be sent.
 func (l *Lease) deadlineLoss() error {
-	if l.renew && !l.hold.renewalsStopped() {
+	if l.rules.renew && !l.rules.renewalsStopped() {
 		return errDeadlinePassed
 	}
 	return errRanOut
@@ -65,7 +65,7 @@ func (l *Lease) refused() { l.refusedWith(errRenewalRefused) }
 
 // refusedWith is refused with the loss Redis told.
 func (l *Lease) refusedWith(err error) {
-	if !l.unlocking.Load() {
+	if !l.releasing() {
 		l.end(err)
 	}
 }
@@ -81,7 +81,7 @@ func (l *Lease) refusedWith(err error) {
 // one has yet).
 func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	l.mu.Lock()
-	if l.finished {
+	if l.finished() {
 		err := l.err
 		l.mu.Unlock()
 		if err == nil {
@@ -102,21 +102,22 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 }
 
 // inDoubt handles an Extend to ttl, sent at sent, whose outcome is not
-// known yet, or never will be: Redis may have applied it, or may yet, from
-// a command still waiting in a stalled server or a copy on its way, its
-// reply not in. A longer TTL changes nothing the
-// lease counts on. A shorter one may have cut the key's life: the lease
-// counts on no more than it would leave, and renews at that TTL from now
-// on, so that the key lives as long as the lease counts on it whichever
-// extension Redis applies last.
+// known yet, or never will be; a hold calls it as it sends one. Redis may
+// have applied it, or may yet (a command waiting in a stalled server, a
+// copy on its way), long before its reply arrives, and the lock may go to
+// another meanwhile. A longer TTL changes nothing the lease counts on. A
+// shorter one may have cut the key's life: the lease counts on no more
+// than it would leave, and renews at that TTL from now on, so that the
+// key lives as long as the lease counts on it whichever extension Redis
+// applies last.
 func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
-	if l.finished || ttl >= l.ttl {
+	if l.finished() || ttl >= l.ttl {
 		l.mu.Unlock()
 		return
 	}
 	l.ttl = ttl
-	if d := validUntil(sent, ttl, l.drift).Add(-l.slack); d.Before(l.deadline) {
+	if d := validUntil(sent, ttl, l.rules.drift).Add(-l.rules.slack); d.Before(l.deadline) {
 		l.deadline = d
 		if mid := halfWay(sent, d); mid.Before(l.riskAt) {
 			l.riskAt = mid
@@ -134,7 +135,7 @@ func (l *Lease) deadlineMoved() {
 	if l.timer != nil {
 		l.timer.Reset(l.nextCheck(l.clock.Now()))
 	}
-	whole := l.whole
+	whole := l.whole()
 	l.mu.Unlock()
 	if whole != nil {
 		whole.partMoved()
@@ -155,7 +156,7 @@ func (l *Lease) leftAt(now time.Time) time.Duration {
 // late, and whoever looks first ends the lease.
 func (l *Lease) expireIfPast() {
 	l.mu.Lock()
-	past := !l.finished && !l.unconfirmed && l.leftAt(l.clock.Now()) <= 0
+	past := leaseHeld <= l.state && !l.finished() && l.leftAt(l.clock.Now()) <= 0
 	l.mu.Unlock()
 	if past {
 		l.end(l.deadlineLoss())
@@ -170,7 +171,7 @@ func (l *Lease) expireIfPast() {
 func (l *Lease) checkDeadline() {
 	l.clock.Wait()
 	l.mu.Lock()
-	if l.finished {
+	if l.finished() {
 		l.mu.Unlock()
 		return
 	}
@@ -181,15 +182,15 @@ func (l *Lease) checkDeadline() {
 		l.end(l.deadlineLoss())
 		return
 	}
-	atRisk := l.renew && !l.risky && !now.Before(l.riskAt)
+	atRisk := l.rules.renew && !l.risky() && !now.Before(l.riskAt)
 	if atRisk {
 		l.setRisky()
 	}
 	l.timer.Reset(l.nextCheck(now))
-	whole := l.whole
+	whole := l.whole()
 	l.mu.Unlock()
 	if atRisk {
-		l.log.Warn("dlock: lease at risk: no renewal confirmed for half its time", "lock", l.name, "token", l.token, "left", left)
+		l.rules.log.Warn("dlock: lease at risk: no renewal confirmed for half its time", "lock", l.name, "token", l.token, "left", left)
 		if whole != nil {
 			whole.lease.markRisky()
 		}
@@ -200,7 +201,7 @@ func (l *Lease) checkDeadline() {
 // acquire or extension that Redis confirmed was sent, and puts its risk
 // point half way; l.mu must be held, or the lease not yet shared.
 func (l *Lease) setDeadline(sent time.Time, validity time.Duration) {
-	l.deadline = validUntil(sent, validity, l.drift).Add(-l.slack)
+	l.deadline = validUntil(sent, validity, l.rules.drift).Add(-l.rules.slack)
 	l.riskAt = halfWay(sent, l.deadline)
 }
 
@@ -212,7 +213,7 @@ func halfWay(sent, deadline time.Time) time.Time { return sent.Add(deadline.Sub(
 // deadline; l.mu must be held.
 func (l *Lease) nextCheck(now time.Time) time.Duration {
 	left := l.leftAt(now)
-	if l.renew && !l.risky {
+	if l.rules.renew && !l.risky() {
 		return max(min(l.riskAt.Sub(now), left), 0)
 	}
 	return left
@@ -230,23 +231,25 @@ func (l *Lease) AtRisk() <-chan struct{} {
 	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.risk == nil {
-		l.risk = make(chan struct{})
-		if l.risky {
-			close(l.risk)
+	sig := l.signal()
+	if sig.risk == nil {
+		sig.risk = make(chan struct{})
+		if sig.risky {
+			close(sig.risk)
 		}
 	}
-	return l.risk
+	return sig.risk
 }
 
 // setRisky marks the lease at risk once; l.mu must be held.
 func (l *Lease) setRisky() {
-	if l.risky {
+	sig := l.signal()
+	if sig.risky {
 		return
 	}
-	l.risky = true
-	if l.risk != nil {
-		close(l.risk)
+	sig.risky = true
+	if sig.risk != nil {
+		close(sig.risk)
 	}
 }
 
@@ -254,7 +257,7 @@ func (l *Lease) setRisky() {
 func (l *Lease) markRisky() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.finished {
+	if !l.finished() {
 		l.setRisky()
 	}
 }
@@ -289,7 +292,7 @@ func (l *Lease) lockForRenewal() bool {
 // the margin the lease had left, for the caller to tell once it has
 // released extendMu (a refusal's is told before the lease's End).
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
-	ob := l.obs.Load()
+	ob := l.observer()
 	var due time.Time
 	if ob != nil {
 		due = l.Deadline()
@@ -297,12 +300,12 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 	switch {
 	case loss != nil:
 		report := ob.renewal(l.clock, due, RenewalRefused, err)
-		if !l.unlocking.Load() && l.endTelling(loss, report) {
+		if !l.releasing() && l.endTelling(loss, report) {
 			return renewalReport{}
 		}
 		return report
 	case err != nil:
-		l.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
+		l.rules.log.Debug("dlock: renewal failed, retrying", "lock", l.name, "err", err)
 		now := l.clock.Now()
 		l.hold.renewAt(now.Add(max(l.Deadline().Sub(now)/4, 5*time.Millisecond)))
 		return ob.renewal(l.clock, due, RenewalFailed, err)
@@ -317,14 +320,14 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 // Redlock's, whose renewal goes to every node.
 func (l *Lease) renewNow() {
 	l.clock.Wait() // its timer's, as checkDeadline's
-	if l.unlocking.Load() || !l.lockForRenewal() {
+	if l.releasing() || !l.lockForRenewal() {
 		return
 	}
 	ttl := l.currentTTL()
 	sent := l.clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), l.Deadline().Sub(sent))
 	defer cancel()
-	loss, err := l.hold.extend(ctx, ttl, false)
+	loss, err := l.hold.extend(ctx, ttl, time.Time{})
 	report := l.renewalAnswered(sent, ttl, loss, err)
 	l.extendMu.Unlock()
 	report.tell()

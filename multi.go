@@ -139,29 +139,13 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.h.check(ctx); err != nil {
 		return nil, err
 	}
-	if o := m.h.cfg.observer; o != nil {
-		return o.acquire(ctx, KindMulti, m.h.name, try || m.h.cfg.triesOnce(), func(ctx context.Context) (*Lease, error) {
-			return m.take(ctx, try)
-		})
-	}
-	return m.take(ctx, try)
+	return acquireBy(ctx, m.h.cfg, KindMulti, m.h.name, try, m.take)
 }
 
-// take is acquire's work.
+// take is acquire's work: one wait, WithWait's, for all the groups.
 func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
-	cfg := m.h.cfg
-	if cfg.waitSet && !try { // one wait for all the groups, not one each
-		if cfg.wait == 0 {
-			try = true
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, cfg.wait)
-			defer cancel()
-		}
-		cfg.waitSet = false
-	}
 	for unavailable := 0; ; {
-		held, err := m.takeGroups(ctx, cfg, try)
+		held, err := m.takeGroups(ctx, m.h.cfg, try)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +207,7 @@ var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", 
 func confirmParts(ctx context.Context, parts []*Lease) error {
 	for _, p := range parts {
 		var err error
-		if p.renew {
+		if p.rules.renew {
 			err = p.heldLocally()
 		} else {
 			err = p.Extend(ctx, p.currentTTL())

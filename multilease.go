@@ -21,13 +21,13 @@ type partsHold struct {
 // combineLeases makes one lease of the leases of a MultiLock's groups.
 func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 	first := parts[0]
-	l := &Lease{name: name, token: first.token, drift: first.drift, log: first.log, ttl: first.currentTTL(), renew: first.renew, clock: first.clock}
+	l := &Lease{name: name, token: first.token, rules: first.rules, ttl: first.currentTTL(), clock: first.clock, state: leaseHeld}
 	h := &partsHold{lease: l, parts: parts}
 	l.hold = h
 	for _, p := range parts {
 		p.mu.Lock()
-		p.whole = h
-		risky := p.risky
+		p.signal().whole = h
+		risky := p.risky()
 		p.mu.Unlock()
 		if risky {
 			l.markRisky()
@@ -59,8 +59,10 @@ func (h *partsHold) partMoved() {
 }
 
 // extend extends each part in turn: a part refused is lost, and so is the
-// whole.
-func (h *partsHold) extend(ctx context.Context, ttl time.Duration, _ bool) (loss, err error) {
+// whole. Each part judges its own Extend, and moves the whole's deadline
+// with its own: the whole, which sends nothing itself, has nothing in
+// doubt.
+func (h *partsHold) extend(ctx context.Context, ttl time.Duration, _ time.Time) (loss, err error) {
 	for _, p := range h.parts {
 		if err := p.Extend(ctx, ttl); err != nil {
 			return nil, err
@@ -107,14 +109,8 @@ func (h *partsHold) release(ctx context.Context, _ voidRule) (loss, err error) {
 
 func (h *partsHold) renewAt(time.Time) {} // each part renews itself
 
-func (h *partsHold) renewalsStopped() bool { return h.parts[0].hold.renewalsStopped() }
-
 func (h *partsHold) addTokens(tokens map[string]uint64) {
 	for _, p := range h.parts {
 		p.hold.addTokens(tokens)
 	}
 }
-
-func (h *partsHold) carry(parent context.Context) context.Context { return parent }
-
-func (h *partsHold) partLeases() []*Lease { return h.parts }

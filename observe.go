@@ -115,8 +115,8 @@ func (c *observedCall) wait(ctx context.Context, step WaitStep, err error) {
 
 // leaseObs is how a lease returned to a caller tells its observer about
 // itself. A MultiLock's parts (each held and renewed on its own slot) get
-// one of their own, marked part: they report renewals, and the whole lease
-// reports the rest.
+// one of their own from the whole's, marked part (see Lease.observer):
+// they report renewals, and the whole lease reports the rest.
 type leaseObs struct {
 	o        *Observer
 	info     LeaseInfo
@@ -129,14 +129,11 @@ type leaseObs struct {
 // the way) reports its end at once.
 func (o *Observer) watch(l *Lease, kind Kind) {
 	ob := &leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
-	for _, p := range l.hold.partLeases() {
-		p.obs.Store(&leaseObs{o: o, info: LeaseInfo{Kind: kind, Name: p.name, Token: p.token}, part: true})
-	}
 	if kind == KindElection && o.Leader != nil {
 		o.Leader(LeaderEvent{Name: l.name, Term: l.token, Leading: true})
 	}
 	l.mu.Lock()
-	ending := l.ending // end reads obs under the same lock, as it sets ending
+	ending := l.state >= leaseEnding // end reads obs under the same lock, as it steps to leaseEnding
 	if !ending {
 		l.obs.Store(ob)
 	}
@@ -145,6 +142,27 @@ func (o *Observer) watch(l *Lease, kind Kind) {
 		<-l.Done()
 		ob.ended(l.Err())
 	}
+}
+
+// observer is what l reports to: its own (see watch), or, for a
+// MultiLock's part, one made from its whole's once that is watched.
+func (l *Lease) observer() *leaseObs {
+	if ob := l.obs.Load(); ob != nil {
+		return ob
+	}
+	l.mu.Lock()
+	whole := l.whole()
+	l.mu.Unlock()
+	if whole == nil {
+		return nil
+	}
+	wob := whole.lease.obs.Load()
+	if wob == nil {
+		return nil
+	}
+	ob := &leaseObs{o: wob.o, info: LeaseInfo{Kind: wob.info.Kind, Name: l.name, Token: l.token}, part: true}
+	l.obs.Store(ob)
+	return ob
 }
 
 // ended reports the end of the lease ob watches: err nil when released.

@@ -88,6 +88,7 @@ type RedlockMutex struct {
 	cfg         settings
 	err         error
 	nodeTimeout time.Duration
+	rules       leaseRules // what its leases share
 }
 
 // redlockSlack is the fixed part of a Redlock's drift allowance: the clock
@@ -101,8 +102,9 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
 	}
 	cfg := r.cfg.with(opts)
-	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
-	ttl, _ := cfg.holdTTL()
+	ttl, renew := cfg.holdTTL()
+	m := &RedlockMutex{r: r, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name),
+		rules: leaseRules{log: cfg.logger, drift: cfg.drift, slack: redlockSlack, renew: renew}}
 	m.nodeTimeout = cmp.Or(cfg.nodeTimeout, min(max(ttl/50, 10*time.Millisecond), 200*time.Millisecond))
 	m.err = cmp.Or(validateName(name), cfg.validate(forRedlock))
 	if m.err == nil && m.nodeTimeout >= ttl/2 {
@@ -137,13 +139,7 @@ func (m *RedlockMutex) usable() error {
 // [ErrNotAcquired]. Nothing waits for that background: clients closed
 // right after TryLock cut it short.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
-	if err := m.usable(); err != nil {
-		return nil, err
-	}
-	if o := m.cfg.observer; o != nil {
-		return o.acquire(ctx, KindRedlock, m.name, true, m.tryLock)
-	}
-	return m.tryLock(ctx)
+	return m.acquire(ctx, true)
 }
 
 func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
@@ -165,24 +161,23 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // attempt that fails, and one that won a majority once ctx ended, is
 // given back as TryLock's is, in the background where its release failed.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, false)
+}
+
+// acquire is TryLock (try) or Lock (see acquireBy).
+func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	if o := m.cfg.observer; o != nil {
-		return o.acquire(ctx, KindRedlock, m.name, m.cfg.triesOnce(), m.lock)
-	}
-	return m.lock(ctx)
+	return acquireBy(ctx, m.cfg, KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
+		if try {
+			return m.tryLock(ctx)
+		}
+		return m.lock(ctx)
+	})
 }
 
 func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
-	if m.cfg.waitSet {
-		if m.cfg.wait == 0 {
-			return m.tryLock(ctx)
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.cfg.wait)
-		defer cancel()
-	}
 	var last error
 	observed := m.cfg.observer.callIn(ctx) // nil when nobody observes
 	for {
@@ -300,6 +295,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		guard = max(m.cfg.restartGuard, longest)
 	}
 	keys := m.keys.callKeys(redlockAcquireLayout, m.keys.tombstone(owner))
+	r.preload(ctx, max(m.nodeTimeout, redlockPreloadWait))
 	start := r.clock.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
@@ -331,6 +327,35 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
+// preload loads dlock's scripts, ahead of a vote, on the nodes this
+// Redlock has not loaded them on yet. A load (the server compiling them,
+// a connection dialled) may take longer than a vote waits for a node (the
+// node timeout), and would cost a cold node its vote. The vote's clock
+// starts after the loads, which write no lock: they are no part of any
+// hold's validity. Each node is tried once, whatever the outcome, for at
+// most wait: a node down now must not slow every attempt; one that loses
+// the scripts later (a restart, a failover) gets them again within a vote
+// (sendScripts).
+func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
+	var cold []*redlockNode
+	for _, n := range r.nodes {
+		if n.preloaded.CompareAndSwap(false, true) {
+			cold = append(cold, n)
+		}
+	}
+	if len(cold) > 0 {
+		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+			return struct{}{}, preload(ctx, &n.fns, n.rdb, scripts.MutexAcquire)
+		})
+	}
+}
+
+// redlockPreloadWait is how long a Redlock's first attempt waits at most
+// for its nodes to load dlock's scripts (see preload), when that is longer
+// than the node timeout: a load takes a few ms of a server's time, and a
+// node that has not loaded them by then loads them within its vote.
+const redlockPreloadWait = 100 * time.Millisecond
+
 // vote is what a node answered an attempt: granted with its counter, or
 // held by another owner for held more ms.
 type vote struct {
@@ -342,7 +367,7 @@ type vote struct {
 // vote (see redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
-	res, err := runScript(ctx, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "", "", rights).Int64Slice()
+	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "", "", rights).Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply
 	}
@@ -380,7 +405,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 		}
 	}
 	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, runScript(ctx, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), token).Err()
+		return struct{}{}, runScript(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), token).Err()
 	})
 	return uint64(token), fenced
 }
@@ -430,7 +455,7 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) 
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Int64()
 		return heldOrNot(ok, err)
 	}
 }

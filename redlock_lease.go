@@ -14,18 +14,17 @@ import (
 type redlockHold struct {
 	lease *Lease
 	m     *RedlockMutex
+	owner string      // secret: never logged, never in an error
 	timer *time.Timer // the next renewal, of an auto-renewed lease
 }
 
 // newLease makes the lease of a hold a majority granted to an attempt
 // that started at start: valid until start + TTL − TTL × drift − 2 ms.
 func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl time.Duration) *Lease {
-	_, autoRenew := m.cfg.holdTTL()
-	l := &Lease{name: m.name, owner: owner, token: token, drift: m.cfg.drift, slack: redlockSlack,
-		log: m.cfg.logger, ttl: ttl, renew: autoRenew, clock: m.r.clock}
-	h := &redlockHold{lease: l, m: m}
+	l := &Lease{name: m.name, token: token, rules: m.rules, ttl: ttl, clock: m.r.clock, state: leaseHeld}
+	h := &redlockHold{lease: l, m: m, owner: owner}
 	l.hold = h
-	if autoRenew { // made before start sets it, so that no renewal runs before it is made
+	if m.rules.renew { // made before start sets it, so that no renewal runs before it is made
 		h.timer = time.AfterFunc(ttl/3, l.renewNow)
 	}
 	l.setDeadline(start, ttl)
@@ -36,18 +35,20 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 // extend extends the hold on every node; it counts when a majority
 // confirmed within the validity the extension gives. A majority that
 // refused (the hold expired there, or is another's) loses the lease.
-func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, explicit bool) (loss, err error) {
+func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l, m := h.lease, h.m
+	explicit := !extending.IsZero()
 	if explicit {
 		m.r.ttlInUse(ttl)
+		l.inDoubt(extending, ttl)
 	}
 	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		args := []any{l.owner, ttl.Milliseconds()}
+		args := []any{h.owner, ttl.Milliseconds()}
 		if explicit {
 			args = append(args, shortens)
 		}
-		ok, err := runScript(ctx, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	granted := succeeded(errs)
@@ -116,15 +117,15 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 // attempt is (see abandon): the release leaves the call's tombstone, so
 // that a copy of the attempt still on its way takes nothing. An Unlock
 // writes none: a Redlock never learns whether one of its attempts was sent
-// twice (Lease.maybeCopied is a Client's), so a late copy of the attempt
+// twice (clientHold.maybeCopied is a Client's), so a late copy of the attempt
 // that granted the lease, landing after its Unlock, takes that master
 // again for its TTL (the known gap, docs/SAFETY.md: "A Redlock's release
 // writes no tombstone").
 func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err error) {
-	l, m := h.lease, h.m
-	give, warning := m.releaseOn(l.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
+	m := h.m
+	give, warning := m.releaseOn(h.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
 	if rule == voidAlways {
-		give, warning = m.abandonOn(l.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
+		give, warning = m.abandonOn(h.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
 	errs := m.giveBack(ctx, m.r.nodes, nil, give, warning)
 	if granted := succeeded(errs); granted < m.r.quorum {
@@ -145,7 +146,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, n.rdb, scripts.MutexRelease, keys, owner, "PUBLISH").Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, owner, "PUBLISH").Int64()
 		return heldOrNot(ok, err)
 	}
 }
@@ -155,16 +156,10 @@ func (h *redlockHold) renewAt(at time.Time) {
 	switch {
 	case at.IsZero():
 		h.timer.Stop()
-	case l.unlocking.Load() || l.ended():
+	case l.releasing():
 	default:
 		h.timer.Reset(l.clock.Until(at))
 	}
 }
 
-func (h *redlockHold) renewalsStopped() bool { return false }
-
 func (h *redlockHold) addTokens(tokens map[string]uint64) { tokens[h.lease.name] = h.lease.token }
-
-func (h *redlockHold) carry(parent context.Context) context.Context { return parent }
-
-func (h *redlockHold) partLeases() []*Lease { return nil }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,7 +18,10 @@ import (
 type redlockNode struct {
 	index int
 	rdb   redis.UniversalClient
+	fns   functions // how the node takes dlock's scripts
 	addr  string
+
+	preloaded atomic.Bool // dlock's scripts were loaded ahead of a vote (see Redlock.preload)
 
 	dials  *dialWatch // connections opened to it (a restart makes new ones), and why one failed
 	rights rightsSeen // whether its acquire's rights check passed (rights.go)

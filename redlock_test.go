@@ -444,7 +444,7 @@ func TestRedlock_AFlushedMasterIsGivenTheScriptsAgain(t *testing.T) {
 	if err := warm.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := servers[1].Client().ScriptFlush(ctx).Err(); err != nil {
+	if err := forgetScripts(ctx, servers[1].Client()); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := rl.Mutex(name).Lock(ctx)
@@ -454,7 +454,7 @@ func TestRedlock_AFlushedMasterIsGivenTheScriptsAgain(t *testing.T) {
 	if n := heldOn(t, ctx, servers, name); n != len(servers) {
 		t.Fatalf("held on %d masters of %d after one forgot the scripts", n, len(servers))
 	}
-	if err := servers[1].Client().ScriptFlush(ctx).Err(); err != nil {
+	if err := forgetScripts(ctx, servers[1].Client()); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Extend(ctx, 20*time.Second); err != nil {
@@ -463,7 +463,7 @@ func TestRedlock_AFlushedMasterIsGivenTheScriptsAgain(t *testing.T) {
 	if ttl := servers[1].Client().PTTL(ctx, lockKey(name)).Val(); ttl < 10*time.Second {
 		t.Fatalf("the flushed master's hold lasts %v after an Extend to 20s", ttl)
 	}
-	if err := servers[1].Client().ScriptFlush(ctx).Err(); err != nil {
+	if err := forgetScripts(ctx, servers[1].Client()); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Unlock(ctx); err != nil {

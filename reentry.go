@@ -20,13 +20,6 @@ import (
 // alone does not tell the Redis: ownerFor checks that too.
 type heldKey string
 
-// withHold returns parent carrying h, the hold of a read-write lock's
-// lease. A later hold of the same lock put in a context derived from it
-// takes its place.
-func withHold(parent context.Context, h *clientHold) context.Context {
-	return context.WithValue(parent, heldKey(h.keys[0]), h)
-}
-
 // ownerFor is the owner a call on h with ctx acts as: the id given to
 // WithOwner; else the owner of the hold of this lock ctx carries, while its
 // lease is held (one released or lost carries nothing: its owner may still
@@ -40,7 +33,7 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 		return h.owner
 	}
 	if held, ok := ctx.Value(h.heldKey).(*clientHold); ok && sameRedis(held.c, h.c) && held.lease.heldLocally() == nil {
-		return holdOwner(held.lease.owner)
+		return holdOwner(held.owner)
 	}
 	return ""
 }

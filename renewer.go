@@ -247,7 +247,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	var timeout time.Duration               // waiting past the earliest deadline would help no one
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
-		calls[i] = scriptCall{script: h.kind.extend, argv: evalshaArgv(h.kind.extend, h.keys, []any{h.lease.owner, ttls[i].Milliseconds(), lengthens, h.infoArg()})}
+		calls[i] = scriptCall{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, []any{h.owner, ttls[i].Milliseconds(), lengthens, h.infoArg()})}
 		if left := r.c.clock.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}
@@ -295,12 +295,9 @@ func renewalLoss(err error) error {
 // unlocked meanwhile, or the renewer was closed: the lease then runs to its
 // deadline, and reports itself lost.
 func (r *renewer) reschedule(h *clientHold, at time.Time) {
-	if h.lease.ended() {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || h.lease.unlocking.Load() {
+	if r.closed || h.lease.releasing() { // released, or ended
 		return
 	}
 	r.schedule(h, at)

@@ -96,7 +96,7 @@ func TestLease_StalledClusterMasterCostsNoLeaseOnTheOthersAfterAScriptFlush(t *t
 		t.Fatal(err)
 	}
 	for _, n := range cl.Nodes {
-		if err := n.Client().ScriptFlush(ctx).Err(); err != nil {
+		if err := forgetScripts(ctx, n.Client()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -23,9 +23,9 @@ type replicaAck struct {
 // pipeline on one connection to master (WAIT names no key: it confirms
 // what its own connection wrote), and returns WAIT's answer as an error
 // (see confirmed).
-func (ack replicaAck) send(ctx context.Context, master redis.UniversalClient, calls []scriptCall) error {
+func (ack replicaAck) send(ctx context.Context, fns *functions, master redis.UniversalClient, calls []scriptCall) error {
 	all := append(slices.Clip(calls), scriptCall{argv: []any{"wait", ack.n, max(ack.timeout.Milliseconds(), 1)}})
-	sendScripts(ctx, master, all)
+	sendScripts(ctx, fns, master, all)
 	copy(calls, all) // their replies
 	return ack.confirmed(all[len(calls)].cmd)
 }
@@ -60,7 +60,7 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 	return c.sendAcknowledged(ctx, ack, master, false, script, argv)
 }
 
-// sendAcknowledged runs one script's EVALSHA command with WAIT after it
+// sendAcknowledged runs one script's command with WAIT after it
 // (see replicaAck.send) on master (asking: after an ASK redirection to
 // it), following a cluster's redirections (MOVED after a failover or a
 // resharding, ASK while a slot migrates), and
@@ -77,7 +77,7 @@ func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master re
 			calls = append(calls, scriptCall{argv: []any{"asking"}})
 		}
 		calls = append(calls, scriptCall{script: script, argv: argv})
-		ackErr = ack.send(ctx, master, calls)
+		ackErr = ack.send(ctx, &c.fns, master, calls)
 		// The pipeline goes to one node, not through the cluster client:
 		// follow a failover's or a resharding's redirection here.
 		addr, ask, redirected := redirection(calls[len(calls)-1].cmd.Err())

@@ -148,7 +148,7 @@ func TestRing_StalledShardCostsNoLeaseOnTheOthersAfterAScriptFlush(t *testing.T)
 		t.Fatal(err)
 	}
 	for _, s := range servers {
-		if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
+		if err := forgetScripts(ctx, s.Client()); err != nil {
 			t.Fatal(err)
 		}
 	}

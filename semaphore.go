@@ -113,7 +113,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 		return err
 	}
 	ttl, _ := s.cfg.holdTTL()
-	if err := runScript(ctx, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys, n, publish, ttl.Milliseconds()).Err(); err != nil {
+	if err := runScript(ctx, &s.c.fns, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys, n, publish, ttl.Milliseconds()).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}
 	s.permits.Store(int64(n))

@@ -124,14 +124,6 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 // subscription is lost for good (see [notify.Waiter.Subscribed]) leaves
 // and watches anew.
 func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, error) {
-	if cfg.waitSet {
-		if cfg.wait == 0 {
-			return tryOnce(ctx, a)
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
-		defer cancel()
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
@@ -144,7 +136,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 // run is the wait; waitFor tells what ended it (see ended).
 func (wt *waiting) run() (*Lease, error) {
 	if !wt.c.subscribed(wt.channel) {
-		if l, err, done := wt.unsubscribed(); done {
+		if l, err := wt.unsubscribed(); l != nil || err != nil {
 			return l, err
 		}
 	}
@@ -187,7 +179,7 @@ type waiting struct {
 	outage     error     // what the last attempt met, if Redis was unavailable (see ended)
 	answered   time.Time // when Redis last answered an attempt (or the call began)
 	// maybeCopied: an attempt of the call may have been sent twice (see
-	// Lease.maybeCopied).
+	// clientHold.maybeCopied).
 	maybeCopied bool
 	// tooLate: the last grant came back too late and was given back; a
 	// link that slow would give the next one back too, so the loop backs
@@ -202,7 +194,7 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
 	if l != nil {
-		l.maybeCopied = wt.maybeCopied
+		l.noteCopies(wt.maybeCopied)
 	}
 	return l, retryIn, err
 }
@@ -224,7 +216,7 @@ func (wt *waiting) noteOutage(err error) {
 	}
 }
 
-// keep is keep for a call that goes on; done is false when it goes on:
+// keep is keep for a call that goes on; neither a lease nor an error when it goes on:
 // the grant expired before it could be confirmed, or Redis was unavailable
 // to confirm it (the next attempt then meets the same and pauses, as after
 // any transient error). It goes on under a new token, as after an attempt
@@ -234,8 +226,8 @@ func (wt *waiting) noteOutage(err error) {
 // The call held the lock for a while, for no lease: a grant given back is
 // reported as a retry with what it met (for one that came back too late,
 // by the loop's pause before it tries again).
-func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
-	kept, err = keep(wt.ctx, l)
+func (wt *waiting) keep(l *Lease) (*Lease, error) {
+	kept, err := keep(wt.ctx, l)
 	wt.noteOutage(err)
 	if errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable) {
 		wt.a.v.fresh() // the give-back left the old token's tombstone
@@ -244,17 +236,17 @@ func (wt *waiting) keep(l *Lease) (kept *Lease, err error, done bool) {
 		} else {
 			wt.observed.wait(wt.ctx, WaitRetry, err)
 		}
-		return nil, err, false
+		return nil, nil
 	}
-	return kept, err, true
+	return kept, err
 }
 
-// unsubscribed makes the first attempt, without a subscription; done is
-// false when the call subscribes and goes on.
-func (wt *waiting) unsubscribed() (*Lease, error, bool) {
+// unsubscribed makes the first attempt, without a subscription; neither a
+// lease nor an error when the call subscribes and goes on.
+func (wt *waiting) unsubscribed() (*Lease, error) {
 	l, _, err := wt.attempt()
 	if err != nil && !errors.Is(err, ErrUnavailable) { // unavailable: subscribe, then try again
-		return nil, acquireError(wt.ctx, err), true
+		return nil, acquireError(wt.ctx, err)
 	}
 	if l != nil {
 		return wt.keep(l)
@@ -264,7 +256,7 @@ func (wt *waiting) unsubscribed() (*Lease, error, bool) {
 		// reported as the loop reports its own.
 		wt.observed.wait(wt.ctx, WaitRetry, err)
 	}
-	return nil, nil, false
+	return nil, nil
 }
 
 // listen subscribes, pausing while Redis is unavailable, to the channel of
@@ -330,7 +322,7 @@ func (wt *waiting) loop() (*Lease, error) {
 		}
 		l, retryIn, err := wt.attempt()
 		if l != nil {
-			if kept, err, done := wt.keep(l); done {
+			if kept, err := wt.keep(l); kept != nil || err != nil {
 				return kept, err
 			}
 			continue
@@ -351,7 +343,7 @@ func (wt *waiting) loop() (*Lease, error) {
 			}
 			continue
 		}
-		if l, err, done := wt.wait(timer, retryIn); done {
+		if l, err := wt.wait(timer, retryIn); l != nil || err != nil {
 			return l, err
 		}
 	}
@@ -432,9 +424,9 @@ func (wt *waiting) watch(ch string) error {
 }
 
 // wait waits, after a refused attempt, for a wake-up, for the hold's TTL
-// (retryIn) or the waiter's refresh, or for the call's end; done is false
-// when it attempts again.
-func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error, bool) {
+// (retryIn) or the waiter's refresh, or for the call's end; neither a
+// lease nor an error when it attempts again.
+func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error) {
 	if retryIn < 0 {
 		retryIn = noExpiryRetry
 	} else {
@@ -467,9 +459,9 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	if woken {
 		if l := grantFor(wt.a, wt.w, wt.replicaAck); l != nil {
 			wt.observed.handedOver(wt.ctx, l)
-			l.maybeCopied = wt.maybeCopied
-			if kept, err, done := wt.keep(l); done {
-				return kept, err, true
+			l.noteCopies(wt.maybeCopied)
+			if kept, err := wt.keep(l); kept != nil || err != nil {
+				return kept, err
 			}
 		}
 	}
@@ -477,10 +469,10 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		if wt.waiterID != "" || wt.maybeCopied { // a copy of an attempt may be on its way: the tombstone
 			wt.a.leave(wt.ctx, wt.waiterID)
 		}
-		return nil, stop, true
+		return nil, stop
 	}
 	wt.observed.wait(wt.ctx, WaitRetry, nil)
-	return nil, nil, false
+	return nil, nil
 }
 
 // Backoff of a waiting Lock whose attempts find Redis unavailable (see
@@ -531,7 +523,7 @@ func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 	}
 	l := a.grant.granted(h)
 	if l != nil {
-		l.handedOver = true
+		l.handOver()
 	}
 	return l
 }

@@ -301,12 +301,12 @@ func (h *clientFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// renewalSHAs are the scripts that extend a hold: renewals and Extend.
-var renewalSHAs = map[string]bool{
-	scripts.MutexExtend.Hash(): true,
-	scripts.RWExtend.Hash():    true,
-	scripts.SemExtend.Hash():   true,
-	scripts.MultiExtend.Hash(): true,
+// renewals are the scripts that extend a hold: renewals and Extend.
+var renewals = map[*redis.Script]bool{
+	scripts.MutexExtend: true,
+	scripts.RWExtend:    true,
+	scripts.SemExtend:   true,
+	scripts.MultiExtend: true,
 }
 
 func anyRenewal(cmds []redis.Cmder) bool {
@@ -316,8 +316,8 @@ func anyRenewal(cmds []redis.Cmder) bool {
 			continue
 		}
 		name, _ := args[0].(string)
-		sha, _ := args[1].(string)
-		if strings.EqualFold(name, "evalsha") && renewalSHAs[sha] {
+		id, _ := args[1].(string) // a function's name (FCALL) or a SHA (EVALSHA)
+		if (strings.EqualFold(name, "fcall") || strings.EqualFold(name, "evalsha")) && renewals[scripts.Of(id)] {
 			return true
 		}
 	}

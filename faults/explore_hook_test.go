@@ -76,10 +76,10 @@ func tombstoneOf(args []any) string {
 }
 
 // abandonSHAs: the scripts with which a call gives up.
-var abandonSHAs = map[string]bool{
-	scripts.MutexAbandon.Hash(): true, scripts.FairAbandon.Hash(): true, scripts.SemAbandon.Hash(): true,
-	scripts.MultiAbandon.Hash(): true, scripts.RWAbandon.Hash(): true,
-}
+var abandonSHAs = scriptIDs(
+	scripts.MutexAbandon, scripts.FairAbandon, scripts.SemAbandon, scripts.MultiAbandon,
+	scripts.RWAbandon,
+)
 
 // orphanedCopy is a late copy of an acquire that was granted after its
 // call gave up: an orphan, unless a fault also hit the call's abandon.
@@ -308,15 +308,15 @@ func (f *commandFaults) noteAbandons(cmds []redis.Cmder, err error) {
 // the slot is split mid-migration, issue 17's soak seed
 // 1795696030340724105); a hold left so lasts its TTL, as documented. err
 // is what the hook returns, a command alone's error (see noteAbandons).
-// NOSCRIPT is no such error: dlock loads the script and sends the call
-// again.
+// A missing script (NOSCRIPT, "Function not found") is no such error:
+// dlock loads the script and sends the call again.
 func (f *commandFaults) doubtFailedCleanUps(cmds []redis.Cmder, err error) {
 	for _, c := range cmds {
 		failed := c.Err()
 		if len(cmds) == 1 {
 			failed = err
 		}
-		if args := c.Args(); failed != nil && !redis.HasErrorPrefix(failed, "NOSCRIPT") && len(args) > 1 && cleanUpSHAs[argString(args[1])] {
+		if args := c.Args(); failed != nil && !missingScript(failed) && len(args) > 1 && cleanUpSHAs[argString(args[1])] {
 			f.doubt([]redis.Cmder{c})
 		}
 	}
@@ -351,18 +351,16 @@ func (f *commandFaults) echo(ctx context.Context, cmds []redis.Cmder, d time.Dur
 }
 
 // cleanUpSHAs: the scripts with which a call gives up or a holder lets go.
-var cleanUpSHAs = map[string]bool{
-	scripts.MutexAbandon.Hash(): true, scripts.FairAbandon.Hash(): true, scripts.SemAbandon.Hash(): true,
-	scripts.MultiAbandon.Hash(): true, scripts.RWAbandon.Hash(): true,
-	scripts.MutexRelease.Hash(): true, scripts.FairRelease.Hash(): true, scripts.SemRelease.Hash(): true,
-	scripts.MultiRelease.Hash(): true, scripts.RWRelease.Hash(): true, scripts.ElectionRelease.Hash(): true,
-}
+var cleanUpSHAs = scriptIDs(
+	scripts.MutexAbandon, scripts.FairAbandon, scripts.SemAbandon, scripts.MultiAbandon,
+	scripts.RWAbandon, scripts.MutexRelease, scripts.FairRelease, scripts.SemRelease,
+	scripts.MultiRelease, scripts.RWRelease, scripts.ElectionRelease,
+)
 
 // renewalSHAs: the scripts that renew a hold (and extend it, for Extend).
-var renewalSHAs = map[string]bool{
-	scripts.MutexExtend.Hash(): true, scripts.SemExtend.Hash(): true,
-	scripts.MultiExtend.Hash(): true, scripts.RWExtend.Hash(): true,
-}
+var renewalSHAs = scriptIDs(
+	scripts.MutexExtend, scripts.SemExtend, scripts.MultiExtend, scripts.RWExtend,
+)
 
 func anyRenewal(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
@@ -497,15 +495,32 @@ var hashTag = regexp.MustCompile(`\{([^}]+)\}`)
 
 // acquireSHAs: the scripts whose loss is no clean-up's. A lost acquire is
 // followed by the caller's abandon, which must leave nothing behind.
-var acquireSHAs = map[string]bool{
-	scripts.MutexAcquire.Hash(): true, scripts.FairAcquire.Hash(): true, scripts.SemAcquire.Hash(): true,
-	scripts.MultiAcquire.Hash(): true, scripts.ElectionAcquire.Hash(): true, scripts.RWAcquire.Hash(): true,
+var acquireSHAs = scriptIDs(
+	scripts.MutexAcquire, scripts.FairAcquire, scripts.SemAcquire, scripts.MultiAcquire,
+	scripts.ElectionAcquire, scripts.RWAcquire,
+)
+
+// scriptIDs are the names a command calls each of ss by: its function
+// (FCALL) and its SHA (EVALSHA, where Functions are refused).
+func scriptIDs(ss ...*redis.Script) map[string]bool {
+	ids := make(map[string]bool, 2*len(ss))
+	for _, s := range ss {
+		ids[scripts.Function(s)], ids[s.Hash()] = true, true
+	}
+	return ids
+}
+
+// missingScript is the reply of a server without the script called
+// (NOSCRIPT, "Function not found"): it ran nothing, and dlock loads the
+// script and sends the call again.
+func missingScript(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT") || err != nil && strings.Contains(err.Error(), "Function not found")
 }
 
 func anyScript(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
 		switch c.Name() {
-		case "evalsha", "eval":
+		case "fcall", "evalsha", "eval":
 			return true
 		}
 	}

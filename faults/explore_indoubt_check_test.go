@@ -61,7 +61,7 @@ func TestInDoubt_ALockThatGaveBackAGrantIsMarked(t *testing.T) {
 	var slow atomic.Bool
 	rdb.AddHook(beforeSending(func(cmds []redis.Cmder) {
 		for _, cmd := range cmds {
-			if cmd.Name() == "evalsha" && slow.CompareAndSwap(true, false) {
+			if cmd.Name() == "fcall" && slow.CompareAndSwap(true, false) {
 				time.Sleep(ttl * 3 / 2) // applied after the TTL its sender counts from
 			}
 		}

@@ -73,7 +73,7 @@ func (f *commandFaults) becomesLateFirst(ctx context.Context, cmds []redis.Cmder
 		return false
 	}
 	args := cmds[0].Args()
-	if acquireOwner(args) == "" || argString(args[1]) == scripts.FairAcquire.Hash() || argvOf(args, 3) != "" || tombstoneOf(args) == "" {
+	if acquireOwner(args) == "" || scripts.Of(argString(args[1])) == scripts.FairAcquire || argvOf(args, 3) != "" || tombstoneOf(args) == "" {
 		return false // a FairMutex's free lock goes to its queue's head, never to a copy
 	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) >= 4*time.Second { // a waiting Lock's own wait

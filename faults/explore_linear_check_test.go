@@ -129,7 +129,7 @@ func (h *heldRelease) hold(cmds []redis.Cmder) {
 	}
 	for _, c := range cmds {
 		args := c.Args()
-		if len(args) > 3 && argString(args[1]) == scripts.MultiRelease.Hash() && slices.ContainsFunc(args[3:], func(a any) bool {
+		if len(args) > 3 && scripts.Of(argString(args[1])) == scripts.MultiRelease && slices.ContainsFunc(args[3:], func(a any) bool {
 			return argString(a) == h.key
 		}) {
 			h.armed.Store(false)

@@ -6,8 +6,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -19,7 +17,7 @@ import (
 // injected hit the clean-up, called it an orphan (traced in a replay: the
 // release of a 2.1 s hold failed, 563 ms of it left at the check). A
 // clean-up that comes back with an error now makes its lock doubtful; one
-// that met NOSCRIPT, which dlock loads and sends again, does not.
+// that met a missing script, which dlock loads and sends again, does not.
 func TestCommandFaults_AFailedCleanUpMakesItsLockDoubtful(t *testing.T) {
 	ctx := context.Background()
 	srv := startServer(t)
@@ -29,18 +27,18 @@ func TestCommandFaults_AFailedCleanUpMakesItsLockDoubtful(t *testing.T) {
 	name := lockName(t)
 	release := func() error {
 		keys := scripts.MutexReleaseLayout.Keys(lockKey(name))
-		args := []any{"evalsha", scripts.MutexRelease.Hash(), len(keys)}
+		args := []any{"fcall", scripts.Function(scripts.MutexRelease), len(keys)}
 		for _, k := range keys {
 			args = append(args, k)
 		}
 		return rdb.Do(ctx, append(args, "owner", "PUBLISH", 5000)...).Err()
 	}
 
-	if err := release(); !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		t.Fatalf("release on a server without the script: %v, want NOSCRIPT", err)
+	if err := release(); !missingScript(err) {
+		t.Fatalf("release on a server without the scripts: %v, want Function not found", err)
 	}
 	if hook.doubtful[name] {
-		t.Errorf("a release that met NOSCRIPT, which dlock sends again, made %s doubtful", name)
+		t.Errorf("a release that met a missing script, which dlock sends again, made %s doubtful", name)
 	}
 
 	srv.Kill()

@@ -201,7 +201,7 @@ func (g *grants) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (g *grants) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if args := cmd.Args(); err == nil && len(args) > 1 && argString(args[1]) == scripts.MutexAcquire.Hash() {
+		if args := cmd.Args(); err == nil && len(args) > 1 && scripts.Of(argString(args[1])) == scripts.MutexAcquire {
 			g.mu.Lock()
 			g.args = append(g.args, slices.Clone(args))
 			g.mu.Unlock()

@@ -58,7 +58,7 @@ func TestLeaseRenewals_TellHowALeaseRanOut(t *testing.T) {
 		t.Errorf("renewals told as %q, want the acquisition before the deadline, two confirmed with margins, one refused", got)
 	}
 	// The acquisition and three renewals, each sent and answered.
-	if cmds := trace.about([]string{name}, acquired.Add(-time.Second), time.Now()); strings.Count(cmds, "evalsha dlock:{"+name+"}") < 4 || strings.Count(cmds, " answered ") < 4 {
+	if cmds := trace.about([]string{name}, acquired.Add(-time.Second), time.Now()); strings.Count(cmds, "fcall dlock:{"+name+"}") < 4 || strings.Count(cmds, " answered ") < 4 {
 		t.Errorf("the lease's commands told as %q, want its acquisition and three renewals, each sent and answered", cmds)
 	}
 	if none := trace.about([]string{name + "-not"}, acquired.Add(-time.Second), time.Now()); none != " none" {

@@ -779,6 +779,7 @@ func serverFaults(ctx context.Context, env *exploreEnv, s *schedule, out *outcom
 		case "scriptflush":
 			for _, n := range every {
 				_ = n.Client().ScriptFlush(ctx).Err()
+				_ = n.Client().FunctionFlush(ctx).Err()
 			}
 		case "flushall":
 			for _, n := range every {

@@ -55,12 +55,12 @@ func (t *commandTrace) add(c tracedCmd) {
 	t.next = (t.next + 1) % tracedKept
 }
 
-// describe is cmd's name and arguments, keys first: an EVALSHA's script
-// and key count left out.
+// describe is cmd's name and arguments, keys first: an FCALL's function
+// (an EVALSHA's script) and key count left out.
 func describe(cmd redis.Cmder) string {
 	args := cmd.Args()
 	from := 1
-	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+	if n := cmd.Name(); n == "fcall" || n == "evalsha" || n == "eval" {
 		from = 3
 	}
 	var b strings.Builder
@@ -161,7 +161,7 @@ func (t *commandTrace) quickFailure(names []string, from, deadline time.Time) st
 // SCRIPT FLUSH): neither tells a renewal gone wrong.
 func timedOutOrReloaded(err error) bool {
 	return isTimeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		redis.HasErrorPrefix(err, "NOSCRIPT")
+		missingScript(err)
 }
 
 // quickFailed is how soon a renewal's error comes back for it to be no

@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -117,9 +118,9 @@ func TestScenario07_RestartAndScriptFlush(t *testing.T) {
 			restartAndWait(ttl), nil},
 		{"SIGKILL and restart, no persistence", nil,
 			restartAndWait(ttl), []string{"overlaps", "out of order"}},
-		{"SCRIPT FLUSH every 50 ms", nil, func(srv *redistest.Server) { // a holder renews through it
+		{"SCRIPT FLUSH, FUNCTION FLUSH every 50 ms", nil, func(srv *redistest.Server) { // a holder renews through it
 			for range 10 {
-				if err := srv.Client().ScriptFlush(context.Background()).Err(); err != nil {
+				if err := errors.Join(srv.Client().ScriptFlush(context.Background()).Err(), srv.Client().FunctionFlush(context.Background()).Err()); err != nil {
 					t.Error(err)
 				}
 				<-time.After(50 * time.Millisecond)

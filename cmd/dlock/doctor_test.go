@@ -287,7 +287,7 @@ func TestDoctor_TriesEveryCommandTheScriptsRun(t *testing.T) {
 	}
 	// What the lock and wake-up probes send themselves, named by Redis
 	// when refused.
-	sentDirectly := []string{"evalsha", "eval", "script|load", "publish", "subscribe", "unsubscribe", "ping", "hello"}
+	sentDirectly := []string{"fcall", "function|load", "evalsha", "eval", "script|load", "publish", "subscribe", "unsubscribe", "ping", "hello"}
 	for _, rule := range redistest.DlockACL {
 		command, ok := strings.CutPrefix(rule, "+")
 		if ok && !tried[command] && !slices.Contains(sentDirectly, command) {

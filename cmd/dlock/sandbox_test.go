@@ -22,7 +22,7 @@ func scriptsRun(t *testing.T, srv *redistest.Server) int64 {
 	}
 	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_eval:", "cmdstat_evalsha:", "cmdstat_evalsha_ro:", "cmdstat_eval_ro:"} {
+		for _, cmd := range []string{"cmdstat_fcall:", "cmdstat_eval:", "cmdstat_evalsha:", "cmdstat_evalsha_ro:", "cmdstat_eval_ro:"} {
 			if stats, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
 				calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
 				for _, c := range calls {

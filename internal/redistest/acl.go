@@ -1,17 +1,24 @@
 package redistest
 
+import "slices"
+
 // DlockACL is what dlock needs to lock on a single server: its keys and
 // channels under the default prefix, and the commands it sends or its
-// scripts run. The README grants +info too, for the policy checks. A cluster adds more (ClusterACL);
+// scripts run. Without +fcall or +function|load, dlock sends its scripts
+// by EVALSHA (EvalshaACL). The README grants +info too, for the policy checks. A cluster adds more (ClusterACL);
 // WithReplicaAck wait; a Redlock info (RedlockACL).
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
-	"+evalsha", "+script|load",
+	"+fcall", "+function|load", "+evalsha", "+script|load",
 	"+get", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
 	"+hdel", "+hget", "+hincrby", "+hlen", "+hmget", "+hset",
 	"+zadd", "+zcard", "+zcount", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore", "+zscore",
 	"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello",
 }
+
+// EvalshaACL is DlockACL without Redis Functions: dlock's rights before it
+// called them.
+var EvalshaACL = slices.DeleteFunc(slices.Clone(DlockACL), func(r string) bool { return r == "+fcall" || r == "+function|load" })
 
 // RedlockACL is DlockACL with what a Redlock's restart guard adds.
 var RedlockACL = append(append([]string(nil), DlockACL...), "+info")

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -101,25 +102,46 @@ func uncommented(line string) string {
 	return line
 }
 
+// A segment is one piece of an assembled script: a helper of a library
+// (lib is the library's text) or a part shipped whole (lib is "").
+type segment struct {
+	lib string
+	h   helper // for a part: its code alone
+}
+
 // assemble joins parts, keeping of each library only the helpers the
-// script calls, directly or through other helpers, in their order. A name
-// binds to the last definition before its use, so one pass from the end
-// finds them: each part adds what it mentions to what is needed before it.
+// script calls, directly or through other helpers, in their order.
 func assemble(parts []string) string {
-	kept := make([][]string, len(parts))
+	return joined(assembleSegments(parts))
+}
+
+func joined(segs []segment) string {
+	var b strings.Builder
+	for _, seg := range segs {
+		b.WriteString(seg.h.code)
+	}
+	return b.String()
+}
+
+// assembleSegments is what assemble joins, in order. A name binds to the
+// last definition before its use, so one pass from the end finds them:
+// each part adds what it mentions to what is needed before it.
+func assembleSegments(parts []string) []segment {
+	kept := make([][]segment, len(parts))
 	needed := make(map[string]bool)
 	for i := len(parts) - 1; i >= 0; i-- {
 		helpers, isLibrary := libraries[parts[i]]
 		if !isLibrary {
-			kept[i] = []string{parts[i]}
-			for name := range identifiers(parts[i]) {
+			uses := identifiers(parts[i])
+			kept[i] = []segment{{h: helper{code: parts[i], uses: uses}}}
+			for name := range uses {
 				needed[name] = true
 			}
 			continue
 		}
 		for j := len(helpers) - 1; j >= 0; j-- {
 			h := helpers[j]
-			if !mentionsAny(needed, h.names) {
+			if !slices.ContainsFunc(h.names, func(name string) bool { return needed[name] }) {
 				continue
 			}
 			for name := range h.uses {
@@ -128,27 +150,15 @@ func assemble(parts []string) string {
 			for _, name := range h.names { // uses before it bind to an earlier one
 				delete(needed, name)
 			}
-			kept[i] = append(kept[i], h.code)
+			kept[i] = append(kept[i], segment{lib: parts[i], h: h})
 		}
 	}
-	var b strings.Builder
+	var segs []segment
 	for i, part := range kept {
 		if _, isLibrary := libraries[parts[i]]; isLibrary {
-			for j := len(part) - 1; j >= 0; j-- { // kept from the end
-				b.WriteString(part[j])
-			}
-			continue
+			slices.Reverse(part) // kept from the end
 		}
-		b.WriteString(part[0])
+		segs = append(segs, part...)
 	}
-	return b.String()
-}
-
-func mentionsAny(needed map[string]bool, names []string) bool {
-	for _, name := range names {
-		if needed[name] {
-			return true
-		}
-	}
-	return false
+	return segs
 }

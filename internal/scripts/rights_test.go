@@ -10,7 +10,7 @@ import (
 
 // An acquire's rights_refused (common.lua) must check every command its lock
 // type's scripts run on keys, before it writes anything: one it missed
-// could be refused part-way through a later script (see withRights).
+// could be refused part-way through a later script (see rightsFor).
 func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 	listed := regexp.MustCompile(`local SCRIPT_COMMANDS = \{(.*?)\}`)
 	run := regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)

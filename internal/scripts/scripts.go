@@ -3,10 +3,12 @@
 // The KEYS of each script are in the order of its Layout (layout.go),
 // which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
 //
-// Scripts run by SHA (EVALSHA). A server that answers NOSCRIPT (after
-// SCRIPT FLUSH, a restart, or a failover to a node that never ran them) is
-// sent the script's companions (see Companions) in one round trip, and the
-// call again: dlock's evalsha.go does that, in one place.
+// The scripts are also the functions of one Redis Functions library
+// (Library, library.go), which dlock calls by FCALL: a server without it
+// is sent it, and the call again, in one round trip. Where Functions are
+// refused, scripts run by SHA (EVALSHA), and a server that answers
+// NOSCRIPT is sent the script's companions (see Companions). dlock's
+// evalsha.go does both, in one place.
 //
 // Redis scripts cannot import one another, so what several scripts share is
 // prepended to them here, each script getting only the helpers it calls
@@ -163,11 +165,14 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 // of the prelude and libraries that it calls (see assemble): Redis runs a
 // script's whole text at every call, and each function defined costs then.
 // An acquire's rights_refused checks the commands it runs and those of
-// others (see withRights).
+// others (see rightsFor).
 func script(others []*redis.Script, parts ...string) *redis.Script {
-	src := withRights(assemble(append([]string{prelude}, parts...)), others)
+	segs := assembleSegments(append([]string{prelude}, parts...))
+	rights := rightsFor(joined(segs), others)
+	src := strings.Replace(joined(segs), rightsList, rights, 1)
 	s := redis.NewScript(src)
 	sources[s] = src
+	assembled[s] = assembly{segs, rights, others != nil}
 	return s
 }
 
@@ -200,7 +205,7 @@ func scriptOnParts(part, tail Layout, others []*redis.Script, parts ...string) *
 }
 
 // rightsList is the list of commands rights_refused (common.lua) checks,
-// as written there, for withRights to fill.
+// as written there, for rightsFor to fill.
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
 // scriptCommand finds a command a script runs on keys, by its name in
@@ -209,16 +214,16 @@ const rightsList = "local SCRIPT_COMMANDS = {}"
 // key.
 var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 
-// withRights fills rights_refused's list in src, where src has it: the
+// rightsFor is rights_refused's list filled for src, where src has it: the
 // commands src and others run on keys. A lease runs its type's other
 // scripts after the acquire, and Redis does not undo a script's writes
 // when a later command in it is refused: checked at the acquire, a missing
 // right refuses the lock before anything is written. Checking only the
 // type's commands, not every script's, spares a restricted user's acquire
 // the checks of the others.
-func withRights(src string, others []*redis.Script) string {
+func rightsFor(src string, others []*redis.Script) string {
 	if !strings.Contains(src, rightsList) {
-		return src
+		return rightsList
 	}
 	names := commandsRun(src)
 	for _, other := range others {
@@ -226,7 +231,7 @@ func withRights(src string, others []*redis.Script) string {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	return strings.Replace(src, rightsList, "local SCRIPT_COMMANDS = {'"+strings.Join(names, "', '")+"'}", 1)
+	return "local SCRIPT_COMMANDS = {'" + strings.Join(names, "', '") + "'}"
 }
 
 // commandsRun are the commands src runs on keys, in lowercase, as ACL

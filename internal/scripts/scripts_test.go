@@ -27,7 +27,43 @@ func setup(t *testing.T) (context.Context, *redis.Client) {
 	rdb := redistest.Start(t).Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
+	if err := rdb.FunctionLoadReplace(ctx, Library).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(asFunctions{})
 	return ctx, rdb
+}
+
+// asFunctions sends the scripts' EVALSHA commands (Script.Run's) as FCALL
+// of their functions in Library, as dlock does: the tests here run the
+// scripts as dlock runs them. EVALSHA runs the same text, the helpers
+// defined at every call.
+type asFunctions struct{}
+
+func (asFunctions) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (asFunctions) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		asFunction(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (asFunctions) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			asFunction(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func asFunction(cmd redis.Cmder) {
+	if args := cmd.Args(); cmd.Name() == "evalsha" {
+		if s := Of(args[1].(string)); s != nil {
+			args[0], args[1] = "fcall", Function(s)
+		}
+	}
 }
 
 func acquire(t *testing.T, ctx context.Context, rdb *redis.Client, owner string) []int64 {

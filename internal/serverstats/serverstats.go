@@ -76,3 +76,24 @@ func CPU(ctx context.Context, rdb *redis.Client) (float64, error) {
 	user, err := Field(ctx, rdb, "cpu", "used_cpu_user")
 	return sys + user, err
 }
+
+// CommandStat reads one field (calls, usec, usec_per_call) of cmd's line
+// of a standalone server's INFO commandstats; 0 when cmd has not run.
+func CommandStat(ctx context.Context, rdb *redis.Client, cmd, field string) (float64, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(stats, ",") {
+			if name, value, _ := strings.Cut(f, "="); name == field {
+				return strconv.ParseFloat(value, 64)
+			}
+		}
+	}
+	return 0, nil
+}

@@ -1,0 +1,40 @@
+package scripts
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every script is a function of the library, which loads (setup loads it
+// for every test here, and runs the scripts as FCALL of their functions).
+func TestLibrary_HasAFunctionPerScript(t *testing.T) {
+	for s := range sources {
+		if Function(s) == "" || Of(Function(s)) != s || Of(s.Hash()) != s {
+			t.Errorf("script %s has no function in the library", s.Hash())
+		}
+		if !strings.HasPrefix(Function(s), LibraryName+"_") {
+			t.Errorf("function %s is not named after its library %s: two versions' would clash", Function(s), LibraryName)
+		}
+	}
+	if !strings.HasPrefix(Library, "#!lua name="+LibraryName+"\n") {
+		t.Errorf("the library starts %.60q", Library)
+	}
+}
+
+// A function's helpers outlive its calls, and the tables they keep would
+// too: each call starts them empty, as an EVALSHA script does. Here the
+// server's clock, read once per call: with the fencing counter gone, a
+// token is the clock in µs, and the second acquire's is later.
+func TestLibrary_EachCallReadsTheClockAnew(t *testing.T) {
+	ctx, rdb := setup(t)
+	first := acquire(t, ctx, rdb, tok("a"))
+	if first[0] != 1 || release(t, ctx, rdb, tok("a")) != 1 {
+		t.Fatalf("acquire %v", first)
+	}
+	if err := rdb.Del(ctx, fenceKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if second := acquire(t, ctx, rdb, tok("b")); second[0] != 1 || second[1] <= first[1] {
+		t.Fatalf("the second acquire %v, the first's token %d: the clock was not read anew", second, first[1])
+	}
+}

@@ -1,0 +1,112 @@
+package dlock
+
+import (
+	"log/slog"
+	"time"
+)
+
+// leaseState is where a lease is in its life. It changes only under the
+// lease's mu, and only by a step leaseSteps allows (see Lease.step).
+type leaseState uint8
+
+const (
+	// leaseUnconfirmed: the grant arrived late (see startLease): no
+	// deadline timer nor renewals until confirmGrant extends it.
+	leaseUnconfirmed leaseState = iota
+	// leaseHandedOver: unconfirmed, and granted by a release's hand-over,
+	// its deadline counted from the waiter's last attempt, the hand-over's
+	// moment being unknown: confirmGrant does not judge it by it.
+	leaseHandedOver
+	leaseHeld      // running: its deadline timer, and its renewals if auto-renewed
+	leaseReleasing // an Unlock sent its release: renewals stop counting
+	leaseEnding    // end has begun: only its first call counts
+	leaseEnded     // released or lost: err says which
+	// leaseReleased: ended, and a release of ours succeeded (of a lease
+	// lost first too): another Unlock is refused, as the release's mark
+	// would make a second release look like a resent first one.
+	leaseReleased
+)
+
+// leaseSteps are the legal steps, as bit sets of the states each state
+// may go to: a lease ends from any state before leaseEnding, and only an
+// Unlock that released marks it released.
+var leaseSteps = [...]uint8{
+	leaseUnconfirmed: 1<<leaseHandedOver | 1<<leaseHeld | 1<<leaseReleasing | 1<<leaseEnding,
+	leaseHandedOver:  1<<leaseHeld | 1<<leaseReleasing | 1<<leaseEnding,
+	leaseHeld:        1<<leaseReleasing | 1<<leaseEnding,
+	leaseReleasing:   1 << leaseEnding,
+	leaseEnding:      1 << leaseEnded,
+	leaseEnded:       1 << leaseReleased,
+	leaseReleased:    0,
+}
+
+// step moves the lease to next if leaseSteps allows it from where it is,
+// and reports whether it did; l.mu must be held, or the lease not shared.
+func (l *Lease) step(next leaseState) bool {
+	if leaseSteps[l.state]&(1<<next) == 0 {
+		return false
+	}
+	l.state = next
+	return true
+}
+
+func (l *Lease) finished() bool { return l.state >= leaseEnded }
+
+// releasing reports whether an Unlock began or the lease is ending: its
+// renewals no longer count.
+func (l *Lease) releasing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state >= leaseReleasing
+}
+
+// leaseRules are what the leases of one handle (or RedlockMutex) have in
+// common.
+type leaseRules struct {
+	log     *slog.Logger
+	drift   float64
+	slack   time.Duration // given up besides TTL × drift (a Redlock's 2 ms)
+	renew   bool          // renewed automatically (a MultiLock's, through its parts): AtRisk watches its renewals
+	renewer *renewer      // its Client's, whose Close stops its renewals; nil for a Redlock's
+	heldKey any           // what Lease.Context carries the hold under (see ownerFor); nil but for a read-write lock
+}
+
+// renewalsStopped reports whether renewals stopped for good (the Client
+// was closed): a lease then runs out rather than fails.
+func (r *leaseRules) renewalsStopped() bool {
+	if r.renewer == nil {
+		return false
+	}
+	r.renewer.mu.Lock()
+	defer r.renewer.mu.Unlock()
+	return r.renewer.closed
+}
+
+// leaseSignals are what a lease tells, and to whom, under its mu: made on
+// first use, as most leases are unlocked with nobody waiting on them.
+type leaseSignals struct {
+	done  chan struct{} // made by the first Done, closed once finished
+	risk  chan struct{} // made by the first AtRisk, closed once risky
+	onEnd map[*func(error)]struct{}
+	whole *partsHold // of a MultiLock's part: the whole, whose deadline and risk follow the parts'
+	risky bool       // at risk (see AtRisk), or lost
+}
+
+// signal is l's signals, made if need be; l.mu must be held.
+func (l *Lease) signal() *leaseSignals {
+	if l.signals == nil {
+		l.signals = &leaseSignals{}
+	}
+	return l.signals
+}
+
+// risky reports whether the lease is at risk or lost; l.mu must be held.
+func (l *Lease) risky() bool { return l.signals != nil && l.signals.risky }
+
+// whole is the MultiLock's hold l is a part of, if any; l.mu must be held.
+func (l *Lease) whole() *partsHold {
+	if l.signals == nil {
+		return nil
+	}
+	return l.signals.whole
+}
