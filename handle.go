@@ -180,13 +180,16 @@ var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}
 
 // scriptHead is how a command of script starts: FCALL and its function,
 // or EVALSHA and its SHA for a script not in dlock's library.
-func scriptHead(script *redis.Script) (name string, id any) {
+func scriptHead(script *redis.Script) (name, id any) {
 	ids := boxedIDsOf(script)
 	if ids[0] == nil {
-		return "evalsha", ids[1]
+		return boxedEvalsha, ids[1]
 	}
-	return "fcall", ids[0]
+	return boxedFcall, ids[0]
 }
+
+// The command names, boxed once: a string variable put in an argv allocates.
+var boxedFcall, boxedEvalsha any = "fcall", "evalsha"
 
 // boxedHash is script's SHA, boxed once.
 func boxedHash(script *redis.Script) any {
