@@ -95,3 +95,22 @@ func TestJSONOutputs_EscapeEveryRuneThatDoesNotPrint(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36: a command that cannot start is named escaped, and a huge name
+// (of the command or the lock) is cut in the message, not echoed whole.
+func TestRun_AnUnstartableCommandOrAHugeNameIsNamedEscapedAndCut(t *testing.T) {
+	url, _ := testRedis(t)
+	for _, command := range []string{"/bin/sl\x1b[31meep", "sl\x1b[31meep"} {
+		code, _, stderr := runDlock(t, url, "run", "x", "--", command)
+		if code != exitNotFound {
+			t.Fatalf("%q: exit %d, want %d\n%s", command, code, exitNotFound, stderr)
+		}
+		noControl(t, fmt.Sprintf("run -- %q", command), stderr)
+	}
+	huge := strings.Repeat("a", 100_000)
+	for _, args := range [][]string{{"run", "x", "--", huge}, {"run", huge, "--", "true"}} {
+		if _, _, stderr := runDlock(t, url, args...); len(stderr) > 1000 {
+			t.Fatalf("%d bytes said of a name of %d: %.200s…", len(stderr), len(huge), stderr)
+		}
+	}
+}

@@ -19,13 +19,17 @@ import (
 // subreaper of the command's processes, so that every one of them stays
 // below it whatever group or session it moves to, and it exits once none
 // is left: dlock holds the lock until then. It kills them all when dlock
-// dies, even by SIGKILL (it sees dlock's end of a pipe close), when dlock
-// tells it the lock is lost, and at the lease's deadline, which dlock tells
-// it at each renewal, should dlock stop renewing (SIGSTOP) without dying.
+// dies, even by SIGKILL (it sees dlock's end of a pipe close), and at the
+// lease's deadline, which dlock tells it at each renewal, should dlock stop
+// renewing (SIGSTOP, ^Z) without dying. Job control does not stop it. It
+// tells dlock when the command's main process stops or exits.
 type guard struct {
-	pipe     *os.File  // the write end; the guard reads the other
-	child    *os.File  // the read end, dlock's copy until the guard has started
-	deadline time.Time // the last one told
+	pipe     *os.File    // the write end; the guard reads the other
+	child    *os.File    // the read end, dlock's copy until the guard has started
+	reports  *os.File    // the read end of the guard's reports
+	report   *os.File    // its write end, dlock's copy until the guard has started
+	deadline time.Time   // the last one told
+	said     chan string // the guard's reports: "stopped", "exited N"
 }
 
 // heldEnv, set in the environment of a command dlock starts, makes main run
@@ -54,6 +58,12 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
+	reports, report, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, err
+	}
 	mode := "hold"
 	if releaseOnExit {
 		mode = "release"
@@ -61,17 +71,25 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	cmd.Args = append([]string{"dlock-guard", cmd.Path}, cmd.Args...) // as ps -f shows it
 	cmd.Path = self
 	cmd.Env = append(cmd.Env, heldEnv+"="+mode)
-	cmd.ExtraFiles = []*os.File{r} // its descriptor 3
-	return &guard{pipe: w, child: r}, nil
+	cmd.ExtraFiles = []*os.File{r, report} // its descriptors 3 and 4
+	return &guard{pipe: w, child: r, reports: reports, report: report, said: make(chan string, 1)}, nil
 }
 
-// started closes dlock's copy of the guard's end, once cmd has started or
-// failed to: the pipe then closes when dlock dies.
-func (g *guard) started() { g.child.Close() }
+// started closes dlock's copies of the guard's ends, once cmd has started
+// or failed to: the pipe then closes when dlock dies, and the reports when
+// the guard does.
+func (g *guard) started() {
+	g.child.Close()
+	g.report.Close()
+	go func() {
+		lines := bufio.NewScanner(g.reports)
+		for lines.Scan() {
+			g.said <- lines.Text()
+		}
+	}()
+}
 
-func (g *guard) run()  { g.send("run") }
-func (g *guard) term() { g.send("term") }
-func (g *guard) kill() { g.send("kill") }
+func (g *guard) run() { g.send("run") }
 
 // tell gives the guard the lease's deadline, if it moved.
 func (g *guard) tell(deadline time.Time) {
@@ -84,17 +102,22 @@ func (g *guard) tell(deadline time.Time) {
 // send writes a word; once the guard has exited, nobody reads it.
 func (g *guard) send(line string) { _, _ = g.pipe.WriteString(line + "\n") }
 
-func (g *guard) close() { g.pipe.Close() }
+func (g *guard) close() {
+	g.pipe.Close()
+	g.reports.Close()
+}
 
 // guardCommand is the guard's life: os.Args holds the command's path, then
-// its arguments; dlock's words come on descriptor 3. It exits with the
-// command's exit code (128+N for signal N).
+// its arguments; dlock's words come on descriptor 3, and its reports go to
+// descriptor 4. It exits with the command's exit code (128+N for signal N).
 func guardCommand() int {
 	// The terminal's ^C, a kill 0 of the command's, and what dlock passes
 	// on reach the guard too: they are the command's to act on.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	nameProcess("dlock-guard")
 	syscall.CloseOnExec(3) // dlock's word is not the command's
+	syscall.CloseOnExec(4)
 	words := make(chan string)
 	go func() {
 		lines := bufio.NewScanner(os.NewFile(3, "dlock"))
@@ -112,7 +135,7 @@ func guardCommand() int {
 	}
 	for word := range words {
 		if word == "run" {
-			return superviseCommand(words, expiry, expire)
+			return superviseCommand(words, signals, expiry, expire)
 		}
 		expire(word)
 	}
@@ -121,7 +144,7 @@ func guardCommand() int {
 
 // superviseCommand runs the command and acts on dlock's words until every
 // process of it has ended (only the main one with --release-on-exit).
-func superviseCommand(words <-chan string, expiry *time.Timer, expire func(string)) int {
+func superviseCommand(words <-chan string, signals <-chan os.Signal, expiry *time.Timer, expire func(string)) int {
 	hold := os.Getenv(heldEnv) == "hold"
 	if hold {
 		becomeSubreaper()
@@ -129,85 +152,102 @@ func superviseCommand(words <-chan string, expiry *time.Timer, expire func(strin
 	cmd := &exec.Cmd{Path: os.Args[1], Args: os.Args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(os.Stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
 		}
 		return exitCannotRun
 	}
-	ended := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		if hold {
-			reapAll()
-			waitForGroup()
-		}
-		close(ended)
-	}()
+	// Once the command has started, which would inherit them: a guard
+	// stopped by ^Z or by writing to a terminal (stty tostop), or killed
+	// by writing to a closed pipe, could not kill at the deadline.
+	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
+	reports := os.NewFile(4, "reports")
+	ended := make(chan int)
+	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
+	group := os.Getpid()
 	for {
 		select {
-		case <-ended:
-			return exitCode(cmd)
+		case code := <-ended:
+			return code
 		case word, ok := <-words:
 			switch {
 			case !ok: // dlock died
 				words = nil
-				killAll()
-			case word == "term":
-				signalAll(syscall.SIGTERM)
-				signalAll(syscall.SIGCONT) // a stopped process acts on it
-			case word == "kill":
-				killAll()
+				killAll(group)
 			default:
 				expire(word)
 			}
+		case sig := <-signals:
+			passOut(group, sig.(syscall.Signal))
 		case <-expiry.C:
-			fmt.Fprintln(os.Stderr, "dlock run: the lock's deadline passed and dlock did not renew it; killing the command")
-			killAll()
+			killAll(group)
+			fmt.Fprintln(os.Stderr, "dlock run: the lock's deadline passed and dlock did not renew it; killed the command")
 		}
 	}
 }
 
-// reapAll reaps the guard's children, the orphans of the command's
-// processes among them, until it has none: all have ended.
-func reapAll() {
+// reap reaps the guard's children as they end, the orphans of the
+// command's processes among them, until none is left (only the main one,
+// main, with --release-on-exit), and returns main's exit code. It reports
+// to dlock when main stops and when it exits.
+func reap(main int, hold bool, reports *os.File) int {
+	code := exitCannotRun
 	for {
 		var status syscall.WaitStatus
-		if _, err := syscall.Wait4(-1, &status, 0, nil); err != nil && err != syscall.EINTR {
-			return
+		pid, err := syscall.Wait4(-1, &status, syscall.WUNTRACED, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			break // no child left
+		}
+		if pid != main {
+			continue
+		}
+		if status.Stopped() {
+			fmt.Fprintln(reports, "stopped")
+			continue
+		}
+		code = statusCode(status)
+		if !hold {
+			return code
+		}
+		fmt.Fprintln(reports, "exited", code)
+	}
+	waitForGroup()
+	return code
+}
+
+// passOut passes sig, which reached the command's group, on to the
+// processes of the command out of it (setsid): ^C, or a signal sent to
+// dlock, reaches every process of the command. SIGCONT after it, as
+// signalGroup does.
+func passOut(group int, sig syscall.Signal) {
+	for _, pid := range commandProcesses(group) {
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != group {
+			_ = syscall.Kill(pid, sig)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
 }
 
-// killAll kills every process of the command.
-func killAll() {
-	killBelow()
-	signalOwnGroup(syscall.SIGKILL)
-}
-
-// signalAll sends sig to every process of the command.
-func signalAll(sig syscall.Signal) {
-	signalBelow(sig)
-	signalOwnGroup(sig)
-}
-
-// killBelow kills every process below this one, in rounds: a process
-// forked meanwhile comes up to this one, its subreaper, when its parent is
-// killed. It returns once no process below is left that it may kill.
-func killBelow() {
-	for signalBelow(syscall.SIGKILL) > 0 {
+// killAll kills every process of the command, in rounds: a process forked
+// meanwhile comes up to the subreaper when its parent is killed. It
+// returns once no process is left that it may kill.
+func killAll(group int) {
+	for signalAll(group, syscall.SIGKILL) > 0 {
 		time.Sleep(time.Millisecond) // for the killed to become zombies
 	}
 }
 
-// signalBelow sends sig to every process below this one, and returns to
-// how many it did.
-func signalBelow(sig syscall.Signal) int {
-	n := 0
-	for _, pid := range descendants(os.Getpid()) {
-		if syscall.Kill(pid, sig) == nil {
-			n++
-		}
+// startError is why the command did not start, its name escaped and its
+// middle cut when long: the name is the caller's, and may hold control
+// characters or be huge.
+func startError(err error) string {
+	text := err.Error()
+	if len(text) > 300 {
+		text = clip(text, 200) + "…" + text[len(text)-80:]
 	}
-	return n
+	return printable(text)
 }

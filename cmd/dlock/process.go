@@ -61,7 +61,8 @@ func startCommand(cmd *exec.Cmd, tty int) error {
 
 // signalGroup sends sig to group pgid, and SIGCONT after it: a command
 // stopped (by ^Z, or by reading a terminal it does not own) would
-// otherwise not act on sig until someone continued it.
+// otherwise not act on sig until someone continued it. The guard, in the
+// group, passes it on to the processes that left the group.
 func signalGroup(pgid int, sig syscall.Signal) {
 	_ = syscall.Kill(-pgid, sig)
 	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {

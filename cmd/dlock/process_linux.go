@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 )
 
 // becomeSubreaper makes this process, dlock or the guard, the parent of
@@ -19,11 +19,14 @@ func becomeSubreaper() {
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, <linux/prctl.h>
 
-// descendants are the living processes below process root, found by their
-// parents in /proc. Zombies are left out: they run no more.
-func descendants(root int) []int {
+// commandProcesses are the living processes of the command but this one,
+// dlock or the guard: those below it, found by their parents in /proc, and
+// those of the command's process group, which --release-on-exit leaves to
+// init. Zombies are left out: they run no more.
+func commandProcesses(group int) []int {
 	entries, _ := os.ReadDir("/proc")
 	children := map[int][]int{}
+	var inGroup []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -33,43 +36,54 @@ func descendants(root int) []int {
 		if err != nil {
 			continue // ended meanwhile
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[0] == "Z" {
+		if len(fields) < 3 || fields[0] == "Z" {
 			continue
 		}
 		if ppid, err := strconv.Atoi(fields[1]); err == nil {
 			children[ppid] = append(children[ppid], pid)
 		}
+		if pgrp, err := strconv.Atoi(fields[2]); err == nil && pgrp == group {
+			inGroup = append(inGroup, pid)
+		}
 	}
-	var below []int
-	for next := []int{root}; len(next) > 0; {
+	self := os.Getpid()
+	var all []int
+	for next := []int{self}; len(next) > 0; {
 		pid := next[0]
 		next = append(next[1:], children[pid]...)
-		below = append(below, children[pid]...)
+		all = append(all, children[pid]...)
 	}
-	return below
+	for _, pid := range inGroup {
+		if pid != self && !slices.Contains(all, pid) {
+			all = append(all, pid)
+		}
+	}
+	return all
+}
+
+// signalAll sends sig to every process of the command but this one, and
+// returns to how many it did.
+func signalAll(group int, sig syscall.Signal) int {
+	n := 0
+	for _, pid := range commandProcesses(group) {
+		if syscall.Kill(pid, sig) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// processName is the name ps shows for process pid (its comm).
+func processName(pid int) string {
+	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSuffix(string(comm), "\n")
 }
 
 // waitForGroup has nothing to wait for here: the processes the command
-// left are the guard's children, reaped by reapAll.
+// left are the guard's children, which it reaps as they end.
 func waitForGroup() {}
-
-// signalOwnGroup does nothing here: the processes of the command's group
-// are all below the guard, their subreaper.
-func signalOwnGroup(syscall.Signal) {}
-
-// commandStopped says whether process pid has stopped (^Z, or reading a
-// terminal it does not own), taking that news from the kernel. waitid
-// without WEXITED leaves the exit for os/exec's Wait.
-func commandStopped(pid int) bool {
-	var info [128]byte // siginfo_t; si_signo first, SIGCHLD when pid has stopped
-	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
-		syscall.WSTOPPED|syscall.WNOHANG, 0, 0)
-	return errno == 0 && *(*int32)(unsafe.Pointer(&info[0])) == int32(syscall.SIGCHLD)
-}
-
-const pPID = 1 // P_PID, <linux/wait.h>
 
 // suspend follows the command's stop on ^Z: dlock stops too, as the shell's
 // job it is, and when continued resumes the command, with the terminal if

@@ -12,13 +12,19 @@ import (
 // processes go to init, out of the guard's reach.
 func becomeSubreaper() {}
 
-// descendants finds none here, without /proc: the guard signals the
-// command's process group instead (signalOwnGroup).
-func descendants(int) []int { return nil }
+// commandProcesses finds none here, without /proc: signalAll signals the
+// command's process group instead.
+func commandProcesses(int) []int { return nil }
 
-// signalOwnGroup sends sig to the command's process group, which the guard
-// leads (its id is the guard's pid): the guard too while it is in it.
-func signalOwnGroup(sig syscall.Signal) { _ = syscall.Kill(-os.Getpid(), sig) }
+func processName(int) string { return "" }
+
+// signalAll sends sig to the command's process group, the caller too if
+// it is in it: without /proc, the processes that left the group are out
+// of reach. It cannot count them: it returns 0.
+func signalAll(group int, sig syscall.Signal) int {
+	_ = syscall.Kill(-group, sig)
+	return 0
+}
 
 // waitForGroup waits, once the command's main process has exited, for the
 // rest of its process group: the processes it left, which no subreaper
@@ -33,10 +39,6 @@ func waitForGroup() {
 		time.Sleep(50 * time.Millisecond) // nothing tells a process when a group empties
 	}
 }
-
-// commandStopped says false here: dlock does not follow the command's
-// stops, and ^Z stops the command alone.
-func commandStopped(int) bool { return false }
 
 func suspend(int, int) {}
 

@@ -38,17 +38,21 @@ every process it started. The lock is held until every process the command
 started has exited: a command that leaves a process running in the
 background (sh -c 'worker &'), even out of its group (setsid, a job of a
 shell with set -m; on Linux only), keeps the lock until it ends, as
-flock(1) does through the descriptor they inherit. --release-on-exit releases when the command's
-main process exits instead. On a terminal of which dlock is in the
-foreground, the command gets the terminal (it reads it, ^C reaches it) and
-dlock takes it back after. On Linux ^Z stops dlock with the command, as one
-job, and fg resumes both; the lock is not renewed while dlock is stopped.
-Elsewhere ^Z stops only the command.
+flock(1) does through the descriptor they inherit. --release-on-exit
+releases when the command's main process exits instead. On a terminal of
+which dlock is in the foreground, the command gets the terminal (it reads
+it, ^C reaches it) and dlock takes it back after. On Linux ^Z stops dlock
+with the command, as one job, and fg resumes both; the lock is not renewed
+while dlock is stopped: stopped past the TTL, the run is lost, and the
+guard kills every process of the command at the lease's deadline. Elsewhere
+^Z stops only the command. Once the main process has exited, dlock says
+which processes it still holds the lock for.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
 dies, even by kill -9, and at the lease's deadline if dlock stops renewing
-the lock (SIGSTOP), so that none of it runs on without the lock. On Linux
+the lock (SIGSTOP, ^Z), so that none of it runs on without the lock; no
+job control stops the guard, and on a loss dlock kills them too. On Linux
 the guard is their subreaper: none escapes it, whatever group or session
 it moves to. Elsewhere it reaches only the command's process group. Both
 dlock and the guard killed, the command runs on, and the lock expires
@@ -61,7 +65,8 @@ else may hold the lock from then on. With Redis unreachable, the command
 gets SIGTERM --kill-grace before that deadline (but not before renewals
 have failed for half the TTL), to stop cleanly. Either way dlock exits 76
 once the command has. Not acquired within --wait: exit 75. SIGINT, SIGTERM
-and SIGHUP sent to dlock are passed on to the command's group; while dlock
+and SIGHUP sent to dlock are passed on to every process of the command,
+as ^C is, those out of its group too (on Linux); while dlock
 waits for the lock they withdraw it from the queue and dlock exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
@@ -192,6 +197,10 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, stopSignals...)
 	defer signal.Stop(signals)
+	// A closed output (dlock run … | head) must not kill dlock before it
+	// exits with the command's code or 76. Caught, not ignored: the
+	// command gets the default back at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	holder, err := runHolderInfo(command, s.info)
 	if err != nil {
@@ -293,6 +302,15 @@ func runHolderInfo(command []string, note string) (dlock.HolderInfo, error) {
 		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", dlock.MaxHolderInfo)
 	}
 	return info, nil
+}
+
+// quoteCut is name quoted, cut to 100 bytes: one refused for its length
+// may be huge.
+func quoteCut(name string) string {
+	if len(name) > 100 {
+		return strconv.Quote(clip(name, 100)) + "…"
+	}
+	return strconv.Quote(name)
 }
 
 // clip cuts s to at most n bytes, at a rune boundary.
@@ -456,7 +474,7 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 	}
 	text := errText(err)
 	if !strings.Contains(text, strconv.Quote(name)) {
-		text = strconv.Quote(name) + ": " + text
+		text = quoteCut(name) + ": " + text
 	}
 	fmt.Fprintf(out.stderr, "dlock run: %s\n", text)
 	return exitCodeOf(ctx, err)
@@ -495,7 +513,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	err = startCommand(cmd, tty)
 	guard.started()
 	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock run: %v\n", err)
+		fmt.Fprintf(out.stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound, false
 		}
@@ -511,13 +529,6 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	guard.tell(lease.Deadline())
 	pauseBeforeWatch(group)
 	guard.run()
-	var childChanged <-chan os.Signal // SIGCHLD, while the command has the terminal
-	if tty >= 0 {
-		sigchld := make(chan os.Signal, 1)
-		signal.Notify(sigchld, syscall.SIGCHLD)
-		defer signal.Stop(sigchld)
-		childChanged = sigchld
-	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -529,15 +540,25 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	defer tick.Stop()
 	warnBefore := min(s.grace, s.ttl/2)
 	lost := lease.Done()
+	// A tick TTL/3 late (they come every TTL/10 at most) says dlock was
+	// stopped, or starved of CPU: a deadline that passed then is not
+	// Redis's doing.
+	lastTick, stalled := time.Now(), false
+	loss := func() string {
+		if (stalled || time.Since(lastTick) > s.ttl/3) && errors.Is(lease.Err(), dlock.LossUnreachable) {
+			return "no renewal went out before the lease's deadline: dlock was stopped"
+		}
+		return errText(lease.Err())
+	}
 	for {
 		select {
 		case <-exited:
 			code = exitCode(cmd)
 			if !s.releaseOnExit {
-				killBelow() // left by a guard killed alone
+				killAll(group) // left by a guard killed alone
 			}
 			if lease.Err() != nil && lost != nil {
-				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, errText(lease.Err()))
+				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, loss())
 			}
 			if lease.Err() != nil || stopped {
 				return exitLost, true
@@ -545,39 +566,69 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			return code, false
 		case sig := <-signals:
 			signalGroup(group, sig.(syscall.Signal))
-		case <-childChanged:
-			if commandStopped(cmd.Process.Pid) {
+		case report := <-guard.said:
+			if report == "stopped" && tty >= 0 {
 				suspend(tty, group)
+			} else if exit, ok := strings.CutPrefix(report, "exited "); ok {
+				sayHolding(name, exit, cmd.Process.Pid, group, out)
 			}
 		case <-tick.C:
+			stalled = time.Since(lastTick) > s.ttl/3 // the loss that follows a stop comes with this tick
+			lastTick = time.Now()
 			deadline := lease.Deadline()
 			guard.tell(deadline)
 			if left := time.Until(deadline); !stopped && left <= warnBefore && lease.Err() == nil {
+				signalGroup(group, syscall.SIGTERM)
 				fmt.Fprintf(out.stderr, "dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
 					name, left.Round(time.Millisecond))
-				guard.term()
 				stopped = true
 			}
 		case <-lost:
 			// Someone may hold the lock already: nothing of the command
-			// may run on, not even for --kill-grace.
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); killing the command\n", name, errText(lease.Err()))
-			guard.kill()
+			// may run on, not even for --kill-grace. dlock kills it itself,
+			// the guard too: a stopped guard would kill nothing.
+			killAll(group)
+			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); killed the command\n", name, loss())
 			lost, stopped = nil, true
 		}
 	}
 }
 
+// sayHolding says, once the command's main process has exited with code
+// exit, which of its processes the run holds the lock for.
+func sayHolding(name, exit string, guard, group int, out *output) {
+	left := slices.DeleteFunc(commandProcesses(group), func(pid int) bool { return pid == guard })
+	if len(left) == 0 {
+		return
+	}
+	listed := make([]string, 0, 5)
+	for _, pid := range left[:min(len(left), 5)] {
+		listed = append(listed, fmt.Sprintf("%d %s", pid, printable(processName(pid))))
+	}
+	if len(left) > 5 {
+		listed = append(listed, "…")
+	}
+	runs := "1 process of it runs"
+	if len(left) > 1 {
+		runs = fmt.Sprintf("%d processes of it run", len(left))
+	}
+	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q while %s: %s\n", exit, name, runs, strings.Join(listed, ", "))
+}
+
 // exitCode is the shell's view of how the command ended.
 func exitCode(cmd *exec.Cmd) int {
-	state := cmd.ProcessState
-	if state == nil {
-		return exitCannotRun
+	if state := cmd.ProcessState; state != nil {
+		return statusCode(state.Sys().(syscall.WaitStatus))
 	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	return exitCannotRun
+}
+
+// statusCode is the shell's view of a wait status.
+func statusCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return state.ExitCode()
+	return ws.ExitStatus()
 }
 
 // pauseBeforeWatchEnv names a file to which dlock, started by a test, writes

@@ -519,6 +519,9 @@ func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
 			if code := p.wait(t, 30*time.Second); code != exitLost {
 				t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 			}
+			if strings.Contains(p.stderr.String(), "dlock was stopped") {
+				t.Fatalf("Redis %s blamed on a stop of dlock:\n%s", how, &p.stderr)
+			}
 			// The command ends at once on SIGTERM: dlock has nothing left to
 			// wait for.
 			took := time.Since(cut)

@@ -160,7 +160,8 @@ func TestRun_ACommandIgnoringSIGTERMEndsAtTheLeasesDeadline(t *testing.T) {
 }
 
 // Issue 36.1: dlock stopped (SIGSTOP) renews nothing: the command is killed
-// at the lease's deadline all the same, and dlock, continued, exits 76.
+// at the lease's deadline all the same, and dlock, continued, exits 76,
+// saying it was stopped rather than blaming Redis.
 func TestRun_AStoppedDlockLetsNoCommandRunPastTheDeadline(t *testing.T) {
 	url, _ := testRedis(t)
 	ready := fifo(t, "ready")
@@ -176,6 +177,10 @@ func TestRun_AStoppedDlockLetsNoCommandRunPastTheDeadline(t *testing.T) {
 	}
 	if code := p.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+	}
+	// Redis was up all along: the loss is dlock's stop, and says so.
+	if want := "dlock was stopped"; !strings.Contains(p.stderr.String(), want) {
+		t.Fatalf("stderr does not say %q:\n%s", want, &p.stderr)
 	}
 }
 

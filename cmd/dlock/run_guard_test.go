@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests hold the guard to killing every process of the command
+// whatever stops, signals or closes around it: the guard stopped, its
+// output closed, ^Z, --release-on-exit.
+
+// state is process pid's state letter in /proc (R, S, T, Z…), "" once gone.
+func state(pid int) string {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return fields[0]
+}
+
+// zombieChildren counts the zombies whose parent is pid.
+func zombieChildren(pid int) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		if child, err := strconv.Atoi(e.Name()); err == nil && parentOf(child) == pid && state(child) == "Z" {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 36: the guard stopped (SIGSTOP) cannot kill on a loss: dlock kills
+// every process of the command itself.
+func TestRun_ALossKillsTheCommandUnderAStoppedGuard(t *testing.T) {
+	url, _ := testRedis(t)
+	ready := fifo(t, "ready")
+	p := startDlock(t, url, "", "run", "--ttl", "3s", "guard-stopped", "--",
+		"sh", "-c", `echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1`, "sh", ready)
+	command := readPid(t, ready)
+	if err := syscall.Kill(parentOf(command), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "guard-stopped"); code != 0 {
+		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
+	}
+	waitGone(t, command, 10*time.Second, "the command, its guard stopped, after the lock was lost,")
+	if code := p.wait(t, 15*time.Second); code != exitLost {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+	}
+}
+
+// Issue 36: dlock's output closed (dlock run … 2>&1 | true), the guard
+// kills at the deadline all the same, and dlock exits 76: neither dies of
+// SIGPIPE saying why.
+func TestRun_AClosedOutputDoesNotSpareTheCommandAtTheDeadline(t *testing.T) {
+	url, _ := testRedis(t)
+	ready := fifo(t, "ready")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	cmd := exec.Command(dlockBin, "run", "--ttl", "1s", "pipe-closed", "--",
+		"sh", "-c", `exec >/dev/null 2>&1; echo $$ > "$1"; exec sleep 100`, "sh", ready)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	command := readPid(t, ready)
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, command, 10*time.Second, "the command, dlock stopped and its output closed,")
+	// Continued, dlock says it lost the lock to no one, and exits 76.
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != exitLost {
+		t.Fatalf("dlock: %v, want exit %d", err, exitLost)
+	}
+}
+
+// Issue 36: --release-on-exit, a loss or kill -9 of dlock kills the
+// processes left in the command's group, orphans of init too.
+func TestRun_ReleaseOnExitKillsTheGroupOnALoss(t *testing.T) {
+	for _, how := range []string{"unlock --force", "kill -9"} {
+		t.Run(how, func(t *testing.T) {
+			url, _ := testRedis(t)
+			ready := fifo(t, "ready")
+			p := startDlock(t, url, "", "run", "--release-on-exit", "--ttl", "3s", "roe", "--",
+				"sh", "-c", `(sleep 100 >/dev/null 2>&1 & echo $! > "$1"); exec sleep 101 >/dev/null 2>&1`, "sh", ready)
+			orphan := readPid(t, ready)
+			t.Cleanup(func() { _ = syscall.Kill(orphan, syscall.SIGKILL) })
+			if how == "kill -9" {
+				_ = p.cmd.Process.Kill()
+				p.wait(t, 15*time.Second)
+			} else {
+				if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "roe"); code != 0 {
+					t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
+				}
+				if code := p.wait(t, 15*time.Second); code != exitLost {
+					t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+				}
+			}
+			waitGone(t, orphan, 10*time.Second, "the orphan in the command's group, after "+how+",")
+		})
+	}
+}
+
+// Issue 36: the guard reaps the orphans it adopts as they end, not once
+// the main process has.
+func TestRun_TheGuardReapsOrphansAsTheyEnd(t *testing.T) {
+	url, _ := testRedis(t)
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	p := startDlock(t, url, "", "run", "reaped", "--", "sh", "-c",
+		`for i in 1 2 3 4 5 6 7 8 9 10; do (true &); done; echo $$ > "$1"; cat "$2" >/dev/null`, "sh", ready, finish)
+	guard := parentOf(readPid(t, ready))
+	waitFor(t, 10*time.Second, "the guard has reaped its orphans", func() bool { return zombieChildren(guard) == 0 })
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, &p.stderr)
+	}
+}
+
+// Issue 36: once the main process has exited, dlock says what it holds the
+// lock for, and passes SIGTERM to every process left, out of the group too.
+func TestRun_HoldingForAProcessLeftIsSaidAndSIGTERMEndsIt(t *testing.T) {
+	url, _ := testRedis(t)
+	started := fifo(t, "started")
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(dlockBin, "run", "left-held", "--", "bash", "-c", leaveTheGroup["setsid"]+` exit 3`, "bash", started)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	leaver, _ := outOfGroup(t, started)
+	// Its name is sh until it has run sleep.
+	want := fmt.Sprintf(`dlock run: command exited (3); holding "left-held" while 1 process of it runs: %d `, leaver)
+	waitFor(t, 10*time.Second, "dlock says "+want, func() bool {
+		data, _ := os.ReadFile(stderr.Name())
+		return strings.Contains(string(data), want)
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, after SIGTERM to dlock,")
+	if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 3 {
+		data, _ := os.ReadFile(stderr.Name())
+		t.Fatalf("exit %v, want the main process's 3\nstderr: %s", err, data)
+	}
+}
+
+// Issue 36: ^Z stops the run as one job, and the guard, which no job
+// control stops, kills at the lease's deadline a process of the command
+// that runs on out of the group; fg then ends the run lost.
+func TestRun_CtrlZLetsNoProcessOfTheCommandRunPastTheDeadline(t *testing.T) {
+	url, _ := testRedis(t)
+	started, resume := fifo(t, "started"), fifo(t, "resume")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run --ttl 1s ctrl-z -- bash -c '%s printf "name? "; wait' bash %s
+echo "stopped:$?"
+cat %s
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, strings.ReplaceAll(leaveTheGroup["setsid"], "'", `'\''`), started, resume))
+	leaver, _ := outOfGroup(t, started)
+	term.waitScreen("name?")
+	term.tmux("send-keys", "C-z")
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
+	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, the run stopped by ^Z past the TTL,")
+	if err := os.WriteFile(resume, []byte("fg\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	term.waitScreen(fmt.Sprintf("fg:%d", exitLost))
+}
+
+// Issue 36: once the main process has exited, ^C reaches every process of
+// the command, one out of its group too. (A job of a shell with set -m:
+// sh -c 'x &' without it would start x ignoring SIGINT.)
+func TestRun_CtrlCReachesAProcessLeftOutOfTheGroup(t *testing.T) {
+	url, _ := testRedis(t)
+	started := fifo(t, "started")
+	term := startTerminal(t, fmt.Sprintf(`export REDIS_URL=%s
+%s run ctrl-c -- bash -c '%s exit 3' bash %s
+echo "exit:$?"
+sleep 600
+`, url, dlockBin, strings.ReplaceAll(leaveTheGroup["set -m"], "'", `'\''`), started))
+	leaver, _ := outOfGroup(t, started)
+	term.waitScreen(`holding "ctrl-c" while 1 process of it runs`)
+	term.tmux("send-keys", "C-c")
+	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, after ^C,")
+	term.waitScreen("exit:3")
+}
+
+// Issue 36: a run in the background of a terminal set to stop background
+// writers (stty tostop) kills the command on a loss before it says so,
+// which stops it; fg ends it.
+func TestRun_ALossKillsBeforeATostopTerminalStopsDlock(t *testing.T) {
+	url, _ := testRedis(t)
+	ready, resume := fifo(t, "ready"), fifo(t, "resume")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+stty tostop
+export REDIS_URL=%s
+%s run --ttl 3s tostop -- sh -c 'echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1' sh %s &
+cat %s
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, ready, resume))
+	command := readPid(t, ready)
+	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "tostop"); code != 0 {
+		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
+	}
+	waitGone(t, command, 10*time.Second, "the command, after the lock was lost,")
+	if err := os.WriteFile(resume, []byte("fg\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	term.waitScreen(fmt.Sprintf("fg:%d", exitLost))
+}
+
+// Issue 36: ^Z on a command that ignores it (trap "" TSTP, which its
+// children inherit) stops nothing, neither the guard nor dlock, which
+// renews the lock on: a second run does not get it. Nothing marks a stop
+// that does not happen: the test watches for one through three TTLs.
+func TestRun_CtrlZOnACommandIgnoringItKeepsTheLock(t *testing.T) {
+	url, locks := testRedis(t)
+	ready, tstp := fifo(t, "ready"), filepath.Join(t.TempDir(), "tstp")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run --ttl 1s ctrl-z-ignored -- sh -c 'trap "" TSTP; echo $$ > %s; read x; echo "$x" > %s; while :; do sleep 0.05; done'
+sleep 600
+`, url, dlockBin, ready, tstp))
+	command := readPid(t, ready)
+	guard := parentOf(command)
+	dlockProcess := parentOf(guard)
+	// The terminal sends SIGTSTP as it reads ^Z, before the line after it.
+	term.tmux("send-keys", "C-z")
+	term.typeLine("after")
+	waitFor(t, 15*time.Second, "the command reads the line after ^Z, or the run stops", func() bool {
+		data, _ := os.ReadFile(tstp)
+		return len(data) > 0 || state(guard) == "T" || state(dlockProcess) == "T"
+	})
+	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
+		if state(guard) == "T" || state(dlockProcess) == "T" {
+			t.Fatalf("^Z on a command that ignores it stopped the guard (%s) or dlock (%s)", state(guard), state(dlockProcess))
+		}
+		if info, err := locks.Describe(context.Background(), "ctrl-z-ignored"); err != nil || len(info.Holders) != 1 {
+			t.Fatalf("the lock of a run whose command ignored ^Z: %+v, %v", info, err)
+		}
+	}
+	if code, _, stderr := runDlock(t, url, "run", "-n", "ctrl-z-ignored", "--", "true"); code != exitNotAcquired {
+		t.Fatalf("a second run: exit %d, want %d\n%s", code, exitNotAcquired, stderr)
+	}
+}
