@@ -83,15 +83,22 @@ func (a *call) rewatch() (channel string, moved bool) {
 
 // argv is the one builder of an attempt's EVALSHA command: the handle's
 // boxed keys around the call's tombstone, then the owner, TTL, entry and
-// registration's life every script takes, then tail, the type's own.
+// registration's life every script takes, then tail, the type's own, and
+// last whether the user's rights are known (rights.go). An attempt that
+// registers checks them always: a registration refused part-way could
+// leave a set of waiters without its TTL, which no abandon takes back.
 func (a *call) argv(entry string, tail ...any) []any {
 	s := a.spec
-	argv := make([]any, 0, len(s.head)+1+len(s.rest)+4+len(tail))
+	argv := make([]any, 0, len(s.head)+1+len(s.rest)+4+len(tail)+1)
 	argv = append(argv, s.head...)
 	argv = append(argv, a.tombstone)
 	argv = append(argv, s.rest...)
 	argv = append(argv, a.owner, s.ttl, entry, s.registration)
-	return append(argv, tail...)
+	argv = append(argv, tail...)
+	if entry != "" {
+		return append(argv, rightsCheck)
+	}
+	return append(argv, a.h.c.rights.arg(s.script))
 }
 
 // attempt makes one try at the lock. It returns the lease when granted;
@@ -119,6 +126,10 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 	if err == nil && !a.v.valid(res) {
 		err = errUnexpectedReply // -1 answers only an attempt already abandoned
 	}
+	if err == nil && argv[len(argv)-1] == rightsCheck {
+		a.h.c.rights.passed(a.spec.script)
+	}
+	a.h.c.rights.refused(err)
 	if err != nil {
 		if !isWrongType(err) {
 			a.abandon(ctx, entry)

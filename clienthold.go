@@ -163,6 +163,7 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 	n, err := calls[0].cmd.Int64()
 	switch {
 	case err != nil:
+		h.c.rights.refused(err)
 		return nil, redisError("extend", l.name, err)
 	case n != 1:
 		return refusal(n), fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
@@ -251,6 +252,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		}
 	}
 	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, h.owner, extra...)
+	h.c.rights.refused(err)
 	if isPublishRefused(err) && h.group == nil {
 		// A lock's release publishes after its writes: the hold is released
 		// (handed over), only the wake-up was refused. (A MultiLock's

@@ -35,6 +35,7 @@ type Client struct {
 
 	renewer *renewer
 	flights *coalescer // acquires and releases, shared pipelines under concurrency
+	rights  rightsSeen // which acquires' rights checks passed (rights.go)
 	dials   *dialWatch // why rdb's last dial failed: see waiting.noteOutage
 
 	// resendAfter is how long a command takes at least when the Redis

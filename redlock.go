@@ -367,13 +367,20 @@ type vote struct {
 // askNode asks node n for the lock, and, with a restart guard, whether it may
 // vote (see redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
-	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "").Int64Slice()
+	rights := n.rights.arg(scripts.MutexAcquire)
+	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "", "", rights).Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply
 	}
+	if err == nil && rights == rightsCheck {
+		n.rights.passed(scripts.MutexAcquire)
+	}
+	n.rights.refused(err)
 	switch {
 	case isWrongType(err):
 		return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
+	case isPermission(err): // an answer: its give-back is waited for, as a refusal may come after a write
+		return vote{answered: true}, fmt.Errorf("%w: %w", ErrPermission, err)
 	case err != nil:
 		return vote{}, err
 	case res[0] != 1:

@@ -23,7 +23,8 @@ type redlockNode struct {
 
 	preloaded atomic.Bool // dlock's scripts were loaded ahead of a vote (see Redlock.preload)
 
-	dials *dialWatch // connections opened to it (a restart makes new ones), and why one failed
+	dials  *dialWatch // connections opened to it (a restart makes new ones), and why one failed
+	rights rightsSeen // whether its acquire's rights check passed (rights.go)
 
 	mu      sync.Mutex
 	checked int64     // dials when it was last read
@@ -202,6 +203,9 @@ func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 		}
 		if dialErr := nodes[i].dials.failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
+		}
+		if isPermission(err) && !errors.Is(err, ErrPermission) { // a release or renewal refused there
+			err = fmt.Errorf("%w: %w", ErrPermission, err)
 		}
 		out = append(out, &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
 	}

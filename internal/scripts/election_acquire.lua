@@ -43,7 +43,7 @@ end
 if holder == owner then -- a resend, or a copy of an attempt the caller was told was refused
   keep_at_least(LOCK, ARGV[2]) -- the caller's lease counts from this attempt
   if ARGV[3] ~= '' then -- registered while a copy took it: no longer waiting
-    redis.pcall('ZREM', WAITERS, ARGV[3])
+    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
   end
   return {1, tonumber(redis.call('HGET', LEADER, 'term'))}
 end
@@ -68,7 +68,7 @@ local term = raise_error(mint_token(FENCE, ARGV[2]))
 redis.call('SET', LOCK, owner, 'PX', ARGV[2])
 redis.call('HSET', LEADER, 'owner', owner, 'term', term, 'value', ARGV[5])
 if ARGV[3] ~= '' then
-  redis.pcall('ZREM', WAITERS, ARGV[3])
+  call_or_wrongtype('ZREM', WAITERS, ARGV[3])
 end
 redis.call(ARGV[6], OBSERVERS, token_text(term) .. ':' .. ARGV[5])
 return {1, term}

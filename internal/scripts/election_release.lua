@@ -38,7 +38,7 @@ if redis.call('GET', LOCK) ~= ARGV[1] then
   return nothing_released(RELEASE_MARK)
 end
 local retaken = false
-local record = redis.pcall('HMGET', LEADER, 'owner', 'term') -- an error reply where another type is
+local record = call_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- an error reply where another type is
 if record[1] == ARGV[1] then
   retaken = minted_anew(record[2], ARGV[5], RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)

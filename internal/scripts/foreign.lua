@@ -172,7 +172,7 @@ end
 -- Whether a read-write lock's state key holds dlock's state: a hash with
 -- the mark. One command; false when the key is missing too.
 local function is_dlocks_state(state)
-  return redis.pcall('HGET', state, STATE_MARK) == STATE_KIND
+  return call_or_wrongtype('HGET', state, STATE_MARK) == STATE_KIND
 end
 
 -- The error when a read-write lock's state key holds anything but dlock's

@@ -76,7 +76,7 @@ if mine == N then -- a resend: the attempt took them all
     keep_at_least(part(j).LOCK, ARGV[2])
   end
   if waiter ~= '' then -- registered while a copy took them: no longer waiting
-    redis.pcall('ZREM', part(watch).WAITERS, waiter)
+    call_or_wrongtype('ZREM', part(watch).WAITERS, waiter)
   end
   return tokens
 end
@@ -105,7 +105,7 @@ if busy == 0 then
   end
   if waiter ~= '' then
     local p = part(watch)
-    redis.pcall('ZREM', p.WAITERS, waiter)
+    call_or_wrongtype('ZREM', p.WAITERS, waiter)
   end
   return tokens
 end
@@ -117,7 +117,7 @@ if waiter ~= '' then
       return {-1, 0}
     end
     register_waiter(p.WAITERS, waiter, ARGV[4])
-  elseif redis.pcall('ZREM', p.WAITERS, waiter) == 0 and redis.call('EXISTS', p.LOCK) == 0 then
+  elseif call_or_wrongtype('ZREM', p.WAITERS, waiter) == 0 and redis.call('EXISTS', p.LOCK) == 0 then
     hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[6])
   end
 end

@@ -89,10 +89,12 @@ if not holder then
       return type(err) == 'table' and err or redis.error_reply(tostring(err))
     end
   end
-  local fence = mint_token(FENCE, ARGV[2]) -- its GET finds a counter of another type
-  if type(fence) == 'table' and fence.err then
+  -- Its GET finds a counter of another type (an error reply); a refusal
+  -- (ACL) raises.
+  local ok, fence = pcall(mint_token, FENCE, ARGV[2])
+  if not ok or type(fence) == 'table' and fence.err then
     redis.call('DEL', LOCK)
-    return fence
+    return type(fence) == 'table' and fence or redis.error_reply(tostring(fence))
   end
   set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
   return {1, fence}

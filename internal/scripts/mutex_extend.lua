@@ -35,7 +35,7 @@ if holder == ARGV[1] then
   end
   return 1
 end
-if FORCED and redis.pcall('GET', FORCED) == ARGV[1] then -- first: a new holder may have come since
+if FORCED and call_or_wrongtype('GET', FORCED) == ARGV[1] then -- first: a new holder may have come since
   return -2
 end
 if holder then

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // An acquire's rights_refused (common.lua) must check every command its lock
@@ -11,7 +13,7 @@ import (
 // could be refused part-way through a later script (see rightsFor).
 func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 	listed := regexp.MustCompile(`local SCRIPT_COMMANDS = \{(.*?)\}`)
-	run := regexp.MustCompile(`(?:redis\.p?call\(|call_on\([^,]+, )'([A-Z]+)'`)
+	run := regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 	for _, set := range typeScripts {
 		checked, acquires := map[string]bool{}, 0
 		for _, s := range set {
@@ -38,7 +40,7 @@ func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 // A command named by a variable escapes the rights check: only PUBLISH
 // or SPUBLISH (as the client says) goes so, on a channel, not a key.
 func TestScripts_RunCommandsByName(t *testing.T) {
-	byVariable := regexp.MustCompile(`redis\.p?call\(([A-Za-z_][\w\[\]]*), ([\w.]+)`)
+	byVariable := regexp.MustCompile(`(?:redis\.p?call|call_or_wrongtype)\(([A-Za-z_][\w\[\]]*), ([\w.]+)`)
 	channel := regexp.MustCompile(`(?i)chan|observers`)
 	for s, src := range sources {
 		for line := range strings.SplitSeq(src, "\n") {
@@ -48,5 +50,49 @@ func TestScripts_RunCommandsByName(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A refusal by an ACL inside a script fails it: redis.pcall, which would
+// hand it back as a reply, goes only through call_or_wrongtype (common.lua)
+// and call_on (foreign.lua), which return WRONGTYPE alone. An acquire that
+// skipped its rights check (rights.go) would otherwise read a refusal as
+// another program's key, or go on past a write it did not make.
+func TestScripts_PcallOnlyCatchesWrongType(t *testing.T) {
+	for s, src := range sources {
+		for line := range strings.SplitSeq(src, "\n") {
+			code := strings.TrimSpace(uncommented(line))
+			if strings.Contains(code, "redis.pcall(") && code != "local reply = redis.pcall(...)" {
+				t.Errorf("script %s: %s; want call_or_wrongtype", s.Hash()[:8], code)
+			}
+		}
+	}
+}
+
+// An acquire told that its Client knows the user's rights (RightsKnown, its
+// last ARGV) checks none: a user without ZPOPMIN, which only a Mutex's
+// release runs, is refused the lock when it is checked, and takes it when
+// not. An RWMutex's acquire checks always (it could not give back its
+// counts): without RENAME, which only its release runs, it is refused.
+func TestScripts_AcquireWithRightsKnownChecksNone(t *testing.T) {
+	ctx, admin := setup(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nopop", "on", ">pw", "~*", "&*", "+@all", "-flushall", "-zpopmin", "-rename").Err(); err != nil {
+		t.Fatal(err)
+	}
+	user := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "nopop", Password: "pw"})
+	t.Cleanup(func() { _ = user.Close() })
+	keys := []string{lockKey, fenceKey, "t:{m}:void:" + tok("a"), waitersKey}
+	_, err := MutexAcquire.Run(ctx, user, keys, tok("a"), 10000, "", 3000, "", "", "").Int64Slice()
+	if err == nil || !strings.Contains(err.Error(), "zpopmin") {
+		t.Fatalf("checked: %v; want NOPERM naming zpopmin", err)
+	}
+	res, err := MutexAcquire.Run(ctx, user, keys, tok("a"), 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	if err != nil || res[0] != 1 {
+		t.Fatalf("with rights known: %v, %v; want the lock", res, err)
+	}
+	rwKeys := []string{"t:{rw}", "t:{rw}:holds", "t:{rw}:wwait", "t:{rw}:rwait", "t:{rw}:rpass", "t:{rw}:wchan", "t:{rw}:rchan", "t:{rw}:fence", "t:{rw}:void"}
+	_, err = RWAcquire.Run(ctx, user, rwKeys, "w"+tok("b")+"o", 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	if err == nil || !strings.Contains(err.Error(), "rename") {
+		t.Fatal("an RWMutex acquire with rights known took the lock for a user without a right its release needs")
 	}
 }

@@ -40,7 +40,7 @@
 -- attempt of a call that gave up finds the call's tombstone (TOMBSTONE) before
 -- it takes a hold or registers, and does neither.
 
-local wrong = rights_refused(STATE) or foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+local wrong = rights_refused(STATE, true) or foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
 if wrong then
   return wrong
 end

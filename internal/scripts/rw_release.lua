@@ -37,7 +37,7 @@ end
 -- have held against them.
 -- One read for the mark (is_dlocks_state) and the token.
 local mode, owner = parse(ARGV[1])
-local state = redis.pcall('HMGET', STATE, STATE_MARK, 't' .. mode .. owner)
+local state = call_or_wrongtype('HMGET', STATE, STATE_MARK, 't' .. mode .. owner)
 local present = state[1] == STATE_KIND -- false on an error reply: foreign
 local anew = present and minted_anew(state[2], ARGV[5], RELEASE_MARK)
 local wrong = release_hold(ARGV[1], ARGV[2], now, present)

@@ -158,6 +158,7 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	fmt.Sprintf("local CLIENT_TAG_CHARS = %d\n", ClientTagChars) +
 	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
+	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
 	common + foreign
 
 // script makes a script of parts, after the prelude, with only the helpers
@@ -208,9 +209,10 @@ func scriptOnParts(part, tail Layout, others []*redis.Script, parts ...string) *
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
 // scriptCommand finds a command a script runs on keys, by its name in
-// redis.call, redis.pcall or call_on (foreign.lua). Only PUBLISH goes by a
-// variable (it may be SPUBLISH), on a channel, not a key.
-var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_on\([^,]+, )'([A-Z]+)'`)
+// redis.call, call_or_wrongtype (common.lua) or call_on (foreign.lua).
+// Only PUBLISH goes by a variable (it may be SPUBLISH), on a channel, not a
+// key.
+var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
 // commands src and others run on keys. A lease runs its type's other
@@ -363,6 +365,11 @@ func companionsOf(sets [][]*redis.Script) map[*redis.Script][]string {
 func Companions(s *redis.Script) []string {
 	return companions[s]
 }
+
+// RightsKnown, as an acquire's last ARGV, tells its rights_refused
+// (common.lua) that the Client has seen the user's rights pass it on this
+// server, so that it checks nothing.
+const RightsKnown = "rights-known"
 
 // FenceRetentionTTLs is how long a lock name's fencing counter outlives the
 // last token minted from it, in TTLs of the hold that token went to, so a

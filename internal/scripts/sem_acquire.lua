@@ -61,7 +61,7 @@ if live_score(HOLDERS, owner, now) then
   extend_score(HOLDERS, owner, now + tonumber(ARGV[2]), false)
   expire_with_last(now)
   if ARGV[3] ~= '' then -- registered while that copy took it: no longer waiting
-    redis.pcall('ZREM', WAITERS, ARGV[3])
+    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
   end
   return {1, tonumber(redis.call('HGET', TOKENS, owner))}
 end
@@ -81,7 +81,7 @@ if redis.call('ZCARD', HOLDERS) < permits then
   end
   expire_with_last(now)
   if ARGV[3] ~= '' then
-    redis.pcall('ZREM', WAITERS, ARGV[3])
+    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
   end
   return {1, fence}
 end

@@ -33,12 +33,12 @@ void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
 local held = live_score(HOLDERS, ARGV[1], now)
 if held then -- not when taken anew (minted_anew); another program's value is no number, and tells nothing
-  held = not minted_anew(redis.pcall('HGET', TOKENS, ARGV[1]), ARGV[5], RELEASE_MARK)
+  held = not minted_anew(call_or_wrongtype('HGET', TOKENS, ARGV[1]), ARGV[5], RELEASE_MARK)
 end
 if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
   return nothing_released(RELEASE_MARK)
 end
-redis.pcall('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1]) -- WRONGTYPE on another program's value: nothing to remove
+call_or_wrongtype('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1]) -- WRONGTYPE on another program's value: nothing to remove
 if redis.call('EXISTS', HOLDERS) == 0 then -- the last permit: the number goes with it, not a TTL later
   redis.call('DEL', PERMITS)
 end
