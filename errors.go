@@ -191,7 +191,7 @@ func wrongTypeDetail(err error) string {
 // after SCRIPT FLUSH, FUNCTION FLUSH, a restart without its data, on a
 // fresh server; see sendScripts.
 func isNoScript(err error) bool {
-	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.Contains(err.Error(), "Function not found"))
+	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "ERR Function not found"))
 }
 
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at

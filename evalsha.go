@@ -88,11 +88,15 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 		return
 	}
 	defer func() {
-		// A library that could not be loaded (a user without
-		// +function|load): the calls go again by EVALSHA.
+		// A library that could not be loaded: the calls go again by
+		// EVALSHA. From then on for a user without +function|load; this
+		// once on a full server, which refuses FUNCTION LOAD but not
+		// SCRIPT LOAD, so that a renewal or release still runs there.
 		if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
 			fns.refused.Store(true)
-			sendAgain(ctx, fns, rdb, calls)
+			sendAgain(ctx, fns, rdb, calls, refusedFunctions)
+		} else if slices.ContainsFunc(calls, fullForLibrary) {
+			sendAgain(ctx, fns, rdb, calls, fullForLibrary)
 		}
 	}()
 	nodes, routed := keyNodesOf(rdb)
@@ -110,16 +114,17 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
 }
 
-// sendAgain sends again, with the commands that frame them, the calls
-// whose Functions were refused.
-func sendAgain(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
+// sendAgain sends again by EVALSHA, with the commands that frame them, the
+// calls that failed as failed says.
+func sendAgain(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall, failed func(scriptCall) bool) {
 	var again []scriptCall
 	var at []int
 	for i, call := range calls {
-		if call.script == nil || refusedFunctions(call) {
+		if call.script == nil || failed(call) {
 			again, at = append(again, call), append(at, i)
 		}
 	}
+	asEvalsha(again)
 	sendScripts(ctx, fns, rdb, again)
 	for j, i := range at {
 		calls[i].cmd = again[j].cmd
@@ -168,6 +173,13 @@ func loadsFor(calls []scriptCall) [][]any {
 // whose Functions were refused (then sent as EVALSHA, asEvalsha).
 func missingScript(call scriptCall) bool {
 	return call.script != nil && call.cmd != nil && (isNoScript(call.cmd.Err()) || refusedFunctions(call))
+}
+
+// fullForLibrary tells an FCALL that failed as the load of its library
+// did, on a full server (OOM).
+func fullForLibrary(call scriptCall) bool {
+	return call.script != nil && call.cmd != nil && call.argv[0] == "fcall" &&
+		call.cmd.Err() != nil && strings.HasPrefix(call.cmd.Err().Error(), "OOM")
 }
 
 // refusedFunctions tells a call refused because the server does not take

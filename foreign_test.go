@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/serverstats"
 )
 
 // foreignValues write, under a key, a value of each Redis type that dlock
@@ -398,5 +399,35 @@ func TestForeignKeys_AReleaseDoesNotRewriteAStateThatWentMissing(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, lockKey(name)).Val(); n != 0 {
 		t.Fatal("a renewal wrote the state again")
+	}
+}
+
+// A key whose name reads like a missing library's error is refused as any
+// other foreign key, without loading the library again: only an error
+// that starts as Redis words a missing function is one.
+func TestForeign_ANameLikeAMissingFunctionsErrorLoadsNothing(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	rdb := startServer(t).Client()
+	c := newClient(t, rdb)
+	if _, err := c.Mutex("warm").TryLock(ctx); err != nil { // the library loaded
+		t.Fatal(err)
+	}
+	name := "x Function not found y"
+	if err := rdb.RPush(ctx, lockKey(name), "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := serverstats.Calls(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("TryLock on a list: %v; want ErrWrongType", err)
+	}
+	after, err := serverstats.Calls(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after["function|load"] - before["function|load"]; n != 0 {
+		t.Errorf("the library was loaded %d times for a foreign key's error", n)
 	}
 }

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -639,28 +640,64 @@ func observeRetries() (dlock.Option, func() []error) {
 // not what keeps or ends a hold: a lease still renews, extends and
 // releases (docs/SAFETY.md, Eviction).
 func TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases(t *testing.T) {
+	// Also on a full server without dlock's library (flushed, a promoted
+	// replica, a slot moved): it refuses FUNCTION LOAD, not SCRIPT LOAD.
+	for _, flushed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("library flushed %v", flushed), func(t *testing.T) {
+			srv := startServer(t)
+			rdb := srv.Client()
+			ctx := ctxFor(t, time.Minute)
+			c := newClient(t, rdb)
+			lease, err := c.Mutex(lockName(t)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if flushed {
+				if err := rdb.Do(ctx, "function", "flush").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil { // full
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rdb.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+			if _, err := c.Mutex(lockName(t)).TryLock(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
+				t.Errorf("TryLock on a full server: %v; want its OOM refusal", err)
+			}
+			if err := lease.Extend(ctx, time.Minute); err != nil {
+				t.Errorf("Extend on a full server: %v", err)
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				t.Errorf("Unlock on a full server: %v", err)
+			}
+		})
+	}
+}
+
+// Reads write nothing, so a server refusing writes (min-replicas-to-write
+// unmet, as a failing save or a replica would) still answers them, as it
+// did EVALSHA scripts that wrote nothing.
+func TestLease_AServerRefusingWritesStillAnswersReads(t *testing.T) {
 	srv := startServer(t)
 	rdb := srv.Client()
 	ctx := ctxFor(t, time.Minute)
 	c := newClient(t, rdb)
-	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	name := lockName(t)
+	lease, err := c.Mutex(name).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil { // full
-		t.Fatal(err)
+	t.Cleanup(func() { _ = rdb.ConfigSet(context.Background(), "min-replicas-to-write", "0").Err() })
+	if _, err := lease.TTL(ctx); err != nil {
+		t.Errorf("TTL on a server refusing writes: %v", err)
 	}
-	t.Cleanup(func() { _ = rdb.ConfigSet(context.Background(), "maxmemory", "0").Err() })
-	if _, err := c.Mutex(lockName(t)).TryLock(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
-		t.Errorf("TryLock on a full server: %v; want its OOM refusal", err)
-	}
-	if err := lease.Extend(ctx, time.Minute); err != nil {
-		t.Errorf("Extend on a full server: %v", err)
-	}
-	if err := lease.Unlock(ctx); err != nil {
-		t.Errorf("Unlock on a full server: %v", err)
+	if info, err := c.Describe(ctx, name); err != nil || info.Kind != dlock.KindMutex {
+		t.Errorf("Describe on a server refusing writes: %+v, %v", info, err)
 	}
 }

@@ -29,6 +29,9 @@ import (
 // whole, as before; every other script (a renewal, a release, an abandon,
 // a read) runs, as before: a full server must not cost a holder its lease
 // nor keep a lock held (TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases).
+// A script that writes nothing is flagged no-writes too, so a server that
+// refuses writes (a replica, min-replicas-to-write, a failing save) answers
+// it, as it did the EVALSHA script.
 //
 // The library is named after a hash of its text, as are its functions
 // (Redis names functions server-wide), so two versions of dlock load two
@@ -64,6 +67,7 @@ type assembly struct {
 	segs    []segment
 	rights  string
 	acquire bool // it takes a lock (see allowOOM)
+	reads   bool // it writes nothing (readsOnly)
 }
 
 // perCallTable is a helper that is one table, filled by a call.
@@ -160,8 +164,11 @@ func function(name string, a assembly, top map[string]bool) string {
 		once.WriteString(code)
 	}
 	flags := "{'allow-oom'}"
-	if a.acquire {
+	switch {
+	case a.acquire:
 		flags = "{}"
+	case a.reads:
+		flags = "{'no-writes', 'allow-oom'}"
 	}
 	return "do\n" + once.String() +
 		"redis.register_function{function_name = '" + name + "', flags = " + flags + ", callback = function(KEYS, ARGV)\n" +

@@ -3,6 +3,8 @@ package scripts
 import (
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Every script is a function of the library, which loads (setup loads it
@@ -36,5 +38,18 @@ func TestLibrary_EachCallReadsTheClockAnew(t *testing.T) {
 	}
 	if second := acquire(t, ctx, rdb, tok("b")); second[0] != 1 || second[1] <= first[1] {
 		t.Fatalf("the second acquire %v, the first's token %d: the clock was not read anew", second, first[1])
+	}
+}
+
+// The scripts that only read are flagged no-writes, and no other is: Redis
+// refuses a write in such a function.
+func TestLibrary_ReadsAreFlaggedNoWrites(t *testing.T) {
+	reads := map[*redis.Script]bool{MutexTTL: true, SemTTL: true, MultiTTL: true, RWTTL: true, RWInspect: true, Describe: true, ElectionLeader: true}
+	for _, set := range typeScripts {
+		for _, s := range set {
+			if got := assembled[s].reads; got != reads[s] {
+				t.Errorf("%s: flagged reading only %v, want %v", Function(s), got, reads[s])
+			}
+		}
 	}
 }

@@ -30,7 +30,8 @@
 -- without a TTL; the fencing counter is read only to mint. Where no probe
 -- came first (one PTTL of the waiters), the command that touches a key
 -- tells (ZADD's, the counter's GET), and a hold just taken is undone: a
--- script is atomic, so nobody sees it.
+-- script is atomic, so nobody sees it. The call's own registrations may be
+-- withdrawn by then: dlock's data, of a call that fails.
 --
 -- A refused waiter is registered in the same step as its refusal, after it
 -- subscribed: the release that follows hands the lock to it (or to another
@@ -120,7 +121,7 @@ if holder == ARGV[1] then
     withdraw_waiter(WAITERS, registered)
   end
   local fence = held_token(FENCE, ARGV[2])
-  if type(fence) == 'table' then -- a counter dlock did not write: before any write
+  if type(fence) == 'table' then -- a counter dlock did not write: before any write but the withdrawal
     return fence
   end
   -- Never shorter: a copy of the attempt that was granted may land after

@@ -172,8 +172,36 @@ func script(others []*redis.Script, parts ...string) *redis.Script {
 	src := strings.Replace(joined(segs), rightsList, rights, 1)
 	s := redis.NewScript(src)
 	sources[s] = src
-	assembled[s] = assembly{segs, rights, others != nil}
+	assembled[s] = assembly{segs, rights, others != nil, readsOnly(src)}
 	return s
+}
+
+// readsOnly tells a script that writes nothing: its function is flagged
+// no-writes, which spares it the checks a write gets (a replica's
+// READONLY, min-replicas-to-write, a failing save), as an EVALSHA script
+// that writes nothing was. A command named by a variable may write.
+func readsOnly(src string) bool {
+	for line := range strings.SplitSeq(src, "\n") {
+		if variableCommand.MatchString(uncommented(line)) {
+			return false
+		}
+	}
+	for _, name := range commandsRun(src) {
+		if !readCommands[name] {
+			return false
+		}
+	}
+	return true
+}
+
+// variableCommand finds a command named by a variable (PUBLISH's, which
+// may be SPUBLISH); call_or_wrongtype and call_on pass theirs on.
+var variableCommand = regexp.MustCompile(`redis\.p?call\([A-Za-z]`)
+
+// readCommands are the commands dlock's scripts run that write nothing.
+var readCommands = map[string]bool{
+	"exists": true, "get": true, "hget": true, "hgetall": true, "hlen": true, "pttl": true,
+	"hmget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
 // sources are the scripts' texts, for SCRIPT LOAD in a pipeline: a
