@@ -55,9 +55,10 @@ dies, even by kill -9, and at the lease's deadline if dlock stops renewing
 the lock (SIGSTOP, ^Z), so that none of it runs on without the lock; no
 job control stops the guard, and on a loss dlock kills them too. On Linux
 the guard is their subreaper: none escapes it, whatever group or session
-it moves to. Elsewhere it reaches only the command's process group. Both
-dlock and the guard killed, the command runs on, and the lock expires
-within --ttl.
+it moves to. Elsewhere it reaches only the command's process group. The
+guard killed alone, dlock kills the command. Both dlock and the guard
+killed or stopped (pkill dlock matches dlock-guard too), the command runs
+on, and the lock expires within --ttl.
 
 If the lock is lost while the command runs (someone forced it open, or
 Redis could not be reached until the lease's deadline: at most --ttl after
@@ -555,7 +556,12 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		select {
 		case <-exited:
 			code = exitCode(cmd)
-			if !s.releaseOnExit {
+			// The guard exits with the command's code: a guard ended by a
+			// signal was killed, and has left the command to run on.
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				killAll(group)
+				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); killed the command\n", ws.Signal())
+			} else if !s.releaseOnExit {
 				killAll(group) // left by a guard killed alone
 			}
 			if lease.Err() != nil && lost != nil {

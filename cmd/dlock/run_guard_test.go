@@ -274,3 +274,27 @@ sleep 600
 		t.Fatalf("a second run: exit %d, want %d\n%s", code, exitNotAcquired, stderr)
 	}
 }
+
+// Issue 36: --release-on-exit, the guard killed alone (kill -9) leaves no
+// process of the command running once dlock has released the lock, and
+// dlock says the guard was killed.
+func TestRun_ReleaseOnExitAKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) {
+	url, _ := testRedis(t)
+	ready := fifo(t, "ready")
+	p := startDlock(t, url, "", "run", "--release-on-exit", "roe-guard-killed", "--",
+		"sh", "-c", `echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1`, "sh", ready)
+	command := readPid(t, ready)
+	t.Cleanup(func() { _ = syscall.Kill(command, syscall.SIGKILL) })
+	if err := syscall.Kill(parentOf(command), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("exit %d, want %d (the guard's)\nstderr: %s", code, 128+int(syscall.SIGKILL), &p.stderr)
+	}
+	if !gone(command) {
+		t.Fatalf("the command runs on, its guard killed, after dlock exited\nstderr: %s", &p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), "guard was killed") {
+		t.Fatalf("stderr %q does not say the guard was killed", &p.stderr)
+	}
+}
