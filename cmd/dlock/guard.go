@@ -91,16 +91,31 @@ func (g *guard) started() {
 
 func (g *guard) run() { g.send("run") }
 
-// tell gives the guard the lease's deadline, if it moved.
+// tell gives the guard the lease's deadline, if it moved. A word the pipe
+// has no room for is told again at the next tick.
 func (g *guard) tell(deadline time.Time) {
-	if !deadline.Equal(g.deadline) {
+	if !deadline.Equal(g.deadline) && g.send("deadline "+strconv.FormatInt(deadline.UnixNano(), 10)) {
 		g.deadline = deadline
-		g.send("deadline " + strconv.FormatInt(deadline.UnixNano(), 10))
 	}
 }
 
-// send writes a word; once the guard has exited, nobody reads it.
-func (g *guard) send(line string) { _, _ = g.pipe.WriteString(line + "\n") }
+// send writes a word, unless the pipe is full: a guard stopped (kill
+// -STOP) reads nothing, and dlock, blocked writing, would no longer act on
+// a loss or a signal. Once the guard has exited, nobody reads it. A word
+// under PIPE_BUF bytes goes whole or not at all.
+func (g *guard) send(line string) bool {
+	conn, err := g.pipe.SyscallConn()
+	if err != nil {
+		return false
+	}
+	sent := false
+	_ = conn.Write(func(fd uintptr) bool {
+		n, err := syscall.Write(int(fd), []byte(line+"\n"))
+		sent = err == nil && n == len(line)+1
+		return true // never wait for room
+	})
+	return sent
+}
 
 func (g *guard) close() {
 	g.pipe.Close()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // These tests hold the guard to killing every process of the command
@@ -296,5 +297,49 @@ func TestRun_ReleaseOnExitAKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) 
 	}
 	if !strings.Contains(p.stderr.String(), "guard was killed") {
 		t.Fatalf("stderr %q does not say the guard was killed", &p.stderr)
+	}
+}
+
+// Issue 36: a stopped guard does not read dlock's words: once its pipe is
+// full, dlock still acts on a loss (it used to block writing the next
+// deadline). The pipe is shrunk to a page, so that it fills in seconds.
+func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
+	url, locks := testRedis(t)
+	ready := fifo(t, "ready")
+	p := startDlock(t, url, "", "run", "--ttl", "100ms", "guard-full", "--",
+		"sh", "-c", `echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1`, "sh", ready)
+	command := readPid(t, ready)
+	guard := parentOf(command)
+	words, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/3", guard), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer words.Close()
+	const fSetPipeSz, fionread = 1031, 0x541B // <linux/fcntl.h>, <asm-generic/ioctls.h>
+	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, words.Fd(), fSetPipeSz, 4096); errno != 0 {
+		t.Fatal("F_SETPIPE_SZ:", errno)
+	}
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
+	waitFor(t, 60*time.Second, "the stopped guard's pipe is full", func() bool {
+		var n int32
+		_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, words.Fd(), fionread, uintptr(unsafe.Pointer(&n)))
+		return errno == 0 && n > 4096-29 // a word is 29 bytes
+	})
+	// Two renewals later (every TTL/3), dlock has tried to tell the guard
+	// a deadline that does not fit.
+	full := time.Now()
+	waitFor(t, 10*time.Second, "the lock renewed twice since", func() bool {
+		info, err := locks.Describe(context.Background(), "guard-full")
+		return err == nil && time.Now().Add(info.TTL).After(full.Add(160*time.Millisecond))
+	})
+	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "guard-full"); code != 0 {
+		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
+	}
+	waitGone(t, command, 10*time.Second, "the command, its guard stopped with a full pipe, after the lock was lost,")
+	if code := p.wait(t, 15*time.Second); code != exitLost {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 	}
 }
