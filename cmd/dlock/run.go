@@ -237,9 +237,17 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	}
 	code, stopped := supervise(lease, name, command, s, signals, out)
 	if stopped {
-		// Lost, or lapsing with Redis not answering renewals: nothing to
-		// release, and such a Redis would hold the exit for the clean-up's
-		// timeout.
+		// Lost: nothing to release. Lapsing with Redis not answering
+		// renewals: an attempt, waited for until the deadline at most, as
+		// such a Redis would hold the exit for the clean-up's timeout.
+		if lease.Err() == nil {
+			released := make(chan struct{})
+			go func() { _ = lease.Unlock(context.Background()); close(released) }()
+			select {
+			case <-released:
+			case <-time.After(time.Until(lease.Deadline())):
+			}
+		}
 		return code
 	}
 	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
@@ -584,7 +592,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			lastTick = time.Now()
 			deadline := lease.Deadline()
 			guard.tell(deadline)
-			if left := time.Until(deadline); !stopped && left <= warnBefore && lease.Err() == nil {
+			// A late tick is judged by the next: the renewal overdue since
+			// the stall goes out now, and may well move the deadline.
+			if left := time.Until(deadline); !stalled && !stopped && left <= warnBefore && lease.Err() == nil {
 				signalGroup(group, syscall.SIGTERM)
 				fmt.Fprintf(out.stderr, "dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
 					name, left.Round(time.Millisecond))

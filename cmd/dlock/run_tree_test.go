@@ -203,3 +203,41 @@ func TestRun_AKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) {
 	waitGone(t, main, 10*time.Second, "the command, its guard killed,")
 	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, its guard killed,")
 }
+
+// Issue 36: a stop of dlock shorter than the TTL loses nothing: continued,
+// dlock lets the overdue renewal go out before it judges the deadline
+// near, and does not stop the command.
+func TestRun_AStopShorterThanTheTTLKeepsTheRun(t *testing.T) {
+	url, locks := testRedis(t)
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	p := startDlock(t, url, "", "run", "--ttl", "4s", "short-stop", "--",
+		"sh", "-c", `echo $$ > "$1"; cat "$2" >/dev/null`, "sh", ready, finish)
+	readPid(t, ready)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ttl := func() time.Duration {
+		info, err := locks.Describe(context.Background(), "short-stop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.TTL
+	}
+	// Stopped until the deadline is nearer than --kill-grace and TTL/2.
+	waitFor(t, 10*time.Second, "the lease within 1.5s of its deadline", func() bool { return ttl() < 1500*time.Millisecond })
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lease renewed", func() bool { return ttl() > 3*time.Second })
+	// The tick after the renewal has seen a far deadline.
+	waitFor(t, 10*time.Second, "a tick after the renewal", func() bool { return ttl() < 3800*time.Millisecond })
+	if strings.Contains(p.stderr.String(), "lapses") {
+		t.Fatalf("a stop shorter than the TTL stopped the command: %s", &p.stderr)
+	}
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr: %s", code, &p.stderr)
+	}
+}
