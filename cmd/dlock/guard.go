@@ -30,11 +30,13 @@ type guard struct {
 	report   *os.File    // its write end, dlock's copy until the guard has started
 	deadline time.Time   // the last one told
 	said     chan string // the guard's reports: "stopped", "exited N"
+	passed   []*os.File  // dlock's inherited descriptors, kept from the collector's close
 }
 
 // heldEnv, set in the environment of a command dlock starts, makes main run
 // guardCommand: "hold" to wait for every process of the command, "release"
-// (--release-on-exit) for its main process only.
+// (--release-on-exit) for its main process only; then the descriptor of
+// dlock's words (its reports are on the next one).
 const heldEnv = "DLOCK_RUN_HELD"
 
 // selfPath is dlock's own binary: on Linux, this very one, even if a newer
@@ -70,9 +72,30 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	}
 	cmd.Args = append([]string{"dlock-guard", cmd.Path}, cmd.Args...) // as ps -f shows it
 	cmd.Path = self
-	cmd.Env = append(cmd.Env, heldEnv+"="+mode)
-	cmd.ExtraFiles = []*os.File{r, report} // its descriptors 3 and 4
-	return &guard{pipe: w, child: r, reports: reports, report: report, said: make(chan string, 1)}, nil
+	// Above the descriptors dlock inherited, which the command gets
+	// unchanged (make's jobserver, socket activation), as flock passes them.
+	passed := inheritedFiles()
+	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s %d", heldEnv, mode, 3+len(passed)))
+	cmd.ExtraFiles = append(passed, r, report)
+	return &guard{pipe: w, child: r, reports: reports, report: report, said: make(chan string, 1), passed: passed}, nil
+}
+
+// inheritedFiles are dlock's descriptors from 3 on that an exec keeps
+// (dlock's own are close-on-exec), up to the last such, nil for a gap; up
+// to 1024 only.
+func inheritedFiles() []*os.File {
+	var files []*os.File
+	last := 0
+	for fd := 3; fd < 1024; fd++ {
+		flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if errno != 0 || flags&syscall.FD_CLOEXEC != 0 {
+			files = append(files, nil)
+			continue
+		}
+		files = append(files, os.NewFile(uintptr(fd), "inherited"))
+		last = len(files)
+	}
+	return files[:last]
 }
 
 // started closes dlock's copies of the guard's ends, once cmd has started
@@ -123,19 +146,24 @@ func (g *guard) close() {
 }
 
 // guardCommand is the guard's life: os.Args holds the command's path, then
-// its arguments; dlock's words come on descriptor 3, and its reports go to
-// descriptor 4. It exits with the command's exit code (128+N for signal N).
+// its arguments; dlock's words come on the descriptor heldEnv names, and
+// its reports go to the next. It exits with the command's exit code (128+N
+// for signal N).
 func guardCommand() int {
 	// The terminal's ^C, a kill 0 of the command's, and what dlock passes
 	// on reach the guard too: they are the command's to act on.
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	nameProcess("dlock-guard")
-	syscall.CloseOnExec(3) // dlock's word is not the command's
-	syscall.CloseOnExec(4)
+	fd := 3
+	if _, n, ok := strings.Cut(os.Getenv(heldEnv), " "); ok {
+		fd, _ = strconv.Atoi(n)
+	}
+	syscall.CloseOnExec(fd) // dlock's word is not the command's
+	syscall.CloseOnExec(fd + 1)
 	words := make(chan string)
 	go func() {
-		lines := bufio.NewScanner(os.NewFile(3, "dlock"))
+		lines := bufio.NewScanner(os.NewFile(uintptr(fd), "dlock"))
 		for lines.Scan() {
 			words <- lines.Text()
 		}
@@ -150,7 +178,7 @@ func guardCommand() int {
 	}
 	for word := range words {
 		if word == "run" {
-			return superviseCommand(words, signals, expiry, expire)
+			return superviseCommand(words, os.NewFile(uintptr(fd+1), "reports"), signals, expiry, expire)
 		}
 		expire(word)
 	}
@@ -159,8 +187,8 @@ func guardCommand() int {
 
 // superviseCommand runs the command and acts on dlock's words until every
 // process of it has ended (only the main one with --release-on-exit).
-func superviseCommand(words <-chan string, signals <-chan os.Signal, expiry *time.Timer, expire func(string)) int {
-	hold := os.Getenv(heldEnv) == "hold"
+func superviseCommand(words <-chan string, reports *os.File, signals <-chan os.Signal, expiry *time.Timer, expire func(string)) int {
+	hold := strings.HasPrefix(os.Getenv(heldEnv), "hold")
 	if hold {
 		becomeSubreaper()
 	}
@@ -177,7 +205,6 @@ func superviseCommand(words <-chan string, signals <-chan os.Signal, expiry *tim
 	// stopped by ^Z or by writing to a terminal (stty tostop), or killed
 	// by writing to a closed pipe, could not kill at the deadline.
 	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
-	reports := os.NewFile(4, "reports")
 	ended := make(chan int)
 	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
 	group := os.Getpid()

@@ -59,6 +59,7 @@ it moves to. Elsewhere it reaches only the command's process group. The
 guard killed alone, dlock kills the command. Both dlock and the guard
 killed or stopped (pkill dlock matches dlock-guard too), the command runs
 on, and the lock expires within --ttl.
+The command inherits dlock's descriptors 3, 4, … unchanged.
 
 If the lock is lost while the command runs (someone forced it open, or
 Redis could not be reached until the lease's deadline: at most --ttl after

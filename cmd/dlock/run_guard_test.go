@@ -310,7 +310,17 @@ func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
 		"sh", "-c", `echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1`, "sh", ready)
 	command := readPid(t, ready)
 	guard := parentOf(command)
-	words, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/3", guard), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", guard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := "3" // the descriptor of dlock's words, after its mode in heldEnv
+	for _, v := range strings.Split(string(env), "\x00") {
+		if held, ok := strings.CutPrefix(v, heldEnv+"="); ok {
+			fd = held[strings.IndexByte(held, ' ')+1:]
+		}
+	}
+	words, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%s", guard, fd), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,5 +351,33 @@ func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
 	waitGone(t, command, 10*time.Second, "the command, its guard stopped with a full pipe, after the lock was lost,")
 	if code := p.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+	}
+}
+
+// Issue 36: the descriptors dlock inherits reach the command unchanged,
+// 3 and 4 too (make's jobserver, socket activation), as flock passes them.
+func TestRun_InheritedDescriptorsReachTheCommand(t *testing.T) {
+	url, _ := testRedis(t)
+	dir := t.TempDir()
+	var files []*os.File
+	for _, name := range []string{"3", "4", "5"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+	cmd := exec.Command(dlockBin, "run", "fds", "--", "sh", "-c", `echo three >&3 && echo four >&4 && echo five >&5`)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	cmd.ExtraFiles = files
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dlock: %v\n%s", err, out)
+	}
+	for i, want := range []string{"three\n", "four\n", "five\n"} {
+		if got, _ := os.ReadFile(files[i].Name()); string(got) != want {
+			t.Errorf("fd %d: %q, want %q", 3+i, got, want)
+		}
 	}
 }
