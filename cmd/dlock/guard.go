@@ -31,6 +31,7 @@ type guard struct {
 	deadline time.Time   // the last one told
 	said     chan string // the guard's reports: "stopped", "exited N"
 	passed   []*os.File  // dlock's inherited descriptors, kept from the collector's close
+	unblock  []int       // those of them non-blocking, which exec makes blocking
 }
 
 // heldEnv, set in the environment of a command dlock starts, makes main run
@@ -74,17 +75,17 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	cmd.Path = self
 	// Above the descriptors dlock inherited, which the command gets
 	// unchanged (make's jobserver, socket activation), as flock passes them.
-	passed := inheritedFiles()
+	passed, unblock := inheritedFiles()
 	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s %d", heldEnv, mode, 3+len(passed)))
 	cmd.ExtraFiles = append(passed, r, report)
-	return &guard{pipe: w, child: r, reports: reports, report: report, said: make(chan string, 1), passed: passed}, nil
+	return &guard{pipe: w, child: r, reports: reports, report: report, said: make(chan string, 1),
+		passed: passed, unblock: unblock}, nil
 }
 
 // inheritedFiles are dlock's descriptors from 3 on that an exec keeps
 // (dlock's own are close-on-exec), up to the last such, nil for a gap; up
-// to 1024 only.
-func inheritedFiles() []*os.File {
-	var files []*os.File
+// to 1024 only; and those of them that are non-blocking.
+func inheritedFiles() (files []*os.File, nonBlocking []int) {
 	last := 0
 	for fd := 3; fd < 1024; fd++ {
 		flags, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
@@ -92,16 +93,22 @@ func inheritedFiles() []*os.File {
 			files = append(files, nil)
 			continue
 		}
+		if fl, _, _ := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFL, 0); fl&syscall.O_NONBLOCK != 0 {
+			nonBlocking = append(nonBlocking, fd)
+		}
 		files = append(files, os.NewFile(uintptr(fd), "inherited"))
 		last = len(files)
 	}
-	return files[:last]
+	return files[:last], nonBlocking
 }
 
 // started closes dlock's copies of the guard's ends, once cmd has started
 // or failed to: the pipe then closes when dlock dies, and the reports when
 // the guard does.
 func (g *guard) started() {
+	for _, fd := range g.unblock {
+		_ = syscall.SetNonblock(fd, true) // as dlock's parent set it, which shares it
+	}
 	g.child.Close()
 	g.report.Close()
 	go func() {
