@@ -231,13 +231,15 @@ func TestRun_AStopShorterThanTheTTLKeepsTheRun(t *testing.T) {
 	waitFor(t, 10*time.Second, "the lease renewed", func() bool { return ttl() > 3*time.Second })
 	// The tick after the renewal has seen a far deadline.
 	waitFor(t, 10*time.Second, "a tick after the renewal", func() bool { return ttl() < 3800*time.Millisecond })
-	if strings.Contains(p.stderr.String(), "lapses") {
-		t.Fatalf("a stop shorter than the TTL stopped the command: %s", &p.stderr)
-	}
 	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.wait(t, 15*time.Second); code != 0 {
+	// stderr is read once dlock has exited: its writer runs until then.
+	code := p.wait(t, 15*time.Second)
+	if strings.Contains(p.stderr.String(), "lapses") {
+		t.Fatalf("a stop shorter than the TTL stopped the command: %s", &p.stderr)
+	}
+	if code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr: %s", code, &p.stderr)
 	}
 }
