@@ -62,6 +62,15 @@ func startDlock(t *testing.T, redisURL, stdin string, args ...string) *dlockProc
 	return p
 }
 
+// forceUnlock removes the lock name as an operator would, the way the
+// tests take a lock from under a running dlock.
+func forceUnlock(t *testing.T, url, name string) {
+	t.Helper()
+	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", name); code != 0 {
+		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
+	}
+}
+
 // wait returns the exit code, failing the test if it takes past guard.
 func (p *dlockProcess) wait(t *testing.T, guard time.Duration) int {
 	t.Helper()

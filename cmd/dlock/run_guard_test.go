@@ -51,9 +51,7 @@ func TestRun_ALossKillsTheCommandUnderAStoppedGuard(t *testing.T) {
 	if err := syscall.Kill(parentOf(command), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "guard-stopped"); code != 0 {
-		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
-	}
+	forceUnlock(t, url, "guard-stopped")
 	waitGone(t, command, 10*time.Second, "the command, its guard stopped, after the lock was lost,")
 	if code := p.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
@@ -109,9 +107,7 @@ func TestRun_ReleaseOnExitKillsTheGroupOnALoss(t *testing.T) {
 				_ = p.cmd.Process.Kill()
 				p.wait(t, 15*time.Second)
 			} else {
-				if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "roe"); code != 0 {
-					t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
-				}
+				forceUnlock(t, url, "roe")
 				if code := p.wait(t, 15*time.Second); code != exitLost {
 					t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 				}
@@ -231,9 +227,7 @@ echo "fg:$?"
 sleep 600
 `, url, dlockBin, ready, resume))
 	command := readPid(t, ready)
-	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "tostop"); code != 0 {
-		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
-	}
+	forceUnlock(t, url, "tostop")
 	waitGone(t, command, 10*time.Second, "the command, after the lock was lost,")
 	if err := os.WriteFile(resume, []byte("fg\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -345,9 +339,7 @@ func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
 		info, err := locks.Describe(context.Background(), "guard-full")
 		return err == nil && time.Now().Add(info.TTL).After(full.Add(160*time.Millisecond))
 	})
-	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "guard-full"); code != 0 {
-		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
-	}
+	forceUnlock(t, url, "guard-full")
 	waitGone(t, command, 10*time.Second, "the command, its guard stopped with a full pipe, after the lock was lost,")
 	if code := p.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)

@@ -316,9 +316,7 @@ func TestRun_ALostLockStopsTheBackgroundProcessesLeft(t *testing.T) {
 	p := startDlock(t, url, "", "run", "--ttl", "1s", "--kill-grace", "2s", "bg-lost", "--",
 		"sh", "-c", `sleep 60 >/dev/null 2>&1 & echo $! > "$1"`, "sh", started)
 	background := readPid(t, started)
-	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "bg-lost"); code != 0 {
-		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
-	}
+	forceUnlock(t, url, "bg-lost")
 	if code := p.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 	}

@@ -121,9 +121,7 @@ func TestRun_ALostLockKillsEveryProcessAtOnce(t *testing.T) {
 		leaveTheGroup["setsid"]+` trap '' TERM; echo $$ > "$2"; while :; do sleep 0.05; done`, "bash", started, ready)
 	leaver, _ := outOfGroup(t, started)
 	command := readPid(t, ready)
-	if code, stdout, stderr := runDlock(t, url, "unlock", "--force", "--yes", "lost-all"); code != 0 {
-		t.Fatalf("unlock: exit %d, %q %q", code, stdout, stderr)
-	}
+	forceUnlock(t, url, "lost-all")
 	if code := p.wait(t, 15*time.Second); code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 	}
