@@ -8,19 +8,13 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// rightsSeen is what one Redis connection's user is known to be allowed:
-// the acquire scripts whose check of their lock type's commands passed
-// there (rights_refused in common.lua). That check cost a restricted user
-// about a quarter of each acquire; once it has passed, acquires send
-// scripts.RightsKnown and skip it, but for those that register a waiter
-// (see call.argv). Rights taken away later are found by the command Redis
-// refuses: the attempt gives back what it took (its abandon, as after any
-// error) and fails with ErrPermission, and every refusal makes the next
-// acquires check again.
-//
-// A Client's user is one, so is its record, for all of a cluster's nodes:
-// a node that grants less (ACLs set node by node) is found as rights taken
-// away are.
+// rightsSeen records the acquire scripts whose rights check (rights_refused
+// in common.lua) passed for this Client's user. Later acquires send
+// scripts.RightsKnown and skip the check, but those that register a waiter
+// (see call.argv). A right taken away later is met as a refused command:
+// the attempt gives back what it took and fails with ErrPermission, and any
+// refusal makes the next acquires check again. One record serves all of a
+// cluster's nodes: a node granting less is found the same way.
 type rightsSeen struct {
 	known sync.Map // *redis.Script → struct{}
 }
