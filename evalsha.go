@@ -58,22 +58,14 @@ func sendScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, 
 }
 
 // sendScripts sends calls to rdb: one alone, more in one pipeline. It is
-// the one place where dlock meets a server that does not have its scripts
-// (a cold, restarted or flushed server, or a replica promoted before it
-// had them): a call that met that (an FCALL's "Function not found",
-// EVALSHA's NOSCRIPT) is sent again after dlock's function library (with
-// EVALSHA, the scripts of the call's lock type: scripts.Companions), and
-// with the commands that frame it. On one server the loads go in the same
-// pipeline, ahead of the calls: one round trip more. A cluster or a Ring
-// routes a load to a node of its choosing, so there the loads go to nodes
-// first: to the node of each call's key (a cluster's master, a Ring's
-// shard), and to every node only should a call meet a missing script again
-// (the client's map of the nodes was stale: a slot moved, a shard came or
-// went), so that a stalled node delays no call on another (a renewal would
-// wait for it past its lease's deadline). A call whose script could not be
-// loaded fails with the load's error (a NOPERM names the right the user
-// lacks). A server that refuses Functions makes fns send EVALSHA from then
-// on, this call's again among them.
+// where dlock meets a server without its scripts (cold, flushed, restarted,
+// a replica promoted before it had them): a call that met "Function not
+// found" or NOSCRIPT goes again after the load, in the same pipeline on one
+// server. A cluster or Ring routes loads as it likes, so there they go to
+// the call's node first, and to every node only if the call misses again:
+// a stalled node must not delay calls on the others. A call whose load
+// failed fails with its error. Where Functions are refused, fns sends
+// EVALSHA from then on, this call's again among them.
 func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
 	if fns.refused.Load() {
 		asEvalsha(calls)
