@@ -103,27 +103,15 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	return nil, acquireError(ctx, nil)
 }
 
-// waitFor is Lock: attempt, and while the lock is held, wait to be woken by a
-// release or for the hold's TTL to run out, then attempt again.
-//
-// A waiter subscribes to its channel (its Client's own for the lock, for
-// most types) before the attempt that registers it, so the release that
-// follows cannot be missed: it picks a registered waiter and publishes to it
-// alone, whichever client it is in. Where releases hand the lock over (the
-// call's grant), that word gives the waiter the lock without another
-// attempt; any other waiter makes one attempt per wake-up. While waiting,
-// the waiter tries again every waiter refresh, which keeps its registration
-// alive.
-//
-// Where this Client is not subscribed to the channel yet, the first attempt
-// goes without: an uncontended Lock then costs one round trip, and only a
-// refused one pays for subscribing.
-//
-// An attempt that finds Redis unavailable (see [ErrUnavailable]) has
-// cleaned up after itself like any failed attempt; the waiter pauses (see
-// Client.pause) and tries again, until its context ends. A waiter whose
-// subscription is lost for good (see [notify.Waiter.Subscribed]) leaves
-// and watches anew.
+// waitFor is Lock: attempt, and while the lock is held, wait to be woken by
+// a release or for the hold's TTL to run out, then attempt again. A waiter
+// subscribes before the attempt that registers it, so the release that
+// follows, which publishes to one registered waiter, is never missed; a
+// hand-over's word grants without another attempt. The waiter tries again
+// every waiter refresh, keeping its registration alive. Unsubscribed, the
+// first attempt goes without: an uncontended Lock is one round trip. On
+// ErrUnavailable the waiter pauses (Client.pause) and tries again until ctx
+// ends; a subscription lost for good makes it watch anew.
 func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
