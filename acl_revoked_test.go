@@ -24,14 +24,7 @@ func TestACL_RightsRevokedAfterTheFirstLocksLeaveNothingHalfApplied(t *testing.T
 	ctx := ctxFor(t, 2*time.Minute)
 	admin := srv.Client()
 	other := newClient(t, admin)
-	for _, rule := range dlockACL {
-		switch rule {
-		case "+evalsha", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
-			continue // not run by a script
-		}
-		if rule[0] != '+' {
-			continue
-		}
+	for _, rule := range scriptRights() {
 		user := "revoked-" + rule[1:]
 		c := newClient(t, aclUser(t, ctx, admin, user, dlockACL...))
 		for _, lt := range lockTypes {
@@ -157,14 +150,7 @@ func TestACL_RightsRevokedAfterARedlocksFirstLockLeaveNothingHalfApplied(t *test
 		admins = append(admins, s.Client())
 	}
 	other := mustRedlock(t, admins, dlock.WithRestartGuard(0))
-	for _, rule := range dlockACL {
-		switch rule {
-		case "+evalsha", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
-			continue // not run by a script
-		}
-		if rule[0] != '+' {
-			continue
-		}
+	for _, rule := range scriptRights() {
 		user := "revoked-" + rule[1:]
 		var users []redis.UniversalClient
 		for _, admin := range admins {
@@ -211,4 +197,20 @@ func TestACL_RightsRevokedAfterARedlocksFirstLockLeaveNothingHalfApplied(t *test
 			}
 		}
 	}
+}
+
+// scriptRights are the rights of dlockACL that grant a command a script
+// runs: those a revocation mid-way could leave half applied.
+func scriptRights() []string {
+	var rights []string
+	for _, rule := range dlockACL {
+		switch rule {
+		case "+evalsha", "+script|load", "+subscribe", "+unsubscribe", "+ping", "+hello":
+			continue // not run by a script
+		}
+		if rule[0] == '+' {
+			rights = append(rights, rule)
+		}
+	}
+	return rights
 }
