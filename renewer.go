@@ -18,14 +18,14 @@ import (
 type renewer struct {
 	c *Client
 
-	mu      sync.Mutex
-	due     leaseHeap
-	running bool
-	closed  bool
-	kick    chan struct{} // a lease became due earlier than the loop sleeps
-	wakeAt    time.Time // when the sleeping loop wakes by itself (zero: awake); a lease due no earlier needs no kick
-	idleSince time.Time // when the loop last found nothing to renew (zero: it has something)
-	inFlight  int // batches sent and not yet answered
+	mu        sync.Mutex
+	due       leaseHeap
+	running   bool
+	closed    bool
+	kick      chan struct{} // a lease became due earlier than the loop sleeps
+	wakeAt    time.Time     // when the sleeping loop wakes by itself (zero: awake); a lease due no earlier needs no kick
+	idleSince time.Time     // when the loop last found nothing to renew (zero: it has something)
+	inFlight  int           // batches sent and not yet answered
 	wg        sync.WaitGroup
 
 	ctx    context.Context // cancelled by close: stops the loop and its I/O
