@@ -23,21 +23,16 @@ type Holder struct {
 }
 
 // OwnerHash is how [Client.Describe] shows the owner id of an RWMutex or
-// ReentrantMutex holder: 12 hex digits of its SHA-256. The id itself is
-// never shown: [WithOwner](id) joins that owner's holds, exclusive ones
-// with their fencing token. A process finds its own holds by OwnerHash of
-// its id; people tell holders apart by [HolderInfo].
+// ReentrantMutex holder: 12 hex digits of its SHA-256. The id is never
+// shown: whoever knows it joins that owner's holds.
 func OwnerHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:6])
 }
 
-// HolderInfo describes who holds a lock, for people: [Client.Describe]
-// and `dlock status` show it beside each holder. It is stored in Redis
-// with the hold, in plain text, for as long as the hold lasts (renewed
-// with it, gone with its release or expiry): put nothing secret in it.
-// Set it with [WithHolderInfo]; [ThisProcess] fills in the first three
-// fields.
+// HolderInfo describes who holds a lock, for people: [Client.Describe] and
+// `dlock status` show it. It is stored with the hold in plain text: put
+// nothing secret in it. Set it with [WithHolderInfo].
 type HolderInfo struct {
 	Hostname string `json:"host,omitempty"`
 	PID      int    `json:"pid,omitempty"`
@@ -45,9 +40,7 @@ type HolderInfo struct {
 	User     string `json:"user,omitempty"` // free text: a person, a job id, a deploy…
 }
 
-// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes: enough
-// for a hostname, a program and a line of text, small against the hold
-// itself, and a fixed cost per holder whatever the caller passes.
+// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes.
 const MaxHolderInfo = 512
 
 // ThisProcess is the HolderInfo of the running process: its hostname, pid
@@ -61,22 +54,19 @@ func ThisProcess() HolderInfo {
 	return HolderInfo{Hostname: host, PID: os.Getpid(), Program: program}
 }
 
-// WithHolderInfo stores info with every hold taken, so that operators see
-// who holds a lock ([Client.Describe], dlock status). The acquire's own
-// script writes it; it is renewed and removed with the hold. A Mutex,
-// FairMutex, RWMutex, ReentrantMutex and Semaphore keep it (per owner and
-// side, or per permit); a MultiLock, Election and Redlock refuse it with
-// [ErrInvalid]. Info that is not valid UTF-8, has a negative PID or encodes
-// longer than [MaxHolderInfo] is refused with ErrInvalid by the first call,
-// before anything is sent. The zero HolderInfo stores nothing.
+// WithHolderInfo stores info with every hold taken, renewed and removed
+// with it, so operators see who holds a lock. A MultiLock, Election and
+// Redlock refuse it. Info that is not valid UTF-8, has a negative PID or
+// encodes longer than [MaxHolderInfo] is refused with [ErrInvalid] by the
+// first call. The zero HolderInfo stores nothing.
 func WithHolderInfo(info HolderInfo) Option {
 	encoded, err := encodeHolderInfo(info)
 	return func(s *settings) { s.holderInfo, s.holderInfoErr, s.given = encoded, err, s.given|optHolderInfo }
 }
 
-// encodeHolderInfo is info as the scripts store it: compact JSON, which
-// always starts with '{' (the scripts find it after an owner token's hex
-// digits by that), or "" for none.
+// encodeHolderInfo is info as the scripts store it: JSON, starting with
+// '{' (how the scripts find it after an owner token), or "" for none.
+
 func encodeHolderInfo(info HolderInfo) (string, error) {
 	if info == (HolderInfo{}) {
 		return "", nil
