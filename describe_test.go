@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -46,7 +47,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			}
 		}
 		info, err = c.Describe(ctx, rwName)
-		want := []dlock.Holder{{Owner: dlock.OwnerHash("writer"), Write: true, Holds: 1}, {Owner: dlock.OwnerHash("writer"), Holds: 2}}
+		want := []admin.Holder{{Owner: admin.OwnerHash("writer"), Write: true, Holds: 1}, {Owner: admin.OwnerHash("writer"), Holds: 2}}
 		if err != nil || info.Kind != dlock.KindRead || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
 			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != lastRead.Token() {
 			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
@@ -206,7 +207,7 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 // carries no mark (as one an older dlock took).
 func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	rdb, c, ctx, name := inspecting(t)
-	expect := func(what string, want dlock.Kind) dlock.LockInfo {
+	expect := func(what string, want dlock.Kind) admin.LockInfo {
 		t.Helper()
 		info, err := c.Describe(ctx, name)
 		if err != nil || info.Kind != want {
@@ -356,7 +357,7 @@ func TestClient_DescribeNeverShowsAnOwnerID(t *testing.T) {
 			if shown := fmt.Sprintf("%+v %#v", info, info); strings.Contains(shown, owner) {
 				t.Fatalf("Describe shows the owner id %q: %s", owner, shown)
 			}
-			if got, want := info.Holders[0].Owner, dlock.OwnerHash(owner); got != want || got == "" {
+			if got, want := info.Holders[0].Owner, admin.OwnerHash(owner); got != want || got == "" {
 				t.Fatalf("holder shown as %q; want OwnerHash(id), %q", got, want)
 			}
 			if l, err := lock.join(name, info.Holders[0].Owner); !errors.Is(err, dlock.ErrNotAcquired) {

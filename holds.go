@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -161,7 +162,7 @@ type holdState struct {
 	ttl                            time.Duration
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
-	holders                        []Holder
+	holders                        []admin.Holder
 	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
 }
 
@@ -188,14 +189,14 @@ func parseHoldState(reply []any) (holdState, error) {
 	if err != nil || (len(reply)-10)%5 != 0 {
 		return holdState{}, errUnexpectedReply
 	}
-	var holders []Holder
+	var holders []admin.Holder
 	var reentrant bool
 	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
 		info, _ := reply[i+3].(string)
-		holders = append(holders, Holder{Owner: OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
+		holders = append(holders, admin.Holder{Owner: admin.OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
 			reentrant = taken == reentrantMark
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -80,7 +81,7 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 // released no holder but the last token.
 func TestClient_DescribeReportsAMutexsHoldThenItsLastToken(t *testing.T) {
 	_, c, ctx, name := inspecting(t)
-	info := dlock.HolderInfo{Hostname: "web-1", PID: 42}
+	info := admin.HolderInfo{Hostname: "web-1", PID: 42}
 	prefix := dlock.WithPrefix("inspect:")
 	lease, err := c.Mutex(name, prefix, dlock.WithHolderInfo(info)).Lock(ctx)
 	if err != nil {

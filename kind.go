@@ -10,7 +10,7 @@ type Kind = observe.Kind
 // The kinds of lock. Describe tells apart those Redis can: it says
 // KindMutex for a Mutex, a FairMutex with nobody queued and a MultiLock's
 // lock (one lock in Redis), and KindRead, KindWrite or KindReentrant for
-// the read-write locks (see [LockInfo]); never KindMulti or KindRedlock.
+// the read-write locks (see [admin.LockInfo]); never KindMulti or KindRedlock.
 const (
 	KindMutex     Kind = observe.KindMutex     // [Mutex]
 	KindReentrant Kind = observe.KindReentrant // [ReentrantMutex]

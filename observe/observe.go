@@ -185,7 +185,7 @@ type Kind string
 // The kinds of lock. Describe tells apart those Redis can: it says
 // KindMutex for a Mutex, a FairMutex with nobody queued and a MultiLock's
 // lock (one lock in Redis), and KindRead, KindWrite or KindReentrant for
-// the read-write locks (see dlock.LockInfo); never KindMulti or KindRedlock.
+// the read-write locks (see admin.LockInfo); never KindMulti or KindRedlock.
 const (
 	KindMutex     Kind = "mutex"     // dlock.Mutex
 	KindReentrant Kind = "reentrant" // dlock.ReentrantMutex

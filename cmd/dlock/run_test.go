@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -452,7 +453,7 @@ func TestRun_BusyLockMessageQuietAndConflictExitCode(t *testing.T) {
 	}
 	defer held.Unlock(context.Background())
 	code, _, stderr := runDlock(t, url, "run", "--wait", "300ms", "busy", "--", "true")
-	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, dlock.OwnerHash("host-a/pid-7")) ||
+	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, admin.OwnerHash("host-a/pid-7")) ||
 		strings.Contains(stderr, "deadline") {
 		t.Fatalf("a busy lock: exit %d, stderr %q; want %d, saying busy and who holds it", code, stderr, exitNotAcquired)
 	}
@@ -545,7 +546,7 @@ func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
 func TestRun_WaitingOutsideATerminalIsReportedOnceAndSoIsTheAcquisition(t *testing.T) {
 	url, locks := testRedis(t)
 	ctx := context.Background()
-	held, err := locks.RWMutex("ci", dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "host-a", PID: 7})).Lock(ctx)
+	held, err := locks.RWMutex("ci", dlock.WithHolderInfo(admin.HolderInfo{Hostname: "host-a", PID: 7})).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
