@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Describe reports who holds the lock called name, whatever its type, how
@@ -58,13 +59,13 @@ func parseMutexInfo(reply []any) (admin.LockInfo, error) {
 		return admin.LockInfo{}, err
 	}
 	holderInfo, _ := reply[4].(string)
-	info := admin.LockInfo{Kind: KindMutex, Holders: []admin.Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
+	info := admin.LockInfo{Kind: observe.KindMutex, Holders: []admin.Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
 		TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]), LastToken: uint64(r[3])}
 	switch sort, _ := reply[5].(string); sort {
 	case "election":
-		info.Kind, info.LeaderValue = KindElection, fmt.Sprint(reply[6])
+		info.Kind, info.LeaderValue = observe.KindElection, fmt.Sprint(reply[6])
 	case "fair":
-		info.Kind = KindFair
+		info.Kind = observe.KindFair
 	}
 	if r[1] < 0 {
 		info.TTL = -1
@@ -82,7 +83,7 @@ func parseSemaphoreInfo(reply []any) (admin.LockInfo, error) {
 	info := admin.LockInfo{TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]),
 		LastToken: uint64(r[3]), Permits: int(r[4])}
 	if r[0] > 0 {
-		info.Kind, info.Holders = KindSemaphore, permitHolders(reply[5:])
+		info.Kind, info.Holders = observe.KindSemaphore, permitHolders(reply[5:])
 	}
 	return info, nil
 }
@@ -99,11 +100,11 @@ func parseRWInfo(reply []any) (admin.LockInfo, error) {
 	switch {
 	case len(s.holders) == 0:
 	case s.readHolds > 0:
-		info.Kind = KindRead
+		info.Kind = observe.KindRead
 	case s.reentrant:
-		info.Kind = KindReentrant
+		info.Kind = observe.KindReentrant
 	default:
-		info.Kind = KindWrite
+		info.Kind = observe.KindWrite
 	}
 	return info, nil
 }

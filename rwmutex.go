@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/observe"
 )
 
 // RWMutex is a distributed read-write lock: many readers or one writer.
@@ -32,7 +33,7 @@ type RWMutex struct{ holdLock }
 // Nothing is sent to Redis; a bad name or option is returned by the first
 // call that would, matching [ErrInvalid].
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{holdLock: c.newHoldLock(name, KindWrite, opts)}
+	return &RWMutex{holdLock: c.newHoldLock(name, observe.KindWrite, opts)}
 }
 
 // Lock takes the write side, waiting for readers and any other writer to

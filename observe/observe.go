@@ -5,8 +5,9 @@
 // begin, wait and end, as leases renew, extend, end and lead. dlockotel
 // makes OpenTelemetry metrics and spans of it.
 //
-// [Kind] and [LossReason] are defined here, since events carry them;
-// package dlock names them too (dlock.Kind, dlock.LossTaken…), as aliases.
+// [Kind] and [LossReason] are defined here, since events carry them, and
+// so does what dlock.Client.Describe finds (package admin's LockInfo);
+// package dlock names LossReason too (dlock.LossTaken…), as aliases.
 package observe
 
 import (

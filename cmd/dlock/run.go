@@ -410,7 +410,7 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	switch {
 	case semaphore:
 		takes = "dlock run --permits takes a Semaphore"
-	case info.Kind == dlock.KindSemaphore:
+	case info.Kind == observe.KindSemaphore:
 		takes += "; --permits N takes a Semaphore"
 	}
 	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(typeName), stateOf(info), takes)

@@ -17,6 +17,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // These tests hold `dlock run` to what flock(1) does: the command owns the
@@ -638,7 +639,7 @@ func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
 	b := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo b > "$1"; cat "$2"`, "sh", second, finish[1])
 	readFifo(t, second, 15*time.Second)
 	info, err := locks.Describe(context.Background(), "pool")
-	if err != nil || info.Kind != dlock.KindSemaphore || info.Permits != 2 {
+	if err != nil || info.Kind != observe.KindSemaphore || info.Permits != 2 {
 		t.Fatalf("with two runs: %+v, %v; want a Semaphore of 2 permits", info, err)
 	}
 	code, _, stderr := runDlock(t, url, "run", "--permits", "2", "-n", "pool", "--", "true")

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/observe"
 )
 
 const statusUsage = `Usage: dlock status [--json] NAME
@@ -99,7 +99,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
 	if s.Held {
 		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
-		if info.Kind == dlock.KindElection {
+		if info.Kind == observe.KindElection {
 			fmt.Fprintf(out.stdout, "leader:      %s\n", s.LeaderValue)
 		}
 		if s.Permits > 0 {
@@ -181,10 +181,10 @@ func stateOf(info admin.LockInfo) string {
 
 // typeNames are the CLI's names of the kinds Describe reports: the Go
 // types', which status and ls have always printed.
-var typeNames = map[dlock.Kind]string{
-	dlock.KindMutex: "Mutex", dlock.KindFair: "FairMutex", dlock.KindElection: "Election",
-	dlock.KindSemaphore: "Semaphore", dlock.KindRead: "RWMutex", dlock.KindWrite: "RWMutex",
-	dlock.KindReentrant: "ReentrantMutex",
+var typeNames = map[observe.Kind]string{
+	observe.KindMutex: "Mutex", observe.KindFair: "FairMutex", observe.KindElection: "Election",
+	observe.KindSemaphore: "Semaphore", observe.KindRead: "RWMutex", observe.KindWrite: "RWMutex",
+	observe.KindReentrant: "ReentrantMutex",
 }
 
 // typeLabel is the type in words: Describe's kinds each stand for several
