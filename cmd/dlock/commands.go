@@ -228,10 +228,13 @@ func splitGroup(fs *flag.FlagSet, letters string) []string {
 }
 
 // usageError says which rule the command line broke and where the rules
-// are, and returns exitUsage. command is "" for dlock's own flags.
+// are, and returns exitUsage. command is "" for dlock's own flags. The rule
+// is escaped: it may quote the command line (the flag package's errors
+// name a flag raw), and an escape sequence typed there must not reach the
+// terminal.
 func usageError(out *output, command, format string, args ...any) int {
 	prog := strings.TrimSpace("dlock " + command)
-	fmt.Fprintf(out.stderr, "%s: %s\nRun '%s --help' for usage.\n", prog, fmt.Sprintf(format, args...), prog)
+	fmt.Fprintf(out.stderr, "%s: %s\nRun '%s --help' for usage.\n", prog, printable(fmt.Sprintf(format, args...)), prog)
 	return exitUsage
 }
 
