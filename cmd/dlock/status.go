@@ -129,7 +129,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		fmt.Fprintf(out.stdout, "expires:     %s\n", ttl)
 	}
 	if s.Type == "RWMutex" || s.Type == "ReentrantMutex" {
-		fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
+		fmt.Fprintf(out.stdout, "waiting:     %s, %s\n", plural(s.WritersWaiting, "writer"), plural(s.ReadersWaiting, "reader"))
 	} else {
 		fmt.Fprintf(out.stdout, "waiting:     %d\n", s.WritersWaiting+s.ReadersWaiting)
 	}
