@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,10 +14,11 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/family"
 )
 
 // lockTypes are the lock types the demo and bench run, in table order.
-var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex", "FairMutex", "Semaphore", "MultiLock", "Election"}
+var lockTypes = family.Types()
 
 // contention is one run of workers taking one lock back to back, each with
 // its own Redis connection, as separate processes would.
@@ -266,8 +268,6 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			}
 			return unlock(ctx, l)
 		}
-	case "FairMutex":
-		return c.exclusive(client.FairMutex(c.name).Lock, i, fenced, unlock)
 	case "Election": // a leadership is the critical section, its term the token
 		e := client.Election(c.name)
 		campaign := func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, fmt.Sprint("worker-", i)) }
@@ -278,8 +278,11 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			return nil
 		}
 		return c.exclusive(campaign, i, fenced, resign)
-	default:
-		return c.exclusive(client.Mutex(c.name).Lock, i, fenced, unlock)
+	default: // one holder at a time: a Mutex, a FairMutex
+		k := family.All[slices.IndexFunc(family.All, func(k family.Kind) bool { return k.Type == c.lockType })]
+		take := k.Handle(family.Target{Client: client}, []string{c.name})
+		lock := func(ctx context.Context) (*dlock.Lease, error) { return take(ctx, false) }
+		return c.exclusive(lock, i, fenced, unlock)
 	}
 }
 

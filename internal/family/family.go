@@ -6,7 +6,6 @@ package family
 import (
 	"context"
 	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,8 +41,11 @@ type Kind struct {
 	Takeover observe.Kind
 
 	Scripts Scripts
-	take    func(ctx context.Context, t Target, names []string, try bool, opts []dlock.Option) (*dlock.Lease, error)
+	handle  func(t Target, names []string, opts []dlock.Option) Taker
 }
+
+// Taker takes a hold of one handle: one attempt when try, else a wait.
+type Taker func(ctx context.Context, try bool) (*dlock.Lease, error)
 
 // Scripts are what a kind's holds run: the explorer and dlocktest tell its
 // commands by them.
@@ -66,50 +68,44 @@ const Permits = 2
 // this order, and fixed seeds depend on it: add a kind at the end.
 var All = []Kind{
 	{Kind: observe.KindMutex, Type: "Mutex", Takeover: observe.KindMutex, Scripts: mutexScripts,
-		take: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.Mutex(n[0], o...) })},
+		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.Mutex(n[0], o...) })},
 	{Kind: observe.KindReentrant, Type: "ReentrantMutex", Takeover: observe.KindReentrant, Scripts: rwScripts,
-		take: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.ReentrantMutex(n[0], o...) })},
+		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.ReentrantMutex(n[0], o...) })},
 	{Kind: observe.KindRead, Type: "RWMutex", Side: "read", Mode: Shared, Takeover: observe.KindWrite, Scripts: rwScripts,
-		take: func(ctx context.Context, t Target, n []string, try bool, o []dlock.Option) (*dlock.Lease, error) {
+		handle: func(t Target, n []string, o []dlock.Option) Taker {
 			rw := t.Client.RWMutex(n[0], o...)
-			if try {
-				return rw.TryRLock(ctx)
-			}
-			return rw.RLock(ctx)
+			return pick(rw.TryRLock, rw.RLock)
 		}},
 	{Kind: observe.KindWrite, Type: "RWMutex", Side: "write", Takeover: observe.KindWrite, Scripts: rwScripts,
-		take: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.RWMutex(n[0], o...) })},
+		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.RWMutex(n[0], o...) })},
 	{Kind: observe.KindFair, Type: "FairMutex", Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.FairAcquire, scripts.MutexExtend, scripts.FairRelease, scripts.FairAbandon},
-		take:    lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.FairMutex(n[0], o...) })},
+		handle:  lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.FairMutex(n[0], o...) })},
 	{Kind: observe.KindSemaphore, Type: "Semaphore", Mode: Permit, Takeover: observe.KindSemaphore,
 		Scripts: Scripts{scripts.SemAcquire, scripts.SemExtend, scripts.SemRelease, scripts.SemAbandon},
-		take: func(ctx context.Context, t Target, n []string, try bool, o []dlock.Option) (*dlock.Lease, error) {
+		handle: func(t Target, n []string, o []dlock.Option) Taker {
 			permits := t.Permits
 			if permits == 0 {
 				permits = Permits
 			}
 			sem := t.Client.Semaphore(n[0], permits, o...)
-			if try {
-				return sem.TryAcquire(ctx)
-			}
-			return sem.Acquire(ctx)
+			return pick(sem.TryAcquire, sem.Acquire)
 		}},
 	{Kind: observe.KindMulti, Type: "MultiLock", Group: true, Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.MultiAcquire, scripts.MultiExtend, scripts.MultiRelease, scripts.MultiAbandon},
-		take:    lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.MultiLock(n, o...) })},
+		handle:  lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.MultiLock(n, o...) })},
 	// A Campaign waits even for a Try: an Election has no TryCampaign.
 	{Kind: observe.KindElection, Type: "Election", Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.ElectionAcquire, scripts.MutexExtend, scripts.ElectionRelease, scripts.MutexAbandon},
-		take: func(ctx context.Context, t Target, n []string, _ bool, o []dlock.Option) (*dlock.Lease, error) {
-			value := t.Value
+		handle: func(t Target, n []string, o []dlock.Option) Taker {
+			e, value := t.Client.Election(n[0], o...), t.Value
 			if value == "" {
 				value = "candidate"
 			}
-			return t.Client.Election(n[0], o...).Campaign(ctx, value)
+			return func(ctx context.Context, _ bool) (*dlock.Lease, error) { return e.Campaign(ctx, value) }
 		}},
 	{Kind: observe.KindRedlock, Type: "RedlockMutex", Redlock: true, Takeover: observe.KindMutex, Scripts: mutexScripts,
-		take: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Redlock.Mutex(n[0], o...) })},
+		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Redlock.Mutex(n[0], o...) })},
 }
 
 var (
@@ -122,15 +118,21 @@ type locker interface {
 	TryLock(context.Context) (*dlock.Lease, error)
 }
 
-// lockerOf is the take of a type whose handle, made by handle, has
-// TryLock and Lock.
-func lockerOf(handle func(Target, []string, []dlock.Option) locker) func(context.Context, Target, []string, bool, []dlock.Option) (*dlock.Lease, error) {
-	return func(ctx context.Context, t Target, names []string, try bool, opts []dlock.Option) (*dlock.Lease, error) {
+// lockerOf is the handle of a type whose handles have TryLock and Lock.
+func lockerOf(handle func(Target, []string, []dlock.Option) locker) func(Target, []string, []dlock.Option) Taker {
+	return func(t Target, names []string, opts []dlock.Option) Taker {
 		l := handle(t, names, opts)
-		if try {
-			return l.TryLock(ctx)
+		return pick(l.TryLock, l.Lock)
+	}
+}
+
+// pick is the Taker of a handle's try and wait.
+func pick(try, wait func(context.Context) (*dlock.Lease, error)) Taker {
+	return func(ctx context.Context, once bool) (*dlock.Lease, error) {
+		if once {
+			return try(ctx)
 		}
-		return l.Lock(ctx)
+		return wait(ctx)
 	}
 }
 
@@ -142,10 +144,16 @@ func (k Kind) Label() string {
 	return k.Type + " " + k.Side
 }
 
-// Take takes a hold of k on names (one but for a Group) at t: one attempt
+// Handle makes a handle of k on names (one but for a Group) at t, and
+// returns its Taker.
+func (k Kind) Handle(t Target, names []string, opts ...dlock.Option) Taker {
+	return k.handle(t, names, opts)
+}
+
+// Take takes a hold of k on names with a handle of its own: one attempt
 // when try, else a wait.
 func (k Kind) Take(ctx context.Context, t Target, names []string, try bool, opts ...dlock.Option) (*dlock.Lease, error) {
-	return k.take(ctx, t, names, try, opts)
+	return k.handle(t, names, opts)(ctx, try)
 }
 
 // Of is the kind called kind; ok is false for none.
@@ -196,9 +204,4 @@ func ScriptSet(role func(Scripts) *redis.Script) []*redis.Script {
 		}
 	}
 	return set
-}
-
-// Name is a scratch lock name for k made of prefix: dots become dashes.
-func (k Kind) Name(prefix string) string {
-	return prefix + strings.ReplaceAll(string(k.Kind), ".", "-")
 }
