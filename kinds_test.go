@@ -32,6 +32,14 @@ func lockOn(k family.Kind, permits int, group func(string) []string) func(c *dlo
 	}
 }
 
+// namesOf are the names of a hold of k under name: two for a group.
+func namesOf(k family.Kind, name string) []string {
+	if k.Group {
+		return []string{name + ":a", name + ":b"}
+	}
+	return []string{name}
+}
+
 // holderOf is the kind whose hold keeps k's waiting call out: a writer for
 // a reader, else k itself (nil).
 func holderOf(k family.Kind) *family.Kind {
