@@ -349,7 +349,7 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 		events := rec.events[before:]
 		rec.mu.Unlock()
 		for _, ev := range events {
-			var kind dlock.Kind
+			var kind observe.Kind
 			var evName string
 			switch ev := ev.(type) {
 			case observe.AcquireCall:
