@@ -298,7 +298,7 @@ func (l foundLock) columns() []string {
 	if l.notDlocks != nil {
 		return []string{printable(info.Name), "-", "not dlock's", "-", "-", "-", "-"}
 	}
-	lockType := typeNames[info.Kind]
+	lockType := typeName(info.Kind)
 	if lockType == "" {
 		lockType = "-"
 	}

@@ -400,12 +400,12 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	info, err := client.Describe(ctx, name)
-	typeName := typeNames[info.Kind]
-	if err != nil || typeName == "" {
+	lockType := typeName(info.Kind)
+	if err != nil || lockType == "" {
 		return ""
 	}
 	article := "a"
-	if strings.ContainsRune("AEIOUR", rune(typeName[0])) { // an RWMutex, an Election
+	if strings.ContainsRune("AEIOUR", rune(lockType[0])) { // an RWMutex, an Election
 		article = "an"
 	}
 	takes := "dlock run takes an RWMutex"
@@ -415,7 +415,7 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	case info.Kind == observe.KindSemaphore:
 		takes += "; --permits N takes a Semaphore"
 	}
-	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(typeName), stateOf(info), takes)
+	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(lockType), stateOf(info), takes)
 }
 
 // reportBusy says who holds the lock that --wait gave up on.
