@@ -281,15 +281,6 @@ func passOut(group int, sig syscall.Signal) {
 	}
 }
 
-// killAll kills every process of the command, in rounds: a process forked
-// meanwhile comes up to the subreaper when its parent is killed. It
-// returns once no process is left that it may kill.
-func killAll(group int) {
-	for signalAll(group, syscall.SIGKILL) > 0 {
-		time.Sleep(time.Millisecond) // for the killed to become zombies
-	}
-}
-
 // startError is why the command did not start, its name escaped and its
 // middle cut when long: the name is the caller's, and may hold control
 // characters or be huge.
