@@ -23,8 +23,9 @@ import (
 // dies, even by SIGKILL (it sees dlock's end of a pipe close), and at the
 // lease's deadline, which dlock writes to a file they share at each
 // renewal, should dlock stop renewing (SIGSTOP, ^Z) without dying. Job
-// control does not stop it. It tells dlock when the command's main process
-// stops or exits.
+// control does not stop it. It tells dlock when the command stops (its
+// main process, or once that has exited a process left in its group) and
+// when the main process exits.
 type guard struct {
 	pipe     *os.File    // the write end; the guard reads the other
 	child    *os.File    // the read end, dlock's copy until the guard has started
@@ -276,30 +277,41 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 // reap reaps the guard's children as they end, the orphans of the
 // command's processes among them, until none is left (only the main one,
 // main, with --release-on-exit), and returns main's exit code. It reports
-// to dlock when main stops and when it exits.
+// to dlock when main exits, and when the command stops: main, or once main
+// has exited a process left in the command's group (^Z stops them all),
+// once until they are continued.
 func reap(main int, hold bool, reports *os.File) int {
-	code := exitCannotRun
+	code, exited := exitCannotRun, false
+	stopped := map[int]bool{}
 	for {
 		var status syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &status, syscall.WUNTRACED, nil)
+		pid, err := syscall.Wait4(-1, &status, syscall.WUNTRACED|syscall.WCONTINUED, nil)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			break // no child left
 		}
-		if pid != main {
-			continue
+		switch {
+		case status.Stopped():
+			if pgid, err := syscall.Getpgid(pid); pid == main || exited && err == nil && pgid == syscall.Getpgrp() {
+				if len(stopped) == 0 {
+					fmt.Fprintln(reports, "stopped")
+				}
+				stopped[pid] = true
+			}
+		case status.Continued():
+			delete(stopped, pid)
+		case pid == main:
+			delete(stopped, pid)
+			code, exited = statusCode(status), true
+			if !hold {
+				return code
+			}
+			fmt.Fprintln(reports, "exited", code)
+		default:
+			delete(stopped, pid)
 		}
-		if status.Stopped() {
-			fmt.Fprintln(reports, "stopped")
-			continue
-		}
-		code = statusCode(status)
-		if !hold {
-			return code
-		}
-		fmt.Fprintln(reports, "exited", code)
 	}
 	waitForGroup()
 	return code

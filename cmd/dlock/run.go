@@ -47,7 +47,9 @@ with the command, as one job, and fg resumes both; the lock is not renewed
 while dlock is stopped: stopped past the TTL, the run is lost, and the
 guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
-which processes it still holds the lock for.
+which processes it still holds the lock for; on Linux ^Z then stops those
+left in the command's group and dlock with them, as one job, and fg
+resumes them.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock

@@ -383,6 +383,51 @@ func TestRun_InheritedDescriptorsReachTheCommand(t *testing.T) {
 	}
 }
 
+// Issue 36: once the main process has exited, ^Z stops the processes it
+// left in its group and dlock with them, as one job: the shell gets the
+// terminal back, and fg resumes them all, once (two stops, one job).
+func TestRun_CtrlZOnTheProcessesLeftStopsTheRunAndFgResumesThem(t *testing.T) {
+	url, locks := testRedis(t)
+	started, resume := fifo(t, "started"), fifo(t, "resume")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run --ttl 60s ctrl-z-left -- sh -c 'sleep 100 & first=$!; sleep 100 & echo $first $! > "$1"; exit 3' sh %s
+echo "stopped:$?"
+cat %s
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, started, resume))
+	var left [2]int
+	if _, err := fmt.Sscan(readFifo(t, started, 15*time.Second), &left[0], &left[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range left {
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	term.waitScreen(`holding "ctrl-z-left"`)
+	term.tmux("send-keys", "C-z")
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
+	for _, pid := range left {
+		if s := state(pid); s != "T" {
+			t.Fatalf("process %d left by the command is %q after ^Z, want stopped (T)", pid, s)
+		}
+	}
+	if err := os.WriteFile(resume, []byte("fg\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "fg resumes the processes left", func() bool { return state(left[0]) == "S" && state(left[1]) == "S" })
+	for _, pid := range left {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term.waitScreen("fg:3")
+	if info, err := locks.Describe(context.Background(), "ctrl-z-left"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+}
+
 // Issue 36: a guard stopped (SIGSTOP) past the TTL, then continued, acts
 // on the lease as dlock, which renewed it meanwhile, has it: the command
 // runs on. Nothing marks a kill that does not happen: the test watches
