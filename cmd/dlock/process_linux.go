@@ -106,12 +106,6 @@ func processID(pid int) string {
 	return strconv.Itoa(pid) + "@" + fields[19]
 }
 
-// processName is the name ps shows for process pid (its comm).
-func processName(pid int) string {
-	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-	return strings.TrimSuffix(string(comm), "\n")
-}
-
 // waitForGroup has nothing to wait for here: the processes the command
 // left are the guard's children, which it reaps as they end.
 func waitForGroup() {}

@@ -15,8 +15,6 @@ func becomeSubreaper() {}
 // commandProcesses finds none here, without /proc.
 func commandProcesses(int) []int { return nil }
 
-func processName(int) string { return "" }
-
 // killAll kills the command's process group, the caller too if it is in
 // it: without /proc, the processes that left the group are out of reach.
 func killAll(group int) {

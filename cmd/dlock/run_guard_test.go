@@ -133,8 +133,10 @@ func TestRun_TheGuardReapsOrphansAsTheyEnd(t *testing.T) {
 	}
 }
 
-// Issue 36: once the main process has exited, dlock says what it holds the
-// lock for, and passes SIGTERM to every process left, out of the group too.
+// Issue 36: once the main process has exited, dlock says that it holds
+// the lock for the processes left, and under which guard they run, not
+// which they are (a list would be stale as soon as printed); and passes
+// SIGTERM to every process left, out of the group too.
 func TestRun_HoldingForAProcessLeftIsSaidAndSIGTERMEndsIt(t *testing.T) {
 	url, _ := testRedis(t)
 	started := fifo(t, "started")
@@ -150,12 +152,14 @@ func TestRun_HoldingForAProcessLeftIsSaidAndSIGTERMEndsIt(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	leaver, _ := outOfGroup(t, started)
-	// Its name is sh until it has run sleep.
-	want := fmt.Sprintf(`dlock run: command exited (3); holding "left-held" while 1 process of it runs: %d `, leaver)
-	waitFor(t, 10*time.Second, "dlock says "+want, func() bool {
-		data, _ := os.ReadFile(stderr.Name())
-		return strings.Contains(string(data), want)
-	})
+	said := func() string { data, _ := os.ReadFile(stderr.Name()); return string(data) }
+	waitFor(t, 10*time.Second, "dlock says it holds the lock", func() bool { return strings.Contains(said(), `holding "left-held"`) })
+	// Orphaned by the main process's exit, which dlock learns after it.
+	want := fmt.Sprintf("dlock run: command exited (3); holding \"left-held\" until the processes it left have ended (below dlock-guard, pid %d)\n",
+		parentOf(leaver))
+	if got := said(); !strings.Contains(got, want) {
+		t.Fatalf("stderr %q, want %q", got, want)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +208,7 @@ echo "exit:$?"
 sleep 600
 `, url, dlockBin, strings.ReplaceAll(leaveTheGroup["set -m"], "'", `'\''`), started))
 	leaver, _ := outOfGroup(t, started)
-	term.waitScreen(`holding "ctrl-c" while 1 process of it runs`)
+	term.waitScreen(`holding "ctrl-c" until`)
 	term.tmux("send-keys", "C-c")
 	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, after ^C,")
 	term.waitScreen("exit:3")
