@@ -67,7 +67,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"MultiLock of 3", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.MultiLock([]string{"budget:a", "budget:b", "budget:c"}).Lock
 		}},
-		{"Election", 1, 18, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Election", 1, 14, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			e := c.Election("budget")
 			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "me") }
 		}},
