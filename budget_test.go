@@ -56,7 +56,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"RWMutex write", 1, 30, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").Lock
 		}},
-		{"FairMutex", 1, 15, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"FairMutex", 1, 12, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
 		// The last release deletes the number of permits (EXISTS, DEL);
