@@ -64,7 +64,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"Semaphore", 1, 19, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
-		{"MultiLock of 3", 1, 32, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"MultiLock of 3", 1, 22, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.MultiLock([]string{"budget:a", "budget:b", "budget:c"}).Lock
 		}},
 		{"Election", 1, 14, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
