@@ -177,7 +177,6 @@ func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, er
 // registration, a hold nobody heard of, and late copies (the tombstone).
 // A Lock that goes on does so as a new call. It reports whether the call
 // may have held the lock.
-
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))

@@ -35,7 +35,6 @@ type queuedCall struct {
 // runArgv is sendScript through the coalescer. A caller whose ctx ends
 // while its call waits gets ctx's error; the call may still go out, an
 // outcome unknown as any lost reply's.
-
 func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
 	q.mu.Lock()
 	if q.flights < coalesceFlights && len(q.queue) == 0 {

@@ -8,7 +8,6 @@ import (
 // ctxMutex is a mutex whose Lock gives up when its context ends, so a call
 // behind one stuck on a stalled server returns. The zero value is
 // unlocked, and allocates nothing until a Lock has to wait.
-
 type ctxMutex struct {
 	mu   sync.Mutex
 	held bool

@@ -40,7 +40,6 @@ func watchDials(rdb redis.UniversalClient) *dialWatch {
 }
 
 // dialWatches maps a go-redis client, held weakly, to its dialWatch.
-
 var dialWatches sync.Map
 
 func sharedWatch[T any](client *T, rdb redis.UniversalClient) *dialWatch {

@@ -93,7 +93,15 @@
 // and its outcome, the steps of a wait, renewals, releases and losses. The
 // module github.com/dlockio/dlock/dlockotel makes OpenTelemetry metrics and
 // spans of them. Unset, it costs nothing.
-
+//
+// # Operating locks
+//
+// [Client.Describe] tells who holds a lock and who waits, [Client.ForceUnlock]
+// removes a lock whose holder is gone, and [Client.Check] finds what in a
+// server's configuration weakens the locks. Package admin holds the types
+// of their answers ([admin.LockInfo], [admin.Report]) and [admin.HolderInfo],
+// which [WithHolderInfo] stores for them to show. The dlock command is
+// built on them.
 //
 // # Errors
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // MaxLeaderValueLen is the longest value a candidate may campaign or
@@ -93,7 +94,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.take(ctx, KindElection, false, func(context.Context) *call { return e.candidate(value) })
+	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call { return e.candidate(value) })
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +292,6 @@ func (e *Election) current() *Lease {
 }
 
 // candidate is one Campaign (see call).
-
 type candidate struct {
 	call
 	value any // boxed once for all attempts

@@ -8,8 +8,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlockio/dlock/observe"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/observe"
 )
 
 // Sentinel errors. Match them with [errors.Is]: the errors dlock returns wrap
@@ -195,7 +196,6 @@ const (
 	// LossUnreachable: no renewal was confirmed before the deadline, or an
 	// Unlock could not tell whether it released. Redis may still hold the
 	// key until its TTL runs out.
-
 	LossUnreachable LossReason = observe.LossUnreachable
 
 	// LossUnknown is what an [observe.Observer] is told where none of

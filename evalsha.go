@@ -300,7 +300,6 @@ func keyNodesOf(rdb redis.UniversalClient) (nodes keyNodes, routed bool) {
 
 // loadForCalls loads scripts on the node of each call that met NOSCRIPT,
 // once per node, and returns the first load's error.
-
 func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load [][]any) error {
 	var firstErr error
 	done := map[string]bool{}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // FairMutex is an exclusive lock taken in the order it was asked for: a
@@ -48,7 +49,7 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 // is free and nobody waits for it: a TryLock does not overtake the queue.
 // Otherwise it returns [ErrNotAcquired].
 func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return f.acquire(ctx, KindFair, true, f.call)
+	return f.acquire(ctx, observe.KindFair, true, f.call)
 }
 
 // Lock takes the lock in its turn, until ctx ends or the wait set by
@@ -56,7 +57,7 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 // matching both [ErrNotAcquired] and ctx's error. Unless [WithLeaseTime]
 // was given, the lease renews itself every TTL/3 until unlocked or lost.
 func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	return f.acquire(ctx, KindFair, false, f.call)
+	return f.acquire(ctx, observe.KindFair, false, f.call)
 }
 
 // fairCall is one TryLock or Lock call. It remembers the fencing counter
@@ -100,7 +101,6 @@ func (a *fairCall) refused(res []int64, _ string) error {
 // granted takes the lock a release handed over. A token above the counter
 // the last attempt read came after it, whose sending starts the lease; any
 // other is stale and gives nil.
-
 func (a *fairCall) granted(h handOver) *Lease {
 	if h.ref != "" || a.fenced < 0 || h.token <= uint64(a.fenced) {
 		return nil

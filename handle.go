@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // handle is what every lock handle holds: name, keys and settings, nothing
@@ -44,7 +45,7 @@ func (h *handle) check(ctx context.Context) error {
 
 // acquire is TryLock (try) or Lock of any type: the checks before any I/O,
 // then take.
-func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
+func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(
 
 // take makes a call (newCall's) try once, or wait for the lock (see
 // acquireBy).
-func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
+func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
 			return tryOnce(ctx, newCall(ctx))
@@ -64,7 +65,7 @@ func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(con
 
 // acquireBy is every acquire call of every type: inside the observer's
 // bracket, take tries once or waits, bounded by [WithWait].
-func acquireBy(ctx context.Context, cfg settings, kind Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
+func acquireBy(ctx context.Context, cfg settings, kind observe.Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
 	try = try || cfg.triesOnce()
 	run := func(ctx context.Context) (*Lease, error) {
 		if !try && cfg.waitSet {
@@ -186,7 +187,6 @@ func boxedIDsOf(script *redis.Script) [2]any {
 }
 
 // boxMillis is d in ms as an argument, the defaults boxed once.
-
 func boxMillis(d time.Duration) any {
 	switch d {
 	case DefaultTTL:

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // holdLock is what ReentrantMutex and RWMutex share: holds counted per owner
@@ -15,8 +17,8 @@ type holdLock struct {
 	handle
 	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
 
-	heldKey   any  // the context key of a hold of this lock (see ownerFor), boxed once
-	writeKind Kind // what observers are told the write side is: KindWrite or KindReentrant
+	heldKey   any          // the context key of a hold of this lock (see ownerFor), boxed once
+	writeKind observe.Kind // what observers are told the write side is: KindWrite or KindReentrant
 
 	inspectKeys []string // the KEYS of Inspect; the others are in write and read
 
@@ -35,9 +37,9 @@ var rwKind = &leaseKind{
 	abandon: scripts.RWAbandon,
 }
 
-func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {
+func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option) holdLock {
 	scope := forRWMutex
-	if writeKind == KindReentrant {
+	if writeKind == observe.KindReentrant {
 		scope = forReentrant
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
@@ -81,7 +83,7 @@ func (h *holdLock) Owner() string { return h.owner }
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
 	kind := h.writeKind
 	if mode == modeRead {
-		kind = KindRead
+		kind = observe.KindRead
 	}
 	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call { return h.call(ctx, mode) })
 }
@@ -122,8 +124,8 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 
 // takenBy is what a write hold of kind stores for Describe: a
 // ReentrantMutex's mark, or nothing for an RWMutex. Boxed once.
-func takenBy(kind Kind) any {
-	if kind == KindReentrant {
+func takenBy(kind observe.Kind) any {
+	if kind == observe.KindReentrant {
 		return reentrantType
 	}
 	return noType
@@ -151,7 +153,7 @@ type holdState struct {
 	ttl                            time.Duration
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
-	holders                        []Holder
+	holders                        []admin.Holder
 	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
 }
 
@@ -172,20 +174,19 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 
 // parseHoldState reads rw_state's reply (rw_lib.lua): ten numbers, then
 // five fields per holder.
-
 func parseHoldState(reply []any) (holdState, error) {
 	r, err := int64s(reply, 10)
 	if err != nil || (len(reply)-10)%5 != 0 {
 		return holdState{}, errUnexpectedReply
 	}
-	var holders []Holder
+	var holders []admin.Holder
 	var reentrant bool
 	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
 		info, _ := reply[i+3].(string)
-		holders = append(holders, Holder{Owner: OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
+		holders = append(holders, admin.Holder{Owner: admin.OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
 			reentrant = taken == reentrantMark
 		}

@@ -117,7 +117,6 @@ func (l *keyLists) name(key scripts.Key) string {
 
 // list is the list at place p, once every list is added: the keys before
 // and after its per-call keys, which each call adds.
-
 func (l *keyLists) list(p keyList) [2][]string {
 	return [2][]string{l.names[p.start:p.split:p.split], l.names[p.split:p.end:p.end]}
 }

@@ -422,7 +422,6 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 	}
 	if ob != nil && err != nil {
 		// Told on a goroutine of its own: no observer delays Done or renewals.
-
 		go func() {
 			first.tell()
 			ob.ended(err)

@@ -288,7 +288,6 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 }
 
 // renewNow renews a Redlock's lease on its own, bounded by its deadline.
-
 func (l *Lease) renewNow() {
 	l.clock.Wait() // its timer's, as checkDeadline's
 	if l.releasing() || !l.lockForRenewal() {

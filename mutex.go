@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Mutex is a distributed exclusive lock: at most one lease on its name is held
@@ -47,7 +48,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 // [ErrNotAcquired] when someone else holds it, and an error matching
 // [ErrUnavailable] when Redis cannot serve it for a while.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, KindMutex, true, m.call)
+	return m.acquire(ctx, observe.KindMutex, true, m.call)
 }
 
 // Lock takes the lock, waiting for its release while someone else holds it,
@@ -57,7 +58,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // in. [ErrUnavailable] does not end the wait. Unless [WithLeaseTime] was
 // given, the lease renews itself every TTL/3 until unlocked or lost.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, KindMutex, false, m.call)
+	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }
 
 // mutexCall is one TryLock or Lock call. It numbers its registrations to
@@ -105,7 +106,6 @@ func (a *mutexCall) granted(h handOver) *Lease {
 }
 
 // entry is "": leave withdraws the call's last registration (abandonArgs).
-
 func (a *mutexCall) entry(string) string { return "" }
 
 // abandonArgs withdraw the failed attempt's registration (entry) and the

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -335,36 +336,20 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 	name := lockName(t)
 	masters := []redis.UniversalClient{rdb, startServer(t).Client(), startServer(t).Client()}
 	redlock := mustRedlock(t, masters, dlock.WithObserver(rec.observer()), dlock.WithRestartGuard(0))
-	rw := c.RWMutex(name + ":rw")
-	for _, tc := range []struct {
-		kind dlock.Kind
-		lock func(context.Context) (*dlock.Lease, error)
-	}{
-		{dlock.KindMutex, c.Mutex(name + ":mutex").Lock},
-		{dlock.KindReentrant, c.ReentrantMutex(name + ":reentrant").Lock},
-		{dlock.KindRead, rw.RLock},
-		{dlock.KindWrite, c.RWMutex(name + ":rw2").Lock},
-		{dlock.KindFair, c.FairMutex(name + ":fair").Lock},
-		{dlock.KindSemaphore, c.Semaphore(name+":sem", 2).Acquire},
-		{dlock.KindMulti, c.MultiLock([]string{name + ":a", name + ":b"}).Lock},
-		{dlock.KindElection, func(ctx context.Context) (*dlock.Lease, error) {
-			return c.Election(name+":election").Campaign(ctx, "me")
-		}},
-		{dlock.KindRedlock, redlock.Mutex(name + ":redlock").Lock},
-	} {
+	for _, k := range family.All {
 		before := len(rec.snapshot())
-		lease, err := tc.lock(ctx)
+		lease, err := k.Take(ctx, family.Target{Client: c, Redlock: redlock, Value: "me"}, namesOf(k, name+":"+string(k.Kind)), false)
 		if err != nil {
-			t.Fatalf("%s: %v", tc.kind, err)
+			t.Fatalf("%s: %v", k.Kind, err)
 		}
 		if err := lease.Unlock(ctx); err != nil {
-			t.Fatalf("%s: unlock: %v", tc.kind, err)
+			t.Fatalf("%s: unlock: %v", k.Kind, err)
 		}
 		rec.mu.Lock()
 		events := rec.events[before:]
 		rec.mu.Unlock()
 		for _, ev := range events {
-			var kind dlock.Kind
+			var kind observe.Kind
 			var evName string
 			switch ev := ev.(type) {
 			case observe.AcquireCall:
@@ -376,8 +361,8 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 			default:
 				continue
 			}
-			if kind != tc.kind || evName != lease.Name() {
-				t.Errorf("%s: event %+v, want kind %s and name %q", tc.kind, ev, tc.kind, lease.Name())
+			if kind != k.Kind || evName != lease.Name() {
+				t.Errorf("%s: event %+v, want kind %s and name %q", k.Kind, ev, k.Kind, lease.Name())
 			}
 		}
 	}

@@ -230,7 +230,7 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 // the same id in any process, is one owner, re-entering the others' holds.
 // It is for holds shared across processes; without it the owner is the
 // call chain (see [Lease.Context]). Whoever knows the id joins its holds:
-// [Client.Describe] shows only its [OwnerHash]. It must be printable UTF-8,
+// [Client.Describe] shows only its [admin.OwnerHash]. It must be printable UTF-8,
 // not empty, and at most [MaxNameLen] bytes.
 func WithOwner(id string) Option {
 	return func(s *settings) {
@@ -364,7 +364,6 @@ func validateName(name string) error {
 		return invalidf("lock name of %d bytes exceeds %d", len(name), MaxNameLen)
 	case strings.ContainsAny(name, "{}"):
 		// A brace could split one lock's keys over several slots.
-
 		return invalidf("lock name %q contains '{' or '}'", name)
 	}
 	return nil

@@ -151,7 +151,7 @@ func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	return acquireBy(ctx, m.cfg, KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
+	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
 			return m.tryLock(ctx)
 		}
@@ -426,7 +426,6 @@ func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNod
 // errNotHeldThere) is sent it again in the background within
 // [CleanupTimeout], so a slow link leaves nothing held for its TTL; if that
 // fails too, warning is logged. give must be safe to send twice.
-
 func (m *RedlockMutex) giveBack(ctx context.Context, waitFor, later []*redlockNode,
 	give func(context.Context, *redlockNode) error, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes

@@ -28,7 +28,6 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // An extension's or release's matches [ErrNotHeld] when a majority said the
 // hold is not there, else [ErrUnavailable]. It also matches each node's
 // error (errors.As finds a *NodeError).
-
 type QuorumError struct {
 	Op      string // "lock", "lock (fencing token)", "extend" or "unlock"
 	Name    string

@@ -125,7 +125,6 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 
 // releaseOn releases owner's hold on a node (errNotHeldThere: none). Safe
 // to resend.
-
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {

@@ -186,7 +186,6 @@ collect:
 
 // nodeErrors names the nodes whose call failed; a timeout while dials
 // failed says why they did.
-
 func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 	var out []*NodeError
 	for i, err := range errs {

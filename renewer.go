@@ -270,7 +270,6 @@ func renewalLoss(err error) error {
 
 // reschedule sets h's next renewal to at, unless its lease is ending or
 // the renewer was closed.
-
 func (r *renewer) reschedule(h *clientHold, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

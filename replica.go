@@ -120,7 +120,6 @@ func redirection(err error) (addr string, ask, ok bool) {
 // clusterNode is the cluster client's connection to the node at addr,
 // master or replica (one just promoted may not be known as master yet).
 // moved: the layout changed, so the client reloads it.
-
 func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (*redis.Client, error) {
 	cluster, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {

@@ -12,7 +12,6 @@ import (
 // in common.lua) passed for this Client's user; later acquires skip it, but
 // those that register a waiter. A right taken away later is a refused
 // command: the attempt gives back what it took, and checks resume.
-
 type rightsSeen struct {
 	known sync.Map // *redis.Script → struct{}
 }

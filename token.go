@@ -33,7 +33,6 @@ func newOwnerTokenPair() (string, string) {
 // newClientTag returns a random name for a Client's own channels, starting
 // with [scripts.ProtocolTag] and [scripts.ClientTagChars] long, as the
 // scripts read it.
-
 func newClientTag() string {
 	var b [scripts.ClientTagChars / 2]byte
 	_, _ = rand.Read(b[:])

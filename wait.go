@@ -492,7 +492,6 @@ func acquireError(ctx context.Context, err error) error {
 
 // contextDone is ctx's error, or DeadlineExceeded once its deadline passed:
 // a socket deadline may fire before ctx's own timer.
-
 func contextDone(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -47,7 +48,9 @@ with the command, as one job, and fg resumes both; the lock is not renewed
 while dlock is stopped: stopped past the TTL, the run is lost, and the
 guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
-which processes it still holds the lock for.
+that it holds the lock for the processes left, and the pid of the guard
+they run below; on Linux ^Z then stops those left in the command's group
+and dlock with them, as one job, and fg resumes them.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
@@ -81,7 +84,8 @@ permit of the Semaphore of that name instead: N runs at once (consul lock
 
 flock(1)'s short flags work, grouped as flock takes them (-ns, -nE 0, -w5):
 -n (--wait 0), -w (--wait, in seconds or a duration), -s (--shared), -E
-(--conflict-exit-code). consul lock -n N is --permits N here: -n takes no
+(--conflict-exit-code), -x and -e (exclusive, the default: after -s, they
+undo it, as in flock). consul lock -n N is --permits N here: -n takes no
 value, and a number after it is refused (exit 2), not taken for NAME.
 
 While dlock waits, a status line on a terminal shows who holds the lock,
@@ -153,6 +157,7 @@ func defineRun(fs *flag.FlagSet) action {
 	alias(fs, "w", "wait")
 	alias(fs, "s", "shared")
 	alias(fs, "E", "conflict-exit-code")
+	exclusiveFlags(fs)
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		name, command, code, done := parseRunArgs(fs, out)
 		if done {
@@ -234,7 +239,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 				return exitFailure
 			}
 		}
-		return reportAcquire(ctx, name, err, out)
+		return reportAcquire(ctx, name, namePermits(client, name, s.permits, err), out)
 	}
 	code, stopped := supervise(lease, name, command, s, signals, out)
 	if stopped {
@@ -301,16 +306,16 @@ func ownerID() string {
 // runHolderInfo is what a run stores with its hold for status to show:
 // this host, dlock's pid (the command starts once the lock is held), the
 // command's program name, and the --info note.
-func runHolderInfo(command []string, note string) (dlock.HolderInfo, error) {
-	info := dlock.ThisProcess()
+func runHolderInfo(command []string, note string) (admin.HolderInfo, error) {
+	info := admin.ThisProcess()
 	info.Program = clip(strings.ToValidUTF8(filepath.Base(command[0]), "?"), 64)
 	info.Hostname = clip(strings.ToValidUTF8(info.Hostname, "?"), 64)
 	info.User = note
 	if !utf8.ValidString(note) {
 		return info, errors.New("not valid UTF-8")
 	}
-	if b, _ := json.Marshal(info); len(b) > dlock.MaxHolderInfo {
-		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", dlock.MaxHolderInfo)
+	if b, _ := json.Marshal(info); len(b) > admin.MaxHolderInfo {
+		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", admin.MaxHolderInfo)
 	}
 	return info, nil
 }
@@ -397,22 +402,22 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	info, err := client.Describe(ctx, name)
-	typeName := typeNames[info.Kind]
-	if err != nil || typeName == "" {
+	lockType := typeName(info.Kind)
+	if err != nil || lockType == "" {
 		return ""
 	}
 	article := "a"
-	if strings.ContainsRune("AEIOUR", rune(typeName[0])) { // an RWMutex, an Election
+	if strings.ContainsRune("AEIOUR", rune(lockType[0])) { // an RWMutex, an Election
 		article = "an"
 	}
 	takes := "dlock run takes an RWMutex"
 	switch {
 	case semaphore:
 		takes = "dlock run --permits takes a Semaphore"
-	case info.Kind == dlock.KindSemaphore:
+	case info.Kind == observe.KindSemaphore:
 		takes += "; --permits N takes a Semaphore"
 	}
-	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(typeName), stateOf(info), takes)
+	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(lockType), stateOf(info), takes)
 }
 
 // reportBusy says who holds the lock that --wait gave up on.
@@ -442,10 +447,10 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 }
 
 // others are the holders but the owner self.
-func others(holders []dlock.Holder, self string) []dlock.Holder {
-	var rest []dlock.Holder
+func others(holders []admin.Holder, self string) []admin.Holder {
+	var rest []admin.Holder
 	for _, h := range holders {
-		if h.Owner != dlock.OwnerHash(self) {
+		if h.Owner != admin.OwnerHash(self) {
 			rest = append(rest, h)
 		}
 	}
@@ -454,7 +459,7 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 
 // holdersPhrase is "held by …" naming the holders of a lock but self (as
 // ls does), or "N of M permits held" for a Semaphore; escaped.
-func holdersPhrase(info dlock.LockInfo, self string) string {
+func holdersPhrase(info admin.LockInfo, self string) string {
 	if info.Permits > 0 {
 		return permitsText(info)
 	}
@@ -470,7 +475,7 @@ func holdersPhrase(info dlock.LockInfo, self string) string {
 	return "held by " + printable(strings.Join(parts, ", "))
 }
 
-func modeName(h dlock.Holder) string {
+func modeName(h admin.Holder) string {
 	if h.Write {
 		return "write"
 	}
@@ -613,24 +618,15 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 }
 
 // sayHolding says, once the command's main process has exited with code
-// exit, which of its processes the run holds the lock for.
+// exit, that the run holds the lock for the processes it left, if any,
+// and under which guard they run: which they are would be stale as soon
+// as said (they end, fork, exec).
 func sayHolding(name, exit string, guard, group int, out *output) {
-	left := slices.DeleteFunc(commandProcesses(group), func(pid int) bool { return pid == guard })
-	if len(left) == 0 {
+	if !slices.ContainsFunc(commandProcesses(group), func(pid int) bool { return pid != guard }) {
 		return
 	}
-	listed := make([]string, 0, 5)
-	for _, pid := range left[:min(len(left), 5)] {
-		listed = append(listed, fmt.Sprintf("%d %s", pid, printable(processName(pid))))
-	}
-	if len(left) > 5 {
-		listed = append(listed, "…")
-	}
-	runs := "1 process of it runs"
-	if len(left) > 1 {
-		runs = fmt.Sprintf("%d processes of it run", len(left))
-	}
-	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q while %s: %s\n", exit, name, runs, strings.Join(listed, ", "))
+	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
+		exit, name, guard)
 }
 
 // exitCode is the shell's view of how the command ended.

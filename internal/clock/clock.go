@@ -160,7 +160,6 @@ func (c *Clock) Real(t time.Time) time.Time {
 // Use makes target, a *dlock.Client or *dlock.Redlock not used yet, read c
 // by setting its field named clock: the fault tests reach dlock only
 // through internal packages, and this one cannot import dlock.
-
 func Use(target any, c *Clock) {
 	v := reflect.ValueOf(target)
 	if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {

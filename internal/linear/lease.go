@@ -97,7 +97,6 @@ func encode(hs []leaseHolder, token uint64, at int64) leaseState {
 // unknown outcome took nothing or a hold that may end at any moment. A hold
 // may end unseen from its Lapse on, not before. Record outcomes that say
 // nothing of the lock (a FairMutex refused behind its queue) as unknown.
-
 func LeaseModel(permits int) porcupine.NondeterministicModel {
 	return porcupine.NondeterministicModel{
 		Init: func() []interface{} { return []interface{}{leaseState{}} },

@@ -197,7 +197,6 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 // nodeFor names the shard a channel's messages are published on, and the
 // client that subscribes there: a Ring's shard of the channel's hash tag;
 // any node of a cluster before Redis 7, which broadcasts.
-
 func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
 	var node *redis.Client
 	var err error

@@ -157,7 +157,6 @@ func (sh *shard) stopTimers() {
 
 // send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE on the hub's context: a
 // waiter's cancellation must never cut the shared connection.
-
 func (sh *shard) send(subscribe bool, channel string) error {
 	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
 	defer cancel()

@@ -6,7 +6,6 @@ import "slices"
 // channels under the default prefix, and the commands it and its scripts
 // run (EvalshaACL: without Functions). A cluster adds more (ClusterACL),
 // WithReplicaAck wait, a Redlock info (RedlockACL).
-
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 	"+fcall", "+function|load", "+evalsha", "+script|load",

@@ -153,7 +153,6 @@ func (f *Failover) awaitPromotion(ctx context.Context, sentinel *redis.SentinelC
 // configuration (ACL users); and swaps Master and Replica. A client that
 // still dials its address meets a replica. It returns once the replica is
 // in sync and the Sentinel sees it up.
-
 func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	old, promoted := f.Master, f.Replica
 	host, port := splitAddr(promoted.Addr())

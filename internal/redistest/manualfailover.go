@@ -49,7 +49,6 @@ func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error 
 // CutReplica cuts master i's replica off it, as a failed network would,
 // until a ManualFailOver promotes it: it keeps what it had received and
 // never gets what the master applies from now on.
-
 func (c *Cluster) CutReplica(ctx context.Context, i int) error {
 	rdb := redis.NewClient(c.Replicas[i].options())
 	defer rdb.Close()

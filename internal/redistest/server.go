@@ -224,7 +224,6 @@ func (s *Server) Pid() int {
 // Client returns the server's go-redis client, the same for every call
 // (a soak calls it per run, and would run out of file descriptors), closed
 // by Close or at the test's end. For a TLS server it trusts the test CA.
-
 func (s *Server) Client() *redis.Client {
 	opts := s.options()
 	s.mu.Lock()

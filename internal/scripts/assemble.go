@@ -123,7 +123,6 @@ func joined(segs []segment) string {
 
 // assembleSegments is what assemble joins, in order: one pass from the
 // end, each part adding what it mentions to what is needed before it.
-
 func assembleSegments(parts []string) []segment {
 	kept := make([][]segment, len(parts))
 	needed := make(map[string]bool)

@@ -153,7 +153,6 @@ var AnyLockLayout = RWLayout.Then(
 // partLocals is the Lua that names the keys of a script on parts (a
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
 // by name; and the tail's keys (shorter than a part, so N is exact).
-
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {
 		panic("scripts: a tail as long as a part")

@@ -162,7 +162,6 @@ func function(name string, a assembly, top map[string]bool) string {
 
 // uncommentedLines is code without its comment lines: every server keeps
 // the library's text.
-
 func uncommentedLines(code string) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(code, "\n") {

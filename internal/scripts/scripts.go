@@ -304,5 +304,4 @@ const RightsKnown = "rights-known"
 // minted from it, in TTLs of its hold, so an unused name leaves no key. It
 // keeps tokens rising while the server's clock is behind the last one; a
 // Redlock's counters are kept for good.
-
 const FenceRetentionTTLs = 10
