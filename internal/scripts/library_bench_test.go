@@ -2,6 +2,9 @@ package scripts
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -54,5 +57,81 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(usec, "server-µs/"+cmd)
+	}
+}
+
+// The server's time per uncontended lock+unlock of an RWMutex (read and
+// write) and a ReentrantMutex, each an acquire and a release by FCALL:
+// server-µs/pair (INFO commandstats, read around each pair). With
+// DLOCK_BENCH_BEFORE naming a file an earlier dlock wrote (run this
+// benchmark there with DLOCK_BENCH_DUMP), its library's scripts run in
+// turn with these, on the same server: server-µs/pair-before.
+//
+//	git archive REV | tar -x -C /tmp/old
+//	cp internal/scripts/library_bench_test.go /tmp/old/internal/scripts/
+//	(cd /tmp/old && DLOCK_BENCH_DUMP=/tmp/old.json go test -run '^$' -bench RWServerTime -benchtime 1x ./internal/scripts/)
+//	DLOCK_BENCH_BEFORE=/tmp/old.json go test -run '^$' -bench RWServerTime -benchtime 5000x ./internal/scripts/
+func BenchmarkLibrary_RWServerTimePerPair(b *testing.B) {
+	type library struct{ Source, Acquire, Release string }
+	now := library{Library, Function(RWAcquire), Function(RWRelease)}
+	if path := os.Getenv("DLOCK_BENCH_DUMP"); path != "" {
+		out, err := json.Marshal(now)
+		if err == nil {
+			err = os.WriteFile(path, out, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	libs := map[string]library{"": now}
+	if path := os.Getenv("DLOCK_BENCH_BEFORE"); path != "" {
+		var before library
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(data, &before)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		libs["-before"] = before
+	}
+	rdb := redistest.Start(b).Client()
+	ctx := context.Background()
+	for _, lib := range libs {
+		if err := rdb.FunctionLoadReplace(ctx, lib.Source).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	kinds := []struct{ name, mode, takenBy string }{{"write", "w", ""}, {"read", "r", ""}, {"reentrant", "w", "ReentrantMutex"}}
+	usec := func() float64 {
+		us, err := serverstats.CommandStat(ctx, rdb, "fcall", "usec")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return us
+	}
+	total := map[string]float64{}
+	for b.Loop() {
+		last := usec()
+		for suffix, lib := range libs {
+			for _, k := range kinds {
+				member := k.mode + tok("1") + "owner"
+				acquire := append(slices.Clone(rwKeys), "t:{rw}:void:1")
+				res, err := rdb.FCall(ctx, lib.Acquire, acquire, member, 30000, "", 3000, "", k.takenBy, RightsKnown).Int64Slice()
+				if err != nil || res[0] != 1 {
+					b.Fatal(res, err)
+				}
+				release := append(slices.Clone(rwKeys[:7]), "t:{rw}:released:1")
+				if err := rdb.FCall(ctx, lib.Release, release, member, "PUBLISH", 5000, 5000, res[1]).Err(); err != nil {
+					b.Fatal(err)
+				}
+				us := usec()
+				total[k.name+suffix] += us - last
+				last = us
+			}
+		}
+	}
+	for name, us := range total {
+		b.ReportMetric(us/float64(b.N), "server-µs/"+name)
 	}
 }
