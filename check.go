@@ -5,111 +5,39 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/admin"
 )
-
-// Severity says how much a [Problem] found by [Client.Check] matters.
-// Greater is worse.
-type Severity int
-
-const (
-	// SeverityWarning: a guarantee could not be confirmed, or holds only
-	// until the server's configuration changes.
-	SeverityWarning Severity = iota + 1
-
-	// SeverityError: a guarantee of dlock does not hold on the node: two
-	// owners can hold a lock at once.
-	SeverityError
-)
-
-// String returns "warning" or "error".
-func (s Severity) String() string {
-	switch s {
-	case SeverityWarning:
-		return "warning"
-	case SeverityError:
-		return "error"
-	}
-	return "severity(" + strconv.Itoa(int(s)) + ")"
-}
-
-// The names of the checks [Client.Check] runs, as [Problem.Check] gives
-// them. They are stable: a program may match on them. Checks may be added.
-const (
-	// CheckInfo: the node's INFO could not be read (a network error, or an
-	// ACL without +info), so the checks that need it could not run. Locks
-	// work without +info (but a Redlock's restart guard needs it).
-	CheckInfo = "info"
-
-	// CheckMaxmemoryPolicy: the node may evict dlock's keys. Under
-	// allkeys-* policies Redis may delete any key once it reaches
-	// maxmemory, and under volatile-* any key with a TTL, which every held
-	// lock has: a held lock vanishes and another owner gets it while the
-	// first lease still counts itself valid. No lock on Redis is safe
-	// there; dlock needs maxmemory-policy noeviction.
-	CheckMaxmemoryPolicy = "maxmemory-policy"
-)
-
-// Problem is something wrong with a node that dlock's guarantees rely on.
-type Problem struct {
-	Check    string   // which check found it: CheckInfo, CheckMaxmemoryPolicy…
-	Severity Severity // how much it matters
-	Reason   string   // what is wrong and what to do, for people
-}
-
-// NodeReport is what [Client.Check] found on one Redis server.
-type NodeReport struct {
-	Addr     string    // the server's address, as the Redis client knows it ("FailoverClient" for Sentinel's)
-	Problems []Problem // none: every check passed
-}
-
-// Report is the outcome of [Client.Check]: a NodeReport for each master the
-// Client reaches, by address.
-type Report struct {
-	Nodes []NodeReport
-}
-
-// Worst returns the highest severity among the report's problems, or 0
-// when there is none.
-func (r *Report) Worst() Severity {
-	var worst Severity
-	for _, n := range r.Nodes {
-		for _, p := range n.Problems {
-			worst = max(worst, p.Severity)
-		}
-	}
-	return worst
-}
 
 // Check inspects every master the Client reaches (each master of a
 // cluster; the server of a standalone or failover client) and reports, per
 // node, what in its configuration breaks or weakens dlock's guarantees. It
 // asks each node now, whatever earlier checks found. A node that cannot be
-// asked is not an error of Check: its report says so (check [CheckInfo]).
+// asked is not an error of Check: its report says so (check [admin.CheckInfo]).
 // Check fails only when the Client is unusable, ctx ends, or a cluster's
 // layout cannot be read.
 //
 // The Client also checks each node once by itself, from its first use on,
 // in the background (no lock waits for it), and logs what it finds to
-// [WithLogger]'s logger once per node: SeverityError at error level,
-// SeverityWarning at warn level. Without WithLogger, errors go to
-// [slog.Default].
-func (c *Client) Check(ctx context.Context) (*Report, error) {
+// [WithLogger]'s logger once per node: [admin.SeverityError] at error
+// level, [admin.SeverityWarning] at warn level. Without WithLogger, errors
+// go to [slog.Default].
+func (c *Client) Check(ctx context.Context) (*admin.Report, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
-	report := &Report{}
+	report := &admin.Report{}
 	err := c.forEachNode(ctx, func(ctx context.Context, addr string, node redis.Cmdable) {
 		problems, _ := inspectNode(ctx, node)
 		mu.Lock()
 		defer mu.Unlock()
-		report.Nodes = append(report.Nodes, NodeReport{Addr: addr, Problems: problems})
+		report.Nodes = append(report.Nodes, admin.NodeReport{Addr: addr, Problems: problems})
 	})
 	if err == nil {
 		err = ctx.Err()
@@ -117,25 +45,25 @@ func (c *Client) Check(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlock: check: %w", err)
 	}
-	slices.SortFunc(report.Nodes, func(a, b NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
+	slices.SortFunc(report.Nodes, func(a, b admin.NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
 	return report, nil
 }
 
 // Check inspects every node of the Redlock as [Client.Check] does a
-// Client's: a NodeReport per node, in the order given to [NewRedlock]. A
-// Redlock does not check its nodes by itself; call it at start.
-func (r *Redlock) Check(ctx context.Context) (*Report, error) {
+// Client's: an [admin.NodeReport] per node, in the order given to
+// [NewRedlock]. A Redlock does not check its nodes by itself; call it at start.
+func (r *Redlock) Check(ctx context.Context) (*admin.Report, error) {
 	if r == nil || r.nodes == nil {
 		return nil, invalidf("a Redlock not made by NewRedlock")
 	}
-	report := &Report{Nodes: make([]NodeReport, len(r.nodes))}
+	report := &admin.Report{Nodes: make([]admin.NodeReport, len(r.nodes))}
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			problems, _ := inspectNode(ctx, n.rdb)
-			report.Nodes[i] = NodeReport{Addr: n.addr, Problems: problems}
+			report.Nodes[i] = admin.NodeReport{Addr: n.addr, Problems: problems}
 		}()
 	}
 	wg.Wait()
@@ -166,7 +94,7 @@ func (c *Client) forEachNode(ctx context.Context, f func(ctx context.Context, ad
 
 // inspectNode runs the checks on one node. reached is false when the node
 // could not be asked (a network error, a timeout): worth asking again later.
-func inspectNode(ctx context.Context, node redis.Cmdable) (problems []Problem, reached bool) {
+func inspectNode(ctx context.Context, node redis.Cmdable) (problems []admin.Problem, reached bool) {
 	info, err := node.Info(ctx, "memory").Result()
 	if err != nil {
 		reason := "cannot read INFO: " + err.Error() + "; maxmemory-policy not checked"
@@ -174,20 +102,20 @@ func inspectNode(ctx context.Context, node redis.Cmdable) (problems []Problem, r
 			reason += " (grant the user +info)"
 		}
 		var reply redis.Error
-		return []Problem{{Check: CheckInfo, Severity: SeverityWarning, Reason: reason}}, errors.As(err, &reply)
+		return []admin.Problem{{Check: admin.CheckInfo, Severity: admin.SeverityWarning, Reason: reason}}, errors.As(err, &reply)
 	}
 	policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
 	switch {
 	case policy == "":
-		problems = append(problems, Problem{Check: CheckInfo, Severity: SeverityWarning,
+		problems = append(problems, admin.Problem{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
 			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"})
 	case policy == "noeviction":
 	case maxmemory == "0":
-		problems = append(problems, Problem{Check: CheckMaxmemoryPolicy, Severity: SeverityWarning,
+		problems = append(problems, admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityWarning,
 			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, Redis may evict " +
 				"held locks and let a second owner in; set maxmemory-policy noeviction"})
 	default:
-		problems = append(problems, Problem{Check: CheckMaxmemoryPolicy, Severity: SeverityError,
+		problems = append(problems, admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
 			Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": Redis may evict held locks " +
 				"and let a second owner in; set maxmemory-policy noeviction"})
 	}
@@ -258,7 +186,7 @@ func (c *Client) checkNodes(ctx context.Context, cancel context.CancelFunc, done
 		w.mu.Unlock()
 		for _, p := range problems {
 			level := c.cfg.logger.Warn
-			if p.Severity >= SeverityError {
+			if p.Severity >= admin.SeverityError {
 				level = c.cfg.logger.Error
 			}
 			level("dlock: a Redis node weakens what locks guarantee", "node", addr, "check", p.Check, "reason", p.Reason)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -124,11 +125,11 @@ func TestCheck_APolicyThatCanEvictLocksIsReportedAndLoggedOncePerNode(t *testing
 				}
 				return
 			}
-			if len(problems) != 1 || problems[0].Check != dlock.CheckMaxmemoryPolicy ||
-				problems[0].Severity != dlock.SeverityError || !strings.Contains(problems[0].Reason, policy) {
+			if len(problems) != 1 || problems[0].Check != admin.CheckMaxmemoryPolicy ||
+				problems[0].Severity != admin.SeverityError || !strings.Contains(problems[0].Reason, policy) {
 				t.Fatalf("%s: problems %+v; want one maxmemory-policy error naming the policy", policy, problems)
 			}
-			if report.Worst() != dlock.SeverityError {
+			if report.Worst() != admin.SeverityError {
 				t.Fatalf("worst %v; want error", report.Worst())
 			}
 			if logged != 1 {
@@ -168,7 +169,7 @@ func TestCheck_EveryMasterOfAClusterIsReported(t *testing.T) {
 		var addrs []string
 		for _, n := range report.Nodes {
 			addrs = append(addrs, n.Addr)
-			if len(n.Problems) != 1 || n.Problems[0].Check != dlock.CheckMaxmemoryPolicy || n.Problems[0].Severity != dlock.SeverityError {
+			if len(n.Problems) != 1 || n.Problems[0].Check != admin.CheckMaxmemoryPolicy || n.Problems[0].Severity != admin.SeverityError {
 				t.Errorf("%s: problems %+v; want one maxmemory-policy error", n.Addr, n.Problems)
 			}
 		}
@@ -204,7 +205,7 @@ func TestCheck_INFORefusedIsAProblemNotAFailureAndLockingGoesOn(t *testing.T) {
 		t.Fatalf("report %+v; want one node", report)
 	}
 	problems := report.Nodes[0].Problems
-	if len(problems) != 1 || problems[0].Check != dlock.CheckInfo || problems[0].Severity != dlock.SeverityWarning ||
+	if len(problems) != 1 || problems[0].Check != admin.CheckInfo || problems[0].Severity != admin.SeverityWarning ||
 		!strings.Contains(problems[0].Reason, "cannot read INFO") || !strings.Contains(problems[0].Reason, "NOPERM") {
 		t.Fatalf("problems %+v; want one info warning saying INFO was refused", problems)
 	}
@@ -279,7 +280,7 @@ func TestCheck_ARedlockReportsEachNode(t *testing.T) {
 		}
 	}
 	want := []string{"1 maxmemory-policy error", "2 info warning"}
-	if !slices.Equal(got, want) || report.Worst() != dlock.SeverityError {
+	if !slices.Equal(got, want) || report.Worst() != admin.SeverityError {
 		t.Fatalf("problems %q, worst %v; want %q, error", got, report.Worst(), want)
 	}
 	if _, err := (&dlock.Redlock{}).Check(ctx); !errors.Is(err, dlock.ErrInvalid) {

@@ -5,26 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
-
-// LockInfo is what [Client.Describe] found under a lock name. Its Kind is
-// as far as Redis can tell (see [Kind]): KindFair only with someone queued;
-// for a read-write lock, KindRead while anyone reads, else KindReentrant
-// when its owner's latest write hold a ReentrantMutex took, else KindWrite
-// (an RWMutex's write, or a hold an older dlock took). Why there is no type
-// mark: docs/ARCHITECTURE.md.
-type LockInfo struct {
-	Name           string
-	Kind           Kind          // "" when nothing holds it; see below
-	LeaderValue    string        // an Election's: the value its leader campaigned with; else ""
-	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
-	Permits        int           // a Semaphore's number of permits; else 0
-	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
-	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
-	ReadersWaiting int           // waiting RLocks registered to be woken
-	LastToken      uint64        // the highest fencing token minted for the name; 0 once its counter expired (see [Lease.Token])
-}
 
 // Describe reports who holds the lock called name, whatever its type, how
 // long it has left and who waits: for operators and tools such as
@@ -35,18 +19,18 @@ type LockInfo struct {
 // that is no owner token, a hash without the mark of a read-write lock's
 // state…) is no holder: Describe fails with [ErrWrongType], naming the
 // key.
-func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (LockInfo, error) {
+func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (admin.LockInfo, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {
-		return LockInfo{}, err
+		return admin.LockInfo{}, err
 	}
 	return c.describe(ctx, name, k)
 }
 
 // describe runs describe.lua on the keys of the lock called name.
-func (c *Client) describe(ctx context.Context, name string, k keys) (LockInfo, error) {
+func (c *Client) describe(ctx context.Context, name string, k keys) (admin.LockInfo, error) {
 	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), "").Slice()
-	var info LockInfo
+	var info admin.LockInfo
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
 		case "mutex":
@@ -58,7 +42,7 @@ func (c *Client) describe(ctx context.Context, name string, k keys) (LockInfo, e
 		}
 	}
 	if err != nil {
-		return LockInfo{}, redisError("describe", name, err)
+		return admin.LockInfo{}, redisError("describe", name, err)
 	}
 	info.Name = name
 	return info, nil
@@ -66,22 +50,22 @@ func (c *Client) describe(ctx context.Context, name string, k keys) (LockInfo, e
 
 // parseMutexInfo reads describe.lua's reply for a string lock key, after
 // its 'mutex'.
-func parseMutexInfo(reply []any) (LockInfo, error) {
+func parseMutexInfo(reply []any) (admin.LockInfo, error) {
 	r, err := int64s(reply, 4)
 	if err == nil && len(reply) < 7 {
 		err = errUnexpectedReply
 	}
 	if err != nil {
-		return LockInfo{}, err
+		return admin.LockInfo{}, err
 	}
 	holderInfo, _ := reply[4].(string)
-	info := LockInfo{Kind: KindMutex, Holders: []Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
+	info := admin.LockInfo{Kind: observe.KindMutex, Holders: []admin.Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
 		TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]), LastToken: uint64(r[3])}
 	switch sort, _ := reply[5].(string); sort {
 	case "election":
-		info.Kind, info.LeaderValue = KindElection, fmt.Sprint(reply[6])
+		info.Kind, info.LeaderValue = observe.KindElection, fmt.Sprint(reply[6])
 	case "fair":
-		info.Kind = KindFair
+		info.Kind = observe.KindFair
 	}
 	if r[1] < 0 {
 		info.TTL = -1
@@ -91,46 +75,46 @@ func parseMutexInfo(reply []any) (LockInfo, error) {
 
 // parseSemaphoreInfo reads describe.lua's reply for a Semaphore, after its
 // 'semaphore'.
-func parseSemaphoreInfo(reply []any) (LockInfo, error) {
+func parseSemaphoreInfo(reply []any) (admin.LockInfo, error) {
 	r, err := int64s(reply, 5)
 	if err != nil {
-		return LockInfo{}, err
+		return admin.LockInfo{}, err
 	}
-	info := LockInfo{TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]),
+	info := admin.LockInfo{TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]),
 		LastToken: uint64(r[3]), Permits: int(r[4])}
 	if r[0] > 0 {
-		info.Kind, info.Holders = KindSemaphore, permitHolders(reply[5:])
+		info.Kind, info.Holders = observe.KindSemaphore, permitHolders(reply[5:])
 	}
 	return info, nil
 }
 
 // parseRWInfo reads describe.lua's reply for a read-write lock, or a name
 // nothing holds: rw_state's (rw_lib.lua).
-func parseRWInfo(reply []any) (LockInfo, error) {
+func parseRWInfo(reply []any) (admin.LockInfo, error) {
 	s, err := parseHoldState(reply)
 	if err != nil {
-		return LockInfo{}, err
+		return admin.LockInfo{}, err
 	}
-	info := LockInfo{Holders: s.holders, TTL: s.ttl, WritersWaiting: s.writersWaiting,
+	info := admin.LockInfo{Holders: s.holders, TTL: s.ttl, WritersWaiting: s.writersWaiting,
 		ReadersWaiting: s.readersWaiting, LastToken: s.lastToken}
 	switch {
 	case len(s.holders) == 0:
 	case s.readHolds > 0:
-		info.Kind = KindRead
+		info.Kind = observe.KindRead
 	case s.reentrant:
-		info.Kind = KindReentrant
+		info.Kind = observe.KindReentrant
 	default:
-		info.Kind = KindWrite
+		info.Kind = observe.KindWrite
 	}
 	return info, nil
 }
 
 // permitHolders are a Semaphore's holders from the holder info of each
-// permit held: one Holder per distinct info, counting its permits, those
+// permit held: one admin.Holder per distinct info, counting its permits, those
 // without info first and together (so a Semaphore whose holders store
-// none has one Holder counting every permit).
-func permitHolders(infos []any) []Holder {
-	holders := []Holder{{}}
+// none has one admin.Holder counting every permit).
+func permitHolders(infos []any) []admin.Holder {
+	holders := []admin.Holder{{}}
 	at := map[string]int{"": 0}
 	for _, reply := range infos {
 		stored, _ := reply.(string)
@@ -138,7 +122,7 @@ func permitHolders(infos []any) []Holder {
 		if !ok {
 			i = len(holders)
 			at[stored] = i
-			holders = append(holders, Holder{Info: decodeHolderInfo(stored)})
+			holders = append(holders, admin.Holder{Info: decodeHolderInfo(stored)})
 		}
 		holders[i].Holds++
 	}

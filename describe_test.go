@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 func TestClient_DescribeReportsEveryType(t *testing.T) {
@@ -29,7 +31,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err := c.Describe(ctx, mutex)
-		if err != nil || info.Kind != dlock.KindMutex || len(info.Holders) != 1 || info.Holders[0].Owner != "" ||
+		if err != nil || info.Kind != observe.KindMutex || len(info.Holders) != 1 || info.Holders[0].Owner != "" ||
 			info.TTL <= 0 || info.LastToken != lease.Token() {
 			t.Fatalf("a held Mutex: %+v, %v", info, err)
 		}
@@ -46,8 +48,8 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			}
 		}
 		info, err = c.Describe(ctx, rwName)
-		want := []dlock.Holder{{Owner: dlock.OwnerHash("writer"), Write: true, Holds: 1}, {Owner: dlock.OwnerHash("writer"), Holds: 2}}
-		if err != nil || info.Kind != dlock.KindRead || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
+		want := []admin.Holder{{Owner: admin.OwnerHash("writer"), Write: true, Holds: 1}, {Owner: admin.OwnerHash("writer"), Holds: 2}}
+		if err != nil || info.Kind != observe.KindRead || len(info.Holders) != 2 || info.Holders[0] != want[0] ||
 			info.Holders[1] != want[1] || info.TTL <= 0 || info.LastToken != lastRead.Token() {
 			t.Fatalf("a written and read RWMutex: %+v, %v; want holders %+v", info, err, want)
 		}
@@ -58,7 +60,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err = c.Describe(ctx, fair)
-		if err != nil || info.Kind != dlock.KindMutex || len(info.Holders) != 1 || info.LastToken != fairLease.Token() {
+		if err != nil || info.Kind != observe.KindMutex || len(info.Holders) != 1 || info.LastToken != fairLease.Token() {
 			t.Fatalf("a held FairMutex: %+v, %v", info, err)
 		}
 
@@ -71,7 +73,7 @@ func TestClient_DescribeReportsEveryType(t *testing.T) {
 			}
 		}
 		info, err = c.Describe(ctx, semName)
-		if err != nil || info.Kind != dlock.KindSemaphore || len(info.Holders) != 1 || info.Holders[0].Holds != 2 ||
+		if err != nil || info.Kind != observe.KindSemaphore || len(info.Holders) != 1 || info.Holders[0].Holds != 2 ||
 			info.Permits != 3 || info.TTL <= 0 || info.LastToken != permit.Token() {
 			t.Fatalf("a Semaphore with 2 of 3 permits held: %+v, %v", info, err)
 		}
@@ -167,7 +169,7 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Describe(ctx, election)
-	if err != nil || info.Kind != dlock.KindElection || info.LeaderValue != "node-a:8080" || info.LastToken != lead.Token() {
+	if err != nil || info.Kind != observe.KindElection || info.LeaderValue != "node-a:8080" || info.LastToken != lead.Token() {
 		t.Fatalf("an Election with a leader: %+v, %v; want Type Election, its value", info, err)
 	}
 	if err := lead.Unlock(ctx); err != nil {
@@ -192,7 +194,7 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 		waiting <- err
 	}()
 	waitDone(t, attempts.registeredReach(1), 10*time.Second, "the waiter queueing")
-	if info, err := c.Describe(ctx, fair); err != nil || info.Kind != dlock.KindFair || info.WritersWaiting != 1 {
+	if info, err := c.Describe(ctx, fair); err != nil || info.Kind != observe.KindFair || info.WritersWaiting != 1 {
 		t.Fatalf("a FairMutex with one queued: %+v, %v; want Type FairMutex, 1 waiting", info, err)
 	}
 	cancel()
@@ -206,7 +208,7 @@ func TestClient_DescribeTellsAnElectionAndAQueuedFairMutex(t *testing.T) {
 // carries no mark (as one an older dlock took).
 func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	rdb, c, ctx, name := inspecting(t)
-	expect := func(what string, want dlock.Kind) dlock.LockInfo {
+	expect := func(what string, want observe.Kind) admin.LockInfo {
 		t.Helper()
 		info, err := c.Describe(ctx, name)
 		if err != nil || info.Kind != want {
@@ -218,27 +220,27 @@ func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("a ReentrantMutex's hold", dlock.KindReentrant)
+	expect("a ReentrantMutex's hold", observe.KindReentrant)
 	held := reentrant.Context(ctx) // its owner's calls re-enter
 	again, err := c.ReentrantMutex(name).Lock(held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("re-entered", dlock.KindReentrant)
+	expect("re-entered", observe.KindReentrant)
 	read, err := c.RWMutex(name).RLock(held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("its owner reading too, through an RWMutex", dlock.KindRead)
+	expect("its owner reading too, through an RWMutex", observe.KindRead)
 	if err := read.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expect("the read released", dlock.KindReentrant)
+	expect("the read released", observe.KindReentrant)
 	write, err := c.RWMutex(name).Lock(held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("its owner writing through an RWMutex", dlock.KindWrite)
+	expect("its owner writing through an RWMutex", observe.KindWrite)
 	for _, l := range []*dlock.Lease{write, again, reentrant} {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -250,7 +252,7 @@ func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("an RWMutex's write hold", dlock.KindWrite)
+	expect("an RWMutex's write hold", observe.KindWrite)
 	if err := w.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -259,11 +261,11 @@ func TestClient_DescribeTellsAReentrantMutexFromAnRWMutex(t *testing.T) {
 	if _, err := c.ReentrantMutex(name, dlock.WithOwner("older")).Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expect("a ReentrantMutex's hold", dlock.KindReentrant)
+	expect("a ReentrantMutex's hold", observe.KindReentrant)
 	if err := rdb.HDel(ctx, lockKey(name), "awolder").Err(); err != nil {
 		t.Fatal(err)
 	}
-	expect("a hold without the mark", dlock.KindWrite)
+	expect("a hold without the mark", observe.KindWrite)
 }
 
 // A Mutex, a FairMutex and a MultiLock's lock of one name are one lock in
@@ -278,15 +280,15 @@ func TestClient_DescribeOfTypesThatAreOneLockInRedis(t *testing.T) {
 	type member struct {
 		name      string
 		try       lockOf
-		described dlock.Kind
+		described observe.Kind
 	}
 	groups := [][]member{{
-		{"Mutex", func(n string) (*dlock.Lease, error) { return c.Mutex(n).TryLock(ctx) }, dlock.KindMutex},
-		{"FairMutex", func(n string) (*dlock.Lease, error) { return c.FairMutex(n).TryLock(ctx) }, dlock.KindMutex},
-		{"MultiLock", func(n string) (*dlock.Lease, error) { return c.MultiLock([]string{n}).TryLock(ctx) }, dlock.KindMutex},
+		{"Mutex", func(n string) (*dlock.Lease, error) { return c.Mutex(n).TryLock(ctx) }, observe.KindMutex},
+		{"FairMutex", func(n string) (*dlock.Lease, error) { return c.FairMutex(n).TryLock(ctx) }, observe.KindMutex},
+		{"MultiLock", func(n string) (*dlock.Lease, error) { return c.MultiLock([]string{n}).TryLock(ctx) }, observe.KindMutex},
 	}, {
-		{"ReentrantMutex", func(n string) (*dlock.Lease, error) { return c.ReentrantMutex(n).TryLock(ctx) }, dlock.KindReentrant},
-		{"RWMutex", func(n string) (*dlock.Lease, error) { return c.RWMutex(n).TryLock(ctx) }, dlock.KindWrite},
+		{"ReentrantMutex", func(n string) (*dlock.Lease, error) { return c.ReentrantMutex(n).TryLock(ctx) }, observe.KindReentrant},
+		{"RWMutex", func(n string) (*dlock.Lease, error) { return c.RWMutex(n).TryLock(ctx) }, observe.KindWrite},
 	}}
 	for _, group := range groups {
 		for _, first := range group {
@@ -356,7 +358,7 @@ func TestClient_DescribeNeverShowsAnOwnerID(t *testing.T) {
 			if shown := fmt.Sprintf("%+v %#v", info, info); strings.Contains(shown, owner) {
 				t.Fatalf("Describe shows the owner id %q: %s", owner, shown)
 			}
-			if got, want := info.Holders[0].Owner, dlock.OwnerHash(owner); got != want || got == "" {
+			if got, want := info.Holders[0].Owner, admin.OwnerHash(owner); got != want || got == "" {
 				t.Fatalf("holder shown as %q; want OwnerHash(id), %q", got, want)
 			}
 			if l, err := lock.join(name, info.Holders[0].Owner); !errors.Is(err, dlock.ErrNotAcquired) {

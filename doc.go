@@ -112,6 +112,15 @@
 // spans of them; this module depends on no telemetry library. Unset, it
 // costs nothing.
 //
+// # Operating locks
+//
+// [Client.Describe] tells who holds a lock and who waits, [Client.ForceUnlock]
+// removes a lock whose holder is gone, and [Client.Check] finds what in a
+// server's configuration weakens the locks. Package admin holds the types
+// of their answers ([admin.LockInfo], [admin.Report]) and [admin.HolderInfo],
+// which [WithHolderInfo] stores for them to show. The dlock command is
+// built on them.
+//
 // # Errors
 //
 // Errors match the sentinels [ErrNotAcquired], [ErrNotHeld], [ErrLeaseLost],

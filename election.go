@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // MaxLeaderValueLen is the longest value a candidate may campaign or
@@ -106,7 +107,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.take(ctx, KindElection, false, func(context.Context) *call { return e.candidate(value) })
+	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call { return e.candidate(value) })
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlockio/dlock/observe"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/observe"
 )
 
 // Sentinel errors. Match them with [errors.Is]: the errors dlock returns wrap

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
 // A program that refuses to start on Redis servers that could break its
@@ -30,7 +31,7 @@ func ExampleClient_Check() {
 			fmt.Println(p.Severity, p.Check)
 		}
 	}
-	if report.Worst() >= dlock.SeverityError {
+	if report.Worst() >= admin.SeverityError {
 		fmt.Println("refusing to start")
 		return
 	}

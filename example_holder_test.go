@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
 // Every hold of this Client says which process took it and why: an
@@ -12,7 +13,7 @@ import (
 func ExampleWithHolderInfo() {
 	rdb, stop := exampleRedis()
 	defer stop()
-	info := dlock.ThisProcess() // hostname, pid, program
+	info := admin.ThisProcess() // hostname, pid, program
 	info.User = "nightly import, started by cron"
 	locks, err := dlock.New(rdb, dlock.WithHolderInfo(info))
 	if err != nil {

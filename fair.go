@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // FairMutex is an exclusive lock taken in the order it was asked for. A
@@ -50,7 +51,7 @@ func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 // is free and nobody waits for it: a TryLock does not overtake the queue.
 // Otherwise it returns [ErrNotAcquired].
 func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return f.acquire(ctx, KindFair, true, f.call)
+	return f.acquire(ctx, observe.KindFair, true, f.call)
 }
 
 // Lock takes the lock in its turn, waiting behind those who asked before,
@@ -61,7 +62,7 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
 // it is unlocked or lost.
 func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	return f.acquire(ctx, KindFair, false, f.call)
+	return f.acquire(ctx, observe.KindFair, false, f.call)
 }
 
 // fairCall is one TryLock or Lock call. It remembers the fencing counter

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/serverstats"
 )
 
@@ -58,7 +59,7 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	rdb := backends[0].newRedis(t)
 	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
-	withInfo := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithHolderInfo(dlock.HolderInfo{Program: "p"}))
+	withInfo := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithHolderInfo(admin.HolderInfo{Program: "p"}))
 	rwKeys := []string{"", ":holds", ":waiters", ":rwaiters", ":rpass", ":fence"}
 	mutexKeys := []string{"", ":fence", ":waiters"}
 	type acquire func(ctx context.Context, names []string) (*dlock.Lease, error)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // handle is what every lock handle holds: the lock's name, keys and
@@ -46,7 +47,7 @@ func (h *handle) check(ctx context.Context) error {
 
 // acquire is TryLock (try) or Lock of any type: the checks before any I/O,
 // then take.
-func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
+func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
@@ -55,7 +56,7 @@ func (h *handle) acquire(ctx context.Context, kind Kind, try bool, newCall func(
 
 // take makes a call (newCall's) try once, or wait for the lock (see
 // acquireBy).
-func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
+func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
 			return tryOnce(ctx, newCall(ctx))
@@ -68,7 +69,7 @@ func (h *handle) take(ctx context.Context, kind Kind, try bool, newCall func(con
 // MultiLock's included: inside the observer's bracket when there is one,
 // take tries once (TryLock, or a wait of zero set by [WithWait]) or
 // waits, bounded by WithWait's wait.
-func acquireBy(ctx context.Context, cfg settings, kind Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
+func acquireBy(ctx context.Context, cfg settings, kind observe.Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
 	try = try || cfg.triesOnce()
 	run := func(ctx context.Context) (*Lease, error) {
 		if !try && cfg.waitSet {

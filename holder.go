@@ -1,65 +1,11 @@
 package dlock
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"unicode/utf8"
+
+	"github.com/dlockio/dlock/admin"
 )
-
-// Holder is one owner holding a lock.
-type Holder struct {
-	// Owner is the holder's owner id as [OwnerHash] shows it; "" for a
-	// Mutex, whose owner token is a secret.
-	Owner string
-	Write bool // holds the exclusive (write) side; else reads
-	Holds int  // how many holds (re-entries counted)
-
-	// Info is what the holder stored with [WithHolderInfo]; nil when it
-	// stored none (or its lock type keeps none).
-	Info *HolderInfo
-}
-
-// OwnerHash is how [Client.Describe] shows the owner id of an RWMutex or
-// ReentrantMutex holder: 12 hex digits of its SHA-256. The id itself is
-// never shown: [WithOwner](id) joins that owner's holds, exclusive ones
-// with their fencing token. A process finds its own holds by OwnerHash of
-// its id; people tell holders apart by [HolderInfo].
-func OwnerHash(id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return hex.EncodeToString(sum[:6])
-}
-
-// HolderInfo describes who holds a lock, for people: [Client.Describe]
-// and `dlock status` show it beside each holder. It is stored in Redis
-// with the hold, in plain text, for as long as the hold lasts (renewed
-// with it, gone with its release or expiry): put nothing secret in it.
-// Set it with [WithHolderInfo]; [ThisProcess] fills in the first three
-// fields.
-type HolderInfo struct {
-	Hostname string `json:"host,omitempty"`
-	PID      int    `json:"pid,omitempty"`
-	Program  string `json:"program,omitempty"`
-	User     string `json:"user,omitempty"` // free text: a person, a job id, a deploy…
-}
-
-// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes: enough
-// for a hostname, a program and a line of text, small against the hold
-// itself, and a fixed cost per holder whatever the caller passes.
-const MaxHolderInfo = 512
-
-// ThisProcess is the HolderInfo of the running process: its hostname, pid
-// and program name (the executable's base name).
-func ThisProcess() HolderInfo {
-	host, _ := os.Hostname()
-	program := ""
-	if len(os.Args) > 0 {
-		program = filepath.Base(os.Args[0])
-	}
-	return HolderInfo{Hostname: host, PID: os.Getpid(), Program: program}
-}
 
 // WithHolderInfo stores info with every hold taken, so that operators see
 // who holds a lock ([Client.Describe], dlock status). The acquire's own
@@ -67,9 +13,9 @@ func ThisProcess() HolderInfo {
 // FairMutex, RWMutex, ReentrantMutex and Semaphore keep it (per owner and
 // side, or per permit); a MultiLock, Election and Redlock refuse it with
 // [ErrInvalid]. Info that is not valid UTF-8, has a negative PID or encodes
-// longer than [MaxHolderInfo] is refused with ErrInvalid by the first call,
-// before anything is sent. The zero HolderInfo stores nothing.
-func WithHolderInfo(info HolderInfo) Option {
+// longer than [admin.MaxHolderInfo] is refused with ErrInvalid by the first call,
+// before anything is sent. The zero [admin.HolderInfo] stores nothing.
+func WithHolderInfo(info admin.HolderInfo) Option {
 	encoded, err := encodeHolderInfo(info)
 	return func(s *settings) { s.holderInfo, s.holderInfoErr, s.given = encoded, err, s.given|optHolderInfo }
 }
@@ -77,8 +23,8 @@ func WithHolderInfo(info HolderInfo) Option {
 // encodeHolderInfo is info as the scripts store it: compact JSON, which
 // always starts with '{' (the scripts find it after an owner token's hex
 // digits by that), or "" for none.
-func encodeHolderInfo(info HolderInfo) (string, error) {
-	if info == (HolderInfo{}) {
+func encodeHolderInfo(info admin.HolderInfo) (string, error) {
+	if info == (admin.HolderInfo{}) {
 		return "", nil
 	}
 	for _, field := range []string{info.Hostname, info.Program, info.User} {
@@ -93,19 +39,19 @@ func encodeHolderInfo(info HolderInfo) (string, error) {
 	if err != nil {
 		return "", invalidf("holder info: %v", err)
 	}
-	if len(b) > MaxHolderInfo {
-		return "", invalidf("holder info of %d bytes exceeds %d", len(b), MaxHolderInfo)
+	if len(b) > admin.MaxHolderInfo {
+		return "", invalidf("holder info of %d bytes exceeds %d", len(b), admin.MaxHolderInfo)
 	}
 	return string(b), nil
 }
 
 // decodeHolderInfo reads what a script returned of a holder's info: nil
 // for none, or for what is not a HolderInfo (written by a newer version).
-func decodeHolderInfo(stored string) *HolderInfo {
+func decodeHolderInfo(stored string) *admin.HolderInfo {
 	if stored == "" {
 		return nil
 	}
-	var info HolderInfo
+	var info admin.HolderInfo
 	if json.Unmarshal([]byte(stored), &info) != nil {
 		return nil
 	}

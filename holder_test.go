@@ -10,10 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
-func holderInfo(user string) dlock.HolderInfo {
-	return dlock.HolderInfo{Hostname: "web-1", PID: 4242, Program: "billing", User: user}
+func holderInfo(user string) admin.HolderInfo {
+	return admin.HolderInfo{Hostname: "web-1", PID: 4242, Program: "billing", User: user}
 }
 
 // describedInfo is what Describe says of the holders of name: the info of
@@ -212,9 +213,9 @@ func TestHolderInfo_BadInfoIsInvalidBeforeAnyCommand(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(counter)
 	ctx := ctxFor(t, 10*time.Second)
-	for what, info := range map[string]dlock.HolderInfo{
-		"too large":              {User: strings.Repeat("x", dlock.MaxHolderInfo+1)},
-		"too large once encoded": {User: strings.Repeat("\x01", dlock.MaxHolderInfo/2)},
+	for what, info := range map[string]admin.HolderInfo{
+		"too large":              {User: strings.Repeat("x", admin.MaxHolderInfo+1)},
+		"too large once encoded": {User: strings.Repeat("\x01", admin.MaxHolderInfo/2)},
 		"not UTF-8":              {Program: "bad\xff"},
 		"negative pid":           {PID: -1},
 	} {

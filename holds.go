@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // holdLock is what ReentrantMutex and RWMutex share: holds counted per owner
@@ -18,7 +20,7 @@ type holdLock struct {
 	// heldKey is the context key of a hold of this lock (see ownerFor),
 	// boxed once so that looking it up allocates nothing.
 	heldKey   any
-	writeKind Kind // what observers are told the write side is: KindWrite or KindReentrant
+	writeKind observe.Kind // what observers are told the write side is: observe.KindWrite or observe.KindReentrant
 
 	inspectKeys []string // the KEYS of Inspect; the others are in write and read
 
@@ -37,9 +39,9 @@ var rwKind = &leaseKind{
 	abandon: scripts.RWAbandon,
 }
 
-func (c *Client) newHoldLock(name string, writeKind Kind, opts []Option) holdLock {
+func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option) holdLock {
 	scope := forRWMutex
-	if writeKind == KindReentrant {
+	if writeKind == observe.KindReentrant {
 		scope = forReentrant
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
@@ -84,7 +86,7 @@ func (h *holdLock) Owner() string { return h.owner }
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
 	kind := h.writeKind
 	if mode == modeRead {
-		kind = KindRead
+		kind = observe.KindRead
 	}
 	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call { return h.call(ctx, mode) })
 }
@@ -131,8 +133,8 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 // type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's mark; an
 // RWMutex stores nothing, as dlock before the mark did, and is described
 // as it always was. Boxed once: an attempt adds no allocation.
-func takenBy(kind Kind) any {
-	if kind == KindReentrant {
+func takenBy(kind observe.Kind) any {
+	if kind == observe.KindReentrant {
 		return reentrantType
 	}
 	return noType
@@ -161,7 +163,7 @@ type holdState struct {
 	ttl                            time.Duration
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
-	holders                        []Holder
+	holders                        []admin.Holder
 	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
 }
 
@@ -188,14 +190,14 @@ func parseHoldState(reply []any) (holdState, error) {
 	if err != nil || (len(reply)-10)%5 != 0 {
 		return holdState{}, errUnexpectedReply
 	}
-	var holders []Holder
+	var holders []admin.Holder
 	var reentrant bool
 	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
 		info, _ := reply[i+3].(string)
-		holders = append(holders, Holder{Owner: OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
+		holders = append(holders, admin.Holder{Owner: admin.OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
 			reentrant = taken == reentrantMark
 		}

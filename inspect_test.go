@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/observe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,15 +27,15 @@ func TestClient_DescribeKindIsOneConstantPerType(t *testing.T) {
 	cases := []struct {
 		name string
 		take func(name string) error
-		want dlock.Kind
+		want observe.Kind
 	}{
 		{"free", func(string) error { return nil }, ""},
-		{"mutex", func(name string) error { _, err := c.Mutex(name).Lock(ctx); return err }, dlock.KindMutex},
-		{"rw", func(name string) error { _, err := c.RWMutex(name).RLock(ctx); return err }, dlock.KindRead},
-		{"rw write", func(name string) error { _, err := c.RWMutex(name).Lock(ctx); return err }, dlock.KindWrite},
-		{"reentrant", func(name string) error { _, err := c.ReentrantMutex(name).Lock(ctx); return err }, dlock.KindReentrant},
-		{"semaphore", func(name string) error { _, err := c.Semaphore(name, 2).Acquire(ctx); return err }, dlock.KindSemaphore},
-		{"election", func(name string) error { _, err := c.Election(name).Campaign(ctx, "v"); return err }, dlock.KindElection},
+		{"mutex", func(name string) error { _, err := c.Mutex(name).Lock(ctx); return err }, observe.KindMutex},
+		{"rw", func(name string) error { _, err := c.RWMutex(name).RLock(ctx); return err }, observe.KindRead},
+		{"rw write", func(name string) error { _, err := c.RWMutex(name).Lock(ctx); return err }, observe.KindWrite},
+		{"reentrant", func(name string) error { _, err := c.ReentrantMutex(name).Lock(ctx); return err }, observe.KindReentrant},
+		{"semaphore", func(name string) error { _, err := c.Semaphore(name, 2).Acquire(ctx); return err }, observe.KindSemaphore},
+		{"election", func(name string) error { _, err := c.Election(name).Campaign(ctx, "v"); return err }, observe.KindElection},
 	}
 	for _, tc := range cases {
 		name := name + tc.name
@@ -56,7 +58,7 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Describe(ctx, name, dlock.WithPrefix("other:"))
-	if err != nil || info.Kind != dlock.KindMutex || info.LastToken != lease.Token() {
+	if err != nil || info.Kind != observe.KindMutex || info.LastToken != lease.Token() {
 		t.Fatalf("under the handle's prefix: %+v, %v; want the Mutex held", info, err)
 	}
 	if info, err := c.Describe(ctx, name); err != nil || info.Kind != "" {
@@ -80,7 +82,7 @@ func TestClient_DescribeAndForceUnlockHonourWithPrefix(t *testing.T) {
 // released no holder but the last token.
 func TestClient_DescribeReportsAMutexsHoldThenItsLastToken(t *testing.T) {
 	_, c, ctx, name := inspecting(t)
-	info := dlock.HolderInfo{Hostname: "web-1", PID: 42}
+	info := admin.HolderInfo{Hostname: "web-1", PID: 42}
 	prefix := dlock.WithPrefix("inspect:")
 	lease, err := c.Mutex(name, prefix, dlock.WithHolderInfo(info)).Lock(ctx)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
 )
@@ -101,7 +102,7 @@ func TestScriptLayouts_NameTheKeysEveryTypeSends(t *testing.T) {
 			t.Fatalf("%s: Unlock: %v", what, err)
 		}
 	}
-	exercise("Mutex", c.Mutex("m", WithHolderInfo(HolderInfo{Program: "layout"})).Lock, c.Mutex("m", briefly).Lock)
+	exercise("Mutex", c.Mutex("m", WithHolderInfo(admin.HolderInfo{Program: "layout"})).Lock, c.Mutex("m", briefly).Lock)
 	exercise("FairMutex", c.FairMutex("f").Lock, c.FairMutex("f", briefly).Lock)
 	exercise("Semaphore", c.Semaphore("s", 1).Acquire, c.Semaphore("s", 1, briefly).Acquire)
 	exercise("RWMutex", c.RWMutex("rw").Lock, c.RWMutex("rw", briefly).RLock)

@@ -697,7 +697,7 @@ func TestLease_AServerRefusingWritesStillAnswersReads(t *testing.T) {
 	if _, err := lease.TTL(ctx); err != nil {
 		t.Errorf("TTL on a server refusing writes: %v", err)
 	}
-	if info, err := c.Describe(ctx, name); err != nil || info.Kind != dlock.KindMutex {
+	if info, err := c.Describe(ctx, name); err != nil || info.Kind != observe.KindMutex {
 		t.Errorf("Describe on a server refusing writes: %+v, %v", info, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // MultiLock takes several exclusive locks together: all of them, or none.
@@ -139,7 +140,7 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.h.check(ctx); err != nil {
 		return nil, err
 	}
-	return acquireBy(ctx, m.h.cfg, KindMulti, m.h.name, try, m.take)
+	return acquireBy(ctx, m.h.cfg, observe.KindMulti, m.h.name, try, m.take)
 }
 
 // take is acquire's work: one wait, WithWait's, for all the groups.

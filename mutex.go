@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Mutex is a distributed exclusive lock: at most one lease on its name is held
@@ -49,7 +50,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 // slot being migrated): trying again later may succeed. Like Lock's, its lease renews
 // itself unless [WithLeaseTime] was given.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, KindMutex, true, m.call)
+	return m.acquire(ctx, observe.KindMutex, true, m.call)
 }
 
 // Lock takes the lock, waiting for its release while someone else holds it,
@@ -63,7 +64,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
 // it is unlocked or lost.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, KindMutex, false, m.call)
+	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }
 
 // mutexCall is one TryLock or Lock call. A release may hand the lock to it

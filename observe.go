@@ -26,7 +26,7 @@ type hooks observe.Observer
 // call's context (callKey), where the waiting loop finds it.
 type observedCall struct {
 	o          *hooks
-	kind       Kind
+	kind       observe.Kind
 	name       string
 	registered bool // the call registered as a waiter: reported once
 }
@@ -36,7 +36,7 @@ type callKey struct{}
 // acquire runs one acquire call of a lock of kind called name, observed by
 // o: Acquire before, done after, and the lease it returns watched until it
 // ends.
-func (o *hooks) acquire(ctx context.Context, kind Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
+func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
 	call := &observedCall{o: o, kind: kind, name: name}
 	var done func(observe.AcquireDone)
 	if o.Acquire != nil {
@@ -136,9 +136,9 @@ type leaseObs struct {
 // watch makes l, just returned to the caller of an acquire of kind,
 // report to o from now on. A lease that ended meanwhile (it was lost on
 // the way) reports its end at once.
-func (o *hooks) watch(l *Lease, kind Kind) {
+func (o *hooks) watch(l *Lease, kind observe.Kind) {
 	ob := &leaseObs{o: o, info: observe.LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
-	if kind == KindElection && o.Leader != nil {
+	if kind == observe.KindElection && o.Leader != nil {
 		o.Leader(observe.LeaderEvent{Name: l.name, Term: l.token, Leading: true})
 	}
 	l.mu.Lock()
@@ -187,7 +187,7 @@ func (ob *leaseObs) ended(err error) {
 		}
 		o.End(ev)
 	}
-	if ob.info.Kind == KindElection && o.Leader != nil {
+	if ob.info.Kind == observe.KindElection && o.Leader != nil {
 		o.Leader(observe.LeaderEvent{Name: ob.info.Name, Term: ob.info.Token})
 	}
 }

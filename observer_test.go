@@ -337,20 +337,20 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 	redlock := mustRedlock(t, masters, dlock.WithObserver(rec.observer()), dlock.WithRestartGuard(0))
 	rw := c.RWMutex(name + ":rw")
 	for _, tc := range []struct {
-		kind dlock.Kind
+		kind observe.Kind
 		lock func(context.Context) (*dlock.Lease, error)
 	}{
-		{dlock.KindMutex, c.Mutex(name + ":mutex").Lock},
-		{dlock.KindReentrant, c.ReentrantMutex(name + ":reentrant").Lock},
-		{dlock.KindRead, rw.RLock},
-		{dlock.KindWrite, c.RWMutex(name + ":rw2").Lock},
-		{dlock.KindFair, c.FairMutex(name + ":fair").Lock},
-		{dlock.KindSemaphore, c.Semaphore(name+":sem", 2).Acquire},
-		{dlock.KindMulti, c.MultiLock([]string{name + ":a", name + ":b"}).Lock},
-		{dlock.KindElection, func(ctx context.Context) (*dlock.Lease, error) {
+		{observe.KindMutex, c.Mutex(name + ":mutex").Lock},
+		{observe.KindReentrant, c.ReentrantMutex(name + ":reentrant").Lock},
+		{observe.KindRead, rw.RLock},
+		{observe.KindWrite, c.RWMutex(name + ":rw2").Lock},
+		{observe.KindFair, c.FairMutex(name + ":fair").Lock},
+		{observe.KindSemaphore, c.Semaphore(name+":sem", 2).Acquire},
+		{observe.KindMulti, c.MultiLock([]string{name + ":a", name + ":b"}).Lock},
+		{observe.KindElection, func(ctx context.Context) (*dlock.Lease, error) {
 			return c.Election(name+":election").Campaign(ctx, "me")
 		}},
-		{dlock.KindRedlock, redlock.Mutex(name + ":redlock").Lock},
+		{observe.KindRedlock, redlock.Mutex(name + ":redlock").Lock},
 	} {
 		before := len(rec.snapshot())
 		lease, err := tc.lock(ctx)
@@ -364,7 +364,7 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 		events := rec.events[before:]
 		rec.mu.Unlock()
 		for _, ev := range events {
-			var kind dlock.Kind
+			var kind observe.Kind
 			var evName string
 			switch ev := ev.(type) {
 			case observe.AcquireCall:

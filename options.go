@@ -255,7 +255,7 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 // is for holds shared across processes, not for goroutines. Without it the
 // owner is the call chain (see [Lease.Context]). Whoever knows the id joins
 // its holds, write holds with their fencing token: [Client.Describe] shows
-// only its [OwnerHash], which hides an id that cannot be guessed. It must
+// only its [admin.OwnerHash], which hides an id that cannot be guessed. It must
 // be printable UTF-8, not empty, and at most [MaxNameLen] bytes. Only an
 // RWMutex and a ReentrantMutex (or a Client, as their default) take it.
 func WithOwner(id string) Option {

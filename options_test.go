@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -92,7 +93,7 @@ func TestOptions_ThatDoNotApplyAreRefused(t *testing.T) {
 		{"WithOwner", dlock.WithOwner("o"), []string{"Client", "RWMutex", "ReentrantMutex"}},
 		{"WithWaiterRefresh", dlock.WithWaiterRefresh(time.Second),
 			[]string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore", "MultiLock", "Election"}},
-		{"WithHolderInfo", dlock.WithHolderInfo(dlock.HolderInfo{Program: "p"}),
+		{"WithHolderInfo", dlock.WithHolderInfo(admin.HolderInfo{Program: "p"}),
 			[]string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore"}},
 		{"WithReplicaAck", dlock.WithReplicaAck(0, time.Second),
 			[]string{"Client", "Mutex", "FairMutex", "RWMutex", "ReentrantMutex", "Semaphore", "MultiLock", "Election"}},

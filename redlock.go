@@ -170,7 +170,7 @@ func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	return acquireBy(ctx, m.cfg, KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
+	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
 			return m.tryLock(ctx)
 		}

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+
+	"github.com/dlockio/dlock/observe"
 )
 
 // ReentrantMutex is an exclusive lock that its owner may take again while
@@ -29,7 +31,7 @@ type ReentrantMutex struct{ holdLock }
 // the Client's defaults. Nothing is sent to Redis; a bad name or option is returned by the
 // first call that would, matching [ErrInvalid].
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
-	return &ReentrantMutex{holdLock: c.newHoldLock(name, KindReentrant, opts)}
+	return &ReentrantMutex{holdLock: c.newHoldLock(name, observe.KindReentrant, opts)}
 }
 
 // TryLock makes one attempt and never waits: it takes the lock if it is free

@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/observe"
 )
 
 // RWMutex is a distributed read-write lock: many readers or one writer.
@@ -30,7 +33,7 @@ type RWMutex struct{ holdLock }
 // Nothing is sent to Redis; a bad name or option is returned by the first
 // call that would, matching [ErrInvalid].
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{holdLock: c.newHoldLock(name, KindWrite, opts)}
+	return &RWMutex{holdLock: c.newHoldLock(name, observe.KindWrite, opts)}
 }
 
 // Lock takes the write side, waiting for readers and any other writer to
@@ -63,17 +66,17 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 
 // RWState is an RWMutex or a ReentrantMutex as its Inspect found it.
 type RWState struct {
-	WriteHolds     int           // holds of the write side, all by one owner; 0: nobody writes
-	WriterIsOwner  bool          // the writer is the owner the call acts as: ctx's hold's, or WithOwner's
-	ReadHolds      int           // read holds of all owners
-	Readers        int           // owners holding read locks
-	OwnerReadHolds int           // the read holds of the owner the call acts as
-	TTL            time.Duration // until the last hold expires unless renewed; 0 when not held
-	WritersWaiting int           // writers registered to be woken
-	ReadersWaiting int           // readers registered to be woken
-	WriteToken     uint64        // the writer's fencing token; 0: nobody writes
-	LastToken      uint64        // the highest fencing token minted for the name
-	Holders        []Holder      // who holds it, the writer first
+	WriteHolds     int            // holds of the write side, all by one owner; 0: nobody writes
+	WriterIsOwner  bool           // the writer is the owner the call acts as: ctx's hold's, or WithOwner's
+	ReadHolds      int            // read holds of all owners
+	Readers        int            // owners holding read locks
+	OwnerReadHolds int            // the read holds of the owner the call acts as
+	TTL            time.Duration  // until the last hold expires unless renewed; 0 when not held
+	WritersWaiting int            // writers registered to be woken
+	ReadersWaiting int            // readers registered to be woken
+	WriteToken     uint64         // the writer's fencing token; 0: nobody writes
+	LastToken      uint64         // the highest fencing token minted for the name
+	Holders        []admin.Holder // who holds it, the writer first
 }
 
 // Inspect reports who holds the lock, how often, and who waits. The owner's

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Semaphore is a distributed counting semaphore: at most its number of
@@ -83,7 +84,7 @@ func (s *Semaphore) Permits() int { return int(s.permits.Load()) }
 // TryAcquire makes one attempt to take a permit and never waits. It returns
 // [ErrNotAcquired] when all permits are held.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	return s.acquire(ctx, KindSemaphore, true, s.call)
+	return s.acquire(ctx, observe.KindSemaphore, true, s.call)
 }
 
 // Acquire takes a permit, waiting for one to be released while all are
@@ -92,7 +93,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 // error. Unless [WithLeaseTime] was given, the permit's lease renews itself
 // every TTL/3 until it is unlocked or lost.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
-	return s.acquire(ctx, KindSemaphore, false, s.call)
+	return s.acquire(ctx, observe.KindSemaphore, false, s.call)
 }
 
 // SetPermits changes the number of permits of the semaphore in Redis, and

@@ -96,7 +96,7 @@ func NewObserver(opts ...Option) (*observe.Observer, error) {
 }
 
 // attrs are the attributes every instrument has, then extra.
-func (o *observer) attrs(kind dlock.Kind, name string, extra ...attribute.KeyValue) metric.MeasurementOption {
+func (o *observer) attrs(kind observe.Kind, name string, extra ...attribute.KeyValue) metric.MeasurementOption {
 	kv := make([]attribute.KeyValue, 0, 2+len(extra))
 	kv = append(kv, keyKind.String(string(kind)))
 	if o.group != nil {
@@ -112,7 +112,7 @@ func (o *observer) attrs(kind dlock.Kind, name string, extra ...attribute.KeyVal
 // after the other.
 type call struct {
 	start      time.Time
-	kind       dlock.Kind
+	kind       observe.Kind
 	name       string
 	span       trace.Span
 	registered bool
@@ -233,7 +233,7 @@ func (o *observer) leader(ev observe.LeaderEvent) {
 	if ev.Leading {
 		n = 1
 	}
-	o.inst.leader.Add(context.Background(), n, o.attrs(dlock.KindElection, ev.Name))
+	o.inst.leader.Add(context.Background(), n, o.attrs(observe.KindElection, ev.Name))
 }
 
 // errorType classes an error for the error.type attribute: a few values,

@@ -11,6 +11,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // One redis-server for the tests that need a real one: each test's
@@ -150,8 +151,8 @@ func TestSteal_EveryLockType(t *testing.T) {
 				t.Fatalf("%s: %v", name, err)
 			}
 			want := before.Kind
-			if want == dlock.KindRead {
-				want = dlock.KindWrite // Steal takes an RWMutex's write lock
+			if want == observe.KindRead {
+				want = observe.KindWrite // Steal takes an RWMutex's write lock
 			}
 			if after, err := c.Describe(ctx, name); err != nil || after.Kind != want {
 				t.Fatalf("%s: the thief holds a %q (%v); want the holder's type, %q", name, after.Kind, err, want)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // Expire makes the lock called name vanish as if its holders' TTLs ran out:
@@ -73,11 +74,11 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 		return nil, err
 	}
 	switch info.Kind {
-	case dlock.KindRead, dlock.KindWrite:
+	case observe.KindRead, observe.KindWrite:
 		return op.RWMutex(name).TryLock(ctx)
-	case dlock.KindReentrant:
+	case observe.KindReentrant:
 		return op.ReentrantMutex(name).TryLock(ctx)
-	case dlock.KindSemaphore:
+	case observe.KindSemaphore:
 		return op.Semaphore(name, info.Permits).TryAcquire(ctx)
 	default:
 		return op.Mutex(name).TryLock(ctx)

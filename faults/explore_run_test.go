@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
@@ -1028,7 +1029,7 @@ func checkSettled(ctx context.Context, env *exploreEnv, s *schedule, doubtful, l
 	slices.Sort(names)
 	for _, name := range names {
 		out.checks++
-		var info dlock.LockInfo
+		var info admin.LockInfo
 		err := untilEvictionClears(ctx, s.has("evict"), func() (err error) {
 			info, err = c.Describe(ctx, name)
 			return err

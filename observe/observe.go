@@ -5,8 +5,9 @@
 // begin, wait and end, as leases renew, extend, end and lead. dlockotel
 // makes OpenTelemetry metrics and spans of it.
 //
-// [Kind] and [LossReason] are defined here, since events carry them;
-// package dlock names them too (dlock.Kind, dlock.LossTaken…), as aliases.
+// [Kind] and [LossReason] are defined here, since events carry them, and
+// so does what dlock.Client.Describe finds (package admin's LockInfo);
+// package dlock names LossReason too (dlock.LossTaken…), as aliases.
 package observe
 
 import (
@@ -185,7 +186,7 @@ type Kind string
 // The kinds of lock. Describe tells apart those Redis can: it says
 // KindMutex for a Mutex, a FairMutex with nobody queued and a MultiLock's
 // lock (one lock in Redis), and KindRead, KindWrite or KindReentrant for
-// the read-write locks (see dlock.LockInfo); never KindMulti or KindRedlock.
+// the read-write locks (see admin.LockInfo); never KindMulti or KindRedlock.
 const (
 	KindMutex     Kind = "mutex"     // dlock.Mutex
 	KindReentrant Kind = "reentrant" // dlock.ReentrantMutex

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -296,12 +297,12 @@ func TestStatus_JSONDescribesTheLock(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &held); code != 0 || err != nil {
 		t.Fatalf("exit %d, %v:\n%s", code, err, stdout)
 	}
-	if held.Type != "RWMutex" || !held.Held || len(held.Holders) != 1 || held.Holders[0] != (holderJSON{Owner: dlock.OwnerHash("host-a/pid-7"), Mode: "write", Holds: 1}) ||
+	if held.Type != "RWMutex" || !held.Held || len(held.Holders) != 1 || held.Holders[0] != (holderJSON{Owner: admin.OwnerHash("host-a/pid-7"), Mode: "write", Holds: 1}) ||
 		held.TTLMillis <= 0 || held.LastToken != lease.Token() {
 		t.Fatalf("a held lock: %+v", held)
 	}
 	code, stdout, _ = runDlock(t, url, "status", "reports")
-	if code != 0 || !strings.Contains(stdout, dlock.OwnerHash("host-a/pid-7")+"  write ×1") || strings.Contains(stdout, "host-a/pid-7") {
+	if code != 0 || !strings.Contains(stdout, admin.OwnerHash("host-a/pid-7")+"  write ×1") || strings.Contains(stdout, "host-a/pid-7") {
 		t.Fatalf("text status: exit %d\n%s", code, stdout)
 	}
 

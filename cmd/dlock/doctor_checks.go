@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
 // The checks of doctor that read what each master says of itself. Each
@@ -29,7 +30,7 @@ func maxmemoryCheck(ctx context.Context, rdb redis.UniversalClient, nodes []*doc
 	if err != nil {
 		return checkResult{name, fail, "cannot check: " + err.Error()}
 	}
-	problems := map[string][]dlock.Problem{}
+	problems := map[string][]admin.Problem{}
 	for _, n := range report.Nodes {
 		problems[n.Addr] = n.Problems
 	}
@@ -43,7 +44,7 @@ func maxmemoryCheck(ctx context.Context, rdb redis.UniversalClient, nodes []*doc
 		for _, p := range found {
 			v := warn
 			// A policy doctor could not read is no pass: it may evict.
-			if p.Severity >= dlock.SeverityError || p.Check == dlock.CheckInfo {
+			if p.Severity >= admin.SeverityError || p.Check == admin.CheckInfo {
 				v = fail
 			}
 			worst = max(worst, v)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
 // noControl fails the test if out holds a control character, or does not
@@ -36,7 +37,7 @@ func TestLsAndStatus_PrintNoControlCharacterOfNamesOwnersOrHolderInfo(t *testing
 		mutexName = "m\x1b[2J\u009b31m"
 		rwName    = "rw\rforged line"
 	)
-	hostile := dlock.HolderInfo{Hostname: "h\x1b]0;owned\x07", Program: "p\nfree  Mutex", User: "u"}
+	hostile := admin.HolderInfo{Hostname: "h\x1b]0;owned\x07", Program: "p\nfree  Mutex", User: "u"}
 	must(locks.Mutex(mutexName, dlock.WithHolderInfo(hostile)).Lock(ctx))
 	must(locks.RWMutex(rwName, dlock.WithOwner("o"), dlock.WithHolderInfo(hostile)).Lock(ctx))
 	runs := [][]string{{"ls"}, {"status", mutexName}, {"status", rwName}}
@@ -55,7 +56,7 @@ func TestLsAndStatus_PrintNoControlCharacterOfNamesOwnersOrHolderInfo(t *testing
 // asked to confirm.
 func TestRunAndUnlock_PrintNoControlCharacterOfHolders(t *testing.T) {
 	url, locks := testRedis(t)
-	hostile := dlock.HolderInfo{Hostname: "h\x1b]0;owned\a\x1b[2J", PID: 7}
+	hostile := admin.HolderInfo{Hostname: "h\x1b]0;owned\a\x1b[2J", PID: 7}
 	mustLease(t)(locks.RWMutex("d", dlock.WithHolderInfo(hostile)).Lock(context.Background()))
 
 	code, _, stderr := runDlock(t, url, "run", "--wait", "0", "d", "--", "true")
@@ -84,7 +85,7 @@ func TestJSONOutputs_EscapeEveryRuneThatDoesNotPrint(t *testing.T) {
 	url, locks := testRedis(t)
 	ctx, must := context.Background(), mustLease(t)
 	const name = "m\u009b2J"
-	must(locks.Mutex(name, dlock.WithHolderInfo(dlock.HolderInfo{Program: "p\u202eevil"})).Lock(ctx))
+	must(locks.Mutex(name, dlock.WithHolderInfo(admin.HolderInfo{Program: "p\u202eevil"})).Lock(ctx))
 	for _, args := range [][]string{{"ls", "--json"}, {"status", "--json", name}} {
 		code, stdout, stderr := runDlock(t, url, args...)
 		if code != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
 const lsUsage = `Usage: dlock ls [--json] [--all] [--limit N] [PATTERN]
@@ -135,7 +136,7 @@ func ls(ctx context.Context, q lockQuery, redisFlag string, asJSON bool, out *ou
 
 // foundLock is one name's state, or why its keys are not dlock's.
 type foundLock struct {
-	info      dlock.LockInfo
+	info      admin.LockInfo
 	notDlocks error // dlock.ErrWrongType, naming the key; or the name's ErrInvalid
 }
 
@@ -329,7 +330,7 @@ const maxHoldersText = 60
 // holdersText names a lock's holders: owner ids with their modes and holds,
 // a Semaphore's permits, or a hidden Mutex owner. It is raw: each output
 // escapes it once, in its own way.
-func holdersText(info dlock.LockInfo) string {
+func holdersText(info admin.LockInfo) string {
 	if len(info.Holders) == 0 {
 		return "-"
 	}
@@ -362,14 +363,14 @@ func holdersText(info dlock.LockInfo) string {
 }
 
 // permitsText counts a Semaphore's permits held, as status does.
-func permitsText(info dlock.LockInfo) string {
+func permitsText(info admin.LockInfo) string {
 	return fmt.Sprintf("%d of %d permits held", permitsHeld(info), info.Permits)
 }
 
 // holderLabel names a holder, raw: by the host, pid and program it stored
 // (WithHolderInfo, or a dlock run), as status shows them; else by its owner
 // id's hash, or hidden (a Mutex's).
-func holderLabel(h dlock.Holder) string {
+func holderLabel(h admin.Holder) string {
 	if h.Info != nil {
 		var parts []string
 		if h.Info.Hostname != "" {

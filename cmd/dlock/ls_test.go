@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -99,8 +100,8 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 		writersWaiting int
 	}{
 		{"m", "held", "Mutex", []string{""}, 1},
-		{"rw", "held", "RWMutex", []string{dlock.OwnerHash("ops-host/42/writer")}, 0},
-		{"readers", "shared", "RWMutex", slices.Sorted(slices.Values([]string{dlock.OwnerHash("r1"), dlock.OwnerHash("r2")})), 0},
+		{"rw", "held", "RWMutex", []string{admin.OwnerHash("ops-host/42/writer")}, 0},
+		{"readers", "shared", "RWMutex", slices.Sorted(slices.Values([]string{admin.OwnerHash("r1"), admin.OwnerHash("r2")})), 0},
 		{"sem", "shared", "Semaphore", []string{""}, 0},
 		{"precious", "foreign", "", nil, 0},
 	} {
@@ -145,7 +146,7 @@ func TestLs_ListsEveryLockOnceAndNoOwnerToken(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{dlock.OwnerHash("ops-host/42/writer"), "not dlock's", "1 of 3 permits held", dlock.OwnerHash("r1"), dlock.OwnerHash("r2")} {
+	for _, want := range []string{admin.OwnerHash("ops-host/42/writer"), "not dlock's", "1 of 3 permits held", admin.OwnerHash("r1"), admin.OwnerHash("r2")} {
 		if !strings.Contains(text, want) {
 			t.Errorf("ls does not show %q:\n%s", want, text)
 		}
@@ -243,7 +244,7 @@ func TestLsAndWatch_CountEveryPermitOfASemaphore(t *testing.T) {
 	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
 	ctx, must := context.Background(), mustLease(t)
 	for _, host := range []string{"web-1", "web-2"} {
-		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(dlock.HolderInfo{Hostname: host})).Acquire(ctx))
+		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(admin.HolderInfo{Hostname: host})).Acquire(ctx))
 	}
 	code, stdout, stderr := runDlock(t, url, "ls")
 	if code != 0 || !strings.Contains(stdout, "2 of 2 permits held") || !strings.Contains(stdout, "full") {
@@ -279,10 +280,10 @@ func TestLs_HoldersColumnShowsHolderInfoAndCutsALongOwner(t *testing.T) {
 	srv := redistest.Start(t)
 	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
 	ctx, must := context.Background(), mustLease(t)
-	web := dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "web-1", PID: 42, Program: "deploy.sh"})
+	web := dlock.WithHolderInfo(admin.HolderInfo{Hostname: "web-1", PID: 42, Program: "deploy.sh"})
 	must(locks.Mutex("m", web).Lock(ctx))
 	must(locks.RWMutex("rw", web).Lock(ctx)) // the call's owner: a random id
-	long := dlock.HolderInfo{Hostname: strings.Repeat("a-very-long-host-name.", 4)}
+	long := admin.HolderInfo{Hostname: strings.Repeat("a-very-long-host-name.", 4)}
 	must(locks.RWMutex("long", dlock.WithHolderInfo(long)).Lock(ctx))
 	code, stdout, stderr := runDlock(t, url, "ls")
 	if code != 0 {

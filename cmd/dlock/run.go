@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -301,16 +302,16 @@ func ownerID() string {
 // runHolderInfo is what a run stores with its hold for status to show:
 // this host, dlock's pid (the command starts once the lock is held), the
 // command's program name, and the --info note.
-func runHolderInfo(command []string, note string) (dlock.HolderInfo, error) {
-	info := dlock.ThisProcess()
+func runHolderInfo(command []string, note string) (admin.HolderInfo, error) {
+	info := admin.ThisProcess()
 	info.Program = clip(strings.ToValidUTF8(filepath.Base(command[0]), "?"), 64)
 	info.Hostname = clip(strings.ToValidUTF8(info.Hostname, "?"), 64)
 	info.User = note
 	if !utf8.ValidString(note) {
 		return info, errors.New("not valid UTF-8")
 	}
-	if b, _ := json.Marshal(info); len(b) > dlock.MaxHolderInfo {
-		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", dlock.MaxHolderInfo)
+	if b, _ := json.Marshal(info); len(b) > admin.MaxHolderInfo {
+		return info, fmt.Errorf("too long: the holder info may take %d bytes as JSON", admin.MaxHolderInfo)
 	}
 	return info, nil
 }
@@ -409,7 +410,7 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	switch {
 	case semaphore:
 		takes = "dlock run --permits takes a Semaphore"
-	case info.Kind == dlock.KindSemaphore:
+	case info.Kind == observe.KindSemaphore:
 		takes += "; --permits N takes a Semaphore"
 	}
 	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(typeName), stateOf(info), takes)
@@ -442,10 +443,10 @@ func waitingLine(ctx context.Context, client *dlock.Client, name, self string, w
 }
 
 // others are the holders but the owner self.
-func others(holders []dlock.Holder, self string) []dlock.Holder {
-	var rest []dlock.Holder
+func others(holders []admin.Holder, self string) []admin.Holder {
+	var rest []admin.Holder
 	for _, h := range holders {
-		if h.Owner != dlock.OwnerHash(self) {
+		if h.Owner != admin.OwnerHash(self) {
 			rest = append(rest, h)
 		}
 	}
@@ -454,7 +455,7 @@ func others(holders []dlock.Holder, self string) []dlock.Holder {
 
 // holdersPhrase is "held by …" naming the holders of a lock but self (as
 // ls does), or "N of M permits held" for a Semaphore; escaped.
-func holdersPhrase(info dlock.LockInfo, self string) string {
+func holdersPhrase(info admin.LockInfo, self string) string {
 	if info.Permits > 0 {
 		return permitsText(info)
 	}
@@ -470,7 +471,7 @@ func holdersPhrase(info dlock.LockInfo, self string) string {
 	return "held by " + printable(strings.Join(parts, ", "))
 }
 
-func modeName(h dlock.Holder) string {
+func modeName(h admin.Holder) string {
 	if h.Write {
 		return "write"
 	}

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/observe"
 )
 
 // These tests hold `dlock run` to what flock(1) does: the command owns the
@@ -452,7 +454,7 @@ func TestRun_BusyLockMessageQuietAndConflictExitCode(t *testing.T) {
 	}
 	defer held.Unlock(context.Background())
 	code, _, stderr := runDlock(t, url, "run", "--wait", "300ms", "busy", "--", "true")
-	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, dlock.OwnerHash("host-a/pid-7")) ||
+	if code != exitNotAcquired || !strings.Contains(stderr, "busy") || !strings.Contains(stderr, admin.OwnerHash("host-a/pid-7")) ||
 		strings.Contains(stderr, "deadline") {
 		t.Fatalf("a busy lock: exit %d, stderr %q; want %d, saying busy and who holds it", code, stderr, exitNotAcquired)
 	}
@@ -545,7 +547,7 @@ func TestRun_UnreachableRedisStopsTheCommandAtTheLeasesDeadline(t *testing.T) {
 func TestRun_WaitingOutsideATerminalIsReportedOnceAndSoIsTheAcquisition(t *testing.T) {
 	url, locks := testRedis(t)
 	ctx := context.Background()
-	held, err := locks.RWMutex("ci", dlock.WithHolderInfo(dlock.HolderInfo{Hostname: "host-a", PID: 7})).Lock(ctx)
+	held, err := locks.RWMutex("ci", dlock.WithHolderInfo(admin.HolderInfo{Hostname: "host-a", PID: 7})).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +639,7 @@ func TestRun_PermitsRunsUnderASemaphore(t *testing.T) {
 	b := startDlock(t, url, "", "run", "--permits", "2", "pool", "--", "sh", "-c", `echo b > "$1"; cat "$2"`, "sh", second, finish[1])
 	readFifo(t, second, 15*time.Second)
 	info, err := locks.Describe(context.Background(), "pool")
-	if err != nil || info.Kind != dlock.KindSemaphore || info.Permits != 2 {
+	if err != nil || info.Kind != observe.KindSemaphore || info.Permits != 2 {
 		t.Fatalf("with two runs: %+v, %v; want a Semaphore of 2 permits", info, err)
 	}
 	code, _, stderr := runDlock(t, url, "run", "--permits", "2", "-n", "pool", "--", "true")

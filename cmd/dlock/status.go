@@ -8,7 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/observe"
 )
 
 const statusUsage = `Usage: dlock status [--json] NAME
@@ -64,7 +65,7 @@ type holderJSON struct {
 	Owner string            `json:"owner"` // "" for a Mutex
 	Mode  string            `json:"mode"`  // "write", "read" or "permit"
 	Holds int               `json:"holds"`
-	Info  *dlock.HolderInfo `json:"info,omitempty"` // who holds it, as stored by dlock run or WithHolderInfo
+	Info  *admin.HolderInfo `json:"info,omitempty"` // who holds it, as stored by dlock run or WithHolderInfo
 }
 
 func defineStatus(fs *flag.FlagSet) action {
@@ -98,7 +99,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 	fmt.Fprintf(out.stdout, "state:       %s\n", s.State)
 	if s.Held {
 		fmt.Fprintf(out.stdout, "type:        %s\n", typeLabel(s.Type))
-		if info.Kind == dlock.KindElection {
+		if info.Kind == observe.KindElection {
 			fmt.Fprintf(out.stdout, "leader:      %s\n", s.LeaderValue)
 		}
 		if s.Permits > 0 {
@@ -137,7 +138,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 }
 
 // statusOf is what status --json says of a lock, and ls --json of each.
-func statusOf(info dlock.LockInfo) statusJSON {
+func statusOf(info admin.LockInfo) statusJSON {
 	s := statusJSON{Name: info.Name, State: stateOf(info), Type: typeNames[info.Kind], Held: len(info.Holders) > 0, Holders: []holderJSON{},
 		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
 		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits, LeaderValue: info.LeaderValue}
@@ -156,7 +157,7 @@ func statusOf(info dlock.LockInfo) statusJSON {
 
 // permitsHeld is how many of a Semaphore's permits are held: its holders
 // are one per distinct holder info.
-func permitsHeld(info dlock.LockInfo) int {
+func permitsHeld(info admin.LockInfo) int {
 	n := 0
 	for _, h := range info.Holders {
 		n += h.Holds
@@ -166,7 +167,7 @@ func permitsHeld(info dlock.LockInfo) int {
 
 // stateOf is status's state of a lock: free; held (no one else gets in);
 // shared (readers or some permits: more may join); full (every permit).
-func stateOf(info dlock.LockInfo) string {
+func stateOf(info admin.LockInfo) string {
 	switch {
 	case len(info.Holders) == 0:
 		return "free"
@@ -180,10 +181,10 @@ func stateOf(info dlock.LockInfo) string {
 
 // typeNames are the CLI's names of the kinds Describe reports: the Go
 // types', which status and ls have always printed.
-var typeNames = map[dlock.Kind]string{
-	dlock.KindMutex: "Mutex", dlock.KindFair: "FairMutex", dlock.KindElection: "Election",
-	dlock.KindSemaphore: "Semaphore", dlock.KindRead: "RWMutex", dlock.KindWrite: "RWMutex",
-	dlock.KindReentrant: "ReentrantMutex",
+var typeNames = map[observe.Kind]string{
+	observe.KindMutex: "Mutex", observe.KindFair: "FairMutex", observe.KindElection: "Election",
+	observe.KindSemaphore: "Semaphore", observe.KindRead: "RWMutex", observe.KindWrite: "RWMutex",
+	observe.KindReentrant: "ReentrantMutex",
 }
 
 // typeLabel is the type in words: Describe's kinds each stand for several
@@ -252,7 +253,7 @@ func reportError(command string, err error, out *output) int {
 
 // holderInfoLine is a holder's info on one line: "host web-1, pid 42,
 // program deploy.sh, user …", leaving out what it does not say.
-func holderInfoLine(info dlock.HolderInfo) string {
+func holderInfoLine(info admin.HolderInfo) string {
 	var parts []string
 	if info.Hostname != "" {
 		parts = append(parts, "host "+printable(info.Hostname))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 )
 
 // status --json says in state whether the lock is free, held (no one else
@@ -82,14 +83,14 @@ func TestRun_TheWaitingLineNeverNamesTheRunItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := waitingLine(ctx, locks, "job", self, 3*time.Second)
-	if strings.Contains(line, dlock.OwnerHash(self)) || !strings.Contains(line, dlock.OwnerHash(other)) {
+	if strings.Contains(line, admin.OwnerHash(self)) || !strings.Contains(line, admin.OwnerHash(other)) {
 		t.Fatalf("held by the run and another: %q; want only the other named", line)
 	}
 	if err := theirs.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	line = waitingLine(ctx, locks, "job", self, 3*time.Second)
-	if strings.Contains(line, dlock.OwnerHash(self)) || strings.Contains(line, "held by") {
+	if strings.Contains(line, admin.OwnerHash(self)) || strings.Contains(line, "held by") {
 		t.Fatalf("held by the run alone: %q; want no holder named", line)
 	}
 }
@@ -113,7 +114,7 @@ func TestStatus_NamesAnElectionAndItsLeader(t *testing.T) {
 	}
 
 	for _, who := range []string{"a", "b"} {
-		if _, err := locks.Semaphore("sem", 3, dlock.WithHolderInfo(dlock.HolderInfo{User: who})).Acquire(ctx); err != nil {
+		if _, err := locks.Semaphore("sem", 3, dlock.WithHolderInfo(admin.HolderInfo{User: who})).Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +131,7 @@ func TestCLI_ASemaphoresHoldersAreItsPermitsHeld(t *testing.T) {
 	url, locks := testRedis(t)
 	ctx, must := context.Background(), mustLease(t)
 	for _, host := range []string{"web-1", "web-2"} {
-		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(dlock.HolderInfo{Hostname: host})).Acquire(ctx))
+		must(locks.Semaphore("pool", 2, dlock.WithHolderInfo(admin.HolderInfo{Hostname: host})).Acquire(ctx))
 	}
 	const held = "2 of 2 permits held"
 	check := func(what, out, want string) {

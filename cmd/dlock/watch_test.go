@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -193,7 +194,7 @@ func TestWatch_PrintsPlainLinesWhenNotATerminal(t *testing.T) {
 func TestWatch_PlainLinesEscapeTheHoldersOnce(t *testing.T) {
 	url, locks := testRedis(t)
 	waitLine, stop := plainWatch(t, url, "hostile")
-	hostile := dlock.HolderInfo{Hostname: "h\x1b[2J \"x\"", PID: 7}
+	hostile := admin.HolderInfo{Hostname: "h\x1b[2J \"x\"", PID: 7}
 	mustLease(t)(locks.RWMutex("hostile", dlock.WithHolderInfo(hostile)).Lock(context.Background()))
 	line := waitLine("hostile held", "hostile", "held")
 	want := `holders="h\x1b[2J \"x\" pid 7 write"`

@@ -1,0 +1,88 @@
+// Package admin holds what dlock reports to operators and their tools:
+// who holds a lock ([LockInfo], from dlock.Client.Describe), who a holder
+// is ([HolderInfo], stored with dlock.WithHolderInfo), and what is wrong
+// with a Redis server ([Report], from dlock.Client.Check). It is to those
+// methods what package observe is to dlock.WithObserver: their vocabulary,
+// kept out of the lock API's way. The CLI, cmd/dlock, is built on it.
+package admin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dlockio/dlock/observe"
+)
+
+// LockInfo is what dlock.Client.Describe found under a lock name. Its Kind
+// is as far as Redis can tell: KindFair only with someone queued; for a
+// read-write lock, KindRead while anyone reads, else KindReentrant when
+// its owner's latest write hold a ReentrantMutex took, else KindWrite (an
+// RWMutex's write, or a hold an older dlock took). Describe never says
+// KindMulti or KindRedlock: a MultiLock's lock is a Mutex in Redis. Why
+// there is no type mark: docs/ARCHITECTURE.md.
+type LockInfo struct {
+	Name           string
+	Kind           observe.Kind  // "" when nothing holds it; see above
+	LeaderValue    string        // an Election's: the value its leader campaigned with; else ""
+	Holders        []Holder      // the writer (or a Mutex's holder) first; for a Semaphore, one Holder per holder info counting its permits (those without info first)
+	Permits        int           // a Semaphore's number of permits; else 0
+	TTL            time.Duration // until the last hold expires unless renewed; -1: no expiry; 0: not held
+	WritersWaiting int           // waiting Locks registered to be woken (a Mutex's, or an RWMutex's writers)
+	ReadersWaiting int           // waiting RLocks registered to be woken
+	LastToken      uint64        // the highest fencing token minted for the name; 0 once its counter expired (see dlock.Lease.Token)
+}
+
+// Holder is one owner holding a lock.
+type Holder struct {
+	// Owner is the holder's owner id as [OwnerHash] shows it; "" for a
+	// Mutex, whose owner token is a secret.
+	Owner string
+	Write bool // holds the exclusive (write) side; else reads
+	Holds int  // how many holds (re-entries counted)
+
+	// Info is what the holder stored with dlock.WithHolderInfo; nil when
+	// it stored none (or its lock type keeps none).
+	Info *HolderInfo
+}
+
+// OwnerHash is how dlock.Client.Describe shows the owner id of an RWMutex
+// or ReentrantMutex holder: 12 hex digits of its SHA-256. The id itself is
+// never shown: dlock.WithOwner(id) joins that owner's holds, exclusive
+// ones with their fencing token. A process finds its own holds by
+// OwnerHash of its id; people tell holders apart by [HolderInfo].
+func OwnerHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:6])
+}
+
+// HolderInfo describes who holds a lock, for people: dlock.Client.Describe
+// and `dlock status` show it beside each holder. It is stored in Redis
+// with the hold, in plain text, for as long as the hold lasts (renewed
+// with it, gone with its release or expiry): put nothing secret in it.
+// Set it with dlock.WithHolderInfo; [ThisProcess] fills in the first three
+// fields.
+type HolderInfo struct {
+	Hostname string `json:"host,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	Program  string `json:"program,omitempty"`
+	User     string `json:"user,omitempty"` // free text: a person, a job id, a deploy…
+}
+
+// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes: enough
+// for a hostname, a program and a line of text, small against the hold
+// itself, and a fixed cost per holder whatever the caller passes.
+const MaxHolderInfo = 512
+
+// ThisProcess is the HolderInfo of the running process: its hostname, pid
+// and program name (the executable's base name).
+func ThisProcess() HolderInfo {
+	host, _ := os.Hostname()
+	program := ""
+	if len(os.Args) > 0 {
+		program = filepath.Base(os.Args[0])
+	}
+	return HolderInfo{Hostname: host, PID: os.Getpid(), Program: program}
+}
