@@ -122,7 +122,7 @@ if granted then
   if not clean and redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  if waiter ~= '' then
+  if waiter ~= '' and not clean then -- on a clean lock no set of waiters is there
     redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
     redis.call('ZREM', RPASS, waiter)
   end
