@@ -61,8 +61,9 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 }
 
 // The server's time per uncontended lock+unlock of an RWMutex (read and
-// write) and a ReentrantMutex, each an acquire and a release by FCALL:
-// server-µs/pair (INFO commandstats, read around each pair). With
+// write; a write as the README's ACL user) and a ReentrantMutex, each an
+// acquire and a release by FCALL, the rights known: server-µs/pair (INFO
+// commandstats, read around each pair). With
 // DLOCK_BENCH_BEFORE naming a file an earlier dlock wrote (run this
 // benchmark there with DLOCK_BENCH_DUMP), its library's scripts run in
 // turn with these, on the same server: server-µs/pair-before.
@@ -102,7 +103,20 @@ func BenchmarkLibrary_RWServerTimePerPair(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	kinds := []struct{ name, mode, takenBy string }{{"write", "w", ""}, {"read", "r", ""}, {"reentrant", "w", "ReentrantMutex"}}
+	// The README's user: its rights are checked by Redis at each command.
+	acl := []any{"ACL", "SETUSER", "locks", "reset", "on", ">pw"}
+	for _, rule := range redistest.DlockACL {
+		acl = append(acl, rule)
+	}
+	if err := rdb.Do(ctx, acl...).Err(); err != nil {
+		b.Fatal(err)
+	}
+	restricted := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, Username: "locks", Password: "pw"})
+	defer restricted.Close()
+	kinds := []struct {
+		name, mode, takenBy string
+		rdb                 *redis.Client
+	}{{"write", "w", "", rdb}, {"read", "r", "", rdb}, {"reentrant", "w", "ReentrantMutex", rdb}, {"write-acl", "w", "", restricted}}
 	usec := func() float64 {
 		us, err := serverstats.CommandStat(ctx, rdb, "fcall", "usec")
 		if err != nil {
@@ -110,19 +124,20 @@ func BenchmarkLibrary_RWServerTimePerPair(b *testing.B) {
 		}
 		return us
 	}
+	keys := []string{"dlock:{rw}", "dlock:{rw}:holds", "dlock:{rw}:waiters", "dlock:{rw}:rwaiters", "dlock:{rw}:rpass", "dlock:{rw}:wake", "dlock:{rw}:rwake"}
+	acquire := append(slices.Clone(keys), "dlock:{rw}:fence", "dlock:{rw}:void:1")
+	release := append(slices.Clone(keys), "dlock:{rw}:released:1")
 	total := map[string]float64{}
 	for b.Loop() {
 		last := usec()
 		for suffix, lib := range libs {
 			for _, k := range kinds {
 				member := k.mode + tok("1") + "owner"
-				acquire := append(slices.Clone(rwKeys), "t:{rw}:void:1")
-				res, err := rdb.FCall(ctx, lib.Acquire, acquire, member, 30000, "", 3000, "", k.takenBy, RightsKnown).Int64Slice()
+				res, err := k.rdb.FCall(ctx, lib.Acquire, acquire, member, 30000, "", 3000, "", k.takenBy, RightsKnown).Int64Slice()
 				if err != nil || res[0] != 1 {
 					b.Fatal(res, err)
 				}
-				release := append(slices.Clone(rwKeys[:7]), "t:{rw}:released:1")
-				if err := rdb.FCall(ctx, lib.Release, release, member, "PUBLISH", 5000, 5000, res[1]).Err(); err != nil {
+				if err := k.rdb.FCall(ctx, lib.Release, release, member, "PUBLISH", 5000, 5000, res[1]).Err(); err != nil {
 					b.Fatal(err)
 				}
 				us := usec()
