@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -113,16 +114,9 @@ func runEveryTypeAs(t *testing.T, ctx context.Context, rdb, otherRedis redis.Uni
 		}
 		expectAcquired(t, waiting, time.Minute, "the waiter was not woken")
 
-		for what, lock := range map[string]func(context.Context) (*dlock.Lease, error){
-			"RWMutex read":   c.RWMutex("rw").RLock,
-			"RWMutex write":  c.RWMutex("rw2").Lock,
-			"ReentrantMutex": c.ReentrantMutex("re").Lock,
-			"FairMutex":      c.FairMutex("fair").Lock,
-			"Semaphore":      c.Semaphore("sem", 2).Acquire,
-			"MultiLock":      c.MultiLock([]string{"a", "b"}).Lock,
-			"Election":       func(ctx context.Context) (*dlock.Lease, error) { return c.Election("e").Campaign(ctx, "v") },
-		} {
-			lease, err := lock(ctx)
+		for _, k := range serverKinds() {
+			what := k.Label()
+			lease, err := k.Take(ctx, family.Target{Client: c, Value: "v"}, namesOf(k, string(k.Kind)), false)
 			if err != nil {
 				t.Fatalf("%s as the limited user: %v", what, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 )
 
 // timerLate is a context whose deadline has passed while its own timer has
@@ -34,24 +35,12 @@ func TestAcquire_ADeadlinePassedIsTheContextsEvenBeforeItsTimerRan(t *testing.T)
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newClient(t, rdb)
 	name := lockName(t)
-	calls := map[string]func(ctx context.Context) error{
-		"Mutex.TryLock": func(ctx context.Context) error { _, err := c.Mutex(name).TryLock(ctx); return err },
-		"RWMutex.TryRLock": func(ctx context.Context) error {
-			_, err := c.RWMutex(name + "-rw").TryRLock(ctx)
+	calls := map[string]func(ctx context.Context) error{}
+	for _, k := range serverKinds() { // one attempt each; an Election's Campaign with no wait
+		calls[k.Label()] = func(ctx context.Context) error {
+			_, err := k.Take(ctx, family.Target{Client: c}, namesOf(k, name+"-"+string(k.Kind)), true, dlock.WithWait(0))
 			return err
-		},
-		"Semaphore.TryAcquire": func(ctx context.Context) error {
-			_, err := c.Semaphore(name+"-sem", 2).TryAcquire(ctx)
-			return err
-		},
-		"MultiLock.TryLock": func(ctx context.Context) error {
-			_, err := c.MultiLock([]string{name + "-a", name + "-b"}).TryLock(ctx)
-			return err
-		},
-		"Election.Campaign": func(ctx context.Context) error {
-			_, err := c.Election(name+"-elect", dlock.WithWait(0)).Campaign(ctx, "candidate")
-			return err
-		},
+		}
 	}
 	for call, f := range calls {
 		base, cancel := context.WithTimeout(context.Background(), 5*time.Second)

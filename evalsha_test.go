@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -67,29 +68,17 @@ func TestScripts_AFlushedServerCostsEachLockTypeOneRoundTrip(t *testing.T) {
 	rdb.AddHook(counter)
 	c := newClient(t, rdb)
 	ctx := ctxFor(t, time.Minute)
-	for _, lockType := range []struct {
-		name string
-		lock func(ctx context.Context, name string) (*dlock.Lease, error)
-	}{
-		{"Mutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.Mutex(name).Lock(ctx) }},
-		{"FairMutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.FairMutex(name).Lock(ctx) }},
-		{"RWMutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.RWMutex(name).RLock(ctx) }},
-		{"ReentrantMutex", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.ReentrantMutex(name).Lock(ctx) }},
-		{"Semaphore", func(ctx context.Context, name string) (*dlock.Lease, error) { return c.Semaphore(name, 2).Acquire(ctx) }},
-		{"MultiLock", func(ctx context.Context, name string) (*dlock.Lease, error) {
-			return c.MultiLock([]string{name + ":a", name + ":b"}).Lock(ctx)
-		}},
-		{"Election", func(ctx context.Context, name string) (*dlock.Lease, error) {
-			return c.Election(name).Campaign(ctx, "v")
-		}},
-	} {
-		t.Run(lockType.name, func(t *testing.T) {
+	for _, k := range serverKinds() {
+		lock := func(ctx context.Context, name string) (*dlock.Lease, error) {
+			return k.Take(ctx, family.Target{Client: c, Value: "v"}, namesOf(k, name), false)
+		}
+		t.Run(k.Label(), func(t *testing.T) {
 			// Lock, Extend, TTL and Unlock: the round trips with a script,
 			// and the NOSCRIPT replies among them.
 			use := func() (scripted, noScript int64) {
 				t.Helper()
 				before, beforeNoScript := tripsNow(counter)
-				lease, err := lockType.lock(ctx, lockName(t))
+				lease, err := lock(ctx, lockName(t))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 )
 
 // What every lease gives, on the types that share the Mutex's lease: a
@@ -69,17 +70,12 @@ func TestFamily_LeasesRenewPastTheirTTL(t *testing.T) {
 func TestFamily_MaxTTLIsAccepted(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	c := newClient(t, backends[0].newRedis(t), dlock.WithLeaseTime(dlock.MaxTTL))
-	acquires := map[string]func(context.Context) (*dlock.Lease, error){
-		"Mutex":          c.Mutex(lockName(t)).TryLock,
-		"ReentrantMutex": c.ReentrantMutex(lockName(t)).TryLock,
-		"RWMutex read":   c.RWMutex(lockName(t)).TryRLock,
-		"RWMutex write":  c.RWMutex(lockName(t)).TryLock,
-		"FairMutex":      c.FairMutex(lockName(t)).TryLock,
-		"Semaphore":      c.Semaphore(lockName(t), 2).TryAcquire,
-		"MultiLock":      c.MultiLock(lockNames(t, 2)).TryLock,
-	}
-	for typ, acquire := range acquires {
-		lease, err := acquire(ctx)
+	for _, k := range serverKinds() {
+		typ, names := k.Label(), []string{lockName(t)}
+		if k.Group {
+			names = lockNames(t, 2)
+		}
+		lease, err := k.Take(ctx, family.Target{Client: c}, names, true)
 		if err != nil {
 			t.Fatalf("%s with a lease time of MaxTTL: %v", typ, err)
 		}

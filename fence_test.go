@@ -32,33 +32,21 @@ func groupOf(name string) []string { return []string{name, name + "+b"} }
 
 // fencedTypes take free names with the waiting calls: on a loaded machine
 // a grant of a short TTL may come back too late to be handed over, and is
-// given back; a Lock tries again, where a TryLock would fail.
-var fencedTypes = []fencedType{
-	{"Mutex", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Mutex(n).Lock(ctx)
-	}},
-	{"FairMutex", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.FairMutex(n).Lock(ctx)
-	}},
-	{"RWMutex write", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.RWMutex(n).Lock(ctx)
-	}},
-	{"RWMutex read", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.RWMutex(n).RLock(ctx)
-	}},
-	{"ReentrantMutex", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.ReentrantMutex(n).Lock(ctx)
-	}},
-	{"Semaphore", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Semaphore(n, 2).Acquire(ctx)
-	}},
-	{"MultiLock", groupOf, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.MultiLock(groupOf(n)).Lock(ctx)
-	}},
-	{"Election", oneName, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Election(n).Campaign(ctx, "candidate")
-	}},
-}
+// given back; a Lock tries again, where a TryLock would fail. A Semaphore
+// has two permits.
+var fencedTypes = func() []fencedType {
+	var types []fencedType
+	for _, k := range serverKinds() {
+		names, lock := oneName, lockOn(k, 2, groupOf)
+		if k.Group {
+			names = groupOf
+		}
+		types = append(types, fencedType{k.Label(), names, func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
+			return lock(c, n)(ctx)
+		}})
+	}
+	return types
+}()
 
 func fenceKey(name string) string {
 	_, fence, _ := dlock.KeysOf(dlock.DefaultPrefix, name)

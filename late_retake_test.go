@@ -54,49 +54,26 @@ func (h failRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 type taker func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error)
 
 // retakers are the lock types whose release tells a hold taken anew since
-// its grant; each with the scripts that grant and renew it, and, where
-// another hold of its own kind would not wait for it (a read), what
-// another holder takes in between.
-var retakers = []struct {
-	name            string
-	acquire, extend *redis.Script
-	take            taker
-	between         taker // nil: take
-}{
-	{"MultiLock", scripts.MultiAcquire, scripts.MultiExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			return c.MultiLock([]string{name, name + "-b"}, opts...).Lock
-		}, nil},
-	{"Mutex", scripts.MutexAcquire, scripts.MutexExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			return c.Mutex(name, opts...).Lock
-		}, nil},
-	{"FairMutex", scripts.FairAcquire, scripts.MutexExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			return c.FairMutex(name, opts...).Lock
-		}, nil},
-	{"RWMutex.Lock", scripts.RWAcquire, scripts.RWExtend, rwWrite, nil},
-	{"RWMutex.RLock", scripts.RWAcquire, scripts.RWExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			return c.RWMutex(name, opts...).RLock
-		}, rwWrite},
-	{"ReentrantMutex", scripts.RWAcquire, scripts.RWExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			return c.ReentrantMutex(name, opts...).Lock
-		}, nil},
-	{"Election", scripts.ElectionAcquire, scripts.MutexExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			e := c.Election(name, opts...)
-			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "candidate") }
-		}, nil},
-	{"Semaphore", scripts.SemAcquire, scripts.SemExtend,
-		func(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-			return c.Semaphore(name, 1, opts...).Acquire
-		}, nil},
-}
+// its grant (every kind on a Client's server); each with the scripts that
+// grant, renew and release it, and, where another hold of its own kind
+// would not wait for it (a read), what another holder takes in between.
+var retakers = func() []retaker {
+	var types []retaker
+	for _, k := range serverKinds() {
+		r := retaker{k.Label(), k.Scripts.Acquire, k.Scripts.Extend, k.Scripts.Release, lockOn(k, 1, pairOf), nil}
+		if h := holderOf(k); h != nil {
+			r.between = lockOn(*h, 1, pairOf)
+		}
+		types = append(types, r)
+	}
+	return types
+}()
 
-func rwWrite(c *dlock.Client, name string, opts ...dlock.Option) func(context.Context) (*dlock.Lease, error) {
-	return c.RWMutex(name, opts...).Lock
+type retaker struct {
+	name                     string
+	acquire, extend, release *redis.Script
+	take                     taker
+	between                  taker // nil: take
 }
 
 // A copy of the attempt that granted a lease (its first copy held up on
@@ -168,8 +145,6 @@ func TestLateAttempt_OfAGrantRetakingAfterTheLeaseWasLostIsNotUnlockedAsHeld(t *
 // the one the Unlock reads, must say released, and the resend lets go of
 // what the late copy took.
 func TestLateAttempt_RetakingBetweenAReleaseAndItsResendDoesNotMakeItNotHeld(t *testing.T) {
-	releases := map[string]*redis.Script{"MultiLock": scripts.MultiRelease, "Mutex": scripts.MutexRelease, "FairMutex": scripts.FairRelease,
-		"RWMutex.Lock": scripts.RWRelease, "RWMutex.RLock": scripts.RWRelease, "ReentrantMutex": scripts.RWRelease, "Semaphore": scripts.SemRelease, "Election": scripts.ElectionRelease}
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, lt := range retakers {
 			t.Run(lt.name, func(t *testing.T) {
@@ -177,7 +152,7 @@ func TestLateAttempt_RetakingBetweenAReleaseAndItsResendDoesNotMakeItNotHeld(t *
 				name := lockName(t)
 				other := b.newRedis(t)
 				rdb := b.newRedis(t)
-				acquires, release := &copier{script: lt.acquire}, &copier{script: releases[lt.name]}
+				acquires, release := &copier{script: lt.acquire}, &copier{script: lt.release}
 				rdb.AddHook(acquires)
 				rdb.AddHook(release)
 

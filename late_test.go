@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // lockType is one kind of lock as the late-copy tests drive it: the call
@@ -21,47 +23,25 @@ import (
 type lockType struct {
 	name             string
 	acquire, release *redis.Script
-	take, hold       func(c *dlock.Client, name string) func(ctx context.Context) (*dlock.Lease, error)
+	take, hold       taker
 }
 
-var lockTypes = []lockType{
-	{name: "Mutex", acquire: scripts.MutexAcquire, release: scripts.MutexRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.Mutex(name).Lock
-		}},
-	{name: "FairMutex", acquire: scripts.FairAcquire, release: scripts.FairRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.FairMutex(name).Lock
-		}},
-	{name: "ReentrantMutex", acquire: scripts.RWAcquire, release: scripts.RWRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.ReentrantMutex(name).Lock
-		}},
-	{name: "RWMutex.Lock", acquire: scripts.RWAcquire, release: scripts.RWRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.RWMutex(name).Lock
-		}},
-	{name: "RWMutex.RLock", acquire: scripts.RWAcquire, release: scripts.RWRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.RWMutex(name).RLock
-		},
-		hold: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.RWMutex(name).Lock
-		}},
-	{name: "Semaphore", acquire: scripts.SemAcquire, release: scripts.SemRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.Semaphore(name, 1).Acquire
-		}},
-	{name: "MultiLock", acquire: scripts.MultiAcquire, release: scripts.MultiRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.MultiLock([]string{name, name + "-b"}).Lock
-		}},
-	{name: "Election", acquire: scripts.ElectionAcquire, release: scripts.ElectionRelease,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			e := c.Election(name)
-			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "candidate") }
-		}},
-}
+// lockTypes are the family's kinds on a Client's server: a Semaphore of one
+// permit, a MultiLock of two names.
+var lockTypes = func() []lockType {
+	var types []lockType
+	for _, k := range serverKinds() {
+		lt := lockType{name: k.Label(), acquire: k.Scripts.Acquire, release: k.Scripts.Release, take: lockOn(k, 1, pairOf)}
+		if h := holderOf(k); h != nil {
+			lt.hold = lockOn(*h, 1, pairOf)
+		}
+		types = append(types, lt)
+	}
+	return types
+}()
+
+// pairOf is the MultiLock group the late-copy tests take under name.
+func pairOf(name string) []string { return []string{name, name + "-b"} }
 
 // forEachLockType runs f for every lock type on every backend, the lock
 // types at once: each waits on its own names' timers, not on the CPU.
@@ -454,9 +434,7 @@ func TestLateAttempt_OfARefusalAfterItsCallWasGrantedCountsOnce(t *testing.T) {
 		holders int // holds taken, each by another handle, so that take waits
 	}
 	cases := []lockCase{{lockType: lockType{name: "Semaphore-2", acquire: scripts.SemAcquire,
-		take: func(c *dlock.Client, name string) func(context.Context) (*dlock.Lease, error) {
-			return c.Semaphore(name, 2).Acquire
-		}}, holders: 2}}
+		take: lockOn(family.MustOf(observe.KindSemaphore), 2, nil)}, holders: 2}}
 	for _, lt := range lockTypes {
 		cases = append(cases, lockCase{lockType: lt, holders: 1})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -335,30 +336,14 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 	name := lockName(t)
 	masters := []redis.UniversalClient{rdb, startServer(t).Client(), startServer(t).Client()}
 	redlock := mustRedlock(t, masters, dlock.WithObserver(rec.observer()), dlock.WithRestartGuard(0))
-	rw := c.RWMutex(name + ":rw")
-	for _, tc := range []struct {
-		kind observe.Kind
-		lock func(context.Context) (*dlock.Lease, error)
-	}{
-		{observe.KindMutex, c.Mutex(name + ":mutex").Lock},
-		{observe.KindReentrant, c.ReentrantMutex(name + ":reentrant").Lock},
-		{observe.KindRead, rw.RLock},
-		{observe.KindWrite, c.RWMutex(name + ":rw2").Lock},
-		{observe.KindFair, c.FairMutex(name + ":fair").Lock},
-		{observe.KindSemaphore, c.Semaphore(name+":sem", 2).Acquire},
-		{observe.KindMulti, c.MultiLock([]string{name + ":a", name + ":b"}).Lock},
-		{observe.KindElection, func(ctx context.Context) (*dlock.Lease, error) {
-			return c.Election(name+":election").Campaign(ctx, "me")
-		}},
-		{observe.KindRedlock, redlock.Mutex(name + ":redlock").Lock},
-	} {
+	for _, k := range family.All {
 		before := len(rec.snapshot())
-		lease, err := tc.lock(ctx)
+		lease, err := k.Take(ctx, family.Target{Client: c, Redlock: redlock, Value: "me"}, namesOf(k, name+":"+string(k.Kind)), false)
 		if err != nil {
-			t.Fatalf("%s: %v", tc.kind, err)
+			t.Fatalf("%s: %v", k.Kind, err)
 		}
 		if err := lease.Unlock(ctx); err != nil {
-			t.Fatalf("%s: unlock: %v", tc.kind, err)
+			t.Fatalf("%s: unlock: %v", k.Kind, err)
 		}
 		rec.mu.Lock()
 		events := rec.events[before:]
@@ -376,8 +361,8 @@ func TestObserver_EveryTypeReportsItsKind(t *testing.T) {
 			default:
 				continue
 			}
-			if kind != tc.kind || evName != lease.Name() {
-				t.Errorf("%s: event %+v, want kind %s and name %q", tc.kind, ev, tc.kind, lease.Name())
+			if kind != k.Kind || evName != lease.Name() {
+				t.Errorf("%s: event %+v, want kind %s and name %q", k.Kind, ev, k.Kind, lease.Name())
 			}
 		}
 	}

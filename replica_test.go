@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/observe"
 )
@@ -84,15 +85,9 @@ func TestReplicaAck_WithoutReplicasFailsAndReleases(t *testing.T) {
 		if _, err := c.Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrReplicaAck) {
 			t.Fatalf("Lock with no replica to acknowledge: %v; want ErrReplicaAck", err)
 		}
-		for _, lock := range []func() error{
-			func() error { _, err := c.RWMutex(lockName(t)).RLock(ctx); return err },
-			func() error { _, err := c.FairMutex(lockName(t)).Lock(ctx); return err },
-			func() error { _, err := c.Semaphore(lockName(t), 2).Acquire(ctx); return err },
-			func() error { _, err := c.MultiLock(lockNames(t, 2)).Lock(ctx); return err },
-			func() error { _, err := c.Election(lockName(t)).Campaign(ctx, "v"); return err },
-		} {
-			if err := lock(); !errors.Is(err, dlock.ErrReplicaAck) {
-				t.Fatalf("with no replica to acknowledge: %v; want ErrReplicaAck", err)
+		for _, k := range serverKinds() {
+			if _, err := k.Take(ctx, family.Target{Client: c}, namesOf(k, lockName(t)), false); !errors.Is(err, dlock.ErrReplicaAck) {
+				t.Fatalf("%s with no replica to acknowledge: %v; want ErrReplicaAck", k.Label(), err)
 			}
 		}
 		if _, err := newClient(t, rdb).Mutex(name).TryLock(ctx); err != nil {

@@ -245,24 +245,12 @@ func TestLock_WaitsOutAFailover(t *testing.T) {
 // FairMutex waiter, whose call keeps one owner token, goes on as a new one
 // and is still handed the lock.
 func TestLock_EveryTypeRidesOutTransientErrors(t *testing.T) {
-	type lockFunc = func(context.Context) (*dlock.Lease, error)
-	cases := []struct {
-		name   string
-		script *redis.Script
-		lock   func(c *dlock.Client, name string) lockFunc
-	}{
-		{"FairMutex", scripts.FairAcquire, func(c *dlock.Client, name string) lockFunc { return c.FairMutex(name).Lock }},
-		{"Semaphore", scripts.SemAcquire, func(c *dlock.Client, name string) lockFunc { return c.Semaphore(name, 1).Acquire }},
-		{"RWMutex.Lock", scripts.RWAcquire, func(c *dlock.Client, name string) lockFunc { return c.RWMutex(name).Lock }},
-		{"RWMutex.RLock", scripts.RWAcquire, func(c *dlock.Client, name string) lockFunc { return c.RWMutex(name).RLock }},
-		{"Election", scripts.ElectionAcquire, func(c *dlock.Client, name string) lockFunc {
-			return func(ctx context.Context) (*dlock.Lease, error) { return c.Election(name).Campaign(ctx, "v") }
-		}},
-		{"MultiLock", scripts.MultiAcquire, func(c *dlock.Client, name string) lockFunc { return c.MultiLock([]string{name, name + ":2"}).Lock }},
-		{"ReentrantMutex", scripts.RWAcquire, func(c *dlock.Client, name string) lockFunc { return c.ReentrantMutex(name).Lock }},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, k := range serverKinds() {
+		tc := struct {
+			script *redis.Script
+			lock   taker
+		}{k.Scripts.Acquire, lockOn(k, 1, func(name string) []string { return []string{name, name + ":2"} })}
+		t.Run(k.Label(), func(t *testing.T) {
 			ctx := ctxFor(t, time.Minute)
 			name := lockName(t)
 			rdb := redis.NewClient(&redis.Options{Addr: sharedStandalone().Addr()})

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -27,16 +29,15 @@ func TestWaiterRefresh_AboveTheMaximumIsRefusedBeforeAnyCommand(t *testing.T) {
 		name := lockName(t) // fresh: before the bound, these locks were taken
 		opt := dlock.WithWaiterRefresh(refresh)
 		locks := map[string]func() error{
-			"Mutex.TryLock": func() error { _, err := c.Mutex(name, opt).TryLock(ctx); return err },
-			"Mutex.Lock":    func() error { _, err := c.Mutex(name, opt).Lock(ctx); return err },
-			"FairMutex.Lock": func() error {
-				_, err := c.FairMutex(name, opt).Lock(ctx)
-				return err
-			},
-			"RWMutex.Lock":      func() error { _, err := c.RWMutex(name, opt).Lock(ctx); return err },
-			"MultiLock.Lock":    func() error { _, err := c.MultiLock([]string{name, name + "+"}, opt).Lock(ctx); return err },
-			"Semaphore.Acquire": func() error { _, err := c.Semaphore(name, 1, opt).Acquire(ctx); return err },
-			"New":               func() error { _, err := dlock.New(rdb, opt); return err },
+			"New": func() error { _, err := dlock.New(rdb, opt); return err },
+		}
+		for _, k := range serverKinds() {
+			for _, try := range []bool{true, false} {
+				locks[fmt.Sprintf("%s (try %v)", k.Label(), try)] = func() error {
+					_, err := k.Take(ctx, family.Target{Client: c, Permits: 1}, namesOf(k, name), try, opt)
+					return err
+				}
+			}
 		}
 		for what, lock := range locks {
 			if err := lock(); !errors.Is(err, dlock.ErrInvalid) {

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/redistest"
-	"github.com/dlockio/dlock/observe"
 )
 
 // One redis-server for the tests that need a real one: each test's
@@ -131,14 +132,12 @@ func TestSteal_EveryLockType(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, r *dlocktest.Redis) {
 		ctx := context.Background()
 		c := r.Client(dlock.WithTTL(ttl))
-		holds := map[string]func() (*dlock.Lease, error){
-			"rw":        func() (*dlock.Lease, error) { return c.RWMutex("rw").RLock(ctx) },
-			"reentrant": func() (*dlock.Lease, error) { return c.ReentrantMutex("reentrant").Lock(ctx) },
-			"fair":      func() (*dlock.Lease, error) { return c.FairMutex("fair").Lock(ctx) },
-			"semaphore": func() (*dlock.Lease, error) { return c.Semaphore("semaphore", 2).Acquire(ctx) },
-		}
-		for name, take := range holds {
-			lease, err := take()
+		for _, k := range family.All {
+			if k.Redlock || k.Group {
+				continue
+			}
+			name := strings.ReplaceAll(string(k.Kind), ".", "-")
+			lease, err := k.Take(ctx, family.Target{Client: c}, []string{name}, false)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -150,10 +149,7 @@ func TestSteal_EveryLockType(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			want := before.Kind
-			if want == observe.KindRead {
-				want = observe.KindWrite // Steal takes an RWMutex's write lock
-			}
+			want := family.MustOf(before.Kind).Takeover // a reader's RWMutex is taken by its write lock
 			if after, err := c.Describe(ctx, name); err != nil || after.Kind != want {
 				t.Fatalf("%s: the thief holds a %q (%v); want the holder's type, %q", name, after.Kind, err, want)
 			}

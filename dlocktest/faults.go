@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/scripts"
-	"github.com/dlockio/dlock/observe"
 )
 
 // Expire makes the lock called name vanish as if its holders' TTLs ran out:
@@ -73,16 +74,8 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	if err := r.expire(ctx, name); err != nil {
 		return nil, err
 	}
-	switch info.Kind {
-	case observe.KindRead, observe.KindWrite:
-		return op.RWMutex(name).TryLock(ctx)
-	case observe.KindReentrant:
-		return op.ReentrantMutex(name).TryLock(ctx)
-	case observe.KindSemaphore:
-		return op.Semaphore(name, info.Permits).TryAcquire(ctx)
-	default:
-		return op.Mutex(name).TryLock(ctx)
-	}
+	taker := family.MustOf(family.MustOf(info.Kind).Takeover)
+	return taker.Take(ctx, family.Target{Client: op, Permits: info.Permits}, []string{name}, true)
 }
 
 // StallRenewals delays every renewal of every Client made by
@@ -303,12 +296,7 @@ func (h *clientFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // renewals are the scripts that extend a hold: renewals and Extend.
-var renewals = map[*redis.Script]bool{
-	scripts.MutexExtend: true,
-	scripts.RWExtend:    true,
-	scripts.SemExtend:   true,
-	scripts.MultiExtend: true,
-}
+var renewals = family.ScriptSet(func(s family.Scripts) *redis.Script { return s.Extend })
 
 func anyRenewal(cmds []redis.Cmder) bool {
 	for _, cmd := range cmds {
@@ -318,7 +306,7 @@ func anyRenewal(cmds []redis.Cmder) bool {
 		}
 		name, _ := args[0].(string)
 		id, _ := args[1].(string) // a function's name (FCALL) or a SHA (EVALSHA)
-		if (strings.EqualFold(name, "fcall") || strings.EqualFold(name, "evalsha")) && renewals[scripts.Of(id)] {
+		if (strings.EqualFold(name, "fcall") || strings.EqualFold(name, "evalsha")) && slices.Contains(renewals, scripts.Of(id)) {
 			return true
 		}
 	}

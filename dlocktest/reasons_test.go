@@ -3,39 +3,41 @@ package dlocktest_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/dlocktest"
+	"github.com/dlockio/dlock/internal/family"
+	"github.com/dlockio/dlock/observe"
 )
 
-// holdKinds take a hold of each lock type that Expire and Steal act on,
-// and say the reason a real takeover gives its lease: another owner found
-// under the key where the hold carries one (LossTaken), else LossExpired.
-var holdKinds = []struct {
+// holdKinds take a hold of each lock type that Expire and Steal act on
+// (every kind of one name on a Client's server), and say the reason a real
+// takeover gives its lease: another owner found under the key where the
+// hold carries one, a Mutex's lock (LossTaken), else LossExpired.
+var holdKinds = func() []holdKind {
+	var kinds []holdKind
+	for _, k := range family.All {
+		if k.Redlock || k.Group {
+			continue
+		}
+		taken := dlock.LossExpired
+		if k.Takeover == observe.KindMutex {
+			taken = dlock.LossTaken
+		}
+		kinds = append(kinds, holdKind{strings.ReplaceAll(string(k.Kind), ".", "-"), func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
+			return k.Take(ctx, family.Target{Client: c, Permits: 1, Value: "me"}, []string{n}, false)
+		}, taken})
+	}
+	return kinds
+}()
+
+type holdKind struct {
 	name  string
 	take  func(ctx context.Context, c *dlock.Client, name string) (*dlock.Lease, error)
 	taken dlock.LossReason
-}{
-	{"mutex", func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Mutex(n).Lock(ctx)
-	}, dlock.LossTaken},
-	{"fair", func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.FairMutex(n).Lock(ctx)
-	}, dlock.LossTaken},
-	{"election", func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Election(n).Campaign(ctx, "me")
-	}, dlock.LossTaken},
-	{"rw", func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.RWMutex(n).Lock(ctx)
-	}, dlock.LossExpired},
-	{"reentrant", func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.ReentrantMutex(n).Lock(ctx)
-	}, dlock.LossExpired},
-	{"semaphore", func(ctx context.Context, c *dlock.Client, n string) (*dlock.Lease, error) {
-		return c.Semaphore(n, 1).Acquire(ctx)
-	}, dlock.LossExpired},
 }
 
 // lostWith waits for lease's loss and fails the test unless its reason is want.

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -76,10 +77,9 @@ func tombstoneOf(args []any) string {
 }
 
 // abandonSHAs: the scripts with which a call gives up.
-var abandonSHAs = scriptIDs(
-	scripts.MutexAbandon, scripts.FairAbandon, scripts.SemAbandon, scripts.MultiAbandon,
-	scripts.RWAbandon,
-)
+var abandonSHAs = scriptIDs(family.ScriptSet(abandonOf)...)
+
+func abandonOf(s family.Scripts) *redis.Script { return s.Abandon }
 
 // orphanedCopy is a late copy of an acquire that was granted after its
 // call gave up: an orphan, unless a fault also hit the call's abandon.
@@ -351,16 +351,11 @@ func (f *commandFaults) echo(ctx context.Context, cmds []redis.Cmder, d time.Dur
 }
 
 // cleanUpSHAs: the scripts with which a call gives up or a holder lets go.
-var cleanUpSHAs = scriptIDs(
-	scripts.MutexAbandon, scripts.FairAbandon, scripts.SemAbandon, scripts.MultiAbandon,
-	scripts.RWAbandon, scripts.MutexRelease, scripts.FairRelease, scripts.SemRelease,
-	scripts.MultiRelease, scripts.RWRelease, scripts.ElectionRelease,
-)
+var cleanUpSHAs = scriptIDs(append(family.ScriptSet(abandonOf),
+	family.ScriptSet(func(s family.Scripts) *redis.Script { return s.Release })...)...)
 
 // renewalSHAs: the scripts that renew a hold (and extend it, for Extend).
-var renewalSHAs = scriptIDs(
-	scripts.MutexExtend, scripts.SemExtend, scripts.MultiExtend, scripts.RWExtend,
-)
+var renewalSHAs = scriptIDs(family.ScriptSet(func(s family.Scripts) *redis.Script { return s.Extend })...)
 
 func anyRenewal(cmds []redis.Cmder) bool {
 	for _, c := range cmds {
@@ -495,10 +490,7 @@ var hashTag = regexp.MustCompile(`\{([^}]+)\}`)
 
 // acquireSHAs: the scripts whose loss is no clean-up's. A lost acquire is
 // followed by the caller's abandon, which must leave nothing behind.
-var acquireSHAs = scriptIDs(
-	scripts.MutexAcquire, scripts.FairAcquire, scripts.SemAcquire, scripts.MultiAcquire,
-	scripts.ElectionAcquire, scripts.RWAcquire,
-)
+var acquireSHAs = scriptIDs(family.ScriptSet(func(s family.Scripts) *redis.Script { return s.Acquire })...)
 
 // scriptIDs are the names a command calls each of ss by: its function
 // (FCALL) and its SHA (EVALSHA, where Functions are refused).

@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/linear"
 )
 
@@ -60,10 +61,10 @@ func (r *leaseRecorder) add(c leaseCall) {
 
 // modeOf is how a kind's holds share their lock.
 func modeOf(kind string) linear.Mode {
-	switch kind {
-	case "rw.read":
+	switch kindOf(kind).Mode {
+	case family.Shared:
 		return linear.Shared
-	case "semaphore":
+	case family.Permit:
 		return linear.Permit
 	}
 	return linear.Exclusive

@@ -20,6 +20,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
@@ -217,7 +218,13 @@ func (h hold) lossTold() string {
 	return h.howLost()
 }
 
-func (h hold) exclusive() bool { return h.kind != "rw.read" && h.kind != "semaphore" }
+func (h hold) exclusive() bool { return kindOf(h.kind).Mode == family.Exclusive }
+
+// kindOf is the family's kind called kind: an exclusive one for none.
+func kindOf(kind string) family.Kind {
+	k, _ := family.Of(observe.Kind(kind))
+	return k
+}
 
 // empty: the hold's deadline passed before its holder could act on it,
 // as when its process was suspended the moment its call returned (the
@@ -691,46 +698,11 @@ func refusedInTime(err error, answered, deadline time.Time) bool {
 }
 
 func acquire(ctx context.Context, proc *process, o op, opts []dlock.Option) (*dlock.Lease, error) {
-	c, name := proc.client, o.Names[0]
-	type locker interface {
-		Lock(context.Context) (*dlock.Lease, error)
-		TryLock(context.Context) (*dlock.Lease, error)
-	}
-	var l locker
-	switch o.Kind {
-	case "mutex":
-		l = c.Mutex(name, opts...)
-	case "reentrant":
-		l = c.ReentrantMutex(name, opts...)
-	case "rw.write":
-		l = c.RWMutex(name, opts...)
-	case "fair":
-		l = c.FairMutex(name, opts...)
-	case "multi":
-		l = c.MultiLock(o.Names, opts...)
-	case "redlock":
-		l = proc.redlock.Mutex(name, opts...)
-	case "rw.read":
-		rw := c.RWMutex(name, opts...)
-		if o.Try {
-			return rw.TryRLock(ctx)
-		}
-		return rw.RLock(ctx)
-	case "semaphore":
-		sem := c.Semaphore(name, semaphorePermits, opts...)
-		if o.Try {
-			return sem.TryAcquire(ctx)
-		}
-		return sem.Acquire(ctx)
-	case "election":
-		return c.Election(name, opts...).Campaign(ctx, "candidate")
-	default:
+	k, ok := family.Of(observe.Kind(o.Kind))
+	if !ok {
 		return nil, fmt.Errorf("unknown kind %q", o.Kind)
 	}
-	if o.Try {
-		return l.TryLock(ctx)
-	}
-	return l.Lock(ctx)
+	return k.Take(ctx, family.Target{Client: proc.client, Redlock: proc.redlock, Permits: semaphorePermits}, o.Names, o.Try, opts...)
 }
 
 // serverFaults runs the schedule's server faults at their times.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dlockio/dlock/internal/family"
 )
 
 // params is what a schedule is made from: the same params make the same
@@ -25,7 +27,12 @@ type params struct {
 // lockKinds are the operations a client picks from: the family on the
 // run's server or cluster, and a Redlock on three independent masters of
 // its own (redlockMasters).
-var lockKinds = []string{"mutex", "reentrant", "rw.read", "rw.write", "fair", "semaphore", "multi", "election", "redlock"}
+var lockKinds = family.Kinds()
+
+// earlyKinds is how many of lockKinds the first seeds drew from, in one
+// stream; each kind after them is drawn from a stream of its own (see
+// drawLater), so that a kind added keeps every seed's other draws.
+const earlyKinds = 8
 
 // faultKinds are the faults a schedule injects, by layer:
 //
@@ -179,7 +186,7 @@ func (p params) String() string {
 func randomParams(seed uint64, maxClients int) params {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	p := params{Seed: seed, Clients: 2 + rng.IntN(maxClients-1), Ops: 4 + rng.IntN(12), Cluster: rng.IntN(4) == 0}
-	early := lockKinds[:len(lockKinds)-1] // redlock is drawn later
+	early := lockKinds[:earlyKinds] // redlock and later kinds are drawn later
 	for _, k := range early {
 		if rng.IntN(2) == 0 {
 			p.Kinds = append(p.Kinds, k)
@@ -215,11 +222,18 @@ func randomParams(seed uint64, maxClients int) params {
 // the other kinds, faults and sizes it had; the stream's key is one under
 // which the CI seeds that caught a reverted fix (faults/RESULTS.md) draw
 // neither, so that they keep their schedules too. A Redlock comes in a
-// third of the runs, a restart in a quarter of those that are not quiet.
+// third of the runs, a restart in a quarter of those that are not quiet;
+// each lock kind after Redlock in a third, from a stream of its own.
 func (p *params) drawLater(seed uint64, quiet bool) {
 	rng := rand.New(rand.NewPCG(seed, 0x1f67))
-	if rng.IntN(3) == 0 && !slices.Contains(p.Kinds, "redlock") {
-		p.Kinds = append(p.Kinds, "redlock")
+	for i, k := range lockKinds[earlyKinds:] {
+		draw := rng
+		if i > 0 {
+			draw = rand.New(rand.NewPCG(seed, 0x1f67+uint64(i)))
+		}
+		if draw.IntN(3) == 0 && !slices.Contains(p.Kinds, k) {
+			p.Kinds = append(p.Kinds, k)
+		}
 	}
 	if rng.IntN(4) == 0 && !quiet {
 		p.Faults = append(p.Faults, "restart")
@@ -290,11 +304,17 @@ func namesOf(seed uint64) map[string][]string {
 		return names
 	}
 	m, rw := family("m", 3), family("rw", 2)
-	return map[string][]string{
+	names := map[string][]string{
 		"mutex": m, "multi": m, "reentrant": rw, "rw.read": rw, "rw.write": rw,
 		"fair": family("fair", 2), "semaphore": family("sem", 1), "election": family("elect", 1),
 		"redlock": family("rl", 2),
 	}
+	for _, k := range lockKinds { // a kind added later: names of its own
+		if names[k] == nil {
+			names[k] = family(k, 1)
+		}
+	}
+	return names
 }
 
 // pauseGap is how long a paused node runs before it is paused again.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -33,7 +34,7 @@ func commands() []command {
 	return []command{
 		{name: "run", synopsis: "[flags] NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock",
 			help: runUsage, complete: completeProgram, define: defineRun},
-		{name: "status", synopsis: "[--json] NAME", summary: "who holds a lock, for how long, who waits",
+		{name: "status", synopsis: "[--json] NAME", summary: "who holds a lock, for how long, how many wait",
 			help: statusUsage, define: defineStatus},
 		{name: "ls", synopsis: "[flags] [PATTERN]", summary: "every lock, one line each: holders, TTL, waiters (--json)",
 			help: lsUsage, define: defineLs},
@@ -228,10 +229,13 @@ func splitGroup(fs *flag.FlagSet, letters string) []string {
 }
 
 // usageError says which rule the command line broke and where the rules
-// are, and returns exitUsage. command is "" for dlock's own flags.
+// are, and returns exitUsage. command is "" for dlock's own flags. The rule
+// is escaped: it may quote the command line (the flag package's errors
+// name a flag raw), and an escape sequence typed there must not reach the
+// terminal.
 func usageError(out *output, command, format string, args ...any) int {
 	prog := strings.TrimSpace("dlock " + command)
-	fmt.Fprintf(out.stderr, "%s: %s\nRun '%s --help' for usage.\n", prog, fmt.Sprintf(format, args...), prog)
+	fmt.Fprintf(out.stderr, "%s: %s\nRun '%s --help' for usage.\n", prog, printable(fmt.Sprintf(format, args...)), prog)
 	return exitUsage
 }
 
@@ -256,6 +260,21 @@ func flagCount(fs *flag.FlagSet) int {
 // -s is its --shared. Help lists them together: "-s, --shared".
 func alias(fs *flag.FlagSet, short, long string) {
 	fs.Var(fs.Lookup(long).Value, short, aliasMark+long)
+}
+
+// exclusiveFlags defines flock(1)'s -x and -e on run's flags: an
+// exclusive lock, run's default, so that flock's command lines run as they
+// are. As in flock, where the last of -s and -x counts, -x after -s undoes
+// it.
+func exclusiveFlags(fs *flag.FlagSet) {
+	fs.BoolFunc("x", "take an exclusive (write) lock, the default; after -s, undoes it (flock -x)", func(s string) error {
+		on, err := strconv.ParseBool(s)
+		if err == nil && on {
+			err = fs.Set("shared", "false")
+		}
+		return err
+	})
+	alias(fs, "e", "x")
 }
 
 // usageOf is f's usage; an alias's is its flag's.

@@ -171,10 +171,6 @@ func openClient(ctx context.Context, command, flagValue string, out *output, opt
 }
 
 // exitCodeOf is the exit code of a failure to reach, or use, Redis.
-// errText is err for a line that starts "dlock COMMAND:": without the
-// "dlock: " its own text starts with.
-func errText(err error) string { return strings.TrimPrefix(err.Error(), "dlock: ") }
-
 func exitCodeOf(ctx context.Context, err error) int {
 	if code, ok := signalExit(ctx); ok {
 		return code

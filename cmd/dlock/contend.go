@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,10 +14,11 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/family"
 )
 
 // lockTypes are the lock types the demo and bench run, in table order.
-var lockTypes = []string{"Mutex", "ReentrantMutex", "RWMutex", "FairMutex", "Semaphore", "MultiLock", "Election"}
+var lockTypes = family.Types()
 
 // contention is one run of workers taking one lock back to back, each with
 // its own Redis connection, as separate processes would.
@@ -151,15 +153,15 @@ func (c *contention) run(parent context.Context) (contentionResult, error) {
 		return contentionResult{}, err
 	}
 	res := contentionResult{elapsed: time.Since(start), perWorker: perWorker}
-	switch c.lockType {
-	case "RWMutex":
+	switch k := kindOfType(c.lockType); {
+	case k.Mode == family.Shared:
 		r := ch.shared.Result()
 		res.acquisitions, res.overlaps, res.stale = r.Reads+r.Writes, r.Conflicts, r.Stale
 		res.handoffs, res.readHandoffs = &ch.shared.WriteHandoffs, &ch.shared.ReadHandoffs
-	case "Semaphore":
+	case k.Mode == family.Permit:
 		r := ch.bounded.Result()
 		res.acquisitions, res.overlaps, res.stale = r.Completed, r.Over, r.Repeated
-	case "MultiLock":
+	case k.Group:
 		for _, n := range perWorker {
 			res.acquisitions += n
 		}
@@ -184,8 +186,13 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 		}
 		return nil
 	}
-	switch c.lockType {
-	case "ReentrantMutex":
+	k := kindOfType(c.lockType)
+	take := func(k family.Kind, names ...string) func(context.Context) (*dlock.Lease, error) {
+		taker := k.Handle(family.Target{Client: client, Permits: ch.bounded.Limit}, names)
+		return func(ctx context.Context) (*dlock.Lease, error) { return taker(ctx, false) }
+	}
+	switch {
+	case c.lockType == "ReentrantMutex":
 		m := client.ReentrantMutex(c.name)
 		return func(ctx context.Context) error {
 			asked := time.Now()
@@ -205,12 +212,12 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			}
 			return errors.Join(err, unlock(ctx, outer))
 		}
-	case "RWMutex":
-		rw := client.RWMutex(c.name)
+	case k.Mode == family.Shared:
 		if i%4 == 0 { // a writer for every three readers
+			lock := take(family.MustOf(k.Takeover), c.name)
 			return func(ctx context.Context) error {
 				asked := time.Now()
-				l, err := rw.Lock(ctx)
+				l, err := lock(ctx)
 				if err != nil {
 					return err
 				}
@@ -220,9 +227,10 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 				return unlock(ctx, l)
 			}
 		}
+		rlock := take(k, c.name)
 		return func(ctx context.Context) error {
 			asked := time.Now()
-			l, err := rw.RLock(ctx)
+			l, err := rlock(ctx)
 			if err != nil {
 				return err
 			}
@@ -231,10 +239,10 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			shared.ExitRead()
 			return unlock(ctx, l)
 		}
-	case "Semaphore":
-		sem := client.Semaphore(c.name, ch.bounded.Limit)
+	case k.Mode == family.Permit:
+		acquire := take(k, c.name)
 		return func(ctx context.Context) error {
-			l, err := sem.Acquire(ctx)
+			l, err := acquire(ctx)
 			if err != nil {
 				return err
 			}
@@ -243,16 +251,16 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			ch.bounded.Exit()
 			return unlock(ctx, l)
 		}
-	case "MultiLock":
+	case k.Group:
 		all := multiNames(c.name)
 		names := []string{all[i%3], all[(i+1)%3]}
 		if i%2 == 1 {
 			names[0], names[1] = names[1], names[0] // the order asked in does not matter
 		}
-		ml := client.MultiLock(names)
+		lock := take(k, names...)
 		return func(ctx context.Context) error {
 			asked := time.Now()
-			l, err := ml.Lock(ctx)
+			l, err := lock(ctx)
 			if err != nil {
 				return err
 			}
@@ -266,9 +274,7 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			}
 			return unlock(ctx, l)
 		}
-	case "FairMutex":
-		return c.exclusive(client.FairMutex(c.name).Lock, i, fenced, unlock)
-	case "Election": // a leadership is the critical section, its term the token
+	case c.lockType == "Election": // a leadership is the critical section, its term the token
 		e := client.Election(c.name)
 		campaign := func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, fmt.Sprint("worker-", i)) }
 		resign := func(ctx context.Context, _ *dlock.Lease) error {
@@ -278,9 +284,15 @@ func (c *contention) worker(client *dlock.Client, i int, ch *checkers) worker {
 			return nil
 		}
 		return c.exclusive(campaign, i, fenced, resign)
-	default:
-		return c.exclusive(client.Mutex(c.name).Lock, i, fenced, unlock)
+	default: // one holder at a time: a Mutex, a FairMutex
+		return c.exclusive(take(k, c.name), i, fenced, unlock)
 	}
+}
+
+// kindOfType is the first of the family's kinds of lockType: an RWMutex's
+// read side.
+func kindOfType(lockType string) family.Kind {
+	return family.All[slices.IndexFunc(family.All, func(k family.Kind) bool { return k.Type == lockType })]
 }
 
 // exclusive is the loop body of worker i on a lock with one holder at a time.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -39,22 +40,26 @@ func takeAndRelease(acquire func(ctx context.Context) (*dlock.Lease, error)) fun
 	}
 }
 
-// rightsProbes are a lock of each type, each taken and released: between
-// them, every command dlock's scripts run to take and release a lock.
+// rightsProbes are a lock of each kind on a Client's server, each taken
+// and released: between them, every command dlock's scripts run to take
+// and release a lock. Each has a name of its kind's; a group three, in
+// different slots of a cluster.
 func rightsProbes(c *dlock.Client) []rightsProbe {
-	multi := []string{"multi-a", "multi-b", "multi-c"} // in different slots of a cluster
-	return []rightsProbe{
-		{"Mutex", []string{"mutex"}, takeAndRelease(c.Mutex("mutex").TryLock)},
-		{"ReentrantMutex", []string{"reentrant"}, takeAndRelease(c.ReentrantMutex("reentrant").TryLock)},
-		{"RWMutex read", []string{"rw-read"}, takeAndRelease(c.RWMutex("rw-read").TryRLock)},
-		{"RWMutex write", []string{"rw-write"}, takeAndRelease(c.RWMutex("rw-write").TryLock)},
-		{"FairMutex", []string{"fair"}, takeAndRelease(c.FairMutex("fair").TryLock)},
-		{"Semaphore", []string{"semaphore"}, takeAndRelease(c.Semaphore("semaphore", 2).TryAcquire)},
-		{"MultiLock", multi, takeAndRelease(c.MultiLock(multi).TryLock)},
-		{"Election", []string{"election"}, takeAndRelease(func(ctx context.Context) (*dlock.Lease, error) {
-			return c.Election("election").Campaign(ctx, "dlock doctor")
-		})},
+	var probes []rightsProbe
+	for _, k := range family.All {
+		if k.Redlock {
+			continue
+		}
+		names := []string{strings.ReplaceAll(string(k.Kind), ".", "-")}
+		if k.Group {
+			names = []string{names[0] + "-a", names[0] + "-b", names[0] + "-c"}
+		}
+		take := k.Handle(family.Target{Client: c, Value: "dlock doctor"}, names)
+		probes = append(probes, rightsProbe{k.Label(), names, takeAndRelease(func(ctx context.Context) (*dlock.Lease, error) {
+			return take(ctx, true)
+		})})
 	}
+	return probes
 }
 
 // rightsCheck runs rightsProbes, and a wake-up published to a subscriber,

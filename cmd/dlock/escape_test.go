@@ -115,3 +115,21 @@ func TestRun_AnUnstartableCommandOrAHugeNameIsNamedEscapedAndCut(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36: a flag that is not defined is named in the error, and the flag
+// package printed it raw: dlock run $'--\e]0;PWN\a' retitled the terminal.
+// Every command's flag errors are escaped, as the rest of the output is.
+func TestCLI_AFlagErrorPrintsNoControlCharacter(t *testing.T) {
+	const hostile = "--\x1b]0;PWN\a"
+	runs := [][]string{{hostile, "status", "x"}, {"run", "x", hostile, "--", "true"}, {"run", "--wait", "\x1b[2J", "x", "--", "true"}}
+	for _, c := range commands() {
+		runs = append(runs, []string{c.name, hostile})
+	}
+	for _, args := range runs {
+		code, _, stderr := runDlock(t, "redis://127.0.0.1:1", args...)
+		if code != exitUsage {
+			t.Fatalf("%q: exit %d, want %d\n%q", args, code, exitUsage, stderr)
+		}
+		noControl(t, fmt.Sprintf("%q", args), stderr)
+	}
+}

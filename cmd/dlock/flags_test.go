@@ -14,7 +14,7 @@ func TestCLI_AFlagErrorNamesTheRuleAndPointsToHelp(t *testing.T) {
 		rule string // the first line of stderr
 		help string // the command whose help the second line points to
 	}{
-		{[]string{"run", "-x", "job", "--", "true"}, "dlock run: flag provided but not defined: -x", "dlock run"},
+		{[]string{"run", "-z", "job", "--", "true"}, "dlock run: flag provided but not defined: -z", "dlock run"},
 		{[]string{"run", "job", "--bogus", "--", "true"}, "dlock run: flag provided but not defined: -bogus", "dlock run"},
 		{[]string{"run", "--wait", "soon", "job", "--", "true"}, `dlock run: invalid value "soon" for flag -wait: want a duration of 0 or more, such as 30s or 10m, or seconds`, "dlock run"},
 		{[]string{"run", "job"}, "dlock run: want NAME -- COMMAND [ARGS...]", "dlock run"},

@@ -294,7 +294,7 @@ func killAll(group int) {
 // middle cut when long: the name is the caller's, and may hold control
 // characters or be huge.
 func startError(err error) string {
-	text := err.Error()
+	text := cannotRun(err)
 	if len(text) > 300 {
 		text = clip(text, 200) + "…" + text[len(text)-80:]
 	}

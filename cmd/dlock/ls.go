@@ -22,7 +22,7 @@ const lsUsage = `Usage: dlock ls [--json] [--all] [--limit N] [PATTERN]
 
 Lists the locks whose names match PATTERN (a Redis glob: * ? [abc]; default
 every name), one line each, sorted by name: type, state (as dlock status
-says it), how long their holds last unless renewed, who waits (writers, and
+says it), how long their holds last unless renewed, how many wait (writers, and
 readers with an r), the last fencing token, and the holders: each by the
 host, pid and program it stored (a dlock run stores them), else by its owner
 id's hash; a Semaphore's permits; a Mutex's owner is a secret and stays
@@ -298,7 +298,7 @@ func (l foundLock) columns() []string {
 	if l.notDlocks != nil {
 		return []string{printable(info.Name), "-", "not dlock's", "-", "-", "-", "-"}
 	}
-	lockType := typeNames[info.Kind]
+	lockType := typeName(info.Kind)
 	if lockType == "" {
 		lockType = "-"
 	}

@@ -82,7 +82,8 @@ permit of the Semaphore of that name instead: N runs at once (consul lock
 
 flock(1)'s short flags work, grouped as flock takes them (-ns, -nE 0, -w5):
 -n (--wait 0), -w (--wait, in seconds or a duration), -s (--shared), -E
-(--conflict-exit-code). consul lock -n N is --permits N here: -n takes no
+(--conflict-exit-code), -x and -e (exclusive, the default: after -s, they
+undo it, as in flock). consul lock -n N is --permits N here: -n takes no
 value, and a number after it is refused (exit 2), not taken for NAME.
 
 While dlock waits, a status line on a terminal shows who holds the lock,
@@ -154,6 +155,7 @@ func defineRun(fs *flag.FlagSet) action {
 	alias(fs, "w", "wait")
 	alias(fs, "s", "shared")
 	alias(fs, "E", "conflict-exit-code")
+	exclusiveFlags(fs)
 	return func(ctx context.Context, fs *flag.FlagSet, out *output) int {
 		name, command, code, done := parseRunArgs(fs, out)
 		if done {
@@ -235,7 +237,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 				return exitFailure
 			}
 		}
-		return reportAcquire(ctx, name, err, out)
+		return reportAcquire(ctx, name, namePermits(client, name, s.permits, err), out)
 	}
 	code, stopped := supervise(lease, name, command, s, signals, out)
 	if stopped {
@@ -398,12 +400,12 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	info, err := client.Describe(ctx, name)
-	typeName := typeNames[info.Kind]
-	if err != nil || typeName == "" {
+	lockType := typeName(info.Kind)
+	if err != nil || lockType == "" {
 		return ""
 	}
 	article := "a"
-	if strings.ContainsRune("AEIOUR", rune(typeName[0])) { // an RWMutex, an Election
+	if strings.ContainsRune("AEIOUR", rune(lockType[0])) { // an RWMutex, an Election
 		article = "an"
 	}
 	takes := "dlock run takes an RWMutex"
@@ -413,7 +415,7 @@ func heldAsAnotherType(client *dlock.Client, name string, semaphore bool) string
 	case info.Kind == observe.KindSemaphore:
 		takes += "; --permits N takes a Semaphore"
 	}
-	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(typeName), stateOf(info), takes)
+	return fmt.Sprintf("%q is %s %s, %s: %s", name, article, typeLabel(lockType), stateOf(info), takes)
 }
 
 // reportBusy says who holds the lock that --wait gave up on.

@@ -734,8 +734,8 @@ func TestRun_GroupedShortFlags(t *testing.T) {
 	if code, stdout, stderr := runDlock(t, url, "run", "--info", "-nE", "free", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
 		t.Errorf("run --info -nE free: exit %d, %q, want the note -nE\n%s", code, stdout, stderr)
 	}
-	code, stdout, stderr := runDlock(t, url, "run", "-nx", "short", "--", "echo", "ran")
-	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "-nx") {
-		t.Errorf("run -nx: exit %d, stdout %q, want %d naming -nx\n%s", code, stdout, exitUsage, stderr)
+	code, stdout, stderr := runDlock(t, url, "run", "-nz", "short", "--", "echo", "ran")
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "-nz") {
+		t.Errorf("run -nz: exit %d, stdout %q, want %d naming -nz\n%s", code, stdout, exitUsage, stderr)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/internal/family"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -50,7 +51,7 @@ Examples:
 type statusJSON struct {
 	Name           string       `json:"name"`
 	State          string       `json:"state"`          // "free", "held", "shared" or "full": see stateOf
-	Type           string       `json:"type,omitempty"` // typeNames': "Mutex", "FairMutex", "Election", "RWMutex", "ReentrantMutex" or "Semaphore"; none when free
+	Type           string       `json:"type,omitempty"` // typeName's: "Mutex", "FairMutex", "Election", "RWMutex", "ReentrantMutex" or "Semaphore"; none when free
 	Held           bool         `json:"held"`
 	Holders        []holderJSON `json:"holders"`
 	TTLMillis      int64        `json:"ttl_ms"` // -1: no expiry; 0: not held
@@ -129,7 +130,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 		fmt.Fprintf(out.stdout, "expires:     %s\n", ttl)
 	}
 	if s.Type == "RWMutex" || s.Type == "ReentrantMutex" {
-		fmt.Fprintf(out.stdout, "waiting:     %d writers, %d readers\n", s.WritersWaiting, s.ReadersWaiting)
+		fmt.Fprintf(out.stdout, "waiting:     %s, %s\n", plural(s.WritersWaiting, "writer"), plural(s.ReadersWaiting, "reader"))
 	} else {
 		fmt.Fprintf(out.stdout, "waiting:     %d\n", s.WritersWaiting+s.ReadersWaiting)
 	}
@@ -139,7 +140,7 @@ func status(ctx context.Context, name, redisFlag string, asJSON bool, out *outpu
 
 // statusOf is what status --json says of a lock, and ls --json of each.
 func statusOf(info admin.LockInfo) statusJSON {
-	s := statusJSON{Name: info.Name, State: stateOf(info), Type: typeNames[info.Kind], Held: len(info.Holders) > 0, Holders: []holderJSON{},
+	s := statusJSON{Name: info.Name, State: stateOf(info), Type: typeName(info.Kind), Held: len(info.Holders) > 0, Holders: []holderJSON{},
 		TTLMillis: info.TTL.Milliseconds(), WritersWaiting: info.WritersWaiting,
 		ReadersWaiting: info.ReadersWaiting, LastToken: info.LastToken, Permits: info.Permits, LeaderValue: info.LeaderValue}
 	if info.TTL < 0 {
@@ -179,12 +180,11 @@ func stateOf(info admin.LockInfo) string {
 	return "held"
 }
 
-// typeNames are the CLI's names of the kinds Describe reports: the Go
-// types', which status and ls have always printed.
-var typeNames = map[observe.Kind]string{
-	observe.KindMutex: "Mutex", observe.KindFair: "FairMutex", observe.KindElection: "Election",
-	observe.KindSemaphore: "Semaphore", observe.KindRead: "RWMutex", observe.KindWrite: "RWMutex",
-	observe.KindReentrant: "ReentrantMutex",
+// typeName is the CLI's name of a kind Describe reports: its Go type's,
+// which status and ls have always printed; "" for none.
+func typeName(kind observe.Kind) string {
+	k, _ := family.Of(kind)
+	return k.Type
 }
 
 // typeLabel is the type in words: Describe's kinds each stand for several

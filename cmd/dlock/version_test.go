@@ -35,10 +35,10 @@ func buildFromCheckout(t *testing.T, checkout string) string {
 	return bin
 }
 
-func TestVersion_PrintsTheModuleVersionAndTheRevision(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+// workingTreeCopy copies this repository's files as they are now, committed
+// or not (but those git ignores), to a new directory, and returns it.
+func workingTreeCopy(t *testing.T) string {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -56,10 +56,22 @@ func TestVersion_PrintsTheModuleVersionAndTheRevision(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(dst, data, 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if info, err := os.Stat(filepath.Join(root, file)); err == nil && info.Mode()&0o111 != 0 {
+			mode = 0o755 // .ci's scripts
+		}
+		if err := os.WriteFile(dst, data, mode); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return checkout
+}
+
+func TestVersion_PrintsTheModuleVersionAndTheRevision(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	checkout := workingTreeCopy(t)
 	git(t, checkout, "init", "-q")
 	git(t, checkout, "add", "-A")
 	git(t, checkout, "commit", "-q", "-m", "the module as it is")

@@ -245,15 +245,6 @@ func (w *watcher) draw(screen *terminalScreen, found foundLocks, err error) {
 	screen.write(frame.String())
 }
 
-// cutTo cuts line to width characters.
-func cutTo(line string, width int) string {
-	runes := []rune(line)
-	if width > 0 && len(runes) > width {
-		return string(runes[:width])
-	}
-	return line
-}
-
 // printChanges prints a plain line for each lock whose state, waiters,
 // token or holders changed since the last refresh, and one saying free for
 // each that is no longer shown.
