@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -20,15 +21,18 @@ import (
 // below it whatever group or session it moves to, and it exits once none
 // is left: dlock holds the lock until then. It kills them all when dlock
 // dies, even by SIGKILL (it sees dlock's end of a pipe close), and at the
-// lease's deadline, which dlock tells it at each renewal, should dlock stop
-// renewing (SIGSTOP, ^Z) without dying. Job control does not stop it. It
-// tells dlock when the command's main process stops or exits.
+// lease's deadline, which dlock writes to a file they share at each
+// renewal, should dlock stop renewing (SIGSTOP, ^Z) without dying. Job
+// control does not stop it. It tells dlock when the command stops (its
+// main process, or once that has exited a process left in its group) and
+// when the main process exits.
 type guard struct {
 	pipe     *os.File    // the write end; the guard reads the other
 	child    *os.File    // the read end, dlock's copy until the guard has started
 	reports  *os.File    // the read end of the guard's reports
 	report   *os.File    // its write end, dlock's copy until the guard has started
-	deadline time.Time   // the last one told
+	lease    *os.File    // the deadline file, shared with the guard
+	deadline time.Time   // the last one written
 	said     chan string // the guard's reports: "stopped", "exited N"
 	passed   []*os.File  // dlock's inherited descriptors, kept from the collector's close
 	unblock  []int       // those of them non-blocking, which exec makes blocking
@@ -37,7 +41,8 @@ type guard struct {
 // heldEnv, set in the environment of a command dlock starts, makes main run
 // guardCommand: "hold" to wait for every process of the command, "release"
 // (--release-on-exit) for its main process only; then the descriptor of
-// dlock's words (its reports are on the next one).
+// dlock's words (its reports are on the next one, the deadline file on
+// the one after).
 const heldEnv = "DLOCK_RUN_HELD"
 
 // selfPath is dlock's own binary: on Linux, this very one, even if a newer
@@ -67,6 +72,14 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 		w.Close()
 		return nil, err
 	}
+	lease, err := deadlineFile()
+	if err != nil {
+		r.Close()
+		w.Close()
+		reports.Close()
+		report.Close()
+		return nil, err
+	}
 	mode := "hold"
 	if releaseOnExit {
 		mode = "release"
@@ -77,9 +90,26 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	// unchanged (make's jobserver, socket activation), as flock passes them.
 	passed, unblock := inheritedFiles()
 	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s %d", heldEnv, mode, 3+len(passed)))
-	cmd.ExtraFiles = append(passed, r, report)
-	return &guard{pipe: w, child: r, reports: reports, report: report, said: make(chan string, 1),
+	cmd.ExtraFiles = append(passed, r, report, lease)
+	return &guard{pipe: w, child: r, reports: reports, report: report, lease: lease, said: make(chan string, 1),
 		passed: passed, unblock: unblock}, nil
+}
+
+// deadlineFile is a file of dlock's and the guard's only, removed at once:
+// the guard reads the deadline there when its own comes, so a guard that
+// was stopped meanwhile acts on the lease as it is, not as it was. Its
+// bytes are written now, where a full disk fails the run before it starts.
+func deadlineFile() (*os.File, error) {
+	f, err := os.CreateTemp("", "dlock-run-")
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(f.Name())
+	if err := writeDeadline(f, time.Time{}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // inheritedFiles are dlock's descriptors from 3 on that an exec keeps
@@ -119,37 +149,48 @@ func (g *guard) started() {
 	}()
 }
 
-func (g *guard) run() { g.send("run") }
+// run tells the guard to run the command. It is dlock's only word, once,
+// to a guard waiting for it: the pipe has room.
+func (g *guard) run() { _, _ = g.pipe.Write([]byte("run\n")) }
 
-// tell gives the guard the lease's deadline, if it moved. A word the pipe
-// has no room for is told again at the next tick.
+// tell writes the lease's deadline to the file the guard reads, if it
+// moved: never blocked by a guard that is stopped.
 func (g *guard) tell(deadline time.Time) {
-	if !deadline.Equal(g.deadline) && g.send("deadline "+strconv.FormatInt(deadline.UnixNano(), 10)) {
+	if !deadline.Equal(g.deadline) && writeDeadline(g.lease, deadline) == nil {
 		g.deadline = deadline
 	}
-}
-
-// send writes a word, unless the pipe is full: a guard stopped (kill
-// -STOP) reads nothing, and dlock, blocked writing, would no longer act on
-// a loss or a signal. Once the guard has exited, nobody reads it. A word
-// under PIPE_BUF bytes goes whole or not at all.
-func (g *guard) send(line string) bool {
-	conn, err := g.pipe.SyscallConn()
-	if err != nil {
-		return false
-	}
-	sent := false
-	_ = conn.Write(func(fd uintptr) bool {
-		n, err := syscall.Write(int(fd), []byte(line+"\n"))
-		sent = err == nil && n == len(line)+1
-		return true // never wait for room
-	})
-	return sent
 }
 
 func (g *guard) close() {
 	g.pipe.Close()
 	g.reports.Close()
+	g.lease.Close()
+}
+
+// writeDeadline writes deadline and its complement, by which readDeadline
+// tells a torn read.
+func writeDeadline(f *os.File, deadline time.Time) error {
+	var b [16]byte
+	ns := uint64(deadline.UnixNano())
+	binary.LittleEndian.PutUint64(b[:8], ns)
+	binary.LittleEndian.PutUint64(b[8:], ^ns)
+	_, err := f.WriteAt(b[:], 0)
+	return err
+}
+
+// readDeadline reads the deadline dlock last wrote; the zero time if it
+// cannot, which is past.
+func readDeadline(f *os.File) time.Time {
+	var b [16]byte
+	for range 100 { // a read that met a write is read again
+		if n, _ := f.ReadAt(b[:], 0); n < len(b) {
+			break
+		}
+		if ns := binary.LittleEndian.Uint64(b[:8]); ^ns == binary.LittleEndian.Uint64(b[8:]) {
+			return time.Unix(0, int64(ns))
+		}
+	}
+	return time.Time{}
 }
 
 // guardCommand is the guard's life: os.Args holds the command's path, then
@@ -168,6 +209,7 @@ func guardCommand() int {
 	}
 	syscall.CloseOnExec(fd) // dlock's word is not the command's
 	syscall.CloseOnExec(fd + 1)
+	syscall.CloseOnExec(fd + 2)
 	words := make(chan string)
 	go func() {
 		lines := bufio.NewScanner(os.NewFile(uintptr(fd), "dlock"))
@@ -176,25 +218,17 @@ func guardCommand() int {
 		}
 		close(words) // dlock has died, or exited after the guard
 	}()
-	expiry := time.NewTimer(time.Hour)
-	expiry.Stop()
-	expire := func(word string) {
-		if ns, err := strconv.ParseInt(strings.TrimPrefix(word, "deadline "), 10, 64); err == nil {
-			expiry.Reset(time.Until(time.Unix(0, ns)))
-		}
-	}
 	for word := range words {
 		if word == "run" {
-			return superviseCommand(words, os.NewFile(uintptr(fd+1), "reports"), signals, expiry, expire)
+			return superviseCommand(words, os.NewFile(uintptr(fd+1), "reports"), os.NewFile(uintptr(fd+2), "deadline"), signals)
 		}
-		expire(word)
 	}
 	return exitCannotRun // dlock died before the command started
 }
 
 // superviseCommand runs the command and acts on dlock's words until every
 // process of it has ended (only the main one with --release-on-exit).
-func superviseCommand(words <-chan string, reports *os.File, signals <-chan os.Signal, expiry *time.Timer, expire func(string)) int {
+func superviseCommand(words <-chan string, reports, lease *os.File, signals <-chan os.Signal) int {
 	hold := strings.HasPrefix(os.Getenv(heldEnv), "hold")
 	if hold {
 		becomeSubreaper()
@@ -215,21 +249,25 @@ func superviseCommand(words <-chan string, reports *os.File, signals <-chan os.S
 	ended := make(chan int)
 	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
 	group := os.Getpid()
+	expiry := time.NewTimer(time.Until(readDeadline(lease)))
 	for {
 		select {
 		case code := <-ended:
 			return code
-		case word, ok := <-words:
-			switch {
-			case !ok: // dlock died
+		case _, ok := <-words:
+			if !ok { // dlock died
 				words = nil
 				killAll(group)
-			default:
-				expire(word)
 			}
 		case sig := <-signals:
 			passOut(group, sig.(syscall.Signal))
 		case <-expiry.C:
+			// Read again: dlock has moved it since at each renewal, and
+			// the guard may have been stopped past it meanwhile.
+			if left := time.Until(readDeadline(lease)); left > 0 {
+				expiry.Reset(left)
+				continue
+			}
 			killAll(group)
 			fmt.Fprintln(os.Stderr, "dlock run: the lock's deadline passed and dlock did not renew it; killed the command")
 		}
@@ -239,30 +277,41 @@ func superviseCommand(words <-chan string, reports *os.File, signals <-chan os.S
 // reap reaps the guard's children as they end, the orphans of the
 // command's processes among them, until none is left (only the main one,
 // main, with --release-on-exit), and returns main's exit code. It reports
-// to dlock when main stops and when it exits.
+// to dlock when main exits, and when the command stops: main, or once main
+// has exited a process left in the command's group (^Z stops them all),
+// once until they are continued.
 func reap(main int, hold bool, reports *os.File) int {
-	code := exitCannotRun
+	code, exited := exitCannotRun, false
+	stopped := map[int]bool{}
 	for {
 		var status syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &status, syscall.WUNTRACED, nil)
+		pid, err := syscall.Wait4(-1, &status, syscall.WUNTRACED|syscall.WCONTINUED, nil)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			break // no child left
 		}
-		if pid != main {
-			continue
+		switch {
+		case status.Stopped():
+			if pgid, err := syscall.Getpgid(pid); pid == main || exited && err == nil && pgid == syscall.Getpgrp() {
+				if len(stopped) == 0 {
+					fmt.Fprintln(reports, "stopped")
+				}
+				stopped[pid] = true
+			}
+		case status.Continued():
+			delete(stopped, pid)
+		case pid == main:
+			delete(stopped, pid)
+			code, exited = statusCode(status), true
+			if !hold {
+				return code
+			}
+			fmt.Fprintln(reports, "exited", code)
+		default:
+			delete(stopped, pid)
 		}
-		if status.Stopped() {
-			fmt.Fprintln(reports, "stopped")
-			continue
-		}
-		code = statusCode(status)
-		if !hold {
-			return code
-		}
-		fmt.Fprintln(reports, "exited", code)
 	}
 	waitForGroup()
 	return code
@@ -278,15 +327,6 @@ func passOut(group int, sig syscall.Signal) {
 			_ = syscall.Kill(pid, sig)
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
-	}
-}
-
-// killAll kills every process of the command, in rounds: a process forked
-// meanwhile comes up to the subreaper when its parent is killed. It
-// returns once no process is left that it may kill.
-func killAll(group int) {
-	for signalAll(group, syscall.SIGKILL) > 0 {
-		time.Sleep(time.Millisecond) // for the killed to become zombies
 	}
 }
 

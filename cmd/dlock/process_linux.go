@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // becomeSubreaper makes this process, dlock or the guard, the parent of
@@ -63,22 +64,46 @@ func commandProcesses(group int) []int {
 	return all
 }
 
-// signalAll sends sig to every process of the command but this one, and
-// returns to how many it did.
-func signalAll(group int, sig syscall.Signal) int {
-	n := 0
-	for _, pid := range commandProcesses(group) {
-		if syscall.Kill(pid, sig) == nil {
-			n++
+// killAll kills every process of the command but this one, in rounds: a
+// process forked meanwhile shows in the next. Once a round finds none it
+// has not killed, it waits for those killed to end, polling less and less
+// often: one in uninterruptible sleep (D) ends only when the sleep does,
+// and may finish a write then.
+func killAll(group int) {
+	killed := map[string]int{} // pids by pid and start time: a pid may be reused
+	for fresh := true; fresh; {
+		fresh = false
+		for _, pid := range commandProcesses(group) {
+			if id := processID(pid); id != "" && killed[id] == 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed[id], fresh = pid, true
+			}
 		}
 	}
-	return n
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		for id, pid := range killed {
+			if processID(pid) != id {
+				delete(killed, id)
+			}
+		}
+		if len(killed) == 0 {
+			return
+		}
+		time.Sleep(pause) // nothing tells a process when another ends
+	}
 }
 
-// processName is the name ps shows for process pid (its comm).
-func processName(pid int) string {
-	comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-	return strings.TrimSuffix(string(comm), "\n")
+// processID is pid and its start time, "" once pid is gone or a zombie.
+func processID(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ppid ...: the start time is the 22nd field.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 20 || fields[0] == "Z" {
+		return ""
+	}
+	return strconv.Itoa(pid) + "@" + fields[19]
 }
 
 // waitForGroup has nothing to wait for here: the processes the command

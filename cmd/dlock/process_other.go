@@ -12,18 +12,13 @@ import (
 // processes go to init, out of the guard's reach.
 func becomeSubreaper() {}
 
-// commandProcesses finds none here, without /proc: signalAll signals the
-// command's process group instead.
+// commandProcesses finds none here, without /proc.
 func commandProcesses(int) []int { return nil }
 
-func processName(int) string { return "" }
-
-// signalAll sends sig to the command's process group, the caller too if
-// it is in it: without /proc, the processes that left the group are out
-// of reach. It cannot count them: it returns 0.
-func signalAll(group int, sig syscall.Signal) int {
-	_ = syscall.Kill(-group, sig)
-	return 0
+// killAll kills the command's process group, the caller too if it is in
+// it: without /proc, the processes that left the group are out of reach.
+func killAll(group int) {
+	_ = syscall.Kill(-group, syscall.SIGKILL)
 }
 
 // waitForGroup waits, once the command's main process has exited, for the

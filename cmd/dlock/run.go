@@ -48,7 +48,9 @@ with the command, as one job, and fg resumes both; the lock is not renewed
 while dlock is stopped: stopped past the TTL, the run is lost, and the
 guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
-which processes it still holds the lock for.
+that it holds the lock for the processes left, and the pid of the guard
+they run below; on Linux ^Z then stops those left in the command's group
+and dlock with them, as one job, and fg resumes them.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
@@ -616,24 +618,15 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 }
 
 // sayHolding says, once the command's main process has exited with code
-// exit, which of its processes the run holds the lock for.
+// exit, that the run holds the lock for the processes it left, if any,
+// and under which guard they run: which they are would be stale as soon
+// as said (they end, fork, exec).
 func sayHolding(name, exit string, guard, group int, out *output) {
-	left := slices.DeleteFunc(commandProcesses(group), func(pid int) bool { return pid == guard })
-	if len(left) == 0 {
+	if !slices.ContainsFunc(commandProcesses(group), func(pid int) bool { return pid != guard }) {
 		return
 	}
-	listed := make([]string, 0, 5)
-	for _, pid := range left[:min(len(left), 5)] {
-		listed = append(listed, fmt.Sprintf("%d %s", pid, printable(processName(pid))))
-	}
-	if len(left) > 5 {
-		listed = append(listed, "…")
-	}
-	runs := "1 process of it runs"
-	if len(left) > 1 {
-		runs = fmt.Sprintf("%d processes of it run", len(left))
-	}
-	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q while %s: %s\n", exit, name, runs, strings.Join(listed, ", "))
+	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
+		exit, name, guard)
 }
 
 // exitCode is the shell's view of how the command ended.

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // These tests hold the guard to killing every process of the command
@@ -134,8 +133,10 @@ func TestRun_TheGuardReapsOrphansAsTheyEnd(t *testing.T) {
 	}
 }
 
-// Issue 36: once the main process has exited, dlock says what it holds the
-// lock for, and passes SIGTERM to every process left, out of the group too.
+// Issue 36: once the main process has exited, dlock says that it holds
+// the lock for the processes left, and under which guard they run, not
+// which they are (a list would be stale as soon as printed); and passes
+// SIGTERM to every process left, out of the group too.
 func TestRun_HoldingForAProcessLeftIsSaidAndSIGTERMEndsIt(t *testing.T) {
 	url, _ := testRedis(t)
 	started := fifo(t, "started")
@@ -151,12 +152,14 @@ func TestRun_HoldingForAProcessLeftIsSaidAndSIGTERMEndsIt(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	leaver, _ := outOfGroup(t, started)
-	// Its name is sh until it has run sleep.
-	want := fmt.Sprintf(`dlock run: command exited (3); holding "left-held" while 1 process of it runs: %d `, leaver)
-	waitFor(t, 10*time.Second, "dlock says "+want, func() bool {
-		data, _ := os.ReadFile(stderr.Name())
-		return strings.Contains(string(data), want)
-	})
+	said := func() string { data, _ := os.ReadFile(stderr.Name()); return string(data) }
+	waitFor(t, 10*time.Second, "dlock says it holds the lock", func() bool { return strings.Contains(said(), `holding "left-held"`) })
+	// Orphaned by the main process's exit, which dlock learns after it.
+	want := fmt.Sprintf("dlock run: command exited (3); holding \"left-held\" until the processes it left have ended (below dlock-guard, pid %d)\n",
+		parentOf(leaver))
+	if got := said(); !strings.Contains(got, want) {
+		t.Fatalf("stderr %q, want %q", got, want)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +208,7 @@ echo "exit:$?"
 sleep 600
 `, url, dlockBin, strings.ReplaceAll(leaveTheGroup["set -m"], "'", `'\''`), started))
 	leaver, _ := outOfGroup(t, started)
-	term.waitScreen(`holding "ctrl-c" while 1 process of it runs`)
+	term.waitScreen(`holding "ctrl-c" until`)
 	term.tmux("send-keys", "C-c")
 	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, after ^C,")
 	term.waitScreen("exit:3")
@@ -294,13 +297,14 @@ func TestRun_ReleaseOnExitAKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) 
 	}
 }
 
-// Issue 36: a stopped guard does not read dlock's words: once its pipe is
-// full, dlock still acts on a loss (it used to block writing the next
-// deadline). The pipe is shrunk to a page, so that it fills in seconds.
+// Issue 36: a stopped guard does not read dlock's pipe: once it is full,
+// dlock still acts on a loss (it used to block writing the next deadline
+// there). The test fills the pipe itself, then waits for two renewals,
+// which dlock once told the guard on it.
 func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
 	url, locks := testRedis(t)
 	ready := fifo(t, "ready")
-	p := startDlock(t, url, "", "run", "--ttl", "100ms", "guard-full", "--",
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "guard-full", "--",
 		"sh", "-c", `echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1`, "sh", ready)
 	command := readPid(t, ready)
 	guard := parentOf(command)
@@ -308,36 +312,45 @@ func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd := "3" // the descriptor of dlock's words, after its mode in heldEnv
+	fd := "3" // the descriptor of dlock's pipe, after its mode in heldEnv
 	for _, v := range strings.Split(string(env), "\x00") {
 		if held, ok := strings.CutPrefix(v, heldEnv+"="); ok {
 			fd = held[strings.IndexByte(held, ' ')+1:]
 		}
 	}
-	words, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%s", guard, fd), os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer words.Close()
-	const fSetPipeSz, fionread = 1031, 0x541B // <linux/fcntl.h>, <asm-generic/ioctls.h>
-	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, words.Fd(), fSetPipeSz, 4096); errno != 0 {
-		t.Fatal("F_SETPIPE_SZ:", errno)
-	}
 	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
-	waitFor(t, 60*time.Second, "the stopped guard's pipe is full", func() bool {
-		var n int32
-		_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, words.Fd(), fionread, uintptr(unsafe.Pointer(&n)))
-		return errno == 0 && n > 4096-29 // a word is 29 bytes
+	// Until every thread of it has stopped, the guard may read a last time.
+	waitFor(t, 10*time.Second, "every thread of the guard stopped", func() bool {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", guard))
+		for _, task := range tasks {
+			if id, _ := strconv.Atoi(task.Name()); state(id) != "T" {
+				return false
+			}
+		}
+		return len(tasks) > 0
 	})
-	// Two renewals later (every TTL/3), dlock has tried to tell the guard
-	// a deadline that does not fit.
+	// Empty lines, which the guard, continued, reads as no word.
+	pipe, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%s", guard, fd), os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := []byte(strings.Repeat("\n", 4096))
+	for {
+		if _, err := syscall.Write(int(pipe.Fd()), lines[:1]); err == syscall.EAGAIN {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = syscall.Write(int(pipe.Fd()), lines)
+	}
+	pipe.Close()
 	full := time.Now()
-	waitFor(t, 10*time.Second, "the lock renewed twice since", func() bool {
+	waitFor(t, 10*time.Second, "the lock renewed twice since the pipe filled", func() bool {
 		info, err := locks.Describe(context.Background(), "guard-full")
-		return err == nil && time.Now().Add(info.TTL).After(full.Add(160*time.Millisecond))
+		return err == nil && time.Now().Add(info.TTL).After(full.Add(1600*time.Millisecond))
 	})
 	forceUnlock(t, url, "guard-full")
 	waitGone(t, command, 10*time.Second, "the command, its guard stopped with a full pipe, after the lock was lost,")
@@ -371,5 +384,88 @@ func TestRun_InheritedDescriptorsReachTheCommand(t *testing.T) {
 		if got, _ := os.ReadFile(files[i].Name()); string(got) != want {
 			t.Errorf("fd %d: %q, want %q", 3+i, got, want)
 		}
+	}
+}
+
+// Issue 36: once the main process has exited, ^Z stops the processes it
+// left in its group and dlock with them, as one job: the shell gets the
+// terminal back, and fg resumes them all, once (two stops, one job).
+func TestRun_CtrlZOnTheProcessesLeftStopsTheRunAndFgResumesThem(t *testing.T) {
+	url, locks := testRedis(t)
+	started, resume := fifo(t, "started"), fifo(t, "resume")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run --ttl 60s ctrl-z-left -- sh -c 'sleep 100 & first=$!; sleep 100 & echo $first $! > "$1"; exit 3' sh %s
+echo "stopped:$?"
+cat %s
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, started, resume))
+	var left [2]int
+	if _, err := fmt.Sscan(readFifo(t, started, 15*time.Second), &left[0], &left[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range left {
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	term.waitScreen(`holding "ctrl-z-left"`)
+	term.tmux("send-keys", "C-z")
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
+	for _, pid := range left {
+		if s := state(pid); s != "T" {
+			t.Fatalf("process %d left by the command is %q after ^Z, want stopped (T)", pid, s)
+		}
+	}
+	if err := os.WriteFile(resume, []byte("fg\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "fg resumes the processes left", func() bool { return state(left[0]) == "S" && state(left[1]) == "S" })
+	for _, pid := range left {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term.waitScreen("fg:3")
+	if info, err := locks.Describe(context.Background(), "ctrl-z-left"); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
+	}
+}
+
+// Issue 36: a guard stopped (SIGSTOP) past the TTL, then continued, acts
+// on the lease as dlock, which renewed it meanwhile, has it: the command
+// runs on. Nothing marks a kill that does not happen: the test watches
+// through a TTL once the guard runs again.
+func TestRun_AGuardStoppedPastTheTTLSparesTheCommandOfALiveLease(t *testing.T) {
+	url, locks := testRedis(t)
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	p := startDlock(t, url, "", "run", "--ttl", "1s", "guard-late", "--",
+		"sh", "-c", `echo $$ > "$1"; cat "$2" >/dev/null`, "sh", ready, finish)
+	command := readPid(t, ready)
+	guard := parentOf(command)
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(guard, syscall.SIGCONT) })
+	// The deadline the guard knew when it stopped is at most a TTL later.
+	stopped := time.Now()
+	waitFor(t, 10*time.Second, "past the deadline the guard knew, the lease renewed", func() bool {
+		info, err := locks.Describe(context.Background(), "guard-late")
+		return time.Since(stopped) > 1500*time.Millisecond && err == nil && len(info.Holders) == 1
+	})
+	if err := syscall.Kill(guard, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the guard runs again", func() bool { return state(guard) != "T" })
+	for until := time.Now().Add(time.Second); time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
+		if gone(command) {
+			t.Fatalf("the guard, continued, killed the command of a live lease\nstderr: %s", &p.stderr)
+		}
+	}
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr: %s", code, &p.stderr)
 	}
 }
