@@ -134,3 +134,37 @@ func TestRWAcquire_RefusedPartWayOnACleanLockLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A Semaphore acquire told the rights are known, refused a command
+// part-way (a right taken away since its Client's check), fails with the
+// refusal and leaves no key without expiry: alone or beside a holder.
+func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
+	ctx, admin := setup(t)
+	for _, command := range []string{"zadd", "hset", "pexpire"} {
+		for _, beside := range []bool{false, true} {
+			if err := admin.FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if beside {
+				if got := run(t, ctx, admin, SemAcquire, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 4); got[0] != 1 {
+					t.Fatalf("the holder beside was refused: %v", got)
+				}
+			}
+			user := "no" + command
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", "-flushall", "-"+command).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
+			t.Cleanup(func() { _ = rdb.Close() })
+			_, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown).Int64Slice()
+			if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
+				t.Errorf("without %s (beside a holder: %v): %v; want a refusal", command, beside, err)
+			}
+			for _, key := range semKeys[:3] {
+				if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
+					t.Errorf("without %s (beside a holder: %v): %s left with no expiry", command, beside, key)
+				}
+			}
+		}
+	}
+}

@@ -68,12 +68,9 @@ end
 -- A clean grant undoes itself with DEL, and gives each key its expiry as
 -- it makes it: rights known before may have been revoked since, and
 -- without these two a refusal would leave a key held for good.
-if clean and redis.acl_check_cmd then
-  for _, command in ipairs({'del', 'pexpireat'}) do
-    if not redis.acl_check_cmd(command, STATE) then
-      return redis.error_reply("NOPERM this user has no permissions to run the '" .. command .. "' command")
-    end
-  end
+wrong = clean and refused_any(STATE, {'del', 'pexpireat'})
+if wrong then
+  return wrong
 end
 if not clean then
   wrong = (not st[6] and foreign_state(STATE)) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
