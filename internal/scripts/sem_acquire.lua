@@ -47,7 +47,10 @@ end
 -- EXISTS), only the counter and the number of permits need a look: a
 -- permit is free, and the keys beside are made here.
 local quiet = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE) == 0
-wrong = foreign_fence(FENCE) or not quiet and (foreign_key({}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS))
+-- The quiet grant makes the holders' keys, then gives them their expiry:
+-- a refusal between would leave them with none (see refused_any).
+wrong = quiet and refused_any(HOLDERS, {'hset', 'pexpire'})
+  or foreign_fence(FENCE) or not quiet and (foreign_key({}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS))
 if wrong then
   return wrong
 end
