@@ -9,10 +9,13 @@ import (
 // The ARGV of each script are the fields of one of the structs below, in
 // their order: Go builds a script's ARGV with Append, and the script starts
 // with a Lua local per field, named by its tag (see argLocals), so neither
-// side counts positions. A nil field ends the list: the script reads nil
-// for it and every later one, as it would for ARGV it is not sent. An
-// acquire's rights flag (RightsKnown) follows the fields, as its last ARGV.
+// side counts positions. An acquire's fields are always sent: its rights
+// flag (RightsKnown) follows them, as its last ARGV. Other scripts are not
+// sent the nil fields that end theirs, and read them as nil.
 // Values are boxed by the caller, which keeps those it sends often.
+
+// Args is what every struct below is: Append appends its ARGV to argv.
+type Args interface{ Append(argv []any) []any }
 
 // Acquire is the ARGV every acquire script starts with.
 type Acquire struct {
@@ -23,7 +26,7 @@ type Acquire struct {
 }
 
 func (a Acquire) Append(argv []any) []any {
-	return appendSome(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL)
+	return append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL)
 }
 
 // MutexAcquireArgs are mutex_acquire.lua's.
@@ -34,7 +37,7 @@ type MutexAcquireArgs struct {
 }
 
 func (a MutexAcquireArgs) Append(argv []any) []any {
-	return appendSome(a.Acquire.Append(argv), a.Previous, a.Info)
+	return append(a.Acquire.Append(argv), a.Previous, a.Info)
 }
 
 // FairAcquireArgs are fair_acquire.lua's.
@@ -45,7 +48,7 @@ type FairAcquireArgs struct {
 }
 
 func (a FairAcquireArgs) Append(argv []any) []any {
-	return appendSome(a.Acquire.Append(argv), a.Publish, a.Info)
+	return append(a.Acquire.Append(argv), a.Publish, a.Info)
 }
 
 // SemAcquireArgs are sem_acquire.lua's.
@@ -56,7 +59,7 @@ type SemAcquireArgs struct {
 }
 
 func (a SemAcquireArgs) Append(argv []any) []any {
-	return appendSome(a.Acquire.Append(argv), a.Permits, a.Info)
+	return append(a.Acquire.Append(argv), a.Permits, a.Info)
 }
 
 // RWAcquireArgs are rw_acquire.lua's.
@@ -67,7 +70,7 @@ type RWAcquireArgs struct {
 }
 
 func (a RWAcquireArgs) Append(argv []any) []any {
-	return appendSome(a.Acquire.Append(argv), a.Info, a.TakenBy)
+	return append(a.Acquire.Append(argv), a.Info, a.TakenBy)
 }
 
 // MultiAcquireArgs are multi_acquire.lua's.
@@ -78,7 +81,7 @@ type MultiAcquireArgs struct {
 }
 
 func (a MultiAcquireArgs) Append(argv []any) []any {
-	return appendSome(a.Acquire.Append(argv), a.Watch, a.Publish)
+	return append(a.Acquire.Append(argv), a.Watch, a.Publish)
 }
 
 // ElectionAcquireArgs are election_acquire.lua's.
@@ -89,7 +92,7 @@ type ElectionAcquireArgs struct {
 }
 
 func (a ElectionAcquireArgs) Append(argv []any) []any {
-	return appendSome(a.Acquire.Append(argv), a.Value, a.Publish)
+	return append(a.Acquire.Append(argv), a.Value, a.Publish)
 }
 
 // ExtendArgs are every extend script's; those of a type without holder
@@ -201,15 +204,12 @@ type NoArgs struct{}
 
 func (NoArgs) Append(argv []any) []any { return argv }
 
-// appendSome appends args up to the first nil one.
+// appendSome appends args but for the nil ones that end them.
 func appendSome(argv []any, args ...any) []any {
-	for _, arg := range args {
-		if arg == nil {
-			break
-		}
-		argv = append(argv, arg)
+	for len(args) > 0 && args[len(args)-1] == nil {
+		args = args[:len(args)-1]
 	}
-	return argv
+	return append(argv, args...)
 }
 
 // argNames are the Lua names of the fields of t (a struct above), in

@@ -39,8 +39,8 @@ func TestScripts_NameEveryArgByTheirStruct(t *testing.T) {
 	}
 }
 
-// Append sends each struct's fields in the order argLocals names them,
-// and stops at the first nil one.
+// Append sends each struct's fields in the order argLocals names them;
+// a script's but an acquire's without the nil ones that end them.
 func TestArgs_AppendInTheOrderOfTheirLocals(t *testing.T) {
 	seen := make(map[reflect.Type]bool)
 	for _, args := range argsOf {
@@ -70,7 +70,10 @@ func TestArgs_AppendInTheOrderOfTheirLocals(t *testing.T) {
 			t.Errorf("%v sends %q; want %q", typ, got, want)
 		}
 	}
-	if got := (ExtendArgs{Owner: "o", TTL: nil, Shorten: "1"}).Append(nil); !slices.Equal(got, []any{"o"}) {
-		t.Errorf("sent %q; want the fields before the first nil alone", got)
+	if got := (ExtendArgs{Owner: "o", TTL: 1}).Append(nil); !slices.Equal(got, []any{"o", 1}) {
+		t.Errorf("sent %q; want the fields before the last nil ones", got)
+	}
+	if got := (RWAcquireArgs{}).Append(nil); len(got) != 6 {
+		t.Errorf("sent %q; want an acquire's 6 ARGV, nil or not", got)
 	}
 }
