@@ -1,7 +1,9 @@
 package scripts
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -241,4 +243,24 @@ func argLocals(args any) string {
 		}
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(argv, ", ") + "\n"
+}
+
+// Arg is the ARGV named lua (an args.go tag) in cmd, a command of one of
+// the scripts here (FCALL or EVALSHA, its function or SHA, the number of
+// KEYS, the KEYS, the ARGV), for what reads commands sent (tests, the
+// explorer); nil when cmd has none.
+func Arg(cmd []any, lua string) any {
+	if len(cmd) < 3 {
+		return nil
+	}
+	script := Of(fmt.Sprint(cmd[1]))
+	n, err := strconv.Atoi(fmt.Sprint(cmd[2]))
+	if script == nil || err != nil || argsOf[script] == nil {
+		return nil
+	}
+	i := slices.Index(argNames(reflect.TypeOf(argsOf[script])), lua)
+	if i < 0 || len(cmd) <= 3+n+i {
+		return nil
+	}
+	return cmd[3+n+i]
 }

@@ -77,3 +77,18 @@ func TestArgs_AppendInTheOrderOfTheirLocals(t *testing.T) {
 		t.Errorf("sent %q; want an acquire's 6 ARGV, nil or not", got)
 	}
 }
+
+// Arg reads an ARGV of a command by its name, whichever way the script is
+// called.
+func TestArgs_ArgReadsANamedARGVOfACommand(t *testing.T) {
+	args := MutexAcquireArgs{Acquire: Acquire{Owner: "o", TTL: 1, Waiter: "w", WaiterTTL: 2}, Previous: "", Info: ""}
+	for _, id := range []any{Function(MutexAcquire), MutexAcquire.Hash()} {
+		cmd := args.Append([]any{"fcall", id, 2, "k1", "k2"})
+		if got := Arg(cmd, "WAITER"); got != "w" {
+			t.Errorf("WAITER of %q: %v; want w", cmd, got)
+		}
+		if got := Arg(cmd, "VALUE"); got != nil {
+			t.Errorf("VALUE of %q: %v; want nil (not an ARGV of its script)", cmd, got)
+		}
+	}
+}
