@@ -8,11 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// call is one TryLock or Lock call (a Campaign, one group of a MultiLock),
-// of any type. It keeps one owner token and tombstone for all its attempts,
-// so that a copy of an earlier attempt arriving after a later one was
-// granted finds the hold its own and counts once, and a copy of any of them
-// arriving after the call gave up is refused.
+// call is one TryLock or Lock call of any type. All its attempts share one
+// owner token and tombstone: a late copy of one finds the hold its own, or,
+// once the call gave up, is refused.
 type call struct {
 	h         *handle
 	spec      *acquireSpec
@@ -21,20 +19,17 @@ type call struct {
 	tombstone string  // see keys.tombstone
 	sent      time.Time
 
-	// grant is nil where releases do not hand the lock to a waiter;
-	// otherwise it reads a hand-over (see waitFor).
-	grant interface{ granted(handOver) *Lease }
-	// watch and busy: the channel a waiter listens on, and the one of the
-	// lock in its way (a MultiLock group's; 0 for the others).
+	grant interface{ granted(handOver) *Lease } // reads a hand-over; nil where releases hand none
+	// watch and busy index the channel a waiter listens on and the one of
+	// the lock in its way (a MultiLock group's; 0 for the others).
 	watch, busy int
 }
 
-// variant is what a type's call adds to the attempt all types share. The
-// methods of call are the defaults, which the types override where they
-// differ.
+// variant is what a type's call adds to the shared attempt; call's methods
+// are the defaults.
 type variant interface {
-	// request is the EVALSHA command of the next attempt (see call.argv),
-	// with the registration it sends as ARGV[3] for waiterID ("" for none).
+	// request is the next attempt's command (see call.argv) and the
+	// registration it sends for waiterID ("" for none).
 	request(waiterID string, publish any) (argv []any, entry string)
 	// entry is how waiterID's registration is given back by leave.
 	entry(waiterID string) string
@@ -42,11 +37,9 @@ type variant interface {
 	valid(res []int64) bool
 	// refused notes a refusal, or returns the error it means.
 	refused(res []int64, entry string) error
-	// abandonArgs are the abandon script's ARGV after the owner, the publish
-	// command and the tombstone's life.
+	// abandonArgs are the abandon script's ARGV after the shared ones.
 	abandonArgs(entry string) []any
-	// fresh starts the call anew: a new owner and tombstone, so that
-	// nothing an earlier start sent counts for it.
+	// fresh starts the call anew, under a new owner and tombstone.
 	fresh()
 }
 
@@ -70,9 +63,7 @@ func (a *call) abandonArgs(entry string) []any          { return []any{entry} }
 func (a *call) client() *Client                         { return a.h.c }
 
 // rewatch reports the channel to wait on after the last refusal, and
-// whether it is another than before. A waiter registers only on the lock
-// whose channel it listens on, so a move means listening first, then trying
-// again at once.
+// whether it moved: then the waiter listens there first, and tries again.
 func (a *call) rewatch() (channel string, moved bool) {
 	if a.busy == a.watch {
 		return "", false
@@ -81,12 +72,10 @@ func (a *call) rewatch() (channel string, moved bool) {
 	return a.spec.channels[a.watch], true
 }
 
-// argv is the one builder of an attempt's EVALSHA command: the handle's
-// boxed keys around the call's tombstone, then the owner, TTL, entry and
-// registration's life every script takes, then tail, the type's own, and
-// last whether the user's rights are known (rights.go). An attempt that
-// registers checks them always: a registration refused part-way could
-// leave a set of waiters without its TTL, which no abandon takes back.
+// argv builds an attempt's command: keys around the call's tombstone, the
+// shared ARGV, the type's tail, and the rights flag (rights.go). An attempt
+// that registers always checks rights: a registration refused part-way
+// could leave a set of waiters without TTL.
 func (a *call) argv(entry string, tail ...any) []any {
 	s := a.spec
 	argv := make([]any, 0, len(s.head)+1+len(s.rest)+4+len(tail)+1)
@@ -102,11 +91,9 @@ func (a *call) argv(entry string, tail ...any) []any {
 }
 
 // attempt makes one try at the lock. It returns the lease when granted;
-// otherwise retryIn, how long until the current hold expires at the latest
-// (negative: unknown), with a nil error. A non-empty waiterID registers the
-// caller, in the same step as its refusal, to be picked by the next
-// release. An attempt that fails with an error has cleaned up after itself,
-// waiter registration included.
+// else retryIn, the current hold's time left at most (negative: unknown).
+// A waiterID registers the caller in the step that refuses it. An attempt
+// that fails with an error has cleaned up after itself.
 func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
 	var publish any
 	if a.spec.publishes {
@@ -149,9 +136,7 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 	return a.lease(uint64(res[1]), 0, res[1:]), 0, nil
 }
 
-// attemptReport is what one attempt tells a test (Client.attempted): the
-// acquire script it ran, the script's reply as read (nil after an error),
-// the registration it sent (ARGV[3]; "" for none) and the error.
+// attemptReport is what one attempt tells a test (Client.attempted).
 type attemptReport struct {
 	script *redis.Script
 	reply  []int64
@@ -169,8 +154,7 @@ func (a *call) send(ctx context.Context, argv []any) (*redis.Cmd, error) {
 }
 
 // lease starts the lease of a hold granted with token for validity (0: the
-// TTL), from the last attempt's sending; a MultiLock group's has a token
-// per lock, in tokens.
+// TTL); a MultiLock group's has a token per lock, in tokens.
 func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Lease {
 	spec := a.spec.lease
 	spec.owner, spec.tombstone, spec.token, spec.sent, spec.validity = a.owner, a.tombstone, token, a.sent, validity
@@ -183,23 +167,16 @@ func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Leas
 	return a.h.c.startLease(spec)
 }
 
-// leave unregisters a waiter that stops waiting without the lock, and
-// passes on a wake-up a release may already have sent it. It leaves the
-// call's tombstone, also with no waiterID (a refused attempt that may have
-// been sent twice), and gives back a hold taken under the call's owner that
-// nobody heard of: a copy of a refused attempt, resent by go-redis, granted
-// once the lock was free, or a hand-over. It reports whether the call may
-// have held the lock (see Client.abandon).
+// leave unregisters a waiter that stops waiting without the lock (see
+// abandon), passing on a wake-up it may have had.
 func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, err error) {
 	return a.abandon(ctx, a.v.entry(waiterID))
 }
 
-// abandon gives up the call after an attempt whose registration was entry:
-// a hold it may have, any copy of its attempts still on its way (the
-// tombstone), and its registration (see the type's abandon script). The
-// tombstone keeps the call's attempts so far out, so a Lock that goes on
-// waiting (see [ErrUnavailable]) goes on as a new call. It reports whether
-// the call may have held the lock (see Client.abandon).
+// abandon gives up the call after an attempt that registered entry: its
+// registration, a hold nobody heard of, and late copies (the tombstone).
+// A Lock that goes on does so as a new call. It reports whether the call
+// may have held the lock.
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))

@@ -7,15 +7,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// coalescer sends the scripts that concurrent callers of one Client run
-// (acquires and releases) in shared pipelines: while coalesceFlights
-// round trips are in flight, callers queue, and the next flight carries all
-// of them, one write and one read for the lot. When nothing is in flight a
-// call goes straight out, so an uncontended caller pays nothing for it.
-//
-// Most of a Client's cost on a busy machine is system calls, one write and
-// one read per command; sharing them is how many goroutines of one process
-// get more lock operations through than one round trip each would allow.
+// coalescer sends the acquires and releases of concurrent callers of one
+// Client in shared pipelines, saving system calls: while coalesceFlights
+// round trips are in flight, callers queue for the next. With nothing in
+// flight a call goes straight out.
 type coalescer struct {
 	rdb redis.UniversalClient
 	fns *functions
@@ -38,9 +33,8 @@ type queuedCall struct {
 }
 
 // runArgv is sendScript through the coalescer. A caller whose ctx ends
-// while its call waits to be sent gets ctx's error; the call may still go
-// out, which callers treat as any reply lost on the way (its outcome
-// unknown).
+// while its call waits gets ctx's error; the call may still go out, an
+// outcome unknown as any lost reply's.
 func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
 	q.mu.Lock()
 	if q.flights < coalesceFlights && len(q.queue) == 0 {

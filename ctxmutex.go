@@ -5,11 +5,9 @@ import (
 	"sync"
 )
 
-// ctxMutex is a mutex whose Lock gives up when its context ends: a call
-// waiting behind an operation stuck on a stalled server (go-redis bounds a
-// command by its context only with ContextTimeoutEnabled, else by its read
-// timeout, which may be none) returns when its caller stops waiting. The
-// zero value is unlocked, and allocates nothing until a Lock has to wait.
+// ctxMutex is a mutex whose Lock gives up when its context ends, so a call
+// behind one stuck on a stalled server returns. The zero value is
+// unlocked, and allocates nothing until a Lock has to wait.
 type ctxMutex struct {
 	mu   sync.Mutex
 	held bool

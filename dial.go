@@ -12,11 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// dialWatch is a go-redis hook that hears a client's dials: how many
-// connections it opened, and why its last dial failed (nil once one
-// succeeded). go-redis dials again several times before a command fails,
-// so a call with a short deadline sees only that deadline; this keeps the
-// cause (a refused connection, say) for its error.
+// dialWatch is a go-redis hook that counts a client's dials and keeps why
+// the last failed (nil once one succeeded): a call with a short deadline
+// sees only the deadline, not the refused connection behind it.
 type dialWatch struct {
 	opened atomic.Int64
 	failed atomic.Pointer[dialFailure]
@@ -27,12 +25,8 @@ type dialFailure struct {
 	at  time.Time
 }
 
-// watchDials is rdb's dialWatch, shared by every Client and Redlock node
-// on rdb: go-redis cannot remove a hook, and copies its hook list at each
-// addition, so a hook per Client would cost every dial a wrapper per
-// Client ever made. The watch costs nothing per command. A Cluster
-// client dials through its nodes' clients, which its own hooks never
-// reach: the watch goes on each node made from now on.
+// watchDials is rdb's dialWatch, one per go-redis client (a hook cannot be
+// removed). A Cluster client's goes on each node client made from now on.
 func watchDials(rdb redis.UniversalClient) *dialWatch {
 	switch r := rdb.(type) {
 	case *redis.Client:
@@ -45,8 +39,7 @@ func watchDials(rdb redis.UniversalClient) *dialWatch {
 	return addWatch(rdb, &dialWatch{}) // a client of another kind: one per Client
 }
 
-// dialWatches maps a go-redis client, held weakly (a closed client it
-// kept alive would leak), to its dialWatch.
+// dialWatches maps a go-redis client, held weakly, to its dialWatch.
 var dialWatches sync.Map
 
 func sharedWatch[T any](client *T, rdb redis.UniversalClient) *dialWatch {

@@ -48,12 +48,9 @@
 // (unless [WithLeaseTime] fixes their length) and report the end through
 // [Lease.Done], [Lease.Err] and [Lease.Context]. A lease counts itself lost
 // no later than Redis could hand the lock to someone else: at TTL × (1 −
-// drift) after the last confirmed renewal was sent, by this process's
-// monotonic clock or by its wall clock, whichever ends first (the monotonic
-// clock stands still while a machine or VM is suspended; Redis's does not).
-// A grant that arrives late (a slow link, a cold
-// connection) is confirmed with an extension before it is returned, so no
-// lease starts out lost or with less time left than a renewal needs.
+// drift) after the last confirmed renewal was sent, by the monotonic or the
+// wall clock, whichever ends first. A late grant is confirmed with an
+// extension before it is returned.
 //
 // No lease can stop a holder that is paused (GC, swapping, a stopped VM)
 // past its deadline from acting on a resource it no longer holds. Fencing
@@ -63,34 +60,23 @@
 //
 // # Waiting
 //
-// A blocked Lock does not poll the lock. Each Client keeps one subscriber
-// connection (one per shard on a Redis 7 cluster). A waiter subscribes, then
-// makes the attempt that, if refused, registers it in the lock's waiter set
-// in the same script, so no release can slip between a waiter's attempt and
-// its wait. A [Mutex]'s release hands the lock itself to one live
-// registered waiter, whichever client it is in: the script sets the lock to
-// that waiter's owner token, mints its fencing token and publishes them on
-// the channel of the waiter's Client alone, so the waiter holds the lock
-// one trip after the release left, with no attempt of its own, no other
-// client is disturbed, and neither the releaser nor a newcomer can barge in.
-// A [FairMutex]'s release does the same for the first in line. The other
-// types' releases publish the picked waiter's id, and it tries again.
-// Waiters try again every second ([DefaultWaiterRefresh], see
-// [WithWaiterRefresh]) while they wait, which keeps their registration
-// alive: a waiter that died stops being picked within three refreshes, and
-// a lock handed (or a wake-up sent) to it holds the others up for no longer
-// than its registration had left.
-// If pub/sub is unavailable, waiters retry when the holder's TTL runs out.
+// A blocked Lock does not poll. Each Client keeps one subscriber connection
+// (one per shard on a Redis 7 cluster). A waiter subscribes, then makes the
+// attempt that, if refused, registers it in the same script, so no release
+// slips between attempt and wait. A [Mutex]'s or [FairMutex]'s release
+// hands the lock itself to one registered waiter, in whichever client, so
+// neither the releaser nor a newcomer can barge in; the other types'
+// releases wake one waiter, which tries again. Waiters refresh their
+// registration every second ([WithWaiterRefresh]); a dead one stops being
+// picked within three refreshes. Without pub/sub, waiters retry when the
+// holder's TTL runs out.
 //
 // # Redis
 //
-// Every operation is one Lua script (in internal/scripts), run by SHA, one
-// round trip. All keys of one lock share the hash tag {name}: with the
-// default prefix the lock "orders:42" lives in "dlock:{orders:42}", its
-// fencing counter in "dlock:{orders:42}:fence" (kept 10
-// TTLs past the last hold), and it publishes on "dlock:{orders:42}:wake" (a
-// Mutex's hand-overs on "dlock:{orders:42}:wake:" followed by the waiting
-// Client's random tag).
+// Every operation is one Lua script (in internal/scripts), one round trip.
+// All keys of one lock share the hash tag {name}: with the default prefix
+// the lock "orders:42" lives in "dlock:{orders:42}", its fencing counter in
+// "dlock:{orders:42}:fence", and it publishes on "dlock:{orders:42}:wake".
 //
 // # Contexts
 //
@@ -103,14 +89,10 @@
 //
 // # Observing locks
 //
-// [WithObserver] sets an [observe.Observer] (package observe holds it and
-// its events, as net/http/httptrace does for net/http): functions told of
-// each acquire call and its outcome, the steps of a wait, renewals with
-// their margin, extensions, releases, losses with their reason, and
-// leaderships. The
+// [WithObserver] sets an [observe.Observer]: functions told of each acquire
+// and its outcome, the steps of a wait, renewals, releases and losses. The
 // module github.com/dlockio/dlock/dlockotel makes OpenTelemetry metrics and
-// spans of them; this module depends on no telemetry library. Unset, it
-// costs nothing.
+// spans of them. Unset, it costs nothing.
 //
 // # Operating locks
 //

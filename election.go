@@ -18,16 +18,11 @@ import (
 // proclaim with, in bytes: it is published to every observer.
 const MaxLeaderValueLen = 64 << 10
 
-// Election picks one leader among candidates, for running one active
-// instance of a service. A leadership is a lease of a lock: renewed while
-// the leader lives, lost when it stops (crashes, is partitioned) within the
-// TTL, and handed on at once when it resigns. Each leadership has a term,
-// its lease's fencing token: strictly increasing, so what the leader
-// commands can be fenced against a deposed leader that has not noticed yet.
-//
-// An Election handle is one candidate: it leads at most once at a time.
-// Make one handle per candidate (per process, usually). It is safe for
-// concurrent use.
+// Election picks one leader among candidates. A leadership is a lease of a
+// lock: renewed while the leader lives, lost within the TTL when it stops,
+// handed on at once when it resigns. Its term is the lease's fencing token,
+// so a deposed leader's commands can be fenced. An Election handle is one
+// candidate, leading at most once at a time; it is safe for concurrent use.
 type Election struct {
 	handle
 	spec   *acquireSpec
@@ -55,10 +50,8 @@ var electionKind = &leaseKind{
 // Election returns the candidate handle of the election called name.
 // Options override the Client's defaults; the TTL is how long a crashed
 // leader keeps the others waiting. Nothing is sent to Redis; a bad name or
-// option is returned by the first call, matching [ErrInvalid].
-//
-// An election's lock is a [Mutex] of the same name: [Client.Describe] and
-// ForceUnlock see it, and a Mutex of that name would contend with it.
+// option is returned by the first call, matching [ErrInvalid]. Its lock is
+// a [Mutex] of the same name, which Describe and ForceUnlock see.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, forElection)}
 	lay := newKeyLists(e.keys)
@@ -78,10 +71,8 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 	return e
 }
 
-// The KEYS of the scripts an Election borrows from the Mutex, up to the
-// holder info it does not keep (see scripts.MutexExtendLayout); of
-// ElectionLeader, which reads the lock and the leader hash; and the
-// observers' channel.
+// The KEYS of the Mutex scripts an Election borrows, up to the holder info
+// it does not keep; of ElectionLeader; and the observers' channel.
 var (
 	electionAbandonLayout   = scripts.LayoutOf(electionKind.abandon).Before("HOLDER")
 	electionExtendLayout    = scripts.LayoutOf(electionKind.extend).Before("HOLDER")
@@ -90,13 +81,9 @@ var (
 )
 
 // Campaign waits until this candidate leads, with value, until ctx ends or
-// the wait set by [WithWait] runs out. It returns the leadership as a lease:
-// its Token is the term; Done closes when the leadership is lost or
-// resigned; Context gives a context that ends with it. The lease renews
-// itself (unless [WithLeaseTime] was given).
-//
-// A Campaign by a candidate that already leads proclaims value and returns
-// the same lease.
+// the wait set by [WithWait] runs out. It returns the leadership as a
+// lease, whose Token is the term. A candidate that already leads proclaims
+// value and returns the same lease.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	if err := e.check(ctx, value); err != nil {
 		return nil, err
@@ -125,30 +112,35 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 }
 
 // Resign gives up this candidate's leadership and wakes the next candidate,
-// which then leads at once, in a new term. It returns [ErrNotHeld] when this
-// candidate does not lead. Like Unlock, it resigns even when ctx is already
+// which leads at once, in a new term. It returns [ErrNotHeld] when this
+// candidate does not lead. Like Unlock, it resigns even when ctx is
 // cancelled.
 func (e *Election) Resign(ctx context.Context) error {
-	if err := e.check(ctx, ""); err != nil {
+	l, err := e.leading(ctx, "")
+	if err != nil {
 		return err
 	}
-	l := e.current()
-	if l == nil {
-		return fmt.Errorf("%w: %q: this candidate does not lead", ErrNotHeld, e.name)
-	}
 	return l.Unlock(ctx)
+}
+
+// leading is this candidate's leadership, or why a call that needs it fails.
+func (e *Election) leading(ctx context.Context, value string) (*Lease, error) {
+	if err := e.check(ctx, value); err != nil {
+		return nil, err
+	}
+	if l := e.current(); l != nil {
+		return l, nil
+	}
+	return nil, fmt.Errorf("%w: %q: this candidate does not lead", ErrNotHeld, e.name)
 }
 
 // Proclaim changes the value of this candidate's leadership without giving
 // it up, and tells the observers. It returns [ErrNotHeld] when this
 // candidate does not lead.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if err := e.check(ctx, value); err != nil {
+	l, err := e.leading(ctx, value)
+	if err != nil {
 		return err
-	}
-	l := e.current()
-	if l == nil {
-		return fmt.Errorf("%w: %q: this candidate does not lead", ErrNotHeld, e.name)
 	}
 	publish, err := e.c.publishCommand(ctx)
 	if err != nil {
@@ -185,15 +177,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 }
 
 // Observe returns a channel of the election's leaders: the current one
-// first (if any), then each new leadership and each proclamation, as
-// Redis publishes them. Values never go back: terms come in increasing
-// order, a term's values in the order proclaimed, and a reader slower than
-// the proclamations skips to the latest (each costs the observer a read).
-// A term that passes while the subscription is down is not seen, but the
-// current leader is read again whenever it comes back, and every TTL/3
-// besides, so no change is missed for long. The channel is closed when ctx
-// ends. Read it promptly: a slow reader holds the observation up, not the
-// election.
+// first (if any), then each new leadership and proclamation. Values never
+// go back; a slow reader skips to the latest. A term that passes while the
+// subscription is down is not seen, but the leader is read again when it
+// comes back and every TTL/3. The channel is closed when ctx ends.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	if e.check(ctx, "") != nil {
@@ -253,11 +240,9 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			case *redis.Subscription: // subscribed, or again after a reconnect
 				ok = reread()
 			case *redis.Message:
-				// A new term's message is its first value. A value of the
-				// current term may be older than the one a read emitted
-				// (it waited behind a slow reader): it only says the value
-				// changed, and the read after the last one queued says to
-				// what. Reads in a row never go back.
+				// A current term's message may be older than a read's
+				// value: it only says the value changed; the read after the
+				// last one queued says to what.
 				switch l, parsed := parseLeader(m.Payload); {
 				case !parsed:
 					ok = true
@@ -306,8 +291,7 @@ func (e *Election) current() *Lease {
 	return l
 }
 
-// candidate is one Campaign: all its attempts campaign under the same
-// owner token, the campaign's (see call).
+// candidate is one Campaign (see call).
 type candidate struct {
 	call
 	value any // boxed once for all attempts

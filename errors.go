@@ -26,18 +26,13 @@ var (
 	ErrNotHeld = errors.New("dlock: not held")
 
 	// ErrLeaseLost: a lease ended without being released: Redis refused to
-	// renew it, or its deadline passed before a renewal was confirmed. From
-	// then on another owner may hold the lock. The error also matches a
-	// [LossReason] saying how ([LossExpired], [LossTaken], [LossForced],
-	// [LossUnreachable]); [Lease.AtRisk] warns before a loss.
+	// renew it, or its deadline passed first. Another owner may now hold the
+	// lock. The error also matches a [LossReason] saying how.
 	ErrLeaseLost = errors.New("dlock: lease lost")
 
 	// ErrWrongType: a key of the lock holds what this kind of lock did not
-	// write: a Redis value of another type, another kind of lock's value,
-	// or data of another program (a string that is no owner token, a hash
-	// without the mark of dlock's state…). The error names the key. dlock
-	// leaves such a key untouched: it neither acquires, nor waits behind,
-	// nor removes it.
+	// write (another type, another lock type's value, another program's
+	// data). The error names the key; dlock leaves it untouched.
 	ErrWrongType = errors.New("dlock: key holds the wrong type of value")
 
 	// ErrInvalid: bad input (an empty name, a TTL below [MinTTL]…). Returned
@@ -45,48 +40,36 @@ var (
 	ErrInvalid = errors.New("dlock: invalid argument")
 
 	// ErrUpgrade: a write lock asked by an owner that holds only read locks
-	// of an [RWMutex]. Waiting would deadlock as soon as two readers did it,
-	// so it is refused at once: release the reads first. (The other way,
-	// taking reads while writing and keeping them past the write, works.)
+	// of an [RWMutex]. Two readers waiting so would deadlock: release the
+	// reads first.
 	ErrUpgrade = errors.New("dlock: read lock held: cannot upgrade to a write lock")
 
 	// ErrPermits: a [Semaphore] opened with a number of permits other than
-	// the one its name has in Redis. Every client must agree on it; change it
-	// deliberately with [Semaphore.SetPermits].
+	// its name has in Redis; change it with [Semaphore.SetPermits].
 	ErrPermits = errors.New("dlock: semaphore has another number of permits")
 
 	// ErrNoLeader: an [Election] that nobody leads right now.
 	ErrNoLeader = errors.New("dlock: no leader")
 
-	// ErrReplicaAck: an acquisition, renewal or [Lease.Extend] that fewer
-	// replicas confirmed than [WithReplicaAck] asks for. An acquisition's
-	// hold was released; a lease whose Extend it ends keeps the deadline it
-	// had (or the Extend's, if that is sooner), and a renewal it ends is
-	// tried again.
+	// ErrReplicaAck: fewer replicas confirmed than [WithReplicaAck] asks for.
+	// An acquisition's hold was released; an Extend's lease keeps its
+	// deadline (or the Extend's, if sooner); a renewal is tried again.
 	ErrReplicaAck = errors.New("dlock: too few replicas acknowledged the lock")
 
-	// ErrPermission: Redis refused a command for lack of permission (ACL):
-	// the user dlock logs in as may not run one of the commands dlock needs,
-	// or not on that key or channel. The README lists what to grant. Never
-	// reported as [ErrNotAcquired].
+	// ErrPermission: Redis refused a command, key or channel by ACL. The
+	// README lists what to grant. Never reported as [ErrNotAcquired].
 	ErrPermission = errors.New("dlock: permission denied by Redis")
 
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
-	// ErrUnavailable: Redis could not serve the call for a while, for a
-	// reason that passes on its own: a cluster slot being migrated
-	// (TRYAGAIN, or MOVED once go-redis's redirections ran out), a cluster
-	// missing a master (CLUSTERDOWN), a server loading its data (LOADING),
-	// a master that failed over or restarted, or no server at the address
-	// (connection refused or reset, READONLY, MASTERDOWN). The Redis or
-	// connection error stays in the chain. An acquisition that fails so
-	// holds nothing: one whose outcome is unknown was abandoned, as after
-	// any error. A waiting Lock (Acquire, Campaign…) tries again, backing
-	// off up to a second between tries, until its context ends; then, if
-	// Redis was still unavailable, it returns this error with the
-	// context's, never [ErrNotAcquired]. TryLock and the other calls
-	// return it at once, and are worth trying again.
+	// ErrUnavailable: Redis could not serve the call for a reason that
+	// passes on its own (a slot migrating, a failover, a restart, LOADING,
+	// no server at the address); the cause stays in the chain. An
+	// acquisition that fails so holds nothing. A waiting Lock tries again,
+	// backing off up to a second, until its context ends, then returns this
+	// error with the context's, never [ErrNotAcquired]. Other calls return
+	// it at once, and are worth trying again.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
@@ -119,17 +102,13 @@ func redisError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// transientReplies are the error replies of a Redis that cannot serve a
-// command now but will once a slot has moved, a failover is over or a
-// dataset is loaded.
+// transientReplies are the error replies of a Redis that will serve the
+// command once a slot moved, a failover ended or a dataset loaded.
 var transientReplies = []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"}
 
 // isTransient recognises an error that passes on its own (see
-// [ErrUnavailable]): one of transientReplies, a server that refused or
-// dropped the connection (a master killed, restarting, or failed over
-// away from), or a Ring whose heartbeat found every shard down. A timeout
-// is not one: it may be a server too slow for the load, which retrying
-// would add to.
+// [ErrUnavailable]). A timeout is not one: retrying would add to the load
+// of a server too slow for it.
 func isTransient(err error) bool {
 	if err == nil {
 		return false
@@ -144,8 +123,7 @@ func isTransient(err error) bool {
 		strings.Contains(err.Error(), ringShardsDown)
 }
 
-// ringShardsDown is a Ring's error when its heartbeat found every shard
-// down: go-redis exports no sentinel for it.
+// ringShardsDown is a Ring's error with every shard down (no sentinel).
 const ringShardsDown = "redis: all ring shards are down"
 
 // unavailable marks err with ErrUnavailable when it is transient.
@@ -156,10 +134,8 @@ func unavailable(err error) error {
 	return err
 }
 
-// isPermission recognises an ACL refusal: NOPERM for a command sent, and
-// for one a script ran, Redis 7.0's words ("The user executing the script
-// can't run this command") or Redis 8's and Valkey's ("ACL failure in
-// script: …").
+// isPermission recognises an ACL refusal, of a command sent or one a
+// script ran, in the words of Redis 7.0, Redis 8 and Valkey.
 func isPermission(err error) bool {
 	if err == nil {
 		return false
@@ -187,10 +163,8 @@ func wrongTypeDetail(err error) string {
 	return strings.TrimSuffix(detail, ".")
 }
 
-// isNoScript recognises a server that does not have a script (EVALSHA's
-// NOSCRIPT) or dlock's function library (FCALL's "Function not found"):
-// after SCRIPT FLUSH, FUNCTION FLUSH, a restart without its data, on a
-// fresh server; see sendScripts.
+// isNoScript recognises a server without a script (NOSCRIPT) or dlock's
+// function library ("Function not found"); see sendScripts.
 func isNoScript(err error) bool {
 	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "ERR Function not found"))
 }
@@ -201,38 +175,25 @@ func isWrongType(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
 }
 
-// LossReason says how a lease was lost. It is an error in the chain of
-// every lost lease's error, beside [ErrLeaseLost]: match one with
-// errors.Is(err, dlock.LossTaken), or read it with errors.As(err, &reason).
-// It is defined in package observe, whose [observe.LeaseEnd] carries it.
+// LossReason says how a lease was lost: it is in the chain of every lost
+// lease's error, beside [ErrLeaseLost] (errors.Is(err, dlock.LossTaken)).
 type LossReason = observe.LossReason
 
 // The ways a lease is lost.
 const (
-	// LossExpired: the hold was gone from Redis when a renewal came: it
-	// expired (the holder was stopped past its TTL, or a renewal was cut
-	// off) or was deleted by something other than [Client.ForceUnlock].
-	// Also where dlock cannot tell how a hold went: a refused Unlock or
-	// TTL, and the lock types whose holds carry no owner to compare with
-	// (a read-write lock's, a Semaphore's, a MultiLock's) or no mark of a
-	// forced removal.
+	// LossExpired: the hold was gone when a renewal came: it expired or was
+	// deleted, but not by [Client.ForceUnlock]. Also where dlock cannot
+	// tell how a hold went.
 	LossExpired LossReason = observe.LossExpired
 
-	// LossTaken: another owner holds the lock now. Its key was
-	// overwritten: a program other than dlock wrote it, or dlock's own
-	// hold went and another acquired it before this lease's renewal came.
+	// LossTaken: another owner holds the lock now.
 	LossTaken LossReason = observe.LossTaken
 
-	// LossForced: [Client.ForceUnlock] (`dlock unlock --force`) removed
-	// the hold. Told for a Mutex's, FairMutex's or Election's hold, whose
-	// removal leaves a mark naming its owner for as long as the hold had
-	// left.
+	// LossForced: [Client.ForceUnlock] removed the hold (told for a Mutex,
+	// FairMutex or Election).
 	LossForced LossReason = observe.LossForced
 
-	// LossUnreachable: no renewal was confirmed before the lease's
-	// deadline (Redis stalled, unreachable, or too slow; with
-	// [WithReplicaAck], too few replicas confirmed them, or WAIT was
-	// refused: an [observe.Observer]'s renewal events say which), or an
+	// LossUnreachable: no renewal was confirmed before the deadline, or an
 	// Unlock could not tell whether it released. Redis may still hold the
 	// key until its TTL runs out.
 	LossUnreachable LossReason = observe.LossUnreachable

@@ -11,20 +11,16 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// functions is what a Client (a Redlock's node) learnt of how its servers
-// take dlock's scripts. They are sent as FCALL of dlock's function library
-// (scripts.Library: its helpers defined once per server, not at every
-// call) until a server refuses Redis Functions (Redis < 7, an ACL user
-// without +fcall or +function|load, an embedded Redis without them); from
-// then on, by EVALSHA, which every server takes.
+// functions is what a Client (a Redlock's node) learnt of its servers:
+// scripts go as FCALL of dlock's function library until a server refuses
+// Functions (Redis < 7, an ACL without them), then by EVALSHA.
 type functions struct {
 	refused atomic.Bool
 }
 
-// scriptCall is one command of what sendScripts sends: a script's FCALL
-// (or EVALSHA) command or, with no script, a command that frames the
-// scripts on their connection (ASKING before them, WAIT after them); and
-// its reply.
+// scriptCall is one command sendScripts sends, and its reply: a script's
+// FCALL (or EVALSHA) or, with no script, a command that frames the
+// scripts (ASKING before, WAIT after).
 type scriptCall struct {
 	script *redis.Script
 	argv   []any
@@ -57,15 +53,12 @@ func sendScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, 
 	return calls[0].cmd
 }
 
-// sendScripts sends calls to rdb: one alone, more in one pipeline. It is
-// where dlock meets a server without its scripts (cold, flushed, restarted,
-// a replica promoted before it had them): a call that met "Function not
-// found" or NOSCRIPT goes again after the load, in the same pipeline on one
-// server. A cluster or Ring routes loads as it likes, so there they go to
-// the call's node first, and to every node only if the call misses again:
-// a stalled node must not delay calls on the others. A call whose load
-// failed fails with its error. Where Functions are refused, fns sends
-// EVALSHA from then on, this call's again among them.
+// sendScripts sends calls to rdb: one alone, more in one pipeline. A call
+// that met a server without its scripts goes again after the load, in one
+// pipeline on one server; on a cluster or Ring the load goes to the call's
+// node first, and to every node only if the call misses again, so a
+// stalled node delays no other. A call whose load failed fails with its
+// error. Where Functions are refused, fns sends EVALSHA from then on.
 func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
 	if fns.refused.Load() {
 		asEvalsha(calls)
@@ -81,9 +74,8 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	}
 	defer func() {
 		// A library that could not be loaded: the calls go again by
-		// EVALSHA. From then on for a user without +function|load; this
-		// once on a full server, which refuses FUNCTION LOAD but not
-		// SCRIPT LOAD, so that a renewal or release still runs there.
+		// EVALSHA, for good without +function|load, once on a full server
+		// (OOM), so a renewal or release still runs there.
 		if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
 			fns.refused.Store(true)
 			sendAgain(ctx, fns, rdb, calls, refusedFunctions)
@@ -97,30 +89,36 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 		return
 	}
 	loadErr := nodes.loadForCalls(ctx, calls, load)
-	// The calls still missing their script keep that error, to go again
-	// below: a failed load on the node the map named may have been a load
-	// on the wrong node.
+	// The map may have named the wrong node: calls still missing go again.
 	if !resendNoScript(ctx, rdb, nil, calls, nil) {
 		return
 	}
 	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
 }
 
-// sendAgain sends again by EVALSHA, with the commands that frame them, the
-// calls that failed as failed says.
+// sendAgain sends again by EVALSHA the calls that failed as failed says.
 func sendAgain(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall, failed func(scriptCall) bool) {
-	var again []scriptCall
+	resendSome(calls, failed, func(again []scriptCall) {
+		asEvalsha(again)
+		sendScripts(ctx, fns, rdb, again)
+	})
+}
+
+// resendSome has send send the calls pick chooses, with the commands that
+// frame them, copies their replies back, and returns their indexes.
+func resendSome(calls []scriptCall, pick func(scriptCall) bool, send func([]scriptCall)) []int {
+	var some []scriptCall
 	var at []int
 	for i, call := range calls {
-		if call.script == nil || failed(call) {
-			again, at = append(again, call), append(at, i)
+		if call.script == nil || pick(call) {
+			some, at = append(some, call), append(at, i)
 		}
 	}
-	asEvalsha(again)
-	sendScripts(ctx, fns, rdb, again)
+	send(some)
 	for j, i := range at {
-		calls[i].cmd = again[j].cmd
+		calls[i].cmd = some[j].cmd
 	}
+	return at
 }
 
 // asEvalsha makes the FCALLs of calls EVALSHA commands of their scripts.
@@ -134,9 +132,8 @@ func asEvalsha(calls []scriptCall) {
 	}
 }
 
-// loadsFor are the commands that load what the calls that met a missing
-// script miss: dlock's library for an FCALL, the scripts of its lock type
-// for an EVALSHA.
+// loadsFor loads what the calls that met a missing script miss: the
+// library for an FCALL, the scripts of its lock type for an EVALSHA.
 func loadsFor(calls []scriptCall) [][]any {
 	var library bool
 	var sources []string
@@ -181,8 +178,7 @@ func refusedFunctions(call scriptCall) bool {
 }
 
 // refusesFunctions tells the error of a server that does not take Redis
-// Functions: FCALL or FUNCTION is an unknown command there, or the user
-// may not run it.
+// Functions: FCALL or FUNCTION is unknown there, or not permitted.
 func refusesFunctions(err error) bool {
 	if err == nil {
 		return false
@@ -196,16 +192,14 @@ func refusesFunctions(err error) bool {
 }
 
 // libraryLoaded tells FUNCTION LOAD's error where dlock's library is
-// loaded already (by another client, meanwhile): no error. A function of
-// one of its names in another library is one.
+// loaded already: no error.
 func libraryLoaded(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "Library") && strings.Contains(msg, scripts.LibraryName) && strings.Contains(msg, "already exists")
 }
 
-// preload loads dlock's scripts on every server of rdb ahead of the calls
-// that need them: the library, or where Functions are refused, the
-// scripts of script's lock type.
+// preload loads on every server of rdb the library, or where Functions are
+// refused, the scripts of script's lock type.
 func preload(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script) error {
 	load := [][]any{{"function", "load", scripts.Library}}
 	if fns.refused.Load() {
@@ -228,12 +222,10 @@ func preload(ctx context.Context, fns *functions, rdb redis.UniversalClient, scr
 }
 
 // loadEverywhere loads scripts on every node at once and, as each load
-// ends, sends the calls still NOSCRIPT again, until none is: a stalled
-// node's load holds up no call that another node serves (a slot moved onto
-// a master without the scripts, while the map still names the old one).
-// A load still going when it returns goes on to its end, bounded by ctx
-// and the node's timeouts. The calls still NOSCRIPT once every load ended
-// get the first load's error (loadErr, the targeted load's, first).
+// ends, resends the calls still NOSCRIPT, until none is: a stalled node
+// holds up no call another serves. A load still going when it returns
+// goes on, bounded by ctx. Calls still NOSCRIPT at the end get the first
+// load's error (loadErr first).
 func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, load [][]any, loadErr error) {
 	ended, all := make(chan error), make(chan error, 1)
 	stop := make(chan struct{})
@@ -267,24 +259,16 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 	}
 }
 
-// resendNoScript sends the calls that met NOSCRIPT again, with the
-// commands that frame them, after the SCRIPT LOADs of load; it reports
-// whether one met NOSCRIPT again, and gives those loadErr (if any) as their
-// error. A node down elsewhere in a cluster fails the loads but not the
-// calls: they go again, and loadErr explains only those still NOSCRIPT.
+// resendNoScript sends the calls that met NOSCRIPT again after load; it
+// reports whether one met it again, and gives those loadErr as their error
+// (a node down elsewhere fails a load, not the calls).
 func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall, loadErr error) (again bool) {
-	var resend []scriptCall
-	var resent []int
-	for i, call := range calls {
-		if call.script == nil || missingScript(call) {
-			resend, resent = append(resend, call), append(resent, i)
+	resent := resendSome(calls, missingScript, func(resend []scriptCall) {
+		if err := send(ctx, rdb, load, resend); loadErr == nil {
+			loadErr = err
 		}
-	}
-	if err := send(ctx, rdb, load, resend); loadErr == nil {
-		loadErr = err
-	}
-	for j, i := range resent {
-		calls[i].cmd = resend[j].cmd
+	})
+	for _, i := range resent {
 		if missingScript(calls[i]) {
 			again = true
 			if loadErr != nil {
@@ -295,18 +279,14 @@ func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any
 	return again
 }
 
-// keyNodes reaches the nodes of a client that routes each command by its
-// first key (a cluster, a Ring): the node that serves a key, by the
-// client's map as it is now, and every node (a cluster's masters, a Ring's
-// live shards).
+// keyNodes reaches the nodes of a client that routes by first key (a
+// cluster, a Ring): the node of a key, by its map now, and every node.
 type keyNodes struct {
 	forKey  func(ctx context.Context, key string) (*redis.Client, error)
 	forEach func(ctx context.Context, fn func(context.Context, *redis.Client) error) error
 }
 
-// keyNodesOf is rdb's keyNodes; routed is false for a client of one
-// server (a plain or a Sentinel's), which sends everything on one
-// connection.
+// keyNodesOf is rdb's keyNodes; routed is false for a client of one server.
 func keyNodesOf(rdb redis.UniversalClient) (nodes keyNodes, routed bool) {
 	switch rdb := rdb.(type) {
 	case *redis.ClusterClient:
@@ -318,9 +298,8 @@ func keyNodesOf(rdb redis.UniversalClient) (nodes keyNodes, routed bool) {
 	return keyNodes{}, false
 }
 
-// loadForCalls loads scripts on the node of each call that met NOSCRIPT
-// (by its first key), once per node, and returns the first load's error:
-// a node that fails its load keeps none of the others from theirs.
+// loadForCalls loads scripts on the node of each call that met NOSCRIPT,
+// once per node, and returns the first load's error.
 func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load [][]any) error {
 	var firstErr error
 	done := map[string]bool{}

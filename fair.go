@@ -7,13 +7,11 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// FairMutex is an exclusive lock taken in the order it was asked for. A
-// release hands the lock to the head of the queue inside its script, so
-// neither the releaser nor a newcomer can barge in. Waiters keep their place
+// FairMutex is an exclusive lock taken in the order it was asked for: a
+// release hands the lock to the head of the queue. Waiters keep their place
 // by renewing it every [WithWaiterRefresh]; a dead waiter loses it within
-// three refreshes, and a Lock whose context ends leaves at once. Its key is
-// a [Mutex]'s, so Describe and a Mutex of the same name see its holds; a
-// Mutex does not queue, so do not mix the two on one name.
+// three refreshes. Its key is a [Mutex]'s, but a Mutex does not queue: do
+// not mix the two on one name.
 type FairMutex struct {
 	handle
 	spec *acquireSpec
@@ -54,22 +52,17 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return f.acquire(ctx, observe.KindFair, true, f.call)
 }
 
-// Lock takes the lock in its turn, waiting behind those who asked before,
-// until ctx ends or the wait set by [WithWait] runs out. A wait that ends
-// that way returns an error matching both [ErrNotAcquired] and ctx's error,
-// and leaves the queue.
-//
-// Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
-// it is unlocked or lost.
+// Lock takes the lock in its turn, until ctx ends or the wait set by
+// [WithWait] runs out; then it leaves the queue and returns an error
+// matching both [ErrNotAcquired] and ctx's error. Unless [WithLeaseTime]
+// was given, the lease renews itself every TTL/3 until unlocked or lost.
 func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
 	return f.acquire(ctx, observe.KindFair, false, f.call)
 }
 
 // fairCall is one TryLock or Lock call. It remembers the fencing counter
-// its last attempt read when it queued (-1: it did not; the clock in µs
-// less one when the counter was gone), which a hand-over's token must
-// exceed to have come after it (see fair_lib.lua and token_floor in
-// common.lua).
+// its last attempt read when it queued (-1: it did not), which a
+// hand-over's token must exceed (see token_floor in common.lua).
 type fairCall struct {
 	call
 	fenced int64
@@ -87,9 +80,8 @@ func (a *fairCall) request(waiterID string, publish any) ([]any, string) {
 	return a.argv(entry, publish, a.spec.info), entry
 }
 
-// entry is how a waiter queues (after its owner token, see fair_lib.lua):
-// tagged with its Client, then its holder info, which a hand-over stores
-// for it; "" (not queueing) stays "".
+// entry is how a waiter queues (see fair_lib.lua): tagged with its Client,
+// then its holder info; "" stays "".
 func (a *fairCall) entry(waiterID string) string {
 	if waiterID == "" {
 		return ""
@@ -106,12 +98,9 @@ func (a *fairCall) refused(res []int64, _ string) error {
 	return nil
 }
 
-// granted takes the lock a release handed over (see fair_lib.lua). A token
-// above the counter the last attempt read was minted after that attempt, so
-// that attempt's sending starts the lease; any other is stale (that hold
-// ran out before the attempt found the lock not ours) and gives nil. leave
-// passes the lock on, should a release hand it over just as the waiter gives
-// up.
+// granted takes the lock a release handed over. A token above the counter
+// the last attempt read came after it, whose sending starts the lease; any
+// other is stale and gives nil.
 func (a *fairCall) granted(h handOver) *Lease {
 	if h.ref != "" || a.fenced < 0 || h.token <= uint64(a.fenced) {
 		return nil

@@ -11,10 +11,8 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// handle is what every lock handle holds: the lock's name, keys and
-// settings, and nothing that changes, so a handle is safe to share and
-// costs no I/O to make. Bad arguments are kept for the first call to
-// return, before anything is sent.
+// handle is what every lock handle holds: name, keys and settings, nothing
+// that changes, so it is safe to share and costs no I/O to make.
 type handle struct {
 	c    *Client
 	name string
@@ -65,10 +63,8 @@ func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall 
 	})
 }
 
-// acquireBy is every acquire call of every type, a Redlock's and a
-// MultiLock's included: inside the observer's bracket when there is one,
-// take tries once (TryLock, or a wait of zero set by [WithWait]) or
-// waits, bounded by WithWait's wait.
+// acquireBy is every acquire call of every type: inside the observer's
+// bracket, take tries once or waits, bounded by [WithWait].
 func acquireBy(ctx context.Context, cfg settings, kind observe.Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
 	try = try || cfg.triesOnce()
 	run := func(ctx context.Context) (*Lease, error) {
@@ -85,34 +81,19 @@ func acquireBy(ctx context.Context, cfg settings, kind observe.Kind, name string
 	return run(ctx)
 }
 
-// acquireSpec is what the calls of one handle (in one mode) send and make:
-// every type's scripts take the same first arguments and answer alike, so
-// one attempt (call.attempt) serves them all, and this is what differs.
-// Made once per handle, with every key name and number boxed once, so that
-// an attempt boxes only what is the call's own.
+// acquireSpec is what differs between the types' attempts, made once per
+// handle (and mode) with every key name and number boxed once.
 type acquireSpec struct {
 	op        string        // the operation, for errors: "lock", "acquire", "campaign"…
 	script    *redis.Script // the acquire script
 	publishes bool          // its ARGV end with the publish command, asked for before the attempt
-	// queues: waiters register even where no wake-up can reach them (their
-	// subscription failed): registering is how a FairMutex waiter keeps its
-	// place in line, and a waiter handed the lock finds it at its next
-	// refresh.
-	queues bool
-	// channels are where a waiter listens: the first, or, for a MultiLock
-	// group, the channel of whichever lock kept it out last.
-	channels []string
+	queues    bool          // waiters register even unsubscribed: a FairMutex's line is its registrations
+	channels  []string      // where a waiter listens (a MultiLock group's: one per lock)
 
-	// keys of the acquire and abandon scripts before and after the call's
-	// tombstone, the one key that is the call's own.
-	keys, abandonKeys [2][]string
+	keys, abandonKeys [2][]string // the scripts' KEYS before and after the call's tombstone
 
-	// lease is what every lease of the handle shares (name, kind, KEYS,
-	// release mark, settings; a MultiLock group's names); each call adds
-	// its owner, token and sending. Its release's KEYS, up to the release
-	// mark, are releaseKeys.
-	lease       leaseSpec
-	releaseKeys []string
+	lease       leaseSpec // what every lease of the handle shares
+	releaseKeys []string  // its release's KEYS, up to the release mark
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
 	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
@@ -137,9 +118,8 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	return &s
 }
 
-// boxer boxes the key names of a handle's commands, each once: a handle
-// is often made for one call (c.Mutex(name).Lock(ctx)), so what it boxes
-// counts as much as what a Lock does.
+// boxer boxes the key names of a handle's commands, each once: a handle is
+// often made for one call.
 type boxer struct {
 	names [12]string
 	boxes [12]any
@@ -167,17 +147,14 @@ func (b *boxer) keys(argv []any, keys []string) []any {
 	return argv
 }
 
-// command is the FCALL command of script up to keys, with more KEYS to
-// come.
+// command is script's FCALL up to keys, with more KEYS to come.
 func (b *boxer) command(script *redis.Script, keys []string, more int) []any {
 	argv := make([]any, 0, 3+len(keys))
 	name, id := scriptHead(script)
 	return b.keys(append(argv, name, id, len(keys)+more), keys)
 }
 
-// boxedIDs are the scripts' function names and SHAs boxed, each once per
-// process.
-var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}
+var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}, boxed once per process
 
 // scriptHead is how a command of script starts: FCALL and its function,
 // or EVALSHA and its SHA for a script not in dlock's library.
@@ -209,8 +186,7 @@ func boxedIDsOf(script *redis.Script) [2]any {
 	return v.([2]any)
 }
 
-// boxMillis is d in ms as an EVALSHA argument: the defaults (a TTL, a
-// waiter's registration) boxed once, others anew.
+// boxMillis is d in ms as an argument, the defaults boxed once.
 func boxMillis(d time.Duration) any {
 	switch d {
 	case DefaultTTL:

@@ -7,22 +7,18 @@ import (
 	"github.com/dlockio/dlock/admin"
 )
 
-// WithHolderInfo stores info with every hold taken, so that operators see
-// who holds a lock ([Client.Describe], dlock status). The acquire's own
-// script writes it; it is renewed and removed with the hold. A Mutex,
-// FairMutex, RWMutex, ReentrantMutex and Semaphore keep it (per owner and
-// side, or per permit); a MultiLock, Election and Redlock refuse it with
-// [ErrInvalid]. Info that is not valid UTF-8, has a negative PID or encodes
-// longer than [admin.MaxHolderInfo] is refused with ErrInvalid by the first call,
-// before anything is sent. The zero [admin.HolderInfo] stores nothing.
+// WithHolderInfo stores info with every hold taken, renewed and removed
+// with it, so operators see who holds a lock. A MultiLock, Election and
+// Redlock refuse it. Info that is not valid UTF-8, has a negative PID or
+// encodes longer than [admin.MaxHolderInfo] is refused with [ErrInvalid] by
+// the first call. The zero [admin.HolderInfo] stores nothing.
 func WithHolderInfo(info admin.HolderInfo) Option {
 	encoded, err := encodeHolderInfo(info)
 	return func(s *settings) { s.holderInfo, s.holderInfoErr, s.given = encoded, err, s.given|optHolderInfo }
 }
 
-// encodeHolderInfo is info as the scripts store it: compact JSON, which
-// always starts with '{' (the scripts find it after an owner token's hex
-// digits by that), or "" for none.
+// encodeHolderInfo is info as the scripts store it: JSON, starting with
+// '{' (how the scripts find it after an owner token), or "" for none.
 func encodeHolderInfo(info admin.HolderInfo) (string, error) {
 	if info == (admin.HolderInfo{}) {
 		return "", nil

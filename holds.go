@@ -17,10 +17,8 @@ type holdLock struct {
 	handle
 	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
 
-	// heldKey is the context key of a hold of this lock (see ownerFor),
-	// boxed once so that looking it up allocates nothing.
-	heldKey   any
-	writeKind observe.Kind // what observers are told the write side is: observe.KindWrite or observe.KindReentrant
+	heldKey   any          // the context key of a hold of this lock (see ownerFor), boxed once
+	writeKind observe.Kind // what observers are told the write side is: KindWrite or KindReentrant
 
 	inspectKeys []string // the KEYS of Inspect; the others are in write and read
 
@@ -62,8 +60,7 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 		releaseKeys: lay.list(release)[0],
 	})
 	h.write.lease.rules.heldKey = h.heldKey
-	// Reads send what writes send, boxed once; only the waiters' channel
-	// differs.
+	// Reads send what writes send; only the waiters' channel differs.
 	read := *h.write
 	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], noType
 	h.read = &read
@@ -91,15 +88,12 @@ func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, er
 	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call { return h.call(ctx, mode) })
 }
 
-// holdCall acquires a holdLock in one mode: one TryLock or Lock call. All
-// its attempts ask for the same hold, the call's.
+// holdCall is one TryLock or Lock call of a holdLock in one mode.
 type holdCall struct {
 	call
-	mode    byte
-	ownerID string // who the call acquires for (see holdLock.ownerFor)
-	// newOwner: the call is an owner of its own (ownerFor found none), so
-	// each start of the call draws its owner id with its hold id.
-	newOwner bool
+	mode     byte
+	ownerID  string // who the call acquires for (see holdLock.ownerFor)
+	newOwner bool   // an owner of its own: each start draws its owner id too
 }
 
 func (h *holdLock) call(ctx context.Context, mode byte) *call {
@@ -111,9 +105,8 @@ func (h *holdLock) call(ctx context.Context, mode byte) *call {
 	return a.begin(&h.handle, spec, a)
 }
 
-// fresh draws a new hold id and tombstone. The call's attempts show its
-// hold as the member mode, hold id, owner: the random hold id makes it a
-// secret, and makes each call (each Lease) a hold of its own.
+// fresh draws a new hold id and tombstone. The hold's member is mode, hold
+// id, owner: the random hold id keeps it secret and each Lease its own.
 func (a *holdCall) fresh() {
 	var holdID string
 	if a.newOwner {
@@ -129,10 +122,8 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 	return a.argv(waiterID, a.spec.info, a.spec.takenBy), waiterID
 }
 
-// takenBy is what a write hold of kind stores for Describe to say which
-// type took it (rw_acquire.lua's ARGV[6]): a ReentrantMutex's mark; an
-// RWMutex stores nothing, as dlock before the mark did, and is described
-// as it always was. Boxed once: an attempt adds no allocation.
+// takenBy is what a write hold of kind stores for Describe: a
+// ReentrantMutex's mark, or nothing for an RWMutex. Boxed once.
 func takenBy(kind observe.Kind) any {
 	if kind == observe.KindReentrant {
 		return reentrantType
@@ -140,8 +131,7 @@ func takenBy(kind observe.Kind) any {
 	return noType
 }
 
-// reentrantMark is the mark's value: the name dlock's Redis data has held
-// since the mark began, whatever the Go names.
+// reentrantMark is the mark's value in Redis, whatever the Go names.
 const reentrantMark = "ReentrantMutex"
 
 var reentrantType, noType any = reentrantMark, ""
@@ -182,9 +172,8 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	return holdState{}, redisError("inspect", h.name, err)
 }
 
-// parseHoldState reads rw_state's reply (rw_lib.lua): ten numbers, then owner,
-// mode, holds, holder info and the type that took the latest hold of each
-// holder.
+// parseHoldState reads rw_state's reply (rw_lib.lua): ten numbers, then
+// five fields per holder.
 func parseHoldState(reply []any) (holdState, error) {
 	r, err := int64s(reply, 10)
 	if err != nil || (len(reply)-10)%5 != 0 {

@@ -12,18 +12,6 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// extendOf is the script that renews and extends a lease of each lock type.
-var extendOf = map[string]*redis.Script{
-	"Mutex":          scripts.MutexExtend,
-	"FairMutex":      scripts.MutexExtend,
-	"Election":       scripts.MutexExtend,
-	"ReentrantMutex": scripts.RWExtend,
-	"RWMutex.Lock":   scripts.RWExtend,
-	"RWMutex.RLock":  scripts.RWExtend,
-	"Semaphore":      scripts.SemExtend,
-	"MultiLock":      scripts.MultiExtend,
-}
-
 // renewalTTL is short, so that a renewal comes soon (a third of it in).
 const renewalTTL = 900 * time.Millisecond
 
@@ -36,7 +24,7 @@ func TestLateRenewal_NeverShortensALongerExtend(t *testing.T) {
 		ctx := ctxFor(t, 30*time.Second)
 		other := b.newRedis(t)
 		rdb := b.newRedis(t)
-		copies := &copier{script: extendOf[lt.name]}
+		copies := &copier{script: lt.extend}
 		rdb.AddHook(copies)
 
 		lease, err := lt.take(newClient(t, rdb, dlock.WithTTL(renewalTTL)), lt.name+lockName(t))(ctx)

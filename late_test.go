@@ -21,9 +21,9 @@ import (
 // that gives up (take), the scripts it runs, and what holds the lock so
 // that take has to wait (hold; take itself when nil).
 type lockType struct {
-	name             string
-	acquire, release *redis.Script
-	take, hold       taker
+	name                     string
+	acquire, extend, release *redis.Script
+	take, hold               taker
 }
 
 // lockTypes are the family's kinds on a Client's server: a Semaphore of one
@@ -31,7 +31,7 @@ type lockType struct {
 var lockTypes = func() []lockType {
 	var types []lockType
 	for _, k := range serverKinds() {
-		lt := lockType{name: k.Label(), acquire: k.Scripts.Acquire, release: k.Scripts.Release, take: lockOn(k, 1, pairOf)}
+		lt := lockType{name: k.Label(), acquire: k.Scripts.Acquire, extend: k.Scripts.Extend, release: k.Scripts.Release, take: lockOn(k, 1, pairOf)}
 		if h := holderOf(k); h != nil {
 			lt.hold = lockOn(*h, 1, pairOf)
 		}

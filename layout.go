@@ -7,9 +7,8 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// The KEYS of the scripts are made by the scripts' layouts
-// (internal/scripts/layout.go), which also name them in Lua: no Go code
-// counts a key's position.
+// The scripts' KEYS are made by their layouts (internal/scripts/layout.go):
+// no Go code counts a key's position.
 
 // named is the key of k's lock that key names in a layout, when k keeps it.
 func (k keys) named(key scripts.Key) (string, bool) {
@@ -27,8 +26,7 @@ func (k keys) named(key scripts.Key) (string, bool) {
 }
 
 // callKeys are the KEYS of a script on layout for one call on k's lock,
-// perCall giving its per-call keys (a tombstone) in order; every other key
-// is one k keeps.
+// perCall giving its per-call keys in order.
 func (k keys) callKeys(layout scripts.Layout, perCall ...string) []string {
 	return k.appendKeys(make([]string, 0, len(layout)), layout, perCall...)
 }
@@ -49,11 +47,9 @@ func (k keys) appendKeys(keys []string, layout scripts.Layout, perCall ...string
 	return keys
 }
 
-// keyLists lays out the KEYS of a handle's scripts in one array: a handle
-// is often made for one call, and each list apart was an allocation of its
-// own. A list equal to one laid out before is that one, and a name k does
-// not keep is made once. Make it with newKeyLists; add and also return each
-// list's place, which list reads once every list is added.
+// keyLists lays out the KEYS of a handle's scripts in one array, each name
+// and equal list once: a handle is often made for one call. add and also
+// return each list's place, which list reads once every list is added.
 type keyLists struct {
 	k     keys
 	names []string
@@ -63,9 +59,8 @@ type keyLists struct {
 // per-call key's place (or end), its end.
 type keyList struct{ start, split, end int }
 
-// newKeyLists returns empty lists of k's keys, with room for every type's
-// names in the one allocation the lists share (the most: an Election's 19);
-// a type that outgrows it costs an allocation more, not a panic.
+// newKeyLists returns empty lists of k's keys, with room for an Election's
+// 19 names (the most; more cost an allocation).
 func newKeyLists(k keys) keyLists { return keyLists{k: k, names: make([]string, 0, 24)} }
 
 // add lays out the KEYS of a script on layout, but for its per-call keys
@@ -120,11 +115,8 @@ func (l *keyLists) name(key scripts.Key) string {
 	return l.k.lock + key.Suffix
 }
 
-// list is the list at place p, once every list is added: the keys before its first per-call
-// key (a tombstone, a release mark) and those after it. The per-call keys
-// are added by each call: an attempt's tombstone (call.argv) in between, a
-// release's mark and tombstone (clientHold) after the first part, which is
-// all of a release's.
+// list is the list at place p, once every list is added: the keys before
+// and after its per-call keys, which each call adds.
 func (l *keyLists) list(p keyList) [2][]string {
 	return [2][]string{l.names[p.start:p.split:p.split], l.names[p.split:p.end:p.end]}
 }

@@ -10,14 +10,12 @@ import (
 	"github.com/dlockio/dlock/internal/clock"
 )
 
-// Lease is one acquisition of a lock: the proof of holding it, the fencing
-// token to show the resource it protects, and the way to learn that the hold
-// has ended. It is safe to use from several goroutines. A lease ends when
-// released ([Lease.Unlock]) or lost: Redis refused a renewal, or its deadline
-// passed first. It counts itself lost no later than Redis could give the
-// lock to someone else: its deadline is the last confirmed sending plus
-// TTL × (1 − drift), by the monotonic and the wall clock, whichever ends
-// first. [Lease.AtRisk] warns half way there; a loss's error says why.
+// Lease is one acquisition of a lock: the proof of holding it, its fencing
+// token, and the way to learn that the hold has ended. It is safe for
+// concurrent use. A lease ends when released ([Lease.Unlock]) or lost, no
+// later than Redis could give the lock to someone else: at the last
+// confirmed sending plus TTL × (1 − drift), by the monotonic or the wall
+// clock, whichever ends first. [Lease.AtRisk] warns half way there.
 type Lease struct {
 	name  string
 	token uint64
@@ -27,15 +25,9 @@ type Lease struct {
 
 	unlockMu sync.Mutex // one Unlock at a time, so their outcomes are not crossed
 
-	// extendMu keeps one extension (Extend or renewal) of this lease in
-	// flight at a time, so that the deadline follows the replies in the
-	// order they came. That is not the order Redis applies them in: a
-	// renewal held on the network, or go-redis's resend of one after a read
-	// timeout, can land after a later Extend whose reply came first. So a
-	// renewal only ever moves the hold's expiry later (see the extend
-	// scripts): a late one cannot cut a longer Extend short. Only Extend
-	// itself may shorten (shortens); a late copy of that one is inDoubt's.
-	// An Extend waits for it no longer than its context allows.
+	// extendMu keeps one extension in flight, so the deadline follows the
+	// replies in order. Redis may apply them in another order, so renewals
+	// only lengthen (see shortens).
 	extendMu ctxMutex
 
 	mu       sync.Mutex
@@ -47,25 +39,18 @@ type Lease struct {
 	err      error         // set once finished: nil when released, else wraps ErrLeaseLost
 	signals  *leaseSignals // made on first use (see leaseSignals)
 
-	// obs tells an Observer about a lease returned to a caller (see
-	// hooks.watch); nil when none is set.
-	obs atomic.Pointer[leaseObs]
+	obs atomic.Pointer[leaseObs] // nil without an Observer (see hooks.watch)
 }
 
-// hold is what differs between leases: where the lock is held and how it is
-// extended, read and given back. Each lease's hold is one of three: a
-// clientHold, in one Redis through a Client (clienthold.go); a redlockHold,
-// on a majority of a Redlock's nodes (redlock_lease.go); a partsHold, the
-// leases of a MultiLock's groups on several cluster slots (multilease.go).
-// The Lease runs the same lifecycle over each: deadline, timer, renewal
-// schedule, loss, Done.
+// hold is where a lease's lock is held and how it is extended, read and
+// given back: a clientHold (clienthold.go), a redlockHold on a Redlock's
+// nodes (redlock_lease.go) or a partsHold of a MultiLock's groups
+// (multilease.go). The Lease runs one lifecycle over each.
 type hold interface {
-	// extend asks once that the hold be kept ttl from now. An Extend,
-	// sent at extending, may shorten it (see shortens): a hold that sends
-	// it counts on no more than it leaves until it is answered (see
-	// inDoubt). A renewal (extending zero) only lengthens it. loss, when
-	// Redis refused, is what the lease is lost with, and err what the
-	// caller is told; err alone: the outcome is unknown.
+	// extend asks once that the hold be kept ttl from now. An Extend (sent
+	// at extending) may shorten it, a renewal (zero extending) only
+	// lengthens. loss, when Redis refused, ends the lease; err alone: the
+	// outcome is unknown.
 	extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error)
 	// ttl is [Lease.TTL] of a lease held as far as it knows.
 	ttl(ctx context.Context) (time.Duration, error)
@@ -96,26 +81,15 @@ func (l *Lease) renewAt(at time.Time) {
 	}
 }
 
-// errGrantExpired: a grant that arrived with too little TTL left expired
-// before an extension could confirm it, or the extension too came back
-// with too little left. A waiting Lock attempts again.
+// errGrantExpired: a late grant could not be confirmed in time. A waiting
+// Lock attempts again.
 var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confirmed (a slow link?)", ErrNotAcquired)
 
 // confirmGrant extends an unconfirmed grant to its TTL and starts it; a
-// lease confirmed already is left as it is.
-//
-// The extension confirms the grant only if it was applied before the
-// grant could have run out in Redis: its answer read before the grant's
-// deadline (by both clocks). Past it, the hold may have expired, another
-// may have held the lock and let it go, and a late copy of the call's
-// attempt, under the same owner, taken it again with a new token: the
-// extension would find that hold its owner's, and the lease hand it over
-// with the grant's token, lower than the one before it. Such a grant
-// expired; the caller gives back whatever its owner holds. A hand-over is
-// not judged so (see leaseHandedOver): its deadline says little of its hold,
-// and a waiter that hears of it only after the hold lapsed and a late
-// copy of its last attempt retook the lock would be told by the lock's
-// counter alone, which the extension does not read (issue 17, open).
+// lease confirmed already is left as it is. The extension counts only if
+// answered before the grant's deadline: later, a late copy of the attempt
+// may have retaken the lock with a newer token (docs/SAFETY.md). A
+// hand-over is not judged so (issue 17, open).
 func (l *Lease) confirmGrant(ctx context.Context) error {
 	l.mu.Lock()
 	state := l.state
@@ -141,9 +115,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	l.step(leaseHeld)
 	l.setDeadline(sent, l.ttl)
 	l.mu.Unlock()
-	// The confirmation crossed the same link as the grant: it is held to
-	// startLease's rule, or the lease would be handed over lost, or too
-	// late for its first renewal.
+	// The confirmation crossed the grant's link: held to startLease's rule.
 	if now := l.clock.Now(); l.leftAt(now) < max(l.ttl/3, now.Sub(sent)) {
 		return errGrantExpired
 	}
@@ -166,9 +138,8 @@ func (l *Lease) grantLapsed() bool {
 	return l.leftAt(l.clock.Now()) <= 0
 }
 
-// shortens is the extend scripts' ARGV[3] from Lease.Extend: the caller asked
-// for this TTL, shorter or not. Renewals and confirmGrant send lengthens,
-// and then a script only ever moves a hold's expiry later.
+// shortens is the extend scripts' ARGV[3] from Lease.Extend; renewals send
+// lengthens, so a late one cannot cut a longer Extend short.
 const shortens, lengthens = "1", "0"
 
 // validUntil is how long a hold sent at sent, for ttl, can be counted on.
@@ -180,18 +151,14 @@ func validUntil(sent time.Time, ttl time.Duration, drift float64) time.Time {
 // the names it holds, sorted, joined by commas.
 func (l *Lease) Name() string { return l.name }
 
-// Token returns the fencing token of this hold: larger than the token of
-// every earlier hold of the same lock name. Pass it to the resource the lock
-// protects, and have the resource refuse a token lower than the highest it
-// has seen. Tokens go up even when the counter is lost (each is at least the
-// server's clock in µs), stay below 2^53, and are not consecutive. A
-// [MultiLock]'s lease holds one per name: Token is the first's, and
-// [Lease.Tokens] has them all.
+// Token returns the fencing token of this hold, larger than that of every
+// earlier hold of the name: have the resource refuse a token lower than the
+// highest it has seen. Tokens rise even when the counter is lost (each is at
+// least the server's clock in µs), stay below 2^53 and are not consecutive.
+// A [MultiLock]'s Token is its first name's; see [Lease.Tokens].
 func (l *Lease) Token() uint64 { return l.token }
 
-// Tokens returns the fencing token of each lock the lease holds, by name:
-// one for most leases, one per name for a [MultiLock]'s. Show each resource
-// the token of the lock that protects it.
+// Tokens returns the fencing token of each lock the lease holds, by name.
 func (l *Lease) Tokens() map[string]uint64 {
 	tokens := make(map[string]uint64)
 	l.hold.addTokens(tokens)
@@ -199,8 +166,7 @@ func (l *Lease) Tokens() map[string]uint64 {
 }
 
 // Done returns a channel that is closed when the lease ends: released or lost.
-// (It is made on first use: most leases are unlocked without anyone waiting
-// on it, and ten thousand held leases are a megabyte lighter without.)
+// It is made on first use: most leases are never waited on.
 func (l *Lease) Done() <-chan struct{} {
 	l.expireIfPast()
 	l.mu.Lock()
@@ -252,13 +218,9 @@ func (l *Lease) Deadline() time.Time {
 }
 
 // Context returns a context derived from parent that is cancelled when the
-// lease ends; [context.Cause] then reports an error matching [ErrLeaseLost]
-// if it was lost. Work done under the lock with this context stops by itself
-// when the lock goes.
-//
-// The lease of a [ReentrantMutex] or [RWMutex] also travels in the context:
-// a Lock of the same lock with it, or with a context derived from it,
-// re-enters the hold as its owner (see [RWMutex]) while the lease is held.
+// lease ends; [context.Cause] then matches [ErrLeaseLost] if it was lost.
+// A [ReentrantMutex] or [RWMutex] lease also travels in it: a Lock of the
+// same lock with this context re-enters the hold while the lease is held.
 func (l *Lease) Context(parent context.Context) context.Context {
 	l.expireIfPast()
 	if key := l.rules.heldKey; key != nil {
@@ -266,8 +228,7 @@ func (l *Lease) Context(parent context.Context) context.Context {
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	if key := l.whenEnded(func(err error) { cancel(err) }); key != nil {
-		// Forget the callback when parent ends first, so a long-lived lease
-		// does not collect them.
+		// Forget it when parent ends first: a long lease collects none.
 		context.AfterFunc(ctx, func() {
 			l.mu.Lock()
 			delete(l.signals.onEnd, key)
@@ -305,17 +266,12 @@ func (l *Lease) String() string {
 // GoString is String, so that %#v does not print the owner token either.
 func (l *Lease) GoString() string { return l.String() }
 
-// Extend sets the lock's remaining time to ttl, if this lease still holds it,
-// and makes ttl the TTL of later automatic renewals, the next due a third of
-// ttl after this extension. Only Extend sets a shorter remaining time than
-// the lock has: an automatic renewal never shortens it, so one delayed on
-// the network cannot cut an Extend to a longer ttl short. A shorter ttl is
-// counted on from the moment the Extend is sent, before its reply is in:
-// Redis may apply it, and let the key expire, while the reply is on its
-// way. It never re-creates a lock that has gone: then it returns
-// [ErrNotHeld] and the lease is lost. An extension confirmed only after the lease's deadline does
-// not bring the lease back: it returns an error matching [ErrLeaseLost], and
-// the lease stays lost.
+// Extend sets the lock's remaining time to ttl, if this lease still holds
+// it, and makes ttl the TTL of later renewals, the next due ttl/3 from now.
+// Only Extend shortens; renewals never do. A shorter ttl counts from the
+// moment it is sent. A lock that has gone is not re-created: Extend returns
+// [ErrNotHeld] and the lease is lost. A reply after the lease's deadline
+// returns an error matching [ErrLeaseLost]; the lease stays lost.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	err := validTTL("TTL", ttl)
 	if err == nil {
@@ -325,8 +281,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// extend is Extend of a valid ttl. A MultiLock's whole extends each part
-// the same way, and then counts on the time it sent its own Extend.
+// extend is Extend of a valid ttl.
 func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.heldLocally(); err != nil {
 		return err
@@ -359,13 +314,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 // Unlock releases the hold and wakes a waiter. It releases even when ctx is
-// cancelled, so that a cancelled caller leaves no lock behind; whatever ctx,
-// it is bounded by [CleanupTimeout] (with ContextTimeoutEnabled). It returns
-// nil when the hold was released, also for a lost lease still held in Redis,
-// and [ErrNotHeld] when nothing of the caller's was left to release: released
-// before, or lost and maybe taken by another. A [Redlock]'s lease waits for
-// each node up to the node timeout and resends a failed release in the
-// background. The cases are in docs/SAFETY.md ("Contracts in detail").
+// cancelled, bounded by [CleanupTimeout] (with ContextTimeoutEnabled). It
+// returns nil when the hold was released, also for a lost lease still held
+// in Redis, and [ErrNotHeld] when nothing of the caller's was left. The
+// cases, Redlock's included, are in docs/SAFETY.md ("Contracts in detail").
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ob := l.obs.Load(); ob != nil && !ob.part {
 		return ob.unlock(ctx, l)
@@ -373,11 +325,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.unlock(ctx, voidIfCopied)
 }
 
-// giveUp is Unlock for a lease its call will not return (its caller's
-// context ended as it was granted, a grant that could not be confirmed, a
-// MultiLock rolling back): the release also writes the call's tombstone, as
-// an abandon does, so that a copy of the attempt that was granted, still
-// on its way, takes nothing when it arrives.
+// giveUp is Unlock for a lease its call will not return: the release also
+// writes the call's tombstone, so a late copy of the attempt takes nothing.
 func (l *Lease) giveUp(ctx context.Context) error { return l.unlock(ctx, voidAlways) }
 
 // voidRule says whether a release writes its call's tombstone.
@@ -429,13 +378,11 @@ func (l *Lease) heldLocally() error {
 }
 
 // end closes the lease once, with err nil for a release, and reports
-// whether this call did. A loss is logged before Done closes, so the log
-// shows it before anyone reacts to it.
+// whether this call did. A loss is logged before Done closes.
 func (l *Lease) end(err error) bool { return l.endTelling(err, renewalReport{}) }
 
-// endTelling is end for a loss, with first (the Renewal report that found
-// it, from the lease's observer) told before the End; false when the lease
-// was ending already, and first is the caller's to tell.
+// endTelling is end with first, the Renewal report that found the loss,
+// told before the End; on false, first is the caller's to tell.
 func (l *Lease) endTelling(err error, first renewalReport) bool {
 	l.mu.Lock()
 	if !l.step(leaseEnding) { // ending already
@@ -474,9 +421,7 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 		(*cb)(cancelCause(err))
 	}
 	if ob != nil && err != nil {
-		// A loss is found by the renewal loop or a timer: told once Done
-		// has closed, on a goroutine of its own, so that no observer delays
-		// the holder's signal or the renewals of other leases.
+		// Told on a goroutine of its own: no observer delays Done or renewals.
 		go func() {
 			first.tell()
 			ob.ended(err)

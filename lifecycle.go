@@ -8,11 +8,8 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// How a lease lives: its deadline, on two clocks; the timer that looks at
-// it; the risk point half way; its renewals, whoever sends them (a Client's
-// renewer, in a batch per node, see renewer.go; a Redlock's lease, on its
-// own, see renewNow); and how it ends lost. Each is written once, for every
-// kind of hold.
+// How a lease lives, written once for every hold: its deadline on two
+// clocks, the timer, the risk point, renewals and loss.
 
 var (
 	errDeadlinePassed   = &lostError{LossUnreachable, "no renewal confirmed before its deadline"}
@@ -25,9 +22,8 @@ var (
 	errLostForced       = &lostError{LossForced, "the lock was removed by force"}
 )
 
-// deadlineLoss is how a lease that reached its deadline was lost:
-// unreachable where renewals were due and none got through in time,
-// expired where none were to be sent.
+// deadlineLoss is the loss of a lease that reached its deadline:
+// unreachable if renewals were due, else expired.
 func (l *Lease) deadlineLoss() error {
 	if l.rules.renew && !l.rules.renewalsStopped() {
 		return errDeadlinePassed
@@ -47,9 +43,8 @@ func (e *lostError) Error() string {
 }
 func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.reason} }
 
-// refusal is the loss an extend script's reply other than 1 tells (see
-// the scripts' headers): 0 the hold is gone, -1 another owner holds the
-// lock, -2 it was removed by force. Scripts that cannot tell say 0.
+// refusal is the loss an extend script's reply other than 1 tells: 0 gone,
+// -1 another owner holds the lock, -2 removed by force.
 func refusal(reply int64) error {
 	switch reply {
 	case -1:
@@ -61,8 +56,7 @@ func refusal(reply int64) error {
 }
 
 // refused ends the lease as lost after Redis said it is not ours, unless an
-// Unlock has begun: its own release may be what Redis saw, and Unlock ends
-// the lease as it finds.
+// Unlock has begun: its own release may be what Redis saw.
 func (l *Lease) refused() { l.refusedWith(errRenewalRefused) }
 
 // refusedWith is refused with the loss Redis told.
@@ -72,15 +66,10 @@ func (l *Lease) refusedWith(err error) {
 	}
 }
 
-// confirmed sets the deadline after Redis confirmed an extension to ttl that
-// was sent at sent (the caller holds extendMu), makes ttl what renewals ask
-// for, and has the next renewal due a third of it after sent (one planned
-// for a former, longer TTL would be too late for a shorter one). It may
-// move the deadline in as well as out: the key now expires ttl after the
-// extension arrived, whatever it had left before. A deadline that has
-// already passed is not moved: from that moment the lease was reported
-// lost, and stays so; the error says so (and the lease is ended here if no
-// one has yet).
+// confirmed sets the deadline after Redis confirmed an extension to ttl
+// sent at sent (the caller holds extendMu), and has the next renewal due
+// ttl/3 after sent. The deadline may move in as well as out. One that has
+// passed is not moved: the lease was reported lost and stays so.
 func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	l.mu.Lock()
 	if l.finished() {
@@ -104,14 +93,9 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 }
 
 // inDoubt handles an Extend to ttl, sent at sent, whose outcome is not
-// known yet, or never will be; a hold calls it as it sends one. Redis may
-// have applied it, or may yet (a command waiting in a stalled server, a
-// copy on its way), long before its reply arrives, and the lock may go to
-// another meanwhile. A longer TTL changes nothing the lease counts on. A
-// shorter one may have cut the key's life: the lease counts on no more
-// than it would leave, and renews at that TTL from now on, so that the
-// key lives as long as the lease counts on it whichever extension Redis
-// applies last.
+// known; a hold calls it as it sends one. Redis may apply it at any time
+// before its reply arrives. A shorter ttl may cut the key's life: the lease
+// counts on no more than it leaves, and renews at ttl from now on.
 func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	if l.finished() || ttl >= l.ttl {
@@ -144,18 +128,15 @@ func (l *Lease) deadlineMoved() {
 	}
 }
 
-// leftAt is how long the lease has left at now (a reading of l.clock), by
-// whichever of its deadline's clocks ends first; l.mu must be held. The
-// wall clock goes on while the machine is suspended, the monotonic one
-// does not: after a resume, only the wall clock knows that Redis's TTL
-// has run on.
+// leftAt is how long the lease has left at now, by whichever clock ends
+// first; l.mu must be held. After a suspension only the wall clock knows
+// that Redis's TTL ran on.
 func (l *Lease) leftAt(now time.Time) time.Duration {
 	return min(l.deadline.Sub(now), l.clock.Wall(l.deadline).Sub(l.clock.Wall(now)))
 }
 
-// expireIfPast ends the lease as lost when its deadline has passed. The
-// deadline timer runs on the monotonic clock: after a suspension it fires
-// late, and whoever looks first ends the lease.
+// expireIfPast ends the lease as lost when its deadline has passed: after a
+// suspension the timer fires late, and whoever looks first ends it.
 func (l *Lease) expireIfPast() {
 	l.mu.Lock()
 	past := leaseHeld <= l.state && !l.finished() && l.leftAt(l.clock.Now()) <= 0
@@ -165,11 +146,8 @@ func (l *Lease) expireIfPast() {
 	}
 }
 
-// checkDeadline runs when the lease's timer fires: at its risk point
-// (see AtRisk), then at its deadline, unless a renewal moved them. (The
-// timer runs on the machine's monotonic clock, which a suspended
-// machine's stops: in a suspended process of the fault tests, it waits
-// for the resume.)
+// checkDeadline runs when the lease's timer fires: at its risk point, then
+// at its deadline. In a suspended test process it waits for the resume.
 func (l *Lease) checkDeadline() {
 	l.clock.Wait()
 	l.mu.Lock()
@@ -199,9 +177,8 @@ func (l *Lease) checkDeadline() {
 	}
 }
 
-// setDeadline counts the lease valid for validity from sent, when the
-// acquire or extension that Redis confirmed was sent, and puts its risk
-// point half way; l.mu must be held, or the lease not yet shared.
+// setDeadline counts the lease valid for validity from sent, the risk point
+// half way; l.mu must be held, or the lease not yet shared.
 func (l *Lease) setDeadline(sent time.Time, validity time.Duration) {
 	l.deadline = validUntil(sent, validity, l.rules.drift).Add(-l.rules.slack)
 	l.riskAt = halfWay(sent, l.deadline)
@@ -210,9 +187,8 @@ func (l *Lease) setDeadline(sent time.Time, validity time.Duration) {
 // halfWay is the moment half way from sent to deadline.
 func halfWay(sent, deadline time.Time) time.Time { return sent.Add(deadline.Sub(sent) / 2) }
 
-// nextCheck is how long the lease's timer waits from now: to its risk
-// point while an auto-renewed lease is not yet at risk, else to its
-// deadline; l.mu must be held.
+// nextCheck is how long the timer waits: to the risk point while an
+// auto-renewed lease is not at risk, else to the deadline; l.mu held.
 func (l *Lease) nextCheck(now time.Time) time.Duration {
 	left := l.leftAt(now)
 	if l.rules.renew && !l.risky() {
@@ -221,14 +197,12 @@ func (l *Lease) nextCheck(now time.Time) time.Duration {
 	return left
 }
 
-// AtRisk returns a channel that is closed once the lease is at risk: an
-// auto-renewed lease with no renewal confirmed for half the time its last
-// confirmation gave it. Renewals go every TTL/3, so two have failed or hang,
-// while the lease still holds and a sixth of the TTL or more is left: the
-// moment to checkpoint, or to start nothing that cannot be undone. It stays
-// closed if a renewal then succeeds. A fixed lease's closes only on loss; a
-// lost lease's closes before Done; a release does not close it. A
-// [MultiLock]'s lease is at risk when any part is (docs/SAFETY.md).
+// AtRisk returns a channel that is closed once an auto-renewed lease had no
+// renewal confirmed for half the time its last confirmation gave it: two
+// renewals failed, a sixth of the TTL or more is left. Checkpoint then, or
+// start nothing that cannot be undone. It stays closed; a fixed lease's
+// closes only on loss, before Done; a release does not close it. A
+// [MultiLock]'s lease is at risk when any part is.
 func (l *Lease) AtRisk() <-chan struct{} {
 	l.expireIfPast()
 	l.mu.Lock()
@@ -269,16 +243,14 @@ func (l *Lease) markRisky() {
 const extendBusyRetry = 5 * time.Millisecond
 
 // lockForRenewal takes extendMu for a renewal, unless an Extend is in
-// flight (one extension of a lease at a time: the renewal is put back for
-// a moment) or the lease has ended or its deadline has passed.
+// flight (the renewal is put back) or the lease has ended.
 func (l *Lease) lockForRenewal() bool {
 	switch {
 	case !l.extendMu.TryLock():
 		l.hold.renewAt(l.clock.Now().Add(extendBusyRetry))
 		return false
 	case l.heldLocally() != nil:
-		// Renewing would not bring it back: a timer that has not fired
-		// (the machine was suspended) finds it lost here.
+		// A timer late after a suspension: it is lost here.
 		l.extendMu.Unlock()
 		l.expireIfPast()
 		return false
@@ -286,13 +258,10 @@ func (l *Lease) lockForRenewal() bool {
 	return true
 }
 
-// renewalAnswered applies the answer to a renewal to ttl sent at sent
-// (the caller holds extendMu): confirmed, the next is due a third of ttl
-// after it; refused (loss), the lease is lost; failed (err alone), it is
-// tried again soon, well before the deadline: if none gets through, the
-// deadline timer reports the loss. It returns the observer's report, with
-// the margin the lease had left, for the caller to tell once it has
-// released extendMu (a refusal's is told before the lease's End).
+// renewalAnswered applies the answer to a renewal sent at sent (the caller
+// holds extendMu): confirmed, the next is due ttl/3 on; refused, the lease
+// is lost; failed, it is retried well before the deadline. It returns the
+// observer's report for the caller to tell after releasing extendMu.
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
 	ob := l.observer()
 	var due time.Time
@@ -318,8 +287,7 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 	return ob.renewal(l.clock, due, observe.RenewalOK, nil)
 }
 
-// renewNow renews the lease on its own, bounded by its deadline: a
-// Redlock's, whose renewal goes to every node.
+// renewNow renews a Redlock's lease on its own, bounded by its deadline.
 func (l *Lease) renewNow() {
 	l.clock.Wait() // its timer's, as checkDeadline's
 	if l.releasing() || !l.lockForRenewal() {

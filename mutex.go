@@ -46,9 +46,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 
 // TryLock makes one attempt to take the lock and never waits. It returns
 // [ErrNotAcquired] when someone else holds it, and an error matching
-// [ErrUnavailable] when Redis cannot serve it for a while (a failover, a
-// slot being migrated): trying again later may succeed. Like Lock's, its lease renews
-// itself unless [WithLeaseTime] was given.
+// [ErrUnavailable] when Redis cannot serve it for a while.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, true, m.call)
 }
@@ -56,20 +54,15 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // Lock takes the lock, waiting for its release while someone else holds it,
 // until ctx ends or the wait set by [WithWait] runs out. A wait that ends
 // that way returns an error matching both [ErrNotAcquired] and ctx's error.
-// A release hands the lock to one waiting Lock, which then holds it without
-// asking again; a newcomer does not barge in ahead of waiters. Errors that
-// pass on their own ([ErrUnavailable]) do not end the wait: it tries again,
-// backing off.
-//
-// Unless [WithLeaseTime] was given, the lease renews itself every TTL/3 until
-// it is unlocked or lost.
+// A release hands the lock to one waiting Lock; a newcomer does not barge
+// in. [ErrUnavailable] does not end the wait. Unless [WithLeaseTime] was
+// given, the lease renews itself every TTL/3 until unlocked or lost.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }
 
-// mutexCall is one TryLock or Lock call. A release may hand the lock to it
-// while it waits: it numbers its registrations, so that it can tell a
-// hand-over for its latest one from a stale one.
+// mutexCall is one TryLock or Lock call. It numbers its registrations to
+// tell a hand-over for its latest from a stale one.
 type mutexCall struct {
 	call
 	attempts   int
@@ -83,8 +76,7 @@ func (m *Mutex) call(context.Context) *call {
 }
 
 // request registers a waiter with what a release needs to hand it the lock
-// (see hand_next.lua): its Client, the attempt, the TTL, the owner token
-// and the holder info.
+// (see hand_next.lua).
 func (a *mutexCall) request(waiterID string, _ any) ([]any, string) {
 	a.attempts++
 	entry := ""
@@ -102,10 +94,9 @@ func (a *mutexCall) refused(_ []int64, entry string) error {
 	return nil
 }
 
-// granted takes the lock a release handed over for the attempt h names (see
-// hand_next.lua). The hand-over came after that attempt was applied, so its
-// sending starts the lease; one for an earlier attempt is stale (that hold
-// ran out before the latest attempt found the lock not ours) and gives nil.
+// granted takes the lock a release handed over for the attempt h names;
+// that attempt's sending starts the lease. One for an earlier attempt is
+// stale and gives nil.
 func (a *mutexCall) granted(h handOver) *Lease {
 	if h.ref != strconv.Itoa(a.attempts) || a.registered == "" {
 		return nil
@@ -114,9 +105,7 @@ func (a *mutexCall) granted(h handOver) *Lease {
 	return a.lease(h.token, h.valid, nil)
 }
 
-// entry is "": leave withdraws the registration the call made last (see
-// abandonArgs), and passes a hold a release may have handed it meanwhile
-// on.
+// entry is "": leave withdraws the call's last registration (abandonArgs).
 func (a *mutexCall) entry(string) string { return "" }
 
 // abandonArgs withdraw the failed attempt's registration (entry) and the

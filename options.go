@@ -19,66 +19,48 @@ const (
 	DefaultTTL = 30 * time.Second
 
 	// DefaultDriftFactor is the share of each TTL a lease gives up to clock
-	// rate differences between this process and Redis: a lease counts itself
-	// lost at TTL × (1 − drift) after it was sent, before Redis lets go.
+	// rate differences: it counts itself lost at TTL × (1 − drift).
 	DefaultDriftFactor = 0.01
 
-	// MinTTL is the shortest TTL or lease time accepted. Below it, a network
-	// round trip and the renewal schedule leave too little of the TTL to use.
+	// MinTTL is the shortest TTL or lease time accepted.
 	MinTTL = 100 * time.Millisecond
 
-	// MaxTTL is the longest TTL or lease time accepted. The scripts keep
-	// expiries in microseconds of the server's clock as Lua numbers, exact
-	// below 2⁵³ µs (285 years since 1970); this bound keeps every expiry far
-	// inside that and every PX argument inside what Redis takes.
+	// MaxTTL is the longest TTL or lease time accepted: expiries in µs stay
+	// exact as Lua numbers (below 2⁵³).
 	MaxTTL = 10 * 365 * 24 * time.Hour
 
-	// DefaultWaiterRefresh is how often a waiting Lock, registered to be
-	// woken by the next release, tries again and so renews its
-	// registration: a waiter that died stops being picked within a few
-	// refreshes, and a wake-up sent to it holds the others up for one
-	// refresh at most.
+	// DefaultWaiterRefresh is how often a waiting Lock tries again, renewing
+	// its registration: a dead waiter stops being picked within a few.
 	DefaultWaiterRefresh = time.Second
 
-	// MinWaiterRefresh is the shortest waiter refresh accepted: each refresh
-	// of each waiter is a command sent to Redis.
+	// MinWaiterRefresh is the shortest waiter refresh accepted.
 	MinWaiterRefresh = 10 * time.Millisecond
 
-	// MaxWaiterRefresh is the longest waiter refresh accepted. A waiter's
-	// registration lasts three refreshes, an expiry the scripts keep like a
-	// hold's: this bound keeps it within [MaxTTL], and so exact in Lua and
-	// a valid expiry in Redis (longer, it would overflow, and a negative
-	// expiry deletes the set of waiters).
+	// MaxWaiterRefresh is the longest waiter refresh accepted: a
+	// registration lasts three refreshes, within [MaxTTL].
 	MaxWaiterRefresh = MaxTTL / waiterLeaseRefreshes
 
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
 
 	// DefaultRestartGuard is how long a [Redlock] node must have been up
-	// before it votes, unless [WithRestartGuard] says otherwise (or the
-	// Redlock uses a longer TTL): the default TTL, the longest TTL of any
-	// client that does not set one.
+	// before it votes (see [WithRestartGuard]).
 	DefaultRestartGuard = DefaultTTL
 
 	// CleanupTimeout bounds the work dlock does after its caller has given
-	// up: the compare-and-delete that follows a failed or cancelled acquire,
-	// and Unlock, which releases even with a cancelled context. It bounds
-	// them whatever the context, one that never ends included.
+	// up, whatever the context: the abandon after a failed acquire, and
+	// Unlock, which releases even with a cancelled context.
 	CleanupTimeout = 5 * time.Second
 )
 
 // Option configures a Client (as defaults for every lock it makes) or one
 // lock (overriding the Client's). An option that does not apply where it is
-// given (WithReplicaAck to a Redlock, WithOwner to a Mutex…; each option's
-// doc says where it applies) is refused like a bad value: the first call
-// returns an error matching [ErrInvalid], before anything is sent. A
-// Client takes every option that applies to a lock type it makes.
+// given (each option's doc says where it applies) is refused like a bad
+// value: the first call returns an error matching [ErrInvalid].
 type Option func(*settings)
 
-// optionSet names the options that not everything takes: some only some
-// lock types, the rest every lock type but not Describe nor ForceUnlock,
-// which look a lock up by name (WithPrefix, which everything takes, has no
-// bit).
+// optionSet names the options that not everything takes (WithPrefix, which
+// everything takes, has no bit).
 type optionSet uint16
 
 const (
@@ -108,10 +90,7 @@ type optionScope struct {
 	takes optionSet
 }
 
-// The options each type takes: a Redlock's nodes are independent masters
-// (no replicas to wait for) and nobody waits on them as a registered
-// waiter; a MultiLock's locks and an Election's leadership keep no holder
-// info; only read-write and reentrant holds have an owner beyond the call.
+// The options each type takes.
 var (
 	forMutex     = optionScope{"Mutex", optEveryLock | optWaiterRefresh | optHolderInfo | optReplicaAck}
 	forFair      = optionScope{"FairMutex", forMutex.takes}
@@ -176,10 +155,9 @@ func defaultSettings() settings {
 	}
 }
 
-// WithPrefix sets the prefix of every key and channel (default [DefaultPrefix]).
-// Point several applications at one Redis with different prefixes to keep
-// their locks apart. It may not contain '{' or '}', which would change the
-// cluster slot of the keys.
+// WithPrefix sets the prefix of every key and channel (default
+// [DefaultPrefix]), to keep applications on one Redis apart. It may not
+// contain '{' or '}', which would change the keys' cluster slot.
 func WithPrefix(prefix string) Option { return func(s *settings) { s.prefix = prefix } }
 
 // WithTTL sets how long a lock outlives a holder that stops renewing it
@@ -195,8 +173,7 @@ func WithLeaseTime(d time.Duration) Option {
 }
 
 // WithDriftFactor sets the share of each TTL given up to clock drift, in
-// [0, 0.5) (default [DefaultDriftFactor]): every lease of every type counts
-// itself lost that much before Redis lets go.
+// [0, 0.5) (default [DefaultDriftFactor]).
 func WithDriftFactor(f float64) Option {
 	return func(s *settings) { s.drift, s.given = f, s.given|optDriftFactor }
 }
@@ -220,10 +197,9 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// errorsToDefault is the default logger's handler: a warning that the
-// locks are unsafe (error level) must reach someone without configuration,
-// so it passes records at error level to next, or to slog.Default()'s
-// handler as it is at each record, and drops the rest.
+// errorsToDefault is the default logger's handler: it passes error records
+// (locks are unsafe) to next, or to slog.Default()'s handler, and drops the
+// rest.
 type errorsToDefault struct{ next slog.Handler }
 
 func (h errorsToDefault) handler() slog.Handler {
@@ -249,15 +225,13 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 	return errorsToDefault{h.handler().WithGroup(name)}
 }
 
-// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle:
-// every call through it, whatever its context, and every handle with the
-// same id, in any process, is one owner, re-entering the others' holds. It
-// is for holds shared across processes, not for goroutines. Without it the
-// owner is the call chain (see [Lease.Context]). Whoever knows the id joins
-// its holds, write holds with their fencing token: [Client.Describe] shows
-// only its [admin.OwnerHash], which hides an id that cannot be guessed. It must
-// be printable UTF-8, not empty, and at most [MaxNameLen] bytes. Only an
-// RWMutex and a ReentrantMutex (or a Client, as their default) take it.
+// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle
+// (or a Client's default): every call through it, and every handle with
+// the same id in any process, is one owner, re-entering the others' holds.
+// It is for holds shared across processes; without it the owner is the
+// call chain (see [Lease.Context]). Whoever knows the id joins its holds:
+// [Client.Describe] shows only its [admin.OwnerHash]. It must be printable UTF-8,
+// not empty, and at most [MaxNameLen] bytes.
 func WithOwner(id string) Option {
 	return func(s *settings) {
 		s.owner = id
@@ -267,55 +241,43 @@ func WithOwner(id string) Option {
 }
 
 // WithWaiterRefresh sets how often a waiting Lock renews its place among the
-// waiters (default [DefaultWaiterRefresh]). A waiter that dies is dropped
-// within three refreshes; until then a wake-up or, for a [FairMutex], the
-// lock itself may be handed to it and held up for that long. Shorter
-// refreshes drop dead waiters sooner at the cost of one Redis command per
-// waiter per refresh; at least [MinWaiterRefresh], at most
-// [MaxWaiterRefresh]. A [Redlock] refuses it: its waiters do not register,
-// they try again after a random delay.
+// waiters (default [DefaultWaiterRefresh]). A dead waiter is dropped within
+// three refreshes; until then a wake-up or a hand-over to it holds the
+// others up. Each refresh costs one command per waiter. A [Redlock]
+// refuses it: its waiters do not register.
 func WithWaiterRefresh(d time.Duration) Option {
 	return func(s *settings) { s.waiterRefresh, s.given = d, s.given|optWaiterRefresh }
 }
 
-// WithNodeTimeout bounds how long a [Redlock] waits for each node's answer,
-// in every operation. It must be small against the TTL: a node that
-// answers late uses up the validity of the lock. Default: TTL/50, between
-// 10 ms and 200 ms. Only a Redlock takes it.
+// WithNodeTimeout bounds how long a [Redlock] waits for each node's answer.
+// Keep it small against the TTL: a late answer uses up the lock's validity.
+// Default: TTL/50, between 10 ms and 200 ms. Only a Redlock takes it.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(s *settings) { s.nodeTimeout, s.given = d, s.given|optNodeTimeout }
 }
 
-// WithRestartGuard sets the restart guard of a [Redlock]: a node votes only
-// once it has had its data for at least d, or for the longest TTL the
-// Redlock has used, whichever is longer (default [DefaultRestartGuard]): a
-// node that lost writes (a restart without persistence, a failover to a
-// replica that missed them) could let a second owner in. That time counts
-// from the node's start (its uptime: a new deployment waits too), or from
-// when this process sees a master other than the one it saw behind the
-// client, or first meets one promoted since it started. A node that is not
-// a master, or whose INFO cannot be read (+info), does not vote; its
-// [NodeError] says why. Give d the longest TTL any process uses.
-// WithRestartGuard(0) turns it off: only for nodes that persist every
-// write (appendfsync always) and are never failed over.
+// WithRestartGuard sets the restart guard of a [Redlock] (default
+// [DefaultRestartGuard]): a node votes only once it has had its data for d,
+// or the longest TTL the Redlock used, if longer, since a node that lost
+// writes could let a second owner in. That counts from its start, or from a
+// change or promotion of the master this process sees. A node that is no
+// master, or whose INFO cannot be read (+info), does not vote (see its
+// [NodeError]). Give d the longest TTL any process uses. 0 turns it off:
+// only for nodes that persist every write and are never failed over.
 func WithRestartGuard(d time.Duration) Option {
 	return func(s *settings) { s.restartGuard, s.given = d, s.given|optRestartGuard }
 }
 
-// WithReplicaAck makes every acquisition wait until n replicas of the
-// lock's master confirm it, for at most timeout (WAIT, in the same
-// pipeline); with fewer, the hold is released and the call fails with
-// [ErrReplicaAck]. Renewals and [Lease.Extend] wait too, and a lease's
-// deadline moves only with what the replicas confirmed. So a lock survives
-// the failover of its master to a replica that confirmed it. WAIT is not
-// consensus: a replica outside the n may still be promoted. A [Redlock]
-// refuses it. Details in docs/SAFETY.md ("Contracts in detail").
+// WithReplicaAck makes every acquisition wait until n replicas confirm it,
+// for at most timeout (WAIT); with fewer, the hold is released and the call
+// fails with [ErrReplicaAck]. Renewals and [Lease.Extend] wait too. So a
+// lock survives a failover to a replica that confirmed it; WAIT is not
+// consensus. A [Redlock] refuses it. See docs/SAFETY.md.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(s *settings) { s.ack, s.given = replicaAck{n, timeout}, s.given|optReplicaAck }
 }
 
-// with is s with opts applied; given says which of them only some types
-// take.
+// with is s with opts applied.
 func (s settings) with(opts []Option) settings {
 	s.given = 0
 	for _, opt := range opts {
@@ -366,12 +328,10 @@ func (s settings) validate(scope optionScope) error {
 	return nil
 }
 
-// triesOnce reports whether a Lock made with these settings is a single
-// attempt ([WithWait](0)), for observers.
+// triesOnce reports whether Lock is a single attempt ([WithWait](0)).
 func (s settings) triesOnce() bool { return s.waitSet && s.wait == 0 }
 
-// holdTTL is the TTL each acquisition asks Redis for, and whether the lease
-// renews itself.
+// holdTTL is the TTL each acquisition asks for, and whether it renews.
 func (s settings) holdTTL() (ttl time.Duration, autoRenew bool) {
 	if s.leaseTime > 0 {
 		return s.leaseTime, false
@@ -379,8 +339,7 @@ func (s settings) holdTTL() (ttl time.Duration, autoRenew bool) {
 	return s.ttl, true
 }
 
-// validTTL checks a TTL, lease time or extension against [MinTTL] and
-// [MaxTTL].
+// validTTL checks a TTL, lease time or extension against [MinTTL], [MaxTTL].
 func validTTL(what string, d time.Duration) error {
 	switch {
 	case d < MinTTL:
@@ -404,8 +363,7 @@ func validateName(name string) error {
 	case len(name) > MaxNameLen:
 		return invalidf("lock name of %d bytes exceeds %d", len(name), MaxNameLen)
 	case strings.ContainsAny(name, "{}"):
-		// The name becomes a cluster hash tag; a brace in it could split one
-		// lock's keys over several slots.
+		// A brace could split one lock's keys over several slots.
 		return invalidf("lock name %q contains '{' or '}'", name)
 	}
 	return nil

@@ -17,15 +17,12 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// Redlock makes locks held by a majority of several independent Redis
-// masters (the Redis documentation's Redlock algorithm), so that a lock
-// survives the loss of a minority of them. Each node is one master's
-// client (a Client, or a failover client), whose restarts and failovers the
-// restart guard counts ([WithRestartGuard]). Each operation goes to every
-// node at once, bounded by [WithNodeTimeout]; waiting Locks retry after a
-// random delay; failures are a [*QuorumError] naming each node. What it
-// promises given clocks within [WithDriftFactor], and what can still let
-// two owners in (a paused holder, a clock jump, lost writes): docs/SAFETY.md.
+// Redlock makes locks held by a majority of independent Redis masters (the
+// Redlock algorithm), so a lock survives the loss of a minority. Each node
+// is one master's client, whose restarts the restart guard counts
+// ([WithRestartGuard]). Each operation goes to every node at once, bounded
+// by [WithNodeTimeout]; failures are a [*QuorumError] naming each node.
+// What it promises, and what can still let two owners in: docs/SAFETY.md.
 type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
@@ -44,8 +41,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 		if unmadeClient(rdb) {
 			return nil, invalidf("Redis client %d is nil", i)
 		}
-		// Their connections are opened by clients of their own, unseen by
-		// the hook the restart guard counts them with.
+		// Their connections are unseen by the restart guard's hook.
 		switch rdb.(type) {
 		case *redis.Ring, *redis.ClusterClient:
 			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
@@ -71,17 +67,11 @@ func (r *Redlock) Quorum() int {
 }
 
 // RedlockMutex is an exclusive lock held on a majority of a [Redlock]'s
-// nodes. Its leases are ordinary [Lease] values: a token, Done and Context,
-// renewal every TTL/3 while a majority confirms in time, Unlock on every
-// node. Unlock waits for each node for the node timeout, and succeeds where
-// a majority let go; where the release failed on a node (it missed the
-// node timeout, say), it is sent there again in the background, within
-// [CleanupTimeout], so that the node does not keep the hold for its TTL. A
-// node it still cannot reach keeps the hold until its TTL, which the
-// Redlock's logger says: while a node is down (unreachable), each Unlock
-// logs that node's failure as a warning, as each failed attempt's
-// give-back does. Nothing waits for that background: clients closed
-// right after Unlock cut it short.
+// nodes. Its leases are ordinary [Lease] values, renewed every TTL/3 while
+// a majority confirms in time. Unlock waits for each node up to the node
+// timeout and succeeds where a majority let go; a failed release is resent
+// in the background within [CleanupTimeout], and a node still unreachable
+// is logged as a warning. Closing the clients right after cuts that short.
 type RedlockMutex struct {
 	r           *Redlock
 	name        string
@@ -92,8 +82,8 @@ type RedlockMutex struct {
 	rules       leaseRules // what its leases share
 }
 
-// redlockSlack is the fixed part of a Redlock's drift allowance: the clock
-// resolution of the nodes (Redis expires keys to the millisecond).
+// redlockSlack is the fixed part of a Redlock's drift allowance: Redis
+// expires keys to the millisecond.
 const redlockSlack = 2 * time.Millisecond
 
 // Mutex returns the lock called name over the Redlock's nodes. Options
@@ -129,16 +119,9 @@ func (m *RedlockMutex) usable() error {
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] when no majority granted in time, naming each node that
 // did not and why (it matches [ErrNotAcquired] only where other owners'
-// holds keep a majority out). An attempt that wins no majority is given
-// back on every node: before TryLock returns, within the node
-// timeout, on the nodes that answered it; in the background, within
-// [CleanupTimeout], on the others and where that release failed. A node
-// it still cannot reach keeps the attempt until its TTL, which the
-// Redlock's logger says. An attempt that won a majority once ctx ended is
-// given back the same way, with the call's tombstone so that a late copy
-// of the attempt takes nothing, and TryLock returns ctx's error, matching
-// [ErrNotAcquired]. Nothing waits for that background: clients closed
-// right after TryLock cut it short.
+// holds keep a majority out). A failed attempt, or one won once ctx ended,
+// is given back as Unlock gives back a hold, with the call's tombstone;
+// the latter returns ctx's error, matching [ErrNotAcquired].
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, true)
 }
@@ -156,11 +139,9 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
 // wait set by [WithWait] runs out; then the error matches ctx's error and
-// wraps the last attempt's [*QuorumError] (the last one ctx did not cut
-// short): whether the lock was held or the nodes unavailable. Between
-// attempts it waits a random moment, so contenders do not collide again and again. Each
-// attempt that fails, and one that won a majority once ctx ended, is
-// given back as TryLock's is, in the background where its release failed.
+// wraps the last full attempt's [*QuorumError]. Between attempts it waits a
+// random moment, so contenders do not collide again. Failed attempts are
+// given back as TryLock's are.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
@@ -213,9 +194,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 
 // acquireOutcome is what a failed acquisition whose nodes answered errs
 // matches: ErrNotAcquired where other owners' holds alone keep a majority
-// out; ErrPermission where refusals for lack of it (an ACL without +info,
-// which the restart guard needs) do too, so no quorum is left to wait for;
-// else ErrUnavailable: nodes down, too slow or not voting yet.
+// out; ErrPermission where ACL refusals do too; else ErrUnavailable.
 func (r *Redlock) acquireOutcome(errs []error) error {
 	held, forbidden := 0, 0
 	for _, err := range errs {
@@ -259,10 +238,8 @@ func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
 	}
 }
 
-// elapsed is the time since start, a reading of r's clock, by whichever
-// of the process's clocks went further, as a lease's deadline is judged
-// (Lease.leftAt): a suspended machine's monotonic clock stands still
-// while the nodes' TTLs run on.
+// elapsed is the time since start by whichever clock went further, as in
+// Lease.leftAt: a suspension stops only the monotonic one.
 func (r *Redlock) elapsed(start time.Time) time.Duration {
 	now := r.clock.Now()
 	return max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start)))
@@ -273,9 +250,8 @@ func (m *RedlockMutex) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*m.cfg.drift) + redlockSlack
 }
 
-// The KEYS a Redlock's node takes: the Mutex scripts' (scripts.MutexAcquire
-// and the others), up to the holder info, forced removal's mark and
-// release mark a Redlock does not keep.
+// The KEYS a Redlock's node takes: the Mutex scripts', up to the holder
+// info and marks a Redlock does not keep.
 var (
 	redlockAcquireLayout = scripts.LayoutOf(scripts.MutexAcquire).Before("HOLDER")
 	redlockAbandonLayout = scripts.LayoutOf(scripts.MutexAbandon).Before("HOLDER")
@@ -328,15 +304,10 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
-// preload loads dlock's scripts, ahead of a vote, on the nodes this
-// Redlock has not loaded them on yet. A load (the server compiling them,
-// a connection dialled) may take longer than a vote waits for a node (the
-// node timeout), and would cost a cold node its vote. The vote's clock
-// starts after the loads, which write no lock: they are no part of any
-// hold's validity. Each node is tried once, whatever the outcome, for at
-// most wait: a node down now must not slow every attempt; one that loses
-// the scripts later (a restart, a failover) gets them again within a vote
-// (sendScripts).
+// preload loads dlock's scripts on each node once, before the vote's clock
+// starts: a load may take longer than the node timeout and cost a cold
+// node its vote. Each node is tried once, for at most wait; one that loses
+// them later gets them again within a vote (sendScripts).
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	var cold []*redlockNode
 	for _, n := range r.nodes {
@@ -351,10 +322,7 @@ func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	}
 }
 
-// redlockPreloadWait is how long a Redlock's first attempt waits at most
-// for its nodes to load dlock's scripts (see preload), when that is longer
-// than the node timeout: a load takes a few ms of a server's time, and a
-// node that has not loaded them by then loads them within its vote.
+// redlockPreloadWait bounds preload, when longer than the node timeout.
 const redlockPreloadWait = 100 * time.Millisecond
 
 // vote is what a node answered an attempt: granted with its counter, or
@@ -411,11 +379,9 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 	return uint64(token), fenced
 }
 
-// majorityHoldLeft is when to try again, as the nodes that refused tell
-// it: the shortest time left of other owners' holds, once at least a
-// quorum of nodes refused (early rather than late: a retry that comes too
-// soon is refused again, one too late waits for nothing). Negative:
-// unknown (not enough nodes refused to say).
+// majorityHoldLeft is when to try again: the shortest time left of other
+// owners' holds once a quorum refused (early rather than late); negative
+// when too few refused to say.
 func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	var left []int64
 	for _, v := range votes {
@@ -429,12 +395,8 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	return time.Duration(slices.Min(left)) * time.Millisecond
 }
 
-// abandon releases an attempt on every node, and leaves a tombstone where it
-// has not arrived. It waits for the nodes that answered the attempt, for
-// the node timeout; the others (down, or slow) get theirs in the
-// background, and those whose release failed are sent it again there (see
-// giveBack), so that a failed attempt returns within the node timeout and
-// yet does not leave a hold it won for its TTL.
+// abandon gives an attempt back on every node (see giveBack), waiting only
+// for the nodes that answered it.
 func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
 	var waitFor, later []*redlockNode
 	for i, n := range m.r.nodes {
@@ -448,11 +410,8 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) 
 		"dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 }
 
-// abandonOn is what gives up owner's call on a node: it releases the hold
-// owner has there (errNotHeldThere: none), and leaves the call's tombstone
-// either way, so that a copy of the attempt still on its way takes
-// nothing. A release sent twice is harmless: the second finds the hold
-// gone, and leaves the tombstone again.
+// abandonOn gives up owner's call on a node: it releases owner's hold there
+// (errNotHeldThere: none) and leaves the call's tombstone. Safe to resend.
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
@@ -461,17 +420,12 @@ func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNod
 	}
 }
 
-// giveBack is how every hold or attempt of a Redlock is given back: it
-// runs give on the nodes of waitFor, each bounded by the node timeout, and
-// returns their errors, and on those of later in the background at once.
-// Each node whose give failed (it missed the node timeout, say), short of
-// answering that the hold is not there (errNotHeldThere), is sent it again
-// in the background, bounded by [CleanupTimeout]: a starved client or a
-// slow link does not leave what it gives back held for its TTL, shutting
-// everyone out. A node where the background's fails too keeps it until its
-// TTL, and the logger says so with warning. Nothing waits for the
-// background: clients closed meanwhile cut it short. give must be safe to
-// send twice.
+// giveBack gives back a Redlock's hold or attempt: give runs on waitFor,
+// each bounded by the node timeout, and their errors are returned; on later
+// at once in the background. A node whose give failed (but for
+// errNotHeldThere) is sent it again in the background within
+// [CleanupTimeout], so a slow link leaves nothing held for its TTL; if that
+// fails too, warning is logged. give must be safe to send twice.
 func (m *RedlockMutex) giveBack(ctx context.Context, waitFor, later []*redlockNode,
 	give func(context.Context, *redlockNode) error, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes

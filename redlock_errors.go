@@ -8,10 +8,8 @@ import (
 
 // NodeError is what went wrong on one node of a [Redlock]: its position in
 // the clients given to [NewRedlock], its address, and the error (a network
-// error; a timeout, with why connecting failed if it did; "held by another
-// owner"; or why the restart guard keeps the node out of the vote: it has
-// not been up for the guard, or its uptime cannot be read, matching
-// [ErrPermission] when the client's user lacks +info).
+// error, "held by another owner", or why the restart guard keeps the node
+// out of the vote, matching [ErrPermission] without +info).
 type NodeError struct {
 	Node int
 	Addr string
@@ -25,15 +23,11 @@ func (e *NodeError) Unwrap() error { return e.Err }
 
 // QuorumError is a [Redlock] operation that fewer than a majority of nodes
 // confirmed in time. An acquisition's matches [ErrNotAcquired] where other
-// owners' holds alone keep it from a majority, [ErrPermission] where
-// refusals for lack of permission do too, else [ErrUnavailable] (nodes
-// down, too slow, or kept out by the restart guard); a majority granted
-// too late ([QuorumError.Late]) matches [ErrNotAcquired];
-// an extension's or release's, [ErrNotHeld] when a majority answered that the
-// hold is not there, else [ErrUnavailable] (nodes that did not answer in
-// time may hold it still); and each node's error (so errors.As finds a
-// *NodeError, errors.Is a context.DeadlineExceeded of a node that timed
-// out).
+// owners' holds alone keep a majority out (or a majority granted too late),
+// [ErrPermission] where permission refusals do too, else [ErrUnavailable].
+// An extension's or release's matches [ErrNotHeld] when a majority said the
+// hold is not there, else [ErrUnavailable]. It also matches each node's
+// error (errors.As finds a *NodeError).
 type QuorumError struct {
 	Op      string // "lock", "lock (fencing token)", "extend" or "unlock"
 	Name    string

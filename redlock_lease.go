@@ -19,7 +19,7 @@ type redlockHold struct {
 }
 
 // newLease makes the lease of a hold a majority granted to an attempt
-// that started at start: valid until start + TTL − TTL × drift − 2 ms.
+// that started at start.
 func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl time.Duration) *Lease {
 	l := &Lease{name: m.name, token: token, rules: m.rules, ttl: ttl, clock: m.r.clock, state: leaseHeld}
 	h := &redlockHold{lease: l, m: m, owner: owner}
@@ -33,8 +33,7 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 }
 
 // extend extends the hold on every node; it counts when a majority
-// confirmed within the validity the extension gives. A majority that
-// refused (the hold expired there, or is another's) loses the lease.
+// confirmed in time. A majority that refused loses the lease.
 func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l, m := h.lease, h.m
 	explicit := !extending.IsZero()
@@ -51,49 +50,42 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
-	granted := succeeded(errs)
-	if granted >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
+	if succeeded(errs) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
 	}
-	lost := m.r.majorityRefused(errs)
-	err = &QuorumError{Op: "extend", Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: holdOutcome(lost)}
+	qerr, lost := m.holdError("extend", errs)
 	if lost {
-		return errRenewalRefused, err
+		return errRenewalRefused, qerr
 	}
-	return nil, err
+	return nil, qerr
 }
 
-// majorityRefused reports whether so many nodes answered that the hold is
-// not there that no quorum can still have it.
-func (r *Redlock) majorityRefused(errs []error) bool {
+// holdError is the error of an extension or release that no majority
+// confirmed in time, and whether a majority refused (lost). It matches
+// ErrNotHeld when lost, else ErrUnavailable: the silent nodes may hold it.
+func (m *RedlockMutex) holdError(op string, errs []error) (qerr *QuorumError, lost bool) {
 	refused := 0
 	for _, err := range errs {
 		if errors.Is(err, errNotHeldThere) {
 			refused++
 		}
 	}
-	return refused > len(r.nodes)-r.quorum
-}
-
-// holdOutcome is the sentinel a failed extension or release matches:
-// ErrNotHeld when a majority refused, else ErrUnavailable, as for a lock on
-// one server whose Redis did not answer: the nodes that did not confirm
-// may hold it still.
-func holdOutcome(majorityRefused bool) error {
-	if majorityRefused {
-		return ErrNotHeld
+	lost = refused > len(m.r.nodes)-m.r.quorum
+	granted := succeeded(errs)
+	qerr = &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
+		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrUnavailable}
+	if lost {
+		qerr.outcome = ErrNotHeld
 	}
-	return ErrUnavailable
+	return qerr, lost
 }
 
-// errNotHeldThere is a node's answer that the hold is not there. It is not
-// ErrNotHeld: a QuorumError, which wraps every node's error, matches
-// ErrNotHeld only when a majority says so (see holdOutcome).
+// errNotHeldThere is a node's answer that the hold is not there; not
+// ErrNotHeld, which a QuorumError matches only when a majority says so.
 var errNotHeldThere = errors.New("not held there: expired or taken")
 
-// heldOrNot reads a node's answer to a script that acts only on a hold of
-// the owner's: 1 done, 0 not held there.
+// heldOrNot reads a node's answer to a script on the owner's hold: 1 done,
+// 0 not held there.
 func heldOrNot(ok int64, err error) error {
 	switch {
 	case err != nil:
@@ -109,18 +101,10 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 	return h.lease.clock.Until(h.lease.Deadline()), nil
 }
 
-// release releases on every node, whatever ctx, and succeeds where a
-// majority let go of a hold of this owner. It waits for each node for the
-// node timeout; where a release failed, it is sent again in the
-// background (see giveBack), which the outcome does not wait for. A
-// lease its call does not return (see giveUp) is given up as a failed
-// attempt is (see abandon): the release leaves the call's tombstone, so
-// that a copy of the attempt still on its way takes nothing. An Unlock
-// writes none: a Redlock never learns whether one of its attempts was sent
-// twice (clientHold.maybeCopied is a Client's), so a late copy of the attempt
-// that granted the lease, landing after its Unlock, takes that master
-// again for its TTL (the known gap, docs/SAFETY.md: "A Redlock's release
-// writes no tombstone").
+// release releases on every node, whatever ctx (see giveBack), and
+// succeeds where a majority let go. A lease its call does not return is
+// abandoned, leaving the call's tombstone; an Unlock writes none, as a
+// Redlock cannot tell an attempt sent twice (a known gap, docs/SAFETY.md).
 func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	m := h.m
 	give, warning := m.releaseOn(h.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
@@ -128,10 +112,8 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 		give, warning = m.abandonOn(h.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
 	errs := m.giveBack(ctx, m.r.nodes, nil, give, warning)
-	if granted := succeeded(errs); granted < m.r.quorum {
-		lost := m.r.majorityRefused(errs)
-		err := &QuorumError{Op: "unlock", Name: m.name, Quorum: m.r.quorum, Granted: granted,
-			Nodes: nodeErrors(m.r.nodes, errs), outcome: holdOutcome(lost)}
+	if succeeded(errs) < m.r.quorum {
+		err, lost := m.holdError("unlock", errs)
 		cause := error(errUnlockIncomplete)
 		if lost {
 			cause = errRenewalRefused
@@ -141,8 +123,8 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	return nil, nil
 }
 
-// releaseOn is what releases owner's hold on a node (errNotHeldThere:
-// owner holds nothing there). Sent twice, the second finds nothing.
+// releaseOn releases owner's hold on a node (errNotHeldThere: none). Safe
+// to resend.
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {

@@ -49,12 +49,9 @@ func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 
 // mayVote reports whether the node's grant counts toward a quorum: only
 // once it has had its data for guard (see [WithRestartGuard]). After a new
-// connection it reads the node's INFO (one round trip, only then): its
-// uptime, and which run of which master it is. Another run than this
-// process saw (a restart, a failover behind its address), or a master
-// promoted at a moment INFO does not tell, counts from when it is seen. A
-// node it cannot read, or that is not a master, does not vote, and the
-// error says why.
+// connection it reads INFO: uptime, and which run of which master it is.
+// Another run than before, or a promoted master, counts from when it is
+// seen. A node it cannot read, or no master, does not vote.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.opened.Load()
 	n.mu.Lock()
@@ -106,9 +103,8 @@ func readInfo(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 	return server.Val() + replication.Val(), err
 }
 
-// readRun reads from INFO the least uptime of the node, which run of which
-// master it is, and whether it was promoted (or, on Redis 7, loaded its
-// data from disk) since it started: a second replication id and offset.
+// readRun reads from INFO the node's least uptime, its run, and whether it
+// was promoted (or loaded from disk) since it started.
 func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err error) {
 	up, ok := leastUptime(info)
 	if !ok {
@@ -124,11 +120,9 @@ func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err err
 	return up, run, infoField(info, "second_repl_offset") != "-1", nil
 }
 
-// leastUptime is the shortest time the server that wrote info (INFO
-// server) can have been up. Redis counts uptime_in_seconds between two
-// whole seconds of its clock (its start and now, each rounded down), so
-// the true uptime can be up to a second shorter; server_time_usec, where
-// given, tells how far into its current second the server is.
+// leastUptime is the shortest time the server can have been up:
+// uptime_in_seconds rounds both ends down, so the truth can be a second
+// shorter; server_time_usec, where given, narrows that.
 func leastUptime(info string) (time.Duration, bool) {
 	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
 	if err != nil || seconds < 0 {
@@ -153,10 +147,8 @@ func infoField(info, field string) string {
 var errNoAnswer = fmt.Errorf("no answer within the node timeout: %w", context.DeadlineExceeded)
 
 // onNodes runs f on every node at once and returns what each returned
-// within timeout; a node that has not answered by then counts as
-// errNoAnswer. It does not wait for such a node: go-redis bounds a call by
-// its context only with ContextTimeoutEnabled, else by its ReadTimeout, and
-// the caller's client may have either.
+// within timeout; a node that has not by then counts as errNoAnswer. It
+// does not wait for it: without ContextTimeoutEnabled, go-redis may not.
 func onNodes[T any](ctx context.Context, nodes []*redlockNode, timeout time.Duration,
 	f func(context.Context, *redlockNode) (T, error)) ([]T, []error) {
 	type answer struct {
@@ -192,9 +184,8 @@ collect:
 	return vals, errs
 }
 
-// nodeErrors names the nodes whose call failed. A node that did not
-// answer in time while it could not be connected to says why (refused,
-// say): the call's timeout hides it, as go-redis dials again and again.
+// nodeErrors names the nodes whose call failed; a timeout while dials
+// failed says why they did.
 func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 	var out []*NodeError
 	for i, err := range errs {

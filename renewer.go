@@ -10,45 +10,33 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// renewer keeps every auto-renewed lease of a Client alive with one goroutine,
-// however many leases there are: a heap ordered by when each is due. The
-// leases due together are sent as one pipeline per node (on a cluster, the
-// master serving the lease's slot), each on a goroutine of its own that ends
-// with its reply or its deadline: a stalled node holds up the renewals of
-// its own leases only, and the loop goes on renewing the other nodes' on
-// time. Each lease is renewed every TTL/3, so two renewals in a row may fail
-// before its deadline passes. The loop runs only while there are leases to
-// renew or renewals in flight.
+// renewer keeps every auto-renewed lease of a Client alive with one
+// goroutine: a heap ordered by when each is due. Leases due together go as
+// one pipeline per node, each on a goroutine of its own, so a stalled node
+// holds up only its own leases. The loop runs only while there are leases
+// to renew or renewals in flight.
 type renewer struct {
 	c *Client
 
-	mu      sync.Mutex
-	due     leaseHeap
-	running bool
-	closed  bool
-	kick    chan struct{} // a lease became due earlier than the loop sleeps
-	// wakeAt is when the sleeping loop wakes by itself; zero while it is
-	// awake, as it looks at the heap again before it sleeps. A lease due
-	// no earlier needs no kick: a Lock then costs no goroutine wake-up.
-	wakeAt time.Time
-	// idleSince is when the loop last found nothing to renew; it ends once
-	// that has lasted renewerLinger (zero: it has something).
-	idleSince time.Time
-	inFlight  int // batches sent and not yet answered
+	mu        sync.Mutex
+	due       leaseHeap
+	running   bool
+	closed    bool
+	kick      chan struct{} // a lease became due earlier than the loop sleeps
+	wakeAt    time.Time     // when the sleeping loop wakes by itself (zero: awake); a lease due no earlier needs no kick
+	idleSince time.Time     // when the loop last found nothing to renew (zero: it has something)
+	inFlight  int           // batches sent and not yet answered
 	wg        sync.WaitGroup
 
 	ctx    context.Context // cancelled by close: stops the loop and its I/O
 	cancel context.CancelFunc
 }
 
-// renewerLinger is how long the loop outlives its last lease. Without it, a
-// Lock and Unlock in a row started a goroutine and a timer each time: the
-// loop would run only once the caller blocked on the release, find nothing
-// to renew, and end.
+// renewerLinger is how long the loop outlives its last lease, so a Lock and
+// Unlock in a row do not start a goroutine each time.
 const renewerLinger = 2 * time.Second
 
-// renewSlack lets a lease due a little later join a batch being sent now:
-// fewer round trips for a slightly earlier renewal.
+// renewSlack lets a lease due a little later join a batch sent now.
 func renewSlack(ttl time.Duration) time.Duration { return min(ttl/12, 50*time.Millisecond) }
 
 func newRenewer(c *Client) *renewer {
@@ -56,9 +44,8 @@ func newRenewer(c *Client) *renewer {
 	return &renewer{c: c, kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
 
-// schedule sets h's next renewal to at, whether it was scheduled or not,
-// and wakes or starts the loop if it would not renew it in time; r.mu must
-// be held.
+// schedule sets h's next renewal to at, and wakes or starts the loop if it
+// would not renew it in time; r.mu must be held.
 func (r *renewer) schedule(h *clientHold, at time.Time) {
 	h.nextRenew = at
 	if h.heapIndex >= 0 {
@@ -97,9 +84,8 @@ func (r *renewer) close(deadline time.Time) {
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
-	// A batch stuck on a stalled server does not see the cancel when its
-	// go-redis client has no read timeout (nor ContextTimeoutEnabled): it
-	// ends when the server answers. Close waits for it until deadline.
+	// A batch on a stalled server may not see the cancel (no read timeout):
+	// wait for it until deadline.
 	stopped := make(chan struct{})
 	go func() {
 		r.wg.Wait()
@@ -145,10 +131,9 @@ func (r *renewer) loop() {
 	}
 }
 
-// takeDue pops the leases due by now (with slack), or says how long to sleep,
-// or that nothing has been left to renew for renewerLinger: then the loop
-// ends, marked not running under the same lock that schedule starts a new
-// one under.
+// takeDue pops the leases due by now (with slack), or says how long to
+// sleep, or that the loop is idle and ends (marked so under r.mu, which
+// schedule starts one under).
 func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -186,14 +171,9 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 	return batch, 0, false
 }
 
-// sendByNode sends the due leases' renewals as one batch per master (see
-// masterFor): go-redis's cluster and Ring pipelines wait for every node
-// they write to, and a cluster's sets the context's error on every command
-// in it, so one batch for all nodes made a stalled node cost the leases of
-// the healthy ones.
-//
-// Leases that wait for replicas ([WithReplicaAck]) go in batches of their
-// own, by the replicas they wait for: the others need not wait with them.
+// sendByNode sends the due leases' renewals as one batch per master and
+// replica rule: a cluster pipeline waits for every node it writes to, so
+// one batch for all made a stalled node cost the healthy ones' leases.
 func (r *renewer) sendByNode(due []*clientHold) {
 	type batchKey struct {
 		node redis.UniversalClient
@@ -213,8 +193,7 @@ func (r *renewer) sendByNode(due []*clientHold) {
 	}
 }
 
-// sendBatch renews one node's batch on a goroutine of its own, which ends
-// with the batch's answer or deadline.
+// sendBatch renews one node's batch on a goroutine of its own.
 func (r *renewer) sendBatch(batch []*clientHold) {
 	r.mu.Lock()
 	r.inFlight++
@@ -229,9 +208,8 @@ func (r *renewer) sendBatch(batch []*clientHold) {
 	}()
 }
 
-// renew sends one batch and applies each answer (see renewalAnswered).
-// A lease whose Extend is in flight, or whose deadline passed, is left out
-// (see lockForRenewal).
+// renew sends one batch and applies each answer (see renewalAnswered),
+// leaving out a lease lockForRenewal refuses.
 func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	batch := due[:0]
 	for _, h := range due {
@@ -269,8 +247,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 			reports = append(reports, report)
 		}
 	}
-	// Every lease of the batch answered and let go of before any observer
-	// is told: a slow hook delays no lease's confirmation or next renewal.
+	// Observers are told last: a slow hook delays no lease.
 	for _, h := range batch {
 		h.lease.extendMu.Unlock()
 	}
@@ -279,8 +256,8 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	}
 }
 
-// renewalLoss is the loss a renewal's error tells, or nil when it tells
-// none: refused (see refusal), or a foreign key where the lock was.
+// renewalLoss is the loss a renewal's error tells, or nil: refused, or a
+// foreign key where the lock was.
 func renewalLoss(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -291,9 +268,8 @@ func renewalLoss(err error) error {
 	return nil
 }
 
-// reschedule sets h's next renewal to at, unless its lease ended or was
-// unlocked meanwhile, or the renewer was closed: the lease then runs to its
-// deadline, and reports itself lost.
+// reschedule sets h's next renewal to at, unless its lease is ending or
+// the renewer was closed.
 func (r *renewer) reschedule(h *clientHold, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

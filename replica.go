@@ -11,18 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// replicaAck is [WithReplicaAck]'s rule: how many replicas of a lock's
-// master must confirm a write that a lease counts on (its grant, a renewal,
-// an Extend), and how long WAIT waits for them; n == 0: none are asked.
+// replicaAck is [WithReplicaAck]'s rule: how many replicas must confirm a
+// write a lease counts on, and how long WAIT waits; n == 0: none.
 type replicaAck struct {
 	n       int
 	timeout time.Duration
 }
 
-// send sends calls, every one for keys of master, then WAIT, in one
-// pipeline on one connection to master (WAIT names no key: it confirms
-// what its own connection wrote), and returns WAIT's answer as an error
-// (see confirmed).
+// send sends calls, all for keys of master, then WAIT, in one pipeline on
+// one connection (WAIT confirms what its connection wrote), and returns
+// WAIT's answer as an error (see confirmed).
 func (ack replicaAck) send(ctx context.Context, fns *functions, master redis.UniversalClient, calls []scriptCall) error {
 	all := append(slices.Clip(calls), scriptCall{argv: []any{"wait", ack.n, max(ack.timeout.Milliseconds(), 1)}})
 	sendScripts(ctx, fns, master, all)
@@ -31,9 +29,7 @@ func (ack replicaAck) send(ctx context.Context, fns *functions, master redis.Uni
 }
 
 // confirmed is WAIT's answer as an error: nil when n replicas confirmed,
-// else one matching [ErrReplicaAck] (or [ErrPermission] for a user
-// without +wait, the operator's to fix, not a slow replica). The caller
-// judges it only where the calls wrote something.
+// else one matching [ErrReplicaAck] (or [ErrPermission] without +wait).
 func (ack replicaAck) confirmed(acks *redis.Cmd) error {
 	if err := acks.Err(); err != nil {
 		if isPermission(err) {
@@ -47,9 +43,8 @@ func (ack replicaAck) confirmed(acks *redis.Cmd) error {
 	return nil
 }
 
-// acquireAcknowledged runs an acquire script's EVALSHA command (argv, as
-// call.argv builds it) with WAIT after it on the master of its first key
-// (see sendAcknowledged).
+// acquireAcknowledged runs an acquire command (argv) with WAIT after it on
+// the master of its first key.
 func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script *redis.Script, argv []any) (*redis.Cmd, error) {
 	master, err := c.masterFor(ctx, argv[3].(string))
 	if err != nil {
@@ -60,13 +55,10 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 	return c.sendAcknowledged(ctx, ack, master, false, script, argv)
 }
 
-// sendAcknowledged runs one script's command with WAIT after it
-// (see replicaAck.send) on master (asking: after an ASK redirection to
-// it), following a cluster's redirections (MOVED after a failover or a
-// resharding, ASK while a slot migrates), and
-// reports a shortfall of replica acknowledgements as an error matching
-// [ErrReplicaAck], for the caller to check once it knows the script wrote
-// what it counts on (a refusal needs no replicas).
+// sendAcknowledged runs one script's command with WAIT after it on master,
+// following a cluster's MOVED and ASK (asking: after an ASK), and returns
+// a shortfall of acknowledgements as an error matching [ErrReplicaAck],
+// for the caller to judge once it knows the script wrote something.
 func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, asking bool,
 	script *redis.Script, argv []any) (*redis.Cmd, error) {
 	var calls []scriptCall
@@ -78,8 +70,7 @@ func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master re
 		}
 		calls = append(calls, scriptCall{script: script, argv: argv})
 		ackErr = ack.send(ctx, &c.fns, master, calls)
-		// The pipeline goes to one node, not through the cluster client:
-		// follow a failover's or a resharding's redirection here.
+		// The pipeline goes to one node: follow redirections here.
 		addr, ask, redirected := redirection(calls[len(calls)-1].cmd.Err())
 		if !redirected || redirects == maxRedirects {
 			break
@@ -101,10 +92,8 @@ func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master re
 // follows, as go-redis's cluster client does by default.
 const maxRedirects = 3
 
-// masterFor is the client of the master that holds key: on a cluster its
-// node's, on a Ring the key's shard's, elsewhere the Client's own (a single
-// server, or Sentinel's current master). WAIT goes to it, on the script's
-// connection (WAIT names no key), and the renewer sends a batch to each.
+// masterFor is the client of the master that holds key: a cluster node, a
+// Ring shard, else the Client's own.
 func (c *Client) masterFor(ctx context.Context, key string) (redis.UniversalClient, error) {
 	switch rdb := c.rdb.(type) {
 	case *redis.ClusterClient:
@@ -129,8 +118,8 @@ func redirection(err error) (addr string, ask, ok bool) {
 }
 
 // clusterNode is the cluster client's connection to the node at addr,
-// master or replica (a replica just promoted may not be known as a master
-// yet). moved: the cluster's layout changed, so the client reloads it.
+// master or replica (one just promoted may not be known as master yet).
+// moved: the layout changed, so the client reloads it.
 func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (*redis.Client, error) {
 	cluster, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {

@@ -9,12 +9,10 @@ import (
 )
 
 // rightsSeen records the acquire scripts whose rights check (rights_refused
-// in common.lua) passed for this Client's user. Later acquires send
-// scripts.RightsKnown and skip the check, but those that register a waiter
-// (see call.argv). A right taken away later is met as a refused command:
-// the attempt gives back what it took and fails with ErrPermission, and any
-// refusal makes the next acquires check again. One record serves all of a
-// cluster's nodes: a node granting less is found the same way.
+// in common.lua) passed for this Client's user; later acquires skip it, but
+// those that register a waiter and an RWMutex's where its lock is not clean
+// (rw_acquire.lua). A right taken away later is a refused command: the
+// attempt gives back what it took, and checks resume.
 type rightsSeen struct {
 	known sync.Map // *redis.Script → struct{}
 }

@@ -45,21 +45,17 @@ func cutLast(s string) (before, after string, found bool) {
 }
 
 // waiterLeaseRefreshes is how many refreshes a registration lasts: a
-// waiter that misses one or two (a slow round trip, a pause) keeps its
-// place.
+// waiter that misses one or two keeps its place.
 const waiterLeaseRefreshes = 3
 
-// waiterLease is how long a registration lasts without renewal; refresh is
-// at most [MaxWaiterRefresh], so this does not overflow.
+// waiterLease is how long a registration lasts without renewal.
 func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefreshes * refresh }
 
-// noExpiryRetry bounds a wait on a hold that reported no TTL (a key someone
-// made persistent outside dlock), when no wake-up comes.
+// noExpiryRetry bounds a wait on a hold with no TTL (made persistent by
+// someone else).
 const noExpiryRetry = time.Second
 
-// tryOnce is TryLock: one attempt, never a wait. Its context ending
-// while the Client's dials failed is an outage, as a wait's is (see
-// ended).
+// tryOnce is TryLock: one attempt, never a wait.
 func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
@@ -78,18 +74,10 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	return keep(ctx, l)
 }
 
-// keep hands a granted lease to the caller, unless the caller's context
-// ended meanwhile: then, as with any cancelled call, the caller gets the
-// context's error and the lock is left as it was (given back, and the next
-// waiter woken), and the call's tombstone written, as for any call that
-// gives up. A client can see a reply after its context ended.
-//
-// A grant that arrived late (see startLease) is confirmed first, with an
-// extension; if that fails, the grant is given back with the call's
-// tombstone and the error returned: a grant read past its deadline is one
-// whose attempt may well have been sent twice (see confirmGrant), and a
-// copy still on its way must take nothing. A Lock call may go on from
-// there (see waiting.keep), as a new call, under a new token.
+// keep hands a granted lease to the caller, confirming a late grant first.
+// If the caller's context ended meanwhile, or the confirmation failed, the
+// grant is given back with the call's tombstone (a late copy of the attempt
+// must take nothing) and the error returned.
 func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	if ctx.Err() == nil {
 		err := l.confirmGrant(ctx)
@@ -139,10 +127,9 @@ func (wt *waiting) run() (*Lease, error) {
 	return wt.loop()
 }
 
-// ended is what a wait that ended with err returns: where its context
-// ended while Redis was unavailable (the last attempt, or subscription,
-// failed so), that outage with the context's error, not [ErrNotAcquired]:
-// nothing said the lock was taken.
+// ended is what a wait that ended with err returns: if its context ended
+// during an outage, that outage with the context's error, not
+// [ErrNotAcquired]: nothing said the lock was taken.
 func (wt *waiting) ended(err error) error {
 	ctxErr := contextDone(wt.ctx)
 	if wt.outage == nil || ctxErr == nil || !errors.Is(err, ErrNotAcquired) {
@@ -157,23 +144,18 @@ type waiting struct {
 	ctx context.Context
 	a   *call
 
-	refresh    time.Duration // see WithWaiterRefresh
-	replicaAck int           // see WithReplicaAck
-	observed   *observedCall // nil when nobody observes
-	hub        *notify.Hub
-	w          *notify.Waiter
-	channel    string
-	waiterID   string    // set once a release can reach this waiter: then it registers
-	failures   int       // attempts in a row that found Redis unavailable
-	outage     error     // what the last attempt met, if Redis was unavailable (see ended)
-	answered   time.Time // when Redis last answered an attempt (or the call began)
-	// maybeCopied: an attempt of the call may have been sent twice (see
-	// clientHold.maybeCopied).
-	maybeCopied bool
-	// tooLate: the last grant came back too late and was given back; a
-	// link that slow would give the next one back too, so the loop backs
-	// off first.
-	tooLate error
+	refresh     time.Duration // see WithWaiterRefresh
+	replicaAck  int           // see WithReplicaAck
+	observed    *observedCall // nil when nobody observes
+	hub         *notify.Hub
+	w           *notify.Waiter
+	channel     string
+	waiterID    string    // set once a release can reach this waiter: then it registers
+	failures    int       // attempts in a row that found Redis unavailable
+	outage      error     // what the last attempt met, if Redis was unavailable (see ended)
+	answered    time.Time // when Redis last answered an attempt (or the call began)
+	maybeCopied bool      // an attempt may have been sent twice (see clientHold.maybeCopied)
+	tooLate     error     // the last grant came back too late: back off before the next
 }
 
 // attempt makes one attempt, and notes whether it may have been sent twice.
@@ -188,10 +170,9 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	return l, retryIn, err
 }
 
-// noteOutage keeps err if it says Redis is unavailable, and forgets the
-// last outage once Redis answered (err nil). Another error (a call cut
-// short by its context) is an outage where the Client's last dial failed
-// since Redis last answered the call.
+// noteOutage keeps err if Redis is unavailable and forgets it once Redis
+// answered. Another error is an outage if a dial failed since Redis last
+// answered.
 func (wt *waiting) noteOutage(err error) {
 	switch {
 	case err == nil:
@@ -205,16 +186,11 @@ func (wt *waiting) noteOutage(err error) {
 	}
 }
 
-// keep is keep for a call that goes on; neither a lease nor an error when it goes on:
-// the grant expired before it could be confirmed, or Redis was unavailable
-// to confirm it (the next attempt then meets the same and pauses, as after
-// any transient error). It goes on under a new token, as after an attempt
-// that failed: under the old one, a copy of the give-back's release, sent
-// again by go-redis after a read timeout, would take away the hold the
-// call's next grant returns (the explorer's soak seed 1795708793282322346).
-// The call held the lock for a while, for no lease: a grant given back is
-// reported as a retry with what it met (for one that came back too late,
-// by the loop's pause before it tries again).
+// keep is keep for a call that goes on; neither a lease nor an error when
+// the grant expired unconfirmed or Redis was unavailable. The call goes on
+// under a new token: a resent copy of the give-back would take the next
+// hold of the old one (the explorer's soak seed 1795708793282322346).
+// The give-back is reported as a retry.
 func (wt *waiting) keep(l *Lease) (*Lease, error) {
 	kept, err := keep(wt.ctx, l)
 	wt.noteOutage(err)
@@ -241,8 +217,7 @@ func (wt *waiting) unsubscribed() (*Lease, error) {
 		return wt.keep(l)
 	}
 	if err != nil {
-		// An attempt in doubt may have held the lock until its clean-up:
-		// reported as the loop reports its own.
+		// It may have held the lock until its clean-up.
 		wt.observed.wait(wt.ctx, observe.WaitRetry, err)
 	}
 	return nil, nil
@@ -274,9 +249,8 @@ func (wt *waiting) listen() error {
 	return nil
 }
 
-// watchError is what a waiter whose Watch failed with err returns: a
-// subscription refused (ACL) is [ErrPermission], never a lock taken: the
-// waiter would hear no release, and wait out every hold's TTL.
+// watchError is what a waiter whose Watch failed returns: a subscription
+// refused by ACL is [ErrPermission], not a wait on every hold's TTL.
 func (wt *waiting) watchError(err error) error {
 	if isPermission(err) {
 		return redisError("subscribe", wt.a.spec.lease.name, err)
@@ -284,9 +258,8 @@ func (wt *waiting) watchError(err error) error {
 	return err
 }
 
-// leaveOnPanic: an Observer's Wait that panics leaves, as a give-up does,
-// before the panic goes on: a registration left behind would be handed the
-// lock, held then for nobody until the registration ran out.
+// leaveOnPanic leaves the line before an Observer's panic goes on: a
+// registration left behind would be handed the lock, held for nobody.
 func (wt *waiting) leaveOnPanic() {
 	if r := recover(); r != nil {
 		if wt.waiterID != "" {
@@ -338,13 +311,10 @@ func (wt *waiting) loop() (*Lease, error) {
 	}
 }
 
-// register sets the waiter's id once a release can reach it (or, for a
-// call that queues, at once). Where the subscription it registered with is
-// gone for good (its node failed over, its slot moved), it leaves first,
-// passing on a wake-up it may have had, and listens where the channel is
-// now. A release may have handed it the lock meanwhile, the word lost
-// with the subscription: the leave gives that hold back, and the call,
-// which held the lock for no lease, reports it as any grant given back.
+// register sets the waiter's id once a release can reach it (a call that
+// queues, at once). If its subscription is gone for good (failover, slot
+// move), it leaves first, giving back a hand-over it did not hear, and
+// listens anew.
 func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
@@ -361,13 +331,11 @@ func (wt *waiting) register() error {
 	return nil
 }
 
-// errHandOverUnheard is what a waiter that left the line as its
-// subscription was lost reports, when the leave may have given back a
-// hold: a lock handed to it while nobody listened (or a late copy's grant).
+// errHandOverUnheard: leaving after its subscription was lost, a waiter
+// may have given back a hold handed to it unheard.
 var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost may have been held, and was given back")
 
-// handOverUnheard is errHandOverUnheard, with why the leave could not
-// clear up (err) if it could not: then the hold runs out with its TTL.
+// handOverUnheard is errHandOverUnheard with the leave's failure, if any.
 func handOverUnheard(err error) error {
 	if err == nil {
 		return errHandOverUnheard
@@ -375,8 +343,7 @@ func handOverUnheard(err error) error {
 	return fmt.Errorf("%w: %w", errHandOverUnheard, err)
 }
 
-// pause waits after an attempt that found Redis unavailable, and cleaned
-// up after itself, registration included: the next registers anew.
+// pause waits after an attempt that found Redis unavailable.
 func (wt *waiting) pause(err error) error {
 	wt.failures++
 	if stop := wt.c.pause(wt.ctx, wt.failures, wt.w.C()); stop != nil {
@@ -389,9 +356,7 @@ func (wt *waiting) pause(err error) error {
 	return nil
 }
 
-// follow listens on the channel of the lock in the way, when it is
-// another than before; the attempt then left the old lock's line, so there
-// is nothing to leave.
+// follow listens on the channel of the lock in the way, if it changed.
 func (wt *waiting) follow() (moved bool, err error) {
 	ch, moved := wt.a.rewatch()
 	if !moved {
@@ -412,15 +377,13 @@ func (wt *waiting) watch(ch string) error {
 	return nil
 }
 
-// wait waits, after a refused attempt, for a wake-up, for the hold's TTL
-// (retryIn) or the waiter's refresh, or for the call's end; neither a
-// lease nor an error when it attempts again.
+// wait waits after a refused attempt for a wake-up, the hold's TTL
+// (retryIn), the refresh or the call's end; (nil, nil): attempt again.
 func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error) {
 	if retryIn < 0 {
 		retryIn = noExpiryRetry
 	} else {
-		// Redis counted the hold's time left when it ran the attempt; a
-		// reply read late (a slow link, a starved process) used some of it.
+		// A reply read late used some of the hold's time left.
 		retryIn -= min(retryIn, max(0, wt.c.clock.Now().Sub(wt.a.sent)))
 	}
 	if wt.waiterID != "" {
@@ -439,11 +402,9 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	case <-wt.ctx.Done():
 		stop = acquireError(wt.ctx, nil)
 	case <-wt.c.done:
-		stop = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+		stop = errClosedWaiting
 	}
-	// What a suspended process heard, it acts on once it resumes (see
-	// Lease.checkDeadline): a hand-over too, whose lease is then judged on
-	// the clock after the resume, which may find it run out.
+	// A suspended process acts on what it heard once it resumes.
 	wt.c.clock.Wait()
 	if woken {
 		if l := grantFor(wt.a, wt.w, wt.replicaAck); l != nil {
@@ -464,21 +425,16 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	return nil, nil
 }
 
-// Backoff of a waiting Lock whose attempts find Redis unavailable (see
-// [ErrUnavailable]): the pause doubles from unavailableRetryMin with each
-// failure in a row, up to unavailableRetryMax.
+// Backoff of a waiting Lock while Redis is unavailable: doubling per
+// failure in a row, from min to max.
 const (
 	unavailableRetryMin = 20 * time.Millisecond
 	unavailableRetryMax = time.Second
 )
 
-// pause waits after the failures-th attempt in a row that found Redis
-// unavailable, for a random time in the upper half of the backoff, so that
-// waiters failing together do not come back together. A wake-up on wake
-// (a release, or a subscription that came back) ends it early. A cluster
-// client is told to reload its layout: after a failover or a slot's move
-// it sends to the old node until it does. It returns what the wait
-// returns, should the wait end instead.
+// pause waits after the failures-th unavailable attempt in a row, a random
+// time in the upper half of the backoff so waiters spread out; wake ends it
+// early. A cluster client reloads its layout, which a failover changed.
 func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) error {
 	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
 		cluster.ReloadState(ctx)
@@ -492,15 +448,17 @@ func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) 
 	case <-ctx.Done():
 		return acquireError(ctx, nil)
 	case <-c.done:
-		return fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+		return errClosedWaiting
 	}
 	return nil
 }
 
+// errClosedWaiting ends a wait whose Client was closed.
+var errClosedWaiting = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
+
 // grantFor is the lease a wake-up handed to a, if any. Under
-// [WithReplicaAck] there is none: the release that handed the lock over
-// waited for no replica, so the next attempt, at once, finds the lock ours
-// and waits for the replicas to have it.
+// [WithReplicaAck] none: the next attempt finds the lock ours and waits
+// for the replicas.
 func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 	grant := w.Grant()
 	if a.grant == nil || grant == "" || replicaAck > 0 {
@@ -517,9 +475,8 @@ func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
 	return l
 }
 
-// acquireError makes what a failed acquisition returns: a wait that ended
-// with its context matches both ErrNotAcquired and the context's error;
-// one that ended while Redis was unavailable (err), that and the context's.
+// acquireError is what a failed acquisition returns: ended by its context,
+// it matches ErrNotAcquired (or err, if unavailable) and the context's error.
 func acquireError(ctx context.Context, err error) error {
 	ctxErr := contextDone(ctx)
 	switch {
@@ -533,11 +490,8 @@ func acquireError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", err, ctxErr)
 }
 
-// contextDone is ctx's error, or context.DeadlineExceeded once its
-// deadline has passed: go-redis sets a connection's deadlines from ctx's
-// (ContextTimeoutEnabled), and on a loaded machine one may fire before
-// ctx's own timer has run, so that a command fails with an i/o timeout
-// while ctx.Err is still nil.
+// contextDone is ctx's error, or DeadlineExceeded once its deadline passed:
+// a socket deadline may fire before ctx's own timer.
 func contextDone(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

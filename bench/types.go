@@ -42,6 +42,9 @@ var lockTypes = []lockType{
 	{"RWMutex write", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.RWMutex("bench:rw").Lock(ctx)
 	}},
+	{"RWMutex write, the README's ACL user", 1, true, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
+		return c.RWMutex("bench:rw").Lock(ctx)
+	}},
 	{"FairMutex", 1, false, func(ctx context.Context, c *dlock.Client, _ *dlock.Redlock) (*dlock.Lease, error) {
 		return c.FairMutex("bench:fair").Lock(ctx)
 	}},

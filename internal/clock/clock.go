@@ -2,28 +2,17 @@
 // the machine's own, or, in fault tests, that of a process that can be
 // suspended, as a laptop's lid is closed or a VM is frozen.
 //
-// A nil *Clock is the machine's clock: each method then costs a nil check
-// and does what package time does. A Clock of this package stands for a
-// process whose machine can be suspended (Suspend, Resume): while it is,
-// its readings stand still and the code of the process waits (Wait);
-// once resumed, its monotonic readings lag real time by the time it was
-// suspended, while its wall readings do not, as on Linux, where
-// CLOCK_MONOTONIC stops during suspend and CLOCK_REALTIME does not.
-// Jump moves its wall clock alone, as a resume found by the wall clock
-// only (or an NTP step) does.
+// A nil *Clock is the machine's clock, as package time. A Clock stands for
+// a process whose machine can be suspended (Suspend, Resume): meanwhile its
+// readings stand still and its code waits (Wait); once resumed, its
+// monotonic readings lag real time, its wall readings do not, as on Linux.
+// Jump moves its wall clock alone.
 //
-// A time.Time holds one wall and one monotonic reading, moved together by
-// Add: a reading whose monotonic part lags and whose wall part does not
-// cannot be made. So a reading of a Clock is the machine's time less the
-// lag, and carries in its Location how far its wall clock lags the
-// machine's (Wall puts it back); Add and Round keep the Location, so a
-// deadline computed from a reading knows its wall clock too. Comparisons
-// and Sub ignore Locations. Setting the Location (time.Time.In) strips
-// the monotonic reading: a Clock's readings have none, and stand for the
-// process's monotonic clock with the machine's wall clock less the lag.
-// A step of the machine's wall clock while a Clock is in use (an NTP step
-// on a soak's machine) moves both of the process's clocks; only a nil
-// Clock, the machine's, keeps them apart.
+// A time.Time cannot hold a lagging monotonic and a current wall reading,
+// so a Clock's reading is the machine's time less the lag, with how far
+// its wall clock lags in its Location (Wall puts it back; Add and Round
+// keep it; comparisons ignore it). A step of the machine's wall clock moves
+// both of a Clock's clocks; only a nil Clock keeps them apart.
 package clock
 
 import (
@@ -82,9 +71,8 @@ func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 // Since is c.Now().Sub(t).
 func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
-// Wall is the process's wall clock at t, a reading of c's (or a time
-// computed from one with Add): t without its monotonic reading, plus how
-// far the wall clock had gone past it when t was read. For a nil Clock,
+// Wall is the process's wall clock at t, a reading of c's (or computed from
+// one): t plus how far the wall clock had gone past it. For a nil Clock,
 // t.Round(0).
 func (c *Clock) Wall(t time.Time) time.Time {
 	t = t.Round(0)
@@ -158,10 +146,8 @@ func (c *Clock) Jump(d time.Duration) {
 	c.setZone()
 }
 
-// Real is the real time at which the process's monotonic clock reads t,
-// t being one of its readings or a time computed from one (a lease's
-// deadline), if it is not suspended again: t plus the time suspended so
-// far. For a nil Clock, t.
+// Real is the real time at which the process's monotonic clock reads t (a
+// reading, or computed from one), unless suspended again. For a nil Clock, t.
 func (c *Clock) Real(t time.Time) time.Time {
 	if c == nil {
 		return t
@@ -171,11 +157,9 @@ func (c *Clock) Real(t time.Time) time.Time {
 	return t.Add(c.lag)
 }
 
-// Use makes target, a *dlock.Client or *dlock.Redlock not used yet, read
-// c: it sets the field named clock of the struct target points to. For the
-// fault tests (faults/), which reach dlock's internals only through
-// internal packages; this package cannot import dlock (dlock imports it),
-// and reflection spares dlock a hook to install at init.
+// Use makes target, a *dlock.Client or *dlock.Redlock not used yet, read c
+// by setting its field named clock: the fault tests reach dlock only
+// through internal packages, and this one cannot import dlock.
 func Use(target any, c *Clock) {
 	v := reflect.ValueOf(target)
 	if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {

@@ -89,17 +89,14 @@ func encode(hs []leaseHolder, token uint64, at int64) leaseState {
 	return leaseState{holders: strings.Join(recs, "\x1e"), token: token, at: at}
 }
 
-// LeaseModel is the specification of a fenced lock of renewed leases,
-// whose Semaphore has permits: an acquisition succeeds only while its
-// mode fits beside the holds that last (Exclusive: none; Shared: no
-// Exclusive one; Permit: fewer than permits), with a token above every
-// token granted before it; it is refused only while its mode does not fit.
-// A release or extension succeeds only for a hold that lasts, and is
-// refused only for one that does not. An acquisition of unknown outcome
-// was not applied, or took a hold that may end at any moment (its abandon,
-// its TTL). A hold may end unseen from its Lapse on, and must not before.
-// Outcomes that say nothing about the lock (a FairMutex refused behind
-// its queue) are to be recorded as unknown.
+// LeaseModel specifies a fenced lock of renewed leases (a Semaphore's with
+// permits): an acquisition succeeds exactly while its mode fits beside the
+// holds that last (Exclusive: none; Shared: no Exclusive; Permit: fewer
+// than permits), with a token above every earlier one. A release or
+// extension succeeds exactly for a hold that lasts. An acquisition of
+// unknown outcome took nothing or a hold that may end at any moment. A hold
+// may end unseen from its Lapse on, not before. Record outcomes that say
+// nothing of the lock (a FairMutex refused behind its queue) as unknown.
 func LeaseModel(permits int) porcupine.NondeterministicModel {
 	return porcupine.NondeterministicModel{
 		Init: func() []interface{} { return []interface{}{leaseState{}} },

@@ -1,14 +1,10 @@
 // Package notify turns Redis pub/sub messages into wake-ups for goroutines
 // waiting on a lock.
 //
-// A Hub keeps one subscriber connection per shard (one in all unless the
-// server is a Redis 7 cluster, where sharded pub/sub puts each channel on the
-// master of its slot) and hands each message to the goroutines of this
-// process that wait on that channel: a message carrying a waiter's id wakes
-// that waiter (the release scripts pick one waiter across all clients), and
-// what follows the id after a colon is kept for it ([Waiter.Grant]: a
-// release that handed it the lock says so there); a message "*" wakes them
-// all.
+// A Hub keeps one subscriber connection per shard (per master on a Redis 7
+// cluster) and hands each message to this process's waiters on that
+// channel: a waiter's id wakes that waiter, keeping what follows a colon
+// for it ([Waiter.Grant]); "*" wakes them all.
 //
 // The contract with a waiter is what makes wake-ups lossless: [Hub.Watch]
 // returns only once Redis has confirmed the subscription, so a waiter that
@@ -55,11 +51,9 @@ type Config struct {
 	Linger time.Duration
 }
 
-// Hub is the process-wide subscriber of one dlock client. The zero value is
-// not usable; call [New]. It starts a goroutine per shard on first use,
-// stops it once the shard has no channel left (every waiter gone and the
-// linger time over, or its node out of the cluster's layout), and
-// [Hub.Close] stops them all.
+// Hub is the process-wide subscriber of one dlock client; call [New]. It
+// starts a goroutine per shard on first use and stops it once the shard
+// has no channel left; [Hub.Close] stops them all.
 type Hub struct {
 	cfg Config
 
@@ -201,10 +195,8 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 }
 
 // nodeFor names the shard a channel's messages are published on, and the
-// client that subscribes there. A Ring's shards are separate servers: a
-// script publishes on the one its keys hash to, which the channel, sharing
-// their hash tag, hashes to too. A cluster before Redis 7 broadcasts what
-// is published, so any node will do.
+// client that subscribes there: a Ring's shard of the channel's hash tag;
+// any node of a cluster before Redis 7, which broadcasts.
 func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
 	var node *redis.Client
 	var err error

@@ -155,9 +155,8 @@ func (sh *shard) stopTimers() {
 	}
 }
 
-// send writes SUBSCRIBE or UNSUBSCRIBE (sharded: SSUBSCRIBE, SUNSUBSCRIBE).
-// It runs on the hub's context: a waiter's cancellation must never cut the
-// shared connection, which go-redis would then reconnect.
+// send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE on the hub's context: a
+// waiter's cancellation must never cut the shared connection.
 func (sh *shard) send(subscribe bool, channel string) error {
 	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
 	defer cancel()
@@ -297,9 +296,8 @@ func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 		return false
 	}
 	if tp.pending == 0 {
-		// Nothing of ours was outstanding: go-redis resubscribed after a
-		// reconnect (messages may have been lost meanwhile), or the server
-		// dropped the channel (a cluster slot moved away).
+		// Not ours: go-redis resubscribed after a reconnect, or the server
+		// dropped the channel; messages may have been lost.
 		if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 			tp.wakeAll()
 			return true
@@ -320,16 +318,10 @@ func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 	return false
 }
 
-// dropMoved gives up the channels whose slot this shard's node no longer
-// serves: all of them when the node says it is no longer a master (it
-// failed over and came back as a replica, which still takes a
-// subscription but is not where releases publish), or those the cluster
-// client's layout puts elsewhere (the node is down and a replica took
-// over, or the slot moved). Their waiters are woken and no longer
-// subscribed, so they watch again where the channel is now (see
-// [Waiter.Subscribed]); the shard goes with its last channel. Only a
-// sharded shard has a node of its own: elsewhere any node carries every
-// channel, and go-redis reconnects to whichever serves.
+// dropMoved gives up the channels whose slot this sharded shard's node no
+// longer serves: all of them once it is a replica, or those the cluster's
+// layout puts elsewhere. Their waiters are woken unsubscribed, and watch
+// again where the channel is now; the shard goes with its last channel.
 func (sh *shard) dropMoved() {
 	cluster, ok := sh.hub.cfg.Client.(*redis.ClusterClient)
 	if !sh.sharded || !ok {

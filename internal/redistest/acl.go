@@ -3,10 +3,9 @@ package redistest
 import "slices"
 
 // DlockACL is what dlock needs to lock on a single server: its keys and
-// channels under the default prefix, and the commands it sends or its
-// scripts run. Without +fcall or +function|load, dlock sends its scripts
-// by EVALSHA (EvalshaACL). The README grants +info too, for the policy checks. A cluster adds more (ClusterACL);
-// WithReplicaAck wait; a Redlock info (RedlockACL).
+// channels under the default prefix, and the commands it and its scripts
+// run (EvalshaACL: without Functions). A cluster adds more (ClusterACL),
+// WithReplicaAck wait, a Redlock info (RedlockACL).
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 	"+fcall", "+function|load", "+evalsha", "+script|load",

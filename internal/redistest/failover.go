@@ -148,14 +148,11 @@ func (f *Failover) awaitPromotion(ctx context.Context, sentinel *redis.SentinelC
 	}
 }
 
-// Rejoin starts the old master, killed by the caller and failed over from,
-// again on its port, empty, as a replica of the promoted one, with args as
-// extra configuration (an ACL user: a restart forgets those made with ACL
-// SETUSER); and swaps the two, so that Master is the promoted one and
-// Replica the old master. It is never a master again before a failover:
-// a client that still dials its address meets a replica, which refuses
-// writes. Rejoin returns once the replica is in sync and the Sentinel sees
-// it up, so that Promote can fail over to it.
+// Rejoin starts the old master, killed and failed over from, again on its
+// port, empty, as a replica of the promoted one, with args as extra
+// configuration (ACL users); and swaps Master and Replica. A client that
+// still dials its address meets a replica. It returns once the replica is
+// in sync and the Sentinel sees it up.
 func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	old, promoted := f.Master, f.Replica
 	host, port := splitAddr(promoted.Addr())

@@ -10,13 +10,10 @@ import (
 )
 
 // ManualFailOver has master i's replica take its place with CLUSTER
-// FAILOVER, mode "" (graceful: the master stops taking writes, the
-// replica catches up with it, then is elected; nothing is lost), "FORCE"
-// (elected without waiting for the master) or "TAKEOVER" (no election
-// either). It returns once every node agrees and the old master serves as
-// the new one's replica, in sync: the two swap places in Nodes and
-// Replicas. A replica cut off by CutReplica gets its link back first
-// thing once promoted, so that it can be a replica again later.
+// FAILOVER, mode "" (graceful, nothing lost), "FORCE" or "TAKEOVER". It
+// returns once every node agrees and the old master is the new one's
+// replica, in sync: the two swap places in Nodes and Replicas. A replica
+// cut off by CutReplica gets its link back once promoted.
 func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error {
 	replica, old := c.Replicas[i], c.Nodes[i]
 	args := []any{"CLUSTER", "FAILOVER"}
@@ -49,12 +46,9 @@ func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error 
 	return c.Settle(ctx)
 }
 
-// CutReplica cuts master i's replica off it until a ManualFailOver
-// promotes the replica: its link closes, and it cannot log in again (it
-// is told to log in as a user that does not exist), as with a network
-// between them that fails. The replica keeps what it had received and
-// stays in the cluster; what the master applies from now on, it never
-// gets.
+// CutReplica cuts master i's replica off it, as a failed network would,
+// until a ManualFailOver promotes it: it keeps what it had received and
+// never gets what the master applies from now on.
 func (c *Cluster) CutReplica(ctx context.Context, i int) error {
 	rdb := redis.NewClient(c.Replicas[i].options())
 	defer rdb.Close()

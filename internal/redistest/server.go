@@ -221,12 +221,9 @@ func (s *Server) Pid() int {
 	}
 }
 
-// Client returns the server's go-redis client, one for every call, closed
-// by Close or at the test's end. For a TLS server it trusts the test CA and
-// gives the password. One, not one a call: a soak calls it once a run on
-// servers that live for thousands of runs, and each client would keep its
-// connections open until the test ends (the explorer's soak ran out of
-// file descriptors so).
+// Client returns the server's go-redis client, the same for every call
+// (a soak calls it per run, and would run out of file descriptors), closed
+// by Close or at the test's end. For a TLS server it trusts the test CA.
 func (s *Server) Client() *redis.Client {
 	opts := s.options()
 	s.mu.Lock()

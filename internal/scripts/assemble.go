@@ -6,10 +6,9 @@ import (
 	"strings"
 )
 
-// Redis runs a script's whole text on every EVALSHA: each top-level `local
-// function` of a library makes a closure per call, used or not (the full
-// prelude cost about 7 µs of server CPU per call, more than most scripts'
-// work). So a script ships only the helpers it calls, found here.
+// Redis runs a script's whole text on every EVALSHA, each helper a closure
+// per call (the full prelude cost about 7 µs of server CPU), so a script
+// ships only the helpers it calls, found here.
 
 // A helper is one top-level definition of a library: `local function
 // NAME` or `local NAME[, NAME] = ...`, its code without comment lines.
@@ -36,9 +35,8 @@ var (
 	identifier = regexp.MustCompile(`[A-Za-z_]\w*`)
 )
 
-// parseLibrary splits src into its helpers: each starts at a line that
-// begins `local ` and runs to the next. It panics on code outside them, a
-// mistake every test shows.
+// parseLibrary splits src into its helpers: each runs from a line that
+// begins `local ` to the next. It panics on code outside them.
 func parseLibrary(src string) []helper {
 	var helpers []helper
 	var code strings.Builder
@@ -123,9 +121,8 @@ func joined(segs []segment) string {
 	return b.String()
 }
 
-// assembleSegments is what assemble joins, in order. A name binds to the
-// last definition before its use, so one pass from the end finds them:
-// each part adds what it mentions to what is needed before it.
+// assembleSegments is what assemble joins, in order: one pass from the
+// end, each part adding what it mentions to what is needed before it.
 func assembleSegments(parts []string) []segment {
 	kept := make([][]segment, len(parts))
 	needed := make(map[string]bool)

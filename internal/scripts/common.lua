@@ -477,3 +477,18 @@ local function rights_refused(key, always)
   end
   return nil
 end
+
+-- A NOPERM reply when the user may not run one of commands on key, else
+-- nil. For the writes a grant cannot undo once begun: checked even where
+-- the rights are known (rights_refused), as they may have been revoked.
+local function refused_any(key, commands)
+  if redis.acl_check_cmd == nil then
+    return nil
+  end
+  for _, command in ipairs(commands) do
+    if not redis.acl_check_cmd(command, key) then
+      return redis.error_reply("NOPERM this user has no permissions to run the '" .. command .. "' command")
+    end
+  end
+  return nil
+end

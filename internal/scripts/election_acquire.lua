@@ -35,8 +35,35 @@
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
 
+-- The lock just taken (LOCK set to ARGV[1], term minted; the leader's
+-- record found dlock's or missing): record the leadership, withdraw the
+-- campaign's registration and tell the observers.
+local function elect(term)
+  redis.call('HSET', LEADER, 'owner', ARGV[1], 'term', term, 'value', ARGV[5])
+  if ARGV[3] ~= '' then
+    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
+  end
+  redis.call(ARGV[6], OBSERVERS, token_text(term) .. ':' .. ARGV[5])
+  return {1, term}
+end
+
 local owner = ARGV[1]
-local holder, wrong = checked_holder(LOCK, rights_refused(LOCK) or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
+local holder, wrong = nil, rights_refused(LOCK)
+-- Where nobody waits, no leader's record is left and the campaign has no
+-- tombstone (one EXISTS), the counter's GET and SET NX GET are the only
+-- probes: SET NX GET takes a free lock, or tells its holder, or fails
+-- with WRONGTYPE, changing nothing.
+if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
+  wrong = foreign_fence(FENCE)
+  if not wrong then
+    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', ARGV[2])
+  end
+  if not (wrong or holder) then
+    return elect(raise_error(mint_token(FENCE, ARGV[2])))
+  end
+else
+  holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
+end
 if wrong then
   return wrong
 end
@@ -66,9 +93,4 @@ end
 redis.call('HLEN', LEADER)
 local term = raise_error(mint_token(FENCE, ARGV[2]))
 redis.call('SET', LOCK, owner, 'PX', ARGV[2])
-redis.call('HSET', LEADER, 'owner', owner, 'term', term, 'value', ARGV[5])
-if ARGV[3] ~= '' then
-  call_or_wrongtype('ZREM', WAITERS, ARGV[3])
-end
-redis.call(ARGV[6], OBSERVERS, token_text(term) .. ':' .. ARGV[5])
-return {1, term}
+return elect(term)

@@ -29,9 +29,46 @@
 -- tombstone (fair_abandon.lua) before it takes the lock or a place in the
 -- queue, and does neither.
 
+-- The lock just set to this call's owner token: mint its token, take its
+-- entry (if any) out of the queue, store its holder info. A foreign
+-- counter undoes the hold, so that nothing outlives the script.
+local function grant(entry)
+  local fence = mint_token(FENCE, ARGV[2])
+  if type(fence) == 'table' and fence.err then
+    redis.call('DEL', LOCK)
+    return fence
+  end
+  if entry ~= '' then
+    redis.call('ZREM', QUEUE, entry)
+    redis.call('ZREM', REG, entry)
+  end
+  set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
+  return {1, fence}
+end
+
 local owner = ARGV[1]
-local holder, wrong = checked_holder(LOCK, rights_refused(LOCK) or foreign_key({FENCE}, {QUEUE, REG}, {})
-  or ((ARGV[6] or '') ~= '' and foreign_holder_info(HOLDER)))
+local with_info = (ARGV[6] or '') ~= ''
+local holder, wrong = nil, rights_refused(LOCK)
+-- Where nobody queues, the call has no tombstone and no holder info is
+-- stored (one EXISTS), the counter's GET and SET NX GET are the only
+-- probes: SET NX GET takes a free lock, or tells its holder, or fails
+-- with WRONGTYPE, changing nothing.
+local beside = {QUEUE, REG, TOMBSTONE}
+if with_info then
+  beside[4] = HOLDER
+end
+if not wrong and redis.call('EXISTS', unpack(beside)) == 0 then
+  wrong = foreign_fence(FENCE)
+  if not wrong then
+    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', ARGV[2])
+  end
+  if not (wrong or holder) then
+    return grant('')
+  end
+else
+  holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {QUEUE, REG}, {})
+    or (with_info and foreign_holder_info(HOLDER)))
+end
 if wrong then
   return wrong
 end
@@ -60,18 +97,7 @@ if not holder then
       return {-1, 0}
     end
     redis.call('SET', LOCK, owner, 'PX', ARGV[2])
-    -- From here an error must not leave the hold behind: pcall, undo, report.
-    local fence = mint_token(FENCE, ARGV[2])
-    if type(fence) == 'table' and fence.err then
-      redis.call('DEL', LOCK)
-      return fence
-    end
-    if entry ~= '' then
-      redis.call('ZREM', QUEUE, entry)
-      redis.call('ZREM', REG, entry)
-    end
-    set_holder_info(HOLDER, owner, ARGV[6], ARGV[2])
-    return {1, fence}
+    return grant(entry)
   end
   -- Free with someone ahead: the holder expired, or was removed by force,
   -- and nobody handed the lock on. Do it now rather than wait for the head

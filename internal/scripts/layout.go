@@ -6,27 +6,21 @@ import (
 )
 
 // Layout is the order of the KEYS a script takes, written once for Go and
-// Lua: Go makes a lock's keys from it (dlock's layout.go), and the script
-// starts with a Lua local per key, named as here (see scriptOn), so neither
-// side counts positions the other must match. A script given fewer KEYS
-// than its layout names (a Redlock's, which keeps no holder info) finds the
-// rest nil, as KEYS[i] would be.
+// Lua: Go makes a lock's keys from it, and the script starts with a Lua
+// local per key (see scriptOn), so no side counts positions. Keys a script
+// is not given are nil.
 type Layout []Key
 
-// Key is one key of a Layout: its Lua name, and what follows the lock's
-// key in its own name (every key of a lock is the lock's key and a
-// suffix).
+// Key is one key of a Layout: its Lua name, and the suffix that follows the
+// lock's key in its name.
 type Key struct {
 	Lua, Suffix string
-	// PerCall marks a key of one call or hold rather than of the lock: its
-	// name is the lock's key, Suffix and a hash of the call's secret (a
-	// tombstone, a release mark; see dlock's secretKey), made for each call,
-	// so a handle leaves it out of the keys it makes once.
+	// PerCall marks a key of one call or hold (a tombstone, a release
+	// mark), named with a hash of its secret, made for each call.
 	PerCall bool
 }
 
-// What follows a lock's key in the names of its other keys: written here
-// once, for Go's names (dlock's keysFor) and the layouts below.
+// What follows a lock's key in the names of its other keys.
 const (
 	FenceSuffix    = ":fence"    // fencing counter
 	WaitersSuffix  = ":waiters"  // registrations of waiters (of writers, for an RWMutex)
@@ -43,10 +37,8 @@ const (
 	HolderSuffix   = ":holder"   // a Mutex's or FairMutex's holder info
 )
 
-// The keys of one call or hold, after the lock's in the scripts that take
-// them: the call's tombstone (acquire, abandon, and a release that gives
-// its call up) and a hold's release mark (see mark_released in common.lua).
-// A release takes its mark, then the tombstone when it gives its call up.
+// The keys of one call or hold, after the lock's: the call's tombstone and
+// a hold's release mark (a release takes its mark, then the tombstone).
 var (
 	Tombstone   = Key{Lua: "TOMBSTONE", Suffix: ":void:", PerCall: true}
 	ReleaseMark = Key{Lua: "RELEASE_MARK", Suffix: ":released:", PerCall: true}
@@ -62,8 +54,8 @@ func (l Layout) Keys(lock string) []string {
 	return keys
 }
 
-// Index is the position in Keys of the key named lua in the scripts; it
-// panics for a name not in the layout, a mistake the first use shows.
+// Index is the position of the key named lua; it panics for a name not in
+// the layout.
 func (l Layout) Index(lua string) int {
 	for i, k := range l {
 		if k.Lua == lua {
@@ -113,10 +105,7 @@ var (
 )
 
 // The KEYS of the Mutex scripts (their headers say what each holds). A
-// Redlock's node takes them up to HOLDER (no holder info, no forced
-// removal's mark, no release mark); an Election's leadership is renewed
-// and given up in doubt with MutexExtend and MutexAbandon, on theirs up to
-// HOLDER.
+// Redlock's node and an Election take them up to HOLDER.
 var (
 	MutexAcquireLayout = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyHolder}
 	MutexReleaseLayout = Layout{keyLock, keyChannel, keyWaiters, keyFence, keyHolder, ReleaseMark, Tombstone}
@@ -129,14 +118,12 @@ var (
 // each holds), before the call's and the hold's own.
 var FairLayout = Layout{keyLock, keyFence, {Lua: "QUEUE", Suffix: QueueSuffix}, {Lua: "REG", Suffix: WaitersSuffix}, keyChannel, keyHolder}
 
-// SemLayout is the KEYS of the Semaphore scripts (sem_lib.lua says what each
-// holds), before the call's and the hold's own: each script takes as many
-// as it uses.
+// SemLayout is the KEYS of the Semaphore scripts (see sem_lib.lua), before
+// the call's and the hold's own; each takes as many as it uses.
 var SemLayout = Layout{{Lua: "HOLDERS"}, {Lua: "TOKENS", Suffix: TokensSuffix}, {Lua: "PERMITS", Suffix: PermitsSuffix}, keyWaiters, keyChannel, keyFence}
 
 // MultiPartLayout is the KEYS a MultiLock script takes for each lock of its
-// group (multi_lib.lua), one part after another; the call's or the hold's
-// own follow the last (see scriptOnParts).
+// group, one part after another (see scriptOnParts).
 var MultiPartLayout = Layout{keyLock, keyFence, keyWaiters, keyChannel}
 
 // The KEYS of the Election scripts (their headers say what each holds).
@@ -150,28 +137,22 @@ var (
 	ElectionProclaimLayout = Layout{keyLock, keyLeader, keyObservers} // ElectionLeader's too: it reads LOCK and LEADER
 )
 
-// RWLayout is the KEYS of the read-write scripts (rw_lib.lua says what
-// each holds), a Mutex's keys among them, before the call's and the hold's
-// own: each script takes as many as it uses, and a release takes its mark
-// in FENCE's place.
+// RWLayout is the KEYS of the read-write scripts (see rw_lib.lua), before
+// the call's and the hold's own; a release takes its mark in FENCE's place.
 var RWLayout = Layout{
 	{Lua: "STATE"}, {Lua: "HOLDS", Suffix: HoldsSuffix}, {Lua: "WWAIT", Suffix: WaitersSuffix}, {Lua: "RWAIT", Suffix: RWaitersSuffix},
 	{Lua: "RPASS", Suffix: RPassSuffix}, {Lua: "WCHAN", Suffix: ChannelSuffix}, {Lua: "RCHAN", Suffix: RChannelSuffix}, {Lua: "FENCE", Suffix: FenceSuffix},
 }
 
 // AnyLockLayout is the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): RWLayout's, then the keys only other
-// types have. Each script looks at every one to tell whether the name's
-// keys are all dlock's.
+// (describe.lua, force_unlock.lua): RWLayout's, then other types' keys.
 var AnyLockLayout = RWLayout.Then(
 	Key{Lua: "PERMITS", Suffix: PermitsSuffix}, Key{Lua: "TOKENS", Suffix: TokensSuffix}, Key{Lua: "QUEUE", Suffix: QueueSuffix},
 	Key{Lua: "LEADER", Suffix: LeaderSuffix}, keyForced, keyHolder)
 
-// partLocals is the Lua that names the keys of a script on parts of
-// layout part (a MultiLock's), then tail: N, the number of parts; part(i),
-// the keys of the i-th as a table by their names; and the tail's keys by
-// theirs, nil where the script is given fewer. The tail is shorter than a
-// part, so N is the whole parts in KEYS.
+// partLocals is the Lua that names the keys of a script on parts (a
+// MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
+// by name; and the tail's keys (shorter than a part, so N is exact).
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {
 		panic("scripts: a tail as long as a part")

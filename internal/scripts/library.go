@@ -10,32 +10,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis runs an EVALSHA script's whole text at every call, its helpers'
-// definitions with it. A Redis Functions library runs its text once, at
-// FUNCTION LOAD: so the same scripts, loaded as one library, define their
-// helpers once per server, and an FCALL runs only the script's own body.
+// A Redis Functions library runs its text once, at FUNCTION LOAD, where an
+// EVALSHA script runs it at every call: loaded as one library, the scripts
+// define their helpers once per server. Each script is one function; the
+// prelude's helpers are defined at the top, other helpers that name nothing
+// of one call in a block of the script's own. A table a helper keeps is
+// one call's, empty at each call, as under EVALSHA.
 //
-// Each script is one function of the library. The prelude's helpers are
-// defined once, at the library's top; the other helpers a script ships
-// that name nothing of one call (its KEYS, ARGV, their locals) in a block
-// of its own, as two libraries of Lua (sem_lib.lua, rw_lib.lua) define
-// helpers of one name; the rest, in the function's body. A table a
-// helper keeps (a script's clock reading, its counters' reads) is one
-// call's: each call starts with it empty, as an EVALSHA script does.
+// Every function but an acquire is flagged allow-oom: a full server must
+// not cost a holder its lease nor keep a lock held
+// (TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases). A script
+// that writes nothing is flagged no-writes, so a replica answers it.
 //
-// A full Redis (maxmemory under noeviction) refuses a function before it
-// runs unless it is flagged allow-oom, where an EVALSHA script was refused
-// only at a first write that may grow memory. An acquire is refused so,
-// whole, as before; every other script (a renewal, a release, an abandon,
-// a read) runs, as before: a full server must not cost a holder its lease
-// nor keep a lock held (TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases).
-// A script that writes nothing is flagged no-writes too, so a server that
-// refuses writes (a replica, min-replicas-to-write, a failing save) answers
-// it, as it did the EVALSHA script.
-//
-// The library is named after a hash of its text, as are its functions
-// (Redis names functions server-wide), so two versions of dlock load two
-// libraries and each calls its own during a rolling upgrade.
+// The library and its functions are named after a hash of its text, so two
+// versions of dlock each call their own during a rolling upgrade.
 
 // Library is the source of dlock's function library, for FUNCTION LOAD,
 // and LibraryName its name: "dlock_" and a hash of its text.
@@ -53,8 +41,8 @@ func Function(s *redis.Script) string {
 	return functionNames[s]
 }
 
-// Of is the script an EVALSHA's SHA or an FCALL's function names; nil
-// for one not made here. Tests that tell dlock's calls apart use it.
+// Of is the script an EVALSHA's SHA or an FCALL's function names; nil for
+// one not made here.
 func Of(name string) *redis.Script {
 	return byName[name]
 }
@@ -108,9 +96,8 @@ func makeLibrary(sets [][]*redis.Script) (src, name string) {
 	return strings.ReplaceAll(b.String(), libraryHash, hash), "dlock_" + hash
 }
 
-// topHelpers are the names of the prelude's helpers the library defines at
-// its top, shared by every function: all but rights_refused, whose list is
-// each script's own, and any that call it.
+// topHelpers are the prelude's helpers the library defines at its top: all
+// but rights_refused, whose list is each script's own, and its callers.
 func topHelpers() map[string]bool {
 	top := make(map[string]bool)
 	for _, h := range libraries[prelude] {
@@ -127,9 +114,7 @@ func topHelpers() map[string]bool {
 	return top
 }
 
-// function is the Lua that registers a script as the function name: its
-// helpers that name nothing of a call defined once, in a block of their
-// own, the rest in the function.
+// function is the Lua that registers a script as the function name.
 func function(name string, a assembly, top map[string]bool) string {
 	perCall := map[string]bool{"KEYS": true, "ARGV": true}
 	var once, body, reset strings.Builder
@@ -175,8 +160,8 @@ func function(name string, a assembly, top map[string]bool) string {
 		reset.String() + body.String() + "end}\nend\n"
 }
 
-// uncommentedLines is code without its lines of comment alone: the
-// library's text is sent at every load, and kept by every server.
+// uncommentedLines is code without its comment lines: every server keeps
+// the library's text.
 func uncommentedLines(code string) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(code, "\n") {

@@ -25,14 +25,29 @@
 -- the release.
 
 void_call(TOMBSTONE, ARGV[4])
-local released, retaken = 0, false
+-- Where nobody waits for any lock (one EXISTS), the group's locks go in
+-- one DEL; else each is handed on.
+local held, waiters = {}, {}
 for i = 1, N do
   local p = part(i)
+  waiters[i] = p.WAITERS
   if redis.call('GET', p.LOCK) == ARGV[1] then
-    retaken = retaken or taken_since(p.FENCE, ARGV[4 + i], RELEASE_MARK)
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
-    released = released + 1
+    held[#held + 1] = i
   end
+end
+local anyone_waits = #held > 0 and redis.call('EXISTS', unpack(waiters)) > 0
+local released, retaken, freed = #held, false, {}
+for _, i in ipairs(held) do
+  local p = part(i)
+  retaken = retaken or taken_since(p.FENCE, ARGV[4 + i], RELEASE_MARK)
+  if anyone_waits then
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
+  else
+    freed[#freed + 1] = p.LOCK
+  end
+end
+if #freed > 0 then
+  redis.call('DEL', unpack(freed))
 end
 if released == N and not retaken then
   mark_released(RELEASE_MARK, ARGV[3])

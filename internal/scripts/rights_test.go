@@ -72,8 +72,10 @@ func TestScripts_PcallOnlyCatchesWrongType(t *testing.T) {
 // An acquire told that its Client knows the user's rights (RightsKnown, its
 // last ARGV) checks none: a user without ZPOPMIN, which only a Mutex's
 // release runs, is refused the lock when it is checked, and takes it when
-// not. An RWMutex's acquire checks always (it could not give back its
-// counts): without RENAME, which only its release runs, it is refused.
+// not. An RWMutex's acquire checks none on a clean lock, whose grant it
+// undoes whole when a command is refused; elsewhere it checks always (it
+// could not give back others' counts): without RENAME, which only its
+// release runs, a reader beside a writer is refused.
 func TestScripts_AcquireWithRightsKnownChecksNone(t *testing.T) {
 	ctx, admin := setup(t)
 	if err := admin.Do(ctx, "ACL", "SETUSER", "nopop", "on", ">pw", "~*", "&*", "+@all", "-flushall", "-zpopmin", "-rename").Err(); err != nil {
@@ -91,8 +93,78 @@ func TestScripts_AcquireWithRightsKnownChecksNone(t *testing.T) {
 		t.Fatalf("with rights known: %v, %v; want the lock", res, err)
 	}
 	rwKeys := []string{"t:{rw}", "t:{rw}:holds", "t:{rw}:wwait", "t:{rw}:rwait", "t:{rw}:rpass", "t:{rw}:wchan", "t:{rw}:rchan", "t:{rw}:fence", "t:{rw}:void"}
-	_, err = RWAcquire.Run(ctx, user, rwKeys, "w"+tok("b")+"o", 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	res, err = RWAcquire.Run(ctx, user, rwKeys, "w"+tok("b")+"o", 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	if err != nil || res[0] != 1 {
+		t.Fatalf("a clean RWMutex lock with rights known: %v, %v; want the lock", res, err)
+	}
+	_, err = RWAcquire.Run(ctx, user, rwKeys, "r"+tok("c")+"p", 10000, "", 3000, "", "", RightsKnown).Int64Slice()
 	if err == nil || !strings.Contains(err.Error(), "rename") {
-		t.Fatal("an RWMutex acquire with rights known took the lock for a user without a right its release needs")
+		t.Fatal("an RWMutex acquire with rights known, beside a holder, was not checked for a right its release needs")
+	}
+}
+
+// A clean RWMutex acquire told the rights are known, refused a command
+// part-way (a right taken away since its Client's check), fails with the
+// refusal and leaves neither state nor holds: nobody holds the lock.
+func TestRWAcquire_RefusedPartWayOnACleanLockLeavesNothing(t *testing.T) {
+	ctx, admin := setup(t)
+	// The last two also lose what the undo runs.
+	for _, commands := range [][]string{{"zadd"}, {"pexpireat"}, {"hset"}, {"set"}, {"pexpireat", "del"}, {"hset", "del"}} {
+		command := strings.Join(commands, "+")
+		user := "no" + strings.Join(commands, "")
+		rules := []any{"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-flushall"}
+		for _, c := range commands {
+			rules = append(rules, "-"+c)
+		}
+		if err := admin.Do(ctx, rules...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
+		t.Cleanup(func() { _ = rdb.Close() })
+		member := hold("w", "1", "alice")
+		_, err := RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+		if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
+			t.Errorf("without %s: %v; want a refusal", command, err)
+		}
+		if n := admin.Exists(ctx, rwState, rwHolds).Val(); n != 0 {
+			t.Errorf("without %s: %d of the state and holds left", command, n)
+		}
+		if ttl := admin.PTTL(ctx, rwFence).Val(); ttl == -1 {
+			t.Errorf("without %s: the counter left with no expiry", command)
+		}
+	}
+}
+
+// A Semaphore acquire told the rights are known, refused a command
+// part-way (a right taken away since its Client's check), fails with the
+// refusal and leaves no key without expiry: alone or beside a holder.
+func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
+	ctx, admin := setup(t)
+	for _, command := range []string{"zadd", "hset", "pexpire"} {
+		for _, beside := range []bool{false, true} {
+			if err := admin.FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if beside {
+				if got := run(t, ctx, admin, SemAcquire, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 4); got[0] != 1 {
+					t.Fatalf("the holder beside was refused: %v", got)
+				}
+			}
+			user := "no" + command
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", "-flushall", "-"+command).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
+			t.Cleanup(func() { _ = rdb.Close() })
+			_, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown).Int64Slice()
+			if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
+				t.Errorf("without %s (beside a holder: %v): %v; want a refusal", command, beside, err)
+			}
+			for _, key := range semKeys[:3] {
+				if ttl := admin.PTTL(ctx, key).Val(); ttl == -1 {
+					t.Errorf("without %s (beside a holder: %v): %s left with no expiry", command, beside, key)
+				}
+			}
+		}
 	}
 }

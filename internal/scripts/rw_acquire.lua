@@ -40,19 +40,46 @@
 -- attempt of a call that gave up finds the call's tombstone (TOMBSTONE) before
 -- it takes a hold or registers, and does neither.
 
-local wrong = rights_refused(STATE, true) or foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+local member, waiter = ARGV[1], ARGV[3]
+local mode, owner = parse(member)
+
+local function read_state()
+  return call_or_wrongtype('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner, STATE_MARK, 'aw' .. owner)
+end
+-- Clean: none of the lock's keys is there, nor the call's tombstone: a
+-- free lock nobody waits for, told by one command. Nothing is left to
+-- read, recognise (the counter is, where mint_token reads it), purge or
+-- wait for, and what the grant writes is undone whole if a command is
+-- refused (see granted below): the rights are checked once per Client
+-- (rights.go). Elsewhere the counts of others' holds could be left half
+-- changed, so they are checked at every call.
+local clean = redis.call('EXISTS', STATE, HOLDS, WWAIT, RWAIT, RPASS, TOMBSTONE) == 0
+local st = {}
+if not clean then
+  st = read_state() -- its WRONGTYPE tells a state of another type, before anything is written
+  if st.err then
+    return foreign_state(STATE)
+  end
+end
+local wrong = rights_refused(STATE, not clean)
 if wrong then
   return wrong
 end
-local member, waiter = ARGV[1], ARGV[3]
-local mode, owner = parse(member)
-local now = server_now()
-
-local function read_state()
-  return redis.call('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner, STATE_MARK)
+-- A clean grant undoes itself with DEL, and gives each key its expiry as
+-- it makes it: rights known before may have been revoked since, and
+-- without these two a refusal would leave a key held for good.
+wrong = clean and refused_any(STATE, {'del', 'pexpireat'})
+if wrong then
+  return wrong
 end
-local st = read_state() -- raises WRONGTYPE for a foreign state before anything is written
-if purge(now) > 0 then
+if not clean then
+  wrong = (not st[6] and foreign_state(STATE)) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT, RPASS}, {})
+  if wrong then
+    return wrong
+  end
+end
+local now = server_now()
+if not clean and purge(now) > 0 then
   st = read_state()
 end
 -- No state (foreign_state above: no mark): any hold left in HOLDS lost its
@@ -85,62 +112,82 @@ if mode == 'w' then
     end
     return {-2, 0}
   else
-    granted = not writer and readers == 0 and redis.call('ZCOUNT', RPASS, '(' .. now, '+inf') == 0
+    granted = not writer and readers == 0 and (clean or redis.call('ZCOUNT', RPASS, '(' .. now, '+inf') == 0)
   end
 elseif writer then
   granted = writer == owner
 elseif my_reads > 0 then
   granted = true
 else
-  granted = redis.call('ZCOUNT', WWAIT, '(' .. now, '+inf') == 0
+  granted = clean or redis.call('ZCOUNT', WWAIT, '(' .. now, '+inf') == 0
   if not granted and waiter ~= '' then
     granted = (tonumber(redis.call('ZSCORE', RPASS, waiter)) or 0) > now
   end
 end
 
 if granted then
-  if redis.call('EXISTS', TOMBSTONE) == 1 then
+  if not clean and redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  if waiter ~= '' then
+  if waiter ~= '' and not clean then -- on a clean lock no set of waiters is there
     redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
     redis.call('ZREM', RPASS, waiter)
   end
-  local token
-  if mine > 0 then
-    token = tonumber(st[5])
-  else
+  -- The hold's fields, written by one HSET: the counts from the state as
+  -- read above.
+  local token = tonumber(st[5])
+  local fields = {'n' .. mode .. owner, mine + 1}
+  local function field(name, value)
+    fields[#fields + 1], fields[#fields + 2] = name, value
+  end
+  if mine == 0 then
     token = raise_error(mint_token(FENCE, ARGV[2])) -- fails, before the hold is written, on a foreign counter
+    field('t' .. mode .. owner, token)
     if mode == 'w' then
-      redis.call('HSET', STATE, 'tw' .. owner, token, 'W', owner)
-    else
-      redis.call('HSET', STATE, 'tr' .. owner, token)
+      field('W', owner)
     end
   end
-  redis.call('HINCRBY', STATE, 'n' .. mode .. owner, 1)
   if mode == 'r' then
-    redis.call('HINCRBY', STATE, 'R', 1)
+    field('R', readers + 1)
   end
   if fresh then
-    redis.call('HSET', STATE, STATE_MARK, STATE_KIND)
+    field(STATE_MARK, STATE_KIND)
   end
   if ARGV[5] and ARGV[5] ~= '' then
-    redis.call('HSET', STATE, 'i' .. mode .. owner, ARGV[5])
+    field('i' .. mode .. owner, ARGV[5])
   end
   if mode == 'w' and ARGV[6] and ARGV[6] ~= '' then
-    redis.call('HSET', STATE, 'aw' .. owner, ARGV[6])
-  elseif mode == 'w' then
+    field('aw' .. owner, ARGV[6])
+  elseif mode == 'w' and st[7] then -- never on a clean lock: there its rights are checked
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
+  local expiry = now + tonumber(ARGV[2])
+  if clean then
+    -- The holds first, each key given its expiry as it is made: a refused
+    -- command leaves none without one, and what was written goes (both
+    -- keys were missing), the refusal failing the script.
+    local ok, err = pcall(function()
+      redis.call('ZADD', HOLDS, expiry, member)
+      redis.call('PEXPIREAT', HOLDS, expiry)
+      redis.call('HSET', STATE, unpack(fields))
+      redis.call('PEXPIREAT', STATE, expiry)
+    end)
+    if not ok then
+      redis.call('DEL', STATE, HOLDS)
+      return type(err) == 'table' and err or redis.error_reply(tostring(err))
+    end
+    return {1, token}
+  end
+  redis.call('HSET', STATE, unpack(fields))
   if fresh then
     -- Holds left from a lost state go, or their leases would renew them
     -- (rw_extend.lua) while this one holds the lock.
     redis.call('DEL', HOLDS)
-    redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
-    redis.call('PEXPIREAT', STATE, now + tonumber(ARGV[2]))
-    redis.call('PEXPIREAT', HOLDS, now + tonumber(ARGV[2]))
+    redis.call('ZADD', HOLDS, expiry, member)
+    redis.call('PEXPIREAT', STATE, expiry)
+    redis.call('PEXPIREAT', HOLDS, expiry)
   else
-    redis.call('ZADD', HOLDS, now + tonumber(ARGV[2]), member)
+    redis.call('ZADD', HOLDS, expiry, member)
     expire_with_last()
   end
   return {1, token}

@@ -144,8 +144,9 @@ end
 -- Release one live hold and wake whoever can go: nil, or the error when
 -- another program wrote over the state, which is left as it is. The wake's
 -- PUBLISH comes last: one an ACL refuses finds the hold released. present
--- is is_dlocks_state(STATE), when the caller has read it.
-local function release_hold(member, publish, now, present)
+-- is is_dlocks_state(STATE), when the caller has read it; expired false
+-- when the caller has seen that no hold expired.
+local function release_hold(member, publish, now, present, expired)
   if present == nil then
     present = is_dlocks_state(STATE) -- the counts below change only what is there: it stays
   end
@@ -153,7 +154,9 @@ local function release_hold(member, publish, now, present)
   if wrong then
     return wrong
   end
-  purge(now, present) -- only holds with this hold in them: its id is secret, so dlock wrote them
+  if expired ~= false then
+    purge(now, present) -- only holds with this hold in them: its id is secret, so dlock wrote them
+  end
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member, present)
   local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES') -- expire_with_last and wake read it

@@ -28,21 +28,38 @@
 
 void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
-if not live_score(HOLDS, ARGV[1], now) then
+local member = ARGV[1]
+-- The first two holds: one command tells the case of a hold alone, the
+-- lock's last, and whether any expired (the first did).
+local first = redis.call('ZRANGE', HOLDS, 0, 1, 'WITHSCORES')
+local score
+if first[1] == member or first[3] == member then
+  score = first[1] == member and first[2] or first[4]
+else
+  score = redis.call('ZSCORE', HOLDS, member)
+end
+if not score or tonumber(score) <= now then
   return nothing_released(RELEASE_MARK)
 end
+local alone = #first == 2
 -- Taken anew since the grant (minted_anew): the token of the owner's holds
 -- in the member's mode is another. It is minted only when none of them is
 -- held (rw_acquire.lua): while any lasts, it stays, and no other owner can
 -- have held against them.
 -- One read for the mark (is_dlocks_state) and the token.
-local mode, owner = parse(ARGV[1])
+local mode, owner = parse(member)
 local state = call_or_wrongtype('HMGET', STATE, STATE_MARK, 't' .. mode .. owner)
 local present = state[1] == STATE_KIND -- false on an error reply: foreign
 local anew = present and minted_anew(state[2], ARGV[5], RELEASE_MARK)
-local wrong = release_hold(ARGV[1], ARGV[2], now, present)
-if wrong then
-  return wrong
+if alone and present then
+  -- The last hold: the state goes with it, counts and all.
+  redis.call('DEL', STATE, HOLDS)
+  wake(ARGV[2], now, mode == 'w', false)
+else
+  local wrong = release_hold(member, ARGV[2], now, present, #first == 0 or tonumber(first[2]) <= now)
+  if wrong then
+    return wrong
+  end
 end
 if anew then
   return 0

@@ -4,26 +4,16 @@
 // which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
 //
 // The scripts are also the functions of one Redis Functions library
-// (Library, library.go), which dlock calls by FCALL: a server without it
-// is sent it, and the call again, in one round trip. Where Functions are
-// refused, scripts run by SHA (EVALSHA), and a server that answers
-// NOSCRIPT is sent the script's companions (see Companions). dlock's
-// evalsha.go does both, in one place.
+// (library.go), called by FCALL; where Functions are refused, they run by
+// EVALSHA (dlock's evalsha.go does both).
 //
-// Redis scripts cannot import one another, so what several scripts share is
-// prepended to them here, each script getting only the helpers it calls
-// (assemble.go): common.lua (the server's clock, expiring sorted sets,
-// waiter registration) and foreign.lua (how dlock's own keys are
-// recognised) to every script, hand_next.lua to the Mutex and MultiLock
-// scripts that free a lock, wake_next.lua to the others that do,
-// fair_lib.lua (a FairMutex's queue) to the FairMutex scripts, sem_lib.lua
-// to the Semaphore scripts, multi_lib.lua to the MultiLock scripts,
-// rw_lib.lua (the state of a read-write lock) to every RWMutex script and to
-// those that work on any lock.
+// What several scripts share is prepended to them here, each getting only
+// the helpers it calls (assemble.go): common.lua and foreign.lua to every
+// script, the *_lib.lua, hand_next.lua and wake_next.lua to their types'.
 package scripts
 
 import (
-	_ "embed"
+	"embed"
 	"fmt"
 	"regexp"
 	"slices"
@@ -33,124 +23,48 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+//go:embed *.lua
+var luaFiles embed.FS
+
+// lua is the text of the embedded file name.lua.
+func lua(name string) string {
+	src, err := luaFiles.ReadFile(name + ".lua")
+	if err != nil {
+		panic(err) // a script named here that is not in the package
+	}
+	return string(src)
+}
+
+// The helpers assemble.go picks from.
 var (
-	//go:embed common.lua
-	common string
-	//go:embed foreign.lua
-	foreign string
-	//go:embed wake_next.lua
-	wakeNext string
-	//go:embed hand_next.lua
-	handNext string
-	//go:embed mutex_acquire.lua
-	mutexAcquire string
-	//go:embed mutex_release.lua
-	mutexRelease string
-	//go:embed mutex_extend.lua
-	mutexExtend string
-	//go:embed mutex_ttl.lua
-	mutexTTL string
-	//go:embed mutex_abandon.lua
-	mutexAbandon string
-	//go:embed force_unlock.lua
-	forceUnlock string
-	//go:embed describe.lua
-	describe string
-
-	//go:embed fair_lib.lua
-	fairLib string
-	//go:embed fair_acquire.lua
-	fairAcquire string
-	//go:embed fair_release.lua
-	fairRelease string
-	//go:embed fair_abandon.lua
-	fairAbandon string
-
-	//go:embed sem_lib.lua
-	semLib string
-	//go:embed sem_acquire.lua
-	semAcquire string
-	//go:embed sem_release.lua
-	semRelease string
-	//go:embed sem_extend.lua
-	semExtend string
-	//go:embed sem_ttl.lua
-	semTTL string
-	//go:embed sem_abandon.lua
-	semAbandon string
-	//go:embed sem_set_permits.lua
-	semSetPermits string
-
-	//go:embed multi_lib.lua
-	multiLib string
-	//go:embed multi_acquire.lua
-	multiAcquire string
-	//go:embed multi_release.lua
-	multiRelease string
-	//go:embed multi_extend.lua
-	multiExtend string
-	//go:embed multi_ttl.lua
-	multiTTL string
-	//go:embed multi_abandon.lua
-	multiAbandon string
-
-	//go:embed election_acquire.lua
-	electionAcquire string
-	//go:embed election_release.lua
-	electionRelease string
-	//go:embed election_proclaim.lua
-	electionProclaim string
-	//go:embed election_leader.lua
-	electionLeader string
-
-	//go:embed redlock_fence.lua
-	redlockFence string
-
-	//go:embed rw_lib.lua
-	rwLib string
-	//go:embed rw_acquire.lua
-	rwAcquire string
-	//go:embed rw_release.lua
-	rwRelease string
-	//go:embed rw_extend.lua
-	rwExtend string
-	//go:embed rw_ttl.lua
-	rwTTL string
-	//go:embed rw_abandon.lua
-	rwAbandon string
-	//go:embed rw_inspect.lua
-	rwInspect string
+	common   = lua("common")
+	foreign  = lua("foreign")
+	wakeNext = lua("wake_next")
+	handNext = lua("hand_next")
+	fairLib  = lua("fair_lib")
+	semLib   = lua("sem_lib")
+	multiLib = lua("multi_lib")
+	rwLib    = lua("rw_lib")
 )
 
 // OwnerTokenDigits is the length of an owner token, in lowercase hex
-// digits: the value a Mutex's lock key holds. The scripts take a string of
-// another form under that key for a value dlock did not write.
+// digits; the scripts take another form for a value dlock did not write.
 const OwnerTokenDigits = 32
 
 // ClientTagChars is the length of a Client's tag (see ProtocolTag), which
-// starts its waiters' registrations and names its own channel: the
-// scripts find the tag as that many characters before a registration's
-// '/'.
+// starts its registrations and names its channel.
 const ClientTagChars = 16
 
-// ProtocolVersion is the version of what dlock's scripts share in Redis
-// between clients: the forms of registrations, hand-over messages and lock
-// values. Protocol 1 is dlock before it was versioned; protocol 2 reads its
-// registrations and hand-overs. A Client's tag (see ProtocolTag) carries
-// the version, so that a script tells a registration of a protocol it does
-// not read, and wakes its waiter rather than hand it a lock or publish
-// what it registered. docs/ARCHITECTURE.md says what may change between
-// versions and how a deployment upgrades.
+// ProtocolVersion is the version of the forms clients share in Redis
+// (registrations, hand-overs, lock values). A Client's tag carries it, so a
+// script wakes a waiter of a protocol it does not read rather than hand it
+// a lock. docs/ARCHITECTURE.md says how a deployment upgrades.
 const ProtocolVersion = 2
 
-// ProtocolTag starts the tag of every Client of this protocol ('v' and
-// the version): the scripts read it in registrations (registration_parts
-// in common.lua).
+// ProtocolTag starts the tag of every Client of this protocol.
 var ProtocolTag = "v" + strconv.Itoa(ProtocolVersion)
 
-// prelude starts every script: the constants the scripts take from Go (the
-// owner token's form and length, made from OwnerTokenDigits; the protocol's
-// tag and a Client tag's length; the fencing counter's retention), so that
+// prelude starts every script: the constants the scripts take from Go, so
 // each rule is written once, then common.lua and foreign.lua.
 var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local PROTOCOL_TAG = '" + ProtocolTag + "'\n" +
@@ -161,11 +75,9 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
 	common + foreign
 
-// script makes a script of parts, after the prelude, with only the helpers
-// of the prelude and libraries that it calls (see assemble): Redis runs a
-// script's whole text at every call, and each function defined costs then.
-// An acquire's rights_refused checks the commands it runs and those of
-// others (see rightsFor).
+// script makes a script of parts after the prelude, with only the helpers
+// it calls (Redis runs a script's whole text at every call); an acquire
+// checks the rights of others' commands too (see rightsFor).
 func script(others []*redis.Script, parts ...string) *redis.Script {
 	segs := assembleSegments(append([]string{prelude}, parts...))
 	rights := rightsFor(joined(segs), others)
@@ -177,9 +89,7 @@ func script(others []*redis.Script, parts ...string) *redis.Script {
 }
 
 // readsOnly tells a script that writes nothing: its function is flagged
-// no-writes, which spares it the checks a write gets (a replica's
-// READONLY, min-replicas-to-write, a failing save), as an EVALSHA script
-// that writes nothing was. A command named by a variable may write.
+// no-writes, sparing it a write's checks (READONLY, a failing save).
 func readsOnly(src string) bool {
 	for line := range strings.SplitSeq(src, "\n") {
 		if variableCommand.MatchString(uncommented(line)) {
@@ -204,9 +114,8 @@ var readCommands = map[string]bool{
 	"hmget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
-// sources are the scripts' texts, for SCRIPT LOAD in a pipeline: a
-// [redis.Script] keeps its own to itself, and its Load, sent in a pipeline,
-// sets its SHA to the empty reply of a command not sent yet.
+// sources are the scripts' texts, for SCRIPT LOAD in a pipeline (a
+// [redis.Script] keeps its own to itself).
 var sources = make(map[*redis.Script]string)
 
 // scriptOn makes a script of parts that take the KEYS of layout, named
@@ -236,19 +145,14 @@ func scriptOnParts(part, tail Layout, others []*redis.Script, parts ...string) *
 // as written there, for rightsFor to fill.
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
-// scriptCommand finds a command a script runs on keys, by its name in
-// redis.call, call_or_wrongtype (common.lua) or call_on (foreign.lua).
-// Only PUBLISH goes by a variable (it may be SPUBLISH), on a channel, not a
-// key.
+// scriptCommand finds a command a script runs on keys, in redis.call,
+// call_or_wrongtype or call_on (PUBLISH, by a variable, is on a channel).
 var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
-// commands src and others run on keys. A lease runs its type's other
-// scripts after the acquire, and Redis does not undo a script's writes
-// when a later command in it is refused: checked at the acquire, a missing
-// right refuses the lock before anything is written. Checking only the
-// type's commands, not every script's, spares a restricted user's acquire
-// the checks of the others.
+// commands src and others (its type's later scripts) run on keys. Redis
+// does not undo a script's writes when a later command is refused, so the
+// acquire refuses the lock before anything is written.
 func rightsFor(src string, others []*redis.Script) string {
 	if !strings.Contains(src, rightsList) {
 		return rightsList
@@ -286,76 +190,74 @@ func LayoutOf(s *redis.Script) Layout {
 
 // Mutex scripts.
 var (
-	MutexAcquire = acquireOn(MutexAcquireLayout, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, mutexAcquire)
-	MutexRelease = scriptOn(MutexReleaseLayout, handNext, mutexRelease)
-	MutexExtend  = scriptOn(MutexExtendLayout, mutexExtend)
-	MutexTTL     = scriptOn(MutexExtendLayout, mutexTTL)
-	MutexAbandon = scriptOn(MutexAbandonLayout, handNext, mutexAbandon)
+	MutexAcquire = acquireOn(MutexAcquireLayout, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, lua("mutex_acquire"))
+	MutexRelease = scriptOn(MutexReleaseLayout, handNext, lua("mutex_release"))
+	MutexExtend  = scriptOn(MutexExtendLayout, lua("mutex_extend"))
+	MutexTTL     = scriptOn(MutexExtendLayout, lua("mutex_ttl"))
+	MutexAbandon = scriptOn(MutexAbandonLayout, handNext, lua("mutex_abandon"))
 )
 
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
 // inspects its holds with MutexExtend and MutexTTL.
 var (
-	FairAcquire = acquireOn(FairLayout.Then(Tombstone), []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, fairLib, fairAcquire)
-	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), fairLib, fairRelease)
-	FairAbandon = scriptOn(FairLayout.Then(Tombstone), fairLib, fairAbandon)
+	FairAcquire = acquireOn(FairLayout.Then(Tombstone), []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, fairLib, lua("fair_acquire"))
+	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), fairLib, lua("fair_release"))
+	FairAbandon = scriptOn(FairLayout.Then(Tombstone), fairLib, lua("fair_abandon"))
 )
 
 // Semaphore scripts.
 var (
-	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, semAcquire)
-	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), wakeNext, semLib, semRelease)
-	SemExtend     = scriptOn(SemLayout, semLib, semExtend)
-	SemTTL        = scriptOn(SemLayout, semLib, semTTL)
-	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), wakeNext, semLib, semAbandon)
-	SemSetPermits = scriptOn(SemLayout, semLib, semSetPermits)
+	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
+	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), wakeNext, semLib, lua("sem_release"))
+	SemExtend     = scriptOn(SemLayout, semLib, lua("sem_extend"))
+	SemTTL        = scriptOn(SemLayout, semLib, lua("sem_ttl"))
+	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), wakeNext, semLib, lua("sem_abandon"))
+	SemSetPermits = scriptOn(SemLayout, semLib, lua("sem_set_permits"))
 )
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, multiAcquire)
-	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, nil, handNext, multiLib, multiRelease)
-	MultiExtend  = scriptOnParts(MultiPartLayout, nil, nil, multiLib, multiExtend)
-	MultiTTL     = scriptOnParts(MultiPartLayout, nil, nil, multiLib, multiTTL)
-	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, nil, handNext, multiLib, multiAbandon)
+	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, lua("multi_acquire"))
+	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, nil, handNext, multiLib, lua("multi_release"))
+	MultiExtend  = scriptOnParts(MultiPartLayout, nil, nil, multiLib, lua("multi_extend"))
+	MultiTTL     = scriptOnParts(MultiPartLayout, nil, nil, multiLib, lua("multi_ttl"))
+	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, nil, handNext, multiLib, lua("multi_abandon"))
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = acquireOn(ElectionAcquireLayout, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, electionAcquire)
-	ElectionRelease  = scriptOn(ElectionReleaseLayout, wakeNext, electionRelease)
-	ElectionProclaim = scriptOn(ElectionProclaimLayout, electionProclaim)
-	ElectionLeader   = scriptOn(ElectionProclaimLayout, electionLeader)
+	ElectionAcquire  = acquireOn(ElectionAcquireLayout, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, lua("election_acquire"))
+	ElectionRelease  = scriptOn(ElectionReleaseLayout, wakeNext, lua("election_release"))
+	ElectionProclaim = scriptOn(ElectionProclaimLayout, lua("election_proclaim"))
+	ElectionLeader   = scriptOn(ElectionProclaimLayout, lua("election_leader"))
 )
 
 // RedlockFence raises a node's fencing counter to a quorum's token. A
 // Redlock takes, renews and releases its holds on each node with the Mutex
 // scripts.
-var RedlockFence = scriptOn(RedlockFenceLayout, redlockFence)
+var RedlockFence = scriptOn(RedlockFenceLayout, lua("redlock_fence"))
 
 // Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
-	ForceUnlock = scriptOn(AnyLockLayout, rwLib, forceUnlock)
-	Describe    = scriptOn(AnyLockLayout, rwLib, describe)
+	ForceUnlock = scriptOn(AnyLockLayout, rwLib, lua("force_unlock"))
+	Describe    = scriptOn(AnyLockLayout, rwLib, lua("describe"))
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 // A release takes its mark in the fencing counter's place.
 var (
-	RWAcquire = acquireOn(RWLayout.Then(Tombstone), []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, rwLib, rwAcquire)
-	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), rwLib, rwRelease)
-	RWExtend  = scriptOn(RWLayout, rwLib, rwExtend)
-	RWTTL     = scriptOn(RWLayout, rwLib, rwTTL)
-	RWAbandon = scriptOn(RWLayout.Then(Tombstone), rwLib, rwAbandon)
-	RWInspect = scriptOn(RWLayout, rwLib, rwInspect)
+	RWAcquire = acquireOn(RWLayout.Then(Tombstone), []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, rwLib, lua("rw_acquire"))
+	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), rwLib, lua("rw_release"))
+	RWExtend  = scriptOn(RWLayout, rwLib, lua("rw_extend"))
+	RWTTL     = scriptOn(RWLayout, rwLib, lua("rw_ttl"))
+	RWAbandon = scriptOn(RWLayout.Then(Tombstone), rwLib, lua("rw_abandon"))
+	RWInspect = scriptOn(RWLayout, rwLib, lua("rw_inspect"))
 )
 
-// The scripts of each lock type, its own and those it borrows: a server that
-// does not know one of them (a cold, restarted or flushed one) likely knows
-// none, and the type's next call sends another, so they are loaded
-// together. A script borrowed by another type is listed under its own
-// type first, and that is the set Companions gives for it.
+// The scripts of each lock type, its own and those it borrows, loaded
+// together: a server missing one likely misses all. Companions gives a
+// script the first set that lists it.
 var typeScripts = [][]*redis.Script{
 	{MutexAcquire, MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, // a Redlock's too
 	{FairAcquire, FairRelease, FairAbandon, MutexExtend, MutexTTL},
@@ -394,15 +296,12 @@ func Companions(s *redis.Script) []string {
 	return companions[s]
 }
 
-// RightsKnown, as an acquire's last ARGV, tells its rights_refused
-// (common.lua) that the Client has seen the user's rights pass it on this
-// server, so that it checks nothing.
+// RightsKnown, as an acquire's last ARGV, tells rights_refused (common.lua)
+// that the user's rights passed before: it checks nothing.
 const RightsKnown = "rights-known"
 
-// FenceRetentionTTLs is how long a lock name's fencing counter outlives the
-// last token minted from it, in TTLs of the hold that token went to, so a
-// name no longer used leaves no key behind. Tokens do not need the counter
-// to go up (see dlock.Lease.Token); it keeps them going up while the
-// server's clock is behind the last token. A Redlock's counters are kept
-// for good (redlock_fence.lua). mint_token in common.lua has it from here.
+// FenceRetentionTTLs is how long a fencing counter outlives the last token
+// minted from it, in TTLs of its hold, so an unused name leaves no key. It
+// keeps tokens rising while the server's clock is behind the last one; a
+// Redlock's counters are kept for good.
 const FenceRetentionTTLs = 10

@@ -29,11 +29,31 @@
 -- the call's tombstone (TOMBSTONE) before it takes a permit or registers, and
 -- does neither.
 
-local wrong = rights_refused(FENCE) or foreign_key({FENCE}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS)
+-- Record owner's fencing token, and its holder info if it has any.
+local function hold(owner, fence)
+  if ARGV[6] and ARGV[6] ~= '' then
+    redis.call('HSET', TOKENS, owner, fence, 'i' .. owner, ARGV[6])
+  else
+    redis.call('HSET', TOKENS, owner, fence)
+  end
+end
+
+local owner = ARGV[1]
+local wrong = rights_refused(FENCE)
 if wrong then
   return wrong
 end
-local owner = ARGV[1]
+-- Where nobody holds a permit or waits and the call has no tombstone (one
+-- EXISTS), only the counter and the number of permits need a look: a
+-- permit is free, and the keys beside are made here.
+local quiet = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE) == 0
+-- The quiet grant makes the holders' keys, then gives them their expiry:
+-- a refusal between would leave them with none (see refused_any).
+wrong = quiet and refused_any(HOLDERS, {'hset', 'pexpire'})
+  or foreign_fence(FENCE) or not quiet and (foreign_key({}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS))
+if wrong then
+  return wrong
+end
 local now = server_now()
 -- Read every key before writing any, so a foreign one fails the script
 -- with nothing changed.
@@ -45,14 +65,26 @@ local permits = tonumber(stored)
 if stored and not permits then
   return not_dlocks(PERMITS, 'a string')
 end
-redis.call('HLEN', TOKENS)
-raise_error(last_token(FENCE))
-purge(now)
+if not quiet then
+  purge(now)
+end
 if permits == nil then
   permits = tonumber(ARGV[5])
   redis.call('SET', PERMITS, permits, 'PX', ARGV[2]) -- a grant keeps it with its permit (expire_with_last)
 elseif permits ~= tonumber(ARGV[5]) then
   return {-2, permits}
+end
+if quiet then
+  local fence = mint_token(FENCE, ARGV[2])
+  redis.call('ZADD', HOLDERS, now + tonumber(ARGV[2]), owner)
+  hold(owner, fence)
+  -- The only permit: the holders' keys, and the number, last as long.
+  redis.call('PEXPIRE', HOLDERS, ARGV[2])
+  redis.call('PEXPIRE', TOKENS, ARGV[2])
+  if stored then
+    redis.call('PEXPIRE', PERMITS, ARGV[2])
+  end
+  return {1, fence}
 end
 if live_score(HOLDERS, owner, now) then
   -- The call's own permit, maybe taken by a copy of an attempt the caller
@@ -74,11 +106,7 @@ if redis.call('ZCARD', HOLDERS) < permits then
     return fence
   end
   redis.call('ZADD', HOLDERS, now + tonumber(ARGV[2]), owner)
-  if ARGV[6] and ARGV[6] ~= '' then
-    redis.call('HSET', TOKENS, owner, fence, 'i' .. owner, ARGV[6])
-  else
-    redis.call('HSET', TOKENS, owner, fence)
-  end
+  hold(owner, fence)
   expire_with_last(now)
   if ARGV[3] ~= '' then
     call_or_wrongtype('ZREM', WAITERS, ARGV[3])

@@ -31,17 +31,30 @@
 
 void_call(TOMBSTONE, ARGV[4])
 local now = server_now()
-local held = live_score(HOLDERS, ARGV[1], now)
-if held then -- not when taken anew (minted_anew); another program's value is no number, and tells nothing
-  held = not minted_anew(call_or_wrongtype('HGET', TOKENS, ARGV[1]), ARGV[5], RELEASE_MARK)
+local owner = ARGV[1]
+-- The two permits that expire first: the releaser's alone there is the
+-- last permit, whose score comes with it (else one ZSCORE more).
+local first = redis.call('ZRANGE', HOLDERS, 0, 1, 'WITHSCORES')
+local last = #first == 2 and first[1] == owner
+local score
+if first[1] == owner or first[3] == owner then
+  score = tonumber(first[1] == owner and first[2] or first[4])
+else
+  score = tonumber(redis.call('ZSCORE', HOLDERS, owner))
 end
-if redis.call('ZREM', HOLDERS, ARGV[1]) == 0 then
+if score == nil then
   return nothing_released(RELEASE_MARK)
 end
-call_or_wrongtype('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1]) -- WRONGTYPE on another program's value: nothing to remove
-if redis.call('EXISTS', HOLDERS) == 0 then -- the last permit: the number goes with it, not a TTL later
-  redis.call('DEL', PERMITS)
+local held = score > now
+if held then -- not when taken anew (minted_anew); another program's value is no number, and tells nothing
+  held = not minted_anew(call_or_wrongtype('HGET', TOKENS, owner), ARGV[5], RELEASE_MARK)
 end
+if last then -- the number of permits goes with the last one, not a TTL later
+  redis.call('DEL', HOLDERS, PERMITS)
+else
+  redis.call('ZREM', HOLDERS, owner)
+end
+call_or_wrongtype('HDEL', TOKENS, owner, 'i' .. owner) -- WRONGTYPE on another program's value: nothing to remove
 wake_next(WAITERS, CHANNEL, ARGV[2])
 if held then
   mark_released(RELEASE_MARK, ARGV[3])
