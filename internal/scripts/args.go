@@ -27,9 +27,7 @@ type Acquire struct {
 	WaiterTTL any `lua:"WAITER_TTL"` // how long a registration lasts, in milliseconds
 }
 
-func (a Acquire) Append(argv []any) []any {
-	return append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL)
-}
+func (a Acquire) Append(argv []any) []any { return append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL) }
 
 // MutexAcquireArgs are mutex_acquire.lua's.
 type MutexAcquireArgs struct {
@@ -183,9 +181,7 @@ type ProclaimArgs struct {
 	Publish any `lua:"PUBLISH"`
 }
 
-func (a ProclaimArgs) Append(argv []any) []any {
-	return appendSome(argv, a.Owner, a.Value, a.Publish)
-}
+func (a ProclaimArgs) Append(argv []any) []any { return appendSome(argv, a.Owner, a.Value, a.Publish) }
 
 // PublishArgs are force_unlock.lua's.
 type PublishArgs struct {
