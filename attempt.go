@@ -30,7 +30,7 @@ type call struct {
 // variant is what a type's call adds to the shared attempt; call's methods
 // are the defaults.
 type variant interface {
-	// request is the next attempt's command (see call.argv) and the
+	// request is the next attempt's command (see command) and the
 	// registration it sends for waiterID ("" for none).
 	request(waiterID string, publish any) (argv []any, entry string)
 	// entry is how waiterID's registration is given back by leave.
