@@ -33,7 +33,7 @@ type guard struct {
 	report   *os.File    // its write end, dlock's copy until the guard has started
 	lease    *os.File    // the deadline file, shared with the guard
 	deadline time.Time   // the last one written
-	said     chan string // the guard's reports: "stopped", "exited N"
+	said     chan string // the guard's reports: "stopped SIG", "exited N"
 	passed   []*os.File  // dlock's inherited descriptors, kept from the collector's close
 	unblock  []int       // those of them non-blocking, which exec makes blocking
 }
@@ -296,7 +296,7 @@ func reap(main int, hold bool, reports *os.File) int {
 		case status.Stopped():
 			if pgid, err := syscall.Getpgid(pid); pid == main || exited && err == nil && pgid == syscall.Getpgrp() {
 				if len(stopped) == 0 {
-					fmt.Fprintln(reports, "stopped")
+					fmt.Fprintln(reports, "stopped", int(status.StopSignal()))
 				}
 				stopped[pid] = true
 			}

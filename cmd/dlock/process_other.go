@@ -35,7 +35,8 @@ func waitForGroup() {
 	}
 }
 
-func suspend(int, int) {}
+// suspend does nothing here: ^Z stops only the command.
+func suspend(int, int, syscall.Signal) {}
 
 // nameProcess does nothing here: ps shows the argv[0] dlock set.
 func nameProcess(string) {}

@@ -44,7 +44,9 @@ flock(1) does through the descriptor they inherit. --release-on-exit
 releases when the command's main process exits instead. On a terminal of
 which dlock is in the foreground, the command gets the terminal (it reads
 it, ^C reaches it) and dlock takes it back after. On Linux ^Z stops dlock
-with the command, as one job, and fg resumes both; the lock is not renewed
+with the command, as one job (a script that ran dlock too), and fg resumes
+both, with the terminal; in the background (bg, &), a command reading the
+terminal stops the run (Stopped (tty input)); the lock is not renewed
 while dlock is stopped: stopped past the TTL, the run is lost, and the
 guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
@@ -525,8 +527,8 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		return exitCannotRun, false
 	}
 	defer guard.close()
-	tty := foregroundTerminal(out.stdin)
-	err = startCommand(cmd, tty)
+	tty, foreground := controllingTerminal(out.stdin)
+	err = startCommand(cmd, tty, foreground)
 	guard.started()
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %s\n", startError(err))
@@ -535,13 +537,14 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		}
 		return exitCannotRun, false
 	}
+	group := cmd.Process.Pid
 	if tty >= 0 {
 		// After the whole command: a process the command left in the
 		// background would be stopped for reading a terminal taken from it,
 		// and would then keep the lock for ever.
-		defer takeTerminal(tty)
+		defer takeTerminal(tty, group)
+		defer followForeground(tty, group)()
 	}
-	group := cmd.Process.Pid
 	guard.tell(lease.Deadline())
 	pauseBeforeWatch(group)
 	guard.run()
@@ -588,8 +591,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		case sig := <-signals:
 			signalGroup(group, sig.(syscall.Signal))
 		case report := <-guard.said:
-			if report == "stopped" && tty >= 0 {
-				suspend(tty, group)
+			if sig, ok := strings.CutPrefix(report, "stopped "); ok && tty >= 0 {
+				n, _ := strconv.Atoi(sig)
+				suspend(tty, group, syscall.Signal(n))
 			} else if exit, ok := strings.CutPrefix(report, "exited "); ok {
 				sayHolding(name, exit, cmd.Process.Pid, group, out)
 			}
