@@ -154,7 +154,15 @@ func defineRun(fs *flag.FlagSet) action {
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process it started does")
 	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
-	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock -E)")
+	conflictCode := exitNotAcquired
+	fs.Func("conflict-exit-code", "the exit code `N` when the lock is busy, 0 to 255 (flock -E; default 75)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 255 {
+			return errors.New("want an exit code from 0 to 255")
+		}
+		conflictCode = n
+		return nil
+	})
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
 	alias(fs, "w", "wait")
 	alias(fs, "s", "shared")
@@ -170,14 +178,12 @@ func defineRun(fs *flag.FlagSet) action {
 			return usageError(out, "run", "--ttl must be at least %v", dlock.MinTTL)
 		case *grace < 0:
 			return usageError(out, "run", "--kill-grace must not be negative")
-		case *conflictCode < 0 || *conflictCode > 255:
-			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
 		case permits > 0 && *shared:
 			return usageError(out, "run", "--permits and --shared do not go together: a Semaphore has no shared side")
 		}
 		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
 			shared: *shared, permits: permits, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet,
-			conflictCode: *conflictCode, info: *infoText}, out)
+			conflictCode: conflictCode, info: *infoText}, out)
 	}
 }
 

@@ -614,7 +614,7 @@ func TestRun_FlocksShortFlags(t *testing.T) {
 		t.Errorf("run -n -s on a free lock: exit %d, %q\n%s", code, stdout, stderr)
 	}
 	code, help, _ := runDlock(t, url, "run", "--help")
-	for _, want := range []string{"  -n\n", "  -s, --shared\n", "  -w, --wait duration\n", "  -E, --conflict-exit-code int\n", "  --permits N\n"} {
+	for _, want := range []string{"  -n\n", "  -s, --shared\n", "  -w, --wait duration\n", "  -E, --conflict-exit-code N\n", "  --permits N\n"} {
 		if code != 0 || !strings.Contains(help, want) {
 			t.Errorf("run --help does not list %q:\n%s", want, help)
 		}
