@@ -105,6 +105,9 @@ func processID(pid int) string {
 	return strconv.Itoa(pid) + "@" + fields[19]
 }
 
+// readTermios is the ioctl that reads a terminal's settings.
+const readTermios = syscall.TCGETS
+
 // waitForGroup has nothing to wait for here: the processes the command
 // left are the guard's children, which it reaps as they end.
 func waitForGroup() {}

@@ -21,6 +21,9 @@ func killAll(group int) {
 	_ = syscall.Kill(-group, syscall.SIGKILL)
 }
 
+// readTermios is the ioctl that reads a terminal's settings.
+const readTermios = syscall.TIOCGETA
+
 // waitForGroup waits, once the command's main process has exited, for the
 // rest of its process group: the processes it left, which no subreaper
 // brings to the guard here. The guard moves to dlock's group, to tell the
