@@ -15,10 +15,24 @@ func becomeSubreaper() {}
 // commandProcesses finds none here, without /proc.
 func commandProcesses(int) []int { return nil }
 
-// killAll kills the command's process group, the caller too if it is in
-// it: without /proc, the processes that left the group are out of reach.
+// killAll kills the command's process group: without /proc, the
+// processes that left the group are out of reach. The guard, in the
+// group, first moves to dlock's, or would kill itself before saying why;
+// with dlock dead, it cannot, and dies with the command.
 func killAll(group int) {
+	if syscall.Getpgrp() == group {
+		_ = leaveGroup()
+	}
 	_ = syscall.Kill(-group, syscall.SIGKILL)
+}
+
+// leaveGroup moves the guard to its parent's group, dlock's.
+func leaveGroup() error {
+	parentGroup, err := syscall.Getpgid(os.Getppid())
+	if err != nil {
+		return err
+	}
+	return syscall.Setpgid(0, parentGroup)
 }
 
 // readTermios is the ioctl that reads a terminal's settings.
@@ -29,8 +43,7 @@ const readTermios = syscall.TIOCGETA
 // brings to the guard here. The guard moves to dlock's group, to tell the
 // others from itself. Processes that left the group are not waited for.
 func waitForGroup() {
-	parentGroup, err := syscall.Getpgid(os.Getppid())
-	if err != nil || syscall.Setpgid(0, parentGroup) != nil {
+	if leaveGroup() != nil {
 		return
 	}
 	for syscall.Kill(-os.Getpid(), 0) == nil {
