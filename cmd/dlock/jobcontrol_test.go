@@ -172,3 +172,42 @@ sleep 600
 	term.waitScreen("got:hello")
 	term.waitScreen("fg:0")
 }
+
+// Issue 36: the same once the main process has exited: a process it left
+// in its group that reads the terminal after bg stops the run, and the
+// shell keeps the terminal.
+func TestRun_ABackgroundedRunsLeftProcessLeavesTheTerminalToTheShell(t *testing.T) {
+	url, _ := testRedis(t)
+	dir := t.TempDir()
+	// In ( ), $$ is still the command's pid: the process left is the
+	// parent of a sh it runs.
+	shell, left, proceed := filepath.Join(dir, "shell"), filepath.Join(dir, "left"), fifo(t, "proceed")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+echo $$ > %s
+%s run bg-left -- sh -c 'exec 3<&0; (echo $(sh -c "echo \$PPID") > "$1"; cat "$2" >/dev/null; read a <&3; echo "got:$a") & exit 0' sh %s %s
+echo "stopped:$?"
+bg
+printf "shell? "; read line; echo "shell:$line"
+fg
+echo "fg:$?"
+sleep 600
+`, url, shell, dlockBin, left, proceed))
+	term.waitScreen(`holding "bg-left"`)
+	waiting := pidFile(t, left)
+	dlockPid := parentOf(parentOf(waiting))
+	term.tmux("send-keys", "C-z")
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
+	term.waitScreen("shell?")
+	release(t, proceed)
+	waitFor(t, 10*time.Second, "the process left and dlock stop", func() bool { return state(waiting) == "T" && state(dlockPid) == "T" })
+	sh := pidFile(t, shell)
+	if fg := foregroundOf(t, sh); fg != sh {
+		t.Fatalf("the terminal's foreground group is %d, want the shell's %d (dlock's is %d)", fg, sh, dlockPid)
+	}
+	term.typeLine("hello")
+	term.waitScreen("shell:hello")
+	term.typeLine("world")
+	term.waitScreen("got:world")
+	term.waitScreen("fg:0")
+}
