@@ -36,14 +36,13 @@ func terminalGroup(fd int) (int, error) {
 
 // takeTerminal makes dlock's group the terminal's foreground group again
 // if the command's group has it: dlock gave it, in the foreground. SIGTTOU,
-// which would stop dlock for asking, is ignored meanwhile (and since the
-// command started, so that a terminal set to stop background writers
-// (stty tostop) lets dlock report).
+// which would stop dlock for asking, is ignored meanwhile, and after, so
+// that a terminal set to stop background writers (stty tostop) lets dlock
+// report.
 func takeTerminal(fd, group int) {
 	if fg, err := terminalGroup(fd); err == nil && fg == group {
 		setForeground(fd, syscall.Getpgrp())
 	}
-	signal.Reset(syscall.SIGTTOU)
 }
 
 // followForeground gives the terminal to the command's group whenever a

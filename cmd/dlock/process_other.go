@@ -16,14 +16,16 @@ func becomeSubreaper() {}
 func commandProcesses(int) []int { return nil }
 
 // killAll kills the command's process group: without /proc, the
-// processes that left the group are out of reach. The guard, in the
-// group, first moves to dlock's, or would kill itself before saying why;
-// with dlock dead, it cannot, and dies with the command.
-func killAll(group int) {
+// processes that left the group are out of reach, and those it may not
+// kill go unnamed. The guard, in the group, first moves to dlock's, or
+// would kill itself before saying why; with dlock dead, it cannot, and
+// dies with the command.
+func killAll(group int) (unkilled []int) {
 	if syscall.Getpgrp() == group {
 		_ = leaveGroup()
 	}
 	_ = syscall.Kill(-group, syscall.SIGKILL)
+	return nil
 }
 
 // leaveGroup moves the guard to its parent's group, dlock's.
@@ -37,6 +39,18 @@ func leaveGroup() error {
 
 // readTermios is the ioctl that reads a terminal's settings.
 const readTermios = syscall.TIOCGETA
+
+func processName(int) string { return "?" }
+
+// sharedFile is a file of the temp dir: no memfd_create here.
+func sharedFile() (*os.File, error) { return tempFile() }
+
+// defaultTTOU does nothing here: dlock ignores SIGTTOU only once the
+// guard has started (see startCommand), which inherits the default.
+func defaultTTOU() {}
+
+// ignoreTTOU does nothing here (see defaultTTOU).
+func ignoreTTOU() (ignored bool) { return false }
 
 // waitForGroup waits, once the command's main process has exited, for the
 // rest of its process group: the processes it left, which no subreaper
