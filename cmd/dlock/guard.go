@@ -280,6 +280,10 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 	}
 	cmd := &exec.Cmd{Path: os.Args[1], Args: os.Args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })}
+	// Caught until they are ignored below: a command that reads the
+	// terminal at once, in the background, stops its whole group, the
+	// guard too (SIGTTIN). The command gets the default back at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, os.ErrNotExist) {
