@@ -14,19 +14,13 @@ import (
 	"github.com/dlockio/dlock/admin"
 )
 
-// Check inspects every master the Client reaches (each master of a
-// cluster; the server of a standalone or failover client) and reports, per
-// node, what in its configuration breaks or weakens dlock's guarantees. It
-// asks each node now, whatever earlier checks found. A node that cannot be
-// asked is not an error of Check: its report says so (check [admin.CheckInfo]).
-// Check fails only when the Client is unusable, ctx ends, or a cluster's
-// layout cannot be read.
-//
-// The Client also checks each node once by itself, from its first use on,
-// in the background (no lock waits for it), and logs what it finds to
-// [WithLogger]'s logger once per node: [admin.SeverityError] at error
-// level, [admin.SeverityWarning] at warn level. Without WithLogger, errors
-// go to [slog.Default].
+// Check asks every master the Client reaches, now, what in its
+// configuration breaks or weakens dlock's guarantees, and reports per node.
+// A node that cannot be asked is reported, not an error: Check fails only
+// when the Client is unusable, ctx ends, or a cluster's layout cannot be
+// read. The Client also checks each node once by itself, in the background
+// from its first use, and logs what it finds once per node, at the level
+// of its severity, to [WithLogger]'s logger ([slog.Default] without it).
 func (c *Client) Check(ctx context.Context) (*admin.Report, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err

@@ -225,16 +225,12 @@ func (c *Client) tagged(waiterID string) string {
 }
 
 // tombstoneLife is how long a call that gave up keeps late copies of its
-// attempts out (see tombstone). Every copy of an attempt is sent before its
-// call gives up: go-redis resends only within the command it was asked to
-// run, and a coalesced call queued when its caller left goes out in the
-// next flight, both bounded by the client's own timeouts (seconds). What is
-// left is the time a copy already sent can spend on the way: in a socket
-// buffer, behind a stalled server, or retransmitted by TCP. A minute is
-// many times the first two; a copy later than that is as rare as an abandon
-// that never arrives, and does what such an abandon leaves: a hold that
-// expires with its TTL. The bound is not the attempt's TTL, which may be
-// years: one tombstone per call that gave up would pile up for as long.
+// attempts out (see tombstone). Every copy is sent before the call gives
+// up, so what is left is a copy's time on the way: in a socket buffer,
+// behind a stalled server, retransmitted by TCP. A minute is many times
+// that; a later copy does what a lost abandon does, a hold that expires
+// with its TTL. Not the attempt's TTL, which may be years: tombstones
+// would pile up for as long.
 const tombstoneLife = time.Minute
 
 var tombstoneLifeMillis any = tombstoneLife.Milliseconds()

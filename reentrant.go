@@ -6,25 +6,15 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// ReentrantMutex is an exclusive lock that its owner may take again while
-// holding it. Each acquisition is a hold with its own [Lease], with the same
+// ReentrantMutex is an exclusive lock its owner may take again while
+// holding it. Each acquisition is a hold with its own [Lease] and the same
 // fencing token; the lock is free once every hold is released or expired.
-//
-// The owner is the call chain, told by the context, never the handle: share
-// a handle between goroutines as a [sync.Mutex], and each Lock whose context
-// carries no hold of the lock is an owner of its own. A Lock whose context
-// carries a live hold of this lock, on the same Redis, re-enters it:
-//
-//	lease, err := m.Lock(ctx)
-//	…
-//	defer lease.Unlock(ctx)
-//	ctx = lease.Context(ctx) // carries the hold: callees that Lock m with it re-enter
-//
-// Holds are released in any order, and a re-entry never shortens the others.
-// A lease's context ends with that lease: unlock inner holds first (as defer
-// does). [WithOwner] makes every call through a handle one owner, for holds
-// shared across processes. A ReentrantMutex is the write side of the
-// [RWMutex] of the same name.
+// The owner is the call chain, told by the context: a Lock whose context
+// carries a live hold of this lock ([Lease.Context]) re-enters it, and any
+// other Lock is an owner of its own. Holds are released in any order; a
+// re-entry never shortens the others. [WithOwner] makes every call through
+// a handle one owner. It is the write side of the [RWMutex] of the same
+// name.
 type ReentrantMutex struct{ holdLock }
 
 // ReentrantMutex returns the reentrant lock called name. Options override

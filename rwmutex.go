@@ -9,23 +9,13 @@ import (
 )
 
 // RWMutex is a distributed read-write lock: many readers or one writer.
-//
-// Unlike a [sync.RWMutex] it is reentrant, and the owner of a hold is the
-// call chain, told by the context, as for a [ReentrantMutex]: a call whose
-// context carries a live hold of this lock ([Lease.Context]) acts as that
-// hold's owner, and any other call is an owner of its own. Each acquisition
-// is a hold with its own [Lease]:
-//   - Reads and writes re-enter at once, with the same token, even while a
-//     writer waits.
-//   - The owner writing may read, and keep reading after its write
-//     (downgrade). An owner holding only reads gets [ErrUpgrade] at once.
-//   - Writers are preferred: once one waits, new readers wait too; the
-//     readers that waited then all go before the next writer.
-//   - Each hold expires on its own on Redis's clock, so a crashed reader
-//     stops blocking writers within its TTL.
-//
-// Holds are released one lease at a time, in any order. Every new hold,
-// readers' included, mints a token, so a writer's is above every earlier one.
+// Unlike a [sync.RWMutex] it is reentrant, owned by the call chain as a
+// [ReentrantMutex] is, and each acquisition is a hold with its own [Lease].
+// Reads and writes re-enter at once; a writer may read on after its write
+// (downgrade); an owner holding only reads gets [ErrUpgrade]. Writers are
+// preferred: once one waits, new readers wait too. Each hold expires on its
+// own, and every hold mints a token, so a writer's is above every earlier
+// one.
 type RWMutex struct{ holdLock }
 
 // RWMutex returns the read-write lock called name. Options override the

@@ -11,15 +11,12 @@ import (
 
 // Semaphore is a distributed counting semaphore: at most its number of
 // permits are held at a time. Each permit is a [Lease] of its own, with a
-// fencing token, renewal and loss notification; a holder that crashes gives
-// its permit back within its TTL while the other holders renew theirs.
-//
-// The number of permits lives in Redis, set by the first acquisition, so
-// that every client agrees on it: while a permit is held, a handle opened
-// with another number fails with [ErrPermits] until it is changed
-// deliberately ([Semaphore.SetPermits]). It goes with the last permit,
-// released or run out, so a new handle may then bring another number.
-// A Semaphore is a handle, safe for concurrent use.
+// fencing token, renewal and loss notification; a crashed holder's permit
+// comes back within its TTL. The number of permits lives in Redis, set by
+// the first acquisition, so every client agrees on it: while a permit is
+// held, a handle opened with another number fails with [ErrPermits]
+// ([Semaphore.SetPermits] changes it). It goes with the last permit. A
+// Semaphore is a handle, safe for concurrent use.
 type Semaphore struct {
 	handle
 	permits atomic.Int64

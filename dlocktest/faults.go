@@ -47,18 +47,14 @@ func (r *Redis) expire(ctx context.Context, name string) error {
 }
 
 // Steal removes every hold of the lock called name and takes it for a new
-// owner, as a second process would after the first lost it: a Mutex's (or
-// FairMutex's, Election's) lock, an RWMutex's write side (a
-// ReentrantMutex's lock), or a Semaphore's permit. The holders' leases
-// report the loss at their next renewal, and the returned lease's token is
-// above theirs: a fenced resource now refuses their writes. The loss's
-// reason is a takeover's: [dlock.LossTaken] where the hold names its owner
-// (a Mutex's, FairMutex's, Election's), else [dlock.LossExpired], as for
-// a real one. Unlock the returned lease to end the theft.
-//
-// A waiter of the lock, woken by the removal, may take it first: then Steal
-// returns an error matching [dlock.ErrNotAcquired], and the holders have
-// lost the lock all the same.
+// owner, as a second process would after the first lost it: the lock of a
+// Mutex, FairMutex or Election, an RWMutex's write side, or a Semaphore's
+// permit. The holders' leases report the loss at their next renewal, with
+// [dlock.LossTaken] where the hold names its owner, else
+// [dlock.LossExpired]; the new lease's token is above theirs. Unlock it to
+// end the theft. A waiter woken by the removal may take the lock first:
+// then Steal fails with [dlock.ErrNotAcquired], and the holders have lost
+// it all the same.
 func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	op := r.operator()
 	info, err := op.Describe(ctx, name)
