@@ -161,7 +161,8 @@ if granted then
   elseif mode == 'w' and st[7] then -- never on a clean lock: there its rights are checked
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
-  local expiry = now + tonumber(ARGV[2])
+  -- In digits once: each number given to redis.call is formatted anew.
+  local expiry = string.format('%d', now + tonumber(ARGV[2]))
   if clean then
     -- The holds first, each key given its expiry as it is made: a refused
     -- command leaves none without one, and what was written goes (both
