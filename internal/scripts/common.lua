@@ -256,8 +256,10 @@ local function store_token(fence, token, ttl)
 end
 
 -- Mint the next token from the counter fence, for a hold of ttl ms: the
--- token, or last_token's error reply with nothing changed. last: the
--- counter's last_token, when the caller has read it since it last wrote.
+-- token and its digits (store_token's, for a caller that writes it: a
+-- number given to redis.call is formatted anew), or last_token's error
+-- reply with nothing changed. last: the counter's last_token, when the
+-- caller has read it since it last wrote.
 local function mint_token(fence, ttl, last)
   last = last or last_token(fence)
   if type(last) ~= 'number' then
@@ -266,7 +268,7 @@ local function mint_token(fence, ttl, last)
   local _, now_us = server_now()
   local token = math.max(last + 1, now_us)
   store_token(fence, token, ttl)
-  return token
+  return token, counter_reads[fence]
 end
 
 -- The token of a hold of ttl ms found already the caller's (a resend, or a

@@ -141,8 +141,10 @@ if granted then
     fields[#fields + 1], fields[#fields + 2] = name, value
   end
   if mine == 0 then
-    token = raise_error(mint_token(FENCE, ARGV[2])) -- fails, before the hold is written, on a foreign counter
-    field('t' .. mode .. owner, token)
+    local digits
+    token, digits = mint_token(FENCE, ARGV[2])
+    token = raise_error(token) -- fails, before the hold is written, on a foreign counter
+    field('t' .. mode .. owner, digits)
     if mode == 'w' then
       field('W', owner)
     end
