@@ -14,8 +14,8 @@ import (
 // A Redis Functions library runs its text once, at FUNCTION LOAD, where an
 // EVALSHA script runs it at every call: loaded as one library, the scripts
 // define their helpers once per server. Each script is one function; the
-// prelude's helpers are defined at the top, other helpers that name nothing
-// of one call in a block of the script's own. A table a helper keeps is
+// prelude's helpers are defined at the top, other helpers in a block of
+// the script's own, where what they read of one call are upvalues. A table a helper keeps is
 // one call's, empty at each call, as under EVALSHA; so are values it keeps
 // (declared nil), nil at each call.
 //
@@ -163,7 +163,7 @@ func function(name string, a assembly, top map[string]bool) string {
 	}
 	shared := sharedDeclarations(bodyCode, read)
 	for n := range shared {
-		if defined[n] {
+		if defined[n] || top[n] {
 			panic("scripts: " + name + " declares " + n + ", a helper's name, at its top")
 		}
 	}
