@@ -25,6 +25,9 @@ import (
 var dlockBin string
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(mainThreadExitsEnv); path != "" {
+		mainThreadExits(path)
+	}
 	dir, err := os.MkdirTemp("", "dlock-cli-test")
 	if err != nil {
 		panic(err)

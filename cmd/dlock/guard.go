@@ -27,22 +27,25 @@ import (
 // main process, or once that has exited a process left in its group) and
 // when the main process exits.
 type guard struct {
-	pipe     *os.File    // the write end; the guard reads the other
-	child    *os.File    // the read end, dlock's copy until the guard has started
-	reports  *os.File    // the read end of the guard's reports
-	report   *os.File    // its write end, dlock's copy until the guard has started
-	lease    *os.File    // the deadline file, shared with the guard
-	deadline time.Time   // the last one written
-	said     chan string // the guard's reports: "stopped", "exited N"
-	passed   []*os.File  // dlock's inherited descriptors, kept from the collector's close
-	unblock  []int       // those of them non-blocking, which exec makes blocking
+	pipe     *os.File      // the write end; the guard reads the other
+	child    *os.File      // the read end, dlock's copy until the guard has started
+	reports  *os.File      // the read end of the guard's reports
+	report   *os.File      // its write end, dlock's copy until the guard has started
+	lease    *os.File      // the deadline file, shared with the guard
+	deadline time.Time     // the last one written
+	stop     chan struct{} // ends follow's goroutine
+	stopped  chan struct{} // closed once it has ended
+	said     chan string   // the guard's reports: "stopped", "exited N"
+	passed   []*os.File    // dlock's inherited descriptors, kept from the collector's close
+	unblock  []int         // those of them non-blocking, which exec makes blocking
 }
 
 // heldEnv, set in the environment of a command dlock starts, makes main run
 // guardCommand: "hold" to wait for every process of the command, "release"
 // (--release-on-exit) for its main process only; then the descriptor of
 // dlock's words (its reports are on the next one, the deadline file on
-// the one after).
+// the one after); then "ttou-ignored" if dlock was started ignoring
+// SIGTTOU, which the command then ignores too.
 const heldEnv = "DLOCK_RUN_HELD"
 
 // selfPath is dlock's own binary: on Linux, this very one, even if a newer
@@ -57,7 +60,7 @@ func selfPath() (string, error) {
 // guardCmd makes cmd start as the guard of the command it was to run. The
 // guard runs the command once told (run); if dlock dies first, it exits
 // unrun.
-func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
+func guardCmd(cmd *exec.Cmd, releaseOnExit, ttouIgnored bool) (*guard, error) {
 	self, err := selfPath()
 	if err != nil {
 		return nil, err
@@ -89,26 +92,39 @@ func guardCmd(cmd *exec.Cmd, releaseOnExit bool) (*guard, error) {
 	// Above the descriptors dlock inherited, which the command gets
 	// unchanged (make's jobserver, socket activation), as flock passes them.
 	passed, unblock := inheritedFiles()
-	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%s %d", heldEnv, mode, 3+len(passed)))
+	words := fmt.Sprintf("%s=%s %d", heldEnv, mode, 3+len(passed))
+	if ttouIgnored {
+		words += " ttou-ignored"
+	}
+	cmd.Env = append(cmd.Env, words)
 	cmd.ExtraFiles = append(passed, r, report, lease)
 	return &guard{pipe: w, child: r, reports: reports, report: report, lease: lease, said: make(chan string, 1),
 		passed: passed, unblock: unblock}, nil
 }
 
-// deadlineFile is a file of dlock's and the guard's only, removed at once:
+// deadlineFile is a file of dlock's and the guard's only (sharedFile):
 // the guard reads the deadline there when its own comes, so a guard that
 // was stopped meanwhile acts on the lease as it is, not as it was. Its
 // bytes are written now, where a full disk fails the run before it starts.
 func deadlineFile() (*os.File, error) {
+	f, err := sharedFile()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeDeadline(f, time.Time{}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// tempFile is a file of the temp dir, removed at once.
+func tempFile() (*os.File, error) {
 	f, err := os.CreateTemp("", "dlock-run-")
 	if err != nil {
 		return nil, err
 	}
 	_ = os.Remove(f.Name())
-	if err := writeDeadline(f, time.Time{}); err != nil {
-		f.Close()
-		return nil, err
-	}
 	return f, nil
 }
 
@@ -161,7 +177,32 @@ func (g *guard) tell(deadline time.Time) {
 	}
 }
 
+// follow tells the guard deadline() every interval, on a goroutine of its
+// own until close: dlock's output, which may block (a pipe nobody reads,
+// ^S on a terminal), never holds it back while the lease is renewed.
+func (g *guard) follow(deadline func() time.Time, every time.Duration) {
+	g.tell(deadline())
+	g.stop, g.stopped = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(g.stopped)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-g.stop:
+				return
+			case <-tick.C:
+				g.tell(deadline())
+			}
+		}
+	}()
+}
+
 func (g *guard) close() {
+	if g.stop != nil {
+		close(g.stop)
+		<-g.stopped
+	}
 	g.pipe.Close()
 	g.reports.Close()
 	g.lease.Close()
@@ -204,23 +245,27 @@ func guardCommand() int {
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	nameProcess("dlock-guard")
 	fd := 3
-	if _, n, ok := strings.Cut(os.Getenv(heldEnv), " "); ok {
-		fd, _ = strconv.Atoi(n)
+	words := strings.Fields(os.Getenv(heldEnv))
+	if len(words) > 1 {
+		fd, _ = strconv.Atoi(words[1])
+	}
+	if !slices.Contains(words, "ttou-ignored") {
+		defaultTTOU() // inherited ignored from dlock, for its own writes
 	}
 	syscall.CloseOnExec(fd) // dlock's word is not the command's
 	syscall.CloseOnExec(fd + 1)
 	syscall.CloseOnExec(fd + 2)
-	words := make(chan string)
+	said := make(chan string)
 	go func() {
 		lines := bufio.NewScanner(os.NewFile(uintptr(fd), "dlock"))
 		for lines.Scan() {
-			words <- lines.Text()
+			said <- lines.Text()
 		}
-		close(words) // dlock has died, or exited after the guard
+		close(said) // dlock has died, or exited after the guard
 	}()
-	for word := range words {
+	for word := range said {
 		if word == "run" {
-			return superviseCommand(words, os.NewFile(uintptr(fd+1), "reports"), os.NewFile(uintptr(fd+2), "deadline"), signals)
+			return superviseCommand(said, os.NewFile(uintptr(fd+1), "reports"), os.NewFile(uintptr(fd+2), "deadline"), signals)
 		}
 	}
 	return exitCannotRun // dlock died before the command started
@@ -257,7 +302,9 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		case _, ok := <-words:
 			if !ok { // dlock died
 				words = nil
-				killAll(group)
+				if unkilled := killAll(group); len(unkilled) > 0 {
+					fmt.Fprintf(os.Stderr, "dlock run: dlock died; %s\n", killedText(unkilled))
+				}
 			}
 		case sig := <-signals:
 			passOut(group, sig.(syscall.Signal))
@@ -268,8 +315,9 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 				expiry.Reset(left)
 				continue
 			}
-			killAll(group)
-			fmt.Fprintln(os.Stderr, "dlock run: the lock's deadline passed and dlock did not renew it; killed the command")
+			// dlock may have been stopped, or Redis unreachable: the guard
+			// knows only that no renewal came.
+			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(group)))
 		}
 	}
 }

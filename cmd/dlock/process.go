@@ -36,11 +36,10 @@ func terminalGroup(fd int) (int, error) {
 
 // takeTerminal makes dlock's group the terminal's foreground group again.
 // dlock is a background process until it has: SIGTTOU, which would stop it
-// for asking, is ignored meanwhile (and since the handover, so that a
-// terminal set to stop background writers (stty tostop) lets dlock report).
+// for asking, is ignored meanwhile, and after, so that a terminal set to
+// stop background writers (stty tostop) lets dlock report.
 func takeTerminal(fd int) {
 	setForeground(fd, syscall.Getpgrp())
-	signal.Reset(syscall.SIGTTOU)
 }
 
 // startCommand starts cmd in a process group of its own, in the terminal's

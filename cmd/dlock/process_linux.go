@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // becomeSubreaper makes this process, dlock or the guard, the parent of
@@ -23,7 +26,7 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, <linux/prctl.h>
 // commandProcesses are the living processes of the command but this one,
 // dlock or the guard: those below it, found by their parents in /proc, and
 // those of the command's process group, which --release-on-exit leaves to
-// init. Zombies are left out: they run no more.
+// init. Zombies are left out: they run no more (see running).
 func commandProcesses(group int) []int {
 	entries, _ := os.ReadDir("/proc")
 	children := map[int][]int{}
@@ -39,7 +42,7 @@ func commandProcesses(group int) []int {
 		}
 		// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 3 || fields[0] == "Z" {
+		if !running(fields) {
 			continue
 		}
 		if ppid, err := strconv.Atoi(fields[1]); err == nil {
@@ -68,14 +71,23 @@ func commandProcesses(group int) []int {
 // process forked meanwhile shows in the next. Once a round finds none it
 // has not killed, it waits for those killed to end, polling less and less
 // often: one in uninterruptible sleep (D) ends only when the sleep does,
-// and may finish a write then.
-func killAll(group int) {
+// and may finish a write then. It returns those it may not kill (another
+// user's: sudo, a set-user-ID program), which run on.
+func killAll(group int) (unkilled []int) {
 	killed := map[string]int{} // pids by pid and start time: a pid may be reused
+	refused := map[string]int{}
 	for fresh := true; fresh; {
 		fresh = false
 		for _, pid := range commandProcesses(group) {
-			if id := processID(pid); id != "" && killed[id] == 0 && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			id := processID(pid)
+			if id == "" || killed[id] != 0 || refused[id] != 0 {
+				continue
+			}
+			switch err := syscall.Kill(pid, syscall.SIGKILL); err {
+			case nil:
 				killed[id], fresh = pid, true
+			case syscall.EPERM:
+				refused[id] = pid
 			}
 		}
 	}
@@ -86,10 +98,15 @@ func killAll(group int) {
 			}
 		}
 		if len(killed) == 0 {
-			return
+			break
 		}
 		time.Sleep(pause) // nothing tells a process when another ends
 	}
+	for _, pid := range refused {
+		unkilled = append(unkilled, pid)
+	}
+	slices.Sort(unkilled)
+	return unkilled
 }
 
 // processID is pid and its start time, "" once pid is gone or a zombie.
@@ -100,10 +117,66 @@ func processID(pid int) string {
 	}
 	// pid (comm) state ppid ...: the start time is the 22nd field.
 	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(fields) < 20 || fields[0] == "Z" {
+	if len(fields) < 20 || !running(fields) {
 		return ""
 	}
 	return strconv.Itoa(pid) + "@" + fields[19]
+}
+
+// running says whether the process of /proc/PID/stat's fields from the
+// state on runs: not a zombie (Z), or one only for its main thread, which
+// has exited while others run on (num_threads, the 20th field, counts it).
+func running(fields []string) bool {
+	if len(fields) < 18 {
+		return false
+	}
+	return fields[0] != "Z" || fields[17] != "1" && fields[17] != "0"
+}
+
+// processName is pid's name (comm), escaped: "?" once it has ended.
+func processName(pid int) string {
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return "?"
+	}
+	return printable(strings.TrimSuffix(string(comm), "\n"))
+}
+
+// sharedFile is a file in memory (memfd_create), shared with the guard:
+// no temp dir needs to be writable. A temp file where it is refused.
+func sharedFile() (*os.File, error) {
+	fd, err := unix.MemfdCreate("dlock-deadline", unix.MFD_CLOEXEC)
+	if err != nil {
+		return tempFile()
+	}
+	return os.NewFile(uintptr(fd), "dlock-deadline"), nil
+}
+
+// ignoreTTOU makes dlock ignore SIGTTOU for the run: a terminal set to
+// stop background writers (stty tostop) would stop it on a line, and the
+// lock lapse. It says whether dlock ignored it already, as the command
+// then must too: the guard gives the command the default otherwise
+// (defaultTTOU), as an ignored signal stays ignored across exec.
+func ignoreTTOU() (ignored bool) {
+	// signal.Ignored tells only of Go's own Ignore. The handler is a
+	// struct sigaction's first field on every architecture.
+	var action [8]uint64
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(syscall.SIGTTOU),
+		0, uintptr(unsafe.Pointer(&action)), 8, 0, 0)
+	signal.Ignore(syscall.SIGTTOU)
+	return errno == 0 && action[0] == sigIgn
+}
+
+const sigIgn = 1 // SIG_IGN, <asm-generic/signal-defs.h>
+
+// defaultTTOU gives SIGTTOU its default action, which the guard's command
+// inherits. Go's signal.Reset would bring back the SIG_IGN inherited from
+// dlock: the guard sets it itself. A zeroed struct sigaction is SIG_DFL,
+// no flags, an empty mask, whatever the architecture's layout.
+func defaultTTOU() {
+	var action [8]uint64
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(syscall.SIGTTOU),
+		uintptr(unsafe.Pointer(&action)), 0, 8, 0, 0)
 }
 
 // waitForGroup has nothing to wait for here: the processes the command

@@ -16,10 +16,24 @@ func becomeSubreaper() {}
 func commandProcesses(int) []int { return nil }
 
 // killAll kills the command's process group, the caller too if it is in
-// it: without /proc, the processes that left the group are out of reach.
-func killAll(group int) {
+// it: without /proc, the processes that left the group are out of reach,
+// and those it may not kill go unnamed.
+func killAll(group int) (unkilled []int) {
 	_ = syscall.Kill(-group, syscall.SIGKILL)
+	return nil
 }
+
+func processName(int) string { return "?" }
+
+// sharedFile is a file of the temp dir: no memfd_create here.
+func sharedFile() (*os.File, error) { return tempFile() }
+
+// defaultTTOU does nothing here: dlock ignores SIGTTOU only once the
+// guard has started (see startCommand), which inherits the default.
+func defaultTTOU() {}
+
+// ignoreTTOU does nothing here (see defaultTTOU).
+func ignoreTTOU() (ignored bool) { return false }
 
 // waitForGroup waits, once the command's main process has exited, for the
 // rest of its process group: the processes it left, which no subreaper

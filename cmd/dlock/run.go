@@ -61,7 +61,11 @@ the guard is their subreaper: none escapes it, whatever group or session
 it moves to. Elsewhere it reaches only the command's process group. The
 guard killed alone, dlock kills the command. Both dlock and the guard
 killed or stopped (pkill dlock matches dlock-guard too), the command runs
-on, and the lock expires within --ttl.
+on, and the lock expires within --ttl. dlock kills only what it may
+signal: a process of the command running as another user (sudo, a
+set-user-ID program) runs on; on a loss dlock names it and exits 76. Run
+dlock as that user instead: sudo dlock run deploy -- ./deploy.sh, not
+dlock run deploy -- sudo ./deploy.sh.
 The command inherits dlock's descriptors 3, 4, … unchanged.
 
 If the lock is lost while the command runs (someone forced it open, or
@@ -70,10 +74,13 @@ its last renewal), every process of the command is killed at once: someone
 else may hold the lock from then on. With Redis unreachable, the command
 gets SIGTERM --kill-grace before that deadline (but not before renewals
 have failed for half the TTL), to stop cleanly. Either way dlock exits 76
-once the command has. Not acquired within --wait: exit 75. SIGINT, SIGTERM
-and SIGHUP sent to dlock are passed on to every process of the command,
-as ^C is, those out of its group too (on Linux); while dlock
-waits for the lock they withdraw it from the queue and dlock exits 128+N.
+once the command has. A lock found lost at the release, after the
+command ended: said, exit 76. A release Redis did not confirm: said, and
+the command's code (the lock expires within its TTL). Not acquired
+within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock are
+passed on to every process of the command, as ^C is, those out of its
+group too (on Linux); while dlock waits for the lock they withdraw it
+from the queue and dlock exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
@@ -95,10 +102,10 @@ that it waits and who holds the lock, and in another when it has it.
 
 Exit codes: the command's (128+N if signal N killed it); 75 not acquired
 within --wait (--conflict-exit-code N: N, as flock -E; --quiet: say nothing
-of it); 76 the lock was lost; 69 Redis unreachable; 77 Redis refused
-the login or a command (password, ACL); 2 bad flags or Redis address; 126
-the command could not be started, 127 not found; 128+N a signal N while
-waiting.
+of it); 76 the lock was lost, or a process dlock may not kill ran on; 69
+Redis unreachable; 77 Redis refused the login or a command (password,
+ACL); 2 bad flags or Redis address; 126 the command could not be
+started, 127 not found; 128+N a signal N while waiting.
 
 Examples:
   # in every host's crontab: the report runs once, wherever the lock is free
@@ -209,6 +216,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	// exits with the command's code or 76. Caught, not ignored: the
 	// command gets the default back at exec.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ttouIgnored := ignoreTTOU()
 
 	holder, err := runHolderInfo(command, s.info)
 	if err != nil {
@@ -241,7 +249,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		}
 		return reportAcquire(ctx, name, namePermits(client, name, s.permits, err), out)
 	}
-	code, stopped := supervise(lease, name, command, s, signals, out)
+	code, stopped := supervise(lease, name, command, s, ttouIgnored, signals, out)
 	if stopped {
 		// Lost: nothing to release. Lapsing with Redis not answering
 		// renewals: an attempt, waited for until the deadline at most, as
@@ -256,7 +264,14 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		}
 		return code
 	}
-	if err := lease.Unlock(context.Background()); err != nil && lease.Err() == nil {
+	// The command has ended, but a lock found gone (forced open, taken)
+	// was lost while it ran: exit 76. A release Redis did not confirm
+	// leaves the lock to expire: said, with the command's code.
+	switch err := lease.Unlock(context.Background()); {
+	case errors.Is(err, dlock.ErrNotHeld):
+		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n", name, errText(err))
+		return exitLost
+	case err != nil:
 		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, errText(err))
 	}
 	return code
@@ -503,7 +518,7 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 // under a guard (guard.go), which dlock tells the lease's deadline.
 // signals delivers what dlock is sent: passed on to the command's group.
 // stopped says the command was stopped for the lease's end (exit 76).
-func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
+func supervise(lease *dlock.Lease, name string, command []string, s runSettings, ttouIgnored bool,
 	signals <-chan os.Signal, out *output) (code int, stopped bool) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
@@ -519,7 +534,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		// The guard's orphans come to dlock if the guard is killed alone.
 		becomeSubreaper()
 	}
-	guard, err := guardCmd(cmd, s.releaseOnExit)
+	guard, err := guardCmd(cmd, s.releaseOnExit, ttouIgnored)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, err)
 		return exitCannotRun, false
@@ -542,17 +557,18 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		defer takeTerminal(tty)
 	}
 	group := cmd.Process.Pid
-	guard.tell(lease.Deadline())
+	// The deadline moves at each renewal (every TTL/3).
+	every := min(max(s.ttl/10, 10*time.Millisecond), time.Second)
+	guard.follow(lease.Deadline, every)
 	pauseBeforeWatch(group)
 	guard.run()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
-	// Each tick tells the guard the deadline, which moves at each renewal,
-	// and looks whether the command must be warned: SIGTERM --kill-grace
-	// before the deadline, but never before renewals have failed for half
-	// the TTL (they go every TTL/3).
-	tick := time.NewTicker(min(max(s.ttl/10, 10*time.Millisecond), time.Second))
+	// Each tick looks whether the command must be warned: SIGTERM
+	// --kill-grace before the deadline, but never before renewals have
+	// failed for half the TTL (they go every TTL/3).
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	warnBefore := min(s.grace, s.ttl/2)
 	lost := lease.Done()
@@ -560,11 +576,16 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	// stopped, or starved of CPU: a deadline that passed then is not
 	// Redis's doing.
 	lastTick, stalled := time.Now(), false
+	killed := false // by dlock, for a loss: the guard with the command
 	loss := func() string {
-		if (stalled || time.Since(lastTick) > s.ttl/3) && errors.Is(lease.Err(), dlock.LossUnreachable) {
+		err := lease.Err()
+		if (stalled || time.Since(lastTick) > s.ttl/3) && (err == nil || errors.Is(err, dlock.LossUnreachable)) {
 			return "no renewal went out before the lease's deadline: dlock was stopped"
 		}
-		return errText(lease.Err())
+		if err == nil {
+			return "its deadline passed before a renewal" // the lease's timer has yet to say so
+		}
+		return errText(err)
 	}
 	for {
 		select {
@@ -572,16 +593,23 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			code = exitCode(cmd)
 			// The guard exits with the command's code: a guard ended by a
 			// signal was killed, and has left the command to run on.
-			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				killAll(group)
-				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); killed the command\n", ws.Signal())
-			} else if !s.releaseOnExit {
-				killAll(group) // left by a guard killed alone
+			var unkilled []int
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
+				unkilled = killAll(group)
+				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
+			} else if !s.releaseOnExit && !killed {
+				unkilled = killAll(group) // left by a guard killed alone
+				if len(unkilled) > 0 {
+					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
+				}
 			}
-			if lease.Err() != nil && lost != nil {
+			// Continued past the deadline, dlock may learn of the exit (the
+			// guard's kill at the deadline) before the lease's timer fires.
+			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
+			if ended && lost != nil {
 				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, loss())
 			}
-			if lease.Err() != nil || stopped {
+			if ended || stopped || len(unkilled) > 0 {
 				return exitLost, true
 			}
 			return code, false
@@ -597,7 +625,6 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			stalled = time.Since(lastTick) > s.ttl/3 // the loss that follows a stop comes with this tick
 			lastTick = time.Now()
 			deadline := lease.Deadline()
-			guard.tell(deadline)
 			// A late tick is judged by the next: the renewal overdue since
 			// the stall goes out now, and may well move the deadline.
 			if left := time.Until(deadline); !stalled && !stopped && left <= warnBefore && lease.Err() == nil {
@@ -610,9 +637,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// Someone may hold the lock already: nothing of the command
 			// may run on, not even for --kill-grace. dlock kills it itself,
 			// the guard too: a stopped guard would kill nothing.
-			killAll(group)
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); killed the command\n", name, loss())
-			lost, stopped = nil, true
+			unkilled := killAll(group)
+			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); %s\n", name, loss(), killedText(unkilled))
+			lost, stopped, killed = nil, true, true
 		}
 	}
 }
@@ -627,6 +654,21 @@ func sayHolding(name, exit string, guard, group int, out *output) {
 	}
 	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
 		exit, name, guard)
+}
+
+// killedText says what killAll did: killed the command, or which of its
+// processes it may not kill (another user's: sudo, a set-user-ID
+// program), which run on without the lock.
+func killedText(unkilled []int) string {
+	if len(unkilled) == 0 {
+		return "killed the command"
+	}
+	named := make([]string, len(unkilled))
+	for i, pid := range unkilled {
+		named[i] = fmt.Sprintf("%d (%s)", pid, processName(pid))
+	}
+	return fmt.Sprintf("could not kill %s: not permitted, another user's (run dlock as that user); killed the rest, but these run on without the lock",
+		strings.Join(named, ", "))
 }
 
 // exitCode is the shell's view of how the command ended.
