@@ -39,11 +39,12 @@
 -- record found dlock's or missing): record the leadership, withdraw the
 -- campaign's registration and tell the observers.
 local function elect(term)
-  redis.call('HSET', LEADER, 'owner', ARGV[1], 'term', term, 'value', ARGV[5])
+  local text = token_text(term) -- once: a number given to redis.call is formatted again
+  redis.call('HSET', LEADER, 'owner', ARGV[1], 'term', text, 'value', ARGV[5])
   if ARGV[3] ~= '' then
     call_or_wrongtype('ZREM', WAITERS, ARGV[3])
   end
-  redis.call(ARGV[6], OBSERVERS, token_text(term) .. ':' .. ARGV[5])
+  redis.call(ARGV[6], OBSERVERS, text .. ':' .. ARGV[5])
   return {1, term}
 end
 

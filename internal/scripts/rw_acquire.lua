@@ -141,8 +141,10 @@ if granted then
     fields[#fields + 1], fields[#fields + 2] = name, value
   end
   if mine == 0 then
-    token = raise_error(mint_token(FENCE, ARGV[2])) -- fails, before the hold is written, on a foreign counter
-    field('t' .. mode .. owner, token)
+    local digits
+    token, digits = mint_token(FENCE, ARGV[2])
+    token = raise_error(token) -- fails, before the hold is written, on a foreign counter
+    field('t' .. mode .. owner, digits)
     if mode == 'w' then
       field('W', owner)
     end
@@ -161,7 +163,8 @@ if granted then
   elseif mode == 'w' and st[7] then -- never on a clean lock: there its rights are checked
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
-  local expiry = now + tonumber(ARGV[2])
+  -- In digits once: each number given to redis.call is formatted anew.
+  local expiry = string.format('%d', now + tonumber(ARGV[2]))
   if clean then
     -- The holds first, each key given its expiry as it is made: a refused
     -- command leaves none without one, and what was written goes (both
