@@ -40,11 +40,12 @@
 -- record found dlock's or missing): record the leadership, withdraw the
 -- campaign's registration and tell the observers.
 local function elect(term)
-  redis.call('HSET', LEADER, 'owner', OWNER, 'term', term, 'value', VALUE)
+  local text = token_text(term) -- once: a number given to redis.call is formatted again
+  redis.call('HSET', LEADER, 'owner', OWNER, 'term', text, 'value', VALUE)
   if WAITER ~= '' then
     call_or_wrongtype('ZREM', WAITERS, WAITER)
   end
-  redis.call(PUBLISH, OBSERVERS, token_text(term) .. ':' .. VALUE)
+  redis.call(PUBLISH, OBSERVERS, text .. ':' .. VALUE)
   return {1, term}
 end
 

@@ -142,8 +142,10 @@ if granted then
     fields[#fields + 1], fields[#fields + 2] = name, value
   end
   if mine == 0 then
-    token = raise_error(mint_token(FENCE, HOLD_TTL)) -- fails, before the hold is written, on a foreign counter
-    field('t' .. mode .. owner, token)
+    local digits
+    token, digits = mint_token(FENCE, HOLD_TTL)
+    token = raise_error(token) -- fails, before the hold is written, on a foreign counter
+    field('t' .. mode .. owner, digits)
     if mode == 'w' then
       field('W', owner)
     end
@@ -162,7 +164,8 @@ if granted then
   elseif mode == 'w' and st[7] then -- never on a clean lock: there its rights are checked
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
-  local expiry = now + tonumber(HOLD_TTL)
+  -- In digits once: each number given to redis.call is formatted anew.
+  local expiry = string.format('%d', now + tonumber(HOLD_TTL))
   if clean then
     -- The holds first, each key given its expiry as it is made: a refused
     -- command leaves none without one, and what was written goes (both

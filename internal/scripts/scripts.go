@@ -72,6 +72,7 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	fmt.Sprintf("local CLIENT_TAG_CHARS = %d\n", ClientTagChars) +
 	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
+	"local FENCE_RETENTION_ZEROS = '" + strconv.Itoa(FenceRetentionTTLs)[1:] + "'\n" +
 	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
 	common + foreign
 
@@ -307,5 +308,6 @@ const RightsKnown = "rights-known"
 // FenceRetentionTTLs is how long a fencing counter outlives the last token
 // minted from it, in TTLs of its hold, so an unused name leaves no key. It
 // keeps tokens rising while the server's clock is behind the last one; a
-// Redlock's counters are kept for good.
+// Redlock's counters are kept for good. A power of ten: store_token
+// (common.lua) multiplies a TTL by it by writing its zeros after it.
 const FenceRetentionTTLs = 10
