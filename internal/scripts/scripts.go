@@ -1,7 +1,8 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
 // operation. Each file's header states its KEYS, ARGV and return values.
 // The KEYS of each script are in the order of its Layout (layout.go),
-// which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
+// which names them in Lua (scriptOn) and makes them in Go (LayoutOf); its
+// ARGV are the fields of its struct in args.go, named alike.
 //
 // The scripts are also the functions of one Redis Functions library
 // (library.go), called by FCALL; where Functions are refused, they run by
