@@ -312,7 +312,7 @@ func TestRun_AStoppedGuardsFullPipeDoesNotBlockDlock(t *testing.T) {
 	fd := "3" // the descriptor of dlock's pipe, after its mode in heldEnv
 	for _, v := range strings.Split(string(env), "\x00") {
 		if held, ok := strings.CutPrefix(v, heldEnv+"="); ok {
-			fd = held[strings.IndexByte(held, ' ')+1:]
+			fd = strings.Fields(held)[1] // "MODE FD [ttou-ignored]"
 		}
 	}
 	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
