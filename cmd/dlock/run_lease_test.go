@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests hold the guard to the lease as dlock has it (issue 36): a
+// renewal confirmed just before the deadline reaches the guard in time.
+
+// Issue 36: dlock stopped (SIGSTOP) for less than the TTL renews the lease
+// as soon as it runs again; the guard, which kills at the deadline it last
+// read, must learn of that renewal before the old deadline, not at dlock's
+// next tick after it. The test continues dlock 150 ms before the deadline
+// that Redis shows (the key's TTL): dlock's ticks come every 300 ms here,
+// the last before that at least 150 ms earlier, the next after it.
+func TestRun_ARenewalJustBeforeTheDeadlineReachesTheGuard(t *testing.T) {
+	url, locks := testRedis(t)
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	p := startDlock(t, url, "", "run", "--ttl", "3s", "renew-late", "--",
+		"sh", "-c", `echo $$ > "$1"; cat "$2" >/dev/null`, "sh", ready, finish)
+	command := readPid(t, ready)
+	dlockPid := p.cmd.Process.Pid
+	if err := syscall.Kill(dlockPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(dlockPid, syscall.SIGCONT) })
+	info, err := locks.Describe(context.Background(), "renew-late")
+	if err != nil || info.TTL <= 0 {
+		t.Fatalf("describe: %+v, %v", info, err)
+	}
+	deadline := time.Now().Add(info.TTL)
+	time.Sleep(time.Until(deadline.Add(-150 * time.Millisecond))) // the stop is the scenario
+	if err := syscall.Kill(dlockPid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for until := deadline.Add(time.Second); time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
+		if gone(command) {
+			t.Fatalf("the guard killed the command of a lease renewed before its deadline\nstderr: %s", &p.stderr)
+		}
+	}
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr: %s", code, &p.stderr)
+	}
+}
