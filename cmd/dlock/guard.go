@@ -311,7 +311,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		case _, ok := <-words:
 			if !ok { // dlock died
 				words = nil
-				if unkilled := killAll(group); len(unkilled) > 0 {
+				if unkilled := killAll(group, nil); len(unkilled) > 0 {
 					fmt.Fprintf(os.Stderr, "dlock run: dlock died; %s\n", killedText(unkilled))
 				}
 			}
@@ -327,7 +327,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 			// dlock may have been stopped, or Redis unreachable: the guard
 			// knows only that no renewal came. dlock, told, exits 76.
 			fmt.Fprintln(reports, "expired")
-			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(group)))
+			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(group, nil)))
 		}
 	}
 }
@@ -380,7 +380,7 @@ func reap(main int, hold bool, reports *os.File) int {
 // dlock, reaches every process of the command. SIGCONT after it, as
 // signalGroup does.
 func passOut(group int, sig syscall.Signal) {
-	for _, pid := range commandProcesses(group) {
+	for _, pid := range commandProcesses(group, nil) {
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != group {
 			_ = syscall.Kill(pid, sig)
 			_ = syscall.Kill(pid, syscall.SIGCONT)

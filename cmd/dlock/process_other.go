@@ -15,12 +15,17 @@ import (
 func becomeSubreaper() {}
 
 // commandProcesses finds none here, without /proc.
-func commandProcesses(int) []int { return nil }
+func commandProcesses(int, foreignSet) []int { return nil }
+
+// foreignSet is not needed here: killAll reaches only the command's group.
+type foreignSet map[string]bool
+
+func (foreignSet) add(int) {}
 
 // killAll kills the command's process group, the caller too if it is in
 // it: without /proc, the processes that left the group are out of reach,
 // and those it may not kill go unnamed.
-func killAll(group int) (unkilled []int) {
+func killAll(group int, _ foreignSet) (unkilled []int) {
 	_ = syscall.Kill(-group, syscall.SIGKILL)
 	return nil
 }

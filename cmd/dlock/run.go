@@ -575,6 +575,8 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	every := min(max(s.ttl/10, 10*time.Millisecond), time.Second)
 	guard.follow(lease.Deadline, every, renewed)
 	pauseBeforeWatch(group)
+	foreign := foreignSet{} // dlock's children it did not start, kept at each tick
+	foreign.add(group)
 	guard.run()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -614,10 +616,10 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// signal was killed, and has left the command to run on.
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
-				unkilled = killAll(group)
+				unkilled = killAll(group, foreign)
 				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
 			} else if !s.releaseOnExit && !killed {
-				unkilled = killAll(group) // left by a guard killed alone
+				unkilled = killAll(group, foreign) // left by a guard killed alone
 				if len(unkilled) > 0 {
 					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
 				}
@@ -643,9 +645,11 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			if report == "stopped" && tty >= 0 {
 				suspend(tty, group)
 			} else if exit, ok := strings.CutPrefix(report, "exited "); ok {
-				sayHolding(name, exit, cmd.Process.Pid, group, out)
+				foreign.add(group)
+				sayHolding(name, exit, cmd.Process.Pid, group, foreign, out)
 			}
 		case <-tick.C:
+			foreign.add(group)
 			stalled = time.Since(lastTick) > s.ttl/3 // the loss that follows a stop comes with this tick
 			lastTick = time.Now()
 			deadline := lease.Deadline()
@@ -661,7 +665,8 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// Someone may hold the lock already: nothing of the command
 			// may run on, not even for --kill-grace. dlock kills it itself,
 			// the guard too: a stopped guard would kill nothing.
-			unkilled := killAll(group)
+			foreign.add(group)
+			unkilled := killAll(group, foreign)
 			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); %s\n", name, loss(), killedText(unkilled))
 			lost, stopped, killed = nil, true, true
 		}
@@ -681,8 +686,8 @@ func drained(said chan string) chan string {
 // exit, that the run holds the lock for the processes it left, if any,
 // and under which guard they run: which they are would be stale as soon
 // as said (they end, fork, exec).
-func sayHolding(name, exit string, guard, group int, out *output) {
-	if !slices.ContainsFunc(commandProcesses(group), func(pid int) bool { return pid != guard }) {
+func sayHolding(name, exit string, guard, group int, foreign foreignSet, out *output) {
+	if !slices.ContainsFunc(commandProcesses(group, foreign), func(pid int) bool { return pid != guard }) {
 		return
 	}
 	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",

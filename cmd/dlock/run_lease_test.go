@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,5 +52,35 @@ func TestRun_ARenewalJustBeforeTheDeadlineReachesTheGuard(t *testing.T) {
 	}
 	if code := p.wait(t, 15*time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr: %s", code, &p.stderr)
+	}
+}
+
+// Issue 36: a process dlock did not start (a child of the shell that
+// exec'd into dlock: dlock's child, but not the command's) is neither
+// killed when the run ends nor held for.
+func TestRun_AProcessDlockDidNotStartIsLeftAlone(t *testing.T) {
+	url, _ := testRedis(t)
+	side := filepath.Join(t.TempDir(), "side")
+	cmd := exec.Command("sh", "-c", `sleep 1000 >/dev/null 2>&1 & echo $! > "$1"; exec "$2" run sidecar -- true`, "sh", side, dlockBin)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstderr: %s", err, &stderr)
+	}
+	text, err := os.ReadFile(side)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(text)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if gone(pid) {
+		t.Fatalf("dlock killed a process it did not start\nstderr: %s", &stderr)
+	}
+	if strings.Contains(stderr.String(), "holding") {
+		t.Fatalf("dlock held the lock for a process it did not start\nstderr: %s", &stderr)
 	}
 }
