@@ -352,7 +352,9 @@ func reap(main int, hold bool, reports *os.File) int {
 		}
 		switch {
 		case status.Stopped():
-			if pgid, err := syscall.Getpgid(pid); pid == main || exited && err == nil && pgid == syscall.Getpgrp() {
+			// A job is stopped once all of it is, as a shell has it: a kill
+			// -STOP of one process of it stops neither dlock nor the lease.
+			if pgid, err := syscall.Getpgid(pid); (pid == main || exited && err == nil && pgid == syscall.Getpgrp()) && groupStopped() {
 				if len(stopped) == 0 {
 					fmt.Fprintln(reports, "stopped")
 				}

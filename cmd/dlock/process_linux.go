@@ -263,3 +263,47 @@ func bootClock() int64 {
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
 	return ts.Nano()
 }
+
+// groupStopped says whether every process of the guard's group but the
+// guard is stopped, or has a stop signal pending: ^Z reaches them all at
+// once, but they stop one by one.
+func groupStopped() bool {
+	self, group := os.Getpid(), syscall.Getpgrp()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if pgrp, err := strconv.Atoi(fields[2]); err != nil || pgrp != group || !running(fields) || fields[0] == "T" {
+			continue
+		}
+		if !stopPending(pid) {
+			return false
+		}
+	}
+	return true
+}
+
+// stopPending says whether a stop signal waits to be taken by pid.
+func stopPending(pid int) bool {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return true // ended meanwhile
+	}
+	const stops = 1<<(syscall.SIGSTOP-1) | 1<<(syscall.SIGTSTP-1) | 1<<(syscall.SIGTTIN-1) | 1<<(syscall.SIGTTOU-1)
+	for _, line := range strings.Split(string(status), "\n") {
+		name, mask, _ := strings.Cut(line, ":")
+		if name == "SigPnd" || name == "ShdPnd" { // the thread's, the process's
+			if bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64); err == nil && bits&stops != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

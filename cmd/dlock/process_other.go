@@ -68,3 +68,7 @@ func bootClock() int64 {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
 }
+
+// groupStopped cannot look here, without /proc: the guard takes a stop of
+// the command for the job's.
+func groupStopped() bool { return true }

@@ -50,7 +50,9 @@ guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
 that it holds the lock for the processes left, and the pid of the guard
 they run below; on Linux ^Z then stops those left in the command's group
-and dlock with them, as one job, and fg resumes them.
+and dlock with them, as one job, and fg resumes them. The run stops only
+once every process of the command's group has: a kill -STOP of one of
+them stops neither dlock nor its renewals.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,4 +84,46 @@ func TestRun_AProcessDlockDidNotStartIsLeftAlone(t *testing.T) {
 	if strings.Contains(stderr.String(), "holding") {
 		t.Fatalf("dlock held the lock for a process it did not start\nstderr: %s", &stderr)
 	}
+}
+
+// Issue 36: a kill -STOP of one process the command left, by someone
+// else, is not a stop of the job: dlock runs on and renews the lock, and
+// the guard kills no process of it at the deadline. The test watches
+// through two TTLs.
+func TestRun_AStopOfOneProcessLeftDoesNotStopTheRun(t *testing.T) {
+	url, locks := testRedis(t)
+	started := fifo(t, "started")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run --ttl 1s stop-one -- sh -c 'sleep 100 & first=$!; sleep 101 & echo $first $! > "$1"; exit 0' sh %s
+echo "ended:$?"
+sleep 600
+`, url, dlockBin, started))
+	var left [2]int
+	if _, err := fmt.Sscan(readFifo(t, started, 15*time.Second), &left[0], &left[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range left {
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	term.waitScreen(`holding "stop-one"`)
+	dlockPid := parentOf(parentOf(left[0]))
+	if err := syscall.Kill(left[1], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for until := time.Now().Add(2 * time.Second); time.Now().Before(until); time.Sleep(10 * time.Millisecond) {
+		if s := state(dlockPid); s == "T" || gone(left[0]) {
+			t.Fatalf("a stop of one process left stopped the run: dlock %q, the other left gone: %v\n%s",
+				s, gone(left[0]), term.screen())
+		}
+	}
+	if info, err := locks.Describe(context.Background(), "stop-one"); err != nil || len(info.Holders) != 1 {
+		t.Fatalf("after two TTLs: %+v, %v; want the lock held", info, err)
+	}
+	for _, pid := range left {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term.waitScreen("ended:0")
 }
