@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // call is one TryLock or Lock call of any type. All its attempts share one
@@ -28,7 +30,7 @@ type call struct {
 // variant is what a type's call adds to the shared attempt; call's methods
 // are the defaults.
 type variant interface {
-	// request is the next attempt's command (see call.argv) and the
+	// request is the next attempt's command (see command) and the
 	// registration it sends for waiterID ("" for none).
 	request(waiterID string, publish any) (argv []any, entry string)
 	// entry is how waiterID's registration is given back by leave.
@@ -37,8 +39,9 @@ type variant interface {
 	valid(res []int64) bool
 	// refused notes a refusal, or returns the error it means.
 	refused(res []int64, entry string) error
-	// abandonArgs are the abandon script's ARGV after the shared ones.
-	abandonArgs(entry string) []any
+	// abandonArgs are the abandon script's ARGV for entry: the waiter's
+	// (call.abandon adds the rest).
+	abandonArgs(entry string) scripts.AbandonArgs
 	// fresh starts the call anew, under a new owner and tombstone.
 	fresh()
 }
@@ -59,8 +62,11 @@ func (a *call) fresh() {
 func (a *call) entry(waiterID string) string            { return a.h.c.tagged(waiterID) }
 func (a *call) valid(res []int64) bool                  { return len(res) == 2 && res[0] != -1 }
 func (a *call) refused(res []int64, entry string) error { return nil }
-func (a *call) abandonArgs(entry string) []any          { return []any{entry} }
 func (a *call) client() *Client                         { return a.h.c }
+
+func (a *call) abandonArgs(entry string) scripts.AbandonArgs {
+	return scripts.AbandonArgs{Waiter: entry}
+}
 
 // rewatch reports the channel to wait on after the last refusal, and
 // whether it moved: then the waiter listens there first, and tries again.
@@ -72,22 +78,27 @@ func (a *call) rewatch() (channel string, moved bool) {
 	return a.spec.channels[a.watch], true
 }
 
-// argv builds an attempt's command: keys around the call's tombstone, the
-// shared ARGV, the type's tail, and the rights flag (rights.go). An attempt
-// that registers always checks rights: a registration refused part-way
-// could leave a set of waiters without TTL.
-func (a *call) argv(entry string, tail ...any) []any {
+// command builds an attempt's command: keys around the call's tombstone,
+// args (its type's ARGV, starting with a.shared's), and the rights flag
+// (rights.go). An attempt that registers always checks rights: a
+// registration refused part-way could leave a set of waiters without TTL.
+func command[A scripts.Args](a *call, entry string, args A) []any {
 	s := a.spec
-	argv := make([]any, 0, len(s.head)+1+len(s.rest)+4+len(tail)+1)
+	argv := make([]any, 0, len(s.head)+1+len(s.rest)+argRoom)
 	argv = append(argv, s.head...)
 	argv = append(argv, a.tombstone)
 	argv = append(argv, s.rest...)
-	argv = append(argv, a.owner, s.ttl, entry, s.registration)
-	argv = append(argv, tail...)
+	argv = args.Append(argv)
 	if entry != "" {
 		return append(argv, rightsCheck)
 	}
 	return append(argv, a.h.c.rights.arg(s.script))
+}
+
+// shared are the ARGV every acquire starts with, for an attempt that
+// registers entry ("" none).
+func (a *call) shared(entry string) scripts.Acquire {
+	return scripts.Acquire{Owner: a.owner, TTL: a.spec.ttl, Waiter: entry, WaiterTTL: a.spec.registration}
 }
 
 // attempt makes one try at the lock. It returns the lease when granted;
@@ -181,8 +192,9 @@ func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))
 	keys = append(append(append(keys, s.abandonKeys[0]...), a.tombstone), s.abandonKeys[1]...)
-	args := append([]any{tombstoneLifeMillis}, a.v.abandonArgs(entry)...)
-	mayHaveHeld, err = a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, a.owner, args...)
+	args := a.v.abandonArgs(entry)
+	args.Owner, args.VoidTTL = a.owner, tombstoneLifeMillis
+	mayHaveHeld, err = a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, args)
 	a.v.fresh()
 	return mayHaveHeld, err
 }

@@ -3,24 +3,20 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // leaseKind is what differs between lock types: the scripts that renew,
-// release, inspect and give up one hold. Every kind's scripts take the owner
-// token as ARGV[1]; extend takes the TTL in ms as ARGV[2], then shortens from
-// Lease.Extend only (a renewal never shortens a hold), then infoArg, and
-// returns 1 or 0;
-// release and abandon take the publish command as ARGV[2] (abandon then the
-// tombstone's lifetime in ms and the waiter id; release then its mark's
-// lifetime in ms, the mark being its last KEY, see releaseMark, and from a
-// giving-up release the tombstone's lifetime, the tombstone after the mark,
-// or a place-holder; then the hold's tokens, to tell a hold a late copy of
-// its grant took anew from one that lasted) and return 1 or 0; ttl returns
-// milliseconds left, or -3 when not held.
+// release, inspect and give up one hold. Every kind's scripts of one
+// operation take the same ARGV (scripts.ExtendArgs, ReleaseArgs,
+// AbandonArgs, OwnerArgs; a MultiLock's release MultiReleaseArgs). Extend,
+// release and abandon return 1 or 0; ttl returns milliseconds left, or -3
+// when not held. A release's mark is its last KEY (see releaseMark), then,
+// from a giving-up release, the call's tombstone.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script
@@ -33,7 +29,7 @@ type leaseSpec struct {
 	name    string
 	kind    *leaseKind
 	keys    []string // KEYS of extend and TTL
-	relHead []any    // release's EVALSHA command up to its last keys (the mark, a tombstone), boxed by the type (see handle.boxed)
+	relKeys []any    // release's KEYS up to its last keys (the mark, a tombstone), boxed by the type (see handle.boxed)
 	mark    string   // the lock key the release mark is named after (see releaseMark)
 	owner   string
 	token   uint64
@@ -62,7 +58,7 @@ type clientHold struct {
 	c         *Client
 	kind      *leaseKind
 	keys      []string // KEYS of the kind's extend and TTL scripts
-	relHead   []any    // its release's EVALSHA command up to its last keys, the handle's, shared
+	relKeys   []any    // its release's KEYS up to its last keys, the handle's, shared
 	mark      string   // the lock key its release's mark is named after (see releaseMark)
 	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
 	group     *groupTokens
@@ -104,7 +100,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	}
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, token: spec.token, rules: spec.rules, ttl: ttl, clock: c.clock, state: leaseHeld},
-		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relHead: spec.relHead, mark: spec.mark, tombstone: spec.tombstone,
+		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relKeys: spec.relKeys, mark: spec.mark, tombstone: spec.tombstone,
 			owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
@@ -150,9 +146,9 @@ var boxedNoInfo, boxedInfo any = "0", "1"
 
 func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l := h.lease
-	args := []any{h.owner, ttl.Milliseconds(), lengthens, h.infoArg()}
+	args := scripts.ExtendArgs{Owner: h.owner, TTL: ttl.Milliseconds(), Shorten: lengthens, Info: h.infoArg()}
 	if !extending.IsZero() {
-		args[2] = shortens
+		args.Shorten = shortens
 		l.inDoubt(extending, ttl)
 	}
 	calls := []scriptCall{{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, args)}}
@@ -211,7 +207,7 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
 	l := h.lease
-	ms, err := runScript(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, h.owner).Int64()
+	ms, err := runScript(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, scripts.OwnerArgs{Owner: h.owner}).Int64()
 	if err != nil {
 		return 0, redisError("ttl", l.name, err)
 	}
@@ -233,25 +229,28 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	defer cancel()
 	// The mark is named at release, not kept from the grant: a held lease
 	// costs a Client's memory for as long as it is held (see 10000Held).
-	head, last, extra := h.relHead, make([]string, 1, 2), make([]any, 2, 4) // room for a tombstone, a hold's token and noInfo
-	// The mark's lifetime, then the tombstone's (a place-holder when no
-	// tombstone is written), then the hold's tokens, which tell a hold a
-	// late copy of its grant took anew (minted_anew in common.lua).
-	last[0], extra[0], extra[1] = releaseMark(h.mark, h.owner), releaseMarkMillis, tombstoneLifeMillis
+	last := make([]string, 1, 2) // room for a tombstone
+	last[0] = releaseMark(h.mark, h.owner)
 	void := rule == voidAlways || (rule == voidIfCopied && h.maybeCopied)
 	if void && h.tombstone != "" { // the tombstone is release's last KEY
-		head = slices.Clone(h.relHead)
-		head[2] = head[2].(int) + 1 // the number of KEYS (see evalshaArgv, handle.boxed)
 		last = append(last, h.tombstone)
 	}
-	if h.group == nil {
-		extra = append(extra, l.token, h.infoArg())
-	} else {
-		for _, token := range h.group.tokens {
-			extra = append(extra, token)
+	// The tombstone's lifetime is a place-holder when none is written; the
+	// hold's tokens tell a hold a late copy of its grant took anew
+	// (minted_anew in common.lua).
+	publish, err := h.c.publishArgFor(ctx)
+	ok := false
+	if err == nil {
+		argv := commandOn(h.kind.release, h.relKeys, last, 0)
+		if h.group == nil {
+			argv = scripts.ReleaseArgs{Owner: h.owner, Publish: publish, MarkTTL: releaseMarkMillis,
+				VoidTTL: tombstoneLifeMillis, Token: l.token, Info: h.infoArg()}.Append(argv)
+		} else {
+			argv = scripts.MultiReleaseArgs{Owner: h.owner, Publish: publish, MarkTTL: releaseMarkMillis,
+				VoidTTL: tombstoneLifeMillis, Tokens: h.group.tokens}.Append(argv)
 		}
+		ok, err = h.c.releaseWithin(ctx, h.kind.release, argv)
 	}
-	ok, err := h.c.releaseWithin(ctx, h.kind.release, head, last, h.owner, extra...)
 	h.c.rights.refused(err)
 	if isPublishRefused(err) && h.group == nil {
 		// A lock's release publishes after its writes: the hold is released

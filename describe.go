@@ -29,7 +29,7 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (adm
 
 // describe runs describe.lua on the keys of the lock called name.
 func (c *Client) describe(ctx context.Context, name string, k keys) (admin.LockInfo, error) {
-	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), "").Slice()
+	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), scripts.OwnerArgs{Owner: ""}).Slice()
 	var info admin.LockInfo
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
@@ -150,7 +150,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	if err != nil {
 		return false, err
 	}
-	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, anyLockKeys(k), publish).Int64()
+	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, anyLockKeys(k), scripts.PublishArgs{Publish: publish}).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}

@@ -356,27 +356,19 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// releaseWithin runs a release script for one owner, the EVALSHA command
-// built in head up to its last keys, which follow (every lock type keeps
-// its head boxed: see handle.boxed), and reports whether it let go of a
-// hold. Its script takes the owner token and the publish command as
-// ARGV[1] and ARGV[2], then extra. ctx is already bounded (see cleanupContext), and not to be
-// cancelled with the caller's: the caller's hold must go whatever the
-// caller's context (see Lease.Unlock).
-func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, head []any, last []string, owner string, extra ...any) (bool, error) {
-	publish, err := c.publishCommand(ctx)
-	if err != nil {
-		return false, err
-	}
-	argv := make([]any, 0, len(head)+len(last)+2+len(extra))
-	argv = append(argv, head...)
-	for _, key := range last {
-		argv = append(argv, key)
-	}
-	argv = append(argv, owner, publishArg(publish))
-	argv = append(argv, extra...)
+// releaseWithin runs a release (or abandon) script's command, and reports
+// whether it let go of a hold. ctx is already bounded (see
+// cleanupContext), and not to be cancelled with the caller's: the caller's
+// hold must go whatever the caller's context (see Lease.Unlock).
+func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, argv []any) (bool, error) {
 	n, err := c.flights.runArgv(ctx, script, argv).Int64()
 	return n == 1, err
+}
+
+// publishArgFor is publishCommand as a script's argument.
+func (c *Client) publishArgFor(ctx context.Context) (any, error) {
+	command, err := c.publishCommand(ctx)
+	return publishArg(command), err
 }
 
 // The publish commands as script arguments, boxed once.
@@ -412,11 +404,15 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // reports whether the call may have held the lock: it gave a hold back; or
 // it may have, in a copy go-redis sent first (the reply read then answers
 // for the copy that found nothing); or it could not clear up (err).
-func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, owner string, extra ...any) (mayHaveHeld bool, err error) {
+func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, args scripts.AbandonArgs) (mayHaveHeld bool, err error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	sent := time.Now()
-	released, err := c.releaseWithin(ctx, script, scriptArgv(script, keys, nil), nil, owner, extra...)
+	args.Publish, err = c.publishArgFor(ctx)
+	released := false
+	if err == nil {
+		released, err = c.releaseWithin(ctx, script, scriptArgv(script, keys, args))
+	}
 	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
 	}

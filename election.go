@@ -147,7 +147,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	n, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
-		l.hold.(*clientHold).owner, value, publish).Int64()
+		scripts.ProclaimArgs{Owner: l.hold.(*clientHold).owner, Value: value, Publish: publish}).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
 	}
@@ -164,7 +164,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
-	reply, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionLeader, e.leaderKeys).Slice()
+	reply, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionLeader, e.leaderKeys, scripts.NoArgs{}).Slice()
 	if err != nil {
 		return Leader{}, redisError("leader", e.name, err)
 	}
@@ -304,8 +304,10 @@ func (e *Election) candidate(value string) *call {
 
 func (a *candidate) request(waiterID string, publish any) ([]any, string) {
 	entry := a.entry(waiterID)
-	return a.argv(entry, a.value, publish), entry
+	return command(&a.call, entry, scripts.ElectionAcquireArgs{Acquire: a.shared(entry), Value: a.value, Publish: publish}), entry
 }
 
 // abandonArgs: mutex_abandon.lua, with no registration before entry.
-func (a *candidate) abandonArgs(entry string) []any { return []any{entry, ""} }
+func (a *candidate) abandonArgs(entry string) scripts.AbandonArgs {
+	return scripts.AbandonArgs{Waiter: entry, Also: ""}
+}

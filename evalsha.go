@@ -27,21 +27,31 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
-// scriptArgv is the FCALL command of script on keys and args (EVALSHA for
-// a script not in the library).
-func scriptArgv(script *redis.Script, keys []string, args []any) []any {
-	argv := make([]any, 0, 3+len(keys)+len(args))
+// scriptArgv is the FCALL command of script on keys and args, its ARGV
+// struct (EVALSHA for a script not in the library).
+func scriptArgv[A scripts.Args](script *redis.Script, keys []string, args A) []any {
+	return args.Append(commandOn(script, nil, keys, 0))
+}
+
+// argRoom is what commandOn leaves for a script's ARGV: the most any
+// takes but for a MultiLock's release (which grows its command).
+const argRoom = 7
+
+// commandOn starts script's command: its KEYS, boxed and then keys, more
+// of them following; then its ARGV may be appended.
+func commandOn(script *redis.Script, boxed []any, keys []string, more int) []any {
+	argv := make([]any, 0, 3+len(boxed)+len(keys)+more+argRoom)
 	name, id := scriptHead(script)
-	argv = append(argv, name, id, len(keys))
+	argv = append(append(argv, name, id, len(boxed)+len(keys)+more), boxed...)
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
-	return append(argv, args...)
+	return argv
 }
 
 // runScript runs script on rdb, as [redis.Script.Run] would but through
 // sendScripts.
-func runScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func runScript[A scripts.Args](ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script, keys []string, args A) *redis.Cmd {
 	return sendScript(ctx, fns, rdb, script, scriptArgv(script, keys, args))
 }
 

@@ -77,7 +77,7 @@ func (f *FairMutex) call(context.Context) *call {
 func (a *fairCall) request(waiterID string, publish any) ([]any, string) {
 	a.fenced = -1
 	entry := a.entry(waiterID)
-	return a.argv(entry, publish, a.spec.info), entry
+	return command(&a.call, entry, scripts.FairAcquireArgs{Acquire: a.shared(entry), Publish: publish, Info: a.spec.info}), entry
 }
 
 // entry is how a waiter queues (see fair_lib.lua): tagged with its Client,

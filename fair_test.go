@@ -47,7 +47,9 @@ func queueRaw(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		publish = "SPUBLISH"
 	}
-	res, err := scripts.FairAcquire.Run(ctx, rdb, keys, owner, time.Minute.Milliseconds(), waiterID, lease.Milliseconds(), publish).Int64Slice()
+	res, err := scripts.FairAcquire.Run(ctx, rdb, keys, scripts.FairAcquireArgs{
+		Acquire: scripts.Acquire{Owner: owner, TTL: time.Minute.Milliseconds(), Waiter: waiterID, WaiterTTL: lease.Milliseconds()},
+		Publish: publish, Info: ""}.Append(nil)...).Int64Slice()
 	if err != nil || res[0] != 0 {
 		t.Fatalf("queueing a waiter by hand: %v, %v; want it refused and queued", res, err)
 	}
@@ -276,7 +278,8 @@ func TestFairMutex_WaiterHandedTheLockAsItLeavesPassesItOn(t *testing.T) {
 		t.Fatalf("the release did not hand the lock to the head of the line")
 	}
 	// The head gives up just after the hand-over reached it.
-	if n, err := scripts.FairAbandon.Run(ctx, rdb, keys, slowOwner, "PUBLISH", 60000, "leaving").Int64(); err != nil || n != 1 {
+	if n, err := scripts.FairAbandon.Run(ctx, rdb, keys,
+		scripts.AbandonArgs{Owner: slowOwner, Publish: "PUBLISH", VoidTTL: 60000, Waiter: "leaving"}.Append(nil)...).Int64(); err != nil || n != 1 {
 		t.Fatalf("abandon of a handed-over lock: %v, %v; want 1", n, err)
 	}
 	expectAcquired(t, next, 10*time.Second, "the lock was not passed on by a waiter that left")

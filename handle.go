@@ -96,7 +96,7 @@ type acquireSpec struct {
 	releaseKeys []string  // its release's KEYS, up to the release mark
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
-	ttl, registration, info any   // ARGV[2], ARGV[4], the holder info
+	ttl, registration, info any   // scripts.Acquire's TTL and WaiterTTL, the holder info
 	takenBy                 any   // the read-write scripts': the type a hold is taken by (see takenBy)
 }
 
@@ -112,7 +112,7 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 		s.lease.name = h.name
 	}
 	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
-	s.lease.relHead = b.command(s.lease.kind.release, s.releaseKeys, 1)
+	s.lease.relKeys = b.keys(make([]any, 0, len(s.releaseKeys)), s.releaseKeys)
 	_, renew := h.cfg.holdTTL()
 	s.lease.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	return &s

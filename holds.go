@@ -119,7 +119,7 @@ func (a *holdCall) fresh() {
 }
 
 func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
-	return a.argv(waiterID, a.spec.info, a.spec.takenBy), waiterID
+	return command(&a.call, waiterID, scripts.RWAcquireArgs{Acquire: a.shared(waiterID), Info: a.spec.info, TakenBy: a.spec.takenBy}), waiterID
 }
 
 // takenBy is what a write hold of kind stores for Describe: a
@@ -162,7 +162,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	reply, err := runScript(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, h.ownerFor(ctx)).Slice()
+	reply, err := runScript(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, scripts.OwnerArgs{Owner: h.ownerFor(ctx)}).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {

@@ -212,8 +212,7 @@ func expectNoSecretInKeys(t *testing.T, ctx context.Context, rdb redis.Universal
 	t.Helper()
 	keys := keysOn(t, ctx, rdb, "*{"+name+"*")
 	for _, args := range copies {
-		numKeys, _ := args[2].(int)
-		first, _ := args[3+numKeys].(string) // ARGV[1]: the owner token, or a hold's member
+		first, _ := scripts.Arg(args, "OWNER").(string) // the owner token, or a hold's member
 		secrets := []string{first}
 		if len(first) > 33 {
 			secrets = append(secrets, first[1:33]) // a hold id

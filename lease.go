@@ -138,7 +138,7 @@ func (l *Lease) grantLapsed() bool {
 	return l.leftAt(l.clock.Now()) <= 0
 }
 
-// shortens is the extend scripts' ARGV[3] from Lease.Extend; renewals send
+// shortens is the extend scripts' Shorten from Lease.Extend; renewals send
 // lengthens, so a late one cannot cut a longer Extend short.
 const shortens, lengthens = "1", "0"
 

@@ -256,7 +256,7 @@ func (a *multiCall) fresh() {
 }
 
 func (a *multiCall) request(waiterID string, publish any) ([]any, string) {
-	return a.argv(waiterID, a.watch+1, publish), waiterID
+	return command(&a.call, waiterID, scripts.MultiAcquireArgs{Acquire: a.shared(waiterID), Watch: a.watch + 1, Publish: publish}), waiterID
 }
 
 func (a *multiCall) entry(waiterID string) string { return waiterID }
@@ -280,4 +280,6 @@ func (a *multiCall) refused(res []int64, _ string) error {
 	return nil
 }
 
-func (a *multiCall) abandonArgs(entry string) []any { return []any{entry, a.watch + 1} }
+func (a *multiCall) abandonArgs(entry string) scripts.AbandonArgs {
+	return scripts.AbandonArgs{Waiter: entry, Also: a.watch + 1}
+}

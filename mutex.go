@@ -84,7 +84,7 @@ func (a *mutexCall) request(waiterID string, _ any) ([]any, string) {
 		ttl, _ := a.h.cfg.holdTTL()
 		entry = a.h.c.tagged(waiterID) + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner + a.h.cfg.holderInfo
 	}
-	return a.argv(entry, a.registered, a.spec.info), entry
+	return command(&a.call, entry, scripts.MutexAcquireArgs{Acquire: a.shared(entry), Previous: a.registered, Info: a.spec.info}), entry
 }
 
 func (a *mutexCall) refused(_ []int64, entry string) error {
@@ -110,9 +110,9 @@ func (a *mutexCall) entry(string) string { return "" }
 
 // abandonArgs withdraw the failed attempt's registration (entry) and the
 // one before it, or, with none in doubt, the last one.
-func (a *mutexCall) abandonArgs(entry string) []any {
+func (a *mutexCall) abandonArgs(entry string) scripts.AbandonArgs {
 	if entry == "" {
-		return []any{a.registered, ""}
+		return scripts.AbandonArgs{Waiter: a.registered, Also: ""}
 	}
-	return []any{entry, a.registered}
+	return scripts.AbandonArgs{Waiter: entry, Also: a.registered}
 }

@@ -336,7 +336,8 @@ type vote struct {
 // vote (see redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
-	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, owner, ttl.Milliseconds(), "", 0, "", "", rights).Int64Slice()
+	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
+		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}).Int64Slice()
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply
 	}
@@ -374,7 +375,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 		}
 	}
 	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, runScript(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), token).Err()
+		return struct{}{}, runScript(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}).Err()
 	})
 	return uint64(token), fenced
 }
@@ -415,7 +416,8 @@ func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) 
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys, owner, "PUBLISH", tombstoneLifeMillis, "", "").Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
+			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", VoidTTL: tombstoneLifeMillis, Waiter: "", Also: ""}).Int64()
 		return heldOrNot(ok, err)
 	}
 }

@@ -43,11 +43,11 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 	}
 	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		args := []any{h.owner, ttl.Milliseconds()}
+		args := scripts.ExtendArgs{Owner: h.owner, TTL: ttl.Milliseconds()}
 		if explicit {
-			args = append(args, shortens)
+			args.Shorten = shortens
 		}
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args...).Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
 	if succeeded(errs) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
@@ -128,7 +128,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, owner, "PUBLISH").Int64()
+		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}).Int64()
 		return heldOrNot(ok, err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // renewer keeps every auto-renewed lease of a Client alive with one
@@ -225,7 +227,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	var timeout time.Duration               // waiting past the earliest deadline would help no one
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
-		calls[i] = scriptCall{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, []any{h.owner, ttls[i].Milliseconds(), lengthens, h.infoArg()})}
+		calls[i] = scriptCall{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, scripts.ExtendArgs{Owner: h.owner, TTL: ttls[i].Milliseconds(), Shorten: lengthens, Info: h.infoArg()})}
 		if left := r.c.clock.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}

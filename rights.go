@@ -32,6 +32,14 @@ func (r *rightsSeen) arg(script *redis.Script) any {
 	return rightsCheck
 }
 
+// withRights is args followed by an acquire's rights flag (see arg).
+type withRights[A scripts.Args] struct {
+	args A
+	flag any
+}
+
+func (w withRights[A]) Append(argv []any) []any { return append(w.args.Append(argv), w.flag) }
+
 // passed records that an acquire of script, sent with the check, was
 // answered: the check passed.
 func (r *rightsSeen) passed(script *redis.Script) {

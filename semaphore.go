@@ -111,7 +111,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 		return err
 	}
 	ttl, _ := s.cfg.holdTTL()
-	if err := runScript(ctx, &s.c.fns, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys, n, publish, ttl.Milliseconds()).Err(); err != nil {
+	if err := runScript(ctx, &s.c.fns, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys,
+		scripts.SetPermitsArgs{Permits: n, Publish: publish, TTL: ttl.Milliseconds()}).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}
 	s.permits.Store(int64(n))
@@ -132,7 +133,7 @@ func (s *Semaphore) call(context.Context) *call {
 
 func (a *semCall) request(waiterID string, _ any) ([]any, string) {
 	entry := a.entry(waiterID)
-	return a.argv(entry, a.s.permits.Load(), a.spec.info), entry
+	return command(&a.call, entry, scripts.SemAcquireArgs{Acquire: a.shared(entry), Permits: a.s.permits.Load(), Info: a.spec.info}), entry
 }
 
 func (a *semCall) refused(res []int64, _ string) error {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -437,17 +436,13 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 	}()
 }
 
-// acquireOwner is the owner token an acquire's arguments (EVALSHA sha
-// numkeys keys... owner ...) ask for; "" for any other command.
+// acquireOwner is the owner token an acquire's arguments ask for; "" for
+// any other command.
 func acquireOwner(args []any) string {
 	if len(args) < 3 || !acquireSHAs[argString(args[1])] {
 		return ""
 	}
-	n, err := strconv.Atoi(fmt.Sprint(args[2])) // an int as dlock sends it
-	if err != nil || len(args) <= 3+n {
-		return ""
-	}
-	return argString(args[3+n])
+	return argString(scripts.Arg(args, "OWNER"))
 }
 
 // replyFromCopy sends cmds again and gives each the copy's reply.

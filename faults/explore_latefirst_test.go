@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +72,7 @@ func (f *commandFaults) becomesLateFirst(ctx context.Context, cmds []redis.Cmder
 		return false
 	}
 	args := cmds[0].Args()
-	if acquireOwner(args) == "" || scripts.Of(argString(args[1])) == scripts.FairAcquire || argvOf(args, 3) != "" || tombstoneOf(args) == "" {
+	if acquireOwner(args) == "" || scripts.Of(argString(args[1])) == scripts.FairAcquire || argString(scripts.Arg(args, "WAITER")) != "" || tombstoneOf(args) == "" {
 		return false // a FairMutex's free lock goes to its queue's head, never to a copy
 	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) >= 4*time.Second { // a waiting Lock's own wait
@@ -137,7 +136,7 @@ func (f *commandFaults) landFirst(cmds []redis.Cmder) *lateFirst {
 		return nil
 	}
 	if acquireSHAs[sha] {
-		reg := argvOf(args, 3)
+		reg := argString(scripts.Arg(args, "WAITER"))
 		if reg != "" {
 			first.registered = append(first.registered, reg)
 		}
@@ -217,19 +216,6 @@ func (f *commandFaults) checkWithdrawn(first *lateFirst, cmds []redis.Cmder, err
 			}
 		}
 	}
-}
-
-// argvOf is ARGV[i] of a script call's arguments (EVALSHA sha numkeys
-// keys... argv...), "" where it has none.
-func argvOf(args []any, i int) string {
-	if len(args) < 3 {
-		return ""
-	}
-	n, err := strconv.Atoi(fmt.Sprint(args[2]))
-	if err != nil || len(args) < 3+n+i {
-		return ""
-	}
-	return argString(args[2+n+i])
 }
 
 // waiterSets are the keys among a script call's arguments that hold

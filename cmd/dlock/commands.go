@@ -189,7 +189,10 @@ func shortGroups(fs *flag.FlagSet, args []string) ([]string, error) {
 			if arg[1] == '-' {
 				return append(words, args[i:]...), nil
 			}
-			if split = splitGroup(fs, arg[1:]); split == nil {
+			var err error
+			if split, err = splitGroup(fs, arg[1:]); err != nil {
+				return nil, err
+			} else if split == nil {
 				return append(words, args[i:]...), nil
 			}
 			name, _, hasValue = strings.Cut(strings.TrimLeft(split[len(split)-1], "-"), "=")
@@ -209,23 +212,27 @@ func shortGroups(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // splitGroup is the group of one-letter flags letters (ns, nE3) as flags
-// of their own (-n -s, -n -E=3), or nil if a letter is no flag.
-func splitGroup(fs *flag.FlagSet, letters string) []string {
+// of their own (-n -s, -n -E=3), or nil if a letter is no flag. A number
+// after a switch (-n3) is refused, as after -n in a word of its own.
+func splitGroup(fs *flag.FlagSet, letters string) ([]string, error) {
 	var split []string
 	for i, letter := range letters {
 		f := fs.Lookup(string(letter))
+		rest := letters[i+1:]
 		switch {
 		case f == nil:
-			return nil
+			return nil, nil
+		case isSwitch(f) && rest != "" && strings.Trim(rest, "0123456789") == "":
+			return nil, fmt.Errorf("-%s takes no value, not %q: %s", f.Name, rest, usageOf(fs, f))
 		case isSwitch(f):
 			split = append(split, "-"+f.Name)
-		case i+1 < len(letters):
-			return append(split, "-"+f.Name+"="+letters[i+1:])
+		case rest != "":
+			return append(split, "-"+f.Name+"="+rest), nil
 		default:
-			return append(split, "-"+f.Name)
+			return append(split, "-"+f.Name), nil
 		}
 	}
-	return split
+	return split, nil
 }
 
 // usageError says which rule the command line broke and where the rules

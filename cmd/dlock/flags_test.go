@@ -106,6 +106,8 @@ func TestRun_ConsulsDashNWithANumberIsAUsageError(t *testing.T) {
 		{"run", "-n", "3", "--", "echo", "ran"},
 		{"run", "-n=3", "backups", "--", "echo", "ran"},
 		{"run", "backups", "-n", "3", "--", "echo", "ran"},
+		{"run", "-n3", "backups", "--", "echo", "ran"},
+		{"run", "-sn3", "backups", "--", "echo", "ran"},
 	} {
 		code, stdout, stderr := runDlock(t, url, args...)
 		refused := strings.Contains(stderr, `-n takes no value, not "3"`) || strings.Contains(stderr, `"3" for -n`)
@@ -133,5 +135,21 @@ func TestRun_PermitsOutOfRangeIsAUsageError(t *testing.T) {
 	}
 	if code, stdout, stderr := runDlock(t, url, "run", "--permits", "9007199254740991", "pool", "--", "echo", "ran"); code != 0 || stdout != "ran\n" {
 		t.Errorf("--permits 2^53-1: exit %d, %q\n%s", code, stdout, stderr)
+	}
+}
+
+// Issue 36: -E (--conflict-exit-code) says what it takes, an exit code
+// from 0 to 255, not the flag package's "parse error".
+func TestRun_ConflictExitCodeSaysWhatItTakes(t *testing.T) {
+	url, _ := testRedis(t)
+	for _, args := range [][]string{
+		{"run", "-E", "x", "j", "--", "echo", "ran"},
+		{"run", "-nE", "x", "j", "--", "echo", "ran"},
+		{"run", "--conflict-exit-code", "256", "j", "--", "echo", "ran"},
+	} {
+		code, stdout, stderr := runDlock(t, url, args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "an exit code from 0 to 255") || strings.Contains(stderr, "parse error") {
+			t.Errorf("dlock %q: exit %d, stdout %q, stderr:\n%s\nwant %d, a refusal saying what -E takes", args, code, stdout, stderr, exitUsage)
+		}
 	}
 }

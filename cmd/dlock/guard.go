@@ -35,7 +35,7 @@ type guard struct {
 	deadline time.Time     // the last one written
 	stop     chan struct{} // ends follow's goroutine
 	stopped  chan struct{} // closed once it has ended
-	said     chan string   // the guard's reports: "stopped", "exited N", "expired"
+	said     chan string   // the guard's reports: "stopped SIG", "exited N", "expired"
 	passed   []*os.File    // dlock's inherited descriptors, kept from the collector's close
 	unblock  []int         // those of them non-blocking, which exec makes blocking
 }
@@ -289,6 +289,10 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 	}
 	cmd := &exec.Cmd{Path: os.Args[1], Args: os.Args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })}
+	// Caught until they are ignored below: a command that reads the
+	// terminal at once, in the background, stops its whole group, the
+	// guard too (SIGTTIN). The command gets the default back at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, os.ErrNotExist) {
@@ -356,7 +360,7 @@ func reap(main int, hold bool, reports *os.File) int {
 			// -STOP of one process of it stops neither dlock nor the lease.
 			if pgid, err := syscall.Getpgid(pid); (pid == main || exited && err == nil && pgid == syscall.Getpgrp()) && groupStopped() {
 				if len(stopped) == 0 {
-					fmt.Fprintln(reports, "stopped")
+					fmt.Fprintln(reports, "stopped", int(status.StopSignal()))
 				}
 				stopped[pid] = true
 			}

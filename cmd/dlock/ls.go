@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -277,19 +276,43 @@ var lockColumns = []string{"NAME", "TYPE", "STATE", "TTL", "WAITING", "TOKEN", "
 // before the holders, the one column of no fixed width. extra("") is its
 // header.
 func printLocks(w io.Writer, locks []foundLock, extra func(name string) string) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	line := func(columns []string, name string) {
+	line := func(columns []string, name string) []string {
 		if extra != nil {
 			last := len(columns) - 1
 			columns = append(columns[:last:last], extra(name), columns[last])
 		}
-		fmt.Fprintln(tw, strings.Join(columns, "\t"))
+		return columns
 	}
-	line(lockColumns, "")
+	rows := [][]string{line(lockColumns, "")}
 	for _, l := range locks {
-		line(l.columns(), l.info.Name)
+		rows = append(rows, line(l.columns(), l.info.Name))
 	}
-	_ = tw.Flush()
+	printTable(w, rows)
+}
+
+// printTable prints rows in columns two apart, padded by the columns a
+// terminal gives their characters (text/tabwriter counts runes, which
+// shifts a row of wide ones). The last column is not padded.
+func printTable(w io.Writer, rows [][]string) {
+	var widths []int
+	for _, row := range rows {
+		for i, cell := range row[:len(row)-1] {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], stringColumns(cell))
+		}
+	}
+	var b strings.Builder
+	for _, row := range rows {
+		for i, cell := range row[:len(row)-1] {
+			b.WriteString(cell)
+			b.WriteString(strings.Repeat(" ", widths[i]-stringColumns(cell)+2))
+		}
+		b.WriteString(row[len(row)-1])
+		b.WriteByte('\n')
+	}
+	_, _ = io.WriteString(w, b.String())
 }
 
 // columns is the lock's line, by lockColumns.

@@ -340,3 +340,40 @@ func TestStatus_CountsWaitersInTheWordsOfTheType(t *testing.T) {
 		}
 	}
 }
+
+// Issue 36: ls pads its columns by the columns a terminal gives each
+// character, as cutTo counts them: a name of wide characters leaves the
+// next column where a name of as many columns does.
+func TestLs_AlignsColumnsOfWideCharacters(t *testing.T) {
+	srv := redistest.Start(t)
+	url, locks := "redis://"+srv.Addr(), newLocks(t, srv.Client())
+	ctx, must := context.Background(), mustLease(t)
+	must(locks.Mutex("漢字漢字漢字").Lock(ctx))
+	must(locks.Mutex("abcdefghijkl").Lock(ctx))
+	code, stdout, stderr := runDlock(t, url, "ls")
+	if code != 0 {
+		t.Fatalf("ls: exit %d\n%s%s", code, stdout, stderr)
+	}
+	columnOf := func(line, field string) int {
+		i := strings.Index(line, field)
+		if i < 0 {
+			t.Fatalf("no %q in %q", field, line)
+		}
+		return stringColumns(line[:i])
+	}
+	at := map[string]int{}
+	for _, line := range strings.Split(stdout, "\n") {
+		for _, name := range []string{"NAME", "漢字漢字漢字", "abcdefghijkl"} {
+			if strings.HasPrefix(line, name) {
+				field := "TYPE"
+				if name != "NAME" {
+					field = "Mutex"
+				}
+				at[name] = columnOf(line, field)
+			}
+		}
+	}
+	if len(at) != 3 || at["NAME"] != at["漢字漢字漢字"] || at["NAME"] != at["abcdefghijkl"] {
+		t.Fatalf("the TYPE column starts at columns %v, want one:\n%s", at, stdout)
+	}
+}

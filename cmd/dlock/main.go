@@ -21,6 +21,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -132,9 +133,12 @@ func (o *output) stderrWidth() int {
 	return 0
 }
 
+// isTerminal says whether f is a terminal: one that has terminal
+// settings to read, not merely a character device (/dev/null).
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	var settings syscall.Termios
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), readTermios, uintptr(unsafe.Pointer(&settings)))
+	return errno == 0
 }
 
 // terminalOrNil is f when it is a terminal.

@@ -8,22 +8,22 @@ import (
 	"unsafe"
 )
 
-// foregroundTerminal returns stdin's descriptor when it is a terminal whose
-// foreground process group is dlock's: the command, which runs in a group
-// of its own, must then be given the terminal, as a shell gives it to a job,
-// or reading it stops the command (SIGTTIN) and ^C reaches only dlock.
-// Else it returns -1.
-func foregroundTerminal(stdin any) int {
+// controllingTerminal returns stdin's descriptor when it is dlock's
+// controlling terminal, else -1; and whether dlock's group is its
+// foreground. The command, in a group of its own, must then be given the
+// terminal, as a shell gives it to a job, or reading it stops the command
+// (SIGTTIN) and ^C reaches only dlock.
+func controllingTerminal(stdin any) (fd int, foreground bool) {
 	f, ok := stdin.(*os.File)
 	if !ok {
-		return -1
+		return -1, false
 	}
-	fd := int(f.Fd())
+	fd = int(f.Fd())
 	pgrp, err := terminalGroup(fd)
-	if err != nil || pgrp != syscall.Getpgrp() {
-		return -1
+	if err != nil {
+		return -1, false
 	}
-	return fd
+	return fd, pgrp == syscall.Getpgrp()
 }
 
 func terminalGroup(fd int) (int, error) {
@@ -34,19 +34,52 @@ func terminalGroup(fd int) (int, error) {
 	return int(pgrp), nil
 }
 
-// takeTerminal makes dlock's group the terminal's foreground group again.
-// dlock is a background process until it has: SIGTTOU, which would stop it
-// for asking, is ignored meanwhile, and after, so that a terminal set to
-// stop background writers (stty tostop) lets dlock report.
-func takeTerminal(fd int) {
-	setForeground(fd, syscall.Getpgrp())
+// takeTerminal makes dlock's group the terminal's foreground group again
+// if the command's group has it: dlock gave it, in the foreground. SIGTTOU,
+// which would stop dlock for asking, is ignored meanwhile, and after, so
+// that a terminal set to stop background writers (stty tostop) lets dlock
+// report.
+func takeTerminal(fd, group int) {
+	if fg, err := terminalGroup(fd); err == nil && fg == group {
+		setForeground(fd, syscall.Getpgrp())
+	}
+}
+
+// followForeground gives the terminal to the command's group whenever a
+// shell continues dlock in the foreground (fg), and continues the command
+// with dlock (fg, bg): the shell knows only dlock's group as the job. It
+// returns the function that stops it.
+func followForeground(tty, group int) (stop func()) {
+	continued := make(chan os.Signal, 1)
+	signal.Notify(continued, syscall.SIGCONT)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-continued:
+				resume(tty, group)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(continued); close(done) }
+}
+
+// resume continues the command, with the terminal if dlock's group has
+// it.
+func resume(tty, group int) {
+	if fg, err := terminalGroup(tty); err == nil && fg == syscall.Getpgrp() {
+		setForeground(tty, group)
+	}
+	_ = syscall.Kill(-group, syscall.SIGCONT)
 }
 
 // startCommand starts cmd in a process group of its own, in the terminal's
-// foreground when tty is not -1.
-func startCommand(cmd *exec.Cmd, tty int) error {
+// foreground when dlock is (tty is not -1).
+func startCommand(cmd *exec.Cmd, tty int, foreground bool) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if tty >= 0 {
+	if foreground {
 		// The child puts itself in the foreground before it runs the
 		// command, with its signals blocked, so SIGTTOU does not stop it.
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty

@@ -153,6 +153,9 @@ func processID(pid int) string {
 	return strconv.Itoa(pid) + "@" + fields[19]
 }
 
+// readTermios is the ioctl that reads a terminal's settings.
+const readTermios = syscall.TCGETS
+
 // running says whether the process of /proc/PID/stat's fields from the
 // state on runs: not a zombie (Z), or one only for its main thread, which
 // has exited while others run on (num_threads, the 20th field, counts it).
@@ -213,38 +216,80 @@ func defaultTTOU() {
 // left are the guard's children, which it reaps as they end.
 func waitForGroup() {}
 
-// suspend follows the command's stop on ^Z: dlock stops too, as the shell's
-// job it is, and when continued resumes the command, with the terminal if
-// fg made dlock the foreground again. Without a job-control shell above
-// it (its group orphaned, where the kernel discards SIGTSTP anyway), dlock
-// just continues the command: ^Z does nothing, as for any program run
-// without job control. Stopped, dlock does not renew the lock: stopped past
-// the TTL, the run ends lost (exit 76).
-func suspend(tty, pgid int) {
-	setForeground(tty, syscall.Getpgrp())
-	if underJobControl() {
-		// Go handles SIGTSTP on a thread of its own: dlock is stopped some
-		// time after kill returns, and knows it is running again by SIGCONT.
-		continued := make(chan os.Signal, 1)
-		signal.Notify(continued, syscall.SIGCONT)
-		_ = syscall.Kill(0, syscall.SIGTSTP)
-		<-continued
-		signal.Stop(continued)
+// suspend follows the command's stop by sig, as its shell's job, dlock's
+// group, would stop (see docs/CLI.md):
+//   - dlock's group has the terminal: the stop was reported while dlock
+//     itself was stopped, and fg has brought it back; the command reads
+//     the terminal, and is continued with it;
+//   - the command's group has it: ^Z, and dlock stops with it (SIGTSTP),
+//     the script that ran dlock too, giving the shell its job; but a stop
+//     for reading it (SIGTTIN) was reported before the handover;
+//   - another group has it: the run is in the background, and the command
+//     stopped reading it: dlock stops as it would have (SIGTTIN), and
+//     leaves the terminal to the shell.
+//
+// Without a job-control shell above (dlock's group orphaned, where the
+// kernel discards SIGTSTP), dlock continues the command: ^Z does nothing.
+// followForeground continues the command once dlock is continued.
+func suspend(tty, group int, sig syscall.Signal) {
+	own := syscall.Getpgrp()
+	jobControl := !orphaned(own)
+	// Read last: a shell's fg after it is missed, and stops the job again.
+	fg, err := terminalGroup(tty)
+	switch {
+	case err != nil || fg == own || fg == group && sig == syscall.SIGTTIN || !jobControl:
+		resume(tty, group)
+		return
+	case fg == group:
+		setForeground(tty, own)
 	}
-	if fg, err := terminalGroup(tty); err == nil && fg == syscall.Getpgrp() {
-		setForeground(tty, pgid)
+	if sig != syscall.SIGTTIN {
+		sig = syscall.SIGTSTP // SIGTTOU is ignored by dlock, SIGSTOP not the terminal's
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	_ = syscall.Kill(0, sig)
 }
 
-// underJobControl says whether a shell that controls jobs started dlock:
-// its parent is in its session but in another process group.
-func underJobControl() bool {
-	parent := syscall.Getppid()
-	sid, _, errno := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(parent), 0, 0)
-	own, _, errno2 := syscall.RawSyscall(syscall.SYS_GETSID, 0, 0, 0)
-	pgid, err := syscall.Getpgid(parent)
-	return errno == 0 && errno2 == 0 && err == nil && sid == own && pgid != syscall.Getpgrp()
+// orphaned says whether process group pgrp is orphaned: no process of it
+// has its parent in another group of its session, as a job-control shell
+// is to its jobs.
+func orphaned(pgrp int) bool {
+	sid := sessionOf(0)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			if ppid, group := groupOf(pid); group == pgrp {
+				if _, parentGroup := groupOf(ppid); parentGroup != pgrp && parentGroup != 0 && sessionOf(ppid) == sid {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// groupOf is pid's parent and process group, 0s once pid has ended.
+func groupOf(pid int) (ppid, pgrp int) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0
+	}
+	// pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 3 {
+		return 0, 0
+	}
+	ppid, _ = strconv.Atoi(fields[1])
+	pgrp, _ = strconv.Atoi(fields[2])
+	return ppid, pgrp
+}
+
+// sessionOf is pid's session, -1 once pid has ended.
+func sessionOf(pid int) int {
+	sid, _, errno := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(pid), 0, 0)
+	if errno != 0 {
+		return -1
+	}
+	return int(sid)
 }
 
 // nameProcess sets the name ps and top show (comm), else the file dlock

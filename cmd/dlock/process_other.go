@@ -22,13 +22,30 @@ type foreignSet map[string]bool
 
 func (foreignSet) add(int) {}
 
-// killAll kills the command's process group, the caller too if it is in
-// it: without /proc, the processes that left the group are out of reach,
-// and those it may not kill go unnamed.
+// killAll kills the command's process group: without /proc, the
+// processes that left the group are out of reach, and those it may not
+// kill go unnamed. The guard, in the group, first moves to dlock's, or
+// would kill itself before saying why; with dlock dead, it cannot, and
+// dies with the command.
 func killAll(group int, _ foreignSet) (unkilled []int) {
+	if syscall.Getpgrp() == group {
+		_ = leaveGroup()
+	}
 	_ = syscall.Kill(-group, syscall.SIGKILL)
 	return nil
 }
+
+// leaveGroup moves the guard to its parent's group, dlock's.
+func leaveGroup() error {
+	parentGroup, err := syscall.Getpgid(os.Getppid())
+	if err != nil {
+		return err
+	}
+	return syscall.Setpgid(0, parentGroup)
+}
+
+// readTermios is the ioctl that reads a terminal's settings.
+const readTermios = syscall.TIOCGETA
 
 func processName(int) string { return "?" }
 
@@ -47,8 +64,7 @@ func ignoreTTOU() (ignored bool) { return false }
 // brings to the guard here. The guard moves to dlock's group, to tell the
 // others from itself. Processes that left the group are not waited for.
 func waitForGroup() {
-	parentGroup, err := syscall.Getpgid(os.Getppid())
-	if err != nil || syscall.Setpgid(0, parentGroup) != nil {
+	if leaveGroup() != nil {
 		return
 	}
 	for syscall.Kill(-os.Getpid(), 0) == nil {
@@ -56,7 +72,8 @@ func waitForGroup() {
 	}
 }
 
-func suspend(int, int) {}
+// suspend does nothing here: ^Z stops only the command.
+func suspend(int, int, syscall.Signal) {}
 
 // nameProcess does nothing here: ps shows the argv[0] dlock set.
 func nameProcess(string) {}

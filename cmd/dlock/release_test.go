@@ -37,8 +37,9 @@ func releaseSteps(t *testing.T, version string) string {
 // cutRelease makes a clone of main as it is now (with a LICENSE committed
 // first if license), follows the release steps for version in it, and
 // returns what they printed, whether they succeeded, and the repository
-// they pushed to.
-func cutRelease(t *testing.T, version string, license bool) (output string, ok bool, origin string) {
+// they pushed to. meanwhile, if given, runs between the clone and the steps,
+// with the source repository and origin.
+func cutRelease(t *testing.T, version string, license bool, meanwhile ...func(source, origin string)) (output string, ok bool, origin string) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed")
@@ -59,6 +60,9 @@ func cutRelease(t *testing.T, version string, license bool) (output string, ok b
 	git(t, source, "clone", "-q", "--bare", source, origin)
 	clone := filepath.Join(t.TempDir(), "clone")
 	git(t, origin, "clone", "-q", origin, clone)
+	for _, f := range meanwhile {
+		f(source, origin)
+	}
 
 	steps := exec.Command("bash", "-euo", "pipefail", "-c", releaseSteps(t, version))
 	steps.Dir = clone
@@ -102,5 +106,37 @@ func TestReleaseCheck_RefusesATreeWithoutALicense(t *testing.T) {
 	}
 	if tags := git(t, origin, "tag"); tags != "" {
 		t.Fatalf("refused, the steps still pushed tags: %s", tags)
+	}
+}
+
+// Issue 36: main moved on origin while the release was cut (another push).
+// release-check fetches and refuses a release commit not on top of
+// origin's main, and nothing is pushed: no tag names a commit main lacks.
+func TestReleaseCheck_RefusesAReleaseBehindOriginsMain(t *testing.T) {
+	out, ok, origin := cutRelease(t, "v0.1.0", true, func(source, origin string) {
+		if err := os.WriteFile(filepath.Join(source, "NEWS"), []byte("meanwhile\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git(t, source, "add", "NEWS")
+		git(t, source, "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "Meanwhile")
+		git(t, source, "push", "-q", origin, "main")
+	})
+	if ok || !strings.Contains(out, "release-check: ") {
+		t.Fatalf("the release steps behind origin's main: ok %v, want release-check's refusal:\n%s", ok, out)
+	}
+	if tags := git(t, origin, "tag"); tags != "" {
+		t.Fatalf("refused, the steps still pushed tags: %s\n%s", tags, out)
+	}
+}
+
+// Issue 36: a tag of the version that exists on origin only (pushed from
+// elsewhere) is refused before anything is tagged.
+func TestReleaseCheck_RefusesATagThatExistsOnOrigin(t *testing.T) {
+	out, ok, _ := cutRelease(t, "v0.1.0", true, func(source, origin string) {
+		git(t, source, "tag", "dlockotel/v0.1.0")
+		git(t, source, "push", "-q", origin, "dlockotel/v0.1.0")
+	})
+	if ok || !strings.Contains(out, "release-check: tag dlockotel/v0.1.0 exists") {
+		t.Fatalf("the release steps with the tag on origin: ok %v, want a refusal naming it:\n%s", ok, out)
 	}
 }

@@ -44,7 +44,9 @@ flock(1) does through the descriptor they inherit. --release-on-exit
 releases when the command's main process exits instead. On a terminal of
 which dlock is in the foreground, the command gets the terminal (it reads
 it, ^C reaches it) and dlock takes it back after. On Linux ^Z stops dlock
-with the command, as one job, and fg resumes both; the lock is not renewed
+with the command, as one job (a script that ran dlock too), and fg resumes
+both, with the terminal; in the background (bg, &), a command reading the
+terminal stops the run (Stopped (tty input)); the lock is not renewed
 while dlock is stopped: stopped past the TTL, the run is lost, and the
 guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
@@ -161,7 +163,15 @@ func defineRun(fs *flag.FlagSet) action {
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process it started does")
 	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
-	conflictCode := fs.Int("conflict-exit-code", exitNotAcquired, "the exit code when the lock is busy (flock -E)")
+	conflictCode := exitNotAcquired
+	fs.Func("conflict-exit-code", "the exit code `N` when the lock is busy, 0 to 255 (flock -E; default 75)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 255 {
+			return errors.New("want an exit code from 0 to 255")
+		}
+		conflictCode = n
+		return nil
+	})
 	infoText := fs.String("info", "", "a note stored with the hold beside host, pid and program, shown by status (who, which job)")
 	alias(fs, "w", "wait")
 	alias(fs, "s", "shared")
@@ -177,14 +187,12 @@ func defineRun(fs *flag.FlagSet) action {
 			return usageError(out, "run", "--ttl must be at least %v", dlock.MinTTL)
 		case *grace < 0:
 			return usageError(out, "run", "--kill-grace must not be negative")
-		case *conflictCode < 0 || *conflictCode > 255:
-			return usageError(out, "run", "--conflict-exit-code must be 0 to 255")
 		case permits > 0 && *shared:
 			return usageError(out, "run", "--permits and --shared do not go together: a Semaphore has no shared side")
 		}
 		return runLocked(ctx, name, command, runSettings{redis: *redisFlag, ttl: *ttl, wait: wait, waitSet: waitSet,
 			shared: *shared, permits: permits, grace: *grace, releaseOnExit: *releaseOnExit, quiet: *quiet,
-			conflictCode: *conflictCode, info: *infoText}, out)
+			conflictCode: conflictCode, info: *infoText}, out)
 	}
 }
 
@@ -556,8 +564,8 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		return exitCannotRun, false
 	}
 	defer guard.close()
-	tty := foregroundTerminal(out.stdin)
-	err = startCommand(cmd, tty)
+	tty, foreground := controllingTerminal(out.stdin)
+	err = startCommand(cmd, tty, foreground)
 	guard.started()
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %s\n", startError(err))
@@ -566,13 +574,14 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		}
 		return exitCannotRun, false
 	}
+	group := cmd.Process.Pid
 	if tty >= 0 {
 		// After the whole command: a process the command left in the
 		// background would be stopped for reading a terminal taken from it,
 		// and would then keep the lock for ever.
-		defer takeTerminal(tty)
+		defer takeTerminal(tty, group)
+		defer followForeground(tty, group)()
 	}
-	group := cmd.Process.Pid
 	// The deadline moves at each renewal (every TTL/3).
 	every := min(max(s.ttl/10, 10*time.Millisecond), time.Second)
 	guard.follow(lease.Deadline, every, renewed)
@@ -644,8 +653,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				continue
 			}
 			expired = expired || report == "expired"
-			if report == "stopped" && tty >= 0 {
-				suspend(tty, group)
+			if sig, ok := strings.CutPrefix(report, "stopped "); ok && tty >= 0 {
+				n, _ := strconv.Atoi(sig)
+				suspend(tty, group, syscall.Signal(n))
 			} else if exit, ok := strings.CutPrefix(report, "exited "); ok {
 				foreign.add(group)
 				sayHolding(name, exit, cmd.Process.Pid, group, foreign, out)

@@ -175,8 +175,10 @@ sleep 600
 }
 
 // Item 5: run in the background of an interactive shell, the command is
-// stopped when it reads the terminal, as any background job; SIGTERM to
-// dlock still ends it (forwarded with SIGCONT) and releases the lock.
+// stopped when it reads the terminal, as any background job, and dlock
+// with it (Stopped (tty input)); SIGTERM to dlock, continued as a shell's
+// kill continues a stopped job, still ends it (forwarded with SIGCONT) and
+// releases the lock.
 func TestRun_SIGTERMEndsACommandStoppedByTheTerminal(t *testing.T) {
 	url, locks := testRedis(t)
 	dir := t.TempDir()
@@ -186,31 +188,22 @@ export REDIS_URL=%s
 %s run bg-tty -- sh -c 'echo $$ > "$1"; read answer; echo "got:$answer"' sh %s &
 echo $! > %s
 wait $!
-echo "exit:$?"
+echo "stopped:$?"
 sleep 600
 `, url, dlockBin, commandPid, dlockPid))
-	pidIn := func(file string) int {
-		var pid int
-		waitFor(t, 15*time.Second, file+" is written", func() bool {
-			data, err := os.ReadFile(file)
-			pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
-			return err == nil
-		})
-		return pid
+	command := pidFile(t, commandPid)
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTTIN)))
+	if s := state(command); s != "T" {
+		t.Fatalf("the command is %q, want stopped (T)", s)
 	}
-	command := pidIn(commandPid)
-	waitFor(t, 15*time.Second, "the command is stopped (SIGTTIN)", func() bool {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", command))
-		if err != nil {
-			return false
+	dlock := pidFile(t, dlockPid)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGCONT} {
+		if err := syscall.Kill(dlock, sig); err != nil {
+			t.Fatal(err)
 		}
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-		return strings.HasPrefix(strings.TrimSpace(rest), "T")
-	})
-	if err := syscall.Kill(pidIn(dlockPid), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
 	}
-	term.waitScreen(fmt.Sprintf("exit:%d", 128+int(syscall.SIGTERM)))
+	waitGone(t, command, 10*time.Second, "the command, after SIGTERM to dlock,")
+	waitGone(t, dlock, 10*time.Second, "dlock, after SIGTERM,")
 	if info, err := locks.Describe(context.Background(), "bg-tty"); err != nil || len(info.Holders) != 0 {
 		t.Fatalf("after the run: %+v, %v; want the lock released", info, err)
 	}
@@ -621,7 +614,7 @@ func TestRun_FlocksShortFlags(t *testing.T) {
 		t.Errorf("run -n -s on a free lock: exit %d, %q\n%s", code, stdout, stderr)
 	}
 	code, help, _ := runDlock(t, url, "run", "--help")
-	for _, want := range []string{"  -n\n", "  -s, --shared\n", "  -w, --wait duration\n", "  -E, --conflict-exit-code int\n", "  --permits N\n"} {
+	for _, want := range []string{"  -n\n", "  -s, --shared\n", "  -w, --wait duration\n", "  -E, --conflict-exit-code N\n", "  --permits N\n"} {
 		if code != 0 || !strings.Contains(help, want) {
 			t.Errorf("run --help does not list %q:\n%s", want, help)
 		}

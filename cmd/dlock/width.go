@@ -21,6 +21,15 @@ func cutTo(line string, width int) string {
 	return line
 }
 
+// stringColumns is how many columns a terminal gives s.
+func stringColumns(s string) int {
+	n := 0
+	for _, r := range s {
+		n += runeColumns(r)
+	}
+	return n
+}
+
 // runeColumns is how many columns a terminal gives r: none to a combining
 // mark, two to an East Asian wide or fullwidth character, one otherwise.
 // The outputs escape the runes that do not print (printable) before they

@@ -11,7 +11,8 @@
 --          Election's leader record), FORCED (the mark of a forced removal,
 --          force_unlock.lua) and HOLDER (a Mutex's or FairMutex's holder
 --          info, set_holder_info in common.lua)
--- ARGV[1]  '' (no owner asks)
+-- ARGV     in the order of OwnerArgs (args.go), by these names:
+-- OWNER    '' (no owner asks)
 --
 -- Returns for a string lock key {'mutex', held (1), ms left (-1: no TTL),
 -- live waiters registered, the last fencing token minted, the holder's
@@ -62,4 +63,4 @@ if kind == 'zset' then
   end
   return reply
 end
-return rw_state(ARGV[1])
+return rw_state(OWNER)

@@ -12,13 +12,14 @@
 --          it is; valid only while the lock key holds the same), 'term',
 --          'value'
 -- OBSERVERS observers' channel: 'term:value' is published on every change
--- ARGV[1]  owner token of the campaign; every attempt of it sends the same
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+-- ARGV     in the order of ElectionAcquireArgs (args.go), by these names:
+-- OWNER    owner token of the campaign; every attempt of it sends the same
+-- HOLD_TTL TTL in milliseconds
+-- WAITER   waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
--- ARGV[4]  how long a registration lasts, in milliseconds
--- ARGV[5]  the candidate's value
--- ARGV[6]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- WAITER_TTL how long a registration lasts, in milliseconds
+-- VALUE    the candidate's value
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns {1, term}  elected
 --         {0, pttl}  another leads, for pttl more ms unless renewed
@@ -35,19 +36,20 @@
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
 
--- The lock just taken (LOCK set to ARGV[1], term minted; the leader's
+-- The lock just taken (LOCK set to OWNER, term minted; the leader's
 -- record found dlock's or missing): record the leadership, withdraw the
 -- campaign's registration and tell the observers.
 local function elect(term)
-  redis.call('HSET', LEADER, 'owner', ARGV[1], 'term', term, 'value', ARGV[5])
-  if ARGV[3] ~= '' then
-    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
+  local text = token_text(term) -- once: a number given to redis.call is formatted again
+  redis.call('HSET', LEADER, 'owner', OWNER, 'term', text, 'value', VALUE)
+  if WAITER ~= '' then
+    call_or_wrongtype('ZREM', WAITERS, WAITER)
   end
-  redis.call(ARGV[6], OBSERVERS, token_text(term) .. ':' .. ARGV[5])
+  redis.call(PUBLISH, OBSERVERS, text .. ':' .. VALUE)
   return {1, term}
 end
 
-local owner = ARGV[1]
+local owner = OWNER
 local holder, wrong = nil, rights_refused(LOCK)
 -- Where nobody waits, no leader's record is left and the campaign has no
 -- tombstone (one EXISTS), the counter's GET and SET NX GET are the only
@@ -56,10 +58,10 @@ local holder, wrong = nil, rights_refused(LOCK)
 if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
   wrong = foreign_fence(FENCE)
   if not wrong then
-    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', ARGV[2])
+    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
   end
   if not (wrong or holder) then
-    return elect(raise_error(mint_token(FENCE, ARGV[2])))
+    return elect(raise_error(mint_token(FENCE, HOLD_TTL)))
   end
 else
   holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
@@ -68,9 +70,9 @@ if wrong then
   return wrong
 end
 if holder == owner then -- a resend, or a copy of an attempt the caller was told was refused
-  keep_at_least(LOCK, ARGV[2]) -- the caller's lease counts from this attempt
-  if ARGV[3] ~= '' then -- registered while a copy took it: no longer waiting
-    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
+  keep_at_least(LOCK, HOLD_TTL) -- the caller's lease counts from this attempt
+  if WAITER ~= '' then -- registered while a copy took it: no longer waiting
+    call_or_wrongtype('ZREM', WAITERS, WAITER)
   end
   return {1, tonumber(redis.call('HGET', LEADER, 'term'))}
 end
@@ -78,11 +80,11 @@ if holder and not is_owner_token(holder) then -- not a leader: nothing to wait f
   return not_dlocks(LOCK, 'a string')
 end
 if holder then
-  if ARGV[3] ~= '' then
+  if WAITER ~= '' then
     if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
-    register_waiter(WAITERS, ARGV[3], ARGV[4])
+    register_waiter(WAITERS, WAITER, WAITER_TTL)
   end
   return {0, redis.call('PTTL', LOCK)}
 end
@@ -91,6 +93,6 @@ if redis.call('EXISTS', TOMBSTONE) == 1 then
 end
 -- Raise WRONGTYPE on a foreign key before anything changes.
 redis.call('HLEN', LEADER)
-local term = raise_error(mint_token(FENCE, ARGV[2]))
-redis.call('SET', LOCK, owner, 'PX', ARGV[2])
+local term = raise_error(mint_token(FENCE, HOLD_TTL))
+redis.call('SET', LOCK, owner, 'PX', HOLD_TTL)
 return elect(term)

@@ -8,12 +8,13 @@
 -- RELEASE_MARK this leadership's release mark (see mark_released in common.lua)
 -- TOMBSTONE the call's tombstone, from a release that gives the call up
 --          (see void_call in common.lua); absent otherwise
--- ARGV[1]  owner token
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given (a
---          place-holder otherwise, when ARGV[5] follows)
--- ARGV[5]  the leadership's term (its fencing token), when given
+-- ARGV     in the order of ReleaseArgs (args.go), by these names:
+-- OWNER    owner token
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- MARK_TTL how long the mark lasts, in milliseconds
+-- VOID_TTL the tombstone's lifetime in milliseconds, when one is given (a
+--          place-holder otherwise, when TOKEN follows)
+-- TOKEN    the leadership's term (its fencing token), when given
 --
 -- Returns 1 resigned (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not the leader (its term ended, or another's).
@@ -33,21 +34,21 @@
 -- another's, and touches nothing; it finds the first one's mark, and
 -- reports the resignation.
 
-void_call(TOMBSTONE, ARGV[4])
-if redis.call('GET', LOCK) ~= ARGV[1] then
+void_call(TOMBSTONE, VOID_TTL)
+if redis.call('GET', LOCK) ~= OWNER then
   return nothing_released(RELEASE_MARK)
 end
 local retaken = false
 local record = call_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- an error reply where another type is
-if record[1] == ARGV[1] then
-  retaken = minted_anew(record[2], ARGV[5], RELEASE_MARK)
+if record[1] == OWNER then
+  retaken = minted_anew(record[2], TOKEN, RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)
 end
-wake_next(WAITERS, CHANNEL, ARGV[2])
+wake_next(WAITERS, CHANNEL, PUBLISH)
 if retaken then
   return 0
 end
-mark_released(RELEASE_MARK, ARGV[3])
+mark_released(RELEASE_MARK, MARK_TTL)
 return 1

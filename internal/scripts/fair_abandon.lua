@@ -2,11 +2,12 @@
 -- client does not know, or when a waiter stops waiting.
 --
 -- KEYS     FairLayout (layout.go), then TOMBSTONE: as in fair_lib.lua
--- ARGV[1]  owner token of the Lock call
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+-- ARGV     in the order of AbandonArgs (args.go), by these names:
+-- OWNER    owner token of the Lock call
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
 --          attempt may still arrive (see tombstoneLife in dlock.go)
--- ARGV[4]  waiter id it queued under; '' when it did not queue
+-- WAITER   waiter id it queued under; '' when it did not queue
 --
 -- Returns 1 the lock was this caller's (taken, or handed over to it while it
 -- gave up) and is passed on now, else 0.
@@ -16,7 +17,7 @@
 -- place in the queue, for a caller that has gone. It is written whatever
 -- this script finds, also when it passes on a hold of the call: a copy of
 -- an attempt already applied may be resent (go-redis does so after a read
--- timeout). It lasts ARGV[3], not the TTL (which may be years): a copy is
+-- timeout). It lasts VOID_TTL, not the TTL (which may be years): a copy is
 -- sent before its call gives up, and one later than that bound leaves what
 -- an abandon that never arrived would, a hold that expires with its TTL.
 --
@@ -24,18 +25,18 @@
 -- release or withdraw, and writes the tombstone again; at most it wakes (or
 -- hands a free lock to) the next live waiter, as a release would.
 
-if ARGV[4] ~= '' then
-  local entry = ARGV[1] .. ARGV[4]
+if WAITER ~= '' then
+  local entry = OWNER .. WAITER
   for _, set in ipairs({QUEUE, REG}) do
     if dlocks_beside(set, 'zset') then
       redis.call('ZREM', set, entry)
     end
   end
 end
-redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
-if redis.call('GET', LOCK) == ARGV[1] then
+redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
+if redis.call('GET', LOCK) == OWNER then
   redis.call('DEL', LOCK)
-  hand_over(ARGV[2])
+  hand_over(PUBLISH)
   return 1
 end
 return 0

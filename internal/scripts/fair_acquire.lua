@@ -2,15 +2,16 @@
 -- else keep (or take) a place in the queue.
 --
 -- KEYS     FairLayout (layout.go), then TOMBSTONE: as in fair_lib.lua
--- ARGV[1]  owner token of this Lock call (the same for all its attempts: the
+-- ARGV     in the order of FairAcquireArgs (args.go), by these names:
+-- OWNER    owner token of this Lock call (the same for all its attempts: the
 --          lock may be handed to it while it waits)
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter id to queue under when refused; '' for an attempt that
+-- HOLD_TTL TTL in milliseconds
+-- WAITER   waiter id to queue under when refused; '' for an attempt that
 --          will not wait (TryLock, a first try before subscribing)
--- ARGV[4]  how long a registration lasts, in milliseconds
--- ARGV[5]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[6]  this call's holder info (JSON), stored with the hold; '' none.
---          ARGV[3] ends with it too, so that a hand-over stores it.
+-- WAITER_TTL how long a registration lasts, in milliseconds
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- INFO     this call's holder info (JSON), stored with the hold; '' none.
+--          WAITER ends with it too, so that a hand-over stores it.
 --
 -- Returns {1, fence}  acquired (taken now, or handed over by a release)
 --         {0, pttl}   not this caller's turn; pttl is the milliseconds until
@@ -33,7 +34,7 @@
 -- entry (if any) out of the queue, store its holder info. A foreign
 -- counter undoes the hold, so that nothing outlives the script.
 local function grant(entry)
-  local fence = mint_token(FENCE, ARGV[2])
+  local fence = mint_token(FENCE, HOLD_TTL)
   if type(fence) == 'table' and fence.err then
     redis.call('DEL', LOCK)
     return fence
@@ -42,12 +43,12 @@ local function grant(entry)
     redis.call('ZREM', QUEUE, entry)
     redis.call('ZREM', REG, entry)
   end
-  set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
+  set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
   return {1, fence}
 end
 
-local owner = ARGV[1]
-local with_info = (ARGV[6] or '') ~= ''
+local owner = OWNER
+local with_info = (INFO or '') ~= ''
 local holder, wrong = nil, rights_refused(LOCK)
 -- Where nobody queues, the call has no tombstone and no holder info is
 -- stored (one EXISTS), the counter's GET and SET NX GET are the only
@@ -60,7 +61,7 @@ end
 if not wrong and redis.call('EXISTS', unpack(beside)) == 0 then
   wrong = foreign_fence(FENCE)
   if not wrong then
-    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', ARGV[2])
+    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
   end
   if not (wrong or holder) then
     return grant('')
@@ -75,16 +76,16 @@ end
 if holder == owner then -- handed over while waiting, or a resend
   -- Never shorter: a copy of the attempt that was granted may land after
   -- a longer Extend, which the lease counts on.
-  keep_at_least(LOCK, ARGV[2])
-  set_holder_info(HOLDER, owner, ARGV[6], redis.call('PTTL', LOCK))
-  return {1, raise_error(held_token(FENCE, ARGV[2]))}
+  keep_at_least(LOCK, HOLD_TTL)
+  set_holder_info(HOLDER, owner, INFO, redis.call('PTTL', LOCK))
+  return {1, raise_error(held_token(FENCE, HOLD_TTL))}
 end
 if holder and not is_owner_token(holder) then -- not a holder: nothing to queue behind
   return not_dlocks(LOCK, 'a string')
 end
 local entry = ''
-if ARGV[3] ~= '' then
-  entry = owner .. ARGV[3]
+if WAITER ~= '' then
+  entry = owner .. WAITER
 end
 if not holder then
   local head = {}
@@ -96,13 +97,13 @@ if not holder then
     if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
-    redis.call('SET', LOCK, owner, 'PX', ARGV[2])
+    redis.call('SET', LOCK, owner, 'PX', HOLD_TTL)
     return grant(entry)
   end
   -- Free with someone ahead: the holder expired, or was removed by force,
   -- and nobody handed the lock on. Do it now rather than wait for the head
   -- to find out.
-  hand_over(ARGV[5])
+  hand_over(PUBLISH)
 end
 if entry ~= '' then
   local now, now_us = server_now()
@@ -110,7 +111,7 @@ if entry ~= '' then
     redis.call('ZREM', QUEUE, entry)
     return {-1, 0}
   end
-  local lease = tonumber(ARGV[4])
+  local lease = tonumber(WAITER_TTL)
   redis.call('ZADD', REG, now + lease, entry)
   -- The queue lives as long as its last live waiter.
   keep_at_least(QUEUE, lease)

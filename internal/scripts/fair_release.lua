@@ -4,12 +4,13 @@
 -- RELEASE_MARK  this owner's release mark (see mark_released in common.lua)
 -- TOMBSTONE     the call's tombstone, from a release that gives the call up
 --               (see void_call in common.lua); absent otherwise
--- ARGV[1]  owner token
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
--- ARGV[5]  the hold's fencing token, when given
--- ARGV[6]  '0' when the hold was taken without holder info: none to remove
+-- ARGV     in the order of ReleaseArgs (args.go), by these names:
+-- OWNER    owner token
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- MARK_TTL how long the mark lasts, in milliseconds
+-- VOID_TTL the tombstone's lifetime in milliseconds, when one is given
+-- TOKEN    the hold's fencing token, when given
+-- WITH_INFO '0' when the hold was taken without holder info: none to remove
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or someone else's)
@@ -25,15 +26,15 @@
 -- another owner's, and touches nothing; it finds the first one's mark, and
 -- reports the release.
 
-void_call(TOMBSTONE, ARGV[4])
-if redis.call('GET', LOCK) ~= ARGV[1] then
+void_call(TOMBSTONE, VOID_TTL)
+if redis.call('GET', LOCK) ~= OWNER then
   return nothing_released(RELEASE_MARK)
 end
-local retaken = taken_since(FENCE, ARGV[5], RELEASE_MARK)
+local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
 redis.call('DEL', LOCK)
-hand_over(ARGV[2], ARGV[6] ~= '0')
+hand_over(PUBLISH, WITH_INFO ~= '0')
 if retaken then
   return 0
 end
-mark_released(RELEASE_MARK, ARGV[3])
+mark_released(RELEASE_MARK, MARK_TTL)
 return 1

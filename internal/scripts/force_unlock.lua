@@ -9,7 +9,8 @@
 --          tells a removal by force from an expiry (mutex_extend.lua).
 --          Holds of other types carry no single owner, and get none.
 --          HOLDER, a Mutex's (FairMutex's) holder info, goes with the hold.
--- ARGV[1]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- ARGV     in the order of PublishArgs (args.go), by these names:
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns 1 something was held and is gone, 0 nothing was held.
 -- Fails with WRONGTYPE, removing nothing, when a key of the name holds what
@@ -40,6 +41,6 @@ redis.call('DEL', HOLDER)
 if redis.call('DEL', STATE, HOLDS, RPASS) == 0 then
   return 0
 end
-wake_all(WWAIT, WCHAN, ARGV[1])
-redis.call(ARGV[1], RCHAN, '*')
+wake_all(WWAIT, WCHAN, PUBLISH)
+redis.call(PUBLISH, RCHAN, '*')
 return 1

@@ -55,7 +55,7 @@ func TestScripts_NameEveryKeyByTheirLayout(t *testing.T) {
 }
 
 // A script's own keys (PerCall) come where Go adds them: an attempt's
-// tombstone once, anywhere (call.argv puts it between the keys before and
+// tombstone once, anywhere (dlock's command puts it between the keys before and
 // after it); a release's mark, then its tombstone, last (clientHold
 // appends them). Go makes the rest once per handle.
 func TestLayouts_PutTheCallsOwnKeysWhereGoAddsThem(t *testing.T) {

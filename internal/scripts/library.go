@@ -3,6 +3,7 @@ package scripts
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,9 +14,10 @@ import (
 // A Redis Functions library runs its text once, at FUNCTION LOAD, where an
 // EVALSHA script runs it at every call: loaded as one library, the scripts
 // define their helpers once per server. Each script is one function; the
-// prelude's helpers are defined at the top, other helpers that name nothing
-// of one call in a block of the script's own. A table a helper keeps is
-// one call's, empty at each call, as under EVALSHA.
+// prelude's helpers are defined at the top, other helpers in a block of
+// the script's own, where what they read of one call are upvalues. A table a helper keeps is
+// one call's, empty at each call, as under EVALSHA; so are values it keeps
+// (declared nil), nil at each call.
 //
 // Every function but an acquire is flagged allow-oom: a full server must
 // not cost a holder its lease nor keep a lock held
@@ -58,11 +60,24 @@ type assembly struct {
 	reads   bool // it writes nothing (readsOnly)
 }
 
-// perCallTable is a helper that is one table, filled by a call.
-var perCallTable = regexp.MustCompile(`^local ([A-Za-z_]\w*) = \{\}\n$`)
+// perCallTable is a helper that is one table, filled by a call;
+// perCallValues, values a call sets, nil at its start.
+var (
+	perCallTable  = regexp.MustCompile(`^local ([A-Za-z_]\w*) = \{\}\n$`)
+	perCallValues = regexp.MustCompile(`^local ([A-Za-z_][\w, ]*?) = nil(?:, nil)*\n$`)
+)
 
-// localNames finds the names a part defines at its top.
-var localNames = regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][\w, ]*?)\s*(?:=|\(|$)`)
+// perCallReset is the Lua that gives a helper that keeps one call's state
+// (perCallTable, perCallValues) its value at a call's start; "" for others.
+func perCallReset(code string) string {
+	if m := perCallTable.FindStringSubmatch(code); m != nil {
+		return m[1] + " = {}\n"
+	}
+	if m := perCallValues.FindStringSubmatch(code); m != nil {
+		return m[1] + " = nil\n"
+	}
+	return ""
+}
 
 const libraryHash = "%LIBRARY%"
 
@@ -114,39 +129,58 @@ func topHelpers() map[string]bool {
 	return top
 }
 
-// function is the Lua that registers a script as the function name.
+// function is the Lua that registers a script as the function name. Its
+// helpers are defined once, at load. What they read of one call (KEYS,
+// ARGV, names the script declares at its top) they read as upvalues the
+// call sets: the script's declarations of those names become assignments
+// (sharedDeclarations), and KEYS and ARGV the callback's arguments. A
+// closure made per call cost about 560 instructions.
 func function(name string, a assembly, top map[string]bool) string {
-	perCall := map[string]bool{"KEYS": true, "ARGV": true}
+	var helpers []string // the code of the helpers it defines, in order
 	var once, body, reset strings.Builder
+	var bodyCode []string
+	defined := make(map[string]bool)
 	for _, seg := range a.segs {
 		code := strings.Replace(seg.h.code, rightsList, a.rights, 1)
-		if seg.lib == "" {
-			code = uncommentedLines(code)
-			for _, m := range localNames.FindAllStringSubmatch(code, -1) {
-				for n := range strings.SplitSeq(strings.ReplaceAll(m[1], " ", ""), ",") {
-					perCall[n] = true
-				}
-			}
-			body.WriteString(code)
-			continue
-		}
-		if seg.lib == prelude && top[seg.h.names[0]] {
-			if m := perCallTable.FindStringSubmatch(code); m != nil {
-				reset.WriteString(m[1] + " = {}\n")
-			}
-			continue
-		}
-		if mentionsAny(seg.h.uses, perCall) {
+		switch {
+		case seg.lib == "":
+			bodyCode = append(bodyCode, uncommentedLines(code))
+		case seg.lib == prelude && top[seg.h.names[0]]:
+			reset.WriteString(perCallReset(code))
+		default:
+			helpers = append(helpers, code)
+			reset.WriteString(perCallReset(code))
 			for _, n := range seg.h.names {
-				perCall[n] = true
+				defined[n] = true
 			}
-			body.WriteString(code)
-			continue
 		}
-		if m := perCallTable.FindStringSubmatch(code); m != nil {
-			reset.WriteString(m[1] + " = {}\n")
+	}
+	read := make(map[string]bool) // what the helpers mention
+	for _, code := range helpers {
+		for n := range identifiers(code) {
+			read[n] = true
 		}
+	}
+	shared := sharedDeclarations(bodyCode, read)
+	for n := range shared {
+		if defined[n] || top[n] {
+			panic("scripts: " + name + " declares " + n + ", a helper's name, at its top")
+		}
+	}
+	params := "KEYS, ARGV"
+	if read["KEYS"] || read["ARGV"] {
+		shared["KEYS"], shared["ARGV"] = true, true
+		params = "keys, argv"
+		reset.WriteString("KEYS, ARGV = keys, argv\n")
+	}
+	if len(shared) > 0 {
+		once.WriteString("local " + strings.Join(slices.Sorted(maps.Keys(shared)), ", ") + "\n")
+	}
+	for _, code := range helpers {
 		once.WriteString(code)
+	}
+	for _, code := range bodyCode {
+		body.WriteString(declaredShared(code, shared))
 	}
 	flags := "{'allow-oom'}"
 	switch {
@@ -156,8 +190,59 @@ func function(name string, a assembly, top map[string]bool) string {
 		flags = "{'no-writes', 'allow-oom'}"
 	}
 	return "do\n" + once.String() +
-		"redis.register_function{function_name = '" + name + "', flags = " + flags + ", callback = function(KEYS, ARGV)\n" +
+		"redis.register_function{function_name = '" + name + "', flags = " + flags + ", callback = function(" + params + ")\n" +
 		reset.String() + body.String() + "end}\nend\n"
+}
+
+// topDeclaration is a line that declares names at a script's top: local,
+// maybe function, the names, and what follows them.
+var topDeclaration = regexp.MustCompile(`^local (function )?([A-Za-z_][\w, ]*?)\s*(=|\(|$)(.*)$`)
+
+// sharedDeclarations are the names a script declares at its top that read
+// mentions, and every name declared on a line with one of them.
+func sharedDeclarations(bodyCode []string, read map[string]bool) map[string]bool {
+	shared := make(map[string]bool)
+	for grown := true; grown; {
+		grown = false
+		for _, code := range bodyCode {
+			for line := range strings.SplitSeq(code, "\n") {
+				m := topDeclaration.FindStringSubmatch(line)
+				if m == nil {
+					continue
+				}
+				names := strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")
+				if !slices.ContainsFunc(names, func(n string) bool { return read[n] || shared[n] }) {
+					continue
+				}
+				for _, n := range names {
+					grown = grown || !shared[n]
+					shared[n] = true
+				}
+			}
+		}
+	}
+	return shared
+}
+
+// declaredShared is code with its declarations of shared names made
+// assignments.
+func declaredShared(code string, shared map[string]bool) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimSuffix(code, "\n"), "\n") {
+		m := topDeclaration.FindStringSubmatch(line)
+		if m != nil && shared[strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")[0]] {
+			switch {
+			case m[1] != "":
+				line = m[2] + " = function" + m[3] + m[4]
+			case m[3] == "=":
+				line = m[2] + " =" + m[4]
+			default:
+				line = m[2] + " = nil"
+			}
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
 }
 
 // uncommentedLines is code without its comment lines: every server keeps
@@ -174,14 +259,4 @@ func uncommentedLines(code string) string {
 
 func isDefinedIn(lib, name string) bool {
 	return slices.ContainsFunc(libraries[lib], func(h helper) bool { return slices.Contains(h.names, name) })
-}
-
-// mentionsAny reports whether uses names one of names.
-func mentionsAny(uses, names map[string]bool) bool {
-	for name := range names {
-		if uses[name] {
-			return true
-		}
-	}
-	return false
 }

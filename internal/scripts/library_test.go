@@ -53,3 +53,26 @@ func TestLibrary_ReadsAreFlaggedNoWrites(t *testing.T) {
 		}
 	}
 }
+
+// A helper is defined once, at load, where every call would make it anew:
+// also those that read what one call sets (KEYS, ARGV, the names a script
+// declares at its top), as an RWMutex's do. No function's body defines a
+// helper of a library.
+func TestLibrary_DefinesEveryHelperOnce(t *testing.T) {
+	helpers := make(map[string]bool)
+	for _, lib := range libraries {
+		for _, h := range lib {
+			for _, n := range h.names {
+				helpers[n] = true
+			}
+		}
+	}
+	for _, fn := range strings.Split(Library, "callback = function(")[1:] {
+		body, _, _ := strings.Cut(fn, "\nend}\n")
+		for _, line := range strings.Split(body, "\n") {
+			if m := topDeclaration.FindStringSubmatch(line); m != nil && m[1] != "" && helpers[m[2]] {
+				t.Errorf("a function defines the helper %s at every call", m[2])
+			}
+		}
+	}
+}

@@ -3,12 +3,13 @@
 --
 -- KEYS     MultiPartLayout (layout.go) per lock, then TOMBSTONE: see
 --          multi_lib.lua
--- ARGV[1]  the call's owner token when an attempt is in doubt; '' when none is
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+-- ARGV     in the order of AbandonArgs (args.go), by these names:
+-- OWNER    the call's owner token when an attempt is in doubt; '' when none is
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
 --          attempt may still arrive (see tombstoneLife in dlock.go)
--- ARGV[4]  waiter id to unregister; '' when not registered
--- ARGV[5]  the lock (1-based) the waiter registered on
+-- WAITER   waiter id to unregister; '' when not registered
+-- ALSO     the lock (1-based) the waiter registered on
 --
 -- Returns 1 the attempt had taken the locks and they are released now, else 0.
 --
@@ -16,7 +17,7 @@
 -- attempt of the call still on its way refuse itself, taking no lock and
 -- registering nothing. It is written whatever this script finds, also when
 -- it releases the locks (a copy of an applied attempt may be resent after a
--- read timeout), and lasts ARGV[3], not the TTL: a copy is sent before its
+-- read timeout), and lasts VOID_TTL, not the TTL: a copy is sent before its
 -- call gives up, and one later than that leaves what an abandon that never
 -- arrived would, locks expiring with their TTL.
 --
@@ -25,23 +26,23 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if ARGV[1] ~= '' then
+if OWNER ~= '' then
   for i = 1, N do
     local p = part(i)
-    if redis.call('GET', p.LOCK) == ARGV[1] then
-      hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
+    if redis.call('GET', p.LOCK) == OWNER then
+      hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
       released = 1
     end
   end
 end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
+if tonumber(VOID_TTL) > 0 then
+  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 end
-if ARGV[4] ~= '' then
-  local p = part(tonumber(ARGV[5]))
-  local withdrawn = dlocks_beside(p.WAITERS, 'zset') and redis.call('ZREM', p.WAITERS, ARGV[4]) == 1
+if WAITER ~= '' then
+  local p = part(tonumber(ALSO))
+  local withdrawn = dlocks_beside(p.WAITERS, 'zset') and redis.call('ZREM', p.WAITERS, WAITER) == 1
   if not withdrawn and redis.call('EXISTS', p.LOCK) == 0 then
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
   end
 end
 return released

@@ -2,14 +2,15 @@
 --
 -- KEYS     MultiPartLayout (layout.go) per lock, then TOMBSTONE: see
 --          multi_lib.lua
--- ARGV[1]  owner token of the call in this group (random, unique per call);
+-- ARGV     in the order of MultiAcquireArgs (args.go), by these names:
+-- OWNER    owner token of the call in this group (random, unique per call);
 --          every attempt of the call sends the same
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+-- HOLD_TTL TTL in milliseconds
+-- WAITER   waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
--- ARGV[4]  how long a registration lasts, in milliseconds
--- ARGV[5]  the lock (1-based) whose channel the waiter listens on
--- ARGV[6]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- WAITER_TTL how long a registration lasts, in milliseconds
+-- WATCH    the lock (1-based) whose channel the waiter listens on
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns {1, fence1, ..., fenceN}  acquired all; a fencing token per lock
 --         {0, pttl, busy}  lock number busy is held (the first that is);
@@ -49,13 +50,13 @@ local function take_free(locks, counters)
   end
   local tokens = {1}
   for i = 1, N do
-    tokens[i + 1] = mint_token(counters[i], ARGV[2])
-    redis.call('SET', locks[i], ARGV[1], 'PX', ARGV[2])
+    tokens[i + 1] = mint_token(counters[i], HOLD_TTL)
+    redis.call('SET', locks[i], OWNER, 'PX', HOLD_TTL)
   end
   return tokens
 end
 
-local owner, waiter, watch = ARGV[1], ARGV[3], tonumber(ARGV[5])
+local owner, waiter, watch = OWNER, WAITER, tonumber(WATCH)
 local locks, counters, beside = {}, {}, {TOMBSTONE}
 for i = 1, N do
   local p = part(i)
@@ -101,12 +102,12 @@ if mine == N then -- a resend: the attempt took them all
   local tokens = {1}
   for j = 1, N do
     local p = part(j)
-    tokens[j + 1] = raise_error(held_token(p.FENCE, ARGV[2]))
+    tokens[j + 1] = raise_error(held_token(p.FENCE, HOLD_TTL))
   end
   for j = 1, N do
     -- Maybe a copy of an attempt the caller was told was refused: the
     -- caller's lease counts from this attempt (never shorter).
-    keep_at_least(part(j).LOCK, ARGV[2])
+    keep_at_least(part(j).LOCK, HOLD_TTL)
   end
   if waiter ~= '' then -- registered while a copy took them: no longer waiting
     call_or_wrongtype('ZREM', part(watch).WAITERS, waiter)
@@ -130,11 +131,11 @@ if busy == 0 then
   end
   for i = 1, N do
     local p = part(i)
-    tokens[i + 1] = mint_token(p.FENCE, ARGV[2], lasts[i])
+    tokens[i + 1] = mint_token(p.FENCE, HOLD_TTL, lasts[i])
   end
   for i = 1, N do
     local p = part(i)
-    redis.call('SET', p.LOCK, owner, 'PX', ARGV[2])
+    redis.call('SET', p.LOCK, owner, 'PX', HOLD_TTL)
   end
   if waiter ~= '' then
     local p = part(watch)
@@ -149,9 +150,9 @@ if waiter ~= '' then
     if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
-    register_waiter(p.WAITERS, waiter, ARGV[4])
+    register_waiter(p.WAITERS, waiter, WAITER_TTL)
   elseif call_or_wrongtype('ZREM', p.WAITERS, waiter) == 0 and redis.call('EXISTS', p.LOCK) == 0 then
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[6])
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
   end
 end
 local busy_lock = part(busy).LOCK

@@ -4,11 +4,13 @@
 --          RELEASE_MARK, this owner's release mark (see mark_released in
 --          common.lua); then, from a release that gives the call up,
 --          TOMBSTONE, the call's (see void_call in common.lua)
--- ARGV[1]  owner token
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
--- ARGV[4+i] the fencing token the lease holds for lock i, when given
+-- ARGV     in the order of MultiReleaseArgs (args.go), by these names:
+-- OWNER    owner token
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- MARK_TTL how long the mark lasts, in milliseconds
+-- VOID_TTL the tombstone's lifetime in milliseconds, when one is given
+-- TOKENS_AT the index of the first of the fencing tokens the lease holds,
+--          one per lock, when given
 --
 -- Returns 1 when every lock was held by this owner since its grant and is
 -- released (by this copy, or by an earlier copy of the same release: the
@@ -24,14 +26,14 @@
 -- owner's, and touches nothing; it finds the first one's mark, and reports
 -- the release.
 
-void_call(TOMBSTONE, ARGV[4])
+void_call(TOMBSTONE, VOID_TTL)
 -- Where nobody waits for any lock (one EXISTS), the group's locks go in
 -- one DEL; else each is handed on.
 local held, waiters = {}, {}
 for i = 1, N do
   local p = part(i)
   waiters[i] = p.WAITERS
-  if redis.call('GET', p.LOCK) == ARGV[1] then
+  if redis.call('GET', p.LOCK) == OWNER then
     held[#held + 1] = i
   end
 end
@@ -39,9 +41,9 @@ local anyone_waits = #held > 0 and redis.call('EXISTS', unpack(waiters)) > 0
 local released, retaken, freed = #held, false, {}
 for _, i in ipairs(held) do
   local p = part(i)
-  retaken = retaken or taken_since(p.FENCE, ARGV[4 + i], RELEASE_MARK)
+  retaken = retaken or taken_since(p.FENCE, ARGV[TOKENS_AT + i - 1], RELEASE_MARK)
   if anyone_waits then
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, ARGV[2])
+    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
   else
     freed[#freed + 1] = p.LOCK
   end
@@ -50,7 +52,7 @@ if #freed > 0 then
   redis.call('DEL', unpack(freed))
 end
 if released == N and not retaken then
-  mark_released(RELEASE_MARK, ARGV[3])
+  mark_released(RELEASE_MARK, MARK_TTL)
   return 1
 end
 if released == 0 and released_before(RELEASE_MARK) then

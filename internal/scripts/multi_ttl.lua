@@ -1,13 +1,14 @@
 -- How long a MultiLock group has left: the shortest TTL of its locks.
 --
 -- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua
--- ARGV[1]  owner token
+-- ARGV     in the order of OwnerArgs (args.go), by these names:
+-- OWNER    owner token
 --
 -- Returns the milliseconds left, or -3 when some lock is not held by owner.
 --
 -- Reads only: a copy, however late, changes nothing.
 
-if not all_held(ARGV[1]) then
+if not all_held(OWNER) then
   return -3
 end
 local least = -1

@@ -11,14 +11,15 @@
 -- FENCE    fencing counter, for a hand-over's token
 -- HOLDER   the lock's holder info (hand_next.lua); absent for an
 --          Election's and a Redlock's
--- ARGV[1]  owner token of the Lock call (of the attempt in doubt, for an
+-- ARGV     in the order of AbandonArgs (args.go), by these names:
+-- OWNER    owner token of the Lock call (of the attempt in doubt, for an
 --          Election); '' when it has none to release
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
 --          attempt may still arrive (see tombstoneLife in dlock.go); 0
 --          writes none
--- ARGV[4]  registration to withdraw; '' when not registered
--- ARGV[5]  the one before it, should the last attempt not have replaced it;
+-- WAITER   registration to withdraw; '' when not registered
+-- ALSO     the one before it, should the last attempt not have replaced it;
 --          '' when none
 --
 -- Returns 1 the call held the lock (taken by an attempt, or handed over by
@@ -31,7 +32,7 @@
 -- script finds, also when it releases a hold: every acquire script refuses
 -- an attempt that finds it before taking the lock or registering, so a late
 -- copy neither holds the lock for a caller that has gone nor is handed it
--- by the next release. It lasts ARGV[3], not the TTL: a copy is sent before
+-- by the next release. It lasts VOID_TTL, not the TTL: a copy is sent before
 -- its call gives up, and a copy later than that bound leaves what an abandon
 -- that never arrived would, a hold that expires with its TTL. A lock handed to a
 -- waiter that leaves is passed on, as is a wake-up a release sent to one
@@ -43,28 +44,28 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if ARGV[1] ~= '' and redis.call('GET', LOCK) == ARGV[1] then
+if OWNER ~= '' and redis.call('GET', LOCK) == OWNER then
   released = 1
 end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
+if tonumber(VOID_TTL) > 0 then
+  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 end
 local picked = false
-if ARGV[4] ~= '' then
+if WAITER ~= '' then
   local withdrawn -- none from waiters dlock did not write (dlocks_beside)
   if not dlocks_beside(WAITERS, 'zset') then
     withdrawn = 0
   else
     -- Every registration of the call: a late copy of an earlier attempt
     -- may have registered it again (withdraw_waiter in common.lua).
-    withdrawn = withdraw_waiter(WAITERS, ARGV[4])
-    if ARGV[5] ~= '' then
-      withdrawn = withdrawn + withdraw_waiter(WAITERS, ARGV[5])
+    withdrawn = withdraw_waiter(WAITERS, WAITER)
+    if ALSO ~= '' then
+      withdrawn = withdrawn + withdraw_waiter(WAITERS, ALSO)
     end
   end
   picked = withdrawn == 0
 end
 if released == 1 or (picked and redis.call('EXISTS', LOCK) == 0) then
-  hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER)
+  hand_next(LOCK, FENCE, WAITERS, CHANNEL, PUBLISH, HOLDER)
 end
 return released

@@ -6,18 +6,19 @@
 -- TOMBSTONE this Lock call's tombstone, written by mutex_abandon.lua when the
 --          call gives up
 -- WAITERS  waiters: sorted set of registrations by expiry (hand_next.lua)
--- ARGV[1]  owner token of this Lock call (random, unique per call: the lock
+-- ARGV     in the order of MutexAcquireArgs (args.go), by these names:
+-- OWNER    owner token of this Lock call (random, unique per call: the lock
 --          may be handed to it while it waits)
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  registration to make when refused, 'id:attempt:ttl:owner' (see
+-- HOLD_TTL TTL in milliseconds
+-- WAITER   registration to make when refused, 'id:attempt:ttl:owner' (see
 --          hand_next.lua); '' for an attempt that will not wait for a
 --          release (TryLock, a first try, no subscription)
--- ARGV[4]  how long a registration lasts, in milliseconds
+-- WAITER_TTL how long a registration lasts, in milliseconds
 -- HOLDER   the lock's holder info (see set_holder_info in common.lua)
--- ARGV[5]  this call's previous registration, replaced by this attempt's;
+-- PREVIOUS this call's previous registration, replaced by this attempt's;
 --          '' when it had none
--- ARGV[6]  this call's holder info (JSON), stored with the hold; '' none.
---          A registration (ARGV[3]) ends with it too, for a hand-over.
+-- INFO     this call's holder info (JSON), stored with the hold; '' none.
+--          A registration (WAITER) ends with it too, for a hand-over.
 --
 -- Returns {1, fence}  acquired (taken now, or handed over by a release whose
 --                     word has not reached the waiter); fence is its token
@@ -58,7 +59,7 @@
 -- lock to that registration; the copy that then finds the lock its own
 -- lets it go rather than report it granted to nobody.
 
-local wrong = rights_refused(LOCK) or (ARGV[6] ~= '' and foreign_holder_info(HOLDER))
+local wrong = rights_refused(LOCK) or (INFO ~= '' and foreign_holder_info(HOLDER))
 if wrong then
   return wrong
 end
@@ -71,7 +72,7 @@ if waiters_ttl == -1 then
 end
 -- SET NX GET takes a free lock and returns nothing, or returns the holder;
 -- on a key of another type it fails with WRONGTYPE, changing nothing.
-local holder, foreign = call_on(LOCK, 'SET', LOCK, ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+local holder, foreign = call_on(LOCK, 'SET', LOCK, OWNER, 'NX', 'GET', 'PX', HOLD_TTL)
 if foreign then
   return foreign
 end
@@ -82,9 +83,9 @@ if not holder then
     return refused
   end
   -- From here an error must not leave the hold behind: pcall, undo, report.
-  if ARGV[5] ~= '' and waiters_ttl ~= -2 then
+  if PREVIOUS ~= '' and waiters_ttl ~= -2 then
     -- Every registration of the call, a late copy's too (withdraw_waiter).
-    local ok, err = pcall(withdraw_waiter, WAITERS, ARGV[5])
+    local ok, err = pcall(withdraw_waiter, WAITERS, PREVIOUS)
     if not ok then
       redis.call('DEL', LOCK)
       return type(err) == 'table' and err or redis.error_reply(tostring(err))
@@ -92,15 +93,15 @@ if not holder then
   end
   -- Its GET finds a counter of another type (an error reply); a refusal
   -- (ACL) raises.
-  local ok, fence = pcall(mint_token, FENCE, ARGV[2])
+  local ok, fence = pcall(mint_token, FENCE, HOLD_TTL)
   if not ok or type(fence) == 'table' and fence.err then
     redis.call('DEL', LOCK)
     return type(fence) == 'table' and fence or redis.error_reply(tostring(fence))
   end
-  set_holder_info(HOLDER, ARGV[1], ARGV[6], ARGV[2])
+  set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
   return {1, fence}
 end
-if holder == ARGV[1] then
+if holder == OWNER then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
     -- Handed to this call after it gave up (a late copy of an earlier
     -- attempt registered it again after its abandon): nobody holds it.
@@ -112,7 +113,7 @@ if holder == ARGV[1] then
   -- Taken by a late copy of an earlier attempt while the call waited:
   -- every registration of the call goes (withdraw_waiter), or the release
   -- would hand the lock to one, held for nobody.
-  local registered = ARGV[5] ~= '' and ARGV[5] or ARGV[3]
+  local registered = PREVIOUS ~= '' and PREVIOUS or WAITER
   if registered ~= '' and waiters_ttl ~= -2 then
     local wrong_waiters = waiters_wrong(WAITERS, waiters_ttl)
     if wrong_waiters then
@@ -120,29 +121,29 @@ if holder == ARGV[1] then
     end
     withdraw_waiter(WAITERS, registered)
   end
-  local fence = held_token(FENCE, ARGV[2])
+  local fence = held_token(FENCE, HOLD_TTL)
   if type(fence) == 'table' then -- a counter dlock did not write: before any write but the withdrawal
     return fence
   end
   -- Never shorter: a copy of the attempt that was granted may land after
   -- a longer Extend, which the lease counts on.
-  keep_at_least(LOCK, ARGV[2])
-  set_holder_info(HOLDER, ARGV[1], ARGV[6], redis.call('PTTL', LOCK))
+  keep_at_least(LOCK, HOLD_TTL)
+  set_holder_info(HOLDER, OWNER, INFO, redis.call('PTTL', LOCK))
   return {1, fence}
 end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for
   return not_dlocks(LOCK, 'a string')
 end
--- Register the call (ARGV[3]) for ARGV[4] ms: ZADD's WRONGTYPE tells waiters
+-- Register the call (WAITER) for WAITER_TTL ms: ZADD's WRONGTYPE tells waiters
 -- of another type, changing nothing. The set's life and its dead entries
 -- are tended only once its TTL is below a registration's: it is made to
 -- last two, so that most registrations cost no PEXPIRE (a release drops
 -- dead entries too, as they come first: see pop_live).
 local function register()
-  local lease = tonumber(ARGV[4])
+  local lease = tonumber(WAITER_TTL)
   local _, us = server_now()
   local now = us / 1000 -- to the µs: registrations in one ms line up as they came
-  local _, wrong = call_on(WAITERS, 'ZADD', WAITERS, now + lease, ARGV[3])
+  local _, wrong = call_on(WAITERS, 'ZADD', WAITERS, now + lease, WAITER)
   if wrong then
     return wrong
   end
@@ -155,7 +156,7 @@ local function register()
   return nil
 end
 
-if ARGV[3] ~= '' then
+if WAITER ~= '' then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
@@ -163,8 +164,8 @@ if ARGV[3] ~= '' then
   if wrong_waiters then
     return wrong_waiters
   end
-  if ARGV[5] ~= '' then -- after the ZADD: the set, never emptied, keeps its TTL
-    redis.call('ZREM', WAITERS, ARGV[5])
+  if PREVIOUS ~= '' then -- after the ZADD: the set, never emptied, keeps its TTL
+    redis.call('ZREM', WAITERS, PREVIOUS)
   end
 end
 return {0, redis.call('PTTL', LOCK)}

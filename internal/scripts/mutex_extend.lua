@@ -7,10 +7,11 @@
 -- HOLDER   the lock's holder info (see set_holder_info in common.lua),
 --          extended with the hold when it is this owner's; absent for an
 --          Election's and a Redlock's
--- ARGV[1]  owner token
--- ARGV[2]  new TTL in milliseconds
--- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
--- ARGV[4]  '0' when the hold was taken without holder info: none to extend
+-- ARGV     in the order of ExtendArgs (args.go), by these names:
+-- OWNER    owner token
+-- HOLD_TTL new TTL in milliseconds
+-- SHORTEN  '1' from Lease.Extend: may shorten; else (a renewal) only later
+-- WITH_INFO '0' when the hold was taken without holder info: none to extend
 --
 -- Returns 1 extended; else not held by this owner, and why (LossReason in
 -- Go): 0 the key is gone (expired or deleted), -1 another owner holds it,
@@ -24,18 +25,18 @@
 -- copy arriving after the release finds nothing of its owner's. A renewal
 -- only ever moves the expiry later: a late one, asking for the TTL before
 -- an Extend to a longer one, leaves the longer in place. Only an explicit
--- Extend (ARGV[3] '1') sets a shorter one; a late copy of that is the
+-- Extend (SHORTEN '1') sets a shorter one; a late copy of that is the
 -- client's to allow for (Lease.inDoubt).
 
 local holder = redis.call('GET', LOCK)
-if holder == ARGV[1] then
-  extend_key(LOCK, ARGV[2], may_shorten(ARGV[3]))
-  if ARGV[4] ~= '0' and holder_info_of(HOLDER, ARGV[1]) then
-    extend_key(HOLDER, ARGV[2], may_shorten(ARGV[3]))
+if holder == OWNER then
+  extend_key(LOCK, HOLD_TTL, may_shorten(SHORTEN))
+  if WITH_INFO ~= '0' and holder_info_of(HOLDER, OWNER) then
+    extend_key(HOLDER, HOLD_TTL, may_shorten(SHORTEN))
   end
   return 1
 end
-if FORCED and call_or_wrongtype('GET', FORCED) == ARGV[1] then -- first: a new holder may have come since
+if FORCED and call_or_wrongtype('GET', FORCED) == OWNER then -- first: a new holder may have come since
   return -2
 end
 if holder then

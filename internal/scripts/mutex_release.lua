@@ -12,12 +12,13 @@
 --          absent for a Redlock's release
 -- TOMBSTONE the call's tombstone, from a release that gives the call up
 --          (see void_call in common.lua); absent otherwise
--- ARGV[1]  owner token
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given
--- ARGV[5]  the hold's fencing token, when given
--- ARGV[6]  '0' when the hold was taken without holder info: none to remove
+-- ARGV     in the order of ReleaseArgs (args.go), by these names:
+-- OWNER    owner token
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- MARK_TTL how long the mark lasts, in milliseconds
+-- VOID_TTL the tombstone's lifetime in milliseconds, when one is given
+-- TOKEN    the hold's fencing token, when given
+-- WITH_INFO '0' when the hold was taken without holder info: none to remove
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or someone else's)
@@ -33,14 +34,14 @@
 -- Safe to send twice: the second finds the key gone or another owner's, and
 -- touches nothing; it finds the first one's mark, and reports the release.
 
-void_call(TOMBSTONE, ARGV[4])
-if redis.call('GET', LOCK) == ARGV[1] then
-  local retaken = taken_since(FENCE, ARGV[5], RELEASE_MARK)
-  hand_next(LOCK, FENCE, WAITERS, CHANNEL, ARGV[2], HOLDER, ARGV[6] ~= '0')
+void_call(TOMBSTONE, VOID_TTL)
+if redis.call('GET', LOCK) == OWNER then
+  local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
+  hand_next(LOCK, FENCE, WAITERS, CHANNEL, PUBLISH, HOLDER, WITH_INFO ~= '0')
   if retaken then
     return 0
   end
-  mark_released(RELEASE_MARK, ARGV[3])
+  mark_released(RELEASE_MARK, MARK_TTL)
   return 1
 end
 if released_before(RELEASE_MARK) then

@@ -3,7 +3,8 @@
 --
 -- KEYS     in the order of RedlockFenceLayout (layout.go), by these names:
 -- FENCE    fencing counter (see mint_token in common.lua)
--- ARGV[1]  the token: the highest counter among the nodes that granted
+-- ARGV     in the order of FenceArgs (args.go), by these names:
+-- TOKEN    the token: the highest counter among the nodes that granted
 --
 -- Returns 1. Never lowers the counter, so a copy, however late, is harmless.
 -- Fails with WRONGTYPE, naming the key, when the counter is not dlock's.
@@ -19,6 +20,6 @@
 -- start below it. So the SET here has no expiry (a mint's retention is
 -- dropped too).
 
-local token = math.max(raise_error(last_token(FENCE)), tonumber(ARGV[1]))
+local token = math.max(raise_error(last_token(FENCE)), tonumber(TOKEN))
 redis.call('SET', FENCE, token_text(token))
 return 1

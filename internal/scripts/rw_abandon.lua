@@ -3,11 +3,12 @@
 -- the network), or when a waiter stops waiting.
 --
 -- KEYS     RWLayout (layout.go), then TOMBSTONE: as in rw_lib.lua
--- ARGV[1]  member of the attempt in doubt; '' when none is
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+-- ARGV     in the order of AbandonArgs (args.go), by these names:
+-- OWNER    member of the attempt in doubt; '' when none is
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
 --          attempt may still arrive (see tombstoneLife in dlock.go)
--- ARGV[4]  waiter id to unregister; '' when not registered
+-- WAITER   waiter id to unregister; '' when not registered
 --
 -- Returns 1 the attempt had been granted and is released now, else 0. The
 -- call's registration goes in either case.
@@ -16,7 +17,7 @@
 -- or not (go-redis resends after a read timeout): the tombstone (TOMBSTONE,
 -- the call's, shared by all its attempts) makes it refuse itself, taking
 -- no hold and registering nothing. It is written whatever this script finds,
--- also when it releases a hold, and lasts ARGV[3], not the TTL: a copy is
+-- also when it releases a hold, and lasts VOID_TTL, not the TTL: a copy is
 -- sent before its call gives up, and one later than that leaves what an
 -- abandon that never arrived would, a hold expiring with its TTL. A waiter that leaves may have been woken
 -- already (writers stay registered until they get their turn; passed readers
@@ -27,23 +28,23 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local now = server_now()
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
+if tonumber(VOID_TTL) > 0 then
+  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 end
 -- The registration goes first, also when a hold is released: a late copy
 -- of an earlier attempt may have taken the hold while the call waited.
 local left = false
-if ARGV[4] ~= '' then
+if WAITER ~= '' then
   for _, set in ipairs({WWAIT, RWAIT, RPASS}) do
-    if dlocks_beside(set, 'zset') and redis.call('ZREM', set, ARGV[4]) == 1 then
+    if dlocks_beside(set, 'zset') and redis.call('ZREM', set, WAITER) == 1 then
       left = true
     end
   end
 end
-if ARGV[1] ~= '' and live_score(HOLDS, ARGV[1], now) then
-  return release_hold(ARGV[1], ARGV[2], now) or 1
+if OWNER ~= '' and live_score(HOLDS, OWNER, now) then
+  return release_hold(OWNER, PUBLISH, now) or 1
 end
 if left then
-  wake(ARGV[2], now, false)
+  wake(PUBLISH, now, false)
 end
 return 0

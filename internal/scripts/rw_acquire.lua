@@ -1,15 +1,16 @@
 -- Acquire an RWMutex for reading or writing (a ReentrantMutex: writing).
 --
 -- KEYS     RWLayout (layout.go), then TOMBSTONE: as in rw_lib.lua
--- ARGV[1]  member of the call's hold: mode .. hold id .. owner; every attempt
+-- ARGV     in the order of RWAcquireArgs (args.go), by these names:
+-- OWNER    member of the call's hold: mode .. hold id .. owner; every attempt
 --          of the call sends the same
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+-- HOLD_TTL TTL in milliseconds
+-- WAITER   waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
--- ARGV[4]  how long a registration lasts, in milliseconds
--- ARGV[5]  the owner's holder info (JSON), kept in the state for the
+-- WAITER_TTL how long a registration lasts, in milliseconds
+-- INFO     the owner's holder info (JSON), kept in the state for the
 --          owner's holds in this mode (rw_lib.lua); '' or absent: none
--- ARGV[6]  the type taking a write hold, for Describe: kept as the owner's
+-- TAKEN_BY the type taking a write hold, for Describe: kept as the owner's
 --          'aw' field (rw_lib.lua), which '' or absent (an RWMutex, an
 --          older dlock) removes; a read ignores it
 --
@@ -40,7 +41,7 @@
 -- attempt of a call that gave up finds the call's tombstone (TOMBSTONE) before
 -- it takes a hold or registers, and does neither.
 
-local member, waiter = ARGV[1], ARGV[3]
+local member, waiter = OWNER, WAITER
 local mode, owner = parse(member)
 
 local function read_state()
@@ -89,7 +90,7 @@ if not fresh and redis.call('ZSCORE', HOLDS, member) then
   -- Taken by a copy of an attempt of the call (one the caller was told
   -- was refused) or by this one's earlier copy: the lease counts from this
   -- attempt, so the hold lasts the TTL from now (never shorter).
-  extend_score(HOLDS, member, now + tonumber(ARGV[2]), false)
+  extend_score(HOLDS, member, now + tonumber(HOLD_TTL), false)
   expire_with_last()
   if waiter ~= '' then -- registered while that copy took it: no longer waiting
     redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
@@ -141,8 +142,10 @@ if granted then
     fields[#fields + 1], fields[#fields + 2] = name, value
   end
   if mine == 0 then
-    token = raise_error(mint_token(FENCE, ARGV[2])) -- fails, before the hold is written, on a foreign counter
-    field('t' .. mode .. owner, token)
+    local digits
+    token, digits = mint_token(FENCE, HOLD_TTL)
+    token = raise_error(token) -- fails, before the hold is written, on a foreign counter
+    field('t' .. mode .. owner, digits)
     if mode == 'w' then
       field('W', owner)
     end
@@ -153,15 +156,16 @@ if granted then
   if fresh then
     field(STATE_MARK, STATE_KIND)
   end
-  if ARGV[5] and ARGV[5] ~= '' then
-    field('i' .. mode .. owner, ARGV[5])
+  if INFO and INFO ~= '' then
+    field('i' .. mode .. owner, INFO)
   end
-  if mode == 'w' and ARGV[6] and ARGV[6] ~= '' then
-    field('aw' .. owner, ARGV[6])
+  if mode == 'w' and TAKEN_BY and TAKEN_BY ~= '' then
+    field('aw' .. owner, TAKEN_BY)
   elseif mode == 'w' and st[7] then -- never on a clean lock: there its rights are checked
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
-  local expiry = now + tonumber(ARGV[2])
+  -- In digits once: each number given to redis.call is formatted anew.
+  local expiry = string.format('%d', now + tonumber(HOLD_TTL))
   if clean then
     -- The holds first, each key given its expiry as it is made: a refused
     -- command leaves none without one, and what was written goes (both
@@ -197,10 +201,10 @@ if waiter ~= '' then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  register_waiter(mode == 'w' and WWAIT or RWAIT, waiter, ARGV[4], now)
+  register_waiter(mode == 'w' and WWAIT or RWAIT, waiter, WAITER_TTL, now)
 end
 local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
 if #last == 0 then -- blocked by a waiting writer or passed readers, not by a hold
-  return {0, tonumber(ARGV[4])}
+  return {0, tonumber(WAITER_TTL)}
 end
 return {0, tonumber(last[2]) - now}

@@ -2,9 +2,10 @@
 -- Lease.Extend). The owner's other holds keep their own expiry.
 --
 -- KEYS     STATE, HOLDS: RWLayout (layout.go) up to WWAIT, as in rw_lib.lua
--- ARGV[1]  member of the hold
--- ARGV[2]  new TTL in milliseconds
--- ARGV[3]  '1' from Lease.Extend: may shorten; else (a renewal) only later
+-- ARGV     in the order of ExtendArgs (args.go), by these names:
+-- OWNER    member of the hold
+-- HOLD_TTL new TTL in milliseconds
+-- SHORTEN  '1' from Lease.Extend: may shorten; else (a renewal) only later
 --
 -- Returns 1 extended, 0 not held (also when the state is gone), or
 -- WRONGTYPE when another program wrote over the state, which is left as
@@ -18,11 +19,11 @@
 -- copy arriving after the release finds nothing of its owner's. A renewal
 -- only ever moves the expiry later: a late one, asking for the TTL before
 -- an Extend to a longer one, leaves the longer in place. Only an explicit
--- Extend (ARGV[3] '1') sets a shorter one; a late copy of that is the
+-- Extend (SHORTEN '1') sets a shorter one; a late copy of that is the
 -- client's to allow for (Lease.inDoubt).
 
 local now = server_now()
-if not live_score(HOLDS, ARGV[1], now) then
+if not live_score(HOLDS, OWNER, now) then
   return 0
 end
 if not is_dlocks_state(STATE) then
@@ -30,6 +31,6 @@ if not is_dlocks_state(STATE) then
   -- Mutex's goes with its key, and the next acquire drops it.
   return foreign_state(STATE) or 0
 end
-extend_score(HOLDS, ARGV[1], now + tonumber(ARGV[2]), may_shorten(ARGV[3]))
+extend_score(HOLDS, OWNER, now + tonumber(HOLD_TTL), may_shorten(SHORTEN))
 expire_with_last()
 return 1

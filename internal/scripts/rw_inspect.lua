@@ -1,9 +1,10 @@
 -- Describe an RWMutex or ReentrantMutex as it is now, without changing it.
 --
 -- KEYS     RWLayout (layout.go), as in rw_lib.lua
--- ARGV[1]  owner id of the asking handle
+-- ARGV     in the order of OwnerArgs (args.go), by these names:
+-- OWNER    owner id of the asking handle
 --
--- Returns rw_state(ARGV[1]) (rw_lib.lua). Fails with WRONGTYPE when a key
+-- Returns rw_state(OWNER) (rw_lib.lua). Fails with WRONGTYPE when a key
 -- holds what dlock did not write (see foreign.lua): that is no holder.
 --
 -- Reads only: a copy, however late, changes nothing.
@@ -12,4 +13,4 @@ local wrong = foreign_state(STATE) or foreign_key({FENCE}, {HOLDS, WWAIT, RWAIT,
 if wrong then
   return wrong
 end
-return rw_state(ARGV[1])
+return rw_state(OWNER)

@@ -19,7 +19,7 @@
 --                                       info; gone with its last hold there
 --            'aw'..owner                the type that took that owner's
 --                                       latest write hold, where Describe
---                                       tells it (rw_acquire.lua's ARGV[6]:
+--                                       tells it (rw_acquire.lua's TAKEN_BY:
 --                                       a LockType's name from Go, kept as
 --                                       is); absent for an RWMutex, and for
 --                                       holds of dlock before it (an older

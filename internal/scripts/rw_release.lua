@@ -5,12 +5,13 @@
 --               in place of the fencing counter, which a release does not touch
 -- TOMBSTONE     the call's tombstone, from a release that gives the call up
 --               (see void_call in common.lua); absent otherwise
--- ARGV[1]  member of the hold (mode .. hold id .. owner)
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given (a
---          place-holder otherwise, when ARGV[5] follows)
--- ARGV[5]  the hold's fencing token, when given
+-- ARGV     in the order of ReleaseArgs (args.go), by these names:
+-- OWNER    member of the hold (mode .. hold id .. owner)
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- MARK_TTL how long the mark lasts, in milliseconds
+-- VOID_TTL the tombstone's lifetime in milliseconds, when one is given (a
+--          place-holder otherwise, when TOKEN follows)
+-- TOKEN    the hold's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held: expired, or never this member's (also
@@ -26,9 +27,9 @@
 -- so one Lease's Unlock takes away one hold, never another of its owner's;
 -- it finds the first one's mark, and reports the release.
 
-void_call(TOMBSTONE, ARGV[4])
+void_call(TOMBSTONE, VOID_TTL)
 local now = server_now()
-local member = ARGV[1]
+local member = OWNER
 -- The first two holds: one command tells the case of a hold alone, the
 -- lock's last, and whether any expired (the first did).
 local first = redis.call('ZRANGE', HOLDS, 0, 1, 'WITHSCORES')
@@ -50,13 +51,13 @@ local alone = #first == 2
 local mode, owner = parse(member)
 local state = call_or_wrongtype('HMGET', STATE, STATE_MARK, 't' .. mode .. owner)
 local present = state[1] == STATE_KIND -- false on an error reply: foreign
-local anew = present and minted_anew(state[2], ARGV[5], RELEASE_MARK)
+local anew = present and minted_anew(state[2], TOKEN, RELEASE_MARK)
 if alone and present then
   -- The last hold: the state goes with it, counts and all.
   redis.call('DEL', STATE, HOLDS)
-  wake(ARGV[2], now, mode == 'w', false)
+  wake(PUBLISH, now, mode == 'w', false)
 else
-  local wrong = release_hold(member, ARGV[2], now, present, #first == 0 or tonumber(first[2]) <= now)
+  local wrong = release_hold(member, PUBLISH, now, present, #first == 0 or tonumber(first[2]) <= now)
   if wrong then
     return wrong
   end
@@ -64,5 +65,5 @@ end
 if anew then
   return 0
 end
-mark_released(RELEASE_MARK, ARGV[3])
+mark_released(RELEASE_MARK, MARK_TTL)
 return 1

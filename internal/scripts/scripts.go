@@ -1,7 +1,8 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
 // operation. Each file's header states its KEYS, ARGV and return values.
 // The KEYS of each script are in the order of its Layout (layout.go),
-// which names them in Lua (scriptOn) and makes them in Go (LayoutOf).
+// which names them in Lua (scriptOn) and makes them in Go (LayoutOf); its
+// ARGV are the fields of its struct in args.go, named alike.
 //
 // The scripts are also the functions of one Redis Functions library
 // (library.go), called by FCALL; where Functions are refused, they run by
@@ -72,6 +73,7 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	fmt.Sprintf("local CLIENT_TAG_CHARS = %d\n", ClientTagChars) +
 	fmt.Sprintf("local HOLDER_INFO = '^%s{'\n", strings.Repeat("[0-9a-f]", OwnerTokenDigits)) +
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
+	"local FENCE_RETENTION_ZEROS = '" + strconv.Itoa(FenceRetentionTTLs)[1:] + "'\n" +
 	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
 	common + foreign
 
@@ -118,25 +120,26 @@ var readCommands = map[string]bool{
 // [redis.Script] keeps its own to itself).
 var sources = make(map[*redis.Script]string)
 
-// scriptOn makes a script of parts that take the KEYS of layout, named
-// after the prelude.
-func scriptOn(layout Layout, parts ...string) *redis.Script {
-	return acquireOn(layout, nil, parts...)
+// scriptOn makes a script of parts that take the KEYS of layout and the
+// ARGV of args (one of args.go's structs), named after the prelude.
+func scriptOn(layout Layout, args any, parts ...string) *redis.Script {
+	return acquireOn(layout, args, nil, parts...)
 }
 
 // acquireOn is scriptOn for a lock type's acquire: others are the type's
 // scripts its leases run later, whose commands it checks the rights of.
-func acquireOn(layout Layout, others []*redis.Script, parts ...string) *redis.Script {
-	s := script(others, append([]string{layout.locals()}, parts...)...)
-	layouts[s] = layout
+func acquireOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
+	s := script(others, append([]string{layout.locals() + argLocals(args)}, parts...)...)
+	layouts[s], argsOf[s] = layout, args
 	return s
 }
 
 // scriptOnParts makes a script of parts that take the KEYS of a MultiLock
-// group: a part per lock, then tail (see partLocals); others as for
-// acquireOn.
-func scriptOnParts(part, tail Layout, others []*redis.Script, parts ...string) *redis.Script {
-	s := script(others, append([]string{partLocals(part, tail)}, parts...)...)
+// group: a part per lock, then tail (see partLocals); args and others as
+// for acquireOn.
+func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
+	s := script(others, append([]string{partLocals(part, tail) + argLocals(args)}, parts...)...)
+	argsOf[s] = args
 	layouts[s] = part.Then(tail...)
 	return s
 }
@@ -181,6 +184,9 @@ func commandsRun(src string) []string {
 // layouts are the scripts' layouts, for LayoutOf.
 var layouts = make(map[*redis.Script]Layout)
 
+// argsOf are the scripts' ARGV structs (args.go), for tests.
+var argsOf = make(map[*redis.Script]any)
+
 // LayoutOf is the layout of the KEYS s takes, which Go makes s's keys by;
 // for a script on parts (a MultiLock's), those of a group of one lock: its
 // part, then the tail. A script not made here has none.
@@ -190,69 +196,69 @@ func LayoutOf(s *redis.Script) Layout {
 
 // Mutex scripts.
 var (
-	MutexAcquire = acquireOn(MutexAcquireLayout, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, lua("mutex_acquire"))
-	MutexRelease = scriptOn(MutexReleaseLayout, handNext, lua("mutex_release"))
-	MutexExtend  = scriptOn(MutexExtendLayout, lua("mutex_extend"))
-	MutexTTL     = scriptOn(MutexExtendLayout, lua("mutex_ttl"))
-	MutexAbandon = scriptOn(MutexAbandonLayout, handNext, lua("mutex_abandon"))
+	MutexAcquire = acquireOn(MutexAcquireLayout, MutexAcquireArgs{}, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, lua("mutex_acquire"))
+	MutexRelease = scriptOn(MutexReleaseLayout, ReleaseArgs{}, handNext, lua("mutex_release"))
+	MutexExtend  = scriptOn(MutexExtendLayout, ExtendArgs{}, lua("mutex_extend"))
+	MutexTTL     = scriptOn(MutexExtendLayout, OwnerArgs{}, lua("mutex_ttl"))
+	MutexAbandon = scriptOn(MutexAbandonLayout, AbandonArgs{}, handNext, lua("mutex_abandon"))
 )
 
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
 // inspects its holds with MutexExtend and MutexTTL.
 var (
-	FairAcquire = acquireOn(FairLayout.Then(Tombstone), []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, fairLib, lua("fair_acquire"))
-	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), fairLib, lua("fair_release"))
-	FairAbandon = scriptOn(FairLayout.Then(Tombstone), fairLib, lua("fair_abandon"))
+	FairAcquire = acquireOn(FairLayout.Then(Tombstone), FairAcquireArgs{}, []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, fairLib, lua("fair_acquire"))
+	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), ReleaseArgs{}, fairLib, lua("fair_release"))
+	FairAbandon = scriptOn(FairLayout.Then(Tombstone), AbandonArgs{}, fairLib, lua("fair_abandon"))
 )
 
 // Semaphore scripts.
 var (
-	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
-	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), wakeNext, semLib, lua("sem_release"))
-	SemExtend     = scriptOn(SemLayout, semLib, lua("sem_extend"))
-	SemTTL        = scriptOn(SemLayout, semLib, lua("sem_ttl"))
-	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), wakeNext, semLib, lua("sem_abandon"))
-	SemSetPermits = scriptOn(SemLayout, semLib, lua("sem_set_permits"))
+	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), SemAcquireArgs{}, []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
+	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, wakeNext, semLib, lua("sem_release"))
+	SemExtend     = scriptOn(SemLayout, ExtendArgs{}, semLib, lua("sem_extend"))
+	SemTTL        = scriptOn(SemLayout, OwnerArgs{}, semLib, lua("sem_ttl"))
+	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), AbandonArgs{}, wakeNext, semLib, lua("sem_abandon"))
+	SemSetPermits = scriptOn(SemLayout, SetPermitsArgs{}, semLib, lua("sem_set_permits"))
 )
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, lua("multi_acquire"))
-	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, nil, handNext, multiLib, lua("multi_release"))
-	MultiExtend  = scriptOnParts(MultiPartLayout, nil, nil, multiLib, lua("multi_extend"))
-	MultiTTL     = scriptOnParts(MultiPartLayout, nil, nil, multiLib, lua("multi_ttl"))
-	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, nil, handNext, multiLib, lua("multi_abandon"))
+	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, MultiAcquireArgs{}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, lua("multi_acquire"))
+	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, MultiReleaseArgs{}, nil, handNext, multiLib, lua("multi_release"))
+	MultiExtend  = scriptOnParts(MultiPartLayout, nil, ExtendArgs{}, nil, multiLib, lua("multi_extend"))
+	MultiTTL     = scriptOnParts(MultiPartLayout, nil, OwnerArgs{}, nil, multiLib, lua("multi_ttl"))
+	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, AbandonArgs{}, nil, handNext, multiLib, lua("multi_abandon"))
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = acquireOn(ElectionAcquireLayout, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, lua("election_acquire"))
-	ElectionRelease  = scriptOn(ElectionReleaseLayout, wakeNext, lua("election_release"))
-	ElectionProclaim = scriptOn(ElectionProclaimLayout, lua("election_proclaim"))
-	ElectionLeader   = scriptOn(ElectionProclaimLayout, lua("election_leader"))
+	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, lua("election_acquire"))
+	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, wakeNext, lua("election_release"))
+	ElectionProclaim = scriptOn(ElectionProclaimLayout, ProclaimArgs{}, lua("election_proclaim"))
+	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, lua("election_leader"))
 )
 
 // RedlockFence raises a node's fencing counter to a quorum's token. A
 // Redlock takes, renews and releases its holds on each node with the Mutex
 // scripts.
-var RedlockFence = scriptOn(RedlockFenceLayout, lua("redlock_fence"))
+var RedlockFence = scriptOn(RedlockFenceLayout, FenceArgs{}, lua("redlock_fence"))
 
 // Scripts for any type of lock, on the KEYS of AnyLockLayout.
 var (
-	ForceUnlock = scriptOn(AnyLockLayout, rwLib, lua("force_unlock"))
-	Describe    = scriptOn(AnyLockLayout, rwLib, lua("describe"))
+	ForceUnlock = scriptOn(AnyLockLayout, PublishArgs{}, rwLib, lua("force_unlock"))
+	Describe    = scriptOn(AnyLockLayout, OwnerArgs{}, rwLib, lua("describe"))
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 // A release takes its mark in the fencing counter's place.
 var (
-	RWAcquire = acquireOn(RWLayout.Then(Tombstone), []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, rwLib, lua("rw_acquire"))
-	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), rwLib, lua("rw_release"))
-	RWExtend  = scriptOn(RWLayout, rwLib, lua("rw_extend"))
-	RWTTL     = scriptOn(RWLayout, rwLib, lua("rw_ttl"))
-	RWAbandon = scriptOn(RWLayout.Then(Tombstone), rwLib, lua("rw_abandon"))
-	RWInspect = scriptOn(RWLayout, rwLib, lua("rw_inspect"))
+	RWAcquire = acquireOn(RWLayout.Then(Tombstone), RWAcquireArgs{}, []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, rwLib, lua("rw_acquire"))
+	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, rwLib, lua("rw_release"))
+	RWExtend  = scriptOn(RWLayout, ExtendArgs{}, rwLib, lua("rw_extend"))
+	RWTTL     = scriptOn(RWLayout, OwnerArgs{}, rwLib, lua("rw_ttl"))
+	RWAbandon = scriptOn(RWLayout.Then(Tombstone), AbandonArgs{}, rwLib, lua("rw_abandon"))
+	RWInspect = scriptOn(RWLayout, OwnerArgs{}, rwLib, lua("rw_inspect"))
 )
 
 // The scripts of each lock type, its own and those it borrows, loaded
@@ -303,5 +309,6 @@ const RightsKnown = "rights-known"
 // FenceRetentionTTLs is how long a fencing counter outlives the last token
 // minted from it, in TTLs of its hold, so an unused name leaves no key. It
 // keeps tokens rising while the server's clock is behind the last one; a
-// Redlock's counters are kept for good.
+// Redlock's counters are kept for good. A power of ten: store_token
+// (common.lua) multiplies a TTL by it by writing its zeros after it.
 const FenceRetentionTTLs = 10

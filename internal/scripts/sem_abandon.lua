@@ -2,11 +2,12 @@
 -- the client does not know, or when a waiter stops waiting.
 --
 -- KEYS     SemLayout (layout.go), then TOMBSTONE: as in sem_lib.lua
--- ARGV[1]  the call's owner token when an attempt is in doubt; '' when none is
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  tombstone lifetime in milliseconds: how long a copy of an
+-- ARGV     in the order of AbandonArgs (args.go), by these names:
+-- OWNER    the call's owner token when an attempt is in doubt; '' when none is
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
 --          attempt may still arrive (see tombstoneLife in dlock.go)
--- ARGV[4]  waiter id to unregister; '' when not registered
+-- WAITER   waiter id to unregister; '' when not registered
 --
 -- Returns 1 the attempt had taken a permit and it is given back now, else 0.
 --
@@ -14,7 +15,7 @@
 -- copy of any attempt of the call still on its way refuse itself, taking no
 -- permit and registering nothing. It is written whatever this script finds,
 -- also when it gives a permit back (a copy of an applied attempt may be
--- resent after a read timeout), and lasts ARGV[3], not the TTL: a copy is
+-- resent after a read timeout), and lasts VOID_TTL, not the TTL: a copy is
 -- sent before its call gives up, and one later than that leaves what an
 -- abandon that never arrived would, a permit expiring with its TTL. A waiter
 -- that leaves after a release picked it passes the wake-up on while a
@@ -25,18 +26,18 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', ARGV[3])
+if tonumber(VOID_TTL) > 0 then
+  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 end
-if ARGV[1] ~= '' and redis.call('ZREM', HOLDERS, ARGV[1]) == 1 then
-  redis.call('HDEL', TOKENS, ARGV[1], 'i' .. ARGV[1])
+if OWNER ~= '' and redis.call('ZREM', HOLDERS, OWNER) == 1 then
+  redis.call('HDEL', TOKENS, OWNER, 'i' .. OWNER)
   released = 1
 end
 local picked = false
-if ARGV[4] ~= '' then
-  picked = not (dlocks_beside(WAITERS, 'zset') and redis.call('ZREM', WAITERS, ARGV[4]) == 1)
+if WAITER ~= '' then
+  picked = not (dlocks_beside(WAITERS, 'zset') and redis.call('ZREM', WAITERS, WAITER) == 1)
 end
 if released == 1 or (picked and permit_free()) then
-  wake_next(WAITERS, CHANNEL, ARGV[2])
+  wake_next(WAITERS, CHANNEL, PUBLISH)
 end
 return released

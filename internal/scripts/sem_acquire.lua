@@ -1,20 +1,21 @@
 -- Acquire a permit of a Semaphore.
 --
 -- KEYS     SemLayout (layout.go), then TOMBSTONE: as in sem_lib.lua
--- ARGV[1]  owner token of the call (random, unique per call); every attempt
+-- ARGV     in the order of SemAcquireArgs (args.go), by these names:
+-- OWNER    owner token of the call (random, unique per call); every attempt
 --          of the call sends the same
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter id to register when refused; '' for an attempt that will
+-- HOLD_TTL TTL in milliseconds
+-- WAITER   waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
--- ARGV[4]  how long a registration lasts, in milliseconds
--- ARGV[5]  the number of permits the caller expects
--- ARGV[6]  the holder's info (JSON), kept with its permit (sem_lib.lua);
+-- WAITER_TTL how long a registration lasts, in milliseconds
+-- EXPECTED the number of permits the caller expects
+-- INFO     the holder's info (JSON), kept with its permit (sem_lib.lua);
 --          '' or absent: none
 --
 -- Returns {1, fence}  acquired; fence is the new fencing token
 --         {0, ms}     all permits held; ms until the first of them expires
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
---         {-2, n}     the semaphore has n permits, not ARGV[5]: nothing done
+--         {-2, n}     the semaphore has n permits, not EXPECTED: nothing done
 -- Fails with WRONGTYPE, changing nothing, when a key of the semaphore holds
 -- what dlock did not write (see foreign.lua; the permits key: something not
 -- a number).
@@ -31,14 +32,14 @@
 
 -- Record owner's fencing token, and its holder info if it has any.
 local function hold(owner, fence)
-  if ARGV[6] and ARGV[6] ~= '' then
-    redis.call('HSET', TOKENS, owner, fence, 'i' .. owner, ARGV[6])
+  if INFO and INFO ~= '' then
+    redis.call('HSET', TOKENS, owner, fence, 'i' .. owner, INFO)
   else
     redis.call('HSET', TOKENS, owner, fence)
   end
 end
 
-local owner = ARGV[1]
+local owner = OWNER
 local wrong = rights_refused(FENCE)
 if wrong then
   return wrong
@@ -69,20 +70,20 @@ if not quiet then
   purge(now)
 end
 if permits == nil then
-  permits = tonumber(ARGV[5])
-  redis.call('SET', PERMITS, permits, 'PX', ARGV[2]) -- a grant keeps it with its permit (expire_with_last)
-elseif permits ~= tonumber(ARGV[5]) then
+  permits = tonumber(EXPECTED)
+  redis.call('SET', PERMITS, permits, 'PX', HOLD_TTL) -- a grant keeps it with its permit (expire_with_last)
+elseif permits ~= tonumber(EXPECTED) then
   return {-2, permits}
 end
 if quiet then
-  local fence = mint_token(FENCE, ARGV[2])
-  redis.call('ZADD', HOLDERS, now + tonumber(ARGV[2]), owner)
+  local fence = mint_token(FENCE, HOLD_TTL)
+  redis.call('ZADD', HOLDERS, now + tonumber(HOLD_TTL), owner)
   hold(owner, fence)
   -- The only permit: the holders' keys, and the number, last as long.
-  redis.call('PEXPIRE', HOLDERS, ARGV[2])
-  redis.call('PEXPIRE', TOKENS, ARGV[2])
+  redis.call('PEXPIRE', HOLDERS, HOLD_TTL)
+  redis.call('PEXPIRE', TOKENS, HOLD_TTL)
   if stored then
-    redis.call('PEXPIRE', PERMITS, ARGV[2])
+    redis.call('PEXPIRE', PERMITS, HOLD_TTL)
   end
   return {1, fence}
 end
@@ -90,10 +91,10 @@ if live_score(HOLDERS, owner, now) then
   -- The call's own permit, maybe taken by a copy of an attempt the caller
   -- was told was refused: it lasts the TTL from now, whence the caller's
   -- lease counts (never shorter).
-  extend_score(HOLDERS, owner, now + tonumber(ARGV[2]), false)
+  extend_score(HOLDERS, owner, now + tonumber(HOLD_TTL), false)
   expire_with_last(now)
-  if ARGV[3] ~= '' then -- registered while that copy took it: no longer waiting
-    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
+  if WAITER ~= '' then -- registered while that copy took it: no longer waiting
+    call_or_wrongtype('ZREM', WAITERS, WAITER)
   end
   return {1, tonumber(redis.call('HGET', TOKENS, owner))}
 end
@@ -101,23 +102,23 @@ if redis.call('ZCARD', HOLDERS) < permits then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  local fence = mint_token(FENCE, ARGV[2])
+  local fence = mint_token(FENCE, HOLD_TTL)
   if type(fence) == 'table' and fence.err then
     return fence
   end
-  redis.call('ZADD', HOLDERS, now + tonumber(ARGV[2]), owner)
+  redis.call('ZADD', HOLDERS, now + tonumber(HOLD_TTL), owner)
   hold(owner, fence)
   expire_with_last(now)
-  if ARGV[3] ~= '' then
-    call_or_wrongtype('ZREM', WAITERS, ARGV[3])
+  if WAITER ~= '' then
+    call_or_wrongtype('ZREM', WAITERS, WAITER)
   end
   return {1, fence}
 end
-if ARGV[3] ~= '' then
+if WAITER ~= '' then
   if redis.call('EXISTS', TOMBSTONE) == 1 then
     return {-1, 0}
   end
-  register_waiter(WAITERS, ARGV[3], ARGV[4], now)
+  register_waiter(WAITERS, WAITER, WAITER_TTL, now)
 end
 local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
 return {0, tonumber(first[2]) - now}

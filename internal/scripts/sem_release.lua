@@ -5,12 +5,13 @@
 --               in place of the fencing counter, which a release does not touch
 -- TOMBSTONE     the call's tombstone, from a release that gives the call up
 --               (see void_call in common.lua); absent otherwise
--- ARGV[1]  owner token
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  how long the mark lasts, in milliseconds
--- ARGV[4]  the tombstone's lifetime in milliseconds, when one is given (a
---          place-holder otherwise, when ARGV[5] follows)
--- ARGV[5]  the permit's fencing token, when given
+-- ARGV     in the order of ReleaseArgs (args.go), by these names:
+-- OWNER    owner token
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- MARK_TTL how long the mark lasts, in milliseconds
+-- VOID_TTL the tombstone's lifetime in milliseconds, when one is given (a
+--          place-holder otherwise, when TOKEN follows)
+-- TOKEN    the permit's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same
 -- release: the mark), 0 not held by this owner (expired, or never taken).
@@ -29,9 +30,9 @@
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
 
-void_call(TOMBSTONE, ARGV[4])
+void_call(TOMBSTONE, VOID_TTL)
 local now = server_now()
-local owner = ARGV[1]
+local owner = OWNER
 -- The two permits that expire first: the releaser's alone there is the
 -- last permit, whose score comes with it (else one ZSCORE more).
 local first = redis.call('ZRANGE', HOLDERS, 0, 1, 'WITHSCORES')
@@ -47,7 +48,7 @@ if score == nil then
 end
 local held = score > now
 if held then -- not when taken anew (minted_anew); another program's value is no number, and tells nothing
-  held = not minted_anew(call_or_wrongtype('HGET', TOKENS, owner), ARGV[5], RELEASE_MARK)
+  held = not minted_anew(call_or_wrongtype('HGET', TOKENS, owner), TOKEN, RELEASE_MARK)
 end
 if last then -- the number of permits goes with the last one, not a TTL later
   redis.call('DEL', HOLDERS, PERMITS)
@@ -55,9 +56,9 @@ else
   redis.call('ZREM', HOLDERS, owner)
 end
 call_or_wrongtype('HDEL', TOKENS, owner, 'i' .. owner) -- WRONGTYPE on another program's value: nothing to remove
-wake_next(WAITERS, CHANNEL, ARGV[2])
+wake_next(WAITERS, CHANNEL, PUBLISH)
 if held then
-  mark_released(RELEASE_MARK, ARGV[3])
+  mark_released(RELEASE_MARK, MARK_TTL)
   return 1
 end
 return 0

@@ -1,9 +1,10 @@
 -- Change the number of permits of a Semaphore, deliberately.
 --
 -- KEYS     SemLayout (layout.go), as in sem_lib.lua (FENCE only looked at)
--- ARGV[1]  the new number of permits
--- ARGV[2]  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- ARGV[3]  the handle's TTL in milliseconds: a number set while no permit
+-- ARGV     in the order of SetPermitsArgs (args.go), by these names:
+-- COUNT    the new number of permits
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
+-- HOLD_TTL the handle's TTL in milliseconds: a number set while no permit
 --          is held lasts FENCE_RETENTION_TTLS of it; else it lasts as long
 --          as the holders (expire_with_last in sem_lib.lua)
 --
@@ -26,9 +27,9 @@ end
 local before = tonumber(redis.call('GET', PERMITS)) or 0
 local held = redis.call('PTTL', HOLDERS)
 if held > 0 then
-  redis.call('SET', PERMITS, ARGV[1], 'PX', held)
+  redis.call('SET', PERMITS, COUNT, 'PX', held)
 else
-  redis.call('SET', PERMITS, ARGV[1], 'PX', FENCE_RETENTION_TTLS * tonumber(ARGV[3]))
+  redis.call('SET', PERMITS, COUNT, 'PX', FENCE_RETENTION_TTLS * tonumber(HOLD_TTL))
 end
-wake_all(WAITERS, CHANNEL, ARGV[2])
+wake_all(WAITERS, CHANNEL, PUBLISH)
 return before

@@ -1,0 +1,262 @@
+package scripts
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The ARGV of each script are the fields of one of the structs below, in
+// their order: Go builds a script's ARGV with Append, and the script starts
+// with a Lua local per field, named by its tag (see argLocals), so neither
+// side counts positions. An acquire's fields are always sent: its rights
+// flag (RightsKnown) follows them, as its last ARGV. Other scripts are not
+// sent the nil fields that end theirs, and read them as nil.
+// Values are boxed by the caller, which keeps those it sends often.
+
+// Args is what every struct below is: Append appends its ARGV to argv.
+type Args interface{ Append(argv []any) []any }
+
+// Acquire is the ARGV every acquire script starts with.
+type Acquire struct {
+	Owner     any `lua:"OWNER"`      // the call's owner token (a read-write hold's member)
+	TTL       any `lua:"HOLD_TTL"`   // in milliseconds
+	Waiter    any `lua:"WAITER"`     // registration when refused; "" for none
+	WaiterTTL any `lua:"WAITER_TTL"` // how long a registration lasts, in milliseconds
+}
+
+func (a Acquire) Append(argv []any) []any { return append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL) }
+
+// MutexAcquireArgs are mutex_acquire.lua's.
+type MutexAcquireArgs struct {
+	Acquire
+	Previous any `lua:"PREVIOUS"` // the call's previous registration
+	Info     any `lua:"INFO"`     // holder info
+}
+
+func (a MutexAcquireArgs) Append(argv []any) []any {
+	return append(a.Acquire.Append(argv), a.Previous, a.Info)
+}
+
+// FairAcquireArgs are fair_acquire.lua's.
+type FairAcquireArgs struct {
+	Acquire
+	Publish any `lua:"PUBLISH"`
+	Info    any `lua:"INFO"`
+}
+
+func (a FairAcquireArgs) Append(argv []any) []any {
+	return append(a.Acquire.Append(argv), a.Publish, a.Info)
+}
+
+// SemAcquireArgs are sem_acquire.lua's.
+type SemAcquireArgs struct {
+	Acquire
+	Permits any `lua:"EXPECTED"` // the number of permits the caller expects
+	Info    any `lua:"INFO"`
+}
+
+func (a SemAcquireArgs) Append(argv []any) []any {
+	return append(a.Acquire.Append(argv), a.Permits, a.Info)
+}
+
+// RWAcquireArgs are rw_acquire.lua's.
+type RWAcquireArgs struct {
+	Acquire
+	Info    any `lua:"INFO"`
+	TakenBy any `lua:"TAKEN_BY"` // the type taking a write hold
+}
+
+func (a RWAcquireArgs) Append(argv []any) []any {
+	return append(a.Acquire.Append(argv), a.Info, a.TakenBy)
+}
+
+// MultiAcquireArgs are multi_acquire.lua's.
+type MultiAcquireArgs struct {
+	Acquire
+	Watch   any `lua:"WATCH"` // the lock (1-based) whose channel the waiter listens on
+	Publish any `lua:"PUBLISH"`
+}
+
+func (a MultiAcquireArgs) Append(argv []any) []any {
+	return append(a.Acquire.Append(argv), a.Watch, a.Publish)
+}
+
+// ElectionAcquireArgs are election_acquire.lua's.
+type ElectionAcquireArgs struct {
+	Acquire
+	Value   any `lua:"VALUE"`
+	Publish any `lua:"PUBLISH"`
+}
+
+func (a ElectionAcquireArgs) Append(argv []any) []any {
+	return append(a.Acquire.Append(argv), a.Value, a.Publish)
+}
+
+// ExtendArgs are every extend script's; those of a type without holder
+// info ignore Info.
+type ExtendArgs struct {
+	Owner   any `lua:"OWNER"`
+	TTL     any `lua:"HOLD_TTL"`
+	Shorten any `lua:"SHORTEN"`   // "1" from Lease.Extend: may shorten
+	Info    any `lua:"WITH_INFO"` // "0" when the hold has no holder info
+}
+
+func (a ExtendArgs) Append(argv []any) []any {
+	return appendSome(argv, a.Owner, a.TTL, a.Shorten, a.Info)
+}
+
+// OwnerArgs are the ARGV of a script that takes an owner alone: the TTL
+// scripts, RWInspect and Describe (its asker).
+type OwnerArgs struct {
+	Owner any `lua:"OWNER"`
+}
+
+func (a OwnerArgs) Append(argv []any) []any { return appendSome(argv, a.Owner) }
+
+// ReleaseArgs are every release script's but a MultiLock's.
+type ReleaseArgs struct {
+	Owner   any `lua:"OWNER"`
+	Publish any `lua:"PUBLISH"`
+	MarkTTL any `lua:"MARK_TTL"` // how long the release mark lasts, in ms
+	VoidTTL any `lua:"VOID_TTL"` // the tombstone's lifetime in ms (a place-holder without one)
+	Token   any `lua:"TOKEN"`    // the hold's fencing token
+	Info    any `lua:"WITH_INFO"`
+}
+
+func (a ReleaseArgs) Append(argv []any) []any {
+	return appendSome(argv, a.Owner, a.Publish, a.MarkTTL, a.VoidTTL, a.Token, a.Info)
+}
+
+// MultiReleaseArgs are multi_release.lua's: ReleaseArgs' first four, then
+// a token per lock. A list's local is the index of its first ARGV.
+type MultiReleaseArgs struct {
+	Owner   any      `lua:"OWNER"`
+	Publish any      `lua:"PUBLISH"`
+	MarkTTL any      `lua:"MARK_TTL"`
+	VoidTTL any      `lua:"VOID_TTL"`
+	Tokens  []uint64 `lua:"TOKENS_AT"`
+}
+
+func (a MultiReleaseArgs) Append(argv []any) []any {
+	argv = appendSome(argv, a.Owner, a.Publish, a.MarkTTL, a.VoidTTL)
+	for _, token := range a.Tokens {
+		argv = append(argv, token)
+	}
+	return argv
+}
+
+// AbandonArgs are every abandon script's.
+type AbandonArgs struct {
+	Owner   any `lua:"OWNER"` // of the attempt in doubt; "" when none is
+	Publish any `lua:"PUBLISH"`
+	VoidTTL any `lua:"VOID_TTL"` // the tombstone's lifetime in ms
+	Waiter  any `lua:"WAITER"`   // registration to withdraw; "" when none
+	// Also is the type's own: a Mutex's registration before Waiter, or a
+	// MultiLock's lock (1-based) the waiter registered on.
+	Also any `lua:"ALSO"`
+}
+
+func (a AbandonArgs) Append(argv []any) []any {
+	return appendSome(argv, a.Owner, a.Publish, a.VoidTTL, a.Waiter, a.Also)
+}
+
+// SetPermitsArgs are sem_set_permits.lua's.
+type SetPermitsArgs struct {
+	Permits any `lua:"COUNT"`
+	Publish any `lua:"PUBLISH"`
+	TTL     any `lua:"HOLD_TTL"` // the handle's, in ms
+}
+
+func (a SetPermitsArgs) Append(argv []any) []any {
+	return appendSome(argv, a.Permits, a.Publish, a.TTL)
+}
+
+// ProclaimArgs are election_proclaim.lua's.
+type ProclaimArgs struct {
+	Owner   any `lua:"OWNER"`
+	Value   any `lua:"VALUE"`
+	Publish any `lua:"PUBLISH"`
+}
+
+func (a ProclaimArgs) Append(argv []any) []any { return appendSome(argv, a.Owner, a.Value, a.Publish) }
+
+// PublishArgs are force_unlock.lua's.
+type PublishArgs struct {
+	Publish any `lua:"PUBLISH"`
+}
+
+func (a PublishArgs) Append(argv []any) []any { return appendSome(argv, a.Publish) }
+
+// FenceArgs are redlock_fence.lua's.
+type FenceArgs struct {
+	Token any `lua:"TOKEN"` // the quorum's token
+}
+
+func (a FenceArgs) Append(argv []any) []any { return appendSome(argv, a.Token) }
+
+// NoArgs are the ARGV of a script that takes none (ElectionLeader).
+type NoArgs struct{}
+
+func (NoArgs) Append(argv []any) []any { return argv }
+
+// appendSome appends args but for the nil ones that end them.
+func appendSome(argv []any, args ...any) []any {
+	for len(args) > 0 && args[len(args)-1] == nil {
+		args = args[:len(args)-1]
+	}
+	return append(argv, args...)
+}
+
+// argNames are the Lua names of the fields of t (a struct above), in
+// their order, embedded structs' in their place.
+func argNames(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		if f.Anonymous {
+			names = append(names, argNames(f.Type)...)
+		} else {
+			names = append(names, f.Tag.Get("lua"))
+		}
+	}
+	return names
+}
+
+// argLocals is the Lua that names args' ARGV, as Layout.locals names KEYS.
+func argLocals(args any) string {
+	names := argNames(reflect.TypeOf(args))
+	if len(names) == 0 {
+		return ""
+	}
+	t := reflect.TypeOf(args)
+	argv := make([]string, len(names))
+	for i := range names {
+		argv[i] = "ARGV[" + strconv.Itoa(i+1) + "]"
+		if i == len(names)-1 && t.Field(t.NumField()-1).Type.Kind() == reflect.Slice {
+			argv[i] = strconv.Itoa(i + 1) // a list's first index
+		}
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(argv, ", ") + "\n"
+}
+
+// Arg is the ARGV named lua (an args.go tag) in cmd, a command of one of
+// the scripts here (FCALL or EVALSHA, its function or SHA, the number of
+// KEYS, the KEYS, the ARGV), for what reads commands sent (tests, the
+// explorer); nil when cmd has none.
+func Arg(cmd []any, lua string) any {
+	if len(cmd) < 3 {
+		return nil
+	}
+	script := Of(fmt.Sprint(cmd[1]))
+	n, err := strconv.Atoi(fmt.Sprint(cmd[2]))
+	if script == nil || err != nil || argsOf[script] == nil {
+		return nil
+	}
+	i := slices.Index(argNames(reflect.TypeOf(argsOf[script])), lua)
+	if i < 0 || len(cmd) <= 3+n+i {
+		return nil
+	}
+	return cmd[3+n+i]
+}
