@@ -35,7 +35,7 @@ type guard struct {
 	deadline time.Time     // the last one written
 	stop     chan struct{} // ends follow's goroutine
 	stopped  chan struct{} // closed once it has ended
-	said     chan string   // the guard's reports: "stopped SIG", "exited N"
+	said     chan string   // the guard's reports: "stopped SIG", "exited N", "expired"
 	passed   []*os.File    // dlock's inherited descriptors, kept from the collector's close
 	unblock  []int         // those of them non-blocking, which exec makes blocking
 }
@@ -162,6 +162,7 @@ func (g *guard) started() {
 		for lines.Scan() {
 			g.said <- lines.Text()
 		}
+		close(g.said) // the guard has exited
 	}()
 }
 
@@ -177,10 +178,12 @@ func (g *guard) tell(deadline time.Time) {
 	}
 }
 
-// follow tells the guard deadline() every interval, on a goroutine of its
-// own until close: dlock's output, which may block (a pipe nobody reads,
-// ^S on a terminal), never holds it back while the lease is renewed.
-func (g *guard) follow(deadline func() time.Time, every time.Duration) {
+// follow tells the guard deadline() at once on each renewal (renewed)
+// and every interval, on a goroutine of its own until close: dlock's
+// output, which may block (a pipe nobody reads, ^S on a terminal), never
+// holds it back. A renewal confirmed just before the old deadline reaches
+// the guard before that deadline, not at the next tick after it.
+func (g *guard) follow(deadline func() time.Time, every time.Duration, renewed <-chan struct{}) {
 	g.tell(deadline())
 	g.stop, g.stopped = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -191,6 +194,8 @@ func (g *guard) follow(deadline func() time.Time, every time.Duration) {
 			select {
 			case <-g.stop:
 				return
+			case <-renewed:
+				g.tell(deadline())
 			case <-tick.C:
 				g.tell(deadline())
 			}
@@ -208,30 +213,34 @@ func (g *guard) close() {
 	g.lease.Close()
 }
 
-// writeDeadline writes deadline and its complement, by which readDeadline
-// tells a torn read.
+// writeDeadline writes deadline, in nanoseconds of bootClock, and its
+// complement, by which readDeadline tells a torn read. Not the wall
+// clock: a step of it while dlock is stopped would move the guard's kill.
 func writeDeadline(f *os.File, deadline time.Time) error {
 	var b [16]byte
-	ns := uint64(deadline.UnixNano())
+	ns := uint64(0) // the zero time: past
+	if !deadline.IsZero() {
+		ns = uint64(bootClock() + int64(time.Until(deadline)))
+	}
 	binary.LittleEndian.PutUint64(b[:8], ns)
 	binary.LittleEndian.PutUint64(b[8:], ^ns)
 	_, err := f.WriteAt(b[:], 0)
 	return err
 }
 
-// readDeadline reads the deadline dlock last wrote; the zero time if it
-// cannot, which is past.
-func readDeadline(f *os.File) time.Time {
+// untilDeadline is the time left until the deadline dlock last wrote;
+// none if it cannot be read.
+func untilDeadline(f *os.File) time.Duration {
 	var b [16]byte
 	for range 100 { // a read that met a write is read again
 		if n, _ := f.ReadAt(b[:], 0); n < len(b) {
 			break
 		}
 		if ns := binary.LittleEndian.Uint64(b[:8]); ^ns == binary.LittleEndian.Uint64(b[8:]) {
-			return time.Unix(0, int64(ns))
+			return time.Duration(int64(ns) - bootClock())
 		}
 	}
-	return time.Time{}
+	return 0
 }
 
 // guardCommand is the guard's life: os.Args holds the command's path, then
@@ -298,7 +307,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 	ended := make(chan int)
 	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
 	group := os.Getpid()
-	expiry := time.NewTimer(time.Until(readDeadline(lease)))
+	expiry := time.NewTimer(untilDeadline(lease))
 	for {
 		select {
 		case code := <-ended:
@@ -306,7 +315,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		case _, ok := <-words:
 			if !ok { // dlock died
 				words = nil
-				if unkilled := killAll(group); len(unkilled) > 0 {
+				if unkilled := killAll(group, nil); len(unkilled) > 0 {
 					fmt.Fprintf(os.Stderr, "dlock run: dlock died; %s\n", killedText(unkilled))
 				}
 			}
@@ -315,13 +324,14 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		case <-expiry.C:
 			// Read again: dlock has moved it since at each renewal, and
 			// the guard may have been stopped past it meanwhile.
-			if left := time.Until(readDeadline(lease)); left > 0 {
+			if left := untilDeadline(lease); left > 0 {
 				expiry.Reset(left)
 				continue
 			}
 			// dlock may have been stopped, or Redis unreachable: the guard
-			// knows only that no renewal came.
-			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(group)))
+			// knows only that no renewal came. dlock, told, exits 76.
+			fmt.Fprintln(reports, "expired")
+			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(group, nil)))
 		}
 	}
 }
@@ -346,7 +356,9 @@ func reap(main int, hold bool, reports *os.File) int {
 		}
 		switch {
 		case status.Stopped():
-			if pgid, err := syscall.Getpgid(pid); pid == main || exited && err == nil && pgid == syscall.Getpgrp() {
+			// A job is stopped once all of it is, as a shell has it: a kill
+			// -STOP of one process of it stops neither dlock nor the lease.
+			if pgid, err := syscall.Getpgid(pid); (pid == main || exited && err == nil && pgid == syscall.Getpgrp()) && groupStopped() {
 				if len(stopped) == 0 {
 					fmt.Fprintln(reports, "stopped", int(status.StopSignal()))
 				}
@@ -374,7 +386,7 @@ func reap(main int, hold bool, reports *os.File) int {
 // dlock, reaches every process of the command. SIGCONT after it, as
 // signalGroup does.
 func passOut(group int, sig syscall.Signal) {
-	for _, pid := range commandProcesses(group) {
+	for _, pid := range commandProcesses(group, nil) {
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != group {
 			_ = syscall.Kill(pid, sig)
 			_ = syscall.Kill(pid, syscall.SIGCONT)

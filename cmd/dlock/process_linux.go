@@ -24,10 +24,11 @@ func becomeSubreaper() {
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER, <linux/prctl.h>
 
 // commandProcesses are the living processes of the command but this one,
-// dlock or the guard: those below it, found by their parents in /proc, and
-// those of the command's process group, which --release-on-exit leaves to
-// init. Zombies are left out: they run no more (see running).
-func commandProcesses(group int) []int {
+// dlock or the guard: those below it, found by their parents in /proc,
+// but the children in foreign and what runs below them, and those of the
+// command's process group, which --release-on-exit leaves to init.
+// Zombies are left out: they run no more (see running).
+func commandProcesses(group int, foreign foreignSet) []int {
 	entries, _ := os.ReadDir("/proc")
 	children := map[int][]int{}
 	var inGroup []int
@@ -54,7 +55,9 @@ func commandProcesses(group int) []int {
 	}
 	self := os.Getpid()
 	var all []int
-	for next := []int{self}; len(next) > 0; {
+	next := slices.DeleteFunc(children[self], func(pid int) bool { return foreign[processID(pid)] })
+	all = append(all, next...)
+	for len(next) > 0 {
 		pid := next[0]
 		next = append(next[1:], children[pid]...)
 		all = append(all, children[pid]...)
@@ -73,12 +76,12 @@ func commandProcesses(group int) []int {
 // often: one in uninterruptible sleep (D) ends only when the sleep does,
 // and may finish a write then. It returns those it may not kill (another
 // user's: sudo, a set-user-ID program), which run on.
-func killAll(group int) (unkilled []int) {
+func killAll(group int, foreign foreignSet) (unkilled []int) {
 	killed := map[string]int{} // pids by pid and start time: a pid may be reused
 	refused := map[string]int{}
 	for fresh := true; fresh; {
 		fresh = false
-		for _, pid := range commandProcesses(group) {
+		for _, pid := range commandProcesses(group, foreign) {
 			id := processID(pid)
 			if id == "" || killed[id] != 0 || refused[id] != 0 {
 				continue
@@ -107,6 +110,33 @@ func killAll(group int) (unkilled []int) {
 	}
 	slices.Sort(unkilled)
 	return unkilled
+}
+
+// foreignSet holds processes dlock did not start, by processID: its
+// children but the guard, seen while the guard lived. A subreaper, dlock
+// is the parent of the command's orphans only once the guard has ended
+// (they went to the guard before); until then each child but the guard
+// is another's: one its parent left before exec'ing into dlock, or an
+// orphan of such.
+type foreignSet map[string]bool
+
+// add adds dlock's children but guard, while guard lives: its orphans
+// are not dlock's yet.
+func (f foreignSet) add(guard int) {
+	if processID(guard) == "" {
+		return
+	}
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		list, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
+		for _, word := range strings.Fields(string(list)) {
+			if pid, err := strconv.Atoi(word); err == nil && pid != guard {
+				if id := processID(pid); id != "" {
+					f[id] = true
+				}
+			}
+		}
+	}
 }
 
 // processID is pid and its start time, "" once pid is gone or a zombie.
@@ -268,4 +298,57 @@ func sessionOf(pid int) int {
 // thread the goroutine happens to run on.
 func nameProcess(name string) {
 	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
+}
+
+// bootClock is CLOCK_BOOTTIME in nanoseconds: dlock and the guard share
+// it, no one sets it, and it runs on while the machine sleeps, as the
+// lease's expiry in Redis does.
+func bootClock() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return ts.Nano()
+}
+
+// groupStopped says whether every process of the guard's group but the
+// guard is stopped, or has a stop signal pending: ^Z reaches them all at
+// once, but they stop one by one.
+func groupStopped() bool {
+	self, group := os.Getpid(), syscall.Getpgrp()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if pgrp, err := strconv.Atoi(fields[2]); err != nil || pgrp != group || !running(fields) || fields[0] == "T" {
+			continue
+		}
+		if !stopPending(pid) {
+			return false
+		}
+	}
+	return true
+}
+
+// stopPending says whether a stop signal waits to be taken by pid.
+func stopPending(pid int) bool {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return true // ended meanwhile
+	}
+	const stops = 1<<(syscall.SIGSTOP-1) | 1<<(syscall.SIGTSTP-1) | 1<<(syscall.SIGTTIN-1) | 1<<(syscall.SIGTTOU-1)
+	for _, line := range strings.Split(string(status), "\n") {
+		name, mask, _ := strings.Cut(line, ":")
+		if name == "SigPnd" || name == "ShdPnd" { // the thread's, the process's
+			if bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64); err == nil && bits&stops != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

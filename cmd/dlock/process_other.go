@@ -6,6 +6,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // becomeSubreaper does nothing here: the orphans of the command's
@@ -13,14 +15,19 @@ import (
 func becomeSubreaper() {}
 
 // commandProcesses finds none here, without /proc.
-func commandProcesses(int) []int { return nil }
+func commandProcesses(int, foreignSet) []int { return nil }
+
+// foreignSet is not needed here: killAll reaches only the command's group.
+type foreignSet map[string]bool
+
+func (foreignSet) add(int) {}
 
 // killAll kills the command's process group: without /proc, the
 // processes that left the group are out of reach, and those it may not
 // kill go unnamed. The guard, in the group, first moves to dlock's, or
 // would kill itself before saying why; with dlock dead, it cannot, and
 // dies with the command.
-func killAll(group int) (unkilled []int) {
+func killAll(group int, _ foreignSet) (unkilled []int) {
 	if syscall.Getpgrp() == group {
 		_ = leaveGroup()
 	}
@@ -70,3 +77,15 @@ func suspend(int, int, syscall.Signal) {}
 
 // nameProcess does nothing here: ps shows the argv[0] dlock set.
 func nameProcess(string) {}
+
+// bootClock is CLOCK_MONOTONIC in nanoseconds: dlock and the guard share
+// it, and no one sets it.
+func bootClock() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// groupStopped cannot look here, without /proc: the guard takes a stop of
+// the command for the job's.
+func groupStopped() bool { return true }

@@ -52,7 +52,9 @@ guard kills every process of the command at the lease's deadline. Elsewhere
 ^Z stops only the command. Once the main process has exited, dlock says
 that it holds the lock for the processes left, and the pid of the guard
 they run below; on Linux ^Z then stops those left in the command's group
-and dlock with them, as one job, and fg resumes them.
+and dlock with them, as one job, and fg resumes them. The run stops only
+once every process of the command's group has: a kill -STOP of one of
+them stops neither dlock nor its renewals.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
@@ -241,7 +243,8 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	}
 	defer closeClient()
 
-	lease, err := acquire(ctx, client, name, self, s, out)
+	renewed := make(chan struct{}, 1)
+	lease, err := acquire(ctx, client, name, self, s, renewed, out)
 	if err != nil {
 		if _, signalled := signalExit(ctx); !signalled && errors.Is(err, dlock.ErrNotAcquired) {
 			if !s.quiet {
@@ -257,7 +260,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		}
 		return reportAcquire(ctx, name, namePermits(client, name, s.permits, err), out)
 	}
-	code, stopped := supervise(lease, name, command, s, ttouIgnored, signals, out)
+	code, stopped := supervise(lease, name, command, s, ttouIgnored, signals, renewed, out)
 	if stopped {
 		// Lost: nothing to release. Lapsing with Redis not answering
 		// renewals: an attempt, waited for until the deadline at most, as
@@ -363,11 +366,23 @@ func clip(s string, n int) string {
 
 // acquire takes the lock. Once it has to wait (unless quiet), it draws a
 // status line on a terminal; elsewhere, as in a CI log, it says in one line
-// that it waits and for whom, and in another when it has the lock.
-func acquire(ctx context.Context, client *dlock.Client, name, self string, s runSettings, out *output) (*dlock.Lease, error) {
+// that it waits and for whom, and in another when it has the lock. Each
+// confirmed renewal of the lease is sent on renewed, without blocking.
+func acquire(ctx context.Context, client *dlock.Client, name, self string, s runSettings, renewed chan<- struct{},
+	out *output) (*dlock.Lease, error) {
 	waiting := make(chan struct{})
 	var once sync.Once
-	waits := dlock.WithObserver(&observe.Observer{Wait: func(context.Context, observe.WaitEvent) { once.Do(func() { close(waiting) }) }})
+	waits := dlock.WithObserver(&observe.Observer{
+		Wait: func(context.Context, observe.WaitEvent) { once.Do(func() { close(waiting) }) },
+		Renewal: func(ev observe.RenewalEvent) {
+			if ev.Result == observe.RenewalOK {
+				select {
+				case renewed <- struct{}{}:
+				default: // one pending is enough: the guard reads the latest deadline
+				}
+			}
+		},
+	})
 	lock := client.RWMutex(name, waits).Lock
 	switch {
 	case s.permits > 0:
@@ -524,10 +539,11 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 // every process of the command has exited, as flock(1) holds its lock
 // while any process that inherited the descriptor runs. The command runs
 // under a guard (guard.go), which dlock tells the lease's deadline.
-// signals delivers what dlock is sent: passed on to the command's group.
-// stopped says the command was stopped for the lease's end (exit 76).
+// signals delivers what dlock is sent: passed on to the command's group;
+// renewed, the lease's renewals. stopped says the command was stopped for
+// the lease's end (exit 76).
 func supervise(lease *dlock.Lease, name string, command []string, s runSettings, ttouIgnored bool,
-	signals <-chan os.Signal, out *output) (code int, stopped bool) {
+	signals <-chan os.Signal, renewed <-chan struct{}, out *output) (code int, stopped bool) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
 	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
@@ -568,8 +584,10 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	}
 	// The deadline moves at each renewal (every TTL/3).
 	every := min(max(s.ttl/10, 10*time.Millisecond), time.Second)
-	guard.follow(lease.Deadline, every)
+	guard.follow(lease.Deadline, every, renewed)
 	pauseBeforeWatch(group)
+	foreign := foreignSet{} // dlock's children it did not start, kept at each tick
+	foreign.add(group)
 	guard.run()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -585,7 +603,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	// stopped, or starved of CPU: a deadline that passed then is not
 	// Redis's doing.
 	lastTick, stalled := time.Now(), false
-	killed := false // by dlock, for a loss: the guard with the command
+	killed := false  // by dlock, for a loss: the guard with the command
+	expired := false // the guard killed the command at the deadline it read
+	said := guard.said
 	loss := func() string {
 		err := lease.Err()
 		if (stalled || time.Since(lastTick) > s.ttl/3) && (err == nil || errors.Is(err, dlock.LossUnreachable)) {
@@ -600,14 +620,17 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		select {
 		case <-exited:
 			code = exitCode(cmd)
+			for report := range drained(said) { // those the guard made before it exited
+				expired = expired || report == "expired"
+			}
 			// The guard exits with the command's code: a guard ended by a
 			// signal was killed, and has left the command to run on.
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
-				unkilled = killAll(group)
+				unkilled = killAll(group, foreign)
 				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
 			} else if !s.releaseOnExit && !killed {
-				unkilled = killAll(group) // left by a guard killed alone
+				unkilled = killAll(group, foreign) // left by a guard killed alone
 				if len(unkilled) > 0 {
 					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
 				}
@@ -618,20 +641,27 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			if ended && lost != nil {
 				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, loss())
 			}
-			if ended || stopped || len(unkilled) > 0 {
+			if ended || stopped || expired || len(unkilled) > 0 {
 				return exitLost, true
 			}
 			return code, false
 		case sig := <-signals:
 			signalGroup(group, sig.(syscall.Signal))
-		case report := <-guard.said:
+		case report, ok := <-said:
+			if !ok {
+				said = nil
+				continue
+			}
+			expired = expired || report == "expired"
 			if sig, ok := strings.CutPrefix(report, "stopped "); ok && tty >= 0 {
 				n, _ := strconv.Atoi(sig)
 				suspend(tty, group, syscall.Signal(n))
 			} else if exit, ok := strings.CutPrefix(report, "exited "); ok {
-				sayHolding(name, exit, cmd.Process.Pid, group, out)
+				foreign.add(group)
+				sayHolding(name, exit, cmd.Process.Pid, group, foreign, out)
 			}
 		case <-tick.C:
+			foreign.add(group)
 			stalled = time.Since(lastTick) > s.ttl/3 // the loss that follows a stop comes with this tick
 			lastTick = time.Now()
 			deadline := lease.Deadline()
@@ -647,19 +677,29 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// Someone may hold the lock already: nothing of the command
 			// may run on, not even for --kill-grace. dlock kills it itself,
 			// the guard too: a stopped guard would kill nothing.
-			unkilled := killAll(group)
+			foreign.add(group)
+			unkilled := killAll(group, foreign)
 			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); %s\n", name, loss(), killedText(unkilled))
 			lost, stopped, killed = nil, true, true
 		}
 	}
 }
 
+// drained is said, or a closed channel for nil (all read already).
+func drained(said chan string) chan string {
+	if said == nil {
+		said = make(chan string)
+		close(said)
+	}
+	return said
+}
+
 // sayHolding says, once the command's main process has exited with code
 // exit, that the run holds the lock for the processes it left, if any,
 // and under which guard they run: which they are would be stale as soon
 // as said (they end, fork, exec).
-func sayHolding(name, exit string, guard, group int, out *output) {
-	if !slices.ContainsFunc(commandProcesses(group), func(pid int) bool { return pid != guard }) {
+func sayHolding(name, exit string, guard, group int, foreign foreignSet, out *output) {
+	if !slices.ContainsFunc(commandProcesses(group, foreign), func(pid int) bool { return pid != guard }) {
 		return
 	}
 	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
