@@ -54,31 +54,49 @@ func release(t *testing.T, fifo string) {
 }
 
 // Issue 36: a run stopped by ^Z and sent to the background (bg) stops
-// again when its command reads the terminal, as "Stopped (tty input)", and
+// again when its command, or a process the command left in its group once
+// its main process exited, reads the terminal ("Stopped (tty input)"). It
 // leaves the terminal to the shell, which reads it; fg resumes the run.
 func TestRun_ABackgroundedRunLeavesTheTerminalToTheShell(t *testing.T) {
+	t.Run("command", func(t *testing.T) {
+		backgroundedRun(t, "bg-keeps", "ready",
+			`sh -c 'echo $$ > "$1"; echo ready; cat "$2" >/dev/null; read a; echo "got:$a"' sh`)
+	})
+	// In ( ), $$ is still the command's pid: the process left is the
+	// parent of a sh it runs.
+	t.Run("process left", func(t *testing.T) {
+		backgroundedRun(t, "bg-left", `holding "bg-left"`,
+			`sh -c 'exec 3<&0; (echo $(sh -c "echo \$PPID") > "$1"; cat "$2" >/dev/null; read a <&3; echo "got:$a") & exit 0' sh`)
+	})
+}
+
+// backgroundedRun runs command (given its pid file and a fifo to read
+// before it reads the terminal) as lock at an interactive shell, once
+// shown is on the screen: ^Z, bg, then the reading process and dlock must
+// stop and the shell keep the terminal.
+func backgroundedRun(t *testing.T, lock, shown, command string) {
 	url, _ := testRedis(t)
 	dir := t.TempDir()
-	shell, command, proceed := filepath.Join(dir, "shell"), filepath.Join(dir, "command"), fifo(t, "proceed")
+	shell, reader, proceed := filepath.Join(dir, "shell"), filepath.Join(dir, "reader"), fifo(t, "proceed")
 	term := startTerminal(t, fmt.Sprintf(`set -m
 export REDIS_URL=%s
 echo $$ > %s
-%s run bg-keeps -- sh -c 'echo $$ > "$1"; echo ready; cat "$2" >/dev/null; read a; echo "got:$a"' sh %s %s
+%s run %s -- %s %s %s
 echo "stopped:$?"
 bg
 printf "shell? "; read line; echo "shell:$line"
 fg
 echo "fg:$?"
 sleep 600
-`, url, shell, dlockBin, command, proceed))
-	term.waitScreen("ready")
-	cmd := pidFile(t, command)
-	dlockPid := parentOf(parentOf(cmd))
+`, url, shell, dlockBin, lock, command, reader, proceed))
+	term.waitScreen(shown)
+	waiting := pidFile(t, reader)
+	dlockPid := parentOf(parentOf(waiting))
 	term.tmux("send-keys", "C-z")
 	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
 	term.waitScreen("shell?")
-	release(t, proceed) // the command reads the terminal, in the background
-	waitFor(t, 10*time.Second, "the command and dlock stop", func() bool { return state(cmd) == "T" && state(dlockPid) == "T" })
+	release(t, proceed) // it reads the terminal, in the background
+	waitFor(t, 10*time.Second, "the reader and dlock stop", func() bool { return state(waiting) == "T" && state(dlockPid) == "T" })
 	sh := pidFile(t, shell)
 	if fg := foregroundOf(t, sh); fg != sh {
 		t.Fatalf("the terminal's foreground group is %d, want the shell's %d (dlock's is %d)", fg, sh, dlockPid)
@@ -170,44 +188,5 @@ sleep 600
 	term.waitScreen("name?")
 	term.typeLine("hello")
 	term.waitScreen("got:hello")
-	term.waitScreen("fg:0")
-}
-
-// Issue 36: the same once the main process has exited: a process it left
-// in its group that reads the terminal after bg stops the run, and the
-// shell keeps the terminal.
-func TestRun_ABackgroundedRunsLeftProcessLeavesTheTerminalToTheShell(t *testing.T) {
-	url, _ := testRedis(t)
-	dir := t.TempDir()
-	// In ( ), $$ is still the command's pid: the process left is the
-	// parent of a sh it runs.
-	shell, left, proceed := filepath.Join(dir, "shell"), filepath.Join(dir, "left"), fifo(t, "proceed")
-	term := startTerminal(t, fmt.Sprintf(`set -m
-export REDIS_URL=%s
-echo $$ > %s
-%s run bg-left -- sh -c 'exec 3<&0; (echo $(sh -c "echo \$PPID") > "$1"; cat "$2" >/dev/null; read a <&3; echo "got:$a") & exit 0' sh %s %s
-echo "stopped:$?"
-bg
-printf "shell? "; read line; echo "shell:$line"
-fg
-echo "fg:$?"
-sleep 600
-`, url, shell, dlockBin, left, proceed))
-	term.waitScreen(`holding "bg-left"`)
-	waiting := pidFile(t, left)
-	dlockPid := parentOf(parentOf(waiting))
-	term.tmux("send-keys", "C-z")
-	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
-	term.waitScreen("shell?")
-	release(t, proceed)
-	waitFor(t, 10*time.Second, "the process left and dlock stop", func() bool { return state(waiting) == "T" && state(dlockPid) == "T" })
-	sh := pidFile(t, shell)
-	if fg := foregroundOf(t, sh); fg != sh {
-		t.Fatalf("the terminal's foreground group is %d, want the shell's %d (dlock's is %d)", fg, sh, dlockPid)
-	}
-	term.typeLine("hello")
-	term.waitScreen("shell:hello")
-	term.typeLine("world")
-	term.waitScreen("got:world")
 	term.waitScreen("fg:0")
 }
