@@ -51,7 +51,14 @@ type dlockProcess struct {
 
 func startDlock(t *testing.T, redisURL, stdin string, args ...string) *dlockProcess {
 	t.Helper()
-	p := &dlockProcess{cmd: exec.Command(dlockBin, args...), exited: make(chan int, 1)}
+	return startProcess(t, exec.Command(dlockBin, args...), redisURL, stdin)
+}
+
+// startProcess starts cmd, a run of dlock (maybe through another program),
+// with REDIS_URL set and stdin as its input; a test's end kills it.
+func startProcess(t *testing.T, cmd *exec.Cmd, redisURL, stdin string) *dlockProcess {
+	t.Helper()
+	p := &dlockProcess{cmd: cmd, exited: make(chan int, 1)}
 	p.cmd.Env = append(os.Environ(), "REDIS_URL="+redisURL)
 	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr

@@ -134,18 +134,7 @@ func TestRun_AProcessDlockMayNotKillIsNamedOnALoss(t *testing.T) {
 // startNobody starts setpriv with args, to run dlock as another user.
 func startNobody(t *testing.T, url string, args ...string) *dlockProcess {
 	t.Helper()
-	p := &dlockProcess{cmd: exec.Command("setpriv", args...), exited: make(chan int, 1)}
-	p.cmd.Env = append(os.Environ(), "REDIS_URL="+url)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
-	go func() {
-		_ = p.cmd.Wait()
-		p.exited <- p.cmd.ProcessState.ExitCode()
-	}()
-	return p
+	return startProcess(t, exec.Command("setpriv", args...), url, "")
 }
 
 // Issue 36: a loss is said once, as it is: dlock's own kill of the guard
