@@ -29,8 +29,10 @@ func main() {
 	typesOnly := flag.Bool("types", false, "only workload 6, dlock's types one by one: per-script server µs in seconds")
 	readme := flag.String("readme", "", "also rewrite the table between the bench markers in this file (../README.md)")
 	only := flag.String("libs", "", "comma-separated libraries to run besides ideal (default: all), for a quicker look")
-	asJSON := flag.Bool("json", false, "with -types: print the results as JSON, for another run's -before")
-	before := flag.String("before", "", "LABEL=BINARY: a bench binary built from an earlier commit, whose -types run goes beside this one's")
+	asJSON := flag.Bool("json", false, "with -types or -instructions: print the results as JSON, for another run's -before")
+	before := flag.String("before", "", "LABEL=BINARY: a bench binary built from an earlier commit, whose -types or -instructions run goes beside this one's")
+	instrs := flag.Bool("instructions", false, "only the server's instructions per lock+unlock of each type, under callgrind: a few minutes")
+	pairs := flag.Int("pairs", 200, "with -instructions: lock+unlock pairs counted per type")
 	flag.Parse()
 	if *only != "" {
 		libraries = slices.DeleteFunc(libraries, func(l library) bool {
@@ -45,9 +47,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, redistest.InstallHint)
 		os.Exit(1)
 	}
+	ctx := context.Background()
+	if *instrs {
+		if *asJSON {
+			rows, err := instructions(ctx, *pairs)
+			out, _ := json.Marshal(rows)
+			fmt.Println(string(out))
+			exitOn(err)
+			return
+		}
+		table, err := instructionsBeside(ctx, *pairs, *before)
+		fmt.Print(table)
+		exitOn(err)
+		return
+	}
 	servers := redistest.NewShared()
 	defer servers.Close()
-	ctx := context.Background()
 	if *typesOnly {
 		typeRows, err := typesBeside(ctx, servers, scale, *before, *quick)
 		if *asJSON {
@@ -128,6 +143,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	}
+}
+
+// exitOn exits with err, if any.
+func exitOn(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 }
 

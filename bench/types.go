@@ -153,7 +153,7 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 	defer c.Close()
 	var r *dlock.Redlock
 	if len(universal) > 1 {
-		if r, err = dlock.NewRedlock(universal, dlock.WithTTL(benchTTL), dlock.WithRestartGuard(0)); err != nil { // fresh servers
+		if r, err = newRedlock(universal, dlock.WithTTL(benchTTL), dlock.WithRestartGuard(0)); err != nil { // fresh servers
 			return typeResult{}, err
 		}
 	}
