@@ -127,7 +127,7 @@ local function withdraw_waiter(set, registration)
   end
   local prefix = client .. '/' .. id .. ':'
   local withdrawn = 0
-  for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+  for _, member in ipairs(redis.call('ZRANGE', set, '0', '-1')) do
     if member == registration or member:sub(1, #prefix) == prefix then
       withdrawn = withdrawn + redis.call('ZREM', set, member)
     end
@@ -413,7 +413,7 @@ end
 -- registration_parts).
 local function wake_all(waiters, channel, publish)
   redis.call(publish, channel, '*')
-  local waiting = call_or_wrongtype('ZRANGE', waiters, 0, -1)
+  local waiting = call_or_wrongtype('ZRANGE', waiters, '0', '-1')
   if waiting.err then
     return
   end
