@@ -61,7 +61,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		}},
 		// The last release deletes the number of permits in the DEL of
 		// the holders; the next grant sets it again.
-		{"Semaphore", 1, 19, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Semaphore", 1, 18, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
 		{"MultiLock of 3", 1, 22, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {

@@ -54,7 +54,7 @@ if kind == 'zset' then
   local held = redis.call('ZCOUNT', STATE, '(' .. now, '+inf')
   local ttl = 0
   if held > 0 then
-    ttl = tonumber(redis.call('ZRANGE', STATE, -1, -1, 'WITHSCORES')[2]) - now
+    ttl = tonumber(redis.call('ZRANGE', STATE, '-1', '-1', 'WITHSCORES')[2]) - now
   end
   local reply = {'semaphore', held, ttl, live_waiters(WWAIT, now),
     raise_error(last_token(FENCE)), tonumber(redis.call('GET', PERMITS)) or 0}

@@ -38,9 +38,11 @@
 
 -- The lock just taken (LOCK set to OWNER, term minted; the leader's
 -- record found dlock's or missing): record the leadership, withdraw the
--- campaign's registration and tell the observers.
-local function elect(term)
-  local text = token_text(term) -- once: a number given to redis.call is formatted again
+-- campaign's registration and tell the observers. term and text:
+-- mint_token's token and its digits, or its error reply, which fails the
+-- script.
+local function elect(term, text)
+  raise_error(term)
   redis.call('HSET', LEADER, 'owner', OWNER, 'term', text, 'value', VALUE)
   if WAITER ~= '' then
     call_or_wrongtype('ZREM', WAITERS, WAITER)
@@ -61,7 +63,7 @@ if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
     holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
   end
   if not (wrong or holder) then
-    return elect(raise_error(mint_token(FENCE, HOLD_TTL)))
+    return elect(mint_token(FENCE, HOLD_TTL))
   end
 else
   holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
@@ -93,6 +95,7 @@ if redis.call('EXISTS', TOMBSTONE) == 1 then
 end
 -- Raise WRONGTYPE on a foreign key before anything changes.
 redis.call('HLEN', LEADER)
-local term = raise_error(mint_token(FENCE, HOLD_TTL))
+local term, text = mint_token(FENCE, HOLD_TTL)
+raise_error(term) -- before the lock is taken
 redis.call('SET', LOCK, owner, 'PX', HOLD_TTL)
-return elect(term)
+return elect(term, text)

@@ -91,7 +91,7 @@ if not holder then
   local head = {}
   if redis.call('EXISTS', QUEUE) == 1 then -- else no clock, no purge
     purge_queue(server_now())
-    head = redis.call('ZRANGE', QUEUE, 0, 0)
+    head = redis.call('ZRANGE', QUEUE, '0', '0')
   end
   if #head == 0 or head[1] == entry then
     if redis.call('EXISTS', TOMBSTONE) == 1 then

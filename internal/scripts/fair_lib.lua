@@ -55,7 +55,7 @@ local function hand_over(publish, with_info)
   end
   local now = server_now()
   purge_queue(now)
-  local head = redis.call('ZRANGE', QUEUE, 0, 0)
+  local head = redis.call('ZRANGE', QUEUE, '0', '0')
   if #head == 0 then
     return false
   end

@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -72,6 +73,23 @@ func TestLibrary_DefinesEveryHelperOnce(t *testing.T) {
 		for _, line := range strings.Split(body, "\n") {
 			if m := topDeclaration.FindStringSubmatch(line); m != nil && m[1] != "" && helpers[m[2]] {
 				t.Errorf("a function defines the helper %s at every call", m[2])
+			}
+		}
+	}
+}
+
+// A number given to redis.call is formatted with %.17g, about 2,900
+// instructions a time (ARCHITECTURE.md): the scripts give a literal as text.
+func TestScripts_GiveRedisCallNoNumberLiteral(t *testing.T) {
+	literal := regexp.MustCompile(`(redis\.p?call|call_or_wrongtype|call_on)\([^)]*,\s*-?\d+\s*[,)]`)
+	files, err := luaFiles.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		for i, line := range strings.Split(lua(strings.TrimSuffix(f.Name(), ".lua")), "\n") {
+			if literal.MatchString(line) {
+				t.Errorf("%s:%d: a number literal to redis.call: %s", f.Name(), i+1, strings.TrimSpace(line))
 			}
 		}
 	}

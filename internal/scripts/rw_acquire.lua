@@ -137,7 +137,8 @@ if granted then
   -- The hold's fields, written by one HSET: the counts from the state as
   -- read above.
   local token = tonumber(st[5])
-  local fields = {'n' .. mode .. owner, mine + 1}
+  -- Counts in digits: a number given to redis.call is formatted with %.17g.
+  local fields = {'n' .. mode .. owner, mine == 0 and '1' or string.format('%d', mine + 1)}
   local function field(name, value)
     fields[#fields + 1], fields[#fields + 2] = name, value
   end
@@ -151,7 +152,7 @@ if granted then
     end
   end
   if mode == 'r' then
-    field('R', readers + 1)
+    field('R', readers == 0 and '1' or string.format('%d', readers + 1))
   end
   if fresh then
     field(STATE_MARK, STATE_KIND)
@@ -203,7 +204,7 @@ if waiter ~= '' then
   end
   register_waiter(mode == 'w' and WWAIT or RWAIT, waiter, WAITER_TTL, now)
 end
-local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
+local last = redis.call('ZRANGE', HOLDS, '-1', '-1', 'WITHSCORES')
 if #last == 0 then -- blocked by a waiting writer or passed readers, not by a hold
   return {0, tonumber(WAITER_TTL)}
 end

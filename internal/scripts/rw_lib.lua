@@ -61,14 +61,14 @@ local function forget(member, present)
     -- the mark, which every other hold's renewal would then refuse.
     return mode, 0
   end
-  local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, -1)
+  local left = redis.call('HINCRBY', STATE, 'n' .. mode .. owner, '-1')
   if left <= 0 and mode == 'w' then
     redis.call('HDEL', STATE, 'nw' .. owner, 'tw' .. owner, 'iw' .. owner, 'aw' .. owner, 'W')
   elseif left <= 0 then
     redis.call('HDEL', STATE, 'nr' .. owner, 'tr' .. owner, 'ir' .. owner)
   end
   if mode == 'r' then
-    redis.call('HINCRBY', STATE, 'R', -1)
+    redis.call('HINCRBY', STATE, 'R', '-1')
   end
   return mode, left
 end
@@ -81,7 +81,7 @@ end
 -- The state lives as long as its last hold, and no longer. last: the
 -- holds' last entry, when the caller has read it.
 local function expire_with_last(last)
-  last = last or redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
+  last = last or redis.call('ZRANGE', HOLDS, '-1', '-1', 'WITHSCORES')
   if #last == 0 then
     redis.call('DEL', STATE, HOLDS)
   else
@@ -107,7 +107,7 @@ local function wake_writer(publish, now)
   if not dlocks_beside(WWAIT, 'zset') then
     return false
   end
-  local first = redis.call('ZRANGEBYSCORE', WWAIT, '(' .. now, '+inf', 'LIMIT', 0, 1)
+  local first = redis.call('ZRANGEBYSCORE', WWAIT, '(' .. now, '+inf', 'LIMIT', '0', '1')
   if #first == 0 then
     return false
   end
@@ -159,7 +159,7 @@ local function release_hold(member, publish, now, present, expired)
   end
   redis.call('ZREM', HOLDS, member)
   local mode, left = forget(member, present)
-  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES') -- expire_with_last and wake read it
+  local last = redis.call('ZRANGE', HOLDS, '-1', '-1', 'WITHSCORES') -- expire_with_last and wake read it
   expire_with_last(last)
   wake(publish, now, mode == 'w' and left <= 0, #last > 0)
   return nil

@@ -32,7 +32,7 @@ local now = server_now()
 local member = OWNER
 -- The first two holds: one command tells the case of a hold alone, the
 -- lock's last, and whether any expired (the first did).
-local first = redis.call('ZRANGE', HOLDS, 0, 1, 'WITHSCORES')
+local first = redis.call('ZRANGE', HOLDS, '0', '1', 'WITHSCORES')
 local score
 if first[1] == member or first[3] == member then
   score = first[1] == member and first[2] or first[4]

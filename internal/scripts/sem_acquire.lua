@@ -44,10 +44,11 @@ local wrong = rights_refused(FENCE)
 if wrong then
   return wrong
 end
--- Where nobody holds a permit or waits and the call has no tombstone (one
--- EXISTS), only the counter and the number of permits need a look: a
--- permit is free, and the keys beside are made here.
-local quiet = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE) == 0
+-- Where nobody holds a permit or waits, no number of permits is kept
+-- (the last release took it) and the call has no tombstone (one EXISTS),
+-- only the counter needs a look: a permit is free, and the keys beside
+-- are made here.
+local quiet = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE, PERMITS) == 0
 -- The quiet grant makes the holders' keys, then gives them their expiry:
 -- a refusal between would leave them with none (see refused_any).
 wrong = quiet and refused_any(HOLDERS, {'hset', 'pexpire'})
@@ -58,9 +59,12 @@ end
 local now = server_now()
 -- Read every key before writing any, so a foreign one fails the script
 -- with nothing changed.
-local stored, foreign = call_on(PERMITS, 'GET', PERMITS)
-if foreign then
-  return foreign
+local stored, foreign
+if not quiet then
+  stored, foreign = call_on(PERMITS, 'GET', PERMITS)
+  if foreign then
+    return foreign
+  end
 end
 local permits = tonumber(stored)
 if stored and not permits then
@@ -71,20 +75,18 @@ if not quiet then
 end
 if permits == nil then
   permits = tonumber(EXPECTED)
-  redis.call('SET', PERMITS, permits, 'PX', HOLD_TTL) -- a grant keeps it with its permit (expire_with_last)
+  redis.call('SET', PERMITS, EXPECTED, 'PX', HOLD_TTL) -- a grant keeps it with its permit (expire_with_last)
 elseif permits ~= tonumber(EXPECTED) then
   return {-2, permits}
 end
 if quiet then
-  local fence = mint_token(FENCE, HOLD_TTL)
-  redis.call('ZADD', HOLDERS, now + tonumber(HOLD_TTL), owner)
-  hold(owner, fence)
+  -- Numbers in digits: each number given to redis.call is formatted anew.
+  local fence, digits = mint_token(FENCE, HOLD_TTL)
+  redis.call('ZADD', HOLDERS, string.format('%d', now + tonumber(HOLD_TTL)), owner)
+  hold(owner, digits)
   -- The only permit: the holders' keys, and the number, last as long.
   redis.call('PEXPIRE', HOLDERS, HOLD_TTL)
   redis.call('PEXPIRE', TOKENS, HOLD_TTL)
-  if stored then
-    redis.call('PEXPIRE', PERMITS, HOLD_TTL)
-  end
   return {1, fence}
 end
 if live_score(HOLDERS, owner, now) then
@@ -120,5 +122,5 @@ if WAITER ~= '' then
   end
   register_waiter(WAITERS, WAITER, WAITER_TTL, now)
 end
-local first = redis.call('ZRANGE', HOLDERS, 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', HOLDERS, '0', '0', 'WITHSCORES')
 return {0, tonumber(first[2]) - now}

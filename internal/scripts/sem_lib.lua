@@ -47,7 +47,7 @@ end
 -- The holders' keys, and the number of permits, live as long as the last
 -- permit, and no longer.
 local function expire_with_last(now)
-  local last = redis.call('ZRANGE', HOLDERS, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', HOLDERS, '-1', '-1', 'WITHSCORES')
   if #last == 0 then
     return
   end

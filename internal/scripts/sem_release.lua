@@ -35,7 +35,7 @@ local now = server_now()
 local owner = OWNER
 -- The two permits that expire first: the releaser's alone there is the
 -- last permit, whose score comes with it (else one ZSCORE more).
-local first = redis.call('ZRANGE', HOLDERS, 0, 1, 'WITHSCORES')
+local first = redis.call('ZRANGE', HOLDERS, '0', '1', 'WITHSCORES')
 local last = #first == 2 and first[1] == owner
 local score
 if first[1] == owner or first[3] == owner then
