@@ -152,18 +152,19 @@ var AnyLockLayout = RWLayout.Then(
 
 // partLocals is the Lua that names the keys of a script on parts (a
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
-// by name; and the tail's keys (shorter than a part, so N is exact).
+// in the part's order (values, not a table: a table made per call costs);
+// and the tail's keys (shorter than a part, so N is exact).
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {
 		panic("scripts: a tail as long as a part")
 	}
 	size := strconv.Itoa(len(part))
 	fields := make([]string, len(part))
-	for i, k := range part {
-		fields[i] = k.Lua + " = KEYS[at + " + strconv.Itoa(i+1) + "]"
+	for i := range part {
+		fields[i] = "KEYS[at + " + strconv.Itoa(i+1) + "]"
 	}
 	src := "local N = math.floor(#KEYS / " + size + ")\n" +
-		"local function part(i)\n  local at = " + size + " * (i - 1)\n  return {" + strings.Join(fields, ", ") + "}\nend\n"
+		"local function part(i)\n  local at = " + size + " * (i - 1)\n  return " + strings.Join(fields, ", ") + "\nend\n"
 	if len(tail) == 0 {
 		return src
 	}

@@ -86,7 +86,7 @@ func TestLayouts_PutTheCallsOwnKeysWhereGoAddsThem(t *testing.T) {
 func TestPartLocals_NameEachLocksKeysAndTheTail(t *testing.T) {
 	got := partLocals(Layout{{Lua: "LOCK"}, {Lua: "FENCE", Suffix: ":fence"}}, Layout{Tombstone})
 	want := "local N = math.floor(#KEYS / 2)\n" +
-		"local function part(i)\n  local at = 2 * (i - 1)\n  return {LOCK = KEYS[at + 1], FENCE = KEYS[at + 2]}\nend\n" +
+		"local function part(i)\n  local at = 2 * (i - 1)\n  return KEYS[at + 1], KEYS[at + 2]\nend\n" +
 		"local TOMBSTONE = KEYS[2 * N + 1]\n"
 	if got != want {
 		t.Errorf("partLocals:\n%s\nwant\n%s", got, want)

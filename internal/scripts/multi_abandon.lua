@@ -28,9 +28,9 @@
 local released = 0
 if OWNER ~= '' then
   for i = 1, N do
-    local p = part(i)
-    if redis.call('GET', p.LOCK) == OWNER then
-      hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
+    local lock, fence, waiters, channel = part(i)
+    if redis.call('GET', lock) == OWNER then
+      hand_next(lock, fence, waiters, channel, PUBLISH)
       released = 1
     end
   end
@@ -39,10 +39,10 @@ if tonumber(VOID_TTL) > 0 then
   redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 end
 if WAITER ~= '' then
-  local p = part(tonumber(ALSO))
-  local withdrawn = dlocks_beside(p.WAITERS, 'zset') and redis.call('ZREM', p.WAITERS, WAITER) == 1
-  if not withdrawn and redis.call('EXISTS', p.LOCK) == 0 then
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
+  local lock, fence, waiters, channel = part(tonumber(ALSO))
+  local withdrawn = dlocks_beside(waiters, 'zset') and redis.call('ZREM', waiters, WAITER) == 1
+  if not withdrawn and redis.call('EXISTS', lock) == 0 then
+    hand_next(lock, fence, waiters, channel, PUBLISH)
   end
 end
 return released

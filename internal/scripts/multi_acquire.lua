@@ -59,21 +59,21 @@ end
 local owner, waiter, watch = OWNER, WAITER, tonumber(WATCH)
 local locks, counters, beside = {}, {}, {TOMBSTONE}
 for i = 1, N do
-  local p = part(i)
-  local wrong = rights_refused(p.FENCE)
+  local lock, fence, waiters = part(i)
+  local wrong = rights_refused(fence)
   if wrong then
     return wrong
   end
-  locks[i], counters[i] = p.LOCK, p.FENCE
-  beside[#beside + 1] = p.LOCK
-  beside[#beside + 1] = p.WAITERS
+  locks[i], counters[i] = lock, fence
+  beside[#beside + 1] = lock
+  beside[#beside + 1] = waiters
 end
 if redis.call('EXISTS', unpack(beside)) == 0 then
   return take_free(locks, counters)
 end
 for i = 1, N do
-  local p = part(i)
-  local wrong = foreign_key({p.FENCE}, {p.WAITERS}, {})
+  local _, fence, waiters = part(i)
+  local wrong = foreign_key({fence}, {waiters}, {})
   if wrong then
     return wrong
   end
@@ -84,13 +84,13 @@ end
 -- force, and maybe taken by another owner).
 local busy, mine = 0, 0
 for i = 1, N do
-  local p = part(i)
-  local holder, foreign = call_on(p.LOCK, 'GET', p.LOCK)
+  local lock = part(i)
+  local holder, foreign = call_on(lock, 'GET', lock)
   if foreign then
     return foreign
   end
   if holder and holder ~= owner and not is_owner_token(holder) then
-    return not_dlocks(p.LOCK, 'a string')
+    return not_dlocks(lock, 'a string')
   end
   if holder == owner then
     mine = mine + 1
@@ -101,16 +101,15 @@ end
 if mine == N then -- a resend: the attempt took them all
   local tokens = {1}
   for j = 1, N do
-    local p = part(j)
-    tokens[j + 1] = raise_error(held_token(p.FENCE, HOLD_TTL))
+    tokens[j + 1] = raise_error(held_token(counters[j], HOLD_TTL))
   end
   for j = 1, N do
     -- Maybe a copy of an attempt the caller was told was refused: the
     -- caller's lease counts from this attempt (never shorter).
-    keep_at_least(part(j).LOCK, HOLD_TTL)
+    keep_at_least(locks[j], HOLD_TTL)
   end
   if waiter ~= '' then -- registered while a copy took them: no longer waiting
-    call_or_wrongtype('ZREM', part(watch).WAITERS, waiter)
+    call_or_wrongtype('ZREM', select(3, part(watch)), waiter)
   end
   return tokens
 end
@@ -126,34 +125,29 @@ if busy == 0 then
   -- Every counter read first: a foreign value in one fails before any is minted.
   local tokens, lasts = {1}, {}
   for i = 1, N do
-    local p = part(i)
-    lasts[i] = raise_error(last_token(p.FENCE))
+    lasts[i] = raise_error(last_token(counters[i]))
   end
   for i = 1, N do
-    local p = part(i)
-    tokens[i + 1] = mint_token(p.FENCE, HOLD_TTL, lasts[i])
+    tokens[i + 1] = mint_token(counters[i], HOLD_TTL, lasts[i])
   end
   for i = 1, N do
-    local p = part(i)
-    redis.call('SET', p.LOCK, owner, 'PX', HOLD_TTL)
+    redis.call('SET', locks[i], owner, 'PX', HOLD_TTL)
   end
   if waiter ~= '' then
-    local p = part(watch)
-    call_or_wrongtype('ZREM', p.WAITERS, waiter)
+    call_or_wrongtype('ZREM', select(3, part(watch)), waiter)
   end
   return tokens
 end
 
 if waiter ~= '' then
-  local p = part(watch)
+  local lock, fence, waiters, channel = part(watch)
   if busy == watch then
     if redis.call('EXISTS', TOMBSTONE) == 1 then
       return {-1, 0}
     end
-    register_waiter(p.WAITERS, waiter, WAITER_TTL)
-  elseif call_or_wrongtype('ZREM', p.WAITERS, waiter) == 0 and redis.call('EXISTS', p.LOCK) == 0 then
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
+    register_waiter(waiters, waiter, WAITER_TTL)
+  elseif call_or_wrongtype('ZREM', waiters, waiter) == 0 and redis.call('EXISTS', lock) == 0 then
+    hand_next(lock, fence, waiters, channel, PUBLISH)
   end
 end
-local busy_lock = part(busy).LOCK
-return {0, redis.call('PTTL', busy_lock), busy}
+return {0, redis.call('PTTL', locks[busy]), busy}

@@ -22,7 +22,6 @@ if not all_held(OWNER) then
 end
 local shorten = may_shorten(SHORTEN)
 for i = 1, N do
-  local p = part(i)
-  extend_key(p.LOCK, HOLD_TTL, shorten)
+  extend_key((part(i)), HOLD_TTL, shorten)
 end
 return 1

@@ -12,12 +12,12 @@
 -- one cluster slot (the client groups the locks by slot), or on one server.
 -- Every lock of a group holds the same owner token: that of the attempt
 -- that took them all. scripts.go puts before this file N, the number of
--- locks, and part(i), the i-th lock's keys by those names (p.LOCK...).
+-- locks, and part(i), the i-th lock's keys in that order.
 
 -- Whether every lock of the group holds owner.
 local function all_held(owner)
   for i = 1, N do
-    if redis.call('GET', part(i).LOCK) ~= owner then
+    if redis.call('GET', (part(i))) ~= owner then
       return false
     end
   end

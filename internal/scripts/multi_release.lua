@@ -31,21 +31,21 @@ void_call(TOMBSTONE, VOID_TTL)
 -- one DEL; else each is handed on.
 local held, waiters = {}, {}
 for i = 1, N do
-  local p = part(i)
-  waiters[i] = p.WAITERS
-  if redis.call('GET', p.LOCK) == OWNER then
+  local lock, _, lock_waiters = part(i)
+  waiters[i] = lock_waiters
+  if redis.call('GET', lock) == OWNER then
     held[#held + 1] = i
   end
 end
 local anyone_waits = #held > 0 and redis.call('EXISTS', unpack(waiters)) > 0
 local released, retaken, freed = #held, false, {}
 for _, i in ipairs(held) do
-  local p = part(i)
-  retaken = retaken or taken_since(p.FENCE, ARGV[TOKENS_AT + i - 1], RELEASE_MARK)
+  local lock, fence, lock_waiters, channel = part(i)
+  retaken = retaken or taken_since(fence, ARGV[TOKENS_AT + i - 1], RELEASE_MARK)
   if anyone_waits then
-    hand_next(p.LOCK, p.FENCE, p.WAITERS, p.CHANNEL, PUBLISH)
+    hand_next(lock, fence, lock_waiters, channel, PUBLISH)
   else
-    freed[#freed + 1] = p.LOCK
+    freed[#freed + 1] = lock
   end
 end
 if #freed > 0 then

@@ -13,8 +13,7 @@ if not all_held(OWNER) then
 end
 local least = -1
 for i = 1, N do
-  local p = part(i)
-  local ttl = redis.call('PTTL', p.LOCK)
+  local ttl = redis.call('PTTL', (part(i)))
   if least < 0 or (ttl >= 0 and ttl < least) then
     least = ttl
   end
