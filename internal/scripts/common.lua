@@ -347,6 +347,9 @@ end
 -- foreign, tells nothing; nor, as for taken_since, does one taken after a
 -- copy of this release let go (its mark).
 local function minted_anew(current, token, mark)
+  if current == token then -- the common case, told without a strtod
+    return false
+  end
   current, token = tonumber(current), tonumber(token)
   return current ~= nil and token ~= nil and current ~= token and not released_before(mark)
 end
