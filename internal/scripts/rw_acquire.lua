@@ -44,9 +44,6 @@
 local member, waiter = OWNER, WAITER
 local mode, owner = parse(member)
 
-local function read_state()
-  return call_or_wrongtype('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner, STATE_MARK, 'aw' .. owner)
-end
 -- Clean: none of the lock's keys is there, nor the call's tombstone: a
 -- free lock nobody waits for, told by one command. Nothing is left to
 -- read, recognise (the counter is, where mint_token reads it), purge or
@@ -57,7 +54,7 @@ end
 local clean = redis.call('EXISTS', STATE, HOLDS, WWAIT, RWAIT, RPASS, TOMBSTONE) == 0
 local st = {}
 if not clean then
-  st = read_state() -- its WRONGTYPE tells a state of another type, before anything is written
+  st = acquire_state(mode, owner) -- its WRONGTYPE tells a state of another type, before anything is written
   if st.err then
     return foreign_state(STATE)
   end
@@ -66,10 +63,7 @@ local wrong = rights_refused(STATE, not clean)
 if wrong then
   return wrong
 end
--- A clean grant undoes itself with DEL, and gives each key its expiry as
--- it makes it: rights known before may have been revoked since, and
--- without these two a refusal would leave a key held for good.
-wrong = clean and refused_any(STATE, {'del', 'pexpireat'})
+wrong = clean and refused_any(STATE, CLEAN_GRANT_RIGHTS)
 if wrong then
   return wrong
 end
@@ -81,7 +75,7 @@ if not clean then
 end
 local now = server_now()
 if not clean and purge(now) > 0 then
-  st = read_state()
+  st = acquire_state(mode, owner)
 end
 -- No state (foreign_state above: no mark): any hold left in HOLDS lost its
 -- count with it (DEL, FLUSHDB, an eviction), and is nobody's now.
@@ -139,29 +133,26 @@ if granted then
   local token = tonumber(st[5])
   -- Counts in digits: a number given to redis.call is formatted with %.17g.
   local fields = {'n' .. mode .. owner, mine == 0 and '1' or string.format('%d', mine + 1)}
-  local function field(name, value)
-    fields[#fields + 1], fields[#fields + 2] = name, value
-  end
   if mine == 0 then
     local digits
     token, digits = mint_token(FENCE, HOLD_TTL)
     token = raise_error(token) -- fails, before the hold is written, on a foreign counter
-    field('t' .. mode .. owner, digits)
+    add_field(fields, 't' .. mode .. owner, digits)
     if mode == 'w' then
-      field('W', owner)
+      add_field(fields, 'W', owner)
     end
   end
   if mode == 'r' then
-    field('R', readers == 0 and '1' or string.format('%d', readers + 1))
+    add_field(fields, 'R', readers == 0 and '1' or string.format('%d', readers + 1))
   end
   if fresh then
-    field(STATE_MARK, STATE_KIND)
+    add_field(fields, STATE_MARK, STATE_KIND)
   end
   if INFO and INFO ~= '' then
-    field('i' .. mode .. owner, INFO)
+    add_field(fields, 'i' .. mode .. owner, INFO)
   end
   if mode == 'w' and TAKEN_BY and TAKEN_BY ~= '' then
-    field('aw' .. owner, TAKEN_BY)
+    add_field(fields, 'aw' .. owner, TAKEN_BY)
   elseif mode == 'w' and st[7] then -- never on a clean lock: there its rights are checked
     redis.call('HDEL', STATE, 'aw' .. owner)
   end
@@ -171,12 +162,7 @@ if granted then
     -- The holds first, each key given its expiry as it is made: a refused
     -- command leaves none without one, and what was written goes (both
     -- keys were missing), the refusal failing the script.
-    local ok, err = pcall(function()
-      redis.call('ZADD', HOLDS, expiry, member)
-      redis.call('PEXPIREAT', HOLDS, expiry)
-      redis.call('HSET', STATE, unpack(fields))
-      redis.call('PEXPIREAT', STATE, expiry)
-    end)
+    local ok, err = pcall(write_clean, member, expiry, fields)
     if not ok then
       redis.call('DEL', STATE, HOLDS)
       return type(err) == 'table' and err or redis.error_reply(tostring(err))

@@ -51,6 +51,33 @@ local function parse(member)
   return member:sub(1, 1), member:sub(OWNER_TOKEN_DIGITS + 2)
 end
 
+-- The state's fields an acquire by owner in mode reads (rw_acquire.lua),
+-- or the error reply where the state is of another type. A helper of the
+-- library, not of the call: a closure made per call costs (library.go).
+local function acquire_state(mode, owner)
+  return call_or_wrongtype('HMGET', STATE, 'W', 'R', 'nw' .. owner, 'nr' .. owner, 't' .. mode .. owner, STATE_MARK, 'aw' .. owner)
+end
+
+-- Append a field and its value to fields, the arguments of one HSET.
+local function add_field(fields, name, value)
+  fields[#fields + 1], fields[#fields + 2] = name, value
+end
+
+-- Write a hold on a clean lock (rw_acquire.lua): the holds first, each key
+-- given its expiry as it is made.
+local function write_clean(member, expiry, fields)
+  redis.call('ZADD', HOLDS, expiry, member)
+  redis.call('PEXPIREAT', HOLDS, expiry)
+  redis.call('HSET', STATE, unpack(fields))
+  redis.call('PEXPIREAT', STATE, expiry)
+end
+
+-- A clean grant undoes itself with DEL, and gives each key its expiry as
+-- it makes it: rights known before may have been revoked since, and
+-- without these two a refusal would leave a key held for good. One table
+-- for every call (refused_any only reads it).
+local CLEAN_GRANT_RIGHTS = {'del', 'pexpireat'}
+
 -- Take one hold out of the counts; returns its mode and what its owner
 -- still holds in that mode. present: whether the state is there, when the
 -- caller has looked (nil: forget looks).
