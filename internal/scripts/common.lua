@@ -213,9 +213,10 @@ end
 -- puts before this file), so a name no longer used leaves no key behind.
 
 -- What each counter holds, as this script read it (foreign_key in
--- foreign.lua, last_token) or wrote it (store_token); false: nothing. A
--- script reads a counter from Redis once: every write to one goes through
--- store_token, but redlock_fence.lua's, its last command.
+-- foreign.lua, last_token) or wrote it (store_token); false: nothing; a
+-- number: the token last_token found there, checked. A script reads a
+-- counter from Redis once: every write to one goes through store_token,
+-- but redlock_fence.lua's, its last command.
 local counter_reads = {}
 
 -- The last token minted from the counter fence, 0 when there is none; an
@@ -230,6 +231,9 @@ local function last_token(fence)
   if not stored then
     return 0
   end
+  if type(stored) == 'number' then -- checked already: a match and a strtod spared
+    return stored
+  end
   -- Tokens stay below 2^53 (exact in Lua and in JSON): a counter with no
   -- token left below it is no counter of dlock's. One tonumber: each
   -- costs a strtod.
@@ -237,6 +241,7 @@ local function last_token(fence)
   if not last or last >= 2^53 - 1 then
     return redis.error_reply('WRONGTYPE key ' .. fence .. ' is not a fencing counter')
   end
+  counter_reads[fence] = last
   return last
 end
 
