@@ -219,15 +219,21 @@ end
 -- but redlock_fence.lua's, its last command.
 local counter_reads = {}
 
--- The last token minted from the counter fence, 0 when there is none; an
--- error reply (WRONGTYPE, naming the key) when the key holds what dlock did
--- not write there: another type, or a string that is not a token.
-local function last_token(fence)
+-- What the counter fence holds (see counter_reads), read once.
+local function counter_read(fence)
   local stored = counter_reads[fence]
   if stored == nil then
     stored = call_or_wrongtype('GET', fence)
     counter_reads[fence] = stored
   end
+  return stored
+end
+
+-- The last token minted from the counter fence, 0 when there is none; an
+-- error reply (WRONGTYPE, naming the key) when the key holds what dlock did
+-- not write there: another type, or a string that is not a token.
+local function last_token(fence)
+  local stored = counter_read(fence)
   if not stored then
     return 0
   end
@@ -334,8 +340,14 @@ end
 -- it once a copy of this release let go (its mark): the hold lasted until
 -- then, and the copy took the lock after it; this resend lets that go.
 local function taken_since(fence, token, mark)
+  if token == nil or token == '' then -- nothing to compare: no read (a Redlock's release)
+    return false
+  end
+  if counter_read(fence) == token then -- nothing minted since: told without a strtod
+    return false
+  end
   token = tonumber(token)
-  if token == nil then -- nothing to compare: no read (a Redlock's release)
+  if token == nil then
     return false
   end
   local last = last_token(fence)
