@@ -20,11 +20,13 @@ end
 -- Two values, not a table: a table made per call costs more.
 local clock_ms, clock_us = nil, nil
 
--- The server's clock in ms, and in µs.
+-- The server's clock in ms, and in µs. Arithmetic reads TIME's digits:
+-- it converts a string once, where tonumber converts it twice (Lua 5.1's
+-- lua_isnumber, then lua_tonumber), each a strtod.
 local function server_now()
   if clock_us == nil then
     local t = redis.call('TIME')
-    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock_us = t[1] * 1000000 + t[2]
     clock_ms = math.floor(clock_us / 1000)
   end
   return clock_ms, clock_us
@@ -241,9 +243,9 @@ local function last_token(fence)
     return stored
   end
   -- Tokens stay below 2^53 (exact in Lua and in JSON): a counter with no
-  -- token left below it is no counter of dlock's. One tonumber: each
-  -- costs a strtod.
-  local last = type(stored) == 'string' and string.match(stored, '^%d+$') and tonumber(stored)
+  -- token left below it is no counter of dlock's. Digits made a number
+  -- by arithmetic: one strtod (see server_now).
+  local last = type(stored) == 'string' and string.match(stored, '^%d+$') and stored + 0
   if not last or last >= 2^53 - 1 then
     return redis.error_reply('WRONGTYPE key ' .. fence .. ' is not a fencing counter')
   end
