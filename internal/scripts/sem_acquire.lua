@@ -74,7 +74,6 @@ if not quiet then
   purge(now)
 end
 if permits == nil then
-  permits = tonumber(EXPECTED)
   redis.call('SET', PERMITS, EXPECTED, 'PX', HOLD_TTL) -- a grant keeps it with its permit (expire_with_last)
 elseif permits ~= tonumber(EXPECTED) then
   return {-2, permits}
@@ -89,6 +88,7 @@ if quiet then
   redis.call('PEXPIRE', TOKENS, HOLD_TTL)
   return {1, fence}
 end
+permits = permits or tonumber(EXPECTED)
 if live_score(HOLDERS, owner, now) then
   -- The call's own permit, maybe taken by a copy of an attempt the caller
   -- was told was refused: it lasts the TTL from now, whence the caller's
