@@ -56,7 +56,7 @@ local function take_free(locks, counters)
   return tokens
 end
 
-local owner, waiter, watch = OWNER, WAITER, tonumber(WATCH)
+local owner, waiter = OWNER, WAITER -- WATCH made a number only where a waiter needs it (two strtod)
 local locks, counters, beside = {}, {}, {TOMBSTONE}
 for i = 1, N do
   local lock, fence, waiters = part(i)
@@ -109,7 +109,7 @@ if mine == N then -- a resend: the attempt took them all
     keep_at_least(locks[j], HOLD_TTL)
   end
   if waiter ~= '' then -- registered while a copy took them: no longer waiting
-    call_or_wrongtype('ZREM', select(3, part(watch)), waiter)
+    call_or_wrongtype('ZREM', select(3, part(tonumber(WATCH))), waiter)
   end
   return tokens
 end
@@ -134,12 +134,13 @@ if busy == 0 then
     redis.call('SET', locks[i], owner, 'PX', HOLD_TTL)
   end
   if waiter ~= '' then
-    call_or_wrongtype('ZREM', select(3, part(watch)), waiter)
+    call_or_wrongtype('ZREM', select(3, part(tonumber(WATCH))), waiter)
   end
   return tokens
 end
 
 if waiter ~= '' then
+  local watch = tonumber(WATCH)
   local lock, fence, waiters, channel = part(watch)
   if busy == watch then
     if redis.call('EXISTS', TOMBSTONE) == 1 then
