@@ -52,11 +52,12 @@
 -- and a copy of any of its attempts that finds it does nothing: it neither
 -- takes the lock nor registers (the next release would hand the lock to a
 -- caller that has gone), and answers {-1, 0}. The tombstone is read with
--- the lock, in its MGET. The resend path (the lock already this owner's) looks too: a late copy
--- of an earlier attempt may register the call again after its abandon
--- withdrew the registrations it knew of, and the next release hand the
--- lock to that registration; the copy that then finds the lock its own
--- lets it go rather than report it granted to nobody.
+-- the lock, in one MGET. The resend path (the lock already this owner's)
+-- looks too: a late copy of an earlier attempt may register the call
+-- again after its abandon withdrew the registrations it knew of, and the
+-- next release hand the lock to that registration; the copy that then
+-- finds the lock its own lets it go rather than report it granted to
+-- nobody.
 
 local wrong = rights_refused(LOCK) or (INFO ~= '' and foreign_holder_info(HOLDER))
 if wrong then
