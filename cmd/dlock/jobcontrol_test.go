@@ -55,10 +55,13 @@ func release(t *testing.T, fifo string) {
 }
 
 // Issue 36 (review of the terminal handover): ^Z, then bg, of a run whose
-// command reads the terminal stops the whole run again (Stopped (tty
-// input)): dlock stopped, the shell sees its job stopped, not running
-// with the lock renewed for ever; fg gives the command the terminal and
-// the run completes.
+// command reads the terminal at once: the command stops again (Stopped
+// (tty input)), and fg gives it the terminal and the run completes. The
+// kernel stops the whole job, dlock too, as the shell sees it; but bg
+// continues the command first, and its SIGTTIN may reach dlock before
+// bg's SIGCONT does, which then discards it: dlock runs on as flock(1)
+// would, and fg still resumes the command. That dlock stops is held
+// deterministically by TestRun_ABackgroundedRunLeavesTheTerminalToTheShell.
 func TestRun_BgOfARunReadingTheTerminalStopsItAndFgCompletesIt(t *testing.T) {
 	url, _ := testRedis(t)
 	dir := t.TempDir()
@@ -79,9 +82,8 @@ sleep 600
 	term.tmux("send-keys", "C-z")
 	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
 	// bg continues the run; the command's read stops it again.
-	waitFor(t, 10*time.Second, "the command and dlock stopped again after bg", func() bool {
-		return state(cmd) == "T" && state(dlockPid) == "T"
-	})
+	waitFor(t, 10*time.Second, "the command stopped again after bg", func() bool { return state(cmd) == "T" })
+	t.Logf("dlock is %q once the command has stopped", state(dlockPid))
 	release(t, resume)
 	term.typeLine("hello")
 	term.waitScreen("got:hello")
