@@ -90,15 +90,12 @@ type optionScope struct {
 	takes optionSet
 }
 
-// The options each type takes.
+// The options each type takes, where others' follow from them; the other
+// types' are in their own files.
 var (
 	forMutex     = optionScope{"Mutex", optEveryLock | optWaiterRefresh | optHolderInfo | optReplicaAck}
-	forFair      = optionScope{"FairMutex", forMutex.takes}
-	forSemaphore = optionScope{"Semaphore", forMutex.takes}
 	forRWMutex   = optionScope{"RWMutex", forMutex.takes | optOwner}
 	forReentrant = optionScope{"ReentrantMutex", forRWMutex.takes}
-	forMulti     = optionScope{"MultiLock", optEveryLock | optWaiterRefresh | optReplicaAck}
-	forElection  = optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck}
 	forClient    = optionScope{"Client", forRWMutex.takes}
 	forRedlock   = optionScope{"Redlock", optEveryLock | optNodeTimeout | optRestartGuard}
 	forDescribe  = optionScope{"Describe or ForceUnlock", 0} // WithPrefix is all they use
