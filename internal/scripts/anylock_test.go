@@ -17,10 +17,10 @@ import (
 func TestAnyLockScripts_KnowEveryKeyOfEveryType(t *testing.T) {
 	ctx, rdb := setup(t)
 	const lock = "t:{any}"
-	any := AnyLockLayout.anyLockLocals()
+	locals := AnyLockLayout.anyLockLocals()
 	seen := make(map[string]bool)
 	listed := func(field, lua string) bool {
-		m := regexp.MustCompile(field + ` = \{([^=]*?)\}(, \w+ =|\}$)`).FindStringSubmatch(strings.TrimSpace(any))
+		m := regexp.MustCompile(field + ` = \{([^=]*?)\}(, \w+ =|\}$)`).FindStringSubmatch(strings.TrimSpace(locals))
 		return m != nil && slices.Contains(regexp.MustCompile(`\w+`).FindAllString(m[1], -1), lua)
 	}
 	for _, set := range lockTypeScripts {
@@ -37,10 +37,10 @@ func TestAnyLockScripts_KnowEveryKeyOfEveryType(t *testing.T) {
 				}
 				name := AnyLockLayout[i].Lua
 				if (k.Held || k.Form == FormLock) && !listed("held", name) {
-					t.Errorf("ForceUnlock does not remove %s: %s", name, any)
+					t.Errorf("ForceUnlock does not remove %s: %s", name, locals)
 				}
-				if k.Tells != "" && !strings.Contains(any, "{"+name+", '"+k.Tells+"'}") {
-					t.Errorf("Describe does not look for %s: %s", name, any)
+				if k.Tells != "" && !strings.Contains(locals, "{"+name+", '"+k.Tells+"'}") {
+					t.Errorf("Describe does not look for %s: %s", name, locals)
 				}
 				key := lock + k.Suffix
 				if err := rdb.RPush(ctx, key, "x").Err(); err != nil {
