@@ -230,11 +230,7 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 // [Client.Describe] shows only its [admin.OwnerHash]. It must be printable UTF-8,
 // not empty, and at most [MaxNameLen] bytes.
 func WithOwner(id string) Option {
-	return func(s *settings) {
-		s.owner = id
-		s.ownerSet = true
-		s.given |= optOwner
-	}
+	return func(s *settings) { s.owner, s.ownerSet, s.given = id, true, s.given|optOwner }
 }
 
 // WithWaiterRefresh sets how often a waiting Lock renews its place among the
