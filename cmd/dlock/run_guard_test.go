@@ -92,8 +92,9 @@ func TestRun_AClosedOutputDoesNotSpareTheCommandAtTheDeadline(t *testing.T) {
 }
 
 // Issue 36: --release-on-exit, a loss or kill -9 of dlock kills the
-// processes left in the command's group, orphans of init too.
-func TestRun_ReleaseOnExitKillsTheGroupOnALoss(t *testing.T) {
+// processes the command left while it runs, orphans too: they stay below
+// the guard, their subreaper.
+func TestRun_ReleaseOnExitKillsTheOrphansOnALoss(t *testing.T) {
 	for _, how := range []string{"unlock --force", "kill -9"} {
 		t.Run(how, func(t *testing.T) {
 			url, _ := testRedis(t)
@@ -111,7 +112,7 @@ func TestRun_ReleaseOnExitKillsTheGroupOnALoss(t *testing.T) {
 					t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
 				}
 			}
-			waitGone(t, orphan, 10*time.Second, "the orphan in the command's group, after "+how+",")
+			waitGone(t, orphan, 10*time.Second, "the command's orphan, after "+how+",")
 		})
 	}
 }
