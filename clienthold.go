@@ -112,14 +112,10 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	now := l.clock.Now()
 	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
-		// A cold connection's dial and script load on a slow link all count
-		// against the grant, and so does a suspension of the machine
-		// before its reply was read: keep confirms it before the caller
-		// sees it, so that no lease is handed over already lost, overdue
-		// for renewal, or with less time left than its grant took to
-		// arrive (a renewal crosses the same link, and would likely not
-		// make it). A fixed lease handed over for less than its lease
-		// time is extended to it.
+		// A slow link, a cold dial or a suspension ate into the grant:
+		// keep confirms it first, so no lease is handed over lost, overdue
+		// for renewal, or with less left than its grant took to arrive. A
+		// fixed lease granted less than its lease time is extended to it.
 		l.state = leaseUnconfirmed
 		return l
 	}

@@ -61,11 +61,12 @@ func parseMutexInfo(reply []any) (admin.LockInfo, error) {
 	holderInfo, _ := reply[4].(string)
 	info := admin.LockInfo{Kind: observe.KindMutex, Holders: []admin.Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
 		TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]), LastToken: uint64(r[3])}
-	switch sort, _ := reply[5].(string); sort {
-	case "election":
-		info.Kind, info.LeaderValue = observe.KindElection, fmt.Sprint(reply[6])
-	case "fair":
-		info.Kind = observe.KindFair
+	// The kind a key beside the lock tells (scripts.Key's Tells), if any.
+	if sort, _ := reply[5].(string); sort != "" {
+		info.Kind = observe.Kind(sort)
+	}
+	if info.Kind == observe.KindElection {
+		info.LeaderValue = fmt.Sprint(reply[6])
 	}
 	if r[1] < 0 {
 		info.TTL = -1

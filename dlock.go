@@ -225,12 +225,9 @@ func (c *Client) tagged(waiterID string) string {
 }
 
 // tombstoneLife is how long a call that gave up keeps late copies of its
-// attempts out (see tombstone). Every copy is sent before the call gives
-// up, so what is left is a copy's time on the way: in a socket buffer,
-// behind a stalled server, retransmitted by TCP. A minute is many times
-// that; a later copy does what a lost abandon does, a hold that expires
-// with its TTL. Not the attempt's TTL, which may be years: tombstones
-// would pile up for as long.
+// attempts out (see tombstone): many times a copy's time on the way. A
+// later copy does what a lost abandon does, a hold that expires with its
+// TTL; the TTL itself may be years, and tombstones would pile up.
 const tombstoneLife = time.Minute
 
 var tombstoneLifeMillis any = tombstoneLife.Milliseconds()
@@ -252,13 +249,9 @@ func secretKey(base, sep, token string) string {
 }
 
 // tombstone is where a call that gave up is marked void, call being the
-// token all its attempts carry (the call's owner token, a read-write lock's
-// hold id, or a MultiLock call's token of its own, shared by its groups):
-// every abandon script writes it, as does the release of a lease whose call
-// gave it up or may have had an attempt sent twice (see clientHold.maybeCopied);
-// every acquire script refuses an attempt that finds it before taking or
-// registering anything, so that a copy of any attempt of the call arriving
-// late does nothing.
+// token all its attempts carry. Abandons write it, as do releases of a
+// lease given up or maybe copied (clientHold.maybeCopied); an acquire that
+// finds it takes and registers nothing, so a late copy does nothing.
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
@@ -382,12 +375,9 @@ func publishArg(command string) any {
 }
 
 // cleanupContext is the context of work that must go on after its caller
-// has given up (a release, an abandon, a roll-back): not cancelled with
-// ctx, not cut short by ctx's deadline (often the very thing that just
-// ended, or is about to), and bounded by CleanupTimeout whatever ctx is. A
-// context that can never end (Background) gets the bound too: without it,
-// a frozen server held an Unlock for as long as the Redis client waits,
-// which may be forever.
+// has given up (a release, an abandon, a roll-back): free of ctx's
+// cancellation and deadline, and bounded by CleanupTimeout whatever ctx
+// is, Background included, so a frozen server cannot hold an Unlock.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil { // nothing to strip from Background: one allocation less
 		ctx = context.WithoutCancel(ctx)

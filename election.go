@@ -53,7 +53,7 @@ var electionKind = &leaseKind{
 // option is returned by the first call, matching [ErrInvalid]. Its lock is
 // a [Mutex] of the same name, which Describe and ForceUnlock see.
 func (c *Client) Election(name string, opts ...Option) *Election {
-	e := &Election{handle: c.newHandle(name, opts, forElection)}
+	e := &Election{handle: c.newHandle(name, opts, optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck})}
 	lay := newKeyLists(e.keys)
 	acquire, release := lay.add(scripts.LayoutOf(scripts.ElectionAcquire)), lay.add(scripts.LayoutOf(scripts.ElectionRelease))
 	abandon, extend := lay.add(electionAbandonLayout), lay.add(electionExtendLayout)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -137,22 +138,18 @@ func unavailable(err error) error {
 // isPermission recognises an ACL refusal, of a command sent or one a
 // script ran, in the words of Redis 7.0, Redis 8 and Valkey.
 func isPermission(err error) bool {
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "NOPERM") || strings.Contains(msg, "executing the script can't") ||
-		strings.Contains(msg, "ACL failure in script") || strings.Contains(msg, "No permissions to access")
+	return errSays(err, "NOPERM", "executing the script can't", "ACL failure in script", "No permissions to access")
 }
 
 // isPublishRefused recognises a script's PUBLISH refused by an ACL that
 // lacks the lock's channels, in Redis 7.0's words or later ones'.
 func isPublishRefused(err error) bool {
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "can't publish to the channel") || strings.Contains(msg, "No permissions to access a channel")
+	return errSays(err, "can't publish to the channel", "No permissions to access a channel")
+}
+
+// errSays reports whether err's message contains any of words.
+func errSays(err error, words ...string) bool {
+	return err != nil && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(err.Error(), w) })
 }
 
 // wrongTypeDetail is what Redis said after WRONGTYPE, without where in
@@ -171,9 +168,7 @@ func isNoScript(err error) bool {
 
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at
 // the start of the message; miniredis wraps it in a script error.
-func isWrongType(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
-}
+func isWrongType(err error) bool { return errSays(err, "WRONGTYPE") }
 
 // LossReason says how a lease was lost: it is in the chain of every lost
 // lease's error, beside [ErrLeaseLost] (errors.Is(err, dlock.LossTaken)).

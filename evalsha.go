@@ -190,15 +190,8 @@ func refusedFunctions(call scriptCall) bool {
 // refusesFunctions tells the error of a server that does not take Redis
 // Functions: FCALL or FUNCTION is unknown there, or not permitted.
 func refusesFunctions(err error) bool {
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "NOPERM") && !strings.Contains(msg, "unknown command") {
-		return false
-	}
-	return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "`fcall`") ||
-		strings.Contains(msg, "'function") || strings.Contains(msg, "`function`")
+	return (errSays(err, "unknown command") || err != nil && strings.HasPrefix(err.Error(), "NOPERM")) &&
+		errSays(err, "'fcall'", "`fcall`", "'function", "`function`")
 }
 
 // libraryLoaded tells FUNCTION LOAD's error where dlock's library is

@@ -29,7 +29,7 @@ var fairKind = &leaseKind{
 // Redis; a bad name or option is returned by the first TryLock or Lock,
 // matching [ErrInvalid].
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
-	f := &FairMutex{handle: c.newHandle(name, opts, forFair)}
+	f := &FairMutex{handle: c.newHandle(name, opts, optionScope{"FairMutex", forMutex.takes})}
 	if f.err == nil {
 		lay := newKeyLists(f.keys)
 		acquire, release := lay.add(scripts.LayoutOf(scripts.FairAcquire)), lay.add(scripts.LayoutOf(scripts.FairRelease))

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/family"
+	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/observe"
 )
 
 // What every lease gives, on the types that share the Mutex's lease: a
@@ -160,4 +165,26 @@ func keysDiff(before, after map[string]string) []string {
 		}
 	}
 	return diff
+}
+
+// Describe and ForceUnlock take every key of every kind's scripts
+// (scripts.AnyLockLayout, made from lockTypeScripts' layouts), and a key
+// that tells a kind beside an owner token tells one of the family.
+func TestFamily_EveryKindsKeysAreThoseOfAnyLock(t *testing.T) {
+	for _, k := range family.All {
+		s := k.Scripts
+		for _, script := range []*redis.Script{s.Acquire, s.Extend, s.Release, s.Abandon} {
+			for _, key := range scripts.LayoutOf(script) {
+				i := slices.IndexFunc(scripts.AnyLockLayout, func(in scripts.Key) bool { return in.Suffix == key.Suffix })
+				if !key.PerCall && i < 0 {
+					t.Errorf("%s: Describe and ForceUnlock do not take %s (%q)", k.Kind, key.Lua, key.Suffix)
+				}
+			}
+		}
+	}
+	for _, key := range scripts.AnyLockLayout {
+		if _, ok := family.Of(observe.Kind(key.Tells)); key.Tells != "" && !ok {
+			t.Errorf("%s tells %q, which is no kind", key.Lua, key.Tells)
+		}
+	}
 }

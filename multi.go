@@ -59,7 +59,7 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 			return m
 		}
 	}
-	if m.h.err = m.h.cfg.validate(forMulti); m.h.err != nil {
+	if m.h.err = m.h.cfg.validate(optionScope{"MultiLock", optEveryLock | optWaiterRefresh | optReplicaAck}); m.h.err != nil {
 		return m
 	}
 	for _, names := range c.groupBySlot(sorted) {

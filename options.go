@@ -90,15 +90,12 @@ type optionScope struct {
 	takes optionSet
 }
 
-// The options each type takes.
+// The options each type takes, where others' follow from them; the other
+// types' are in their own files.
 var (
 	forMutex     = optionScope{"Mutex", optEveryLock | optWaiterRefresh | optHolderInfo | optReplicaAck}
-	forFair      = optionScope{"FairMutex", forMutex.takes}
-	forSemaphore = optionScope{"Semaphore", forMutex.takes}
 	forRWMutex   = optionScope{"RWMutex", forMutex.takes | optOwner}
 	forReentrant = optionScope{"ReentrantMutex", forRWMutex.takes}
-	forMulti     = optionScope{"MultiLock", optEveryLock | optWaiterRefresh | optReplicaAck}
-	forElection  = optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck}
 	forClient    = optionScope{"Client", forRWMutex.takes}
 	forRedlock   = optionScope{"Redlock", optEveryLock | optNodeTimeout | optRestartGuard}
 	forDescribe  = optionScope{"Describe or ForceUnlock", 0} // WithPrefix is all they use
@@ -233,11 +230,7 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 // [Client.Describe] shows only its [admin.OwnerHash]. It must be printable UTF-8,
 // not empty, and at most [MaxNameLen] bytes.
 func WithOwner(id string) Option {
-	return func(s *settings) {
-		s.owner = id
-		s.ownerSet = true
-		s.given |= optOwner
-	}
+	return func(s *settings) { s.owner, s.ownerSet, s.given = id, true, s.given|optOwner }
 }
 
 // WithWaiterRefresh sets how often a waiting Lock renews its place among the

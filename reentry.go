@@ -20,14 +20,10 @@ import (
 // alone does not tell the Redis: ownerFor checks that too.
 type heldKey string
 
-// ownerFor is the owner a call on h with ctx acts as: the id given to
-// WithOwner; else the owner of the hold of this lock ctx carries, while its
-// lease is held (one released or lost carries nothing: its owner may still
-// hold the lock through other leases, and must not be joined by a caller
-// that only kept the context); else "", a new owner. A hold of the same
-// prefix and name on another Redis (another server, cluster or database)
-// is a hold of another lock: it would let whoever shares the context join
-// a hold there that it was never given.
+// ownerFor is the owner a call on h with ctx acts as: WithOwner's id; else
+// the owner of the hold of this lock, on this Redis, that ctx carries while
+// its lease is held (a caller that only kept the context of an ended lease
+// joins nothing); else "", a new owner.
 func (h *holdLock) ownerFor(ctx context.Context) string {
 	if h.owner != "" {
 		return h.owner
@@ -38,13 +34,8 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 	return ""
 }
 
-// sameRedis reports whether a and b take their locks in the same Redis:
-// they are one Client, share one go-redis client, or have go-redis clients
-// of the same kind, addresses and database. Clients whose Redis cannot be
-// told (a go-redis client of another kind, a Sentinel failover client)
-// are the same only when they share one go-redis client. (A go-redis
-// client whose own Dialer goes elsewhere than its Addr says is taken at
-// its word.)
+// sameRedis reports whether a and b take their locks in the same Redis
+// (see redisIdentity); one whose Redis cannot be told is only its own.
 func sameRedis(a, b *Client) bool {
 	return a == b || a.redis != "" && a.redis == b.redis
 }

@@ -40,7 +40,7 @@ var semKind = &leaseKind{
 // A Semaphore's keys are its own type: a Mutex or another lock type of the
 // same name fails with [ErrWrongType].
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
-	s := &Semaphore{handle: c.newHandle(name, opts, forSemaphore)}
+	s := &Semaphore{handle: c.newHandle(name, opts, optionScope{"Semaphore", forMutex.takes})}
 	s.permits.Store(int64(permits))
 	if c != nil && s.err == nil {
 		s.err = validPermits(name, permits)

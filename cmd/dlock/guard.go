@@ -16,16 +16,17 @@ import (
 )
 
 // The guard is dlock's own binary (dlock-guard in ps) between dlock and the
-// command: the command's parent, in its process group. On Linux it is the
-// subreaper of the command's processes, so that every one of them stays
-// below it whatever group or session it moves to, and it exits once none
-// is left: dlock holds the lock until then. It kills them all when dlock
-// dies, even by SIGKILL (it sees dlock's end of a pipe close), and at the
-// lease's deadline, which dlock writes to a file they share at each
-// renewal, should dlock stop renewing (SIGSTOP, ^Z) without dying. Job
-// control does not stop it. It tells dlock when the command stops (its
-// main process, or once that has exited a process left in its group) and
-// when the main process exits.
+// command: the command's parent, in dlock's process group, so that the
+// shell's job control acts on dlock, the guard and the command as one job,
+// as with flock(1). On Linux it is the subreaper of the command's
+// processes, so that every one of them stays below it whatever group or
+// session it moves to, and it exits once none is left: dlock holds the
+// lock until then. It kills them all when dlock dies, even by SIGKILL (it
+// sees dlock's end of a pipe close), and at the lease's deadline, which
+// dlock writes to a file they share at each renewal, should dlock stop
+// renewing (SIGSTOP, ^Z) without dying. Job control does not stop it. It
+// passes on the signals dlock gets, and tells dlock when the main process
+// exits.
 type guard struct {
 	pipe     *os.File      // the write end; the guard reads the other
 	child    *os.File      // the read end, dlock's copy until the guard has started
@@ -35,7 +36,7 @@ type guard struct {
 	deadline time.Time     // the last one written
 	stop     chan struct{} // ends follow's goroutine
 	stopped  chan struct{} // closed once it has ended
-	said     chan string   // the guard's reports: "stopped SIG", "exited N", "expired"
+	said     chan string   // the guard's reports: "exited N", "expired"
 	passed   []*os.File    // dlock's inherited descriptors, kept from the collector's close
 	unblock  []int         // those of them non-blocking, which exec makes blocking
 }
@@ -248,8 +249,8 @@ func untilDeadline(f *os.File) time.Duration {
 // its reports go to the next. It exits with the command's exit code (128+N
 // for signal N).
 func guardCommand() int {
-	// The terminal's ^C, a kill 0 of the command's, and what dlock passes
-	// on reach the guard too: they are the command's to act on.
+	// ^C, ^\, a kill 0 of the command's, and what dlock passes on reach
+	// the guard: they are the command's to act on.
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	nameProcess("dlock-guard")
@@ -283,10 +284,10 @@ func guardCommand() int {
 // superviseCommand runs the command and acts on dlock's words until every
 // process of it has ended (only the main one with --release-on-exit).
 func superviseCommand(words <-chan string, reports, lease *os.File, signals <-chan os.Signal) int {
+	// With --release-on-exit too: the processes the command leaves are
+	// then killed with it on a loss, until its main process exits.
+	becomeSubreaper()
 	hold := strings.HasPrefix(os.Getenv(heldEnv), "hold")
-	if hold {
-		becomeSubreaper()
-	}
 	cmd := &exec.Cmd{Path: os.Args[1], Args: os.Args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })}
 	// Caught until they are ignored below: a command that reads the
@@ -301,26 +302,25 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		return exitCannotRun
 	}
 	// Once the command has started, which would inherit them: a guard
-	// stopped by ^Z or by writing to a terminal (stty tostop), or killed
-	// by writing to a closed pipe, could not kill at the deadline.
+	// stopped by ^Z, by reading or writing the terminal in the background,
+	// or killed by writing to a closed pipe, could not kill at the deadline.
 	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
 	ended := make(chan int)
 	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
-	group := os.Getpid()
 	expiry := time.NewTimer(untilDeadline(lease))
 	for {
 		select {
 		case code := <-ended:
 			return code
 		case _, ok := <-words:
-			if !ok { // dlock died
+			if !ok { // dlock died, or lost the lock (elsewhere than Linux)
 				words = nil
-				if unkilled := killAll(group, nil); len(unkilled) > 0 {
+				if unkilled := killAll(cmd.Process, nil); len(unkilled) > 0 {
 					fmt.Fprintf(os.Stderr, "dlock run: dlock died; %s\n", killedText(unkilled))
 				}
 			}
 		case sig := <-signals:
-			passOut(group, sig.(syscall.Signal))
+			passOn(cmd.Process, sig.(syscall.Signal))
 		case <-expiry.C:
 			// Read again: dlock has moved it since at each renewal, and
 			// the guard may have been stopped past it meanwhile.
@@ -331,63 +331,45 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 			// dlock may have been stopped, or Redis unreachable: the guard
 			// knows only that no renewal came. dlock, told, exits 76.
 			fmt.Fprintln(reports, "expired")
-			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(group, nil)))
+			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(cmd.Process, nil)))
 		}
 	}
 }
 
 // reap reaps the guard's children as they end, the orphans of the
 // command's processes among them, until none is left (only the main one,
-// main, with --release-on-exit), and returns main's exit code. It reports
-// to dlock when main exits, and when the command stops: main, or once main
-// has exited a process left in the command's group (^Z stops them all),
-// once until they are continued.
+// main, with --release-on-exit), and returns main's exit code. It tells
+// dlock when main exits.
 func reap(main int, hold bool, reports *os.File) int {
-	code, exited := exitCannotRun, false
-	stopped := map[int]bool{}
+	code := exitCannotRun
 	for {
 		var status syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &status, syscall.WUNTRACED|syscall.WCONTINUED, nil)
+		pid, err := syscall.Wait4(-1, &status, 0, nil)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			break // no child left
+			return code // no child left
 		}
-		switch {
-		case status.Stopped():
-			// A job is stopped once all of it is, as a shell has it: a kill
-			// -STOP of one process of it stops neither dlock nor the lease.
-			if pgid, err := syscall.Getpgid(pid); (pid == main || exited && err == nil && pgid == syscall.Getpgrp()) && groupStopped() {
-				if len(stopped) == 0 {
-					fmt.Fprintln(reports, "stopped", int(status.StopSignal()))
-				}
-				stopped[pid] = true
-			}
-		case status.Continued():
-			delete(stopped, pid)
-		case pid == main:
-			delete(stopped, pid)
-			code, exited = statusCode(status), true
+		if pid == main {
+			code = statusCode(status)
 			if !hold {
 				return code
 			}
 			fmt.Fprintln(reports, "exited", code)
-		default:
-			delete(stopped, pid)
 		}
 	}
-	waitForGroup()
-	return code
 }
 
-// passOut passes sig, which reached the command's group, on to the
-// processes of the command out of it (setsid): ^C, or a signal sent to
-// dlock, reaches every process of the command. SIGCONT after it, as
-// signalGroup does.
-func passOut(group int, sig syscall.Signal) {
-	for _, pid := range commandProcesses(group, nil) {
-		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != group {
+// passOn passes sig on to every process of the command, and SIGCONT
+// after it: one stopped (a ^Z of the job, whose fg has yet to come, or
+// kill -STOP) would not act on it until continued. A signal from the
+// terminal (fromTerminal) reached the processes of the job already: it
+// goes only to those out of it (setsid).
+func passOn(main *os.Process, sig syscall.Signal) {
+	job, group := fromTerminal(sig), syscall.Getpgrp()
+	for _, pid := range commandProcesses(main, nil) {
+		if pgid, err := syscall.Getpgid(pid); !job || err == nil && pgid != group {
 			_ = syscall.Kill(pid, sig)
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,10 +12,10 @@ import (
 	"time"
 )
 
-// These tests hold dlock run to a shell's job control: dlock and its
-// command are one job, which stops, goes to the background and comes back
-// to the foreground as any other, and never takes the terminal from the
-// shell.
+// These tests hold dlock run to a shell's job control as flock(1) meets
+// it: dlock, its guard and the command are one job, in dlock's process
+// group, which the kernel stops, continues and interrupts as a whole;
+// dlock never touches the terminal.
 
 // statField is field n (1-based, as proc(5) counts) of /proc/PID/stat.
 func statField(t *testing.T, pid, n int) int {
@@ -53,10 +54,150 @@ func release(t *testing.T, fifo string) {
 	}
 }
 
+// Issue 36 (review of the terminal handover): ^Z, then bg, of a run whose
+// command reads the terminal at once: the command stops again (Stopped
+// (tty input)), and fg gives it the terminal and the run completes. The
+// kernel stops the whole job, dlock too, as the shell sees it; but bg
+// continues the command first, and its SIGTTIN may reach dlock before
+// bg's SIGCONT does, which then discards it: dlock runs on as flock(1)
+// would, and fg still resumes the command. That dlock stops is held
+// deterministically by TestRun_ABackgroundedRunLeavesTheTerminalToTheShell.
+func TestRun_BgOfARunReadingTheTerminalStopsItAndFgCompletesIt(t *testing.T) {
+	url, _ := testRedis(t)
+	dir := t.TempDir()
+	command, resume := filepath.Join(dir, "command"), fifo(t, "resume")
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run bg-read -- sh -c 'echo $$ > "$1"; printf "name? "; read a; echo "got:$a"' sh %s
+echo "stopped:$?"
+bg
+cat %s >/dev/null
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, command, resume))
+	term.waitScreen("name?")
+	cmd := pidFile(t, command)
+	dlockPid := parentOf(parentOf(cmd))
+	term.tmux("send-keys", "C-z")
+	term.waitScreen(fmt.Sprintf("stopped:%d", 128+int(syscall.SIGTSTP)))
+	// bg continues the run; the command's read stops it again.
+	waitFor(t, 10*time.Second, "the command stopped again after bg", func() bool { return state(cmd) == "T" })
+	t.Logf("dlock is %q once the command has stopped", state(dlockPid))
+	release(t, resume)
+	term.typeLine("hello")
+	term.waitScreen("got:hello")
+	term.waitScreen("fg:0")
+}
+
+// Issue 36 (review): two runs started at once by make -j2 are both in
+// make's job: ^C reaches both commands.
+func TestRun_CtrlCReachesBothRunsOfAParallelMake(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	url, _ := testRedis(t)
+	dir := t.TempDir()
+	makefile := filepath.Join(dir, "Makefile")
+	recipe := func(name string) string {
+		return fmt.Sprintf("%s:\n\t%s run %s -- sh -c 'echo $$$$ > %s; exec sleep 100'\n",
+			name, dlockBin, name, filepath.Join(dir, name))
+	}
+	if err := os.WriteFile(makefile, []byte(".PHONY: all a b\nall: a b\n"+recipe("a")+recipe("b")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A job killed by SIGINT makes sh raise it on itself: trapped, it
+	// runs on. Caught, not ignored, which make would inherit.
+	term := startTerminal(t, fmt.Sprintf(`set -m
+trap 'echo trapped' INT
+export REDIS_URL=%s
+make -j2 -C %s
+echo "make:$?"
+sleep 600
+`, url, dir))
+	a, b := pidFile(t, filepath.Join(dir, "a")), pidFile(t, filepath.Join(dir, "b"))
+	t.Cleanup(func() { _ = syscall.Kill(a, syscall.SIGKILL); _ = syscall.Kill(b, syscall.SIGKILL) })
+	term.tmux("send-keys", "C-c")
+	waitGone(t, a, 10*time.Second, "the first run's command, after ^C,")
+	waitGone(t, b, 10*time.Second, "the second run's command, after ^C,")
+	term.waitScreen("make:")
+}
+
+// Issue 36 (review): ^C reaches the command once. The terminal sends
+// SIGINT to the whole job, dlock and its guard too, which must not pass
+// it on again: many tools take a second ^C for "force quit". The command
+// is perl, whose handlers run once per signal delivered (a shell's trap
+// runs once for several). The test then sends SIGTERM to dlock, passed
+// on after any SIGINT dlock would have passed; perl runs INT's handler
+// first.
+func TestRun_CtrlCReachesTheCommandOnce(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("no perl")
+	}
+	url, _ := testRedis(t)
+	command := filepath.Join(t.TempDir(), "command")
+	script := filepath.Join(t.TempDir(), "count.pl")
+	if err := os.WriteFile(script, []byte(`$n = 0;
+$SIG{INT} = sub { $n++; print "int:$n\n" };
+$SIG{TERM} = sub { print "count:$n\n"; exit 0 };
+$| = 1;
+open(my $f, ">", $ARGV[0]) or die; print $f "$$\n"; close($f);
+sleep 1 while 1;
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run ctrl-c-once -- perl %s %s
+echo "exit:$?"
+sleep 600
+`, url, dlockBin, script, command))
+	cmd := pidFile(t, command)
+	dlockPid := parentOf(parentOf(cmd))
+	term.tmux("send-keys", "C-c")
+	term.waitScreen("int:1")
+	if err := syscall.Kill(dlockPid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	term.waitScreen("exit:")
+	if screen := term.screen(); !strings.Contains(screen, "count:1") {
+		t.Fatalf("one ^C, want the command to count 1 SIGINT:\n%s", screen)
+	}
+}
+
+// Issue 36 (review): dlock runs in its caller's process group, which may
+// be a script's: a lost lock, or kill -9 of dlock, kills the command and
+// never the script that ran dlock.
+func TestRun_ALossOrKillOfDlockSparesTheCallingScript(t *testing.T) {
+	for _, how := range []string{"unlock --force", "kill -9"} {
+		t.Run(how, func(t *testing.T) {
+			url, _ := testRedis(t)
+			ready := fifo(t, "ready")
+			script := exec.Command("sh", "-c", `"$1" run --ttl 3s caller -- sh -c 'echo $$ > "$1"; exec sleep 100 >/dev/null 2>&1' sh "$2"; echo "after:$?"`,
+				"sh", dlockBin, ready)
+			script.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // dlock's group, the script's
+			p := startProcess(t, script, url, "")
+			command := readPid(t, ready)
+			dlockPid := parentOf(parentOf(command))
+			if how == "kill -9" {
+				if err := syscall.Kill(dlockPid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				forceUnlock(t, url, "caller")
+			}
+			waitGone(t, command, 10*time.Second, "the command, after "+how+",")
+			if code := p.wait(t, 15*time.Second); code != 0 || !strings.Contains(p.stdout.String(), "after:") {
+				t.Fatalf("the calling sh: exit %d, stdout %q, want it to run on after dlock\nstderr: %s", code, &p.stdout, &p.stderr)
+			}
+		})
+	}
+}
+
 // Issue 36: a run stopped by ^Z and sent to the background (bg) stops
-// again when its command, or a process the command left in its group once
-// its main process exited, reads the terminal ("Stopped (tty input)"). It
-// leaves the terminal to the shell, which reads it; fg resumes the run.
+// again when its command, or a process the command left once its main
+// process exited, reads the terminal ("Stopped (tty input)"): the shell
+// keeps the terminal and reads it; fg resumes the run.
 func TestRun_ABackgroundedRunLeavesTheTerminalToTheShell(t *testing.T) {
 	t.Run("command", func(t *testing.T) {
 		backgroundedRun(t, "bg-keeps", "ready",

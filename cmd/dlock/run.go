@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,42 +36,34 @@ when it exits, and exits with the command's exit code. Flags may come before
 or after NAME, not after "--". NAME must come before "--": dlock run -- echo
 hi is a usage error (exit 2), not a lock named echo.
 
-The command runs in a process group of its own, so that stopping it stops
-every process it started. The lock is held until every process the command
-started has exited: a command that leaves a process running in the
-background (sh -c 'worker &'), even out of its group (setsid, a job of a
-shell with set -m; on Linux only), keeps the lock until it ends, as
-flock(1) does through the descriptor they inherit. --release-on-exit
-releases when the command's main process exits instead. On a terminal of
-which dlock is in the foreground, the command gets the terminal (it reads
-it, ^C reaches it) and dlock takes it back after. On Linux ^Z stops dlock
-with the command, as one job (a script that ran dlock too), and fg resumes
-both, with the terminal; in the background (bg, &), a command reading the
-terminal stops the run (Stopped (tty input)); the lock is not renewed
-while dlock is stopped: stopped past the TTL, the run is lost, and the
-guard kills every process of the command at the lease's deadline. Elsewhere
-^Z stops only the command. Once the main process has exited, dlock says
-that it holds the lock for the processes left, and the pid of the guard
-they run below; on Linux ^Z then stops those left in the command's group
-and dlock with them, as one job, and fg resumes them. The run stops only
-once every process of the command's group has: a kill -STOP of one of
-them stops neither dlock nor its renewals.
+dlock, its guard and the command are one job of the shell, as with
+flock(1): they run in dlock's process group, and dlock never touches the
+terminal: ^Z stops them all, fg and bg continue them all, ^C reaches
+them all. The lock is held until every process the command started has
+exited: a command that leaves a process running in the background (sh -c
+'worker &'), even out of dlock's group (setsid, a job of a shell with
+set -m; on Linux only), keeps the lock until it ends, as flock(1) does
+through the descriptor they inherit. --release-on-exit releases when
+the command's main process exits instead. Once the main process has
+exited, dlock says that it holds the lock for the processes left, and
+the pid of the guard they run below.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
 dies, even by kill -9, and at the lease's deadline if dlock stops renewing
-the lock (SIGSTOP, ^Z), so that none of it runs on without the lock; no
-job control stops the guard, and on a loss dlock kills them too. On Linux
-the guard is their subreaper: none escapes it, whatever group or session
-it moves to. Elsewhere it reaches only the command's process group. The
-guard killed alone, dlock kills the command. Both dlock and the guard
-killed or stopped (pkill dlock matches dlock-guard too), the command runs
-on, and the lock expires within --ttl. dlock kills only what it may
-signal: a process of the command running as another user (sudo, a
-set-user-ID program) runs on; on a loss dlock names it and exits 76. Run
-dlock as that user instead: sudo dlock run deploy -- ./deploy.sh, not
-dlock run deploy -- sudo ./deploy.sh.
-The command inherits dlock's descriptors 3, 4, … unchanged.
+the lock (SIGSTOP, ^Z past the TTL), so that none of it runs on without
+the lock; no job control stops the guard, and on a loss dlock kills them
+too. On Linux the guard is their subreaper: none escapes it, whatever
+group or session it moves to, and it finds them by parent, never by
+process group (dlock's, maybe its caller's). Elsewhere it knows only the
+command's main process. The guard killed alone, dlock kills the command.
+Both dlock and the guard killed or stopped (pkill dlock matches
+dlock-guard too), the command runs on, and the lock expires within
+--ttl. dlock kills only what it may signal: a process of the command
+running as another user (sudo, a set-user-ID program) runs on; on a
+loss dlock names it and exits 76. Run dlock as that user instead: sudo
+dlock run deploy -- ./deploy.sh, not dlock run deploy -- sudo
+./deploy.sh. The command inherits dlock's descriptors 3, 4, … unchanged.
 
 If the lock is lost while the command runs (someone forced it open, or
 Redis could not be reached until the lease's deadline: at most --ttl after
@@ -82,9 +75,10 @@ once the command has. A lock found lost at the release, after the
 command ended: said, exit 76. A release Redis did not confirm: said, and
 the command's code (the lock expires within its TTL). Not acquired
 within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock are
-passed on to every process of the command, as ^C is, those out of its
-group too (on Linux); while dlock waits for the lock they withdraw it
-from the queue and dlock exits 128+N.
+passed on to every process of the command (on Linux; elsewhere its main
+process); ^C from the terminal, which reaches the job already, only to
+those out of dlock's group. While dlock waits for the lock they withdraw
+it from the queue and dlock exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
@@ -220,7 +214,9 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	// main's handler ending the wait and the command's start: one that
 	// arrives once the lock is held is here, and the command never starts.
 	signals := make(chan os.Signal, 4)
-	signal.Notify(signals, stopSignals...)
+	// SIGQUIT too: ^\ reaches dlock, in the command's job, which must not
+	// die of it (Go's default) and leave the command to its guard.
+	signal.Notify(signals, append(stopSignals, syscall.SIGQUIT)...)
 	defer signal.Stop(signals)
 	// A closed output (dlock run … | head) must not kill dlock before it
 	// exits with the command's code or 76. Caught, not ignored: the
@@ -539,9 +535,9 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 // every process of the command has exited, as flock(1) holds its lock
 // while any process that inherited the descriptor runs. The command runs
 // under a guard (guard.go), which dlock tells the lease's deadline.
-// signals delivers what dlock is sent: passed on to the command's group;
-// renewed, the lease's renewals. stopped says the command was stopped for
-// the lease's end (exit 76).
+// signals delivers what dlock is sent: passed on to the guard, which
+// passes it on to the command; renewed, the lease's renewals. stopped
+// says the command was stopped for the lease's end (exit 76).
 func supervise(lease *dlock.Lease, name string, command []string, s runSettings, ttouIgnored bool,
 	signals <-chan os.Signal, renewed <-chan struct{}, out *output) (code int, stopped bool) {
 	cmd := exec.Command(command[0], command[1:]...)
@@ -554,18 +550,15 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		return 128 + int(sig.(syscall.Signal)), false
 	default:
 	}
-	if !s.releaseOnExit {
-		// The guard's orphans come to dlock if the guard is killed alone.
-		becomeSubreaper()
-	}
+	// The guard's orphans come to dlock if the guard is killed alone.
+	becomeSubreaper()
 	guard, err := guardCmd(cmd, s.releaseOnExit, ttouIgnored)
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, err)
 		return exitCannotRun, false
 	}
 	defer guard.close()
-	tty, foreground := controllingTerminal(out.stdin)
-	err = startCommand(cmd, tty, foreground)
+	err = cmd.Start()
 	guard.started()
 	if err != nil {
 		fmt.Fprintf(out.stderr, "dlock run: %s\n", startError(err))
@@ -574,20 +567,14 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		}
 		return exitCannotRun, false
 	}
-	group := cmd.Process.Pid
-	if tty >= 0 {
-		// After the whole command: a process the command left in the
-		// background would be stopped for reading a terminal taken from it,
-		// and would then keep the lock for ever.
-		defer takeTerminal(tty, group)
-		defer followForeground(tty, group)()
-	}
+	signal.Ignore(syscall.SIGTTOU) // as on Linux from the start (ignoreTTOU)
+	guardPid := cmd.Process.Pid
 	// The deadline moves at each renewal (every TTL/3).
 	every := min(max(s.ttl/10, 10*time.Millisecond), time.Second)
 	guard.follow(lease.Deadline, every, renewed)
-	pauseBeforeWatch(group)
+	pauseBeforeWatch(guardPid)
 	foreign := foreignSet{} // dlock's children it did not start, kept at each tick
-	foreign.add(group)
+	foreign.add(guardPid)
 	guard.run()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -627,10 +614,10 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// signal was killed, and has left the command to run on.
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
-				unkilled = killAll(group, foreign)
+				unkilled = killAll(nil, foreign)
 				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
 			} else if !s.releaseOnExit && !killed {
-				unkilled = killAll(group, foreign) // left by a guard killed alone
+				unkilled = killAll(nil, foreign) // left by a guard killed alone
 				if len(unkilled) > 0 {
 					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
 				}
@@ -646,29 +633,28 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			}
 			return code, false
 		case sig := <-signals:
-			signalGroup(group, sig.(syscall.Signal))
+			if !fromTerminal(sig) { // else the guard has it too
+				_ = cmd.Process.Signal(sig)
+			}
 		case report, ok := <-said:
 			if !ok {
 				said = nil
 				continue
 			}
 			expired = expired || report == "expired"
-			if sig, ok := strings.CutPrefix(report, "stopped "); ok && tty >= 0 {
-				n, _ := strconv.Atoi(sig)
-				suspend(tty, group, syscall.Signal(n))
-			} else if exit, ok := strings.CutPrefix(report, "exited "); ok {
-				foreign.add(group)
-				sayHolding(name, exit, cmd.Process.Pid, group, foreign, out)
+			if exit, ok := strings.CutPrefix(report, "exited "); ok {
+				foreign.add(guardPid)
+				sayHolding(name, exit, guardPid, foreign, out)
 			}
 		case <-tick.C:
-			foreign.add(group)
+			foreign.add(guardPid)
 			stalled = time.Since(lastTick) > s.ttl/3 // the loss that follows a stop comes with this tick
 			lastTick = time.Now()
 			deadline := lease.Deadline()
 			// A late tick is judged by the next: the renewal overdue since
 			// the stall goes out now, and may well move the deadline.
 			if left := time.Until(deadline); !stalled && !stopped && left <= warnBefore && lease.Err() == nil {
-				signalGroup(group, syscall.SIGTERM)
+				_ = cmd.Process.Signal(syscall.SIGTERM) // the guard passes it on
 				fmt.Fprintf(out.stderr, "dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
 					name, left.Round(time.Millisecond))
 				stopped = true
@@ -677,8 +663,11 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// Someone may hold the lock already: nothing of the command
 			// may run on, not even for --kill-grace. dlock kills it itself,
 			// the guard too: a stopped guard would kill nothing.
-			foreign.add(group)
-			unkilled := killAll(group, foreign)
+			foreign.add(guardPid)
+			if runtime.GOOS != "linux" {
+				guard.pipe.Close() // dlock finds none of the command here: the guard kills it
+			}
+			unkilled := killAll(nil, foreign)
 			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); %s\n", name, loss(), killedText(unkilled))
 			lost, stopped, killed = nil, true, true
 		}
@@ -698,8 +687,8 @@ func drained(said chan string) chan string {
 // exit, that the run holds the lock for the processes it left, if any,
 // and under which guard they run: which they are would be stale as soon
 // as said (they end, fork, exec).
-func sayHolding(name, exit string, guard, group int, foreign foreignSet, out *output) {
-	if !slices.ContainsFunc(commandProcesses(group, foreign), func(pid int) bool { return pid != guard }) {
+func sayHolding(name, exit string, guard int, foreign foreignSet, out *output) {
+	if !slices.ContainsFunc(commandProcesses(nil, foreign), func(pid int) bool { return pid != guard }) {
 		return
 	}
 	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",

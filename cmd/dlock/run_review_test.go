@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dlockio/dlock/internal/redistest"
 )
 
@@ -22,54 +19,6 @@ import (
 // found (issue 36): output that blocks, processes dlock may not kill, a
 // release that fails, a terminal set to stop background writers, a temp
 // dir that cannot be written, a process whose main thread has exited.
-
-// Issue 36: dlock's output blocked (a pipe nobody reads, ^S on a terminal)
-// does not keep dlock from telling the guard the lease's deadline, which
-// dlock renews on: the guard does not kill a process of a run that holds
-// the lock. The pipe, one page, is full before dlock says it holds the
-// lock for the process left; the test watches that process through three
-// TTLs, then reads the pipe.
-func TestRun_ABlockedOutputDoesNotLetTheGuardKill(t *testing.T) {
-	url, _ := testRedis(t)
-	ready, finish := fifo(t, "ready"), fifo(t, "finish")
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(dlockBin, "run", "--ttl", "1s", "blocked", "--", "sh", "-c",
-		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
-	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	left := readPid(t, ready)
-	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
-		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
-		return err == nil && n == os.Getpagesize()
-	})
-	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
-		if gone(left) {
-			t.Fatal("the guard killed a process of the run while dlock's output was blocked")
-		}
-	}
-	said := make(chan []byte)
-	go func() { data, _ := io.ReadAll(r); said <- data }()
-	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	text := strings.Trim(string(<-said), "\x00")
-	if cmd.ProcessState.ExitCode() != 0 || strings.Contains(text, "killed") {
-		t.Fatalf("exit %v, want 0\noutput: %s", err, text)
-	}
-}
 
 // nobodyDir is a directory of the test's that user nobody may read, with
 // a copy of dlock in it.

@@ -132,8 +132,8 @@ func (term *terminal) typeLine(line string) {
 	term.tmux("send-keys", "Enter")
 }
 
-// Item 5: the command reads the terminal (it is the terminal's foreground
-// process group while it runs), and the shell gets the terminal back after.
+// Item 5: the command reads the terminal (it runs in dlock's process
+// group, the terminal's foreground), and the shell reads it after.
 func TestRun_AnInteractiveCommandReadsTheTerminal(t *testing.T) {
 	url, locks := testRedis(t)
 	term := startTerminal(t, fmt.Sprintf(`export REDIS_URL=%s
@@ -154,8 +154,8 @@ sleep 600
 	}
 }
 
-// Item 5, ^Z: the command stops, dlock stops with it as a shell's job
-// would, and fg resumes both, the command with the terminal.
+// Item 5, ^Z: the command and dlock stop as one job, and fg resumes
+// both, the command with the terminal.
 func TestRun_CtrlZSuspendsTheRunAndFgResumesIt(t *testing.T) {
 	url, _ := testRedis(t)
 	term := startTerminal(t, fmt.Sprintf(`set -m

@@ -137,8 +137,7 @@ func (s *Server) startOn(port int) error {
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(s.bin[0], append(s.bin[1:len(s.bin):len(s.bin)], args...)...)
-	// Die with the test binary, even when it is killed or panics.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		return err
 	}

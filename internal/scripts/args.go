@@ -51,17 +51,6 @@ func (a FairAcquireArgs) Append(argv []any) []any {
 	return append(a.Acquire.Append(argv), a.Publish, a.Info)
 }
 
-// SemAcquireArgs are sem_acquire.lua's.
-type SemAcquireArgs struct {
-	Acquire
-	Permits any `lua:"EXPECTED"` // the number of permits the caller expects
-	Info    any `lua:"INFO"`
-}
-
-func (a SemAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Permits, a.Info)
-}
-
 // RWAcquireArgs are rw_acquire.lua's.
 type RWAcquireArgs struct {
 	Acquire
@@ -161,17 +150,6 @@ type AbandonArgs struct {
 
 func (a AbandonArgs) Append(argv []any) []any {
 	return appendSome(argv, a.Owner, a.Publish, a.VoidTTL, a.Waiter, a.Also)
-}
-
-// SetPermitsArgs are sem_set_permits.lua's.
-type SetPermitsArgs struct {
-	Permits any `lua:"COUNT"`
-	Publish any `lua:"PUBLISH"`
-	TTL     any `lua:"HOLD_TTL"` // the handle's, in ms
-}
-
-func (a SetPermitsArgs) Append(argv []any) []any {
-	return appendSome(argv, a.Permits, a.Publish, a.TTL)
 }
 
 // ProclaimArgs are election_proclaim.lua's.

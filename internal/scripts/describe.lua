@@ -3,35 +3,32 @@
 -- (a Mutex, FairMutex, Election, MultiLock's lock), a Semaphore, or else a
 -- read-write lock, or nothing held (rw_state in rw_lib.lua).
 --
--- KEYS     AnyLockLayout (layout.go), named in Lua: rw_lib.lua's STATE ..
---          FENCE (a Mutex's lock key, waiters and fencing counter are
---          STATE, WWAIT and FENCE; a Semaphore's holders and waiters STATE
---          and WWAIT), then PERMITS (a Semaphore's number of permits),
---          TOKENS (its tokens), QUEUE (a FairMutex's queue), LEADER (an
---          Election's leader record), FORCED (the mark of a forced removal,
---          force_unlock.lua) and HOLDER (a Mutex's or FairMutex's holder
---          info, set_holder_info in common.lua)
+-- KEYS     AnyLockLayout (layout.go): rw_lib.lua's STATE .. FENCE (a
+--          Mutex's lock key, waiters and fencing counter are STATE, WWAIT
+--          and FENCE; a Semaphore's holders and waiters STATE and WWAIT),
+--          then every other type's keys, by their Lua names, and ANY,
+--          which lists them by form (anyLockLocals)
 -- ARGV     in the order of OwnerArgs (args.go), by these names:
 -- OWNER    '' (no owner asks)
 --
 -- Returns for a string lock key {'mutex', held (1), ms left (-1: no TTL),
 -- live waiters registered, the last fencing token minted, the holder's
 -- info ('' none), 'election' (the holder leads an Election: its leader
--- record names it), 'fair' (a FairMutex's queue is beside it) or '', and
+-- record names it), the kind a key beside it tells (ANY.tells: 'fair' for
+-- a FairMutex's queue) or '', and
 -- an Election leader's value ('' otherwise)}; the holder's owner token is
 -- a secret and is not returned. A FairMutex with nobody queued, and a
 -- MultiLock's lock, look like a Mutex: nothing beside the key tells them
 -- (why none can be added: docs/ARCHITECTURE.md).
 -- For a Semaphore {'semaphore', permits held, ms until the last expires,
 -- live waiters, the last fencing token, its number of permits}, followed
--- by the holder info of each permit held ('' none). Otherwise rw_state(''). Fails with WRONGTYPE when a key of the name
--- holds what dlock did not write (see foreign.lua): that is no holder, nor
--- a lock at all.
+-- by the holder info of each permit held ('' none). Otherwise rw_state('').
+-- Fails with WRONGTYPE when a key of the name holds what dlock did not
+-- write (see foreign.lua): that is no holder, nor a lock at all.
 --
 -- Reads only: a copy, however late, changes nothing.
 
-local wrong = foreign_lock(STATE, FENCE, PERMITS, TOKENS, LEADER, {HOLDS, WWAIT, RWAIT, RPASS, QUEUE},
-  HOLDER, FORCED)
+local wrong = foreign_lock(STATE, TOKENS, ANY)
 if wrong then
   return wrong
 end
@@ -43,8 +40,13 @@ if kind == 'string' then
   local leader = redis.call('HMGET', LEADER, 'owner', 'value') -- foreign_lock has checked it is dlock's
   if leader[1] == holder then
     sort, value = 'election', leader[2] or ''
-  elseif redis.call('EXISTS', QUEUE) == 1 then
-    sort = 'fair'
+  else
+    for _, tell in ipairs(ANY.tells) do
+      if redis.call('EXISTS', tell[1]) == 1 then
+        sort = tell[2]
+        break
+      end
+    end
   end
   return {'mutex', 1, redis.call('PTTL', STATE), live_waiters(WWAIT, now),
     raise_error(last_token(FENCE)), holder_info_of(HOLDER, holder) or '', sort, value}

@@ -8,7 +8,8 @@
 --          for as long as that hold had left, so that its lease's renewal
 --          tells a removal by force from an expiry (mutex_extend.lua).
 --          Holds of other types carry no single owner, and get none.
---          HOLDER, a Mutex's (FairMutex's) holder info, goes with the hold.
+--          The keys holds live in (ANY.held) and holder info
+--          (ANY.holders) are removed.
 -- ARGV     in the order of PublishArgs (args.go), by these names:
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
@@ -26,8 +27,7 @@
 -- operator's hatch, sent once by hand, and go-redis resends it only within
 -- the operator's call.
 
-local wrong = foreign_lock(STATE, FENCE, PERMITS, TOKENS, LEADER, {HOLDS, WWAIT, RWAIT, RPASS, QUEUE},
-  HOLDER, FORCED)
+local wrong = foreign_lock(STATE, TOKENS, ANY)
 if wrong then
   return wrong
 end
@@ -37,8 +37,8 @@ if redis.call('TYPE', STATE).ok == 'string' then -- an owner token (foreign_lock
     redis.call('SET', FORCED, redis.call('GET', STATE), 'PX', left)
   end
 end
-redis.call('DEL', HOLDER)
-if redis.call('DEL', STATE, HOLDS, RPASS) == 0 then
+redis.call('DEL', unpack(ANY.holders))
+if redis.call('DEL', unpack(ANY.held)) == 0 then
   return 0
 end
 wake_all(WWAIT, WCHAN, PUBLISH)

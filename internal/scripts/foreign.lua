@@ -239,9 +239,9 @@ end
 
 -- The error when a key of a lock name, whatever its lock's type, holds what
 -- dlock did not write, or nil: for the scripts that work on any lock. lock
--- is its main key; the others are as their names say, zsets the sorted
--- sets beside it of every type.
-local function foreign_lock(lock, fence, permits, tokens, leader, zsets, holder, forced)
+-- is its main key, tokens a Semaphore's; keys lists the others by form
+-- (ANY, made from the layouts by anyLockLocals in layout.go).
+local function foreign_lock(lock, tokens, keys)
   local kind = redis.call('TYPE', lock).ok
   local wrong
   if kind == 'string' then
@@ -255,6 +255,12 @@ local function foreign_lock(lock, fence, permits, tokens, leader, zsets, holder,
   elseif kind ~= 'none' then
     wrong = not_dlocks(lock, 'a ' .. kind)
   end
-  return wrong or foreign_key({}, zsets, {tokens}) or foreign_fence(fence) or foreign_counter(permits)
-    or foreign_leader(leader) or foreign_holder_info(holder) or foreign_forced(forced)
+  wrong = wrong or foreign_key({}, keys.zsets, keys.hashes)
+  for _, form in ipairs({{foreign_fence, keys.fences}, {foreign_counter, keys.numbers},
+      {foreign_leader, keys.leaders}, {foreign_holder_info, keys.holders}, {foreign_forced, keys.forced}}) do
+    for _, key in ipairs(form[2]) do
+      wrong = wrong or form[1](key)
+    end
+  end
+  return wrong
 end

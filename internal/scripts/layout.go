@@ -1,8 +1,11 @@
 package scripts
 
 import (
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Layout is the order of the KEYS a script takes, written once for Go and
@@ -18,7 +21,37 @@ type Key struct {
 	// PerCall marks a key of one call or hold (a tombstone, a release
 	// mark), named with a hash of its secret, made for each call.
 	PerCall bool
+	// Form is what dlock writes under a lock's key, which foreign_lock
+	// checks for the scripts on a lock of any type (AnyLockLayout).
+	Form Form
+	// Held marks a key beside the lock that holds holds: ForceUnlock
+	// removes it with the lock's key.
+	Held bool
+	// Tells is the kind (an observe.Kind) of a lock whose key is an owner
+	// token when this key exists beside it, for Describe.
+	Tells string
 }
+
+// Form is what dlock writes under a key: its name is the field of
+// anyLockLocals' table that lists keys of the form.
+type Form string
+
+// The forms of a lock's keys; foreign_lock (foreign.lua) checks each.
+const (
+	FormLock    Form = "lock"    // the lock's key: an owner token, a read-write state, a Semaphore's holders
+	FormZset    Form = "zsets"   // a sorted set beside the lock, with a TTL
+	FormHash    Form = "hashes"  // a hash beside the lock, with a TTL
+	FormFence   Form = "fences"  // a fencing counter
+	FormNumber  Form = "numbers" // a number (a Semaphore's permits)
+	FormLeader  Form = "leaders" // an Election's leader record
+	FormHolder  Form = "holders" // a hold's holder info (removed with the hold)
+	FormForced  Form = "forced"  // the mark of a forced removal
+	FormChannel Form = "channel" // a channel, which stores nothing
+)
+
+// checkedForms are the forms foreign_lock checks beside the lock's key,
+// in its order.
+var checkedForms = []Form{FormZset, FormHash, FormFence, FormNumber, FormLeader, FormHolder, FormForced}
 
 // What follows a lock's key in the names of its other keys.
 const (
@@ -30,8 +63,6 @@ const (
 	RPassSuffix    = ":rpass"    // an RWMutex's readers let past a writer
 	RChannelSuffix = ":rwake"    // an RWMutex's readers' wake-up channel
 	QueueSuffix    = ":queue"    // a FairMutex's queue
-	TokensSuffix   = ":tokens"   // a Semaphore's holders' tokens and info
-	PermitsSuffix  = ":permits"  // a Semaphore's number of permits
 	LeaderSuffix   = ":leader"   // an Election's leadership, and its observers' channel
 	ForcedSuffix   = ":forced"   // the mark of a forced removal (force_unlock.lua)
 	HolderSuffix   = ":holder"   // a Mutex's or FairMutex's holder info
@@ -96,12 +127,12 @@ func (l Layout) locals() string {
 
 // The keys of a lock as the scripts of most types name them.
 var (
-	keyLock    = Key{Lua: "LOCK"}
-	keyFence   = Key{Lua: "FENCE", Suffix: FenceSuffix}
-	keyWaiters = Key{Lua: "WAITERS", Suffix: WaitersSuffix}
-	keyChannel = Key{Lua: "CHANNEL", Suffix: ChannelSuffix}
-	keyHolder  = Key{Lua: "HOLDER", Suffix: HolderSuffix}
-	keyForced  = Key{Lua: "FORCED", Suffix: ForcedSuffix}
+	keyLock    = Key{Lua: "LOCK", Form: FormLock}
+	keyFence   = Key{Lua: "FENCE", Suffix: FenceSuffix, Form: FormFence}
+	keyWaiters = Key{Lua: "WAITERS", Suffix: WaitersSuffix, Form: FormZset}
+	keyChannel = Key{Lua: "CHANNEL", Suffix: ChannelSuffix, Form: FormChannel}
+	keyHolder  = Key{Lua: "HOLDER", Suffix: HolderSuffix, Form: FormHolder}
+	keyForced  = Key{Lua: "FORCED", Suffix: ForcedSuffix, Form: FormForced}
 )
 
 // The KEYS of the Mutex scripts (their headers say what each holds). A
@@ -116,11 +147,8 @@ var (
 
 // FairLayout is the KEYS of the FairMutex scripts (fair_lib.lua says what
 // each holds), before the call's and the hold's own.
-var FairLayout = Layout{keyLock, keyFence, {Lua: "QUEUE", Suffix: QueueSuffix}, {Lua: "REG", Suffix: WaitersSuffix}, keyChannel, keyHolder}
-
-// SemLayout is the KEYS of the Semaphore scripts (see sem_lib.lua), before
-// the call's and the hold's own; each takes as many as it uses.
-var SemLayout = Layout{{Lua: "HOLDERS"}, {Lua: "TOKENS", Suffix: TokensSuffix}, {Lua: "PERMITS", Suffix: PermitsSuffix}, keyWaiters, keyChannel, keyFence}
+var FairLayout = Layout{keyLock, keyFence, {Lua: "QUEUE", Suffix: QueueSuffix, Form: FormZset, Tells: "fair"},
+	{Lua: "REG", Suffix: WaitersSuffix, Form: FormZset}, keyChannel, keyHolder}
 
 // MultiPartLayout is the KEYS a MultiLock script takes for each lock of its
 // group, one part after another (see scriptOnParts).
@@ -129,8 +157,8 @@ var MultiPartLayout = Layout{keyLock, keyFence, keyWaiters, keyChannel}
 // The KEYS of the Election scripts (their headers say what each holds).
 // The leader hash's name is also its observers' channel.
 var (
-	keyLeader    = Key{Lua: "LEADER", Suffix: LeaderSuffix}
-	keyObservers = Key{Lua: "OBSERVERS", Suffix: LeaderSuffix}
+	keyLeader    = Key{Lua: "LEADER", Suffix: LeaderSuffix, Form: FormLeader}
+	keyObservers = Key{Lua: "OBSERVERS", Suffix: LeaderSuffix, Form: FormChannel}
 
 	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader, keyObservers}
 	ElectionReleaseLayout  = Layout{keyLock, keyChannel, keyWaiters, keyLeader, ReleaseMark, Tombstone}
@@ -140,15 +168,65 @@ var (
 // RWLayout is the KEYS of the read-write scripts (see rw_lib.lua), before
 // the call's and the hold's own; a release takes its mark in FENCE's place.
 var RWLayout = Layout{
-	{Lua: "STATE"}, {Lua: "HOLDS", Suffix: HoldsSuffix}, {Lua: "WWAIT", Suffix: WaitersSuffix}, {Lua: "RWAIT", Suffix: RWaitersSuffix},
-	{Lua: "RPASS", Suffix: RPassSuffix}, {Lua: "WCHAN", Suffix: ChannelSuffix}, {Lua: "RCHAN", Suffix: RChannelSuffix}, {Lua: "FENCE", Suffix: FenceSuffix},
+	{Lua: "STATE", Form: FormLock}, {Lua: "HOLDS", Suffix: HoldsSuffix, Form: FormZset, Held: true},
+	{Lua: "WWAIT", Suffix: WaitersSuffix, Form: FormZset}, {Lua: "RWAIT", Suffix: RWaitersSuffix, Form: FormZset},
+	{Lua: "RPASS", Suffix: RPassSuffix, Form: FormZset, Held: true}, {Lua: "WCHAN", Suffix: ChannelSuffix, Form: FormChannel},
+	{Lua: "RCHAN", Suffix: RChannelSuffix, Form: FormChannel}, keyFence,
 }
 
 // AnyLockLayout is the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): RWLayout's, then other types' keys.
-var AnyLockLayout = RWLayout.Then(
-	Key{Lua: "PERMITS", Suffix: PermitsSuffix}, Key{Lua: "TOKENS", Suffix: TokensSuffix}, Key{Lua: "QUEUE", Suffix: QueueSuffix},
-	Key{Lua: "LEADER", Suffix: LeaderSuffix}, keyForced, keyHolder)
+// (describe.lua, force_unlock.lua): RWLayout's, then every other key of
+// the lock types' scripts, each suffix once.
+var AnyLockLayout = anyLockLayout(lockTypeScripts)
+
+// anyLockLayout is RWLayout followed by the keys of sets' scripts whose
+// suffix it lacks, in their order. A suffix's keys agree on their form
+// but for a channel, which may share a key's name (an Election's leader).
+func anyLockLayout(sets [][]*redis.Script) Layout {
+	l := RWLayout.Then()
+	for _, set := range sets {
+		for _, s := range set {
+			for _, k := range layouts[s] {
+				i := slices.IndexFunc(l, func(in Key) bool { return in.Suffix == k.Suffix })
+				switch {
+				case k.PerCall:
+				case k.Form == "":
+					panic("scripts: key " + k.Lua + " has no form")
+				case i < 0:
+					l = append(l, k)
+				case l[i].Form != k.Form && k.Form != FormChannel && l[i].Form != FormChannel,
+					l[i].Held != k.Held, l[i].Tells != k.Tells && k.Form != FormChannel:
+					panic("scripts: keys " + k.Lua + " and " + l[i].Lua + " disagree")
+				case l[i].Form == FormChannel:
+					l[i] = k
+				}
+			}
+		}
+	}
+	return l
+}
+
+// anyLockLocals is the Lua that lists l's keys for foreign_lock, by form;
+// held, the keys ForceUnlock removes; tells, {key, kind} of keys Tells.
+func (l Layout) anyLockLocals() string {
+	var held, tells []string
+	byForm := make(map[Form][]string)
+	for _, k := range l {
+		byForm[k.Form] = append(byForm[k.Form], k.Lua)
+		if k.Held || k.Form == FormLock {
+			held = append(held, k.Lua)
+		}
+		if k.Tells != "" {
+			tells = append(tells, "{"+k.Lua+", '"+k.Tells+"'}")
+		}
+	}
+	fields := make([]string, 0, len(checkedForms)+2)
+	for _, f := range checkedForms {
+		fields = append(fields, string(f)+" = {"+strings.Join(byForm[f], ", ")+"}")
+	}
+	fields = append(fields, "held = {"+strings.Join(held, ", ")+"}", "tells = {"+strings.Join(tells, ", ")+"}")
+	return "local ANY = {" + strings.Join(fields, ", ") + "}\n"
+}
 
 // partLocals is the Lua that names the keys of a script on parts (a
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys

@@ -113,7 +113,7 @@ var variableCommand = regexp.MustCompile(`redis\.p?call\([A-Za-z]`)
 // readCommands are the commands dlock's scripts run that write nothing.
 var readCommands = map[string]bool{
 	"exists": true, "get": true, "hget": true, "hgetall": true, "hlen": true, "pttl": true,
-	"hmget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
+	"hmget": true, "mget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
 // sources are the scripts' texts, for SCRIPT LOAD in a pipeline (a
@@ -211,16 +211,6 @@ var (
 	FairAbandon = scriptOn(FairLayout.Then(Tombstone), AbandonArgs{}, fairLib, lua("fair_abandon"))
 )
 
-// Semaphore scripts.
-var (
-	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), SemAcquireArgs{}, []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
-	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, wakeNext, semLib, lua("sem_release"))
-	SemExtend     = scriptOn(SemLayout, ExtendArgs{}, semLib, lua("sem_extend"))
-	SemTTL        = scriptOn(SemLayout, OwnerArgs{}, semLib, lua("sem_ttl"))
-	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), AbandonArgs{}, wakeNext, semLib, lua("sem_abandon"))
-	SemSetPermits = scriptOn(SemLayout, SetPermitsArgs{}, semLib, lua("sem_set_permits"))
-)
-
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
 	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, MultiAcquireArgs{}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, lua("multi_acquire"))
@@ -244,10 +234,11 @@ var (
 // scripts.
 var RedlockFence = scriptOn(RedlockFenceLayout, FenceArgs{}, lua("redlock_fence"))
 
-// Scripts for any type of lock, on the KEYS of AnyLockLayout.
+// Scripts for any type of lock, on the KEYS of AnyLockLayout, which
+// they list by form in ANY (anyLockLocals).
 var (
-	ForceUnlock = scriptOn(AnyLockLayout, PublishArgs{}, rwLib, lua("force_unlock"))
-	Describe    = scriptOn(AnyLockLayout, OwnerArgs{}, rwLib, lua("describe"))
+	ForceUnlock = scriptOn(AnyLockLayout, PublishArgs{}, AnyLockLayout.anyLockLocals(), rwLib, lua("force_unlock"))
+	Describe    = scriptOn(AnyLockLayout, OwnerArgs{}, AnyLockLayout.anyLockLocals(), rwLib, lua("describe"))
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
@@ -263,17 +254,18 @@ var (
 
 // The scripts of each lock type, its own and those it borrows, loaded
 // together: a server missing one likely misses all. Companions gives a
-// script the first set that lists it.
-var typeScripts = [][]*redis.Script{
+// script the first set that lists it; AnyLockLayout is their keys.
+var lockTypeScripts = [][]*redis.Script{
 	{MutexAcquire, MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, // a Redlock's too
 	{FairAcquire, FairRelease, FairAbandon, MutexExtend, MutexTTL},
 	{SemAcquire, SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits},
 	{MultiAcquire, MultiRelease, MultiExtend, MultiTTL, MultiAbandon},
 	{ElectionAcquire, ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon},
 	{RWAcquire, RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect},
-	{ForceUnlock},
-	{Describe},
 }
+
+// typeScripts are lockTypeScripts and the scripts for any type.
+var typeScripts = append(lockTypeScripts[:len(lockTypeScripts):len(lockTypeScripts)], []*redis.Script{ForceUnlock}, []*redis.Script{Describe})
 
 var companions = companionsOf(typeScripts)
 

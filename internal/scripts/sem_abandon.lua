@@ -1,7 +1,7 @@
 -- Give up on acquiring a Semaphore permit: after an attempt whose outcome
 -- the client does not know, or when a waiter stops waiting.
 --
--- KEYS     SemLayout (layout.go), then TOMBSTONE: as in sem_lib.lua
+-- KEYS     SemLayout (sem.go), then TOMBSTONE: as in sem_lib.lua
 -- ARGV     in the order of AbandonArgs (args.go), by these names:
 -- OWNER    the call's owner token when an attempt is in doubt; '' when none is
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster

@@ -1,7 +1,7 @@
 -- Acquire a permit of a Semaphore.
 --
--- KEYS     SemLayout (layout.go), then TOMBSTONE: as in sem_lib.lua
--- ARGV     in the order of SemAcquireArgs (args.go), by these names:
+-- KEYS     SemLayout (sem.go), then TOMBSTONE: as in sem_lib.lua
+-- ARGV     in the order of SemAcquireArgs (sem.go), by these names:
 -- OWNER    owner token of the call (random, unique per call); every attempt
 --          of the call sends the same
 -- HOLD_TTL TTL in milliseconds

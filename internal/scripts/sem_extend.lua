@@ -1,6 +1,6 @@
 -- Renew a Semaphore permit: only while this owner holds it.
 --
--- KEYS     HOLDERS, TOKENS, PERMITS: SemLayout (layout.go) up to WAITERS, as
+-- KEYS     HOLDERS, TOKENS, PERMITS: SemLayout (sem.go) up to WAITERS, as
 --          in sem_lib.lua
 -- ARGV     in the order of ExtendArgs (args.go), by these names:
 -- OWNER    owner token

@@ -1,6 +1,6 @@
 -- The state of a Semaphore. Prepended to the Semaphore scripts (see
--- scripts.go). They take the same KEYS, as many as they use, in the order of
--- SemLayout (layout.go), which names them so in Lua; then the call's and
+-- sem.go). They take the same KEYS, as many as they use, in the order of
+-- SemLayout (sem.go), which names them so in Lua; then the call's and
 -- the hold's own, as each script says. All are in the semaphore name's
 -- slot:
 --

@@ -1,6 +1,6 @@
 -- Give back a permit of a Semaphore and wake the next waiter.
 --
--- KEYS     SemLayout (layout.go) up to FENCE, as in sem_lib.lua, then:
+-- KEYS     SemLayout (sem.go) up to FENCE, as in sem_lib.lua, then:
 -- RELEASE_MARK  this permit's release mark (see mark_released in common.lua),
 --               in place of the fencing counter, which a release does not touch
 -- TOMBSTONE     the call's tombstone, from a release that gives the call up

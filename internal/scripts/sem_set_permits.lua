@@ -1,7 +1,7 @@
 -- Change the number of permits of a Semaphore, deliberately.
 --
--- KEYS     SemLayout (layout.go), as in sem_lib.lua (FENCE only looked at)
--- ARGV     in the order of SetPermitsArgs (args.go), by these names:
+-- KEYS     SemLayout (sem.go), as in sem_lib.lua (FENCE only looked at)
+-- ARGV     in the order of SetPermitsArgs (sem.go), by these names:
 -- COUNT    the new number of permits
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- HOLD_TTL the handle's TTL in milliseconds: a number set while no permit

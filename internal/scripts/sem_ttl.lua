@@ -1,6 +1,6 @@
 -- How long a Semaphore permit has left.
 --
--- KEYS     HOLDERS, TOKENS, PERMITS: SemLayout (layout.go) up to WAITERS,
+-- KEYS     HOLDERS, TOKENS, PERMITS: SemLayout (sem.go) up to WAITERS,
 --          as in sem_lib.lua (HOLDERS alone read)
 -- ARGV     in the order of OwnerArgs (args.go), by these names:
 -- OWNER    owner token
