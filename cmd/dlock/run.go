@@ -279,7 +279,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n", name, errText(err))
 		return exitLost
 	case err != nil:
-		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, errText(err))
+		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, releaseText(err))
 	}
 	return code
 }
@@ -612,21 +612,26 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			}
 			// The guard exits with the command's code: a guard ended by a
 			// signal was killed, and has left the command to run on.
+			// Continued past the deadline, dlock may learn of the exit (the
+			// guard's kill at the deadline) before the lease's timer fires.
+			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
+			said := ended && lost != nil // the loss, with what was killed
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
 				unkilled = killAll(nil, foreign)
 				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
 			} else if !s.releaseOnExit && !killed {
 				unkilled = killAll(nil, foreign) // left by a guard killed alone
-				if len(unkilled) > 0 {
+				if len(unkilled) > 0 && !said {
 					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
 				}
 			}
-			// Continued past the deadline, dlock may learn of the exit (the
-			// guard's kill at the deadline) before the lease's timer fires.
-			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
-			if ended && lost != nil {
-				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, loss())
+			if said {
+				killedBy := "" // the command may have ended on its own
+				if expired || len(unkilled) > 0 {
+					killedBy = "; " + killedText(unkilled)
+				}
+				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)%s\n", name, loss(), killedBy)
 			}
 			if ended || stopped || expired || len(unkilled) > 0 {
 				return exitLost, true
