@@ -37,6 +37,17 @@ var lossWords = map[observe.LossReason]string{
 	observe.LossUnreachable: "Redis unreachable past its deadline", // nothing confirmed, nor refused
 }
 
+// lossText is errText for a lost lease whose deadline was deadline. A
+// hold found gone (LossExpired) before it cannot have expired: it was
+// removed. An RWMutex's or Semaphore's hold carries no mark of a removal
+// by force (LossForced), so a DEL or FLUSHDB reads the same.
+func lossText(err error, deadline time.Time) string {
+	if errors.Is(err, dlock.LossExpired) && time.Now().Before(deadline) {
+		return "it was forced open or deleted before its deadline"
+	}
+	return errText(err)
+}
+
 // releaseText says why a release failed, for "releasing NAME: …": the
 // library's chain (the call, the name again, dial tcp …) is not the
 // operator's.

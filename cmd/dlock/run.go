@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -276,7 +277,7 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	// leaves the lock to expire: said, with the command's code.
 	switch err := lease.Unlock(context.Background()); {
 	case errors.Is(err, dlock.ErrNotHeld):
-		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n", name, errText(err))
+		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n", name, lossText(cmp.Or(lease.Err(), err), lease.Deadline()))
 		return exitLost
 	case err != nil:
 		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, releaseText(err))
@@ -601,7 +602,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		if err == nil {
 			return "its deadline passed before a renewal" // the lease's timer has yet to say so
 		}
-		return errText(err)
+		return lossText(err, lease.Deadline())
 	}
 	for {
 		select {
