@@ -250,11 +250,11 @@ func TestACL_ACommandRefusedInAReleaseIsErrPermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.Do(ctx, "ACL", "SETUSER", "revoked", "-get").Err(); err != nil {
+	if err := admin.Do(ctx, "ACL", "SETUSER", "revoked", "-mget").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrPermission) {
-		t.Fatalf("Unlock without +get: %v; want ErrPermission", err)
+		t.Fatalf("Unlock without +mget: %v; want ErrPermission", err)
 	}
 }
 

@@ -44,7 +44,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		budget  int64 // per lock+unlock, on all servers
 		lock    func(c *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error)
 	}{
-		{"Mutex", 1, 13, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Mutex", 1, 11, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex("budget").Lock
 		}},
 		{"ReentrantMutex", 1, 16, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
@@ -71,7 +71,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 			e := c.Election("budget")
 			return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "me") }
 		}},
-		{"Redlock of 3", 3, 42, func(_ *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"Redlock of 3", 3, 39, func(_ *dlock.Client, r *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return r.Mutex("budget").Lock
 		}},
 	}
@@ -121,7 +121,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 // then registers; the holder's release hands it the lock; the waiter
 // unlocks. The count is of the whole story.
 func TestCommandBudget_MutexHandOver(t *testing.T) {
-	const budget = 32
+	const budget = 27
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	holder := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget")
@@ -160,7 +160,7 @@ func TestCommandBudget_MutexHandOver(t *testing.T) {
 // bench; the waiters refresh less often than the test runs, so every count
 // is exact.
 func TestCommandBudget_MutexContended(t *testing.T) {
-	const budget = 18
+	const budget = 14
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	type contender struct {

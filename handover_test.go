@@ -213,3 +213,59 @@ func TestMutex_StaleOrGarbledHandOverIsIgnored(t *testing.T) {
 		}
 	}
 }
+
+// A Lock's first registration behind another waiter reads no hold TTL
+// (-3): it waits for a hand-over, or its refresh. So when the holder
+// dies, the waiter ahead, told the TTL, takes the lock as the hold runs
+// out, and its release hands the lock on: the one behind waits for
+// nothing else, here not for its refresh, a minute away.
+func TestMutex_AWaiterBehindAnotherIsHandedTheLockAfterTheHolderDied(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	b := backends[0]
+	name := lockName(t)
+	holders := newClient(t, b.newRedis(t), dlock.WithTTL(500*time.Millisecond))
+	if _, err := holders.Mutex(name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refresh := dlock.WithWaiterRefresh(time.Minute)
+	ahead, behind := newClient(t, b.newRedis(t), refresh), newClient(t, b.newRedis(t), refresh)
+	aheadRegistered := countAttempts(ahead).registeredReach(1)
+	told := make(chan int64, 8) // the time left each registration of the one behind read
+	dlock.OnAttempt(behind, func(r dlock.AttemptReport) {
+		if r.Script == scripts.MutexAcquire && r.Err == nil && r.Entry != "" && r.Reply[0] == 0 {
+			told <- r.Reply[1]
+		}
+	})
+	lock := func(c *dlock.Client) <-chan *dlock.Lease {
+		lease := make(chan *dlock.Lease, 1)
+		go func() {
+			l, err := c.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			lease <- l
+		}()
+		return lease
+	}
+	aheadLease := lock(ahead)
+	waitDone(t, aheadRegistered, 10*time.Second, "the first waiter registering")
+	behindLease := lock(behind)
+	select {
+	case left := <-told:
+		if left != -3 {
+			t.Fatalf("the waiter behind another was told %d ms left; want -3 (not read)", left)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter behind another never registered")
+	}
+	_ = holders.Close() // no renewals: the hold runs out within its TTL
+	for _, lease := range []<-chan *dlock.Lease{aheadLease, behindLease} {
+		l := <-lease
+		if l == nil {
+			t.FailNow()
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

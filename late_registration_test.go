@@ -55,6 +55,7 @@ func TestLateAttempt_OfAnEarlierRegistrationLeavesWithItsWaiter(t *testing.T) {
 					refresh = 500 * time.Millisecond
 				}
 				waiter := newClient(t, rdb, dlock.WithWaiterRefresh(refresh))
+				dlock.AssumeCopies(waiter)
 				attempts := countAttemptsOf(waiter, lt.acquire)
 				waitCtx, cancel := context.WithCancel(ctx)
 				defer cancel()

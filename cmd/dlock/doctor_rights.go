@@ -221,7 +221,7 @@ func cleanScratch(ctx context.Context, rdb redis.UniversalClient, scratch string
 // Every key written is given an expiry or emptied (which deletes it).
 // TestDoctor_TriesEveryCommandTheScriptsRun keeps the list whole.
 var dlockCommands = [][]string{
-	{"get", "S"}, {"set", "S", "1", "PX", "60000"}, {"exists", "S"}, {"pexpire", "S", "60000"},
+	{"get", "S"}, {"mget", "S", "N"}, {"set", "S", "1", "PX", "60000"}, {"exists", "S"}, {"pexpire", "S", "60000"},
 	{"pexpireat", "S", "EXPIRY"}, {"pttl", "S"}, {"type", "S"}, {"time"},
 	{"incr", "N"}, {"pexpire", "N", "60000"},
 	{"hset", "H", "f", "1"}, {"pexpire", "H", "60000"}, {"hget", "H", "f"}, {"hmget", "H", "f"},

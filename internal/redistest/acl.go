@@ -9,7 +9,7 @@ import "slices"
 var DlockACL = []string{
 	"resetkeys", "~dlock:*", "resetchannels", "&dlock:*", "-@all",
 	"+fcall", "+function|load", "+evalsha", "+script|load",
-	"+get", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
+	"+get", "+mget", "+set", "+del", "+exists", "+incr", "+pexpire", "+pexpireat", "+pttl", "+time", "+type", "+rename",
 	"+hdel", "+hget", "+hincrby", "+hlen", "+hmget", "+hset",
 	"+zadd", "+zcard", "+zcount", "+zpopmin", "+zrange", "+zrangebyscore", "+zrem", "+zremrangebyscore", "+zscore",
 	"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello",

@@ -240,6 +240,23 @@ local function last_token(fence)
   return last
 end
 
+-- The value of a lock key, and of also if given, read with the lock's
+-- counter fence in one MGET: the counter goes to counter_reads. MGET
+-- reads a key of another type as missing, so a counter read so is left
+-- for last_token's GET, which tells.
+local function read_lock(lock, fence, also)
+  local values
+  if also then
+    values = redis.call('MGET', lock, fence, also)
+  else
+    values = redis.call('MGET', lock, fence)
+  end
+  if values[2] then
+    counter_reads[fence] = values[2]
+  end
+  return values[1], values[3]
+end
+
 -- A token in digits: Lua writes a number of more than 14 digits with an
 -- exponent when it joins it to a string. '%d' takes a 64-bit integer,
 -- exact for a token, and costs half of '%.0f'.

@@ -28,18 +28,17 @@ import (
 const floorLibrary = `#!lua name=floor
 redis.register_function('floor_acquire', function(keys, args)
   redis.call('PTTL', keys[4])
+  local values = redis.call('MGET', keys[1], keys[2], keys[3])
   redis.call('SET', keys[1], args[1], 'NX', 'GET', 'PX', args[2])
-  redis.call('EXISTS', keys[3])
-  local last = tonumber(redis.call('GET', keys[2])) or 0
   redis.call('TIME')
+  local last = tonumber(values[2]) or 0
   redis.call('SET', keys[2], last + 1)
   return {1, last + 1}
 end)
 redis.register_function('floor_release', function(keys, args)
-  if redis.call('GET', keys[1]) ~= args[1] then
+  if redis.call('MGET', keys[1], keys[4])[1] ~= args[1] then
     return 0
   end
-  redis.call('GET', keys[4])
   redis.call('PTTL', keys[3])
   redis.call('DEL', keys[1])
   redis.call('SET', keys[6], '1', 'PX', 5000)

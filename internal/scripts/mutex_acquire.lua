@@ -23,16 +23,18 @@
 -- Returns {1, fence}  acquired (taken now, or handed over by a release whose
 --                     word has not reached the waiter); fence is its token
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
---                     expires (-1: the key has no TTL)
+--                     expires (-1: the key has no TTL; -3: not read, as
+--                     this call's first registration found others waiting)
 --         {-1, 0}     this Lock call was abandoned by its client: do nothing
 -- Fails with WRONGTYPE, changing nothing, when a key of the lock it would
 -- use holds what dlock did not write (see foreign.lua): a value of another
 -- type, a string that is no owner token under the lock key, a waiters set
--- without a TTL; the fencing counter is read only to mint. Where no probe
+-- without a TTL; the fencing counter is judged only to mint. Where no probe
 -- came first (one PTTL of the waiters), the command that touches a key
--- tells (ZADD's, the counter's GET), and a hold just taken is undone: a
--- script is atomic, so nobody sees it. The call's own registrations may be
--- withdrawn by then: dlock's data, of a call that fails.
+-- tells (SET NX GET's, ZADD's, the counter's GET), and a hold just taken
+-- is undone: a script is atomic, so nobody sees it. The call's own
+-- registrations may be withdrawn by then: dlock's data, of a call that
+-- fails.
 --
 -- A refused waiter is registered in the same step as its refusal, after it
 -- subscribed: the release that follows hands the lock to it (or to another
@@ -49,15 +51,13 @@
 -- Safe to arrive late: a client that gave up on this call left a tombstone,
 -- and a copy of any of its attempts that finds it does nothing: it neither
 -- takes the lock nor registers (the next release would hand the lock to a
--- caller that has gone), and answers {-1, 0}. The tombstone is looked at
--- only where the attempt would change something, once the lock is taken or
--- before registering, which spares the refused attempts that do not wait a
--- command; scripts are atomic, so nobody sees the hold that is taken back.
--- The resend path (the lock already this owner's) looks too: a late copy
--- of an earlier attempt may register the call again after its abandon
--- withdrew the registrations it knew of, and the next release hand the
--- lock to that registration; the copy that then finds the lock its own
--- lets it go rather than report it granted to nobody.
+-- caller that has gone), and answers {-1, 0}. The tombstone is read with
+-- the lock, in one MGET. The resend path (the lock already this owner's)
+-- looks too: a late copy of an earlier attempt may register the call
+-- again after its abandon withdrew the registrations it knew of, and the
+-- next release hand the lock to that registration; the copy that then
+-- finds the lock its own lets it go rather than report it granted to
+-- nobody.
 
 local wrong = rights_refused(LOCK) or (INFO ~= '' and foreign_holder_info(HOLDER))
 if wrong then
@@ -70,14 +70,19 @@ local waiters_ttl = redis.call('PTTL', WAITERS)
 if waiters_ttl == -1 then
   return waiters_wrong(WAITERS, waiters_ttl)
 end
--- SET NX GET takes a free lock and returns nothing, or returns the holder;
--- on a key of another type it fails with WRONGTYPE, changing nothing.
-local holder, foreign = call_on(LOCK, 'SET', LOCK, OWNER, 'NX', 'GET', 'PX', HOLD_TTL)
-if foreign then
-  return foreign
-end
+-- One MGET reads the holder, the tombstone and the counter (read_lock in
+-- common.lua). It reads a key of another type as missing: the lock's is
+-- told by SET NX GET, which fails with WRONGTYPE on it, changing nothing.
+local holder, void = read_lock(LOCK, FENCE, TOMBSTONE)
 if not holder then
-  local refused = redis.call('EXISTS', TOMBSTONE) == 1 and {-1, 0} or waiters_wrong(WAITERS, waiters_ttl)
+  if void then
+    return {-1, 0}
+  end
+  local _, foreign = call_on(LOCK, 'SET', LOCK, OWNER, 'NX', 'GET', 'PX', HOLD_TTL)
+  if foreign then
+    return foreign
+  end
+  local refused = waiters_wrong(WAITERS, waiters_ttl)
   if refused then
     redis.call('DEL', LOCK)
     return refused
@@ -102,7 +107,7 @@ if not holder then
   return {1, fence}
 end
 if holder == OWNER then
-  if redis.call('EXISTS', TOMBSTONE) == 1 then
+  if void then
     -- Handed to this call after it gave up (a late copy of an earlier
     -- attempt registered it again after its abandon): nobody holds it.
     -- Let it go; waiters find it free at their next try.
@@ -157,7 +162,7 @@ local function register()
 end
 
 if WAITER ~= '' then
-  if redis.call('EXISTS', TOMBSTONE) == 1 then
+  if void then
     return {-1, 0}
   end
   local wrong_waiters = register()
@@ -167,5 +172,11 @@ if WAITER ~= '' then
   if PREVIOUS ~= '' then -- after the ZADD: the set, never emptied, keeps its TTL
     redis.call('ZREM', WAITERS, PREVIOUS)
   end
+end
+-- A call's first registration behind others is told no time left (-3):
+-- it waits for a hand-over, or its first refresh, which asks. Whoever
+-- waits ahead of it tries again as the hold runs out.
+if WAITER ~= '' and PREVIOUS == '' and waiters_ttl ~= -2 then
+  return {0, -3}
 end
 return {0, redis.call('PTTL', LOCK)}

@@ -35,7 +35,7 @@
 -- touches nothing; it finds the first one's mark, and reports the release.
 
 void_call(TOMBSTONE, VOID_TTL)
-if redis.call('GET', LOCK) == OWNER then
+if read_lock(LOCK, FENCE) == OWNER then
   local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
   hand_next(LOCK, FENCE, WAITERS, CHANNEL, PUBLISH, HOLDER, WITH_INFO ~= '0')
   if retaken then

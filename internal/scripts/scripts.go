@@ -113,7 +113,7 @@ var variableCommand = regexp.MustCompile(`redis\.p?call\([A-Za-z]`)
 // readCommands are the commands dlock's scripts run that write nothing.
 var readCommands = map[string]bool{
 	"exists": true, "get": true, "hget": true, "hgetall": true, "hlen": true, "pttl": true,
-	"hmget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
+	"hmget": true, "mget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
 // sources are the scripts' texts, for SCRIPT LOAD in a pipeline (a
