@@ -277,7 +277,8 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	// leaves the lock to expire: said, with the command's code.
 	switch err := lease.Unlock(context.Background()); {
 	case errors.Is(err, dlock.ErrNotHeld):
-		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n", name, lossText(cmp.Or(lease.Err(), err), lease.Deadline()))
+		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n",
+			name, lossText(cmp.Or(lease.Err(), err), lease.Deadline()))
 		return exitLost
 	case err != nil:
 		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, releaseText(err))
@@ -611,12 +612,12 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			for report := range drained(said) { // those the guard made before it exited
 				expired = expired || report == "expired"
 			}
-			// The guard exits with the command's code: a guard ended by a
-			// signal was killed, and has left the command to run on.
 			// Continued past the deadline, dlock may learn of the exit (the
 			// guard's kill at the deadline) before the lease's timer fires.
 			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
 			said := ended && lost != nil // the loss, with what was killed
+			// The guard exits with the command's code: a guard ended by a
+			// signal was killed, and has left the command to run on.
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
 				unkilled = killAll(nil, foreign)
