@@ -329,9 +329,13 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 				continue
 			}
 			// dlock may have been stopped, or Redis unreachable: the guard
-			// knows only that no renewal came. dlock, told, exits 76.
-			fmt.Fprintln(reports, "expired")
-			fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(killAll(cmd.Process, nil)))
+			// knows only that no renewal came. dlock, told, says the loss
+			// once it runs, and exits 76; the guard says it only if dlock
+			// cannot be told.
+			unkilled := killAll(cmd.Process, nil)
+			if _, err := fmt.Fprintln(reports, "expired"); err != nil {
+				fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(unkilled))
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os/exec"
 	"strings"
 	"time"
@@ -33,7 +34,32 @@ var lossWords = map[observe.LossReason]string{
 	observe.LossExpired:     "it expired or was deleted",
 	observe.LossTaken:       "another owner holds it",
 	observe.LossForced:      "it was removed by force",
-	observe.LossUnreachable: "Redis confirmed no renewal before its deadline",
+	observe.LossUnreachable: "Redis unreachable past its deadline", // nothing confirmed, nor refused
+}
+
+// lossText is errText for a lost lease whose deadline was deadline. A
+// hold found gone (LossExpired) before it cannot have expired: it was
+// removed. An RWMutex's or Semaphore's hold carries no mark of a removal
+// by force (LossForced), so a DEL or FLUSHDB reads the same.
+func lossText(err error, deadline time.Time) string {
+	if errors.Is(err, dlock.LossExpired) && time.Now().Before(deadline) {
+		return "it was forced open or deleted before its deadline"
+	}
+	return errText(err)
+}
+
+// releaseText says why a release failed, for "releasing NAME: …": the
+// library's chain (the call, the name again, dial tcp …) is not the
+// operator's.
+func releaseText(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.LossUnreachable):
+		return "Redis unreachable"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "Redis did not answer in time"
+	}
+	return printable(errText(err))
 }
 
 // cannotRun says why the command did not start: cannot run "NAME": why.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -276,10 +277,11 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	// leaves the lock to expire: said, with the command's code.
 	switch err := lease.Unlock(context.Background()); {
 	case errors.Is(err, dlock.ErrNotHeld):
-		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n", name, errText(err))
+		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n",
+			name, lossText(cmp.Or(lease.Err(), err), lease.Deadline()))
 		return exitLost
 	case err != nil:
-		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, errText(err))
+		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, releaseText(err))
 	}
 	return code
 }
@@ -601,7 +603,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 		if err == nil {
 			return "its deadline passed before a renewal" // the lease's timer has yet to say so
 		}
-		return errText(err)
+		return lossText(err, lease.Deadline())
 	}
 	for {
 		select {
@@ -610,6 +612,10 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			for report := range drained(said) { // those the guard made before it exited
 				expired = expired || report == "expired"
 			}
+			// Continued past the deadline, dlock may learn of the exit (the
+			// guard's kill at the deadline) before the lease's timer fires.
+			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
+			said := ended && lost != nil // the loss, with what was killed
 			// The guard exits with the command's code: a guard ended by a
 			// signal was killed, and has left the command to run on.
 			var unkilled []int
@@ -618,15 +624,16 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
 			} else if !s.releaseOnExit && !killed {
 				unkilled = killAll(nil, foreign) // left by a guard killed alone
-				if len(unkilled) > 0 {
+				if len(unkilled) > 0 && !said {
 					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
 				}
 			}
-			// Continued past the deadline, dlock may learn of the exit (the
-			// guard's kill at the deadline) before the lease's timer fires.
-			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
-			if ended && lost != nil {
-				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)\n", name, loss())
+			if said {
+				killedBy := "" // the command may have ended on its own
+				if expired || len(unkilled) > 0 {
+					killedBy = "; " + killedText(unkilled)
+				}
+				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)%s\n", name, loss(), killedBy)
 			}
 			if ended || stopped || expired || len(unkilled) > 0 {
 				return exitLost, true

@@ -133,8 +133,9 @@ func TestRun_AFailedReleaseIsSaid(t *testing.T) {
 		if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if code := p.wait(t, 15*time.Second); code != exitLost || !strings.Contains(p.stderr.String(), `lost the lock "forced-at-end"`) {
-			t.Fatalf("exit %d, want %d and the loss said\nstderr: %s", code, exitLost, &p.stderr)
+		want := `dlock run: lost the lock "forced-at-end" before the command ended (it was forced open or deleted before its deadline)` + "\n"
+		if code := p.wait(t, 15*time.Second); code != exitLost || p.stderr.String() != want {
+			t.Fatalf("exit %d, want %d and the loss said as\n%s\nstderr: %s", code, exitLost, want, &p.stderr)
 		}
 	})
 }
