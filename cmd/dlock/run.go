@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -257,7 +258,11 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 		}
 		return reportAcquire(ctx, name, namePermits(client, name, s.permits, err), out)
 	}
-	code, stopped := supervise(lease, name, command, s, ttouIgnored, signals, renewed, out)
+	// Written after the release at the latest: a blocked stderr then holds
+	// back nothing but dlock's exit.
+	notes := startNotes(out.stderr)
+	defer notes.flush()
+	code, stopped := supervise(lease, name, command, s, ttouIgnored, signals, renewed, notes, out)
 	if stopped {
 		// Lost: nothing to release. Lapsing with Redis not answering
 		// renewals: an attempt, waited for until the deadline at most, as
@@ -277,11 +282,11 @@ func runLocked(ctx context.Context, name string, command []string, s runSettings
 	// leaves the lock to expire: said, with the command's code.
 	switch err := lease.Unlock(context.Background()); {
 	case errors.Is(err, dlock.ErrNotHeld):
-		fmt.Fprintf(out.stderr, "dlock run: lost the lock %q before the command ended (%s)\n",
+		notes.say("dlock run: lost the lock %q before the command ended (%s)\n",
 			name, lossText(cmp.Or(lease.Err(), err), lease.Deadline()))
 		return exitLost
 	case err != nil:
-		fmt.Fprintf(out.stderr, "dlock run: releasing %q: %s (it expires within its TTL)\n", name, releaseText(err))
+		notes.say("dlock run: releasing %q: %s (it expires within its TTL)\n", name, releaseText(err))
 	}
 	return code
 }
@@ -541,14 +546,14 @@ func reportAcquire(ctx context.Context, name string, err error, out *output) int
 // passes it on to the command; renewed, the lease's renewals. stopped
 // says the command was stopped for the lease's end (exit 76).
 func supervise(lease *dlock.Lease, name string, command []string, s runSettings, ttouIgnored bool,
-	signals <-chan os.Signal, renewed <-chan struct{}, out *output) (code int, stopped bool) {
+	signals <-chan os.Signal, renewed <-chan struct{}, notes *notes, out *output) (code int, stopped bool) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = out.stdin, out.stdout, out.stderr
 	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
 
 	select {
 	case sig := <-signals: // while dlock took the lock: the command has not started
-		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, signalled{sig.(syscall.Signal)})
+		notes.say("dlock run: %q: not run: %v\n", name, signalled{sig.(syscall.Signal)})
 		return 128 + int(sig.(syscall.Signal)), false
 	default:
 	}
@@ -556,14 +561,14 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	becomeSubreaper()
 	guard, err := guardCmd(cmd, s.releaseOnExit, ttouIgnored)
 	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock run: %q: not run: %v\n", name, err)
+		notes.say("dlock run: %q: not run: %v\n", name, err)
 		return exitCannotRun, false
 	}
 	defer guard.close()
 	err = cmd.Start()
 	guard.started()
 	if err != nil {
-		fmt.Fprintf(out.stderr, "dlock run: %s\n", startError(err))
+		notes.say("dlock run: %s\n", startError(err))
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound, false
 		}
@@ -621,11 +626,11 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
 				unkilled = killAll(nil, foreign)
-				fmt.Fprintf(out.stderr, "dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
+				notes.say("dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
 			} else if !s.releaseOnExit && !killed {
 				unkilled = killAll(nil, foreign) // left by a guard killed alone
 				if len(unkilled) > 0 && !said {
-					fmt.Fprintf(out.stderr, "dlock run: %s\n", killedText(unkilled))
+					notes.say("dlock run: %s\n", killedText(unkilled))
 				}
 			}
 			if said {
@@ -633,7 +638,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				if expired || len(unkilled) > 0 {
 					killedBy = "; " + killedText(unkilled)
 				}
-				fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s)%s\n", name, loss(), killedBy)
+				notes.say("dlock run: lost the lock %q (%s)%s\n", name, loss(), killedBy)
 			}
 			if ended || stopped || expired || len(unkilled) > 0 {
 				return exitLost, true
@@ -651,7 +656,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			expired = expired || report == "expired"
 			if exit, ok := strings.CutPrefix(report, "exited "); ok {
 				foreign.add(guardPid)
-				sayHolding(name, exit, guardPid, foreign, out)
+				sayHolding(name, exit, guardPid, foreign, notes)
 			}
 		case <-tick.C:
 			foreign.add(guardPid)
@@ -662,7 +667,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// the stall goes out now, and may well move the deadline.
 			if left := time.Until(deadline); !stalled && !stopped && left <= warnBefore && lease.Err() == nil {
 				_ = cmd.Process.Signal(syscall.SIGTERM) // the guard passes it on
-				fmt.Fprintf(out.stderr, "dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
+				notes.say("dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
 					name, left.Round(time.Millisecond))
 				stopped = true
 			}
@@ -675,7 +680,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				guard.pipe.Close() // dlock finds none of the command here: the guard kills it
 			}
 			unkilled := killAll(nil, foreign)
-			fmt.Fprintf(out.stderr, "dlock run: lost the lock %q (%s); %s\n", name, loss(), killedText(unkilled))
+			notes.say("dlock run: lost the lock %q (%s); %s\n", name, loss(), killedText(unkilled))
 			lost, stopped, killed = nil, true, true
 		}
 	}
@@ -694,12 +699,46 @@ func drained(said chan string) chan string {
 // exit, that the run holds the lock for the processes it left, if any,
 // and under which guard they run: which they are would be stale as soon
 // as said (they end, fork, exec).
-func sayHolding(name, exit string, guard int, foreign foreignSet, out *output) {
+func sayHolding(name, exit string, guard int, foreign foreignSet, notes *notes) {
 	if !slices.ContainsFunc(commandProcesses(nil, foreign), func(pid int) bool { return pid != guard }) {
 		return
 	}
-	fmt.Fprintf(out.stderr, "dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
+	notes.say("dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
 		exit, name, guard)
+}
+
+// notes writes dlock's lines during a run, in order, from a goroutine of
+// its own: a blocked stderr (a pipe nobody reads, ^S on a terminal) holds
+// back the lines, never the loop that kills at a loss and passes signals on.
+type notes struct {
+	lines chan string
+	done  chan struct{}
+}
+
+func startNotes(w io.Writer) *notes {
+	n := &notes{lines: make(chan string, 16), done: make(chan struct{})}
+	go func() {
+		defer close(n.done)
+		for line := range n.lines {
+			_, _ = io.WriteString(w, line)
+		}
+	}()
+	return n
+}
+
+// say queues a line. A run says a handful, fewer than the queue holds;
+// were it full, the line would be dropped rather than block.
+func (n *notes) say(format string, args ...any) {
+	select {
+	case n.lines <- fmt.Sprintf(format, args...):
+	default:
+	}
+}
+
+// flush waits until every line queued is written.
+func (n *notes) flush() {
+	close(n.lines)
+	<-n.done
 }
 
 // killedText says what killAll did: killed the command, or which of its

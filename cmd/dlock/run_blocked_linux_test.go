@@ -60,3 +60,48 @@ func TestRun_ABlockedOutputDoesNotLetTheGuardKill(t *testing.T) {
 		t.Fatalf("exit %v, want 0\noutput: %s", err, text)
 	}
 }
+
+// Issue 36: a forced loss kills the command at the next renewal (TTL/3), not at the
+// lease's deadline (TTL), even while dlock's output is blocked: the loop
+// stuck writing "holding … until the processes it left have ended" does
+// not read lease.Done, and only the guard kills, at the old deadline.
+// TTL 9s: renewals every 3s, so the loss is seen by force+3s, and the
+// guard's deadline is at force+6s at the earliest; the check is at +5s.
+func TestRun_ABlockedOutputDoesNotDelayTheKillOfAForcedLoss(t *testing.T) {
+	url, _ := testRedis(t)
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(dlockBin, "run", "--ttl", "9s", "blocked-loss", "--", "sh", "-c",
+		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero; exit 0`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	left := readPid(t, ready)
+	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
+		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
+		return err == nil && n == os.Getpagesize()
+	})
+	force := exec.Command(dlockBin, "unlock", "--force", "--yes", "blocked-loss")
+	force.Env = cmd.Env
+	if out, err := force.CombinedOutput(); err != nil {
+		t.Fatalf("unlock --force: %v: %s", err, out)
+	}
+	forced := time.Now()
+	for !gone(left) {
+		if time.Since(forced) > 5*time.Second {
+			t.Fatal("a process of the run still runs 5s after a forced loss (renewals every 3s): blocked output held back dlock's kill")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
