@@ -622,16 +622,14 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
 			said := ended && lost != nil // the loss, with what was killed
 			// The guard exits with the command's code: a guard ended by a
-			// signal was killed, and has left the command to run on.
+			// signal was killed, and has left the command to run on. One
+			// that exited has left none: it waits for all (but with
+			// --release-on-exit, whose leftovers run on). Then dlock's
+			// children are its caller's, not to be killed.
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
 				unkilled = killAll(nil, foreign)
 				notes.say("dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
-			} else if !s.releaseOnExit && !killed {
-				unkilled = killAll(nil, foreign) // left by a guard killed alone
-				if len(unkilled) > 0 && !said {
-					notes.say("dlock run: %s\n", killedText(unkilled))
-				}
 			}
 			if said {
 				killedBy := "" // the command may have ended on its own
