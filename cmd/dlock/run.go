@@ -637,6 +637,8 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 					killedBy = "; " + killedText(unkilled)
 				}
 				notes.say("dlock run: lost the lock %q (%s)%s\n", name, loss(), killedBy)
+			} else if stopped && !killed {
+				notes.say("dlock run: the command ended (%d) before the lock %q lapsed; exit 76, as it could not be renewed\n", code, name)
 			}
 			if ended || stopped || expired || len(unkilled) > 0 {
 				return exitLost, true
@@ -652,7 +654,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				continue
 			}
 			expired = expired || report == "expired"
-			if exit, ok := strings.CutPrefix(report, "exited "); ok {
+			// Stopped for an unreachable Redis, the processes left are
+			// about to be killed, not held for.
+			if exit, ok := strings.CutPrefix(report, "exited "); ok && !stopped {
 				foreign.add(guardPid)
 				sayHolding(name, exit, guardPid, foreign, notes)
 			}

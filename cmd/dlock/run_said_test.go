@@ -86,3 +86,33 @@ func TestRun_AFailedReleaseIsOneSentence(t *testing.T) {
 		t.Fatalf("stderr %q, want the one line:\n%s", &p.stderr, want)
 	}
 }
+
+// With Redis unreachable, the SIGTERM that stops the command is not
+// followed by "holding … until the processes it left have ended": dlock
+// is about to kill them. The run then ends in a line that says why it
+// exits 76, whether the command ended on the SIGTERM or was killed.
+func TestRun_AStopForAnUnreachableRedisIsSaidToTheEnd(t *testing.T) {
+	for what, script := range map[string]string{
+		"left":  `(trap '' TERM; exec sleep 100 >/dev/null 2>&1) & echo $$ > "$1"; wait`,
+		"ended": `echo $$ > "$1"; while :; do sleep 0.05; done`,
+	} {
+		t.Run(what, func(t *testing.T) {
+			srv := redistest.Start(t)
+			ready := fifo(t, "ready")
+			p := startDlock(t, "redis://"+srv.Addr(), "", "run", "--ttl", "3s", "--kill-grace", "1s", "stopped", "--",
+				"sh", "-c", script, "sh", ready)
+			readPid(t, ready)
+			srv.Pause()
+			t.Cleanup(srv.Resume)
+			if code := p.wait(t, 30*time.Second); code != exitLost {
+				t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, &p.stderr)
+			}
+			said := lines(p.stderr.String())
+			if strings.Contains(p.stderr.String(), "holding") || len(said) != 2 ||
+				!strings.HasPrefix(said[0], `dlock run: the lock "stopped" could not be renewed`) ||
+				!strings.Contains(said[1], `"stopped"`) {
+				t.Fatalf("stderr %q, want the SIGTERM's line, then one that ends the run", &p.stderr)
+			}
+		})
+	}
+}
