@@ -27,6 +27,7 @@ import (
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/observe"
+	"golang.org/x/sys/unix"
 )
 
 const runUsage = `Usage: dlock run [flags] NAME [flags] -- COMMAND [ARGS...]
@@ -58,7 +59,8 @@ the lock; no job control stops the guard, and on a loss dlock kills them
 too. On Linux the guard is their subreaper: none escapes it, whatever
 group or session it moves to, and it finds them by parent, never by
 process group (dlock's, maybe its caller's). Elsewhere it knows only the
-command's main process. The guard killed alone, dlock kills the command.
+command's main process. The guard killed alone by signal N, dlock kills
+the command, releases and exits 128+N.
 Both dlock and the guard killed or stopped (pkill dlock matches
 dlock-guard too), the command runs on, and the lock expires within
 --ttl. dlock kills only what it may signal: a process of the command
@@ -105,7 +107,8 @@ within --wait (--conflict-exit-code N: N, as flock -E; --quiet: say nothing
 of it); 76 the lock was lost, or a process dlock may not kill ran on; 69
 Redis unreachable; 77 Redis refused the login or a command (password,
 ACL); 2 bad flags or Redis address; 126 the command could not be
-started, 127 not found; 128+N a signal N while waiting.
+started, 127 not found; 128+N a signal N while waiting, or one that
+killed the guard alone.
 
 Examples:
   # in every host's crontab: the report runs once, wherever the lock is free
@@ -629,7 +632,12 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			var unkilled []int
 			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
 				unkilled = killAll(nil, foreign)
-				notes.say("dlock run: the guard was killed (%v); %s\n", ws.Signal(), killedText(unkilled))
+				what := fmt.Sprintf("killed the command with it: exit %d", code) // 128+N, N the guard's signal
+				if len(unkilled) > 0 {
+					what = killedText(unkilled) // exit 76
+				}
+				notes.say("dlock run: dlock-guard (pid %d) was killed by %s, not by dlock; %s\n", guardPid,
+					unix.SignalName(ws.Signal()), what)
 			}
 			if said {
 				killedBy := "" // the command may have ended on its own

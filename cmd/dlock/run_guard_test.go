@@ -257,7 +257,7 @@ func TestRun_ReleaseOnExitAKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) 
 	if !gone(command) {
 		t.Fatalf("the command runs on, its guard killed, after dlock exited\nstderr: %s", &p.stderr)
 	}
-	if !strings.Contains(p.stderr.String(), "guard was killed") {
+	if !strings.Contains(p.stderr.String(), "dlock-guard (pid ") || !strings.Contains(p.stderr.String(), ") was killed by SIGKILL, not by dlock") {
 		t.Fatalf("stderr %q does not say the guard was killed", &p.stderr)
 	}
 }

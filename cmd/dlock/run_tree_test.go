@@ -200,6 +200,11 @@ func TestRun_AKilledGuardLeavesNoProcessOfTheCommand(t *testing.T) {
 	}
 	waitGone(t, main, 10*time.Second, "the command, its guard killed,")
 	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, its guard killed,")
+	// One line, which says that the 137 is the guard's, not the command's.
+	want := fmt.Sprintf(`dlock run: dlock-guard (pid %d) was killed by SIGKILL, not by dlock; killed the command with it: exit 137`, guard)
+	if said := lines(p.stderr.String()); len(said) != 1 || said[0] != want {
+		t.Fatalf("stderr %q, want the one line:\n%s", &p.stderr, want)
+	}
 }
 
 // Issue 36: a stop of dlock shorter than the TTL loses nothing: continued,
