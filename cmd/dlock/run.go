@@ -49,7 +49,8 @@ set -m; on Linux only), keeps the lock until it ends, as flock(1) does
 through the descriptor they inherit. --release-on-exit releases when
 the command's main process exits instead. Once the main process has
 exited, dlock says that it holds the lock for the processes left, and
-the pid of the guard they run below.
+the pid of the guard they run below; ^C or ^\ at the terminal then ends
+the hold: SIGTERM to them, SIGKILL after --kill-grace, exit 128+N.
 
 The command runs under a guard, dlock's own binary (dlock-guard in ps), its
 parent. The guard kills every process of the command (SIGKILL) when dlock
@@ -158,7 +159,7 @@ func defineRun(fs *flag.FlagSet) action {
 		permits = n
 		return nil
 	})
-	grace := fs.Duration("kill-grace", 10*time.Second, "with Redis unreachable, how long before the lease's deadline the command gets SIGTERM (SIGKILL at it)")
+	grace := fs.Duration("kill-grace", 10*time.Second, "with Redis unreachable, how long before the lease's deadline the command gets SIGTERM (SIGKILL at it); after a ^C that ends a hold, before SIGKILL")
 	releaseOnExit := fs.Bool("release-on-exit", false,
 		"release when COMMAND's main process exits, not when the last process it started does")
 	quiet := fs.Bool("quiet", false, "say nothing of waiting, nor when the lock is busy (not acquired within --wait)")
@@ -602,6 +603,11 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	lastTick, stalled := time.Now(), false
 	killed := false  // by dlock, for a loss: the guard with the command
 	expired := false // the guard killed the command at the deadline it read
+	// Once the main process has exited, a ^C or ^\ at the terminal ends
+	// the hold for the processes it left, which may ignore it (sh's &):
+	// SIGTERM, then SIGKILL after --kill-grace, and exit 128+N.
+	mainExited, interrupted := false, syscall.Signal(0)
+	var graceOver <-chan time.Time
 	said := guard.said
 	loss := func() string {
 		err := lease.Err()
@@ -651,11 +657,30 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			if ended || stopped || expired || len(unkilled) > 0 {
 				return exitLost, true
 			}
+			if interrupted != 0 {
+				return 128 + int(interrupted), false
+			}
 			return code, false
 		case sig := <-signals:
 			if !fromTerminal(sig) { // else the guard has it too
 				_ = cmd.Process.Signal(sig)
+			} else if mainExited && interrupted == 0 && !stopped {
+				interrupted = sig.(syscall.Signal)
+				_ = cmd.Process.Signal(syscall.SIGTERM) // the guard passes it on
+				graceOver = time.After(s.grace)
+				notes.say("dlock run: %s: stopping the processes the command left (SIGTERM, SIGKILL in %v)\n",
+					keyOf(interrupted), s.grace)
 			}
+		case <-graceOver:
+			graceOver = nil
+			foreign.add(guardPid)
+			if runtime.GOOS != "linux" {
+				guard.pipe.Close() // as on a loss
+			}
+			if unkilled := killAll(nil, foreign); len(unkilled) > 0 {
+				notes.say("dlock run: %s\n", killedText(unkilled))
+			}
+			killed = true
 		case report, ok := <-said:
 			if !ok {
 				said = nil
@@ -665,8 +690,9 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// Stopped for an unreachable Redis, the processes left are
 			// about to be killed, not held for.
 			if exit, ok := strings.CutPrefix(report, "exited "); ok && !stopped {
+				mainExited = true
 				foreign.add(guardPid)
-				sayHolding(name, exit, guardPid, foreign, notes)
+				sayHolding(name, exit, guardPid, foreign, out.tty, notes)
 			}
 		case <-tick.C:
 			foreign.add(guardPid)
@@ -709,12 +735,24 @@ func drained(said chan string) chan string {
 // exit, that the run holds the lock for the processes it left, if any,
 // and under which guard they run: which they are would be stale as soon
 // as said (they end, fork, exec).
-func sayHolding(name, exit string, guard int, foreign foreignSet, notes *notes) {
+func sayHolding(name, exit string, guard int, foreign foreignSet, tty bool, notes *notes) {
 	if !slices.ContainsFunc(commandProcesses(nil, foreign), func(pid int) bool { return pid != guard }) {
 		return
 	}
-	notes.say("dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)\n",
-		exit, name, guard)
+	stop := ""
+	if tty {
+		stop = "; ^C to stop them"
+	}
+	notes.say("dlock run: command exited (%s); holding %q until the processes it left have ended (below dlock-guard, pid %d)%s\n",
+		exit, name, guard, stop)
+}
+
+// keyOf is the key that sends sig from the terminal.
+func keyOf(sig syscall.Signal) string {
+	if sig == syscall.SIGQUIT {
+		return "^\\"
+	}
+	return "^C"
 }
 
 // notes writes dlock's lines during a run, in order, from a goroutine of

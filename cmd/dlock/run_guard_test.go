@@ -214,7 +214,7 @@ sleep 600
 	term.waitScreen(`holding "ctrl-c" until`)
 	term.tmux("send-keys", "C-c")
 	waitGone(t, leaver, 10*time.Second, "the process out of the command's group, after ^C,")
-	term.waitScreen("exit:3")
+	term.waitScreen(fmt.Sprintf("exit:%d", 128+int(syscall.SIGINT))) // the hold ended by ^C
 }
 
 // Issue 36: a run in the background of a terminal set to stop background
@@ -432,5 +432,30 @@ func TestRun_AGuardStoppedPastTheTTLSparesTheCommandOfALiveLease(t *testing.T) {
 	}
 	if code := p.wait(t, 15*time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0\nstderr: %s", code, &p.stderr)
+	}
+}
+
+// Issue 36: once the main process has exited, ^C or ^\ at the terminal
+// ends a hold for processes it left that ignore them (sh's & children
+// ignore SIGINT and SIGQUIT): dlock SIGTERMs them, releases and exits
+// 128+N, as flock(1) gives the prompt back; its holding line says so.
+func TestRun_CtrlCEndsAHoldForProcessesLeftThatIgnoreIt(t *testing.T) {
+	for key, sig := range map[string]syscall.Signal{"C-c": syscall.SIGINT, `C-\`: syscall.SIGQUIT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			url, _ := testRedis(t)
+			left := filepath.Join(t.TempDir(), "left")
+			term := startTerminal(t, fmt.Sprintf(`set -m
+export REDIS_URL=%s
+%s run ctrl-c-left -- sh -c 'sleep 100 & echo $! > "$1"; exit 3' sh %s
+echo "exit:$?"
+sleep 600
+`, url, dlockBin, left))
+			leaver := pidFile(t, left)
+			t.Cleanup(func() { _ = syscall.Kill(leaver, syscall.SIGKILL) })
+			term.waitScreen("; ^C to stop them")
+			term.tmux("send-keys", key)
+			waitGone(t, leaver, 10*time.Second, "the process left, ignoring "+sig.String()+", after "+key+",")
+			term.waitScreen(fmt.Sprintf("exit:%d", 128+int(sig)))
+		})
 	}
 }
