@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -104,4 +105,44 @@ func TestRun_ABlockedOutputDoesNotDelayTheKillOfAForcedLoss(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Issue 36: the processes the command left ended, dlock releases the lock
+// even while its output is blocked: only dlock's exit waits for its lines.
+func TestRun_ABlockedOutputDoesNotHoldTheLockPastTheRun(t *testing.T) {
+	url, locks := testRedis(t)
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(dlockBin, "run", "blocked-release", "--", "sh", "-c",
+		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	left := readPid(t, ready)
+	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
+		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
+		return err == nil && n == os.Getpagesize()
+	})
+	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, left, 10*time.Second, "the process left, its input closed,")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := locks.RWMutex("blocked-release").Lock(ctx)
+	if err != nil {
+		t.Fatalf("the run's processes ended, its output blocked: the lock is still held 10s on (%v)", err)
+	}
+	_ = lease.Unlock(context.Background())
 }
