@@ -169,7 +169,6 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
 	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
-	wt.a.copied = wt.maybeCopied
 	if l != nil {
 		l.noteCopies(wt.maybeCopied)
 	}
