@@ -20,7 +20,6 @@ type call struct {
 	owner     string  // what the attempts show (a read-write lock's: the hold's member)
 	tombstone string  // see keys.tombstone
 	sent      time.Time
-	copied    bool // an attempt may have been sent twice (see waiting.maybeCopied)
 
 	grant interface{ granted(handOver) *Lease } // reads a hand-over; nil where releases hand none
 	// watch and busy index the channel a waiter listens on and the one of

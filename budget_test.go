@@ -121,7 +121,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 // then registers; the holder's release hands it the lock; the waiter
 // unlocks. The count is of the whole story.
 func TestCommandBudget_MutexHandOver(t *testing.T) {
-	const budget = 27
+	const budget = 28
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	holder := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Mutex("budget")
@@ -160,7 +160,7 @@ func TestCommandBudget_MutexHandOver(t *testing.T) {
 // bench; the waiters refresh less often than the test runs, so every count
 // is exact.
 func TestCommandBudget_MutexContended(t *testing.T) {
-	const budget = 14
+	const budget = 15
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	type contender struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -75,18 +74,13 @@ func KeysOf(prefix, name string) (lock, fence, channel string) {
 // ClusterSlot is the hash slot dlock computes for a lock name's keys.
 var ClusterSlot = clusterSlot
 
-// AssumeCopies makes c take each command it sends as maybe sent twice, as
-// go-redis resends one only after a read timeout, which c would see: for
-// tests whose copier (late_test.go) sends copies c does not see.
-func AssumeCopies(c *Client) { c.resendAfter = 0 }
-
 // HandOverTaken reports whether a Lock call of m whose latest attempt, its
 // latest-th, registered it takes the hand-over grant (see mutexCall.granted).
 // The lease it would make is ended at once: nothing was granted in Redis.
 func HandOverTaken(m *Mutex, latest int, grant string) bool {
 	a := m.call(context.Background())
 	mc := a.v.(*mutexCall)
-	mc.attempts, mc.attempt, mc.registered, a.sent = latest, strconv.Itoa(latest), "registered", time.Now()
+	mc.attempts, mc.registered, a.sent = latest, "registered", time.Now()
 	return handOverTaken(a, grant)
 }
 

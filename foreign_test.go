@@ -432,3 +432,37 @@ func TestForeign_ANameLikeAMissingFunctionsErrorLoadsNothing(t *testing.T) {
 		t.Errorf("the library was loaded %d times for a foreign key's error", n)
 	}
 }
+
+// A Mutex's release that finds a value of another type under its lock key
+// (written over the hold by another program) fails with ErrWrongType
+// naming the key, as the acquisitions do, and leaves it as it is: not
+// ErrNotHeld, as though the lock had simply run out.
+func TestForeignKeys_AMutexReleaseOnALockKeyOfAnotherTypeIsErrWrongType(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	for kind, write := range foreignValues {
+		if kind == "string" { // another holder's, for all a release can tell
+			continue
+		}
+		name := lockName(t)
+		key := lockKey(name)
+		lease, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := write(ctx, rdb, key); err != nil {
+			t.Fatal(err)
+		}
+		dump := rdb.Dump(ctx, key).Val()
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), key) {
+			t.Errorf("Unlock with a %s under the lock key: %v; want ErrWrongType naming %s", kind, err, key)
+		}
+		if after := rdb.Dump(ctx, key).Val(); after != dump {
+			t.Errorf("Unlock with a %s under the lock key changed it", kind)
+		}
+	}
+}

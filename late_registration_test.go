@@ -55,7 +55,6 @@ func TestLateAttempt_OfAnEarlierRegistrationLeavesWithItsWaiter(t *testing.T) {
 					refresh = 500 * time.Millisecond
 				}
 				waiter := newClient(t, rdb, dlock.WithWaiterRefresh(refresh))
-				dlock.AssumeCopies(waiter)
 				attempts := countAttemptsOf(waiter, lt.acquire)
 				waitCtx, cancel := context.WithCancel(ctx)
 				defer cancel()
@@ -194,4 +193,55 @@ func TestLateAttempt_OfAFirstAttemptTakingTheLockLeavesNoRegistration(t *testing
 			})
 		})
 	}
+}
+
+// A copy of a waiter's earlier registering attempt that lands late with
+// no read timeout on the client (held by a proxy in front of Redis, which
+// kept it when the client's connection to the proxy broke and go-redis
+// resent at once): the call saw no sign of a copy, yet the hand-over to
+// its latest registration must withdraw the copy's, or the call's own
+// release hands the lock to it, held then for a call that has gone.
+func TestLateAttempt_LandingWithoutAReadTimeoutIsWithdrawnByTheHandOver(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	b := backends[0]
+	name := lockName(t)
+	other := b.newRedis(t)
+	holders := newClient(t, other, dlock.WithTTL(time.Minute))
+	holder, err := holders.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := b.newRedis(t)
+	copies := &copier{script: scripts.MutexAcquire}
+	rdb.AddHook(copies)
+	waiter := newClient(t, rdb, dlock.WithWaiterRefresh(time.Minute))
+	entries := make(chan string, 8)
+	dlock.OnAttempt(waiter, func(r dlock.AttemptReport) {
+		if r.Script == scripts.MutexAcquire && r.Err == nil && r.Entry != "" && r.Reply[0] == 0 {
+			entries <- r.Entry
+		}
+	})
+	got := lockInBackground(ctx, waiter.Mutex(name).Lock)
+	first := <-entries
+	// A word the waiter takes as "try again": it registers anew at once.
+	client, rest, _ := strings.Cut(first, "/")
+	id, _, _ := strings.Cut(rest, ":")
+	_, _, channel := dlock.KeysOf(dlock.DefaultPrefix, name)
+	if err := other.Publish(ctx, channel+":"+client, id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if second := <-entries; second == first {
+		t.Fatal("the waiter did not register anew")
+	}
+	// The copy of the first registering attempt (the waiter's second
+	// attempt) lands now, behind the latest registration.
+	sent := copies.sent()
+	if res, err := other.Do(ctx, sent[1]...).Int64Slice(); err != nil || res[0] != 0 {
+		t.Fatalf("the late copy: %v, %v; want refused", res, err)
+	}
+	if err := holder.Unlock(ctx); err != nil { // hands the lock to the latest registration
+		t.Fatal(err)
+	}
+	expectAcquired(t, got, 10*time.Second, "the waiter was never handed the lock")
+	expectNothingLeft(t, ctx, other, name, "after the waiter's own release")
 }

@@ -66,7 +66,6 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 type mutexCall struct {
 	call
 	attempts   int
-	attempt    string // the last attempt's number, as its registration sends it
 	registered string // the registration the last refused attempt made
 }
 
@@ -80,17 +79,10 @@ func (m *Mutex) call(context.Context) *call {
 // (see hand_next.lua).
 func (a *mutexCall) request(waiterID string, _ any) ([]any, string) {
 	a.attempts++
-	// A leading 0 tells the release that hands over to this registration
-	// that a copy of an earlier attempt may have registered the call
-	// twice: it withdraws the others then (hand_next.lua).
-	a.attempt = strconv.Itoa(a.attempts)
-	if a.copied {
-		a.attempt = "0" + a.attempt
-	}
 	entry := ""
 	if waiterID != "" {
 		ttl, _ := a.h.cfg.holdTTL()
-		entry = a.h.c.tagged(waiterID) + ":" + a.attempt + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner + a.h.cfg.holderInfo
+		entry = a.h.c.tagged(waiterID) + ":" + strconv.Itoa(a.attempts) + ":" + strconv.FormatInt(ttl.Milliseconds(), 10) + ":" + a.owner + a.h.cfg.holderInfo
 	}
 	return command(&a.call, entry, scripts.MutexAcquireArgs{Acquire: a.shared(entry), Previous: a.registered, Info: a.spec.info}), entry
 }
@@ -106,7 +98,7 @@ func (a *mutexCall) refused(_ []int64, entry string) error {
 // that attempt's sending starts the lease. One for an earlier attempt is
 // stale and gives nil.
 func (a *mutexCall) granted(h handOver) *Lease {
-	if h.ref != a.attempt || a.registered == "" {
+	if h.ref != strconv.Itoa(a.attempts) || a.registered == "" {
 		return nil
 	}
 	a.registered = "" // popped by the hand-over

@@ -236,7 +236,9 @@ func WithOwner(id string) Option {
 // WithWaiterRefresh sets how often a waiting Lock renews its place among the
 // waiters (default [DefaultWaiterRefresh]). A dead waiter is dropped within
 // three refreshes; until then a wake-up or a hand-over to it holds the
-// others up. Each refresh costs one command per waiter. A [Redlock]
+// others up. A Mutex's Lock first registered behind other waiters is told
+// no hold TTL: it tries again after the TTL it asks for, or a refresh if
+// sooner. Each refresh costs one command per waiter. A [Redlock]
 // refuses it: its waiters do not register.
 func WithWaiterRefresh(d time.Duration) Option {
 	return func(s *settings) { s.waiterRefresh, s.given = d, s.given|optWaiterRefresh }

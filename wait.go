@@ -56,8 +56,9 @@ func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefres
 const noExpiryRetry = time.Second
 
 // unread is the time left a Mutex's acquire tells a call's first
-// registration behind other waiters: not read. It waits for a hand-over
-// or its refresh; those ahead try again as the hold runs out.
+// registration behind other waiters: not read. The call takes the TTL it
+// asks for as the holder's, the best guess it has: those ahead may be
+// dead, and then nobody else tries again as the hold runs out.
 const unread = -3 * time.Millisecond
 
 // tryOnce is TryLock: one attempt, never a wait.
@@ -169,7 +170,6 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
 	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
-	wt.a.copied = wt.maybeCopied
 	if l != nil {
 		l.noteCopies(wt.maybeCopied)
 	}
@@ -386,12 +386,12 @@ func (wt *waiting) watch(ch string) error {
 // wait waits after a refused attempt for a wake-up, the hold's TTL
 // (retryIn), the refresh or the call's end; (nil, nil): attempt again.
 func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error) {
-	switch {
-	case retryIn == unread:
-		retryIn = wt.refresh
-	case retryIn < 0:
+	if retryIn == unread {
+		retryIn, _ = wt.a.h.cfg.holdTTL()
+	}
+	if retryIn < 0 {
 		retryIn = noExpiryRetry
-	default:
+	} else {
 		// A reply read late used some of the hold's time left.
 		retryIn -= min(retryIn, max(0, wt.c.clock.Now().Sub(wt.a.sent)))
 	}

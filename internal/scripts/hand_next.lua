@@ -19,9 +19,7 @@
 -- MultiLock's or an Election's waiter: it is woken, see wake_waiter in
 -- common.lua, and tries again), or 'client/id:attempt:ttl:owner' followed
 -- by the waiter's holder info, if any (a Mutex waiter: it is handed the
--- lock; the attempt starts with 0 where a copy of an earlier one may have
--- registered the call again; the owner token is hex digits, the info
--- starts with '{'); one of
+-- lock; the owner token is hex digits, the info starts with '{'); one of
 -- another protocol is woken (registration_parts in common.lua). A
 -- hand-over sets the lock to the
 -- waiter's owner token for its TTL, or for what its registration has left
@@ -74,13 +72,10 @@ local function hand_next(lock, fence, waiters, channel, publish, holder, with_in
   end
   -- Its other registrations go with it: a late copy of an earlier attempt
   -- may have registered it again (withdraw_waiter in common.lua), and the
-  -- next release would hand the lock to it once more. Only a call whose
-  -- attempt may have been sent twice can have two: it says so by a
-  -- leading 0 in its attempt number. A copy that lands later finds the
-  -- lock its own, and withdraws them (mutex_acquire.lua).
-  if attempt:sub(1, 1) == '0' then
-    withdraw_waiter(waiters, waiter)
-  end
+  -- next release would hand the lock to it once more. Every hand-over
+  -- looks: no attempt number tells a copy (one may land late with no
+  -- read timeout seen, or come from an older client).
+  withdraw_waiter(waiters, waiter)
   local token = mint_token(fence, ttl)
   if type(token) ~= 'number' then -- a foreign fencing counter: wake the waiter instead
     redis.call('DEL', lock)

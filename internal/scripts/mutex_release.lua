@@ -25,7 +25,9 @@
 -- since its grant: a hold taken anew since (taken_since in common.lua) is
 -- released all the same, and answers 0, leaving no mark; one taken anew
 -- after this release's mark (a resend's, the hold having lasted until the
--- first copy let go) is released, and answers 1.
+-- first copy let go) is released, and answers 1. Fails with WRONGTYPE
+-- naming the lock key, leaving it as it is, when it holds a value of
+-- another type; the MGET reads one as missing, so only then a GET looks.
 --
 -- The lock goes straight to a live Mutex waiter, inside this script: the
 -- waiter holds it when the word arrives, one trip after the release left,
@@ -35,7 +37,8 @@
 -- touches nothing; it finds the first one's mark, and reports the release.
 
 void_call(TOMBSTONE, VOID_TTL)
-if read_lock(LOCK, FENCE) == OWNER then
+local holder = read_lock(LOCK, FENCE)
+if holder == OWNER then
   local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
   hand_next(LOCK, FENCE, WAITERS, CHANNEL, PUBLISH, HOLDER, WITH_INFO ~= '0')
   if retaken then
@@ -43,6 +46,13 @@ if read_lock(LOCK, FENCE) == OWNER then
   end
   mark_released(RELEASE_MARK, MARK_TTL)
   return 1
+end
+if not holder then
+  -- MGET reads a key of another type as missing: GET tells it.
+  local _, foreign = call_on(LOCK, 'GET', LOCK)
+  if foreign then
+    return foreign
+  end
 end
 if released_before(RELEASE_MARK) then
   return 1
