@@ -238,7 +238,7 @@ func WithOwner(id string) Option {
 // three refreshes; until then a wake-up or a hand-over to it holds the
 // others up. A Mutex's Lock first registered behind other waiters is told
 // no hold TTL: it tries again after the TTL it asks for, or a refresh if
-// sooner. Each refresh costs one command per waiter. A [Redlock]
+// sooner. Each refresh is one more attempt per waiter. A [Redlock]
 // refuses it: its waiters do not register.
 func WithWaiterRefresh(d time.Duration) Option {
 	return func(s *settings) { s.waiterRefresh, s.given = d, s.given|optWaiterRefresh }
