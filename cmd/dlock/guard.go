@@ -302,9 +302,18 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		return exitCannotRun
 	}
 	// Once the command has started, which would inherit them: a guard
-	// stopped by ^Z, by reading or writing the terminal in the background,
-	// or killed by writing to a closed pipe, could not kill at the deadline.
-	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
+	// stopped by ^Z, by using the terminal in the background, or killed
+	// by writing to a closed pipe, could not kill at the deadline.
+	signal.Ignore(syscall.SIGTSTP, syscall.SIGPIPE)
+	// The kernel sends SIGTTIN or SIGTTOU to the whole group when one of
+	// its processes uses the terminal in the background (stty: always).
+	// dlock ignores SIGTTOU, so the shell, which waits on dlock alone,
+	// sees the job Running and its fg sends no SIGCONT: the guard does,
+	// once the group has the terminal. Caught, never ignored.
+	ttys := make(chan os.Signal, 1)
+	signal.Notify(ttys, syscall.SIGTTIN, syscall.SIGTTOU)
+	var polls *time.Ticker
+	var fg <-chan time.Time // polled from a SIGTTIN or SIGTTOU on until fg
 	ended := make(chan int)
 	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
 	expiry := time.NewTimer(untilDeadline(lease))
@@ -312,10 +321,22 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		select {
 		case code := <-ended:
 			return code
+		case <-ttys:
+			if fg == nil {
+				polls = time.NewTicker(50 * time.Millisecond)
+				fg = polls.C
+			}
+		case <-fg:
+			if foreground, tty := terminalForeground(); foreground || !tty {
+				polls.Stop()
+				fg = nil
+				continueGroup(cmd.Process)
+			}
 		case _, ok := <-words:
 			if !ok { // dlock died, or lost the lock (elsewhere than Linux)
 				words = nil
 				if unkilled := killAll(cmd.Process, nil); len(unkilled) > 0 {
+					signal.Ignore(syscall.SIGTTOU) // caught, a write under tostop is retried for ever
 					fmt.Fprintf(os.Stderr, "dlock run: dlock died; %s\n", killedText(unkilled))
 				}
 			}
@@ -334,6 +355,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 			// cannot be told.
 			unkilled := killAll(cmd.Process, nil)
 			if _, err := fmt.Fprintln(reports, "expired"); err != nil {
+				signal.Ignore(syscall.SIGTTOU)
 				fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(unkilled))
 			}
 		}
@@ -375,6 +397,18 @@ func passOn(main *os.Process, sig syscall.Signal) {
 	for _, pid := range commandProcesses(main, nil) {
 		if pgid, err := syscall.Getpgid(pid); !job || err == nil && pgid != group {
 			_ = syscall.Kill(pid, sig)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// continueGroup continues the processes of the command in the guard's
+// group, as the shell's fg of a stopped job does: SIGCONT to one running
+// does nothing, and discards a stop still pending.
+func continueGroup(main *os.Process) {
+	group := syscall.Getpgrp()
+	for _, pid := range commandProcesses(main, nil) {
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == group {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}

@@ -331,3 +331,45 @@ sleep 600
 	term.waitScreen("got:hello")
 	term.waitScreen("fg:0")
 }
+
+// Review rev36d: a background run whose command sets the terminal (stty,
+// vi, less: tcsetattr sends SIGTTOU whatever tostop says) completes at
+// fg. dlock ignores SIGTTOU, so only the command stops and the shell sees
+// the job Running: bash's fg (not dash's, which always sends SIGCONT)
+// sends no SIGCONT. The guard continues the command once fg has given
+// the job the terminal; before, the run hung, the lock renewed for ever.
+func TestRun_FgResumesABackgroundRunStoppedBySettingTheTerminal(t *testing.T) {
+	url, _ := testRedis(t)
+	command := filepath.Join(t.TempDir(), "command")
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("needs bash, whose fg sends no SIGCONT to a job it sees running")
+	}
+	term := startTerminal(t, fmt.Sprintf(`[ -n "$BASH" ] || exec bash --rcfile "$0" -i
+set -m
+export REDIS_URL=%s
+%s run bg-ttou -- sh -c 'echo $$ > "$1"; stty -echo; stty echo; echo "done:$((40+2))"' sh %s &
+while [ ! -s %s ]; do sleep 0.01; done
+read go
+jobs
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, command, command))
+	cmd := 0
+	waitFor(t, 15*time.Second, "the command started", func() bool {
+		data, _ := os.ReadFile(command)
+		cmd, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		return cmd > 0
+	})
+	waitFor(t, 15*time.Second, "the command stopped by SIGTTOU", func() bool {
+		for _, pid := range append([]int{cmd}, childrenOf(t, cmd)...) {
+			if state(pid) == "T" {
+				return true
+			}
+		}
+		return false
+	})
+	term.typeLine("")
+	term.waitScreen("done:42")
+	term.waitScreen("fg:0")
+}
