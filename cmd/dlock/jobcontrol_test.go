@@ -373,3 +373,40 @@ sleep 600
 	term.waitScreen("done:42")
 	term.waitScreen("fg:0")
 }
+
+// Review rev36d: a signal reaches the command once, sent to the job's
+// group (bash's kill %1, timeout(1), kill -TERM -PGID) as to dlock
+// alone (docker stop, kill PID). Sent to the group, the command has it
+// from the kernel already: dlock passed it on again, the guard again
+// (3 SIGTERMs), and tools that take a second one for "force quit" did.
+func TestRun_ASignalReachesTheCommandOnce(t *testing.T) {
+	for _, to := range []string{"group", "dlock"} {
+		t.Run(to, func(t *testing.T) {
+			url, _ := testRedis(t)
+			ready := fifo(t, "ready")
+			count := t.TempDir() + "/count"
+			cmd := exec.Command(dlockBin, "run", "signal-once", "--", "bash", "-c",
+				`trap 'echo TERM >> "$2"; n=1' TERM; n=0; echo $$ > "$1"
+				while [ $n = 0 ]; do sleep 0.05 & wait $!; done; sleep 1 & wait $!; sleep 1 & wait $!`, "bash", ready, count)
+			cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			readPid(t, ready)
+			pid := cmd.Process.Pid // dlock's, its group's
+			if to == "group" {
+				pid = -pid
+			}
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			data, _ := os.ReadFile(count)
+			if n := strings.Count(string(data), "TERM"); n != 1 {
+				t.Fatalf("the command got SIGTERM %d times for one kill of the %s", n, to)
+			}
+		})
+	}
+}
