@@ -424,8 +424,10 @@ type relay struct {
 
 // relayWait is how long a word of dlock's waits for the guard's copy of
 // its signal: both come from one kill(2), the copy first but for the
-// scheduler's whims. Past it, a copy is stale.
-const relayWait = 250 * time.Millisecond
+// scheduler's whims. A copy waits for dlock's word up to relayKeep: dlock
+// may be slow to act (a ^Z, a blocked output), and a copy the guard got
+// alone must not match a word for long.
+const relayWait, relayKeep = 250 * time.Millisecond, 5 * time.Second
 
 func newRelay() *relay {
 	return &relay{copies: map[syscall.Signal][]time.Time{}, words: map[syscall.Signal]int{},
@@ -452,7 +454,7 @@ func (r *relay) word(main *os.Process, word string) {
 	case verb == "send":
 		passOn(main, sig, true)
 	case verb == "pass":
-		copies := slices.DeleteFunc(r.copies[sig], func(at time.Time) bool { return time.Since(at) > 2*relayWait })
+		copies := slices.DeleteFunc(r.copies[sig], func(at time.Time) bool { return time.Since(at) > relayKeep })
 		if len(copies) > 0 {
 			r.copies[sig] = copies[1:]
 			return

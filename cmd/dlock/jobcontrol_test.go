@@ -338,6 +338,7 @@ sleep 600
 // the job Running: bash's fg (not dash's, which always sends SIGCONT)
 // sends no SIGCONT. The guard continues the command once fg has given
 // the job the terminal; before, the run hung, the lock renewed for ever.
+// The lock stays held meanwhile, past the TTL (fg:0, not 76).
 func TestRun_FgResumesABackgroundRunStoppedBySettingTheTerminal(t *testing.T) {
 	url, _ := testRedis(t)
 	command := filepath.Join(t.TempDir(), "command")
@@ -347,7 +348,7 @@ func TestRun_FgResumesABackgroundRunStoppedBySettingTheTerminal(t *testing.T) {
 	term := startTerminal(t, fmt.Sprintf(`[ -n "$BASH" ] || exec bash --rcfile "$0" -i
 set -m
 export REDIS_URL=%s
-%s run bg-ttou -- sh -c 'echo $$ > "$1"; stty -echo; stty echo; echo "done:$((40+2))"' sh %s &
+%s run --ttl 300ms bg-ttou -- sh -c 'echo $$ > "$1"; stty -echo; stty echo; echo "done:$((40+2))"' sh %s &
 while [ ! -s %s ]; do sleep 0.01; done
 read go
 jobs
@@ -369,6 +370,7 @@ sleep 600
 		}
 		return false
 	})
+	time.Sleep(time.Second) // stopped past the TTL: the lock must stay held
 	term.typeLine("")
 	term.waitScreen("done:42")
 	term.waitScreen("fg:0")
