@@ -236,7 +236,8 @@ func instructionsBeside(ctx context.Context, pairs int, spec string) (string, er
 	}
 	rows, err := instructions(ctx, pairs)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Server instructions per uncontended lock+unlock (callgrind, per node for a Redlock), %d pairs\n\n", pairs)
+	fmt.Fprintf(&b, "Server instructions per uncontended lock+unlock (callgrind, user space, per node for a Redlock), %d pairs, %s on %s: deterministic, where timings on a shared machine are not.\n\n",
+		pairs, time.Now().UTC().Format("2006-01-02"), machine())
 	if label == "" {
 		b.WriteString("| type | instructions |\n|---|---|\n")
 	} else {

@@ -59,6 +59,9 @@ func main() {
 		table, err := instructionsBeside(ctx, *pairs, *before)
 		fmt.Print(table)
 		exitOn(err)
+		if *readme != "" {
+			exitOn(writeReadme(*readme, instructionsBegin, instructionsEnd, table))
+		}
 		return
 	}
 	servers := redistest.NewShared()
@@ -139,7 +142,7 @@ func main() {
 	}
 	fmt.Print(report)
 	if *readme != "" {
-		if err := writeReadme(*readme, readmeTable(rows, typeRows, *quick)); err != nil {
+		if err := writeReadme(*readme, readmeBegin, readmeEnd, readmeTable(rows, typeRows, *quick)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -7,11 +7,14 @@ import (
 	"time"
 )
 
-// The README's table lies between these markers; -readme rewrites it from
-// a run, so that its figures are one run's, on one date.
+// The README's tables lie between these markers; -readme rewrites one from
+// a run, so that its figures are one run's, on one date: the timed table,
+// or with -instructions the table of instructions.
 const (
-	readmeBegin = "<!-- bench table: made by bench/ (go run . -readme ../README.md); edits here are overwritten -->"
-	readmeEnd   = "<!-- end of bench table -->"
+	readmeBegin       = "<!-- bench table: made by bench/ (go run . -readme ../README.md); edits here are overwritten -->"
+	readmeEnd         = "<!-- end of bench table -->"
+	instructionsBegin = "<!-- instructions table: made by bench/ (go run . -instructions -readme ../README.md); edits here are overwritten -->"
+	instructionsEnd   = "<!-- end of instructions table -->"
 )
 
 // readmeTable is the README's summary of a run: dlock beside the ideal
@@ -66,18 +69,18 @@ func readmeTable(rows map[string]*row, typeRows []typeResult, quick bool) string
 	return b.String()
 }
 
-// writeReadme replaces the table between the markers in path.
-func writeReadme(path, table string) error {
+// writeReadme replaces the table between the markers begin and end in path.
+func writeReadme(path, begin, end, table string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	before, rest, ok1 := strings.Cut(string(old), readmeBegin)
-	_, after, ok2 := strings.Cut(rest, readmeEnd)
+	before, rest, ok1 := strings.Cut(string(old), begin)
+	_, after, ok2 := strings.Cut(rest, end)
 	if !ok1 || !ok2 {
-		return fmt.Errorf("%s has no %q ... %q markers", path, readmeBegin, readmeEnd)
+		return fmt.Errorf("%s has no %q ... %q markers", path, begin, end)
 	}
-	return os.WriteFile(path, []byte(before+readmeBegin+"\n"+table+readmeEnd+after), 0o644)
+	return os.WriteFile(path, []byte(before+begin+"\n"+table+end+after), 0o644)
 }
 
 // or is s, or else def when s is empty.
