@@ -415,11 +415,14 @@ func reap(main int, hold bool, reports *os.File) int {
 // word for it finds the guard's copy. Sent to dlock alone (docker stop,
 // kill PID), it reaches no process of the command: dlock's word, unmatched
 // within relayWait, passes it on to all. A copy the guard got alone
-// (pkill dlock, matching dlock-guard too) is taken for the group's.
+// (pkill dlock, matching dlock-guard too) is taken for the group's. Words
+// within relayWait of a match are taken for the same signal, as the
+// kernel merges a pending one: timeout(1) kills dlock, then its group.
 type relay struct {
-	copies map[syscall.Signal][]time.Time // the guard's, not yet matched by a word
-	words  map[syscall.Signal]int         // dlock's "pass N", not yet matched
-	late   chan syscall.Signal            // a word's relayWait has passed
+	copies  map[syscall.Signal][]time.Time // the guard's, not yet matched by a word
+	words   map[syscall.Signal]int         // dlock's "pass N", not yet matched
+	matched map[syscall.Signal]time.Time   // the last match of a copy and a word
+	late    chan syscall.Signal            // a word's relayWait has passed
 }
 
 // relayWait is how long a word of dlock's waits for the guard's copy of
@@ -431,14 +434,14 @@ const relayWait, relayKeep = 250 * time.Millisecond, 5 * time.Second
 
 func newRelay() *relay {
 	return &relay{copies: map[syscall.Signal][]time.Time{}, words: map[syscall.Signal]int{},
-		late: make(chan syscall.Signal, 16)}
+		matched: map[syscall.Signal]time.Time{}, late: make(chan syscall.Signal, 16)}
 }
 
 // got acts on the guard's own copy of sig.
 func (r *relay) got(main *os.Process, sig syscall.Signal) {
 	passOn(main, sig, false)
 	if r.words[sig] > 0 {
-		r.words[sig]--
+		r.words[sig], r.matched[sig] = 0, time.Now()
 		return
 	}
 	r.copies[sig] = append(r.copies[sig], time.Now())
@@ -454,9 +457,12 @@ func (r *relay) word(main *os.Process, word string) {
 	case verb == "send":
 		passOn(main, sig, true)
 	case verb == "pass":
+		if time.Since(r.matched[sig]) < relayWait {
+			return
+		}
 		copies := slices.DeleteFunc(r.copies[sig], func(at time.Time) bool { return time.Since(at) > relayKeep })
 		if len(copies) > 0 {
-			r.copies[sig] = copies[1:]
+			r.copies[sig], r.matched[sig] = copies[1:], time.Now()
 			return
 		}
 		r.copies[sig] = copies
