@@ -25,8 +25,8 @@ import (
 // sees dlock's end of a pipe close), and at the lease's deadline, which
 // dlock writes to a file they share at each renewal, should dlock stop
 // renewing (SIGSTOP, ^Z) without dying. Job control does not stop it. It
-// passes on the signals dlock gets, and tells dlock when the main process
-// exits.
+// passes on the signals dlock gets (relay), and tells dlock when the main
+// process exits.
 type guard struct {
 	pipe     *os.File      // the write end; the guard reads the other
 	child    *os.File      // the read end, dlock's copy until the guard has started
@@ -167,9 +167,24 @@ func (g *guard) started() {
 	}()
 }
 
-// run tells the guard to run the command. It is dlock's only word, once,
-// to a guard waiting for it: the pipe has room.
-func (g *guard) run() { _, _ = g.pipe.Write([]byte("run\n")) }
+// run tells the guard to run the command: dlock's first word, to a guard
+// waiting for it.
+func (g *guard) run() { g.say("run") }
+
+// pass asks the guard to pass sig, which dlock got, on to every process of
+// the command, unless the guard got it too (see relay).
+func (g *guard) pass(sig syscall.Signal) { g.say(fmt.Sprintf("pass %d", int(sig))) }
+
+// send has the guard send sig to every process of the command.
+func (g *guard) send(sig syscall.Signal) { g.say(fmt.Sprintf("send %d", int(sig))) }
+
+// say writes a word to the guard, whole or not at all (a pipe's write of
+// up to PIPE_BUF bytes), given 100 ms: a guard stopped with its pipe full
+// (kill -STOP) must not hold dlock back.
+func (g *guard) say(word string) {
+	_ = g.pipe.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = g.pipe.WriteString(word + "\n")
+}
 
 // tell writes the lease's deadline to the file the guard reads, if it
 // moved: never blocked by a guard that is stopped.
@@ -302,9 +317,19 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		return exitCannotRun
 	}
 	// Once the command has started, which would inherit them: a guard
-	// stopped by ^Z, by reading or writing the terminal in the background,
-	// or killed by writing to a closed pipe, could not kill at the deadline.
-	signal.Ignore(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
+	// stopped by ^Z, by using the terminal in the background, or killed
+	// by writing to a closed pipe, could not kill at the deadline.
+	signal.Ignore(syscall.SIGTSTP, syscall.SIGPIPE)
+	// The kernel sends SIGTTIN or SIGTTOU to the whole group when one of
+	// its processes uses the terminal in the background (stty: always).
+	// dlock ignores SIGTTOU, so the shell, which waits on dlock alone,
+	// sees the job Running and its fg sends no SIGCONT: the guard does,
+	// once the group has the terminal. Caught, never ignored.
+	ttys := make(chan os.Signal, 1)
+	signal.Notify(ttys, syscall.SIGTTIN, syscall.SIGTTOU)
+	var polls *time.Ticker
+	var fg <-chan time.Time // polled from a SIGTTIN or SIGTTOU on until fg
+	relay := newRelay()
 	ended := make(chan int)
 	go func() { ended <- reap(cmd.Process.Pid, hold, reports) }()
 	expiry := time.NewTimer(untilDeadline(lease))
@@ -312,15 +337,31 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 		select {
 		case code := <-ended:
 			return code
-		case _, ok := <-words:
-			if !ok { // dlock died, or lost the lock (elsewhere than Linux)
+		case <-ttys:
+			if fg == nil {
+				polls = time.NewTicker(50 * time.Millisecond)
+				fg = polls.C
+			}
+		case <-fg:
+			if foreground, tty := terminalForeground(); foreground || !tty {
+				polls.Stop()
+				fg = nil
+				continueGroup(cmd.Process)
+			}
+		case word, ok := <-words:
+			if ok {
+				relay.word(cmd.Process, word)
+			} else { // dlock died, or lost the lock (elsewhere than Linux)
 				words = nil
 				if unkilled := killAll(cmd.Process, nil); len(unkilled) > 0 {
+					signal.Ignore(syscall.SIGTTOU) // caught, a write under tostop is retried for ever
 					fmt.Fprintf(os.Stderr, "dlock run: dlock died; %s\n", killedText(unkilled))
 				}
 			}
 		case sig := <-signals:
-			passOn(cmd.Process, sig.(syscall.Signal))
+			relay.got(cmd.Process, sig.(syscall.Signal))
+		case sig := <-relay.late:
+			relay.unmatched(cmd.Process, sig)
 		case <-expiry.C:
 			// Read again: dlock has moved it since at each renewal, and
 			// the guard may have been stopped past it meanwhile.
@@ -334,6 +375,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 			// cannot be told.
 			unkilled := killAll(cmd.Process, nil)
 			if _, err := fmt.Fprintln(reports, "expired"); err != nil {
+				signal.Ignore(syscall.SIGTTOU)
 				fmt.Fprintf(os.Stderr, "dlock run: the lock was not renewed by its deadline; %s\n", killedText(unkilled))
 			}
 		}
@@ -365,16 +407,100 @@ func reap(main int, hold bool, reports *os.File) int {
 	}
 }
 
-// passOn passes sig on to every process of the command, and SIGCONT
-// after it: one stopped (a ^Z of the job, whose fg has yet to come, or
-// kill -STOP) would not act on it until continued. A signal from the
-// terminal (fromTerminal) reached the processes of the job already: it
-// goes only to those out of it (setsid).
-func passOn(main *os.Process, sig syscall.Signal) {
-	job, group := fromTerminal(sig), syscall.Getpgrp()
+// relay passes on to the command's processes the signals dlock and the
+// guard get, each once. Sent to the job's group (^C, kill %1, timeout(1),
+// a closing terminal's SIGHUP), a signal reaches the command, dlock and
+// the guard from the kernel, the guard's copy queued before dlock can
+// act: the guard passes it on only out of the group (setsid), and dlock's
+// word for it finds the guard's copy. Sent to dlock alone (docker stop,
+// kill PID), it reaches no process of the command: dlock's word, unmatched
+// within relayWait, passes it on to all. A copy the guard got alone
+// (pkill dlock, matching dlock-guard too) is taken for the group's. Words
+// within relayWait of a match are taken for the same signal, as the
+// kernel merges a pending one: timeout(1) kills dlock, then its group.
+type relay struct {
+	copies  map[syscall.Signal][]time.Time // the guard's, not yet matched by a word
+	words   map[syscall.Signal]int         // dlock's "pass N", not yet matched
+	matched map[syscall.Signal]time.Time   // the last match of a copy and a word
+	late    chan syscall.Signal            // a word's relayWait has passed
+}
+
+// relayWait is how long a word of dlock's waits for the guard's copy of
+// its signal: both come from one kill(2), the copy first but for the
+// scheduler's whims. A copy waits for dlock's word up to relayKeep: dlock
+// may be slow to act (a ^Z, a blocked output), and a copy the guard got
+// alone must not match a word for long.
+const relayWait, relayKeep = 250 * time.Millisecond, 5 * time.Second
+
+func newRelay() *relay {
+	return &relay{copies: map[syscall.Signal][]time.Time{}, words: map[syscall.Signal]int{},
+		matched: map[syscall.Signal]time.Time{}, late: make(chan syscall.Signal, 16)}
+}
+
+// got acts on the guard's own copy of sig.
+func (r *relay) got(main *os.Process, sig syscall.Signal) {
+	passOn(main, sig, false)
+	if r.words[sig] > 0 {
+		r.words[sig], r.matched[sig] = 0, time.Now()
+		return
+	}
+	r.copies[sig] = append(r.copies[sig], time.Now())
+}
+
+// word acts on dlock's word: "pass N" or "send N".
+func (r *relay) word(main *os.Process, word string) {
+	verb, number, _ := strings.Cut(word, " ")
+	n, err := strconv.Atoi(number)
+	sig := syscall.Signal(n)
+	switch {
+	case err != nil || n <= 0:
+	case verb == "send":
+		passOn(main, sig, true)
+	case verb == "pass":
+		if time.Since(r.matched[sig]) < relayWait {
+			return
+		}
+		copies := slices.DeleteFunc(r.copies[sig], func(at time.Time) bool { return time.Since(at) > relayKeep })
+		if len(copies) > 0 {
+			r.copies[sig], r.matched[sig] = copies[1:], time.Now()
+			return
+		}
+		r.copies[sig] = copies
+		r.words[sig]++
+		time.AfterFunc(relayWait, func() { r.late <- sig })
+	}
+}
+
+// unmatched passes sig on to every process of the command if a word for
+// it is still unmatched: dlock alone got it.
+func (r *relay) unmatched(main *os.Process, sig syscall.Signal) {
+	if r.words[sig] > 0 {
+		r.words[sig]--
+		passOn(main, sig, true)
+	}
+}
+
+// passOn passes sig on to every process of the command (only to those
+// out of the guard's group unless all), and SIGCONT after it: one stopped
+// (a ^Z of the job, whose fg has yet to come, or kill -STOP) would not
+// act on it until continued.
+func passOn(main *os.Process, sig syscall.Signal, all bool) {
+	group := syscall.Getpgrp()
 	for _, pid := range commandProcesses(main, nil) {
-		if pgid, err := syscall.Getpgid(pid); !job || err == nil && pgid != group {
+		if pgid, err := syscall.Getpgid(pid); all || err == nil && pgid != group {
 			_ = syscall.Kill(pid, sig)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// continueGroup continues the processes of the command in the guard's
+// group, as the shell's fg of a stopped job does: SIGCONT to one running
+// does nothing, and discards a stop still pending.
+func continueGroup(main *os.Process) {
+	group := syscall.Getpgrp()
+	for _, pid := range commandProcesses(main, nil) {
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == group {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}

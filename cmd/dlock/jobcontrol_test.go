@@ -331,3 +331,90 @@ sleep 600
 	term.waitScreen("got:hello")
 	term.waitScreen("fg:0")
 }
+
+// Review rev36d: a background run whose command sets the terminal (stty,
+// vi, less: tcsetattr sends SIGTTOU whatever tostop says) completes at
+// fg. dlock ignores SIGTTOU, so only the command stops and the shell sees
+// the job Running: bash's fg (not dash's, which always sends SIGCONT)
+// sends no SIGCONT. The guard continues the command once fg has given
+// the job the terminal; before, the run hung, the lock renewed for ever.
+// The lock stays held meanwhile, past the TTL (fg:0, not 76).
+func TestRun_FgResumesABackgroundRunStoppedBySettingTheTerminal(t *testing.T) {
+	url, _ := testRedis(t)
+	command := filepath.Join(t.TempDir(), "command")
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("needs bash, whose fg sends no SIGCONT to a job it sees running")
+	}
+	term := startTerminal(t, fmt.Sprintf(`[ -n "$BASH" ] || exec bash --rcfile "$0" -i
+set -m
+export REDIS_URL=%s
+%s run --ttl 300ms bg-ttou -- sh -c 'echo $$ > "$1"; stty -echo; stty echo; echo "done:$((40+2))"' sh %s &
+while [ ! -s %s ]; do sleep 0.01; done
+read go
+jobs
+fg
+echo "fg:$?"
+sleep 600
+`, url, dlockBin, command, command))
+	cmd := 0
+	waitFor(t, 15*time.Second, "the command started", func() bool {
+		data, _ := os.ReadFile(command)
+		cmd, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		return cmd > 0
+	})
+	waitFor(t, 15*time.Second, "the command stopped by SIGTTOU", func() bool {
+		for _, pid := range append([]int{cmd}, childrenOf(t, cmd)...) {
+			if state(pid) == "T" {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second) // stopped past the TTL: the lock must stay held
+	term.typeLine("")
+	term.waitScreen("done:42")
+	term.waitScreen("fg:0")
+}
+
+// Review rev36d: a signal reaches the command once, sent to the job's
+// group (bash's kill %1, timeout(1), kill -TERM -PGID) as to dlock
+// alone (docker stop, kill PID), or to both at once, as timeout(1)
+// does. Sent to the group, the command has it from the kernel already:
+// dlock passed it on again, the guard again (3 SIGTERMs), and tools that
+// take a second one for "force quit" did.
+func TestRun_ASignalReachesTheCommandOnce(t *testing.T) {
+	for _, to := range []string{"group", "dlock", "dlock then group"} {
+		t.Run(to, func(t *testing.T) {
+			url, _ := testRedis(t)
+			ready := fifo(t, "ready")
+			count := t.TempDir() + "/count"
+			cmd := exec.Command(dlockBin, "run", "signal-once", "--", "bash", "-c",
+				`trap 'echo TERM >> "$2"; n=1' TERM; n=0; echo $$ > "$1"
+				while [ $n = 0 ]; do sleep 0.05 & wait $!; done; sleep 1 & wait $!; sleep 1 & wait $!`, "bash", ready, count)
+			cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			readPid(t, ready)
+			pid := cmd.Process.Pid // dlock's, its group's
+			kills := map[string][]int{"group": {-pid}, "dlock": {pid}, "dlock then group": {pid, -pid}}[to]
+			for i, pid := range kills {
+				if i > 0 {
+					// Apart, as timeout's two kill(2)s often are: dlock
+					// takes each on its own rather than one merged.
+					time.Sleep(50 * time.Millisecond)
+				}
+				if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = cmd.Wait()
+			data, _ := os.ReadFile(count)
+			if n := strings.Count(string(data), "TERM"); n != 1 {
+				t.Fatalf("the command got SIGTERM %d times for one kill of the %s", n, to)
+			}
+		})
+	}
+}

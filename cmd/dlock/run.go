@@ -79,11 +79,12 @@ have failed for half the TTL), to stop cleanly. Either way dlock exits 76
 once the command has. A lock found lost at the release, after the
 command ended: said, exit 76. A release Redis did not confirm: said, and
 the command's code (the lock expires within its TTL). Not acquired
-within --wait: exit 75. SIGINT, SIGTERM and SIGHUP sent to dlock are
-passed on to every process of the command (on Linux; elsewhere its main
-process); ^C from the terminal, which reaches the job already, only to
-those out of dlock's group. While dlock waits for the lock they withdraw
-it from the queue and dlock exits 128+N.
+within --wait: exit 75. SIGINT, SIGTERM and SIGHUP reach every process
+of the command once (on Linux; elsewhere its main process): sent to
+dlock alone, dlock passes them on; sent to the job's group (^C, kill
+%1, timeout), the guard passes them on only to those out of the group.
+While dlock waits for the lock they withdraw it from the queue and dlock
+exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
@@ -661,12 +662,14 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				return 128 + int(interrupted), false
 			}
 			return code, false
-		case sig := <-signals:
-			if !fromTerminal(sig) { // else the guard has it too
-				_ = cmd.Process.Signal(sig)
-			} else if mainExited && interrupted == 0 && !stopped {
-				interrupted = sig.(syscall.Signal)
-				_ = cmd.Process.Signal(syscall.SIGTERM) // the guard passes it on
+		case got := <-signals:
+			sig := got.(syscall.Signal)
+			guard.pass(sig)
+			// Once the main process has exited, ^C or ^\ stops the
+			// processes it left, which ignore them (sh's & children).
+			if mainExited && interrupted == 0 && !stopped && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) {
+				interrupted = sig
+				guard.send(syscall.SIGTERM)
 				graceOver = time.After(s.grace)
 				notes.say("dlock run: %s: stopping the processes the command left (SIGTERM, SIGKILL in %v)\n",
 					keyOf(interrupted), s.grace)
@@ -702,7 +705,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			// A late tick is judged by the next: the renewal overdue since
 			// the stall goes out now, and may well move the deadline.
 			if left := time.Until(deadline); !stalled && !stopped && left <= warnBefore && lease.Err() == nil {
-				_ = cmd.Process.Signal(syscall.SIGTERM) // the guard passes it on
+				guard.send(syscall.SIGTERM)
 				notes.say("dlock run: the lock %q could not be renewed and lapses in %v; stopping the command (SIGTERM, SIGKILL then)\n",
 					name, left.Round(time.Millisecond))
 				stopped = true
