@@ -36,7 +36,7 @@ type guard struct {
 	deadline time.Time     // the last one written
 	stop     chan struct{} // ends follow's goroutine
 	stopped  chan struct{} // closed once it has ended
-	said     chan string   // the guard's reports: "exited N", "expired"
+	said     chan string   // the guard's reports: "exited N", "expired", "done N"
 	passed   []*os.File    // dlock's inherited descriptors, kept from the collector's close
 	unblock  []int         // those of them non-blocking, which exec makes blocking
 }
@@ -290,7 +290,10 @@ func guardCommand() int {
 	}()
 	for word := range said {
 		if word == "run" {
-			return superviseCommand(said, os.NewFile(uintptr(fd+1), "reports"), os.NewFile(uintptr(fd+2), "deadline"), signals)
+			reports := os.NewFile(uintptr(fd+1), "reports")
+			code := superviseCommand(said, reports, os.NewFile(uintptr(fd+2), "deadline"), signals)
+			fmt.Fprintln(reports, "done", code) // a crash exits 2 too: dlock kills after any other end
+			return code
 		}
 	}
 	return exitCannotRun // dlock died before the command started

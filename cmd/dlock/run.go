@@ -604,6 +604,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 	lastTick, stalled := time.Now(), false
 	killed := false  // by dlock, for a loss: the guard with the command
 	expired := false // the guard killed the command at the deadline it read
+	done := false    // the guard said it waited for every process it had to
 	// Once the main process has exited, a ^C or ^\ at the terminal ends
 	// the hold for the processes it left, which may ignore it (sh's &):
 	// SIGTERM, then SIGKILL after --kill-grace, and exit 128+N.
@@ -626,25 +627,29 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			code = exitCode(cmd)
 			for report := range drained(said) { // those the guard made before it exited
 				expired = expired || report == "expired"
+				done = done || strings.HasPrefix(report, "done ")
 			}
 			// Continued past the deadline, dlock may learn of the exit (the
 			// guard's kill at the deadline) before the lease's timer fires.
 			ended := lease.Err() != nil || !time.Now().Before(lease.Deadline())
 			said := ended && lost != nil // the loss, with what was killed
-			// The guard exits with the command's code: a guard ended by a
-			// signal was killed, and has left the command to run on. One
-			// that exited has left none: it waits for all (but with
-			// --release-on-exit, whose leftovers run on). Then dlock's
-			// children are its caller's, not to be killed.
+			// The guard exits with the command's code once it has said
+			// "done": it waited for all (but with --release-on-exit, whose
+			// leftovers run on), and dlock's children are its caller's,
+			// not to be killed. Any other end (a signal, a crash, which Go
+			// ends with exit 2) has left the command to run on.
 			var unkilled []int
-			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !killed {
+			if !done && !killed {
 				unkilled = killAll(nil, foreign)
-				what := fmt.Sprintf("killed the command with it: exit %d", code) // 128+N, N the guard's signal
+				what := fmt.Sprintf("killed the command with it: exit %d", code) // the guard's: 128+N for signal N
 				if len(unkilled) > 0 {
 					what = killedText(unkilled) // exit 76
 				}
-				notes.say("dlock run: dlock-guard (pid %d) was killed by %s, not by dlock; %s\n", guardPid,
-					unix.SignalName(ws.Signal()), what)
+				end := fmt.Sprintf("exited %d before the command ended", code)
+				if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					end = "was killed by " + unix.SignalName(ws.Signal())
+				}
+				notes.say("dlock run: dlock-guard (pid %d) %s, not by dlock; %s\n", guardPid, end, what)
 			}
 			if said {
 				killedBy := "" // the command may have ended on its own
@@ -690,6 +695,7 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 				continue
 			}
 			expired = expired || report == "expired"
+			done = done || strings.HasPrefix(report, "done ")
 			// Stopped for an unreachable Redis, the processes left are
 			// about to be killed, not held for.
 			if exit, ok := strings.CutPrefix(report, "exited "); ok && !stopped {
