@@ -113,9 +113,12 @@ func killAll(main *os.Process, foreign foreignSet) (unkilled []int) {
 type foreignSet map[string]bool
 
 // add adds dlock's children but guard, while guard lives: its orphans
-// are not dlock's yet.
+// are not dlock's yet. Only those started before guard: the guard may die
+// while the children are read, its orphans then among them, and every
+// process of the command starts after the guard (in a later clock tick).
 func (f foreignSet) add(guard int) {
-	if processID(guard) == "" {
+	born := processID(guard)
+	if born == "" {
 		return
 	}
 	tasks, _ := os.ReadDir("/proc/self/task")
@@ -123,12 +126,22 @@ func (f foreignSet) add(guard int) {
 		list, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
 		for _, word := range strings.Fields(string(list)) {
 			if pid, err := strconv.Atoi(word); err == nil && pid != guard {
-				if id := processID(pid); id != "" {
+				if id := processID(pid); id != "" && startedBefore(id, born) {
 					f[id] = true
 				}
 			}
 		}
 	}
+}
+
+// startedBefore says whether the process a started in a clock tick
+// (1/100 s) before b's, both processIDs.
+func startedBefore(a, b string) bool {
+	_, at, _ := strings.Cut(a, "@")
+	_, bt, _ := strings.Cut(b, "@")
+	ta, errA := strconv.ParseUint(at, 10, 64)
+	tb, errB := strconv.ParseUint(bt, 10, 64)
+	return errA == nil && errB == nil && ta < tb
 }
 
 // processID is pid and its start time, "" once pid is gone or a zombie.
