@@ -400,6 +400,7 @@ const exitNotes = `Exit codes:
        under the lock's key, not confirmed
   2    bad flags or arguments
   69   Redis could not be reached or failed
+  70   run: dlock's guard crashed; dlock killed the command and released
   77   Redis refused the login (user, password) or a command (ACL)
   75   run: the lock was not acquired within --wait
   76   run: the lock was lost while the command ran; the command was stopped

@@ -31,6 +31,7 @@ const (
 	exitFailure      = 1   // the demo's verdict failed; a doctor check failed; the lock held a foreign value; not confirmed
 	exitUsage        = 2   // bad flags or arguments
 	exitRedis        = 69  // Redis could not be reached or failed (EX_UNAVAILABLE)
+	exitGuardFailed  = 70  // run: the guard crashed; dlock killed the command (EX_SOFTWARE)
 	exitNoPermission = 77  // Redis refused the login or a command dlock needs (EX_NOPERM)
 	exitNotAcquired  = 75  // the lock was not acquired within --wait (EX_TEMPFAIL: try later)
 	exitLost         = 76  // the lock was lost while the command ran; the command was stopped

@@ -641,13 +641,15 @@ func supervise(lease *dlock.Lease, name string, command []string, s runSettings,
 			var unkilled []int
 			if !done && !killed {
 				unkilled = killAll(nil, foreign)
-				what := fmt.Sprintf("killed the command with it: exit %d", code) // the guard's: 128+N for signal N
-				if len(unkilled) > 0 {
-					what = killedText(unkilled) // exit 76
-				}
 				end := fmt.Sprintf("exited %d before the command ended", code)
 				if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 					end = "was killed by " + unix.SignalName(ws.Signal())
+				} else {
+					code = exitGuardFailed // a crash: its own code (Go's 2) would read as a usage error
+				}
+				what := fmt.Sprintf("killed the command with it: exit %d", code) // 128+N for the guard's signal N
+				if len(unkilled) > 0 {
+					what = killedText(unkilled) // exit 76
 				}
 				notes.say("dlock run: dlock-guard (pid %d) %s, not by dlock; %s\n", guardPid, end, what)
 			}

@@ -38,9 +38,9 @@ func TestRun_AGuardThatCrashedLeavesNoProcessOfTheCommand(t *testing.T) {
 		t.Fatalf("dlock exited %d with its guard crashed; the command (pid %d) runs on without the lock",
 			exitCode(cmd), command)
 	}
-	said := fmt.Sprintf("dlock-guard (pid %d) exited 2 before the command ended, not by dlock; killed the command with it: exit 2", guard)
+	said := fmt.Sprintf("dlock-guard (pid %d) exited 2 before the command ended, not by dlock; killed the command with it: exit 70", guard)
 	out, _ := os.ReadFile(stderr.Name())
-	if exitCode(cmd) != 2 || !strings.Contains(string(out), said) {
+	if exitCode(cmd) != exitGuardFailed || !strings.Contains(string(out), said) {
 		t.Fatalf("exit %d, want 2 and %q; said:\n%s", exitCode(cmd), said, out)
 	}
 }
