@@ -274,9 +274,6 @@ func guardCommand() int {
 	if len(words) > 1 {
 		fd, _ = strconv.Atoi(words[1])
 	}
-	if !slices.Contains(words, "ttou-ignored") {
-		defaultTTOU() // inherited ignored from dlock, for its own writes
-	}
 	syscall.CloseOnExec(fd) // dlock's word is not the command's
 	syscall.CloseOnExec(fd + 1)
 	syscall.CloseOnExec(fd + 2)
@@ -308,11 +305,23 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 	hold := strings.HasPrefix(os.Getenv(heldEnv), "hold")
 	cmd := &exec.Cmd{Path: os.Args[1], Args: os.Args[2:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Env: slices.DeleteFunc(os.Environ(), func(v string) bool { return strings.HasPrefix(v, heldEnv+"=") })}
-	// Caught until they are ignored below: a command that reads the
-	// terminal at once, in the background, stops its whole group, the
-	// guard too (SIGTTIN). The command gets the default back at exec.
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN)
+	// The kernel sends SIGTTIN or SIGTTOU to the whole group when one of
+	// its processes uses the terminal in the background (stty: always),
+	// maybe at once. dlock ignores SIGTTOU, so the shell, which waits on
+	// dlock alone, sees the job Running and its fg sends no SIGCONT: the
+	// guard does, once the group has the terminal. Caught from before the
+	// start, never ignored, lest the guard stop; the command gets the
+	// default back at exec, or keeps SIGTTOU ignored as dlock's parent
+	// had it (it is caught only after the start then). SIGTSTP is caught
+	// until it is ignored below.
+	ttys := make(chan os.Signal, 1)
+	signal.Notify(ttys, syscall.SIGTTIN)
+	if !slices.Contains(strings.Fields(os.Getenv(heldEnv)), "ttou-ignored") {
+		signal.Notify(ttys, syscall.SIGTTOU)
+	}
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP)
 	if err := cmd.Start(); err != nil {
+		signal.Ignore(syscall.SIGTTOU) // caught, a write under tostop is retried for ever
 		fmt.Fprintf(os.Stderr, "dlock run: %s\n", startError(err))
 		if errors.Is(err, os.ErrNotExist) {
 			return exitNotFound
@@ -323,13 +332,7 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 	// stopped by ^Z, by using the terminal in the background, or killed
 	// by writing to a closed pipe, could not kill at the deadline.
 	signal.Ignore(syscall.SIGTSTP, syscall.SIGPIPE)
-	// The kernel sends SIGTTIN or SIGTTOU to the whole group when one of
-	// its processes uses the terminal in the background (stty: always).
-	// dlock ignores SIGTTOU, so the shell, which waits on dlock alone,
-	// sees the job Running and its fg sends no SIGCONT: the guard does,
-	// once the group has the terminal. Caught, never ignored.
-	ttys := make(chan os.Signal, 1)
-	signal.Notify(ttys, syscall.SIGTTIN, syscall.SIGTTOU)
+	signal.Notify(ttys, syscall.SIGTTOU)
 	var polls *time.Ticker
 	var fg <-chan time.Time // polled from a SIGTTIN or SIGTTOU on until fg
 	relay := newRelay()
@@ -363,6 +366,12 @@ func superviseCommand(words <-chan string, reports, lease *os.File, signals <-ch
 			}
 		case sig := <-signals:
 			relay.got(cmd.Process, sig.(syscall.Signal))
+			if fg != nil {
+				// Stopped for the terminal, the job shows Running: the
+				// shell's kill sends no SIGCONT, as it would to a job it
+				// knew stopped. The guard does, for the signal to act.
+				continueGroup(cmd.Process)
+			}
 		case sig := <-relay.late:
 			relay.unmatched(cmd.Process, sig)
 		case <-expiry.C:
@@ -414,37 +423,38 @@ func reap(main int, hold bool, reports *os.File) int {
 // guard get, each once. Sent to the job's group (^C, kill %1, timeout(1),
 // a closing terminal's SIGHUP), a signal reaches the command, dlock and
 // the guard from the kernel, the guard's copy queued before dlock can
-// act: the guard passes it on only out of the group (setsid), and dlock's
-// word for it finds the guard's copy. Sent to dlock alone (docker stop,
-// kill PID), it reaches no process of the command: dlock's word, unmatched
-// within relayWait, passes it on to all. A copy the guard got alone
-// (pkill dlock, matching dlock-guard too) is taken for the group's. Words
-// within relayWait of a match are taken for the same signal, as the
-// kernel merges a pending one: timeout(1) kills dlock, then its group.
+// act: the guard passes it on only out of the group, and dlock's word
+// for it finds the guard's copy. Sent to dlock alone (docker stop, kill
+// PID), it reaches no process of the command: dlock's word, unmatched
+// within relayWait, passes it on to all. Each word and each copy is
+// matched once at most. A copy the guard got alone (pkill dlock,
+// matching dlock-guard too) is taken for the group's, for relayKeep. A
+// word left unmatched within relayWait of a match is taken for the same
+// signal, as the kernel merges a pending one: timeout(1) kills dlock,
+// then its group.
 type relay struct {
 	copies  map[syscall.Signal][]time.Time // the guard's, not yet matched by a word
-	words   map[syscall.Signal]int         // dlock's "pass N", not yet matched
+	words   map[syscall.Signal][]time.Time // dlock's "pass N", not yet matched
 	matched map[syscall.Signal]time.Time   // the last match of a copy and a word
 	late    chan syscall.Signal            // a word's relayWait has passed
 }
 
 // relayWait is how long a word of dlock's waits for the guard's copy of
 // its signal: both come from one kill(2), the copy first but for the
-// scheduler's whims. A copy waits for dlock's word up to relayKeep: dlock
-// may be slow to act (a ^Z, a blocked output), and a copy the guard got
-// alone must not match a word for long.
-const relayWait, relayKeep = 250 * time.Millisecond, 5 * time.Second
+// scheduler's whims. A copy waits for a word up to relayKeep, no more:
+// one the guard got alone must not match a word of a later signal.
+const relayWait, relayKeep = 250 * time.Millisecond, 500 * time.Millisecond
 
 func newRelay() *relay {
-	return &relay{copies: map[syscall.Signal][]time.Time{}, words: map[syscall.Signal]int{},
+	return &relay{copies: map[syscall.Signal][]time.Time{}, words: map[syscall.Signal][]time.Time{},
 		matched: map[syscall.Signal]time.Time{}, late: make(chan syscall.Signal, 16)}
 }
 
 // got acts on the guard's own copy of sig.
 func (r *relay) got(main *os.Process, sig syscall.Signal) {
 	passOn(main, sig, false)
-	if r.words[sig] > 0 {
-		r.words[sig], r.matched[sig] = 0, time.Now()
+	if len(r.words[sig]) > 0 {
+		r.words[sig], r.matched[sig] = r.words[sig][1:], time.Now()
 		return
 	}
 	r.copies[sig] = append(r.copies[sig], time.Now())
@@ -460,25 +470,27 @@ func (r *relay) word(main *os.Process, word string) {
 	case verb == "send":
 		passOn(main, sig, true)
 	case verb == "pass":
-		if time.Since(r.matched[sig]) < relayWait {
-			return
-		}
 		copies := slices.DeleteFunc(r.copies[sig], func(at time.Time) bool { return time.Since(at) > relayKeep })
 		if len(copies) > 0 {
 			r.copies[sig], r.matched[sig] = copies[1:], time.Now()
 			return
 		}
 		r.copies[sig] = copies
-		r.words[sig]++
+		r.words[sig] = append(r.words[sig], time.Now())
 		time.AfterFunc(relayWait, func() { r.late <- sig })
 	}
 }
 
-// unmatched passes sig on to every process of the command if a word for
-// it is still unmatched: dlock alone got it.
+// unmatched passes sig on to every process of the command if its oldest
+// word is unmatched after relayWait, unless a match came within
+// relayWait of that word: dlock alone got it.
 func (r *relay) unmatched(main *os.Process, sig syscall.Signal) {
-	if r.words[sig] > 0 {
-		r.words[sig]--
+	words := r.words[sig]
+	if len(words) == 0 || time.Since(words[0]) < relayWait {
+		return // matched meanwhile, or the next word's wait is not over
+	}
+	r.words[sig] = words[1:]
+	if !r.matched[sig].After(words[0].Add(-relayWait)) {
 		passOn(main, sig, true)
 	}
 }

@@ -193,8 +193,8 @@ func sharedFile() (*os.File, error) {
 // ignoreTTOU makes dlock ignore SIGTTOU for the run: a terminal set to
 // stop background writers (stty tostop) would stop it on a line, and the
 // lock lapse. It says whether dlock ignored it already, as the command
-// then must too: the guard gives the command the default otherwise
-// (defaultTTOU), as an ignored signal stays ignored across exec.
+// then must too: an ignored signal stays ignored across exec; otherwise
+// the guard catches it before the command starts, which gets the default.
 func ignoreTTOU() (ignored bool) {
 	// signal.Ignored tells only of Go's own Ignore. The handler is a
 	// struct sigaction's first field on every architecture.
@@ -206,16 +206,6 @@ func ignoreTTOU() (ignored bool) {
 }
 
 const sigIgn = 1 // SIG_IGN, <asm-generic/signal-defs.h>
-
-// defaultTTOU gives SIGTTOU its default action, which the guard's command
-// inherits. Go's signal.Reset would bring back the SIG_IGN inherited from
-// dlock: the guard sets it itself. A zeroed struct sigaction is SIG_DFL,
-// no flags, an empty mask, whatever the architecture's layout.
-func defaultTTOU() {
-	var action [8]uint64
-	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(syscall.SIGTTOU),
-		uintptr(unsafe.Pointer(&action)), 0, 8, 0, 0)
-}
 
 // nameProcess sets the name ps and top show (comm), else the file dlock
 // was started from: exe, for /proc/self/exe. /proc/self/comm is the main

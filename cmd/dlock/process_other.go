@@ -46,11 +46,8 @@ func processName(int) string { return "?" }
 // sharedFile is a file of the temp dir: no memfd_create here.
 func sharedFile() (*os.File, error) { return tempFile() }
 
-// defaultTTOU does nothing here: dlock ignores SIGTTOU only once the
+// ignoreTTOU does nothing here: dlock ignores SIGTTOU only once the
 // guard has started, which inherits the default.
-func defaultTTOU() {}
-
-// ignoreTTOU does nothing here (see defaultTTOU).
 func ignoreTTOU() (ignored bool) { return false }
 
 // nameProcess does nothing here: ps shows the argv[0] dlock set.

@@ -79,12 +79,12 @@ have failed for half the TTL), to stop cleanly. Either way dlock exits 76
 once the command has. A lock found lost at the release, after the
 command ended: said, exit 76. A release Redis did not confirm: said, and
 the command's code (the lock expires within its TTL). Not acquired
-within --wait: exit 75. SIGINT, SIGTERM and SIGHUP reach every process
-of the command once (on Linux; elsewhere its main process): sent to
-dlock alone, dlock passes them on; sent to the job's group (^C, kill
+within --wait: exit 75. SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every
+process of the command once (on Linux; elsewhere its main process): sent
+to dlock alone, dlock passes them on; sent to the job's group (^C, kill
 %1, timeout), the guard passes them on only to those out of the group.
-While dlock waits for the lock they withdraw it from the queue and dlock
-exits 128+N.
+While dlock waits for the lock the first three withdraw it from the
+queue and dlock exits 128+N.
 
 The lock is the write side of an RWMutex (a ReentrantMutex) of that name;
 --shared takes its read side instead, so that shared runs overlap with each
