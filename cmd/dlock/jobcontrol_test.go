@@ -362,14 +362,20 @@ sleep 600
 		cmd, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		return cmd > 0
 	})
-	waitFor(t, 15*time.Second, "the command stopped by SIGTTOU", func() bool {
+	stopped := func() bool {
 		for _, pid := range append([]int{cmd}, childrenOf(t, cmd)...) {
 			if state(pid) == "T" {
 				return true
 			}
 		}
 		return false
-	})
+	}
+	for deadline := time.Now().Add(15 * time.Second); !stopped(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			ps, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,tpgid,stat,args").CombinedOutput()
+			t.Fatalf("not within 15s: the command stopped by SIGTTOU\nscreen:\n%s\nps:\n%s", term.screen(), ps)
+		}
+	}
 	time.Sleep(time.Second) // stopped past the TTL: the lock must stay held
 	term.typeLine("")
 	term.waitScreen("done:42")
