@@ -348,7 +348,7 @@ func TestRun_FgResumesABackgroundRunStoppedBySettingTheTerminal(t *testing.T) {
 	term := startTerminal(t, fmt.Sprintf(`[ -n "$BASH" ] || exec bash --rcfile "$0" -i
 set -m
 export REDIS_URL=%s
-%s run --ttl 300ms bg-ttou -- sh -c 'echo $$ > "$1"; stty -echo; stty echo; echo "done:$((40+2))"' sh %s &
+%s run --ttl 2s bg-ttou -- sh -c 'echo $$ > "$1"; stty -echo; stty echo; echo "done:$((40+2))"' sh %s &
 while [ ! -s %s ]; do sleep 0.01; done
 read go
 jobs
@@ -376,7 +376,7 @@ sleep 600
 			t.Fatalf("not within 15s: the command stopped by SIGTTOU\nscreen:\n%s\nps:\n%s", term.screen(), ps)
 		}
 	}
-	time.Sleep(time.Second) // stopped past the TTL: the lock must stay held
+	time.Sleep(3 * time.Second) // stopped past the TTL: the lock must stay held
 	term.typeLine("")
 	term.waitScreen("done:42")
 	term.waitScreen("fg:0")
