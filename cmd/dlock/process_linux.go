@@ -112,36 +112,44 @@ func killAll(main *os.Process, foreign foreignSet) (unkilled []int) {
 // orphan of such.
 type foreignSet map[string]bool
 
-// add adds dlock's children but guard, while guard lives: its orphans
-// are not dlock's yet. Only those started before guard: the guard may die
-// while the children are read, its orphans then among them, and every
-// process of the command starts after the guard (in a later clock tick).
+// add adds dlock's children but guard, read while guard's main thread
+// lives: until every thread of the guard has exited, its orphans go to a
+// thread of its own, not to dlock. A reading made as the guard died may
+// hold them, the command's: it is dropped (kill -9 of the guard).
 func (f foreignSet) add(guard int) {
 	born := processID(guard)
 	if born == "" {
 		return
 	}
+	var seen []string
 	tasks, _ := os.ReadDir("/proc/self/task")
 	for _, task := range tasks {
 		list, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
 		for _, word := range strings.Fields(string(list)) {
 			if pid, err := strconv.Atoi(word); err == nil && pid != guard {
-				if id := processID(pid); id != "" && startedBefore(id, born) {
-					f[id] = true
+				if id := processID(pid); id != "" {
+					seen = append(seen, id)
 				}
 			}
 		}
 	}
+	if !threadAlive(guard, born) {
+		return
+	}
+	for _, id := range seen {
+		f[id] = true
+	}
 }
 
-// startedBefore says whether the process a started in a clock tick
-// (1/100 s) before b's, both processIDs.
-func startedBefore(a, b string) bool {
-	_, at, _ := strings.Cut(a, "@")
-	_, bt, _ := strings.Cut(b, "@")
-	ta, errA := strconv.ParseUint(at, 10, 64)
-	tb, errB := strconv.ParseUint(bt, 10, 64)
-	return errA == nil && errB == nil && ta < tb
+// threadAlive says whether pid's main thread still runs (not Z or X),
+// as the process born: its children are then not orphans yet.
+func threadAlive(pid int, born string) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) >= 20 && fields[0] != "Z" && fields[0] != "X" && strconv.Itoa(pid)+"@"+fields[19] == born
 }
 
 // processID is pid and its start time, "" once pid is gone or a zombie.
