@@ -22,29 +22,7 @@ import (
 // TTLs, then reads the pipe.
 func TestRun_ABlockedOutputDoesNotLetTheGuardKill(t *testing.T) {
 	url, _ := testRedis(t)
-	ready, finish := fifo(t, "ready"), fifo(t, "finish")
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(dlockBin, "run", "--ttl", "1s", "blocked", "--", "sh", "-c",
-		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
-	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	left := readPid(t, ready)
-	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
-		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
-		return err == nil && n == os.Getpagesize()
-	})
+	cmd, r, left, finish := blockedRun(t, url, "--ttl", "1s", "blocked")
 	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(50 * time.Millisecond) {
 		if gone(left) {
 			t.Fatal("the guard killed a process of the run while dlock's output was blocked")
@@ -55,7 +33,7 @@ func TestRun_ABlockedOutputDoesNotLetTheGuardKill(t *testing.T) {
 	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	text := strings.Trim(string(<-said), "\x00")
 	if cmd.ProcessState.ExitCode() != 0 || strings.Contains(text, "killed") {
 		t.Fatalf("exit %v, want 0\noutput: %s", err, text)
@@ -70,29 +48,7 @@ func TestRun_ABlockedOutputDoesNotLetTheGuardKill(t *testing.T) {
 // guard's deadline is at force+6s at the earliest; the check is at +5s.
 func TestRun_ABlockedOutputDoesNotDelayTheKillOfAForcedLoss(t *testing.T) {
 	url, _ := testRedis(t)
-	ready, finish := fifo(t, "ready"), fifo(t, "finish")
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(dlockBin, "run", "--ttl", "9s", "blocked-loss", "--", "sh", "-c",
-		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero; exit 0`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
-	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	left := readPid(t, ready)
-	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
-		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
-		return err == nil && n == os.Getpagesize()
-	})
+	cmd, _, left, _ := blockedRun(t, url, "--ttl", "9s", "blocked-loss")
 	force := exec.Command(dlockBin, "unlock", "--force", "--yes", "blocked-loss")
 	force.Env = cmd.Env
 	if out, err := force.CombinedOutput(); err != nil {
@@ -111,29 +67,7 @@ func TestRun_ABlockedOutputDoesNotDelayTheKillOfAForcedLoss(t *testing.T) {
 // even while its output is blocked: only dlock's exit waits for its lines.
 func TestRun_ABlockedOutputDoesNotHoldTheLockPastTheRun(t *testing.T) {
 	url, locks := testRedis(t)
-	ready, finish := fifo(t, "ready"), fifo(t, "finish")
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(dlockBin, "run", "blocked-release", "--", "sh", "-c",
-		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
-	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
-	cmd.Stdout, cmd.Stderr = w, w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	left := readPid(t, ready)
-	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
-		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
-		return err == nil && n == os.Getpagesize()
-	})
+	_, _, left, finish := blockedRun(t, url, "blocked-release")
 	if err := os.WriteFile(finish, []byte("done\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -145,4 +79,37 @@ func TestRun_ABlockedOutputDoesNotHoldTheLockPastTheRun(t *testing.T) {
 		t.Fatalf("the run's processes ended, its output blocked: the lock is still held 10s on (%v)", err)
 	}
 	_ = lease.Unlock(context.Background())
+}
+
+// blockedRun starts dlock run with args, whose command leaves a process
+// reading finish (its pid in ready) and fills dlock's output, a pipe of
+// one page nobody reads until the caller reads r. It returns once the
+// pipe is full.
+func blockedRun(t *testing.T, url string, args ...string) (cmd *exec.Cmd, r *os.File, left int, finish string) {
+	t.Helper()
+	ready, finish := fifo(t, "ready"), fifo(t, "finish")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, os.Getpagesize()); err != nil {
+		t.Fatal(err)
+	}
+	args = append(append([]string{"run"}, args...), "--", "sh", "-c",
+		`cat "$2" >/dev/null 2>&1 & echo $! > "$1"; head -c "$3" /dev/zero; exit 0`, "sh", ready, finish, strconv.Itoa(os.Getpagesize()))
+	cmd = exec.Command(dlockBin, args...)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	left = readPid(t, ready)
+	waitFor(t, 15*time.Second, "the command fills dlock's output", func() bool {
+		n, err := unix.IoctlGetInt(int(r.Fd()), syscall.TIOCINQ)
+		return err == nil && n == os.Getpagesize()
+	})
+	return cmd, r, left, finish
 }
