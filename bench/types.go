@@ -126,6 +126,21 @@ func typesBeside(ctx context.Context, servers *redistest.Shared, scale float64, 
 	return rows, err
 }
 
+// restrictedClient is a client of rdb's server that logs in as a user
+// with the README's rights (and INFO, which the bench reads).
+func restrictedClient(ctx context.Context, rdb *redis.Client) (*redis.Client, error) {
+	args := []any{"ACL", "SETUSER", "locks", "reset", "on", ">secret"}
+	for _, rule := range append(redistest.DlockACL, "+info") {
+		args = append(args, rule)
+	}
+	if err := rdb.Do(ctx, args...).Err(); err != nil {
+		return nil, err
+	}
+	o := *rdb.Options()
+	o.Username, o.Password = "locks", "secret"
+	return redis.NewClient(&o), nil
+}
+
 func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d time.Duration) (typeResult, error) {
 	var nodes []*redis.Client
 	var universal []redis.UniversalClient
@@ -136,14 +151,10 @@ func measureType(ctx context.Context, servers *redistest.Shared, typ lockType, d
 	}
 	rdb := nodes[0]
 	if typ.restricted {
-		args := []any{"ACL", "SETUSER", "locks", "reset", "on", ">secret"}
-		for _, rule := range append(redistest.DlockACL, "+info") {
-			args = append(args, rule)
-		}
-		if err := rdb.Do(ctx, args...).Err(); err != nil {
+		var err error
+		if rdb, err = restrictedClient(ctx, rdb); err != nil {
 			return typeResult{}, err
 		}
-		rdb = redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, Username: "locks", Password: "secret"})
 		defer rdb.Close()
 	}
 	c, err := dlock.New(rdb, dlock.WithTTL(benchTTL))
