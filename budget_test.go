@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/redistest"
+	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/internal/serverstats"
 )
 
@@ -56,7 +57,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"RWMutex write", 1, 16, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.RWMutex("budget").Lock
 		}},
-		{"FairMutex", 1, 12, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		{"FairMutex", 1, 11, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
 		// The last release deletes the number of permits in the DEL of
@@ -159,12 +160,33 @@ func TestCommandBudget_MutexHandOver(t *testing.T) {
 // Three contenders, so that a registration finds others waiting, as in the
 // bench; the waiters refresh less often than the test runs, so every count
 // is exact.
-func TestCommandBudget_MutexContended(t *testing.T) {
-	const budget = 15
+func TestCommandBudget_Contended(t *testing.T) {
+	for _, typ := range []struct {
+		name   string
+		budget int64
+		script *redis.Script // the acquire whose registrations the test waits for
+		lock   func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+	}{
+		{"Mutex", 15, scripts.MutexAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.Mutex("budget").Lock
+		}},
+		{"FairMutex", 22, scripts.FairAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.FairMutex("budget").Lock
+		}},
+	} {
+		t.Run(typ.name, func(t *testing.T) {
+			contended(t, typ.budget, typ.script, typ.lock)
+		})
+	}
+}
+
+// contended counts the commands of a turn of three contenders (see
+// TestCommandBudget_Contended) taking lock's lock.
+func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)) {
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	type contender struct {
-		mutex    *dlock.Mutex
+		lock     func(context.Context) (*dlock.Lease, error)
 		attempts *attemptCounter
 		lease    chan *dlock.Lease
 	}
@@ -172,7 +194,7 @@ func TestCommandBudget_MutexContended(t *testing.T) {
 	lock := func(c *contender) {
 		registered := c.attempts.registeredReach(c.attempts.registered.Load() + 1)
 		go func() {
-			lease, err := c.mutex.Lock(ctx)
+			lease, err := c.lock(ctx)
 			if err != nil {
 				t.Error(err)
 			}
@@ -183,9 +205,9 @@ func TestCommandBudget_MutexContended(t *testing.T) {
 	var queue []*contender // the holder, then its waiters in order
 	for range 3 {
 		client := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}), dlock.WithWaiterRefresh(time.Minute))
-		queue = append(queue, &contender{attempts: countAttempts(client), mutex: client.Mutex("budget"), lease: make(chan *dlock.Lease, 1)})
+		queue = append(queue, &contender{attempts: countAttemptsOf(client, script), lock: lockOf(client), lease: make(chan *dlock.Lease, 1)})
 	}
-	held, err := queue[0].mutex.Lock(ctx)
+	held, err := queue[0].lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

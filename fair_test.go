@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,60 @@ func TestFairMutex_ReleaseFindingAForeignCounterReleasesAndWakesTheWaiter(t *tes
 	}
 	if n := srv.Client().Exists(ctx, lockKey(name)).Val(); n != 0 {
 		t.Fatal("the lock is still held")
+	}
+}
+
+// A waiter whose queue or registrations another program replaced while it
+// waits (without a TTL, or of another type with one) fails with
+// ErrWrongType at its next attempt, naming the key, and leaves the value
+// as it was: its attempts queue behind the holder without a TYPE probe,
+// so the PTTL and the ZADDs' errors must tell.
+func TestFairMutex_AQueuedWaiterFindingForeignQueueKeysFailsAndLeavesThem(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(20*time.Millisecond))
+	for _, suffix := range []string{":queue", ":waiters"} {
+		for kind, write := range foreignValues {
+			for _, ttl := range []time.Duration{0, time.Hour} {
+				if ttl > 0 && strings.Contains(kind, "zset") {
+					continue // a zset with a TTL is what dlock writes there
+				}
+				name := lockName(t)
+				key := lockKey(name) + suffix
+				what := fmt.Sprintf("a %s (TTL %v) under %s", kind, ttl, key)
+				held, err := c.FairMutex(name).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					l, err := c.FairMutex(name).Lock(ctx)
+					if err == nil {
+						_ = l.Unlock(ctx)
+					}
+					done <- err
+				}()
+				eventually(t, ctx, what+": registration", func() bool { return rdb.Exists(ctx, key).Val() == 1 })
+				rdb.Del(ctx, key)
+				if err := write(ctx, rdb, key); err != nil {
+					t.Fatal(err)
+				}
+				if ttl > 0 {
+					rdb.Expire(ctx, key, ttl)
+				}
+				dump := rdb.Dump(ctx, key).Val()
+				if err := <-done; !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), key) {
+					t.Errorf("%s: the waiter's Lock: %v; want ErrWrongType naming the key", what, err)
+				}
+				if rdb.Dump(ctx, key).Val() != dump {
+					t.Errorf("%s: changed", what)
+				}
+				if pttl := rdb.PTTL(ctx, key).Val(); (ttl == 0) != (pttl == -1) {
+					t.Errorf("%s: its PTTL is now %v", what, pttl)
+				}
+				rdb.Del(ctx, key)
+				_ = held.Unlock(ctx)
+			}
+		}
 	}
 }

@@ -47,18 +47,54 @@ local function grant(entry)
   return {1, fence}
 end
 
+-- Queue entry behind the holder, its registration lasting WAITER_TTL,
+-- unless the call is void (its tombstone). The PTTLs, read before, are the
+-- queue's and the registrations': they live
+-- as long as their last live waiter, given twice a registration's time so
+-- that few registrations pay a PEXPIRE. A ZADD's WRONGTYPE tells a key of
+-- another type; the other ZADD is undone, so nothing changes.
+local function queue_up(entry, void, queue_ttl, reg_ttl)
+  if void then
+    return {-1, 0}
+  end
+  local now, now_us = server_now()
+  local added, wrong = call_on(QUEUE, 'ZADD', QUEUE, 'NX', now_us, entry)
+  if wrong then
+    return wrong
+  end
+  local lease = tonumber(WAITER_TTL)
+  local _, reg_wrong = call_on(REG, 'ZADD', REG, now + lease, entry)
+  if reg_wrong then
+    if added == 1 then
+      redis.call('ZREM', QUEUE, entry)
+    end
+    return reg_wrong
+  end
+  if queue_ttl < lease then
+    redis.call('PEXPIRE', QUEUE, 2 * lease)
+  end
+  if reg_ttl < lease then
+    redis.call('PEXPIRE', REG, 2 * lease)
+  end
+  return {0, redis.call('PTTL', LOCK), raise_error(token_floor(FENCE))}
+end
+
 local owner = OWNER
 local with_info = (INFO or '') ~= ''
-local holder, wrong = nil, rights_refused(LOCK)
--- Where nobody queues, the call has no tombstone and no holder info is
--- stored (one EXISTS), the counter's GET and SET NX GET are the only
--- probes: SET NX GET takes a free lock, or tells its holder, or fails
--- with WRONGTYPE, changing nothing.
-local beside = {QUEUE, REG, TOMBSTONE}
-if with_info then
-  beside[4] = HOLDER
+local wrong = rights_refused(LOCK)
+if wrong then
+  return wrong
 end
-if not wrong and redis.call('EXISTS', unpack(beside)) == 0 then
+-- One MGET reads the lock, the counter and the call's tombstone.
+local holder, void = read_lock(LOCK, FENCE, TOMBSTONE)
+local beside = {QUEUE, REG}
+if with_info then
+  beside[3] = HOLDER
+end
+-- Where nobody queues, the call has no tombstone and no holder info is
+-- stored (one EXISTS), SET NX GET is the only probe: it takes a free lock,
+-- or tells its holder, or fails with WRONGTYPE, changing nothing.
+if not (holder or void) and redis.call('EXISTS', unpack(beside)) == 0 then
   wrong = foreign_fence(FENCE)
   if not wrong then
     holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
@@ -66,6 +102,18 @@ if not wrong and redis.call('EXISTS', unpack(beside)) == 0 then
   if not (wrong or holder) then
     return grant('')
   end
+elseif holder and holder ~= owner and WAITER ~= '' and is_owner_token(holder) then
+  -- Another holds it and this attempt queues, the common case under
+  -- contention: a PTTL of -1 tells a queue dlock did not write, a ZADD's
+  -- WRONGTYPE one of another type.
+  local queue_ttl, reg_ttl = redis.call('PTTL', QUEUE), redis.call('PTTL', REG)
+  wrong = foreign_fence(FENCE) or (with_info and foreign_holder_info(HOLDER))
+    or (queue_ttl == -1 and waiters_wrong(QUEUE, queue_ttl))
+    or (reg_ttl == -1 and waiters_wrong(REG, reg_ttl))
+  if wrong then
+    return wrong
+  end
+  return queue_up(owner .. WAITER, void, queue_ttl, reg_ttl)
 else
   holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {QUEUE, REG}, {})
     or (with_info and foreign_holder_info(HOLDER)))
@@ -94,7 +142,7 @@ if not holder then
     head = redis.call('ZRANGE', QUEUE, '0', '0')
   end
   if #head == 0 or head[1] == entry then
-    if redis.call('EXISTS', TOMBSTONE) == 1 then
+    if void then
       return {-1, 0}
     end
     redis.call('SET', LOCK, owner, 'PX', HOLD_TTL)
@@ -106,16 +154,6 @@ if not holder then
   hand_over(PUBLISH)
 end
 if entry ~= '' then
-  local now, now_us = server_now()
-  if redis.call('ZADD', QUEUE, 'NX', now_us, entry) == 1 and redis.call('EXISTS', TOMBSTONE) == 1 then
-    redis.call('ZREM', QUEUE, entry)
-    return {-1, 0}
-  end
-  local lease = tonumber(WAITER_TTL)
-  redis.call('ZADD', REG, now + lease, entry)
-  -- The queue lives as long as its last live waiter.
-  keep_at_least(QUEUE, lease)
-  keep_at_least(REG, lease)
-  return {0, redis.call('PTTL', LOCK), raise_error(token_floor(FENCE))}
+  return queue_up(entry, void, redis.call('PTTL', QUEUE), redis.call('PTTL', REG))
 end
 return {0, redis.call('PTTL', LOCK)}

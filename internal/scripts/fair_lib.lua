@@ -43,21 +43,36 @@ end
 -- the lock without another round trip; its latest attempt read the fencing
 -- counter, so a fence above that says the hand-over is not older than the
 -- attempt. A bare waiter id is published on the lock's channel, and tries
--- again. Returns whether anyone was waiting: nobody does where the queue
--- or the registrations are not dlock's (dlocks_beside in foreign.lua),
--- which are left as they are. with_info: as hand_next's (hand_next.lua).
+-- again. Returns whether it gave the lock. Nobody waits where the queue or
+-- the registrations are missing or not dlock's (no TTL, or another type,
+-- told by the first read's error), which are left as they are. with_info:
+-- as hand_next's (hand_next.lua).
 local function hand_over(publish, with_info)
   if with_info ~= false then
     drop_holder_info(HOLDER) -- the lock is being freed: whoever's it was, it is no longer
   end
-  if not (dlocks_beside(QUEUE, 'zset') and dlocks_beside(REG, 'zset')) then -- no clock, no purge
+  if redis.call('PTTL', QUEUE) < 0 or redis.call('PTTL', REG) < 0 then -- no clock, no purge
+    return false
+  end
+  -- Both read before the purge writes either: a WRONGTYPE changes nothing.
+  local head = call_or_wrongtype('ZRANGE', QUEUE, '0', '0')
+  if head.err or #head == 0 then
     return false
   end
   local now = server_now()
-  purge_queue(now)
-  local head = redis.call('ZRANGE', QUEUE, '0', '0')
-  if #head == 0 then
+  local dead = call_or_wrongtype('ZRANGEBYSCORE', REG, '-inf', now)
+  if dead.err then
     return false
+  end
+  if #dead > 0 then
+    for _, entry in ipairs(dead) do
+      redis.call('ZREM', QUEUE, entry)
+    end
+    redis.call('ZREMRANGEBYSCORE', REG, '-inf', now)
+    head = redis.call('ZRANGE', QUEUE, '0', '0')
+    if #head == 0 then
+      return false
+    end
   end
   local entry = head[1]
   local owner, waiter = entry_parts(entry)
@@ -66,13 +81,13 @@ local function hand_over(publish, with_info)
     redis.call('ZREM', QUEUE, entry)
     redis.call('ZREM', REG, entry)
     wake_waiter(CHANNEL, waiter, publish)
-    return true
+    return false
   end
   local left = math.floor(tonumber(redis.call('ZSCORE', REG, entry)) - now)
   local fence = mint_token(FENCE, left)
   if type(fence) ~= 'number' then -- a foreign counter: no token to hand over; the waiter's attempt says why
     wake_waiter(CHANNEL, waiter, publish)
-    return true
+    return false
   end
   redis.call('ZREM', QUEUE, entry)
   redis.call('ZREM', REG, entry)

@@ -27,12 +27,17 @@
 -- reports the release.
 
 void_call(TOMBSTONE, VOID_TTL)
-if redis.call('GET', LOCK) ~= OWNER then
+local holder = read_lock(LOCK, FENCE)
+if holder ~= OWNER then
+  if not holder then -- MGET reads a key of another type as missing: GET fails on it
+    redis.call('GET', LOCK)
+  end
   return nothing_released(RELEASE_MARK)
 end
 local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
-redis.call('DEL', LOCK)
-hand_over(PUBLISH, WITH_INFO ~= '0')
+if not hand_over(PUBLISH, WITH_INFO ~= '0') then
+  redis.call('DEL', LOCK)
+end
 if retaken then
   return 0
 end

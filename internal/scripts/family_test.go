@@ -362,3 +362,21 @@ func TestMultiAcquire_ResendWithALockGoneTakesItAgain(t *testing.T) {
 		t.Errorf("granted with lock 2 holding %q, want the call's owner token", holder)
 	}
 }
+
+// A queueing attempt that finds the registrations of another type (with a
+// TTL, so only the ZADD's error tells) takes back the queue entry it just
+// added: the attempt fails with WRONGTYPE and changes nothing.
+func TestFairAcquire_QueueingIntoForeignRegistrationsTakesItsEntryBack(t *testing.T) {
+	ctx, rdb := setup(t)
+	fairTry(t, ctx, rdb, fairA, "")
+	rdb.Set(ctx, "t:{m}:waiters", "their-data", time.Hour)
+	if _, err := FairAcquire.Run(ctx, rdb, with(fairKeys, fairB), fairB, 10000, "wb", 3000, "PUBLISH").Result(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("queueing: %v; want WRONGTYPE", err)
+	}
+	if n := rdb.Exists(ctx, "t:{m}:queue").Val(); n != 0 {
+		t.Fatal("the refused attempt left its entry in the queue")
+	}
+	if v := rdb.Get(ctx, "t:{m}:waiters").Val(); v != "their-data" {
+		t.Fatalf("the foreign value is now %q", v)
+	}
+}
