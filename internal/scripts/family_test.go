@@ -380,3 +380,26 @@ func TestFairAcquire_QueueingIntoForeignRegistrationsTakesItsEntryBack(t *testin
 		t.Fatalf("the foreign value is now %q", v)
 	}
 }
+
+// An attempt that finds the lock already its own (a resend of the granting
+// attempt, or a waiter's attempt after a hand-over) beside a fencing
+// counter another program replaced with a word fails with WRONGTYPE and
+// changes nothing: the hold keeps the TTL it had left, not the attempt's.
+func TestFairAcquire_FindingItsOwnHoldBesideAForeignCounterChangesNothing(t *testing.T) {
+	for _, waiter := range []string{"", "c1/wa"} {
+		ctx, rdb := setup(t)
+		expectGranted(t, fairTry(t, ctx, rdb, fairA, ""), "first attempt")
+		rdb.PExpire(ctx, lockKey, 2*time.Second) // most of the hold has gone by
+		rdb.Set(ctx, fenceKey, "their-data", 0)
+		_, err := FairAcquire.Run(ctx, rdb, with(fairKeys, fairA), fairA, 10000, waiter, 3000, "PUBLISH").Result()
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), fenceKey) {
+			t.Errorf("waiter %q: the attempt again: %v; want WRONGTYPE naming the counter", waiter, err)
+		}
+		if ttl := rdb.PTTL(ctx, lockKey).Val(); ttl > 2*time.Second {
+			t.Errorf("waiter %q: a refused attempt made the hold last %v, want at most the 2s it had", waiter, ttl)
+		}
+		if v := rdb.Get(ctx, fenceKey).Val(); v != "their-data" {
+			t.Errorf("waiter %q: the counter is now %q", waiter, v)
+		}
+	}
+}
