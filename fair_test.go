@@ -432,3 +432,39 @@ func TestFairMutex_AQueuedWaiterFindingForeignQueueKeysFailsAndLeavesThem(t *tes
 		}
 	}
 }
+
+// A TryLock on a lock another holds, beside a fencing counter another
+// program replaced with a string that is no counter, fails with
+// ErrWrongType naming the counter and changes nothing, as it did where
+// nobody queues: it does not answer ErrNotAcquired as if the counter were
+// dlock's.
+func TestFairMutex_TryLockOnAHeldLockBesideAForeignCounterFailsWithWrongType(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Second)
+	rdb := backends[0].newRedis(t)
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	name := lockName(t)
+	held, err := c.FairMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := lockKey(name) + ":fence"
+	if err := rdb.Set(ctx, key, "my-precious-data", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lockTTL := rdb.PTTL(ctx, lockKey(name)).Val()
+	l, err := c.FairMutex(name).TryLock(ctx)
+	if err == nil {
+		_ = l.Unlock(ctx)
+	}
+	if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), key) {
+		t.Errorf("TryLock beside a foreign counter: %v; want ErrWrongType naming %s", err, key)
+	}
+	if v := rdb.Get(ctx, key).Val(); v != "my-precious-data" {
+		t.Errorf("the foreign counter is now %q", v)
+	}
+	if ttl := rdb.PTTL(ctx, lockKey(name)).Val(); ttl > lockTTL {
+		t.Errorf("the hold's TTL went from %v to %v", lockTTL, ttl)
+	}
+	rdb.Del(ctx, key)
+	_ = held.Unlock(ctx)
+}
