@@ -115,8 +115,9 @@ elseif holder and holder ~= owner and WAITER ~= '' and is_owner_token(holder) th
   end
   return queue_up(owner .. WAITER, void, queue_ttl, reg_ttl)
 else
+  -- foreign_key tells the counter's type, foreign_fence its digits.
   holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {QUEUE, REG}, {})
-    or (with_info and foreign_holder_info(HOLDER)))
+    or foreign_fence(FENCE) or (with_info and foreign_holder_info(HOLDER)))
 end
 if wrong then
   return wrong
