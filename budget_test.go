@@ -170,7 +170,7 @@ func TestCommandBudget_Contended(t *testing.T) {
 		{"Mutex", 15, scripts.MutexAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.Mutex("budget").Lock
 		}},
-		{"FairMutex", 22, scripts.FairAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		{"FairMutex", 23, scripts.FairAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
 	} {

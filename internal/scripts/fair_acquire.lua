@@ -81,20 +81,19 @@ end
 
 local owner = OWNER
 local with_info = (INFO or '') ~= ''
+-- void: the call's tombstone; the PTTLs of the queue and registrations,
+-- where read before they are needed (nil: not read).
+local holder, void, queue_ttl, reg_ttl = nil, false, nil, nil
 local wrong = rights_refused(LOCK)
-if wrong then
-  return wrong
-end
--- One MGET reads the lock, the counter and the call's tombstone.
-local holder, void = read_lock(LOCK, FENCE, TOMBSTONE)
-local beside = {QUEUE, REG}
+local beside = {QUEUE, REG, TOMBSTONE}
 if with_info then
-  beside[3] = HOLDER
+  beside[4] = HOLDER
 end
 -- Where nobody queues, the call has no tombstone and no holder info is
--- stored (one EXISTS), SET NX GET is the only probe: it takes a free lock,
--- or tells its holder, or fails with WRONGTYPE, changing nothing.
-if not (holder or void) and redis.call('EXISTS', unpack(beside)) == 0 then
+-- stored (one EXISTS), the counter's GET and SET NX GET are the only
+-- probes: SET NX GET takes a free lock, or tells its holder, or fails
+-- with WRONGTYPE, changing nothing.
+if not wrong and redis.call('EXISTS', unpack(beside)) == 0 then
   wrong = foreign_fence(FENCE)
   if not wrong then
     holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
@@ -102,22 +101,23 @@ if not (holder or void) and redis.call('EXISTS', unpack(beside)) == 0 then
   if not (wrong or holder) then
     return grant('')
   end
-elseif holder and holder ~= owner and WAITER ~= '' and is_owner_token(holder) then
-  -- Another holds it and this attempt queues, the common case under
-  -- contention: a PTTL of -1 tells a queue dlock did not write, a ZADD's
-  -- WRONGTYPE one of another type.
-  local queue_ttl, reg_ttl = redis.call('PTTL', QUEUE), redis.call('PTTL', REG)
-  wrong = foreign_fence(FENCE) or (with_info and foreign_holder_info(HOLDER))
-    or (queue_ttl == -1 and waiters_wrong(QUEUE, queue_ttl))
-    or (reg_ttl == -1 and waiters_wrong(REG, reg_ttl))
-  if wrong then
-    return wrong
+  queue_ttl, reg_ttl = -2, -2
+elseif not wrong then
+  -- One MGET reads the lock, the counter and the call's tombstone.
+  holder, void = read_lock(LOCK, FENCE, TOMBSTONE)
+  if holder and holder ~= owner and WAITER ~= '' and is_owner_token(holder) then
+    -- Another holds it and this attempt queues, the common case under
+    -- contention: a PTTL of -1 tells a queue dlock did not write, a
+    -- ZADD's WRONGTYPE one of another type.
+    queue_ttl, reg_ttl = redis.call('PTTL', QUEUE), redis.call('PTTL', REG)
+    wrong = foreign_fence(FENCE) or (with_info and foreign_holder_info(HOLDER))
+      or (queue_ttl == -1 and waiters_wrong(QUEUE, queue_ttl))
+      or (reg_ttl == -1 and waiters_wrong(REG, reg_ttl))
+  else
+    -- foreign_key tells the counter's type, foreign_fence its digits.
+    holder, wrong = checked_holder(LOCK, foreign_key({FENCE}, {QUEUE, REG}, {})
+      or foreign_fence(FENCE) or (with_info and foreign_holder_info(HOLDER)))
   end
-  return queue_up(owner .. WAITER, void, queue_ttl, reg_ttl)
-else
-  -- foreign_key tells the counter's type, foreign_fence its digits.
-  holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {QUEUE, REG}, {})
-    or foreign_fence(FENCE) or (with_info and foreign_holder_info(HOLDER)))
 end
 if wrong then
   return wrong
@@ -155,6 +155,6 @@ if not holder then
   hand_over(PUBLISH)
 end
 if entry ~= '' then
-  return queue_up(entry, void, redis.call('PTTL', QUEUE), redis.call('PTTL', REG))
+  return queue_up(entry, void, queue_ttl or redis.call('PTTL', QUEUE), reg_ttl or redis.call('PTTL', REG))
 end
 return {0, redis.call('PTTL', LOCK)}
