@@ -103,3 +103,54 @@ local function hand_over(publish, with_info)
   end
   return true
 end
+
+-- For fair_acquire.lua, defined once here rather than at every call.
+
+-- The lock just set to this call's owner token: mint its token, take its
+-- entry (if any) out of the queue, store its holder info. A foreign
+-- counter undoes the hold, so that nothing outlives the script.
+local function grant(entry)
+  local fence = mint_token(FENCE, HOLD_TTL)
+  if type(fence) == 'table' and fence.err then
+    redis.call('DEL', LOCK)
+    return fence
+  end
+  if entry ~= '' then
+    redis.call('ZREM', QUEUE, entry)
+    redis.call('ZREM', REG, entry)
+  end
+  set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
+  return {1, fence}
+end
+
+-- Queue entry behind the holder, its registration lasting WAITER_TTL,
+-- unless the call is void (its tombstone). The PTTLs, read before, are the
+-- queue's and the registrations': they live
+-- as long as their last live waiter, given twice a registration's time so
+-- that few registrations pay a PEXPIRE. A ZADD's WRONGTYPE tells a key of
+-- another type; the other ZADD is undone, so nothing changes.
+local function queue_up(entry, void, queue_ttl, reg_ttl)
+  if void then
+    return {-1, 0}
+  end
+  local now, now_us = server_now()
+  local added, wrong = call_on(QUEUE, 'ZADD', QUEUE, 'NX', now_us, entry)
+  if wrong then
+    return wrong
+  end
+  local lease = tonumber(WAITER_TTL)
+  local _, reg_wrong = call_on(REG, 'ZADD', REG, now + lease, entry)
+  if reg_wrong then
+    if added == 1 then
+      redis.call('ZREM', QUEUE, entry)
+    end
+    return reg_wrong
+  end
+  if queue_ttl < lease then
+    redis.call('PEXPIRE', QUEUE, 2 * lease)
+  end
+  if reg_ttl < lease then
+    redis.call('PEXPIRE', REG, 2 * lease)
+  end
+  return {0, redis.call('PTTL', LOCK), raise_error(token_floor(FENCE))}
+end
