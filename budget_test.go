@@ -173,7 +173,7 @@ func TestCommandBudget_Contended(t *testing.T) {
 		{"FairMutex", 22, scripts.FairAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
-		{"Semaphore of 1", 54, scripts.SemAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		{"Semaphore of 1", 36, scripts.SemAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 1).Acquire
 		}},
 	} {
@@ -285,7 +285,7 @@ func sum(calls map[string]int64) int64 {
 // A Semaphore's normal use: an acquire+release of one of 4 permits while
 // another holder holds one, so that neither finds the semaphore quiet.
 func TestCommandBudget_SemaphoreBesideAHolder(t *testing.T) {
-	const budget = 32
+	const budget = 25
 	ctx := ctxFor(t, 30*time.Second)
 	srv := redistest.Start(t)
 	other, err := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Semaphore("budget", 4).Acquire(ctx)
