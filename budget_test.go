@@ -248,10 +248,14 @@ func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *
 		}
 	}
 	for _, c := range queue[1:] {
-		_ = held.Unlock(ctx)
+		if held != nil { // nil: a Lock that failed, reported
+			_ = held.Unlock(ctx)
+		}
 		held = <-c.lease
 	}
-	_ = held.Unlock(ctx)
+	if held != nil {
+		_ = held.Unlock(ctx)
+	}
 }
 
 // callsOf is how many of each command srv ran while f ran.
