@@ -173,6 +173,9 @@ func TestCommandBudget_Contended(t *testing.T) {
 		{"FairMutex", 23, scripts.FairAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
+		{"Semaphore of 1", 36, scripts.SemAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.Semaphore("budget", 1).Acquire
+		}},
 	} {
 		t.Run(typ.name, func(t *testing.T) {
 			contended(t, typ.budget, typ.script, typ.lock)
@@ -190,17 +193,25 @@ func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *
 		attempts *attemptCounter
 		lease    chan *dlock.Lease
 	}
-	// lock starts c's Lock, and returns once it waits, registered.
+	// lock starts c's Lock, and returns once it waits, registered; a Lock
+	// that returns first (granted, or failed) fails the test rather than
+	// leaving it waiting for a registration that will not come.
 	lock := func(c *contender) {
 		registered := c.attempts.registeredReach(c.attempts.registered.Load() + 1)
+		returned := make(chan struct{})
 		go func() {
+			defer close(returned)
 			lease, err := c.lock(ctx)
 			if err != nil {
 				t.Error(err)
 			}
 			c.lease <- lease
 		}()
-		<-registered
+		select {
+		case <-registered:
+		case <-returned:
+			t.Fatalf("a Lock returned (%d granted, %d refused, %d registered) before it waited", c.attempts.acquired.Load(), c.attempts.refused.Load(), c.attempts.registered.Load())
+		}
 	}
 	var queue []*contender // the holder, then its waiters in order
 	for range 3 {
@@ -218,10 +229,13 @@ func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		lock(queue[0])
+		// The next waiter holds before the releaser tries again: a
+		// Semaphore's release wakes it rather than handing it the permit,
+		// and the releaser, asking first, would take the permit back.
 		if held = <-queue[1].lease; held == nil {
 			t.FailNow()
 		}
+		lock(queue[0])
 		queue = append(queue[1:], queue[0])
 	}
 	for range len(queue) {
@@ -234,10 +248,14 @@ func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *
 		}
 	}
 	for _, c := range queue[1:] {
-		_ = held.Unlock(ctx)
+		if held != nil { // nil: a Lock that failed, reported
+			_ = held.Unlock(ctx)
+		}
 		held = <-c.lease
 	}
-	_ = held.Unlock(ctx)
+	if held != nil {
+		_ = held.Unlock(ctx)
+	}
 }
 
 // callsOf is how many of each command srv ran while f ran.
@@ -266,6 +284,36 @@ func sum(calls map[string]int64) int64 {
 		n += c
 	}
 	return n
+}
+
+// A Semaphore's normal use: an acquire+release of one of 4 permits while
+// another holder holds one, so that neither finds the semaphore quiet.
+func TestCommandBudget_SemaphoreBesideAHolder(t *testing.T) {
+	const budget = 25
+	ctx := ctxFor(t, 30*time.Second)
+	srv := redistest.Start(t)
+	other, err := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Semaphore("budget", 4).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Unlock(ctx) }()
+	sem := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Semaphore("budget", 4)
+	pair := func() {
+		lease, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair() // scripts loaded, connections made
+	for range 3 {
+		calls := callsOf(t, ctx, srv, pair)
+		if n := sum(calls); n != budget {
+			t.Errorf("an acquire+release beside another holder ran %d Redis commands (%v); its budget is %d", n, calls, budget)
+		}
+	}
 }
 
 // An Extend, as each renewal: a Mutex hold taken without holder info

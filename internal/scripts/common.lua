@@ -285,18 +285,28 @@ local function store_token(fence, token, ttl)
   redis.call('SET', fence, counter_reads[fence], 'PX', ttl .. FENCE_RETENTION_ZEROS)
 end
 
+-- The token the next mint from the counter fence makes, written nowhere
+-- yet (store_token writes it), or last_token's error reply. last: as
+-- mint_token's.
+local function next_token(fence, last)
+  last = last or last_token(fence)
+  if type(last) ~= 'number' then
+    return last
+  end
+  local _, now_us = server_now()
+  return math.max(last + 1, now_us)
+end
+
 -- Mint the next token from the counter fence, for a hold of ttl ms: the
 -- token and its digits (store_token's, for a caller that writes it: a
 -- number given to redis.call is formatted anew), or last_token's error
 -- reply with nothing changed. last: the counter's last_token, when the
 -- caller has read it since it last wrote.
 local function mint_token(fence, ttl, last)
-  last = last or last_token(fence)
-  if type(last) ~= 'number' then
-    return last
+  local token = next_token(fence, last)
+  if type(token) ~= 'number' then
+    return token
   end
-  local _, now_us = server_now()
-  local token = math.max(last + 1, now_us)
   store_token(fence, token, ttl)
   return token, counter_reads[fence]
 end

@@ -112,22 +112,29 @@ local function dlocks_beside(key, want)
   return true
 end
 
--- The error when waiters, a set of registrations whose PTTL the caller
--- read (ttl), are not dlock's by dlocks_beside's rule, or nil: nothing to
--- ask when they are missing (-2), else their TYPE. For the paths that touch
--- no waiter; a registration learns the type from its ZADD's WRONGTYPE.
-local function waiters_wrong(waiters, ttl)
+-- The error when key, a sorted set or hash beside a lock (want: 'zset' or
+-- 'hash') whose PTTL the caller read (ttl), is not dlock's by
+-- dlocks_beside's rule, or nil: nothing to ask when it is missing (-2),
+-- else its TYPE. For the paths that touch no such key; one that does
+-- learns the type from its command's WRONGTYPE (call_on).
+local function beside_wrong(key, ttl, want)
   if ttl == -2 then
     return nil
   end
-  local kind = redis.call('TYPE', waiters).ok
-  if kind ~= 'zset' then
-    return not_dlocks(waiters, 'a ' .. kind)
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= want then
+    return not_dlocks(key, 'a ' .. kind)
   end
   if ttl == -1 then
-    return not_dlocks(waiters, 'a zset without a TTL')
+    return not_dlocks(key, 'a ' .. want .. ' without a TTL')
   end
   return nil
+end
+
+-- beside_wrong of waiters, a set of registrations; a registration learns
+-- the type from its ZADD's WRONGTYPE.
+local function waiters_wrong(waiters, ttl)
+  return beside_wrong(waiters, ttl, 'zset')
 end
 
 -- Whether a set of waiters may be popped (pop_live in common.lua): it has a

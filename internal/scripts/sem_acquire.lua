@@ -18,7 +18,17 @@
 --         {-2, n}     the semaphore has n permits, not EXPECTED: nothing done
 -- Fails with WRONGTYPE, changing nothing, when a key of the semaphore holds
 -- what dlock did not write (see foreign.lua; the permits key: something not
--- a number).
+-- a number). Where the semaphore is not quiet (another holds a permit, or
+-- waits), no TYPE probe comes first: one EXISTS, the PTTLs of the waiters,
+-- holders and tokens (no TTL: not dlock's; holders without tokens: not
+-- dlock's), and one MGET of the number of permits, the counter and the
+-- tombstone; the command that touches a key then tells its type (the
+-- holders' ZRANGEBYSCORE and the tokens' HGET, reads; the waiters'
+-- ZADD or ZREM), before anything else is written. The call's own
+-- registration may be withdrawn by then: dlock's data, of a call that
+-- fails. A grant that touches no waiter asks their TYPE; a refusal that
+-- registers nothing writes nothing and reads the waiters' PTTL alone, as a
+-- Mutex's refusal.
 --
 -- Safe to send twice: a resend finds its permit and reports its token,
 -- registering nothing (withdrawing the call's registration), the permit
@@ -30,13 +40,17 @@
 -- the call's tombstone (TOMBSTONE) before it takes a permit or registers, and
 -- does neither.
 
--- Record owner's fencing token, and its holder info if it has any.
-local function hold(owner, fence)
+-- Record owner's fencing token (its digits), and its holder info if it
+-- has any: the tokens' first touch on a grant, whose WRONGTYPE tells a key
+-- of another type. Returns the error to return, or nil.
+local function hold(owner, digits)
+  local _, wrong
   if INFO and INFO ~= '' then
-    redis.call('HSET', TOKENS, owner, fence, 'i' .. owner, INFO)
+    _, wrong = call_on(TOKENS, 'HSET', TOKENS, owner, digits, 'i' .. owner, INFO)
   else
-    redis.call('HSET', TOKENS, owner, fence)
+    _, wrong = call_on(TOKENS, 'HSET', TOKENS, owner, digits)
   end
+  return wrong
 end
 
 local owner = OWNER
@@ -48,37 +62,16 @@ end
 -- (the last release took it) and the call has no tombstone (one EXISTS),
 -- only the counter needs a look: a permit is free, and the keys beside
 -- are made here.
-local quiet = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE, PERMITS) == 0
--- The quiet grant makes the holders' keys, then gives them their expiry:
--- a refusal between would leave them with none (see refused_any).
-wrong = quiet and refused_any(HOLDERS, {'hset', 'pexpire'})
-  or foreign_fence(FENCE) or not quiet and (foreign_key({}, {WAITERS}, {}) or foreign_semaphore(HOLDERS, TOKENS))
-if wrong then
-  return wrong
-end
-local now = server_now()
--- Read every key before writing any, so a foreign one fails the script
--- with nothing changed.
-local stored, foreign
-if not quiet then
-  stored, foreign = call_on(PERMITS, 'GET', PERMITS)
-  if foreign then
-    return foreign
+local present = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE, PERMITS)
+if present == 0 then
+  -- The quiet grant makes the holders' keys, then gives them their expiry:
+  -- a refusal between would leave them with none (see refused_any).
+  wrong = refused_any(HOLDERS, {'hset', 'pexpire'}) or foreign_fence(FENCE)
+  if wrong then
+    return wrong
   end
-end
-local permits = tonumber(stored)
-if stored and not permits then
-  return not_dlocks(PERMITS, 'a string')
-end
-if not quiet then
-  purge(now)
-end
-if permits == nil then
+  local now = server_now()
   redis.call('SET', PERMITS, EXPECTED, 'PX', HOLD_TTL) -- a grant keeps it with its permit (expire_with_last)
-elseif permits ~= tonumber(EXPECTED) then
-  return {-2, permits}
-end
-if quiet then
   -- Numbers in digits: each number given to redis.call is formatted anew.
   local fence, digits = mint_token(FENCE, HOLD_TTL)
   redis.call('ZADD', HOLDERS, string.format('%d', now + tonumber(HOLD_TTL)), owner)
@@ -88,39 +81,160 @@ if quiet then
   redis.call('PEXPIRE', TOKENS, HOLD_TTL)
   return {1, fence}
 end
+
+-- Not quiet. The TTLs tell dlock's sets (foreign.lua): missing (-2), or
+-- with a TTL, holders never without tokens; the types are learnt from the
+-- commands that touch them.
+local waiters_ttl = redis.call('PTTL', WAITERS)
+local holders_ttl = redis.call('PTTL', HOLDERS)
+local tokens_ttl = redis.call('PTTL', TOKENS)
+if waiters_ttl == -1 then
+  return waiters_wrong(WAITERS, waiters_ttl)
+end
+if holders_ttl == -1 then
+  return beside_wrong(HOLDERS, holders_ttl, 'zset')
+end
+if tokens_ttl == -1 then
+  return beside_wrong(TOKENS, tokens_ttl, 'hash')
+end
+if holders_ttl >= 0 and tokens_ttl == -2 then
+  return not_dlocks(HOLDERS, 'a ' .. redis.call('TYPE', HOLDERS).ok)
+end
+-- One MGET reads the number of permits, the counter and the tombstone
+-- (read_lock in common.lua). It reads a key of another type as missing:
+-- when EXISTS counted more keys than the PTTLs and the MGET found, the
+-- number of permits' GET tells whether it is one, and else the tombstone
+-- is (EXISTS is what tells a tombstone).
+local stored, void = read_lock(PERMITS, FENCE, TOMBSTONE)
+local found = (stored and 1 or 0) + (void and 1 or 0)
+for _, ttl in ipairs({waiters_ttl, holders_ttl, tokens_ttl}) do
+  if ttl ~= -2 then
+    found = found + 1
+  end
+end
+if present > found then
+  stored, wrong = call_on(PERMITS, 'GET', PERMITS)
+  if wrong then
+    return wrong
+  end
+  void = void or not stored
+end
+wrong = foreign_fence(FENCE)
+if wrong then
+  return wrong
+end
+local permits = tonumber(stored)
+if stored and not permits then
+  return not_dlocks(PERMITS, 'a string')
+end
+if permits and permits ~= tonumber(EXPECTED) then
+  return {-2, permits}
+end
 permits = permits or tonumber(EXPECTED)
-if live_score(HOLDERS, owner, now) then
+local now, now_us = server_now()
+
+-- The call's token, if it holds a permit (a resend): the tokens' first
+-- touch, a read, tells their type. A token is kept for as long as its
+-- permit (but for one removed by force: the holders tell).
+local token
+if tokens_ttl >= 0 then
+  local wrong_tokens
+  token, wrong_tokens = call_on(TOKENS, 'HGET', TOKENS, owner)
+  if wrong_tokens then
+    return wrong_tokens
+  end
+end
+-- The permits whose holders stopped renewing: the holders' first touch, a
+-- read, tells their type. Where there are any (a holder crashed), TYPE
+-- probes the waiters before they are given back.
+local held = 0
+if holders_ttl >= 0 then
+  local dead, wrong_holders = call_on(HOLDERS, 'ZRANGEBYSCORE', HOLDERS, '-inf', now)
+  if wrong_holders then
+    return wrong_holders
+  end
+  if #dead > 0 then
+    wrong = waiters_wrong(WAITERS, waiters_ttl)
+    if wrong then
+      return wrong
+    end
+    for _, gone in ipairs(dead) do
+      redis.call('HDEL', TOKENS, gone, 'i' .. gone)
+    end
+    redis.call('ZREMRANGEBYSCORE', HOLDERS, '-inf', now)
+  end
+end
+
+local hold_ttl = tonumber(HOLD_TTL)
+local score = token and holders_ttl >= 0 and live_score(HOLDERS, owner, now)
+if score then
   -- The call's own permit, maybe taken by a copy of an attempt the caller
   -- was told was refused: it lasts the TTL from now, whence the caller's
   -- lease counts (never shorter).
-  extend_score(HOLDERS, owner, now + tonumber(HOLD_TTL), false)
-  expire_with_last(now)
-  if WAITER ~= '' then -- registered while that copy took it: no longer waiting
-    call_or_wrongtype('ZREM', WAITERS, WAITER)
+  wrong = leave_line(WAITER, waiters_ttl) -- registered while that copy took it: no longer waiting
+  if wrong then
+    return wrong
   end
-  return {1, tonumber(redis.call('HGET', TOKENS, owner))}
+  if now + hold_ttl > score then
+    redis.call('ZADD', HOLDERS, 'XX', now + hold_ttl, owner)
+  end
+  keep_permits(stored, EXPECTED, HOLD_TTL)
+  expire_with_last(now)
+  return {1, tonumber(token)}
 end
-if redis.call('ZCARD', HOLDERS) < permits then
-  if redis.call('EXISTS', TOMBSTONE) == 1 then
+if holders_ttl >= 0 then
+  held = redis.call('ZCARD', HOLDERS)
+end
+if held < permits then
+  if void then
     return {-1, 0}
   end
-  local fence = mint_token(FENCE, HOLD_TTL)
-  if type(fence) == 'table' and fence.err then
-    return fence
+  -- A grant that makes the holders' keys gives them their expiry after:
+  -- a refusal between would leave them with none (see refused_any).
+  wrong = held == 0 and refused_any(HOLDERS, {'hset', 'pexpire'}) or leave_line(WAITER, waiters_ttl)
+  if wrong then
+    return wrong
   end
-  redis.call('ZADD', HOLDERS, now + tonumber(HOLD_TTL), owner)
-  hold(owner, fence)
-  expire_with_last(now)
-  if WAITER ~= '' then
-    call_or_wrongtype('ZREM', WAITERS, WAITER)
+  local fence = next_token(FENCE) -- checked above: a number
+  wrong = hold(owner, token_text(fence))
+  if wrong then
+    return wrong
+  end
+  store_token(FENCE, fence, HOLD_TTL)
+  redis.call('ZADD', HOLDERS, now + hold_ttl, owner)
+  keep_permits(stored, EXPECTED, HOLD_TTL)
+  if held == 0 then -- the only permit: the holders' keys, and the number, last as long
+    redis.call('PEXPIRE', HOLDERS, HOLD_TTL)
+    redis.call('PEXPIRE', TOKENS, HOLD_TTL)
+    if stored then
+      redis.call('PEXPIRE', PERMITS, HOLD_TTL)
+    end
+  else
+    expire_with_last(now)
   end
   return {1, fence}
 end
 if WAITER ~= '' then
-  if redis.call('EXISTS', TOMBSTONE) == 1 then
+  if void then
     return {-1, 0}
   end
-  register_waiter(WAITERS, WAITER, WAITER_TTL, now)
+  -- Register the call for WAITER_TTL ms: ZADD's WRONGTYPE tells waiters of
+  -- another type, changing nothing. The set's life and its dead entries
+  -- are tended only once its TTL is below a registration's: it is made to
+  -- last two, so that most registrations cost no PEXPIRE (a release drops
+  -- dead entries too, as they come first: see pop_live).
+  local lease = tonumber(WAITER_TTL)
+  local _, wrong_waiters = call_on(WAITERS, 'ZADD', WAITERS, now_us / 1000 + lease, WAITER)
+  if wrong_waiters then
+    return wrong_waiters
+  end
+  if waiters_ttl < lease then
+    if waiters_ttl ~= -2 then
+      redis.call('ZREMRANGEBYSCORE', WAITERS, '-inf', now)
+    end
+    redis.call('PEXPIRE', WAITERS, 2 * lease)
+  end
 end
+keep_permits(stored, EXPECTED, HOLD_TTL)
 local first = redis.call('ZRANGE', HOLDERS, '0', '0', 'WITHSCORES')
 return {0, tonumber(first[2]) - now}

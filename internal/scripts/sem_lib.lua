@@ -62,3 +62,27 @@ local function permit_free()
   local n = tonumber(redis.call('GET', PERMITS)) or 0
   return redis.call('ZCARD', HOLDERS) < n
 end
+
+-- An acquire's grant to the call that registered waiter ('' none), the
+-- waiters' PTTL read (waiters_ttl): withdraw its registration (ZREM's
+-- WRONGTYPE tells waiters of another type), or, where it registered none,
+-- ask the waiters' TYPE: a grant never goes on past waiters dlock did not
+-- write. Returns the error to return, or nil.
+local function leave_line(waiter, waiters_ttl)
+  if waiters_ttl == -2 then
+    return nil
+  end
+  if waiter == '' then
+    return waiters_wrong(WAITERS, waiters_ttl)
+  end
+  local _, wrong = call_on(WAITERS, 'ZREM', WAITERS, waiter)
+  return wrong
+end
+
+-- The number of permits, expected, kept for ttl ms where an acquire found
+-- none stored.
+local function keep_permits(stored, expected, ttl)
+  if not stored then
+    redis.call('SET', PERMITS, expected, 'PX', ttl)
+  end
+end
