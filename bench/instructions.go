@@ -266,7 +266,7 @@ func instructionsBeside(ctx context.Context, pairs int, spec string) (string, er
 		if base, _, ok := strings.Cut(r.Name, ", the README's ACL user"); ok {
 			for _, d := range rows {
 				if d.Name == base {
-					fmt.Fprintf(&b, "\n%s as the README's ACL user: %.2f× the default user's.", base, float64(r.Instructions)/float64(d.Instructions))
+					fmt.Fprintf(&b, "\n%s as the README's ACL user: %.2f× the default user's.\n", base, float64(r.Instructions)/float64(d.Instructions))
 				}
 			}
 		}
