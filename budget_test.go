@@ -159,7 +159,9 @@ func TestCommandBudget_MutexHandOver(t *testing.T) {
 // the holder's Unlock that hands over, and its next Lock until it waits.
 // Three contenders, so that a registration finds others waiting, as in the
 // bench; the waiters refresh less often than the test runs, so every count
-// is exact.
+// is exact. The other types wake a waiter rather than hand it the lock, and
+// an RWMutex (a ReentrantMutex) wakes the writer whose registration runs out
+// first, counted in whole ms: not always the first registered.
 func TestCommandBudget_Contended(t *testing.T) {
 	for _, typ := range []struct {
 		name   string
@@ -175,6 +177,12 @@ func TestCommandBudget_Contended(t *testing.T) {
 		}},
 		{"Semaphore of 1", 36, scripts.SemAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 1).Acquire
+		}},
+		{"RWMutex write", 54, scripts.RWAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.RWMutex("budget").Lock
+		}},
+		{"ReentrantMutex", 54, scripts.RWAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.ReentrantMutex("budget").Lock
 		}},
 	} {
 		t.Run(typ.name, func(t *testing.T) {
@@ -213,7 +221,7 @@ func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *
 			t.Fatalf("a Lock returned (%d granted, %d refused, %d registered) before it waited", c.attempts.acquired.Load(), c.attempts.refused.Load(), c.attempts.registered.Load())
 		}
 	}
-	var queue []*contender // the holder, then its waiters in order
+	var queue []*contender // the holder, then its waiters in the order they registered
 	for range 3 {
 		client := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}), dlock.WithWaiterRefresh(time.Minute))
 		queue = append(queue, &contender{attempts: countAttemptsOf(client, script), lock: lockOf(client), lease: make(chan *dlock.Lease, 1)})
@@ -229,33 +237,66 @@ func contended(t *testing.T, budget int64, script *redis.Script, lockOf func(c *
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// The next waiter holds before the releaser tries again: a
+		// A woken waiter holds before the releaser tries again: a
 		// Semaphore's release wakes it rather than handing it the permit,
 		// and the releaser, asking first, would take the permit back.
-		if held = <-queue[1].lease; held == nil {
+		// Either waiter may be the one: an RWMutex wakes the writer whose
+		// registration runs out first, counted in whole ms, so two
+		// registered in the same ms go in the order of their ids.
+		var woken, other *contender
+		select {
+		case held = <-queue[1].lease:
+			woken, other = queue[1], queue[2]
+		case held = <-queue[2].lease:
+			woken, other = queue[2], queue[1]
+		}
+		if held == nil {
 			t.FailNow()
 		}
 		lock(queue[0])
-		queue = append(queue[1:], queue[0])
+		queue = []*contender{woken, other, queue[0]}
 	}
 	for range len(queue) {
 		turn() // every contender subscribed, the scripts loaded
 	}
 	for range 4 {
+		nextMillisecond(t, ctx, srv)
 		calls := callsOf(t, ctx, srv, turn)
 		if n := sum(calls); n != budget {
 			t.Errorf("a contended acquisition ran %d Redis commands (%v); its budget is %d", n, calls, budget)
 		}
 	}
-	for _, c := range queue[1:] {
+	for range 2 { // each waiter's lease, in the order they are woken
 		if held != nil { // nil: a Lock that failed, reported
 			_ = held.Unlock(ctx)
 		}
-		held = <-c.lease
+		select {
+		case held = <-queue[1].lease:
+		case held = <-queue[2].lease:
+		}
 	}
 	if held != nil {
 		_ = held.Unlock(ctx)
 	}
+}
+
+// nextMillisecond returns once srv's clock is in a later millisecond than
+// when it was called, so that a registration that follows is not in the
+// millisecond of one before. An RWMutex's costs one command more when it is:
+// its waiters' set keeps the expiry of the registration before, which
+// PEXPIRE GT then does not move, and a PTTL tells that from a set without
+// one (keep_at_least in common.lua).
+func nextMillisecond(t *testing.T, ctx context.Context, srv *redistest.Server) {
+	t.Helper()
+	now := func() int64 {
+		tm, err := srv.Client().Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	start := now()
+	eventually(t, ctx, "the server's clock moving on", func() bool { return now() > start })
 }
 
 // callsOf is how many of each command srv ran while f ran.
