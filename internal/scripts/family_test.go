@@ -403,3 +403,35 @@ func TestFairAcquire_FindingItsOwnHoldBesideAForeignCounterChangesNothing(t *tes
 		}
 	}
 }
+
+// A late copy of an attempt of a call that gave up finds a value under the
+// call's tombstone: whatever its type, it refuses itself (-1), taking no
+// permit and registering nothing, beside a stored number of permits as
+// where none is stored. (ae4f088 read a tombstone of another type as a
+// tombstone only where the number of permits was missing.)
+func TestSemAcquire_ATombstoneOfAnotherTypeRefusesALateCopyBesideTheNumber(t *testing.T) {
+	ctx, rdb := setup(t)
+	for _, waiter := range []string{"", "waiter"} {
+		if err := rdb.FlushDB(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		permits := 2
+		if waiter != "" {
+			permits = 1 // all held: the copy would register
+		}
+		expectGranted(t, semTry(t, ctx, rdb, tok("a"), permits), "the holder beside")
+		if err := rdb.HSet(ctx, "t:{m}:void:"+tok("b"), "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits).Int64Slice()
+		if err == nil && (len(got) != 2 || got[0] != -1) {
+			t.Errorf("waiter %q: a late copy beside a tombstone of another type: %v, want [-1 0] (or WRONGTYPE)", waiter, got)
+		}
+		if rdb.ZScore(ctx, "t:{m}", tok("b")).Err() == nil {
+			t.Errorf("waiter %q: the late copy took a permit", waiter)
+		}
+		if rdb.ZScore(ctx, waitersKey, waiter).Err() == nil {
+			t.Errorf("waiter %q: the late copy registered", waiter)
+		}
+	}
+}
