@@ -435,3 +435,25 @@ func TestSemAcquire_ATombstoneOfAnotherTypeRefusesALateCopyBesideTheNumber(t *te
 		}
 	}
 }
+
+// An acquire that finds all permits held, no number of permits stored
+// (lost: evicted, deleted) and a value of another program, with a TTL,
+// under the waiters' key, writes nothing: it fails with WRONGTYPE or is
+// refused, but stores no number beside the foreign key.
+func TestSemAcquire_ARefusalBesideForeignWaitersWritesNothing(t *testing.T) {
+	ctx, rdb := setup(t)
+	expectGranted(t, semTry(t, ctx, rdb, tok("a"), 1), "the holder")
+	if err := rdb.Del(ctx, "t:{m}:permits").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, waitersKey, "their-data", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 1).Int64Slice()
+	if n := rdb.Exists(ctx, "t:{m}:permits").Val(); n != 0 {
+		t.Errorf("the acquire (%v, %v) beside a foreign waiters' key wrote the number of permits", got, err)
+	}
+	if v := rdb.Get(ctx, waitersKey).Val(); v != "their-data" {
+		t.Errorf("the foreign value is now %q", v)
+	}
+}
