@@ -403,3 +403,57 @@ func TestFairAcquire_FindingItsOwnHoldBesideAForeignCounterChangesNothing(t *tes
 		}
 	}
 }
+
+// A late copy of an attempt of a call that gave up finds a value under the
+// call's tombstone: whatever its type, it refuses itself (-1), taking no
+// permit and registering nothing, beside a stored number of permits as
+// where none is stored. (ae4f088 read a tombstone of another type as a
+// tombstone only where the number of permits was missing.)
+func TestSemAcquire_ATombstoneOfAnotherTypeRefusesALateCopyBesideTheNumber(t *testing.T) {
+	ctx, rdb := setup(t)
+	for _, waiter := range []string{"", "waiter"} {
+		if err := rdb.FlushDB(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		permits := 2
+		if waiter != "" {
+			permits = 1 // all held: the copy would register
+		}
+		expectGranted(t, semTry(t, ctx, rdb, tok("a"), permits), "the holder beside")
+		if err := rdb.HSet(ctx, "t:{m}:void:"+tok("b"), "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits).Int64Slice()
+		if err == nil && (len(got) != 2 || got[0] != -1) {
+			t.Errorf("waiter %q: a late copy beside a tombstone of another type: %v, want [-1 0] (or WRONGTYPE)", waiter, got)
+		}
+		if rdb.ZScore(ctx, "t:{m}", tok("b")).Err() == nil {
+			t.Errorf("waiter %q: the late copy took a permit", waiter)
+		}
+		if rdb.ZScore(ctx, waitersKey, waiter).Err() == nil {
+			t.Errorf("waiter %q: the late copy registered", waiter)
+		}
+	}
+}
+
+// An acquire that finds all permits held, no number of permits stored
+// (lost: evicted, deleted) and a value of another program, with a TTL,
+// under the waiters' key, writes nothing: it fails with WRONGTYPE or is
+// refused, but stores no number beside the foreign key.
+func TestSemAcquire_ARefusalBesideForeignWaitersWritesNothing(t *testing.T) {
+	ctx, rdb := setup(t)
+	expectGranted(t, semTry(t, ctx, rdb, tok("a"), 1), "the holder")
+	if err := rdb.Del(ctx, "t:{m}:permits").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, waitersKey, "their-data", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 1).Int64Slice()
+	if n := rdb.Exists(ctx, "t:{m}:permits").Val(); n != 0 {
+		t.Errorf("the acquire (%v, %v) beside a foreign waiters' key wrote the number of permits", got, err)
+	}
+	if v := rdb.Get(ctx, waitersKey).Val(); v != "their-data" {
+		t.Errorf("the foreign value is now %q", v)
+	}
+}
