@@ -113,11 +113,13 @@ for _, ttl in ipairs({waiters_ttl, holders_ttl, tokens_ttl}) do
   end
 end
 if present > found then
-  stored, wrong = call_on(PERMITS, 'GET', PERMITS)
-  if wrong then
-    return wrong
+  if not stored then
+    stored, wrong = call_on(PERMITS, 'GET', PERMITS)
+    if wrong then
+      return wrong
+    end
   end
-  void = void or not stored
+  void = true -- the key EXISTS counted beside: a tombstone of another type
 end
 wrong = foreign_fence(FENCE)
 if wrong then
@@ -233,6 +235,14 @@ if WAITER ~= '' then
       redis.call('ZREMRANGEBYSCORE', WAITERS, '-inf', now)
     end
     redis.call('PEXPIRE', WAITERS, 2 * lease)
+  end
+end
+if WAITER == '' and not stored then
+  -- The number is about to be stored beside waiters nothing touched: their
+  -- type first (a TYPE, only where the number went missing).
+  wrong = waiters_wrong(WAITERS, waiters_ttl)
+  if wrong then
+    return wrong
   end
 end
 keep_permits(stored, EXPECTED, HOLD_TTL)
