@@ -74,6 +74,10 @@ func KeysOf(prefix, name string) (lock, fence, channel string) {
 // ClusterSlot is the hash slot dlock computes for a lock name's keys.
 var ClusterSlot = clusterSlot
 
+// ErrNotHeldThere is a Redlock node's answer to an unlock where the hold
+// is not (or no longer) there.
+var ErrNotHeldThere = errNotHeldThere
+
 // HandOverTaken reports whether a Lock call of m whose latest attempt, its
 // latest-th, registered it takes the hand-over grant (see mutexCall.granted).
 // The lease it would make is ended at once: nothing was granted in Redis.

@@ -91,7 +91,9 @@ func TestRedlock_ContendedClientsNeverOverlapAndTokensIncrease(t *testing.T) {
 			// What is checked is exclusion and token order. An Unlock whose
 			// nodes did not answer within the 50 ms node timeout (a loaded
 			// machine) leaves holds that expire with their TTL: others wait
-			// longer, and nothing overlaps. Any other failure fails the test.
+			// longer, and nothing overlaps. A node that answers "not held
+			// there" may never have had the hold: the Lock's answer from it
+			// came too late. Any other failure fails the test.
 			if err := lease.Unlock(ctx); onlyTimedOut(err) {
 				t.Logf("worker %d: %v", worker, err)
 			} else if err != nil {
@@ -106,14 +108,14 @@ func TestRedlock_ContendedClientsNeverOverlapAndTokensIncrease(t *testing.T) {
 }
 
 // onlyTimedOut reports whether err is a Redlock's QuorumError whose every
-// failed node did not answer in time (none refused).
+// failed node did not answer in time or did not hold it (none refused).
 func onlyTimedOut(err error) bool {
 	var quorum *dlock.QuorumError
 	if !errors.As(err, &quorum) || len(quorum.Nodes) == 0 {
 		return false
 	}
 	for _, n := range quorum.Nodes {
-		if !errors.Is(n.Err, context.DeadlineExceeded) {
+		if !errors.Is(n.Err, context.DeadlineExceeded) && !errors.Is(n.Err, dlock.ErrNotHeldThere) {
 			return false
 		}
 	}
