@@ -125,10 +125,10 @@ end
 
 -- Queue entry behind the holder, its registration lasting WAITER_TTL,
 -- unless the call is void (its tombstone). The PTTLs, read before, are the
--- queue's and the registrations': they live
--- as long as their last live waiter, given twice a registration's time so
--- that few registrations pay a PEXPIRE. A ZADD's WRONGTYPE tells a key of
--- another type; the other ZADD is undone, so nothing changes.
+-- queue's and the registrations': they live as long as their last live
+-- waiter, given twice a registration's time so that few registrations pay
+-- a PEXPIRE. A ZADD's WRONGTYPE tells a key of another type; the other
+-- ZADD is undone, so nothing changes.
 local function queue_up(entry, void, queue_ttl, reg_ttl)
   if void then
     return {-1, 0}
