@@ -137,6 +137,30 @@ local function waiters_wrong(waiters, ttl)
   return beside_wrong(waiters, ttl, 'zset')
 end
 
+-- Register waiter in waiters, a set whose PTTL the caller read (ttl), for
+-- lease ms from now, to the µs: registrations in one ms line up as they
+-- came. The ZADD's WRONGTYPE tells waiters of another type, changing
+-- nothing: its error reply is returned. The set's life and dead entries
+-- are tended only once its TTL is below a registration's: it is made to
+-- last two, so most registrations cost no PEXPIRE (a release drops dead
+-- entries too, as they come first: see pop_live).
+local function enlist(waiters, waiter, lease, ttl)
+  lease = tonumber(lease)
+  local _, us = server_now()
+  local now = us / 1000
+  local _, wrong = call_on(waiters, 'ZADD', waiters, now + lease, waiter)
+  if wrong then
+    return wrong
+  end
+  if ttl < lease then
+    if ttl ~= -2 then
+      redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
+    end
+    redis.call('PEXPIRE', waiters, 2 * lease)
+  end
+  return nil
+end
+
 -- Whether a set of waiters may be popped (pop_live in common.lua): it has a
 -- TTL, and pop_live's ZPOPMIN finds whether it is a sorted set, so that
 -- only a sorted set with a TTL (dlocks_beside's rule) changes. One command

@@ -139,33 +139,12 @@ end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for
   return not_dlocks(LOCK, 'a string')
 end
--- Register the call (WAITER) for WAITER_TTL ms: ZADD's WRONGTYPE tells waiters
--- of another type, changing nothing. The set's life and its dead entries
--- are tended only once its TTL is below a registration's: it is made to
--- last two, so that most registrations cost no PEXPIRE (a release drops
--- dead entries too, as they come first: see pop_live).
-local function register()
-  local lease = tonumber(WAITER_TTL)
-  local _, us = server_now()
-  local now = us / 1000 -- to the µs: registrations in one ms line up as they came
-  local _, wrong = call_on(WAITERS, 'ZADD', WAITERS, now + lease, WAITER)
-  if wrong then
-    return wrong
-  end
-  if waiters_ttl < lease then
-    if waiters_ttl ~= -2 then
-      redis.call('ZREMRANGEBYSCORE', WAITERS, '-inf', now)
-    end
-    redis.call('PEXPIRE', WAITERS, 2 * lease)
-  end
-  return nil
-end
 
 if WAITER ~= '' then
   if void then
     return {-1, 0}
   end
-  local wrong_waiters = register()
+  local wrong_waiters = enlist(WAITERS, WAITER, WAITER_TTL, waiters_ttl)
   if wrong_waiters then
     return wrong_waiters
   end

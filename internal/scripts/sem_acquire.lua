@@ -133,7 +133,7 @@ if permits and permits ~= tonumber(EXPECTED) then
   return {-2, permits}
 end
 permits = permits or tonumber(EXPECTED)
-local now, now_us = server_now()
+local now = server_now()
 
 -- The call's token, if it holds a permit (a resend): the tokens' first
 -- touch, a read, tells their type. A token is kept for as long as its
@@ -220,21 +220,9 @@ if WAITER ~= '' then
   if void then
     return {-1, 0}
   end
-  -- Register the call for WAITER_TTL ms: ZADD's WRONGTYPE tells waiters of
-  -- another type, changing nothing. The set's life and its dead entries
-  -- are tended only once its TTL is below a registration's: it is made to
-  -- last two, so that most registrations cost no PEXPIRE (a release drops
-  -- dead entries too, as they come first: see pop_live).
-  local lease = tonumber(WAITER_TTL)
-  local _, wrong_waiters = call_on(WAITERS, 'ZADD', WAITERS, now_us / 1000 + lease, WAITER)
+  local wrong_waiters = enlist(WAITERS, WAITER, WAITER_TTL, waiters_ttl) -- see foreign.lua
   if wrong_waiters then
     return wrong_waiters
-  end
-  if waiters_ttl < lease then
-    if waiters_ttl ~= -2 then
-      redis.call('ZREMRANGEBYSCORE', WAITERS, '-inf', now)
-    end
-    redis.call('PEXPIRE', WAITERS, 2 * lease)
   end
 end
 if WAITER == '' and not stored then
