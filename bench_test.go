@@ -69,14 +69,16 @@ func shareIterations(b *testing.B, workers int, body func(worker int) error) {
 	wg.Wait()
 }
 
-// lockUnlock takes a lock and releases it, failing the benchmark on error.
-func lockUnlock(b *testing.B, ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) {
+// lockUnlock takes a lock and releases it, failing the test or benchmark
+// on an error.
+func lockUnlock(tb testing.TB, ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) {
+	tb.Helper()
 	lease, err := lock(ctx)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := lease.Unlock(ctx); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 

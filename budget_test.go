@@ -91,15 +91,7 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 				r = mustRedlock(t, clients, dlock.WithRestartGuard(0)) // fresh servers
 			}
 			lock := typ.lock(newClient(t, clients[0]), r)
-			pair := func() {
-				lease, err := lock(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := lease.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			pair := func() { lockUnlock(t, ctx, lock) }
 			pair() // scripts loaded, connections made
 			for range 3 {
 				if len(servers) > 1 {
@@ -339,15 +331,7 @@ func TestCommandBudget_SemaphoreBesideAHolder(t *testing.T) {
 	}
 	defer func() { _ = other.Unlock(ctx) }()
 	sem := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()})).Semaphore("budget", 4)
-	pair := func() {
-		lease, err := sem.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := lease.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pair := func() { lockUnlock(t, ctx, sem.Acquire) }
 	pair() // scripts loaded, connections made
 	for range 3 {
 		calls := callsOf(t, ctx, srv, pair)
