@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/serverstats"
 )
 
 // benchTTL is every library's lock TTL (expiry, validity).
@@ -40,6 +43,7 @@ type library struct {
 var libraries = []library{
 	{name: "ideal", note: "go-redis SET NX PX, compare-and-delete script; retries every 1 ms", open: openIdeal},
 	{name: "dlock", note: "Mutex.Lock (a release hands the lock to a waiter and tells its client alone by pub/sub; auto-renewed)", open: openDlock, renews: true},
+	{name: "floor", note: "the commands of dlock's uncontended Mutex lock and unlock, in two functions with no other logic: what dlock's rules cost the server whatever its code; retries every 1 ms", open: openFloor},
 	{name: "dlock fair", note: "FairMutex.Lock (FIFO: a release hands the lock to the head of the line)", open: openDlockFair},
 	{name: "redsync", note: "NewMutex(WithExpiry, WithTries(max)); default retry delay 50-250 ms", open: openRedsync},
 	{name: "redislock", note: "Obtain with ExponentialBackoff(1 ms, 64 ms)", open: openRedislock},
@@ -79,6 +83,122 @@ func (l ideal) lock(ctx context.Context, key string) (func(context.Context) erro
 }
 
 func (l ideal) close() { _ = l.rdb.Close() }
+
+// floorLibrary runs exactly the commands dlock's uncontended Mutex runs
+// (checked by checkFloor), in the same order, and nothing else: a lock
+// whose only cost is its rules' reads and writes.
+const floorLibrary = `#!lua name=floor
+redis.register_function('floor_acquire', function(keys, args)
+  redis.call('PTTL', keys[4])
+  local values = redis.call('MGET', keys[1], keys[2], keys[3])
+  if redis.call('SET', keys[1], args[1], 'NX', 'GET', 'PX', args[2]) then
+    return 0
+  end
+  redis.call('TIME')
+  local last = tonumber(values[2]) or 0
+  redis.call('SET', keys[2], last + 1)
+  return last + 1
+end)
+redis.register_function('floor_release', function(keys, args)
+  if redis.call('MGET', keys[1], keys[2])[1] ~= args[1] then
+    return 0
+  end
+  redis.call('PTTL', keys[3])
+  redis.call('DEL', keys[1])
+  redis.call('SET', keys[4], '1', 'PX', 5000)
+  return 1
+end)
+`
+
+type floor struct{ rdb *redis.Client }
+
+func openFloor(addr string) (locker, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	err := rdb.FunctionLoadReplace(context.Background(), floorLibrary).Err()
+	if err == nil {
+		err = checkFloor(context.Background(), rdb)
+	}
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return floor{rdb}, nil
+}
+
+func (l floor) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	lock := "{" + key + "}"
+	for {
+		n, err := l.rdb.FCall(ctx, "floor_acquire", []string{lock, lock + ":fence", lock + ":void", lock + ":waiters"}, token, benchTTL.Milliseconds()).Int()
+		if err != nil {
+			return nil, err
+		}
+		if n != 0 {
+			return func(ctx context.Context) error {
+				return l.rdb.FCall(ctx, "floor_release", []string{lock, lock + ":fence", lock + ":waiters", lock + ":released"}, token).Err()
+			}, nil
+		}
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (l floor) close() { _ = l.rdb.Close() }
+
+// checkFloor fails unless a floor lock+unlock runs the commands a dlock
+// Mutex's does, command for command, on the server behind rdb.
+func checkFloor(ctx context.Context, rdb *redis.Client) error {
+	c, err := dlock.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	calls := func(pair func(context.Context) error) (map[string]int64, error) {
+		if err := pair(ctx); err != nil { // the library loaded, the rights seen
+			return nil, err
+		}
+		before, err := serverstats.Calls(ctx, rdb)
+		if err == nil {
+			err = pair(ctx)
+		}
+		after, err2 := serverstats.Calls(ctx, rdb)
+		if err = errors.Join(err, err2); err != nil {
+			return nil, err
+		}
+		for cmd, n := range before {
+			if after[cmd] -= n; after[cmd] == 0 || cmd == "hello" { // a new connection's
+				delete(after, cmd)
+			}
+		}
+		return after, nil
+	}
+	pair := func(l locker) func(context.Context) error {
+		return func(ctx context.Context) error {
+			unlock, err := l.lock(ctx, "floor-check")
+			if err != nil {
+				return err
+			}
+			return unlock(ctx)
+		}
+	}
+	floorCalls, err := calls(pair(floor{rdb}))
+	if err != nil {
+		return err
+	}
+	dlockCalls, err := calls(pair(dlockLocker{c: c}))
+	if err != nil {
+		return err
+	}
+	if !maps.Equal(floorCalls, dlockCalls) {
+		return fmt.Errorf("the floor runs %v, a dlock Mutex %v: floorLibrary must follow mutex_acquire.lua and mutex_release.lua", floorCalls, dlockCalls)
+	}
+	return nil
+}
 
 type dlockLocker struct {
 	rdb  *redis.Client
