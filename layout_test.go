@@ -164,7 +164,7 @@ func TestScriptLayouts_NameTheKeysEveryTypeSends(t *testing.T) {
 // keysMatchLayout says where keys, sent to script, are not where layout
 // names them.
 func keysMatchLayout(script *redis.Script, layout scripts.Layout, keys []string) error {
-	part := len(layout) // a MultiLock script's keys are parts, then the tail
+	part := len(layout) // a MultiLock script's keys are parts, key by key, then the tail
 	if isMultiScript(script) {
 		part = len(scripts.MultiPartLayout)
 	}
@@ -179,8 +179,8 @@ func keysMatchLayout(script *redis.Script, layout scripts.Layout, keys []string)
 	for i, key := range keys {
 		at, base := i, lock
 		if i < parts*part {
-			at = i % part
-			base = strings.TrimSuffix(keys[i-at], layout[0].Suffix)
+			at = i / parts
+			base = strings.TrimSuffix(keys[i%parts], layout[0].Suffix)
 		} else {
 			at = part + i - parts*part
 		}

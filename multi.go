@@ -69,16 +69,22 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 }
 
 // group is what the calls of the locks of names, taken by one script,
-// share: their keys, a part per lock (scripts.MultiPartLayout: see
-// multi_lib.lua), and channels. Every MultiLock script takes the same
-// parts, then its call's or hold's own keys.
+// share: their keys, each key of scripts.MultiPartLayout for every lock
+// in turn (see multi_lib.lua), and channels. Every MultiLock script takes
+// the same keys, then its call's or hold's own.
 func (h *handle) group(names []string) *acquireSpec {
-	keys := make([]string, 0, len(names)*len(scripts.MultiPartLayout))
+	parts := make([][]string, len(names))
 	channels := make([]string, len(names))
 	for i, name := range names {
 		k := keysFor(h.cfg.prefix, name)
-		keys = k.appendKeys(keys, scripts.MultiPartLayout)
+		parts[i] = k.appendKeys(nil, scripts.MultiPartLayout)
 		channels[i] = k.channel
+	}
+	keys := make([]string, 0, len(names)*len(scripts.MultiPartLayout))
+	for j := range scripts.MultiPartLayout {
+		for _, part := range parts {
+			keys = append(keys, part[j])
+		}
 	}
 	return h.boxed(acquireSpec{
 		op: "lock", script: scripts.MultiAcquire, publishes: true, channels: channels,

@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,5 +352,74 @@ func TestMultiLock_FixedLeaseRunningOutWhileWaitingIsNotReturned(t *testing.T) {
 	}
 	if err := r.lease.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A MultiLock's acquire reads its group's counters together and tells a
+// missing one from one of another type by counting the keys there: a
+// counter of another type under any lock of the group, where the others
+// are missing or minted before, is refused with ErrWrongType naming it,
+// and nothing of the group changes. A release reads its locks together:
+// a lock that holds another type now fails it as before, changing nothing.
+func TestMultiLock_ForeignCounterOrLockUnderAnyPartChangesNothing(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	rdb := startServer(t).Client()
+	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
+	dumps := func(names []string) map[string]string {
+		dump := map[string]string{}
+		for _, name := range names {
+			for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
+				dump[k] = rdb.Dump(ctx, k).Val()
+			}
+		}
+		return dump
+	}
+	for _, minted := range []bool{false, true} {
+		for i := range 3 {
+			names := lockNames(t, 3)
+			slices.Sort(names)
+			if minted { // the other counters hold tokens
+				l, err := c.MultiLock(names).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key := lockKey(names[i]) + ":fence"
+			rdb.Del(ctx, key)
+			if err := rdb.HSet(ctx, key, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			before := dumps(names)
+			_, err := c.MultiLock(names).TryLock(ctx)
+			if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), key) {
+				t.Errorf("minted %v, a hash under %s: %v; want ErrWrongType naming it", minted, key, err)
+			}
+			if after := dumps(names); !maps.Equal(before, after) {
+				t.Errorf("minted %v, a hash under %s: keys changed: %v", minted, key, keysDiff(before, after))
+			}
+		}
+	}
+	for i := range 3 {
+		names := lockNames(t, 3)
+		slices.Sort(names)
+		l, err := c.MultiLock(names).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := lockKey(names[i])
+		rdb.Del(ctx, key)
+		if err := rdb.HSet(ctx, key, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := dumps(names)
+		if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrWrongType) {
+			t.Errorf("Unlock with a hash under %s: %v; want ErrWrongType", key, err)
+		}
+		if after := dumps(names); !maps.Equal(before, after) {
+			t.Errorf("Unlock with a hash under %s: keys changed: %v", key, keysDiff(before, after))
+		}
 	}
 }

@@ -208,9 +208,9 @@ func TestSemAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 }
 
 // Two locks of one MultiLock group, four keys each.
-var multiKeys = []string{
-	"t:{m}", "t:{m}:fence", "t:{m}:waiters", "t:{m}:wake",
-	"t:{n}", "t:{n}:fence", "t:{n}:waiters", "t:{n}:wake",
+var multiKeys = []string{ // key by key (see partLocals)
+	"t:{m}", "t:{n}", "t:{m}:fence", "t:{n}:fence",
+	"t:{m}:waiters", "t:{n}:waiters", "t:{m}:wake", "t:{n}:wake",
 }
 
 func multiTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string, watch int) []int64 {

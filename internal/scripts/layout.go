@@ -231,7 +231,11 @@ func (l Layout) anyLockLocals() string {
 // partLocals is the Lua that names the keys of a script on parts (a
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
 // in the part's order (values, not a table: a table made per call costs);
-// and the tail's keys (shorter than a part, so N is exact).
+// the range of KEYS of each key of the part (LOCK_FROM, LOCK_TO for LOCK:
+// the parts' keys come key by key, every part's first, then every part's
+// second..., so that a command on one key of each part takes a range,
+// unpack(KEYS, LOCK_FROM, LOCK_TO), not a table made per call); and the
+// tail's keys (shorter than a part, so N is exact).
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {
 		panic("scripts: a tail as long as a part")
@@ -239,10 +243,31 @@ func partLocals(part, tail Layout) string {
 	size := strconv.Itoa(len(part))
 	fields := make([]string, len(part))
 	for i := range part {
-		fields[i] = "KEYS[at + " + strconv.Itoa(i+1) + "]"
+		switch i {
+		case 0:
+			fields[i] = "KEYS[i]"
+		case 1:
+			fields[i] = "KEYS[N + i]"
+		default:
+			fields[i] = "KEYS[" + strconv.Itoa(i) + " * N + i]"
+		}
+	}
+	bounds := make([]string, 0, 2*len(part))
+	ranges := make([]string, 0, 2*len(part))
+	for i, k := range part {
+		bounds = append(bounds, k.Lua+"_FROM", k.Lua+"_TO")
+		switch i {
+		case 0:
+			ranges = append(ranges, "1", "N")
+		case 1:
+			ranges = append(ranges, "N + 1", "2 * N")
+		default:
+			ranges = append(ranges, strconv.Itoa(i)+" * N + 1", strconv.Itoa(i+1)+" * N")
+		}
 	}
 	src := "local N = math.floor(#KEYS / " + size + ")\n" +
-		"local function part(i)\n  local at = " + size + " * (i - 1)\n  return " + strings.Join(fields, ", ") + "\nend\n"
+		"local function part(i)\n  return " + strings.Join(fields, ", ") + "\nend\n" +
+		"local " + strings.Join(bounds, ", ") + " = " + strings.Join(ranges, ", ") + "\n"
 	if len(tail) == 0 {
 		return src
 	}

@@ -82,11 +82,13 @@ func TestLayouts_PutTheCallsOwnKeysWhereGoAddsThem(t *testing.T) {
 	}
 }
 
-// A MultiLock script names a group's keys by part, then its tail.
+// A MultiLock script names a group's keys key by key (every lock's lock,
+// then every lock's counter), then its tail.
 func TestPartLocals_NameEachLocksKeysAndTheTail(t *testing.T) {
 	got := partLocals(Layout{{Lua: "LOCK"}, {Lua: "FENCE", Suffix: ":fence"}}, Layout{Tombstone})
 	want := "local N = math.floor(#KEYS / 2)\n" +
-		"local function part(i)\n  local at = 2 * (i - 1)\n  return KEYS[at + 1], KEYS[at + 2]\nend\n" +
+		"local function part(i)\n  return KEYS[i], KEYS[N + i]\nend\n" +
+		"local LOCK_FROM, LOCK_TO, FENCE_FROM, FENCE_TO = 1, N, N + 1, 2 * N\n" +
 		"local TOMBSTONE = KEYS[2 * N + 1]\n"
 	if got != want {
 		t.Errorf("partLocals:\n%s\nwant\n%s", got, want)

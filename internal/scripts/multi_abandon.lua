@@ -1,7 +1,7 @@
 -- Give up on acquiring a MultiLock group: after an attempt whose outcome the
 -- client does not know, or when a waiter stops waiting.
 --
--- KEYS     MultiPartLayout (layout.go) per lock, then TOMBSTONE: see
+-- KEYS     MultiPartLayout (layout.go) key by key, then TOMBSTONE: see
 --          multi_lib.lua
 -- ARGV     in the order of AbandonArgs (args.go), by these names:
 -- OWNER    the call's owner token when an attempt is in doubt; '' when none is

@@ -1,6 +1,6 @@
 -- Acquire a MultiLock group: take every lock of it, or none.
 --
--- KEYS     MultiPartLayout (layout.go) per lock, then TOMBSTONE: see
+-- KEYS     MultiPartLayout (layout.go) key by key, then TOMBSTONE: see
 --          multi_lib.lua
 -- ARGV     in the order of MultiAcquireArgs (args.go), by these names:
 -- OWNER    owner token of the call in this group (random, unique per call);
@@ -37,39 +37,35 @@
 -- the call's tombstone before it takes the locks or registers, and does
 -- neither.
 
--- Take every lock of a group where none is held, nobody waits and the call
--- has no tombstone (one EXISTS found none of those keys): only the
--- counters need a look. The tokens, or the error reply of a counter not
--- dlock's, with nothing written.
-local function take_free(locks, counters)
+local owner, waiter = OWNER, WAITER -- WATCH made a number only where a waiter needs it (two strtod)
+-- Once the rights are known, rights_refused checks nothing: not called.
+if ARGV[#ARGV] ~= RIGHTS_KNOWN then
   for i = 1, N do
-    local wrong = foreign_fence(counters[i])
+    local _, fence = part(i)
+    local wrong = rights_refused(fence)
     if wrong then
       return wrong
     end
   end
-  local tokens = {1}
-  for i = 1, N do
-    tokens[i + 1] = mint_token(counters[i], HOLD_TTL)
-    redis.call('SET', locks[i], OWNER, 'PX', HOLD_TTL)
-  end
-  return tokens
 end
-
-local owner, waiter = OWNER, WAITER -- WATCH made a number only where a waiter needs it (two strtod)
-local locks, counters, beside = {}, {}, {TOMBSTONE}
+-- The group is free, nobody waits and the call has no tombstone when none
+-- of those keys exists and each counter is missing or a string: MGET reads
+-- the counters, and one EXISTS over them and the rest counts the strings
+-- MGET found, and more for any other key there (a counter of another type
+-- MGET reads as missing). Then only the counters' digits need a look.
+local stored = redis.call('MGET', unpack(KEYS, FENCE_FROM, FENCE_TO))
+local found = 0
 for i = 1, N do
-  local lock, fence, waiters = part(i)
-  local wrong = rights_refused(fence)
-  if wrong then
-    return wrong
+  if stored[i] then
+    found = found + 1
   end
-  locks[i], counters[i] = lock, fence
-  beside[#beside + 1] = lock
-  beside[#beside + 1] = waiters
 end
-if redis.call('EXISTS', unpack(beside)) == 0 then
-  return take_free(locks, counters)
+if redis.call('EXISTS', TOMBSTONE, unpack(KEYS, LOCK_FROM, WAITERS_TO)) == found then
+  return take_free(stored, owner, HOLD_TTL)
+end
+local locks, counters = {}, {}
+for i = 1, N do
+  locks[i], counters[i] = part(i)
 end
 for i = 1, N do
   local _, fence, waiters = part(i)

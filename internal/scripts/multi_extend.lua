@@ -1,6 +1,6 @@
 -- Renew a MultiLock group: only while this owner holds every lock of it.
 --
--- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua
+-- KEYS     MultiPartLayout (layout.go) key by key: see multi_lib.lua
 -- ARGV     in the order of ExtendArgs (args.go), by these names:
 -- OWNER    owner token
 -- HOLD_TTL TTL in milliseconds

@@ -1,6 +1,6 @@
 -- Release a MultiLock group and hand each lock to its next waiter.
 --
--- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua; then
+-- KEYS     MultiPartLayout (layout.go) key by key: see multi_lib.lua; then
 --          RELEASE_MARK, this owner's release mark (see mark_released in
 --          common.lua); then, from a release that gives the call up,
 --          TOMBSTONE, the call's (see void_call in common.lua)
@@ -27,14 +27,36 @@
 -- the release.
 
 void_call(TOMBSTONE, VOID_TTL)
--- Where nobody waits for any lock (one EXISTS), the group's locks go in
--- one DEL; else each is handed on.
+-- The locks and their counters in one MGET. Where every lock is the
+-- owner's, its counter holds the hold's token (nothing minted since: see
+-- taken_since) and nobody waits (one EXISTS), the locks go in one DEL.
+local values = redis.call('MGET', unpack(KEYS, LOCK_FROM, FENCE_TO))
+local intact = true
+for i = 1, N do
+  if values[i] ~= OWNER or values[N + i] ~= ARGV[TOKENS_AT + i - 1] then
+    intact = false
+    break
+  end
+end
+if intact and redis.call('EXISTS', unpack(KEYS, WAITERS_FROM, WAITERS_TO)) == 0 then
+  redis.call('DEL', unpack(KEYS, LOCK_FROM, LOCK_TO))
+  mark_released(RELEASE_MARK, MARK_TTL)
+  return 1
+end
+-- Else each lock is looked at. The counters read go to counter_reads, for
+-- taken_since. MGET reads a key of another type as missing: a lock read
+-- so is read again by GET, which fails on it as before, changing nothing.
+-- Where nobody waits for any lock (one EXISTS), the locks held go in one
+-- DEL; else each is handed on.
 local held, waiters = {}, {}
 for i = 1, N do
-  local lock, _, lock_waiters = part(i)
+  local lock, fence, lock_waiters = part(i)
   waiters[i] = lock_waiters
-  if redis.call('GET', lock) == OWNER then
+  if (values[i] or redis.call('GET', lock)) == OWNER then
     held[#held + 1] = i
+  end
+  if values[N + i] then
+    counter_reads[fence] = values[N + i]
   end
 end
 local anyone_waits = #held > 0 and redis.call('EXISTS', unpack(waiters)) > 0

@@ -1,6 +1,6 @@
 -- How long a MultiLock group has left: the shortest TTL of its locks.
 --
--- KEYS     MultiPartLayout (layout.go) per lock: see multi_lib.lua
+-- KEYS     MultiPartLayout (layout.go) key by key: see multi_lib.lua
 -- ARGV     in the order of OwnerArgs (args.go), by these names:
 -- OWNER    owner token
 --

@@ -135,7 +135,7 @@ func acquireOn(layout Layout, args any, others []*redis.Script, parts ...string)
 }
 
 // scriptOnParts makes a script of parts that take the KEYS of a MultiLock
-// group: a part per lock, then tail (see partLocals); args and others as
+// group: a part per lock, key by key, then tail (see partLocals); args and others as
 // for acquireOn.
 func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
 	s := script(others, append([]string{partLocals(part, tail) + argLocals(args)}, parts...)...)
