@@ -117,7 +117,7 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 	argv, entry := a.v.request(waiterID, publish)
 	a.sent = a.h.c.clock.Now()
 	cmd, unconfirmed := a.send(ctx, argv)
-	res, err := cmd.Int64Slice()
+	res, err := scripts.AcquireReply(cmd)
 	if tell := a.h.c.attempted; tell != nil {
 		tell(attemptReport{script: a.spec.script, reply: res, entry: entry, err: err})
 	}

@@ -48,9 +48,9 @@ func queueRaw(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		publish = "SPUBLISH"
 	}
-	res, err := scripts.FairAcquire.Run(ctx, rdb, keys, scripts.FairAcquireArgs{
+	res, err := scripts.AcquireReply(scripts.FairAcquire.Run(ctx, rdb, keys, scripts.FairAcquireArgs{
 		Acquire: scripts.Acquire{Owner: owner, TTL: time.Minute.Milliseconds(), Waiter: waiterID, WaiterTTL: lease.Milliseconds()},
-		Publish: publish, Info: ""}.Append(nil)...).Int64Slice()
+		Publish: publish, Info: ""}.Append(nil)...))
 	if err != nil || res[0] != 0 {
 		t.Fatalf("queueing a waiter by hand: %v, %v; want it refused and queued", res, err)
 	}

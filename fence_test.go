@@ -305,7 +305,7 @@ func TestFence_CountersExpireAfterTheLastHold(t *testing.T) {
 					return
 				}
 				for _, cmd := range cmds {
-					if res, err := cmd.Int64Slice(); err != nil || len(res) != 2 || res[0] != 1 {
+					if res, err := scripts.AcquireReply(cmd); err != nil || len(res) != 2 || res[0] != 1 {
 						errs <- fmt.Errorf("a fresh name not acquired: %v, %v", res, err)
 						return
 					}

@@ -221,7 +221,7 @@ func isReplyOf(cmd redis.Cmder, script *redis.Script, status int64) bool {
 	if !ok || !runs(cmd, script) {
 		return false
 	}
-	vals, err := c.Int64Slice()
+	vals, err := scripts.AcquireReply(c)
 	return err == nil && len(vals) >= 2 && vals[0] == status
 }
 

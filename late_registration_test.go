@@ -166,7 +166,7 @@ func TestLateAttempt_OfAFirstAttemptTakingTheLockLeavesNoRegistration(t *testing
 						t.Fatal(err)
 					}
 				}
-				res, err := other.Do(ctx, copies.sent()[0]...).Int64Slice()
+				res, err := scripts.AcquireReply(other.Do(ctx, copies.sent()[0]...))
 				if err != nil || res[0] != 1 {
 					t.Fatalf("the late copy on a free lock: %v, %v; want granted", res, err)
 				}
@@ -236,7 +236,7 @@ func TestLateAttempt_LandingWithoutAReadTimeoutIsWithdrawnByTheHandOver(t *testi
 	// The copy of the first registering attempt (the waiter's second
 	// attempt) lands now, behind the latest registration.
 	sent := copies.sent()
-	if res, err := other.Do(ctx, sent[1]...).Int64Slice(); err != nil || res[0] != 0 {
+	if res, err := scripts.AcquireReply(other.Do(ctx, sent[1]...)); err != nil || res[0] != 0 {
 		t.Fatalf("the late copy: %v, %v; want refused", res, err)
 	}
 	if err := holder.Unlock(ctx); err != nil { // hands the lock to the latest registration

@@ -151,7 +151,7 @@ func (h *copier) resendFirst(t *testing.T, ctx context.Context, other redis.Univ
 		t.Fatal("no attempt was sent")
 	}
 	for _, args := range copies[:n] {
-		res, err := other.Do(ctx, args...).Int64Slice()
+		res, err := scripts.AcquireReply(other.Do(ctx, args...))
 		if err != nil {
 			t.Fatalf("late copy: %v", err)
 		}
@@ -486,7 +486,7 @@ func TestLateAttempt_OfARefusalAfterItsCallWasGrantedCountsOnce(t *testing.T) {
 					held[int64(token)] = true
 				}
 				for _, args := range copies.sent() {
-					res, err := other.Do(ctx, args...).Int64Slice()
+					res, err := scripts.AcquireReply(other.Do(ctx, args...))
 					if err != nil {
 						t.Fatalf("late copy: %v", err)
 					}
@@ -601,7 +601,7 @@ func TestLateAttempt_GrantedBeforeItsWaiterGaveUpIsGivenBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res, err := other.Do(ctx, copies.sent()[0]...).Int64Slice()
+		res, err := scripts.AcquireReply(other.Do(ctx, copies.sent()[0]...))
 		if err != nil || res[0] != 1 {
 			t.Fatalf("the late copy on a free lock: %v, %v; want granted", res, err)
 		}
@@ -663,7 +663,7 @@ func TestLateAttempt_RetakingAGrantReadAfterASuspensionIsNoConfirmation(t *testi
 					return
 				}
 				// ...and a late copy of the attempt takes it again.
-				copyReply, steps = other.Do(ctx, cmd.Args()...).Int64Slice()
+				copyReply, steps = scripts.AcquireReply(other.Do(ctx, cmd.Args()...))
 				clk.Jump(2 * time.Minute) // the reply is read after a two-minute suspension
 			})
 		}})

@@ -79,7 +79,7 @@ func expectCopyGrantedWhileWaitingNotCountedOn(t *testing.T, b backend, lt lockT
 	waitDone(t, gateB.blocked, 10*time.Second, "B woken")
 	// The first copy of W's registering attempt lands now, the lock free.
 	sent := copies.sent()
-	res, err := other.Do(ctx, sent[len(sent)-1]...).Int64Slice()
+	res, err := scripts.AcquireReply(other.Do(ctx, sent[len(sent)-1]...))
 	if err != nil || res[0] != 1 {
 		t.Fatalf("W's late copy on a free lock: %v %v, want granted", res, err)
 	}

@@ -336,8 +336,8 @@ type vote struct {
 // vote (see redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
-	res, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
-		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}).Int64Slice()
+	res, err := scripts.AcquireReply(runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
+		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}))
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply
 	}

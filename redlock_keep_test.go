@@ -335,7 +335,7 @@ func TestRedlock_AGrantItsCallerNoLongerWaitsForLeavesTheCallsTombstone(t *testi
 			t.Fatalf("no granted acquire recorded on master %d (the test's premise)", i)
 		}
 		// The same command, as a late copy of it would arrive.
-		res, err := srv.Client().Do(ctx, args...).Int64Slice()
+		res, err := scripts.AcquireReply(srv.Client().Do(ctx, args...))
 		if err != nil {
 			t.Fatalf("master %d: the late copy of the granted acquire: %v", i, err)
 		}

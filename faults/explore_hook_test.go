@@ -419,11 +419,11 @@ func (f *commandFaults) sendLate(cmds []redis.Cmder, d time.Duration) {
 		defer cancel()
 		for _, args := range copies {
 			sent := time.Now()
-			reply, err := f.resend.Do(ctx, args...).Slice()
+			reply, err := scripts.AcquireReply(f.resend.Do(ctx, args...))
 			// The caller was told the attempt failed, and gave up (a lost
 			// reply is no transient error): a copy that takes the lock
 			// now takes it for nobody.
-			if err == nil && len(args) > 1 && acquireSHAs[argString(args[1])] && len(reply) > 0 && reply[0] == int64(1) {
+			if err == nil && len(args) > 1 && acquireSHAs[argString(args[1])] && len(reply) > 0 && reply[0] == 1 {
 				f.mu.Lock()
 				// Only once the call's abandon has left its tombstone: one
 				// still on its way (a delay) takes the copy's hold back.

@@ -103,7 +103,7 @@ func (f *commandFaults) holdFirst(ctx context.Context, cmds []redis.Cmder, next 
 	if !ok {
 		return nil
 	}
-	if reply, err := cmd.Slice(); err != nil || len(reply) == 0 || reply[0] != int64(0) {
+	if reply, err := scripts.AcquireReply(cmd); err != nil || len(reply) == 0 || reply[0] != 0 {
 		return nil // not refused: the call waits no more, and the copy is lost
 	}
 	args := slices.Clone(cmds[0].Args())
@@ -152,10 +152,10 @@ func (f *commandFaults) landFirst(cmds []redis.Cmder) *lateFirst {
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	reply, err := f.resend.Do(ctx, first.copy...).Slice()
+	reply, err := scripts.AcquireReply(f.resend.Do(ctx, first.copy...))
 	f.mu.Lock()
 	f.injected["latefirst.landed"]++
-	if err == nil && len(reply) > 0 && reply[0] == int64(1) {
+	if err == nil && len(reply) > 0 && reply[0] == 1 {
 		f.injected["latefirst.took"]++ // the copy took the lock for the call
 	}
 	f.mu.Unlock()
@@ -190,7 +190,7 @@ func (f *commandFaults) checkWithdrawn(first *lateFirst, cmds []redis.Cmder, err
 		if !ok {
 			return
 		}
-		if reply, err := cmd.Slice(); err != nil || len(reply) == 0 || reply[0] != int64(1) {
+		if reply, err := scripts.AcquireReply(cmd); err != nil || len(reply) == 0 || reply[0] != 1 {
 			return
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // The suspend fault: one process's machine suspended (a laptop's lid
@@ -175,7 +176,7 @@ func (p *process) suspendOnGrant(cmds []redis.Cmder) {
 	}
 	for _, c := range cmds {
 		if cmd, ok := c.(*redis.Cmd); ok && cmd.Err() == nil {
-			if reply, err := cmd.Slice(); err == nil && len(reply) > 0 && reply[0] == int64(1) {
+			if reply, err := scripts.AcquireReply(cmd); err == nil && len(reply) > 0 && reply[0] == 1 {
 				p.beginSuspension(true)
 				return
 			}

@@ -13,7 +13,7 @@
 -- INFO     this call's holder info (JSON), stored with the hold; '' none.
 --          WAITER ends with it too, so that a hand-over stores it.
 --
--- Returns {1, fence}  acquired (taken now, or handed over by a release)
+-- Returns fence       acquired (taken now, or handed over by a release)
 --         {0, pttl}   not this caller's turn; pttl is the milliseconds until
 --                     the current hold expires (-1: the key has no TTL)
 --         {0, pttl, fence}  the same for a caller that queued: fence is the
@@ -78,7 +78,7 @@ if holder == owner then -- handed over while waiting, or a resend
   -- a longer Extend, which the lease counts on.
   keep_at_least(LOCK, HOLD_TTL)
   set_holder_info(HOLDER, owner, INFO, redis.call('PTTL', LOCK))
-  return {1, raise_error(held_token(FENCE, HOLD_TTL))}
+  return raise_error(held_token(FENCE, HOLD_TTL))
 end
 if holder and not is_owner_token(holder) then -- not a holder: nothing to queue behind
   return not_dlocks(LOCK, 'a string')

@@ -120,7 +120,7 @@ local function grant(entry)
     redis.call('ZREM', REG, entry)
   end
   set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
-  return {1, fence}
+  return fence
 end
 
 -- Queue entry behind the holder, its registration lasting WAITER_TTL,

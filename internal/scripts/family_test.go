@@ -25,7 +25,7 @@ func with(keys []string, owner string) []string {
 
 func run(t *testing.T, ctx context.Context, rdb *redis.Client, s *redis.Script, keys []string, args ...any) []int64 {
 	t.Helper()
-	res, err := s.Run(ctx, rdb, keys, args...).Int64Slice()
+	res, err := AcquireReply(s.Run(ctx, rdb, keys, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestMultiAcquire_ResendWithAForeignValueWhereALockWasLeavesItUntouched(t *t
 	ctx, rdb := setup(t)
 	expectGranted(t, multiTry(t, ctx, rdb, tok("a"), "", 1), "the group")
 	rdb.Set(ctx, "t:{n}", "user data", 0)
-	_, err := MultiAcquire.Run(ctx, rdb, with(multiKeys, tok("a")), tok("a"), 10000, "", 3000, 1, "PUBLISH").Int64Slice()
+	_, err := AcquireReply(MultiAcquire.Run(ctx, rdb, with(multiKeys, tok("a")), tok("a"), 10000, "", 3000, 1, "PUBLISH"))
 	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("resend with a foreign value at lock 2: %v, want WRONGTYPE", err)
 	}
@@ -423,7 +423,7 @@ func TestSemAcquire_ATombstoneOfAnotherTypeRefusesALateCopyBesideTheNumber(t *te
 		if err := rdb.HSet(ctx, "t:{m}:void:"+tok("b"), "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits).Int64Slice()
+		got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits))
 		if err == nil && (len(got) != 2 || got[0] != -1) {
 			t.Errorf("waiter %q: a late copy beside a tombstone of another type: %v, want [-1 0] (or WRONGTYPE)", waiter, got)
 		}
@@ -449,7 +449,7 @@ func TestSemAcquire_ARefusalBesideForeignWaitersWritesNothing(t *testing.T) {
 	if err := rdb.Set(ctx, waitersKey, "their-data", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 1).Int64Slice()
+	got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 1))
 	if n := rdb.Exists(ctx, "t:{m}:permits").Val(); n != 0 {
 		t.Errorf("the acquire (%v, %v) beside a foreign waiters' key wrote the number of permits", got, err)
 	}

@@ -42,8 +42,8 @@ func TestMutexExtend_SaysWhyItRefuses(t *testing.T) {
 func TestMutexRelease_HandsTheWaitersHolderInfoOver(t *testing.T) {
 	ctx, rdb := setup(t)
 	holder := lockKey + ":holder"
-	res, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + tok("a"), waitersKey, holder},
-		tok("a"), 10000, "", 3000, "", `{"user":"a"}`).Int64Slice()
+	res, err := AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + tok("a"), waitersKey, holder},
+		tok("a"), 10000, "", 3000, "", `{"user":"a"}`))
 	if err != nil || res[0] != 1 {
 		t.Fatalf("acquire: %v, %v", res, err)
 	}
@@ -51,8 +51,8 @@ func TestMutexRelease_HandsTheWaitersHolderInfoOver(t *testing.T) {
 		t.Fatalf("holder info %q", v)
 	}
 	entry := registration("0b", 1, tok("b")) + `{"user":"b"}`
-	res, err = MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + tok("b"), waitersKey, holder},
-		tok("b"), 10000, entry, 3000, "", `{"user":"b"}`).Int64Slice()
+	res, err = AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + tok("b"), waitersKey, holder},
+		tok("b"), 10000, entry, 3000, "", `{"user":"b"}`))
 	if err != nil || res[0] != 0 {
 		t.Fatalf("waiter: %v, %v", res, err)
 	}

@@ -181,7 +181,7 @@ func BenchmarkLibrary_RWServerTimePerPair(b *testing.B) {
 		for suffix, lib := range libs {
 			for _, k := range kinds {
 				member := k.mode + tok("1") + "owner"
-				res, err := k.rdb.FCall(ctx, lib.Acquire, acquire, member, 30000, "", 3000, "", k.takenBy, RightsKnown).Int64Slice()
+				res, err := AcquireReply(k.rdb.FCall(ctx, lib.Acquire, acquire, member, 30000, "", 3000, "", k.takenBy, RightsKnown))
 				if err != nil || res[0] != 1 {
 					b.Fatal(res, err)
 				}

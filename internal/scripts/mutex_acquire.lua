@@ -20,7 +20,7 @@
 -- INFO     this call's holder info (JSON), stored with the hold; '' none.
 --          A registration (WAITER) ends with it too, for a hand-over.
 --
--- Returns {1, fence}  acquired (taken now, or handed over by a release whose
+-- Returns fence       acquired (taken now, or handed over by a release whose
 --                     word has not reached the waiter); fence is its token
 --         {0, pttl}   held by another owner; pttl is the milliseconds until it
 --                     expires (-1: the key has no TTL; -3: not read, as
@@ -104,7 +104,7 @@ if not holder then
     return type(fence) == 'table' and fence or redis.error_reply(tostring(fence))
   end
   set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
-  return {1, fence}
+  return fence
 end
 if holder == OWNER then
   if void then
@@ -134,7 +134,7 @@ if holder == OWNER then
   -- a longer Extend, which the lease counts on.
   keep_at_least(LOCK, HOLD_TTL)
   set_holder_info(HOLDER, OWNER, INFO, redis.call('PTTL', LOCK))
-  return {1, fence}
+  return fence
 end
 if not is_owner_token(holder) then -- not a holder: nothing to wait for
   return not_dlocks(LOCK, 'a string')

@@ -84,20 +84,20 @@ func TestScripts_AcquireWithRightsKnownChecksNone(t *testing.T) {
 	user := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "nopop", Password: "pw"})
 	t.Cleanup(func() { _ = user.Close() })
 	keys := []string{lockKey, fenceKey, "t:{m}:void:" + tok("a"), waitersKey}
-	_, err := MutexAcquire.Run(ctx, user, keys, tok("a"), 10000, "", 3000, "", "", "").Int64Slice()
+	_, err := AcquireReply(MutexAcquire.Run(ctx, user, keys, tok("a"), 10000, "", 3000, "", "", ""))
 	if err == nil || !strings.Contains(err.Error(), "zpopmin") {
 		t.Fatalf("checked: %v; want NOPERM naming zpopmin", err)
 	}
-	res, err := MutexAcquire.Run(ctx, user, keys, tok("a"), 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	res, err := AcquireReply(MutexAcquire.Run(ctx, user, keys, tok("a"), 10000, "", 3000, "", "", RightsKnown))
 	if err != nil || res[0] != 1 {
 		t.Fatalf("with rights known: %v, %v; want the lock", res, err)
 	}
 	rwKeys := []string{"t:{rw}", "t:{rw}:holds", "t:{rw}:wwait", "t:{rw}:rwait", "t:{rw}:rpass", "t:{rw}:wchan", "t:{rw}:rchan", "t:{rw}:fence", "t:{rw}:void"}
-	res, err = RWAcquire.Run(ctx, user, rwKeys, "w"+tok("b")+"o", 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	res, err = AcquireReply(RWAcquire.Run(ctx, user, rwKeys, "w"+tok("b")+"o", 10000, "", 3000, "", "", RightsKnown))
 	if err != nil || res[0] != 1 {
 		t.Fatalf("a clean RWMutex lock with rights known: %v, %v; want the lock", res, err)
 	}
-	_, err = RWAcquire.Run(ctx, user, rwKeys, "r"+tok("c")+"p", 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+	_, err = AcquireReply(RWAcquire.Run(ctx, user, rwKeys, "r"+tok("c")+"p", 10000, "", 3000, "", "", RightsKnown))
 	if err == nil || !strings.Contains(err.Error(), "rename") {
 		t.Fatal("an RWMutex acquire with rights known, beside a holder, was not checked for a right its release needs")
 	}
@@ -122,7 +122,7 @@ func TestRWAcquire_RefusedPartWayOnACleanLockLeavesNothing(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
 		t.Cleanup(func() { _ = rdb.Close() })
 		member := hold("w", "1", "alice")
-		_, err := RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", "", RightsKnown).Int64Slice()
+		_, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", "", RightsKnown))
 		if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
 			t.Errorf("without %s: %v; want a refusal", command, err)
 		}
@@ -156,7 +156,7 @@ func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
 			}
 			rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
 			t.Cleanup(func() { _ = rdb.Close() })
-			_, err := SemAcquire.Run(ctx, rdb, with(semKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown).Int64Slice()
+			_, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown))
 			if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
 				t.Errorf("without %s (beside a holder: %v): %v; want a refusal", command, beside, err)
 			}

@@ -14,7 +14,7 @@
 --          'aw' field (rw_lib.lua), which '' or absent (an RWMutex, an
 --          older dlock) removes; a read ignores it
 --
--- Returns {1, token}  acquired; token is the fencing token of the hold: new,
+-- Returns token       acquired; token is the fencing token of the hold: new,
 --                     or the one the owner's holds in this mode already share
 --         {0, ms}     refused; ms is how long what blocks it may last at most
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
@@ -90,7 +90,7 @@ if not fresh and redis.call('ZSCORE', HOLDS, member) then
     redis.call('ZREM', mode == 'w' and WWAIT or RWAIT, waiter)
     redis.call('ZREM', RPASS, waiter)
   end
-  return {1, tonumber(st[5])}
+  return tonumber(st[5])
 end
 
 local writer, readers = st[1], tonumber(st[2]) or 0
@@ -167,7 +167,7 @@ if granted then
       redis.call('DEL', STATE, HOLDS)
       return type(err) == 'table' and err or redis.error_reply(tostring(err))
     end
-    return {1, token}
+    return token
   end
   redis.call('HSET', STATE, unpack(fields))
   if fresh then
@@ -181,7 +181,7 @@ if granted then
     redis.call('ZADD', HOLDS, expiry, member)
     expire_with_last()
   end
-  return {1, token}
+  return token
 end
 
 if waiter ~= '' then

@@ -30,7 +30,7 @@ func hold(mode, id, owner string) string {
 
 func tryRW(t *testing.T, ctx context.Context, rdb *redis.Client, member, waiter string) []int64 {
 	t.Helper()
-	res, err := RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, waiter, 3000).Int64Slice()
+	res, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, waiter, 3000))
 	if err != nil {
 		t.Fatalf("acquire %s: %v", member, err)
 	}
@@ -391,7 +391,7 @@ func TestRWAcquire_KeepsTheTypeOfTheOwnersLatestWrite(t *testing.T) {
 	ctx, rdb := setup(t)
 	acquire := func(member string, takenBy string) {
 		t.Helper()
-		res, err := RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", takenBy).Int64Slice()
+		res, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", takenBy))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,8 +81,8 @@ func registration(waiter string, attempt int, owner string) string {
 // place of prev (when not "").
 func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner, entry, prev string) []int64 {
 	t.Helper()
-	res, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + owner, waitersKey},
-		owner, 10000, entry, 3000, prev).Int64Slice()
+	res, err := AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + owner, waitersKey},
+		owner, 10000, entry, 3000, prev))
 	if err != nil {
 		t.Fatalf("acquire by %s: %v", owner, err)
 	}

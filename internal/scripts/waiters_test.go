@@ -20,8 +20,8 @@ func TestMutexAcquire_ShortRegistrationNeverShortensTheSet(t *testing.T) {
 		owner string
 		lease int64 // ms
 	}{{tok("b"), 600000}, {tok("c"), 100}} {
-		res, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + w.owner, waitersKey},
-			w.owner, 10000, registration("0"+w.owner, 1, w.owner), w.lease, "").Int64Slice()
+		res, err := AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + w.owner, waitersKey},
+			w.owner, 10000, registration("0"+w.owner, 1, w.owner), w.lease, ""))
 		if err != nil || res[0] != 0 {
 			t.Fatalf("waiter %s: %v, %v; want refused", w.owner, res, err)
 		}
