@@ -60,9 +60,9 @@ func TestCommandBudget_UncontendedLockUnlock(t *testing.T) {
 		{"FairMutex", 1, 11, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
-		// The last release deletes the number of permits in the DEL of
-		// the holders; the next grant sets it again.
-		{"Semaphore", 1, 18, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
+		// The last release deletes the number of permits and the tokens
+		// in the DEL of the holders; the next grant sets them again.
+		{"Semaphore", 1, 17, func(c *dlock.Client, _ *dlock.Redlock) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 4).Acquire
 		}},
 		// An acquire reads the counters in one MGET and counts the keys
@@ -170,7 +170,7 @@ func TestCommandBudget_Contended(t *testing.T) {
 		{"FairMutex", 23, scripts.FairAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.FairMutex("budget").Lock
 		}},
-		{"Semaphore of 1", 36, scripts.SemAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		{"Semaphore of 1", 35, scripts.SemAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("budget", 1).Acquire
 		}},
 		{"RWMutex write", 54, scripts.RWAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {

@@ -16,6 +16,8 @@ import (
 var (
 	fairKeys = []string{lockKey, fenceKey, "t:{m}:queue", waitersKey, channel, "t:{m}:holder"}
 	semKeys  = []string{"t:{m}", "t:{m}:tokens", "t:{m}:permits", waitersKey, channel, fenceKey}
+	// an acquire's: all but the channel
+	semAcquireKeys = []string{"t:{m}", "t:{m}:tokens", "t:{m}:permits", waitersKey, fenceKey}
 )
 
 // with is keys and the tombstone of owner.
@@ -126,7 +128,7 @@ func TestFairAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 
 func semTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner string, permits int) []int64 {
 	t.Helper()
-	return run(t, ctx, rdb, SemAcquire, with(semKeys, owner), owner, 10000, "", 3000, permits)
+	return run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, owner), owner, 10000, "", 3000, permits)
 }
 
 func TestSemAcquire_ResentAcquireCountsOnce(t *testing.T) {
@@ -151,7 +153,7 @@ func TestSemAcquire_CopyOfARefusalArrivingOnceGrantedCountsOnce(t *testing.T) {
 	semTry(t, ctx, rdb, tok("a"), 2)
 	semTry(t, ctx, rdb, tok("b"), 2)
 	try := func() []int64 {
-		return run(t, ctx, rdb, SemAcquire, with(semKeys, tok("c")), tok("c"), 10000, "waiter", 3000, 2)
+		return run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("c")), tok("c"), 10000, "waiter", 3000, 2)
 	}
 	expectRefused(t, try(), "a third of two")
 	runInt(t, ctx, rdb, SemRelease, semKeys[:5], tok("a"), "PUBLISH")
@@ -423,7 +425,7 @@ func TestSemAcquire_ATombstoneOfAnotherTypeRefusesALateCopyBesideTheNumber(t *te
 		if err := rdb.HSet(ctx, "t:{m}:void:"+tok("b"), "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits))
+		got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits))
 		if err == nil && (len(got) != 2 || got[0] != -1) {
 			t.Errorf("waiter %q: a late copy beside a tombstone of another type: %v, want [-1 0] (or WRONGTYPE)", waiter, got)
 		}
@@ -449,7 +451,7 @@ func TestSemAcquire_ARefusalBesideForeignWaitersWritesNothing(t *testing.T) {
 	if err := rdb.Set(ctx, waitersKey, "their-data", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 1))
+	got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("b")), tok("b"), 10000, "", 3000, 1))
 	if n := rdb.Exists(ctx, "t:{m}:permits").Val(); n != 0 {
 		t.Errorf("the acquire (%v, %v) beside a foreign waiters' key wrote the number of permits", got, err)
 	}

@@ -55,7 +55,7 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 			run(FairRelease, append(keys, mark), fairA, "PUBLISH", 5000, 5000, got[1], "0")
 		}},
 		{"Semaphore", func(run send) {
-			got := granted(run(SemAcquire, with(semKeys, tok("a")), tok("a"), 30000, "", 3000, 4, ""))
+			got := granted(run(SemAcquire, with(semAcquireKeys, tok("a")), tok("a"), 30000, "", 3000, 4, ""))
 			run(SemRelease, append(semKeys[:5:5], mark), tok("a"), "PUBLISH", 5000, 5000, got[1])
 		}},
 		{"MultiLock of 3", func(run send) {

@@ -146,7 +146,7 @@ func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
 				t.Fatal(err)
 			}
 			if beside {
-				if got := run(t, ctx, admin, SemAcquire, with(semKeys, tok("b")), tok("b"), 10000, "", 3000, 4); got[0] != 1 {
+				if got := run(t, ctx, admin, SemAcquire, with(semAcquireKeys, tok("b")), tok("b"), 10000, "", 3000, 4); got[0] != 1 {
 					t.Fatalf("the holder beside was refused: %v", got)
 				}
 			}
@@ -156,7 +156,7 @@ func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
 			}
 			rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
 			t.Cleanup(func() { _ = rdb.Close() })
-			_, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown))
+			_, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown))
 			if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
 				t.Errorf("without %s (beside a holder: %v): %v; want a refusal", command, beside, err)
 			}

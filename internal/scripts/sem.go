@@ -40,7 +40,7 @@ func (a SetPermitsArgs) Append(argv []any) []any {
 
 // Semaphore scripts.
 var (
-	SemAcquire    = acquireOn(SemLayout.Then(Tombstone), SemAcquireArgs{}, []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
+	SemAcquire    = acquireOn(SemLayout.Before("CHANNEL").Then(keyFence, Tombstone), SemAcquireArgs{}, []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
 	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, wakeNext, semLib, lua("sem_release"))
 	SemExtend     = scriptOn(SemLayout, ExtendArgs{}, semLib, lua("sem_extend"))
 	SemTTL        = scriptOn(SemLayout, OwnerArgs{}, semLib, lua("sem_ttl"))

@@ -1,6 +1,7 @@
 -- Acquire a permit of a Semaphore.
 --
--- KEYS     SemLayout (sem.go), then TOMBSTONE: as in sem_lib.lua
+-- KEYS     SemLayout (sem.go) but CHANNEL (an acquire publishes nothing),
+--          then TOMBSTONE: as in sem_lib.lua
 -- ARGV     in the order of SemAcquireArgs (sem.go), by these names:
 -- OWNER    owner token of the call (random, unique per call); every attempt
 --          of the call sends the same
@@ -40,19 +41,6 @@
 -- the call's tombstone (TOMBSTONE) before it takes a permit or registers, and
 -- does neither.
 
--- Record owner's fencing token (its digits), and its holder info if it
--- has any: the tokens' first touch on a grant, whose WRONGTYPE tells a key
--- of another type. Returns the error to return, or nil.
-local function hold(owner, digits)
-  local _, wrong
-  if INFO and INFO ~= '' then
-    _, wrong = call_on(TOKENS, 'HSET', TOKENS, owner, digits, 'i' .. owner, INFO)
-  else
-    _, wrong = call_on(TOKENS, 'HSET', TOKENS, owner, digits)
-  end
-  return wrong
-end
-
 local owner = OWNER
 local wrong = rights_refused(FENCE)
 if wrong then
@@ -66,15 +54,19 @@ local present = redis.call('EXISTS', HOLDERS, TOKENS, WAITERS, TOMBSTONE, PERMIT
 if present == 0 then
   -- The quiet grant makes the holders' keys, then gives them their expiry:
   -- a refusal between would leave them with none (see refused_any).
-  wrong = refused_any(HOLDERS, {'hset', 'pexpire'}) or foreign_fence(FENCE)
+  wrong = refused_any(HOLDERS, GRANT_RIGHTS)
   if wrong then
     return wrong
+  end
+  local last = last_token(FENCE) -- the counter's error reply where it is not dlock's
+  if type(last) ~= 'number' then
+    return last
   end
   local now = server_now()
   redis.call('SET', PERMITS, EXPECTED, 'PX', HOLD_TTL) -- a grant keeps it with its permit (expire_with_last)
   -- Numbers in digits: each number given to redis.call is formatted anew.
-  local fence, digits = mint_token(FENCE, HOLD_TTL)
-  redis.call('ZADD', HOLDERS, string.format('%d', now + tonumber(HOLD_TTL)), owner)
+  local fence, digits = mint_token(FENCE, HOLD_TTL, last)
+  redis.call('ZADD', HOLDERS, string.format('%d', now + HOLD_TTL), owner) -- HOLD_TTL's digits: one strtod
   hold(owner, digits)
   -- The only permit: the holders' keys, and the number, last as long.
   redis.call('PEXPIRE', HOLDERS, HOLD_TTL)
@@ -193,7 +185,7 @@ if held < permits then
   end
   -- A grant that makes the holders' keys gives them their expiry after:
   -- a refusal between would leave them with none (see refused_any).
-  wrong = held == 0 and refused_any(HOLDERS, {'hset', 'pexpire'}) or leave_line(WAITER, waiters_ttl)
+  wrong = held == 0 and refused_any(HOLDERS, GRANT_RIGHTS) or leave_line(WAITER, waiters_ttl)
   if wrong then
     return wrong
   end

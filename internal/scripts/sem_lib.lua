@@ -1,8 +1,8 @@
 -- The state of a Semaphore. Prepended to the Semaphore scripts (see
 -- sem.go). They take the same KEYS, as many as they use, in the order of
--- SemLayout (sem.go), which names them so in Lua; then the call's and
--- the hold's own, as each script says. All are in the semaphore name's
--- slot:
+-- SemLayout (sem.go), which names them so in Lua (an acquire skips
+-- CHANNEL); then the call's and the hold's own, as each script says. All
+-- are in the semaphore name's slot:
 --
 -- HOLDERS  holders: sorted set, one member per permit held (the owner token
 --          of its Lease), scored by when it expires in ms of the server's
@@ -86,3 +86,21 @@ local function keep_permits(stored, expected, ttl)
     redis.call('SET', PERMITS, expected, 'PX', ttl)
   end
 end
+
+-- Record owner's fencing token (its digits), and its holder info (INFO,
+-- the acquire's) if it has any: the tokens' first touch on a grant, whose
+-- WRONGTYPE tells a key of another type. Returns the error to return, or
+-- nil.
+local function hold(owner, digits)
+  local _, wrong
+  if INFO and INFO ~= '' then
+    _, wrong = call_on(TOKENS, 'HSET', TOKENS, owner, digits, 'i' .. owner, INFO)
+  else
+    _, wrong = call_on(TOKENS, 'HSET', TOKENS, owner, digits)
+  end
+  return wrong
+end
+
+-- What a grant that makes the holders' keys writes before their expiry
+-- (see refused_any): one table for every call.
+local GRANT_RIGHTS = {'hset', 'pexpire'}

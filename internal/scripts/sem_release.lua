@@ -25,7 +25,9 @@
 -- dlock's (the owner token is secret), at no command more.
 --
 -- The last permit's release deletes the number of permits: the next handle
--- may bring another.
+-- may bring another. Where the tokens keep its field, its one DEL takes
+-- them too (with tokens of permits removed by force, if any: nobody holds
+-- those).
 --
 -- Safe to send twice: the second finds no permit of this owner, and finds
 -- the first one's mark, and reports the release.
@@ -39,7 +41,7 @@ local first = redis.call('ZRANGE', HOLDERS, '0', '1', 'WITHSCORES')
 local last = #first == 2 and first[1] == owner
 local score
 if first[1] == owner or first[3] == owner then
-  score = tonumber(first[1] == owner and first[2] or first[4])
+  score = (first[1] == owner and first[2] or first[4]) + 0 -- arithmetic: one strtod, tonumber's two
 else
   score = tonumber(redis.call('ZSCORE', HOLDERS, owner))
 end
@@ -47,15 +49,24 @@ if score == nil then
   return nothing_released(RELEASE_MARK)
 end
 local held = score > now
+local current -- the permit's token, read where it is held
 if held then -- not when taken anew (minted_anew); another program's value is no number, and tells nothing
-  held = not minted_anew(call_or_wrongtype('HGET', TOKENS, owner), TOKEN, RELEASE_MARK)
+  current = call_or_wrongtype('HGET', TOKENS, owner)
+  held = not minted_anew(current, TOKEN, RELEASE_MARK)
 end
-if last then -- the number of permits goes with the last one, not a TTL later
-  redis.call('DEL', HOLDERS, PERMITS)
+if last and type(current) == 'string' then
+  -- The last permit, and tokens that keep its field (the owner token is
+  -- secret): dlock's, and nobody else's token is live. They go with the
+  -- holders and the number of permits (not a TTL later), in one command.
+  redis.call('DEL', HOLDERS, PERMITS, TOKENS)
 else
-  redis.call('ZREM', HOLDERS, owner)
+  if last then
+    redis.call('DEL', HOLDERS, PERMITS)
+  else
+    redis.call('ZREM', HOLDERS, owner)
+  end
+  call_or_wrongtype('HDEL', TOKENS, owner, 'i' .. owner) -- WRONGTYPE on another program's value: nothing to remove
 end
-call_or_wrongtype('HDEL', TOKENS, owner, 'i' .. owner) -- WRONGTYPE on another program's value: nothing to remove
 wake_next(WAITERS, CHANNEL, PUBLISH)
 if held then
   mark_released(RELEASE_MARK, MARK_TTL)
