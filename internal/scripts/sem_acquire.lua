@@ -13,7 +13,7 @@
 -- INFO     the holder's info (JSON), kept with its permit (sem_lib.lua);
 --          '' or absent: none
 --
--- Returns {1, fence}  acquired; fence is the new fencing token
+-- Returns fence       acquired; fence is the new fencing token
 --         {0, ms}     all permits held; ms until the first of them expires
 --         {-1, 0}     this attempt was abandoned by its client: do nothing
 --         {-2, n}     the semaphore has n permits, not EXPECTED: nothing done
@@ -71,7 +71,7 @@ if present == 0 then
   -- The only permit: the holders' keys, and the number, last as long.
   redis.call('PEXPIRE', HOLDERS, HOLD_TTL)
   redis.call('PEXPIRE', TOKENS, HOLD_TTL)
-  return {1, fence}
+  return fence
 end
 
 -- Not quiet. The TTLs tell dlock's sets (foreign.lua): missing (-2), or
@@ -174,7 +174,7 @@ if score then
   end
   keep_permits(stored, EXPECTED, HOLD_TTL)
   expire_with_last(now)
-  return {1, tonumber(token)}
+  return tonumber(token)
 end
 if holders_ttl >= 0 then
   held = redis.call('ZCARD', HOLDERS)
@@ -206,7 +206,7 @@ if held < permits then
   else
     expire_with_last(now)
   end
-  return {1, fence}
+  return fence
 end
 if WAITER ~= '' then
   if void then
