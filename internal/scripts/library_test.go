@@ -78,6 +78,29 @@ func TestLibrary_DefinesEveryHelperOnce(t *testing.T) {
 	}
 }
 
+// Each global a function reads costs a metatable lookup (globalNames):
+// the library reads every global its scripts use once, into a local.
+func TestLibrary_ReadsEachGlobalOnce(t *testing.T) {
+	bound := make(map[string]bool)
+	for _, n := range strings.Split(globalNames, ", ") {
+		bound[n] = true
+	}
+	literal := regexp.MustCompile(`'[^']*'|"[^"]*"`)
+	read := make(map[string]bool) // names the code reads, but fields (a.b's b)
+	for line := range strings.SplitSeq(Library, "\n") {
+		for _, m := range regexp.MustCompile(`(^|[^.\w])([A-Za-z_]\w*)`).FindAllStringSubmatch(literal.ReplaceAllString(uncommented(line), "''"), -1) {
+			read[m[2]] = true
+		}
+	}
+	// Lua 5.1's and Redis's globals a script might read.
+	for _, n := range strings.Fields("assert bit cjson cmsgpack error getmetatable ipairs math next pairs pcall rawequal rawget rawset " +
+		"redis select setmetatable string struct table tonumber tostring type unpack xpcall") {
+		if read[n] && !bound[n] {
+			t.Errorf("the scripts read the global %s, which globalNames does not bind", n)
+		}
+	}
+}
+
 // A number given to redis.call is formatted with %.17g, about 2,900
 // instructions a time (ARCHITECTURE.md): the scripts give a literal as text.
 func TestScripts_GiveRedisCallNoNumberLiteral(t *testing.T) {
