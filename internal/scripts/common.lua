@@ -27,7 +27,7 @@ local function server_now()
   if clock_us == nil then
     local t = redis.call('TIME')
     clock_us = t[1] * 1000000 + t[2]
-    clock_ms = math.floor(clock_us / 1000)
+    clock_ms = (clock_us - clock_us % 1000) / 1000
   end
   return clock_ms, clock_us
 end
@@ -239,13 +239,14 @@ local function last_token(fence)
   if not stored then
     return 0
   end
-  if type(stored) == 'number' then -- checked already: a match and a strtod spared
+  local kind = type(stored)
+  if kind == 'number' then -- checked already: a match and a strtod spared
     return stored
   end
   -- Tokens stay below 2^53 (exact in Lua and in JSON): a counter with no
   -- token left below it is no counter of dlock's. Digits made a number
   -- by arithmetic: one strtod (see server_now).
-  local last = type(stored) == 'string' and string.match(stored, '^%d+$') and stored + 0
+  local last = kind == 'string' and string.match(stored, '^%d+$') and stored + 0
   if not last or last >= 2^53 - 1 then
     return redis.error_reply('WRONGTYPE key ' .. fence .. ' is not a fencing counter')
   end
@@ -294,7 +295,10 @@ local function next_token(fence, last)
     return last
   end
   local _, now_us = server_now()
-  return math.max(last + 1, now_us)
+  if last >= now_us then
+    return last + 1
+  end
+  return now_us
 end
 
 -- Mint the next token from the counter fence, for a hold of ttl ms: the
@@ -545,7 +549,8 @@ local function refused_any(key, commands)
   if redis.acl_check_cmd == nil then
     return nil
   end
-  for _, command in ipairs(commands) do
+  for i = 1, #commands do
+    local command = commands[i]
     if not redis.acl_check_cmd(command, key) then
       return redis.error_reply("NOPERM this user has no permissions to run the '" .. command .. "' command")
     end
