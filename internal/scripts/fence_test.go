@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,5 +79,34 @@ func TestMutexRelease_AForeignValueAtTheCounterTellsNothingOfARetake(t *testing.
 	}
 	if v := rdb.Get(ctx, fenceKey).Val(); v != "1e300" {
 		t.Fatalf("the foreign value became %q", v)
+	}
+}
+
+// A Redlock node's counter is raised to the quorum's token, never lowered
+// (a copy may land late), and kept without expiry; one that is not dlock's
+// is refused, unchanged.
+func TestRedlockFence_RaisesNeverLowersAndKeeps(t *testing.T) {
+	ctx, rdb := setup(t)
+	for _, c := range []struct{ stored, token, want string }{
+		{"", "500", "500"},
+		{"400", "500", "500"},
+		{"600", "500", "600"},
+		{"500", "500", "500"},
+	} {
+		rdb.Del(ctx, fenceKey)
+		if c.stored != "" {
+			rdb.Set(ctx, fenceKey, c.stored, time.Hour)
+		}
+		runInt(t, ctx, rdb, RedlockFence, []string{fenceKey}, c.token)
+		if got, ttl := rdb.Get(ctx, fenceKey).Val(), rdb.PTTL(ctx, fenceKey).Val(); got != c.want || ttl != -time.Nanosecond {
+			t.Errorf("counter %q raised to %s: %q with TTL %v; want %q without", c.stored, c.token, got, ttl, c.want)
+		}
+	}
+	rdb.Set(ctx, fenceKey, "their-data", time.Hour)
+	if err := RedlockFence.Run(ctx, rdb, []string{fenceKey}, "500").Err(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("a foreign counter raised: %v; want WRONGTYPE", err)
+	}
+	if got := rdb.Get(ctx, fenceKey).Val(); got != "their-data" {
+		t.Errorf("a foreign counter became %q", got)
 	}
 }

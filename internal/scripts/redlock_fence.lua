@@ -20,6 +20,12 @@
 -- start below it. So the SET here has no expiry (a mint's retention is
 -- dropped too).
 
-local token = math.max(raise_error(last_token(FENCE)), tonumber(TOKEN))
-redis.call('SET', FENCE, token_text(token))
+-- TOKEN's own digits where it is the higher: formatting a number costs a
+-- sprintf.
+local last = raise_error(last_token(FENCE))
+if last > tonumber(TOKEN) then
+  redis.call('SET', FENCE, token_text(last))
+else
+  redis.call('SET', FENCE, TOKEN)
+end
 return 1
