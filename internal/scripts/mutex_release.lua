@@ -37,7 +37,18 @@
 -- touches nothing; it finds the first one's mark, and reports the release.
 
 void_call(TOMBSTONE, VOID_TTL)
-local holder = read_lock(LOCK, FENCE)
+-- The counter, for taken_since, is read with the lock; a Redlock's release
+-- gives no token, and reads the lock alone (a reply of one value costs
+-- less), as a GET tells one of another type at once.
+local holder, wrong
+if TOKEN then
+  holder = read_lock(LOCK, FENCE)
+else
+  holder, wrong = call_on(LOCK, 'GET', LOCK)
+  if wrong then
+    return wrong
+  end
+end
 if holder == OWNER then
   local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
   hand_next(LOCK, FENCE, WAITERS, CHANNEL, PUBLISH, HOLDER, WITH_INFO ~= '0')
@@ -47,7 +58,7 @@ if holder == OWNER then
   mark_released(RELEASE_MARK, MARK_TTL)
   return 1
 end
-if not holder then
+if not holder and TOKEN then
   -- MGET reads a key of another type as missing: GET tells it.
   local _, foreign = call_on(LOCK, 'GET', LOCK)
   if foreign then

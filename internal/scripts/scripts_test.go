@@ -594,3 +594,22 @@ func TestMutexAcquire_CopyFindingItsGoneCallHoldingLetsGo(t *testing.T) {
 		t.Fatal("the lock is still held for a call that gave up")
 	}
 }
+
+// A Redlock's release names no holder info, mark or token: it reads the
+// lock alone, and still refuses one of another type, leaving it.
+func TestMutexRelease_ARedlocksReleaseReadsTheLockAlone(t *testing.T) {
+	ctx, rdb := setup(t)
+	keys := []string{lockKey, channel, waitersKey, fenceKey}
+	acquire(t, ctx, rdb, tok("a"))
+	if n := runInt(t, ctx, rdb, MutexRelease, keys, tok("a"), "PUBLISH"); n != 1 || rdb.Exists(ctx, lockKey).Val() != 0 {
+		t.Fatalf("release of a hold: %d; want 1, the lock gone", n)
+	}
+	if n := runInt(t, ctx, rdb, MutexRelease, keys, tok("a"), "PUBLISH"); n != 0 {
+		t.Fatalf("release of a lock gone: %d; want 0", n)
+	}
+	rdb.HSet(ctx, lockKey, "f", "v")
+	err := MutexRelease.Run(ctx, rdb, keys, tok("a"), "PUBLISH").Err()
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || rdb.HGet(ctx, lockKey, "f").Val() != "v" {
+		t.Fatalf("release of a hash: %v; want WRONGTYPE, the hash left", err)
+	}
+}
