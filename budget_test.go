@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -179,6 +181,11 @@ func TestCommandBudget_Contended(t *testing.T) {
 		{"ReentrantMutex", 54, scripts.RWAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return c.ReentrantMutex("budget").Lock
 		}},
+		// A group of one name: every group of a Cluster whose names hash
+		// to different slots.
+		{"MultiLock of 1", 32, scripts.MultiAcquire, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+			return c.MultiLock([]string{"budget"}).Lock
+		}},
 	} {
 		t.Run(typ.name, func(t *testing.T) {
 			contended(t, typ.budget, typ.script, typ.lock)
@@ -341,6 +348,42 @@ func TestCommandBudget_SemaphoreBesideAHolder(t *testing.T) {
 		if n := sum(calls); n != budget {
 			t.Errorf("an acquire+release beside another holder ran %d Redis commands (%v); its budget is %d", n, calls, budget)
 		}
+	}
+}
+
+// A MultiLock's TryLock refused by one lock of its group: the MGET of the
+// counters that finds the group not free spares foreign_key their GETs.
+func TestCommandBudget_MultiLockRefused(t *testing.T) {
+	for _, typ := range []struct {
+		names  []string
+		budget int64
+	}{
+		{[]string{"budget:a"}, 6},
+		{[]string{"budget:a", "budget:b", "budget:c"}, 12},
+	} {
+		t.Run(fmt.Sprint(len(typ.names)), func(t *testing.T) {
+			ctx := ctxFor(t, 30*time.Second)
+			srv := redistest.Start(t)
+			c := newClient(t, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+			held, err := c.Mutex(typ.names[len(typ.names)-1]).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = held.Unlock(ctx) }()
+			m := c.MultiLock(typ.names)
+			try := func() {
+				if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+					t.Fatalf("TryLock with a lock held: %v, want ErrNotAcquired", err)
+				}
+			}
+			try() // scripts loaded, connections made
+			for range 2 {
+				calls := callsOf(t, ctx, srv, try)
+				if n := sum(calls); n != typ.budget {
+					t.Errorf("a refused TryLock of %d locks ran %d Redis commands (%v); its budget is %d", len(typ.names), n, calls, typ.budget)
+				}
+			}
+		})
 	}
 }
 

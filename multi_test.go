@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -420,6 +421,31 @@ func TestMultiLock_ForeignCounterOrLockUnderAnyPartChangesNothing(t *testing.T) 
 		}
 		if after := dumps(names); !maps.Equal(before, after) {
 			t.Errorf("Unlock with a hash under %s: keys changed: %v", key, keysDiff(before, after))
+		}
+	}
+}
+
+// A group of up to 3,999 names on one server is taken and released: one
+// EXISTS asks every key of a group of up to 2,600 (Lua unpacks fewer than
+// 8,000 values), a larger one takes the long way.
+func TestMultiLock_ALargeGroupIsTakenAndReleased(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	c := newClient(t, startServer(t).Client(), dlock.WithTTL(time.Minute))
+	for _, n := range []int{2600, 2601, 3999} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("big%d-%05d", n, i)
+		}
+		tail := func(err error) string { // its message names every lock
+			return err.Error()[max(0, len(err.Error())-160):]
+		}
+		l, err := c.MultiLock(names).TryLock(ctx)
+		if err != nil {
+			t.Errorf("TryLock of %d names: ...%s", n, tail(err))
+			continue
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock of %d names: ...%s", n, tail(err))
 		}
 	}
 }

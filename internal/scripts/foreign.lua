@@ -177,11 +177,13 @@ end
 -- on a lock nobody waits for.
 local function foreign_key(counters, zsets, hashes)
   for _, key in ipairs(counters) do
-    local stored, wrong = call_on(key, 'GET', key)
-    if wrong then
-      return wrong
+    if not counter_reads[key] then -- one read already (an MGET's) is a string
+      local stored, wrong = call_on(key, 'GET', key)
+      if wrong then
+        return wrong
+      end
+      counter_reads[key] = stored or false
     end
-    counter_reads[key] = stored or false
   end
   local keys = {}
   for _, key in ipairs(zsets) do keys[#keys + 1] = key end

@@ -60,8 +60,13 @@ for i = 1, N do
     found = found + 1
   end
 end
-if redis.call('EXISTS', TOMBSTONE, unpack(KEYS, LOCK_FROM, WAITERS_TO)) == found then
+if N <= FAST_PARTS and redis.call('EXISTS', TOMBSTONE, unpack(KEYS, LOCK_FROM, WAITERS_TO)) == found then
   return take_free(stored, owner, HOLD_TTL)
+end
+for i = 1, N do -- a counter read is a string: foreign_key asks no GET of it
+  if stored[i] then
+    counter_reads[select(2, part(i))] = stored[i]
+  end
 end
 local locks, counters = {}, {}
 for i = 1, N do

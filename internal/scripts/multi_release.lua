@@ -29,8 +29,9 @@
 void_call(TOMBSTONE, VOID_TTL)
 -- The locks and their counters in one MGET. Where every lock is the
 -- owner's, its counter holds the hold's token (nothing minted since: see
--- taken_since) and nobody waits (one EXISTS), the locks go in one DEL.
-local values = redis.call('MGET', unpack(KEYS, LOCK_FROM, FENCE_TO))
+-- taken_since) and nobody waits (one EXISTS), the locks go in one DEL. A
+-- group too large for one MGET (FAST_PARTS) is read lock by lock.
+local values = N <= FAST_PARTS and redis.call('MGET', unpack(KEYS, LOCK_FROM, FENCE_TO)) or {}
 local intact = true
 for i = 1, N do
   if values[i] ~= OWNER or values[N + i] ~= ARGV[TOKENS_AT + i - 1] then
@@ -38,10 +39,14 @@ for i = 1, N do
     break
   end
 end
-if intact and redis.call('EXISTS', unpack(KEYS, WAITERS_FROM, WAITERS_TO)) == 0 then
-  redis.call('DEL', unpack(KEYS, LOCK_FROM, LOCK_TO))
-  mark_released(RELEASE_MARK, MARK_TTL)
-  return 1
+local waiting -- the waiters' EXISTS, where asked
+if intact then
+  waiting = redis.call('EXISTS', unpack(KEYS, WAITERS_FROM, WAITERS_TO))
+  if waiting == 0 then
+    redis.call('DEL', unpack(KEYS, LOCK_FROM, LOCK_TO))
+    mark_released(RELEASE_MARK, MARK_TTL)
+    return 1
+  end
 end
 -- Else each lock is looked at. The counters read go to counter_reads, for
 -- taken_since. MGET reads a key of another type as missing: a lock read
@@ -59,7 +64,7 @@ for i = 1, N do
     counter_reads[fence] = values[N + i]
   end
 end
-local anyone_waits = #held > 0 and redis.call('EXISTS', unpack(waiters)) > 0
+local anyone_waits = #held > 0 and (waiting or redis.call('EXISTS', unpack(waiters))) > 0
 local released, retaken, freed = #held, false, {}
 for _, i in ipairs(held) do
   local lock, fence, lock_waiters, channel = part(i)
