@@ -17,16 +17,22 @@ end
 
 -- The server's clock, read once per script: every TIME is a command the
 -- server runs, and a script is one moment (nothing else runs meanwhile).
--- Two values, not a table: a table made per call costs more.
-local clock_ms, clock_us = nil, nil
+-- Values, not a table: a table made per call costs more. clock_text is
+-- clock_us in digits, for a token minted from the clock (store_token).
+local clock_ms, clock_us, clock_text = nil, nil, nil
 
--- The server's clock in ms, and in µs. Arithmetic reads TIME's digits:
--- it converts a string once, where tonumber converts it twice (Lua 5.1's
--- lua_isnumber, then lua_tonumber), each a strtod.
+-- The zeros that pad TIME's µs to 6 digits, by how many it has.
+local US_PADS = {'00000', '0000', '000', '00', '0', ''}
+
+-- The server's clock in ms, and in µs. TIME's digits joined as text are
+-- the µs: one strtod (arithmetic on TIME's strings takes two), and the
+-- digits a token minted from the clock is stored as (no sprintf).
 local function server_now()
   if clock_us == nil then
     local t = redis.call('TIME')
-    clock_us = t[1] * 1000000 + t[2]
+    local us = t[2]
+    clock_text = t[1] .. US_PADS[#us] .. us
+    clock_us = clock_text + 0
     clock_ms = (clock_us - clock_us % 1000) / 1000
   end
   return clock_ms, clock_us
@@ -282,8 +288,9 @@ end
 -- (whole ms): ttl's digits followed by FENCE_RETENTION_ZEROS, as a number
 -- turned to text costs a tonumber and a sprintf.
 local function store_token(fence, token, ttl)
-  counter_reads[fence] = token_text(token)
-  redis.call('SET', fence, counter_reads[fence], 'PX', ttl .. FENCE_RETENTION_ZEROS)
+  local text = token == clock_us and clock_text or token_text(token)
+  counter_reads[fence] = text
+  redis.call('SET', fence, text, 'PX', ttl .. FENCE_RETENTION_ZEROS)
 end
 
 -- The token the next mint from the counter fence makes, written nowhere

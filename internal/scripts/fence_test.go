@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,35 @@ func TestRedlockFence_RaisesNeverLowersAndKeeps(t *testing.T) {
 	}
 	if got := rdb.Get(ctx, fenceKey).Val(); got != "their-data" {
 		t.Errorf("a foreign counter became %q", got)
+	}
+}
+
+// A token minted from the clock is stored in its own digits, joined from
+// TIME's (µs padded to 6): each mint's counter is the token's digits, and
+// the token is the server's clock. Mints over a whole second of the
+// server's clock meet every µs of 5 digits or fewer: a tenth of them.
+func TestMintToken_StoresTheClocksTokenInItsDigits(t *testing.T) {
+	ctx, rdb := setup(t)
+	start, _ := rdb.Time(ctx).Result()
+	short := 0 // mints whose µs had fewer than 6 digits
+	for {
+		before, _ := rdb.Time(ctx).Result()
+		if before.Sub(start) > 1100*time.Millisecond {
+			break
+		}
+		got := acquire(t, ctx, rdb, tok("a"))
+		after, _ := rdb.Time(ctx).Result()
+		stored := rdb.Get(ctx, fenceKey).Val()
+		if len(got) != 2 || got[0] != 1 || stored != strconv.FormatInt(got[1], 10) ||
+			got[1] < before.UnixMicro() || got[1] > after.UnixMicro() {
+			t.Fatalf("minted %v, stored %q; want the clock's µs, between %d and %d, in its digits", got, stored, before.UnixMicro(), after.UnixMicro())
+		}
+		if got[1]%1_000_000 < 100_000 {
+			short++
+		}
+		rdb.Del(ctx, lockKey, fenceKey) // the next mint is the clock's
+	}
+	if short == 0 {
+		t.Fatal("no mint in a second had a µs of 5 digits or fewer")
 	}
 }
