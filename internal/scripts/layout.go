@@ -160,7 +160,7 @@ var (
 	keyLeader    = Key{Lua: "LEADER", Suffix: LeaderSuffix, Form: FormLeader}
 	keyObservers = Key{Lua: "OBSERVERS", Suffix: LeaderSuffix, Form: FormChannel}
 
-	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader, keyObservers}
+	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader} // LEADER names the channel: a KEYS element less
 	ElectionReleaseLayout  = Layout{keyLock, keyChannel, keyWaiters, keyLeader, ReleaseMark, Tombstone}
 	ElectionProclaimLayout = Layout{keyLock, keyLeader, keyObservers} // ElectionLeader's too: it reads LOCK and LEADER
 )

@@ -38,14 +38,15 @@ func lua(name string) string {
 
 // The helpers assemble.go picks from.
 var (
-	common   = lua("common")
-	foreign  = lua("foreign")
-	wakeNext = lua("wake_next")
-	handNext = lua("hand_next")
-	fairLib  = lua("fair_lib")
-	semLib   = lua("sem_lib")
-	multiLib = lua("multi_lib")
-	rwLib    = lua("rw_lib")
+	common      = lua("common")
+	foreign     = lua("foreign")
+	wakeNext    = lua("wake_next")
+	handNext    = lua("hand_next")
+	fairLib     = lua("fair_lib")
+	semLib      = lua("sem_lib")
+	multiLib    = lua("multi_lib")
+	rwLib       = lua("rw_lib")
+	electionLib = lua("election_lib")
 )
 
 // OwnerTokenDigits is the length of an owner token, in lowercase hex
@@ -223,7 +224,7 @@ var (
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, lua("election_acquire"))
+	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, electionLib, lua("election_acquire"))
 	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, wakeNext, lua("election_release"))
 	ElectionProclaim = scriptOn(ElectionProclaimLayout, ProclaimArgs{}, lua("election_proclaim"))
 	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, lua("election_leader"))
