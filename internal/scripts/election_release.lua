@@ -1,8 +1,9 @@
 -- Resign from an Election (release its lock) and wake the next candidate.
 --
 -- KEYS     in the order of ElectionReleaseLayout (layout.go), by these names:
--- LOCK     lock key
--- CHANNEL  the candidates' wake-up channel
+-- LOCK     lock key; its name followed by CHANNEL_SUFFIX is the
+--          candidates' wake-up channel, made only where one is woken (a
+--          KEYS element less on every release)
 -- WAITERS  candidates waiting: sorted set of waiter ids by registration expiry
 -- LEADER   leader hash (see election_acquire.lua)
 -- RELEASE_MARK this leadership's release mark (see mark_released in common.lua)
@@ -46,7 +47,13 @@ if record[1] == OWNER then
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)
 end
-wake_next(WAITERS, CHANNEL, PUBLISH)
+-- wake_next's steps (wake_next.lua), the channel made after the pop.
+if poppable(WAITERS) then
+  local waiter = pop_live(WAITERS)
+  if waiter ~= nil then
+    wake_waiter(LOCK .. CHANNEL_SUFFIX, waiter, PUBLISH)
+  end
+end
 if retaken then
   return 0
 end

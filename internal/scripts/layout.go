@@ -161,7 +161,7 @@ var (
 	keyObservers = Key{Lua: "OBSERVERS", Suffix: LeaderSuffix, Form: FormChannel}
 
 	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader} // LEADER names the channel: a KEYS element less
-	ElectionReleaseLayout  = Layout{keyLock, keyChannel, keyWaiters, keyLeader, ReleaseMark, Tombstone}
+	ElectionReleaseLayout  = Layout{keyLock, keyWaiters, keyLeader, ReleaseMark, Tombstone} // CHANNEL made of LOCK where a waiter is woken
 	ElectionProclaimLayout = Layout{keyLock, keyLeader, keyObservers} // ElectionLeader's too: it reads LOCK and LEADER
 )
 

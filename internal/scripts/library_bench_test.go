@@ -65,7 +65,7 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 		}},
 		{"Election", func(run send) {
 			got := granted(run(ElectionAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:leader"}, tok("a"), 30000, "", 3000, "me", "PUBLISH"))
-			run(ElectionRelease, []string{lockKey, channel, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", 5000, 5000, got[1])
+			run(ElectionRelease, []string{lockKey, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", 5000, 5000, got[1])
 		}},
 	}
 	for _, typ := range types {

@@ -76,6 +76,7 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	"local FENCE_RETENTION_ZEROS = '" + strconv.Itoa(FenceRetentionTTLs)[1:] + "'\n" +
 	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
+	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
 	common + foreign
 
 // script makes a script of parts after the prelude, with only the helpers
@@ -225,7 +226,7 @@ var (
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
 	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, electionLib, lua("election_acquire"))
-	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, wakeNext, lua("election_release"))
+	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, lua("election_release"))
 	ElectionProclaim = scriptOn(ElectionProclaimLayout, ProclaimArgs{}, lua("election_proclaim"))
 	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, lua("election_leader"))
 )
