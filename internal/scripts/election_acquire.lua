@@ -47,7 +47,7 @@ if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
   local last
   last, wrong = counter_last()
   if not wrong then
-    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
+    holder, wrong = text_call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
     if not (wrong or holder) then
       return lead(elect(last))
     end

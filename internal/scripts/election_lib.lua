@@ -5,12 +5,11 @@
 -- The last token of the term counter FENCE, 0 when there is none, read by
 -- one GET; or nil and last_token's error reply when it holds what dlock
 -- did not write. A counter of dlock's is judged here by last_token's rule
--- (digits, below 2^53 - 1), without its type() checks: a GET's reply is
--- false, a string (whose .err indexes the string library: nil) or a
--- WRONGTYPE reply. Anything else is left to last_token, which reads it
+-- (digits, below 2^53 - 1), without its type() checks (see
+-- text_or_wrongtype); anything else is left to last_token, which reads it
 -- again and names the key.
 local function counter_last()
-  local stored = call_or_wrongtype('GET', FENCE)
+  local stored = text_or_wrongtype('GET', FENCE)
   if not stored then
     return 0
   end

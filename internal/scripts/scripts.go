@@ -151,8 +151,9 @@ func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ..
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
 // scriptCommand finds a command a script runs on keys, in redis.call,
-// call_or_wrongtype or call_on (PUBLISH, by a variable, is on a channel).
-var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
+// call_or_wrongtype, call_on or their text_ forms (PUBLISH, by a variable,
+// is on a channel).
+var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
 // commands src and others (its type's later scripts) run on keys. Redis
