@@ -13,7 +13,7 @@ local function counter_last()
   if not stored then
     return 0
   end
-  local last = not stored.err and string.match(stored, '^%d+$') and stored + 0
+  local last = not stored.err and string.find(stored, '^%d+$') and stored + 0
   if last and last < 2^53 - 1 then
     return last
   end
@@ -24,18 +24,23 @@ local function counter_last()
   return nil, last
 end
 
--- Mint the term that follows last (counter_last's number) by next_token's
--- rule, one above it and never below the clock in µs, and store it
--- (store_token): the term and its digits. next_token and mint_token would
--- check with type() what is a number here.
+-- Mint the term that follows last (counter_last's) by next_token's rule,
+-- one above it and never below the clock in µs, and store its digits
+-- (store_token's write): the term and its digits. Where the counter is
+-- below the clock, the rule's common case, the term's digits are TIME's,
+-- joined as text: one strtod, where server_now's arithmetic on TIME's
+-- strings takes two and token_text a string.format.
 local function elect(last)
-  local _, now_us = server_now()
-  local term = last + 1
-  if term < now_us then
-    term = now_us
+  local t = redis.call('TIME')
+  local us = t[2]
+  local text = t[1] .. string.sub('00000' .. us, #us) -- µs in 6 digits
+  local term = text + 0
+  if last + 1 > term then -- the counter is ahead of the clock
+    term = last + 1
+    text = token_text(term)
   end
-  store_token(FENCE, term, HOLD_TTL)
-  return term, counter_reads[FENCE]
+  redis.call('SET', FENCE, text, 'PX', HOLD_TTL .. FENCE_RETENTION_ZEROS)
+  return term, text
 end
 
 -- The lock just taken (LOCK set to OWNER), its term minted (term, and text

@@ -40,7 +40,7 @@ if redis.call('GET', LOCK) ~= OWNER then
   return nothing_released(RELEASE_MARK)
 end
 local retaken = false
-local record = call_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- an error reply where another type is
+local record = text_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- a table, or an error reply where another type is
 if record[1] == OWNER then
   retaken = minted_anew(record[2], TOKEN, RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)

@@ -1,0 +1,67 @@
+package scripts
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+// A campaign's term follows next_token's rule (common.lua), whatever form
+// the counter's digits take: one above the last token, never below the
+// clock in µs; the counter and the leader's record hold its digits, the
+// counter for FenceRetentionTTLs hold TTLs. The Election mints on its own
+// path (election_lib.lua): a Mutex's acquire, the rule's reference, is
+// held to the same.
+func TestElectionAcquire_MintsTheTermByTheCountersRule(t *testing.T) {
+	ctx, rdb := setup(t)
+	const (
+		elock, efence, evoid = "t:{e}", "t:{e}:fence", "t:{e}:void:x"
+		ewaiters, eleader    = "t:{e}:waiters", "t:{e}:leader"
+	)
+	ahead := "8000000000000000" // above the clock until the year 2223
+	for _, stored := range []string{"", "42", "000000000000000000000042", "1000000000000000",
+		ahead, "0" + ahead, "9007199254740990"} {
+		var last int64
+		if stored != "" {
+			last, _ = strconv.ParseInt(stored, 10, 64)
+		}
+		for _, typ := range []struct {
+			name        string
+			fence, lock string
+			take        func() []int64
+		}{
+			{"Mutex", fenceKey, lockKey, func() []int64 { return acquire(t, ctx, rdb, tok("a")) }},
+			{"Election", efence, elock, func() []int64 {
+				return run(t, ctx, rdb, ElectionAcquire, []string{elock, efence, evoid, ewaiters, eleader}, tok("a"), 10000, "", 3000, "me", "PUBLISH")
+			}},
+		} {
+			rdb.Del(ctx, typ.lock, typ.fence, eleader)
+			if stored != "" {
+				rdb.Set(ctx, typ.fence, stored, 0)
+			}
+			before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's, within a minute
+			got := typ.take()
+			after := time.Now().Add(time.Minute).UnixMicro()
+			if len(got) != 2 || got[0] != 1 {
+				t.Fatalf("%s with %q as its counter: %v; want {1, a token}", typ.name, stored, got)
+			}
+			term := got[1]
+			if last+1 >= before && term != last+1 || last+1 < before && (term < before || term > after) {
+				t.Errorf("%s with %q as its counter minted %d; want one above %d, never below the clock", typ.name, stored, term, last)
+			}
+			digits := strconv.FormatInt(term, 10)
+			if v := rdb.Get(ctx, typ.fence).Val(); v != digits {
+				t.Errorf("%s with %q as its counter: the counter holds %q; want %q", typ.name, stored, v, digits)
+			}
+			want := FenceRetentionTTLs * 10 * time.Second
+			if left := rdb.PTTL(ctx, typ.fence).Val(); left <= want-time.Minute || left > want {
+				t.Errorf("%s with %q as its counter: it expires in %v; want %v", typ.name, stored, left, want)
+			}
+			if typ.name == "Election" {
+				if v := rdb.HGet(ctx, eleader, "term").Val(); v != digits {
+					t.Errorf("with %q as its counter: the leader's term is %q; want %q", stored, v, digits)
+				}
+			}
+		}
+	}
+}
