@@ -35,14 +35,18 @@
 -- another's, and touches nothing; it finds the first one's mark, and
 -- reports the resignation.
 
-void_call(TOMBSTONE, VOID_TTL)
+if TOMBSTONE then -- a call given up; most releases name none: no call
+  void_call(TOMBSTONE, VOID_TTL)
+end
 if redis.call('GET', LOCK) ~= OWNER then
   return nothing_released(RELEASE_MARK)
 end
 local retaken = false
 local record = text_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- a table, or an error reply where another type is
 if record[1] == OWNER then
-  retaken = minted_anew(record[2], TOKEN, RELEASE_MARK)
+  -- The term the release names, most often: minted_anew's first test,
+  -- without a call.
+  retaken = record[2] ~= TOKEN and minted_anew(record[2], TOKEN, RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)
