@@ -38,7 +38,8 @@
 -- finds its tombstone before it leads or registers, and does neither.
 
 local owner = OWNER
-local holder, wrong = nil, rights_refused(LOCK)
+-- rights_refused's first test, without a call where the rights are known.
+local holder, wrong = nil, ARGV[#ARGV] ~= RIGHTS_KNOWN and rights_refused(LOCK)
 -- Where nobody waits, no leader's record is left and the campaign has no
 -- tombstone (one EXISTS), the counter's GET and SET NX GET are the only
 -- probes: SET NX GET takes a free lock, or tells its holder, or fails
