@@ -44,9 +44,10 @@ local holder, wrong = nil, ARGV[#ARGV] ~= RIGHTS_KNOWN and rights_refused(LOCK)
 -- tombstone (one EXISTS), the counter's GET and SET NX GET are the only
 -- probes: SET NX GET takes a free lock, or tells its holder, or fails
 -- with WRONGTYPE, changing nothing.
+local fenced -- what the counter's GET read where foreign_key's checks run
 if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
   local last
-  last, wrong = counter_last()
+  last, wrong = counter_value(text_or_wrongtype('GET', FENCE))
   if not wrong then
     holder, wrong = text_call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
     if not (wrong or holder) then
@@ -54,7 +55,12 @@ if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
     end
   end
 else
-  holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
+  -- foreign_key({FENCE}, {WAITERS}, {})'s checks, the counter's read kept
+  -- for the mint: no per-call table (counter_reads) in this script.
+  if not wrong then
+    fenced, wrong = text_call_on(FENCE, 'GET', FENCE)
+  end
+  holder, wrong = checked_holder(LOCK, wrong or beside_wrong(WAITERS, redis.call('PTTL', WAITERS), 'zset') or foreign_leader(LEADER))
 end
 if wrong then
   return wrong
@@ -83,7 +89,8 @@ if redis.call('EXISTS', TOMBSTONE) == 1 then
 end
 -- Raise WRONGTYPE on a foreign key before anything changes.
 redis.call('HLEN', LEADER)
-local term, text = mint_token(FENCE, HOLD_TTL)
-raise_error(term) -- before the lock is taken
+local last, bad = counter_value(fenced)
+raise_error(bad) -- before the lock is taken
+local term, text = elect(last)
 redis.call('SET', LOCK, owner, 'PX', HOLD_TTL)
 return lead(term, text)

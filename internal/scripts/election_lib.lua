@@ -2,14 +2,13 @@
 -- function in a script's body is a new closure at every call (see
 -- library.go). Its KEYS and ARGV are the script's (see its header).
 
--- The last token of the term counter FENCE, 0 when there is none, read by
--- one GET; or nil and last_token's error reply when it holds what dlock
--- did not write. A counter of dlock's is judged here by last_token's rule
--- (digits, below 2^53 - 1), without its type() checks (see
--- text_or_wrongtype); anything else is left to last_token, which reads it
--- again and names the key.
-local function counter_last()
-  local stored = text_or_wrongtype('GET', FENCE)
+-- last_token's rule (common.lua) on what a GET read of the term counter
+-- FENCE (false for nothing, or the GET's WRONGTYPE reply): the last token,
+-- 0 when there is none; or nil and last_token's error reply when the
+-- counter holds what dlock did not write. Judged here, without its
+-- type() checks (see text_or_wrongtype) and its per-call table
+-- (counter_reads, made at every call of a script that ships it).
+local function counter_value(stored)
   if not stored then
     return 0
   end
@@ -17,14 +16,10 @@ local function counter_last()
   if last and last < 2^53 - 1 then
     return last
   end
-  last = last_token(FENCE)
-  if type(last) == 'number' then
-    return last
-  end
-  return nil, last
+  return nil, redis.error_reply('WRONGTYPE key ' .. FENCE .. ' is not a fencing counter')
 end
 
--- Mint the term that follows last (counter_last's) by next_token's rule,
+-- Mint the term that follows last (counter_value's) by next_token's rule,
 -- one above it and never below the clock in µs, and store its digits
 -- (store_token's write): the term and its digits. Where the counter is
 -- below the clock, the rule's common case, the term's digits are TIME's,
