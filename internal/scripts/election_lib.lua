@@ -19,6 +19,10 @@ local function counter_value(stored)
   return nil, redis.error_reply('WRONGTYPE key ' .. FENCE .. ' is not a fencing counter')
 end
 
+-- The zeros that pad TIME's µs to 6 digits, by how many digits they have:
+-- a lookup, where string.sub would be a C call.
+local US_PADS = {'00000', '0000', '000', '00', '0', ''}
+
 -- Mint the term that follows last (counter_value's) by next_token's rule,
 -- one above it and never below the clock in µs, and store its digits
 -- (store_token's write): the term and its digits. Where the counter is
@@ -28,7 +32,7 @@ end
 local function elect(last)
   local t = redis.call('TIME')
   local us = t[2]
-  local text = t[1] .. string.sub('00000' .. us, #us) -- µs in 6 digits
+  local text = t[1] .. US_PADS[#us] .. us
   local term = text + 0
   if last + 1 > term then -- the counter is ahead of the clock
     term = last + 1

@@ -130,3 +130,42 @@ func dump(t *testing.T, ctx context.Context, rdb *redis.Client, keys []string) m
 	}
 	return out
 }
+
+// The clock's µs are padded to six digits in a term's digits (elect in
+// election_lib.lua), whatever their number: US_PADS for each; and over
+// campaigns with no counter, until one falls 10 to 100 ms into a second
+// (µs of 5 digits), each term is the clock, and the counter holds its
+// digits.
+func TestElectionAcquire_TermsFollowTheClockToTheMicrosecond(t *testing.T) {
+	ctx, rdb := setup(t)
+	var pads string
+	for _, h := range libraries[electionLib] {
+		if h.names[0] == "US_PADS" {
+			pads = h.code
+		}
+	}
+	for _, us := range []string{"0", "7", "42", "999", "1234", "12345", "123456"} {
+		want := strings.Repeat("0", 6-len(us)) + us
+		if got, err := rdb.Eval(ctx, pads+"return US_PADS[#ARGV[1]] .. ARGV[1]", nil, us).Text(); got != want || err != nil {
+			t.Errorf("µs %s padded: %q, %v; want %q", us, got, err, want)
+		}
+	}
+	keys := []string{"t:{e}", "t:{e}:fence", "t:{e}:void:x", "t:{e}:waiters", "t:{e}:leader"}
+	for i, five := 0, false; !five; i++ {
+		if i == 200_000 {
+			t.Fatal("no campaign 10 to 100 ms into a second")
+		}
+		before := time.Now().Add(-time.Minute).UnixMicro() // the server's clock is this machine's, within a minute
+		got := run(t, ctx, rdb, ElectionAcquire, keys, tok("a"), 10000, "", 3000, "me", "PUBLISH")
+		after := time.Now().Add(time.Minute).UnixMicro()
+		if len(got) != 2 || got[0] != 1 || got[1] < before || got[1] > after {
+			t.Fatalf("campaign %d: %v; want {1, the clock in µs}", i, got)
+		}
+		if v := rdb.Get(ctx, keys[1]).Val(); v != strconv.FormatInt(got[1], 10) {
+			t.Fatalf("campaign %d: term %d, the counter holds %q", i, got[1], v)
+		}
+		us := got[1] % 1_000_000
+		five = five || us >= 10_000 && us < 100_000
+		rdb.Del(ctx, keys[0], keys[1], keys[4])
+	}
+}
