@@ -20,7 +20,7 @@ type helper struct {
 
 // libraries are the parts of scripts made of helpers alone, by their text,
 // parsed once; every other part is shipped whole.
-var libraries = parseLibraries(prelude, wakeNext, handNext, fairLib, semLib, multiLib, rwLib)
+var libraries = parseLibraries(prelude, wakeNext, handNext, fairLib, semLib, multiLib, rwLib, electionLib)
 
 func parseLibraries(srcs ...string) map[string][]helper {
 	parsed := make(map[string][]helper, len(srcs))

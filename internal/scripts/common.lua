@@ -15,6 +15,18 @@ local function call_or_wrongtype(...)
   return reply
 end
 
+-- call_or_wrongtype for a command whose reply is never a number (GET,
+-- HMGET): its reply is false, a string, a table or an error reply, so .err
+-- tells the error (a string's indexes the string library: nil), with no
+-- type(), a C call.
+local function text_or_wrongtype(...)
+  local reply = redis.pcall(...)
+  if reply and reply.err and not string.find(reply.err, 'WRONGTYPE', 1, true) then
+    error(reply)
+  end
+  return reply
+end
+
 -- The server's clock, read once per script: every TIME is a command the
 -- server runs, and a script is one moment (nothing else runs meanwhile).
 -- Values, not a table: a table made per call costs more. clock_text is

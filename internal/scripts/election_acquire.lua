@@ -10,8 +10,9 @@
 -- WAITERS  candidates waiting: sorted set of waiter ids by registration expiry
 -- LEADER   leader: hash of the current leadership, no TTL: 'owner' (whose
 --          it is; valid only while the lock key holds the same), 'term',
---          'value'
--- OBSERVERS observers' channel: 'term:value' is published on every change
+--          'value'. Its name is also the observers' channel (OBSERVERS in
+--          the other Election scripts): 'term:value' is published there on
+--          every change
 -- ARGV     in the order of ElectionAcquireArgs (args.go), by these names:
 -- OWNER    owner token of the campaign; every attempt of it sends the same
 -- HOLD_TTL TTL in milliseconds
@@ -21,7 +22,7 @@
 -- VALUE    the candidate's value
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
--- Returns {1, term}  elected
+-- Returns term       elected
 --         {0, pttl}  another leads, for pttl more ms unless renewed
 --         {-1, 0}    this attempt was abandoned by its client
 -- Fails with WRONGTYPE, changing nothing, when a key holds what dlock did not
@@ -36,23 +37,9 @@
 -- Safe to arrive late: a copy of any attempt of a campaign that gave up
 -- finds its tombstone before it leads or registers, and does neither.
 
--- The lock just taken (LOCK set to OWNER, term minted; the leader's
--- record found dlock's or missing): record the leadership, withdraw the
--- campaign's registration and tell the observers. term and text:
--- mint_token's token and its digits, or its error reply, which fails the
--- script.
-local function elect(term, text)
-  raise_error(term)
-  redis.call('HSET', LEADER, 'owner', OWNER, 'term', text, 'value', VALUE)
-  if WAITER ~= '' then
-    call_or_wrongtype('ZREM', WAITERS, WAITER)
-  end
-  redis.call(PUBLISH, OBSERVERS, text .. ':' .. VALUE)
-  return {1, term}
-end
-
 local owner = OWNER
-local holder, wrong = nil, rights_refused(LOCK)
+-- rights_refused's first test, without a call where the rights are known.
+local holder, wrong = nil, ARGV[#ARGV] ~= RIGHTS_KNOWN and rights_refused(LOCK)
 -- Where nobody waits, no leader's record is left and the campaign has no
 -- tombstone (one EXISTS), the counter's GET and SET NX GET are the only
 -- probes: SET NX GET takes a free lock, or tells its holder, or fails
@@ -60,10 +47,10 @@ local holder, wrong = nil, rights_refused(LOCK)
 if not wrong and redis.call('EXISTS', WAITERS, LEADER, TOMBSTONE) == 0 then
   wrong = foreign_fence(FENCE)
   if not wrong then
-    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
+    holder, wrong = text_call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
   end
   if not (wrong or holder) then
-    return elect(mint_token(FENCE, HOLD_TTL))
+    return lead(mint_token(FENCE, HOLD_TTL))
   end
 else
   holder, wrong = checked_holder(LOCK, wrong or foreign_key({FENCE}, {WAITERS}, {}) or foreign_leader(LEADER))
@@ -76,7 +63,7 @@ if holder == owner then -- a resend, or a copy of an attempt the caller was told
   if WAITER ~= '' then -- registered while a copy took it: no longer waiting
     call_or_wrongtype('ZREM', WAITERS, WAITER)
   end
-  return {1, tonumber(redis.call('HGET', LEADER, 'term'))}
+  return tonumber(redis.call('HGET', LEADER, 'term'))
 end
 if holder and not is_owner_token(holder) then -- not a leader: nothing to wait for
   return not_dlocks(LOCK, 'a string')
@@ -98,4 +85,4 @@ redis.call('HLEN', LEADER)
 local term, text = mint_token(FENCE, HOLD_TTL)
 raise_error(term) -- before the lock is taken
 redis.call('SET', LOCK, owner, 'PX', HOLD_TTL)
-return elect(term, text)
+return lead(term, text)

@@ -1,8 +1,9 @@
 -- Resign from an Election (release its lock) and wake the next candidate.
 --
 -- KEYS     in the order of ElectionReleaseLayout (layout.go), by these names:
--- LOCK     lock key
--- CHANNEL  the candidates' wake-up channel
+-- LOCK     lock key; its name followed by CHANNEL_SUFFIX is the
+--          candidates' wake-up channel, made only where one is woken (a
+--          KEYS element less on every release)
 -- WAITERS  candidates waiting: sorted set of waiter ids by registration expiry
 -- LEADER   leader hash (see election_acquire.lua)
 -- RELEASE_MARK this leadership's release mark (see mark_released in common.lua)
@@ -34,19 +35,29 @@
 -- another's, and touches nothing; it finds the first one's mark, and
 -- reports the resignation.
 
-void_call(TOMBSTONE, VOID_TTL)
+if TOMBSTONE then -- a call given up; most releases name none: no call
+  void_call(TOMBSTONE, VOID_TTL)
+end
 if redis.call('GET', LOCK) ~= OWNER then
   return nothing_released(RELEASE_MARK)
 end
 local retaken = false
-local record = call_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- an error reply where another type is
+local record = text_or_wrongtype('HMGET', LEADER, 'owner', 'term') -- a table, or an error reply where another type is
 if record[1] == OWNER then
-  retaken = minted_anew(record[2], TOKEN, RELEASE_MARK)
+  -- The term the release names, most often: minted_anew's first test,
+  -- without a call.
+  retaken = record[2] ~= TOKEN and minted_anew(record[2], TOKEN, RELEASE_MARK)
   redis.call('DEL', LOCK, LEADER)
 else -- a record another program wrote there stays
   redis.call('DEL', LOCK)
 end
-wake_next(WAITERS, CHANNEL, PUBLISH)
+-- wake_next's steps (wake_next.lua), the channel made after the pop.
+if poppable(WAITERS) then
+  local waiter = pop_live(WAITERS)
+  if waiter ~= nil then
+    wake_waiter(LOCK .. CHANNEL_SUFFIX, waiter, PUBLISH)
+  end
+end
 if retaken then
   return 0
 end

@@ -113,11 +113,23 @@ func TestRedlockFence_RaisesNeverLowersAndKeeps(t *testing.T) {
 }
 
 // A token minted from the clock is stored in its own digits, joined from
-// TIME's (µs padded to 6): each mint's counter is the token's digits, and
-// the token is the server's clock. Mints over a whole second of the
+// TIME's (µs padded to 6: US_PADS, for each number of digits): each mint's
+// counter is the token's digits, and the token is the server's clock. Mints over a whole second of the
 // server's clock meet every µs of 5 digits or fewer: a tenth of them.
 func TestMintToken_StoresTheClocksTokenInItsDigits(t *testing.T) {
 	ctx, rdb := setup(t)
+	var pads string
+	for _, h := range libraries[prelude] {
+		if h.names[0] == "US_PADS" {
+			pads = h.code
+		}
+	}
+	for _, us := range []string{"0", "7", "42", "999", "1234", "12345", "123456"} {
+		want := strings.Repeat("0", 6-len(us)) + us
+		if got, err := rdb.Eval(ctx, pads+"return US_PADS[#ARGV[1]] .. ARGV[1]", nil, us).Text(); got != want || err != nil {
+			t.Errorf("µs %s padded: %q, %v; want %q", us, got, err, want)
+		}
+	}
 	start, _ := rdb.Time(ctx).Result()
 	short := 0 // mints whose µs had fewer than 6 digits
 	for {

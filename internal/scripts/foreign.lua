@@ -30,20 +30,36 @@ local function not_dlocks(key, what)
   return redis.error_reply('WRONGTYPE ' .. key .. ' holds ' .. what .. ' that dlock did not write')
 end
 
+-- The error to return for reply, the error reply of a command on key: a
+-- WRONGTYPE naming the key, or reply itself (a right refused, say).
+local function error_on(key, reply)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then
+    local kind = redis.call('TYPE', key).ok
+    if kind == 'string' then
+      return not_dlocks(key, 'a string')
+    end
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ": another type of lock's, or what dlock did not write")
+  end
+  return reply
+end
+
 -- redis.call of a command on key, which fails naming the key when the key
 -- holds a value of another type: returns the reply, or nil and the error
 -- to return.
 local function call_on(key, ...)
   local reply = redis.pcall(...)
   if type(reply) == 'table' and reply.err then
-    if string.find(reply.err, 'WRONGTYPE', 1, true) then
-      local kind = redis.call('TYPE', key).ok
-      if kind == 'string' then
-        return nil, not_dlocks(key, 'a string')
-      end
-      return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ": another type of lock's, or what dlock did not write")
-    end
-    return nil, reply
+    return nil, error_on(key, reply)
+  end
+  return reply
+end
+
+-- call_on for a command whose reply is never a number (GET, SET ... GET):
+-- .err tells its error reply, with no type() (see text_or_wrongtype).
+local function text_call_on(key, ...)
+  local reply = redis.pcall(...)
+  if reply and reply.err then
+    return nil, error_on(key, reply)
   end
   return reply
 end

@@ -160,9 +160,9 @@ var (
 	keyLeader    = Key{Lua: "LEADER", Suffix: LeaderSuffix, Form: FormLeader}
 	keyObservers = Key{Lua: "OBSERVERS", Suffix: LeaderSuffix, Form: FormChannel}
 
-	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader, keyObservers}
-	ElectionReleaseLayout  = Layout{keyLock, keyChannel, keyWaiters, keyLeader, ReleaseMark, Tombstone}
-	ElectionProclaimLayout = Layout{keyLock, keyLeader, keyObservers} // ElectionLeader's too: it reads LOCK and LEADER
+	ElectionAcquireLayout  = Layout{keyLock, keyFence, Tombstone, keyWaiters, keyLeader}    // LEADER names the channel: a KEYS element less
+	ElectionReleaseLayout  = Layout{keyLock, keyWaiters, keyLeader, ReleaseMark, Tombstone} // CHANNEL made of LOCK where a waiter is woken
+	ElectionProclaimLayout = Layout{keyLock, keyLeader, keyObservers}                       // ElectionLeader's too: it reads LOCK and LEADER
 )
 
 // RWLayout is the KEYS of the read-write scripts (see rw_lib.lua), before

@@ -63,8 +63,8 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 			run(MultiRelease, append(multi[:12:12], mark), tok("a"), "PUBLISH", 5000, 5000, got[1], got[2], got[3])
 		}},
 		{"Election", func(run send) {
-			got := granted(run(ElectionAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:leader", "t:{m}:leader"}, tok("a"), 30000, "", 3000, "me", "PUBLISH"))
-			run(ElectionRelease, []string{lockKey, channel, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", 5000, 5000, got[1])
+			got := granted(run(ElectionAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:leader"}, tok("a"), 30000, "", 3000, "me", "PUBLISH"))
+			run(ElectionRelease, []string{lockKey, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", 5000, 5000, got[1])
 		}},
 	}
 	for _, typ := range types {

@@ -13,7 +13,7 @@ import (
 // could be refused part-way through a later script (see rightsFor).
 func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 	listed := regexp.MustCompile(`local SCRIPT_COMMANDS = \{(.*?)\}`)
-	run := regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
+	run := regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 	for _, set := range typeScripts {
 		checked, acquires := map[string]bool{}, 0
 		for _, s := range set {
@@ -40,7 +40,7 @@ func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 // A command named by a variable escapes the rights check: only PUBLISH
 // or SPUBLISH (as the client says) goes so, on a channel, not a key.
 func TestScripts_RunCommandsByName(t *testing.T) {
-	byVariable := regexp.MustCompile(`(?:redis\.p?call|call_or_wrongtype)\(([A-Za-z_][\w\[\]]*), ([\w.]+)`)
+	byVariable := regexp.MustCompile(`(?:redis\.p?call|(?:call|text)_or_wrongtype)\(([A-Za-z_][\w\[\]]*), ([\w.]+)`)
 	channel := regexp.MustCompile(`(?i)chan|observers`)
 	for s, src := range sources {
 		for line := range strings.SplitSeq(src, "\n") {
@@ -55,7 +55,8 @@ func TestScripts_RunCommandsByName(t *testing.T) {
 
 // A refusal by an ACL inside a script fails it: redis.pcall, which would
 // hand it back as a reply, goes only through call_or_wrongtype (common.lua)
-// and call_on (foreign.lua), which return WRONGTYPE alone. An acquire that
+// and call_on (foreign.lua), and their text_ forms, which return WRONGTYPE
+// alone. An acquire that
 // skipped its rights check (rights.go) would otherwise read a refusal as
 // another program's key, or go on past a write it did not make.
 func TestScripts_PcallOnlyCatchesWrongType(t *testing.T) {

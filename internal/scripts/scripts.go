@@ -38,14 +38,15 @@ func lua(name string) string {
 
 // The helpers assemble.go picks from.
 var (
-	common   = lua("common")
-	foreign  = lua("foreign")
-	wakeNext = lua("wake_next")
-	handNext = lua("hand_next")
-	fairLib  = lua("fair_lib")
-	semLib   = lua("sem_lib")
-	multiLib = lua("multi_lib")
-	rwLib    = lua("rw_lib")
+	common      = lua("common")
+	foreign     = lua("foreign")
+	wakeNext    = lua("wake_next")
+	handNext    = lua("hand_next")
+	fairLib     = lua("fair_lib")
+	semLib      = lua("sem_lib")
+	multiLib    = lua("multi_lib")
+	rwLib       = lua("rw_lib")
+	electionLib = lua("election_lib")
 )
 
 // OwnerTokenDigits is the length of an owner token, in lowercase hex
@@ -75,6 +76,7 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	"local FENCE_RETENTION_ZEROS = '" + strconv.Itoa(FenceRetentionTTLs)[1:] + "'\n" +
 	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
+	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
 	common + foreign
 
 // script makes a script of parts after the prelude, with only the helpers
@@ -149,8 +151,9 @@ func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ..
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
 // scriptCommand finds a command a script runs on keys, in redis.call,
-// call_or_wrongtype or call_on (PUBLISH, by a variable, is on a channel).
-var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|call_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
+// call_or_wrongtype, call_on or their text_ forms (PUBLISH, by a variable,
+// is on a channel).
+var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
 // commands src and others (its type's later scripts) run on keys. Redis
@@ -223,8 +226,8 @@ var (
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, lua("election_acquire"))
-	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, wakeNext, lua("election_release"))
+	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, electionLib, lua("election_acquire"))
+	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, lua("election_release"))
 	ElectionProclaim = scriptOn(ElectionProclaimLayout, ProclaimArgs{}, lua("election_proclaim"))
 	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, lua("election_leader"))
 )

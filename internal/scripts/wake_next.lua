@@ -1,6 +1,7 @@
 -- wake_next(waiters, channel, publish): wake the next live waiter of a lock.
--- Prepended to the Semaphore and Election scripts that free one (see
--- scripts.go); a Mutex's are handed over instead (hand_next.lua).
+-- Prepended to the Semaphore scripts that free one (see scripts.go; an
+-- Election's release takes its steps, making the channel only then); a
+-- Mutex's are handed over instead (hand_next.lua).
 --
 -- waiters  sorted set: member = waiter id ('client/id': see wake_waiter in
 --          common.lua), score = when its registration
