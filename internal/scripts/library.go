@@ -120,13 +120,16 @@ func makeLibrary(sets [][]*redis.Script) (src, name string) {
 var globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
-// that shadow the names, returns what they are when it runs.
+// that shadow the names, returns what they are when it runs; bind gives
+// them to the locals. A function names only redis and bind: Lua 5.1
+// allows a function 60 upvalues.
 var runTimeGlobals = "local register = redis.register_function\n" +
 	"local function globals() return " + globalNames + " end\n" +
-	"local " + globalNames + "\n"
+	"local " + globalNames + "\n" +
+	"local function bind() " + globalNames + " = globals() end\n"
 
 // bindGlobals starts each function: the locals get their values once.
-var bindGlobals = "if redis == nil then " + globalNames + " = globals() end\n"
+const bindGlobals = "if redis == nil then bind() end\n"
 
 // topHelpers are the prelude's helpers the library defines at its top: all
 // but rights_refused, whose list is each script's own, and its callers.

@@ -101,6 +101,24 @@ func TestLibrary_ReadsEachGlobalOnce(t *testing.T) {
 	}
 }
 
+// Lua 5.1 allows a function 60 upvalues, and one over refuses the whole
+// library at FUNCTION LOAD: each function has room for five more (each
+// helper, KEYS name or bound global it reads is one; sem_acquire.lua's
+// has nine to spare).
+func TestLibrary_FunctionsHaveRoomForMoreUpvalues(t *testing.T) {
+	ctx, rdb := setup(t)
+	const spare = "s1, s2, s3, s4, s5"
+	header, rest, _ := strings.Cut(Library, "\n")
+	src := header + "\nlocal " + spare + "\n" + rest
+	src = regexp.MustCompile(`callback = function\((\w+, \w+)\)\n`).ReplaceAllString(src, "${0}local _ = {"+spare+"}\n")
+	if !strings.Contains(src, "local _ = {"+spare+"}") {
+		t.Fatal("no function found to load with more upvalues")
+	}
+	if err := rdb.FunctionLoadReplace(ctx, src).Err(); err != nil {
+		t.Fatalf("the library with five more upvalues in each function: %v", err)
+	}
+}
+
 // A number given to redis.call is formatted with %.17g, about 2,900
 // instructions a time (ARCHITECTURE.md): the scripts give a literal as text.
 func TestScripts_GiveRedisCallNoNumberLiteral(t *testing.T) {
