@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/internal/check"
+	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -340,6 +345,90 @@ func TestElection_SlowObserverSeesATermsValuesInOrder(t *testing.T) {
 				t.Fatalf("round %d: observed %q after %d", round, l.Value, seen)
 			}
 			seen = v
+		}
+	}
+}
+
+// The channels an Election's scripts make (the observers': the leader
+// hash's name; the candidates' wake-up: the lock's name and its suffix)
+// are those Go listens on: with a custom prefix, names with odd characters,
+// the README's ACL user and one without Functions (EVALSHA), an observer
+// hears a campaign and a proclamation by PUBLISH (the TTL is too long for
+// Observe's rereads), and a resignation wakes the waiting candidate at once.
+func TestElection_ChannelsAreThoseGoListensOn(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) { probeElection(t, b, dlock.WithPrefix("app: p:")) })
+	for _, acl := range []struct {
+		name  string
+		rules []string
+	}{{"acl", redistest.DlockACL}, {"evalsha-acl", redistest.EvalshaACL}} {
+		t.Run(acl.name, func(t *testing.T) {
+			srv := startServer(t)
+			admin := srv.Client()
+			n := 0
+			probeElection(t, backend{acl.name, func(testing.TB) redis.UniversalClient {
+				n++
+				return aclUser(t, context.Background(), admin, fmt.Sprint("u", n), acl.rules...)
+			}})
+			stats := admin.Info(context.Background(), "commandstats").Val()
+			if acl.name == "evalsha-acl" && (!strings.Contains(stats, "cmdstat_evalsha:calls=") || regexp.MustCompile(`cmdstat_fcall:calls=[1-9]`).MatchString(stats)) {
+				t.Errorf("the user without Functions ran scripts other than by EVALSHA:\n%s", stats)
+			}
+		})
+	}
+}
+
+// probeElection runs the check on b's clients.
+func probeElection(t *testing.T, b backend, extra ...dlock.Option) {
+	for _, name := range []string{lockName(t), "x:wake", "sp ace:", "é\x00z", "a*b?[c]"} {
+		ctx := ctxFor(t, time.Minute)
+		opts := append([]dlock.Option{dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Hour)}, extra...)
+		watcher := newClient(t, b.newRedis(t), opts...).Election(name)
+		observed := watcher.Observe(ctx)
+		time.Sleep(300 * time.Millisecond) // Observe has subscribed
+		first := newClient(t, b.newRedis(t), opts...).Election(name)
+		l1, err := first.Campaign(ctx, "first")
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		expect := func(want dlock.Leader, what string) {
+			select {
+			case got := <-observed:
+				if got != want {
+					t.Fatalf("%q %s: observed %+v; want %+v", name, what, got, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%q %s: the observer heard nothing", name, what)
+			}
+		}
+		expect(dlock.Leader{Value: "first", Term: l1.Token()}, "campaign")
+		if err := first.Proclaim(ctx, "first2"); err != nil {
+			t.Fatal(err)
+		}
+		expect(dlock.Leader{Value: "first2", Term: l1.Token()}, "proclaim")
+		candidate := newClient(t, b.newRedis(t), opts...)
+		registered := countAttemptsOf(candidate, scripts.ElectionAcquire).registeredReach(1)
+		second := candidate.Election(name)
+		won := make(chan *dlock.Lease, 1)
+		go func() {
+			l, err := second.Campaign(ctx, "second")
+			if err != nil {
+				t.Error(err)
+			}
+			won <- l
+		}()
+		waitDone(t, registered, time.Minute, "the second candidate waiting")
+		if err := first.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case l := <-won:
+			expect(dlock.Leader{Value: "second", Term: l.Token()}, "hand-over")
+			if err := second.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: the resignation did not wake the waiting candidate", name)
 		}
 	}
 }
