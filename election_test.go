@@ -353,7 +353,7 @@ func TestElection_SlowObserverSeesATermsValuesInOrder(t *testing.T) {
 // hash's name; the candidates' wake-up: the lock's name and its suffix)
 // are those Go listens on: with a custom prefix, names with odd characters,
 // the README's ACL user and one without Functions (EVALSHA), an observer
-// hears a campaign and a proclamation by PUBLISH (the TTL is too long for
+// hears a proclamation and a campaign by PUBLISH (the TTL is too long for
 // Observe's rereads), and a resignation wakes the waiting candidate at once.
 func TestElection_ChannelsAreThoseGoListensOn(t *testing.T) {
 	t.Parallel()
@@ -383,14 +383,14 @@ func probeElection(t *testing.T, b backend, extra ...dlock.Option) {
 	for _, name := range []string{lockName(t), "x:wake", "sp ace:", "é\x00z", "a*b?[c]"} {
 		ctx := ctxFor(t, time.Minute)
 		opts := append([]dlock.Option{dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Hour)}, extra...)
-		watcher := newClient(t, b.newRedis(t), opts...).Election(name)
-		observed := watcher.Observe(ctx)
-		time.Sleep(300 * time.Millisecond) // Observe has subscribed
 		first := newClient(t, b.newRedis(t), opts...).Election(name)
 		l1, err := first.Campaign(ctx, "first")
 		if err != nil {
 			t.Fatal(name, err)
 		}
+		// Observe reads the leader once subscribed: what follows comes by
+		// PUBLISH (the TTL is too long for a reread).
+		observed := newClient(t, b.newRedis(t), opts...).Election(name).Observe(ctx)
 		expect := func(want dlock.Leader, what string) {
 			select {
 			case got := <-observed:
@@ -401,7 +401,7 @@ func probeElection(t *testing.T, b backend, extra ...dlock.Option) {
 				t.Fatalf("%q %s: the observer heard nothing", name, what)
 			}
 		}
-		expect(dlock.Leader{Value: "first", Term: l1.Token()}, "campaign")
+		expect(dlock.Leader{Value: "first", Term: l1.Token()}, "first read")
 		if err := first.Proclaim(ctx, "first2"); err != nil {
 			t.Fatal(err)
 		}
