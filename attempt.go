@@ -193,7 +193,7 @@ func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))
 	keys = append(append(append(keys, s.abandonKeys[0]...), a.tombstone), s.abandonKeys[1]...)
 	args := a.v.abandonArgs(entry)
-	args.Owner, args.VoidTTL = a.owner, tombstoneLifeMillis
+	args.Owner = a.owner
 	mayHaveHeld, err = a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, args)
 	a.v.fresh()
 	return mayHaveHeld, err

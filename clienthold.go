@@ -239,11 +239,9 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	if err == nil {
 		argv := commandOn(h.kind.release, h.relKeys, last, 0)
 		if h.group == nil {
-			argv = scripts.ReleaseArgs{Owner: h.owner, Publish: publish, MarkTTL: releaseMarkMillis,
-				VoidTTL: tombstoneLifeMillis, Token: l.token, Info: h.infoArg()}.Append(argv)
+			argv = scripts.ReleaseArgs{Owner: h.owner, Publish: publish, Token: l.token, Info: h.infoArg()}.Append(argv)
 		} else {
-			argv = scripts.MultiReleaseArgs{Owner: h.owner, Publish: publish, MarkTTL: releaseMarkMillis,
-				VoidTTL: tombstoneLifeMillis, Tokens: h.group.tokens}.Append(argv)
+			argv = scripts.MultiReleaseArgs{Owner: h.owner, Publish: publish, Tokens: h.group.tokens}.Append(argv)
 		}
 		ok, err = h.c.releaseWithin(ctx, h.kind.release, argv)
 	}

@@ -227,10 +227,9 @@ func (c *Client) tagged(waiterID string) string {
 // tombstoneLife is how long a call that gave up keeps late copies of its
 // attempts out (see tombstone): many times a copy's time on the way. A
 // later copy does what a lost abandon does, a hold that expires with its
-// TTL; the TTL itself may be years, and tombstones would pile up.
-const tombstoneLife = time.Minute
-
-var tombstoneLifeMillis any = tombstoneLife.Milliseconds()
+// TTL; the TTL itself may be years, and tombstones would pile up. The
+// scripts' constant VOID_TTL.
+const tombstoneLife = scripts.TombstoneLife
 
 // secretKey is base and sep followed by a hash of token (an owner token, a
 // hold id, a call's token), in one allocation: the token is the proof a
@@ -267,7 +266,9 @@ func releaseMark(lock, owner string) string {
 // any copy whose reply the Unlock reads was applied while the mark lived.
 const releaseMarkLife = CleanupTimeout
 
-var releaseMarkMillis any = releaseMarkLife.Milliseconds()
+// The scripts' MARK_TTL is releaseMarkLife: a build fails where they differ
+// (a negative constant overflows uint).
+const _ = uint(releaseMarkLife-scripts.ReleaseMarkLife) + uint(scripts.ReleaseMarkLife-releaseMarkLife)
 
 // usable is checked before any I/O.
 func (c *Client) usable(ctx context.Context) error {

@@ -280,7 +280,7 @@ func TestFairMutex_WaiterHandedTheLockAsItLeavesPassesItOn(t *testing.T) {
 	}
 	// The head gives up just after the hand-over reached it.
 	if n, err := scripts.FairAbandon.Run(ctx, rdb, keys,
-		scripts.AbandonArgs{Owner: slowOwner, Publish: "PUBLISH", VoidTTL: 60000, Waiter: "leaving"}.Append(nil)...).Int64(); err != nil || n != 1 {
+		scripts.AbandonArgs{Owner: slowOwner, Publish: "PUBLISH", Waiter: "leaving"}.Append(nil)...).Int64(); err != nil || n != 1 {
 		t.Fatalf("abandon of a handed-over lock: %v, %v; want 1", n, err)
 	}
 	expectAcquired(t, next, 10*time.Second, "the lock was not passed on by a waiter that left")

@@ -417,7 +417,7 @@ func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNod
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
 		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
-			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", VoidTTL: tombstoneLifeMillis, Waiter: "", Also: ""}).Int64()
+			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}).Int64()
 		return heldOrNot(ok, err)
 	}
 }

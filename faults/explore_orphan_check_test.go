@@ -31,7 +31,7 @@ func TestCommandFaults_AFailedCleanUpMakesItsLockDoubtful(t *testing.T) {
 		for _, k := range keys {
 			args = append(args, k)
 		}
-		return rdb.Do(ctx, append(args, "owner", "PUBLISH", 5000)...).Err()
+		return rdb.Do(ctx, append(args, "owner", "PUBLISH")...).Err()
 	}
 
 	if err := release(); !missingScript(err) {

@@ -130,28 +130,24 @@ func (a OwnerArgs) Append(argv []any) []any { return appendSome(argv, a.Owner) }
 type ReleaseArgs struct {
 	Owner   any `lua:"OWNER"`
 	Publish any `lua:"PUBLISH"`
-	MarkTTL any `lua:"MARK_TTL"` // how long the release mark lasts, in ms
-	VoidTTL any `lua:"VOID_TTL"` // the tombstone's lifetime in ms (a place-holder without one)
-	Token   any `lua:"TOKEN"`    // the hold's fencing token
+	Token   any `lua:"TOKEN"` // the hold's fencing token
 	Info    any `lua:"WITH_INFO"`
 }
 
 func (a ReleaseArgs) Append(argv []any) []any {
-	return appendSome(argv, a.Owner, a.Publish, a.MarkTTL, a.VoidTTL, a.Token, a.Info)
+	return appendSome(argv, a.Owner, a.Publish, a.Token, a.Info)
 }
 
-// MultiReleaseArgs are multi_release.lua's: ReleaseArgs' first four, then
+// MultiReleaseArgs are multi_release.lua's: ReleaseArgs' first two, then
 // a token per lock. A list's local is the index of its first ARGV.
 type MultiReleaseArgs struct {
 	Owner   any      `lua:"OWNER"`
 	Publish any      `lua:"PUBLISH"`
-	MarkTTL any      `lua:"MARK_TTL"`
-	VoidTTL any      `lua:"VOID_TTL"`
 	Tokens  []uint64 `lua:"TOKENS_AT"`
 }
 
 func (a MultiReleaseArgs) Append(argv []any) []any {
-	argv = appendSome(argv, a.Owner, a.Publish, a.MarkTTL, a.VoidTTL)
+	argv = appendSome(argv, a.Owner, a.Publish)
 	for _, token := range a.Tokens {
 		argv = append(argv, token)
 	}
@@ -162,15 +158,14 @@ func (a MultiReleaseArgs) Append(argv []any) []any {
 type AbandonArgs struct {
 	Owner   any `lua:"OWNER"` // of the attempt in doubt; "" when none is
 	Publish any `lua:"PUBLISH"`
-	VoidTTL any `lua:"VOID_TTL"` // the tombstone's lifetime in ms
-	Waiter  any `lua:"WAITER"`   // registration to withdraw; "" when none
+	Waiter  any `lua:"WAITER"` // registration to withdraw; "" when none
 	// Also is the type's own: a Mutex's registration before Waiter, or a
 	// MultiLock's lock (1-based) the waiter registered on.
 	Also any `lua:"ALSO"`
 }
 
 func (a AbandonArgs) Append(argv []any) []any {
-	return appendSome(argv, a.Owner, a.Publish, a.VoidTTL, a.Waiter, a.Also)
+	return appendSome(argv, a.Owner, a.Publish, a.Waiter, a.Also)
 }
 
 // ProclaimArgs are election_proclaim.lua's.

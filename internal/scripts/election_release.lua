@@ -12,9 +12,6 @@
 -- ARGV     in the order of ReleaseArgs (args.go), by these names:
 -- OWNER    owner token
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- MARK_TTL how long the mark lasts, in milliseconds
--- VOID_TTL the tombstone's lifetime in milliseconds, when one is given (a
---          place-holder otherwise, when TOKEN follows)
 -- TOKEN    the leadership's term (its fencing token), when given
 --
 -- Returns 1 resigned (by this copy, or by an earlier copy of the same

@@ -5,8 +5,6 @@
 -- ARGV     in the order of AbandonArgs (args.go), by these names:
 -- OWNER    owner token of the Lock call
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
---          attempt may still arrive (see tombstoneLife in dlock.go)
 -- WAITER   waiter id it queued under; '' when it did not queue
 --
 -- Returns 1 the lock was this caller's (taken, or handed over to it while it

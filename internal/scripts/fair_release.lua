@@ -7,8 +7,6 @@
 -- ARGV     in the order of ReleaseArgs (args.go), by these names:
 -- OWNER    owner token
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- MARK_TTL how long the mark lasts, in milliseconds
--- VOID_TTL the tombstone's lifetime in milliseconds, when one is given
 -- TOKEN    the hold's fencing token, when given
 -- WITH_INFO '0' when the hold was taken without holder info: none to remove
 --

@@ -115,7 +115,7 @@ func TestFairRelease_HandsOverToTheFirstLiveWaiter(t *testing.T) {
 func TestFairAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
 	fairTry(t, ctx, rdb, fairA, "")
-	if n := runInt(t, ctx, rdb, FairAbandon, with(fairKeys, fairB), fairB, "PUBLISH", 10000, "wb"); n != 0 {
+	if n := runInt(t, ctx, rdb, FairAbandon, with(fairKeys, fairB), fairB, "PUBLISH", "wb"); n != 0 {
 		t.Fatalf("abandon before arrival: %d, want 0", n)
 	}
 	if res := fairTry(t, ctx, rdb, fairB, "wb"); res[0] != -1 {
@@ -198,7 +198,7 @@ func TestSemExtend_NeverBringsBackAnExpiredPermit(t *testing.T) {
 
 func TestSemAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
-	if n := runInt(t, ctx, rdb, SemAbandon, with(semKeys, tok("a")), tok("a"), "PUBLISH", 10000, ""); n != 0 {
+	if n := runInt(t, ctx, rdb, SemAbandon, with(semKeys, tok("a")), tok("a"), "PUBLISH", ""); n != 0 {
 		t.Fatalf("abandon before arrival: %d, want 0", n)
 	}
 	if res := semTry(t, ctx, rdb, tok("a"), 1); res[0] != -1 {
@@ -288,7 +288,7 @@ func TestMultiRelease_OfAGroupRetakenSinceItsGrantLetsGoAndAnswers0(t *testing.T
 	if res := multiTry(t, ctx, rdb, tok("a"), "", 1); res[0] != 1 {
 		t.Fatalf("the late copy: %v, want it to take the free group", res)
 	}
-	if n := runInt(t, ctx, rdb, MultiRelease, mark, tok("a"), "PUBLISH", 5000, 60000, granted[1], granted[2]); n != 0 {
+	if n := runInt(t, ctx, rdb, MultiRelease, mark, tok("a"), "PUBLISH", granted[1], granted[2]); n != 0 {
 		t.Fatalf("release of a group retaken since its grant: %d, want 0", n)
 	}
 	if n := rdb.Exists(ctx, "t:{m}", "t:{n}", "t:{m}:released:a").Val(); n != 0 {
@@ -298,14 +298,14 @@ func TestMultiRelease_OfAGroupRetakenSinceItsGrantLetsGoAndAnswers0(t *testing.T
 	// A hold that lasted since its grant, resent included, answers 1.
 	granted = multiTry(t, ctx, rdb, tok("b"), "", 1)
 	multiTry(t, ctx, rdb, tok("b"), "", 1)
-	if n := runInt(t, ctx, rdb, MultiRelease, mark, tok("b"), "PUBLISH", 5000, 60000, granted[1], granted[2]); n != 1 {
+	if n := runInt(t, ctx, rdb, MultiRelease, mark, tok("b"), "PUBLISH", granted[1], granted[2]); n != 1 {
 		t.Fatalf("release of a group held since its grant: %d, want 1", n)
 	}
 }
 
 func TestMultiAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 	ctx, rdb := setup(t)
-	if n := runInt(t, ctx, rdb, MultiAbandon, with(multiKeys, tok("a")), tok("a"), "PUBLISH", 10000, "", 1); n != 0 {
+	if n := runInt(t, ctx, rdb, MultiAbandon, with(multiKeys, tok("a")), tok("a"), "PUBLISH", "", 1); n != 0 {
 		t.Fatalf("abandon before arrival: %d, want 0", n)
 	}
 	if res := multiTry(t, ctx, rdb, tok("a"), "", 1); res[0] != -1 {

@@ -47,24 +47,24 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 		{"Mutex", func(run send) {
 			granted(run(MutexAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:holder"}, tok("a"), 30000, "", 3000, "", ""))
 			run(MutexExtend, []string{lockKey, "t:{m}:forced", "t:{m}:holder"}, tok("a"), 30000, 1, "")
-			run(MutexRelease, []string{lockKey, channel, waitersKey, fenceKey, "t:{m}:holder", mark}, tok("a"), "PUBLISH", 5000, 5000, 0, "")
+			run(MutexRelease, []string{lockKey, channel, waitersKey, fenceKey, "t:{m}:holder", mark}, tok("a"), "PUBLISH", 0, "")
 		}},
 		{"FairMutex", func(run send) {
 			keys := []string{lockKey, fenceKey, "t:{m}:queue", waitersKey, channel, "t:{m}:holder"}
 			got := granted(run(FairAcquire, with(keys, fairA), fairA, 30000, "", 3000, "PUBLISH", ""))
-			run(FairRelease, append(keys, mark), fairA, "PUBLISH", 5000, 5000, got[1], "0")
+			run(FairRelease, append(keys, mark), fairA, "PUBLISH", got[1], "0")
 		}},
 		{"Semaphore", func(run send) {
 			got := granted(run(SemAcquire, with(semAcquireKeys, tok("a")), tok("a"), 30000, "", 3000, 4, ""))
-			run(SemRelease, append(semKeys[:5:5], mark), tok("a"), "PUBLISH", 5000, 5000, got[1])
+			run(SemRelease, append(semKeys[:5:5], mark), tok("a"), "PUBLISH", got[1])
 		}},
 		{"MultiLock of 3", func(run send) {
 			got := granted(run(MultiAcquire, with(multi, tok("a")), tok("a"), 30000, "", 3000, 1, "PUBLISH"))
-			run(MultiRelease, append(multi[:12:12], mark), tok("a"), "PUBLISH", 5000, 5000, got[1], got[2], got[3])
+			run(MultiRelease, append(multi[:12:12], mark), tok("a"), "PUBLISH", got[1], got[2], got[3])
 		}},
 		{"Election", func(run send) {
 			got := granted(run(ElectionAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:leader"}, tok("a"), 30000, "", 3000, "me", "PUBLISH"))
-			run(ElectionRelease, []string{lockKey, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", 5000, 5000, got[1])
+			run(ElectionRelease, []string{lockKey, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", got[1])
 		}},
 	}
 	for _, typ := range types {
@@ -188,7 +188,7 @@ func BenchmarkLibrary_RWServerTimePerPair(b *testing.B) {
 				if err != nil || res[0] != 1 {
 					b.Fatal(res, err)
 				}
-				if err := k.rdb.FCall(ctx, lib.Release, release, member, "PUBLISH", 5000, 5000, res[1]).Err(); err != nil {
+				if err := k.rdb.FCall(ctx, lib.Release, release, member, "PUBLISH", res[1]).Err(); err != nil {
 					b.Fatal(err)
 				}
 				us := usec()

@@ -6,8 +6,6 @@
 -- ARGV     in the order of AbandonArgs (args.go), by these names:
 -- OWNER    the call's owner token when an attempt is in doubt; '' when none is
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
---          attempt may still arrive (see tombstoneLife in dlock.go)
 -- WAITER   waiter id to unregister; '' when not registered
 -- ALSO     the lock (1-based) the waiter registered on
 --
@@ -35,9 +33,7 @@ if OWNER ~= '' then
     end
   end
 end
-if tonumber(VOID_TTL) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
-end
+redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 if WAITER ~= '' then
   local lock, fence, waiters, channel = part(tonumber(ALSO))
   local withdrawn = dlocks_beside(waiters, 'zset') and redis.call('ZREM', waiters, WAITER) == 1

@@ -7,8 +7,6 @@
 -- ARGV     in the order of MultiReleaseArgs (args.go), by these names:
 -- OWNER    owner token
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- MARK_TTL how long the mark lasts, in milliseconds
--- VOID_TTL the tombstone's lifetime in milliseconds, when one is given
 -- TOKENS_AT the index of the first of the fencing tokens the lease holds,
 --          one per lock, when given
 --

@@ -15,9 +15,6 @@
 -- OWNER    owner token of the Lock call (of the attempt in doubt, for an
 --          Election); '' when it has none to release
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
---          attempt may still arrive (see tombstoneLife in dlock.go); 0
---          writes none
 -- WAITER   registration to withdraw; '' when not registered
 -- ALSO     the one before it, should the last attempt not have replaced it;
 --          '' when none
@@ -47,9 +44,7 @@ local released = 0
 if OWNER ~= '' and redis.call('GET', LOCK) == OWNER then
   released = 1
 end
-if tonumber(VOID_TTL) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
-end
+redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 local picked = false
 if WAITER ~= '' then
   local withdrawn -- none from waiters dlock did not write (dlocks_beside)

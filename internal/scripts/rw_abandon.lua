@@ -6,8 +6,6 @@
 -- ARGV     in the order of AbandonArgs (args.go), by these names:
 -- OWNER    member of the attempt in doubt; '' when none is
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
---          attempt may still arrive (see tombstoneLife in dlock.go)
 -- WAITER   waiter id to unregister; '' when not registered
 --
 -- Returns 1 the attempt had been granted and is released now, else 0. The
@@ -28,9 +26,7 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local now = server_now()
-if tonumber(VOID_TTL) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
-end
+redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 -- The registration goes first, also when a hold is released: a late copy
 -- of an earlier attempt may have taken the hold while the call waited.
 local left = false

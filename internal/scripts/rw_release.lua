@@ -8,9 +8,6 @@
 -- ARGV     in the order of ReleaseArgs (args.go), by these names:
 -- OWNER    member of the hold (mode .. hold id .. owner)
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- MARK_TTL how long the mark lasts, in milliseconds
--- VOID_TTL the tombstone's lifetime in milliseconds, when one is given (a
---          place-holder otherwise, when TOKEN follows)
 -- TOKEN    the hold's fencing token, when given
 --
 -- Returns 1 released (by this copy, or by an earlier copy of the same

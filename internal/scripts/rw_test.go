@@ -52,7 +52,7 @@ func abandonRW(t *testing.T, ctx context.Context, rdb *redis.Client, member, wai
 	if member != "" {
 		holdID = member[1:33]
 	}
-	n, err := RWAbandon.Run(ctx, rdb, withTombstone(holdID), member, "PUBLISH", 10000, waiter).Int64()
+	n, err := RWAbandon.Run(ctx, rdb, withTombstone(holdID), member, "PUBLISH", waiter).Int64()
 	if err != nil {
 		t.Fatalf("abandon %s: %v", member, err)
 	}

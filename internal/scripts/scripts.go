@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -76,6 +77,8 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local FENCE_RETENTION_TTLS = " + strconv.Itoa(FenceRetentionTTLs) + "\n" +
 	"local FENCE_RETENTION_ZEROS = '" + strconv.Itoa(FenceRetentionTTLs)[1:] + "'\n" +
 	"local RIGHTS_KNOWN = '" + RightsKnown + "'\n" +
+	"local MARK_TTL = '" + strconv.FormatInt(ReleaseMarkLife.Milliseconds(), 10) + "'\n" +
+	"local VOID_TTL = '" + strconv.FormatInt(TombstoneLife.Milliseconds(), 10) + "'\n" +
 	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
 	common + foreign
 
@@ -300,6 +303,14 @@ func Companions(s *redis.Script) []string {
 // RightsKnown, as an acquire's last ARGV, tells rights_refused (common.lua)
 // that the user's rights passed before: it checks nothing.
 const RightsKnown = "rights-known"
+
+// ReleaseMarkLife is how long a release's mark lasts (MARK_TTL in the
+// scripts), and TombstoneLife a tombstone (VOID_TTL): constants of the
+// library, not arguments, as each is sent with every release.
+const (
+	ReleaseMarkLife = 5 * time.Second
+	TombstoneLife   = time.Minute
+)
 
 // FenceRetentionTTLs is how long a fencing counter outlives the last token
 // minted from it, in TTLs of its hold, so an unused name leaves no key. It

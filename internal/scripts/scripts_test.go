@@ -117,7 +117,7 @@ func release(t *testing.T, ctx context.Context, rdb *redis.Client, owner string)
 func abandon(t *testing.T, ctx context.Context, rdb *redis.Client, owner, entry string) int64 {
 	t.Helper()
 	n, err := MutexAbandon.Run(ctx, rdb, []string{lockKey, channel, "t:{m}:void:" + owner, waitersKey, fenceKey},
-		owner, "PUBLISH", 10000, entry, "").Int64()
+		owner, "PUBLISH", entry, "").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestMutexRelease_ResentAfterItsReplyWasLostFindsItsMark(t *testing.T) {
 	markedRelease := func(owner string) int64 {
 		t.Helper()
 		n, err := MutexRelease.Run(ctx, rdb, []string{lockKey, channel, waitersKey, fenceKey, lockKey + ":holder", lockKey + ":released:" + owner},
-			owner, "PUBLISH", 5000).Int64()
+			owner, "PUBLISH").Int64()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,6 @@
 -- ARGV     in the order of AbandonArgs (args.go), by these names:
 -- OWNER    the call's owner token when an attempt is in doubt; '' when none is
 -- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
--- VOID_TTL tombstone lifetime in milliseconds: how long a copy of an
---          attempt may still arrive (see tombstoneLife in dlock.go)
 -- WAITER   waiter id to unregister; '' when not registered
 --
 -- Returns 1 the attempt had taken a permit and it is given back now, else 0.
@@ -26,9 +24,7 @@
 -- hands a free lock to) the next live waiter, as a release would.
 
 local released = 0
-if tonumber(VOID_TTL) > 0 then
-  redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
-end
+redis.call('SET', TOMBSTONE, '1', 'PX', VOID_TTL)
 if OWNER ~= '' and redis.call('ZREM', HOLDERS, OWNER) == 1 then
   redis.call('HDEL', TOKENS, OWNER, 'i' .. OWNER)
   released = 1
