@@ -178,27 +178,9 @@ func TestElection_ResignHandsOverAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		candidate := newClient(t, b.newRedis(t), dlock.WithTTL(time.Minute), dlock.WithWaiterRefresh(time.Hour))
-		registered := countAttemptsOf(candidate, scripts.ElectionAcquire).registeredReach(1)
-		second := candidate.Election(name)
-		won := make(chan *dlock.Lease, 1)
-		go func() {
-			l, err := second.Campaign(ctx, "second")
-			if err != nil {
-				t.Error(err)
-			}
-			won <- l
-		}()
-		waitDone(t, registered, time.Minute, "the second candidate waiting")
-		if err := first.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case l := <-won:
-			if leader, err := second.Leader(ctx); err != nil || leader != (dlock.Leader{Value: "second", Term: l.Token()}) {
-				t.Fatalf("leader after the hand-over: %+v, %v", leader, err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("the resignation did not elect the waiting candidate")
+		l, second := resignToWaiting(t, ctx, first, candidate, name, 20*time.Second)
+		if leader, err := second.Leader(ctx); err != nil || leader != (dlock.Leader{Value: "second", Term: l.Token()}) {
+			t.Fatalf("leader after the hand-over: %+v, %v", leader, err)
 		}
 		if err := first.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 			t.Fatalf("resigning twice: %v; want ErrNotHeld", err)
@@ -406,29 +388,39 @@ func probeElection(t *testing.T, b backend, extra ...dlock.Option) {
 			t.Fatal(err)
 		}
 		expect(dlock.Leader{Value: "first2", Term: l1.Token()}, "proclaim")
-		candidate := newClient(t, b.newRedis(t), opts...)
-		registered := countAttemptsOf(candidate, scripts.ElectionAcquire).registeredReach(1)
-		second := candidate.Election(name)
-		won := make(chan *dlock.Lease, 1)
-		go func() {
-			l, err := second.Campaign(ctx, "second")
-			if err != nil {
-				t.Error(err)
-			}
-			won <- l
-		}()
-		waitDone(t, registered, time.Minute, "the second candidate waiting")
-		if err := first.Resign(ctx); err != nil {
+		l, second := resignToWaiting(t, ctx, first, newClient(t, b.newRedis(t), opts...), name, 10*time.Second)
+		expect(dlock.Leader{Value: "second", Term: l.Token()}, "hand-over")
+		if err := second.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case l := <-won:
-			expect(dlock.Leader{Value: "second", Term: l.Token()}, "hand-over")
-			if err := second.Resign(ctx); err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q: the resignation did not wake the waiting candidate", name)
+	}
+}
+
+// resignToWaiting has candidate campaign for name as "second" while first
+// leads, and first resign once that campaign waits: the lease the
+// resignation elects, and the candidate's Election. It fails the test when
+// none is elected within.
+func resignToWaiting(t *testing.T, ctx context.Context, first *dlock.Election, candidate *dlock.Client, name string, within time.Duration) (*dlock.Lease, *dlock.Election) {
+	t.Helper()
+	registered := countAttemptsOf(candidate, scripts.ElectionAcquire).registeredReach(1)
+	second := candidate.Election(name)
+	won := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := second.Campaign(ctx, "second")
+		if err != nil {
+			t.Error(err)
 		}
+		won <- l
+	}()
+	waitDone(t, registered, time.Minute, "the second candidate waiting")
+	if err := first.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-won:
+		return l, second
+	case <-time.After(within):
+		t.Fatalf("%q: the resignation did not elect the waiting candidate", name)
+		return nil, nil
 	}
 }

@@ -207,18 +207,6 @@ func TestFence_RedlockTokensNeverGoBackWhenCountersAreLost(t *testing.T) {
 	}
 }
 
-// dumpKeys is a DUMP of every key of the lock names, by key.
-func dumpKeys(t *testing.T, ctx context.Context, rdb redis.UniversalClient, names []string) map[string]string {
-	t.Helper()
-	dump := map[string]string{}
-	for _, name := range names {
-		for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
-			dump[k] = rdb.Dump(ctx, k).Val()
-		}
-	}
-	return dump
-}
-
 // A fencing counter that is not dlock's (not an integer, or another type
 // of key) fails every acquisition with ErrWrongType naming the key, and
 // the attempt writes nothing; Describe says the same rather than reporting

@@ -152,21 +152,11 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 			[]string{""},
 		},
 	}
-	// dumps is every key of the names, byte for byte.
-	dumps := func(names []string) map[string]string {
-		dump := map[string]string{}
-		for _, name := range names {
-			for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
-				dump[k] = rdb.Dump(ctx, k).Val()
-			}
-		}
-		return dump
-	}
 	// check runs op on names with a foreign value under key: it must fail
 	// with ErrWrongType naming the key, and change nothing.
 	check := func(what, key string, names []string, op func(ctx context.Context) error) {
 		t.Helper()
-		before := dumps(names)
+		before := dumpKeys(t, ctx, rdb, names)
 		opCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := op(opCtx)
 		cancel()
@@ -175,7 +165,7 @@ func TestForeignKeys_AreRefusedAndLeftByteForByte(t *testing.T) {
 		} else if !strings.Contains(err.Error(), key) {
 			t.Errorf("%s: %v; want the key named", what, err)
 		}
-		if after := dumps(names); !maps.Equal(before, after) {
+		if after := dumpKeys(t, ctx, rdb, names); !maps.Equal(before, after) {
 			t.Errorf("%s changed keys: %v", what, keysDiff(before, after))
 		}
 	}

@@ -405,6 +405,18 @@ func runWorkers(t testing.TB, workers int, body func(ctx context.Context, worker
 	}
 }
 
+// dumpKeys is a DUMP of every key of the lock names, by key.
+func dumpKeys(t *testing.T, ctx context.Context, rdb redis.UniversalClient, names []string) map[string]string {
+	t.Helper()
+	dump := map[string]string{}
+	for _, name := range names {
+		for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
+			dump[k] = rdb.Dump(ctx, k).Val()
+		}
+	}
+	return dump
+}
+
 // keysOn lists the keys matching pattern, on every master of a cluster.
 func keysOn(t testing.TB, ctx context.Context, rdb redis.UniversalClient, pattern string) []string {
 	t.Helper()

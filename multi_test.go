@@ -366,15 +366,6 @@ func TestMultiLock_ForeignCounterOrLockUnderAnyPartChangesNothing(t *testing.T) 
 	ctx := ctxFor(t, time.Minute)
 	rdb := startServer(t).Client()
 	c := newClient(t, rdb, dlock.WithTTL(time.Minute))
-	dumps := func(names []string) map[string]string {
-		dump := map[string]string{}
-		for _, name := range names {
-			for _, k := range keysOn(t, ctx, rdb, "*{"+name+"}*") {
-				dump[k] = rdb.Dump(ctx, k).Val()
-			}
-		}
-		return dump
-	}
 	for _, minted := range []bool{false, true} {
 		for i := range 3 {
 			names := lockNames(t, 3)
@@ -393,12 +384,12 @@ func TestMultiLock_ForeignCounterOrLockUnderAnyPartChangesNothing(t *testing.T) 
 			if err := rdb.HSet(ctx, key, "f", "v").Err(); err != nil {
 				t.Fatal(err)
 			}
-			before := dumps(names)
+			before := dumpKeys(t, ctx, rdb, names)
 			_, err := c.MultiLock(names).TryLock(ctx)
 			if !errors.Is(err, dlock.ErrWrongType) || !strings.Contains(err.Error(), key) {
 				t.Errorf("minted %v, a hash under %s: %v; want ErrWrongType naming it", minted, key, err)
 			}
-			if after := dumps(names); !maps.Equal(before, after) {
+			if after := dumpKeys(t, ctx, rdb, names); !maps.Equal(before, after) {
 				t.Errorf("minted %v, a hash under %s: keys changed: %v", minted, key, keysDiff(before, after))
 			}
 		}
@@ -415,11 +406,11 @@ func TestMultiLock_ForeignCounterOrLockUnderAnyPartChangesNothing(t *testing.T) 
 		if err := rdb.HSet(ctx, key, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		before := dumps(names)
+		before := dumpKeys(t, ctx, rdb, names)
 		if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrWrongType) {
 			t.Errorf("Unlock with a hash under %s: %v; want ErrWrongType", key, err)
 		}
-		if after := dumps(names); !maps.Equal(before, after) {
+		if after := dumpKeys(t, ctx, rdb, names); !maps.Equal(before, after) {
 			t.Errorf("Unlock with a hash under %s: keys changed: %v", key, keysDiff(before, after))
 		}
 	}
