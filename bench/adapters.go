@@ -61,18 +61,26 @@ func openIdeal(addr string) (locker, error) {
 }
 
 func (l ideal) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	return pollLock(ctx, func(token string) (bool, error) {
+		return l.rdb.SetNX(ctx, key, token, benchTTL).Result()
+	}, func(ctx context.Context, token string) error {
+		return compareAndDelete.Run(ctx, l.rdb, []string{key}, token).Err()
+	})
+}
+
+// pollLock tries to take a lock for a random token every millisecond
+// until take does, and returns its release.
+func pollLock(ctx context.Context, take func(token string) (bool, error), release func(ctx context.Context, token string) error) (func(context.Context) error, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
 	for {
-		ok, err := l.rdb.SetNX(ctx, key, token, benchTTL).Result()
+		ok, err := take(token)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return func(ctx context.Context) error {
-				return compareAndDelete.Run(ctx, l.rdb, []string{key}, token).Err()
-			}, nil
+			return func(ctx context.Context) error { return release(ctx, token) }, nil
 		}
 		select {
 		case <-time.After(time.Millisecond):
@@ -126,26 +134,13 @@ func openFloor(addr string) (locker, error) {
 }
 
 func (l floor) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
 	lock := "{" + key + "}"
-	for {
+	return pollLock(ctx, func(token string) (bool, error) {
 		n, err := l.rdb.FCall(ctx, "floor_acquire", []string{lock, lock + ":fence", lock + ":void", lock + ":waiters"}, token, benchTTL.Milliseconds()).Int()
-		if err != nil {
-			return nil, err
-		}
-		if n != 0 {
-			return func(ctx context.Context) error {
-				return l.rdb.FCall(ctx, "floor_release", []string{lock, lock + ":fence", lock + ":waiters", lock + ":released"}, token).Err()
-			}, nil
-		}
-		select {
-		case <-time.After(time.Millisecond):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+		return n != 0, err
+	}, func(ctx context.Context, token string) error {
+		return l.rdb.FCall(ctx, "floor_release", []string{lock, lock + ":fence", lock + ":waiters", lock + ":released"}, token).Err()
+	})
 }
 
 func (l floor) close() { _ = l.rdb.Close() }
