@@ -117,13 +117,13 @@ func makeLibrary(sets [][]*redis.Script) (src, name string) {
 // library reads them once, at its first call (at load, Redis offers only
 // register_function and log), into locals of the same names, so the
 // scripts' text is the same as EVALSHA's.
-var globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
+const globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
 // that shadow the names, returns what they are when it runs; bind gives
 // them to the locals. A function names only redis and bind: Lua 5.1
 // allows a function 60 upvalues.
-var runTimeGlobals = "local register = redis.register_function\n" +
+const runTimeGlobals = "local register = redis.register_function\n" +
 	"local function globals() return " + globalNames + " end\n" +
 	"local " + globalNames + "\n" +
 	"local function bind() " + globalNames + " = globals() end\n"
