@@ -96,7 +96,11 @@ func TestMeasure_InstructionsPerPair(t *testing.T) {
 		n, _ := strconv.ParseInt(string(m[1]), 10, 64)
 		return n
 	}
+	only := os.Getenv("DLOCK_MEASURE_ONLY") // a type's name: measure it alone
 	for _, typ := range types {
+		if only != "" && typ.name != only {
+			continue
+		}
 		pair := func() {
 			lease, err := typ.lock(ctx)
 			if err != nil {
