@@ -35,19 +35,17 @@ local with_info = (INFO or '') ~= ''
 -- void: the call's tombstone; the PTTLs of the queue and registrations,
 -- where read before they are needed (nil: not read).
 local holder, void, queue_ttl, reg_ttl = nil, false, nil, nil
-local wrong = rights_refused(LOCK)
-local beside = {QUEUE, REG, TOMBSTONE}
-if with_info then
-  beside[4] = HOLDER
-end
+-- rights_refused's first test, without a call where the rights are known.
+local wrong = ARGV[#ARGV] ~= RIGHTS_KNOWN and rights_refused(LOCK)
 -- Where nobody queues, the call has no tombstone and no holder info is
 -- stored (one EXISTS), the counter's GET and SET NX GET are the only
 -- probes: SET NX GET takes a free lock, or tells its holder, or fails
 -- with WRONGTYPE, changing nothing.
-if not wrong and redis.call('EXISTS', unpack(beside)) == 0 then
+if not wrong and (with_info and redis.call('EXISTS', QUEUE, REG, TOMBSTONE, HOLDER)
+  or redis.call('EXISTS', QUEUE, REG, TOMBSTONE)) == 0 then
   wrong = foreign_fence(FENCE)
   if not wrong then
-    holder, wrong = call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
+    holder, wrong = text_call_on(LOCK, 'SET', LOCK, owner, 'NX', 'GET', 'PX', HOLD_TTL)
   end
   if not (wrong or holder) then
     return grant('')

@@ -119,7 +119,9 @@ local function grant(entry)
     redis.call('ZREM', QUEUE, entry)
     redis.call('ZREM', REG, entry)
   end
-  set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
+  if INFO ~= '' then
+    set_holder_info(HOLDER, OWNER, INFO, HOLD_TTL)
+  end
   return fence
 end
 

@@ -24,7 +24,9 @@
 -- another owner's, and touches nothing; it finds the first one's mark, and
 -- reports the release.
 
-void_call(TOMBSTONE, VOID_TTL)
+if TOMBSTONE then -- a call given up; most releases name none: no call
+  void_call(TOMBSTONE, VOID_TTL)
+end
 local holder = read_lock(LOCK, FENCE)
 if holder ~= OWNER then
   if not holder then -- MGET reads a key of another type as missing: GET fails on it

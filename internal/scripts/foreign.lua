@@ -71,7 +71,7 @@ local function checked_holder(lock, checks)
   if checks then
     return nil, checks
   end
-  return call_on(lock, 'GET', lock)
+  return text_call_on(lock, 'GET', lock)
 end
 
 -- Whether a string read under a Mutex's lock key is an owner token.
@@ -194,7 +194,7 @@ end
 local function foreign_key(counters, zsets, hashes)
   for _, key in ipairs(counters) do
     if not counter_reads[key] then -- one read already (an MGET's) is a string
-      local stored, wrong = call_on(key, 'GET', key)
+      local stored, wrong = text_call_on(key, 'GET', key)
       if wrong then
         return wrong
       end

@@ -86,7 +86,7 @@ end
 local busy, mine = 0, 0
 for i = 1, N do
   local lock = part(i)
-  local holder, foreign = call_on(lock, 'GET', lock)
+  local holder, foreign = text_call_on(lock, 'GET', lock)
   if foreign then
     return foreign
   end

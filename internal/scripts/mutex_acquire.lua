@@ -59,7 +59,8 @@
 -- finds the lock its own lets it go rather than report it granted to
 -- nobody.
 
-local wrong = rights_refused(LOCK) or (INFO ~= '' and foreign_holder_info(HOLDER))
+-- rights_refused's first test, without a call where the rights are known.
+local wrong = ARGV[#ARGV] ~= RIGHTS_KNOWN and rights_refused(LOCK) or (INFO ~= '' and foreign_holder_info(HOLDER))
 if wrong then
   return wrong
 end
@@ -78,7 +79,7 @@ if not holder then
   if void then
     return {-1, 0}
   end
-  local _, foreign = call_on(LOCK, 'SET', LOCK, OWNER, 'NX', 'GET', 'PX', HOLD_TTL)
+  local _, foreign = text_call_on(LOCK, 'SET', LOCK, OWNER, 'NX', 'GET', 'PX', HOLD_TTL)
   if foreign then
     return foreign
   end

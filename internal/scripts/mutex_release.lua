@@ -42,7 +42,7 @@ local holder, wrong
 if TOKEN then
   holder = read_lock(LOCK, FENCE)
 else
-  holder, wrong = call_on(LOCK, 'GET', LOCK)
+  holder, wrong = text_call_on(LOCK, 'GET', LOCK)
   if wrong then
     return wrong
   end
@@ -58,7 +58,7 @@ if holder == OWNER then
 end
 if not holder and TOKEN then
   -- MGET reads a key of another type as missing: GET tells it.
-  local _, foreign = call_on(LOCK, 'GET', LOCK)
+  local _, foreign = text_call_on(LOCK, 'GET', LOCK)
   if foreign then
     return foreign
   end

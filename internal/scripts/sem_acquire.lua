@@ -42,7 +42,8 @@
 -- does neither.
 
 local owner = OWNER
-local wrong = rights_refused(FENCE)
+-- rights_refused's first test, without a call where the rights are known.
+local wrong = ARGV[#ARGV] ~= RIGHTS_KNOWN and rights_refused(FENCE)
 if wrong then
   return wrong
 end
@@ -106,7 +107,7 @@ for _, ttl in ipairs({waiters_ttl, holders_ttl, tokens_ttl}) do
 end
 if present > found then
   if not stored then
-    stored, wrong = call_on(PERMITS, 'GET', PERMITS)
+    stored, wrong = text_call_on(PERMITS, 'GET', PERMITS)
     if wrong then
       return wrong
     end
@@ -133,7 +134,7 @@ local now = server_now()
 local token
 if tokens_ttl >= 0 then
   local wrong_tokens
-  token, wrong_tokens = call_on(TOKENS, 'HGET', TOKENS, owner)
+  token, wrong_tokens = text_call_on(TOKENS, 'HGET', TOKENS, owner)
   if wrong_tokens then
     return wrong_tokens
   end
@@ -143,7 +144,7 @@ end
 -- probes the waiters before they are given back.
 local held = 0
 if holders_ttl >= 0 then
-  local dead, wrong_holders = call_on(HOLDERS, 'ZRANGEBYSCORE', HOLDERS, '-inf', now)
+  local dead, wrong_holders = text_call_on(HOLDERS, 'ZRANGEBYSCORE', HOLDERS, '-inf', now)
   if wrong_holders then
     return wrong_holders
   end
