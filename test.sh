@@ -86,13 +86,14 @@ step vet go vet ./... || verdict
 # the tests marked parallel wait, not compute; two cores would run two.
 step root go test -race -count=1 -parallel 8 -timeout 8m ./... &
 lane1=$!
-# Lane 2: the fault-injection suite, a module of its own (Toxiproxy stays
-# out of dlock's go.mod) behind the faults tag (the soak: faults/doc.go);
+# Lane 2: the fault-injection suite, a module of its own (Toxiproxy and
+# porcupine stay out of dlock's go.mod) behind the faults tag (the soak:
+# faults/doc.go), with its linearizability checker, faults/linear;
 # then the oldest Go, allocation counts (which the race detector changes),
 # the OpenTelemetry observer's module, and one short round of the peer
 # benchmark's module, so a broken harness shows here.
 (
-	step faults bash -c 'cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip "TestExplore$" .'
+	step faults bash -c 'cd faults && go vet -tags faults ./... && go test -tags faults -race -count=1 -timeout 6m -skip "TestExplore$" ./...'
 	step oldest-go oldest_go
 	step allocs go test -count=1 -timeout 2m -run 'Allocate' .
 	step dlockotel bash -c 'cd dlockotel && go vet ./... && go test -count=1 -timeout 3m ./...'

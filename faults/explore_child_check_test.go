@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // newTestChild is a child with no process: its lines are fed by hand.

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // The child fault: a client in a process of its own, killed for real.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // TestExplore_CrashesKeepTheCISchedules: crashes and slot migrations come

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // TestLinearCheck_AHoldInDoubtEndsWithinATTLOfItsCall: a Semaphore's Lock

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // TestLinearCheck_ARefusalWhileAWaiterHeldAGrantItGaveBack: client 0's

@@ -14,8 +14,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/faults/linear"
 	"github.com/dlockio/dlock/internal/family"
-	"github.com/dlockio/dlock/internal/linear"
 )
 
 // The porcupine checker: every call a run makes (acquire, Extend, Unlock)

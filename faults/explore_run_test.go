@@ -19,9 +19,9 @@ import (
 
 	"github.com/dlockio/dlock"
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/faults/linear"
 	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/family"
-	"github.com/dlockio/dlock/internal/linear"
 	"github.com/dlockio/dlock/internal/redistest"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"

@@ -52,6 +52,10 @@ type row struct {
 	Note          string
 }
 
+// shared owns the servers that live for the whole test binary
+// (linear_test.go's backends).
+var shared = redistest.NewShared()
+
 var results struct {
 	sync.Mutex
 	rows []row
@@ -84,6 +88,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
+	shared.Close()
 	if *reportPath != "" {
 		if err := writeReport(*reportPath); err != nil {
 			fmt.Fprintln(os.Stderr, err)

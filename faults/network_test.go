@@ -13,7 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // (1) Baseline: many separate clients on one lock, no faults. Pass: no

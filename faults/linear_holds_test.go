@@ -1,4 +1,6 @@
-package dlock_test
+//go:build faults
+
+package faults
 
 import (
 	"context"
@@ -9,7 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
 )
 
 // Histories of the lock types that count holds, checked against their
@@ -20,17 +22,17 @@ func acquireRecorded(ctx context.Context, h *linear.History, client int, input a
 	done := h.Call(client, input)
 	lease, err := acquire(ctx)
 	if err != nil {
-		done(outcome(err, 0))
+		done(resultOf(err, 0))
 		return nil
 	}
-	done(outcome(nil, lease.Token()))
+	done(resultOf(nil, lease.Token()))
 	return lease
 }
 
 // releaseRecorded unlocks lease and records it as input.
 func releaseRecorded(ctx context.Context, h *linear.History, client int, input any, lease *dlock.Lease) {
 	done := h.Call(client, input)
-	done(outcome(lease.Unlock(ctx), 0))
+	done(resultOf(lease.Unlock(ctx), 0))
 }
 
 // holdOnce records one try and, if it acquired, the release (twice when

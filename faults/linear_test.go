@@ -1,9 +1,12 @@
-package dlock_test
+//go:build faults
+
+package faults
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,11 +15,88 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock"
-	"github.com/dlockio/dlock/internal/linear"
+	"github.com/dlockio/dlock/faults/linear"
+	"github.com/dlockio/dlock/internal/redistest"
 )
 
-// outcome is how the models read an error: refused, or of unknown effect.
-func outcome(err error, token uint64) linear.Result {
+// Histories of dlock's locks, run on a standalone server and on a cluster,
+// checked against the models of package linear; and the checker's own
+// proof that it flags locks written wrongly.
+
+// backend makes go-redis clients of one kind of deployment; each call is a
+// separate client with its own connections, as separate processes would be.
+// The servers are shared by the tests of this file and the next, and run
+// without dlock's ACL user, as these tests inject no faults.
+type backend struct {
+	name     string
+	newRedis func(t testing.TB) redis.UniversalClient
+}
+
+var (
+	standaloneOnce sync.Once
+	standalone     *redistest.Server
+	clusterOnce    sync.Once
+	cluster        *redistest.Cluster
+)
+
+var backends = []backend{
+	{"standalone", func(t testing.TB) redis.UniversalClient {
+		standaloneOnce.Do(func() { standalone = redistest.Start(shared) })
+		rdb := redis.NewClient(&redis.Options{Addr: standalone.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}},
+	{"cluster", func(t testing.TB) redis.UniversalClient {
+		clusterOnce.Do(func() { cluster = redistest.StartCluster(shared) })
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}},
+}
+
+// forEachBackend runs f on a standalone server and on a 3-master cluster.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// runWorkers runs body for workers goroutines at once and fails the test
+// with the errors they return. Each gets a context that fails its wait
+// instead of hanging should the locks under test deadlock.
+func runWorkers(t *testing.T, workers int, body func(ctx context.Context, worker int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for worker := range workers {
+		wg.Go(func() {
+			if err := body(ctxFor(t, 2*time.Minute), worker); err != nil {
+				errs <- fmt.Errorf("worker %d: %w", worker, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds, failing the test when ctx ends:
+// here, a key's expiry, which only asking Redis shows.
+func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not happen", what)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// resultOf is how the models read an error: refused, or of unknown effect.
+func resultOf(err error, token uint64) linear.Result {
 	switch {
 	case err == nil:
 		return linear.Result{OK: true, Token: token}
@@ -45,13 +125,13 @@ type mutexRecorder struct {
 func (r *mutexRecorder) try(ctx context.Context, client int, owner string, m recordedMutex) bool {
 	done := r.h.Call(client, linear.MutexOp{Op: linear.Acquire, Owner: owner, TTL: r.ttl})
 	token, err := m.tryLock(ctx)
-	done(outcome(err, token))
+	done(resultOf(err, token))
 	return err == nil
 }
 
 func (r *mutexRecorder) unlock(ctx context.Context, client int, owner string, m recordedMutex) {
 	done := r.h.Call(client, linear.MutexOp{Op: linear.Release, Owner: owner})
-	done(outcome(m.unlock(ctx), 0))
+	done(resultOf(m.unlock(ctx), 0))
 }
 
 func (r *mutexRecorder) extend(ctx context.Context, client int, owner string, m recordedMutex) {
@@ -60,7 +140,7 @@ func (r *mutexRecorder) extend(ctx context.Context, client int, owner string, m 
 	if errors.Is(err, dlock.ErrNotHeld) {
 		r.lateExtends.Add(1)
 	}
-	done(outcome(err, 0))
+	done(resultOf(err, 0))
 }
 
 func (r *mutexRecorder) check(t *testing.T, want porcupine.CheckResult) {

@@ -1,7 +1,8 @@
 // Package linear checks recorded histories of lock operations for
 // linearizability with porcupine: the specifications the locks must meet
-// (one model per lock type), and a recorder. Kept apart from package check
-// so that what imports that (the bench module) does not need porcupine.
+// (one model per lock type), and a recorder. It is a test oracle, so it
+// lives in the faults module: porcupine stays out of dlock's go.mod, and
+// out of the module graph of everyone who requires dlock.
 package linear
 
 import (
