@@ -34,7 +34,8 @@ if holder ~= OWNER then
   end
   return nothing_released(RELEASE_MARK)
 end
-local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
+-- taken_since's first test, without a call: the counter read with the lock.
+local retaken = counter_reads[FENCE] ~= TOKEN and taken_since(FENCE, TOKEN, RELEASE_MARK)
 if not hand_over(PUBLISH, WITH_INFO ~= '0') then
   redis.call('DEL', LOCK)
 end

@@ -34,7 +34,9 @@
 -- Safe to send twice: the second finds the key gone or another owner's, and
 -- touches nothing; it finds the first one's mark, and reports the release.
 
-void_call(TOMBSTONE, VOID_TTL)
+if TOMBSTONE then -- a call given up; most releases name none: no call
+  void_call(TOMBSTONE, VOID_TTL)
+end
 -- The counter, for taken_since, is read with the lock; a Redlock's release
 -- gives no token, and reads the lock alone (a reply of one value costs
 -- less), as a GET tells one of another type at once.
@@ -48,7 +50,8 @@ else
   end
 end
 if holder == OWNER then
-  local retaken = taken_since(FENCE, TOKEN, RELEASE_MARK)
+  -- taken_since's first test, without a call: the counter read with the lock.
+  local retaken = counter_reads[FENCE] ~= TOKEN and taken_since(FENCE, TOKEN, RELEASE_MARK)
   hand_next(LOCK, FENCE, WAITERS, CHANNEL, PUBLISH, HOLDER, WITH_INFO ~= '0')
   if retaken then
     return 0
