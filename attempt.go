@@ -79,7 +79,7 @@ func (a *call) rewatch() (channel string, moved bool) {
 }
 
 // command builds an attempt's command: keys around the call's tombstone,
-// args (its type's ARGV, starting with a.shared's), and the rights flag
+// args (its type's ARGV, a.shared's among them), and the rights flag
 // (rights.go). An attempt that registers always checks rights: a
 // registration refused part-way could leave a set of waiters without TTL.
 func command[A scripts.Args](a *call, entry string, args A) []any {

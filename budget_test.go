@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -405,5 +407,70 @@ func TestCommandBudget_MutexExtend(t *testing.T) {
 	extend() // scripts loaded
 	if n := commandsOf(t, ctx, []*redistest.Server{srv}, extend); n != budget {
 		t.Fatalf("an Extend ran %d Redis commands; its budget is %d", n, budget)
+	}
+}
+
+// An uncontended Lock's first try sends its acquire's ARGV up to HOLD_TTL,
+// those of its type always sent, and the rights flag: no empty field after
+// them (scripts.Acquire); an RWMutex, its refusal's retry hint too. A fifth
+// ARGV makes Redis grow the ARGV table, at about 1,500 instructions.
+func TestCommandBudget_FirstTryARGV(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var mu sync.Mutex
+	argvs := map[*redis.Script]int{} // ARGV of each acquire's last FCALL
+	rdb.AddHook(argvHook(func(args []any) {
+		if s := scripts.Of(fmt.Sprint(args[1])); s != nil && fmt.Sprint(args[0]) == "fcall" {
+			n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+			mu.Lock()
+			argvs[s] = len(args) - 3 - n
+			mu.Unlock()
+		}
+	}))
+	c := newClient(t, rdb)
+	e := c.Election("argv")
+	for _, typ := range []struct {
+		name   string
+		script *redis.Script
+		argv   int
+		lock   func(context.Context) (*dlock.Lease, error)
+	}{
+		{"Mutex", scripts.MutexAcquire, 3, c.Mutex("argv").Lock},
+		{"FairMutex", scripts.FairAcquire, 4, c.FairMutex("argv").Lock},
+		{"RWMutex read", scripts.RWAcquire, 6, c.RWMutex("argv").RLock},
+		{"RWMutex write", scripts.RWAcquire, 6, c.RWMutex("argv").Lock},
+		{"ReentrantMutex", scripts.RWAcquire, 6, c.ReentrantMutex("argv").Lock},
+		{"Semaphore", scripts.SemAcquire, 4, c.Semaphore("argv", 4).Acquire},
+		{"MultiLock of 3", scripts.MultiAcquire, 4, c.MultiLock([]string{"argv:a", "argv:b", "argv:c"}).Lock},
+		{"Election", scripts.ElectionAcquire, 5, func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, "me") }},
+	} {
+		lockUnlock(t, ctx, typ.lock)
+		mu.Lock()
+		got := argvs[typ.script]
+		mu.Unlock()
+		if got != typ.argv {
+			t.Errorf("%s: its first try sent %d ARGV; want %d", typ.name, got, typ.argv)
+		}
+	}
+}
+
+// argvHook calls seen with each command's arguments before it is sent.
+type argvHook func(args []any)
+
+func (h argvHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h argvHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h(cmd.Args())
+		return next(ctx, cmd)
+	}
+}
+func (h argvHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h(cmd.Args())
+		}
+		return next(ctx, cmds)
 	}
 }

@@ -48,9 +48,9 @@ func queueRaw(t testing.TB, ctx context.Context, rdb redis.UniversalClient, name
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		publish = "SPUBLISH"
 	}
-	res, err := scripts.AcquireReply(scripts.FairAcquire.Run(ctx, rdb, keys, scripts.FairAcquireArgs{
-		Acquire: scripts.Acquire{Owner: owner, TTL: time.Minute.Milliseconds(), Waiter: waiterID, WaiterTTL: lease.Milliseconds()},
-		Publish: publish, Info: ""}.Append(nil)...))
+	args := scripts.FairAcquireArgs{Publish: publish, Info: "",
+		Acquire: scripts.Acquire{Owner: owner, TTL: time.Minute.Milliseconds(), Waiter: waiterID, WaiterTTL: lease.Milliseconds()}}
+	res, err := scripts.AcquireReply(scripts.FairAcquire.Run(ctx, rdb, keys, append(args.Append(nil), "")...)) // "": the rights checked
 	if err != nil || res[0] != 0 {
 		t.Fatalf("queueing a waiter by hand: %v, %v; want it refused and queued", res, err)
 	}

@@ -13,15 +13,19 @@ import (
 // The ARGV of each script are the fields of one of the structs below, in
 // their order: Go builds a script's ARGV with Append, and the script starts
 // with a Lua local per field, named by its tag (see argLocals), so neither
-// side counts positions. An acquire's fields are always sent: its rights
-// flag (RightsKnown) follows them, as its last ARGV. Other scripts are not
-// sent the nil fields that end theirs, and read them as nil.
+// side counts positions. Scripts are not sent the nil fields that end
+// their ARGV, and read them as nil; an acquire's are as Acquire says.
 // Values are boxed by the caller, which keeps those it sends often.
 
 // Args is what every struct below is: Append appends its ARGV to argv.
 type Args interface{ Append(argv []any) []any }
 
-// Acquire is the ARGV every acquire script starts with.
+// Acquire is the ARGV every acquire script takes, after its type's fields
+// that are always sent and before its others. The fields after HOLD_TTL
+// that end an acquire's ARGV empty ("" or nil) are not sent, and the
+// script reads them as empty strings: Redis grows the ARGV table at its
+// 5th element (about 1,500 instructions). An acquire's rights flag
+// (RightsKnown) follows them, as its last ARGV.
 type Acquire struct {
 	Owner     any `lua:"OWNER"`      // the call's owner token (a read-write hold's member)
 	TTL       any `lua:"HOLD_TTL"`   // in milliseconds
@@ -29,7 +33,27 @@ type Acquire struct {
 	WaiterTTL any `lua:"WAITER_TTL"` // how long a registration lasts, in milliseconds
 }
 
-func (a Acquire) Append(argv []any) []any { return append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL) }
+// waiting is a, its WAITER_TTL empty where it registers nothing: only an
+// RWMutex's refusal reads it then (its retry hint).
+func (a Acquire) waiting() Acquire {
+	if empty(a.Waiter) {
+		a.WaiterTTL = ""
+	}
+	return a
+}
+
+// appendAcquire appends a's fields, then more (its type's others), without
+// the empty ones that end them.
+func appendAcquire(argv []any, a Acquire, more ...any) []any {
+	floor := len(argv) + 2 // OWNER and HOLD_TTL are always sent
+	argv = append(append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL), more...)
+	for len(argv) > floor && empty(argv[len(argv)-1]) {
+		argv = argv[:len(argv)-1]
+	}
+	return argv
+}
+
+func empty(v any) bool { return v == nil || v == "" }
 
 // AcquireReply reads an acquire script's reply as the array its header
 // gives ({1, token}: acquired; {0, ms}: refused; ...). A grant of one
@@ -58,51 +82,55 @@ type MutexAcquireArgs struct {
 }
 
 func (a MutexAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Previous, a.Info)
+	return appendAcquire(argv, a.Acquire.waiting(), a.Previous, a.Info)
 }
 
 // FairAcquireArgs are fair_acquire.lua's.
 type FairAcquireArgs struct {
-	Acquire
 	Publish any `lua:"PUBLISH"`
-	Info    any `lua:"INFO"`
+	Acquire
+	Info any `lua:"INFO"`
 }
 
 func (a FairAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Publish, a.Info)
+	return appendAcquire(append(argv, a.Publish), a.Acquire.waiting(), a.Info)
 }
 
 // RWAcquireArgs are rw_acquire.lua's.
 type RWAcquireArgs struct {
-	Acquire
-	Info    any `lua:"INFO"`
 	TakenBy any `lua:"TAKEN_BY"` // the type taking a write hold
+	Acquire
+	Info any `lua:"INFO"`
 }
 
 func (a RWAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Info, a.TakenBy)
+	return appendAcquire(append(argv, a.TakenBy), a.Acquire, a.Info)
 }
 
 // MultiAcquireArgs are multi_acquire.lua's.
 type MultiAcquireArgs struct {
-	Acquire
-	Watch   any `lua:"WATCH"` // the lock (1-based) whose channel the waiter listens on
 	Publish any `lua:"PUBLISH"`
+	Acquire
+	Watch any `lua:"WATCH"` // the lock (1-based) whose channel the waiter listens on
 }
 
 func (a MultiAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Watch, a.Publish)
+	watch := a.Watch
+	if empty(a.Waiter) {
+		watch = "" // a waiter's
+	}
+	return appendAcquire(append(argv, a.Publish), a.Acquire.waiting(), watch)
 }
 
 // ElectionAcquireArgs are election_acquire.lua's.
 type ElectionAcquireArgs struct {
-	Acquire
 	Value   any `lua:"VALUE"`
 	Publish any `lua:"PUBLISH"`
+	Acquire
 }
 
 func (a ElectionAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Value, a.Publish)
+	return appendAcquire(append(argv, a.Value, a.Publish), a.Acquire.waiting())
 }
 
 // ExtendArgs are every extend script's; those of a type without holder
@@ -227,9 +255,13 @@ func argLocals(args any) string {
 	t := reflect.TypeOf(args)
 	argv := make([]string, len(names))
 	for i := range names {
-		argv[i] = "ARGV[" + strconv.Itoa(i+1) + "]"
+		k := strconv.Itoa(i + 1)
+		argv[i] = "ARGV[" + k + "]"
+		if i >= unsentFrom(t) { // the rights flag is the last: ARGV[k] is sent when before it
+			argv[i] = "(" + k + " < #ARGV and ARGV[" + k + "] or '')"
+		}
 		if i == len(names)-1 && t.Field(t.NumField()-1).Type.Kind() == reflect.Slice {
-			argv[i] = strconv.Itoa(i + 1) // a list's first index
+			argv[i] = k // a list's first index
 		}
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(argv, ", ") + "\n"
@@ -248,9 +280,23 @@ func Arg(cmd []any, lua string) any {
 	if script == nil || err != nil || argsOf[script] == nil {
 		return nil
 	}
-	i := slices.Index(argNames(reflect.TypeOf(argsOf[script])), lua)
-	if i < 0 || len(cmd) <= 3+n+i {
+	t := reflect.TypeOf(argsOf[script])
+	i, end := slices.Index(argNames(t), lua), len(cmd)
+	if i >= unsentFrom(t) {
+		end-- // the rights flag
+	}
+	if i < 0 || end <= 3+n+i {
 		return nil
 	}
 	return cmd[3+n+i]
+}
+
+// unsentFrom is the index of an acquire's first ARGV that may not be sent
+// (see Acquire); for other scripts', the number of their ARGV.
+func unsentFrom(t reflect.Type) int {
+	names := argNames(t)
+	if f, ok := t.FieldByName("Acquire"); ok && f.Anonymous {
+		return slices.Index(names, "HOLD_TTL") + 1
+	}
+	return len(names)
 }

@@ -73,8 +73,21 @@ func TestArgs_AppendInTheOrderOfTheirLocals(t *testing.T) {
 	if got := (ExtendArgs{Owner: "o", TTL: 1}).Append(nil); !slices.Equal(got, []any{"o", 1}) {
 		t.Errorf("sent %q; want the fields before the last nil ones", got)
 	}
-	if got := (RWAcquireArgs{}).Append(nil); len(got) != 6 {
-		t.Errorf("sent %q; want an acquire's 6 ARGV, nil or not", got)
+	// An acquire sends its fields up to HOLD_TTL, empty or not; then those
+	// before the last not empty; WAITER_TTL and WATCH only with WAITER, but
+	// an RWMutex's WAITER_TTL.
+	for _, c := range []struct {
+		args Args
+		want []any
+	}{
+		{RWAcquireArgs{Acquire: Acquire{Owner: "o", TTL: 1, WaiterTTL: 2}}, []any{nil, "o", 1, nil, 2}}, // its refusal's retry hint
+		{MultiAcquireArgs{Publish: "P", Acquire: Acquire{Owner: "o", TTL: 1, WaiterTTL: 2}, Watch: 3}, []any{"P", "o", 1}},
+		{MultiAcquireArgs{Publish: "P", Acquire: Acquire{Owner: "o", TTL: 1, Waiter: "w", WaiterTTL: 2}, Watch: 3}, []any{"P", "o", 1, "w", 2, 3}},
+		{MutexAcquireArgs{Acquire: Acquire{Owner: "o", TTL: 1, WaiterTTL: 2}, Info: "i"}, []any{"o", 1, nil, "", nil, "i"}},
+	} {
+		if got := c.args.Append(nil); !slices.Equal(got, c.want) {
+			t.Errorf("%#v sent %q; want %q", c.args, got, c.want)
+		}
 	}
 }
 

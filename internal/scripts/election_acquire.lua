@@ -14,13 +14,13 @@
 --          the other Election scripts): 'term:value' is published there on
 --          every change
 -- ARGV     in the order of ElectionAcquireArgs (args.go), by these names:
+-- VALUE    the candidate's value
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- OWNER    owner token of the campaign; every attempt of it sends the same
 -- HOLD_TTL TTL in milliseconds
 -- WAITER   waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
 -- WAITER_TTL how long a registration lasts, in milliseconds
--- VALUE    the candidate's value
--- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns term       elected
 --         {0, pttl}  another leads, for pttl more ms unless renewed

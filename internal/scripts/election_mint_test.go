@@ -36,7 +36,7 @@ func TestElectionAcquire_MintsTheTermByTheCountersRule(t *testing.T) {
 		}{
 			{"Mutex", fenceKey, lockKey, func() []int64 { return acquire(t, ctx, rdb, tok("a")) }},
 			{"Election", efence, elock, func() []int64 {
-				return run(t, ctx, rdb, ElectionAcquire, []string{elock, efence, evoid, ewaiters, eleader}, tok("a"), 10000, "", 3000, "me", "PUBLISH")
+				return run(t, ctx, rdb, ElectionAcquire, []string{elock, efence, evoid, ewaiters, eleader}, argvOf(ElectionAcquireArgs{Value: "me", Publish: "PUBLISH", Acquire: acq(tok("a"), 10000, "")}, "")...)
 			}},
 		} {
 			rdb.Del(ctx, typ.lock, typ.fence, eleader)
@@ -98,7 +98,7 @@ func TestElectionAcquire_BesideALeftRecordTheCounterIsJudgedAlike(t *testing.T) 
 		c.stored()
 		before := dump(t, ctx, rdb, keys)
 		since := time.Now().Add(-time.Minute).UnixMicro()
-		res, err := AcquireReply(ElectionAcquire.Run(ctx, rdb, keys, tok("a"), 10000, "", 3000, "me", "PUBLISH"))
+		res, err := AcquireReply(ElectionAcquire.Run(ctx, rdb, keys, argvOf(ElectionAcquireArgs{Value: "me", Publish: "PUBLISH", Acquire: acq(tok("a"), 10000, "")}, "")...))
 		if c.last < 0 {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%q: %v, %v; want %q", c.err, res, err, c.err)

@@ -3,13 +3,13 @@
 --
 -- KEYS     FairLayout (layout.go), then TOMBSTONE: as in fair_lib.lua
 -- ARGV     in the order of FairAcquireArgs (args.go), by these names:
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- OWNER    owner token of this Lock call (the same for all its attempts: the
 --          lock may be handed to it while it waits)
 -- HOLD_TTL TTL in milliseconds
 -- WAITER   waiter id to queue under when refused; '' for an attempt that
 --          will not wait (TryLock, a first try before subscribing)
 -- WAITER_TTL how long a registration lasts, in milliseconds
--- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- INFO     this call's holder info (JSON), stored with the hold; '' none.
 --          WAITER ends with it too, so that a hand-over stores it.
 --

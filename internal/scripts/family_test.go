@@ -25,6 +25,16 @@ func with(keys []string, owner string) []string {
 	return append(keys[:len(keys):len(keys)], "t:{m}:void:"+owner)
 }
 
+// argvOf is args' ARGV followed by an acquire's rights flag, as a Client
+// sends them ("": the rights checked).
+func argvOf(args Args, rights string) []any { return append(args.Append(nil), rights) }
+
+// acq is owner's attempt at a hold of ttl ms, registering waiter ("":
+// none) for 3 s when refused.
+func acq(owner string, ttl int, waiter string) Acquire {
+	return Acquire{Owner: owner, TTL: ttl, Waiter: waiter, WaiterTTL: 3000}
+}
+
 func run(t *testing.T, ctx context.Context, rdb *redis.Client, s *redis.Script, keys []string, args ...any) []int64 {
 	t.Helper()
 	res, err := AcquireReply(s.Run(ctx, rdb, keys, args...))
@@ -52,7 +62,7 @@ const (
 
 func fairTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string) []int64 {
 	t.Helper()
-	return run(t, ctx, rdb, FairAcquire, with(fairKeys, owner), owner, 10000, waiter, 3000, "PUBLISH")
+	return run(t, ctx, rdb, FairAcquire, with(fairKeys, owner), argvOf(FairAcquireArgs{Publish: "PUBLISH", Acquire: acq(owner, 10000, waiter)}, "")...)
 }
 
 // A waiter queued with its client's tag is told its token and how long the
@@ -128,7 +138,7 @@ func TestFairAcquire_ArrivingAfterItsAbandonIsRefused(t *testing.T) {
 
 func semTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner string, permits int) []int64 {
 	t.Helper()
-	return run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, owner), owner, 10000, "", 3000, permits)
+	return run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, owner), argvOf(SemAcquireArgs{Permits: permits, Acquire: acq(owner, 10000, "")}, "")...)
 }
 
 func TestSemAcquire_ResentAcquireCountsOnce(t *testing.T) {
@@ -153,7 +163,7 @@ func TestSemAcquire_CopyOfARefusalArrivingOnceGrantedCountsOnce(t *testing.T) {
 	semTry(t, ctx, rdb, tok("a"), 2)
 	semTry(t, ctx, rdb, tok("b"), 2)
 	try := func() []int64 {
-		return run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("c")), tok("c"), 10000, "waiter", 3000, 2)
+		return run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("c")), argvOf(SemAcquireArgs{Permits: 2, Acquire: acq(tok("c"), 10000, "waiter")}, "")...)
 	}
 	expectRefused(t, try(), "a third of two")
 	runInt(t, ctx, rdb, SemRelease, semKeys[:5], tok("a"), "PUBLISH")
@@ -217,7 +227,7 @@ var multiKeys = []string{ // key by key (see partLocals)
 
 func multiTry(t *testing.T, ctx context.Context, rdb *redis.Client, owner, waiter string, watch int) []int64 {
 	t.Helper()
-	return run(t, ctx, rdb, MultiAcquire, with(multiKeys, owner), owner, 10000, waiter, 3000, watch, "PUBLISH")
+	return run(t, ctx, rdb, MultiAcquire, with(multiKeys, owner), argvOf(MultiAcquireArgs{Publish: "PUBLISH", Acquire: acq(owner, 10000, waiter), Watch: watch}, "")...)
 }
 
 func TestMultiAcquire_ResentAcquireCountsOnce(t *testing.T) {
@@ -343,7 +353,7 @@ func TestMultiAcquire_ResendWithAForeignValueWhereALockWasLeavesItUntouched(t *t
 	ctx, rdb := setup(t)
 	expectGranted(t, multiTry(t, ctx, rdb, tok("a"), "", 1), "the group")
 	rdb.Set(ctx, "t:{n}", "user data", 0)
-	_, err := AcquireReply(MultiAcquire.Run(ctx, rdb, with(multiKeys, tok("a")), tok("a"), 10000, "", 3000, 1, "PUBLISH"))
+	_, err := AcquireReply(MultiAcquire.Run(ctx, rdb, with(multiKeys, tok("a")), argvOf(MultiAcquireArgs{Publish: "PUBLISH", Acquire: acq(tok("a"), 10000, ""), Watch: 1}, "")...))
 	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("resend with a foreign value at lock 2: %v, want WRONGTYPE", err)
 	}
@@ -372,7 +382,7 @@ func TestFairAcquire_QueueingIntoForeignRegistrationsTakesItsEntryBack(t *testin
 	ctx, rdb := setup(t)
 	fairTry(t, ctx, rdb, fairA, "")
 	rdb.Set(ctx, "t:{m}:waiters", "their-data", time.Hour)
-	if _, err := FairAcquire.Run(ctx, rdb, with(fairKeys, fairB), fairB, 10000, "wb", 3000, "PUBLISH").Result(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+	if _, err := FairAcquire.Run(ctx, rdb, with(fairKeys, fairB), argvOf(FairAcquireArgs{Publish: "PUBLISH", Acquire: acq(fairB, 10000, "wb")}, "")...).Result(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatalf("queueing: %v; want WRONGTYPE", err)
 	}
 	if n := rdb.Exists(ctx, "t:{m}:queue").Val(); n != 0 {
@@ -393,7 +403,7 @@ func TestFairAcquire_FindingItsOwnHoldBesideAForeignCounterChangesNothing(t *tes
 		expectGranted(t, fairTry(t, ctx, rdb, fairA, ""), "first attempt")
 		rdb.PExpire(ctx, lockKey, 2*time.Second) // most of the hold has gone by
 		rdb.Set(ctx, fenceKey, "their-data", 0)
-		_, err := FairAcquire.Run(ctx, rdb, with(fairKeys, fairA), fairA, 10000, waiter, 3000, "PUBLISH").Result()
+		_, err := FairAcquire.Run(ctx, rdb, with(fairKeys, fairA), argvOf(FairAcquireArgs{Publish: "PUBLISH", Acquire: acq(fairA, 10000, waiter)}, "")...).Result()
 		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), fenceKey) {
 			t.Errorf("waiter %q: the attempt again: %v; want WRONGTYPE naming the counter", waiter, err)
 		}
@@ -425,7 +435,7 @@ func TestSemAcquire_ATombstoneOfAnotherTypeRefusesALateCopyBesideTheNumber(t *te
 		if err := rdb.HSet(ctx, "t:{m}:void:"+tok("b"), "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("b")), tok("b"), 10000, waiter, 3000, permits))
+		got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("b")), argvOf(SemAcquireArgs{Permits: permits, Acquire: acq(tok("b"), 10000, waiter)}, "")...))
 		if err == nil && (len(got) != 2 || got[0] != -1) {
 			t.Errorf("waiter %q: a late copy beside a tombstone of another type: %v, want [-1 0] (or WRONGTYPE)", waiter, got)
 		}
@@ -451,7 +461,7 @@ func TestSemAcquire_ARefusalBesideForeignWaitersWritesNothing(t *testing.T) {
 	if err := rdb.Set(ctx, waitersKey, "their-data", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("b")), tok("b"), 10000, "", 3000, 1))
+	got, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("b")), argvOf(SemAcquireArgs{Permits: 1, Acquire: acq(tok("b"), 10000, "")}, "")...))
 	if n := rdb.Exists(ctx, "t:{m}:permits").Val(); n != 0 {
 		t.Errorf("the acquire (%v, %v) beside a foreign waiters' key wrote the number of permits", got, err)
 	}

@@ -43,7 +43,7 @@ func TestMutexRelease_HandsTheWaitersHolderInfoOver(t *testing.T) {
 	ctx, rdb := setup(t)
 	holder := lockKey + ":holder"
 	res, err := AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + tok("a"), waitersKey, holder},
-		tok("a"), 10000, "", 3000, "", `{"user":"a"}`))
+		argvOf(MutexAcquireArgs{Acquire: acq(tok("a"), 10000, ""), Info: `{"user":"a"}`}, "")...))
 	if err != nil || res[0] != 1 {
 		t.Fatalf("acquire: %v, %v", res, err)
 	}
@@ -52,7 +52,7 @@ func TestMutexRelease_HandsTheWaitersHolderInfoOver(t *testing.T) {
 	}
 	entry := registration("0b", 1, tok("b")) + `{"user":"b"}`
 	res, err = AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + tok("b"), waitersKey, holder},
-		tok("b"), 10000, entry, 3000, "", `{"user":"b"}`))
+		argvOf(MutexAcquireArgs{Acquire: acq(tok("b"), 10000, entry), Info: `{"user":"b"}`}, "")...))
 	if err != nil || res[0] != 0 {
 		t.Fatalf("waiter: %v, %v", res, err)
 	}

@@ -2,9 +2,6 @@ package scripts
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -51,19 +48,19 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 		}},
 		{"FairMutex", func(run send) {
 			keys := []string{lockKey, fenceKey, "t:{m}:queue", waitersKey, channel, "t:{m}:holder"}
-			got := granted(run(FairAcquire, with(keys, fairA), fairA, 30000, "", 3000, "PUBLISH", ""))
+			got := granted(run(FairAcquire, with(keys, fairA), argvOf(FairAcquireArgs{Publish: "PUBLISH", Acquire: acq(fairA, 30000, "")}, "")...))
 			run(FairRelease, append(keys, mark), fairA, "PUBLISH", got[1], "0")
 		}},
 		{"Semaphore", func(run send) {
-			got := granted(run(SemAcquire, with(semAcquireKeys, tok("a")), tok("a"), 30000, "", 3000, 4, ""))
+			got := granted(run(SemAcquire, with(semAcquireKeys, tok("a")), argvOf(SemAcquireArgs{Permits: 4, Acquire: acq(tok("a"), 30000, "")}, "")...))
 			run(SemRelease, append(semKeys[:5:5], mark), tok("a"), "PUBLISH", got[1])
 		}},
 		{"MultiLock of 3", func(run send) {
-			got := granted(run(MultiAcquire, with(multi, tok("a")), tok("a"), 30000, "", 3000, 1, "PUBLISH"))
+			got := granted(run(MultiAcquire, with(multi, tok("a")), argvOf(MultiAcquireArgs{Publish: "PUBLISH", Acquire: acq(tok("a"), 30000, ""), Watch: 1}, "")...))
 			run(MultiRelease, append(multi[:12:12], mark), tok("a"), "PUBLISH", got[1], got[2], got[3])
 		}},
 		{"Election", func(run send) {
-			got := granted(run(ElectionAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:leader"}, tok("a"), 30000, "", 3000, "me", "PUBLISH"))
+			got := granted(run(ElectionAcquire, []string{lockKey, fenceKey, void, waitersKey, "t:{m}:leader"}, argvOf(ElectionAcquireArgs{Value: "me", Publish: "PUBLISH", Acquire: acq(tok("a"), 30000, "")}, "")...))
 			run(ElectionRelease, []string{lockKey, waitersKey, "t:{m}:leader", mark}, tok("a"), "PUBLISH", got[1])
 		}},
 	}
@@ -108,96 +105,5 @@ func BenchmarkLibrary_ServerTimePerCall(b *testing.B) {
 				b.ReportMetric(usec, "server-µs/"+cmd)
 			}
 		})
-	}
-}
-
-// The server's time per uncontended lock+unlock of an RWMutex (read and
-// write; a write as the README's ACL user) and a ReentrantMutex, each an
-// acquire and a release by FCALL, the rights known: server-µs/pair (INFO
-// commandstats, read around each pair). With
-// DLOCK_BENCH_BEFORE naming a file an earlier dlock wrote (run this
-// benchmark there with DLOCK_BENCH_DUMP), its library's scripts run in
-// turn with these, on the same server: server-µs/pair-before.
-//
-//	git archive REV | tar -x -C /tmp/old
-//	cp internal/scripts/library_bench_test.go /tmp/old/internal/scripts/
-//	(cd /tmp/old && DLOCK_BENCH_DUMP=/tmp/old.json go test -run '^$' -bench RWServerTime -benchtime 1x ./internal/scripts/)
-//	DLOCK_BENCH_BEFORE=/tmp/old.json go test -run '^$' -bench RWServerTime -benchtime 5000x ./internal/scripts/
-func BenchmarkLibrary_RWServerTimePerPair(b *testing.B) {
-	type library struct{ Source, Acquire, Release string }
-	now := library{Library, Function(RWAcquire), Function(RWRelease)}
-	if path := os.Getenv("DLOCK_BENCH_DUMP"); path != "" {
-		out, err := json.Marshal(now)
-		if err == nil {
-			err = os.WriteFile(path, out, 0o644)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	libs := map[string]library{"": now}
-	if path := os.Getenv("DLOCK_BENCH_BEFORE"); path != "" {
-		var before library
-		data, err := os.ReadFile(path)
-		if err == nil {
-			err = json.Unmarshal(data, &before)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		libs["-before"] = before
-	}
-	rdb := redistest.Start(b).Client()
-	ctx := context.Background()
-	for _, lib := range libs {
-		if err := rdb.FunctionLoadReplace(ctx, lib.Source).Err(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// The README's user: its rights are checked by Redis at each command.
-	acl := []any{"ACL", "SETUSER", "locks", "reset", "on", ">pw"}
-	for _, rule := range redistest.DlockACL {
-		acl = append(acl, rule)
-	}
-	if err := rdb.Do(ctx, acl...).Err(); err != nil {
-		b.Fatal(err)
-	}
-	restricted := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, Username: "locks", Password: "pw"})
-	defer restricted.Close()
-	kinds := []struct {
-		name, mode, takenBy string
-		rdb                 *redis.Client
-	}{{"write", "w", "", rdb}, {"read", "r", "", rdb}, {"reentrant", "w", "ReentrantMutex", rdb}, {"write-acl", "w", "", restricted}}
-	usec := func() float64 {
-		us, err := serverstats.CommandStat(ctx, rdb, "fcall", "usec")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return us
-	}
-	keys := []string{"dlock:{rw}", "dlock:{rw}:holds", "dlock:{rw}:waiters", "dlock:{rw}:rwaiters", "dlock:{rw}:rpass", "dlock:{rw}:wake", "dlock:{rw}:rwake"}
-	acquire := append(slices.Clone(keys), "dlock:{rw}:fence", "dlock:{rw}:void:1")
-	release := append(slices.Clone(keys), "dlock:{rw}:released:1")
-	total := map[string]float64{}
-	for b.Loop() {
-		last := usec()
-		for suffix, lib := range libs {
-			for _, k := range kinds {
-				member := k.mode + tok("1") + "owner"
-				res, err := AcquireReply(k.rdb.FCall(ctx, lib.Acquire, acquire, member, 30000, "", 3000, "", k.takenBy, RightsKnown))
-				if err != nil || res[0] != 1 {
-					b.Fatal(res, err)
-				}
-				if err := k.rdb.FCall(ctx, lib.Release, release, member, "PUBLISH", res[1]).Err(); err != nil {
-					b.Fatal(err)
-				}
-				us := usec()
-				total[k.name+suffix] += us - last
-				last = us
-			}
-		}
-	}
-	for name, us := range total {
-		b.ReportMetric(us/float64(b.N), "server-µs/"+name)
 	}
 }

@@ -3,6 +3,7 @@
 -- KEYS     MultiPartLayout (layout.go) key by key, then TOMBSTONE: see
 --          multi_lib.lua
 -- ARGV     in the order of MultiAcquireArgs (args.go), by these names:
+-- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 -- OWNER    owner token of the call in this group (random, unique per call);
 --          every attempt of the call sends the same
 -- HOLD_TTL TTL in milliseconds
@@ -10,7 +11,6 @@
 --          not wait for a wake-up
 -- WAITER_TTL how long a registration lasts, in milliseconds
 -- WATCH    the lock (1-based) whose channel the waiter listens on
--- PUBLISH  'PUBLISH', or 'SPUBLISH' on a Redis 7 cluster
 --
 -- Returns {1, fence1, ..., fenceN}  acquired all; a fencing token per lock
 --         {0, pttl, busy}  lock number busy is held (the first that is);

@@ -83,8 +83,8 @@ func TestFairRelease_AWaiterOfAnotherProtocolIsWokenNotHanded(t *testing.T) {
 // carries an owner token, as a Mutex's does) is never published whole.
 func TestSemRelease_AWaiterOfAnotherProtocolIsWokenNotPublished(t *testing.T) {
 	ctx, rdb := setup(t)
-	expectGranted(t, run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("a")), tok("a"), 10000, "", 3000, 1), "holder")
-	expectRefused(t, run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("b")), tok("b"), 10000, futureTag+"/0b:1:"+tok("b"), 3000, 1), "waiter")
+	expectGranted(t, run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("a")), argvOf(SemAcquireArgs{Permits: 1, Acquire: acq(tok("a"), 10000, "")}, "")...), "holder")
+	expectRefused(t, run(t, ctx, rdb, SemAcquire, with(semAcquireKeys, tok("b")), argvOf(SemAcquireArgs{Permits: 1, Acquire: acq(tok("b"), 10000, futureTag+"/0b:1:"+tok("b"))}, "")...), "waiter")
 	got := published(t, ctx, rdb, func() { runInt(t, ctx, rdb, SemRelease, semKeys, tok("a"), "PUBLISH") })
 	want := channel + ":" + futureTag + " *"
 	if len(got) != 1 || got[0] != want {

@@ -94,11 +94,11 @@ func TestScripts_AcquireWithRightsKnownChecksNone(t *testing.T) {
 		t.Fatalf("with rights known: %v, %v; want the lock", res, err)
 	}
 	rwKeys := []string{"t:{rw}", "t:{rw}:holds", "t:{rw}:wwait", "t:{rw}:rwait", "t:{rw}:rpass", "t:{rw}:wchan", "t:{rw}:rchan", "t:{rw}:fence", "t:{rw}:void"}
-	res, err = AcquireReply(RWAcquire.Run(ctx, user, rwKeys, "w"+tok("b")+"o", 10000, "", 3000, "", "", RightsKnown))
+	res, err = AcquireReply(RWAcquire.Run(ctx, user, rwKeys, argvOf(RWAcquireArgs{Acquire: acq("w"+tok("b")+"o", 10000, "")}, RightsKnown)...))
 	if err != nil || res[0] != 1 {
 		t.Fatalf("a clean RWMutex lock with rights known: %v, %v; want the lock", res, err)
 	}
-	_, err = AcquireReply(RWAcquire.Run(ctx, user, rwKeys, "r"+tok("c")+"p", 10000, "", 3000, "", "", RightsKnown))
+	_, err = AcquireReply(RWAcquire.Run(ctx, user, rwKeys, argvOf(RWAcquireArgs{Acquire: acq("r"+tok("c")+"p", 10000, "")}, RightsKnown)...))
 	if err == nil || !strings.Contains(err.Error(), "rename") {
 		t.Fatal("an RWMutex acquire with rights known, beside a holder, was not checked for a right its release needs")
 	}
@@ -123,7 +123,7 @@ func TestRWAcquire_RefusedPartWayOnACleanLockLeavesNothing(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
 		t.Cleanup(func() { _ = rdb.Close() })
 		member := hold("w", "1", "alice")
-		_, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", "", RightsKnown))
+		_, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), argvOf(RWAcquireArgs{Acquire: acq(member, 10000, "")}, RightsKnown)...))
 		if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
 			t.Errorf("without %s: %v; want a refusal", command, err)
 		}
@@ -147,7 +147,7 @@ func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
 				t.Fatal(err)
 			}
 			if beside {
-				if got := run(t, ctx, admin, SemAcquire, with(semAcquireKeys, tok("b")), tok("b"), 10000, "", 3000, 4); got[0] != 1 {
+				if got := run(t, ctx, admin, SemAcquire, with(semAcquireKeys, tok("b")), argvOf(SemAcquireArgs{Permits: 4, Acquire: acq(tok("b"), 10000, "")}, "")...); got[0] != 1 {
 					t.Fatalf("the holder beside was refused: %v", got)
 				}
 			}
@@ -157,7 +157,7 @@ func TestSemAcquire_RefusedPartWayLeavesNoKeyWithoutExpiry(t *testing.T) {
 			}
 			rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
 			t.Cleanup(func() { _ = rdb.Close() })
-			_, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("a")), tok("a"), 10000, "", 3000, 4, "", RightsKnown))
+			_, err := AcquireReply(SemAcquire.Run(ctx, rdb, with(semAcquireKeys, tok("a")), argvOf(SemAcquireArgs{Permits: 4, Acquire: acq(tok("a"), 10000, "")}, RightsKnown)...))
 			if err == nil || !regexp.MustCompile(`NOPERM|can't run this command|ACL failure|No permissions`).MatchString(err.Error()) {
 				t.Errorf("without %s (beside a holder: %v): %v; want a refusal", command, beside, err)
 			}

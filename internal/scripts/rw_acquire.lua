@@ -2,6 +2,9 @@
 --
 -- KEYS     RWLayout (layout.go), then TOMBSTONE: as in rw_lib.lua
 -- ARGV     in the order of RWAcquireArgs (args.go), by these names:
+-- TAKEN_BY the type taking a write hold, for Describe: kept as the owner's
+--          'aw' field (rw_lib.lua), which '' or absent (an RWMutex, an
+--          older dlock) removes; a read ignores it
 -- OWNER    member of the call's hold: mode .. hold id .. owner; every attempt
 --          of the call sends the same
 -- HOLD_TTL TTL in milliseconds
@@ -10,9 +13,6 @@
 -- WAITER_TTL how long a registration lasts, in milliseconds
 -- INFO     the owner's holder info (JSON), kept in the state for the
 --          owner's holds in this mode (rw_lib.lua); '' or absent: none
--- TAKEN_BY the type taking a write hold, for Describe: kept as the owner's
---          'aw' field (rw_lib.lua), which '' or absent (an RWMutex, an
---          older dlock) removes; a read ignores it
 --
 -- Returns token       acquired; token is the fencing token of the hold: new,
 --                     or the one the owner's holds in this mode already share

@@ -30,7 +30,7 @@ func hold(mode, id, owner string) string {
 
 func tryRW(t *testing.T, ctx context.Context, rdb *redis.Client, member, waiter string) []int64 {
 	t.Helper()
-	res, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, waiter, 3000))
+	res, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), argvOf(RWAcquireArgs{Acquire: acq(member, 10000, waiter)}, "")...))
 	if err != nil {
 		t.Fatalf("acquire %s: %v", member, err)
 	}
@@ -329,7 +329,7 @@ func TestRWScripts_ForeignValuesFailWithoutAHold(t *testing.T) {
 		t.Run(foreign, func(t *testing.T) {
 			ctx, rdb := setup(t)
 			rdb.LPush(ctx, foreign, "x")
-			_, err := RWAcquire.Run(ctx, rdb, withTombstone("x"), hold("w", "1", "alice"), 10000, "waiter", 3000).Result()
+			_, err := RWAcquire.Run(ctx, rdb, withTombstone("x"), argvOf(RWAcquireArgs{Acquire: acq(hold("w", "1", "alice"), 10000, "waiter")}, "")...).Result()
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("acquire: %v, want WRONGTYPE", err)
 			}
@@ -391,7 +391,7 @@ func TestRWAcquire_KeepsTheTypeOfTheOwnersLatestWrite(t *testing.T) {
 	ctx, rdb := setup(t)
 	acquire := func(member string, takenBy string) {
 		t.Helper()
-		res, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), member, 10000, "", 3000, "", takenBy))
+		res, err := AcquireReply(RWAcquire.Run(ctx, rdb, withTombstone(member[1:33]), argvOf(RWAcquireArgs{TakenBy: takenBy, Acquire: acq(member, 10000, "")}, "")...))
 		if err != nil {
 			t.Fatal(err)
 		}

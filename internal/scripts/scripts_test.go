@@ -82,7 +82,7 @@ func registration(waiter string, attempt int, owner string) string {
 func acquireAsWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, owner, entry, prev string) []int64 {
 	t.Helper()
 	res, err := AcquireReply(MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, "t:{m}:void:" + owner, waitersKey},
-		owner, 10000, entry, 3000, prev))
+		argvOf(MutexAcquireArgs{Acquire: acq(owner, 10000, entry), Previous: prev}, "")...))
 	if err != nil {
 		t.Fatalf("acquire by %s: %v", owner, err)
 	}
@@ -536,7 +536,7 @@ func TestMutexScripts_ForeignValueInAnyKeyLeavesNoHold(t *testing.T) {
 			// A waiter's second attempt, finding the lock free: it takes the
 			// lock and withdraws its registration.
 			_, err := MutexAcquire.Run(ctx, rdb, []string{lockKey, fenceKey, tombstone, waitersKey},
-				tok("a"), 10000, registration("0a", 2, tok("a")), 3000, registration("0a", 1, tok("a"))).Result()
+				argvOf(MutexAcquireArgs{Acquire: acq(tok("a"), 10000, registration("0a", 2, tok("a"))), Previous: registration("0a", 1, tok("a"))}, "")...).Result()
 			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("acquire: %v, want WRONGTYPE", err)
 			}

@@ -18,13 +18,13 @@ var SemLayout = Layout{{Lua: "HOLDERS", Form: FormLock}, {Lua: "TOKENS", Suffix:
 
 // SemAcquireArgs are sem_acquire.lua's.
 type SemAcquireArgs struct {
-	Acquire
 	Permits any `lua:"EXPECTED"` // the number of permits the caller expects
-	Info    any `lua:"INFO"`
+	Acquire
+	Info any `lua:"INFO"`
 }
 
 func (a SemAcquireArgs) Append(argv []any) []any {
-	return append(a.Acquire.Append(argv), a.Permits, a.Info)
+	return appendAcquire(append(argv, a.Permits), a.Acquire.waiting(), a.Info)
 }
 
 // SetPermitsArgs are sem_set_permits.lua's.

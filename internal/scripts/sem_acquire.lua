@@ -3,13 +3,13 @@
 -- KEYS     SemLayout (sem.go) but CHANNEL (an acquire publishes nothing),
 --          then TOMBSTONE: as in sem_lib.lua
 -- ARGV     in the order of SemAcquireArgs (sem.go), by these names:
+-- EXPECTED the number of permits the caller expects
 -- OWNER    owner token of the call (random, unique per call); every attempt
 --          of the call sends the same
 -- HOLD_TTL TTL in milliseconds
 -- WAITER   waiter id to register when refused; '' for an attempt that will
 --          not wait for a wake-up
 -- WAITER_TTL how long a registration lasts, in milliseconds
--- EXPECTED the number of permits the caller expects
 -- INFO     the holder's info (JSON), kept with its permit (sem_lib.lua);
 --          '' or absent: none
 --
