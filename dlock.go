@@ -21,13 +21,12 @@ import (
 )
 
 // Client makes locks on one Redis deployment: a single server, a Sentinel
-// failover group, a Redis Cluster or a [redis.Ring], whatever go-redis's
-// [redis.UniversalClient] reaches. It is safe for concurrent use. Its
-// background work starts on first use and stops with [Client.Close]: one
-// renewal goroutine (and one per node while renewals are in flight), one
-// subscriber per shard, and a node check (see [Client.Check]). On a Ring a
-// lock lives on the shard its name hashes to; a Ring moves names while a
-// shard is down, so a held lock can be taken again (docs/SAFETY.md).
+// failover group, a Redis Cluster or a [redis.Ring]. It is safe for
+// concurrent use. Its background work starts on first use and stops with
+// [Client.Close]: one renewal goroutine (and one per node while renewals
+// are in flight), one subscriber per shard, and a node check (see
+// [Client.Check]). A Ring moves names while a shard is down, so a held lock
+// can be taken again (docs/SAFETY.md).
 type Client struct {
 	rdb redis.UniversalClient
 	fns functions // how rdb's servers take dlock's scripts
@@ -39,28 +38,24 @@ type Client struct {
 	dials   *dialWatch // why rdb's last dial failed: see waiting.noteOutage
 
 	// resendAfter is how long a command takes at least when the Redis
-	// client may have sent it twice: go-redis resends one only after a read
-	// timed out. See clientHold.maybeCopied.
+	// client may have sent it twice (see clientHold.maybeCopied).
 	resendAfter time.Duration
 
-	// tag names this Client's own wake-up channel of each Mutex (see
-	// Mutex.Lock): a release tells the waiter it hands the lock to there,
-	// and so reaches its client alone rather than every subscriber.
+	// tag names this Client's own wake-up channel of each lock, so that a
+	// release handing the lock to a waiter tells its client alone.
 	tag string
 
-	// redis names the Redis rdb talks to, for re-entry (reentry.go): a
-	// hold carried by a context is one of this Client's locks only if its
-	// Client's redis is the same. "" when rdb's kind does not say.
+	// redis names the Redis rdb talks to: a hold a context carries is one
+	// of this Client's locks only if its Client's redis is the same
+	// (reentry.go). "" when rdb's kind does not say.
 	redis string
 
-	// attempted, set by tests alone (export_test.go) before the Client's
-	// first use, hears of every attempt's reply before the attempt acts on
-	// it; nil, it costs a nil check.
+	// attempted, set by tests alone before first use, hears of every
+	// attempt's reply before the attempt acts on it.
 	attempted func(attemptReport)
 
-	// clock is what the Client's leases read the time from (see
-	// internal/clock): nil, the machine's; the fault tests' suspend it.
-	// Set before the Client's first use (clock.Use).
+	// clock is what the leases read the time from: nil, the machine's;
+	// fault tests set one they suspend, before first use.
 	clock *clock.Clock
 
 	mu      sync.Mutex
@@ -72,55 +67,31 @@ type Client struct {
 }
 
 // New returns a Client that takes locks through rdb. Options set defaults for
-// every lock the Client makes.
-//
-// New sends nothing to Redis. Bad arguments (a nil rdb, a TTL below
-// [MinTTL], an option no lock type of a Client takes…) fail it at once,
-// with an error matching [ErrInvalid]: a Client is made once, at start-up,
-// where a mistake is best found.
+// every lock the Client makes. New sends nothing to Redis. Bad arguments (a
+// nil rdb, a TTL below [MinTTL]…) fail it at once, matching [ErrInvalid]:
+// a Client is made once, at start-up, where a mistake is best found.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	cfg := defaultSettings().with(opts)
-	if unmadeClient(rdb) {
+	resend, made := resendAfter(rdb)
+	if !made {
 		return nil, invalidf("nil Redis client")
 	}
 	if err := cfg.validate(forClient); err != nil {
 		return nil, err
 	}
-	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
+	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag(), resendAfter: resend}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb, fns: &c.fns}
 	c.dials = watchDials(rdb)
 	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
-	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
 	return c, nil
 }
 
-// unmadeClient reports whether rdb is nil, a nil pointer in the interface (a
-// *redis.Client variable left unset), or a go-redis client not made by its
-// constructor (&redis.Client{}): each would panic at first use. A
-// *redis.Client's Options panics there too, so that counts as not made.
-func unmadeClient(rdb redis.UniversalClient) (unmade bool) {
-	if rdb == nil {
-		return true
-	}
-	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
-		return true
-	}
-	defer func() {
-		if recover() != nil {
-			unmade = true
-		}
-	}()
-	switch r := rdb.(type) {
-	case *redis.Client:
-		return r.Options() == nil
-	case *redis.ClusterClient:
-		return r.Options() == nil
-	case *redis.Ring:
-		return r.Options() == nil
-	}
-	return false
+// unmadeClient reports whether rdb would panic at first use (see resendAfter).
+func unmadeClient(rdb redis.UniversalClient) bool {
+	_, made := resendAfter(rdb)
+	return !made
 }
 
 // mayHaveResent reports whether a command sent at sent, and answered now,
@@ -133,8 +104,21 @@ func (c *Client) mayHaveResent(sent time.Time) bool {
 // command again only after a read timed out (or its connection failed,
 // which leaves no copy on the way), so a command answered sooner was sent
 // once. Without a read timeout nothing is resent; with a client of another
-// kind, any command may have been.
-func resendAfter(rdb redis.UniversalClient) time.Duration {
+// kind, any command may have been. made is false for a nil rdb, a nil
+// pointer in the interface, or a go-redis client not made by its
+// constructor (&redis.Client{}), whose Options are nil or panic.
+func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
+	if rdb == nil {
+		return 0, false
+	}
+	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
+		return 0, false
+	}
+	defer func() {
+		if recover() != nil { // reading a nil Options' field panics too
+			after, made = 0, false
+		}
+	}()
 	var read time.Duration
 	switch r := rdb.(type) {
 	case *redis.Client:
@@ -146,12 +130,12 @@ func resendAfter(rdb redis.UniversalClient) time.Duration {
 			read = 5 * time.Second // go-redis's default, which its shards take
 		}
 	default:
-		return 0
+		return 0, true
 	}
 	if read <= 0 {
-		return time.Duration(math.MaxInt64)
+		return time.Duration(math.MaxInt64), true
 	}
-	return read
+	return read, true
 }
 
 // Close stops the Client's background work: renewal, subscriptions and its
@@ -224,13 +208,6 @@ func (c *Client) tagged(waiterID string) string {
 	return c.tag + "/" + waiterID
 }
 
-// tombstoneLife is how long a call that gave up keeps late copies of its
-// attempts out (see tombstone): many times a copy's time on the way. A
-// later copy does what a lost abandon does, a hold that expires with its
-// TTL; the TTL itself may be years, and tombstones would pile up. The
-// scripts' constant VOID_TTL.
-const tombstoneLife = scripts.TombstoneLife
-
 // secretKey is base and sep followed by a hash of token (an owner token, a
 // hold id, a call's token), in one allocation: the token is the proof a
 // lease shows to renew and release, and key names are seen by KEYS,
@@ -249,8 +226,9 @@ func secretKey(base, sep, token string) string {
 
 // tombstone is where a call that gave up is marked void, call being the
 // token all its attempts carry. Abandons write it, as do releases of a
-// lease given up or maybe copied (clientHold.maybeCopied); an acquire that
-// finds it takes and registers nothing, so a late copy does nothing.
+// lease given up or maybe copied; an acquire that finds it does nothing.
+// It lasts [scripts.TombstoneLife]: many times a copy's time on the way,
+// not the TTL, which may be years.
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
@@ -365,14 +343,12 @@ func (c *Client) publishArgFor(ctx context.Context) (any, error) {
 	return publishArg(command), err
 }
 
-// The publish commands as script arguments, boxed once.
-var publishArgs = [2]any{"PUBLISH", "SPUBLISH"}
-
+// publishArg is command boxed as a constant, which allocates nothing.
 func publishArg(command string) any {
 	if command == "SPUBLISH" {
-		return publishArgs[1]
+		return "SPUBLISH"
 	}
-	return publishArgs[0]
+	return "PUBLISH"
 }
 
 // cleanupContext is the context of work that must go on after its caller
@@ -386,15 +362,13 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, CleanupTimeout)
 }
 
-// abandon clears up after an acquire that gives up: one whose outcome is
-// unknown (Redis may have applied it before the client gave up on the reply,
-// or may yet apply it), or a waiter that stops waiting. The kind's abandon
-// script releases a hold that is there, leaves a tombstone that makes a late
-// attempt refuse itself, and unregisters the waiter. Like a release, it is
-// not stopped by ctx's cancellation, only bounded by [CleanupTimeout]. It
-// reports whether the call may have held the lock: it gave a hold back; or
-// it may have, in a copy go-redis sent first (the reply read then answers
-// for the copy that found nothing); or it could not clear up (err).
+// abandon clears up after an acquire that gives up, whose outcome may be
+// unknown, or a waiter that stops waiting: the kind's abandon script
+// releases a hold that is there, leaves a tombstone that makes a late
+// attempt refuse itself, and unregisters the waiter. Like a release, it
+// outlives ctx, bounded by [CleanupTimeout]. It reports whether the call
+// may have held the lock: it gave a hold back, or go-redis may have sent it
+// twice (the reply read answers for the later copy), or err.
 func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, args scripts.AbandonArgs) (mayHaveHeld bool, err error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

@@ -18,8 +18,8 @@ import (
 type ReentrantMutex struct{ holdLock }
 
 // ReentrantMutex returns the reentrant lock called name. Options override
-// the Client's defaults. Nothing is sent to Redis; a bad name or option is returned by the
-// first call that would, matching [ErrInvalid].
+// the Client's defaults. Nothing is sent to Redis; a bad name or option is
+// returned by the first call that would, matching [ErrInvalid].
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
 	return &ReentrantMutex{holdLock: c.newHoldLock(name, observe.KindReentrant, opts)}
 }
@@ -35,13 +35,4 @@ func (m *ReentrantMutex) TryLock(ctx context.Context) (*Lease, error) {
 // [ReentrantMutex]), and otherwise waiting for it as [Mutex.Lock] does.
 func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, modeWrite, false)
-}
-
-// Inspect reports who holds the lock, how often, and for how long yet, as
-// [RWMutex.Inspect] does for the RWMutex of its name (a ReentrantMutex is
-// its write side). It tells whether the writer is the owner a Lock with ctx
-// would act as.
-func (m *ReentrantMutex) Inspect(ctx context.Context) (RWState, error) {
-	s, err := m.inspect(ctx)
-	return rwState(s), err
 }

@@ -19,9 +19,8 @@ import (
 type RWMutex struct{ holdLock }
 
 // RWMutex returns the read-write lock called name. Options override the
-// Client's defaults.
-// Nothing is sent to Redis; a bad name or option is returned by the first
-// call that would, matching [ErrInvalid].
+// Client's defaults. Nothing is sent to Redis; a bad name or option is
+// returned by the first call that would, matching [ErrInvalid].
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	return &RWMutex{holdLock: c.newHoldLock(name, observe.KindWrite, opts)}
 }
@@ -54,7 +53,8 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 	return rw.acquire(ctx, modeRead, true)
 }
 
-// RWState is an RWMutex or a ReentrantMutex as its Inspect found it.
+// RWState is an RWMutex or a ReentrantMutex (its write side) as Inspect
+// found it.
 type RWState struct {
 	WriteHolds     int            // holds of the write side, all by one owner; 0: nobody writes
 	WriterIsOwner  bool           // the writer is the owner the call acts as: ctx's hold's, or WithOwner's
@@ -69,19 +69,14 @@ type RWState struct {
 	Holders        []admin.Holder // who holds it, the writer first
 }
 
-// Inspect reports who holds the lock, how often, and who waits. The owner's
-// fields are about the owner a Lock with ctx would act as.
-func (rw *RWMutex) Inspect(ctx context.Context) (RWState, error) {
-	s, err := rw.inspect(ctx)
-	return rwState(s), err
-}
-
-// rwState is the exported view of what rw_inspect.lua reported.
-func rwState(s holdState) RWState {
+// Inspect reports who holds the lock, how often, and who waits. The
+// owner's fields are about the owner a Lock with ctx would act as.
+func (h *holdLock) Inspect(ctx context.Context) (RWState, error) {
+	s, err := h.inspect(ctx)
 	return RWState{
 		WriteHolds: s.writeHolds, WriterIsOwner: s.writerIsOwner,
 		ReadHolds: s.readHolds, Readers: s.readers, OwnerReadHolds: s.ownReads,
 		TTL: s.ttl, WritersWaiting: s.writersWaiting, ReadersWaiting: s.readersWaiting,
 		WriteToken: s.writeToken, LastToken: s.lastToken, Holders: s.holders,
-	}
+	}, err
 }
