@@ -21,11 +21,6 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (adm
 	if err != nil {
 		return admin.LockInfo{}, err
 	}
-	return c.describe(ctx, name, k)
-}
-
-// describe runs describe.lua on the keys of the lock called name.
-func (c *Client) describe(ctx context.Context, name string, k keys) (admin.LockInfo, error) {
 	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), scripts.OwnerArgs{Owner: ""}).Slice()
 	var info admin.LockInfo
 	if err == nil {
