@@ -139,11 +139,10 @@ func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
 }
 
 // Close stops the Client's background work: renewal, subscriptions and its
-// check of the nodes (it waits for renewals and a check under way, at most
-// [CleanupTimeout]: on a stalled server they end when it answers). Locks
-// still waiting return [ErrClosed]. Leases still held are no longer renewed
-// and end as lost at their deadline; unlock them first. Close does not close
-// rdb.
+// check of the nodes, waiting for work under way at most [CleanupTimeout].
+// Locks still waiting return [ErrClosed]. Leases still held are no longer
+// renewed and end as lost at their deadline; unlock them first. Close does
+// not close rdb.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
@@ -158,8 +157,6 @@ func (c *Client) Close() error {
 	hub := c.hub
 	c.mu.Unlock()
 
-	// Background work stuck on a stalled server is waited for no longer
-	// than a clean-up is.
 	deadline := time.Now().Add(CleanupTimeout)
 	c.renewer.close(deadline)
 	c.stopWatch(deadline)
@@ -169,10 +166,9 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// keys are the Redis names of one lock. All share the hash tag {name}, so one
-// lock lives in one cluster slot and each script touches one slot. Each is
-// the lock's key and a suffix from internal/scripts/layout.go; the other
-// types have a few more, made by the scripts' layouts (see keyLists).
+// keys are the Redis names of one lock: its key and a suffix from
+// internal/scripts/layout.go. All share the hash tag {name}, so each script
+// touches one cluster slot.
 type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter (see mint_token in internal/scripts/common.lua)
@@ -180,8 +176,7 @@ type keys struct {
 	waiters string // who waits to be woken, by registration expiry
 
 	// own is where a release tells this Client's waiters that it picked
-	// them: channel, ':', the Client's tag (see wake_waiter in common.lua).
-	// Set by Client.waitingKeys, for the types whose waiters listen there.
+	// them (see wake_waiter in common.lua); set by Client.waitingKeys.
 	own string
 }
 
@@ -191,7 +186,7 @@ func keysFor(prefix, name string) keys {
 }
 
 // waitingKeys are the keys of a lock whose waiters listen on their Client's
-// own channel: made once per handle, not per Lock.
+// own channel.
 func (c *Client) waitingKeys(prefix, name string) keys {
 	k := keysFor(prefix, name)
 	k.own = k.channel + ":" + c.tag
@@ -199,8 +194,7 @@ func (c *Client) waitingKeys(prefix, name string) keys {
 }
 
 // tagged is how a waiter of this Client registers, so that a release tells
-// it on the Client's own channel alone: its id after the Client's tag; ""
-// (not registering) stays "".
+// it on the Client's own channel alone; "" (not registering) stays "".
 func (c *Client) tagged(waiterID string) string {
 	if waiterID == "" {
 		return ""
@@ -208,10 +202,9 @@ func (c *Client) tagged(waiterID string) string {
 	return c.tag + "/" + waiterID
 }
 
-// secretKey is base and sep followed by a hash of token (an owner token, a
-// hold id, a call's token), in one allocation: the token is the proof a
-// lease shows to renew and release, and key names are seen by KEYS,
-// MONITOR and error messages, so none shows it.
+// secretKey is base and sep followed by a hash of token, in one
+// allocation: a token is the proof a lease shows to renew and release, and
+// key names are seen by KEYS, MONITOR and error messages.
 func secretKey(base, sep, token string) string {
 	sum := sha256.Sum256([]byte(token))
 	var digits [32]byte
@@ -232,20 +225,18 @@ func secretKey(base, sep, token string) string {
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
-// releaseMarkLife: a copy of the same release that finds nothing left (it
-// was resent after its reply was lost) reports the release done, not
-// ErrNotHeld. lock is the key the lease's release script names first.
+// releaseMarkLife: a resent copy of the release that finds nothing left
+// reports the release done, not ErrNotHeld.
 func releaseMark(lock, owner string) string {
 	return secretKey(lock, scripts.ReleaseMark.Suffix, owner)
 }
 
-// releaseMarkLife is how long a release mark lasts: as long as an Unlock
-// waits for its release (CleanupTimeout, whatever the caller's context), so
-// any copy whose reply the Unlock reads was applied while the mark lived.
+// releaseMarkLife is as long as an Unlock waits for its release, so any
+// copy whose reply the Unlock reads was applied while the mark lived.
 const releaseMarkLife = CleanupTimeout
 
-// The scripts' MARK_TTL is releaseMarkLife: a build fails where they differ
-// (a negative constant overflows uint).
+// The scripts' MARK_TTL is releaseMarkLife: a negative constant overflows
+// uint, so the build fails where they differ.
 const _ = uint(releaseMarkLife-scripts.ReleaseMarkLife) + uint(scripts.ReleaseMarkLife-releaseMarkLife)
 
 // usable is checked before any I/O.
@@ -264,10 +255,9 @@ func (c *Client) usable(ctx context.Context) error {
 	return nil
 }
 
-// publishCommand is what release scripts publish wake-ups with: SPUBLISH on a
-// Redis 7 cluster (a message stays on the slot's shard), PUBLISH elsewhere
-// (a cluster before 7 broadcasts it to every node). It asks a cluster's
-// version once.
+// publishCommand is what release scripts publish wake-ups with: SPUBLISH on
+// a Redis 7 cluster (a message stays on the slot's shard), else PUBLISH. It
+// asks a cluster's version once.
 func (c *Client) publishCommand(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	known := c.publish
@@ -328,10 +318,9 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// releaseWithin runs a release (or abandon) script's command, and reports
-// whether it let go of a hold. ctx is already bounded (see
-// cleanupContext), and not to be cancelled with the caller's: the caller's
-// hold must go whatever the caller's context (see Lease.Unlock).
+// releaseWithin runs a release or abandon command, and reports whether it
+// let go of a hold. ctx is a cleanupContext: the hold must go whatever the
+// caller's context.
 func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, argv []any) (bool, error) {
 	n, err := c.flights.runArgv(ctx, script, argv).Int64()
 	return n == 1, err
@@ -352,9 +341,8 @@ func publishArg(command string) any {
 }
 
 // cleanupContext is the context of work that must go on after its caller
-// has given up (a release, an abandon, a roll-back): free of ctx's
-// cancellation and deadline, and bounded by CleanupTimeout whatever ctx
-// is, Background included, so a frozen server cannot hold an Unlock.
+// has given up (a release, an abandon): free of ctx's cancellation, and
+// bounded by CleanupTimeout, so a frozen server cannot hold an Unlock.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil { // nothing to strip from Background: one allocation less
 		ctx = context.WithoutCancel(ctx)

@@ -89,13 +89,12 @@ func invalidf(format string, args ...any) error {
 
 // redisError classifies an error from a script run on the lock name's keys.
 func redisError(op, name string, err error) error {
-	if isWrongType(err) {
+	switch {
+	case isWrongType(err):
 		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, name, wrongTypeDetail(err))
-	}
-	if isPermission(err) {
+	case isPermission(err):
 		return fmt.Errorf("%w: %s %q: %w", ErrPermission, op, name, err)
-	}
-	if isTransient(err) {
+	case isTransient(err):
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, name, err)
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)

@@ -251,15 +251,13 @@ func (l *Lease) extended(ttl time.Duration, err error) {
 	if ob == nil || ob.part || ob.o.Extend == nil || errors.Is(err, ErrInvalid) {
 		return
 	}
-	ev := observe.ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: observe.RenewalOK, Err: err}
+	ev := observe.ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: observe.RenewalFailed, Err: err}
 	switch {
 	case err == nil:
-	case errors.Is(err, errConfirmedLate):
-		ev.Result = observe.RenewalFailed
+		ev.Result = observe.RenewalOK
+	case errors.Is(err, errConfirmedLate): // lost, but not refused
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrLeaseLost):
 		ev.Result = observe.RenewalRefused
-	default:
-		ev.Result = observe.RenewalFailed
 	}
 	ob.o.Extend(ev)
 }

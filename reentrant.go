@@ -7,14 +7,12 @@ import (
 )
 
 // ReentrantMutex is an exclusive lock its owner may take again while
-// holding it. Each acquisition is a hold with its own [Lease] and the same
-// fencing token; the lock is free once every hold is released or expired.
-// The owner is the call chain, told by the context: a Lock whose context
-// carries a live hold of this lock ([Lease.Context]) re-enters it, and any
-// other Lock is an owner of its own. Holds are released in any order; a
-// re-entry never shortens the others. [WithOwner] makes every call through
-// a handle one owner. It is the write side of the [RWMutex] of the same
-// name.
+// holding it: the write side of the [RWMutex] of the same name. Each
+// acquisition is a hold with its own [Lease] and the same fencing token,
+// expiring on its own and released in any order. The owner is the call
+// chain: a Lock whose context carries a live hold of this lock
+// ([Lease.Context]) re-enters it. [WithOwner] makes every call through a
+// handle one owner.
 type ReentrantMutex struct{ holdLock }
 
 // ReentrantMutex returns the reentrant lock called name. Options override

@@ -11,11 +11,9 @@ import (
 // RWMutex is a distributed read-write lock: many readers or one writer.
 // Unlike a [sync.RWMutex] it is reentrant, owned by the call chain as a
 // [ReentrantMutex] is, and each acquisition is a hold with its own [Lease].
-// Reads and writes re-enter at once; a writer may read on after its write
-// (downgrade); an owner holding only reads gets [ErrUpgrade]. Writers are
-// preferred: once one waits, new readers wait too. Each hold expires on its
-// own, and every hold mints a token, so a writer's is above every earlier
-// one.
+// A writer may read on after its write (downgrade); an owner holding only
+// reads gets [ErrUpgrade]. Writers are preferred: once one waits, new
+// readers wait too. Every hold mints a token above every earlier one.
 type RWMutex struct{ holdLock }
 
 // RWMutex returns the read-write lock called name. Options override the
