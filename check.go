@@ -96,21 +96,19 @@ func inspectNode(ctx context.Context, node redis.Cmdable) (problems []admin.Prob
 		return []admin.Problem{{Check: admin.CheckInfo, Severity: admin.SeverityWarning, Reason: reason}}, errors.As(err, &reply)
 	}
 	policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+	const evicts = "Redis may evict held locks and let a second owner in; set maxmemory-policy noeviction"
 	switch {
 	case policy == "":
-		problems = append(problems, admin.Problem{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
-			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"})
+		return []admin.Problem{{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
+			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"}}, true
 	case policy == "noeviction":
+		return nil, true
 	case maxmemory == "0":
-		problems = append(problems, admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityWarning,
-			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, Redis may evict " +
-				"held locks and let a second owner in; set maxmemory-policy noeviction"})
-	default:
-		problems = append(problems, admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
-			Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": Redis may evict held locks " +
-				"and let a second owner in; set maxmemory-policy noeviction"})
+		return []admin.Problem{{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityWarning,
+			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, " + evicts}}, true
 	}
-	return problems, true
+	return []admin.Problem{{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
+		Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": " + evicts}}, true
 }
 
 // How the Client checks its nodes by itself: a round at most

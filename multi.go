@@ -17,9 +17,9 @@ import (
 // MultiLock takes several exclusive locks together: all of them, or none.
 // Its lease is one [Lease], lost as soon as any lock is, with a token per
 // lock ([Lease.Tokens]). Each lock is the [Mutex] of its name. One script
-// takes the locks of each cluster slot, slot by slot in one global order,
-// so no two MultiLocks deadlock; a failed or cancelled MultiLock releases
-// what it took. While it waits it is registered with one lock in its way
+// takes the locks of each cluster slot (all, on one server), slot by slot
+// in one global order, so no two MultiLocks deadlock; a failed or cancelled
+// MultiLock releases what it took. While it waits it is registered with one lock in its way
 // at a time, so under constant contention it is not fair.
 type MultiLock struct {
 	h      handle // its name is the names joined

@@ -173,23 +173,14 @@ func (ob *leaseObs) ended(err error) {
 	o := ob.o
 	if o.End != nil {
 		ev := observe.LeaseEnd{LeaseInfo: ob.info, Held: time.Since(ob.acquired), Err: err}
-		if err != nil {
-			ev.Lost = lossReason(err)
+		if err != nil && !errors.As(err, &ev.Lost) { // a lost lease's error says how, as far as it knows
+			ev.Lost = LossUnknown
 		}
 		o.End(ev)
 	}
 	if ob.info.Kind == observe.KindElection && o.Leader != nil {
 		o.Leader(observe.LeaderEvent{Name: ob.info.Name, Term: ob.info.Token})
 	}
-}
-
-// lossReason says why a lease was lost with err, as far as err tells.
-func lossReason(err error) LossReason {
-	var told LossReason
-	if errors.As(err, &told) {
-		return told
-	}
-	return LossUnknown
 }
 
 // unlock is Unlock, observed.
