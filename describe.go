@@ -21,7 +21,7 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (adm
 	if err != nil {
 		return admin.LockInfo{}, err
 	}
-	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), scripts.OwnerArgs{Owner: ""}).Slice()
+	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, scripts.AnyLockLayout.Keys(k.lock), scripts.OwnerArgs{Owner: ""}).Slice()
 	var info admin.LockInfo
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
@@ -138,15 +138,12 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	if err != nil {
 		return false, err
 	}
-	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, anyLockKeys(k), scripts.PublishArgs{Publish: publish}).Int64()
+	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, scripts.AnyLockLayout.Keys(k.lock), scripts.PublishArgs{Publish: publish}).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}
 	return n == 1, nil
 }
-
-// anyLockKeys are the KEYS of the scripts for a lock of any type.
-func anyLockKeys(k keys) []string { return scripts.AnyLockLayout.Keys(k.lock) }
 
 // namedKeys are the keys of the lock called name for Describe and
 // ForceUnlock, checked before any I/O.

@@ -271,7 +271,8 @@ func (c *Client) publishCommand(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
 		}
-		if redisMajorVersion(info) >= 7 {
+		major, _, _ := strings.Cut(infoField(info, "redis_version"), ".")
+		if n, _ := strconv.Atoi(major); n >= 7 {
 			command = "SPUBLISH"
 		}
 	}
@@ -279,17 +280,6 @@ func (c *Client) publishCommand(ctx context.Context) (string, error) {
 	c.publish = command
 	c.mu.Unlock()
 	return command, nil
-}
-
-func redisMajorVersion(info string) int {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _, _ := strings.Cut(v, ".")
-			n, _ := strconv.Atoi(major)
-			return n
-		}
-	}
-	return 0
 }
 
 // notifier returns the Client's subscriber, creating it on first use.
