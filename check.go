@@ -14,13 +14,12 @@ import (
 	"github.com/dlockio/dlock/admin"
 )
 
-// Check asks every master the Client reaches, now, what in its
-// configuration breaks or weakens dlock's guarantees, and reports per node.
-// A node that cannot be asked is reported, not an error: Check fails only
-// when the Client is unusable, ctx ends, or a cluster's layout cannot be
-// read. The Client also checks each node once by itself, in the background
-// from its first use, and logs what it finds once per node, at the level
-// of its severity, to [WithLogger]'s logger ([slog.Default] without it).
+// Check asks every master the Client reaches what in its configuration
+// weakens dlock's guarantees, and reports per node. A node that cannot be
+// asked is reported, not an error: Check fails only when the Client is
+// unusable, ctx ends, or a cluster's layout cannot be read. The Client
+// also checks each node once by itself, from its first use, and logs what
+// it finds to [WithLogger]'s logger ([slog.Default] without it).
 func (c *Client) Check(ctx context.Context) (*admin.Report, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err
@@ -43,9 +42,9 @@ func (c *Client) Check(ctx context.Context) (*admin.Report, error) {
 	return report, nil
 }
 
-// Check inspects every node of the Redlock as [Client.Check] does a
-// Client's: an [admin.NodeReport] per node, in the order given to
-// [NewRedlock]. A Redlock does not check its nodes by itself; call it at start.
+// Check inspects every node of the Redlock as [Client.Check] does, in the
+// order given to [NewRedlock]. A Redlock does not check its nodes by
+// itself: call it at start.
 func (r *Redlock) Check(ctx context.Context) (*admin.Report, error) {
 	if r == nil || r.nodes == nil {
 		return nil, invalidf("a Redlock not made by NewRedlock")
@@ -53,12 +52,10 @@ func (r *Redlock) Check(ctx context.Context) (*admin.Report, error) {
 	report := &admin.Report{Nodes: make([]admin.NodeReport, len(r.nodes))}
 	var wg sync.WaitGroup
 	for i, n := range r.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			problems, _ := inspectNode(ctx, n.rdb)
 			report.Nodes[i] = admin.NodeReport{Addr: n.addr, Problems: problems}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -87,7 +84,7 @@ func (c *Client) forEachNode(ctx context.Context, f func(ctx context.Context, ad
 }
 
 // inspectNode runs the checks on one node. reached is false when the node
-// could not be asked (a network error, a timeout): worth asking again later.
+// could not be asked (a network error, a timeout).
 func inspectNode(ctx context.Context, node redis.Cmdable) (problems []admin.Problem, reached bool) {
 	info, err := node.Info(ctx, "memory").Result()
 	if err != nil {
@@ -99,37 +96,32 @@ func inspectNode(ctx context.Context, node redis.Cmdable) (problems []admin.Prob
 		return []admin.Problem{{Check: admin.CheckInfo, Severity: admin.SeverityWarning, Reason: reason}}, errors.As(err, &reply)
 	}
 	policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+	const evicts = "Redis may evict held locks and let a second owner in; set maxmemory-policy noeviction"
 	switch {
 	case policy == "":
-		problems = append(problems, admin.Problem{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
-			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"})
+		return []admin.Problem{{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
+			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"}}, true
 	case policy == "noeviction":
+		return nil, true
 	case maxmemory == "0":
-		problems = append(problems, admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityWarning,
-			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, Redis may evict " +
-				"held locks and let a second owner in; set maxmemory-policy noeviction"})
-	default:
-		problems = append(problems, admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
-			Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": Redis may evict held locks " +
-				"and let a second owner in; set maxmemory-policy noeviction"})
+		return []admin.Problem{{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityWarning,
+			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, " + evicts}}, true
 	}
-	return problems, true
+	return []admin.Problem{{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
+		Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": " + evicts}}, true
 }
 
-// How the Client checks its nodes by itself (see Client.Check).
+// How the Client checks its nodes by itself: a round at most
+// nodeCheckTimeout long, and nodeRecheck later a round for masters not
+// checked yet (a failover, a resharding).
 const (
-	// nodeCheckTimeout bounds one round of checks.
 	nodeCheckTimeout = 10 * time.Second
-	// nodeRecheck is how soon after a round the next use of the Client
-	// looks for masters it has not checked yet (a failover, a resharding).
-	// Masters already checked are not asked again.
-	nodeRecheck = time.Minute
+	nodeRecheck      = time.Minute
 )
 
-// nodeWatch is the Client's own check of its nodes. A round starts at the
-// first use of the Client (see Client.usable), in a goroutine of its own so
-// that no lock waits for it; the next round at a use nodeRecheck later.
-// Its fields but seen are guarded by Client.mu.
+// nodeWatch is the Client's own check of its nodes. A round starts at a use
+// of the Client (see Client.usable), in a goroutine of its own so that no
+// lock waits for it. Its fields but seen are guarded by Client.mu.
 type nodeWatch struct {
 	due     bool               // a round starts at the next use
 	stop    context.CancelFunc // cancels the running round; nil: none ran
@@ -141,7 +133,7 @@ type nodeWatch struct {
 }
 
 // watchNodes starts a round of checks when one is due. The caller holds
-// c.mu and has seen the Client open.
+// c.mu, with the Client open.
 func (c *Client) watchNodes() {
 	w := &c.watch
 	if !w.due {
@@ -197,8 +189,7 @@ func (c *Client) checkNodes(ctx context.Context, cancel context.CancelFunc, done
 	}
 }
 
-// stopWatch ends the Client's checking of its nodes. The caller has marked
-// the Client closed, so no round starts after it.
+// stopWatch ends the check of the nodes, once the Client is marked closed.
 func (c *Client) stopWatch(deadline time.Time) {
 	c.mu.Lock()
 	w := &c.watch

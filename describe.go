@@ -11,25 +11,17 @@ import (
 )
 
 // Describe reports who holds the lock called name, whatever its type, how
-// long it has left and who waits: for operators and tools such as
-// `dlock status`. It is one script, one round trip, and changes nothing.
-// It looks under the Client's prefix, or under the one opts give with
-// [WithPrefix], as a handle made with them would; no other option bears
-// on it, and any other is refused with [ErrInvalid]. A key of the name holding what dlock did not write (a string
-// that is no owner token, a hash without the mark of a read-write lock's
-// state…) is no holder: Describe fails with [ErrWrongType], naming the
-// key.
+// long it has left and who waits, for operators and tools such as `dlock
+// status`. It is one round trip and changes nothing. It looks under the
+// Client's prefix, or opts' [WithPrefix]; any other option is refused with
+// [ErrInvalid]. A key of the name holding what dlock did not write fails
+// it with [ErrWrongType], naming the key.
 func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (admin.LockInfo, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {
 		return admin.LockInfo{}, err
 	}
-	return c.describe(ctx, name, k)
-}
-
-// describe runs describe.lua on the keys of the lock called name.
-func (c *Client) describe(ctx context.Context, name string, k keys) (admin.LockInfo, error) {
-	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, anyLockKeys(k), scripts.OwnerArgs{Owner: ""}).Slice()
+	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, scripts.AnyLockLayout.Keys(k.lock), scripts.OwnerArgs{Owner: ""}).Slice()
 	var info admin.LockInfo
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
@@ -48,8 +40,7 @@ func (c *Client) describe(ctx context.Context, name string, k keys) (admin.LockI
 	return info, nil
 }
 
-// parseMutexInfo reads describe.lua's reply for a string lock key, after
-// its 'mutex'.
+// parseMutexInfo reads describe.lua's reply for a string lock key.
 func parseMutexInfo(reply []any) (admin.LockInfo, error) {
 	r, err := int64s(reply, 4)
 	if err == nil && len(reply) < 7 {
@@ -74,8 +65,7 @@ func parseMutexInfo(reply []any) (admin.LockInfo, error) {
 	return info, nil
 }
 
-// parseSemaphoreInfo reads describe.lua's reply for a Semaphore, after its
-// 'semaphore'.
+// parseSemaphoreInfo reads describe.lua's reply for a Semaphore.
 func parseSemaphoreInfo(reply []any) (admin.LockInfo, error) {
 	r, err := int64s(reply, 5)
 	if err != nil {
@@ -111,9 +101,8 @@ func parseRWInfo(reply []any) (admin.LockInfo, error) {
 }
 
 // permitHolders are a Semaphore's holders from the holder info of each
-// permit held: one admin.Holder per distinct info, counting its permits, those
-// without info first and together (so a Semaphore whose holders store
-// none has one admin.Holder counting every permit).
+// permit held: one admin.Holder per distinct info, counting its permits,
+// those without info first and together.
 func permitHolders(infos []any) []admin.Holder {
 	holders := []admin.Holder{{}}
 	at := map[string]int{"": 0}
@@ -135,13 +124,11 @@ func permitHolders(infos []any) []admin.Holder {
 
 // ForceUnlock removes the lock called name whatever holds it (any type, a
 // Semaphore's every permit) and wakes its waiters: the operator's escape
-// hatch for a holder known to be gone. It reports whether anything was held.
-// The holders' leases report the loss at their next renewal (a Mutex's,
-// FairMutex's or Election's as [LossForced]); until then they may act, which
-// fencing covers: the counter is kept, so the next token is above theirs. A
-// key of the name that dlock did not write fails it with [ErrWrongType] and
-// nothing is removed. It looks under opts' [WithPrefix], if any, and refuses
-// any other option.
+// hatch for a holder known to be gone. It reports whether anything was
+// held. The holders' leases report the loss at their next renewal; until
+// then fencing covers them, as the counter is kept. A key that dlock did
+// not write fails it with [ErrWrongType], and nothing is removed. Options
+// are as [Client.Describe]'s.
 func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (bool, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {
@@ -151,20 +138,15 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	if err != nil {
 		return false, err
 	}
-	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, anyLockKeys(k), scripts.PublishArgs{Publish: publish}).Int64()
+	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, scripts.AnyLockLayout.Keys(k.lock), scripts.PublishArgs{Publish: publish}).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}
 	return n == 1, nil
 }
 
-// anyLockKeys are the KEYS of the scripts for a lock of any type.
-func anyLockKeys(k keys) []string { return scripts.AnyLockLayout.Keys(k.lock) }
-
-// namedKeys are the keys of the lock called name for a call by name
-// (Describe, ForceUnlock): under the Client's prefix, or opts' (a handle's
-// options: WithPrefix is the one that names keys). A bad name or option is
-// found before any I/O.
+// namedKeys are the keys of the lock called name for Describe and
+// ForceUnlock, checked before any I/O.
 func (c *Client) namedKeys(ctx context.Context, name string, opts []Option) (keys, error) {
 	if err := c.usable(ctx); err != nil {
 		return keys{}, err

@@ -21,13 +21,12 @@ import (
 )
 
 // Client makes locks on one Redis deployment: a single server, a Sentinel
-// failover group, a Redis Cluster or a [redis.Ring], whatever go-redis's
-// [redis.UniversalClient] reaches. It is safe for concurrent use. Its
-// background work starts on first use and stops with [Client.Close]: one
-// renewal goroutine (and one per node while renewals are in flight), one
-// subscriber per shard, and a node check (see [Client.Check]). On a Ring a
-// lock lives on the shard its name hashes to; a Ring moves names while a
-// shard is down, so a held lock can be taken again (docs/SAFETY.md).
+// failover group, a Redis Cluster or a [redis.Ring]. It is safe for
+// concurrent use. Its background work starts on first use and stops with
+// [Client.Close]: one renewal goroutine (and one per node while renewals
+// are in flight), one subscriber per shard, and a node check (see
+// [Client.Check]). A Ring moves names while a shard is down, so a held lock
+// can be taken again (docs/SAFETY.md).
 type Client struct {
 	rdb redis.UniversalClient
 	fns functions // how rdb's servers take dlock's scripts
@@ -39,28 +38,24 @@ type Client struct {
 	dials   *dialWatch // why rdb's last dial failed: see waiting.noteOutage
 
 	// resendAfter is how long a command takes at least when the Redis
-	// client may have sent it twice: go-redis resends one only after a read
-	// timed out. See clientHold.maybeCopied.
+	// client may have sent it twice (see clientHold.maybeCopied).
 	resendAfter time.Duration
 
-	// tag names this Client's own wake-up channel of each Mutex (see
-	// Mutex.Lock): a release tells the waiter it hands the lock to there,
-	// and so reaches its client alone rather than every subscriber.
+	// tag names this Client's own wake-up channel of each lock, so that a
+	// release handing the lock to a waiter tells its client alone.
 	tag string
 
-	// redis names the Redis rdb talks to, for re-entry (reentry.go): a
-	// hold carried by a context is one of this Client's locks only if its
-	// Client's redis is the same. "" when rdb's kind does not say.
+	// redis names the Redis rdb talks to: a hold a context carries is one
+	// of this Client's locks only if its Client's redis is the same
+	// (reentry.go). "" when rdb's kind does not say.
 	redis string
 
-	// attempted, set by tests alone (export_test.go) before the Client's
-	// first use, hears of every attempt's reply before the attempt acts on
-	// it; nil, it costs a nil check.
+	// attempted, set by tests alone before first use, hears of every
+	// attempt's reply before the attempt acts on it.
 	attempted func(attemptReport)
 
-	// clock is what the Client's leases read the time from (see
-	// internal/clock): nil, the machine's; the fault tests' suspend it.
-	// Set before the Client's first use (clock.Use).
+	// clock is what the leases read the time from: nil, the machine's;
+	// fault tests set one they suspend, before first use.
 	clock *clock.Clock
 
 	mu      sync.Mutex
@@ -72,55 +67,31 @@ type Client struct {
 }
 
 // New returns a Client that takes locks through rdb. Options set defaults for
-// every lock the Client makes.
-//
-// New sends nothing to Redis. Bad arguments (a nil rdb, a TTL below
-// [MinTTL], an option no lock type of a Client takes…) fail it at once,
-// with an error matching [ErrInvalid]: a Client is made once, at start-up,
-// where a mistake is best found.
+// every lock the Client makes. New sends nothing to Redis. Bad arguments (a
+// nil rdb, a TTL below [MinTTL]…) fail it at once, matching [ErrInvalid]:
+// a Client is made once, at start-up, where a mistake is best found.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	cfg := defaultSettings().with(opts)
-	if unmadeClient(rdb) {
+	resend, made := resendAfter(rdb)
+	if !made {
 		return nil, invalidf("nil Redis client")
 	}
 	if err := cfg.validate(forClient); err != nil {
 		return nil, err
 	}
-	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag()}
+	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag(), resendAfter: resend}
 	c.renewer = newRenewer(c)
 	c.flights = &coalescer{rdb: rdb, fns: &c.fns}
 	c.dials = watchDials(rdb)
 	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
-	c.resendAfter = resendAfter(rdb)
 	c.redis = redisIdentity(rdb)
 	return c, nil
 }
 
-// unmadeClient reports whether rdb is nil, a nil pointer in the interface (a
-// *redis.Client variable left unset), or a go-redis client not made by its
-// constructor (&redis.Client{}): each would panic at first use. A
-// *redis.Client's Options panics there too, so that counts as not made.
-func unmadeClient(rdb redis.UniversalClient) (unmade bool) {
-	if rdb == nil {
-		return true
-	}
-	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
-		return true
-	}
-	defer func() {
-		if recover() != nil {
-			unmade = true
-		}
-	}()
-	switch r := rdb.(type) {
-	case *redis.Client:
-		return r.Options() == nil
-	case *redis.ClusterClient:
-		return r.Options() == nil
-	case *redis.Ring:
-		return r.Options() == nil
-	}
-	return false
+// unmadeClient reports whether rdb would panic at first use (see resendAfter).
+func unmadeClient(rdb redis.UniversalClient) bool {
+	_, made := resendAfter(rdb)
+	return !made
 }
 
 // mayHaveResent reports whether a command sent at sent, and answered now,
@@ -133,8 +104,21 @@ func (c *Client) mayHaveResent(sent time.Time) bool {
 // command again only after a read timed out (or its connection failed,
 // which leaves no copy on the way), so a command answered sooner was sent
 // once. Without a read timeout nothing is resent; with a client of another
-// kind, any command may have been.
-func resendAfter(rdb redis.UniversalClient) time.Duration {
+// kind, any command may have been. made is false for a nil rdb, a nil
+// pointer in the interface, or a go-redis client not made by its
+// constructor (&redis.Client{}), whose Options are nil or panic.
+func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
+	if rdb == nil {
+		return 0, false
+	}
+	if v := reflect.ValueOf(rdb); v.Kind() == reflect.Pointer && v.IsNil() {
+		return 0, false
+	}
+	defer func() {
+		if recover() != nil { // reading a nil Options' field panics too
+			after, made = 0, false
+		}
+	}()
 	var read time.Duration
 	switch r := rdb.(type) {
 	case *redis.Client:
@@ -146,20 +130,19 @@ func resendAfter(rdb redis.UniversalClient) time.Duration {
 			read = 5 * time.Second // go-redis's default, which its shards take
 		}
 	default:
-		return 0
+		return 0, true
 	}
 	if read <= 0 {
-		return time.Duration(math.MaxInt64)
+		return time.Duration(math.MaxInt64), true
 	}
-	return read
+	return read, true
 }
 
 // Close stops the Client's background work: renewal, subscriptions and its
-// check of the nodes (it waits for renewals and a check under way, at most
-// [CleanupTimeout]: on a stalled server they end when it answers). Locks
-// still waiting return [ErrClosed]. Leases still held are no longer renewed
-// and end as lost at their deadline; unlock them first. Close does not close
-// rdb.
+// check of the nodes, waiting for work under way at most [CleanupTimeout].
+// Locks still waiting return [ErrClosed]. Leases still held are no longer
+// renewed and end as lost at their deadline; unlock them first. Close does
+// not close rdb.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
@@ -174,8 +157,6 @@ func (c *Client) Close() error {
 	hub := c.hub
 	c.mu.Unlock()
 
-	// Background work stuck on a stalled server is waited for no longer
-	// than a clean-up is.
 	deadline := time.Now().Add(CleanupTimeout)
 	c.renewer.close(deadline)
 	c.stopWatch(deadline)
@@ -185,10 +166,9 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// keys are the Redis names of one lock. All share the hash tag {name}, so one
-// lock lives in one cluster slot and each script touches one slot. Each is
-// the lock's key and a suffix from internal/scripts/layout.go; the other
-// types have a few more, made by the scripts' layouts (see keyLists).
+// keys are the Redis names of one lock: its key and a suffix from
+// internal/scripts/layout.go. All share the hash tag {name}, so each script
+// touches one cluster slot.
 type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter (see mint_token in internal/scripts/common.lua)
@@ -196,8 +176,7 @@ type keys struct {
 	waiters string // who waits to be woken, by registration expiry
 
 	// own is where a release tells this Client's waiters that it picked
-	// them: channel, ':', the Client's tag (see wake_waiter in common.lua).
-	// Set by Client.waitingKeys, for the types whose waiters listen there.
+	// them (see wake_waiter in common.lua); set by Client.waitingKeys.
 	own string
 }
 
@@ -207,7 +186,7 @@ func keysFor(prefix, name string) keys {
 }
 
 // waitingKeys are the keys of a lock whose waiters listen on their Client's
-// own channel: made once per handle, not per Lock.
+// own channel.
 func (c *Client) waitingKeys(prefix, name string) keys {
 	k := keysFor(prefix, name)
 	k.own = k.channel + ":" + c.tag
@@ -215,8 +194,7 @@ func (c *Client) waitingKeys(prefix, name string) keys {
 }
 
 // tagged is how a waiter of this Client registers, so that a release tells
-// it on the Client's own channel alone: its id after the Client's tag; ""
-// (not registering) stays "".
+// it on the Client's own channel alone; "" (not registering) stays "".
 func (c *Client) tagged(waiterID string) string {
 	if waiterID == "" {
 		return ""
@@ -224,17 +202,9 @@ func (c *Client) tagged(waiterID string) string {
 	return c.tag + "/" + waiterID
 }
 
-// tombstoneLife is how long a call that gave up keeps late copies of its
-// attempts out (see tombstone): many times a copy's time on the way. A
-// later copy does what a lost abandon does, a hold that expires with its
-// TTL; the TTL itself may be years, and tombstones would pile up. The
-// scripts' constant VOID_TTL.
-const tombstoneLife = scripts.TombstoneLife
-
-// secretKey is base and sep followed by a hash of token (an owner token, a
-// hold id, a call's token), in one allocation: the token is the proof a
-// lease shows to renew and release, and key names are seen by KEYS,
-// MONITOR and error messages, so none shows it.
+// secretKey is base and sep followed by a hash of token, in one
+// allocation: a token is the proof a lease shows to renew and release, and
+// key names are seen by KEYS, MONITOR and error messages.
 func secretKey(base, sep, token string) string {
 	sum := sha256.Sum256([]byte(token))
 	var digits [32]byte
@@ -249,25 +219,24 @@ func secretKey(base, sep, token string) string {
 
 // tombstone is where a call that gave up is marked void, call being the
 // token all its attempts carry. Abandons write it, as do releases of a
-// lease given up or maybe copied (clientHold.maybeCopied); an acquire that
-// finds it takes and registers nothing, so a late copy does nothing.
+// lease given up or maybe copied; an acquire that finds it does nothing.
+// It lasts [scripts.TombstoneLife]: many times a copy's time on the way,
+// not the TTL, which may be years.
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
-// releaseMarkLife: a copy of the same release that finds nothing left (it
-// was resent after its reply was lost) reports the release done, not
-// ErrNotHeld. lock is the key the lease's release script names first.
+// releaseMarkLife: a resent copy of the release that finds nothing left
+// reports the release done, not ErrNotHeld.
 func releaseMark(lock, owner string) string {
 	return secretKey(lock, scripts.ReleaseMark.Suffix, owner)
 }
 
-// releaseMarkLife is how long a release mark lasts: as long as an Unlock
-// waits for its release (CleanupTimeout, whatever the caller's context), so
-// any copy whose reply the Unlock reads was applied while the mark lived.
+// releaseMarkLife is as long as an Unlock waits for its release, so any
+// copy whose reply the Unlock reads was applied while the mark lived.
 const releaseMarkLife = CleanupTimeout
 
-// The scripts' MARK_TTL is releaseMarkLife: a build fails where they differ
-// (a negative constant overflows uint).
+// The scripts' MARK_TTL is releaseMarkLife: a negative constant overflows
+// uint, so the build fails where they differ.
 const _ = uint(releaseMarkLife-scripts.ReleaseMarkLife) + uint(scripts.ReleaseMarkLife-releaseMarkLife)
 
 // usable is checked before any I/O.
@@ -286,10 +255,9 @@ func (c *Client) usable(ctx context.Context) error {
 	return nil
 }
 
-// publishCommand is what release scripts publish wake-ups with: SPUBLISH on a
-// Redis 7 cluster (a message stays on the slot's shard), PUBLISH elsewhere
-// (a cluster before 7 broadcasts it to every node). It asks a cluster's
-// version once.
+// publishCommand is what release scripts publish wake-ups with: SPUBLISH on
+// a Redis 7 cluster (a message stays on the slot's shard), else PUBLISH. It
+// asks a cluster's version once.
 func (c *Client) publishCommand(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	known := c.publish
@@ -303,7 +271,8 @@ func (c *Client) publishCommand(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
 		}
-		if redisMajorVersion(info) >= 7 {
+		major, _, _ := strings.Cut(infoField(info, "redis_version"), ".")
+		if n, _ := strconv.Atoi(major); n >= 7 {
 			command = "SPUBLISH"
 		}
 	}
@@ -311,17 +280,6 @@ func (c *Client) publishCommand(ctx context.Context) (string, error) {
 	c.publish = command
 	c.mu.Unlock()
 	return command, nil
-}
-
-func redisMajorVersion(info string) int {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _, _ := strings.Cut(v, ".")
-			n, _ := strconv.Atoi(major)
-			return n
-		}
-	}
-	return 0
 }
 
 // notifier returns the Client's subscriber, creating it on first use.
@@ -350,10 +308,9 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// releaseWithin runs a release (or abandon) script's command, and reports
-// whether it let go of a hold. ctx is already bounded (see
-// cleanupContext), and not to be cancelled with the caller's: the caller's
-// hold must go whatever the caller's context (see Lease.Unlock).
+// releaseWithin runs a release or abandon command, and reports whether it
+// let go of a hold. ctx is a cleanupContext: the hold must go whatever the
+// caller's context.
 func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, argv []any) (bool, error) {
 	n, err := c.flights.runArgv(ctx, script, argv).Int64()
 	return n == 1, err
@@ -365,20 +322,17 @@ func (c *Client) publishArgFor(ctx context.Context) (any, error) {
 	return publishArg(command), err
 }
 
-// The publish commands as script arguments, boxed once.
-var publishArgs = [2]any{"PUBLISH", "SPUBLISH"}
-
+// publishArg is command boxed as a constant, which allocates nothing.
 func publishArg(command string) any {
 	if command == "SPUBLISH" {
-		return publishArgs[1]
+		return "SPUBLISH"
 	}
-	return publishArgs[0]
+	return "PUBLISH"
 }
 
 // cleanupContext is the context of work that must go on after its caller
-// has given up (a release, an abandon, a roll-back): free of ctx's
-// cancellation and deadline, and bounded by CleanupTimeout whatever ctx
-// is, Background included, so a frozen server cannot hold an Unlock.
+// has given up (a release, an abandon): free of ctx's cancellation, and
+// bounded by CleanupTimeout, so a frozen server cannot hold an Unlock.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil { // nothing to strip from Background: one allocation less
 		ctx = context.WithoutCancel(ctx)
@@ -386,15 +340,13 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, CleanupTimeout)
 }
 
-// abandon clears up after an acquire that gives up: one whose outcome is
-// unknown (Redis may have applied it before the client gave up on the reply,
-// or may yet apply it), or a waiter that stops waiting. The kind's abandon
-// script releases a hold that is there, leaves a tombstone that makes a late
-// attempt refuse itself, and unregisters the waiter. Like a release, it is
-// not stopped by ctx's cancellation, only bounded by [CleanupTimeout]. It
-// reports whether the call may have held the lock: it gave a hold back; or
-// it may have, in a copy go-redis sent first (the reply read then answers
-// for the copy that found nothing); or it could not clear up (err).
+// abandon clears up after an acquire that gives up, whose outcome may be
+// unknown, or a waiter that stops waiting: the kind's abandon script
+// releases a hold that is there, leaves a tombstone that makes a late
+// attempt refuse itself, and unregisters the waiter. Like a release, it
+// outlives ctx, bounded by [CleanupTimeout]. It reports whether the call
+// may have held the lock: it gave a hold back, or go-redis may have sent it
+// twice (the reply read answers for the later copy), or err.
 func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, args scripts.AbandonArgs) (mayHaveHeld bool, err error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

@@ -32,17 +32,16 @@ var (
 	ErrLeaseLost = errors.New("dlock: lease lost")
 
 	// ErrWrongType: a key of the lock holds what this kind of lock did not
-	// write (another type, another lock type's value, another program's
-	// data). The error names the key; dlock leaves it untouched.
+	// write (another lock type's, another program's). The error names the
+	// key; dlock leaves it untouched.
 	ErrWrongType = errors.New("dlock: key holds the wrong type of value")
 
 	// ErrInvalid: bad input (an empty name, a TTL below [MinTTL]…). Returned
 	// before anything is sent to Redis.
 	ErrInvalid = errors.New("dlock: invalid argument")
 
-	// ErrUpgrade: a write lock asked by an owner that holds only read locks
-	// of an [RWMutex]. Two readers waiting so would deadlock: release the
-	// reads first.
+	// ErrUpgrade: an owner holding only read locks of an [RWMutex] asked for
+	// the write lock. Two readers waiting so would deadlock.
 	ErrUpgrade = errors.New("dlock: read lock held: cannot upgrade to a write lock")
 
 	// ErrPermits: a [Semaphore] opened with a number of permits other than
@@ -65,12 +64,11 @@ var (
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrUnavailable: Redis could not serve the call for a reason that
-	// passes on its own (a slot migrating, a failover, a restart, LOADING,
-	// no server at the address); the cause stays in the chain. An
-	// acquisition that fails so holds nothing. A waiting Lock tries again,
-	// backing off up to a second, until its context ends, then returns this
-	// error with the context's, never [ErrNotAcquired]. Other calls return
-	// it at once, and are worth trying again.
+	// passes on its own (a slot migrating, a failover, a restart, no server
+	// at the address); the cause stays in the chain. An acquisition that
+	// fails so holds nothing. A waiting Lock tries again until its context
+	// ends, then returns this error with the context's, never
+	// [ErrNotAcquired]. Other calls return it at once.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
@@ -91,13 +89,12 @@ func invalidf(format string, args ...any) error {
 
 // redisError classifies an error from a script run on the lock name's keys.
 func redisError(op, name string, err error) error {
-	if isWrongType(err) {
+	switch {
+	case isWrongType(err):
 		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, name, wrongTypeDetail(err))
-	}
-	if isPermission(err) {
+	case isPermission(err):
 		return fmt.Errorf("%w: %s %q: %w", ErrPermission, op, name, err)
-	}
-	if isTransient(err) {
+	case isTransient(err):
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, name, err)
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
@@ -107,9 +104,8 @@ func redisError(op, name string, err error) error {
 // command once a slot moved, a failover ended or a dataset loaded.
 var transientReplies = []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"}
 
-// isTransient recognises an error that passes on its own (see
-// [ErrUnavailable]). A timeout is not one: retrying would add to the load
-// of a server too slow for it.
+// isTransient recognises an error that passes on its own. A timeout is not
+// one: retrying would add to the load of a server too slow for it.
 func isTransient(err error) bool {
 	if err == nil {
 		return false
@@ -135,33 +131,30 @@ func unavailable(err error) error {
 	return err
 }
 
-// isPermission recognises an ACL refusal, of a command sent or one a
-// script ran, in the words of Redis 7.0, Redis 8 and Valkey.
+// isPermission recognises an ACL refusal, of a command or of one a script
+// ran, in the words of Redis 7.0, Redis 8 and Valkey.
 func isPermission(err error) bool {
 	return errSays(err, "NOPERM", "executing the script can't", "ACL failure in script", "No permissions to access")
 }
 
-// isPublishRefused recognises a script's PUBLISH refused by an ACL that
-// lacks the lock's channels, in Redis 7.0's words or later ones'.
+// isPublishRefused recognises a script's PUBLISH refused by an ACL.
 func isPublishRefused(err error) bool {
 	return errSays(err, "can't publish to the channel", "No permissions to access a channel")
 }
 
-// errSays reports whether err's message contains any of words.
 func errSays(err error, words ...string) bool {
 	return err != nil && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(err.Error(), w) })
 }
 
-// wrongTypeDetail is what Redis said after WRONGTYPE, without where in
-// which script: for a key dlock did not write, which key holds what.
+// wrongTypeDetail is what Redis said after WRONGTYPE (which key holds
+// what), without where in which script.
 func wrongTypeDetail(err error) string {
 	_, detail, _ := strings.Cut(err.Error(), "WRONGTYPE ")
 	detail, _, _ = strings.Cut(detail, " script:")
 	return strings.TrimSuffix(detail, ".")
 }
 
-// isNoScript recognises a server without a script (NOSCRIPT) or dlock's
-// function library ("Function not found"); see sendScripts.
+// isNoScript recognises a server without a script or dlock's functions.
 func isNoScript(err error) bool {
 	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "ERR Function not found"))
 }
@@ -170,15 +163,14 @@ func isNoScript(err error) bool {
 // the start of the message; miniredis wraps it in a script error.
 func isWrongType(err error) bool { return errSays(err, "WRONGTYPE") }
 
-// LossReason says how a lease was lost: it is in the chain of every lost
-// lease's error, beside [ErrLeaseLost] (errors.Is(err, dlock.LossTaken)).
+// LossReason says how a lease was lost: every lost lease's error matches
+// one, beside [ErrLeaseLost] (errors.Is(err, dlock.LossTaken)).
 type LossReason = observe.LossReason
 
 // The ways a lease is lost.
 const (
-	// LossExpired: the hold was gone when a renewal came: it expired or was
-	// deleted, but not by [Client.ForceUnlock]. Also where dlock cannot
-	// tell how a hold went.
+	// LossExpired: the hold was gone when a renewal came, expired or deleted
+	// (not by [Client.ForceUnlock]), or dlock cannot tell how it went.
 	LossExpired LossReason = observe.LossExpired
 
 	// LossTaken: another owner holds the lock now.
@@ -193,7 +185,7 @@ const (
 	// key until its TTL runs out.
 	LossUnreachable LossReason = observe.LossUnreachable
 
-	// LossUnknown is what an [observe.Observer] is told where none of
-	// the above is known. No lost lease's error matches it.
+	// LossUnknown is what an [observe.Observer] is told where none of the
+	// above is known. No lost lease's error matches it.
 	LossUnknown LossReason = observe.LossUnknown
 )

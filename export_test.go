@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // Internals the external tests look at.
@@ -124,7 +125,7 @@ func UseClock(target any) *clock.Clock {
 
 // TombstoneLife is how long a call that gave up keeps late copies of its
 // attempts out.
-const TombstoneLife = tombstoneLife
+const TombstoneLife = scripts.TombstoneLife
 
 // AttemptReport is what one acquire attempt of a Client tells OnAttempt.
 type AttemptReport struct {

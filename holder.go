@@ -7,11 +7,10 @@ import (
 	"github.com/dlockio/dlock/admin"
 )
 
-// WithHolderInfo stores info with every hold taken, renewed and removed
-// with it, so operators see who holds a lock. A MultiLock, Election and
-// Redlock refuse it. Info that is not valid UTF-8, has a negative PID or
-// encodes longer than [admin.MaxHolderInfo] is refused with [ErrInvalid] by
-// the first call. The zero [admin.HolderInfo] stores nothing.
+// WithHolderInfo stores info with every hold, so operators see who holds a
+// lock. A MultiLock, Election and Redlock refuse it. Info that is not valid
+// UTF-8, has a negative PID or encodes longer than [admin.MaxHolderInfo] is
+// refused with [ErrInvalid] by the first call. The zero value stores nothing.
 func WithHolderInfo(info admin.HolderInfo) Option {
 	encoded, err := encodeHolderInfo(info)
 	return func(s *settings) { s.holderInfo, s.holderInfoErr, s.given = encoded, err, s.given|optHolderInfo }

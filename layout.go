@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/dlockio/dlock/internal/scripts"
@@ -47,9 +46,9 @@ func (k keys) appendKeys(keys []string, layout scripts.Layout, perCall ...string
 	return keys
 }
 
-// keyLists lays out the KEYS of a handle's scripts in one array, each name
-// and equal list once: a handle is often made for one call. add and also
-// return each list's place, which list reads once every list is added.
+// keyLists lays out the KEYS of a handle's scripts in one array, each
+// derived name made once: a handle is often made for one call. add and
+// also return each list's place, which list reads once every list is added.
 type keyLists struct {
 	k     keys
 	names []string
@@ -59,8 +58,8 @@ type keyLists struct {
 // per-call key's place (or end), its end.
 type keyList struct{ start, split, end int }
 
-// newKeyLists returns empty lists of k's keys, with room for an Election's
-// 19 names (the most; more cost an allocation).
+// newKeyLists returns empty lists of k's keys, with room for a FairMutex's
+// 22 names (more cost an allocation).
 func newKeyLists(k keys) keyLists { return keyLists{k: k, names: make([]string, 0, 24)} }
 
 // add lays out the KEYS of a script on layout, but for its per-call keys
@@ -79,27 +78,14 @@ func (l *keyLists) add(layout scripts.Layout) keyList {
 	if split < 0 {
 		split = len(l.names)
 	}
-	return l.span(start, split)
+	return keyList{start, split, len(l.names)}
 }
 
 // also lays out a list of names: a handle's own channel.
 func (l *keyLists) also(names ...string) keyList {
 	start := len(l.names)
 	l.names = append(l.names, names...)
-	return l.span(start, len(l.names))
-}
-
-// span is the place of the list just laid out at start, split at split; an
-// earlier one equal to it stands for it.
-func (l *keyLists) span(start, split int) keyList {
-	list := l.names[start:]
-	for i := range start {
-		if i+len(list) <= start && slices.Equal(l.names[i:i+len(list)], list) {
-			l.names = l.names[:start]
-			return keyList{i, i + split - start, i + len(list)}
-		}
-	}
-	return keyList{start, split, len(l.names)}
+	return keyList{start, len(l.names), len(l.names)}
 }
 
 // name is k's key named key: k's own, one laid out already, or made.

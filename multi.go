@@ -1,10 +1,10 @@
 package dlock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -16,14 +16,11 @@ import (
 
 // MultiLock takes several exclusive locks together: all of them, or none.
 // Its lease is one [Lease], lost as soon as any lock is, with a token per
-// lock ([Lease.Tokens]). Each lock is the [Mutex] of its name, so the two
-// exclude each other. On one server or slot one script takes them all;
-// across slots, slot by slot in one global order, so no two MultiLocks
-// deadlock. A failed or cancelled MultiLock releases what it took. The
-// lease is returned only once every lock is confirmed held with time left;
-// else all is released and Lock waits again (TryLock: [ErrNotAcquired]).
-// While it waits it is registered with one lock in its way at a time, so
-// under constant contention for its locks one by one it is not fair.
+// lock ([Lease.Tokens]). Each lock is the [Mutex] of its name. One script
+// takes the locks of each cluster slot (all, on one server), slot by slot
+// in one global order, so no two MultiLocks deadlock; a failed or cancelled
+// MultiLock releases what it took. While it waits it is registered with one lock in its way
+// at a time, so under constant contention it is not fair.
 type MultiLock struct {
 	h      handle // its name is the names joined
 	names  []string
@@ -69,9 +66,8 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 }
 
 // group is what the calls of the locks of names, taken by one script,
-// share: their keys, each key of scripts.MultiPartLayout for every lock
-// in turn (see multi_lib.lua), and channels. Every MultiLock script takes
-// the same keys, then its call's or hold's own.
+// share: each key of scripts.MultiPartLayout for every lock in turn (see
+// multi_lib.lua), and their channels.
 func (h *handle) group(names []string) *acquireSpec {
 	parts := make([][]string, len(names))
 	channels := make([]string, len(names))
@@ -101,15 +97,13 @@ func (h *handle) group(names []string) *acquireSpec {
 func (c *Client) groupBySlot(names []string) [][]string {
 	switch c.rdb.(type) {
 	case *redis.ClusterClient:
-		bySlot := slices.Clone(names)
-		slices.SortStableFunc(bySlot, func(a, b string) int { return cmp.Compare(clusterSlot(a), clusterSlot(b)) })
+		bySlot := map[int][]string{}
+		for _, name := range names {
+			bySlot[clusterSlot(name)] = append(bySlot[clusterSlot(name)], name)
+		}
 		var groups [][]string
-		for i, name := range bySlot {
-			if i > 0 && clusterSlot(name) == clusterSlot(bySlot[i-1]) {
-				groups[len(groups)-1] = append(groups[len(groups)-1], name)
-				continue
-			}
-			groups = append(groups, []string{name})
+		for _, slot := range slices.Sorted(maps.Keys(bySlot)) {
+			groups = append(groups, bySlot[slot])
 		}
 		return groups
 	case *redis.Ring:
@@ -120,6 +114,27 @@ func (c *Client) groupBySlot(names []string) [][]string {
 		return groups
 	}
 	return [][]string{names}
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// clusterSlot is the Redis Cluster hash slot of a lock's keys: CRC16
+// (XMODEM) of their hash tag, the lock's name, modulo 16384. A MultiLock
+// groups its locks by it without asking the cluster.
+func clusterSlot(tag string) int {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % clusterSlots
 }
 
 // Names returns the names of the locks, sorted, without repeats.
@@ -134,10 +149,10 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) {
 // Lock takes all the locks, waiting while any is held, until ctx ends or
 // the wait set by [WithWait] runs out. A wait that ends that way returns an
 // error matching both [ErrNotAcquired] and ctx's error, holding nothing.
-//
-// Unless [WithLeaseTime] was given, the lease renews itself every TTL/3
-// until it is unlocked or lost. With it, every lock's lease runs from
-// about the moment Lock returns (see [MultiLock]).
+// The lease is returned only once every lock is confirmed held with time
+// left, else Lock releases all and starts over. Unless [WithLeaseTime] was
+// given, it renews itself every TTL/3; with it, every lock's lease runs
+// from about the moment Lock returns.
 func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
@@ -205,12 +220,11 @@ func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*
 // taken.
 var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", ErrNotAcquired)
 
-// confirmParts makes sure the groups taken before the last still hold, now
-// that the last is taken: a wait for a later group may have outlasted an
-// earlier one's hold. A fixed lease, which nothing renews, is extended to
-// its lease time, so that each lock's lease runs from the moment they are
-// all held; an auto-renewed one has been renewed meanwhile, unless it was
-// lost. errPartLost when one is no longer ours.
+// confirmParts makes sure the groups taken before the last still hold: a
+// wait for a later group may have outlasted an earlier one's hold. A fixed
+// lease is extended to its lease time, so that each lock's lease runs from
+// the moment all are held; an auto-renewed one was renewed meanwhile,
+// unless it was lost. errPartLost when one is no longer ours.
 func confirmParts(ctx context.Context, parts []*Lease) error {
 	for _, p := range parts {
 		var err error
@@ -229,10 +243,9 @@ func confirmParts(ctx context.Context, parts []*Lease) error {
 	return nil
 }
 
-// rollBack releases the groups taken before one failed, and leaves their
-// calls' tombstones (see Lease.giveUp). It releases whatever ctx; where it
-// cannot, the holds expire with their TTL. A group that ran out
-// (ErrNotHeld) has nothing of ours left to release.
+// rollBack releases the groups taken before one failed, leaving their
+// calls' tombstones (see Lease.giveUp), whatever ctx; where it cannot, the
+// holds expire with their TTL.
 func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	for _, l := range held {
 		if err := l.giveUp(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
@@ -243,9 +256,8 @@ func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 }
 
 // multiCall takes one group of a MultiLock. It listens on the channel of
-// one lock of the group at a time, the one that kept it out last. Its
-// tombstone is the MultiLock call's, shared by its groups, until it starts
-// anew.
+// the lock that kept it out last. Its tombstone is the MultiLock call's,
+// shared by its groups, until it starts anew.
 type multiCall struct{ call }
 
 func (m *MultiLock) call(g *acquireSpec, callToken string) *call {

@@ -8,11 +8,9 @@ import (
 )
 
 // partsHold is the hold of a MultiLock whose groups span several cluster
-// slots: the groups' leases (parts), each held and renewed on its own slot.
-// The whole lease renews nothing itself, and has no timer: its deadline is
-// the earliest of its parts' (each part moves it with its own), it is at
-// risk when a part is, lost as soon as a part is, and released when all
-// parts are.
+// slots: the groups' leases (parts), each renewed on its own slot. The
+// whole renews nothing and has no timer: its deadline is the earliest of
+// its parts', and it is at risk or lost as soon as a part is.
 type partsHold struct {
 	lease *Lease
 	parts []*Lease
@@ -42,9 +40,9 @@ func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 	return l
 }
 
-// partMoved sets the whole's deadline to the earliest of its parts', after
-// one of them moved. The whole's lock is held while the parts' are read, so
-// that the last to move writes what all of them say.
+// partMoved sets the whole's deadline to the earliest of its parts'. The
+// whole's lock is held while the parts' are read, so that the last part to
+// move writes what all of them say.
 func (h *partsHold) partMoved() {
 	l := h.lease
 	l.mu.Lock()
@@ -59,9 +57,7 @@ func (h *partsHold) partMoved() {
 }
 
 // extend extends each part in turn: a part refused is lost, and so is the
-// whole. Each part judges its own Extend, and moves the whole's deadline
-// with its own: the whole, which sends nothing itself, has nothing in
-// doubt.
+// whole. Each part judges its own Extend and moves the whole's deadline.
 func (h *partsHold) extend(ctx context.Context, ttl time.Duration, _ time.Time) (loss, err error) {
 	for _, p := range h.parts {
 		if err := p.Extend(ctx, ttl); err != nil {

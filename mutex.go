@@ -8,10 +8,9 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// Mutex is a distributed exclusive lock: at most one lease on its name is held
-// at a time (within the limits of leases: see the package documentation).
-// It is a handle, safe for concurrent use; each acquisition returns its own
-// [Lease].
+// Mutex is a distributed exclusive lock: at most one lease on its name is
+// held at a time (within the limits of leases: see the package doc). It is
+// a handle, safe for concurrent use; each acquisition returns a [Lease].
 type Mutex struct {
 	handle
 	spec *acquireSpec
@@ -51,12 +50,12 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, true, m.call)
 }
 
-// Lock takes the lock, waiting for its release while someone else holds it,
-// until ctx ends or the wait set by [WithWait] runs out. A wait that ends
-// that way returns an error matching both [ErrNotAcquired] and ctx's error.
-// A release hands the lock to one waiting Lock; a newcomer does not barge
-// in. [ErrUnavailable] does not end the wait. Unless [WithLeaseTime] was
-// given, the lease renews itself every TTL/3 until unlocked or lost.
+// Lock takes the lock, waiting while someone else holds it, until ctx ends
+// or the wait set by [WithWait] runs out; then it returns an error matching
+// both [ErrNotAcquired] and ctx's error. A release hands the lock to one
+// waiting Lock; a newcomer does not barge in. [ErrUnavailable] does not end
+// the wait. Unless [WithLeaseTime] was given, the lease renews itself every
+// TTL/3 until unlocked or lost.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }
@@ -94,9 +93,8 @@ func (a *mutexCall) refused(_ []int64, entry string) error {
 	return nil
 }
 
-// granted takes the lock a release handed over for the attempt h names;
-// that attempt's sending starts the lease. One for an earlier attempt is
-// stale and gives nil.
+// granted takes the lock a release handed over for the attempt h names,
+// whose sending starts the lease; nil for a stale one.
 func (a *mutexCall) granted(h handOver) *Lease {
 	if h.ref != strconv.Itoa(a.attempts) || a.registered == "" {
 		return nil
@@ -109,7 +107,7 @@ func (a *mutexCall) granted(h handOver) *Lease {
 func (a *mutexCall) entry(string) string { return "" }
 
 // abandonArgs withdraw the failed attempt's registration (entry) and the
-// one before it, or, with none in doubt, the last one.
+// one before it, or else the last one.
 func (a *mutexCall) abandonArgs(entry string) scripts.AbandonArgs {
 	if entry == "" {
 		return scripts.AbandonArgs{Waiter: a.registered, Also: ""}

@@ -16,14 +16,12 @@ func WithObserver(o *observe.Observer) Option {
 	return func(s *settings) { s.observer, s.given = (*hooks)(o), s.given|optObserver }
 }
 
-// hooks is the Observer the lock types tell. Nothing here runs when no
-// Observer is set: each hook point tests a nil pointer first (the
-// handle's settings, a lease's obs), so an unobserved Lock and Unlock
-// allocate nothing more.
+// hooks is the Observer the lock types tell. Each hook point tests a nil
+// pointer first, so an unobserved Lock and Unlock allocate nothing more.
 type hooks observe.Observer
 
 // observedCall is one acquire call being observed. It travels in the
-// call's context (callKey), where the waiting loop finds it.
+// call's context, where the waiting loop finds it.
 type observedCall struct {
 	o          *hooks
 	kind       observe.Kind
@@ -33,9 +31,8 @@ type observedCall struct {
 
 type callKey struct{}
 
-// acquire runs one acquire call of a lock of kind called name, observed by
-// o: Acquire before, done after, and the lease it returns watched until it
-// ends.
+// acquire runs one acquire call observed by o: Acquire before, done
+// after, and the lease it returns watched until it ends.
 func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
 	call := &observedCall{o: o, kind: kind, name: name}
 	var done func(observe.AcquireDone)
@@ -60,12 +57,10 @@ func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try
 	return l, err
 }
 
-// releaseOnPanic, deferred around an observer's hook called while l is
-// held but not in its caller's hands (not yet returned, or not yet
-// released by an Unlock), gives l up when the hook panics, and lets the
-// panic go on. A caller that recovers (net/http does, per request) has no
-// lease to unlock, and its renewals would keep the hold for ever. Nothing
-// when l is nil or nothing panics.
+// releaseOnPanic, deferred around a hook called while l is held but not
+// in its caller's hands, gives l up when the hook panics, and lets the
+// panic go on: a caller that recovers (net/http does) has no lease to
+// unlock, and renewals would keep the hold for ever.
 func releaseOnPanic(ctx context.Context, l *Lease) {
 	if l == nil {
 		return
@@ -76,8 +71,7 @@ func releaseOnPanic(ctx context.Context, l *Lease) {
 	}
 }
 
-// handedOver reports that the call was handed l by a release, which the
-// call has not returned yet: a panicking hook gives it up.
+// handedOver reports that a release handed the call l, not returned yet.
 func (c *observedCall) handedOver(ctx context.Context, l *Lease) {
 	defer releaseOnPanic(ctx, l)
 	c.wait(ctx, observe.WaitHandedOver, nil)
@@ -96,8 +90,7 @@ func outcomeOf(err error) observe.Outcome {
 	return observe.OutcomeError
 }
 
-// callIn is the observed call ctx carries, or nil: at once when o is nil,
-// so that an unobserved wait does not look.
+// callIn is the observed call ctx carries, or nil (at once when o is nil).
 func (o *hooks) callIn(ctx context.Context) *observedCall {
 	if o == nil {
 		return nil
@@ -123,9 +116,8 @@ func (c *observedCall) wait(ctx context.Context, step observe.WaitStep, err erro
 }
 
 // leaseObs is how a lease returned to a caller tells its observer about
-// itself. A MultiLock's parts (each held and renewed on its own slot) get
-// one of their own from the whole's, marked part (see Lease.observer):
-// they report renewals, and the whole lease reports the rest.
+// itself. A MultiLock's parts get one from the whole's, marked part: they
+// report renewals, and the whole lease reports the rest.
 type leaseObs struct {
 	o        *hooks
 	info     observe.LeaseInfo
@@ -133,9 +125,8 @@ type leaseObs struct {
 	part     bool
 }
 
-// watch makes l, just returned to the caller of an acquire of kind,
-// report to o from now on. A lease that ended meanwhile (it was lost on
-// the way) reports its end at once.
+// watch makes l, just acquired, report to o from now on. A lease that was
+// lost on the way reports its end at once.
 func (o *hooks) watch(l *Lease, kind observe.Kind) {
 	ob := &leaseObs{o: o, info: observe.LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
 	if kind == observe.KindElection && o.Leader != nil {
@@ -153,8 +144,8 @@ func (o *hooks) watch(l *Lease, kind observe.Kind) {
 	}
 }
 
-// observer is what l reports to: its own (see watch), or, for a
-// MultiLock's part, one made from its whole's once that is watched.
+// observer is what l reports to: its own, or, for a MultiLock's part, one
+// made from its whole's once that is watched.
 func (l *Lease) observer() *leaseObs {
 	if ob := l.obs.Load(); ob != nil {
 		return ob
@@ -182,24 +173,14 @@ func (ob *leaseObs) ended(err error) {
 	o := ob.o
 	if o.End != nil {
 		ev := observe.LeaseEnd{LeaseInfo: ob.info, Held: time.Since(ob.acquired), Err: err}
-		if err != nil {
-			ev.Lost = lossReason(err)
+		if err != nil && !errors.As(err, &ev.Lost) { // a lost lease's error says how, as far as it knows
+			ev.Lost = LossUnknown
 		}
 		o.End(ev)
 	}
 	if ob.info.Kind == observe.KindElection && o.Leader != nil {
 		o.Leader(observe.LeaderEvent{Name: ob.info.Name, Term: ob.info.Token})
 	}
-}
-
-// lossReason says why a lease was lost with err, as far as the errors
-// tell (see lostError): the one place that reads loss errors for observers.
-func lossReason(err error) LossReason {
-	var told LossReason
-	if errors.As(err, &told) {
-		return told
-	}
-	return LossUnknown
 }
 
 // unlock is Unlock, observed.
@@ -218,8 +199,7 @@ func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
 	return err
 }
 
-// releasing calls the Release hook for an Unlock of l; a panicking hook
-// releases l first (see releaseOnPanic).
+// releasing calls the Release hook; a panicking hook releases l first.
 func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, func(error)) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -230,9 +210,8 @@ func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, f
 	return ob.o.Release(ctx, ob.info)
 }
 
-// renewal is the report of the answer to a renewal of a lease whose
-// deadline was due before it, read on the lease's clock: nothing when ob
-// is nil.
+// renewal is the report of a renewal's answer, due being the deadline
+// before it on the lease's clock; empty when ob is nil.
 func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result observe.RenewalResult, err error) renewalReport {
 	if ob == nil || ob.o.Renewal == nil {
 		return renewalReport{}
@@ -244,9 +223,8 @@ func (ob *leaseObs) renewal(clk *clock.Clock, due time.Time, result observe.Rene
 	return renewalReport{ob.o.Renewal, ev}
 }
 
-// renewalReport is a Renewal event not told yet: told once the renewal
-// let go of its lease and of the others of its batch, so that a slow hook
-// delays no lease's renewal.
+// renewalReport is a Renewal event told once the renewal let go of its
+// batch's leases, so that a slow hook delays no renewal.
 type renewalReport struct {
 	hook func(observe.RenewalEvent) // nil: nothing to tell
 	ev   observe.RenewalEvent
@@ -264,15 +242,13 @@ func (l *Lease) extended(ttl time.Duration, err error) {
 	if ob == nil || ob.part || ob.o.Extend == nil || errors.Is(err, ErrInvalid) {
 		return
 	}
-	ev := observe.ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: observe.RenewalOK, Err: err}
+	ev := observe.ExtendEvent{LeaseInfo: ob.info, TTL: ttl, Result: observe.RenewalFailed, Err: err}
 	switch {
 	case err == nil:
-	case errors.Is(err, errConfirmedLate):
-		ev.Result = observe.RenewalFailed
+		ev.Result = observe.RenewalOK
+	case errors.Is(err, errConfirmedLate): // lost, but not refused
 	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrLeaseLost):
 		ev.Result = observe.RenewalRefused
-	default:
-		ev.Result = observe.RenewalFailed
 	}
 	ob.o.Extend(ev)
 }

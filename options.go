@@ -83,15 +83,13 @@ const (
 var optionNames = []string{"WithOwner", "WithWaiterRefresh", "WithHolderInfo", "WithReplicaAck", "WithNodeTimeout", "WithRestartGuard",
 	"WithTTL", "WithLeaseTime", "WithDriftFactor", "WithWait", "WithLogger", "WithObserver"}
 
-// optionScope is what one maker of locks takes of the options that not
-// everything takes.
+// optionScope is what one maker of locks takes of those options.
 type optionScope struct {
 	what  string
 	takes optionSet
 }
 
-// The options each type takes, where others' follow from them; the other
-// types' are in their own files.
+// The options each type takes; other types' are in their files.
 var (
 	forMutex     = optionScope{"Mutex", optEveryLock | optWaiterRefresh | optHolderInfo | optReplicaAck}
 	forRWMutex   = optionScope{"RWMutex", forMutex.takes | optOwner}
@@ -195,8 +193,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // errorsToDefault is the default logger's handler: it passes error records
-// (locks are unsafe) to next, or to slog.Default()'s handler, and drops the
-// rest.
+// (locks are unsafe) to next, or to slog.Default()'s handler, read at each
+// record, and drops the rest.
 type errorsToDefault struct{ next slog.Handler }
 
 func (h errorsToDefault) handler() slog.Handler {
@@ -222,24 +220,21 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 	return errorsToDefault{h.handler().WithGroup(name)}
 }
 
-// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle
-// (or a Client's default): every call through it, and every handle with
-// the same id in any process, is one owner, re-entering the others' holds.
-// It is for holds shared across processes; without it the owner is the
-// call chain (see [Lease.Context]). Whoever knows the id joins its holds:
-// [Client.Describe] shows only its [admin.OwnerHash]. It must be printable UTF-8,
-// not empty, and at most [MaxNameLen] bytes.
+// WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle (or
+// a Client's default): every call through any handle with the id, in any
+// process, is one owner, for holds shared across processes. Without it the
+// owner is the call chain (see [Lease.Context]). Whoever knows the id joins
+// its holds, so [Client.Describe] shows only its [admin.OwnerHash]. It must
+// be printable UTF-8, not empty, and at most [MaxNameLen] bytes.
 func WithOwner(id string) Option {
 	return func(s *settings) { s.owner, s.ownerSet, s.given = id, true, s.given|optOwner }
 }
 
-// WithWaiterRefresh sets how often a waiting Lock renews its place among the
-// waiters (default [DefaultWaiterRefresh]). A dead waiter is dropped within
-// three refreshes; until then a wake-up or a hand-over to it holds the
-// others up. A Mutex's Lock first registered behind other waiters is told
-// no hold TTL: it tries again after the TTL it asks for, or a refresh if
-// sooner. Each refresh is one more attempt per waiter. A [Redlock]
-// refuses it: its waiters do not register.
+// WithWaiterRefresh sets how often a waiting Lock tries again and renews its
+// place among the waiters (default [DefaultWaiterRefresh]). A dead waiter
+// is dropped within three refreshes; until then a wake-up or a hand-over to
+// it holds the others up. A [Redlock] refuses it: its waiters do not
+// register.
 func WithWaiterRefresh(d time.Duration) Option {
 	return func(s *settings) { s.waiterRefresh, s.given = d, s.given|optWaiterRefresh }
 }
@@ -252,13 +247,12 @@ func WithNodeTimeout(d time.Duration) Option {
 }
 
 // WithRestartGuard sets the restart guard of a [Redlock] (default
-// [DefaultRestartGuard]): a node votes only once it has had its data for d,
-// or the longest TTL the Redlock used, if longer, since a node that lost
-// writes could let a second owner in. That counts from its start, or from a
-// change or promotion of the master this process sees. A node that is no
-// master, or whose INFO cannot be read (+info), does not vote (see its
-// [NodeError]). Give d the longest TTL any process uses. 0 turns it off:
-// only for nodes that persist every write and are never failed over.
+// [DefaultRestartGuard]): a node that lost writes could let a second owner
+// in, so a node votes only once it has had its data (since its start, or a
+// failover this process sees) for d, or the longest TTL the Redlock used.
+// A node that is no master, or whose INFO cannot be read (+info), does not
+// vote. Give d the longest TTL any process uses. 0 turns it off: only for
+// nodes that persist every write and are never failed over.
 func WithRestartGuard(d time.Duration) Option {
 	return func(s *settings) { s.restartGuard, s.given = d, s.given|optRestartGuard }
 }
@@ -334,7 +328,7 @@ func (s settings) holdTTL() (ttl time.Duration, autoRenew bool) {
 	return s.ttl, true
 }
 
-// validTTL checks a TTL, lease time or extension against [MinTTL], [MaxTTL].
+// validTTL checks a TTL, lease time or extension.
 func validTTL(what string, d time.Duration) error {
 	switch {
 	case d < MinTTL:

@@ -11,17 +11,14 @@ import (
 // RWMutex is a distributed read-write lock: many readers or one writer.
 // Unlike a [sync.RWMutex] it is reentrant, owned by the call chain as a
 // [ReentrantMutex] is, and each acquisition is a hold with its own [Lease].
-// Reads and writes re-enter at once; a writer may read on after its write
-// (downgrade); an owner holding only reads gets [ErrUpgrade]. Writers are
-// preferred: once one waits, new readers wait too. Each hold expires on its
-// own, and every hold mints a token, so a writer's is above every earlier
-// one.
+// A writer may read on after its write (downgrade); an owner holding only
+// reads gets [ErrUpgrade]. Writers are preferred: once one waits, new
+// readers wait too. Every hold mints a token above every earlier one.
 type RWMutex struct{ holdLock }
 
 // RWMutex returns the read-write lock called name. Options override the
-// Client's defaults.
-// Nothing is sent to Redis; a bad name or option is returned by the first
-// call that would, matching [ErrInvalid].
+// Client's defaults. Nothing is sent to Redis; a bad name or option is
+// returned by the first call that would, matching [ErrInvalid].
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	return &RWMutex{holdLock: c.newHoldLock(name, observe.KindWrite, opts)}
 }
@@ -54,7 +51,37 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 	return rw.acquire(ctx, modeRead, true)
 }
 
-// RWState is an RWMutex or a ReentrantMutex as its Inspect found it.
+// ReentrantMutex is an exclusive lock its owner may take again while
+// holding it: the write side of the [RWMutex] of the same name. Each
+// acquisition is a hold with its own [Lease] and the same fencing token,
+// expiring on its own and released in any order. The owner is the call
+// chain: a Lock whose context carries a live hold of this lock
+// ([Lease.Context]) re-enters it. [WithOwner] makes every call through a
+// handle one owner.
+type ReentrantMutex struct{ holdLock }
+
+// ReentrantMutex returns the reentrant lock called name. Options override
+// the Client's defaults. Nothing is sent to Redis; a bad name or option is
+// returned by the first call that would, matching [ErrInvalid].
+func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
+	return &ReentrantMutex{holdLock: c.newHoldLock(name, observe.KindReentrant, opts)}
+}
+
+// TryLock makes one attempt and never waits: it takes the lock if it is free
+// or ctx carries a hold of it (see [ReentrantMutex]), else returns
+// [ErrNotAcquired].
+func (m *ReentrantMutex) TryLock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, modeWrite, true)
+}
+
+// Lock takes the lock, re-entering at once if ctx carries a hold of it (see
+// [ReentrantMutex]), and otherwise waiting for it as [Mutex.Lock] does.
+func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, modeWrite, false)
+}
+
+// RWState is an RWMutex or a ReentrantMutex (its write side) as Inspect
+// found it.
 type RWState struct {
 	WriteHolds     int            // holds of the write side, all by one owner; 0: nobody writes
 	WriterIsOwner  bool           // the writer is the owner the call acts as: ctx's hold's, or WithOwner's
@@ -69,19 +96,14 @@ type RWState struct {
 	Holders        []admin.Holder // who holds it, the writer first
 }
 
-// Inspect reports who holds the lock, how often, and who waits. The owner's
-// fields are about the owner a Lock with ctx would act as.
-func (rw *RWMutex) Inspect(ctx context.Context) (RWState, error) {
-	s, err := rw.inspect(ctx)
-	return rwState(s), err
-}
-
-// rwState is the exported view of what rw_inspect.lua reported.
-func rwState(s holdState) RWState {
+// Inspect reports who holds the lock, how often, and who waits. The
+// owner's fields are about the owner a Lock with ctx would act as.
+func (h *holdLock) Inspect(ctx context.Context) (RWState, error) {
+	s, err := h.inspect(ctx)
 	return RWState{
 		WriteHolds: s.writeHolds, WriterIsOwner: s.writerIsOwner,
 		ReadHolds: s.readHolds, Readers: s.readers, OwnerReadHolds: s.ownReads,
 		TTL: s.ttl, WritersWaiting: s.writersWaiting, ReadersWaiting: s.readersWaiting,
 		WriteToken: s.writeToken, LastToken: s.lastToken, Holders: s.holders,
-	}
+	}, err
 }

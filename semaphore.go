@@ -10,13 +10,11 @@ import (
 )
 
 // Semaphore is a distributed counting semaphore: at most its number of
-// permits are held at a time. Each permit is a [Lease] of its own, with a
-// fencing token, renewal and loss notification; a crashed holder's permit
-// comes back within its TTL. The number of permits lives in Redis, set by
-// the first acquisition, so every client agrees on it: while a permit is
-// held, a handle opened with another number fails with [ErrPermits]
-// ([Semaphore.SetPermits] changes it). It goes with the last permit. A
-// Semaphore is a handle, safe for concurrent use.
+// permits are held at a time, each a [Lease] of its own. The number lives
+// in Redis, set by the first acquisition, so every client agrees on it:
+// while a permit is held, a handle opened with another number fails with
+// [ErrPermits] ([Semaphore.SetPermits] changes it). It goes with the last
+// permit. A Semaphore is a handle, safe for concurrent use.
 type Semaphore struct {
 	handle
 	permits atomic.Int64
@@ -34,10 +32,8 @@ var semKind = &leaseKind{
 
 // Semaphore returns the semaphore called name, with permits permits.
 // Options override the Client's defaults for it. Nothing is sent to Redis;
-// a bad name, option or number of permits (not 1 to 2^53-1) is returned by the first
-// acquisition, matching [ErrInvalid].
-//
-// A Semaphore's keys are its own type: a Mutex or another lock type of the
+// a bad name, option or number of permits (not 1 to 2^53-1) is returned by
+// the first acquisition, matching [ErrInvalid]. Another lock type of the
 // same name fails with [ErrWrongType].
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
 	s := &Semaphore{handle: c.newHandle(name, opts, optionScope{"Semaphore", forMutex.takes})}
@@ -64,8 +60,8 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 	return s
 }
 
-// maxPermits is the most permits a Semaphore has: its scripts count in
-// Lua's doubles, which hold every integer up to it exactly.
+// maxPermits is the most permits a Semaphore has: Lua's doubles hold every
+// integer up to it exactly.
 const maxPermits = 1<<53 - 1
 
 func validPermits(name string, n int) error {
@@ -97,8 +93,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 // of this handle, to n. Other handles opened with the old number then fail
 // with [ErrPermits] until they are opened anew, or until the number goes
 // with the last permit (10 of this handle's TTLs when none is held).
-// Permits held above a lower number are not taken back: no
-// new one is granted until the holders are fewer than n.
+// Permits held above a lower number are not taken back.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -119,8 +114,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	return nil
 }
 
-// semCall is one TryAcquire or Acquire call. All its attempts ask for the
-// same permit, under the call's owner token.
+// semCall is one TryAcquire or Acquire call, all its attempts under one
+// owner token.
 type semCall struct {
 	call
 	s *Semaphore
