@@ -158,11 +158,16 @@ func loadsFor(calls []scriptCall) [][]any {
 		}
 	}
 	slices.Sort(sources) // two calls' types may be one
+	return loads(library, slices.Compact(sources))
+}
+
+// loads are the commands that load the library and sources.
+func loads(library bool, sources []string) [][]any {
 	var load [][]any
 	if library {
 		load = append(load, []any{"function", "load", scripts.Library})
 	}
-	for _, src := range slices.Compact(sources) {
+	for _, src := range sources {
 		load = append(load, []any{"script", "load", src})
 	}
 	return load
@@ -181,8 +186,8 @@ func fullForLibrary(call scriptCall) bool {
 		call.cmd.Err() != nil && strings.HasPrefix(call.cmd.Err().Error(), "OOM")
 }
 
-// refusedFunctions tells a call refused because the server does not take
-// Redis Functions (see refusesFunctions).
+// refusedFunctions tells a call refused by a server that does not take
+// Redis Functions.
 func refusedFunctions(call scriptCall) bool {
 	return call.script != nil && call.cmd != nil && refusesFunctions(call.cmd.Err())
 }
@@ -201,29 +206,6 @@ func libraryLoaded(err error) bool {
 	return strings.Contains(msg, "Library") && strings.Contains(msg, scripts.LibraryName) && strings.Contains(msg, "already exists")
 }
 
-// preload loads on every server of rdb the library, or where Functions are
-// refused, the scripts of script's lock type.
-func preload(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script) error {
-	load := [][]any{{"function", "load", scripts.Library}}
-	if fns.refused.Load() {
-		load = load[:0]
-		for _, src := range scripts.Companions(script) {
-			load = append(load, []any{"script", "load", src})
-		}
-	}
-	var err error
-	if nodes, routed := keyNodesOf(rdb); routed {
-		err = nodes.forEach(ctx, loader(load))
-	} else {
-		err = send(ctx, rdb, load, nil)
-	}
-	if !fns.refused.Load() && refusesFunctions(err) {
-		fns.refused.Store(true)
-		return preload(ctx, fns, rdb, script)
-	}
-	return err
-}
-
 // loadEverywhere loads scripts on every node at once and, as each load
 // ends, resends the calls still NOSCRIPT, until none is: a stalled node
 // holds up no call another serves. A load still going when it returns
@@ -235,7 +217,7 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 	defer close(stop)
 	go func() {
 		all <- nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
-			err := loader(load)(ctx, node)
+			err := send(ctx, node, load, nil)
 			select {
 			case ended <- err:
 			case <-stop:
@@ -314,18 +296,13 @@ func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load
 		node, err := nodes.forKey(ctx, key)
 		if err == nil && !done[node.Options().Addr] {
 			done[node.Options().Addr] = true
-			err = loader(load)(ctx, node)
+			err = send(ctx, node, load, nil)
 		}
 		if firstErr == nil {
 			firstErr = err
 		}
 	}
 	return firstErr
-}
-
-// loader sends load to one node.
-func loader(load [][]any) func(context.Context, *redis.Client) error {
-	return func(ctx context.Context, node *redis.Client) error { return send(ctx, node, load, nil) }
 }
 
 // send sends the commands of load (FUNCTION LOAD, SCRIPT LOAD), then
@@ -337,15 +314,15 @@ func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []
 		return nil
 	}
 	pipe := rdb.Pipeline()
-	loads := make([]*redis.Cmd, len(load))
+	loaded := make([]*redis.Cmd, len(load))
 	for i, argv := range load {
-		loads[i] = pipe.Do(ctx, argv...)
+		loaded[i] = pipe.Do(ctx, argv...)
 	}
 	for i := range calls {
 		calls[i].cmd = pipe.Do(ctx, calls[i].argv...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	for _, cmd := range loads {
+	for _, cmd := range loaded {
 		if err := cmd.Err(); err != nil && !libraryLoaded(err) {
 			return err
 		}

@@ -126,17 +126,6 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, true)
 }
 
-func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, acquireError(ctx, err)
-	}
-	l, _, err := m.attempt(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return keep(ctx, l)
-}
-
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
 // wait set by [WithWait] runs out; then the error matches ctx's error and
 // wraps the last full attempt's [*QuorumError]. Between attempts it waits a
@@ -146,20 +135,15 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
 
-// acquire is TryLock (try) or Lock (see acquireBy).
 func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
-		if try {
-			return m.tryLock(ctx)
-		}
-		return m.lock(ctx)
-	})
+	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, m.take)
 }
 
-func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
+// take attempts once (try), or until an attempt wins or ctx ends.
+func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 	var last error
 	observed := m.cfg.observer.callIn(ctx) // nil when nobody observes
 	for {
@@ -174,7 +158,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 			return keep(ctx, l)
 		}
 		var quorum *QuorumError
-		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || quorum.outcome == ErrPermission {
+		if try || !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || quorum.outcome == ErrPermission {
 			return nil, err // bad input, a foreign key, no permission: trying again will not help
 		}
 		if last == nil || contextDone(ctx) == nil { // an attempt ctx cut short tells nothing of the nodes
@@ -196,19 +180,11 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 // matches: ErrNotAcquired where other owners' holds alone keep a majority
 // out; ErrPermission where ACL refusals do too; else ErrUnavailable.
 func (r *Redlock) acquireOutcome(errs []error) error {
-	held, forbidden := 0, 0
-	for _, err := range errs {
-		switch {
-		case errors.Is(err, errHeldThere):
-			held++
-		case errors.Is(err, ErrPermission):
-			forbidden++
-		}
-	}
+	held := countErrs(errs, errHeldThere)
 	switch {
 	case len(errs)-held < r.quorum:
 		return ErrNotAcquired
-	case len(errs)-held-forbidden < r.quorum:
+	case len(errs)-held-countErrs(errs, ErrPermission) < r.quorum:
 		return ErrPermission
 	}
 	return ErrUnavailable
@@ -278,36 +254,36 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
 	valid := func() bool { return m.drift(ttl)+r.elapsed(start) < ttl }
-	op, granted := "lock", succeeded(errs)
+	op, granted := "lock", countErrs(errs, nil)
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
 	if granted >= r.quorum && valid() && !foreign {
 		token, fenced := m.agreeOnToken(ctx, votes, errs)
-		if succeeded(fenced) >= r.quorum && valid() {
+		if n := countErrs(fenced, nil); n < r.quorum { // report the nodes that missed the token
+			op, granted, errs = "lock (fencing token)", n, fenced
+		} else if valid() {
 			return m.newLease(owner, token, start, ttl), 0, nil
 		}
-		if succeeded(fenced) < r.quorum { // report the nodes that missed the token
-			op, granted, errs = "lock (fencing token)", succeeded(fenced), fenced
-		}
 	}
-	m.abandon(ctx, owner, votes)
+	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 
 	late := granted >= r.quorum && !foreign // a quorum, but its validity ran out
 	outcome := ErrNotAcquired               // a grant too late, as a Client's that expired unconfirmed
 	if !late {
 		outcome = r.acquireOutcome(errs)
 	}
-	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted,
-		Late: late, Nodes: nodeErrors(r.nodes, errs), outcome: outcome}
+	quorumErr := m.quorumError(op, errs, outcome)
+	quorumErr.Late = late
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
-// preload loads dlock's scripts on each node once, before the vote's clock
-// starts: a load may take longer than the node timeout and cost a cold
-// node its vote. Each node is tried once, for at most wait; one that loses
-// them later gets them again within a vote (sendScripts).
+// preload loads dlock's library (where Functions are refused, the Mutex's
+// scripts) on each node once, before the vote's clock starts: a load may
+// take longer than the node timeout and cost a cold node its vote. Each
+// node is tried once, for at most wait; one that loses them later gets
+// them again within a vote (sendScripts).
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	var cold []*redlockNode
 	for _, n := range r.nodes {
@@ -317,7 +293,11 @@ func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	}
 	if len(cold) > 0 {
 		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-			return struct{}{}, preload(ctx, &n.fns, n.rdb, scripts.MutexAcquire)
+			if n.fns.refused.Load() || refusesFunctions(send(ctx, n.rdb, loads(true, nil), nil)) {
+				n.fns.refused.Store(true)
+				send(ctx, n.rdb, loads(false, scripts.Companions(scripts.MutexAcquire)), nil)
+			}
+			return struct{}{}, nil
 		})
 	}
 }
@@ -396,21 +376,6 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	return time.Duration(slices.Min(left)) * time.Millisecond
 }
 
-// abandon gives an attempt back on every node (see giveBack), waiting only
-// for the nodes that answered it.
-func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
-	var waitFor, later []*redlockNode
-	for i, n := range m.r.nodes {
-		if votes[i].answered {
-			waitFor = append(waitFor, n)
-		} else {
-			later = append(later, n)
-		}
-	}
-	m.giveBack(ctx, waitFor, later, m.abandonOn(owner),
-		"dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
-}
-
 // abandonOn gives up owner's call on a node: it releases owner's hold there
 // (errNotHeldThere: none) and leaves the call's tombstone. Safe to resend.
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
@@ -422,16 +387,24 @@ func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNod
 	}
 }
 
-// giveBack gives back a Redlock's hold or attempt: give runs on waitFor,
-// each bounded by the node timeout, and their errors are returned; on later
-// at once in the background. A node whose give failed (but for
-// errNotHeldThere) is sent it again in the background within
-// [CleanupTimeout], so a slow link leaves nothing held for its TTL; if that
-// fails too, warning is logged. give must be safe to send twice.
-func (m *RedlockMutex) giveBack(ctx context.Context, waitFor, later []*redlockNode,
-	give func(context.Context, *redlockNode) error, warning string) []error {
+// giveBack gives back a Redlock's hold or attempt: give runs on the nodes
+// that answered votes (all, without votes), each bounded by the node
+// timeout, and their errors are returned; on the others at once in the
+// background. A node whose give failed (but for errNotHeldThere) is sent it
+// again in the background within [CleanupTimeout], so a slow link leaves
+// nothing held for its TTL; if that fails too, warning is logged. give must
+// be safe to send twice.
+func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give func(context.Context, *redlockNode) error, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	call := func(ctx context.Context, n *redlockNode) (struct{}, error) { return struct{}{}, give(ctx, n) }
+	var waitFor, later []*redlockNode
+	for i, n := range m.r.nodes {
+		if votes == nil || votes[i].answered {
+			waitFor = append(waitFor, n)
+		} else {
+			later = append(later, n)
+		}
+	}
 	inBackground := func(nodes []*redlockNode) {
 		_, errs := onNodes(ctx, nodes, CleanupTimeout, call)
 		for i, err := range errs {

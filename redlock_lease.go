@@ -50,7 +50,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args).Int64()
 		return struct{}{}, heldOrNot(ok, err)
 	})
-	if succeeded(errs) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
+	if countErrs(errs, nil) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
 	}
 	qerr, lost := m.holdError("extend", errs)
@@ -64,20 +64,19 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 // confirmed in time, and whether a majority refused (lost). It matches
 // ErrNotHeld when lost, else ErrUnavailable: the silent nodes may hold it.
 func (m *RedlockMutex) holdError(op string, errs []error) (qerr *QuorumError, lost bool) {
-	refused := 0
-	for _, err := range errs {
-		if errors.Is(err, errNotHeldThere) {
-			refused++
-		}
-	}
-	lost = refused > len(m.r.nodes)-m.r.quorum
-	granted := succeeded(errs)
-	qerr = &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrUnavailable}
+	lost = countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum
+	qerr = m.quorumError(op, errs, ErrUnavailable)
 	if lost {
 		qerr.outcome = ErrNotHeld
 	}
 	return qerr, lost
+}
+
+// quorumError is the error of op, which the nodes answered with errs.
+func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *QuorumError {
+	granted := countErrs(errs, nil)
+	return &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
+		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: outcome}
 }
 
 // errNotHeldThere is a node's answer that the hold is not there; not
@@ -111,8 +110,8 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	if rule == voidAlways {
 		give, warning = m.abandonOn(h.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
-	errs := m.giveBack(ctx, m.r.nodes, nil, give, warning)
-	if succeeded(errs) < m.r.quorum {
+	errs := m.giveBack(ctx, nil, give, warning)
+	if countErrs(errs, nil) < m.r.quorum {
 		err, lost := m.holdError("unlock", errs)
 		cause := error(errUnlockIncomplete)
 		if lost {

@@ -203,10 +203,12 @@ func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 	return out
 }
 
-func succeeded(errs []error) int {
+// countErrs is how many of errs match target; countErrs(errs, nil): how
+// many succeeded.
+func countErrs(errs []error, target error) int {
 	n := 0
 	for _, err := range errs {
-		if err == nil {
+		if errors.Is(err, target) {
 			n++
 		}
 	}

@@ -95,11 +95,8 @@ const maxRedirects = 3
 // masterFor is the client of the master that holds key: a cluster node, a
 // Ring shard, else the Client's own.
 func (c *Client) masterFor(ctx context.Context, key string) (redis.UniversalClient, error) {
-	switch rdb := c.rdb.(type) {
-	case *redis.ClusterClient:
-		return rdb.MasterForKey(ctx, key)
-	case *redis.Ring:
-		return rdb.GetShardClientForKey(key)
+	if nodes, routed := keyNodesOf(c.rdb); routed {
+		return nodes.forKey(ctx, key)
 	}
 	return c.rdb, nil
 }

@@ -72,26 +72,16 @@ func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	}
 	w.topic = tp
 	tp.waiters[w.id] = w
-	if tp.idle != nil {
-		tp.idle.Stop()
-		tp.idle = nil
-	}
+	tp.stopIdle()
 	if tp.wanted {
 		ready := tp.ready
 		sh.mu.Unlock()
 		return w, ready
 	}
-	tp.wanted = true
+	tp.wanted, tp.ready = true, make(chan struct{})
 	tp.pending++
-	tp.ready = make(chan struct{})
 	ready := tp.ready
-	sh.sendMu.Lock()
-	sh.mu.Unlock()
-	err := sh.send(true, channel)
-	sh.sendMu.Unlock()
-	if err != nil {
-		sh.giveUp(channel, err)
-	}
+	sh.send(true, channel)
 	return w, ready
 }
 
@@ -134,13 +124,7 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 	tp.idle = nil
 	tp.wanted = false
 	tp.pending++
-	sh.sendMu.Lock()
-	sh.mu.Unlock()
-	err := sh.send(false, channel)
-	sh.sendMu.Unlock()
-	if err != nil {
-		sh.giveUp(channel, err)
-	}
+	sh.send(false, channel)
 }
 
 // stopTimers stops every idle timer, when the hub closes.
@@ -148,27 +132,33 @@ func (sh *shard) stopTimers() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, tp := range sh.topics {
-		if tp.idle != nil {
-			tp.idle.Stop()
-			tp.idle = nil
-		}
+		tp.stopIdle()
 	}
 }
 
-// send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE on the hub's context: a
-// waiter's cancellation must never cut the shared connection.
-func (sh *shard) send(subscribe bool, channel string) error {
+// send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE, called with sh.mu held,
+// which it releases once sendMu keeps the order decided under it. It
+// sends on the hub's context: a waiter's cancellation must never cut the
+// shared connection.
+func (sh *shard) send(subscribe bool, channel string) {
+	sh.sendMu.Lock()
+	sh.mu.Unlock()
 	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
-	defer cancel()
+	var err error
 	switch {
 	case subscribe && sh.sharded:
-		return sh.ps.SSubscribe(ctx, channel)
+		err = sh.ps.SSubscribe(ctx, channel)
 	case subscribe:
-		return sh.ps.Subscribe(ctx, channel)
+		err = sh.ps.Subscribe(ctx, channel)
 	case sh.sharded:
-		return sh.ps.SUnsubscribe(ctx, channel)
+		err = sh.ps.SUnsubscribe(ctx, channel)
 	default:
-		return sh.ps.Unsubscribe(ctx, channel)
+		err = sh.ps.Unsubscribe(ctx, channel)
+	}
+	cancel()
+	sh.sendMu.Unlock()
+	if err != nil {
+		sh.giveUp(channel, err)
 	}
 }
 
@@ -188,10 +178,7 @@ func (sh *shard) giveUp(channel string, err error) {
 func (sh *shard) reset(channel string, tp *topic) {
 	tp.wanted = false
 	tp.pending = 0
-	if tp.idle != nil {
-		tp.idle.Stop()
-		tp.idle = nil
-	}
+	tp.stopIdle()
 	tp.markReady()
 	tp.wakeAll()
 	if len(tp.waiters) == 0 {
@@ -214,7 +201,7 @@ func (sh *shard) read() {
 			// not spin while the server is away.
 			failures++
 			select {
-			case <-time.After(backoff(failures)):
+			case <-time.After(min(10*time.Millisecond<<min(failures, 6), time.Second)):
 			case <-sh.hub.ctx.Done():
 				return
 			}
@@ -232,11 +219,6 @@ func (sh *shard) read() {
 	}
 }
 
-func backoff(failures int) time.Duration {
-	d := 10 * time.Millisecond << min(failures, 6)
-	return min(d, time.Second)
-}
-
 // failed handles a broken connection or an error reply. An error reply
 // (NOPERM, MOVED…) answers a pending command: those channels will not be
 // confirmed. Either way messages may have been lost, so every waiter retries.
@@ -250,21 +232,16 @@ func (sh *shard) failed(err error) {
 	for channel, tp := range sh.topics {
 		if serverReply && tp.pending > 0 {
 			if refused { // the reply names no channel: each pending one's waiters are told
-				tp.refuse(err)
+				for _, w := range tp.waiters {
+					w.mu.Lock()
+					w.refused = err
+					w.mu.Unlock()
+				}
 			}
 			sh.reset(channel, tp)
 			continue
 		}
 		tp.wakeAll()
-	}
-}
-
-// refuse tells the channel's waiters that Redis refused its subscription.
-func (tp *topic) refuse(err error) {
-	for _, w := range tp.waiters {
-		w.mu.Lock()
-		w.refused = err
-		w.mu.Unlock()
 	}
 }
 
@@ -281,7 +258,12 @@ func (sh *shard) deliver(channel, payload string) {
 	}
 	id, grant, _ := strings.Cut(payload, ":")
 	if w := tp.waiters[id]; w != nil {
-		w.notifyGrant(grant)
+		if grant != "" { // kept until read: a bare wake-up after it does not erase it
+			w.mu.Lock()
+			w.grant = grant
+			w.mu.Unlock()
+		}
+		w.notify()
 	}
 }
 
@@ -377,10 +359,15 @@ func (sh *shard) drop(channel string) {
 	_ = sh.ps.Close()
 }
 
-func (tp *topic) markReady() {
-	if tp.ready == nil {
-		tp.ready = make(chan struct{})
+// stopIdle keeps the channel subscribed past its Linger time.
+func (tp *topic) stopIdle() {
+	if tp.idle != nil {
+		tp.idle.Stop()
+		tp.idle = nil
 	}
+}
+
+func (tp *topic) markReady() {
 	select {
 	case <-tp.ready:
 	default:
@@ -392,17 +379,6 @@ func (tp *topic) wakeAll() {
 	for _, w := range tp.waiters {
 		w.notify()
 	}
-}
-
-// notifyGrant wakes w with what a release published for it. A grant is kept
-// until read: a bare wake-up after it does not erase it.
-func (w *Waiter) notifyGrant(grant string) {
-	if grant != "" {
-		w.mu.Lock()
-		w.grant = grant
-		w.mu.Unlock()
-	}
-	w.notify()
 }
 
 // notify wakes w; a wake-up already pending stands for this one too.
