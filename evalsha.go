@@ -19,16 +19,15 @@ type functions struct {
 }
 
 // scriptCall is one command sendScripts sends, and its reply: a script's
-// FCALL (or EVALSHA) or, with no script, a command that frames the
-// scripts (ASKING before, WAIT after).
+// FCALL (or EVALSHA) or, without script, ASKING before or WAIT after.
 type scriptCall struct {
 	script *redis.Script
 	argv   []any
 	cmd    *redis.Cmd
 }
 
-// scriptArgv is the FCALL command of script on keys and args, its ARGV
-// struct (EVALSHA for a script not in the library).
+// scriptArgv is the FCALL (EVALSHA, for a script not in the library) of
+// script on keys and args.
 func scriptArgv[A scripts.Args](script *redis.Script, keys []string, args A) []any {
 	return args.Append(commandOn(script, nil, keys, 0))
 }
@@ -65,10 +64,10 @@ func sendScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, 
 
 // sendScripts sends calls to rdb: one alone, more in one pipeline. A call
 // that met a server without its scripts goes again after the load, in one
-// pipeline on one server; on a cluster or Ring the load goes to the call's
-// node first, and to every node only if the call misses again, so a
-// stalled node delays no other. A call whose load failed fails with its
-// error. Where Functions are refused, fns sends EVALSHA from then on.
+// pipeline; on a cluster or Ring the load goes to the call's node first,
+// and to every node only if the call misses again, so a stalled node
+// delays no other. A call whose load failed fails with its error. Where
+// Functions are refused, fns sends EVALSHA from then on.
 func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
 	if fns.refused.Load() {
 		asEvalsha(calls)
@@ -82,28 +81,20 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	if len(load) == 0 {
 		return
 	}
-	defer func() {
-		// A library that could not be loaded: the calls go again by
-		// EVALSHA, for good without +function|load, once on a full server
-		// (OOM), so a renewal or release still runs there.
-		if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
-			fns.refused.Store(true)
-			sendAgain(ctx, fns, rdb, calls, refusedFunctions)
-		} else if slices.ContainsFunc(calls, fullForLibrary) {
-			sendAgain(ctx, fns, rdb, calls, fullForLibrary)
-		}
-	}()
-	nodes, routed := keyNodesOf(rdb)
-	if !routed {
+	if nodes, routed := keyNodesOf(rdb); !routed {
 		resendNoScript(ctx, rdb, load, calls, nil)
-		return
+	} else if loadErr := nodes.loadForCalls(ctx, calls, load); resendNoScript(ctx, rdb, nil, calls, nil) {
+		nodes.loadEverywhere(ctx, rdb, calls, load, loadErr) // the map named the wrong node
 	}
-	loadErr := nodes.loadForCalls(ctx, calls, load)
-	// The map may have named the wrong node: calls still missing go again.
-	if !resendNoScript(ctx, rdb, nil, calls, nil) {
-		return
+	// A library that could not be loaded: the calls go again by EVALSHA,
+	// for good without +function|load, once on a full server (OOM), so a
+	// renewal or release still runs there.
+	if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
+		fns.refused.Store(true)
+		sendAgain(ctx, fns, rdb, calls, refusedFunctions)
+	} else if slices.ContainsFunc(calls, fullForLibrary) {
+		sendAgain(ctx, fns, rdb, calls, fullForLibrary)
 	}
-	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
 }
 
 // sendAgain sends again by EVALSHA the calls that failed as failed says.
@@ -207,10 +198,9 @@ func libraryLoaded(err error) bool {
 }
 
 // loadEverywhere loads scripts on every node at once and, as each load
-// ends, resends the calls still NOSCRIPT, until none is: a stalled node
-// holds up no call another serves. A load still going when it returns
-// goes on, bounded by ctx. Calls still NOSCRIPT at the end get the first
-// load's error (loadErr first).
+// ends, resends the calls still NOSCRIPT until none is: a stalled node
+// holds up no call another serves (its load goes on, bounded by ctx).
+// Calls still NOSCRIPT at the end get the first load's error.
 func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, load [][]any, loadErr error) {
 	ended, all := make(chan error), make(chan error, 1)
 	stop := make(chan struct{})
@@ -244,9 +234,9 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 	}
 }
 
-// resendNoScript sends the calls that met NOSCRIPT again after load; it
-// reports whether one met it again, and gives those loadErr as their error
-// (a node down elsewhere fails a load, not the calls).
+// resendNoScript sends the calls that met NOSCRIPT again after load, and
+// reports whether one met it again. Only those get loadErr: a node down
+// elsewhere fails a load, not the calls.
 func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall, loadErr error) (again bool) {
 	resent := resendSome(calls, missingScript, func(resend []scriptCall) {
 		if err := send(ctx, rdb, load, resend); loadErr == nil {

@@ -68,10 +68,9 @@ func (r *Redlock) Quorum() int {
 
 // RedlockMutex is an exclusive lock held on a majority of a [Redlock]'s
 // nodes. Its leases are ordinary [Lease] values, renewed every TTL/3 while
-// a majority confirms in time. Unlock waits for each node up to the node
-// timeout and succeeds where a majority let go; a failed release is resent
-// in the background within [CleanupTimeout], and a node still unreachable
-// is logged as a warning. Closing the clients right after cuts that short.
+// a majority confirms in time. Unlock succeeds where a majority let go
+// within the node timeout; a failed release is resent in the background
+// within [CleanupTimeout] (cut short by closing the clients), then logged.
 type RedlockMutex struct {
 	r           *Redlock
 	name        string
@@ -108,7 +107,7 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 func (m *RedlockMutex) Name() string { return m.name }
 
 // usable is the error a call of m returns before any I/O: its arguments',
-// or that it was not made by [Redlock.Mutex] (a zero value, or nil).
+// or that Redlock.Mutex did not make it.
 func (m *RedlockMutex) usable() error {
 	if m == nil || m.r == nil && m.err == nil {
 		return invalidf("a RedlockMutex not made by Redlock.Mutex")
@@ -176,9 +175,9 @@ func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 	}
 }
 
-// acquireOutcome is what a failed acquisition whose nodes answered errs
-// matches: ErrNotAcquired where other owners' holds alone keep a majority
-// out; ErrPermission where ACL refusals do too; else ErrUnavailable.
+// acquireOutcome is what a failed acquisition matches: ErrNotAcquired where
+// other owners' holds alone keep a majority out, ErrPermission where ACL
+// refusals do too, else ErrUnavailable.
 func (r *Redlock) acquireOutcome(errs []error) error {
 	held := countErrs(errs, errHeldThere)
 	switch {
@@ -195,7 +194,7 @@ func (r *Redlock) acquireOutcome(errs []error) error {
 var errHeldThere = errors.New("held by another owner")
 
 // A waiting RedlockMutex tries again after redlockRetryMin plus up to
-// redlockRetrySpread, or when the holder's hold runs out, if sooner.
+// redlockRetrySpread, or when the holder's hold runs out if sooner.
 const (
 	redlockRetryMin    = 10 * time.Millisecond
 	redlockRetrySpread = 40 * time.Millisecond
@@ -214,13 +213,6 @@ func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
 	}
 }
 
-// elapsed is the time since start by whichever clock went further, as in
-// Lease.leftAt: a suspension stops only the monotonic one.
-func (r *Redlock) elapsed(start time.Time) time.Duration {
-	now := r.clock.Now()
-	return max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start)))
-}
-
 // drift is how much of a hold's TTL a Redlock gives up to clocks.
 func (m *RedlockMutex) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*m.cfg.drift) + redlockSlack
@@ -235,9 +227,9 @@ var (
 	redlockReleaseLayout = scripts.LayoutOf(scripts.MutexRelease).Before("HOLDER")
 )
 
-// attempt takes the lock on a majority, or releases what it took. It
-// returns the lease, or how long until the holder's hold runs out
-// (negative: unknown) with the attempt's *QuorumError.
+// attempt takes the lock on a majority, or gives back what it took and
+// returns when the holder's hold runs out (negative: unknown) with a
+// *QuorumError.
 func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	r := m.r
 	owner := newOwnerToken()
@@ -253,7 +245,10 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
-	valid := func() bool { return m.drift(ttl)+r.elapsed(start) < ttl }
+	valid := func() bool { // by whichever clock went further: a suspension stops only the monotonic one
+		now := r.clock.Now()
+		return m.drift(ttl)+max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start))) < ttl
+	}
 	op, granted := "lock", countErrs(errs, nil)
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
 	if granted >= r.quorum && valid() && !foreign {
@@ -280,10 +275,9 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 }
 
 // preload loads dlock's library (where Functions are refused, the Mutex's
-// scripts) on each node once, before the vote's clock starts: a load may
-// take longer than the node timeout and cost a cold node its vote. Each
-// node is tried once, for at most wait; one that loses them later gets
-// them again within a vote (sendScripts).
+// scripts) on each node once, for at most wait, before the vote's clock
+// starts: a load may outlast the node timeout and cost a cold node its
+// vote. A node that loses them later gets them within a vote.
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	var cold []*redlockNode
 	for _, n := range r.nodes {
@@ -312,8 +306,8 @@ type vote struct {
 	token, held int64
 }
 
-// askNode asks node n for the lock, and, with a restart guard, whether it may
-// vote (see redlockNode.mayVote).
+// askNode asks node n for the lock and, with a restart guard, whether it
+// may vote (redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
 	res, err := scripts.AcquireReply(runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
@@ -337,16 +331,14 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 	}
 	v := vote{answered: true, token: res[1]}
 	if guard > 0 {
-		if err := n.mayVote(ctx, guard); err != nil {
-			return v, err
-		}
+		return v, n.mayVote(ctx, guard)
 	}
 	return v, nil
 }
 
-// agreeOnToken is the highest counter among the nodes that granted. It
-// raises every node's counter to it, kept for good (see redlock_fence.lua),
-// and reports how each did: the token holds once a majority have it.
+// agreeOnToken is the highest counter of the nodes that granted. It raises
+// every node's counter to it (redlock_fence.lua) and reports how each did:
+// the token holds once a majority have it.
 func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []error) (uint64, []error) {
 	var token int64
 	for i, err := range errs {
@@ -361,8 +353,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 }
 
 // majorityHoldLeft is when to try again: the shortest time left of other
-// owners' holds once a quorum refused (early rather than late); negative
-// when too few refused to say.
+// owners' holds once a quorum refused; negative when too few did.
 func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	var left []int64
 	for _, v := range votes {
@@ -376,24 +367,21 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	return time.Duration(slices.Min(left)) * time.Millisecond
 }
 
-// abandonOn gives up owner's call on a node: it releases owner's hold there
-// (errNotHeldThere: none) and leaves the call's tombstone. Safe to resend.
+// abandonOn releases owner's hold on a node (errNotHeldThere: none) and
+// leaves the call's tombstone. Safe to resend.
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
-			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}).Int64()
-		return heldOrNot(ok, err)
+		return heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
+			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}))
 	}
 }
 
-// giveBack gives back a Redlock's hold or attempt: give runs on the nodes
-// that answered votes (all, without votes), each bounded by the node
-// timeout, and their errors are returned; on the others at once in the
-// background. A node whose give failed (but for errNotHeldThere) is sent it
-// again in the background within [CleanupTimeout], so a slow link leaves
-// nothing held for its TTL; if that fails too, warning is logged. give must
-// be safe to send twice.
+// giveBack runs give, safe to send twice, on the nodes that answered votes
+// (all, without votes) within the node timeout and returns their errors;
+// on the others in the background. A failed give (but errNotHeldThere) is
+// resent in the background within [CleanupTimeout], so a slow link leaves
+// nothing held for its TTL; if that fails too, warning is logged.
 func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give func(context.Context, *redlockNode) error, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
 	call := func(ctx context.Context, n *redlockNode) (struct{}, error) { return struct{}{}, give(ctx, n) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -36,40 +38,33 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 // confirmed in time. A majority that refused loses the lease.
 func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l, m := h.lease, h.m
-	explicit := !extending.IsZero()
-	if explicit {
+	args := scripts.ExtendArgs{Owner: h.owner, TTL: ttl.Milliseconds()}
+	if !extending.IsZero() {
+		args.Shorten = shortens
 		m.r.ttlInUse(ttl)
 		l.inDoubt(extending, ttl)
 	}
 	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		args := scripts.ExtendArgs{Owner: h.owner, TTL: ttl.Milliseconds()}
-		if explicit {
-			args.Shorten = shortens
-		}
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args).Int64()
-		return struct{}{}, heldOrNot(ok, err)
+		return struct{}{}, heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args))
 	})
 	if countErrs(errs, nil) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
 	}
-	qerr, lost := m.holdError("extend", errs)
-	if lost {
-		return errRenewalRefused, qerr
-	}
-	return nil, qerr
+	return m.holdError("extend", errs)
 }
 
 // holdError is the error of an extension or release that no majority
-// confirmed in time, and whether a majority refused (lost). It matches
-// ErrNotHeld when lost, else ErrUnavailable: the silent nodes may hold it.
-func (m *RedlockMutex) holdError(op string, errs []error) (qerr *QuorumError, lost bool) {
-	lost = countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum
+// confirmed in time. Where a majority refused, the lease is lost
+// (errRenewalRefused) and it matches ErrNotHeld; else ErrUnavailable, as
+// the silent nodes may hold it.
+func (m *RedlockMutex) holdError(op string, errs []error) (loss error, qerr *QuorumError) {
 	qerr = m.quorumError(op, errs, ErrUnavailable)
-	if lost {
+	if countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum {
 		qerr.outcome = ErrNotHeld
+		return errRenewalRefused, qerr
 	}
-	return qerr, lost
+	return nil, qerr
 }
 
 // quorumError is the error of op, which the nodes answered with errs.
@@ -85,7 +80,8 @@ var errNotHeldThere = errors.New("not held there: expired or taken")
 
 // heldOrNot reads a node's answer to a script on the owner's hold: 1 done,
 // 0 not held there.
-func heldOrNot(ok int64, err error) error {
+func heldOrNot(cmd *redis.Cmd) error {
+	ok, err := cmd.Int64()
 	switch {
 	case err != nil:
 		return err
@@ -112,12 +108,11 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	}
 	errs := m.giveBack(ctx, nil, give, warning)
 	if countErrs(errs, nil) < m.r.quorum {
-		err, lost := m.holdError("unlock", errs)
-		cause := error(errUnlockIncomplete)
-		if lost {
-			cause = errRenewalRefused
+		loss, err := m.holdError("unlock", errs)
+		if loss == nil {
+			loss = errUnlockIncomplete
 		}
-		return fmt.Errorf("%w: %w", cause, err), err
+		return fmt.Errorf("%w: %w", loss, err), err
 	}
 	return nil, nil
 }
@@ -127,8 +122,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}).Int64()
-		return heldOrNot(ok, err)
+		return heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}))
 	}
 }
 

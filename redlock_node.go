@@ -47,11 +47,11 @@ func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 	return n
 }
 
-// mayVote reports whether the node's grant counts toward a quorum: only
-// once it has had its data for guard (see [WithRestartGuard]). After a new
-// connection it reads INFO: uptime, and which run of which master it is.
-// Another run than before, or a promoted master, counts from when it is
-// seen. A node it cannot read, or no master, does not vote.
+// mayVote reports whether the node's grant counts toward a quorum: once it
+// has had its data for guard ([WithRestartGuard]). After a new connection
+// it reads INFO: uptime, and which run of which master it is. Another run
+// than before, or a promoted master, counts from when it is seen. A node
+// it cannot read, or no master, does not vote.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.opened.Load()
 	n.mu.Lock()
@@ -135,6 +135,7 @@ func leastUptime(info string) (time.Duration, bool) {
 	return max(least, 0), true
 }
 
+// infoField is field's value in INFO's reply; "" where it has none.
 func infoField(info, field string) string {
 	for line := range strings.SplitSeq(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
@@ -170,14 +171,13 @@ func onNodes[T any](ctx context.Context, nodes []*redlockNode, timeout time.Dura
 	for i := range errs {
 		errs[i] = errNoAnswer
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	deadline := time.After(timeout)
 collect:
 	for range nodes {
 		select {
 		case a := <-answers:
 			vals[a.i], errs[a.i] = a.v, a.err
-		case <-timer.C:
+		case <-deadline:
 			break collect
 		}
 	}

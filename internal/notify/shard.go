@@ -3,6 +3,8 @@ package notify
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,9 +24,8 @@ type shard struct {
 	topics  map[string]*topic
 	retired bool // out of the hub and closed, its last channel gone: see drop
 
-	// sendMu orders SUBSCRIBE/UNSUBSCRIBE commands as they were decided under
-	// mu: taken before mu is released, so an unsubscribe decided before a
-	// subscribe is also sent before it.
+	// sendMu keeps (UN)SUBSCRIBE in the order decided under mu: taken
+	// before mu is released, so an unsubscribe decided first is sent first.
 	sendMu sync.Mutex
 }
 
@@ -35,13 +36,8 @@ type topic struct {
 	wanted  bool // a SUBSCRIBE is the last command sent for this channel
 	pending int  // commands sent whose confirmation has not arrived yet
 
-	// ready is closed once the channel is confirmed subscribed, or once it is
-	// known it will not be; waiters then stop waiting in Watch.
-	ready chan struct{}
-
-	// idle unsubscribes the channel once it has had no waiter for the hub's
-	// Linger time.
-	idle *time.Timer
+	ready chan struct{} // closed once confirmed, or given up: Watch returns
+	idle  *time.Timer   // unsubscribes once it had no waiter for Linger
 }
 
 func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
@@ -54,10 +50,9 @@ func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
 	return sh
 }
 
-// add registers a new waiter on channel, subscribing when it is the first. The
-// returned channel is closed once the subscription is confirmed or given up.
-// A retired shard takes no waiter (nil): ask the hub for the channel's
-// shard again.
+// add registers a new waiter on channel, subscribing when it is the first,
+// and returns a channel closed once the subscription is confirmed or given
+// up. A retired shard takes no waiter (nil): ask the hub again.
 func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	w := &Waiter{id: newWaiterID(), shard: sh, channel: channel, wake: make(chan struct{}, 1)}
 	sh.mu.Lock()
@@ -127,15 +122,6 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 	sh.send(false, channel)
 }
 
-// stopTimers stops every idle timer, when the hub closes.
-func (sh *shard) stopTimers() {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, tp := range sh.topics {
-		tp.stopIdle()
-	}
-}
-
 // send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE, called with sh.mu held,
 // which it releases once sendMu keeps the order decided under it. It
 // sends on the hub's context: a waiter's cancellation must never cut the
@@ -173,8 +159,8 @@ func (sh *shard) giveUp(channel string, err error) {
 	}
 }
 
-// reset forgets what was sent for a channel, releases its waiters from Watch
-// and wakes them all: whatever was published meanwhile may have been lost.
+// reset forgets what was sent for a channel, releases its waiters from
+// Watch and wakes them: what was published meanwhile may have been lost.
 func (sh *shard) reset(channel string, tp *topic) {
 	tp.wanted = false
 	tp.pending = 0
@@ -219,9 +205,9 @@ func (sh *shard) read() {
 	}
 }
 
-// failed handles a broken connection or an error reply. An error reply
-// (NOPERM, MOVED…) answers a pending command: those channels will not be
-// confirmed. Either way messages may have been lost, so every waiter retries.
+// failed handles a broken connection or an error reply, which answers a
+// pending command (NOPERM, MOVED…): those channels will not be confirmed.
+// Either way messages may have been lost, so every waiter retries.
 func (sh *shard) failed(err error) {
 	sh.hub.cfg.Logger.Debug("dlock: subscriber error", "addr", sh.addr, "err", err)
 	var replyErr redis.Error
@@ -268,8 +254,8 @@ func (sh *shard) deliver(channel, payload string) {
 }
 
 // confirmed handles a subscription's confirmation, and reports whether it
-// was go-redis's own, after a reconnect: the node may have changed roles
-// meanwhile (see dropMoved).
+// was go-redis's own after a reconnect, when the node may have changed
+// roles (dropMoved).
 func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -301,9 +287,8 @@ func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 }
 
 // dropMoved gives up the channels whose slot this sharded shard's node no
-// longer serves: all of them once it is a replica, or those the cluster's
-// layout puts elsewhere. Their waiters are woken unsubscribed, and watch
-// again where the channel is now; the shard goes with its last channel.
+// longer serves (all, once it is a replica). Their waiters are woken
+// unsubscribed and watch again where the channel is now.
 func (sh *shard) dropMoved() {
 	cluster, ok := sh.hub.cfg.Client.(*redis.ClusterClient)
 	if !sh.sharded || !ok {
@@ -315,10 +300,7 @@ func (sh *shard) dropMoved() {
 	cancel()
 	demoted := err == nil && len(role) > 0 && role[0] != "master"
 	sh.mu.Lock()
-	channels := make([]string, 0, len(sh.topics))
-	for channel := range sh.topics {
-		channels = append(channels, channel)
-	}
+	channels := slices.Collect(maps.Keys(sh.topics))
 	sh.mu.Unlock()
 	for _, channel := range channels {
 		if !demoted {
@@ -336,12 +318,10 @@ func (sh *shard) dropMoved() {
 }
 
 // drop forgets channel, which has no waiter and no command outstanding.
-// The shard's last channel takes the shard with it: out of the hub, which
-// makes a new one for the next waiter, and its connection closed, which
-// ends its goroutine. So a node that left the cluster's layout (failed
-// over, removed) keeps no subscriber reconnecting to it for good, and an
-// idle process keeps no connection. Called with sh.mu held; the hub's
-// lock is taken inside it.
+// The last channel takes the shard out of the hub and closes its
+// connection, ending its goroutine: a node that left the cluster keeps no
+// subscriber reconnecting to it, and an idle process keeps no connection.
+// Called with sh.mu held; it takes the hub's lock.
 func (sh *shard) drop(channel string) {
 	delete(sh.topics, channel)
 	if len(sh.topics) > 0 || sh.retired {
