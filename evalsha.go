@@ -89,20 +89,17 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	// A library that could not be loaded: the calls go again by EVALSHA,
 	// for good without +function|load, once on a full server (OOM), so a
 	// renewal or release still runs there.
+	failed := fullForLibrary
 	if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
 		fns.refused.Store(true)
-		sendAgain(ctx, fns, rdb, calls, refusedFunctions)
-	} else if slices.ContainsFunc(calls, fullForLibrary) {
-		sendAgain(ctx, fns, rdb, calls, fullForLibrary)
+		failed = refusedFunctions
 	}
-}
-
-// sendAgain sends again by EVALSHA the calls that failed as failed says.
-func sendAgain(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall, failed func(scriptCall) bool) {
-	resendSome(calls, failed, func(again []scriptCall) {
-		asEvalsha(again)
-		sendScripts(ctx, fns, rdb, again)
-	})
+	if slices.ContainsFunc(calls, failed) {
+		resendSome(calls, failed, func(again []scriptCall) {
+			asEvalsha(again)
+			sendScripts(ctx, fns, rdb, again)
+		})
+	}
 }
 
 // resendSome has send send the calls pick chooses, with the commands that

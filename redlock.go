@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,8 +27,9 @@ type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
 	quorum  int
-	longest atomic.Int64 // the longest TTL used, in ns, for the restart guard
-	clock   *clock.Clock // what its leases read the time from; nil: the machine's (see Client.clock)
+	mu      sync.Mutex
+	longest time.Duration // the longest TTL used, for the restart guard; under mu
+	clock   *clock.Clock  // what its leases read the time from; nil: the machine's (see Client.clock)
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
@@ -41,9 +42,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 		if unmadeClient(rdb) {
 			return nil, invalidf("Redis client %d is nil", i)
 		}
-		// Their connections are unseen by the restart guard's hook.
-		switch rdb.(type) {
-		case *redis.Ring, *redis.ClusterClient:
+		if _, routed := keyNodesOf(rdb); routed { // its connections are unseen by the restart guard's hook
 			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
@@ -106,15 +105,6 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // Name returns the lock's name.
 func (m *RedlockMutex) Name() string { return m.name }
 
-// usable is the error a call of m returns before any I/O: its arguments',
-// or that Redlock.Mutex did not make it.
-func (m *RedlockMutex) usable() error {
-	if m == nil || m.r == nil && m.err == nil {
-		return invalidf("a RedlockMutex not made by Redlock.Mutex")
-	}
-	return m.err
-}
-
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] when no majority granted in time, naming each node that
 // did not and why (it matches [ErrNotAcquired] only where other owners'
@@ -135,8 +125,11 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 }
 
 func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	if err := m.usable(); err != nil {
-		return nil, err
+	if m == nil || m.r == nil && m.err == nil {
+		return nil, invalidf("a RedlockMutex not made by Redlock.Mutex")
+	}
+	if m.err != nil { // bad arguments fail before any I/O
+		return nil, m.err
 	}
 	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, m.take)
 }
@@ -202,15 +195,10 @@ const (
 
 // ttlInUse records ttl for the restart guard and returns the longest so far.
 func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
-	for {
-		old := r.longest.Load()
-		if int64(ttl) <= old {
-			return time.Duration(old)
-		}
-		if r.longest.CompareAndSwap(old, int64(ttl)) {
-			return ttl
-		}
-	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.longest = max(r.longest, ttl)
+	return r.longest
 }
 
 // drift is how much of a hold's TTL a Redlock gives up to clocks.
