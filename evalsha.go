@@ -14,9 +14,7 @@ import (
 // functions is what a Client (a Redlock's node) learnt of its servers:
 // scripts go as FCALL of dlock's function library until a server refuses
 // Functions (Redis < 7, an ACL without them), then by EVALSHA.
-type functions struct {
-	refused atomic.Bool
-}
+type functions struct{ refused atomic.Bool }
 
 // scriptCall is one command sendScripts sends, and its reply: a script's
 // FCALL (or EVALSHA) or, without script, ASKING before or WAIT after.

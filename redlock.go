@@ -237,25 +237,23 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		now := r.clock.Now()
 		return m.drift(ttl)+max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start))) < ttl
 	}
-	op, granted := "lock", countErrs(errs, nil)
+	op := "lock"
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
-	if granted >= r.quorum && valid() && !foreign {
+	if countErrs(errs, nil) >= r.quorum && valid() && !foreign {
 		token, fenced := m.agreeOnToken(ctx, votes, errs)
-		if n := countErrs(fenced, nil); n < r.quorum { // report the nodes that missed the token
-			op, granted, errs = "lock (fencing token)", n, fenced
+		if countErrs(fenced, nil) < r.quorum { // report the nodes that missed the token
+			op, errs = "lock (fencing token)", fenced
 		} else if valid() {
 			return m.newLease(owner, token, start, ttl), 0, nil
 		}
 	}
 	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 
-	late := granted >= r.quorum && !foreign // a quorum, but its validity ran out
-	outcome := ErrNotAcquired               // a grant too late, as a Client's that expired unconfirmed
-	if !late {
-		outcome = r.acquireOutcome(errs)
+	quorumErr := m.quorumError(op, errs, r.acquireOutcome(errs))
+	quorumErr.Late = quorumErr.Late && !foreign
+	if quorumErr.Late { // a quorum, but its validity ran out: as a Client's grant that expired unconfirmed
+		quorumErr.outcome = ErrNotAcquired
 	}
-	quorumErr := m.quorumError(op, errs, outcome)
-	quorumErr.Late = late
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}

@@ -54,7 +54,11 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 // sendAcknowledged runs one script's command with WAIT after it on master,
 // following a cluster's MOVED and ASK (asking: after an ASK), and returns
 // a shortfall of acknowledgements as an error matching [ErrReplicaAck],
-// for the caller to judge once it knows the script wrote something.
+// for the caller to judge once it knows the script wrote something. WAIT
+// confirms only its own connection's writes, so both go in one pipeline
+// on the node's client; go-redis's cluster client would route the keyless
+// WAIT apart and resend a redirected command alone, so redirections are
+// followed here.
 func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, asking bool,
 	script *redis.Script, argv []any) (*redis.Cmd, error) {
 	for redirects := 0; ; redirects++ {
@@ -65,7 +69,6 @@ func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master re
 		calls = append(calls, scriptCall{script: script, argv: argv})
 		ackErr := ack.send(ctx, &c.fns, master, calls)
 		cmd := calls[len(calls)-1].cmd
-		// The pipeline goes to one node: follow redirections here.
 		if addr, ask, redirected := redirection(cmd.Err()); redirected && redirects < maxRedirects {
 			if next, err := c.clusterNode(ctx, addr, !ask); err == nil {
 				master, asking = next, ask

@@ -96,17 +96,14 @@ func (sh *shard) remove(w *Waiter) {
 	defer sh.mu.Unlock()
 	tp := w.topic
 	delete(tp.waiters, w.id)
-	if len(tp.waiters) > 0 {
-		return
+	switch {
+	case len(tp.waiters) > 0:
+	case tp.wanted:
+		channel := w.channel
+		tp.idle = time.AfterFunc(sh.hub.cfg.Linger, func() { sh.unsubscribeIdle(channel, tp) })
+	case tp.pending == 0:
+		sh.drop(w.channel)
 	}
-	if !tp.wanted {
-		if tp.pending == 0 {
-			sh.drop(w.channel)
-		}
-		return
-	}
-	channel := w.channel
-	tp.idle = time.AfterFunc(sh.hub.cfg.Linger, func() { sh.unsubscribeIdle(channel, tp) })
 }
 
 // unsubscribeIdle drops channel's subscription if it is still unused.
@@ -275,12 +272,11 @@ func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 		return false
 	}
 	tp.pending--
-	if tp.pending > 0 {
-		return false
-	}
-	if tp.wanted {
+	switch {
+	case tp.pending > 0:
+	case tp.wanted:
 		tp.markReady()
-	} else if len(tp.waiters) == 0 {
+	case len(tp.waiters) == 0:
 		sh.drop(m.Channel)
 	}
 	return false
