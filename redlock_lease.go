@@ -58,8 +58,8 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 // confirmed in time. Where a majority refused, the lease is lost
 // (errRenewalRefused) and it matches ErrNotHeld; else ErrUnavailable, as
 // the silent nodes may hold it.
-func (m *RedlockMutex) holdError(op string, errs []error) (loss error, qerr *QuorumError) {
-	qerr = m.quorumError(op, errs, ErrUnavailable)
+func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
+	qerr := m.quorumError(op, errs, ErrUnavailable)
 	if countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum {
 		qerr.outcome = ErrNotHeld
 		return errRenewalRefused, qerr
