@@ -106,9 +106,15 @@ func readInfo(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 // readRun reads from INFO the node's least uptime, its run, and whether it
 // was promoted (or loaded from disk) since it started.
 func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err error) {
-	up, ok := leastUptime(info)
-	if !ok {
+	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	if err != nil || seconds < 0 {
 		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
+	}
+	// uptime_in_seconds rounds both ends down, so the truth can be a second
+	// shorter; server_time_usec, where given, narrows that.
+	up = time.Duration(seconds-1) * time.Second
+	if usec, err := strconv.ParseInt(infoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
+		up += time.Duration(usec%1e6) * time.Microsecond
 	}
 	if role := infoField(info, "role"); role != "master" {
 		return 0, run, false, fmt.Errorf("restart guard: role %q, not a master: it does not vote", role)
@@ -117,22 +123,7 @@ func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err err
 	if run.runID == "" || run.replID == "" {
 		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no run_id or master_replid: %w", errUnexpectedReply)
 	}
-	return up, run, infoField(info, "second_repl_offset") != "-1", nil
-}
-
-// leastUptime is the shortest time the server can have been up:
-// uptime_in_seconds rounds both ends down, so the truth can be a second
-// shorter; server_time_usec, where given, narrows that.
-func leastUptime(info string) (time.Duration, bool) {
-	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
-	if err != nil || seconds < 0 {
-		return 0, false
-	}
-	least := time.Duration(seconds-1) * time.Second
-	if usec, err := strconv.ParseInt(infoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
-		least += time.Duration(usec%1e6) * time.Microsecond
-	}
-	return max(least, 0), true
+	return max(up, 0), run, infoField(info, "second_repl_offset") != "-1", nil
 }
 
 // infoField is field's value in INFO's reply; "" where it has none.
