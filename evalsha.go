@@ -14,21 +14,18 @@ import (
 // functions is what a Client (a Redlock's node) learnt of its servers:
 // scripts go as FCALL of dlock's function library until a server refuses
 // Functions (Redis < 7, an ACL without them), then by EVALSHA.
-type functions struct {
-	refused atomic.Bool
-}
+type functions struct{ refused atomic.Bool }
 
 // scriptCall is one command sendScripts sends, and its reply: a script's
-// FCALL (or EVALSHA) or, with no script, a command that frames the
-// scripts (ASKING before, WAIT after).
+// FCALL (or EVALSHA) or, without script, ASKING before or WAIT after.
 type scriptCall struct {
 	script *redis.Script
 	argv   []any
 	cmd    *redis.Cmd
 }
 
-// scriptArgv is the FCALL command of script on keys and args, its ARGV
-// struct (EVALSHA for a script not in the library).
+// scriptArgv is the FCALL (EVALSHA, for a script not in the library) of
+// script on keys and args.
 func scriptArgv[A scripts.Args](script *redis.Script, keys []string, args A) []any {
 	return args.Append(commandOn(script, nil, keys, 0))
 }
@@ -65,10 +62,10 @@ func sendScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, 
 
 // sendScripts sends calls to rdb: one alone, more in one pipeline. A call
 // that met a server without its scripts goes again after the load, in one
-// pipeline on one server; on a cluster or Ring the load goes to the call's
-// node first, and to every node only if the call misses again, so a
-// stalled node delays no other. A call whose load failed fails with its
-// error. Where Functions are refused, fns sends EVALSHA from then on.
+// pipeline; on a cluster or Ring the load goes to the call's node first,
+// and to every node only if the call misses again, so a stalled node
+// delays no other. A call whose load failed fails with its error. Where
+// Functions are refused, fns sends EVALSHA from then on.
 func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
 	if fns.refused.Load() {
 		asEvalsha(calls)
@@ -82,36 +79,25 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	if len(load) == 0 {
 		return
 	}
-	defer func() {
-		// A library that could not be loaded: the calls go again by
-		// EVALSHA, for good without +function|load, once on a full server
-		// (OOM), so a renewal or release still runs there.
-		if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
-			fns.refused.Store(true)
-			sendAgain(ctx, fns, rdb, calls, refusedFunctions)
-		} else if slices.ContainsFunc(calls, fullForLibrary) {
-			sendAgain(ctx, fns, rdb, calls, fullForLibrary)
-		}
-	}()
-	nodes, routed := keyNodesOf(rdb)
-	if !routed {
+	if nodes, routed := keyNodesOf(rdb); !routed {
 		resendNoScript(ctx, rdb, load, calls, nil)
-		return
+	} else if loadErr := nodes.loadForCalls(ctx, calls, load); resendNoScript(ctx, rdb, nil, calls, nil) {
+		nodes.loadEverywhere(ctx, rdb, calls, load, loadErr) // the map named the wrong node
 	}
-	loadErr := nodes.loadForCalls(ctx, calls, load)
-	// The map may have named the wrong node: calls still missing go again.
-	if !resendNoScript(ctx, rdb, nil, calls, nil) {
-		return
+	// A library that could not be loaded: the calls go again by EVALSHA,
+	// for good without +function|load, once on a full server (OOM), so a
+	// renewal or release still runs there.
+	failed := fullForLibrary
+	if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
+		fns.refused.Store(true)
+		failed = refusedFunctions
 	}
-	nodes.loadEverywhere(ctx, rdb, calls, load, loadErr)
-}
-
-// sendAgain sends again by EVALSHA the calls that failed as failed says.
-func sendAgain(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall, failed func(scriptCall) bool) {
-	resendSome(calls, failed, func(again []scriptCall) {
-		asEvalsha(again)
-		sendScripts(ctx, fns, rdb, again)
-	})
+	if slices.ContainsFunc(calls, failed) {
+		resendSome(calls, failed, func(again []scriptCall) {
+			asEvalsha(again)
+			sendScripts(ctx, fns, rdb, again)
+		})
+	}
 }
 
 // resendSome has send send the calls pick chooses, with the commands that
@@ -158,11 +144,16 @@ func loadsFor(calls []scriptCall) [][]any {
 		}
 	}
 	slices.Sort(sources) // two calls' types may be one
+	return loads(library, slices.Compact(sources))
+}
+
+// loads are the commands that load the library and sources.
+func loads(library bool, sources []string) [][]any {
 	var load [][]any
 	if library {
 		load = append(load, []any{"function", "load", scripts.Library})
 	}
-	for _, src := range slices.Compact(sources) {
+	for _, src := range sources {
 		load = append(load, []any{"script", "load", src})
 	}
 	return load
@@ -181,8 +172,8 @@ func fullForLibrary(call scriptCall) bool {
 		call.cmd.Err() != nil && strings.HasPrefix(call.cmd.Err().Error(), "OOM")
 }
 
-// refusedFunctions tells a call refused because the server does not take
-// Redis Functions (see refusesFunctions).
+// refusedFunctions tells a call refused by a server that does not take
+// Redis Functions.
 func refusedFunctions(call scriptCall) bool {
 	return call.script != nil && call.cmd != nil && refusesFunctions(call.cmd.Err())
 }
@@ -201,41 +192,17 @@ func libraryLoaded(err error) bool {
 	return strings.Contains(msg, "Library") && strings.Contains(msg, scripts.LibraryName) && strings.Contains(msg, "already exists")
 }
 
-// preload loads on every server of rdb the library, or where Functions are
-// refused, the scripts of script's lock type.
-func preload(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script) error {
-	load := [][]any{{"function", "load", scripts.Library}}
-	if fns.refused.Load() {
-		load = load[:0]
-		for _, src := range scripts.Companions(script) {
-			load = append(load, []any{"script", "load", src})
-		}
-	}
-	var err error
-	if nodes, routed := keyNodesOf(rdb); routed {
-		err = nodes.forEach(ctx, loader(load))
-	} else {
-		err = send(ctx, rdb, load, nil)
-	}
-	if !fns.refused.Load() && refusesFunctions(err) {
-		fns.refused.Store(true)
-		return preload(ctx, fns, rdb, script)
-	}
-	return err
-}
-
 // loadEverywhere loads scripts on every node at once and, as each load
-// ends, resends the calls still NOSCRIPT, until none is: a stalled node
-// holds up no call another serves. A load still going when it returns
-// goes on, bounded by ctx. Calls still NOSCRIPT at the end get the first
-// load's error (loadErr first).
+// ends, resends the calls still NOSCRIPT until none is: a stalled node
+// holds up no call another serves (its load goes on, bounded by ctx).
+// Calls still NOSCRIPT at the end get the first load's error.
 func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, load [][]any, loadErr error) {
 	ended, all := make(chan error), make(chan error, 1)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		all <- nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
-			err := loader(load)(ctx, node)
+			err := send(ctx, node, load, nil)
 			select {
 			case ended <- err:
 			case <-stop:
@@ -262,9 +229,9 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 	}
 }
 
-// resendNoScript sends the calls that met NOSCRIPT again after load; it
-// reports whether one met it again, and gives those loadErr as their error
-// (a node down elsewhere fails a load, not the calls).
+// resendNoScript sends the calls that met NOSCRIPT again after load, and
+// reports whether one met it again. Only those get loadErr: a node down
+// elsewhere fails a load, not the calls.
 func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall, loadErr error) (again bool) {
 	resent := resendSome(calls, missingScript, func(resend []scriptCall) {
 		if err := send(ctx, rdb, load, resend); loadErr == nil {
@@ -314,18 +281,13 @@ func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load
 		node, err := nodes.forKey(ctx, key)
 		if err == nil && !done[node.Options().Addr] {
 			done[node.Options().Addr] = true
-			err = loader(load)(ctx, node)
+			err = send(ctx, node, load, nil)
 		}
 		if firstErr == nil {
 			firstErr = err
 		}
 	}
 	return firstErr
-}
-
-// loader sends load to one node.
-func loader(load [][]any) func(context.Context, *redis.Client) error {
-	return func(ctx context.Context, node *redis.Client) error { return send(ctx, node, load, nil) }
 }
 
 // send sends the commands of load (FUNCTION LOAD, SCRIPT LOAD), then
@@ -337,15 +299,15 @@ func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []
 		return nil
 	}
 	pipe := rdb.Pipeline()
-	loads := make([]*redis.Cmd, len(load))
+	loaded := make([]*redis.Cmd, len(load))
 	for i, argv := range load {
-		loads[i] = pipe.Do(ctx, argv...)
+		loaded[i] = pipe.Do(ctx, argv...)
 	}
 	for i := range calls {
 		calls[i].cmd = pipe.Do(ctx, calls[i].argv...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	for _, cmd := range loads {
+	for _, cmd := range loaded {
 		if err := cmd.Err(); err != nil && !libraryLoaded(err) {
 			return err
 		}

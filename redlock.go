@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,8 +27,9 @@ type Redlock struct {
 	nodes   []*redlockNode
 	cfg     settings
 	quorum  int
-	longest atomic.Int64 // the longest TTL used, in ns, for the restart guard
-	clock   *clock.Clock // what its leases read the time from; nil: the machine's (see Client.clock)
+	mu      sync.Mutex
+	longest time.Duration // the longest TTL used, for the restart guard; under mu
+	clock   *clock.Clock  // what its leases read the time from; nil: the machine's (see Client.clock)
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
@@ -41,9 +42,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 		if unmadeClient(rdb) {
 			return nil, invalidf("Redis client %d is nil", i)
 		}
-		// Their connections are unseen by the restart guard's hook.
-		switch rdb.(type) {
-		case *redis.Ring, *redis.ClusterClient:
+		if _, routed := keyNodesOf(rdb); routed { // its connections are unseen by the restart guard's hook
 			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
@@ -68,10 +67,9 @@ func (r *Redlock) Quorum() int {
 
 // RedlockMutex is an exclusive lock held on a majority of a [Redlock]'s
 // nodes. Its leases are ordinary [Lease] values, renewed every TTL/3 while
-// a majority confirms in time. Unlock waits for each node up to the node
-// timeout and succeeds where a majority let go; a failed release is resent
-// in the background within [CleanupTimeout], and a node still unreachable
-// is logged as a warning. Closing the clients right after cuts that short.
+// a majority confirms in time. Unlock succeeds where a majority let go
+// within the node timeout; a failed release is resent in the background
+// within [CleanupTimeout] (cut short by closing the clients), then logged.
 type RedlockMutex struct {
 	r           *Redlock
 	name        string
@@ -107,15 +105,6 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // Name returns the lock's name.
 func (m *RedlockMutex) Name() string { return m.name }
 
-// usable is the error a call of m returns before any I/O: its arguments',
-// or that it was not made by [Redlock.Mutex] (a zero value, or nil).
-func (m *RedlockMutex) usable() error {
-	if m == nil || m.r == nil && m.err == nil {
-		return invalidf("a RedlockMutex not made by Redlock.Mutex")
-	}
-	return m.err
-}
-
 // TryLock makes one attempt on every node and never waits. It returns a
 // [*QuorumError] when no majority granted in time, naming each node that
 // did not and why (it matches [ErrNotAcquired] only where other owners'
@@ -124,17 +113,6 @@ func (m *RedlockMutex) usable() error {
 // the latter returns ctx's error, matching [ErrNotAcquired].
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, true)
-}
-
-func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, acquireError(ctx, err)
-	}
-	l, _, err := m.attempt(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return keep(ctx, l)
 }
 
 // Lock attempts until it takes the lock on a majority, or ctx ends or the
@@ -146,20 +124,18 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
 
-// acquire is TryLock (try) or Lock (see acquireBy).
 func (m *RedlockMutex) acquire(ctx context.Context, try bool) (*Lease, error) {
-	if err := m.usable(); err != nil {
-		return nil, err
+	if m == nil || m.r == nil && m.err == nil {
+		return nil, invalidf("a RedlockMutex not made by Redlock.Mutex")
 	}
-	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, func(ctx context.Context, try bool) (*Lease, error) {
-		if try {
-			return m.tryLock(ctx)
-		}
-		return m.lock(ctx)
-	})
+	if m.err != nil { // bad arguments fail before any I/O
+		return nil, m.err
+	}
+	return acquireBy(ctx, m.cfg, observe.KindRedlock, m.name, try, m.take)
 }
 
-func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
+// take attempts once (try), or until an attempt wins or ctx ends.
+func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 	var last error
 	observed := m.cfg.observer.callIn(ctx) // nil when nobody observes
 	for {
@@ -174,7 +150,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 			return keep(ctx, l)
 		}
 		var quorum *QuorumError
-		if !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || quorum.outcome == ErrPermission {
+		if try || !errors.As(err, &quorum) || errors.Is(err, ErrWrongType) || quorum.outcome == ErrPermission {
 			return nil, err // bad input, a foreign key, no permission: trying again will not help
 		}
 		if last == nil || contextDone(ctx) == nil { // an attempt ctx cut short tells nothing of the nodes
@@ -192,23 +168,15 @@ func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// acquireOutcome is what a failed acquisition whose nodes answered errs
-// matches: ErrNotAcquired where other owners' holds alone keep a majority
-// out; ErrPermission where ACL refusals do too; else ErrUnavailable.
+// acquireOutcome is what a failed acquisition matches: ErrNotAcquired where
+// other owners' holds alone keep a majority out, ErrPermission where ACL
+// refusals do too, else ErrUnavailable.
 func (r *Redlock) acquireOutcome(errs []error) error {
-	held, forbidden := 0, 0
-	for _, err := range errs {
-		switch {
-		case errors.Is(err, errHeldThere):
-			held++
-		case errors.Is(err, ErrPermission):
-			forbidden++
-		}
-	}
+	held := countErrs(errs, errHeldThere)
 	switch {
 	case len(errs)-held < r.quorum:
 		return ErrNotAcquired
-	case len(errs)-held-forbidden < r.quorum:
+	case len(errs)-held-countErrs(errs, ErrPermission) < r.quorum:
 		return ErrPermission
 	}
 	return ErrUnavailable
@@ -219,7 +187,7 @@ func (r *Redlock) acquireOutcome(errs []error) error {
 var errHeldThere = errors.New("held by another owner")
 
 // A waiting RedlockMutex tries again after redlockRetryMin plus up to
-// redlockRetrySpread, or when the holder's hold runs out, if sooner.
+// redlockRetrySpread, or when the holder's hold runs out if sooner.
 const (
 	redlockRetryMin    = 10 * time.Millisecond
 	redlockRetrySpread = 40 * time.Millisecond
@@ -227,22 +195,10 @@ const (
 
 // ttlInUse records ttl for the restart guard and returns the longest so far.
 func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
-	for {
-		old := r.longest.Load()
-		if int64(ttl) <= old {
-			return time.Duration(old)
-		}
-		if r.longest.CompareAndSwap(old, int64(ttl)) {
-			return ttl
-		}
-	}
-}
-
-// elapsed is the time since start by whichever clock went further, as in
-// Lease.leftAt: a suspension stops only the monotonic one.
-func (r *Redlock) elapsed(start time.Time) time.Duration {
-	now := r.clock.Now()
-	return max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.longest = max(r.longest, ttl)
+	return r.longest
 }
 
 // drift is how much of a hold's TTL a Redlock gives up to clocks.
@@ -259,9 +215,9 @@ var (
 	redlockReleaseLayout = scripts.LayoutOf(scripts.MutexRelease).Before("HOLDER")
 )
 
-// attempt takes the lock on a majority, or releases what it took. It
-// returns the lease, or how long until the holder's hold runs out
-// (negative: unknown) with the attempt's *QuorumError.
+// attempt takes the lock on a majority, or gives back what it took and
+// returns when the holder's hold runs out (negative: unknown) with a
+// *QuorumError.
 func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	r := m.r
 	owner := newOwnerToken()
@@ -277,37 +233,37 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
 		return m.askNode(ctx, n, keys, owner, ttl, guard)
 	})
-	valid := func() bool { return m.drift(ttl)+r.elapsed(start) < ttl }
-	op, granted := "lock", succeeded(errs)
+	valid := func() bool { // by whichever clock went further: a suspension stops only the monotonic one
+		now := r.clock.Now()
+		return m.drift(ttl)+max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start))) < ttl
+	}
+	op := "lock"
 	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
-	if granted >= r.quorum && valid() && !foreign {
+	if countErrs(errs, nil) >= r.quorum && valid() && !foreign {
 		token, fenced := m.agreeOnToken(ctx, votes, errs)
-		if succeeded(fenced) >= r.quorum && valid() {
+		if countErrs(fenced, nil) < r.quorum { // report the nodes that missed the token
+			op, errs = "lock (fencing token)", fenced
+		} else if valid() {
 			return m.newLease(owner, token, start, ttl), 0, nil
 		}
-		if succeeded(fenced) < r.quorum { // report the nodes that missed the token
-			op, granted, errs = "lock (fencing token)", succeeded(fenced), fenced
-		}
 	}
-	m.abandon(ctx, owner, votes)
+	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 
-	late := granted >= r.quorum && !foreign // a quorum, but its validity ran out
-	outcome := ErrNotAcquired               // a grant too late, as a Client's that expired unconfirmed
-	if !late {
-		outcome = r.acquireOutcome(errs)
+	quorumErr := m.quorumError(op, errs, r.acquireOutcome(errs))
+	quorumErr.Late = quorumErr.Late && !foreign
+	if quorumErr.Late { // a quorum, but its validity ran out: as a Client's grant that expired unconfirmed
+		quorumErr.outcome = ErrNotAcquired
 	}
-	quorumErr := &QuorumError{Op: op, Name: m.name, Quorum: r.quorum, Granted: granted,
-		Late: late, Nodes: nodeErrors(r.nodes, errs), outcome: outcome}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
-// preload loads dlock's scripts on each node once, before the vote's clock
-// starts: a load may take longer than the node timeout and cost a cold
-// node its vote. Each node is tried once, for at most wait; one that loses
-// them later gets them again within a vote (sendScripts).
+// preload loads dlock's library (where Functions are refused, the Mutex's
+// scripts) on each node once, for at most wait, before the vote's clock
+// starts: a load may outlast the node timeout and cost a cold node its
+// vote. A node that loses them later gets them within a vote.
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	var cold []*redlockNode
 	for _, n := range r.nodes {
@@ -317,7 +273,11 @@ func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	}
 	if len(cold) > 0 {
 		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-			return struct{}{}, preload(ctx, &n.fns, n.rdb, scripts.MutexAcquire)
+			if n.fns.refused.Load() || refusesFunctions(send(ctx, n.rdb, loads(true, nil), nil)) {
+				n.fns.refused.Store(true)
+				send(ctx, n.rdb, loads(false, scripts.Companions(scripts.MutexAcquire)), nil)
+			}
+			return struct{}{}, nil
 		})
 	}
 }
@@ -332,8 +292,8 @@ type vote struct {
 	token, held int64
 }
 
-// askNode asks node n for the lock, and, with a restart guard, whether it may
-// vote (see redlockNode.mayVote).
+// askNode asks node n for the lock and, with a restart guard, whether it
+// may vote (redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
 	res, err := scripts.AcquireReply(runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
@@ -357,16 +317,14 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 	}
 	v := vote{answered: true, token: res[1]}
 	if guard > 0 {
-		if err := n.mayVote(ctx, guard); err != nil {
-			return v, err
-		}
+		return v, n.mayVote(ctx, guard)
 	}
 	return v, nil
 }
 
-// agreeOnToken is the highest counter among the nodes that granted. It
-// raises every node's counter to it, kept for good (see redlock_fence.lua),
-// and reports how each did: the token holds once a majority have it.
+// agreeOnToken is the highest counter of the nodes that granted. It raises
+// every node's counter to it (redlock_fence.lua) and reports how each did:
+// the token holds once a majority have it.
 func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []error) (uint64, []error) {
 	var token int64
 	for i, err := range errs {
@@ -381,8 +339,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 }
 
 // majorityHoldLeft is when to try again: the shortest time left of other
-// owners' holds once a quorum refused (early rather than late); negative
-// when too few refused to say.
+// owners' holds once a quorum refused; negative when too few did.
 func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	var left []int64
 	for _, v := range votes {
@@ -396,42 +353,32 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	return time.Duration(slices.Min(left)) * time.Millisecond
 }
 
-// abandon gives an attempt back on every node (see giveBack), waiting only
-// for the nodes that answered it.
-func (m *RedlockMutex) abandon(ctx context.Context, owner string, votes []vote) {
+// abandonOn releases owner's hold on a node (errNotHeldThere: none) and
+// leaves the call's tombstone. Safe to resend.
+func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
+	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
+	return func(ctx context.Context, n *redlockNode) error {
+		return heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
+			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}))
+	}
+}
+
+// giveBack runs give, safe to send twice, on the nodes that answered votes
+// (all, without votes) within the node timeout and returns their errors;
+// on the others in the background. A failed give (but errNotHeldThere) is
+// resent in the background within [CleanupTimeout], so a slow link leaves
+// nothing held for its TTL; if that fails too, warning is logged.
+func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give func(context.Context, *redlockNode) error, warning string) []error {
+	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
+	call := func(ctx context.Context, n *redlockNode) (struct{}, error) { return struct{}{}, give(ctx, n) }
 	var waitFor, later []*redlockNode
 	for i, n := range m.r.nodes {
-		if votes[i].answered {
+		if votes == nil || votes[i].answered {
 			waitFor = append(waitFor, n)
 		} else {
 			later = append(later, n)
 		}
 	}
-	m.giveBack(ctx, waitFor, later, m.abandonOn(owner),
-		"dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
-}
-
-// abandonOn gives up owner's call on a node: it releases owner's hold there
-// (errNotHeldThere: none) and leaves the call's tombstone. Safe to resend.
-func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
-	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
-	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
-			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}).Int64()
-		return heldOrNot(ok, err)
-	}
-}
-
-// giveBack gives back a Redlock's hold or attempt: give runs on waitFor,
-// each bounded by the node timeout, and their errors are returned; on later
-// at once in the background. A node whose give failed (but for
-// errNotHeldThere) is sent it again in the background within
-// [CleanupTimeout], so a slow link leaves nothing held for its TTL; if that
-// fails too, warning is logged. give must be safe to send twice.
-func (m *RedlockMutex) giveBack(ctx context.Context, waitFor, later []*redlockNode,
-	give func(context.Context, *redlockNode) error, warning string) []error {
-	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	call := func(ctx context.Context, n *redlockNode) (struct{}, error) { return struct{}{}, give(ctx, n) }
 	inBackground := func(nodes []*redlockNode) {
 		_, errs := onNodes(ctx, nodes, CleanupTimeout, call)
 		for i, err := range errs {

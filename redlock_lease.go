@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -36,48 +38,40 @@ func (m *RedlockMutex) newLease(owner string, token uint64, start time.Time, ttl
 // confirmed in time. A majority that refused loses the lease.
 func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l, m := h.lease, h.m
-	explicit := !extending.IsZero()
-	if explicit {
+	args := scripts.ExtendArgs{Owner: h.owner, TTL: ttl.Milliseconds()}
+	if !extending.IsZero() {
+		args.Shorten = shortens
 		m.r.ttlInUse(ttl)
 		l.inDoubt(extending, ttl)
 	}
 	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		args := scripts.ExtendArgs{Owner: h.owner, TTL: ttl.Milliseconds()}
-		if explicit {
-			args.Shorten = shortens
-		}
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args).Int64()
-		return struct{}{}, heldOrNot(ok, err)
+		return struct{}{}, heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args))
 	})
-	if succeeded(errs) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
+	if countErrs(errs, nil) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
 	}
-	qerr, lost := m.holdError("extend", errs)
-	if lost {
+	return m.holdError("extend", errs)
+}
+
+// holdError is the error of an extension or release that no majority
+// confirmed in time. Where a majority refused, the lease is lost
+// (errRenewalRefused) and it matches ErrNotHeld; else ErrUnavailable, as
+// the silent nodes may hold it.
+func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
+	qerr := m.quorumError(op, errs, ErrUnavailable)
+	if countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum {
+		qerr.outcome = ErrNotHeld
 		return errRenewalRefused, qerr
 	}
 	return nil, qerr
 }
 
-// holdError is the error of an extension or release that no majority
-// confirmed in time, and whether a majority refused (lost). It matches
-// ErrNotHeld when lost, else ErrUnavailable: the silent nodes may hold it.
-func (m *RedlockMutex) holdError(op string, errs []error) (qerr *QuorumError, lost bool) {
-	refused := 0
-	for _, err := range errs {
-		if errors.Is(err, errNotHeldThere) {
-			refused++
-		}
-	}
-	lost = refused > len(m.r.nodes)-m.r.quorum
-	granted := succeeded(errs)
-	qerr = &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: ErrUnavailable}
-	if lost {
-		qerr.outcome = ErrNotHeld
-	}
-	return qerr, lost
+// quorumError is the error of op, which the nodes answered with errs.
+func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *QuorumError {
+	granted := countErrs(errs, nil)
+	return &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
+		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: outcome}
 }
 
 // errNotHeldThere is a node's answer that the hold is not there; not
@@ -86,7 +80,8 @@ var errNotHeldThere = errors.New("not held there: expired or taken")
 
 // heldOrNot reads a node's answer to a script on the owner's hold: 1 done,
 // 0 not held there.
-func heldOrNot(ok int64, err error) error {
+func heldOrNot(cmd *redis.Cmd) error {
+	ok, err := cmd.Int64()
 	switch {
 	case err != nil:
 		return err
@@ -111,14 +106,13 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	if rule == voidAlways {
 		give, warning = m.abandonOn(h.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
-	errs := m.giveBack(ctx, m.r.nodes, nil, give, warning)
-	if succeeded(errs) < m.r.quorum {
-		err, lost := m.holdError("unlock", errs)
-		cause := error(errUnlockIncomplete)
-		if lost {
-			cause = errRenewalRefused
+	errs := m.giveBack(ctx, nil, give, warning)
+	if countErrs(errs, nil) < m.r.quorum {
+		loss, err := m.holdError("unlock", errs)
+		if loss == nil {
+			loss = errUnlockIncomplete
 		}
-		return fmt.Errorf("%w: %w", cause, err), err
+		return fmt.Errorf("%w: %w", loss, err), err
 	}
 	return nil, nil
 }
@@ -128,8 +122,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {
-		ok, err := runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}).Int64()
-		return heldOrNot(ok, err)
+		return heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}))
 	}
 }
 

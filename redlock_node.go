@@ -47,11 +47,11 @@ func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 	return n
 }
 
-// mayVote reports whether the node's grant counts toward a quorum: only
-// once it has had its data for guard (see [WithRestartGuard]). After a new
-// connection it reads INFO: uptime, and which run of which master it is.
-// Another run than before, or a promoted master, counts from when it is
-// seen. A node it cannot read, or no master, does not vote.
+// mayVote reports whether the node's grant counts toward a quorum: once it
+// has had its data for guard ([WithRestartGuard]). After a new connection
+// it reads INFO: uptime, and which run of which master it is. Another run
+// than before, or a promoted master, counts from when it is seen. A node
+// it cannot read, or no master, does not vote.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.opened.Load()
 	n.mu.Lock()
@@ -106,9 +106,15 @@ func readInfo(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 // readRun reads from INFO the node's least uptime, its run, and whether it
 // was promoted (or loaded from disk) since it started.
 func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err error) {
-	up, ok := leastUptime(info)
-	if !ok {
+	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	if err != nil || seconds < 0 {
 		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
+	}
+	// uptime_in_seconds rounds both ends down, so the truth can be a second
+	// shorter; server_time_usec, where given, narrows that.
+	up = time.Duration(seconds-1) * time.Second
+	if usec, err := strconv.ParseInt(infoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
+		up += time.Duration(usec%1e6) * time.Microsecond
 	}
 	if role := infoField(info, "role"); role != "master" {
 		return 0, run, false, fmt.Errorf("restart guard: role %q, not a master: it does not vote", role)
@@ -117,24 +123,10 @@ func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err err
 	if run.runID == "" || run.replID == "" {
 		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no run_id or master_replid: %w", errUnexpectedReply)
 	}
-	return up, run, infoField(info, "second_repl_offset") != "-1", nil
+	return max(up, 0), run, infoField(info, "second_repl_offset") != "-1", nil
 }
 
-// leastUptime is the shortest time the server can have been up:
-// uptime_in_seconds rounds both ends down, so the truth can be a second
-// shorter; server_time_usec, where given, narrows that.
-func leastUptime(info string) (time.Duration, bool) {
-	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
-	if err != nil || seconds < 0 {
-		return 0, false
-	}
-	least := time.Duration(seconds-1) * time.Second
-	if usec, err := strconv.ParseInt(infoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
-		least += time.Duration(usec%1e6) * time.Microsecond
-	}
-	return max(least, 0), true
-}
-
+// infoField is field's value in INFO's reply; "" where it has none.
 func infoField(info, field string) string {
 	for line := range strings.SplitSeq(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
@@ -170,14 +162,13 @@ func onNodes[T any](ctx context.Context, nodes []*redlockNode, timeout time.Dura
 	for i := range errs {
 		errs[i] = errNoAnswer
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	deadline := time.After(timeout)
 collect:
 	for range nodes {
 		select {
 		case a := <-answers:
 			vals[a.i], errs[a.i] = a.v, a.err
-		case <-timer.C:
+		case <-deadline:
 			break collect
 		}
 	}
@@ -203,10 +194,12 @@ func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 	return out
 }
 
-func succeeded(errs []error) int {
+// countErrs is how many of errs match target; countErrs(errs, nil): how
+// many succeeded.
+func countErrs(errs []error, target error) int {
 	n := 0
 	for _, err := range errs {
-		if err == nil {
+		if errors.Is(err, target) {
 			n++
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,25 +19,21 @@ type replicaAck struct {
 }
 
 // send sends calls, all for keys of master, then WAIT, in one pipeline on
-// one connection (WAIT confirms what its connection wrote), and returns
-// WAIT's answer as an error (see confirmed).
+// one connection (WAIT confirms what its connection wrote). It returns nil
+// when n replicas confirmed, else an error matching [ErrReplicaAck] (or
+// [ErrPermission] without +wait).
 func (ack replicaAck) send(ctx context.Context, fns *functions, master redis.UniversalClient, calls []scriptCall) error {
 	all := append(slices.Clip(calls), scriptCall{argv: []any{"wait", ack.n, max(ack.timeout.Milliseconds(), 1)}})
 	sendScripts(ctx, fns, master, all)
 	copy(calls, all) // their replies
-	return ack.confirmed(all[len(calls)].cmd)
-}
-
-// confirmed is WAIT's answer as an error: nil when n replicas confirmed,
-// else one matching [ErrReplicaAck] (or [ErrPermission] without +wait).
-func (ack replicaAck) confirmed(acks *redis.Cmd) error {
-	if err := acks.Err(); err != nil {
-		if isPermission(err) {
-			return fmt.Errorf("%w: WAIT: %w", ErrPermission, err)
-		}
+	acks := all[len(calls)].cmd
+	got, err := acks.Int64()
+	switch {
+	case isPermission(acks.Err()):
+		return fmt.Errorf("%w: WAIT: %w", ErrPermission, err)
+	case acks.Err() != nil:
 		return fmt.Errorf("%w: WAIT: %w", ErrReplicaAck, err)
-	}
-	if got, err := acks.Int64(); err != nil || got < int64(ack.n) {
+	case err != nil || got < int64(ack.n):
 		return fmt.Errorf("%w: %d of %d within %v", ErrReplicaAck, got, ack.n, ack.timeout)
 	}
 	return nil
@@ -58,34 +54,32 @@ func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script
 // sendAcknowledged runs one script's command with WAIT after it on master,
 // following a cluster's MOVED and ASK (asking: after an ASK), and returns
 // a shortfall of acknowledgements as an error matching [ErrReplicaAck],
-// for the caller to judge once it knows the script wrote something.
+// for the caller to judge once it knows the script wrote something. WAIT
+// confirms only its own connection's writes, so both go in one pipeline
+// on the node's client; go-redis's cluster client would route the keyless
+// WAIT apart and resend a redirected command alone, so redirections are
+// followed here.
 func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, asking bool,
 	script *redis.Script, argv []any) (*redis.Cmd, error) {
-	var calls []scriptCall
-	var ackErr error
 	for redirects := 0; ; redirects++ {
-		calls = calls[:0]
+		var calls []scriptCall
 		if asking { // an ASK redirection is followed with ASKING first
 			calls = append(calls, scriptCall{argv: []any{"asking"}})
 		}
 		calls = append(calls, scriptCall{script: script, argv: argv})
-		ackErr = ack.send(ctx, &c.fns, master, calls)
-		// The pipeline goes to one node: follow redirections here.
-		addr, ask, redirected := redirection(calls[len(calls)-1].cmd.Err())
-		if !redirected || redirects == maxRedirects {
-			break
+		ackErr := ack.send(ctx, &c.fns, master, calls)
+		cmd := calls[len(calls)-1].cmd
+		if addr, ask, redirected := redirection(cmd.Err()); redirected && redirects < maxRedirects {
+			if next, err := c.clusterNode(ctx, addr, !ask); err == nil {
+				master, asking = next, ask
+				continue
+			}
 		}
-		next, err := c.clusterNode(ctx, addr, !ask)
-		if err != nil {
-			break
+		if cmd.Err() != nil {
+			return cmd, nil
 		}
-		master, asking = next, ask
+		return cmd, ackErr
 	}
-	cmd := calls[len(calls)-1].cmd
-	if cmd.Err() != nil {
-		return cmd, nil
-	}
-	return cmd, ackErr
 }
 
 // maxRedirects bounds the MOVED and ASK answers sendAcknowledged
@@ -95,11 +89,8 @@ const maxRedirects = 3
 // masterFor is the client of the master that holds key: a cluster node, a
 // Ring shard, else the Client's own.
 func (c *Client) masterFor(ctx context.Context, key string) (redis.UniversalClient, error) {
-	switch rdb := c.rdb.(type) {
-	case *redis.ClusterClient:
-		return rdb.MasterForKey(ctx, key)
-	case *redis.Ring:
-		return rdb.GetShardClientForKey(key)
+	if nodes, routed := keyNodesOf(c.rdb); routed {
+		return nodes.forKey(ctx, key)
 	}
 	return c.rdb, nil
 }
@@ -128,18 +119,15 @@ func (c *Client) clusterNode(ctx context.Context, addr string, moved bool) (*red
 	if moved {
 		cluster.ReloadState(ctx)
 	}
-	var found *redis.Client
-	var mu sync.Mutex
+	var found atomic.Pointer[redis.Client] // ForEachShard calls at once
 	_ = cluster.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
 		if node.Options().Addr == addr {
-			mu.Lock()
-			found = node
-			mu.Unlock()
+			found.Store(node)
 		}
 		return nil
 	})
-	if found == nil {
+	if found.Load() == nil {
 		return nil, fmt.Errorf("dlock: a redirection to %s, a node the cluster client does not know yet", addr)
 	}
-	return found, nil
+	return found.Load(), nil
 }

@@ -6,19 +6,20 @@
 // channel: a waiter's id wakes that waiter, keeping what follows a colon
 // for it ([Waiter.Grant]); "*" wakes them all.
 //
-// The contract with a waiter is what makes wake-ups lossless: [Hub.Watch]
-// returns only once Redis has confirmed the subscription, so a waiter that
-// watches, then tries the lock and fails, cannot miss the release that follows
-// its try. Where the subscription cannot be had or breaks, Watch still
-// returns (the waiter is then woken on nothing and must bound its waits by the
-// holder's TTL, which it does anyway); nothing here ever blocks a waiter for
-// good.
+// Wake-ups are lossless: [Hub.Watch] returns only once Redis has confirmed
+// the subscription, so a waiter that watches, then tries the lock and
+// fails, cannot miss the release that follows its try. Where the
+// subscription cannot be had or breaks, Watch still returns, and the
+// waiter bounds its waits by the holder's TTL, as it does anyway: nothing
+// here blocks a waiter for good.
 package notify
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,34 +27,32 @@ import (
 )
 
 // WakeAll is the payload that wakes every waiter on a channel (a writer
-// left: all readers may enter). Any other payload is the id of the one
-// waiter to wake, with anything for it after a colon.
+// left: all readers may enter). Any other payload is the id of the waiter
+// to wake, with anything for it after a colon.
 const WakeAll = "*"
 
-// subscribeTimeout bounds how long Watch waits for Redis to confirm a
-// subscription before letting the waiter go on without wake-ups.
+// subscribeTimeout bounds Watch's wait for Redis to confirm a subscription.
 const subscribeTimeout = 2 * time.Second
 
-// DefaultLinger is how long a channel stays subscribed after its last waiter
-// left.
+// DefaultLinger is how long a channel stays subscribed after its last
+// waiter left.
 const DefaultLinger = 10 * time.Second
 
 // Config says how a Hub reaches Redis.
 type Config struct {
 	Client redis.UniversalClient
-	// Sharded makes the hub use SSUBSCRIBE on the master owning each channel's
-	// slot; set it for a Redis 7 cluster, whose release scripts use SPUBLISH.
+	// Sharded: SSUBSCRIBE on the master of each channel's slot, for a
+	// Redis 7 cluster, whose release scripts use SPUBLISH.
 	Sharded bool
 	Logger  *slog.Logger
 	// Linger is how long a channel stays subscribed after its last waiter
-	// left (default DefaultLinger): contended locks are waited on again and
-	// again, and each subscription kept saves a round trip.
+	// left (default DefaultLinger): a contended lock is waited on again and
+	// again, and a subscription kept saves a round trip.
 	Linger time.Duration
 }
 
-// Hub is the process-wide subscriber of one dlock client; call [New]. It
-// starts a goroutine per shard on first use and stops it once the shard
-// has no channel left; [Hub.Close] stops them all.
+// Hub is the subscriber of one dlock client; call [New]. It runs a
+// goroutine per shard in use; [Hub.Close] stops them all.
 type Hub struct {
 	cfg Config
 
@@ -61,8 +60,7 @@ type Hub struct {
 	cancel context.CancelFunc
 
 	mu     sync.Mutex
-	shards map[string]*shard // by node address; "" when not sharded
-	closed bool
+	shards map[string]*shard // by node address; "" when not sharded; nil once closed
 	wg     sync.WaitGroup
 }
 
@@ -81,12 +79,11 @@ func New(cfg Config) *Hub {
 // ErrClosed is returned by Watch after Close.
 var ErrClosed = errors.New("notify: hub closed")
 
-// Watch registers the caller as a waiter on channel and returns once Redis has
-// confirmed the subscription, the subscription has failed or is late (the
-// waiter then gets no wake-ups and [Waiter.Subscribed] is false), or ctx is
-// done (ctx.Err()). A subscription Redis refused for lack of permission
-// (NOPERM: an ACL without the channel) is an error: it would fail again,
-// and a waiter would wait on nothing. The caller must Close the waiter.
+// Watch registers the caller as a waiter on channel and returns once Redis
+// has confirmed the subscription, the subscription failed or is late (then
+// [Waiter.Subscribed] is false), or ctx is done (ctx.Err()). A refusal for
+// lack of permission (NOPERM) is an error: it would fail again, and the
+// waiter would wait on nothing. The caller must Close the waiter.
 func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	var w *Waiter
 	var ready <-chan struct{}
@@ -124,36 +121,34 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	}
 }
 
-// Close stops every subscriber goroutine and closes their connections.
-// Waiters still registered get no more wake-ups.
+// Close stops every subscriber goroutine and closes their connections;
+// waiters still registered get no more wake-ups.
 func (h *Hub) Close() error {
 	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return nil
-	}
-	h.closed = true
 	shards := h.shards
 	h.shards = nil
 	h.mu.Unlock()
-
+	if shards == nil {
+		return nil
+	}
 	h.cancel()
 	for _, sh := range shards {
-		sh.stopTimers()
+		sh.mu.Lock()
+		for _, tp := range sh.topics {
+			tp.stopIdle()
+		}
+		sh.mu.Unlock()
 		_ = sh.ps.Close() // unblocks the reader's Receive
 	}
 	h.wg.Wait()
 	return nil
 }
 
-// Ready reports whether channel is subscribed and confirmed already, so that
-// Watch would return at once. It does no I/O.
+// Ready reports, without I/O, whether channel's subscription is confirmed,
+// so that Watch would return at once.
 func (h *Hub) Ready(channel string) bool {
 	h.mu.Lock()
-	shards := make([]*shard, 0, len(h.shards))
-	for _, sh := range h.shards {
-		shards = append(shards, sh)
-	}
+	shards := slices.Collect(maps.Values(h.shards)) // isSubscribed takes sh.mu, which drop holds to take h.mu
 	h.mu.Unlock()
 	for _, sh := range shards {
 		if sh.isSubscribed(channel) {
@@ -163,8 +158,8 @@ func (h *Hub) Ready(channel string) bool {
 	return false
 }
 
-// Goroutines reports how many subscriber goroutines run (one per shard in
-// use; one that is retiring may still be ending).
+// Goroutines reports how many subscriber goroutines run (one retiring may
+// still be ending).
 func (h *Hub) Goroutines() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -178,7 +173,7 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.shards == nil {
 		return nil, ErrClosed
 	}
 	if sh := h.shards[addr]; sh != nil {
@@ -186,17 +181,13 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 	}
 	sh := newShard(h, addr, node)
 	h.shards[addr] = sh
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		sh.read()
-	}()
+	h.wg.Go(sh.read)
 	return sh, nil
 }
 
 // nodeFor names the shard a channel's messages are published on, and the
-// client that subscribes there: a Ring's shard of the channel's hash tag;
-// any node of a cluster before Redis 7, which broadcasts.
+// client that subscribes there; on a cluster without Sharded, which
+// broadcasts, any node.
 func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
 	var node *redis.Client
 	var err error

@@ -3,6 +3,8 @@ package notify
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,9 +24,8 @@ type shard struct {
 	topics  map[string]*topic
 	retired bool // out of the hub and closed, its last channel gone: see drop
 
-	// sendMu orders SUBSCRIBE/UNSUBSCRIBE commands as they were decided under
-	// mu: taken before mu is released, so an unsubscribe decided before a
-	// subscribe is also sent before it.
+	// sendMu keeps (UN)SUBSCRIBE in the order decided under mu: taken
+	// before mu is released, so an unsubscribe decided first is sent first.
 	sendMu sync.Mutex
 }
 
@@ -35,13 +36,8 @@ type topic struct {
 	wanted  bool // a SUBSCRIBE is the last command sent for this channel
 	pending int  // commands sent whose confirmation has not arrived yet
 
-	// ready is closed once the channel is confirmed subscribed, or once it is
-	// known it will not be; waiters then stop waiting in Watch.
-	ready chan struct{}
-
-	// idle unsubscribes the channel once it has had no waiter for the hub's
-	// Linger time.
-	idle *time.Timer
+	ready chan struct{} // closed once confirmed, or given up: Watch returns
+	idle  *time.Timer   // unsubscribes once it had no waiter for Linger
 }
 
 func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
@@ -54,10 +50,9 @@ func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
 	return sh
 }
 
-// add registers a new waiter on channel, subscribing when it is the first. The
-// returned channel is closed once the subscription is confirmed or given up.
-// A retired shard takes no waiter (nil): ask the hub for the channel's
-// shard again.
+// add registers a new waiter on channel, subscribing when it is the first,
+// and returns a channel closed once the subscription is confirmed or given
+// up. A retired shard takes no waiter (nil): ask the hub again.
 func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	w := &Waiter{id: newWaiterID(), shard: sh, channel: channel, wake: make(chan struct{}, 1)}
 	sh.mu.Lock()
@@ -72,26 +67,16 @@ func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	}
 	w.topic = tp
 	tp.waiters[w.id] = w
-	if tp.idle != nil {
-		tp.idle.Stop()
-		tp.idle = nil
-	}
+	tp.stopIdle()
 	if tp.wanted {
 		ready := tp.ready
 		sh.mu.Unlock()
 		return w, ready
 	}
-	tp.wanted = true
+	tp.wanted, tp.ready = true, make(chan struct{})
 	tp.pending++
-	tp.ready = make(chan struct{})
 	ready := tp.ready
-	sh.sendMu.Lock()
-	sh.mu.Unlock()
-	err := sh.send(true, channel)
-	sh.sendMu.Unlock()
-	if err != nil {
-		sh.giveUp(channel, err)
-	}
+	sh.send(true, channel)
 	return w, ready
 }
 
@@ -111,17 +96,14 @@ func (sh *shard) remove(w *Waiter) {
 	defer sh.mu.Unlock()
 	tp := w.topic
 	delete(tp.waiters, w.id)
-	if len(tp.waiters) > 0 {
-		return
+	switch {
+	case len(tp.waiters) > 0:
+	case tp.wanted:
+		channel := w.channel
+		tp.idle = time.AfterFunc(sh.hub.cfg.Linger, func() { sh.unsubscribeIdle(channel, tp) })
+	case tp.pending == 0:
+		sh.drop(w.channel)
 	}
-	if !tp.wanted {
-		if tp.pending == 0 {
-			sh.drop(w.channel)
-		}
-		return
-	}
-	channel := w.channel
-	tp.idle = time.AfterFunc(sh.hub.cfg.Linger, func() { sh.unsubscribeIdle(channel, tp) })
 }
 
 // unsubscribeIdle drops channel's subscription if it is still unused.
@@ -134,41 +116,32 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 	tp.idle = nil
 	tp.wanted = false
 	tp.pending++
+	sh.send(false, channel)
+}
+
+// send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE, called with sh.mu held,
+// which it releases once sendMu keeps the order decided under it. It
+// sends on the hub's context: a waiter's cancellation must never cut the
+// shared connection.
+func (sh *shard) send(subscribe bool, channel string) {
 	sh.sendMu.Lock()
 	sh.mu.Unlock()
-	err := sh.send(false, channel)
+	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
+	var err error
+	switch {
+	case subscribe && sh.sharded:
+		err = sh.ps.SSubscribe(ctx, channel)
+	case subscribe:
+		err = sh.ps.Subscribe(ctx, channel)
+	case sh.sharded:
+		err = sh.ps.SUnsubscribe(ctx, channel)
+	default:
+		err = sh.ps.Unsubscribe(ctx, channel)
+	}
+	cancel()
 	sh.sendMu.Unlock()
 	if err != nil {
 		sh.giveUp(channel, err)
-	}
-}
-
-// stopTimers stops every idle timer, when the hub closes.
-func (sh *shard) stopTimers() {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, tp := range sh.topics {
-		if tp.idle != nil {
-			tp.idle.Stop()
-			tp.idle = nil
-		}
-	}
-}
-
-// send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE on the hub's context: a
-// waiter's cancellation must never cut the shared connection.
-func (sh *shard) send(subscribe bool, channel string) error {
-	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
-	defer cancel()
-	switch {
-	case subscribe && sh.sharded:
-		return sh.ps.SSubscribe(ctx, channel)
-	case subscribe:
-		return sh.ps.Subscribe(ctx, channel)
-	case sh.sharded:
-		return sh.ps.SUnsubscribe(ctx, channel)
-	default:
-		return sh.ps.Unsubscribe(ctx, channel)
 	}
 }
 
@@ -183,15 +156,12 @@ func (sh *shard) giveUp(channel string, err error) {
 	}
 }
 
-// reset forgets what was sent for a channel, releases its waiters from Watch
-// and wakes them all: whatever was published meanwhile may have been lost.
+// reset forgets what was sent for a channel, releases its waiters from
+// Watch and wakes them: what was published meanwhile may have been lost.
 func (sh *shard) reset(channel string, tp *topic) {
 	tp.wanted = false
 	tp.pending = 0
-	if tp.idle != nil {
-		tp.idle.Stop()
-		tp.idle = nil
-	}
+	tp.stopIdle()
 	tp.markReady()
 	tp.wakeAll()
 	if len(tp.waiters) == 0 {
@@ -214,7 +184,7 @@ func (sh *shard) read() {
 			// not spin while the server is away.
 			failures++
 			select {
-			case <-time.After(backoff(failures)):
+			case <-time.After(min(10*time.Millisecond<<min(failures, 6), time.Second)):
 			case <-sh.hub.ctx.Done():
 				return
 			}
@@ -232,14 +202,9 @@ func (sh *shard) read() {
 	}
 }
 
-func backoff(failures int) time.Duration {
-	d := 10 * time.Millisecond << min(failures, 6)
-	return min(d, time.Second)
-}
-
-// failed handles a broken connection or an error reply. An error reply
-// (NOPERM, MOVED…) answers a pending command: those channels will not be
-// confirmed. Either way messages may have been lost, so every waiter retries.
+// failed handles a broken connection or an error reply, which answers a
+// pending command (NOPERM, MOVED…): those channels will not be confirmed.
+// Either way messages may have been lost, so every waiter retries.
 func (sh *shard) failed(err error) {
 	sh.hub.cfg.Logger.Debug("dlock: subscriber error", "addr", sh.addr, "err", err)
 	var replyErr redis.Error
@@ -250,21 +215,16 @@ func (sh *shard) failed(err error) {
 	for channel, tp := range sh.topics {
 		if serverReply && tp.pending > 0 {
 			if refused { // the reply names no channel: each pending one's waiters are told
-				tp.refuse(err)
+				for _, w := range tp.waiters {
+					w.mu.Lock()
+					w.refused = err
+					w.mu.Unlock()
+				}
 			}
 			sh.reset(channel, tp)
 			continue
 		}
 		tp.wakeAll()
-	}
-}
-
-// refuse tells the channel's waiters that Redis refused its subscription.
-func (tp *topic) refuse(err error) {
-	for _, w := range tp.waiters {
-		w.mu.Lock()
-		w.refused = err
-		w.mu.Unlock()
 	}
 }
 
@@ -281,13 +241,18 @@ func (sh *shard) deliver(channel, payload string) {
 	}
 	id, grant, _ := strings.Cut(payload, ":")
 	if w := tp.waiters[id]; w != nil {
-		w.notifyGrant(grant)
+		if grant != "" { // kept until read: a bare wake-up after it does not erase it
+			w.mu.Lock()
+			w.grant = grant
+			w.mu.Unlock()
+		}
+		w.notify()
 	}
 }
 
 // confirmed handles a subscription's confirmation, and reports whether it
-// was go-redis's own, after a reconnect: the node may have changed roles
-// meanwhile (see dropMoved).
+// was go-redis's own after a reconnect, when the node may have changed
+// roles (dropMoved).
 func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -307,21 +272,19 @@ func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 		return false
 	}
 	tp.pending--
-	if tp.pending > 0 {
-		return false
-	}
-	if tp.wanted {
+	switch {
+	case tp.pending > 0:
+	case tp.wanted:
 		tp.markReady()
-	} else if len(tp.waiters) == 0 {
+	case len(tp.waiters) == 0:
 		sh.drop(m.Channel)
 	}
 	return false
 }
 
 // dropMoved gives up the channels whose slot this sharded shard's node no
-// longer serves: all of them once it is a replica, or those the cluster's
-// layout puts elsewhere. Their waiters are woken unsubscribed, and watch
-// again where the channel is now; the shard goes with its last channel.
+// longer serves (all, once it is a replica). Their waiters are woken
+// unsubscribed and watch again where the channel is now.
 func (sh *shard) dropMoved() {
 	cluster, ok := sh.hub.cfg.Client.(*redis.ClusterClient)
 	if !sh.sharded || !ok {
@@ -333,10 +296,7 @@ func (sh *shard) dropMoved() {
 	cancel()
 	demoted := err == nil && len(role) > 0 && role[0] != "master"
 	sh.mu.Lock()
-	channels := make([]string, 0, len(sh.topics))
-	for channel := range sh.topics {
-		channels = append(channels, channel)
-	}
+	channels := slices.Collect(maps.Keys(sh.topics))
 	sh.mu.Unlock()
 	for _, channel := range channels {
 		if !demoted {
@@ -354,12 +314,10 @@ func (sh *shard) dropMoved() {
 }
 
 // drop forgets channel, which has no waiter and no command outstanding.
-// The shard's last channel takes the shard with it: out of the hub, which
-// makes a new one for the next waiter, and its connection closed, which
-// ends its goroutine. So a node that left the cluster's layout (failed
-// over, removed) keeps no subscriber reconnecting to it for good, and an
-// idle process keeps no connection. Called with sh.mu held; the hub's
-// lock is taken inside it.
+// The last channel takes the shard out of the hub and closes its
+// connection, ending its goroutine: a node that left the cluster keeps no
+// subscriber reconnecting to it, and an idle process keeps no connection.
+// Called with sh.mu held; it takes the hub's lock.
 func (sh *shard) drop(channel string) {
 	delete(sh.topics, channel)
 	if len(sh.topics) > 0 || sh.retired {
@@ -377,10 +335,15 @@ func (sh *shard) drop(channel string) {
 	_ = sh.ps.Close()
 }
 
-func (tp *topic) markReady() {
-	if tp.ready == nil {
-		tp.ready = make(chan struct{})
+// stopIdle keeps the channel subscribed past its Linger time.
+func (tp *topic) stopIdle() {
+	if tp.idle != nil {
+		tp.idle.Stop()
+		tp.idle = nil
 	}
+}
+
+func (tp *topic) markReady() {
 	select {
 	case <-tp.ready:
 	default:
@@ -392,17 +355,6 @@ func (tp *topic) wakeAll() {
 	for _, w := range tp.waiters {
 		w.notify()
 	}
-}
-
-// notifyGrant wakes w with what a release published for it. A grant is kept
-// until read: a bare wake-up after it does not erase it.
-func (w *Waiter) notifyGrant(grant string) {
-	if grant != "" {
-		w.mu.Lock()
-		w.grant = grant
-		w.mu.Unlock()
-	}
-	w.notify()
 }
 
 // notify wakes w; a wake-up already pending stands for this one too.

@@ -19,8 +19,7 @@ type Waiter struct {
 	refused error  // Redis refused the subscription it waited for (NOPERM)
 }
 
-// unlessRefused is w, or, where Redis refused its subscription for lack
-// of permission, that refusal (w closed).
+// unlessRefused is w, or Redis's refusal of its subscription (w closed).
 func (w *Waiter) unlessRefused() (*Waiter, error) {
 	w.mu.Lock()
 	err := w.refused
@@ -42,12 +41,10 @@ func newWaiterID() string {
 func (w *Waiter) ID() string { return w.id }
 
 // Subscribed reports whether the channel's subscription is confirmed now:
-// only then can a release reach this waiter, and only then should it
-// register to be picked. A subscription confirmed after Watch gave up
-// waiting for it counts from then on. One given up after it was confirmed
-// (refused, dropped by the server, or on a node that left the cluster's
-// layout) does not come back: watch again, which finds where the channel
-// is now.
+// only then can a release reach this waiter, so only then should it
+// register to be picked. One confirmed after Watch returned counts from
+// then on; one given up (refused, dropped, or on a node that left the
+// cluster's layout) does not come back: watch again.
 func (w *Waiter) Subscribed() bool { return w.shard != nil && w.shard.isSubscribed(w.channel) }
 
 // C receives a value when the lock may have become free: a release picked
