@@ -3,6 +3,8 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 )
 
@@ -50,7 +52,7 @@ func (c *Cluster) MigrateSlot(ctx context.Context, slot, to int, between func())
 	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
 		return fmt.Errorf("redistest: migrating slot %d: %w", slot, err)
 	}
-	host, port := splitAddr(c.Nodes[to].Addr())
+	host, port, _ := net.SplitHostPort(c.Nodes[to].Addr())
 	for batch := 0; ; batch++ {
 		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 2).Result()
 		if err != nil {
@@ -70,20 +72,11 @@ func (c *Cluster) MigrateSlot(ctx context.Context, slot, to int, between func())
 			between()
 		}
 	}
-	for _, n := range append([]*Server{c.Nodes[to], c.Nodes[from]}, c.others(from, to)...) {
+	others := slices.DeleteFunc(slices.Clone(c.Nodes), func(n *Server) bool { return n == c.Nodes[from] || n == c.Nodes[to] })
+	for _, n := range append([]*Server{c.Nodes[to], c.Nodes[from]}, others...) {
 		if err := n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err(); err != nil {
 			return fmt.Errorf("redistest: assigning slot %d: %w", slot, err)
 		}
 	}
 	return nil
-}
-
-func (c *Cluster) others(a, b int) []*Server {
-	var rest []*Server
-	for i, n := range c.Nodes {
-		if i != a && i != b {
-			rest = append(rest, n)
-		}
-	}
-	return rest
 }

@@ -265,13 +265,40 @@ func (s *Server) Kill() {
 // same directory: without persistence it comes back empty.
 func (s *Server) Restart() {
 	s.t.Helper()
+	if err := s.restart(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+}
+
+func (s *Server) restart() error {
 	s.Kill()
 	s.mu.Lock()
 	port := s.port
 	s.mu.Unlock()
 	if err := s.startOn(port); err != nil {
-		s.t.Fatalf("redistest: restarting redis-server on port %d: %v", port, err)
+		return fmt.Errorf("restarting redis-server on port %d: %w", port, err)
 	}
+	return nil
+}
+
+// replication reports whether the server's INFO replication says want
+// ("role:master", "master_link_status:up").
+func (s *Server) replication(ctx context.Context, want string) bool {
+	info, err := s.Client().Info(ctx, "replication").Result()
+	return err == nil && strings.Contains(info, want)
+}
+
+// until asks ok every pause until it holds or ctx ends: the servers are
+// other processes, with nothing to wait on but their answers.
+func until(ctx context.Context, pause time.Duration, ok func() bool) error {
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+	return nil
 }
 
 // Pause freezes the server process (SIGSTOP): it keeps its connections but
