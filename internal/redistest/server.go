@@ -240,11 +240,10 @@ func (s *Server) Client() *redis.Client {
 func (s *Server) Close() {
 	s.Kill()
 	s.mu.Lock()
-	rdb := s.client
-	s.client = nil
-	s.mu.Unlock()
-	if rdb != nil {
-		_ = rdb.Close()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		_ = s.client.Close()
+		s.client = nil
 	}
 }
 
