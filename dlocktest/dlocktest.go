@@ -100,7 +100,7 @@ func New(t testing.TB, opts ...dlock.Option) *dlock.Client {
 // NewRedis returns a Redis outside of a test (an example, a program): the
 // real one at url, or an embedded one when url is "". Close it when done.
 func NewRedis(url string) (*Redis, error) {
-	r := &Redis{faults: &faults{}}
+	r := &Redis{faults: &faults{}, hooks: make(map[*dlock.Client]*clientFaults)}
 	if url == "" {
 		r.mini = miniredis.NewMiniRedis()
 		r.mini.ClockTTL(true) // TTLs run on the real clock, as in Redis
@@ -115,7 +115,9 @@ func NewRedis(url string) (*Redis, error) {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
 		r.opts = opts
-		r.prefix = "dlock:test:" + randomHex(8) + ":"
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		r.prefix = "dlock:test:" + hex.EncodeToString(b) + ":"
 	}
 	r.admin = redis.NewClient(r.opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -139,9 +141,6 @@ func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 	rdb.AddHook(hook)
 	c := mustNew(rdb, opts...)
 	r.mu.Lock()
-	if r.hooks == nil {
-		r.hooks = make(map[*dlock.Client]*clientFaults)
-	}
 	r.hooks[c] = hook
 	r.clients = append(r.clients, c)
 	r.closers = append(r.closers, rdb.Close)
@@ -176,7 +175,8 @@ func (r *Redis) Close() error {
 	if r.op != nil {
 		clients = append(clients, r.op)
 	}
-	r.clients, r.closers, r.op, r.hooks = nil, nil, nil, nil
+	r.clients, r.closers, r.op = nil, nil, nil
+	clear(r.hooks)
 	r.mu.Unlock()
 	var errs []error
 	for _, c := range clients {
@@ -201,24 +201,20 @@ func (r *Redis) Close() error {
 func (r *Redis) removeKeys() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := r.admin.Scan(ctx, 0, r.prefix+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			if err := r.admin.Unlink(ctx, batch...).Err(); err != nil {
+	for cursor := uint64(0); ; {
+		keys, next, err := r.admin.Scan(ctx, cursor, r.prefix+"*", 1000).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := r.admin.Unlink(ctx, keys...).Err(); err != nil {
 				return err
 			}
-			batch = batch[:0]
+		}
+		if cursor = next; cursor == 0 {
+			return nil
 		}
 	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(batch) > 0 {
-		return r.admin.Unlink(ctx, batch...).Err()
-	}
-	return nil
 }
 
 // mustNew is [dlock.New] where an error can only be a mistake in the
@@ -229,10 +225,4 @@ func mustNew(rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
 		panic(fmt.Sprintf("dlocktest: %v", err))
 	}
 	return c
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

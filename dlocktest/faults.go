@@ -196,12 +196,9 @@ func (f *faults) renewal(ctx context.Context) (done func(), err error) {
 func (f *faults) renewed() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// None is counted while renewals are held back: this reaches 0 once a hold.
 	if f.renewing--; f.renewing == 0 && f.settled != nil {
-		select {
-		case <-f.settled:
-		default:
-			close(f.settled)
-		}
+		close(f.settled)
 	}
 }
 
@@ -228,8 +225,12 @@ func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func
 		delay += f.stall
 	}
 	f.mu.Unlock()
-	if err := pause(ctx, delay); err != nil {
-		return err
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if h.down() {
 		return ErrDown
@@ -242,20 +243,6 @@ func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func
 		defer done()
 	}
 	return send()
-}
-
-func pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (h *clientFaults) DialHook(next redis.DialHook) redis.DialHook {
