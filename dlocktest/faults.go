@@ -137,10 +137,10 @@ type faults struct {
 
 	// held is not nil while renewals are held back (holdRenewals), and
 	// closed when they may go on; renewing counts those sent and not yet
-	// answered, and settled is closed once none is.
+	// answered. It is added to only while held is nil, so never while
+	// holdRenewals waits for it.
 	held     chan struct{}
-	renewing int
-	settled  chan struct{}
+	renewing sync.WaitGroup
 	holdMu   sync.Mutex // one holdRenewals at a time
 }
 
@@ -155,20 +155,10 @@ func (f *faults) set(change func(*faults)) {
 // Steal do meanwhile, no renewal sees half done.
 func (f *faults) holdRenewals() (release func()) {
 	f.holdMu.Lock()
-	f.mu.Lock()
-	f.held = make(chan struct{})
-	settled := make(chan struct{})
-	if f.renewing == 0 {
-		close(settled)
-	}
-	f.settled = settled
-	f.mu.Unlock()
-	<-settled
+	f.set(func(f *faults) { f.held = make(chan struct{}) })
+	f.renewing.Wait()
 	return func() {
-		f.mu.Lock()
-		close(f.held)
-		f.held, f.settled = nil, nil
-		f.mu.Unlock()
+		f.set(func(f *faults) { close(f.held); f.held = nil })
 		f.holdMu.Unlock()
 	}
 }
@@ -180,25 +170,17 @@ func (f *faults) renewal(ctx context.Context) (done func(), err error) {
 		f.mu.Lock()
 		held := f.held
 		if held == nil {
-			f.renewing++
-			f.mu.Unlock()
-			return f.renewed, nil
+			f.renewing.Add(1)
 		}
 		f.mu.Unlock()
+		if held == nil {
+			return f.renewing.Done, nil
+		}
 		select {
 		case <-held:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
-}
-
-func (f *faults) renewed() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	// None is counted while renewals are held back: this reaches 0 once a hold.
-	if f.renewing--; f.renewing == 0 && f.settled != nil {
-		close(f.settled)
 	}
 }
 

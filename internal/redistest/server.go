@@ -153,7 +153,8 @@ func (s *Server) startOn(port int) error {
 	if err := waitReady(s.options(), cmd.Process.Pid, exit); err != nil {
 		s.Kill()
 		log, _ := os.ReadFile(logFile)
-		return fmt.Errorf("%w\n%s", err, lastLines(string(log), 10))
+		lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
+		return fmt.Errorf("%w\n%s", err, strings.Join(lines[max(0, len(lines)-10):], "\n"))
 	}
 	return nil
 }
@@ -324,12 +325,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
