@@ -136,7 +136,9 @@ func NewRedis(url string) (*Redis, error) {
 // mistake in the test: Client panics with New's error.
 func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
-	rdb := redis.NewClient(r.clientOptions())
+	o := *r.opts
+	o.ContextTimeoutEnabled, o.MaxRetries = true, -1 // a fault is seen once, as the code under test would see it
+	rdb := redis.NewClient(&o)
 	hook := &clientFaults{all: r.faults}
 	rdb.AddHook(hook)
 	c := mustNew(rdb, opts...)
@@ -159,13 +161,6 @@ func (r *Redis) Prefix() string { return r.prefix }
 // Embedded reports whether this Redis is the embedded one.
 func (r *Redis) Embedded() bool { return r.mini != nil }
 
-func (r *Redis) clientOptions() *redis.Options {
-	o := *r.opts
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries = -1 // a fault is seen once, as the code under test would see it
-	return &o
-}
-
 // Close closes every Client made by [Redis.Client], removes the test's keys
 // from a real Redis and stops an embedded one.
 func (r *Redis) Close() error {
@@ -185,12 +180,10 @@ func (r *Redis) Close() error {
 	for _, close := range closers {
 		errs = append(errs, close())
 	}
-	if r.mini == nil && r.admin != nil {
+	if r.mini == nil {
 		errs = append(errs, r.removeKeys())
 	}
-	if r.admin != nil {
-		errs = append(errs, r.admin.Close())
-	}
+	errs = append(errs, r.admin.Close()) // made before any Close
 	if r.mini != nil {
 		r.mini.Close()
 	}

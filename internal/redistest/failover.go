@@ -108,20 +108,17 @@ func (f *Failover) sentinel() *redis.SentinelClient {
 func (f *Failover) Promote(ctx context.Context) error {
 	sentinel := f.sentinel()
 	defer sentinel.Close()
-	for {
-		err := sentinel.Failover(ctx, MasterName).Err()
-		if err == nil || strings.HasPrefix(err.Error(), "INPROG") {
-			return f.AwaitPromotion(ctx)
-		}
-		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") {
-			return fmt.Errorf("SENTINEL FAILOVER: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, ctx.Err())
-		case <-time.After(100 * time.Millisecond): // the Sentinel's next look at the replica: nothing to wait on but asking
-		}
+	var err error
+	if werr := until(ctx, 100*time.Millisecond, func() bool { // the Sentinel's next look at the replica
+		err = sentinel.Failover(ctx, MasterName).Err()
+		return err == nil || !strings.HasPrefix(err.Error(), "NOGOODSLAVE")
+	}); werr != nil {
+		return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, werr)
 	}
+	if err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
+		return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+	}
+	return f.AwaitPromotion(ctx)
 }
 
 // AwaitPromotion returns once the Sentinel names the replica master, by a
