@@ -197,8 +197,16 @@ func (h *clientFaults) down() bool {
 	return h.all.down || h.cut.Load()
 }
 
-// around runs send, the sending of cmds, with the faults.
-func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+// around runs send, the sending of cmds, with the faults. An error is
+// each command's that has none of its own.
+func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func() error) (err error) {
+	defer func() {
+		for _, cmd := range cmds {
+			if err != nil && cmd.Err() == nil {
+				cmd.SetErr(err)
+			}
+		}
+	}()
 	f := h.all
 	renewal := anyRenewal(cmds)
 	f.mu.Lock()
@@ -238,25 +246,13 @@ func (h *clientFaults) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h *clientFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
-		if err != nil && cmd.Err() == nil {
-			cmd.SetErr(err)
-		}
-		return err
+		return h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
 	}
 }
 
 func (h *clientFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := h.around(ctx, cmds, func() error { return next(ctx, cmds) })
-		if err != nil {
-			for _, cmd := range cmds {
-				if cmd.Err() == nil {
-					cmd.SetErr(err)
-				}
-			}
-		}
-		return err
+		return h.around(ctx, cmds, func() error { return next(ctx, cmds) })
 	}
 }
 

@@ -74,7 +74,7 @@ func newServer(t T, args ...string) *Server {
 	t.Helper()
 	bin, err := serverCommand()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Kill)

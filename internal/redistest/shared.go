@@ -10,7 +10,6 @@ import (
 // *testing.B, or a [Shared] for servers used by a whole test binary.
 type T interface {
 	Helper()
-	Fatal(args ...any)
 	Fatalf(format string, args ...any)
 	Cleanup(func())
 	TempDir() string
@@ -30,9 +29,6 @@ func NewShared() *Shared { return &Shared{} }
 
 // Helper is a no-op: there is no test to attribute lines to.
 func (s *Shared) Helper() {}
-
-// Fatal panics: a shared server that cannot start fails the test that asked.
-func (s *Shared) Fatal(args ...any) { panic(fmt.Sprint(args...)) }
 
 // Fatalf panics: a shared server that cannot start fails the test that asked.
 func (s *Shared) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
