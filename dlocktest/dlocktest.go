@@ -68,10 +68,9 @@ type Redis struct {
 	faults *faults
 
 	mu      sync.Mutex
-	op      *dlock.Client // see operator
-	clients []*dlock.Client
+	op      *dlock.Client                   // see operator
 	hooks   map[*dlock.Client]*clientFaults // each Client's, for Disconnect
-	closers []func() error
+	closers []func() error                  // each Client's, then its go-redis client's Close
 }
 
 // Start returns a Redis for t, stopped (or, for a real one, emptied of the
@@ -144,8 +143,7 @@ func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 	c := mustNew(rdb, opts...)
 	r.mu.Lock()
 	r.hooks[c] = hook
-	r.clients = append(r.clients, c)
-	r.closers = append(r.closers, rdb.Close)
+	r.closers = append(r.closers, c.Close, rdb.Close)
 	r.mu.Unlock()
 	return c
 }
@@ -166,17 +164,14 @@ func (r *Redis) Embedded() bool { return r.mini != nil }
 func (r *Redis) Close() error {
 	r.faults.set(func(f *faults) { f.stall, f.slow, f.down = 0, 0, false })
 	r.mu.Lock()
-	clients, closers := r.clients, r.closers
+	closers := r.closers
 	if r.op != nil {
-		clients = append(clients, r.op)
+		closers = append(closers, r.op.Close)
 	}
-	r.clients, r.closers, r.op = nil, nil, nil
+	r.closers, r.op = nil, nil
 	clear(r.hooks)
 	r.mu.Unlock()
 	var errs []error
-	for _, c := range clients {
-		errs = append(errs, c.Close())
-	}
 	for _, close := range closers {
 		errs = append(errs, close())
 	}
