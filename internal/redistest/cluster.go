@@ -101,7 +101,7 @@ func (c *Cluster) startNode() *Server {
 }
 
 // all are the masters, then the replicas.
-func (c *Cluster) all() []*Server { return append(append([]*Server(nil), c.Nodes...), c.Replicas...) }
+func (c *Cluster) all() []*Server { return slices.Concat(c.Nodes, c.Replicas) }
 
 // Settle returns once every node sees a healthy cluster of all nodes,
 // every slot served and every replica in sync.

@@ -3,6 +3,7 @@ package serverstats
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -83,15 +84,10 @@ func CommandStat(ctx context.Context, rdb *redis.Client, cmd, field string) (flo
 
 // info is an INFO section of a standalone server, by field.
 func info(ctx context.Context, rdb redis.UniversalClient, section string) (map[string]string, error) {
-	text, err := rdb.Info(ctx, section).Result()
-	if err != nil {
-		return nil, err
-	}
+	sections, err := rdb.InfoMap(ctx, section).Result()
 	fields := make(map[string]string)
-	for line := range strings.SplitSeq(text, "\n") {
-		if name, value, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[name] = value
-		}
+	for _, s := range sections {
+		maps.Copy(fields, s)
 	}
-	return fields, nil
+	return fields, err
 }
