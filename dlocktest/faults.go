@@ -171,11 +171,10 @@ func (f *faults) renewal(ctx context.Context) (done func(), err error) {
 		held := f.held
 		if held == nil {
 			f.renewing.Add(1)
-		}
-		f.mu.Unlock()
-		if held == nil {
+			f.mu.Unlock()
 			return f.renewing.Done, nil
 		}
+		f.mu.Unlock()
 		select {
 		case <-held:
 		case <-ctx.Done():
