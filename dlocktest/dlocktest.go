@@ -68,10 +68,9 @@ type Redis struct {
 	faults *faults
 
 	mu      sync.Mutex
-	op      *dlock.Client // see operator
-	clients []*dlock.Client
+	op      *dlock.Client                   // see operator
 	hooks   map[*dlock.Client]*clientFaults // each Client's, for Disconnect
-	closers []func() error
+	closers []func() error                  // each Client's, then its go-redis client's Close
 }
 
 // Start returns a Redis for t, stopped (or, for a real one, emptied of the
@@ -100,7 +99,7 @@ func New(t testing.TB, opts ...dlock.Option) *dlock.Client {
 // NewRedis returns a Redis outside of a test (an example, a program): the
 // real one at url, or an embedded one when url is "". Close it when done.
 func NewRedis(url string) (*Redis, error) {
-	r := &Redis{faults: &faults{}}
+	r := &Redis{faults: &faults{}, hooks: make(map[*dlock.Client]*clientFaults)}
 	if url == "" {
 		r.mini = miniredis.NewMiniRedis()
 		r.mini.ClockTTL(true) // TTLs run on the real clock, as in Redis
@@ -115,7 +114,9 @@ func NewRedis(url string) (*Redis, error) {
 			return nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
 		r.opts = opts
-		r.prefix = "dlock:test:" + randomHex(8) + ":"
+		b := make([]byte, 8)
+		_, _ = rand.Read(b)
+		r.prefix = "dlock:test:" + hex.EncodeToString(b) + ":"
 	}
 	r.admin = redis.NewClient(r.opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -134,17 +135,15 @@ func NewRedis(url string) (*Redis, error) {
 // mistake in the test: Client panics with New's error.
 func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
-	rdb := redis.NewClient(r.clientOptions())
+	o := *r.opts
+	o.ContextTimeoutEnabled, o.MaxRetries = true, -1 // a fault is seen once, as the code under test would see it
+	rdb := redis.NewClient(&o)
 	hook := &clientFaults{all: r.faults}
 	rdb.AddHook(hook)
 	c := mustNew(rdb, opts...)
 	r.mu.Lock()
-	if r.hooks == nil {
-		r.hooks = make(map[*dlock.Client]*clientFaults)
-	}
 	r.hooks[c] = hook
-	r.clients = append(r.clients, c)
-	r.closers = append(r.closers, rdb.Close)
+	r.closers = append(r.closers, c.Close, rdb.Close)
 	r.mu.Unlock()
 	return c
 }
@@ -160,37 +159,26 @@ func (r *Redis) Prefix() string { return r.prefix }
 // Embedded reports whether this Redis is the embedded one.
 func (r *Redis) Embedded() bool { return r.mini != nil }
 
-func (r *Redis) clientOptions() *redis.Options {
-	o := *r.opts
-	o.ContextTimeoutEnabled = true
-	o.MaxRetries = -1 // a fault is seen once, as the code under test would see it
-	return &o
-}
-
 // Close closes every Client made by [Redis.Client], removes the test's keys
 // from a real Redis and stops an embedded one.
 func (r *Redis) Close() error {
 	r.faults.set(func(f *faults) { f.stall, f.slow, f.down = 0, 0, false })
 	r.mu.Lock()
-	clients, closers := r.clients, r.closers
+	closers := r.closers
 	if r.op != nil {
-		clients = append(clients, r.op)
+		closers = append(closers, r.op.Close)
 	}
-	r.clients, r.closers, r.op, r.hooks = nil, nil, nil, nil
+	r.closers, r.op = nil, nil
+	clear(r.hooks)
 	r.mu.Unlock()
 	var errs []error
-	for _, c := range clients {
-		errs = append(errs, c.Close())
-	}
 	for _, close := range closers {
 		errs = append(errs, close())
 	}
-	if r.mini == nil && r.admin != nil {
+	if r.mini == nil {
 		errs = append(errs, r.removeKeys())
 	}
-	if r.admin != nil {
-		errs = append(errs, r.admin.Close())
-	}
+	errs = append(errs, r.admin.Close()) // made before any Close
 	if r.mini != nil {
 		r.mini.Close()
 	}
@@ -201,24 +189,20 @@ func (r *Redis) Close() error {
 func (r *Redis) removeKeys() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := r.admin.Scan(ctx, 0, r.prefix+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			if err := r.admin.Unlink(ctx, batch...).Err(); err != nil {
+	for cursor := uint64(0); ; {
+		keys, next, err := r.admin.Scan(ctx, cursor, r.prefix+"*", 1000).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := r.admin.Unlink(ctx, keys...).Err(); err != nil {
 				return err
 			}
-			batch = batch[:0]
+		}
+		if cursor = next; cursor == 0 {
+			return nil
 		}
 	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(batch) > 0 {
-		return r.admin.Unlink(ctx, batch...).Err()
-	}
-	return nil
 }
 
 // mustNew is [dlock.New] where an error can only be a mistake in the
@@ -229,10 +213,4 @@ func mustNew(rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
 		panic(fmt.Sprintf("dlocktest: %v", err))
 	}
 	return c
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -137,10 +137,10 @@ type faults struct {
 
 	// held is not nil while renewals are held back (holdRenewals), and
 	// closed when they may go on; renewing counts those sent and not yet
-	// answered, and settled is closed once none is.
+	// answered. It is added to only while held is nil, so never while
+	// holdRenewals waits for it.
 	held     chan struct{}
-	renewing int
-	settled  chan struct{}
+	renewing sync.WaitGroup
 	holdMu   sync.Mutex // one holdRenewals at a time
 }
 
@@ -155,20 +155,10 @@ func (f *faults) set(change func(*faults)) {
 // Steal do meanwhile, no renewal sees half done.
 func (f *faults) holdRenewals() (release func()) {
 	f.holdMu.Lock()
-	f.mu.Lock()
-	f.held = make(chan struct{})
-	settled := make(chan struct{})
-	if f.renewing == 0 {
-		close(settled)
-	}
-	f.settled = settled
-	f.mu.Unlock()
-	<-settled
+	f.set(func(f *faults) { f.held = make(chan struct{}) })
+	f.renewing.Wait()
 	return func() {
-		f.mu.Lock()
-		close(f.held)
-		f.held, f.settled = nil, nil
-		f.mu.Unlock()
+		f.set(func(f *faults) { close(f.held); f.held = nil })
 		f.holdMu.Unlock()
 	}
 }
@@ -180,27 +170,15 @@ func (f *faults) renewal(ctx context.Context) (done func(), err error) {
 		f.mu.Lock()
 		held := f.held
 		if held == nil {
-			f.renewing++
+			f.renewing.Add(1)
 			f.mu.Unlock()
-			return f.renewed, nil
+			return f.renewing.Done, nil
 		}
 		f.mu.Unlock()
 		select {
 		case <-held:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		}
-	}
-}
-
-func (f *faults) renewed() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.renewing--; f.renewing == 0 && f.settled != nil {
-		select {
-		case <-f.settled:
-		default:
-			close(f.settled)
 		}
 	}
 }
@@ -218,8 +196,16 @@ func (h *clientFaults) down() bool {
 	return h.all.down || h.cut.Load()
 }
 
-// around runs send, the sending of cmds, with the faults.
-func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+// around runs send, the sending of cmds, with the faults. An error is
+// each command's that has none of its own.
+func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func() error) (err error) {
+	defer func() {
+		for _, cmd := range cmds {
+			if err != nil && cmd.Err() == nil {
+				cmd.SetErr(err)
+			}
+		}
+	}()
 	f := h.all
 	renewal := anyRenewal(cmds)
 	f.mu.Lock()
@@ -228,8 +214,12 @@ func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func
 		delay += f.stall
 	}
 	f.mu.Unlock()
-	if err := pause(ctx, delay); err != nil {
-		return err
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if h.down() {
 		return ErrDown
@@ -244,20 +234,6 @@ func (h *clientFaults) around(ctx context.Context, cmds []redis.Cmder, send func
 	return send()
 }
 
-func pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func (h *clientFaults) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if h.down() {
@@ -269,25 +245,13 @@ func (h *clientFaults) DialHook(next redis.DialHook) redis.DialHook {
 
 func (h *clientFaults) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
-		if err != nil && cmd.Err() == nil {
-			cmd.SetErr(err)
-		}
-		return err
+		return h.around(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
 	}
 }
 
 func (h *clientFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := h.around(ctx, cmds, func() error { return next(ctx, cmds) })
-		if err != nil {
-			for _, cmd := range cmds {
-				if cmd.Err() == nil {
-					cmd.SetErr(err)
-				}
-			}
-		}
-		return err
+		return h.around(ctx, cmds, func() error { return next(ctx, cmds) })
 	}
 }
 

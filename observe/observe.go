@@ -16,15 +16,13 @@ import (
 )
 
 // Observer is told what happens to locks: acquire calls and their outcome,
-// waits, renewals, extensions, releases, losses and leadership. It is the
-// hook for metrics, traces and logs (dlockotel makes OpenTelemetry of it);
-// give it with dlock.WithObserver. Every field is optional; unset, observation
-// costs nothing. The functions run on the goroutine doing the work, so they
-// must be quick, must not block, and must not call back into dlock; several
-// may run at once. A panic in a hook goes on to the caller only after the
-// lease involved was released and the waiter withdrawn. Events carry lock
-// names and fencing tokens, never owner tokens; map names to a few groups
-// before they become metric attributes.
+// waits, renewals, extensions, releases, losses and leadership. Every field
+// is optional; unset, observation costs nothing. The functions run on the
+// goroutine doing the work, so they must be quick, must not block, and must
+// not call back into dlock; several may run at once. A panic in a hook goes
+// on to the caller only after the lease involved was released and the
+// waiter withdrawn. Events carry lock names and fencing tokens, never owner
+// tokens; map names to a few groups before they become metric attributes.
 type Observer struct {
 	// Acquire is called when a TryLock, Lock, TryRLock, RLock, TryAcquire,
 	// Acquire or Campaign call begins, once its arguments were found valid
@@ -183,10 +181,7 @@ type LeaderEvent struct {
 // dlock.Client.Describe found holding a name.
 type Kind string
 
-// The kinds of lock. Describe tells apart those Redis can: it says
-// KindMutex for a Mutex, a FairMutex with nobody queued and a MultiLock's
-// lock (one lock in Redis), and KindRead, KindWrite or KindReentrant for
-// the read-write locks (see admin.LockInfo); never KindMulti or KindRedlock.
+// The kinds of lock. Which of them Describe can tell apart: admin.LockInfo.
 const (
 	KindMutex     Kind = "mutex"     // dlock.Mutex
 	KindReentrant Kind = "reentrant" // dlock.ReentrantMutex

@@ -100,9 +100,6 @@ func (c *Clock) Resumed() <-chan struct{} {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.resumed == nil {
-		return nil
-	}
 	return c.resumed
 }
 

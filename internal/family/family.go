@@ -4,6 +4,7 @@
 package family
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -84,11 +85,7 @@ var All = []Kind{
 	{Kind: observe.KindSemaphore, Type: "Semaphore", Mode: Permit, Takeover: observe.KindSemaphore,
 		Scripts: Scripts{scripts.SemAcquire, scripts.SemExtend, scripts.SemRelease, scripts.SemAbandon},
 		handle: func(t Target, n []string, o []dlock.Option) Taker {
-			permits := t.Permits
-			if permits == 0 {
-				permits = Permits
-			}
-			sem := t.Client.Semaphore(n[0], permits, o...)
+			sem := t.Client.Semaphore(n[0], cmp.Or(t.Permits, Permits), o...)
 			return pick(sem.TryAcquire, sem.Acquire)
 		}},
 	{Kind: observe.KindMulti, Type: "MultiLock", Group: true, Takeover: observe.KindMutex,
@@ -98,10 +95,7 @@ var All = []Kind{
 	{Kind: observe.KindElection, Type: "Election", Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.ElectionAcquire, scripts.MutexExtend, scripts.ElectionRelease, scripts.MutexAbandon},
 		handle: func(t Target, n []string, o []dlock.Option) Taker {
-			e, value := t.Client.Election(n[0], o...), t.Value
-			if value == "" {
-				value = "candidate"
-			}
+			e, value := t.Client.Election(n[0], o...), cmp.Or(t.Value, "candidate")
 			return func(ctx context.Context, _ bool) (*dlock.Lease, error) { return e.Campaign(ctx, value) }
 		}},
 	{Kind: observe.KindRedlock, Type: "RedlockMutex", Redlock: true, Takeover: observe.KindMutex, Scripts: mutexScripts,

@@ -20,18 +20,17 @@ var DlockACL = []string{
 var EvalshaACL = slices.DeleteFunc(slices.Clone(DlockACL), func(r string) bool { return r == "+fcall" || r == "+function|load" })
 
 // RedlockACL is DlockACL with what a Redlock's restart guard adds.
-var RedlockACL = append(append([]string(nil), DlockACL...), "+info")
+var RedlockACL = slices.Concat(DlockACL, []string{"+info"})
 
 // UserArgs are the redis-server arguments that create user, with password
 // and rules, at start (and at every restart).
 func UserArgs(user, password string, rules []string) []string {
-	args := []string{"--user", user, "on", ">" + password}
-	return append(args, rules...)
+	return append([]string{"--user", user, "on", ">" + password}, rules...)
 }
 
 // ClusterACL is DlockACL with what a cluster adds: sharded pub/sub, INFO,
 // and for go-redis's cluster client CLUSTER SLOTS (the layout), ASKING
 // (following a slot being migrated) and COMMAND (which commands only read;
 // without it go-redis logs a refusal).
-var ClusterACL = append(append([]string(nil), DlockACL...),
-	"+spublish", "+ssubscribe", "+sunsubscribe", "+info", "+cluster|slots", "+asking", "+command")
+var ClusterACL = slices.Concat(DlockACL, []string{
+	"+spublish", "+ssubscribe", "+sunsubscribe", "+info", "+cluster|slots", "+asking", "+command"})

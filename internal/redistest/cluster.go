@@ -3,6 +3,8 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,8 +18,8 @@ type Cluster struct {
 	t        T
 	Nodes    []*Server // the masters, in slot order
 	Replicas []*Server // Replicas[i] replicates Nodes[i]; none for StartCluster
-	busPorts []int
-	args     []string // every node's extra configuration
+	busPorts []int     // each node's, Nodes then Replicas
+	args     []string  // every node's extra configuration
 }
 
 // StartCluster starts a 3-master cluster and returns once every node reports
@@ -26,24 +28,7 @@ type Cluster struct {
 // included.
 func StartCluster(t T, args ...string) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, args: args}
-	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
-	for range ranges {
-		c.Nodes = append(c.Nodes, c.startNode())
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	clients := make([]*redis.Client, len(c.Nodes))
-	for i, n := range c.Nodes {
-		clients[i] = n.Client()
-		if err := clients[i].Do(ctx, "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]).Err(); err != nil {
-			t.Fatalf("redistest: assigning slots: %v", err)
-		}
-	}
-	c.meet(ctx, clients[0], 1)
-	c.waitSettled(ctx, clients)
-	return c
+	return startCluster(t, false, args)
 }
 
 // StartReplicatedCluster starts a 3-master cluster with one replica per
@@ -53,30 +38,49 @@ func StartCluster(t T, args ...string) *Cluster {
 // replicas at once (syncAtOnce).
 func StartReplicatedCluster(t T, args ...string) *Cluster {
 	t.Helper()
-	c := StartCluster(t, append(syncAtOnce(), args...)...)
+	return startCluster(t, true, append(syncAtOnce(), args...))
+}
+
+func startCluster(t T, replicated bool, args []string) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, args: args}
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	for range ranges {
+		c.Nodes = append(c.Nodes, c.startNode())
+	}
+	if replicated {
+		for range ranges {
+			c.Replicas = append(c.Replicas, c.startNode())
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	for range c.Nodes {
-		c.Replicas = append(c.Replicas, c.startNode())
+	first := c.Nodes[0].Client()
+	for i, n := range c.Nodes {
+		if err := n.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]).Err(); err != nil {
+			t.Fatalf("redistest: assigning slots: %v", err)
+		}
 	}
-	clients := make([]*redis.Client, 0, 2*len(c.Nodes))
-	for _, n := range append(append([]*Server(nil), c.Nodes...), c.Replicas...) {
-		clients = append(clients, n.Client())
+	for i, n := range c.all()[1:] {
+		host, port, _ := net.SplitHostPort(n.Addr())
+		if err := first.Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[i+1]).Err(); err != nil {
+			t.Fatalf("redistest: joining the cluster: %v", err)
+		}
 	}
-	c.meet(ctx, clients[0], len(c.Nodes))
 	for i, r := range c.Replicas {
 		id, err := c.Nodes[i].Client().ClusterMyID(ctx).Result()
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		for r.Client().Do(ctx, "CLUSTER", "REPLICATE", id).Err() != nil { // until the replica has heard of its master
-			if ctx.Err() != nil {
-				t.Fatalf("redistest: replica %d did not attach within %v", i, startTimeout)
-			}
-			time.Sleep(20 * time.Millisecond) // gossip; nothing to wait on but the answer
+		if until(ctx, 20*time.Millisecond, func() bool { // until the replica has heard of its master
+			return r.Client().Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+		}) != nil {
+			t.Fatalf("redistest: replica %d did not attach within %v", i, startTimeout)
 		}
 	}
-	c.waitSettled(ctx, clients)
+	if err := c.Settle(ctx); err != nil {
+		t.Fatalf("%v within %v", err, startTimeout)
+	}
 	return c
 }
 
@@ -96,39 +100,28 @@ func (c *Cluster) startNode() *Server {
 	}, c.args...)...)
 }
 
-// meet introduces every node from index from on to the cluster, through
-// the first node.
-func (c *Cluster) meet(ctx context.Context, first *redis.Client, from int) {
-	all := append(append([]*Server(nil), c.Nodes...), c.Replicas...)
-	for i := from; i < len(all); i++ {
-		host, port := splitAddr(all[i].Addr())
-		if err := first.Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[i]).Err(); err != nil {
-			c.t.Fatalf("redistest: joining the cluster: %v", err)
-		}
+// all are the masters, then the replicas.
+func (c *Cluster) all() []*Server { return slices.Concat(c.Nodes, c.Replicas) }
+
+// Settle returns once every node sees a healthy cluster of all nodes,
+// every slot served and every replica in sync.
+func (c *Cluster) Settle(ctx context.Context) error {
+	if err := until(ctx, 20*time.Millisecond, func() bool { return c.settled(ctx) }); err != nil {
+		return fmt.Errorf("redistest: the cluster did not settle: %w", err)
 	}
+	return nil
 }
 
-func (c *Cluster) waitSettled(ctx context.Context, clients []*redis.Client) {
-	for pause := 5 * time.Millisecond; !c.settled(ctx, clients); pause = min(pause*2, 100*time.Millisecond) {
-		if ctx.Err() != nil {
-			c.t.Fatalf("redistest: cluster did not settle within %v", startTimeout)
-		}
-		time.Sleep(pause) // the nodes gossip on their own; nothing to wait on but their answers
-	}
-}
-
-// settled reports whether every node sees a healthy cluster of all nodes
-// with every slot served (by a master, and a replica in sync where there
-// are replicas).
-func (c *Cluster) settled(ctx context.Context, clients []*redis.Client) bool {
-	for _, rdb := range clients {
-		info, err := rdb.ClusterInfo(ctx).Result()
+func (c *Cluster) settled(ctx context.Context) bool {
+	all := c.all()
+	for _, n := range all {
+		info, err := n.Client().ClusterInfo(ctx).Result()
 		if err != nil ||
 			!strings.Contains(info, "cluster_state:ok") ||
-			!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(clients))) {
+			!strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(all))) {
 			return false
 		}
-		slots, err := rdb.ClusterSlots(ctx).Result()
+		slots, err := n.Client().ClusterSlots(ctx).Result()
 		if err != nil || len(slots) != len(c.Nodes) {
 			return false
 		}
@@ -139,8 +132,7 @@ func (c *Cluster) settled(ctx context.Context, clients []*redis.Client) bool {
 		}
 	}
 	for _, r := range c.Replicas {
-		info, err := r.Client().Info(ctx, "replication").Result()
-		if err != nil || !strings.Contains(info, "master_link_status:up") {
+		if !r.replication(ctx, "master_link_status:up") {
 			return false
 		}
 	}
@@ -152,35 +144,135 @@ func (c *Cluster) settled(ctx context.Context, clients []*redis.Client) bool {
 // then started again, empty, and rejoins as the new master's replica: the
 // two swap places in Nodes and Replicas.
 func (c *Cluster) FailOver(ctx context.Context, i int) error {
-	replica, old := c.Replicas[i], c.Nodes[i]
-	old.Kill()
-	for {
-		info, err := replica.Client().Info(ctx, "replication").Result()
-		if err == nil && strings.Contains(info, "role:master") {
+	c.Nodes[i].Kill()
+	if err := c.promoted(ctx, i, 50*time.Millisecond); err != nil { // the election runs on the nodes' own timers
+		return fmt.Errorf("redistest: no failover of master %d: %w", i, err)
+	}
+	if err := c.Replicas[i].restart(); err != nil { // its nodes.conf makes it rejoin, as a replica
+		return fmt.Errorf("redistest: the old master: %w", err)
+	}
+	return c.Settle(ctx)
+}
+
+// ManualFailOver has master i's replica take its place with CLUSTER
+// FAILOVER, mode "" (graceful, nothing lost), "FORCE" or "TAKEOVER". It
+// returns once every node agrees and the old master is the new one's
+// replica, in sync: the two swap places in Nodes and Replicas. A replica
+// cut off by CutReplica gets its link back once promoted.
+func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error {
+	args := []any{"CLUSTER", "FAILOVER"}
+	if mode != "" {
+		args = append(args, mode)
+	}
+	rdb := c.Replicas[i].Client()
+	if err := rdb.Do(ctx, args...).Err(); err != nil {
+		return fmt.Errorf("redistest: CLUSTER FAILOVER %s on master %d's replica: %w", mode, i, err)
+	}
+	if err := c.promoted(ctx, i, 10*time.Millisecond); err != nil {
+		return fmt.Errorf("redistest: no CLUSTER FAILOVER %s of master %d: %w", mode, i, err)
+	}
+	for _, param := range []string{"masteruser", "masterauth"} {
+		if err := rdb.ConfigSet(ctx, param, "").Err(); err != nil {
+			return fmt.Errorf("redistest: giving the promoted replica its link back: %w", err)
+		}
+	}
+	return c.Settle(ctx)
+}
+
+// promoted returns once master i's replica says it is a master, and swaps
+// the two in Nodes and Replicas.
+func (c *Cluster) promoted(ctx context.Context, i int, pause time.Duration) error {
+	if err := until(ctx, pause, func() bool { return c.Replicas[i].replication(ctx, "role:master") }); err != nil {
+		return err
+	}
+	c.Nodes[i], c.Replicas[i] = c.Replicas[i], c.Nodes[i]
+	return nil
+}
+
+// CutReplica cuts master i's replica off it, as a failed network would,
+// until a ManualFailOver promotes it: it keeps what it had received and
+// never gets what the master applies from now on.
+func (c *Cluster) CutReplica(ctx context.Context, i int) error {
+	rdb := c.Replicas[i].Client()
+	for _, kv := range [][2]string{{"masteruser", "redistest-cut-off"}, {"masterauth", "cut-off"}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			return fmt.Errorf("redistest: cutting replica %d off: %w", i, err)
+		}
+	}
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "master").Err(); err != nil {
+		return fmt.Errorf("redistest: closing replica %d's link: %w", i, err)
+	}
+	return nil
+}
+
+// SlotOwner returns the index in Nodes of the master serving slot.
+func (c *Cluster) SlotOwner(ctx context.Context, slot int) (int, error) {
+	slots, err := c.Nodes[0].Client().ClusterSlots(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range slots {
+		if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
+			for i, n := range c.Nodes {
+				if n.Addr() == r.Nodes[0].Addr {
+					return i, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("redistest: no node serves slot %d", slot)
+}
+
+// MigrateSlot moves slot, with its keys, to node to, the way
+// redis-cli --cluster reshard does: the target imports, the owner
+// migrates, keys move in batches (clients meanwhile get ASK redirections,
+// or TRYAGAIN for commands whose keys are split), then every node is told
+// the new owner. between, when set, runs after the first batch has moved:
+// the moment a slot is split between two nodes.
+func (c *Cluster) MigrateSlot(ctx context.Context, slot, to int, between func()) error {
+	from, err := c.SlotOwner(ctx, slot)
+	if err != nil || from == to {
+		return err
+	}
+	src, dst := c.Nodes[from].Client(), c.Nodes[to].Client()
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		return err
+	}
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		return fmt.Errorf("redistest: importing slot %d: %w", slot, err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		return fmt.Errorf("redistest: migrating slot %d: %w", slot, err)
+	}
+	host, port, _ := net.SplitHostPort(c.Nodes[to].Addr())
+	for batch := 0; ; batch++ {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 2).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: no failover of master %d: %w", i, ctx.Err())
-		case <-time.After(50 * time.Millisecond): // the election runs on the nodes' own timers
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			return fmt.Errorf("redistest: moving keys of slot %d: %w", slot, err)
+		}
+		if batch == 0 && between != nil {
+			between()
 		}
 	}
-	c.Nodes[i], c.Replicas[i] = replica, old
-	old.mu.Lock()
-	port := old.port
-	old.mu.Unlock()
-	if err := old.startOn(port); err != nil { // its nodes.conf makes it rejoin, as a replica
-		return fmt.Errorf("redistest: restarting the old master: %w", err)
-	}
-	clients := make([]*redis.Client, 0, 2*len(c.Nodes))
-	for _, n := range append(append([]*Server(nil), c.Nodes...), c.Replicas...) {
-		clients = append(clients, n.Client())
-	}
-	for !c.settled(ctx, clients) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: cluster not settled after failing over master %d: %w", i, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+	others := slices.DeleteFunc(slices.Clone(c.Nodes), func(n *Server) bool { return n == c.Nodes[from] || n == c.Nodes[to] })
+	for _, n := range append([]*Server{c.Nodes[to], c.Nodes[from]}, others...) {
+		if err := n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err(); err != nil {
+			return fmt.Errorf("redistest: assigning slot %d: %w", slot, err)
 		}
 	}
 	return nil
@@ -200,9 +292,4 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	c.t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
-}
-
-func splitAddr(addr string) (string, string) {
-	i := strings.LastIndexByte(addr, ':')
-	return addr[:i], addr[i+1:]
 }

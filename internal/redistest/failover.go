@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,7 +27,7 @@ type Failover struct {
 func StartFailover(t T) *Failover {
 	t.Helper()
 	f := &Failover{Master: Start(t, replication...)}
-	host, port := splitAddr(f.Master.Addr())
+	host, port, _ := net.SplitHostPort(f.Master.Addr())
 	f.Replica = Start(t, append([]string{"--replicaof", host, port}, replication...)...)
 
 	f.Sentinel = newServer(t)
@@ -41,21 +42,15 @@ func StartFailover(t T) *Failover {
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	replica, master := f.Replica.Client(), f.Master.Client()
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	sentinel := f.sentinel()
 	defer sentinel.Close()
-	for {
-		info, _ := replica.Info(ctx, "replication").Result()
+	if until(ctx, 50*time.Millisecond, func() bool {
 		replicas, _ := sentinel.Replicas(ctx, MasterName).Result()
-		if strings.Contains(info, "master_link_status:up") && len(replicas) == 1 && acknowledges(ctx, master) {
-			return f
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("redistest: the replica did not sync, or the sentinel did not find it, within %v", startTimeout)
-		case <-time.After(50 * time.Millisecond): // external processes: nothing to wait on but asking
-		}
+		return f.Replica.replication(ctx, "master_link_status:up") && len(replicas) == 1 && acknowledges(ctx, f.Master.Client())
+	}) != nil {
+		t.Fatalf("redistest: the replica did not sync, or the sentinel did not find it, within %v", startTimeout)
 	}
+	return f
 }
 
 // replication is the configuration of a Failover's nodes, each a master
@@ -81,8 +76,7 @@ const replicationUser, replicationPassword = "replication", "replication-secret"
 // replica keeps what it had received and stays up, for the Sentinel to
 // promote; what the master applies from now on, it never gets.
 func (f *Failover) CutReplica(ctx context.Context) error {
-	master := redis.NewClient(f.Master.options())
-	defer master.Close()
+	master := f.Master.Client()
 	if err := master.Do(ctx, "ACL", "SETUSER", replicationUser, "off").Err(); err != nil {
 		return fmt.Errorf("turning the replication user off: %w", err)
 	}
@@ -100,52 +94,45 @@ func (f *Failover) Client() *redis.Client {
 	return rdb
 }
 
+// sentinel is a new client of the Sentinel, for the caller to close: one
+// kept would stay open until the test's end (a soak starts a Failover a run).
+func (f *Failover) sentinel() *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+}
+
 // Promote has the Sentinel fail over to the replica, unless a failover it
 // began on its own (the master down past down-after) is under way, and
 // returns once the Sentinel names the replica master. While the Sentinel
 // finds no replica it would promote (NOGOODSLAVE: its last INFO of the
 // replica too old, say), it asks again, as an operator would.
 func (f *Failover) Promote(ctx context.Context) error {
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	sentinel := f.sentinel()
 	defer sentinel.Close()
-	for {
-		err := sentinel.Failover(ctx, MasterName).Err()
-		if err == nil || strings.HasPrefix(err.Error(), "INPROG") {
-			break
-		}
-		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") {
-			return fmt.Errorf("SENTINEL FAILOVER: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, ctx.Err())
-		case <-time.After(100 * time.Millisecond): // the Sentinel's next look at the replica: nothing to wait on but asking
-		}
+	var err error
+	if werr := until(ctx, 100*time.Millisecond, func() bool { // the Sentinel's next look at the replica
+		err = sentinel.Failover(ctx, MasterName).Err()
+		return err == nil || !strings.HasPrefix(err.Error(), "NOGOODSLAVE")
+	}); werr != nil {
+		return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, werr)
 	}
-	return f.awaitPromotion(ctx, sentinel)
+	if err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
+		return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+	}
+	return f.AwaitPromotion(ctx)
 }
 
 // AwaitPromotion returns once the Sentinel names the replica master, by a
 // failover it began on its own or was told to make.
 func (f *Failover) AwaitPromotion(ctx context.Context) error {
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	sentinel := f.sentinel()
 	defer sentinel.Close()
-	return f.awaitPromotion(ctx, sentinel)
-}
-
-func (f *Failover) awaitPromotion(ctx context.Context, sentinel *redis.SentinelClient) error {
-	want := f.Replica.Addr()
-	for {
+	if err := until(ctx, 50*time.Millisecond, func() bool {
 		addr, err := sentinel.GetMasterAddrByName(ctx, MasterName).Result()
-		if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == want {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the sentinel did not promote the replica: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == f.Replica.Addr()
+	}); err != nil {
+		return fmt.Errorf("the sentinel did not promote the replica: %w", err)
 	}
+	return nil
 }
 
 // Rejoin starts the old master, killed and failed over from, again on its
@@ -155,33 +142,22 @@ func (f *Failover) awaitPromotion(ctx context.Context, sentinel *redis.SentinelC
 // in sync and the Sentinel sees it up.
 func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	old, promoted := f.Master, f.Replica
-	host, port := splitAddr(promoted.Addr())
-	old.Kill()
+	host, port, _ := net.SplitHostPort(promoted.Addr())
 	old.mu.Lock()
 	old.args = append(append([]string{"--replicaof", host, port}, replication...), args...)
-	oldPort := old.port
 	old.mu.Unlock()
-	if err := old.startOn(oldPort); err != nil {
-		return fmt.Errorf("restarting the old master on port %d: %w", oldPort, err)
+	if err := old.restart(); err != nil {
+		return err
 	}
 	f.Master, f.Replica = promoted, old
-	replica := redis.NewClient(old.options())
-	defer replica.Close()
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	sentinel := f.sentinel()
 	defer sentinel.Close()
-	master := redis.NewClient(promoted.options())
-	defer master.Close()
-	for {
-		info, _ := replica.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) && acknowledges(ctx, master) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the old master did not sync as a replica, or the sentinel did not see it up: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond): // external processes: nothing to wait on but asking
-		}
+	if until(ctx, 50*time.Millisecond, func() bool {
+		return old.replication(ctx, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) && acknowledges(ctx, promoted.Client())
+	}) != nil {
+		return fmt.Errorf("the old master did not sync as a replica, or the sentinel did not see it up: %w", ctx.Err())
 	}
+	return nil
 }
 
 // acknowledges reports whether master's replica acknowledges a write

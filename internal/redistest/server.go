@@ -74,7 +74,7 @@ func newServer(t T, args ...string) *Server {
 	t.Helper()
 	bin, err := serverCommand()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	t.Cleanup(s.Kill)
@@ -153,7 +153,8 @@ func (s *Server) startOn(port int) error {
 	if err := waitReady(s.options(), cmd.Process.Pid, exit); err != nil {
 		s.Kill()
 		log, _ := os.ReadFile(logFile)
-		return fmt.Errorf("%w\n%s", err, lastLines(string(log), 10))
+		lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
+		return fmt.Errorf("%w\n%s", err, strings.Join(lines[max(0, len(lines)-10):], "\n"))
 	}
 	return nil
 }
@@ -240,11 +241,10 @@ func (s *Server) Client() *redis.Client {
 func (s *Server) Close() {
 	s.Kill()
 	s.mu.Lock()
-	rdb := s.client
-	s.client = nil
-	s.mu.Unlock()
-	if rdb != nil {
-		_ = rdb.Close()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		_ = s.client.Close()
+		s.client = nil
 	}
 }
 
@@ -265,13 +265,40 @@ func (s *Server) Kill() {
 // same directory: without persistence it comes back empty.
 func (s *Server) Restart() {
 	s.t.Helper()
+	if err := s.restart(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+}
+
+func (s *Server) restart() error {
 	s.Kill()
 	s.mu.Lock()
 	port := s.port
 	s.mu.Unlock()
 	if err := s.startOn(port); err != nil {
-		s.t.Fatalf("redistest: restarting redis-server on port %d: %v", port, err)
+		return fmt.Errorf("restarting redis-server on port %d: %w", port, err)
 	}
+	return nil
+}
+
+// replication reports whether the server's INFO replication says want
+// ("role:master", "master_link_status:up").
+func (s *Server) replication(ctx context.Context, want string) bool {
+	info, err := s.Client().Info(ctx, "replication").Result()
+	return err == nil && strings.Contains(info, want)
+}
+
+// until asks ok every pause until it holds or ctx ends: the servers are
+// other processes, with nothing to wait on but their answers.
+func until(ctx context.Context, pause time.Duration, ok func() bool) error {
+	for !ok() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+	return nil
 }
 
 // Pause freezes the server process (SIGSTOP): it keeps its connections but
@@ -298,12 +325,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

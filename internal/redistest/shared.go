@@ -3,6 +3,7 @@ package redistest
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 )
 
@@ -10,7 +11,6 @@ import (
 // *testing.B, or a [Shared] for servers used by a whole test binary.
 type T interface {
 	Helper()
-	Fatal(args ...any)
 	Fatalf(format string, args ...any)
 	Cleanup(func())
 	TempDir() string
@@ -22,7 +22,6 @@ type T interface {
 type Shared struct {
 	mu       sync.Mutex
 	cleanups []func()
-	dirs     []string
 }
 
 // NewShared returns an empty Shared.
@@ -30,9 +29,6 @@ func NewShared() *Shared { return &Shared{} }
 
 // Helper is a no-op: there is no test to attribute lines to.
 func (s *Shared) Helper() {}
-
-// Fatal panics: a shared server that cannot start fails the test that asked.
-func (s *Shared) Fatal(args ...any) { panic(fmt.Sprint(args...)) }
 
 // Fatalf panics: a shared server that cannot start fails the test that asked.
 func (s *Shared) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
@@ -44,28 +40,24 @@ func (s *Shared) Cleanup(f func()) {
 	s.cleanups = append(s.cleanups, f)
 }
 
-// TempDir makes a directory removed at Close.
+// TempDir makes a directory removed at Close, after the cleanups registered
+// later (a server's Kill), as testing.T's is.
 func (s *Shared) TempDir() string {
 	dir, err := os.MkdirTemp("", "redistest")
 	if err != nil {
 		s.Fatalf("redistest: %v", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dirs = append(s.dirs, dir)
+	s.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
 }
 
 // Close stops every shared server and removes their directories.
 func (s *Shared) Close() {
 	s.mu.Lock()
-	cleanups, dirs := s.cleanups, s.dirs
-	s.cleanups, s.dirs = nil, nil
+	cleanups := s.cleanups
+	s.cleanups = nil
 	s.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	for _, dir := range dirs {
-		_ = os.RemoveAll(dir)
+	for _, f := range slices.Backward(cleanups) {
+		f()
 	}
 }

@@ -37,53 +37,36 @@ func (c *TLS) ClientConfig() *tls.Config {
 func StartTLS(t T) (*Server, *TLS) {
 	t.Helper()
 	s := newServer(t)
-	c, err := makeCertificates(s.dir)
-	if err != nil {
-		t.Fatalf("redistest: making certificates: %v", err)
+	must := func(err error) {
+		if err != nil {
+			t.Fatalf("redistest: making certificates: %v", err)
+		}
 	}
-	s.tls = c
-	s.startFresh()
-	return s, c
-}
-
-func makeCertificates(dir string) (*TLS, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
+	must(err)
 	caTemplate := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dlock test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
+	must(err)
 	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
+	must(err)
 	serverKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
+	must(err)
 	serverDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, caCert, &serverKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
+	must(err)
 	keyDER, err := x509.MarshalECPrivateKey(serverKey)
-	if err != nil {
-		return nil, err
-	}
+	must(err)
 	c := &TLS{
-		CAFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "server.pem"),
-		keyFile: filepath.Join(dir, "server.key"), Password: "test-password", ca: x509.NewCertPool(),
+		CAFile: filepath.Join(s.dir, "ca.pem"), certFile: filepath.Join(s.dir, "server.pem"),
+		keyFile: filepath.Join(s.dir, "server.key"), Password: "test-password", ca: x509.NewCertPool(),
 	}
 	c.ca.AddCert(caCert)
 	for file, block := range map[string]*pem.Block{
@@ -91,9 +74,9 @@ func makeCertificates(dir string) (*TLS, error) {
 		c.certFile: {Type: "CERTIFICATE", Bytes: serverDER},
 		c.keyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
 	} {
-		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
-			return nil, err
-		}
+		must(os.WriteFile(file, pem.EncodeToMemory(block), 0o600))
 	}
-	return c, nil
+	s.tls = c
+	s.startFresh()
+	return s, c
 }

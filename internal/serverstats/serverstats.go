@@ -3,6 +3,7 @@ package serverstats
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,18 +36,15 @@ func Commands(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 // lower-case name, as INFO commandstats gives it), counting commands run
 // inside scripts and leaving out INFO itself.
 func Calls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	stats, err := info(ctx, rdb, "commandstats")
 	if err != nil {
 		return nil, err
 	}
 	calls := make(map[string]int64)
-	for line := range strings.SplitSeq(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
-			continue
+	for name, stat := range stats {
+		if cmd, ok := strings.CutPrefix(name, "cmdstat_"); ok && cmd != "info" {
+			calls[cmd], _ = strconv.ParseInt(strings.TrimPrefix(strings.SplitN(stat, ",", 2)[0], "calls="), 10, 64)
 		}
-		n, _ := strconv.ParseInt(strings.TrimPrefix(strings.SplitN(stats, ",", 2)[0], "calls="), 10, 64)
-		calls[strings.TrimPrefix(name, "cmdstat_")] = n
 	}
 	return calls, nil
 }
@@ -54,16 +52,11 @@ func Calls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, er
 // Field reads one numeric field of an INFO section of a standalone server
 // (INFO stats's total_reads_processed, say); 0 when it is missing.
 func Field(ctx context.Context, rdb *redis.Client, section, field string) (float64, error) {
-	info, err := rdb.Info(ctx, section).Result()
-	if err != nil {
-		return 0, err
+	fields, err := info(ctx, rdb, section)
+	if v, ok := fields[field]; ok { // none on an error
+		return strconv.ParseFloat(v, 64)
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, nil
+	return 0, err
 }
 
 // CPU is the CPU time a standalone server has used, system and user, in
@@ -80,20 +73,21 @@ func CPU(ctx context.Context, rdb *redis.Client) (float64, error) {
 // CommandStat reads one field (calls, usec, usec_per_call) of cmd's line
 // of a standalone server's INFO commandstats; 0 when cmd has not run.
 func CommandStat(ctx context.Context, rdb *redis.Client, cmd, field string) (float64, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for f := range strings.SplitSeq(stats, ",") {
-			if name, value, _ := strings.Cut(f, "="); name == field {
-				return strconv.ParseFloat(value, 64)
-			}
+	stats, err := info(ctx, rdb, "commandstats")
+	for f := range strings.SplitSeq(stats["cmdstat_"+cmd], ",") {
+		if name, value, _ := strings.Cut(f, "="); name == field { // none on an error
+			return strconv.ParseFloat(value, 64)
 		}
 	}
-	return 0, nil
+	return 0, err
+}
+
+// info is an INFO section of a standalone server, by field.
+func info(ctx context.Context, rdb redis.UniversalClient, section string) (map[string]string, error) {
+	sections, err := rdb.InfoMap(ctx, section).Result()
+	fields := make(map[string]string)
+	for _, s := range sections {
+		maps.Copy(fields, s)
+	}
+	return fields, err
 }
