@@ -11,8 +11,8 @@ import (
 )
 
 // holdLock is what ReentrantMutex and RWMutex share: holds counted per owner
-// and mode, each hold (each Lease) expiring on its own on the server's
-// clock. internal/scripts/rw_lib.lua describes the state in Redis.
+// and mode, each Lease's expiring on its own on the server's clock.
+// internal/scripts/rw_lib.lua describes the state in Redis.
 type holdLock struct {
 	handle
 	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
@@ -38,9 +38,11 @@ var rwKind = &leaseKind{
 }
 
 func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option) holdLock {
-	scope := forRWMutex
+	// A write hold stores for Describe the type that took it: a
+	// ReentrantMutex's mark, or nothing for an RWMutex.
+	scope, takenBy := forRWMutex, any("")
 	if writeKind == observe.KindReentrant {
-		scope = forReentrant
+		scope, takenBy = forReentrant, reentrantMark
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
 	h.owner, h.heldKey = h.cfg.owner, heldKey(h.keys.lock)
@@ -54,7 +56,7 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 		return h
 	}
 	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy(writeKind),
+		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy,
 		keys: lay.list(acquire), abandonKeys: lay.list(abandon),
 		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
 		releaseKeys: lay.list(release)[0],
@@ -62,7 +64,7 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 	h.write.lease.rules.heldKey = h.heldKey
 	// Reads send what writes send; only the waiters' channel differs.
 	read := *h.write
-	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], noType
+	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], ""
 	h.read = &read
 	return h
 }
@@ -122,19 +124,8 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 	return command(&a.call, waiterID, scripts.RWAcquireArgs{Acquire: a.shared(waiterID), Info: a.spec.info, TakenBy: a.spec.takenBy}), waiterID
 }
 
-// takenBy is what a write hold of kind stores for Describe: a
-// ReentrantMutex's mark, or nothing for an RWMutex. Boxed once.
-func takenBy(kind observe.Kind) any {
-	if kind == observe.KindReentrant {
-		return reentrantType
-	}
-	return noType
-}
-
 // reentrantMark is the mark's value in Redis, whatever the Go names.
 const reentrantMark = "ReentrantMutex"
-
-var reentrantType, noType any = reentrantMark, ""
 
 func (a *holdCall) entry(waiterID string) string { return waiterID }
 
@@ -154,7 +145,7 @@ type holdState struct {
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
 	holders                        []admin.Holder
-	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
+	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see newHoldLock)
 }
 
 // inspect runs rw_inspect.lua, as seen by the owner a call with ctx acts as.

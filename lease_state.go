@@ -100,6 +100,17 @@ func (l *Lease) signal() *leaseSignals {
 	return l.signals
 }
 
+// made is *ch, made on first use, closed if it is made after the fact.
+func made(ch *chan struct{}, closed bool) chan struct{} {
+	if *ch == nil {
+		*ch = make(chan struct{})
+		if closed {
+			close(*ch)
+		}
+	}
+	return *ch
+}
+
 // risky reports whether the lease is at risk or lost; l.mu must be held.
 func (l *Lease) risky() bool { return l.signals != nil && l.signals.risky }
 

@@ -208,13 +208,7 @@ func (l *Lease) AtRisk() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sig := l.signal()
-	if sig.risk == nil {
-		sig.risk = make(chan struct{})
-		if sig.risky {
-			close(sig.risk)
-		}
-	}
-	return sig.risk
+	return made(&sig.risk, sig.risky)
 }
 
 // setRisky marks the lease at risk once; l.mu must be held.
