@@ -49,8 +49,8 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 	lay := newKeyLists(h.keys)
 	acquire, release := lay.add(scripts.LayoutOf(scripts.RWAcquire)), lay.add(scripts.LayoutOf(scripts.RWRelease))
 	abandon, inspect := lay.add(scripts.LayoutOf(scripts.RWAbandon)), lay.add(scripts.LayoutOf(scripts.RWInspect))
-	extend := lay.add(rwExtendLayout)
-	writers, readers := lay.add(rwWritersChannel), lay.add(rwReadersChannel)
+	extend := lay.add(scripts.RWLayout.Before("WWAIT")) // RWExtend's and RWTTL's KEYS
+	writers, readers := lay.add(scripts.RWLayout.Only("WCHAN")), lay.add(scripts.RWLayout.Only("RCHAN"))
 	h.inspectKeys = lay.list(inspect)[0]
 	if h.err != nil {
 		return h
@@ -69,25 +69,21 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 	return h
 }
 
-// Parts of scripts.RWLayout: the KEYS of an extension (RWExtend, RWTTL),
-// and the channels writers and readers wait on.
-var (
-	rwExtendLayout   = scripts.RWLayout.Before("WWAIT")
-	rwWritersChannel = scripts.RWLayout.Only("WCHAN")
-	rwReadersChannel = scripts.RWLayout.Only("RCHAN")
-)
-
 // Owner returns the owner id given to [WithOwner], or "" when there was
 // none: then the context of each call says who the owner is.
 func (h *holdLock) Owner() string { return h.owner }
 
 // acquire is TryLock (try) or Lock, in mode.
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
-	kind := h.writeKind
+	kind, spec := h.writeKind, h.write
 	if mode == modeRead {
-		kind = observe.KindRead
+		kind, spec = observe.KindRead, h.read
 	}
-	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call { return h.call(ctx, mode) })
+	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call {
+		owner := h.ownerFor(ctx)
+		a := &holdCall{mode: mode, ownerID: owner, newOwner: owner == ""}
+		return a.begin(&h.handle, spec, a)
+	})
 }
 
 // holdCall is one TryLock or Lock call of a holdLock in one mode.
@@ -96,15 +92,6 @@ type holdCall struct {
 	mode     byte
 	ownerID  string // who the call acquires for (see holdLock.ownerFor)
 	newOwner bool   // an owner of its own: each start draws its owner id too
-}
-
-func (h *holdLock) call(ctx context.Context, mode byte) *call {
-	owner, spec := h.ownerFor(ctx), h.write
-	if mode == modeRead {
-		spec = h.read
-	}
-	a := &holdCall{mode: mode, ownerID: owner, newOwner: owner == ""}
-	return a.begin(&h.handle, spec, a)
 }
 
 // fresh draws a new hold id and tombstone. The hold's member is mode, hold
