@@ -27,9 +27,8 @@ type leaseKind struct {
 type leaseSpec struct {
 	name    string
 	kind    *leaseKind
-	keys    []string // KEYS of extend and TTL
+	keys    []string // KEYS of extend and TTL; the first names the release mark (releaseMark)
 	relKeys []any    // release's KEYS before its last ones, boxed (handle.boxed)
-	mark    string   // the lock key the release mark is named after (releaseMark)
 	owner   string
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
@@ -51,7 +50,6 @@ type clientHold struct {
 	kind      *leaseKind
 	keys      []string // KEYS of the kind's extend and TTL scripts
 	relKeys   []any    // the handle's, shared (leaseSpec.relKeys)
-	mark      string
 	tombstone string
 	group     *groupTokens
 	owner     string     // secret: never logged, never in an error
@@ -89,7 +87,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	}
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, token: spec.token, rules: spec.rules, ttl: ttl, clock: c.clock, state: leaseHeld},
-		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relKeys: spec.relKeys, mark: spec.mark, tombstone: spec.tombstone,
+		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relKeys: spec.relKeys, tombstone: spec.tombstone,
 			owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
@@ -208,8 +206,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	defer cancel()
 	// Named now, not kept from the grant: a held lease costs memory as long
 	// as it is held (BenchmarkLease_10000Held).
-	last := make([]string, 1, 2) // room for a tombstone
-	last[0] = releaseMark(h.mark, h.owner)
+	last := append(make([]string, 0, 2), releaseMark(h.keys[0], h.owner)) // room for a tombstone
 	void := rule == voidAlways || (rule == voidIfCopied && h.maybeCopied)
 	if void && h.tombstone != "" {
 		last = append(last, h.tombstone)

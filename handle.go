@@ -111,7 +111,7 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	if s.lease.name == "" {
 		s.lease.name = h.name
 	}
-	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
+	s.lease.cfg = h.cfg
 	s.lease.relKeys = b.keys(make([]any, 0, len(s.releaseKeys)), s.releaseKeys)
 	s.lease.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	return &s
