@@ -14,8 +14,9 @@ import (
 // release, inspect and give up one hold. Every kind's scripts of one
 // operation take the same ARGV (scripts.ExtendArgs, ReleaseArgs or a
 // MultiLock's MultiReleaseArgs, AbandonArgs, OwnerArgs). ttl returns the
-// milliseconds left, or -3 when not held; the others 1 or 0. A release's
-// last KEYS are its mark (releaseMark) and, giving up, the call's tombstone.
+// milliseconds left, or -3 when not held; extend 1 or a refusal's code;
+// release and abandon 1 or 0. A release's last KEYS are its mark
+// (releaseMark) and, giving up, the call's tombstone.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script

@@ -211,13 +211,11 @@ func (l *Lease) AtRisk() <-chan struct{} {
 
 // setRisky marks the lease at risk once; l.mu must be held.
 func (l *Lease) setRisky() {
-	sig := l.signal()
-	if sig.risky {
-		return
-	}
-	sig.risky = true
-	if sig.risk != nil {
-		close(sig.risk)
+	if sig := l.signal(); !sig.risky {
+		sig.risky = true
+		if sig.risk != nil {
+			close(sig.risk)
+		}
 	}
 }
 
