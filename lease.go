@@ -214,7 +214,7 @@ func (l *Lease) Context(parent context.Context) context.Context {
 		parent = context.WithValue(parent, key, l.hold) // see ownerFor
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	if key := l.whenEnded(func(err error) { cancel(err) }); key != nil {
+	if key := l.whenEnded(cancel); key != nil {
 		context.AfterFunc(ctx, func() { // parent ended first: a long lease collects no callbacks
 			l.mu.Lock()
 			delete(l.signals.onEnd, key)

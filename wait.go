@@ -114,7 +114,16 @@ func (wt *waiting) run() (*Lease, error) {
 	}
 	defer func() { wt.w.Close() }()
 	if wt.observed != nil {
-		defer wt.leaveOnPanic()
+		// An Observer's panic leaves the line first: a registration left
+		// behind would be handed the lock, held for nobody.
+		defer func() {
+			if r := recover(); r != nil {
+				if wt.waiterID != "" {
+					wt.a.leave(context.WithoutCancel(wt.ctx), wt.waiterID)
+				}
+				panic(r)
+			}
+		}()
 	}
 	return wt.loop()
 }
@@ -244,17 +253,6 @@ func (wt *waiting) watchError(err error) error {
 		return redisError("subscribe", wt.a.spec.lease.name, err)
 	}
 	return err
-}
-
-// leaveOnPanic leaves the line before an Observer's panic goes on: a
-// registration left behind would be handed the lock, held for nobody.
-func (wt *waiting) leaveOnPanic() {
-	if r := recover(); r != nil {
-		if wt.waiterID != "" {
-			wt.a.leave(context.WithoutCancel(wt.ctx), wt.waiterID)
-		}
-		panic(r)
-	}
 }
 
 func (wt *waiting) loop() (*Lease, error) {
