@@ -162,9 +162,9 @@ func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Leas
 	spec := a.spec.lease
 	spec.owner, spec.tombstone, spec.token, spec.sent, spec.validity = a.owner, a.tombstone, token, a.sent, validity
 	if spec.names != nil {
-		spec.tokens = make([]uint64, len(spec.names))
-		for i := range spec.tokens {
-			spec.tokens[i] = uint64(tokens[i])
+		spec.group = &groupTokens{names: spec.names, tokens: make([]uint64, len(spec.names))}
+		for i := range spec.group.tokens {
+			spec.group.tokens[i] = uint64(tokens[i])
 		}
 	}
 	return a.h.c.startLease(spec)
@@ -177,9 +177,8 @@ func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, er
 }
 
 // abandon gives up the call after an attempt that registered entry: its
-// registration, a hold nobody heard of, and late copies (the tombstone).
-// A Lock that goes on does so as a new call. It reports whether the call
-// may have held the lock.
+// registration, a hold nobody heard of, and late copies (the tombstone);
+// it reports whether the call may have held the lock. A Lock goes on anew.
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))

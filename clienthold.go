@@ -38,8 +38,8 @@ type leaseSpec struct {
 
 	tombstone string        // the call's (keys.tombstone)
 	validity  time.Duration // a hand-over's, if shorter than the TTL (hand_next.lua); 0: the TTL
-	names     []string      // a MultiLock group's locks, and their tokens
-	tokens    []uint64
+	names     []string      // a MultiLock group's locks
+	group     *groupTokens  // and their tokens, once granted
 }
 
 // clientHold is a hold in a Client's Redis, of one lock or of a MultiLock
@@ -89,14 +89,11 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, token: spec.token, rules: spec.rules, ttl: ttl, clock: c.clock, state: leaseHeld},
 		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relKeys: spec.relKeys, tombstone: spec.tombstone,
-			owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
+			group: spec.group, owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
 	l.setDeadline(spec.sent, validity)
-	if spec.names != nil {
-		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
-	}
 	now := l.clock.Now()
 	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
@@ -116,8 +113,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 func (l *Lease) noteCopies(maybeCopied bool) { l.hold.(*clientHold).maybeCopied = maybeCopied }
 
 // infoArg tells a Mutex's or FairMutex's extend and release whether the
-// hold stored holder info: "0" spares them reading it. (A constant in an
-// interface allocates nothing.)
+// hold stored holder info: "0" spares them reading it.
 func (h *clientHold) infoArg() any {
 	if h.noInfo {
 		return "0"

@@ -80,11 +80,10 @@ func (l *Lease) renewAt(at time.Time) {
 // Lock attempts again.
 var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confirmed (a slow link?)", ErrNotAcquired)
 
-// confirmGrant extends an unconfirmed grant to its TTL and starts it; a
-// lease confirmed already is left as it is. The extension counts only if
-// answered before the grant's deadline: later, a late copy of the attempt
-// may have retaken the lock with a newer token (docs/SAFETY.md). A
-// hand-over is not judged so (issue 17, open).
+// confirmGrant extends an unconfirmed grant to its TTL and starts it. The
+// extension counts only if answered before the grant's deadline: later, a
+// late copy of the attempt may have retaken the lock with a newer token
+// (docs/SAFETY.md). A hand-over is not judged so (issue 17, open).
 func (l *Lease) confirmGrant(ctx context.Context) error {
 	l.mu.Lock()
 	state := l.state
@@ -116,14 +115,6 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	}
 	l.start(sent, l.ttl)
 	return nil
-}
-
-// handOver marks a grant that came with a release's hand-over (see
-// leaseHandedOver).
-func (l *Lease) handOver() {
-	l.mu.Lock()
-	l.step(leaseHandedOver)
-	l.mu.Unlock()
 }
 
 // grantLapsed reports whether an unconfirmed grant's deadline has passed.
@@ -338,9 +329,7 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 		<-l.Done() // ending lost meanwhile: released once it has ended
 	}
 	if err == nil {
-		l.mu.Lock()
-		l.step(leaseReleased)
-		l.mu.Unlock()
+		l.stepLocked(leaseReleased)
 	}
 	return err
 }

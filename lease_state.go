@@ -48,6 +48,13 @@ func (l *Lease) step(next leaseState) bool {
 	return true
 }
 
+// stepLocked is step under l.mu.
+func (l *Lease) stepLocked(next leaseState) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.step(next)
+}
+
 func (l *Lease) finished() bool { return l.state >= leaseEnded }
 
 // releasing: an Unlock began or the lease is ending; renewals don't count.

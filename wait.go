@@ -86,12 +86,10 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 }
 
 // waitFor is Lock: attempt; while the lock is held, wait for a release's
-// wake-up or the hold's TTL, then attempt again. A waiter subscribes before
-// the attempt that registers it, so the release that publishes to it is
-// never missed. It retries every waiter refresh, which keeps its
-// registration alive. Unsubscribed, the first attempt goes without: an
-// uncontended Lock is one round trip. While Redis is unavailable it pauses
-// and retries until ctx ends.
+// wake-up, the hold's TTL or the waiter refresh, then attempt again. A
+// waiter subscribes before the attempt that registers it, so no release
+// misses it. The first attempt goes unsubscribed: an uncontended Lock is
+// one round trip. Unavailable Redis makes it pause and retry until ctx ends.
 func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
@@ -128,9 +126,8 @@ func (wt *waiting) run() (*Lease, error) {
 	return wt.loop()
 }
 
-// ended is what a wait that ended with err returns: a context that ended
-// during an outage gives that outage, not [ErrNotAcquired]: nothing said
-// the lock was taken.
+// ended is what a wait that ended with err returns: after an outage, the
+// outage, not [ErrNotAcquired]: nothing said the lock was taken.
 func (wt *waiting) ended(err error) error {
 	ctxErr := contextDone(wt.ctx)
 	if wt.outage == nil || ctxErr == nil || !errors.Is(err, ErrNotAcquired) {
@@ -171,9 +168,8 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	return l, retryIn, err
 }
 
-// noteOutage keeps err if Redis is unavailable and forgets it once Redis
-// answered. Another error is an outage if a dial failed since Redis last
-// answered.
+// noteOutage keeps err if Redis is unavailable, or else a dial's failure
+// since Redis last answered; an answer clears it.
 func (wt *waiting) noteOutage(err error) {
 	switch {
 	case err == nil:
@@ -426,9 +422,8 @@ func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) 
 // errClosedWaiting ends a wait whose Client was closed.
 var errClosedWaiting = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 
-// granted is the lease a wake-up handed the call, if any. Under
-// [WithReplicaAck] none: the next attempt finds the lock ours and waits
-// for the replicas.
+// granted is the lease a wake-up handed the call, if any; none under
+// [WithReplicaAck]: the next attempt finds it ours and waits for replicas.
 func (wt *waiting) granted() *Lease {
 	h, ok := parseHandOver(wt.w.Grant()) // taken whatever follows: a grant is read once
 	if !ok || wt.a.grant == nil || wt.replicaAck > 0 {
@@ -436,7 +431,7 @@ func (wt *waiting) granted() *Lease {
 	}
 	l := wt.a.grant.granted(h)
 	if l != nil {
-		l.handOver()
+		l.stepLocked(leaseHandedOver) // unless confirmed already
 		wt.observed.handedOver(wt.ctx, l)
 		l.noteCopies(wt.maybeCopied)
 	}
