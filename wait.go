@@ -359,10 +359,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		wt.observed.wait(wt.ctx, observe.WaitRegistered, nil)
 	}
 	timer.Reset(retryIn)
-	var (
-		woken bool
-		stop  error
-	)
+	woken, stop := false, error(nil)
 	select {
 	case <-wt.w.C():
 		woken = true
