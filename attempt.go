@@ -23,7 +23,7 @@ type call struct {
 
 	grant interface{ granted(handOver) *Lease } // reads a hand-over; nil where releases hand none
 	// watch and busy index the channel a waiter listens on and the one of
-	// the lock in its way (a MultiLock group's; 0 for the others).
+	// the lock in its way (a MultiLock's; 0 for the others).
 	watch, busy int
 }
 
@@ -33,17 +33,11 @@ type variant interface {
 	// request is the next attempt's command (see command) and the
 	// registration it sends for waiterID ("" for none).
 	request(waiterID string, publish any) (argv []any, entry string)
-	// entry is how waiterID's registration is given back by leave.
-	entry(waiterID string) string
-	// valid says whether a reply has the form the script answers with.
-	valid(res []int64) bool
-	// refused notes a refusal, or returns the error it means.
-	refused(res []int64, entry string) error
-	// abandonArgs are the abandon script's ARGV for entry: the waiter's
-	// (call.abandon adds the rest).
-	abandonArgs(entry string) scripts.AbandonArgs
-	// fresh starts the call anew, under a new owner and tombstone.
-	fresh()
+	entry(waiterID string) string                 // the registration leave gives back
+	valid(res []int64) bool                       // the reply has the script's form
+	refused(res []int64, entry string) error      // notes a refusal, or the error it means
+	abandonArgs(entry string) scripts.AbandonArgs // the waiter's part (abandon adds the owner)
+	fresh()                                       // a new owner and tombstone
 }
 
 // begin makes a, embedded in v, a new call of h with spec, under its first
@@ -62,8 +56,6 @@ func (a *call) fresh() {
 func (a *call) entry(waiterID string) string            { return a.h.c.tagged(waiterID) }
 func (a *call) valid(res []int64) bool                  { return len(res) == 2 && res[0] != -1 }
 func (a *call) refused(res []int64, entry string) error { return nil }
-func (a *call) client() *Client                         { return a.h.c }
-
 func (a *call) abandonArgs(entry string) scripts.AbandonArgs {
 	return scripts.AbandonArgs{Waiter: entry}
 }
@@ -79,9 +71,9 @@ func (a *call) rewatch() (channel string, moved bool) {
 }
 
 // command builds an attempt's command: keys around the call's tombstone,
-// args (its type's ARGV, a.shared's among them), and the rights flag
-// (rights.go). An attempt that registers always checks rights: a
-// registration refused part-way could leave a set of waiters without TTL.
+// args (a.shared's among them), and the rights flag (rights.go). An
+// attempt that registers always checks rights: a registration refused
+// part-way could leave a set of waiters without TTL.
 func command[A scripts.Args](a *call, entry string, args A) []any {
 	s := a.spec
 	argv := make([]any, 0, len(s.head)+1+len(s.rest)+argRoom)
@@ -101,10 +93,10 @@ func (a *call) shared(entry string) scripts.Acquire {
 	return scripts.Acquire{Owner: a.owner, TTL: a.spec.ttl, Waiter: entry, WaiterTTL: a.spec.registration}
 }
 
-// attempt makes one try at the lock. It returns the lease when granted;
-// else retryIn, the current hold's time left at most (negative: unknown).
-// A waiterID registers the caller in the step that refuses it. An attempt
-// that fails with an error has cleaned up after itself.
+// attempt makes one try at the lock: the lease when granted, else retryIn,
+// the current hold's time left at most (negative: unknown). A waiterID
+// registers the caller in the step that refuses it. An attempt that fails
+// with an error has cleaned up after itself.
 func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
 	var publish any
 	if a.spec.publishes {
@@ -170,9 +162,9 @@ func (a *call) lease(token uint64, validity time.Duration, tokens []int64) *Leas
 	spec := a.spec.lease
 	spec.owner, spec.tombstone, spec.token, spec.sent, spec.validity = a.owner, a.tombstone, token, a.sent, validity
 	if spec.names != nil {
-		spec.tokens = make([]uint64, len(spec.names))
-		for i := range spec.tokens {
-			spec.tokens[i] = uint64(tokens[i])
+		spec.group = &groupTokens{names: spec.names, tokens: make([]uint64, len(spec.names))}
+		for i := range spec.group.tokens {
+			spec.group.tokens[i] = uint64(tokens[i])
 		}
 	}
 	return a.h.c.startLease(spec)
@@ -185,9 +177,8 @@ func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, er
 }
 
 // abandon gives up the call after an attempt that registered entry: its
-// registration, a hold nobody heard of, and late copies (the tombstone).
-// A Lock that goes on does so as a new call. It reports whether the call
-// may have held the lock.
+// registration, a hold nobody heard of, and late copies (the tombstone);
+// it reports whether the call may have held the lock. A Lock goes on anew.
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
 	s := a.spec
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))

@@ -12,11 +12,11 @@ import (
 
 // leaseKind is what differs between lock types: the scripts that renew,
 // release, inspect and give up one hold. Every kind's scripts of one
-// operation take the same ARGV (scripts.ExtendArgs, ReleaseArgs,
-// AbandonArgs, OwnerArgs; a MultiLock's release MultiReleaseArgs). Extend,
-// release and abandon return 1 or 0; ttl returns milliseconds left, or -3
-// when not held. A release's mark is its last KEY (see releaseMark), then,
-// from a giving-up release, the call's tombstone.
+// operation take the same ARGV (scripts.ExtendArgs, ReleaseArgs or a
+// MultiLock's MultiReleaseArgs, AbandonArgs, OwnerArgs). ttl returns the
+// milliseconds left, or -3 when not held; extend 1 or a refusal's code;
+// release and abandon 1 or 0. A release's last KEYS are its mark
+// (releaseMark) and, giving up, the call's tombstone.
 type leaseKind struct {
 	extend  *redis.Script
 	release *redis.Script
@@ -28,57 +28,45 @@ type leaseKind struct {
 type leaseSpec struct {
 	name    string
 	kind    *leaseKind
-	keys    []string // KEYS of extend and TTL
-	relKeys []any    // release's KEYS up to its last keys (the mark, a tombstone), boxed by the type (see handle.boxed)
-	mark    string   // the lock key the release mark is named after (see releaseMark)
+	keys    []string // KEYS of extend and TTL; the first names the release mark (releaseMark)
+	relKeys []any    // release's KEYS before its last ones, boxed (handle.boxed)
 	owner   string
 	token   uint64
 	sent    time.Time // when the acquire that granted it was sent
 	cfg     settings
 	rules   leaseRules
 
-	// tombstone is the call's (see keys.tombstone): a release that gives
-	// the call up writes it.
-	tombstone string
-
-	// validity is how long the hold was granted for, when a release handed
-	// it over for less than the TTL (see hand_next.lua); 0 means the TTL.
-	validity time.Duration
-
-	names  []string // a MultiLock group's locks, and their tokens
-	tokens []uint64
+	tombstone string        // the call's (keys.tombstone)
+	validity  time.Duration // a hand-over's, if shorter than the TTL (hand_next.lua); 0: the TTL
+	names     []string      // a MultiLock group's locks
+	group     *groupTokens  // and their tokens, once granted
 }
 
-// clientHold is a hold in the Redis of a Client, of one lock or of a
-// MultiLock group in one slot, taken by one script with one owner token.
-// The Client's renewer renews it, in a batch with the others due on its
-// node.
+// clientHold is a hold in a Client's Redis, of one lock or of a MultiLock
+// group in one slot, taken by one script with one owner token. The
+// Client's renewer renews it with the others due on its node.
 type clientHold struct {
 	lease     *Lease
 	c         *Client
 	kind      *leaseKind
 	keys      []string // KEYS of the kind's extend and TTL scripts
-	relKeys   []any    // its release's KEYS up to its last keys, the handle's, shared
-	mark      string   // the lock key its release's mark is named after (see releaseMark)
-	tombstone string   // of the call the lease was granted to (see keys.tombstone), written by a release that gives it up
+	relKeys   []any    // the handle's, shared (leaseSpec.relKeys)
+	tombstone string
 	group     *groupTokens
 	owner     string     // secret: never logged, never in an error
 	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
 	noInfo    bool       // taken without holder info (WithHolderInfo): its release has none to remove
 
 	// maybeCopied: an attempt of the call took long enough for the Redis
-	// client to have sent it twice (see Client.resendAfter), so a copy may
-	// still be on its way: the release writes the call's tombstone. Set
-	// before the lease is handed to the caller (see noteCopies).
+	// client to have sent it twice (Client.resendAfter), so its release
+	// writes the call's tombstone. Set before the caller has the lease.
 	maybeCopied bool
 
-	// Owned by the Client's renewer, under its lock.
-	nextRenew time.Time
+	nextRenew time.Time // the renewer's, under its lock
 	heapIndex int
 }
 
-// groupTokens are the locks of a MultiLock group held by one lease, and the
-// fencing token of each.
+// groupTokens are a MultiLock group's locks and the fencing token of each.
 type groupTokens struct {
 	names  []string
 	tokens []uint64
@@ -100,22 +88,19 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	}
 	cl := &clientLease{
 		Lease: Lease{name: spec.name, token: spec.token, rules: spec.rules, ttl: ttl, clock: c.clock, state: leaseHeld},
-		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relKeys: spec.relKeys, mark: spec.mark, tombstone: spec.tombstone,
-			owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
+		clientHold: clientHold{c: c, kind: spec.kind, keys: spec.keys, relKeys: spec.relKeys, tombstone: spec.tombstone,
+			group: spec.group, owner: spec.owner, ack: spec.cfg.ack, noInfo: spec.cfg.holderInfo == "", heapIndex: -1},
 	}
 	l, h := &cl.Lease, &cl.clientHold
 	l.hold, h.lease = h, l
 	l.setDeadline(spec.sent, validity)
-	if spec.names != nil {
-		h.group = &groupTokens{names: spec.names, tokens: spec.tokens}
-	}
 	now := l.clock.Now()
 	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
-		// A slow link, a cold dial or a suspension ate into the grant:
-		// keep confirms it first, so no lease is handed over lost, overdue
-		// for renewal, or with less left than its grant took to arrive. A
-		// fixed lease granted less than its lease time is extended to it.
+		// A slow link, a cold dial or a suspension ate into the grant: keep
+		// confirms it first, so no lease is handed over lost, overdue for
+		// renewal, or with less left than its grant took to arrive. A fixed
+		// lease granted less than its lease time is extended to it.
 		l.state = leaseUnconfirmed
 		return l
 	}
@@ -123,22 +108,18 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	return l
 }
 
-// noteCopies notes whether an attempt of the call l was granted to may
-// have been sent twice (see clientHold.maybeCopied). A Client's calls make
-// only Client leases.
+// noteCopies sets clientHold.maybeCopied: a Client's calls make only
+// Client leases.
 func (l *Lease) noteCopies(maybeCopied bool) { l.hold.(*clientHold).maybeCopied = maybeCopied }
 
 // infoArg tells a Mutex's or FairMutex's extend and release whether the
-// hold stored holder info: "0" spares them reading it. The other types'
-// scripts take none. Boxed once: a release allocates nothing for it.
+// hold stored holder info: "0" spares them reading it.
 func (h *clientHold) infoArg() any {
 	if h.noInfo {
-		return boxedNoInfo
+		return "0"
 	}
-	return boxedInfo
+	return "1"
 }
-
-var boxedNoInfo, boxedInfo any = "0", "1"
 
 func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error) {
 	l := h.lease
@@ -165,14 +146,11 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 	return nil, nil
 }
 
-// sendExtensions sends calls, extensions of holds on one master, to rdb;
-// with [WithReplicaAck], through the master and with WAIT after them (see
-// replicaAck.send), and returns each call's shortfall of acknowledgements
-// (nil without WithReplicaAck): a lease's deadline moves only with an
-// extension its replicas have, or a failover to one of them would end the
-// hold before the deadline its holder counts on. A call the master
-// redirects (its slot moved, or is moving) goes again where it is sent,
-// alone (see sendAcknowledged).
+// sendExtensions sends calls, extensions of holds on one master, to rdb.
+// With [WithReplicaAck] it sends them to the master with WAIT after them
+// and returns each call's shortfall of acknowledgements: a deadline moves
+// only with an extension a failover would keep. A call the master
+// redirects goes again, alone, where it is sent (sendAcknowledged).
 func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) []error {
 	if h.ack.n == 0 {
 		sendScripts(ctx, &h.c.fns, rdb, calls)
@@ -216,24 +194,22 @@ func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
 
 func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	l := h.lease
-	// Bounded whatever ctx, so that the release's mark outlives every copy
-	// of it whose reply this Unlock could read (see releaseMarkLife).
+	// Bounded whatever ctx: the release's mark outlives every copy of it
+	// whose reply this Unlock could read (releaseMarkLife).
 	if ctx.Done() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, releaseMarkLife)
 	defer cancel()
-	// The mark is named at release, not kept from the grant: a held lease
-	// costs a Client's memory for as long as it is held (see 10000Held).
-	last := make([]string, 1, 2) // room for a tombstone
-	last[0] = releaseMark(h.mark, h.owner)
+	// Named now, not kept from the grant: a held lease costs memory as long
+	// as it is held (BenchmarkLease_10000Held).
+	last := append(make([]string, 0, 2), releaseMark(h.keys[0], h.owner)) // room for a tombstone
 	void := rule == voidAlways || (rule == voidIfCopied && h.maybeCopied)
-	if void && h.tombstone != "" { // the tombstone is release's last KEY
+	if void && h.tombstone != "" {
 		last = append(last, h.tombstone)
 	}
-	// The tombstone's lifetime is a place-holder when none is written; the
-	// hold's tokens tell a hold a late copy of its grant took anew
-	// (minted_anew in common.lua).
+	// Without a tombstone, the hold's tokens tell a hold a late copy of its
+	// grant took anew (minted_anew in common.lua).
 	publish, err := h.c.publishArgFor(ctx)
 	ok := false
 	if err == nil {
@@ -247,9 +223,8 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	}
 	h.c.rights.refused(err)
 	if isPublishRefused(err) && h.group == nil {
-		// A lock's release publishes after its writes: the hold is released
-		// (handed over), only the wake-up was refused. (A MultiLock's
-		// publishes part by part, so its later parts may be held still.)
+		// A lock's release publishes after its writes: only the wake-up was
+		// refused. (A MultiLock's publishes part by part: not so.)
 		return nil, fmt.Errorf("%w: %q released, but its waiters could not be told (grant the lock's channels): %w", ErrPermission, l.name, err)
 	}
 	if err != nil {
@@ -267,7 +242,7 @@ func (h *clientHold) renewAt(at time.Time) {
 		h.c.renewer.remove(h)
 		return
 	}
-	h.c.renewer.reschedule(h, at)
+	h.c.renewer.schedule(h, at)
 }
 
 func (h *clientHold) addTokens(tokens map[string]uint64) {

@@ -25,8 +25,7 @@ const (
 	coalesceBatch   = 256 // scripts in one pipeline at most
 )
 
-// queuedCall is a call waiting for the next flight; done is closed once
-// its reply is in.
+// queuedCall waits for the next flight; done is closed once its reply is in.
 type queuedCall struct {
 	scriptCall
 	done chan struct{}

@@ -43,8 +43,7 @@ func (h *handle) check(ctx context.Context) error {
 	return h.c.usable(ctx)
 }
 
-// acquire is TryLock (try) or Lock of any type: the checks before any I/O,
-// then take.
+// acquire is TryLock (try) or Lock of any type: the checks, then take.
 func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
@@ -52,8 +51,7 @@ func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCa
 	return h.take(ctx, kind, try, newCall)
 }
 
-// take makes a call (newCall's) try once, or wait for the lock (see
-// acquireBy).
+// take has newCall's call try once, or wait for the lock (see acquireBy).
 func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
 		if try {
@@ -97,23 +95,24 @@ type acquireSpec struct {
 
 	head, rest              []any // "evalsha", SHA, number of KEYS, keys[0]; keys[1]
 	ttl, registration, info any   // scripts.Acquire's TTL and WaiterTTL, the holder info
-	takenBy                 any   // the read-write scripts': the type a hold is taken by (see takenBy)
+	takenBy                 any   // the read-write scripts': the type a write hold is taken by
 }
 
 // boxed finishes s for h: its command's parts and its lease's release
 // command up to the release mark (see clientHold.release), boxed once.
 func (h *handle) boxed(s acquireSpec) *acquireSpec {
-	ttl, _ := h.cfg.holdTTL()
+	ttl, renew := h.cfg.holdTTL()
 	var b boxer
-	s.head = b.command(s.script, s.keys[0], 1+len(s.keys[1]))
+	name, id := scriptHead(s.script)
+	head := append(make([]any, 0, 3+len(s.keys[0])), name, id, len(s.keys[0])+1+len(s.keys[1]))
+	s.head = b.keys(head, s.keys[0])
 	s.rest = b.keys(nil, s.keys[1])
 	s.ttl, s.registration, s.info = boxMillis(ttl), boxMillis(waiterLease(h.cfg.waiterRefresh)), h.cfg.holderInfo
 	if s.lease.name == "" {
 		s.lease.name = h.name
 	}
-	s.lease.cfg, s.lease.mark = h.cfg, s.lease.keys[0] // the (first) lock's key
+	s.lease.cfg = h.cfg
 	s.lease.relKeys = b.keys(make([]any, 0, len(s.releaseKeys)), s.releaseKeys)
-	_, renew := h.cfg.holdTTL()
 	s.lease.rules = leaseRules{log: h.cfg.logger, drift: h.cfg.drift, renew: renew, renewer: h.c.renewer}
 	return &s
 }
@@ -147,13 +146,6 @@ func (b *boxer) keys(argv []any, keys []string) []any {
 	return argv
 }
 
-// command is script's FCALL up to keys, with more KEYS to come.
-func (b *boxer) command(script *redis.Script, keys []string, more int) []any {
-	argv := make([]any, 0, 3+len(keys))
-	name, id := scriptHead(script)
-	return b.keys(append(argv, name, id, len(keys)+more), keys)
-}
-
 var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}, boxed once per process
 
 // scriptHead is how a command of script starts: FCALL and its function,
@@ -161,18 +153,13 @@ var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}, boxed onc
 func scriptHead(script *redis.Script) (name, id any) {
 	ids := boxedIDsOf(script)
 	if ids[0] == nil {
-		return boxedEvalsha, ids[1]
+		return "evalsha", ids[1]
 	}
-	return boxedFcall, ids[0]
+	return "fcall", ids[0]
 }
-
-// The command names, boxed once: a string variable put in an argv allocates.
-var boxedFcall, boxedEvalsha any = "fcall", "evalsha"
 
 // boxedHash is script's SHA, boxed once.
-func boxedHash(script *redis.Script) any {
-	return boxedIDsOf(script)[1]
-}
+func boxedHash(script *redis.Script) any { return boxedIDsOf(script)[1] }
 
 func boxedIDsOf(script *redis.Script) [2]any {
 	if v, ok := boxedIDs.Load(script); ok {

@@ -11,8 +11,8 @@ import (
 )
 
 // holdLock is what ReentrantMutex and RWMutex share: holds counted per owner
-// and mode, each hold (each Lease) expiring on its own on the server's
-// clock. internal/scripts/rw_lib.lua describes the state in Redis.
+// and mode, each Lease's expiring on its own on the server's clock.
+// internal/scripts/rw_lib.lua describes the state in Redis.
 type holdLock struct {
 	handle
 	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
@@ -38,23 +38,25 @@ var rwKind = &leaseKind{
 }
 
 func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option) holdLock {
-	scope := forRWMutex
+	// A write hold stores for Describe the type that took it: a
+	// ReentrantMutex's mark, or nothing for an RWMutex.
+	scope, takenBy := forRWMutex, any("")
 	if writeKind == observe.KindReentrant {
-		scope = forReentrant
+		scope, takenBy = forReentrant, reentrantMark
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
 	h.owner, h.heldKey = h.cfg.owner, heldKey(h.keys.lock)
 	lay := newKeyLists(h.keys)
 	acquire, release := lay.add(scripts.LayoutOf(scripts.RWAcquire)), lay.add(scripts.LayoutOf(scripts.RWRelease))
 	abandon, inspect := lay.add(scripts.LayoutOf(scripts.RWAbandon)), lay.add(scripts.LayoutOf(scripts.RWInspect))
-	extend := lay.add(rwExtendLayout)
-	writers, readers := lay.add(rwWritersChannel), lay.add(rwReadersChannel)
+	extend := lay.add(scripts.RWLayout.Before("WWAIT")) // RWExtend's and RWTTL's KEYS
+	writers, readers := lay.add(scripts.RWLayout.Only("WCHAN")), lay.add(scripts.RWLayout.Only("RCHAN"))
 	h.inspectKeys = lay.list(inspect)[0]
 	if h.err != nil {
 		return h
 	}
 	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy(writeKind),
+		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy,
 		keys: lay.list(acquire), abandonKeys: lay.list(abandon),
 		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
 		releaseKeys: lay.list(release)[0],
@@ -62,18 +64,10 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 	h.write.lease.rules.heldKey = h.heldKey
 	// Reads send what writes send; only the waiters' channel differs.
 	read := *h.write
-	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], noType
+	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], ""
 	h.read = &read
 	return h
 }
-
-// Parts of scripts.RWLayout: the KEYS of an extension (RWExtend, RWTTL),
-// and the channels writers and readers wait on.
-var (
-	rwExtendLayout   = scripts.RWLayout.Before("WWAIT")
-	rwWritersChannel = scripts.RWLayout.Only("WCHAN")
-	rwReadersChannel = scripts.RWLayout.Only("RCHAN")
-)
 
 // Owner returns the owner id given to [WithOwner], or "" when there was
 // none: then the context of each call says who the owner is.
@@ -81,11 +75,15 @@ func (h *holdLock) Owner() string { return h.owner }
 
 // acquire is TryLock (try) or Lock, in mode.
 func (h *holdLock) acquire(ctx context.Context, mode byte, try bool) (*Lease, error) {
-	kind := h.writeKind
+	kind, spec := h.writeKind, h.write
 	if mode == modeRead {
-		kind = observe.KindRead
+		kind, spec = observe.KindRead, h.read
 	}
-	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call { return h.call(ctx, mode) })
+	return h.handle.acquire(ctx, kind, try, func(ctx context.Context) *call {
+		owner := h.ownerFor(ctx)
+		a := &holdCall{mode: mode, ownerID: owner, newOwner: owner == ""}
+		return a.begin(&h.handle, spec, a)
+	})
 }
 
 // holdCall is one TryLock or Lock call of a holdLock in one mode.
@@ -94,15 +92,6 @@ type holdCall struct {
 	mode     byte
 	ownerID  string // who the call acquires for (see holdLock.ownerFor)
 	newOwner bool   // an owner of its own: each start draws its owner id too
-}
-
-func (h *holdLock) call(ctx context.Context, mode byte) *call {
-	owner, spec := h.ownerFor(ctx), h.write
-	if mode == modeRead {
-		spec = h.read
-	}
-	a := &holdCall{mode: mode, ownerID: owner, newOwner: owner == ""}
-	return a.begin(&h.handle, spec, a)
 }
 
 // fresh draws a new hold id and tombstone. The hold's member is mode, hold
@@ -122,19 +111,8 @@ func (a *holdCall) request(waiterID string, _ any) ([]any, string) {
 	return command(&a.call, waiterID, scripts.RWAcquireArgs{Acquire: a.shared(waiterID), Info: a.spec.info, TakenBy: a.spec.takenBy}), waiterID
 }
 
-// takenBy is what a write hold of kind stores for Describe: a
-// ReentrantMutex's mark, or nothing for an RWMutex. Boxed once.
-func takenBy(kind observe.Kind) any {
-	if kind == observe.KindReentrant {
-		return reentrantType
-	}
-	return noType
-}
-
 // reentrantMark is the mark's value in Redis, whatever the Go names.
 const reentrantMark = "ReentrantMutex"
-
-var reentrantType, noType any = reentrantMark, ""
 
 func (a *holdCall) entry(waiterID string) string { return waiterID }
 
@@ -154,7 +132,7 @@ type holdState struct {
 	writersWaiting, readersWaiting int
 	writeToken, lastToken          uint64
 	holders                        []admin.Holder
-	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see takenBy)
+	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see newHoldLock)
 }
 
 // inspect runs rw_inspect.lua, as seen by the owner a call with ctx acts as.

@@ -21,13 +21,13 @@ type Lease struct {
 	token uint64
 	hold  hold         // where the lock is held, and how: all the rest is the lifecycle's
 	rules leaseRules   // its handle's (copied: a lease keeps no handle alive)
-	clock *clock.Clock // what it reads the time from: nil, the machine's; its Client's or Redlock's (see internal/clock)
+	clock *clock.Clock // its Client's or Redlock's; nil: the machine's
 
 	unlockMu sync.Mutex // one Unlock at a time, so their outcomes are not crossed
 
 	// extendMu keeps one extension in flight, so the deadline follows the
-	// replies in order. Redis may apply them in another order, so renewals
-	// only lengthen (see shortens).
+	// replies in order. Redis may apply them out of order: renewals only
+	// lengthen (see shortens).
 	extendMu ctxMutex
 
 	mu       sync.Mutex
@@ -42,30 +42,26 @@ type Lease struct {
 	obs atomic.Pointer[leaseObs] // nil without an Observer (see hooks.watch)
 }
 
-// hold is where a lease's lock is held and how it is extended, read and
-// given back: a clientHold (clienthold.go), a redlockHold on a Redlock's
-// nodes (redlock_lease.go) or a partsHold of a MultiLock's groups
+// hold is where a lease's lock is held: a clientHold (clienthold.go), a
+// redlockHold (redlock_lease.go) or a MultiLock's partsHold
 // (multilease.go). The Lease runs one lifecycle over each.
 type hold interface {
 	// extend asks once that the hold be kept ttl from now. An Extend (sent
 	// at extending) may shorten it, a renewal (zero extending) only
-	// lengthens. loss, when Redis refused, ends the lease; err alone: the
-	// outcome is unknown.
+	// lengthens. loss ends the lease; err alone: the outcome is unknown.
 	extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error)
-	// ttl is [Lease.TTL] of a lease held as far as it knows.
-	ttl(ctx context.Context) (time.Duration, error)
+	ttl(ctx context.Context) (time.Duration, error) // Lease.TTL, once heldLocally
 	// release gives the hold back, with the call's tombstone as rule says;
 	// loss is what the lease ends with: nil when released.
 	release(ctx context.Context, rule voidRule) (loss, err error)
-	// renewAt has the hold renewed at at, unless the lease ended or is
-	// being released meanwhile; a zero at stops its renewals.
+	// renewAt has the hold renewed at at, unless the lease is ending or
+	// being released by then; a zero at stops its renewals.
 	renewAt(at time.Time)
 	addTokens(tokens map[string]uint64)
 }
 
 // start runs the lease from a grant or extension sent at sent, for validity:
-// the deadline timer, and the renewals of an auto-renewed lease, the first
-// a third of the way through.
+// the deadline timer, and an auto-renewed lease's first renewal at a third.
 func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(l.nextCheck(l.clock.Now()), l.checkDeadline)
@@ -73,23 +69,21 @@ func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.renewAt(sent.Add(validity / 3))
 }
 
-// renewAt has an auto-renewed lease's hold renewed at at (a zero at stops
-// its renewals); a lease with a fixed lease time is never renewed.
+// renewAt is hold.renewAt for an auto-renewed lease; a fixed one never renews.
 func (l *Lease) renewAt(at time.Time) {
 	if l.rules.renew {
 		l.hold.renewAt(at)
 	}
 }
 
-// errGrantExpired: a late grant could not be confirmed in time. A waiting
+// errGrantExpired: a late grant could not be confirmed in time; a waiting
 // Lock attempts again.
 var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confirmed (a slow link?)", ErrNotAcquired)
 
-// confirmGrant extends an unconfirmed grant to its TTL and starts it; a
-// lease confirmed already is left as it is. The extension counts only if
-// answered before the grant's deadline: later, a late copy of the attempt
-// may have retaken the lock with a newer token (docs/SAFETY.md). A
-// hand-over is not judged so (issue 17, open).
+// confirmGrant extends an unconfirmed grant to its TTL and starts it. The
+// extension counts only if answered before the grant's deadline: later, a
+// late copy of the attempt may have retaken the lock with a newer token
+// (docs/SAFETY.md). A hand-over is not judged so (issue 17, open).
 func (l *Lease) confirmGrant(ctx context.Context) error {
 	l.mu.Lock()
 	state := l.state
@@ -123,14 +117,6 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	return nil
 }
 
-// handOver marks a grant that came with a release's hand-over (see
-// leaseHandedOver); a grant confirmed already stays as it is.
-func (l *Lease) handOver() {
-	l.mu.Lock()
-	l.step(leaseHandedOver)
-	l.mu.Unlock()
-}
-
 // grantLapsed reports whether an unconfirmed grant's deadline has passed.
 func (l *Lease) grantLapsed() bool {
 	l.mu.Lock()
@@ -139,7 +125,7 @@ func (l *Lease) grantLapsed() bool {
 }
 
 // shortens is the extend scripts' Shorten from Lease.Extend; renewals send
-// lengthens, so a late one cannot cut a longer Extend short.
+// lengthens, so a late one cannot cut an Extend short.
 const shortens, lengthens = "1", "0"
 
 // validUntil is how long a hold sent at sent, for ttl, can be counted on.
@@ -166,19 +152,11 @@ func (l *Lease) Tokens() map[string]uint64 {
 }
 
 // Done returns a channel that is closed when the lease ends: released or lost.
-// It is made on first use: most leases are never waited on.
 func (l *Lease) Done() <-chan struct{} {
 	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	sig := l.signal()
-	if sig.done == nil {
-		sig.done = make(chan struct{})
-		if l.finished() {
-			close(sig.done)
-		}
-	}
-	return sig.done
+	return made(&l.signal().done, l.finished())
 }
 
 // Err returns nil while the lease is held and after it was released; an error
@@ -227,9 +205,8 @@ func (l *Lease) Context(parent context.Context) context.Context {
 		parent = context.WithValue(parent, key, l.hold) // see ownerFor
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	if key := l.whenEnded(func(err error) { cancel(err) }); key != nil {
-		// Forget it when parent ends first: a long lease collects none.
-		context.AfterFunc(ctx, func() {
+	if key := l.whenEnded(cancel); key != nil {
+		context.AfterFunc(ctx, func() { // parent ended first: a long lease collects no callbacks
 			l.mu.Lock()
 			delete(l.signals.onEnd, key)
 			l.mu.Unlock()
@@ -239,8 +216,7 @@ func (l *Lease) Context(parent context.Context) context.Context {
 }
 
 // whenEnded calls f with the lease's end (context.Canceled for a release)
-// once it ends, and returns its key in onEnd; if it has ended, at once, and
-// returns nil.
+// once it ends, and returns its key in onEnd; if ended, at once, with nil.
 func (l *Lease) whenEnded(f func(error)) *func(error) {
 	l.mu.Lock()
 	if l.finished() {
@@ -297,7 +273,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		l.refusedWith(loss)
 		return err
 	case err != nil:
-		return err // counted on no more than it may have left (see inDoubt)
+		return err // counted on for no more than it may have left (inDoubt)
 	}
 	return l.confirmed(sent, ttl)
 }
@@ -325,8 +301,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.unlock(ctx, voidIfCopied)
 }
 
-// giveUp is Unlock for a lease its call will not return: the release also
-// writes the call's tombstone, so a late copy of the attempt takes nothing.
+// giveUp is Unlock for a lease its call will not return: the release writes
+// the call's tombstone too, so a late copy of the attempt takes nothing.
 func (l *Lease) giveUp(ctx context.Context) error { return l.unlock(ctx, voidAlways) }
 
 // voidRule says whether a release writes its call's tombstone.
@@ -353,9 +329,7 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 		<-l.Done() // ending lost meanwhile: released once it has ended
 	}
 	if err == nil {
-		l.mu.Lock()
-		l.step(leaseReleased)
-		l.mu.Unlock()
+		l.stepLocked(leaseReleased)
 	}
 	return err
 }
@@ -366,8 +340,8 @@ func (l *Lease) ended() bool {
 	return l.finished()
 }
 
-// heldLocally says whether the lease may still hold the lock as far as this
-// process knows; an ended lease is not extended or inspected.
+// heldLocally is nil while the lease may hold the lock as far as this
+// process knows: an ended lease is not extended or inspected.
 func (l *Lease) heldLocally() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -377,8 +351,8 @@ func (l *Lease) heldLocally() error {
 	return nil
 }
 
-// end closes the lease once, with err nil for a release, and reports
-// whether this call did. A loss is logged before Done closes.
+// end ends the lease once, with err nil for a release, and reports whether
+// this call did. A loss is logged before Done closes.
 func (l *Lease) end(err error) bool { return l.endTelling(err, renewalReport{}) }
 
 // endTelling is end with first, the Renewal report that found the loss,

@@ -27,9 +27,7 @@ const (
 	leaseReleased
 )
 
-// leaseSteps are the legal steps, as bit sets of the states each state
-// may go to: a lease ends from any state before leaseEnding, and only an
-// Unlock that released marks it released.
+// leaseSteps are the legal steps: each state's next states, as a bit set.
 var leaseSteps = [...]uint8{
 	leaseUnconfirmed: 1<<leaseHandedOver | 1<<leaseHeld | 1<<leaseReleasing | 1<<leaseEnding,
 	leaseHandedOver:  1<<leaseHeld | 1<<leaseReleasing | 1<<leaseEnding,
@@ -50,18 +48,23 @@ func (l *Lease) step(next leaseState) bool {
 	return true
 }
 
+// stepLocked is step under l.mu.
+func (l *Lease) stepLocked(next leaseState) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.step(next)
+}
+
 func (l *Lease) finished() bool { return l.state >= leaseEnded }
 
-// releasing reports whether an Unlock began or the lease is ending: its
-// renewals no longer count.
+// releasing: an Unlock began or the lease is ending; renewals don't count.
 func (l *Lease) releasing() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state >= leaseReleasing
 }
 
-// leaseRules are what the leases of one handle (or RedlockMutex) have in
-// common.
+// leaseRules are what the leases of one handle (or RedlockMutex) share.
 type leaseRules struct {
 	log     *slog.Logger
 	drift   float64
@@ -98,6 +101,17 @@ func (l *Lease) signal() *leaseSignals {
 		l.signals = &leaseSignals{}
 	}
 	return l.signals
+}
+
+// made is *ch, made on first use, closed if it is made after the fact.
+func made(ch *chan struct{}, closed bool) chan struct{} {
+	if *ch == nil {
+		*ch = make(chan struct{})
+		if closed {
+			close(*ch)
+		}
+	}
+	return *ch
 }
 
 // risky reports whether the lease is at risk or lost; l.mu must be held.

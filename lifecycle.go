@@ -31,8 +31,7 @@ func (l *Lease) deadlineLoss() error {
 	return errRanOut
 }
 
-// lostError is how a lease ended lost: it matches [ErrLeaseLost] and its
-// [LossReason].
+// lostError is a lease's loss: it matches [ErrLeaseLost] and its [LossReason].
 type lostError struct {
 	reason LossReason
 	detail string
@@ -66,10 +65,10 @@ func (l *Lease) refusedWith(err error) {
 	}
 }
 
-// confirmed sets the deadline after Redis confirmed an extension to ttl
-// sent at sent (the caller holds extendMu), and has the next renewal due
-// ttl/3 after sent. The deadline may move in as well as out. One that has
-// passed is not moved: the lease was reported lost and stays so.
+// confirmed moves the deadline, in or out, after Redis confirmed an
+// extension to ttl sent at sent (the caller holds extendMu); the next
+// renewal is due ttl/3 after sent. A passed deadline stays: the lease was
+// reported lost.
 func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	l.mu.Lock()
 	if l.finished() {
@@ -128,9 +127,8 @@ func (l *Lease) deadlineMoved() {
 	}
 }
 
-// leftAt is how long the lease has left at now, by whichever clock ends
-// first; l.mu must be held. After a suspension only the wall clock knows
-// that Redis's TTL ran on.
+// leftAt is the time left at now by whichever clock ends first: after a
+// suspension only the wall clock knows Redis's TTL ran on. l.mu held.
 func (l *Lease) leftAt(now time.Time) time.Duration {
 	return min(l.deadline.Sub(now), l.clock.Wall(l.deadline).Sub(l.clock.Wall(now)))
 }
@@ -208,24 +206,16 @@ func (l *Lease) AtRisk() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sig := l.signal()
-	if sig.risk == nil {
-		sig.risk = make(chan struct{})
-		if sig.risky {
-			close(sig.risk)
-		}
-	}
-	return sig.risk
+	return made(&sig.risk, sig.risky)
 }
 
 // setRisky marks the lease at risk once; l.mu must be held.
 func (l *Lease) setRisky() {
-	sig := l.signal()
-	if sig.risky {
-		return
-	}
-	sig.risky = true
-	if sig.risk != nil {
-		close(sig.risk)
+	if sig := l.signal(); !sig.risky {
+		sig.risky = true
+		if sig.risk != nil {
+			close(sig.risk)
+		}
 	}
 }
 
@@ -238,8 +228,7 @@ func (l *Lease) markRisky() {
 	}
 }
 
-// extendBusyRetry is how soon a renewal skipped for an Extend in flight is
-// tried again.
+// extendBusyRetry is how soon a renewal skipped for an Extend retries.
 const extendBusyRetry = 5 * time.Millisecond
 
 // lockForRenewal takes extendMu for a renewal, unless an Extend is in
@@ -259,9 +248,8 @@ func (l *Lease) lockForRenewal() bool {
 }
 
 // renewalAnswered applies the answer to a renewal sent at sent (the caller
-// holds extendMu): confirmed, the next is due ttl/3 on; refused, the lease
-// is lost; failed, it is retried well before the deadline. It returns the
-// observer's report for the caller to tell after releasing extendMu.
+// holds extendMu): refused, the lease is lost; failed, it is retried well
+// before the deadline. Its report is told after extendMu is released.
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
 	ob := l.observer()
 	var due time.Time

@@ -47,8 +47,7 @@ func redisIdentity(rdb redis.UniversalClient) string {
 	case *redis.Client:
 		o := r.Options()
 		if o.Addr == "" || o.Addr == "FailoverClient" {
-			// A Sentinel client: the master it follows is not in its
-			// options.
+			// A Sentinel client: its options do not name its master.
 			return fmt.Sprintf("client %p", r)
 		}
 		return fmt.Sprintf("standalone %s %s db %d", o.Network, o.Addr, o.DB)

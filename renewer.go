@@ -13,10 +13,9 @@ import (
 )
 
 // renewer keeps every auto-renewed lease of a Client alive with one
-// goroutine: a heap ordered by when each is due. Leases due together go as
-// one pipeline per node, each on a goroutine of its own, so a stalled node
-// holds up only its own leases. The loop runs only while there are leases
-// to renew or renewals in flight.
+// goroutine over a heap ordered by due time. Leases due together go as one
+// pipeline per node, each on a goroutine of its own, so a stalled node
+// holds up only its own leases. The loop runs only while it has work.
 type renewer struct {
 	c *Client
 
@@ -24,9 +23,9 @@ type renewer struct {
 	due       leaseHeap
 	running   bool
 	closed    bool
-	kick      chan struct{} // a lease became due earlier than the loop sleeps
-	wakeAt    time.Time     // when the sleeping loop wakes by itself (zero: awake); a lease due no earlier needs no kick
-	idleSince time.Time     // when the loop last found nothing to renew (zero: it has something)
+	kick      chan struct{} // a lease became due before wakeAt
+	wakeAt    time.Time     // when the sleeping loop wakes by itself (zero: awake)
+	idleSince time.Time     // when the loop last found nothing to renew (zero: busy)
 	inFlight  int           // batches sent and not yet answered
 	wg        sync.WaitGroup
 
@@ -46,9 +45,14 @@ func newRenewer(c *Client) *renewer {
 	return &renewer{c: c, kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
 
-// schedule sets h's next renewal to at, and wakes or starts the loop if it
-// would not renew it in time; r.mu must be held.
+// schedule sets h's next renewal to at, unless its lease is ending or the
+// renewer was closed, and wakes or starts the loop if it would be late.
 func (r *renewer) schedule(h *clientHold, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || h.lease.releasing() { // released, or ended
+		return
+	}
 	h.nextRenew = at
 	if h.heapIndex >= 0 {
 		heap.Fix(&r.due, h.heapIndex)
@@ -86,8 +90,7 @@ func (r *renewer) close(deadline time.Time) {
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
-	// A batch on a stalled server may not see the cancel (no read timeout):
-	// wait for it until deadline.
+	// A batch on a stalled server (no read timeout) may miss the cancel.
 	stopped := make(chan struct{})
 	go func() {
 		r.wg.Wait()
@@ -134,8 +137,7 @@ func (r *renewer) loop() {
 }
 
 // takeDue pops the leases due by now (with slack), or says how long to
-// sleep, or that the loop is idle and ends (marked so under r.mu, which
-// schedule starts one under).
+// sleep, or that the loop ends (marked under r.mu, as schedule reads it).
 func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -158,24 +160,19 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 		return nil, 0, true
 	}
 	r.idleSince = time.Time{}
-	for len(r.due) > 0 {
-		next := r.due[0]
-		if next.nextRenew.After(now.Add(renewSlack(next.lease.currentTTL()))) {
-			if len(batch) == 0 {
-				r.wakeAt = next.nextRenew
-				return nil, next.nextRenew.Sub(now), false
-			}
-			break
-		}
-		heap.Pop(&r.due)
-		batch = append(batch, next)
+	for len(r.due) > 0 && !r.due[0].nextRenew.After(now.Add(renewSlack(r.due[0].lease.currentTTL()))) {
+		batch = append(batch, heap.Pop(&r.due).(*clientHold))
+	}
+	if len(batch) == 0 {
+		r.wakeAt = r.due[0].nextRenew
+		return nil, r.wakeAt.Sub(now), false
 	}
 	return batch, 0, false
 }
 
 // sendByNode sends the due leases' renewals as one batch per master and
-// replica rule: a cluster pipeline waits for every node it writes to, so
-// one batch for all made a stalled node cost the healthy ones' leases.
+// replica rule, each on a goroutine of its own: a cluster pipeline waits
+// for every node it writes to, so a stalled node would cost the others.
 func (r *renewer) sendByNode(due []*clientHold) {
 	type batchKey struct {
 		node redis.UniversalClient
@@ -190,27 +187,22 @@ func (r *renewer) sendByNode(due []*clientHold) {
 		key := batchKey{node, h.ack}
 		byNode[key] = append(byNode[key], h)
 	}
+	r.mu.Lock()
+	r.inFlight += len(byNode)
+	r.mu.Unlock()
+	r.wg.Add(len(byNode)) // the loop's own count keeps close's Wait from returning first
 	for _, batch := range byNode {
-		r.sendBatch(batch)
+		go func() {
+			defer r.wg.Done()
+			r.renew(r.ctx, batch)
+			r.mu.Lock()
+			r.inFlight--
+			r.mu.Unlock()
+		}()
 	}
 }
 
-// sendBatch renews one node's batch on a goroutine of its own.
-func (r *renewer) sendBatch(batch []*clientHold) {
-	r.mu.Lock()
-	r.inFlight++
-	r.mu.Unlock()
-	r.wg.Add(1) // the loop's own count keeps close's Wait from returning first
-	go func() {
-		defer r.wg.Done()
-		r.renew(r.ctx, batch)
-		r.mu.Lock()
-		r.inFlight--
-		r.mu.Unlock()
-	}()
-}
-
-// renew sends one batch and applies each answer (see renewalAnswered),
+// renew sends one node's batch and applies each answer (renewalAnswered),
 // leaving out a lease lockForRenewal refuses.
 func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	batch := due[:0]
@@ -268,17 +260,6 @@ func renewalLoss(err error) error {
 		return errRenewalRefused
 	}
 	return nil
-}
-
-// reschedule sets h's next renewal to at, unless its lease is ending or
-// the renewer was closed.
-func (r *renewer) reschedule(h *clientHold, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || h.lease.releasing() { // released, or ended
-		return
-	}
-	r.schedule(h, at)
 }
 
 // leaseHeap orders holds by next renewal; it implements heap.Interface.

@@ -15,50 +15,41 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// handOver is what a release that handed a waiter the lock told it:
-// "[ref:]fence:px" (see hand_next.lua and fair_lib.lua).
+// handOver is a release's word to the waiter it handed the lock:
+// "[ref:]fence:px" (hand_next.lua, fair_lib.lua).
 type handOver struct {
-	ref   string        // what the type sends before the token (a Mutex: the attempt it answers)
-	token uint64        // the fencing token minted for the waiter
+	ref   string        // what precedes the token (a Mutex: the attempt it answers)
+	token uint64        // the waiter's fencing token
 	valid time.Duration // how long the hand-over holds the lock
 }
 
 // parseHandOver reads a release's word; ok is false for anything else.
 func parseHandOver(grant string) (h handOver, ok bool) {
-	rest, px, found := cutLast(grant)
-	if !found {
+	px := strings.LastIndexByte(grant, ':')
+	if px < 0 {
 		return h, false
 	}
-	ref, fence, _ := cutLast(rest)
-	token, err1 := strconv.ParseUint(fence, 10, 64)
-	ms, err2 := strconv.ParseInt(px, 10, 64)
+	fence := strings.LastIndexByte(grant[:px], ':') // -1: no ref
+	token, err1 := strconv.ParseUint(grant[fence+1:px], 10, 64)
+	ms, err2 := strconv.ParseInt(grant[px+1:], 10, 64)
 	if err1 != nil || err2 != nil || ms <= 0 {
 		return h, false
 	}
-	return handOver{ref: ref, token: token, valid: time.Duration(ms) * time.Millisecond}, true
+	return handOver{ref: grant[:max(fence, 0)], token: token, valid: time.Duration(ms) * time.Millisecond}, true
 }
 
-// cutLast splits s around its last colon; without one, all of s is after.
-func cutLast(s string) (before, after string, found bool) {
-	i := strings.LastIndexByte(s, ':')
-	return s[:max(i, 0)], s[i+1:], i >= 0
-}
-
-// waiterLeaseRefreshes is how many refreshes a registration lasts: a
-// waiter that misses one or two keeps its place.
+// waiterLeaseRefreshes is how many refreshes a registration lasts
+// unrenewed (waiterLease): a waiter that misses one or two keeps its place.
 const waiterLeaseRefreshes = 3
 
-// waiterLease is how long a registration lasts without renewal.
 func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefreshes * refresh }
 
-// noExpiryRetry bounds a wait on a hold with no TTL (made persistent by
-// someone else).
+// noExpiryRetry bounds a wait on a hold someone else made persistent.
 const noExpiryRetry = time.Second
 
-// unread is the time left a Mutex's acquire tells a call's first
-// registration behind other waiters: not read. The call takes the TTL it
-// asks for as the holder's, the best guess it has: those ahead may be
-// dead, and then nobody else tries again as the hold runs out.
+// unread is the time left a Mutex's acquire tells a first registration
+// behind other waiters. The call waits its own TTL instead: those ahead
+// may be dead, and then nobody else retries as the hold runs out.
 const unread = -3 * time.Millisecond
 
 // tryOnce is TryLock: one attempt, never a wait.
@@ -66,7 +57,7 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: a.client(), ctx: ctx, a: a, answered: time.Now()}
+	wt := waiting{c: a.h.c, ctx: ctx, a: a, answered: time.Now()}
 	l, left, err := wt.attempt()
 	if err != nil {
 		return nil, wt.ended(acquireError(ctx, err))
@@ -81,31 +72,24 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 }
 
 // keep hands a granted lease to the caller, confirming a late grant first.
-// If the caller's context ended meanwhile, or the confirmation failed, the
-// grant is given back with the call's tombstone (a late copy of the attempt
-// must take nothing) and the error returned.
+// If ctx ended or the confirmation failed, the grant is given back with the
+// call's tombstone, so a late copy of the attempt takes nothing.
 func keep(ctx context.Context, l *Lease) (*Lease, error) {
-	if ctx.Err() == nil {
-		err := l.confirmGrant(ctx)
-		if err == nil {
+	err := ctx.Err()
+	if err == nil {
+		if err = l.confirmGrant(ctx); err == nil {
 			return l, nil
 		}
-		_ = l.giveUp(ctx)
-		return nil, acquireError(ctx, err)
 	}
 	_ = l.giveUp(ctx) // releases whatever ctx; if it fails, the hold expires
-	return nil, acquireError(ctx, nil)
+	return nil, acquireError(ctx, err)
 }
 
-// waitFor is Lock: attempt, and while the lock is held, wait to be woken by
-// a release or for the hold's TTL to run out, then attempt again. A waiter
-// subscribes before the attempt that registers it, so the release that
-// follows, which publishes to one registered waiter, is never missed; a
-// hand-over's word grants without another attempt. The waiter tries again
-// every waiter refresh, keeping its registration alive. Unsubscribed, the
-// first attempt goes without: an uncontended Lock is one round trip. On
-// ErrUnavailable the waiter pauses (Client.pause) and tries again until ctx
-// ends; a subscription lost for good makes it watch anew.
+// waitFor is Lock: attempt; while the lock is held, wait for a release's
+// wake-up, the hold's TTL or the waiter refresh, then attempt again. A
+// waiter subscribes before the attempt that registers it, so no release
+// misses it. The first attempt goes unsubscribed: an uncontended Lock is
+// one round trip. Unavailable Redis makes it pause and retry until ctx ends.
 func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
@@ -128,14 +112,22 @@ func (wt *waiting) run() (*Lease, error) {
 	}
 	defer func() { wt.w.Close() }()
 	if wt.observed != nil {
-		defer wt.leaveOnPanic()
+		// An Observer's panic leaves the line first: a registration left
+		// behind would be handed the lock, held for nobody.
+		defer func() {
+			if r := recover(); r != nil {
+				if wt.waiterID != "" {
+					wt.a.leave(context.WithoutCancel(wt.ctx), wt.waiterID)
+				}
+				panic(r)
+			}
+		}()
 	}
 	return wt.loop()
 }
 
-// ended is what a wait that ended with err returns: if its context ended
-// during an outage, that outage with the context's error, not
-// [ErrNotAcquired]: nothing said the lock was taken.
+// ended is what a wait that ended with err returns: after an outage, the
+// outage, not [ErrNotAcquired]: nothing said the lock was taken.
 func (wt *waiting) ended(err error) error {
 	ctxErr := contextDone(wt.ctx)
 	if wt.outage == nil || ctxErr == nil || !errors.Is(err, ErrNotAcquired) {
@@ -176,9 +168,8 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	return l, retryIn, err
 }
 
-// noteOutage keeps err if Redis is unavailable and forgets it once Redis
-// answered. Another error is an outage if a dial failed since Redis last
-// answered.
+// noteOutage keeps err if Redis is unavailable, or else a dial's failure
+// since Redis last answered; an answer clears it.
 func (wt *waiting) noteOutage(err error) {
 	switch {
 	case err == nil:
@@ -192,11 +183,10 @@ func (wt *waiting) noteOutage(err error) {
 	}
 }
 
-// keep is keep for a call that goes on; neither a lease nor an error when
-// the grant expired unconfirmed or Redis was unavailable. The call goes on
-// under a new token: a resent copy of the give-back would take the next
-// hold of the old one (the explorer's soak seed 1795708793282322346).
-// The give-back is reported as a retry.
+// keep is keep for a call that goes on: (nil, nil) when the grant expired
+// unconfirmed or Redis was unavailable. The call goes on under a new token:
+// a resent copy of the give-back would take the old one's next hold
+// (explorer soak seed 1795708793282322346).
 func (wt *waiting) keep(l *Lease) (*Lease, error) {
 	kept, err := keep(wt.ctx, l)
 	wt.noteOutage(err)
@@ -212,19 +202,16 @@ func (wt *waiting) keep(l *Lease) (*Lease, error) {
 	return kept, err
 }
 
-// unsubscribed makes the first attempt, without a subscription; neither a
-// lease nor an error when the call subscribes and goes on.
+// unsubscribed makes the first attempt, without a subscription: (nil, nil)
+// when the call subscribes and goes on.
 func (wt *waiting) unsubscribed() (*Lease, error) {
-	l, _, err := wt.attempt()
-	if err != nil && !errors.Is(err, ErrUnavailable) { // unavailable: subscribe, then try again
-		return nil, acquireError(wt.ctx, err)
-	}
-	if l != nil {
+	switch l, _, err := wt.attempt(); {
+	case l != nil:
 		return wt.keep(l)
-	}
-	if err != nil {
-		// It may have held the lock until its clean-up.
+	case errors.Is(err, ErrUnavailable): // subscribe, then try again
 		wt.observed.wait(wt.ctx, observe.WaitRetry, err)
+	case err != nil:
+		return nil, acquireError(wt.ctx, err)
 	}
 	return nil, nil
 }
@@ -264,17 +251,6 @@ func (wt *waiting) watchError(err error) error {
 	return err
 }
 
-// leaveOnPanic leaves the line before an Observer's panic goes on: a
-// registration left behind would be handed the lock, held for nobody.
-func (wt *waiting) leaveOnPanic() {
-	if r := recover(); r != nil {
-		if wt.waiterID != "" {
-			wt.a.leave(context.WithoutCancel(wt.ctx), wt.waiterID)
-		}
-		panic(r)
-	}
-}
-
 func (wt *waiting) loop() (*Lease, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -305,8 +281,8 @@ func (wt *waiting) loop() (*Lease, error) {
 		if err != nil {
 			return nil, acquireError(wt.ctx, err)
 		}
-		if moved, err := wt.follow(); moved || err != nil {
-			if err != nil {
+		if ch, moved := wt.a.rewatch(); moved { // listen where the lock in the way is
+			if err := wt.watch(ch); err != nil {
 				return nil, err
 			}
 			continue
@@ -318,14 +294,17 @@ func (wt *waiting) loop() (*Lease, error) {
 }
 
 // register sets the waiter's id once a release can reach it (a call that
-// queues, at once). If its subscription is gone for good (failover, slot
-// move), it leaves first, giving back a hand-over it did not hear, and
-// listens anew.
+// queues, at once). A subscription gone for good (failover, slot move)
+// leaves first, giving back a hand-over it did not hear, and listens anew.
 func (wt *waiting) register() error {
 	queues := wt.a.spec.queues
 	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
 		if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
-			wt.observed.wait(wt.ctx, observe.WaitRetry, handOverUnheard(err))
+			unheard := errHandOverUnheard
+			if err != nil {
+				unheard = fmt.Errorf("%w: %w", errHandOverUnheard, err)
+			}
+			wt.observed.wait(wt.ctx, observe.WaitRetry, unheard)
 		}
 		if err := wt.watch(wt.channel); err != nil {
 			return err
@@ -337,17 +316,7 @@ func (wt *waiting) register() error {
 	return nil
 }
 
-// errHandOverUnheard: leaving after its subscription was lost, a waiter
-// may have given back a hold handed to it unheard.
 var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost may have been held, and was given back")
-
-// handOverUnheard is errHandOverUnheard with the leave's failure, if any.
-func handOverUnheard(err error) error {
-	if err == nil {
-		return errHandOverUnheard
-	}
-	return fmt.Errorf("%w: %w", errHandOverUnheard, err)
-}
 
 // pause waits after an attempt that found Redis unavailable.
 func (wt *waiting) pause(err error) error {
@@ -362,17 +331,7 @@ func (wt *waiting) pause(err error) error {
 	return nil
 }
 
-// follow listens on the channel of the lock in the way, if it changed.
-func (wt *waiting) follow() (moved bool, err error) {
-	ch, moved := wt.a.rewatch()
-	if !moved {
-		return false, nil
-	}
-	return true, wt.watch(ch)
-}
-
-// watch drops the waiter's subscription for a new one on ch, not
-// registered yet.
+// watch drops the waiter's subscription for a new, unregistered one on ch.
 func (wt *waiting) watch(ch string) error {
 	wt.w.Close()
 	next, err := wt.hub.Watch(wt.ctx, ch)
@@ -400,10 +359,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		wt.observed.wait(wt.ctx, observe.WaitRegistered, nil)
 	}
 	timer.Reset(retryIn)
-	var (
-		woken bool
-		stop  error
-	)
+	woken, stop := false, error(nil)
 	select {
 	case <-wt.w.C():
 		woken = true
@@ -416,9 +372,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	// A suspended process acts on what it heard once it resumes.
 	wt.c.clock.Wait()
 	if woken {
-		if l := grantFor(wt.a, wt.w, wt.replicaAck); l != nil {
-			wt.observed.handedOver(wt.ctx, l)
-			l.noteCopies(wt.maybeCopied)
+		if l := wt.granted(); l != nil {
 			if kept, err := wt.keep(l); kept != nil || err != nil {
 				return kept, err
 			}
@@ -465,21 +419,18 @@ func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) 
 // errClosedWaiting ends a wait whose Client was closed.
 var errClosedWaiting = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 
-// grantFor is the lease a wake-up handed to a, if any. Under
-// [WithReplicaAck] none: the next attempt finds the lock ours and waits
-// for the replicas.
-func grantFor(a *call, w *notify.Waiter, replicaAck int) *Lease {
-	grant := w.Grant()
-	if a.grant == nil || grant == "" || replicaAck > 0 {
+// granted is the lease a wake-up handed the call, if any; none under
+// [WithReplicaAck]: the next attempt finds it ours and waits for replicas.
+func (wt *waiting) granted() *Lease {
+	h, ok := parseHandOver(wt.w.Grant()) // taken whatever follows: a grant is read once
+	if !ok || wt.a.grant == nil || wt.replicaAck > 0 {
 		return nil
 	}
-	h, ok := parseHandOver(grant)
-	if !ok {
-		return nil
-	}
-	l := a.grant.granted(h)
+	l := wt.a.grant.granted(h)
 	if l != nil {
-		l.handOver()
+		l.stepLocked(leaseHandedOver) // unless confirmed already
+		wt.observed.handedOver(wt.ctx, l)
+		l.noteCopies(wt.maybeCopied)
 	}
 	return l
 }
