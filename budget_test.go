@@ -427,6 +427,12 @@ func TestCommandBudget_FirstTryARGV(t *testing.T) {
 			mu.Lock()
 			argvs[s] = len(args) - 3 - n
 			mu.Unlock()
+			// An acquire takes its last ARGV for the rights flag.
+			acquire := s == scripts.MutexAcquire || s == scripts.FairAcquire || s == scripts.RWAcquire ||
+				s == scripts.SemAcquire || s == scripts.MultiAcquire || s == scripts.ElectionAcquire
+			if flag := args[len(args)-1]; acquire && flag != "" && flag != scripts.RightsKnown {
+				t.Errorf("%v ends with %q, not a rights flag", args, flag)
+			}
 		}
 	}))
 	c := newClient(t, rdb)
