@@ -387,7 +387,9 @@ func TestRedlock_FailedExtendToAShorterTTLCountsOnTheShorterOne(t *testing.T) {
 // Extend fail with ErrUnavailable, not ErrNotHeld; a majority that
 // answered "not held" is ErrNotHeld.
 func TestRedlock_NodesThatDoNotAnswerAreUnavailableNotNotHeld(t *testing.T) {
-	const nodeTimeout = 100 * time.Millisecond
+	// Long enough for a node that is not paused to answer on a loaded
+	// machine: one that times out too would make the test's answer.
+	const nodeTimeout = 500 * time.Millisecond
 	servers := redistest.StartMasters(t, 3)
 	ctx := ctxFor(t, time.Minute)
 	rl := redlockOver(t, servers, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(nodeTimeout))
@@ -432,8 +434,9 @@ func TestRedlock_NodesThatDoNotAnswerAreUnavailableNotNotHeld(t *testing.T) {
 		_ = lease.Unlock(ctx)
 	}
 
-	// A majority that no longer holds it says so.
-	other, err := rl.Mutex(lockName(t)).Lock(ctx)
+	// A majority that no longer holds it says so; no node is paused, so
+	// they have the default node timeout to answer in.
+	other, err := redlockOver(t, servers, dlock.WithTTL(10*time.Second)).Mutex(lockName(t)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
