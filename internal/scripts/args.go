@@ -248,20 +248,21 @@ func argNames(t reflect.Type) []string {
 
 // argLocals is the Lua that names args' ARGV, as Layout.locals names KEYS.
 func argLocals(args any) string {
-	names := argNames(reflect.TypeOf(args))
+	t := reflect.TypeOf(args)
+	names, unsent := argNames(t), unsentFrom(t)
 	if len(names) == 0 {
 		return ""
 	}
-	t := reflect.TypeOf(args)
 	argv := make([]string, len(names))
 	for i := range names {
 		k := strconv.Itoa(i + 1)
-		argv[i] = "ARGV[" + k + "]"
-		if i >= unsentFrom(t) { // the rights flag is the last: ARGV[k] is sent when before it
-			argv[i] = "(" + k + " < #ARGV and ARGV[" + k + "] or '')"
-		}
-		if i == len(names)-1 && t.Field(t.NumField()-1).Type.Kind() == reflect.Slice {
+		switch {
+		case i == len(names)-1 && t.Field(t.NumField()-1).Type.Kind() == reflect.Slice:
 			argv[i] = k // a list's first index
+		case i >= unsent: // the rights flag is the last: ARGV[k] is sent when before it
+			argv[i] = "(" + k + " < #ARGV and ARGV[" + k + "] or '')"
+		default:
+			argv[i] = "ARGV[" + k + "]"
 		}
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(argv, ", ") + "\n"
