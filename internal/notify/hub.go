@@ -148,12 +148,7 @@ func (h *Hub) Ready(channel string) bool {
 	h.mu.Lock()
 	shards := slices.Collect(maps.Values(h.shards)) // isSubscribed takes sh.mu, which drop holds to take h.mu
 	h.mu.Unlock()
-	for _, sh := range shards {
-		if sh.isSubscribed(channel) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(shards, func(sh *shard) bool { return sh.isSubscribed(channel) })
 }
 
 // Goroutines reports how many subscriber goroutines run (one retiring may

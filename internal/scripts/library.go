@@ -15,27 +15,25 @@ import (
 // EVALSHA script runs it at every call: loaded as one library, the scripts
 // define their helpers once per server. Each script is one function; the
 // prelude's helpers are defined at the top, other helpers in a block of
-// the script's own, where what they read of one call are upvalues. A table a helper keeps is
-// one call's, empty at each call, as under EVALSHA; so are values it keeps
-// (declared nil), nil at each call.
+// the script's own, where what they read of one call are upvalues. A
+// table or values a helper keeps are reset at each call, as under EVALSHA.
 //
 // Every function but an acquire is flagged allow-oom: a full server must
-// not cost a holder its lease nor keep a lock held
-// (TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases). A script
-// that writes nothing is flagged no-writes, so a replica answers it.
-//
-// The library and its functions are named after a hash of its text, so two
-// versions of dlock each call their own during a rolling upgrade.
+// not cost a holder its lease nor keep a lock held. One that writes
+// nothing is flagged no-writes, so a replica answers it. The library and
+// its functions are named after a hash of its text, so two versions of
+// dlock each call their own during a rolling upgrade.
 
 // Library is the source of dlock's function library, for FUNCTION LOAD,
 // and LibraryName its name: "dlock_" and a hash of its text.
 var Library, LibraryName = makeLibrary()
 
-// functionNames are the scripts' function names in Library.
-var functionNames = make(map[*redis.Script]string)
-
-// byName finds a script by its SHA or its function name (see Of).
-var byName = make(map[string]*redis.Script)
+// functionNames are the scripts' function names in Library; byName finds
+// a script by its SHA or its function name (see Of).
+var (
+	functionNames = make(map[*redis.Script]string)
+	byName        = make(map[string]*redis.Script)
+)
 
 // Function is s's function name in Library: FCALL's first argument where
 // EVALSHA's is s's SHA. A script not made here has none ("").
@@ -49,10 +47,8 @@ func Of(name string) *redis.Script {
 	return byName[name]
 }
 
-// assembled are the scripts' parts as assembled, and the list of commands
-// their rights_refused checks (see rightsFor), for the library.
-var assembled = make(map[*redis.Script]assembly)
-
+// assembly is a script's parts as assembled, and the list of commands its
+// rights_refused checks (see rightsFor), for the library.
 type assembly struct {
 	segs   []segment
 	rights string

@@ -1,16 +1,12 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
-// operation. Each file's header states its KEYS, ARGV and return values.
-// The KEYS of each script are in the order of its Layout (layout.go),
-// which names them in Lua (scriptOn) and makes them in Go (LayoutOf); its
-// ARGV are the fields of its struct in args.go, named alike.
-//
-// The scripts are also the functions of one Redis Functions library
-// (library.go), called by FCALL; where Functions are refused, they run by
-// EVALSHA (dlock's evalsha.go does both).
-//
-// What several scripts share is prepended to them here, each getting only
-// the helpers it calls (assemble.go): common.lua and foreign.lua to every
-// script, the *_lib.lua, hand_next.lua and wake_next.lua to their types'.
+// operation, each with a header stating its KEYS, ARGV and replies. A
+// script's KEYS are named by its Layout (layout.go), its ARGV by its struct
+// in args.go, alike in Go and Lua. What scripts share is prepended to them,
+// each getting only the helpers it calls (assemble.go): common.lua and
+// foreign.lua to all, the *_lib.lua, hand_next.lua and wake_next.lua to
+// their types'. The scripts are also the functions of one Redis Functions
+// library (library.go), called by FCALL, or by EVALSHA where Functions are
+// refused (dlock's evalsha.go).
 package scripts
 
 import (
@@ -135,10 +131,6 @@ var readCommands = map[string]bool{
 	"hmget": true, "mget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
-// sources are the scripts' texts, for SCRIPT LOAD in a pipeline (a
-// [redis.Script] keeps its own to itself).
-var sources = make(map[*redis.Script]string)
-
 // rightsList is the list of commands rights_refused (common.lua) checks,
 // as written there, for rightsFor to fill.
 const rightsList = "local SCRIPT_COMMANDS = {}"
@@ -175,11 +167,15 @@ func commandsRun(src string) []string {
 	return names
 }
 
-// layouts are the scripts' layouts, for LayoutOf.
-var layouts = make(map[*redis.Script]Layout)
-
-// argsOf are the scripts' ARGV structs (args.go), for tests.
-var argsOf = make(map[*redis.Script]any)
+// What script keeps of each script: its text, for SCRIPT LOAD in a
+// pipeline (a [redis.Script] keeps its own to itself); its layout, for
+// LayoutOf; its ARGV struct (args.go), for Arg; its assembly, for Library.
+var (
+	sources   = make(map[*redis.Script]string)
+	layouts   = make(map[*redis.Script]Layout)
+	argsOf    = make(map[*redis.Script]any)
+	assembled = make(map[*redis.Script]assembly)
+)
 
 // LayoutOf is the layout of the KEYS s takes, which Go makes s's keys by;
 // for a script on parts (a MultiLock's), those of a group of one lock: its
