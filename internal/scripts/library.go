@@ -124,14 +124,15 @@ const runTimeGlobals = "local register = redis.register_function\n" +
 // bindGlobals starts each function: the locals get their values once.
 const bindGlobals = "if redis == nil then bind() end\n"
 
-// topHelpers are the prelude's helpers the library defines at its top: all
-// but rights_refused, whose list is each script's own, and its callers.
+// topHelpers tells the prelude's helpers the library defines at its top:
+// all but rights_refused, whose list is each script's own, and its callers
+// (a helper calls those defined before it).
 func topHelpers() map[string]bool {
 	top := make(map[string]bool)
 	for _, h := range libraries[prelude] {
 		shared := !strings.Contains(h.code, rightsList)
 		for name := range h.uses {
-			if isDefinedIn(prelude, name) && !top[name] && !slices.Contains(h.names, name) {
+			if atTop, earlier := top[name]; earlier && !atTop {
 				shared = false
 			}
 		}
@@ -253,8 +254,4 @@ func uncommentedLines(code string) string {
 		}
 	}
 	return b.String()
-}
-
-func isDefinedIn(lib, name string) bool {
-	return slices.ContainsFunc(libraries[lib], func(h helper) bool { return slices.Contains(h.names, name) })
 }

@@ -257,28 +257,20 @@ func typeOf(acquire *redis.Script) []*redis.Script {
 // typeScripts are lockTypeScripts and the scripts for any type.
 var typeScripts = append(lockTypeScripts[:len(lockTypeScripts):len(lockTypeScripts)], []*redis.Script{ForceUnlock}, []*redis.Script{Describe})
 
-// companions maps each script to the sources of the first set that lists it.
-var companions = func() map[*redis.Script][]string {
-	of := make(map[*redis.Script][]string)
+// Companions are the sources of the scripts to load, s's among them, when
+// a server does not know s: those of the first set of typeScripts that
+// lists it (s's lock type's). A script not made here (a test's own) has none.
+func Companions(s *redis.Script) []string {
 	for _, set := range typeScripts {
-		texts := make([]string, len(set))
-		for i, s := range set {
-			texts[i] = sources[s]
-		}
-		for _, s := range set {
-			if of[s] == nil {
-				of[s] = texts
+		if slices.Contains(set, s) {
+			texts := make([]string, len(set))
+			for i, c := range set {
+				texts[i] = sources[c]
 			}
+			return texts
 		}
 	}
-	return of
-}()
-
-// Companions are the sources of the scripts to load, s's among them, when
-// a server does not know s: those of s's lock type. A script not made
-// here (a test's own) has none.
-func Companions(s *redis.Script) []string {
-	return companions[s]
+	return nil
 }
 
 // RightsKnown, as an acquire's last ARGV, tells rights_refused (common.lua)
