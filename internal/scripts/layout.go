@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Layout is the order of the KEYS a script takes, written once for Go and
@@ -180,16 +178,13 @@ var RWLayout = Layout{
 }
 
 // AnyLockLayout is the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): RWLayout's, then every other key of
-// the lock types' scripts, each suffix once.
-var AnyLockLayout = anyLockLayout(lockTypeScripts)
-
-// anyLockLayout is RWLayout followed by the keys of sets' scripts whose
-// suffix it lacks, in their order. A suffix's keys agree on their form
-// but for a channel, which may share a key's name (an Election's leader).
-func anyLockLayout(sets [][]*redis.Script) Layout {
+// (describe.lua, force_unlock.lua): RWLayout's, then the keys of the lock
+// types' scripts whose suffix it lacks, in their order. A suffix's keys
+// agree on their form but for a channel, which may share a key's name (an
+// Election's leader).
+var AnyLockLayout = func() Layout {
 	l := RWLayout.Then()
-	for _, set := range sets {
+	for _, set := range lockTypeScripts {
 		for _, s := range set {
 			for _, k := range layouts[s] {
 				i := slices.IndexFunc(l, func(in Key) bool { return in.Suffix == k.Suffix })
@@ -209,7 +204,7 @@ func anyLockLayout(sets [][]*redis.Script) Layout {
 		}
 	}
 	return l
-}
+}()
 
 // anyLockLocals is the Lua that lists l's keys for foreign_lock, by form;
 // held, the keys ForceUnlock removes; tells, {key, kind} of keys Tells.
