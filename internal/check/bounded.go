@@ -10,13 +10,10 @@ import "sync"
 type Bounded struct {
 	Limit int
 
-	mu        sync.Mutex
-	inside    int
-	most      int
-	over      int
-	completed int
-	seen      map[uint64]bool
-	repeated  int
+	mu     sync.Mutex
+	inside int
+	seen   map[uint64]bool
+	r      BoundedResult
 }
 
 // Enter records a holder starting, with its permit's token.
@@ -27,13 +24,13 @@ func (b *Bounded) Enter(token uint64) {
 		b.seen = make(map[uint64]bool)
 	}
 	if b.seen[token] {
-		b.repeated++
+		b.r.Repeated++
 	}
 	b.seen[token] = true
 	b.inside++
-	b.most = max(b.most, b.inside)
+	b.r.Most = max(b.r.Most, b.inside)
 	if b.inside > b.Limit {
-		b.over++
+		b.r.Over++
 	}
 }
 
@@ -42,7 +39,7 @@ func (b *Bounded) Exit() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inside--
-	b.completed++
+	b.r.Completed++
 }
 
 // BoundedResult is what a Bounded saw.
@@ -57,5 +54,5 @@ type BoundedResult struct {
 func (b *Bounded) Result() BoundedResult {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return BoundedResult{Completed: b.completed, Most: b.most, Over: b.over, Repeated: b.repeated}
+	return b.r
 }

@@ -19,9 +19,7 @@ type Fenced struct {
 
 	mu        sync.Mutex
 	inside    int
-	tokens    tokenOrder
-	overlaps  int
-	completed int
+	r         Result
 	lastExit  time.Time
 	lastOwner int
 }
@@ -33,14 +31,14 @@ func (f *Fenced) Enter(holder int, token uint64, asked time.Time) {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.completed > 0 && f.lastOwner != holder && f.lastExit.After(asked) {
+	if f.r.Completed > 0 && f.lastOwner != holder && f.lastExit.After(asked) {
 		f.Handoffs.Add(now.Sub(f.lastExit))
 	}
 	f.inside++
 	if f.inside > 1 {
-		f.overlaps++
+		f.r.Overlaps++
 	}
-	f.tokens.see(token)
+	seeToken(token, &f.r.Stale, &f.r.Highest)
 }
 
 // Exit records the end of holder's critical section.
@@ -48,7 +46,7 @@ func (f *Fenced) Exit(holder int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inside--
-	f.completed++
+	f.r.Completed++
 	f.lastExit, f.lastOwner = time.Now(), holder
 }
 
@@ -64,20 +62,15 @@ type Result struct {
 func (f *Fenced) Result() Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Result{Completed: f.completed, Overlaps: f.overlaps, Stale: f.tokens.stale, Highest: f.tokens.highest}
+	return f.r
 }
 
-// tokenOrder is what a fenced resource keeps of the tokens it was shown: the
-// highest, and how many were not above it (a real resource refuses those).
-type tokenOrder struct {
-	highest uint64
-	stale   int
-}
-
-func (o *tokenOrder) see(token uint64) {
-	if token <= o.highest {
-		o.stale++
+// seeToken is a fenced resource shown token: one not above the highest so
+// far is stale (a real resource refuses it); one above is the new highest.
+func seeToken(token uint64, stale *int, highest *uint64) {
+	if token <= *highest {
+		*stale++
 	} else {
-		o.highest = token
+		*highest = token
 	}
 }

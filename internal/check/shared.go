@@ -17,9 +17,7 @@ type Shared struct {
 
 	mu               sync.Mutex
 	readers, writers int
-	conflicts        int
-	writeTokens      tokenOrder
-	reads, writes    int
+	r                SharedResult
 	allFree          time.Time // the last moment nobody was inside
 	writerFree       time.Time // the last moment a writer left
 }
@@ -31,13 +29,13 @@ func (s *Shared) EnterWrite(token uint64, asked time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.readers > 0 || s.writers > 0 {
-		s.conflicts++
+		s.r.Conflicts++
 	}
 	if s.allFree.After(asked) {
 		s.WriteHandoffs.Add(now.Sub(s.allFree))
 	}
 	s.writers++
-	s.writeTokens.see(token)
+	seeToken(token, &s.r.Stale, &s.r.Highest)
 }
 
 // ExitWrite records the end of a write.
@@ -46,7 +44,7 @@ func (s *Shared) ExitWrite() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.writers--
-	s.writes++
+	s.r.Writes++
 	s.writerFree = now
 	if s.readers == 0 && s.writers == 0 {
 		s.allFree = now
@@ -60,7 +58,7 @@ func (s *Shared) EnterRead(asked time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.writers > 0 {
-		s.conflicts++
+		s.r.Conflicts++
 	}
 	if s.writerFree.After(asked) {
 		s.ReadHandoffs.Add(now.Sub(s.writerFree))
@@ -74,7 +72,7 @@ func (s *Shared) ExitRead() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.readers--
-	s.reads++
+	s.r.Reads++
 	if s.readers == 0 && s.writers == 0 {
 		s.allFree = now
 	}
@@ -92,5 +90,5 @@ type SharedResult struct {
 func (s *Shared) Result() SharedResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return SharedResult{Reads: s.reads, Writes: s.writes, Conflicts: s.conflicts, Stale: s.writeTokens.stale, Highest: s.writeTokens.highest}
+	return s.r
 }

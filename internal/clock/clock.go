@@ -1,12 +1,9 @@
 // Package clock is the time a dlock Client's (or Redlock's) leases read:
-// the machine's own, or, in fault tests, that of a process that can be
-// suspended, as a laptop's lid is closed or a VM is frozen.
-//
-// A nil *Clock is the machine's clock, as package time. A Clock stands for
-// a process whose machine can be suspended (Suspend, Resume): meanwhile its
-// readings stand still and its code waits (Wait); once resumed, its
-// monotonic readings lag real time, its wall readings do not, as on Linux.
-// Jump moves its wall clock alone.
+// the machine's own (a nil *Clock), or, in fault tests, that of a process
+// whose machine can be suspended (Suspend, Resume), as a laptop's lid is
+// closed: meanwhile its readings stand still and its code waits (Wait);
+// once resumed, its monotonic readings lag real time, its wall readings do
+// not, as on Linux. Jump moves its wall clock alone.
 //
 // A time.Time cannot hold a lagging monotonic and a current wall reading,
 // so a Clock's reading is the machine's time less the lag, with how far
@@ -84,8 +81,7 @@ func (c *Clock) Wall(t time.Time) time.Time {
 	return t.Add(c.wallLags[t.Location()])
 }
 
-// Wait returns once the process is not suspended: code of a suspended
-// process runs only once it resumes. At once for a nil Clock.
+// Wait returns once the process is not suspended; at once for a nil Clock.
 func (c *Clock) Wait() {
 	if ch := c.Resumed(); ch != nil {
 		<-ch

@@ -15,6 +15,7 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -90,11 +91,8 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	for w == nil { // a shard retired since shardFor found it: find it again
 		sh, err := h.shardFor(ctx, channel)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, ErrClosed) {
-				return nil, err
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return nil, cmp.Or(ctx.Err(), err)
 			}
 			// No shard, no wake-ups: the waiter goes on with TTL-bounded retries.
 			h.cfg.Logger.Debug("dlock: no subscriber for channel", "channel", channel, "err", err)
@@ -150,12 +148,7 @@ func (h *Hub) Ready(channel string) bool {
 	h.mu.Lock()
 	shards := slices.Collect(maps.Values(h.shards)) // isSubscribed takes sh.mu, which drop holds to take h.mu
 	h.mu.Unlock()
-	for _, sh := range shards {
-		if sh.isSubscribed(channel) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(shards, func(sh *shard) bool { return sh.isSubscribed(channel) })
 }
 
 // Goroutines reports how many subscriber goroutines run (one retiring may

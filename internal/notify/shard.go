@@ -20,6 +20,9 @@ type shard struct {
 	node    redis.UniversalClient // the client ps came from
 	ps      *redis.PubSub
 
+	// (S)SUBSCRIBE and (S)UNSUBSCRIBE on ps.
+	subscribe, unsubscribe func(ctx context.Context, channels ...string) error
+
 	mu      sync.Mutex
 	topics  map[string]*topic
 	retired bool // out of the hub and closed, its last channel gone: see drop
@@ -44,8 +47,10 @@ func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
 	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", node: node, topics: make(map[string]*topic)}
 	if sh.sharded {
 		sh.ps = node.SSubscribe(h.ctx)
+		sh.subscribe, sh.unsubscribe = sh.ps.SSubscribe, sh.ps.SUnsubscribe
 	} else {
 		sh.ps = node.Subscribe(h.ctx)
+		sh.subscribe, sh.unsubscribe = sh.ps.Subscribe, sh.ps.Unsubscribe
 	}
 	return sh
 }
@@ -126,39 +131,30 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 func (sh *shard) send(subscribe bool, channel string) {
 	sh.sendMu.Lock()
 	sh.mu.Unlock()
-	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
-	var err error
-	switch {
-	case subscribe && sh.sharded:
-		err = sh.ps.SSubscribe(ctx, channel)
-	case subscribe:
-		err = sh.ps.Subscribe(ctx, channel)
-	case sh.sharded:
-		err = sh.ps.SUnsubscribe(ctx, channel)
-	default:
-		err = sh.ps.Unsubscribe(ctx, channel)
+	op := sh.unsubscribe
+	if subscribe {
+		op = sh.subscribe
 	}
+	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
+	err := op(ctx, channel)
 	cancel()
 	sh.sendMu.Unlock()
 	if err != nil {
-		sh.giveUp(channel, err)
+		// Its waiters go on without wake-ups; the next to come subscribes afresh.
+		sh.hub.cfg.Logger.Debug("dlock: subscription failed", "channel", channel, "err", err)
+		sh.mu.Lock()
+		sh.reset(channel)
+		sh.mu.Unlock()
 	}
 }
 
-// giveUp stops counting on confirmations for channel: its waiters go on
-// without wake-ups, and the next waiter to come subscribes afresh.
-func (sh *shard) giveUp(channel string, err error) {
-	sh.hub.cfg.Logger.Debug("dlock: subscription failed", "channel", channel, "err", err)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if tp := sh.topics[channel]; tp != nil {
-		sh.reset(channel, tp)
+// reset forgets what was sent for channel, if known, releases its waiters
+// from Watch and wakes them: what was published meanwhile may have been lost.
+func (sh *shard) reset(channel string) {
+	tp := sh.topics[channel]
+	if tp == nil {
+		return
 	}
-}
-
-// reset forgets what was sent for a channel, releases its waiters from
-// Watch and wakes them: what was published meanwhile may have been lost.
-func (sh *shard) reset(channel string, tp *topic) {
 	tp.wanted = false
 	tp.pending = 0
 	tp.stopIdle()
@@ -221,7 +217,7 @@ func (sh *shard) failed(err error) {
 					w.mu.Unlock()
 				}
 			}
-			sh.reset(channel, tp)
+			sh.reset(channel)
 			continue
 		}
 		tp.wakeAll()
@@ -267,7 +263,7 @@ func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 			tp.wakeAll()
 			return true
 		} else if tp.wanted {
-			sh.reset(m.Channel, tp)
+			sh.reset(m.Channel)
 		}
 		return false
 	}
@@ -306,9 +302,7 @@ func (sh *shard) dropMoved() {
 			}
 		}
 		sh.mu.Lock()
-		if tp := sh.topics[channel]; tp != nil {
-			sh.reset(channel, tp)
-		}
+		sh.reset(channel)
 		sh.mu.Unlock()
 	}
 }

@@ -233,35 +233,41 @@ func appendSome(argv []any, args ...any) []any {
 }
 
 // argNames are the Lua names of the fields of t (a struct above), in
-// their order, embedded structs' in their place.
-func argNames(t reflect.Type) []string {
-	var names []string
+// their order, embedded structs' in their place; unsent is the index of an
+// acquire's first that may not be sent (see Acquire), for other scripts
+// the number of their ARGV.
+func argNames(t reflect.Type) (names []string, unsent int) {
 	for f := range t.Fields() {
 		if f.Anonymous {
-			names = append(names, argNames(f.Type)...)
+			inner, _ := argNames(f.Type)
+			names = append(names, inner...)
 		} else {
 			names = append(names, f.Tag.Get("lua"))
 		}
 	}
-	return names
+	if f, ok := t.FieldByName("Acquire"); ok && f.Anonymous {
+		return names, slices.Index(names, "HOLD_TTL") + 1
+	}
+	return names, len(names)
 }
 
 // argLocals is the Lua that names args' ARGV, as Layout.locals names KEYS.
 func argLocals(args any) string {
-	names := argNames(reflect.TypeOf(args))
+	t := reflect.TypeOf(args)
+	names, unsent := argNames(t)
 	if len(names) == 0 {
 		return ""
 	}
-	t := reflect.TypeOf(args)
 	argv := make([]string, len(names))
 	for i := range names {
 		k := strconv.Itoa(i + 1)
-		argv[i] = "ARGV[" + k + "]"
-		if i >= unsentFrom(t) { // the rights flag is the last: ARGV[k] is sent when before it
-			argv[i] = "(" + k + " < #ARGV and ARGV[" + k + "] or '')"
-		}
-		if i == len(names)-1 && t.Field(t.NumField()-1).Type.Kind() == reflect.Slice {
+		switch {
+		case i == len(names)-1 && t.Field(t.NumField()-1).Type.Kind() == reflect.Slice:
 			argv[i] = k // a list's first index
+		case i >= unsent: // the rights flag is the last: ARGV[k] is sent when before it
+			argv[i] = "(" + k + " < #ARGV and ARGV[" + k + "] or '')"
+		default:
+			argv[i] = "ARGV[" + k + "]"
 		}
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(argv, ", ") + "\n"
@@ -280,23 +286,13 @@ func Arg(cmd []any, lua string) any {
 	if script == nil || err != nil || argsOf[script] == nil {
 		return nil
 	}
-	t := reflect.TypeOf(argsOf[script])
-	i, end := slices.Index(argNames(t), lua), len(cmd)
-	if i >= unsentFrom(t) {
+	names, unsent := argNames(reflect.TypeOf(argsOf[script]))
+	i, end := slices.Index(names, lua), len(cmd)
+	if i >= unsent {
 		end-- // the rights flag
 	}
 	if i < 0 || end <= 3+n+i {
 		return nil
 	}
 	return cmd[3+n+i]
-}
-
-// unsentFrom is the index of an acquire's first ARGV that may not be sent
-// (see Acquire); for other scripts', the number of their ARGV.
-func unsentFrom(t reflect.Type) int {
-	names := argNames(t)
-	if f, ok := t.FieldByName("Acquire"); ok && f.Anonymous {
-		return slices.Index(names, "HOLD_TTL") + 1
-	}
-	return len(names)
 }

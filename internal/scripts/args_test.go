@@ -49,7 +49,7 @@ func TestArgs_AppendInTheOrderOfTheirLocals(t *testing.T) {
 			continue
 		}
 		seen[typ] = true
-		names := argNames(typ)
+		names, _ := argNames(typ)
 		v := reflect.New(typ).Elem()
 		var want []any
 		for _, leaf := range reflect.VisibleFields(typ) {

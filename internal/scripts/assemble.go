@@ -20,15 +20,13 @@ type helper struct {
 
 // libraries are the parts of scripts made of helpers alone, by their text,
 // parsed once; every other part is shipped whole.
-var libraries = parseLibraries(prelude, wakeNext, handNext, fairLib, semLib, multiLib, rwLib, electionLib)
-
-func parseLibraries(srcs ...string) map[string][]helper {
-	parsed := make(map[string][]helper, len(srcs))
-	for _, src := range srcs {
+var libraries = func() map[string][]helper {
+	parsed := make(map[string][]helper)
+	for _, src := range []string{prelude, wakeNext, handNext, fairLib, semLib, multiLib, rwLib, electionLib} {
 		parsed[src] = parseLibrary(src)
 	}
 	return parsed
-}
+}()
 
 var (
 	definition = regexp.MustCompile(`^local (?:function ([A-Za-z_]\w*)|([A-Za-z_][\w, ]*?)\s*=)`)
@@ -39,45 +37,46 @@ var (
 // begins `local ` to the next. It panics on code outside them.
 func parseLibrary(src string) []helper {
 	var helpers []helper
-	var code strings.Builder
-	flush := func() {
-		if len(helpers) > 0 {
-			h := &helpers[len(helpers)-1]
-			h.code, h.uses = code.String(), identifiers(code.String())
-		}
-		code.Reset()
-	}
-	for line := range strings.SplitSeq(src, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
-			continue
-		}
+	for line := range strings.Lines(uncommentedLines(src)) {
 		if m := definition.FindStringSubmatch(line); m != nil {
-			flush()
 			names := []string{m[1]}
 			if m[1] == "" {
-				names = strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")
+				names = nameList(m[2])
 			}
 			helpers = append(helpers, helper{names: names})
 		} else if len(helpers) == 0 {
 			panic("scripts: a library starts with code outside a definition: " + line)
 		}
-		code.WriteString(line + "\n")
+		helpers[len(helpers)-1].code += line
 	}
-	flush()
+	for i := range helpers {
+		helpers[i].uses = identifiers(helpers[i].code)
+	}
 	return helpers
+}
+
+// nameList is the names of a Lua list of them ("a, b").
+func nameList(list string) []string {
+	return strings.Split(strings.ReplaceAll(list, " ", ""), ",")
 }
 
 // identifiers are the names code mentions outside its comments (strings'
 // words are counted too: at worst a helper too many).
-func identifiers(code string) map[string]bool {
+func identifiers(src string) map[string]bool {
 	names := make(map[string]bool)
-	for line := range strings.SplitSeq(code, "\n") {
-		for _, name := range identifier.FindAllString(uncommented(line), -1) {
-			names[name] = true
-		}
+	for _, name := range identifier.FindAllString(withoutComments(src), -1) {
+		names[name] = true
 	}
 	return names
+}
+
+// withoutComments is src without its comments.
+func withoutComments(src string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(src, "\n") {
+		b.WriteString(uncommented(line) + "\n")
+	}
+	return b.String()
 }
 
 // uncommented is line up to its comment, if any: a "--" outside quotes.
@@ -107,12 +106,7 @@ type segment struct {
 	h   helper // for a part: its code alone
 }
 
-// assemble joins parts, keeping of each library only the helpers the
-// script calls, directly or through other helpers, in their order.
-func assemble(parts []string) string {
-	return joined(assembleSegments(parts))
-}
-
+// joined is the text of segs.
 func joined(segs []segment) string {
 	var b strings.Builder
 	for _, seg := range segs {
@@ -121,8 +115,10 @@ func joined(segs []segment) string {
 	return b.String()
 }
 
-// assembleSegments is what assemble joins, in order: one pass from the
-// end, each part adding what it mentions to what is needed before it.
+// assembleSegments are parts, keeping of each library only the helpers the
+// script calls, directly or through other helpers, in their order: one
+// pass from the end, each part adding what it mentions to what is needed
+// before it.
 func assembleSegments(parts []string) []segment {
 	kept := make([][]segment, len(parts))
 	needed := make(map[string]bool)

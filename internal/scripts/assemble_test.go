@@ -33,7 +33,7 @@ func TestAssemble_KeepsWhatIsCalledTransitivelyInOrder(t *testing.T) {
 	lib := "local A = 1\n-- b's comment\nlocal function b()\n  return A -- not c\nend\nlocal function c()\nend\nlocal function d()\n  return b()\nend\n"
 	libraries[lib] = parseLibrary(lib)
 	defer delete(libraries, lib)
-	got := assemble([]string{lib, "return d() -- c\n"})
+	got := joined(assembleSegments([]string{lib, "return d() -- c\n"}))
 	want := "local A = 1\nlocal function b()\n  return A -- not c\nend\nlocal function d()\n  return b()\nend\nreturn d() -- c\n"
 	if got != want {
 		t.Errorf("assembled:\n%s\nwant:\n%s", got, want)

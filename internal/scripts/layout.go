@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Layout is the order of the KEYS a script takes, written once for Go and
@@ -117,10 +115,15 @@ func (l Layout) Then(keys ...Key) Layout {
 // locals is the Lua that names the layout's keys: KEYS beyond those a
 // script is given are nil, as KEYS[i] would be.
 func (l Layout) locals() string {
+	return l.localsAt(func(i int) string { return strconv.Itoa(i + 1) })
+}
+
+// localsAt names l's keys as KEYS at the Lua indexes at gives them.
+func (l Layout) localsAt(at func(i int) string) string {
 	names := make([]string, len(l))
 	keys := make([]string, len(l))
 	for i, k := range l {
-		names[i], keys[i] = k.Lua, "KEYS["+strconv.Itoa(i+1)+"]"
+		names[i], keys[i] = k.Lua, "KEYS["+at(i)+"]"
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(keys, ", ") + "\n"
 }
@@ -175,16 +178,13 @@ var RWLayout = Layout{
 }
 
 // AnyLockLayout is the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): RWLayout's, then every other key of
-// the lock types' scripts, each suffix once.
-var AnyLockLayout = anyLockLayout(lockTypeScripts)
-
-// anyLockLayout is RWLayout followed by the keys of sets' scripts whose
-// suffix it lacks, in their order. A suffix's keys agree on their form
-// but for a channel, which may share a key's name (an Election's leader).
-func anyLockLayout(sets [][]*redis.Script) Layout {
+// (describe.lua, force_unlock.lua): RWLayout's, then the keys of the lock
+// types' scripts whose suffix it lacks, in their order. A suffix's keys
+// agree on their form but for a channel, which may share a key's name (an
+// Election's leader).
+var AnyLockLayout = func() Layout {
 	l := RWLayout.Then()
-	for _, set := range sets {
+	for _, set := range lockTypeScripts {
 		for _, s := range set {
 			for _, k := range layouts[s] {
 				i := slices.IndexFunc(l, func(in Key) bool { return in.Suffix == k.Suffix })
@@ -204,7 +204,7 @@ func anyLockLayout(sets [][]*redis.Script) Layout {
 		}
 	}
 	return l
-}
+}()
 
 // anyLockLocals is the Lua that lists l's keys for foreign_lock, by form;
 // held, the keys ForceUnlock removes; tells, {key, kind} of keys Tells.
@@ -230,51 +230,37 @@ func (l Layout) anyLockLocals() string {
 
 // partLocals is the Lua that names the keys of a script on parts (a
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
-// in the part's order (values, not a table: a table made per call costs);
-// the range of KEYS of each key of the part (LOCK_FROM, LOCK_TO for LOCK:
-// the parts' keys come key by key, every part's first, then every part's
-// second..., so that a command on one key of each part takes a range,
-// unpack(KEYS, LOCK_FROM, LOCK_TO), not a table made per call); and the
-// tail's keys (shorter than a part, so N is exact).
+// (values, not a table: a table made per call costs); and LOCK_FROM,
+// LOCK_TO (and so on for each key of the part), the range of KEYS of the
+// parts' LOCK. The parts' keys come key by key, every part's first, then
+// every part's second..., so a command on one key of each part takes
+// unpack(KEYS, LOCK_FROM, LOCK_TO), not a table made per call. The tail is
+// shorter than a part, so N is exact.
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {
 		panic("scripts: a tail as long as a part")
 	}
-	size := strconv.Itoa(len(part))
-	fields := make([]string, len(part))
-	for i := range part {
-		switch i {
-		case 0:
-			fields[i] = "KEYS[i]"
-		case 1:
-			fields[i] = "KEYS[N + i]"
-		default:
-			fields[i] = "KEYS[" + strconv.Itoa(i) + " * N + i]"
+	times := func(i int) string { // i * N, as the scripts write it
+		if i == 1 {
+			return "N"
 		}
+		return strconv.Itoa(i) + " * N"
 	}
-	bounds := make([]string, 0, 2*len(part))
-	ranges := make([]string, 0, 2*len(part))
+	fields := []string{"KEYS[i]"}
+	ranges := []string{"1", "N"}
+	var bounds []string
 	for i, k := range part {
 		bounds = append(bounds, k.Lua+"_FROM", k.Lua+"_TO")
-		switch i {
-		case 0:
-			ranges = append(ranges, "1", "N")
-		case 1:
-			ranges = append(ranges, "N + 1", "2 * N")
-		default:
-			ranges = append(ranges, strconv.Itoa(i)+" * N + 1", strconv.Itoa(i+1)+" * N")
+		if i > 0 {
+			fields = append(fields, "KEYS["+times(i)+" + i]")
+			ranges = append(ranges, times(i)+" + 1", times(i+1))
 		}
 	}
-	src := "local N = math.floor(#KEYS / " + size + ")\n" +
+	src := "local N = math.floor(#KEYS / " + strconv.Itoa(len(part)) + ")\n" +
 		"local function part(i)\n  return " + strings.Join(fields, ", ") + "\nend\n" +
 		"local " + strings.Join(bounds, ", ") + " = " + strings.Join(ranges, ", ") + "\n"
 	if len(tail) == 0 {
 		return src
 	}
-	names := make([]string, len(tail))
-	keys := make([]string, len(tail))
-	for i, k := range tail {
-		names[i], keys[i] = k.Lua, "KEYS["+size+" * N + "+strconv.Itoa(i+1)+"]"
-	}
-	return src + "local " + strings.Join(names, ", ") + " = " + strings.Join(keys, ", ") + "\n"
+	return src + tail.localsAt(func(i int) string { return times(len(part)) + " + " + strconv.Itoa(i+1) })
 }

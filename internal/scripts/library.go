@@ -15,27 +15,25 @@ import (
 // EVALSHA script runs it at every call: loaded as one library, the scripts
 // define their helpers once per server. Each script is one function; the
 // prelude's helpers are defined at the top, other helpers in a block of
-// the script's own, where what they read of one call are upvalues. A table a helper keeps is
-// one call's, empty at each call, as under EVALSHA; so are values it keeps
-// (declared nil), nil at each call.
+// the script's own, where what they read of one call are upvalues. A
+// table or values a helper keeps are reset at each call, as under EVALSHA.
 //
 // Every function but an acquire is flagged allow-oom: a full server must
-// not cost a holder its lease nor keep a lock held
-// (TestLease_AFullServerRefusesAcquiresNotRenewalsOrReleases). A script
-// that writes nothing is flagged no-writes, so a replica answers it.
-//
-// The library and its functions are named after a hash of its text, so two
-// versions of dlock each call their own during a rolling upgrade.
+// not cost a holder its lease nor keep a lock held. One that writes
+// nothing is flagged no-writes, so a replica answers it. The library and
+// its functions are named after a hash of its text, so two versions of
+// dlock each call their own during a rolling upgrade.
 
 // Library is the source of dlock's function library, for FUNCTION LOAD,
 // and LibraryName its name: "dlock_" and a hash of its text.
-var Library, LibraryName = makeLibrary(typeScripts)
+var Library, LibraryName = makeLibrary()
 
-// functionNames are the scripts' function names in Library.
-var functionNames = make(map[*redis.Script]string)
-
-// byName finds a script by its SHA or its function name (see Of).
-var byName = make(map[string]*redis.Script)
+// functionNames are the scripts' function names in Library; byName finds
+// a script by its SHA or its function name (see Of).
+var (
+	functionNames = make(map[*redis.Script]string)
+	byName        = make(map[string]*redis.Script)
+)
 
 // Function is s's function name in Library: FCALL's first argument where
 // EVALSHA's is s's SHA. A script not made here has none ("").
@@ -49,15 +47,13 @@ func Of(name string) *redis.Script {
 	return byName[name]
 }
 
-// assembled are the scripts' parts as assembled, and the list of commands
-// their rights_refused checks (see rightsFor), for the library.
-var assembled = make(map[*redis.Script]assembly)
-
+// assembly is a script's parts as assembled, and the list of commands its
+// rights_refused checks (see rightsFor), for the library.
 type assembly struct {
-	segs    []segment
-	rights  string
-	acquire bool // it takes a lock (see allowOOM)
-	reads   bool // it writes nothing (readsOnly)
+	segs   []segment
+	rights string
+	others []*redis.Script // an acquire's: its type's later scripts
+	reads  bool            // it writes nothing (readsOnly)
 }
 
 // perCallTable is a helper that is one table, filled by a call;
@@ -81,9 +77,8 @@ func perCallReset(code string) string {
 
 const libraryHash = "%LIBRARY%"
 
-// makeLibrary makes the library of the scripts of sets, and names their
-// functions.
-func makeLibrary(sets [][]*redis.Script) (src, name string) {
+// makeLibrary makes the library of typeScripts, and names their functions.
+func makeLibrary() (src, name string) {
 	top := topHelpers()
 	var b strings.Builder
 	b.WriteString("#!lua name=dlock_" + libraryHash + "\n" + runTimeGlobals)
@@ -92,11 +87,9 @@ func makeLibrary(sets [][]*redis.Script) (src, name string) {
 			b.WriteString(h.code)
 		}
 	}
-	done := make(map[*redis.Script]bool)
-	for _, set := range sets {
+	for _, set := range typeScripts {
 		for _, s := range set {
-			if !done[s] {
-				done[s] = true
+			if functionNames[s] == "" {
 				functionNames[s] = "dlock_" + libraryHash + "_" + s.Hash()[:16]
 				b.WriteString(function(functionNames[s], assembled[s], top))
 			}
@@ -131,14 +124,15 @@ const runTimeGlobals = "local register = redis.register_function\n" +
 // bindGlobals starts each function: the locals get their values once.
 const bindGlobals = "if redis == nil then bind() end\n"
 
-// topHelpers are the prelude's helpers the library defines at its top: all
-// but rights_refused, whose list is each script's own, and its callers.
+// topHelpers tells the prelude's helpers the library defines at its top:
+// all but rights_refused, whose list is each script's own, and its callers
+// (a helper calls those defined before it).
 func topHelpers() map[string]bool {
 	top := make(map[string]bool)
 	for _, h := range libraries[prelude] {
 		shared := !strings.Contains(h.code, rightsList)
 		for name := range h.uses {
-			if isDefinedIn(prelude, name) && !top[name] && !slices.Contains(h.names, name) {
+			if atTop, earlier := top[name]; earlier && !atTop {
 				shared = false
 			}
 		}
@@ -156,32 +150,24 @@ func topHelpers() map[string]bool {
 // (sharedDeclarations), and KEYS and ARGV the callback's arguments. A
 // closure made per call cost about 560 instructions.
 func function(name string, a assembly, top map[string]bool) string {
-	var helpers []string // the code of the helpers it defines, in order
-	var once, body, reset strings.Builder
-	var bodyCode []string
-	defined := make(map[string]bool)
+	var helpers, body, reset strings.Builder
+	defined := make(map[string]bool) // the helpers it defines
 	for _, seg := range a.segs {
 		code := strings.Replace(seg.h.code, rightsList, a.rights, 1)
-		switch {
-		case seg.lib == "":
-			bodyCode = append(bodyCode, uncommentedLines(code))
-		case seg.lib == prelude && top[seg.h.names[0]]:
-			reset.WriteString(perCallReset(code))
-		default:
-			helpers = append(helpers, code)
-			reset.WriteString(perCallReset(code))
+		if seg.lib == "" {
+			body.WriteString(uncommentedLines(code))
+			continue
+		}
+		reset.WriteString(perCallReset(code))
+		if seg.lib != prelude || !top[seg.h.names[0]] {
+			helpers.WriteString(code)
 			for _, n := range seg.h.names {
 				defined[n] = true
 			}
 		}
 	}
-	read := make(map[string]bool) // what the helpers mention
-	for _, code := range helpers {
-		for n := range identifiers(code) {
-			read[n] = true
-		}
-	}
-	shared := sharedDeclarations(bodyCode, read)
+	read := identifiers(helpers.String())
+	shared := sharedDeclarations(body.String(), read)
 	for n := range shared {
 		if defined[n] || top[n] {
 			panic("scripts: " + name + " declares " + n + ", a helper's name, at its top")
@@ -193,25 +179,20 @@ func function(name string, a assembly, top map[string]bool) string {
 		params = "keys, argv"
 		reset.WriteString("KEYS, ARGV = keys, argv\n")
 	}
+	once := ""
 	if len(shared) > 0 {
-		once.WriteString("local " + strings.Join(slices.Sorted(maps.Keys(shared)), ", ") + "\n")
-	}
-	for _, code := range helpers {
-		once.WriteString(code)
-	}
-	for _, code := range bodyCode {
-		body.WriteString(declaredShared(code, shared))
+		once = "local " + strings.Join(slices.Sorted(maps.Keys(shared)), ", ") + "\n"
 	}
 	flags := "{'allow-oom'}"
 	switch {
-	case a.acquire:
+	case a.others != nil:
 		flags = "{}"
 	case a.reads:
 		flags = "{'no-writes', 'allow-oom'}"
 	}
-	return "do\n" + once.String() +
+	return "do\n" + once + helpers.String() +
 		"register{function_name = '" + name + "', flags = " + flags + ", callback = function(" + params + ")\n" +
-		bindGlobals + reset.String() + body.String() + "end}\nend\n"
+		bindGlobals + reset.String() + declaredShared(body.String(), shared) + "end}\nend\n"
 }
 
 // topDeclaration is a line that declares names at a script's top: local,
@@ -220,24 +201,22 @@ var topDeclaration = regexp.MustCompile(`^local (function )?([A-Za-z_][\w, ]*?)\
 
 // sharedDeclarations are the names a script declares at its top that read
 // mentions, and every name declared on a line with one of them.
-func sharedDeclarations(bodyCode []string, read map[string]bool) map[string]bool {
+func sharedDeclarations(body string, read map[string]bool) map[string]bool {
 	shared := make(map[string]bool)
 	for grown := true; grown; {
 		grown = false
-		for _, code := range bodyCode {
-			for line := range strings.SplitSeq(code, "\n") {
-				m := topDeclaration.FindStringSubmatch(line)
-				if m == nil {
-					continue
-				}
-				names := strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")
-				if !slices.ContainsFunc(names, func(n string) bool { return read[n] || shared[n] }) {
-					continue
-				}
-				for _, n := range names {
-					grown = grown || !shared[n]
-					shared[n] = true
-				}
+		for line := range strings.SplitSeq(body, "\n") {
+			m := topDeclaration.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			names := nameList(m[2])
+			if !slices.ContainsFunc(names, func(n string) bool { return read[n] || shared[n] }) {
+				continue
+			}
+			for _, n := range names {
+				grown = grown || !shared[n]
+				shared[n] = true
 			}
 		}
 	}
@@ -250,7 +229,7 @@ func declaredShared(code string, shared map[string]bool) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(strings.TrimSuffix(code, "\n"), "\n") {
 		m := topDeclaration.FindStringSubmatch(line)
-		if m != nil && shared[strings.Split(strings.ReplaceAll(m[2], " ", ""), ",")[0]] {
+		if m != nil && shared[nameList(m[2])[0]] {
 			switch {
 			case m[1] != "":
 				line = m[2] + " = function" + m[3] + m[4]
@@ -275,8 +254,4 @@ func uncommentedLines(code string) string {
 		}
 	}
 	return b.String()
-}
-
-func isDefinedIn(lib, name string) bool {
-	return slices.ContainsFunc(libraries[lib], func(h helper) bool { return slices.Contains(h.names, name) })
 }

@@ -1,16 +1,12 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
-// operation. Each file's header states its KEYS, ARGV and return values.
-// The KEYS of each script are in the order of its Layout (layout.go),
-// which names them in Lua (scriptOn) and makes them in Go (LayoutOf); its
-// ARGV are the fields of its struct in args.go, named alike.
-//
-// The scripts are also the functions of one Redis Functions library
-// (library.go), called by FCALL; where Functions are refused, they run by
-// EVALSHA (dlock's evalsha.go does both).
-//
-// What several scripts share is prepended to them here, each getting only
-// the helpers it calls (assemble.go): common.lua and foreign.lua to every
-// script, the *_lib.lua, hand_next.lua and wake_next.lua to their types'.
+// operation, each with a header stating its KEYS, ARGV and replies. A
+// script's KEYS are named by its Layout (layout.go), its ARGV by its struct
+// in args.go, alike in Go and Lua. What scripts share is prepended to them,
+// each getting only the helpers it calls (assemble.go): common.lua and
+// foreign.lua to all, the *_lib.lua, hand_next.lua and wake_next.lua to
+// their types'. The scripts are also the functions of one Redis Functions
+// library (library.go), called by FCALL, or by EVALSHA where Functions are
+// refused (dlock's evalsha.go).
 package scripts
 
 import (
@@ -37,10 +33,8 @@ func lua(name string) string {
 	return string(src)
 }
 
-// The helpers assemble.go picks from.
+// The helpers assemble.go picks from, but the prelude's.
 var (
-	common      = lua("common")
-	foreign     = lua("foreign")
 	wakeNext    = lua("wake_next")
 	handNext    = lua("hand_next")
 	fairLib     = lua("fair_lib")
@@ -80,28 +74,44 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local MARK_TTL = '" + strconv.FormatInt(ReleaseMarkLife.Milliseconds(), 10) + "'\n" +
 	"local VOID_TTL = '" + strconv.FormatInt(TombstoneLife.Milliseconds(), 10) + "'\n" +
 	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
-	common + foreign
+	lua("common") + lua("foreign")
 
-// script makes a script of parts after the prelude, with only the helpers
-// it calls (Redis runs a script's whole text at every call); an acquire
-// checks the rights of others' commands too (see rightsFor).
-func script(others []*redis.Script, parts ...string) *redis.Script {
-	segs := assembleSegments(append([]string{prelude}, parts...))
+// script makes a script of parts that take the KEYS of layout, named by
+// keys (Lua), and the ARGV of args (one of args.go's structs), after the
+// prelude, with only the helpers it calls (Redis runs a script's whole
+// text at every call). An acquire checks the rights of others' commands
+// too: its type's scripts its leases run later (see rightsFor).
+func script(layout Layout, keys string, args any, others []*redis.Script, parts ...string) *redis.Script {
+	segs := assembleSegments(append([]string{prelude, keys + argLocals(args)}, parts...))
 	rights := rightsFor(joined(segs), others)
 	src := strings.Replace(joined(segs), rightsList, rights, 1)
 	s := redis.NewScript(src)
-	sources[s] = src
-	assembled[s] = assembly{segs, rights, others != nil, readsOnly(src)}
+	sources[s], layouts[s], argsOf[s] = src, layout, args
+	assembled[s] = assembly{segs, rights, others, readsOnly(src)}
 	return s
+}
+
+// scriptOn makes a script on layout's KEYS (see script).
+func scriptOn(layout Layout, args any, parts ...string) *redis.Script {
+	return acquireOn(layout, args, nil, parts...)
+}
+
+// acquireOn makes a lock type's acquire on layout's KEYS (see script).
+func acquireOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
+	return script(layout, layout.locals(), args, others, parts...)
+}
+
+// scriptOnParts makes a script on the KEYS of a MultiLock group: a part
+// per lock, key by key, then tail (see partLocals).
+func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
+	return script(part.Then(tail...), partLocals(part, tail), args, others, parts...)
 }
 
 // readsOnly tells a script that writes nothing: its function is flagged
 // no-writes, sparing it a write's checks (READONLY, a failing save).
 func readsOnly(src string) bool {
-	for line := range strings.SplitSeq(src, "\n") {
-		if variableCommand.MatchString(uncommented(line)) {
-			return false
-		}
+	if variableCommand.MatchString(withoutComments(src)) {
+		return false
 	}
 	for _, name := range commandsRun(src) {
 		if !readCommands[name] {
@@ -121,34 +131,6 @@ var readCommands = map[string]bool{
 	"hmget": true, "mget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
-// sources are the scripts' texts, for SCRIPT LOAD in a pipeline (a
-// [redis.Script] keeps its own to itself).
-var sources = make(map[*redis.Script]string)
-
-// scriptOn makes a script of parts that take the KEYS of layout and the
-// ARGV of args (one of args.go's structs), named after the prelude.
-func scriptOn(layout Layout, args any, parts ...string) *redis.Script {
-	return acquireOn(layout, args, nil, parts...)
-}
-
-// acquireOn is scriptOn for a lock type's acquire: others are the type's
-// scripts its leases run later, whose commands it checks the rights of.
-func acquireOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
-	s := script(others, append([]string{layout.locals() + argLocals(args)}, parts...)...)
-	layouts[s], argsOf[s] = layout, args
-	return s
-}
-
-// scriptOnParts makes a script of parts that take the KEYS of a MultiLock
-// group: a part per lock, key by key, then tail (see partLocals); args and others as
-// for acquireOn.
-func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
-	s := script(others, append([]string{partLocals(part, tail) + argLocals(args)}, parts...)...)
-	argsOf[s] = args
-	layouts[s] = part.Then(tail...)
-	return s
-}
-
 // rightsList is the list of commands rights_refused (common.lua) checks,
 // as written there, for rightsFor to fill.
 const rightsList = "local SCRIPT_COMMANDS = {}"
@@ -156,7 +138,7 @@ const rightsList = "local SCRIPT_COMMANDS = {}"
 // scriptCommand finds a command a script runs on keys, in redis.call,
 // call_or_wrongtype, call_on or their text_ forms (PUBLISH, by a variable,
 // is on a channel).
-var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,]+, )'([A-Z]+)'`)
+var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,\n]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
 // commands src and others (its type's later scripts) run on keys. Redis
@@ -179,19 +161,21 @@ func rightsFor(src string, others []*redis.Script) string {
 // names them.
 func commandsRun(src string) []string {
 	var names []string
-	for line := range strings.SplitSeq(src, "\n") {
-		for _, m := range scriptCommand.FindAllStringSubmatch(uncommented(line), -1) {
-			names = append(names, strings.ToLower(m[1]))
-		}
+	for _, m := range scriptCommand.FindAllStringSubmatch(withoutComments(src), -1) {
+		names = append(names, strings.ToLower(m[1]))
 	}
 	return names
 }
 
-// layouts are the scripts' layouts, for LayoutOf.
-var layouts = make(map[*redis.Script]Layout)
-
-// argsOf are the scripts' ARGV structs (args.go), for tests.
-var argsOf = make(map[*redis.Script]any)
+// What script keeps of each script: its text, for SCRIPT LOAD in a
+// pipeline (a [redis.Script] keeps its own to itself); its layout, for
+// LayoutOf; its ARGV struct (args.go), for Arg; its assembly, for Library.
+var (
+	sources   = make(map[*redis.Script]string)
+	layouts   = make(map[*redis.Script]Layout)
+	argsOf    = make(map[*redis.Script]any)
+	assembled = make(map[*redis.Script]assembly)
+)
 
 // LayoutOf is the layout of the KEYS s takes, which Go makes s's keys by;
 // for a script on parts (a MultiLock's), those of a group of one lock: its
@@ -200,7 +184,7 @@ func LayoutOf(s *redis.Script) Layout {
 	return layouts[s]
 }
 
-// Mutex scripts.
+// Mutex scripts, a Redlock's too: its set has RedlockFence.
 var (
 	MutexAcquire = acquireOn(MutexAcquireLayout, MutexAcquireArgs{}, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, lua("mutex_acquire"))
 	MutexRelease = scriptOn(MutexReleaseLayout, ReleaseArgs{}, handNext, lua("mutex_release"))
@@ -258,46 +242,35 @@ var (
 	RWInspect = scriptOn(RWLayout, OwnerArgs{}, rwLib, lua("rw_inspect"))
 )
 
-// The scripts of each lock type, its own and those it borrows, loaded
-// together: a server missing one likely misses all. Companions gives a
-// script the first set that lists it; AnyLockLayout is their keys.
-var lockTypeScripts = [][]*redis.Script{
-	{MutexAcquire, MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, // a Redlock's too
-	{FairAcquire, FairRelease, FairAbandon, MutexExtend, MutexTTL},
-	{SemAcquire, SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits},
-	{MultiAcquire, MultiRelease, MultiExtend, MultiTTL, MultiAbandon},
-	{ElectionAcquire, ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon},
-	{RWAcquire, RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect},
+// The scripts of each lock type, loaded together (a server missing one
+// likely misses all): its acquire, then the scripts its leases run later,
+// its own and those it borrows. Companions gives a script the first set
+// that lists it; AnyLockLayout is their keys.
+var lockTypeScripts = [][]*redis.Script{typeOf(MutexAcquire), typeOf(FairAcquire), typeOf(SemAcquire),
+	typeOf(MultiAcquire), typeOf(ElectionAcquire), typeOf(RWAcquire)}
+
+// typeOf is the scripts of the lock type whose acquire is acquire.
+func typeOf(acquire *redis.Script) []*redis.Script {
+	return append([]*redis.Script{acquire}, assembled[acquire].others...)
 }
 
 // typeScripts are lockTypeScripts and the scripts for any type.
 var typeScripts = append(lockTypeScripts[:len(lockTypeScripts):len(lockTypeScripts)], []*redis.Script{ForceUnlock}, []*redis.Script{Describe})
 
-var companions = companionsOf(typeScripts)
-
-// companionsOf maps each script to the sources of the first set that
-// lists it.
-func companionsOf(sets [][]*redis.Script) map[*redis.Script][]string {
-	of := make(map[*redis.Script][]string)
-	for _, set := range sets {
-		texts := make([]string, len(set))
-		for i, s := range set {
-			texts[i] = sources[s]
-		}
-		for _, s := range set {
-			if of[s] == nil {
-				of[s] = texts
+// Companions are the sources of the scripts to load, s's among them, when
+// a server does not know s: those of the first set of typeScripts that
+// lists it (s's lock type's). A script not made here (a test's own) has none.
+func Companions(s *redis.Script) []string {
+	for _, set := range typeScripts {
+		if slices.Contains(set, s) {
+			texts := make([]string, len(set))
+			for i, c := range set {
+				texts[i] = sources[c]
 			}
+			return texts
 		}
 	}
-	return of
-}
-
-// Companions are the sources of the scripts to load, s's among them, when
-// a server does not know s: those of s's lock type. A script not made
-// here (a test's own) has none.
-func Companions(s *redis.Script) []string {
-	return companions[s]
+	return nil
 }
 
 // RightsKnown, as an acquire's last ARGV, tells rights_refused (common.lua)
