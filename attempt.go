@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -76,7 +77,7 @@ func (a *call) rewatch() (channel string, moved bool) {
 // part-way could leave a set of waiters without TTL.
 func command[A scripts.Args](a *call, entry string, args A) []any {
 	s := a.spec
-	argv := make([]any, 0, len(s.head)+1+len(s.rest)+argRoom)
+	argv := make([]any, 0, len(s.head)+1+len(s.rest)+fcall.ArgRoom)
 	argv = append(argv, s.head...)
 	argv = append(argv, a.tombstone)
 	argv = append(argv, s.rest...)
@@ -151,7 +152,7 @@ type attemptReport struct {
 // with WAIT after it (see acquireAcknowledged).
 func (a *call) send(ctx context.Context, argv []any) (*redis.Cmd, error) {
 	if a.h.cfg.ack.n == 0 {
-		return a.h.c.flights.runArgv(ctx, a.spec.script, argv), nil
+		return a.h.c.flights.Send(ctx, a.spec.script, argv), nil
 	}
 	return a.h.c.acquireAcknowledged(ctx, a.h.cfg.ack, a.spec.script, argv)
 }

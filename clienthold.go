@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -128,12 +129,12 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 		args.Shorten = shortens
 		l.inDoubt(extending, ttl)
 	}
-	calls := []scriptCall{{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, args)}}
+	calls := []fcall.Call{{Script: h.kind.extend, Argv: fcall.Argv(h.kind.extend, h.keys, args)}}
 	var ackErr error
 	if acks := h.sendExtensions(ctx, h.c.rdb, calls); acks != nil {
 		ackErr = acks[0]
 	}
-	n, err := calls[0].cmd.Int64()
+	n, err := calls[0].Cmd.Int64()
 	switch {
 	case err != nil:
 		h.c.rights.refused(err)
@@ -151,29 +152,29 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 // and returns each call's shortfall of acknowledgements: a deadline moves
 // only with an extension a failover would keep. A call the master
 // redirects goes again, alone, where it is sent (sendAcknowledged).
-func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) []error {
+func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []fcall.Call) []error {
 	if h.ack.n == 0 {
-		sendScripts(ctx, &h.c.fns, rdb, calls)
+		fcall.Send(ctx, &h.c.fns, rdb, calls)
 		return nil
 	}
 	acks := make([]error, len(calls))
-	master, err := h.c.masterFor(ctx, h.keys[0])
+	master, err := fcall.MasterFor(ctx, h.c.rdb, h.keys[0])
 	if err != nil {
 		for i := range calls {
-			calls[i].cmd = redis.NewCmd(ctx)
-			calls[i].cmd.SetErr(err)
+			calls[i].Cmd = redis.NewCmd(ctx)
+			calls[i].Cmd.SetErr(err)
 		}
 		return acks
 	}
-	batch := h.ack.send(ctx, &h.c.fns, master, calls)
+	batch := h.ack.judge(fcall.SendWaited(ctx, &h.c.fns, master, calls, h.ack.n, h.ack.timeout))
 	for i, call := range calls {
 		acks[i] = batch
-		addr, ask, redirected := redirection(call.cmd.Err())
+		addr, ask, redirected := fcall.Redirection(call.Cmd.Err())
 		if !redirected {
 			continue
 		}
-		if next, err := h.c.clusterNode(ctx, addr, !ask); err == nil {
-			calls[i].cmd, acks[i] = h.c.sendAcknowledged(ctx, h.ack, next, ask, call.script, call.argv)
+		if next, err := fcall.ClusterNode(ctx, h.c.rdb, addr, !ask); err == nil {
+			calls[i].Cmd, acks[i] = h.c.sendAcknowledged(ctx, h.ack, next, ask, call.Script, call.Argv)
 		}
 	}
 	return acks
@@ -181,7 +182,7 @@ func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClie
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
 	l := h.lease
-	ms, err := runScript(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, scripts.OwnerArgs{Owner: h.owner}).Int64()
+	ms, err := fcall.Run(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, scripts.OwnerArgs{Owner: h.owner}).Int64()
 	if err != nil {
 		return 0, redisError("ttl", l.name, err)
 	}
@@ -213,7 +214,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	publish, err := h.c.publishArgFor(ctx)
 	ok := false
 	if err == nil {
-		argv := commandOn(h.kind.release, h.relKeys, last, 0)
+		argv := fcall.CommandOn(h.kind.release, h.relKeys, last, 0)
 		if h.group == nil {
 			argv = scripts.ReleaseArgs{Owner: h.owner, Publish: publish, Token: l.token, Info: h.infoArg()}.Append(argv)
 		} else {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -21,7 +22,7 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (adm
 	if err != nil {
 		return admin.LockInfo{}, err
 	}
-	reply, err := runScript(ctx, &c.fns, c.rdb, scripts.Describe, scripts.AnyLockLayout.Keys(k.lock), scripts.OwnerArgs{Owner: ""}).Slice()
+	reply, err := fcall.Run(ctx, &c.fns, c.rdb, scripts.Describe, scripts.AnyLockLayout.Keys(k.lock), scripts.OwnerArgs{Owner: ""}).Slice()
 	var info admin.LockInfo
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
@@ -138,7 +139,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	if err != nil {
 		return false, err
 	}
-	n, err := runScript(ctx, &c.fns, c.rdb, scripts.ForceUnlock, scripts.AnyLockLayout.Keys(k.lock), scripts.PublishArgs{Publish: publish}).Int64()
+	n, err := fcall.Run(ctx, &c.fns, c.rdb, scripts.ForceUnlock, scripts.AnyLockLayout.Keys(k.lock), scripts.PublishArgs{Publish: publish}).Int64()
 	if err != nil {
 		return false, redisError("force unlock", name, err)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/dialwatch"
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/notify"
 	"github.com/dlockio/dlock/internal/scripts"
 )
@@ -29,13 +31,13 @@ import (
 // can be taken again (docs/SAFETY.md).
 type Client struct {
 	rdb redis.UniversalClient
-	fns functions // how rdb's servers take dlock's scripts
+	fns fcall.Functions // how rdb's servers take dlock's scripts
 	cfg settings
 
 	renewer *renewer
-	flights *coalescer // acquires and releases, shared pipelines under concurrency
-	rights  rightsSeen // which acquires' rights checks passed (rights.go)
-	dials   *dialWatch // why rdb's last dial failed: see waiting.noteOutage
+	flights *fcall.Coalescer // acquires and releases, shared pipelines under concurrency
+	rights  rightsSeen       // which acquires' rights checks passed (rights.go)
+	dials   *dialwatch.Watch // why rdb's last dial failed: see waiting.noteOutage
 
 	// resendAfter is how long a command takes at least when the Redis
 	// client may have sent it twice (see clientHold.maybeCopied).
@@ -81,8 +83,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{rdb: rdb, cfg: cfg, done: make(chan struct{}), tag: newClientTag(), resendAfter: resend}
 	c.renewer = newRenewer(c)
-	c.flights = &coalescer{rdb: rdb, fns: &c.fns}
-	c.dials = watchDials(rdb)
+	c.flights = fcall.NewCoalescer(rdb, &c.fns)
+	c.dials = dialwatch.Of(rdb)
 	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
 	c.redis = redisIdentity(rdb)
 	return c, nil
@@ -312,7 +314,7 @@ func (c *Client) subscribed(channel string) bool {
 // let go of a hold. ctx is a cleanupContext: the hold must go whatever the
 // caller's context.
 func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, argv []any) (bool, error) {
-	n, err := c.flights.runArgv(ctx, script, argv).Int64()
+	n, err := c.flights.Send(ctx, script, argv).Int64()
 	return n == 1, err
 }
 
@@ -354,7 +356,7 @@ func (c *Client) abandon(ctx context.Context, name string, script *redis.Script,
 	args.Publish, err = c.publishArgFor(ctx)
 	released := false
 	if err == nil {
-		released, err = c.releaseWithin(ctx, script, scriptArgv(script, keys, args))
+		released, err = c.releaseWithin(ctx, script, fcall.Argv(script, keys, args))
 	}
 	if err != nil {
 		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)

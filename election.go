@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -146,7 +147,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	n, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
+	n, err := fcall.Run(ctx, &e.c.fns, e.c.rdb, scripts.ElectionProclaim, e.proclaimKeys,
 		scripts.ProclaimArgs{Owner: l.hold.(*clientHold).owner, Value: value, Publish: publish}).Int64()
 	if err != nil {
 		return redisError("proclaim", e.name, err)
@@ -164,7 +165,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
 	}
-	reply, err := runScript(ctx, &e.c.fns, e.c.rdb, scripts.ElectionLeader, e.leaderKeys, scripts.NoArgs{}).Slice()
+	reply, err := fcall.Run(ctx, &e.c.fns, e.c.rdb, scripts.ElectionLeader, e.leaderKeys, scripts.NoArgs{}).Slice()
 	if err != nil {
 		return Leader{}, redisError("leader", e.name, err)
 	}

@@ -154,11 +154,6 @@ func wrongTypeDetail(err error) string {
 	return strings.TrimSuffix(detail, ".")
 }
 
-// isNoScript recognises a server without a script or dlock's functions.
-func isNoScript(err error) bool {
-	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "ERR Function not found"))
-}
-
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at
 // the start of the message; miniredis wraps it in a script error.
 func isWrongType(err error) bool { return errSays(err, "WRONGTYPE") }

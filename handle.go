@@ -2,12 +2,11 @@ package dlock
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlockio/dlock/internal/scripts"
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -103,7 +102,7 @@ type acquireSpec struct {
 func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	ttl, renew := h.cfg.holdTTL()
 	var b boxer
-	name, id := scriptHead(s.script)
+	name, id := fcall.Head(s.script)
 	head := append(make([]any, 0, 3+len(s.keys[0])), name, id, len(s.keys[0])+1+len(s.keys[1]))
 	s.head = b.keys(head, s.keys[0])
 	s.rest = b.keys(nil, s.keys[1])
@@ -144,33 +143,6 @@ func (b *boxer) keys(argv []any, keys []string) []any {
 		argv = append(argv, b.box(k))
 	}
 	return argv
-}
-
-var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}, boxed once per process
-
-// scriptHead is how a command of script starts: FCALL and its function,
-// or EVALSHA and its SHA for a script not in dlock's library.
-func scriptHead(script *redis.Script) (name, id any) {
-	ids := boxedIDsOf(script)
-	if ids[0] == nil {
-		return "evalsha", ids[1]
-	}
-	return "fcall", ids[0]
-}
-
-// boxedHash is script's SHA, boxed once.
-func boxedHash(script *redis.Script) any { return boxedIDsOf(script)[1] }
-
-func boxedIDsOf(script *redis.Script) [2]any {
-	if v, ok := boxedIDs.Load(script); ok {
-		return v.([2]any)
-	}
-	ids := [2]any{nil, script.Hash()}
-	if fn := scripts.Function(script); fn != "" {
-		ids[0] = fn
-	}
-	v, _ := boxedIDs.LoadOrStore(script, ids)
-	return v.([2]any)
 }
 
 // boxMillis is d in ms as an argument, the defaults boxed once.

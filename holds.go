@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -140,7 +141,7 @@ func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
 	if err := h.check(ctx); err != nil {
 		return holdState{}, err
 	}
-	reply, err := runScript(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, scripts.OwnerArgs{Owner: h.ownerFor(ctx)}).Slice()
+	reply, err := fcall.Run(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, scripts.OwnerArgs{Owner: h.ownerFor(ctx)}).Slice()
 	if err == nil {
 		var s holdState
 		if s, err = parseHoldState(reply); err == nil {

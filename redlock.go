@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -42,7 +43,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 		if unmadeClient(rdb) {
 			return nil, invalidf("Redis client %d is nil", i)
 		}
-		if _, routed := keyNodesOf(rdb); routed { // its connections are unseen by the restart guard's hook
+		if fcall.Routed(rdb) { // its connections are unseen by the restart guard's hook
 			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
 		}
 		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
@@ -273,10 +274,7 @@ func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	}
 	if len(cold) > 0 {
 		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-			if n.fns.refused.Load() || refusesFunctions(send(ctx, n.rdb, loads(true, nil), nil)) {
-				n.fns.refused.Store(true)
-				send(ctx, n.rdb, loads(false, scripts.Companions(scripts.MutexAcquire)), nil)
-			}
+			n.fns.Preload(ctx, n.rdb, scripts.MutexAcquire)
 			return struct{}{}, nil
 		})
 	}
@@ -296,7 +294,7 @@ type vote struct {
 // may vote (redlockNode.mayVote).
 func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
-	res, err := scripts.AcquireReply(runScript(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
+	res, err := scripts.AcquireReply(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
 		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}))
 	if err == nil && (len(res) != 2 || res[0] == -1) {
 		err = errUnexpectedReply
@@ -333,7 +331,7 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 		}
 	}
 	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, runScript(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}).Err()
+		return struct{}{}, fcall.Run(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}).Err()
 	})
 	return uint64(token), fenced
 }
@@ -358,7 +356,7 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
 	return func(ctx context.Context, n *redlockNode) error {
-		return heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
+		return heldOrNot(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
 			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}))
 	}
 }

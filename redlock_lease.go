@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -46,7 +47,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 	}
 	start := l.clock.Now()
 	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args))
+		return struct{}{}, heldOrNot(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args))
 	})
 	if countErrs(errs, nil) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
@@ -122,7 +123,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
 	keys := m.keys.callKeys(redlockReleaseLayout)
 	return func(ctx context.Context, n *redlockNode) error {
-		return heldOrNot(runScript(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}))
+		return heldOrNot(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}))
 	}
 }
 

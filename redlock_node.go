@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/dialwatch"
+	"github.com/dlockio/dlock/internal/fcall"
 )
 
 // redlockNode is one master of a Redlock, and what the restart guard knows
@@ -18,13 +21,13 @@ import (
 type redlockNode struct {
 	index int
 	rdb   redis.UniversalClient
-	fns   functions // how the node takes dlock's scripts
+	fns   fcall.Functions // how the node takes dlock's scripts
 	addr  string
 
 	preloaded atomic.Bool // dlock's scripts were loaded ahead of a vote (see Redlock.preload)
 
-	dials  *dialWatch // connections opened to it (a restart makes new ones), and why one failed
-	rights rightsSeen // whether its acquire's rights check passed (rights.go)
+	dials  *dialwatch.Watch // connections opened to it (a restart makes new ones), and why one failed
+	rights rightsSeen       // whether its acquire's rights check passed (rights.go)
 
 	mu      sync.Mutex
 	checked int64     // dials when it was last read
@@ -40,7 +43,7 @@ type nodeRun struct{ runID, replID string }
 var errRecovering = errors.New("restart guard: started or failed over within the guard, so it may have lost locks: it does not vote yet")
 
 func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
-	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index), dials: watchDials(rdb)}
+	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index), dials: dialwatch.Of(rdb)}
 	if c, ok := rdb.(*redis.Client); ok {
 		n.addr = c.Options().Addr
 	}
@@ -53,7 +56,7 @@ func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
 // than before, or a promoted master, counts from when it is seen. A node
 // it cannot read, or no master, does not vote.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
-	dials := n.dials.opened.Load()
+	dials := n.dials.Opened.Load()
 	n.mu.Lock()
 	upSince, since := n.upSince, n.since
 	// Never read is fresh too: clients may come to NewRedlock connected.
@@ -183,7 +186,7 @@ func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
 		if err == nil {
 			continue
 		}
-		if dialErr := nodes[i].dials.failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
+		if dialErr := nodes[i].dials.Failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
 		}
 		if isPermission(err) && !errors.Is(err, ErrPermission) { // a release or renewal refused there

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -180,7 +181,7 @@ func (r *renewer) sendByNode(due []*clientHold) {
 	}
 	byNode := make(map[batchKey][]*clientHold)
 	for _, h := range due {
-		node, err := r.c.masterFor(r.ctx, h.keys[0])
+		node, err := fcall.MasterFor(r.ctx, r.c.rdb, h.keys[0])
 		if err != nil {
 			node = nil // not known: sent with the others not known, which the client routes
 		}
@@ -215,11 +216,11 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 		return
 	}
 	ttls := make([]time.Duration, len(batch))
-	calls := make([]scriptCall, len(batch)) // one extend per lease, in one pipeline
+	calls := make([]fcall.Call, len(batch)) // one extend per lease, in one pipeline
 	var timeout time.Duration               // waiting past the earliest deadline would help no one
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
-		calls[i] = scriptCall{script: h.kind.extend, argv: scriptArgv(h.kind.extend, h.keys, scripts.ExtendArgs{Owner: h.owner, TTL: ttls[i].Milliseconds(), Shorten: lengthens, Info: h.infoArg()})}
+		calls[i] = fcall.Call{Script: h.kind.extend, Argv: fcall.Argv(h.kind.extend, h.keys, scripts.ExtendArgs{Owner: h.owner, TTL: ttls[i].Milliseconds(), Shorten: lengthens, Info: h.infoArg()})}
 		if left := r.c.clock.Until(h.lease.Deadline()); i == 0 || left < timeout {
 			timeout = left
 		}
@@ -230,7 +231,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	acks := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
 	var reports []renewalReport
 	for i, call := range calls {
-		n, err := call.cmd.Int64()
+		n, err := call.Cmd.Int64()
 		switch {
 		case err == nil && n != 1:
 			err = refusal(n)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -106,7 +107,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 		return err
 	}
 	ttl, _ := s.cfg.holdTTL()
-	if err := runScript(ctx, &s.c.fns, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys,
+	if err := fcall.Run(ctx, &s.c.fns, s.c.rdb, scripts.SemSetPermits, s.setPermitsKeys,
 		scripts.SetPermitsArgs{Permits: n, Publish: publish, TTL: ttl.Milliseconds()}).Err(); err != nil {
 		return redisError("set permits", s.name, err)
 	}

@@ -177,7 +177,7 @@ func (wt *waiting) noteOutage(err error) {
 	case errors.Is(err, ErrUnavailable):
 		wt.outage = err
 	default:
-		if dialErr := wt.c.dials.failure(wt.answered); dialErr != nil {
+		if dialErr := wt.c.dials.Failure(wt.answered); dialErr != nil {
 			wt.outage = fmt.Errorf("%w: %s %q: connecting: %w", ErrUnavailable, wt.a.spec.op, wt.a.spec.lease.name, dialErr)
 		}
 	}

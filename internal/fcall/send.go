@@ -1,4 +1,4 @@
-package dlock
+package fcall
 
 import (
 	"context"
@@ -11,62 +11,48 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// functions is what a Client (a Redlock's node) learnt of its servers:
+// Functions is what a Client (a Redlock's node) learnt of its servers:
 // scripts go as FCALL of dlock's function library until a server refuses
 // Functions (Redis < 7, an ACL without them), then by EVALSHA.
-type functions struct{ refused atomic.Bool }
+type Functions struct{ refused atomic.Bool }
 
-// scriptCall is one command sendScripts sends, and its reply: a script's
-// FCALL (or EVALSHA) or, without script, ASKING before or WAIT after.
-type scriptCall struct {
-	script *redis.Script
-	argv   []any
-	cmd    *redis.Cmd
-}
-
-// scriptArgv is the FCALL (EVALSHA, for a script not in the library) of
-// script on keys and args.
-func scriptArgv[A scripts.Args](script *redis.Script, keys []string, args A) []any {
-	return args.Append(commandOn(script, nil, keys, 0))
-}
-
-// argRoom is what commandOn leaves for a script's ARGV: the most any
-// takes but for a MultiLock's release (which grows its command).
-const argRoom = 7
-
-// commandOn starts script's command: its KEYS, boxed and then keys, more
-// of them following; then its ARGV may be appended.
-func commandOn(script *redis.Script, boxed []any, keys []string, more int) []any {
-	argv := make([]any, 0, 3+len(boxed)+len(keys)+more+argRoom)
-	name, id := scriptHead(script)
-	argv = append(append(argv, name, id, len(boxed)+len(keys)+more), boxed...)
-	for _, k := range keys {
-		argv = append(argv, k)
+// Preload loads dlock's library on rdb (where Functions are refused, the
+// scripts of script's lock type) before a call needs it.
+func (fns *Functions) Preload(ctx context.Context, rdb redis.UniversalClient, script *redis.Script) {
+	if fns.refused.Load() || refusesFunctions(send(ctx, rdb, loads(true, nil), nil)) {
+		fns.refused.Store(true)
+		send(ctx, rdb, loads(false, scripts.Companions(script)), nil)
 	}
-	return argv
 }
 
-// runScript runs script on rdb, as [redis.Script.Run] would but through
-// sendScripts.
-func runScript[A scripts.Args](ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script, keys []string, args A) *redis.Cmd {
-	return sendScript(ctx, fns, rdb, script, scriptArgv(script, keys, args))
+// Call is one command Send sends, and its reply: a script's FCALL (or
+// EVALSHA) or, without Script, ASKING before or WAIT after.
+type Call struct {
+	Script *redis.Script
+	Argv   []any
+	Cmd    *redis.Cmd
 }
 
-// sendScript is runScript with the command built, so that a hot path can
+// Run runs script on rdb, as [redis.Script.Run] would but through Send.
+func Run[A scripts.Args](ctx context.Context, fns *Functions, rdb redis.UniversalClient, script *redis.Script, keys []string, args A) *redis.Cmd {
+	return sendScript(ctx, fns, rdb, script, Argv(script, keys, args))
+}
+
+// sendScript is Run with the command built, so that a hot path can
 // keep what does not change (key names, TTLs) boxed once.
-func sendScript(ctx context.Context, fns *functions, rdb redis.UniversalClient, script *redis.Script, argv []any) *redis.Cmd {
-	calls := [1]scriptCall{{script: script, argv: argv}}
-	sendScripts(ctx, fns, rdb, calls[:])
-	return calls[0].cmd
+func sendScript(ctx context.Context, fns *Functions, rdb redis.UniversalClient, script *redis.Script, argv []any) *redis.Cmd {
+	calls := [1]Call{{Script: script, Argv: argv}}
+	Send(ctx, fns, rdb, calls[:])
+	return calls[0].Cmd
 }
 
-// sendScripts sends calls to rdb: one alone, more in one pipeline. A call
-// that met a server without its scripts goes again after the load, in one
+// Send sends calls to rdb: one alone, more in one pipeline. A call that
+// met a server without its scripts goes again after the load, in one
 // pipeline; on a cluster or Ring the load goes to the call's node first,
 // and to every node only if the call misses again, so a stalled node
 // delays no other. A call whose load failed fails with its error. Where
 // Functions are refused, fns sends EVALSHA from then on.
-func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient, calls []scriptCall) {
+func Send(ctx context.Context, fns *Functions, rdb redis.UniversalClient, calls []Call) {
 	if fns.refused.Load() {
 		asEvalsha(calls)
 	}
@@ -88,59 +74,59 @@ func sendScripts(ctx context.Context, fns *functions, rdb redis.UniversalClient,
 	// for good without +function|load, once on a full server (OOM), so a
 	// renewal or release still runs there.
 	failed := fullForLibrary
-	if slices.ContainsFunc(calls, func(call scriptCall) bool { return refusedFunctions(call) && call.argv[0] == "fcall" }) {
+	if slices.ContainsFunc(calls, func(call Call) bool { return refusedFunctions(call) && call.Argv[0] == "fcall" }) {
 		fns.refused.Store(true)
 		failed = refusedFunctions
 	}
 	if slices.ContainsFunc(calls, failed) {
-		resendSome(calls, failed, func(again []scriptCall) {
+		resendSome(calls, failed, func(again []Call) {
 			asEvalsha(again)
-			sendScripts(ctx, fns, rdb, again)
+			Send(ctx, fns, rdb, again)
 		})
 	}
 }
 
 // resendSome has send send the calls pick chooses, with the commands that
 // frame them, copies their replies back, and returns their indexes.
-func resendSome(calls []scriptCall, pick func(scriptCall) bool, send func([]scriptCall)) []int {
-	var some []scriptCall
+func resendSome(calls []Call, pick func(Call) bool, send func([]Call)) []int {
+	var some []Call
 	var at []int
 	for i, call := range calls {
-		if call.script == nil || pick(call) {
+		if call.Script == nil || pick(call) {
 			some, at = append(some, call), append(at, i)
 		}
 	}
 	send(some)
 	for j, i := range at {
-		calls[i].cmd = some[j].cmd
+		calls[i].Cmd = some[j].Cmd
 	}
 	return at
 }
 
 // asEvalsha makes the FCALLs of calls EVALSHA commands of their scripts.
-func asEvalsha(calls []scriptCall) {
+func asEvalsha(calls []Call) {
 	for i, call := range calls {
-		if call.script != nil && call.argv[0] == "fcall" {
-			argv := slices.Clone(call.argv)
-			argv[0], argv[1] = "evalsha", boxedHash(call.script)
-			calls[i].argv = argv
+		if call.Script != nil && call.Argv[0] == "fcall" {
+			argv := slices.Clone(call.Argv)
+			argv[0], argv[1] = "evalsha", boxedHash(call.Script)
+			calls[i].Argv = argv
 		}
 	}
 }
 
 // loadsFor loads what the calls that met a missing script miss: the
 // library for an FCALL, the scripts of its lock type for an EVALSHA.
-func loadsFor(calls []scriptCall) [][]any {
+func loadsFor(calls []Call) [][]any {
 	var library bool
 	var sources []string
 	for _, call := range calls {
 		if !missingScript(call) {
 			continue
 		}
-		if call.argv[0] == "fcall" {
+		if call.Argv[0] == "fcall" {
 			library = true
 		} else {
-			sources = append(sources, scripts.Companions(call.script)...)
+			sources = append(sources, scripts.Companions(call.Script)...)
 		}
 	}
 	slices.Sort(sources) // two calls' types may be one
@@ -161,21 +147,21 @@ func loads(library bool, sources []string) [][]any {
 
 // missingScript tells a call that met a server without its script, or
 // whose Functions were refused (then sent as EVALSHA, asEvalsha).
-func missingScript(call scriptCall) bool {
-	return call.script != nil && call.cmd != nil && (isNoScript(call.cmd.Err()) || refusedFunctions(call))
+func missingScript(call Call) bool {
+	return call.Script != nil && call.Cmd != nil && (isNoScript(call.Cmd.Err()) || refusedFunctions(call))
 }
 
 // fullForLibrary tells an FCALL that failed as the load of its library
 // did, on a full server (OOM).
-func fullForLibrary(call scriptCall) bool {
-	return call.script != nil && call.cmd != nil && call.argv[0] == "fcall" &&
-		call.cmd.Err() != nil && strings.HasPrefix(call.cmd.Err().Error(), "OOM")
+func fullForLibrary(call Call) bool {
+	return call.Script != nil && call.Cmd != nil && call.Argv[0] == "fcall" &&
+		call.Cmd.Err() != nil && strings.HasPrefix(call.Cmd.Err().Error(), "OOM")
 }
 
 // refusedFunctions tells a call refused by a server that does not take
 // Redis Functions.
-func refusedFunctions(call scriptCall) bool {
-	return call.script != nil && call.cmd != nil && refusesFunctions(call.cmd.Err())
+func refusedFunctions(call Call) bool {
+	return call.Script != nil && call.Cmd != nil && refusesFunctions(call.Cmd.Err())
 }
 
 // refusesFunctions tells the error of a server that does not take Redis
@@ -196,7 +182,7 @@ func libraryLoaded(err error) bool {
 // ends, resends the calls still NOSCRIPT until none is: a stalled node
 // holds up no call another serves (its load goes on, bounded by ctx).
 // Calls still NOSCRIPT at the end get the first load's error.
-func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall, load [][]any, loadErr error) {
+func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []Call, load [][]any, loadErr error) {
 	ended, all := make(chan error), make(chan error, 1)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -232,8 +218,8 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 // resendNoScript sends the calls that met NOSCRIPT again after load, and
 // reports whether one met it again. Only those get loadErr: a node down
 // elsewhere fails a load, not the calls.
-func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall, loadErr error) (again bool) {
-	resent := resendSome(calls, missingScript, func(resend []scriptCall) {
+func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []Call, loadErr error) (again bool) {
+	resent := resendSome(calls, missingScript, func(resend []Call) {
 		if err := send(ctx, rdb, load, resend); loadErr == nil {
 			loadErr = err
 		}
@@ -242,7 +228,7 @@ func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any
 		if missingScript(calls[i]) {
 			again = true
 			if loadErr != nil {
-				calls[i].cmd.SetErr(loadErr)
+				calls[i].Cmd.SetErr(loadErr)
 			}
 		}
 	}
@@ -268,16 +254,31 @@ func keyNodesOf(rdb redis.UniversalClient) (nodes keyNodes, routed bool) {
 	return keyNodes{}, false
 }
 
+// Routed tells a client that routes by first key (a cluster, a Ring).
+func Routed(rdb redis.UniversalClient) bool {
+	_, routed := keyNodesOf(rdb)
+	return routed
+}
+
+// MasterFor is the client of the master that holds key: a cluster node, a
+// Ring shard, else rdb.
+func MasterFor(ctx context.Context, rdb redis.UniversalClient, key string) (redis.UniversalClient, error) {
+	if nodes, routed := keyNodesOf(rdb); routed {
+		return nodes.forKey(ctx, key)
+	}
+	return rdb, nil
+}
+
 // loadForCalls loads scripts on the node of each call that met NOSCRIPT,
 // once per node, and returns the first load's error.
-func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load [][]any) error {
+func (nodes keyNodes) loadForCalls(ctx context.Context, calls []Call, load [][]any) error {
 	var firstErr error
 	done := map[string]bool{}
 	for _, call := range calls {
-		if !missingScript(call) || len(call.argv) < 4 || call.argv[2] == 0 {
+		if !missingScript(call) || len(call.Argv) < 4 || call.Argv[2] == 0 {
 			continue
 		}
-		key, _ := call.argv[3].(string) // after FCALL and the function (EVALSHA and the SHA), the number of keys
+		key, _ := call.Argv[3].(string) // after FCALL and the function (EVALSHA and the SHA), the number of keys
 		node, err := nodes.forKey(ctx, key)
 		if err == nil && !done[node.Options().Addr] {
 			done[node.Options().Addr] = true
@@ -293,9 +294,9 @@ func (nodes keyNodes) loadForCalls(ctx context.Context, calls []scriptCall, load
 // send sends the commands of load (FUNCTION LOAD, SCRIPT LOAD), then
 // calls, on rdb: a call alone as a command, more as one pipeline. It
 // returns the first load's error; a library loaded already is none.
-func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []scriptCall) error {
+func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []Call) error {
 	if len(load) == 0 && len(calls) == 1 {
-		calls[0].cmd = rdb.Do(ctx, calls[0].argv...)
+		calls[0].Cmd = rdb.Do(ctx, calls[0].Argv...)
 		return nil
 	}
 	pipe := rdb.Pipeline()
@@ -304,7 +305,7 @@ func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []
 		loaded[i] = pipe.Do(ctx, argv...)
 	}
 	for i := range calls {
-		calls[i].cmd = pipe.Do(ctx, calls[i].argv...)
+		calls[i].Cmd = pipe.Do(ctx, calls[i].Argv...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for _, cmd := range loaded {
@@ -313,4 +314,13 @@ func send(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []
 		}
 	}
 	return nil
+}
+
+// isNoScript recognises a server without a script or dlock's functions.
+func isNoScript(err error) bool {
+	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "ERR Function not found"))
+}
+
+func errSays(err error, words ...string) bool {
+	return err != nil && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(err.Error(), w) })
 }

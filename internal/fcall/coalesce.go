@@ -1,4 +1,4 @@
-package dlock
+package fcall
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// coalescer sends the acquires and releases of concurrent callers of one
+// Coalescer sends the acquires and releases of concurrent callers of one
 // Client in shared pipelines, saving system calls: while coalesceFlights
 // round trips are in flight, callers queue for the next. With nothing in
 // flight a call goes straight out.
-type coalescer struct {
+type Coalescer struct {
 	rdb redis.UniversalClient
-	fns *functions
+	fns *Functions
 
 	mu      sync.Mutex
 	queue   []*queuedCall
@@ -25,16 +25,21 @@ const (
 	coalesceBatch   = 256 // scripts in one pipeline at most
 )
 
+// NewCoalescer is a Coalescer of calls to rdb, sent as fns says.
+func NewCoalescer(rdb redis.UniversalClient, fns *Functions) *Coalescer {
+	return &Coalescer{rdb: rdb, fns: fns}
+}
+
 // queuedCall waits for the next flight; done is closed once its reply is in.
 type queuedCall struct {
-	scriptCall
+	Call
 	done chan struct{}
 }
 
-// runArgv is sendScript through the coalescer. A caller whose ctx ends
-// while its call waits gets ctx's error; the call may still go out, an
-// outcome unknown as any lost reply's.
-func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
+// Send sends script's command argv, as the function [Send] would alone,
+// but through q. A caller whose ctx ends while its call waits gets ctx's
+// error; the call may still go out, an outcome unknown as any lost reply's.
+func (q *Coalescer) Send(ctx context.Context, script *redis.Script, argv []any) *redis.Cmd {
 	q.mu.Lock()
 	if q.flights < coalesceFlights && len(q.queue) == 0 {
 		q.flights++
@@ -43,12 +48,12 @@ func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []an
 		q.landed()
 		return cmd
 	}
-	call := &queuedCall{scriptCall: scriptCall{script: script, argv: argv}, done: make(chan struct{})}
+	call := &queuedCall{Call: Call{Script: script, Argv: argv}, done: make(chan struct{})}
 	q.queue = append(q.queue, call)
 	q.mu.Unlock()
 	select {
 	case <-call.done:
-		return call.cmd
+		return call.Cmd
 	case <-ctx.Done():
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(ctx.Err())
@@ -57,7 +62,7 @@ func (q *coalescer) runArgv(ctx context.Context, script *redis.Script, argv []an
 }
 
 // landed ends a flight: its slot takes the queue, if any, as the next.
-func (q *coalescer) landed() {
+func (q *Coalescer) landed() {
 	q.mu.Lock()
 	if len(q.queue) == 0 {
 		q.flights--
@@ -72,16 +77,16 @@ func (q *coalescer) landed() {
 }
 
 // fly sends one batch as a pipeline.
-func (q *coalescer) fly(batch []*queuedCall) {
+func (q *Coalescer) fly(batch []*queuedCall) {
 	defer q.landed()
-	calls := make([]scriptCall, len(batch))
+	calls := make([]Call, len(batch))
 	for i, queued := range batch {
-		calls[i] = queued.scriptCall
+		calls[i] = queued.Call
 	}
 	// The context is shared by callers: none of theirs may cut it short.
-	sendScripts(context.Background(), q.fns, q.rdb, calls)
+	Send(context.Background(), q.fns, q.rdb, calls)
 	for i, queued := range batch {
-		queued.cmd = calls[i].cmd
+		queued.Cmd = calls[i].Cmd
 		close(queued.done)
 	}
 }

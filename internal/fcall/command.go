@@ -1,0 +1,67 @@
+// Package fcall sends dlock's scripts to Redis: as FCALL of dlock's
+// function library, or by EVALSHA where a server refuses Functions; it
+// loads the library (or the scripts) where a server lacks them, on the
+// node of a cluster or Ring that needs them. It also batches concurrent
+// calls into pipelines ([Coalescer]) and sends calls with WAIT after
+// them, following a cluster's redirections ([SendAcknowledged]).
+//
+// What a reply means is the caller's to judge: this package knows
+// commands and servers, not locks.
+package fcall
+
+import (
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlockio/dlock/internal/scripts"
+)
+
+// Argv is the FCALL (EVALSHA, for a script not in the library) of script
+// on keys and args.
+func Argv[A scripts.Args](script *redis.Script, keys []string, args A) []any {
+	return args.Append(CommandOn(script, nil, keys, 0))
+}
+
+// ArgRoom is what CommandOn leaves for a script's ARGV: the most any
+// takes but for a MultiLock's release (which grows its command).
+const ArgRoom = 7
+
+// CommandOn starts script's command: its KEYS, boxed and then keys, more
+// of them following; then its ARGV may be appended.
+func CommandOn(script *redis.Script, boxed []any, keys []string, more int) []any {
+	argv := make([]any, 0, 3+len(boxed)+len(keys)+more+ArgRoom)
+	name, id := Head(script)
+	argv = append(append(argv, name, id, len(boxed)+len(keys)+more), boxed...)
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	return argv
+}
+
+var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}, boxed once per process
+
+// Head is how a command of script starts: FCALL and its function, or
+// EVALSHA and its SHA for a script not in dlock's library.
+func Head(script *redis.Script) (name, id any) {
+	ids := boxedIDsOf(script)
+	if ids[0] == nil {
+		return "evalsha", ids[1]
+	}
+	return "fcall", ids[0]
+}
+
+// boxedHash is script's SHA, boxed once.
+func boxedHash(script *redis.Script) any { return boxedIDsOf(script)[1] }
+
+func boxedIDsOf(script *redis.Script) [2]any {
+	if v, ok := boxedIDs.Load(script); ok {
+		return v.([2]any)
+	}
+	ids := [2]any{nil, script.Hash()}
+	if fn := scripts.Function(script); fn != "" {
+		ids[0] = fn
+	}
+	v, _ := boxedIDs.LoadOrStore(script, ids)
+	return v.([2]any)
+}
