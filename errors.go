@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -134,16 +134,12 @@ func unavailable(err error) error {
 // isPermission recognises an ACL refusal, of a command or of one a script
 // ran, in the words of Redis 7.0, Redis 8 and Valkey.
 func isPermission(err error) bool {
-	return errSays(err, "NOPERM", "executing the script can't", "ACL failure in script", "No permissions to access")
+	return fcall.ErrSays(err, "NOPERM", "executing the script can't", "ACL failure in script", "No permissions to access")
 }
 
 // isPublishRefused recognises a script's PUBLISH refused by an ACL.
 func isPublishRefused(err error) bool {
-	return errSays(err, "can't publish to the channel", "No permissions to access a channel")
-}
-
-func errSays(err error, words ...string) bool {
-	return err != nil && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(err.Error(), w) })
+	return fcall.ErrSays(err, "can't publish to the channel", "No permissions to access a channel")
 }
 
 // wrongTypeDetail is what Redis said after WRONGTYPE (which key holds
@@ -156,7 +152,7 @@ func wrongTypeDetail(err error) string {
 
 // isWrongType recognises WRONGTYPE raised inside a script. Redis puts it at
 // the start of the message; miniredis wraps it in a script error.
-func isWrongType(err error) bool { return errSays(err, "WRONGTYPE") }
+func isWrongType(err error) bool { return fcall.ErrSays(err, "WRONGTYPE") }
 
 // LossReason says how a lease was lost: every lost lease's error matches
 // one, beside [ErrLeaseLost] (errors.Is(err, dlock.LossTaken)).

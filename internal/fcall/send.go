@@ -167,8 +167,8 @@ func refusedFunctions(call Call) bool {
 // refusesFunctions tells the error of a server that does not take Redis
 // Functions: FCALL or FUNCTION is unknown there, or not permitted.
 func refusesFunctions(err error) bool {
-	return (errSays(err, "unknown command") || err != nil && strings.HasPrefix(err.Error(), "NOPERM")) &&
-		errSays(err, "'fcall'", "`fcall`", "'function", "`function`")
+	return (ErrSays(err, "unknown command") || err != nil && strings.HasPrefix(err.Error(), "NOPERM")) &&
+		ErrSays(err, "'fcall'", "`fcall`", "'function", "`function`")
 }
 
 // libraryLoaded tells FUNCTION LOAD's error where dlock's library is
@@ -321,6 +321,8 @@ func isNoScript(err error) bool {
 	return err != nil && (strings.HasPrefix(err.Error(), "NOSCRIPT") || strings.HasPrefix(err.Error(), "ERR Function not found"))
 }
 
-func errSays(err error, words ...string) bool {
+// ErrSays reports whether err's text holds any of words: Redis's errors
+// are told apart by their text.
+func ErrSays(err error, words ...string) bool {
 	return err != nil && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(err.Error(), w) })
 }

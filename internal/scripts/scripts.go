@@ -6,7 +6,7 @@
 // foreign.lua to all, the *_lib.lua, hand_next.lua and wake_next.lua to
 // their types'. The scripts are also the functions of one Redis Functions
 // library (library.go), called by FCALL, or by EVALSHA where Functions are
-// refused (dlock's evalsha.go).
+// refused (internal/fcall).
 package scripts
 
 import (
