@@ -17,8 +17,10 @@
 -- same, and answers 0, leaving no mark; one taken anew after this release's
 -- mark (a resend's, the hold having lasted until the first copy let go) is
 -- released, and answers 1.
--- Fails with WRONGTYPE, changing nothing, where another program wrote
--- over the state (foreign.lua).
+-- Fails with WRONGTYPE, changing none of the lock's keys, where another
+-- program wrote over the state (foreign.lua). A release that gives its
+-- call up has written the call's tombstone by then, on purpose: were the
+-- foreign value deleted, a late copy of the grant would find it.
 --
 -- Safe to send twice: the second finds the member gone and touches nothing,
 -- so one Lease's Unlock takes away one hold, never another of its owner's;
