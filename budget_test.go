@@ -420,20 +420,14 @@ func TestCommandBudget_FirstTryARGV(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var mu sync.Mutex
-	argvs := map[*redis.Script]int{} // ARGV of each acquire's last FCALL
-	rdb.AddHook(argvHook(func(args []any) {
-		if s := scripts.Of(fmt.Sprint(args[1])); s != nil && fmt.Sprint(args[0]) == "fcall" {
-			n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+	sent := map[*redis.Script][]any{} // the last FCALL of each script
+	rdb.AddHook(replyHook(func(cmd redis.Cmder, reply error) error {
+		if args := cmd.Args(); cmd.Name() == "fcall" && len(args) > 2 {
 			mu.Lock()
-			argvs[s] = len(args) - 3 - n
+			sent[scripts.Of(fmt.Sprint(args[1]))] = args
 			mu.Unlock()
-			// An acquire takes its last ARGV for the rights flag.
-			acquire := s == scripts.MutexAcquire || s == scripts.FairAcquire || s == scripts.RWAcquire ||
-				s == scripts.SemAcquire || s == scripts.MultiAcquire || s == scripts.ElectionAcquire
-			if flag := args[len(args)-1]; acquire && flag != "" && flag != scripts.RightsKnown {
-				t.Errorf("%v ends with %q, not a rights flag", args, flag)
-			}
 		}
+		return reply
 	}))
 	c := newClient(t, rdb)
 	e := c.Election("argv")
@@ -454,29 +448,18 @@ func TestCommandBudget_FirstTryARGV(t *testing.T) {
 	} {
 		lockUnlock(t, ctx, typ.lock)
 		mu.Lock()
-		got := argvs[typ.script]
+		args := sent[typ.script]
 		mu.Unlock()
-		if got != typ.argv {
+		if len(args) < 3 {
+			t.Fatalf("%s: its acquire sent no FCALL", typ.name)
+		}
+		n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		if got := len(args) - 3 - n; got != typ.argv {
 			t.Errorf("%s: its first try sent %d ARGV; want %d", typ.name, got, typ.argv)
 		}
-	}
-}
-
-// argvHook calls seen with each command's arguments before it is sent.
-type argvHook func(args []any)
-
-func (h argvHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h argvHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h(cmd.Args())
-		return next(ctx, cmd)
-	}
-}
-func (h argvHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h(cmd.Args())
+		// The script takes its last ARGV for the rights flag.
+		if flag := args[len(args)-1]; flag != "" && flag != scripts.RightsKnown {
+			t.Errorf("%s: its acquire ends with %q, not a rights flag", typ.name, flag)
 		}
-		return next(ctx, cmds)
 	}
 }
