@@ -283,10 +283,10 @@ func Arg(cmd []any, lua string) any {
 	}
 	script := Of(fmt.Sprint(cmd[1]))
 	n, err := strconv.Atoi(fmt.Sprint(cmd[2]))
-	if script == nil || err != nil || argsOf[script] == nil {
+	if script == nil || err != nil || assembled[script].args == nil {
 		return nil
 	}
-	names, unsent := argNames(reflect.TypeOf(argsOf[script]))
+	names, unsent := argNames(reflect.TypeOf(assembled[script].args))
 	i, end := slices.Index(names, lua), len(cmd)
 	if i >= unsent {
 		end-- // the rights flag

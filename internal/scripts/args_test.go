@@ -16,8 +16,8 @@ import (
 func TestScripts_NameEveryArgByTheirStruct(t *testing.T) {
 	for _, set := range typeScripts {
 		for _, s := range set {
-			if argsOf[s] == nil {
-				t.Errorf("a script without an ARGV struct:\n%.300s", sources[s][len(prelude):])
+			if assembled[s].args == nil {
+				t.Errorf("a script without an ARGV struct:\n%.300s", assembled[s].src[len(prelude):])
 			}
 		}
 	}
@@ -43,8 +43,8 @@ func TestScripts_NameEveryArgByTheirStruct(t *testing.T) {
 // a script's but an acquire's without the nil ones that end them.
 func TestArgs_AppendInTheOrderOfTheirLocals(t *testing.T) {
 	seen := make(map[reflect.Type]bool)
-	for _, args := range argsOf {
-		typ := reflect.TypeOf(args)
+	for _, a := range assembled {
+		typ := reflect.TypeOf(a.args)
 		if seen[typ] {
 			continue
 		}

@@ -21,9 +21,9 @@ type helper struct {
 // libraries are the parts of scripts made of helpers alone, by their text,
 // parsed once; every other part is shipped whole.
 var libraries = func() map[string][]helper {
-	parsed := make(map[string][]helper)
-	for _, src := range []string{prelude, wakeNext, handNext, fairLib, semLib, multiLib, rwLib, electionLib} {
-		parsed[src] = parseLibrary(src)
+	parsed := map[string][]helper{prelude: parseLibrary(prelude)}
+	for _, name := range []string{"wake_next", "hand_next", "fair_lib", "sem_lib", "multi_lib", "rw_lib", "election_lib"} {
+		parsed[lua(name)] = parseLibrary(lua(name))
 	}
 	return parsed
 }()

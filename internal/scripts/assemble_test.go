@@ -11,7 +11,8 @@ import (
 // helpers it calls (assemble).
 func TestScripts_ShipOnlyTheHelpersTheyCall(t *testing.T) {
 	defined := regexp.MustCompile(`(?m)^local function ([A-Za-z_]\w*)`)
-	for s, src := range sources {
+	for s, a := range assembled {
+		src := a.src
 		mentions := map[string]int{}
 		for line := range strings.SplitSeq(src, "\n") {
 			for _, name := range identifier.FindAllString(uncommented(line), -1) {

@@ -112,18 +112,13 @@ func (l Layout) Then(keys ...Key) Layout {
 	return append(l[:len(l):len(l)], keys...)
 }
 
-// locals is the Lua that names the layout's keys: KEYS beyond those a
-// script is given are nil, as KEYS[i] would be.
-func (l Layout) locals() string {
-	return l.localsAt(func(i int) string { return strconv.Itoa(i + 1) })
-}
-
-// localsAt names l's keys as KEYS at the Lua indexes at gives them.
-func (l Layout) localsAt(at func(i int) string) string {
+// locals is the Lua that names the layout's keys, the first at KEYS[offset
+// 1]: KEYS beyond those a script is given are nil, as KEYS[i] would be.
+func (l Layout) locals(offset string) string {
 	names := make([]string, len(l))
 	keys := make([]string, len(l))
 	for i, k := range l {
-		names[i], keys[i] = k.Lua, "KEYS["+at(i)+"]"
+		names[i], keys[i] = k.Lua, "KEYS["+offset+strconv.Itoa(i+1)+"]"
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(keys, ", ") + "\n"
 }
@@ -186,7 +181,7 @@ var AnyLockLayout = func() Layout {
 	l := RWLayout.Then()
 	for _, set := range lockTypeScripts {
 		for _, s := range set {
-			for _, k := range layouts[s] {
+			for _, k := range assembled[s].layout {
 				i := slices.IndexFunc(l, func(in Key) bool { return in.Suffix == k.Suffix })
 				switch {
 				case k.PerCall:
@@ -262,5 +257,5 @@ func partLocals(part, tail Layout) string {
 	if len(tail) == 0 {
 		return src
 	}
-	return src + tail.localsAt(func(i int) string { return times(len(part)) + " + " + strconv.Itoa(i+1) })
+	return src + tail.locals(times(len(part))+" + ")
 }

@@ -11,7 +11,7 @@ import (
 // A layout's Lua locals and Go keys name the same positions.
 func TestLayout_GoKeysAndLuaLocalsAgree(t *testing.T) {
 	l := Layout{{Lua: "LOCK"}, {Lua: "FENCE", Suffix: ":fence"}}
-	if got, want := l.locals(), "local LOCK, FENCE = KEYS[1], KEYS[2]\n"; got != want {
+	if got, want := l.locals(""), "local LOCK, FENCE = KEYS[1], KEYS[2]\n"; got != want {
 		t.Errorf("locals %q, want %q", got, want)
 	}
 	if got, want := l.Keys("dlock:{a}"), []string{"dlock:{a}", "dlock:{a}:fence"}; !slices.Equal(got, want) {
@@ -32,7 +32,7 @@ func TestScripts_NameEveryKeyByTheirLayout(t *testing.T) {
 	for _, set := range typeScripts {
 		for _, s := range set {
 			if LayoutOf(s) == nil {
-				t.Errorf("a script without a layout:\n%.300s", sources[s][len(prelude):])
+				t.Errorf("a script without a layout:\n%.300s", assembled[s].src[len(prelude):])
 			}
 		}
 	}
@@ -59,7 +59,8 @@ func TestScripts_NameEveryKeyByTheirLayout(t *testing.T) {
 // after it); a release's mark, then its tombstone, last (clientHold
 // appends them). Go makes the rest once per handle.
 func TestLayouts_PutTheCallsOwnKeysWhereGoAddsThem(t *testing.T) {
-	for s, layout := range layouts {
+	for s, a := range assembled {
+		layout := a.layout
 		var own []string
 		for i, k := range layout {
 			if !k.PerCall {

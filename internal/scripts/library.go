@@ -47,15 +47,6 @@ func Of(name string) *redis.Script {
 	return byName[name]
 }
 
-// assembly is a script's parts as assembled, and the list of commands its
-// rights_refused checks (see rightsFor), for the library.
-type assembly struct {
-	segs   []segment
-	rights string
-	others []*redis.Script // an acquire's: its type's later scripts
-	reads  bool            // it writes nothing (readsOnly)
-}
-
 // perCallTable is a helper that is one table, filled by a call;
 // perCallValues, values a call sets, nil at its start.
 var (

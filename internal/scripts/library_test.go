@@ -11,7 +11,7 @@ import (
 // Every script is a function of the library, which loads (setup loads it
 // for every test here, and runs the scripts as FCALL of their functions).
 func TestLibrary_HasAFunctionPerScript(t *testing.T) {
-	for s := range sources {
+	for s := range assembled {
 		if Function(s) == "" || Of(Function(s)) != s || Of(s.Hash()) != s {
 			t.Errorf("script %s has no function in the library", s.Hash())
 		}

@@ -17,7 +17,7 @@ func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 	for _, set := range typeScripts {
 		checked, acquires := map[string]bool{}, 0
 		for _, s := range set {
-			if m := listed.FindStringSubmatch(sources[s]); m != nil {
+			if m := listed.FindStringSubmatch(assembled[s].src); m != nil {
 				acquires++
 				for _, c := range regexp.MustCompile(`'([a-z]+)'`).FindAllStringSubmatch(m[1], -1) {
 					checked[c[1]] = true
@@ -28,7 +28,7 @@ func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 			continue // an operator's script (Describe, ForceUnlock) takes nothing
 		}
 		for _, s := range set {
-			for _, m := range run.FindAllStringSubmatch(sources[s], -1) {
+			for _, m := range run.FindAllStringSubmatch(assembled[s].src, -1) {
 				if command := strings.ToLower(m[1]); !checked[command] {
 					t.Errorf("script %s runs %s, which its type's acquire does not check", s.Hash()[:8], m[1])
 				}
@@ -42,8 +42,8 @@ func TestScripts_RightsCoverEveryCommand(t *testing.T) {
 func TestScripts_RunCommandsByName(t *testing.T) {
 	byVariable := regexp.MustCompile(`(?:redis\.p?call|(?:call|text)_or_wrongtype)\(([A-Za-z_][\w\[\]]*), ([\w.]+)`)
 	channel := regexp.MustCompile(`(?i)chan|observers`)
-	for s, src := range sources {
-		for line := range strings.SplitSeq(src, "\n") {
+	for s, a := range assembled {
+		for line := range strings.SplitSeq(a.src, "\n") {
 			for _, m := range byVariable.FindAllStringSubmatch(uncommented(line), -1) {
 				if !channel.MatchString(m[2]) {
 					t.Errorf("script %s runs a command named by %s on %s, not a channel", s.Hash()[:8], m[1], m[2])
@@ -60,8 +60,8 @@ func TestScripts_RunCommandsByName(t *testing.T) {
 // skipped its rights check (rights.go) would otherwise read a refusal as
 // another program's key, or go on past a write it did not make.
 func TestScripts_PcallOnlyCatchesWrongType(t *testing.T) {
-	for s, src := range sources {
-		for line := range strings.SplitSeq(src, "\n") {
+	for s, a := range assembled {
+		for line := range strings.SplitSeq(a.src, "\n") {
 			code := strings.TrimSpace(uncommented(line))
 			if strings.Contains(code, "redis.pcall(") && code != "local reply = redis.pcall(...)" {
 				t.Errorf("script %s: %s; want call_or_wrongtype", s.Hash()[:8], code)

@@ -1,10 +1,8 @@
 // Package scripts holds the Lua scripts dlock runs in Redis, one file per
 // operation, each with a header stating its KEYS, ARGV and replies. A
 // script's KEYS are named by its Layout (layout.go), its ARGV by its struct
-// in args.go, alike in Go and Lua. What scripts share is prepended to them,
-// each getting only the helpers it calls (assemble.go): common.lua and
-// foreign.lua to all, the *_lib.lua, hand_next.lua and wake_next.lua to
-// their types'. The scripts are also the functions of one Redis Functions
+// (args.go), alike in Go and Lua. Each gets the prelude and only the
+// helpers it calls (assemble.go), and is a function of one Redis Functions
 // library (library.go), called by FCALL, or by EVALSHA where Functions are
 // refused (internal/fcall).
 package scripts
@@ -32,17 +30,6 @@ func lua(name string) string {
 	}
 	return string(src)
 }
-
-// The helpers assemble.go picks from, but the prelude's.
-var (
-	wakeNext    = lua("wake_next")
-	handNext    = lua("hand_next")
-	fairLib     = lua("fair_lib")
-	semLib      = lua("sem_lib")
-	multiLib    = lua("multi_lib")
-	rwLib       = lua("rw_lib")
-	electionLib = lua("election_lib")
-)
 
 // OwnerTokenDigits is the length of an owner token, in lowercase hex
 // digits; the scripts take another form for a value dlock did not write.
@@ -86,19 +73,14 @@ func script(layout Layout, keys string, args any, others []*redis.Script, parts 
 	rights := rightsFor(joined(segs), others)
 	src := strings.Replace(joined(segs), rightsList, rights, 1)
 	s := redis.NewScript(src)
-	sources[s], layouts[s], argsOf[s] = src, layout, args
-	assembled[s] = assembly{segs, rights, others, readsOnly(src)}
+	assembled[s] = assembly{src, layout, args, segs, rights, others, readsOnly(src)}
 	return s
 }
 
-// scriptOn makes a script on layout's KEYS (see script).
-func scriptOn(layout Layout, args any, parts ...string) *redis.Script {
-	return acquireOn(layout, args, nil, parts...)
-}
-
-// acquireOn makes a lock type's acquire on layout's KEYS (see script).
-func acquireOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
-	return script(layout, layout.locals(), args, others, parts...)
+// scriptOn makes a script on layout's KEYS (see script); others are an
+// acquire's, nil for other scripts.
+func scriptOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
+	return script(layout, layout.locals(""), args, others, parts...)
 }
 
 // scriptOnParts makes a script on the KEYS of a MultiLock group: a part
@@ -150,7 +132,7 @@ func rightsFor(src string, others []*redis.Script) string {
 	}
 	names := commandsRun(src)
 	for _, other := range others {
-		names = append(names, commandsRun(sources[other])...)
+		names = append(names, commandsRun(assembled[other].src)...)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -167,79 +149,83 @@ func commandsRun(src string) []string {
 	return names
 }
 
-// What script keeps of each script: its text, for SCRIPT LOAD in a
-// pipeline (a [redis.Script] keeps its own to itself); its layout, for
-// LayoutOf; its ARGV struct (args.go), for Arg; its assembly, for Library.
-var (
-	sources   = make(map[*redis.Script]string)
-	layouts   = make(map[*redis.Script]Layout)
-	argsOf    = make(map[*redis.Script]any)
-	assembled = make(map[*redis.Script]assembly)
-)
+// assembled is what script keeps of each script.
+var assembled = make(map[*redis.Script]assembly)
+
+// An assembly is a script as script made it.
+type assembly struct {
+	src    string // for SCRIPT LOAD in a pipeline: a [redis.Script] keeps its own to itself
+	layout Layout // for LayoutOf
+	args   any    // its ARGV struct (args.go), for Arg
+	segs   []segment
+	rights string          // rights_refused's list (see rightsFor)
+	others []*redis.Script // an acquire's: its type's later scripts
+	reads  bool            // it writes nothing (readsOnly)
+}
 
 // LayoutOf is the layout of the KEYS s takes, which Go makes s's keys by;
 // for a script on parts (a MultiLock's), those of a group of one lock: its
 // part, then the tail. A script not made here has none.
 func LayoutOf(s *redis.Script) Layout {
-	return layouts[s]
+	return assembled[s].layout
 }
 
 // Mutex scripts, a Redlock's too: its set has RedlockFence.
 var (
-	MutexAcquire = acquireOn(MutexAcquireLayout, MutexAcquireArgs{}, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, lua("mutex_acquire"))
-	MutexRelease = scriptOn(MutexReleaseLayout, ReleaseArgs{}, handNext, lua("mutex_release"))
-	MutexExtend  = scriptOn(MutexExtendLayout, ExtendArgs{}, lua("mutex_extend"))
-	MutexTTL     = scriptOn(MutexExtendLayout, OwnerArgs{}, lua("mutex_ttl"))
-	MutexAbandon = scriptOn(MutexAbandonLayout, AbandonArgs{}, handNext, lua("mutex_abandon"))
+	MutexAcquire = scriptOn(MutexAcquireLayout, MutexAcquireArgs{}, []*redis.Script{MutexRelease, MutexExtend, MutexTTL, MutexAbandon, RedlockFence}, lua("mutex_acquire"))
+	MutexRelease = scriptOn(MutexReleaseLayout, ReleaseArgs{}, nil, lua("hand_next"), lua("mutex_release"))
+	MutexExtend  = scriptOn(MutexExtendLayout, ExtendArgs{}, nil, lua("mutex_extend"))
+	MutexTTL     = scriptOn(MutexExtendLayout, OwnerArgs{}, nil, lua("mutex_ttl"))
+	MutexAbandon = scriptOn(MutexAbandonLayout, AbandonArgs{}, nil, lua("hand_next"), lua("mutex_abandon"))
 )
 
 // FairMutex scripts. A FairMutex's lock key is a Mutex's, so it renews and
 // inspects its holds with MutexExtend and MutexTTL.
 var (
-	FairAcquire = acquireOn(FairLayout.Then(Tombstone), FairAcquireArgs{}, []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, fairLib, lua("fair_acquire"))
-	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), ReleaseArgs{}, fairLib, lua("fair_release"))
-	FairAbandon = scriptOn(FairLayout.Then(Tombstone), AbandonArgs{}, fairLib, lua("fair_abandon"))
+	FairAcquire = scriptOn(FairLayout.Then(Tombstone), FairAcquireArgs{}, []*redis.Script{FairRelease, FairAbandon, MutexExtend, MutexTTL}, lua("fair_lib"), lua("fair_acquire"))
+	FairRelease = scriptOn(FairLayout.Then(ReleaseMark, Tombstone), ReleaseArgs{}, nil, lua("fair_lib"), lua("fair_release"))
+	FairAbandon = scriptOn(FairLayout.Then(Tombstone), AbandonArgs{}, nil, lua("fair_lib"), lua("fair_abandon"))
 )
 
 // MultiLock scripts, for a group of Mutex locks in one slot.
 var (
-	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, MultiAcquireArgs{}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, handNext, multiLib, lua("multi_acquire"))
-	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, MultiReleaseArgs{}, nil, handNext, multiLib, lua("multi_release"))
-	MultiExtend  = scriptOnParts(MultiPartLayout, nil, ExtendArgs{}, nil, multiLib, lua("multi_extend"))
-	MultiTTL     = scriptOnParts(MultiPartLayout, nil, OwnerArgs{}, nil, multiLib, lua("multi_ttl"))
-	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, AbandonArgs{}, nil, handNext, multiLib, lua("multi_abandon"))
+	MultiAcquire = scriptOnParts(MultiPartLayout, Layout{Tombstone}, MultiAcquireArgs{}, []*redis.Script{MultiRelease, MultiExtend, MultiTTL, MultiAbandon}, lua("hand_next"), lua("multi_lib"), lua("multi_acquire"))
+	MultiRelease = scriptOnParts(MultiPartLayout, Layout{ReleaseMark, Tombstone}, MultiReleaseArgs{}, nil, lua("hand_next"), lua("multi_lib"), lua("multi_release"))
+	MultiExtend  = scriptOnParts(MultiPartLayout, nil, ExtendArgs{}, nil, lua("multi_lib"), lua("multi_extend"))
+	MultiTTL     = scriptOnParts(MultiPartLayout, nil, OwnerArgs{}, nil, lua("multi_lib"), lua("multi_ttl"))
+	MultiAbandon = scriptOnParts(MultiPartLayout, Layout{Tombstone}, AbandonArgs{}, nil, lua("hand_next"), lua("multi_lib"), lua("multi_abandon"))
 )
 
 // Election scripts. A leadership is a Mutex hold: it is renewed with
 // MutexExtend and MutexTTL and given up in doubt with MutexAbandon.
 var (
-	ElectionAcquire  = acquireOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, electionLib, lua("election_acquire"))
-	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, lua("election_release"))
-	ElectionProclaim = scriptOn(ElectionProclaimLayout, ProclaimArgs{}, lua("election_proclaim"))
-	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, lua("election_leader"))
+	ElectionAcquire  = scriptOn(ElectionAcquireLayout, ElectionAcquireArgs{}, []*redis.Script{ElectionRelease, ElectionProclaim, ElectionLeader, MutexExtend, MutexTTL, MutexAbandon}, lua("election_lib"), lua("election_acquire"))
+	ElectionRelease  = scriptOn(ElectionReleaseLayout, ReleaseArgs{}, nil, lua("election_release"))
+	ElectionProclaim = scriptOn(ElectionProclaimLayout, ProclaimArgs{}, nil, lua("election_proclaim"))
+	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, nil, lua("election_leader"))
 )
 
 // RedlockFence raises a node's fencing counter to a quorum's token. A
 // Redlock takes, renews and releases its holds on each node with the Mutex
 // scripts.
-var RedlockFence = scriptOn(RedlockFenceLayout, FenceArgs{}, lua("redlock_fence"))
+var RedlockFence = scriptOn(RedlockFenceLayout, FenceArgs{}, nil, lua("redlock_fence"))
 
 // Scripts for any type of lock, on the KEYS of AnyLockLayout, which
 // they list by form in ANY (anyLockLocals).
 var (
-	ForceUnlock = scriptOn(AnyLockLayout, PublishArgs{}, AnyLockLayout.anyLockLocals(), rwLib, lua("force_unlock"))
-	Describe    = scriptOn(AnyLockLayout, OwnerArgs{}, AnyLockLayout.anyLockLocals(), rwLib, lua("describe"))
+	ForceUnlock = scriptOn(AnyLockLayout, PublishArgs{}, nil, AnyLockLayout.anyLockLocals(), lua("rw_lib"), lua("force_unlock"))
+	Describe    = scriptOn(AnyLockLayout, OwnerArgs{}, nil, AnyLockLayout.anyLockLocals(), lua("rw_lib"), lua("describe"))
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
 // A release takes its mark in the fencing counter's place.
 var (
-	RWAcquire = acquireOn(RWLayout.Then(Tombstone), RWAcquireArgs{}, []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, rwLib, lua("rw_acquire"))
-	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, rwLib, lua("rw_release"))
-	RWExtend  = scriptOn(RWLayout, ExtendArgs{}, rwLib, lua("rw_extend"))
-	RWTTL     = scriptOn(RWLayout, OwnerArgs{}, rwLib, lua("rw_ttl"))
-	RWAbandon = scriptOn(RWLayout.Then(Tombstone), AbandonArgs{}, rwLib, lua("rw_abandon"))
-	RWInspect = scriptOn(RWLayout, OwnerArgs{}, rwLib, lua("rw_inspect"))
+	RWAcquire = scriptOn(RWLayout.Then(Tombstone), RWAcquireArgs{}, []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, lua("rw_lib"), lua("rw_acquire"))
+	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, nil, lua("rw_lib"), lua("rw_release"))
+	RWExtend  = scriptOn(RWLayout, ExtendArgs{}, nil, lua("rw_lib"), lua("rw_extend"))
+	RWTTL     = scriptOn(RWLayout, OwnerArgs{}, nil, lua("rw_lib"), lua("rw_ttl"))
+	RWAbandon = scriptOn(RWLayout.Then(Tombstone), AbandonArgs{}, nil, lua("rw_lib"), lua("rw_abandon"))
+	RWInspect = scriptOn(RWLayout, OwnerArgs{}, nil, lua("rw_lib"), lua("rw_inspect"))
 )
 
 // The scripts of each lock type, loaded together (a server missing one
@@ -265,7 +251,7 @@ func Companions(s *redis.Script) []string {
 		if slices.Contains(set, s) {
 			texts := make([]string, len(set))
 			for i, c := range set {
-				texts[i] = sources[c]
+				texts[i] = assembled[c].src
 			}
 			return texts
 		}

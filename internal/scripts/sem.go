@@ -40,10 +40,10 @@ func (a SetPermitsArgs) Append(argv []any) []any {
 
 // Semaphore scripts.
 var (
-	SemAcquire    = acquireOn(SemLayout.Before("CHANNEL").Then(keyFence, Tombstone), SemAcquireArgs{}, []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, semLib, lua("sem_acquire"))
-	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, wakeNext, semLib, lua("sem_release"))
-	SemExtend     = scriptOn(SemLayout, ExtendArgs{}, semLib, lua("sem_extend"))
-	SemTTL        = scriptOn(SemLayout, OwnerArgs{}, semLib, lua("sem_ttl"))
-	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), AbandonArgs{}, wakeNext, semLib, lua("sem_abandon"))
-	SemSetPermits = scriptOn(SemLayout, SetPermitsArgs{}, semLib, lua("sem_set_permits"))
+	SemAcquire    = scriptOn(SemLayout.Before("CHANNEL").Then(keyFence, Tombstone), SemAcquireArgs{}, []*redis.Script{SemRelease, SemExtend, SemTTL, SemAbandon, SemSetPermits}, lua("sem_lib"), lua("sem_acquire"))
+	SemRelease    = scriptOn(SemLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, nil, lua("wake_next"), lua("sem_lib"), lua("sem_release"))
+	SemExtend     = scriptOn(SemLayout, ExtendArgs{}, nil, lua("sem_lib"), lua("sem_extend"))
+	SemTTL        = scriptOn(SemLayout, OwnerArgs{}, nil, lua("sem_lib"), lua("sem_ttl"))
+	SemAbandon    = scriptOn(SemLayout.Then(Tombstone), AbandonArgs{}, nil, lua("wake_next"), lua("sem_lib"), lua("sem_abandon"))
+	SemSetPermits = scriptOn(SemLayout, SetPermitsArgs{}, nil, lua("sem_lib"), lua("sem_set_permits"))
 )
