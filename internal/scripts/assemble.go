@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,11 +12,13 @@ import (
 // ships only the helpers it calls, found here.
 
 // A helper is one top-level definition of a library: `local function
-// NAME` or `local NAME[, NAME] = ...`, its code without comment lines.
+// NAME` or `local NAME[, NAME] = ...`, its code without comment lines. An
+// assembled script is a list of them, its parts shipped whole among them.
 type helper struct {
 	names []string
 	code  string
 	uses  map[string]bool // the identifiers its code mentions
+	lib   string          // the library's text; "" for a part shipped whole
 }
 
 // libraries are the parts of scripts made of helpers alone, by their text,
@@ -28,22 +31,15 @@ var libraries = func() map[string][]helper {
 	return parsed
 }()
 
-var (
-	definition = regexp.MustCompile(`^local (?:function ([A-Za-z_]\w*)|([A-Za-z_][\w, ]*?)\s*=)`)
-	identifier = regexp.MustCompile(`[A-Za-z_]\w*`)
-)
+var identifier = regexp.MustCompile(`[A-Za-z_]\w*`)
 
 // parseLibrary splits src into its helpers: each runs from a line that
 // begins `local ` to the next. It panics on code outside them.
 func parseLibrary(src string) []helper {
 	var helpers []helper
 	for line := range strings.Lines(uncommentedLines(src)) {
-		if m := definition.FindStringSubmatch(line); m != nil {
-			names := []string{m[1]}
-			if m[1] == "" {
-				names = nameList(m[2])
-			}
-			helpers = append(helpers, helper{names: names})
+		if m := topDeclaration.FindStringSubmatch(strings.TrimSuffix(line, "\n")); m != nil {
+			helpers = append(helpers, helper{names: nameList(m[2]), lib: src})
 		} else if len(helpers) == 0 {
 			panic("scripts: a library starts with code outside a definition: " + line)
 		}
@@ -99,18 +95,11 @@ func uncommented(line string) string {
 	return line
 }
 
-// A segment is one piece of an assembled script: a helper of a library
-// (lib is the library's text) or a part shipped whole (lib is "").
-type segment struct {
-	lib string
-	h   helper // for a part: its code alone
-}
-
 // joined is the text of segs.
-func joined(segs []segment) string {
+func joined(segs []helper) string {
 	var b strings.Builder
 	for _, seg := range segs {
-		b.WriteString(seg.h.code)
+		b.WriteString(seg.code)
 	}
 	return b.String()
 }
@@ -119,39 +108,26 @@ func joined(segs []segment) string {
 // script calls, directly or through other helpers, in their order: one
 // pass from the end, each part adding what it mentions to what is needed
 // before it.
-func assembleSegments(parts []string) []segment {
-	kept := make([][]segment, len(parts))
+func assembleSegments(parts []string) []helper {
+	var segs []helper // from the end
 	needed := make(map[string]bool)
 	for i := len(parts) - 1; i >= 0; i-- {
 		helpers, isLibrary := libraries[parts[i]]
 		if !isLibrary {
-			uses := identifiers(parts[i])
-			kept[i] = []segment{{h: helper{code: parts[i], uses: uses}}}
-			for name := range uses {
-				needed[name] = true
-			}
-			continue
+			helpers = []helper{{code: parts[i], uses: identifiers(parts[i])}}
 		}
 		for j := len(helpers) - 1; j >= 0; j-- {
 			h := helpers[j]
-			if !slices.ContainsFunc(h.names, func(name string) bool { return needed[name] }) {
+			if isLibrary && !slices.ContainsFunc(h.names, func(name string) bool { return needed[name] }) {
 				continue
 			}
-			for name := range h.uses {
-				needed[name] = true
-			}
+			maps.Copy(needed, h.uses)
 			for _, name := range h.names { // uses before it bind to an earlier one
 				delete(needed, name)
 			}
-			kept[i] = append(kept[i], segment{lib: parts[i], h: h})
+			segs = append(segs, h)
 		}
 	}
-	var segs []segment
-	for i, part := range kept {
-		if _, isLibrary := libraries[parts[i]]; isLibrary {
-			slices.Reverse(part) // kept from the end
-		}
-		segs = append(segs, part...)
-	}
+	slices.Reverse(segs)
 	return segs
 }

@@ -144,15 +144,15 @@ func function(name string, a assembly, top map[string]bool) string {
 	var helpers, body, reset strings.Builder
 	defined := make(map[string]bool) // the helpers it defines
 	for _, seg := range a.segs {
-		code := strings.Replace(seg.h.code, rightsList, a.rights, 1)
+		code := strings.Replace(seg.code, rightsList, a.rights, 1)
 		if seg.lib == "" {
 			body.WriteString(uncommentedLines(code))
 			continue
 		}
 		reset.WriteString(perCallReset(code))
-		if seg.lib != prelude || !top[seg.h.names[0]] {
+		if seg.lib != prelude || !top[seg.names[0]] {
 			helpers.WriteString(code)
-			for _, n := range seg.h.names {
+			for _, n := range seg.names {
 				defined[n] = true
 			}
 		}

@@ -157,7 +157,7 @@ type assembly struct {
 	src    string // for SCRIPT LOAD in a pipeline: a [redis.Script] keeps its own to itself
 	layout Layout // for LayoutOf
 	args   any    // its ARGV struct (args.go), for Arg
-	segs   []segment
+	segs   []helper
 	rights string          // rights_refused's list (see rightsFor)
 	others []*redis.Script // an acquire's: its type's later scripts
 	reads  bool            // it writes nothing (readsOnly)
