@@ -69,19 +69,21 @@ const Permits = 2
 // this order, and fixed seeds depend on it: add a kind at the end.
 var All = []Kind{
 	{Kind: observe.KindMutex, Type: "Mutex", Takeover: observe.KindMutex, Scripts: mutexScripts,
-		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.Mutex(n[0], o...) })},
+		handle: func(t Target, n []string, o []dlock.Option) Taker { return lockerTaker(t.Client.Mutex(n[0], o...)) }},
 	{Kind: observe.KindReentrant, Type: "ReentrantMutex", Takeover: observe.KindReentrant, Scripts: rwScripts,
-		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.ReentrantMutex(n[0], o...) })},
+		handle: func(t Target, n []string, o []dlock.Option) Taker {
+			return lockerTaker(t.Client.ReentrantMutex(n[0], o...))
+		}},
 	{Kind: observe.KindRead, Type: "RWMutex", Side: "read", Mode: Shared, Takeover: observe.KindWrite, Scripts: rwScripts,
 		handle: func(t Target, n []string, o []dlock.Option) Taker {
 			rw := t.Client.RWMutex(n[0], o...)
 			return pick(rw.TryRLock, rw.RLock)
 		}},
 	{Kind: observe.KindWrite, Type: "RWMutex", Side: "write", Takeover: observe.KindWrite, Scripts: rwScripts,
-		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.RWMutex(n[0], o...) })},
+		handle: func(t Target, n []string, o []dlock.Option) Taker { return lockerTaker(t.Client.RWMutex(n[0], o...)) }},
 	{Kind: observe.KindFair, Type: "FairMutex", Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.FairAcquire, scripts.MutexExtend, scripts.FairRelease, scripts.FairAbandon},
-		handle:  lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.FairMutex(n[0], o...) })},
+		handle:  func(t Target, n []string, o []dlock.Option) Taker { return lockerTaker(t.Client.FairMutex(n[0], o...)) }},
 	{Kind: observe.KindSemaphore, Type: "Semaphore", Mode: Permit, Takeover: observe.KindSemaphore,
 		Scripts: Scripts{scripts.SemAcquire, scripts.SemExtend, scripts.SemRelease, scripts.SemAbandon},
 		handle: func(t Target, n []string, o []dlock.Option) Taker {
@@ -90,7 +92,7 @@ var All = []Kind{
 		}},
 	{Kind: observe.KindMulti, Type: "MultiLock", Group: true, Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.MultiAcquire, scripts.MultiExtend, scripts.MultiRelease, scripts.MultiAbandon},
-		handle:  lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Client.MultiLock(n, o...) })},
+		handle:  func(t Target, n []string, o []dlock.Option) Taker { return lockerTaker(t.Client.MultiLock(n, o...)) }},
 	// A Campaign waits even for a Try: an Election has no TryCampaign.
 	{Kind: observe.KindElection, Type: "Election", Takeover: observe.KindMutex,
 		Scripts: Scripts{scripts.ElectionAcquire, scripts.MutexExtend, scripts.ElectionRelease, scripts.MutexAbandon},
@@ -99,7 +101,7 @@ var All = []Kind{
 			return func(ctx context.Context, _ bool) (*dlock.Lease, error) { return e.Campaign(ctx, value) }
 		}},
 	{Kind: observe.KindRedlock, Type: "RedlockMutex", Redlock: true, Takeover: observe.KindMutex, Scripts: mutexScripts,
-		handle: lockerOf(func(t Target, n []string, o []dlock.Option) locker { return t.Redlock.Mutex(n[0], o...) })},
+		handle: func(t Target, n []string, o []dlock.Option) Taker { return lockerTaker(t.Redlock.Mutex(n[0], o...)) }},
 }
 
 var (
@@ -112,13 +114,8 @@ type locker interface {
 	TryLock(context.Context) (*dlock.Lease, error)
 }
 
-// lockerOf is the handle of a type whose handles have TryLock and Lock.
-func lockerOf(handle func(Target, []string, []dlock.Option) locker) func(Target, []string, []dlock.Option) Taker {
-	return func(t Target, names []string, opts []dlock.Option) Taker {
-		l := handle(t, names, opts)
-		return pick(l.TryLock, l.Lock)
-	}
-}
+// lockerTaker is the Taker of a handle that has TryLock and Lock.
+func lockerTaker(l locker) Taker { return pick(l.TryLock, l.Lock) }
 
 // pick is the Taker of a handle's try and wait.
 func pick(try, wait func(context.Context) (*dlock.Lease, error)) Taker {

@@ -86,10 +86,8 @@ func (l Layout) Keys(lock string) []string {
 // Index is the position of the key named lua; it panics for a name not in
 // the layout.
 func (l Layout) Index(lua string) int {
-	for i, k := range l {
-		if k.Lua == lua {
-			return i
-		}
+	if i := slices.IndexFunc(l, func(k Key) bool { return k.Lua == lua }); i >= 0 {
+		return i
 	}
 	panic("scripts: no key " + lua + " in the layout")
 }
@@ -225,12 +223,11 @@ func (l Layout) anyLockLocals() string {
 
 // partLocals is the Lua that names the keys of a script on parts (a
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
-// (values, not a table: a table made per call costs); and LOCK_FROM,
-// LOCK_TO (and so on for each key of the part), the range of KEYS of the
-// parts' LOCK. The parts' keys come key by key, every part's first, then
-// every part's second..., so a command on one key of each part takes
-// unpack(KEYS, LOCK_FROM, LOCK_TO), not a table made per call. The tail is
-// shorter than a part, so N is exact.
+// (values: a table made per call costs); and LOCK_FROM, LOCK_TO (and so on
+// for each key of the part), the range of KEYS of the parts' LOCK. The keys
+// come key by key, every part's first, then every part's second..., so a
+// command on one key of each part takes unpack(KEYS, LOCK_FROM, LOCK_TO).
+// The tail is shorter than a part, so N is exact.
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {
 		panic("scripts: a tail as long as a part")

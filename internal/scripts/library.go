@@ -11,25 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A Redis Functions library runs its text once, at FUNCTION LOAD, where an
-// EVALSHA script runs it at every call: loaded as one library, the scripts
-// define their helpers once per server. Each script is one function; the
-// prelude's helpers are defined at the top, other helpers in a block of
-// the script's own, where what they read of one call are upvalues. A
-// table or values a helper keeps are reset at each call, as under EVALSHA.
-//
+// As one Redis Functions library, the scripts define their helpers once,
+// at FUNCTION LOAD, where EVALSHA runs a script's whole text at every call.
 // Every function but an acquire is flagged allow-oom: a full server must
-// not cost a holder its lease nor keep a lock held. One that writes
-// nothing is flagged no-writes, so a replica answers it. The library and
-// its functions are named after a hash of its text, so two versions of
-// dlock each call their own during a rolling upgrade.
+// not cost a holder its lease nor keep a lock held.
 
 // Library is the source of dlock's function library, for FUNCTION LOAD,
-// and LibraryName its name: "dlock_" and a hash of its text.
+// and LibraryName its name: "dlock_" and a hash of its text, so two
+// versions of dlock each call their own during a rolling upgrade.
 var Library, LibraryName = makeLibrary()
 
-// functionNames are the scripts' function names in Library; byName finds
-// a script by its SHA or its function name (see Of).
+// The scripts' function names in Library, and the scripts by their SHA
+// or function name.
 var (
 	functionNames = make(map[*redis.Script]string)
 	byName        = make(map[string]*redis.Script)
@@ -47,23 +40,21 @@ func Of(name string) *redis.Script {
 	return byName[name]
 }
 
-// perCallTable is a helper that is one table, filled by a call;
-// perCallValues, values a call sets, nil at its start.
-var (
-	perCallTable  = regexp.MustCompile(`^local ([A-Za-z_]\w*) = \{\}\n$`)
-	perCallValues = regexp.MustCompile(`^local ([A-Za-z_][\w, ]*?) = nil(?:, nil)*\n$`)
-)
+// perCallState is a helper that keeps one call's state: a table (m[1]),
+// or values (m[2]), nil at its start.
+var perCallState = regexp.MustCompile(`^local (?:([A-Za-z_]\w*) = \{\}|([A-Za-z_][\w, ]*?) = nil(?:, nil)*)\n$`)
 
-// perCallReset is the Lua that gives a helper that keeps one call's state
-// (perCallTable, perCallValues) its value at a call's start; "" for others.
+// perCallReset is the Lua that gives a helper of perCallState its value at
+// a call's start; "" for others.
 func perCallReset(code string) string {
-	if m := perCallTable.FindStringSubmatch(code); m != nil {
+	switch m := perCallState.FindStringSubmatch(code); {
+	case m == nil:
+		return ""
+	case m[1] != "":
 		return m[1] + " = {}\n"
+	default:
+		return m[2] + " = nil\n"
 	}
-	if m := perCallValues.FindStringSubmatch(code); m != nil {
-		return m[1] + " = nil\n"
-	}
-	return ""
 }
 
 const libraryHash = "%LIBRARY%"
@@ -95,12 +86,10 @@ func makeLibrary() (src, name string) {
 	return strings.ReplaceAll(b.String(), libraryHash, hash), "dlock_" + hash
 }
 
-// globalNames are the globals the scripts read. In a function library
-// each read of one costs about 160 instructions: the globals table is
-// empty, and its metatable's __index finds the name in Redis's API. The
-// library reads them once, at its first call (at load, Redis offers only
-// register_function and log), into locals of the same names, so the
-// scripts' text is the same as EVALSHA's.
+// globalNames are the globals the scripts read. A function's read of one
+// goes through a metatable (about 160 instructions), so the library reads
+// them once, at its first call (at load Redis offers only
+// register_function and log), into locals of the same names.
 const globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
@@ -134,12 +123,11 @@ func topHelpers() map[string]bool {
 	return top
 }
 
-// function is the Lua that registers a script as the function name. Its
-// helpers are defined once, at load. What they read of one call (KEYS,
-// ARGV, names the script declares at its top) they read as upvalues the
-// call sets: the script's declarations of those names become assignments
-// (sharedDeclarations), and KEYS and ARGV the callback's arguments. A
-// closure made per call cost about 560 instructions.
+// function is the Lua that registers a script as the function name, in a
+// block of its own that defines its helpers once (a closure made per call
+// cost about 560 instructions). What they read of one call (KEYS, ARGV,
+// names the script declares at its top) are the block's upvalues, which
+// each call assigns, and a helper's per-call state is reset.
 func function(name string, a assembly, top map[string]bool) string {
 	var helpers, body, reset strings.Builder
 	defined := make(map[string]bool) // the helpers it defines

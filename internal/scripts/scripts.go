@@ -232,13 +232,12 @@ var (
 // likely misses all): its acquire, then the scripts its leases run later,
 // its own and those it borrows. Companions gives a script the first set
 // that lists it; AnyLockLayout is their keys.
-var lockTypeScripts = [][]*redis.Script{typeOf(MutexAcquire), typeOf(FairAcquire), typeOf(SemAcquire),
-	typeOf(MultiAcquire), typeOf(ElectionAcquire), typeOf(RWAcquire)}
-
-// typeOf is the scripts of the lock type whose acquire is acquire.
-func typeOf(acquire *redis.Script) []*redis.Script {
-	return append([]*redis.Script{acquire}, assembled[acquire].others...)
-}
+var lockTypeScripts = func() (sets [][]*redis.Script) {
+	for _, acquire := range []*redis.Script{MutexAcquire, FairAcquire, SemAcquire, MultiAcquire, ElectionAcquire, RWAcquire} {
+		sets = append(sets, append([]*redis.Script{acquire}, assembled[acquire].others...))
+	}
+	return sets
+}()
 
 // typeScripts are lockTypeScripts and the scripts for any type.
 var typeScripts = append(lockTypeScripts[:len(lockTypeScripts):len(lockTypeScripts)], []*redis.Script{ForceUnlock}, []*redis.Script{Describe})
