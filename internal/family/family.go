@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,15 +27,12 @@ const (
 
 // Kind is one kind of hold: a lock type, or one side of an RWMutex.
 type Kind struct {
-	Kind  observe.Kind
-	Type  string // the Go type: "RWMutex" for both sides
-	Side  string // an RWMutex's: "read" or "write"
-	Mode  Mode
-	Group bool // it takes several names at once (a MultiLock)
-
-	// Redlock: it runs on a Redlock's independent masters, not on a
-	// Client's server.
-	Redlock bool
+	Kind    observe.Kind
+	Type    string // the Go type: "RWMutex" for both sides
+	Side    string // an RWMutex's: "read" or "write"
+	Mode    Mode
+	Group   bool // it takes several names at once (a MultiLock)
+	Redlock bool // it runs on a Redlock's independent masters, not a Client's server
 
 	// Takeover is the kind that takes its lock outright, as a second
 	// process would after a loss: a writer for a reader, a Mutex for the
@@ -129,10 +127,7 @@ func pick(try, wait func(context.Context) (*dlock.Lease, error)) Taker {
 
 // Label is what a tool calls k: its type, and an RWMutex's side.
 func (k Kind) Label() string {
-	if k.Side == "" {
-		return k.Type
-	}
-	return k.Type + " " + k.Side
+	return strings.TrimSpace(k.Type + " " + k.Side)
 }
 
 // Handle makes a handle of k on names (one but for a Group) at t, and

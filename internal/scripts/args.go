@@ -10,22 +10,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The ARGV of each script are the fields of one of the structs below, in
-// their order: Go builds a script's ARGV with Append, and the script starts
-// with a Lua local per field, named by its tag (see argLocals), so neither
-// side counts positions. Scripts are not sent the nil fields that end
-// their ARGV, and read them as nil; an acquire's are as Acquire says.
-// Values are boxed by the caller, which keeps those it sends often.
+// The ARGV of each script are the fields of one struct below, in order: Go
+// sends them with Append, the script names them by their tags (argLocals).
+// A script is not sent the nil fields that end its ARGV (an acquire's are
+// as Acquire says). Callers box the values and keep those sent often.
 
 // Args is what every struct below is: Append appends its ARGV to argv.
 type Args interface{ Append(argv []any) []any }
 
 // Acquire is the ARGV every acquire script takes, after its type's fields
-// that are always sent and before its others. The fields after HOLD_TTL
-// that end an acquire's ARGV empty ("" or nil) are not sent, and the
-// script reads them as empty strings: Redis grows the ARGV table at its
-// 5th element (about 1,500 instructions). An acquire's rights flag
-// (RightsKnown) follows them, as its last ARGV.
+// that are always sent. The empty ("" or nil) fields after HOLD_TTL that
+// end an acquire's ARGV are not sent, and read as empty strings: Redis
+// grows the ARGV table at its 5th element. The rights flag comes last.
 type Acquire struct {
 	Owner     any `lua:"OWNER"`      // the call's owner token (a read-write hold's member)
 	TTL       any `lua:"HOLD_TTL"`   // in milliseconds
@@ -55,11 +51,10 @@ func appendAcquire(argv []any, a Acquire, more ...any) []any {
 
 func empty(v any) bool { return v == nil || v == "" }
 
-// AcquireReply reads an acquire script's reply as the array its header
-// gives ({1, token}: acquired; {0, ms}: refused; ...). A grant of one
-// token comes as that token alone: a table returned costs the server
-// about 4,500 instructions more than a number. A null reply reads as
-// empty, which no acquire answers.
+// AcquireReply reads an acquire's reply as the array its header gives
+// ({1, token}: acquired; {0, ms}: refused; ...), also a grant of one token
+// sent as the token alone (a table costs the server about 4,500
+// instructions more). A null reply reads as empty: no acquire sends one.
 func AcquireReply(cmd *redis.Cmd) ([]int64, error) {
 	switch v := cmd.Val().(type) {
 	case int64:
@@ -233,15 +228,11 @@ func appendSome(argv []any, args ...any) []any {
 }
 
 // argNames are the Lua names of the fields of t (a struct above), in
-// their order, embedded structs' in their place; unsent is the index of an
-// acquire's first that may not be sent (see Acquire), for other scripts
-// the number of their ARGV.
+// order, an embedded Acquire's in its place; unsent is the index of an
+// acquire's first that may not be sent, the number of ARGV for others.
 func argNames(t reflect.Type) (names []string, unsent int) {
-	for f := range t.Fields() {
-		if f.Anonymous {
-			inner, _ := argNames(f.Type)
-			names = append(names, inner...)
-		} else {
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.Anonymous {
 			names = append(names, f.Tag.Get("lua"))
 		}
 	}
@@ -273,10 +264,9 @@ func argLocals(args any) string {
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(argv, ", ") + "\n"
 }
 
-// Arg is the ARGV named lua (an args.go tag) in cmd, a command of one of
-// the scripts here (FCALL or EVALSHA, its function or SHA, the number of
-// KEYS, the KEYS, the ARGV), for what reads commands sent (tests, the
-// explorer); nil when cmd has none.
+// Arg is the ARGV named lua (a tag above) in cmd, an FCALL or EVALSHA of a
+// script here, for what reads commands sent (tests, the explorer); nil
+// when cmd has none.
 func Arg(cmd []any, lua string) any {
 	if len(cmd) < 3 {
 		return nil

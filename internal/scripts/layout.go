@@ -7,9 +7,8 @@ import (
 )
 
 // Layout is the order of the KEYS a script takes, written once for Go and
-// Lua: Go makes a lock's keys from it, and the script starts with a Lua
-// local per key (see scriptOn), so no side counts positions. Keys a script
-// is not given are nil.
+// Lua: Go makes a lock's keys from it, and the script names them by it
+// (Layout.locals), so no side counts positions.
 type Layout []Key
 
 // Key is one key of a Layout: its Lua name, and the suffix that follows the
@@ -73,8 +72,8 @@ var (
 	ReleaseMark = Key{Lua: "RELEASE_MARK", Suffix: ":released:", PerCall: true}
 )
 
-// Keys are the KEYS of the lock whose key is lock, in the layout's order:
-// for a layout of the lock's keys alone (none PerCall).
+// Keys are the KEYS of the lock whose key is lock, for a layout of the
+// lock's keys alone (none PerCall).
 func (l Layout) Keys(lock string) []string {
 	keys := make([]string, len(l))
 	for i, k := range l {
@@ -92,8 +91,7 @@ func (l Layout) Index(lua string) int {
 	panic("scripts: no key " + lua + " in the layout")
 }
 
-// Before is the layout up to the key named lua: what a script given fewer
-// KEYS takes.
+// Before is the layout up to the key named lua.
 func (l Layout) Before(lua string) Layout {
 	i := l.Index(lua)
 	return l[:i:i]
@@ -147,7 +145,7 @@ var FairLayout = Layout{keyLock, keyFence, {Lua: "QUEUE", Suffix: QueueSuffix, F
 	{Lua: "REG", Suffix: WaitersSuffix, Form: FormZset}, keyChannel, keyHolder}
 
 // MultiPartLayout is the KEYS a MultiLock script takes for each lock of its
-// group, one part after another (see scriptOnParts).
+// group (see partLocals).
 var MultiPartLayout = Layout{keyLock, keyFence, keyWaiters, keyChannel}
 
 // The KEYS of the Election scripts (their headers say what each holds).

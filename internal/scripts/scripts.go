@@ -63,11 +63,10 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
 	lua("common") + lua("foreign")
 
-// script makes a script of parts that take the KEYS of layout, named by
-// keys (Lua), and the ARGV of args (one of args.go's structs), after the
-// prelude, with only the helpers it calls (Redis runs a script's whole
-// text at every call). An acquire checks the rights of others' commands
-// too: its type's scripts its leases run later (see rightsFor).
+// script makes a script of parts on the KEYS of layout, named by keys
+// (Lua), and the ARGV of args (an args.go struct), after the prelude, with
+// only the helpers it calls. An acquire checks the rights of others'
+// commands too: its type's scripts its leases run later (see rightsFor).
 func script(layout Layout, keys string, args any, others []*redis.Script, parts ...string) *redis.Script {
 	segs := assembleSegments(append([]string{prelude, keys + argLocals(args)}, parts...))
 	rights := rightsFor(joined(segs), others)
@@ -163,9 +162,8 @@ type assembly struct {
 	reads  bool            // it writes nothing (readsOnly)
 }
 
-// LayoutOf is the layout of the KEYS s takes, which Go makes s's keys by;
-// for a script on parts (a MultiLock's), those of a group of one lock: its
-// part, then the tail. A script not made here has none.
+// LayoutOf is the layout of the KEYS s takes; for a script on parts (a
+// MultiLock's), a group of one lock's. A script not made here has none.
 func LayoutOf(s *redis.Script) Layout {
 	return assembled[s].layout
 }
@@ -205,13 +203,11 @@ var (
 	ElectionLeader   = scriptOn(ElectionProclaimLayout, NoArgs{}, nil, lua("election_leader"))
 )
 
-// RedlockFence raises a node's fencing counter to a quorum's token. A
-// Redlock takes, renews and releases its holds on each node with the Mutex
-// scripts.
+// RedlockFence raises a node's fencing counter to a quorum's token; a
+// Redlock's holds are Mutex holds on each node.
 var RedlockFence = scriptOn(RedlockFenceLayout, FenceArgs{}, nil, lua("redlock_fence"))
 
-// Scripts for any type of lock, on the KEYS of AnyLockLayout, which
-// they list by form in ANY (anyLockLocals).
+// Scripts for any type of lock, on AnyLockLayout (by form in ANY).
 var (
 	ForceUnlock = scriptOn(AnyLockLayout, PublishArgs{}, nil, AnyLockLayout.anyLockLocals(), lua("rw_lib"), lua("force_unlock"))
 	Describe    = scriptOn(AnyLockLayout, OwnerArgs{}, nil, AnyLockLayout.anyLockLocals(), lua("rw_lib"), lua("describe"))
@@ -242,9 +238,8 @@ var lockTypeScripts = func() (sets [][]*redis.Script) {
 // typeScripts are lockTypeScripts and the scripts for any type.
 var typeScripts = append(lockTypeScripts[:len(lockTypeScripts):len(lockTypeScripts)], []*redis.Script{ForceUnlock}, []*redis.Script{Describe})
 
-// Companions are the sources of the scripts to load, s's among them, when
-// a server does not know s: those of the first set of typeScripts that
-// lists it (s's lock type's). A script not made here (a test's own) has none.
+// Companions are the sources of the scripts to load when a server does not
+// know s: its lock type's, s's among them. A script not made here has none.
 func Companions(s *redis.Script) []string {
 	for _, set := range typeScripts {
 		if slices.Contains(set, s) {
@@ -262,9 +257,9 @@ func Companions(s *redis.Script) []string {
 // that the user's rights passed before: it checks nothing.
 const RightsKnown = "rights-known"
 
-// ReleaseMarkLife is how long a release's mark lasts (MARK_TTL in the
-// scripts), and TombstoneLife a tombstone (VOID_TTL): constants of the
-// library, not arguments, as each is sent with every release.
+// ReleaseMarkLife is how long a release's mark lasts (MARK_TTL), and
+// TombstoneLife a tombstone (VOID_TTL): constants, not ARGV sent with
+// every release.
 const (
 	ReleaseMarkLife = 5 * time.Second
 	TombstoneLife   = time.Minute
