@@ -7,13 +7,10 @@ import (
 	"strings"
 )
 
-// Redis runs a script's whole text on every EVALSHA, each helper a closure
-// per call (the full prelude cost about 7 µs of server CPU), so a script
-// ships only the helpers it calls, found here.
-
 // A helper is one top-level definition of a library: `local function
-// NAME` or `local NAME[, NAME] = ...`, its code without comment lines. An
-// assembled script is a list of them, its parts shipped whole among them.
+// NAME` or `local NAME[, NAME] = ...`, its code without comment lines. A
+// script ships only the helpers it calls (EVALSHA makes each a closure per
+// call), its parts shipped whole among them.
 type helper struct {
 	names []string
 	code  string
@@ -66,7 +63,6 @@ func identifiers(src string) map[string]bool {
 	return names
 }
 
-// withoutComments is src without its comments.
 func withoutComments(src string) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(src, "\n") {
@@ -95,7 +91,6 @@ func uncommented(line string) string {
 	return line
 }
 
-// joined is the text of segs.
 func joined(segs []helper) string {
 	var b strings.Builder
 	for _, seg := range segs {

@@ -94,15 +94,12 @@ const globalNames = "redis, type, tonumber, tostring, string, math, table, ipair
 
 // runTimeGlobals starts the library: globals, defined before the locals
 // that shadow the names, returns what they are when it runs; bind gives
-// them to the locals. A function names only redis and bind: Lua 5.1
-// allows a function 60 upvalues.
+// them to the locals, at a function's first call. A function names only
+// redis and bind: Lua 5.1 allows a function 60 upvalues.
 const runTimeGlobals = "local register = redis.register_function\n" +
 	"local function globals() return " + globalNames + " end\n" +
 	"local " + globalNames + "\n" +
 	"local function bind() " + globalNames + " = globals() end\n"
-
-// bindGlobals starts each function: the locals get their values once.
-const bindGlobals = "if redis == nil then bind() end\n"
 
 // topHelpers tells the prelude's helpers the library defines at its top:
 // all but rights_refused, whose list is each script's own, and its callers
@@ -171,7 +168,7 @@ func function(name string, a assembly, top map[string]bool) string {
 	}
 	return "do\n" + once + helpers.String() +
 		"register{function_name = '" + name + "', flags = " + flags + ", callback = function(" + params + ")\n" +
-		bindGlobals + reset.String() + declaredShared(body.String(), shared) + "end}\nend\n"
+		"if redis == nil then bind() end\n" + reset.String() + declaredShared(body.String(), shared) + "end}\nend\n"
 }
 
 // topDeclaration is a line that declares names at a script's top: local,
