@@ -15,18 +15,10 @@ type Layout []Key
 // lock's key in its name.
 type Key struct {
 	Lua, Suffix string
-	// PerCall marks a key of one call or hold (a tombstone, a release
-	// mark), named with a hash of its secret, made for each call.
-	PerCall bool
-	// Form is what dlock writes under a lock's key, which foreign_lock
-	// checks for the scripts on a lock of any type (AnyLockLayout).
-	Form Form
-	// Held marks a key beside the lock that holds holds: ForceUnlock
-	// removes it with the lock's key.
-	Held bool
-	// Tells is the kind (an observe.Kind) of a lock whose key is an owner
-	// token when this key exists beside it, for Describe.
-	Tells string
+	PerCall     bool   // a key of one call or hold (a tombstone, a release mark), named by a hash of its secret
+	Form        Form   // what dlock writes there, which foreign_lock checks (AnyLockLayout)
+	Held        bool   // a key beside the lock that holds holds: ForceUnlock removes it with the lock's key
+	Tells       string // for Describe: the kind (observe.Kind) of a lock holding an owner token with this key beside it
 }
 
 // Form is what dlock writes under a key: its name is the field of
