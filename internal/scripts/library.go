@@ -11,14 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// As one Redis Functions library, the scripts define their helpers once,
-// at FUNCTION LOAD, where EVALSHA runs a script's whole text at every call.
-// Every function but an acquire is flagged allow-oom: a full server must
-// not cost a holder its lease nor keep a lock held.
-
 // Library is the source of dlock's function library, for FUNCTION LOAD,
-// and LibraryName its name: "dlock_" and a hash of its text, so two
-// versions of dlock each call their own during a rolling upgrade.
+// which defines the scripts' helpers once where EVALSHA runs a script's
+// whole text at every call. LibraryName is its name, "dlock_" and a hash of
+// its text, so two versions of dlock each call their own during an upgrade.
 var Library, LibraryName = makeLibrary()
 
 // The scripts' function names in Library, and the scripts by their SHA
@@ -159,7 +155,7 @@ func function(name string, a assembly, top map[string]bool) string {
 	if len(shared) > 0 {
 		once = "local " + strings.Join(slices.Sorted(maps.Keys(shared)), ", ") + "\n"
 	}
-	flags := "{'allow-oom'}"
+	flags := "{'allow-oom'}" // a full server must not cost a holder its lease nor keep a lock held
 	switch {
 	case a.others != nil:
 		flags = "{}"
