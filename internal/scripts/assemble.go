@@ -10,7 +10,7 @@ import (
 // A helper is one top-level definition of a library: `local function
 // NAME` or `local NAME[, NAME] = ...`, its code without comment lines. A
 // script ships only the helpers it calls (EVALSHA makes each a closure per
-// call), its parts shipped whole among them.
+// call): its segments are those and its parts shipped whole.
 type helper struct {
 	names []string
 	code  string

@@ -100,8 +100,9 @@ func (l Layout) Then(keys ...Key) Layout {
 	return append(l[:len(l):len(l)], keys...)
 }
 
-// locals is the Lua that names the layout's keys, the first at KEYS[offset
-// 1]: KEYS beyond those a script is given are nil, as KEYS[i] would be.
+// locals is the Lua that names the layout's keys, the i-th at KEYS[offset
+// .. i] (offset is Lua, "2 * N + " say): KEYS beyond those a script is
+// given are nil, as KEYS[i] would be.
 func (l Layout) locals(offset string) string {
 	names := make([]string, len(l))
 	keys := make([]string, len(l))
