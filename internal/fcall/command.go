@@ -51,9 +51,6 @@ func Head(script *redis.Script) (name, id any) {
 	return "fcall", ids[0]
 }
 
-// boxedHash is script's SHA, boxed once.
-func boxedHash(script *redis.Script) any { return boxedIDsOf(script)[1] }
-
 func boxedIDsOf(script *redis.Script) [2]any {
 	if v, ok := boxedIDs.Load(script); ok {
 		return v.([2]any)

@@ -87,8 +87,8 @@ func Send(ctx context.Context, fns *Functions, rdb redis.UniversalClient, calls 
 }
 
 // resendSome has send send the calls pick chooses, with the commands that
-// frame them, copies their replies back, and returns their indexes.
-func resendSome(calls []Call, pick func(Call) bool, send func([]Call)) []int {
+// frame them, and copies their replies back.
+func resendSome(calls []Call, pick func(Call) bool, send func([]Call)) {
 	var some []Call
 	var at []int
 	for i, call := range calls {
@@ -100,7 +100,6 @@ func resendSome(calls []Call, pick func(Call) bool, send func([]Call)) []int {
 	for j, i := range at {
 		calls[i].Cmd = some[j].Cmd
 	}
-	return at
 }
 
 // asEvalsha makes the FCALLs of calls EVALSHA commands of their scripts.
@@ -108,7 +107,7 @@ func asEvalsha(calls []Call) {
 	for i, call := range calls {
 		if call.Script != nil && call.Argv[0] == "fcall" {
 			argv := slices.Clone(call.Argv)
-			argv[0], argv[1] = "evalsha", boxedHash(call.Script)
+			argv[0], argv[1] = "evalsha", boxedIDsOf(call.Script)[1]
 			calls[i].Argv = argv
 		}
 	}
@@ -219,12 +218,12 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 // reports whether one met it again. Only those get loadErr: a node down
 // elsewhere fails a load, not the calls.
 func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []Call, loadErr error) (again bool) {
-	resent := resendSome(calls, missingScript, func(resend []Call) {
+	resendSome(calls, missingScript, func(resend []Call) {
 		if err := send(ctx, rdb, load, resend); loadErr == nil {
 			loadErr = err
 		}
 	})
-	for _, i := range resent {
+	for i := range calls { // those not resent did not miss their script
 		if missingScript(calls[i]) {
 			again = true
 			if loadErr != nil {
