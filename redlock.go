@@ -57,8 +57,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 	return r, nil
 }
 
-// Quorum returns how many nodes must agree: a majority.
-// A nil Redlock has none.
+// Quorum returns how many nodes must agree: a majority; 0 for a nil Redlock.
 func (r *Redlock) Quorum() int {
 	if r == nil {
 		return 0
@@ -183,8 +182,7 @@ func (r *Redlock) acquireOutcome(errs []error) error {
 	return ErrUnavailable
 }
 
-// errHeldThere is a node's refusal of an attempt: another owner holds the
-// lock there.
+// errHeldThere is a node's refusal of an attempt.
 var errHeldThere = errors.New("held by another owner")
 
 // A waiting RedlockMutex tries again after redlockRetryMin plus up to
@@ -217,8 +215,8 @@ var (
 )
 
 // attempt takes the lock on a majority, or gives back what it took and
-// returns when the holder's hold runs out (negative: unknown) with a
-// *QuorumError.
+// returns a *QuorumError and when the holder's hold runs out (negative:
+// unknown).
 func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	r := m.r
 	owner := newOwnerToken()
@@ -251,12 +249,12 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 
 	quorumErr := m.quorumError(op, errs, r.acquireOutcome(errs))
-	quorumErr.Late = quorumErr.Late && !foreign
+	if foreign { // someone else's key under the name: fail on any node, don't wait
+		quorumErr.Late = false
+		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
+	}
 	if quorumErr.Late { // a quorum, but its validity ran out: as a Client's grant that expired unconfirmed
 		quorumErr.outcome = ErrNotAcquired
-	}
-	if foreign { // someone else's key under the name: fail on any node, don't wait
-		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
 	}
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
@@ -330,9 +328,8 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 			token = max(token, votes[i].token)
 		}
 	}
-	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, fcall.Run(ctx, &n.fns, n.rdb, scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}).Err()
-	})
+	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout,
+		runOn(scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}))
 	return uint64(token), fenced
 }
 
@@ -353,12 +350,9 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 
 // abandonOn releases owner's hold on a node (errNotHeldThere: none) and
 // leaves the call's tombstone. Safe to resend.
-func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNode) error {
-	keys := m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner))
-	return func(ctx context.Context, n *redlockNode) error {
-		return heldOrNot(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexAbandon, keys,
-			scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""}))
-	}
+func (m *RedlockMutex) abandonOn(owner string) nodeCall {
+	return runOn(scripts.MutexAbandon, m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner)),
+		scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""})
 }
 
 // giveBack runs give, safe to send twice, on the nodes that answered votes
@@ -366,9 +360,8 @@ func (m *RedlockMutex) abandonOn(owner string) func(context.Context, *redlockNod
 // on the others in the background. A failed give (but errNotHeldThere) is
 // resent in the background within [CleanupTimeout], so a slow link leaves
 // nothing held for its TTL; if that fails too, warning is logged.
-func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give func(context.Context, *redlockNode) error, warning string) []error {
+func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give nodeCall, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	call := func(ctx context.Context, n *redlockNode) (struct{}, error) { return struct{}{}, give(ctx, n) }
 	var waitFor, later []*redlockNode
 	for i, n := range m.r.nodes {
 		if votes == nil || votes[i].answered {
@@ -378,7 +371,7 @@ func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give func(con
 		}
 	}
 	inBackground := func(nodes []*redlockNode) {
-		_, errs := onNodes(ctx, nodes, CleanupTimeout, call)
+		_, errs := onNodes(ctx, nodes, CleanupTimeout, give)
 		for i, err := range errs {
 			if err != nil && !errors.Is(err, errNotHeldThere) {
 				m.cfg.logger.Warn(warning, "lock", m.name, "err", &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
@@ -388,7 +381,7 @@ func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give func(con
 	if len(later) > 0 {
 		go inBackground(later)
 	}
-	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, call)
+	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, give)
 	var missed []*redlockNode
 	for i, err := range errs {
 		if err != nil && !errors.Is(err, errNotHeldThere) {

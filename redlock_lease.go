@@ -46,9 +46,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 		l.inDoubt(extending, ttl)
 	}
 	start := l.clock.Now()
-	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-		return struct{}{}, heldOrNot(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args))
-	})
+	_, errs := onNodes(ctx, m.r.nodes, m.nodeTimeout, runOn(scripts.MutexExtend, m.keys.callKeys(redlockExtendLayout), args))
 	if countErrs(errs, nil) >= m.r.quorum && m.drift(ttl)+l.clock.Since(start) < ttl {
 		return nil, nil
 	}
@@ -79,17 +77,19 @@ func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *Quor
 // ErrNotHeld, which a QuorumError matches only when a majority says so.
 var errNotHeldThere = errors.New("not held there: expired or taken")
 
-// heldOrNot reads a node's answer to a script on the owner's hold: 1 done,
-// 0 not held there.
-func heldOrNot(cmd *redis.Cmd) error {
-	ok, err := cmd.Int64()
-	switch {
-	case err != nil:
-		return err
-	case ok != 1:
-		return errNotHeldThere
+// nodeCall is one node's part of an operation, for onNodes.
+type nodeCall = func(context.Context, *redlockNode) (struct{}, error)
+
+// runOn runs a script that answers 1 done, 0 not held there
+// (errNotHeldThere), on a node.
+func runOn[A scripts.Args](script *redis.Script, keys []string, args A) nodeCall {
+	return func(ctx context.Context, n *redlockNode) (struct{}, error) {
+		ok, err := fcall.Run(ctx, &n.fns, n.rdb, script, keys, args).Int64()
+		if err == nil && ok != 1 {
+			err = errNotHeldThere
+		}
+		return struct{}{}, err
 	}
-	return nil
 }
 
 // ttl is the validity left: the time to the deadline.
@@ -120,11 +120,8 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 
 // releaseOn releases owner's hold on a node (errNotHeldThere: none). Safe
 // to resend.
-func (m *RedlockMutex) releaseOn(owner string) func(context.Context, *redlockNode) error {
-	keys := m.keys.callKeys(redlockReleaseLayout)
-	return func(ctx context.Context, n *redlockNode) error {
-		return heldOrNot(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexRelease, keys, scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"}))
-	}
+func (m *RedlockMutex) releaseOn(owner string) nodeCall {
+	return runOn(scripts.MutexRelease, m.keys.callKeys(redlockReleaseLayout), scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"})
 }
 
 func (h *redlockHold) renewAt(at time.Time) {

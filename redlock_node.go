@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,18 +64,11 @@ func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	fresh := upSince.IsZero() || dials != n.checked
 	n.mu.Unlock()
 	if fresh {
-		info, err := readInfo(ctx, n.rdb)
-		if isPermission(err) {
-			return fmt.Errorf("%w: restart guard: cannot read INFO (grant +info): %w", ErrPermission, err)
-		}
-		if err != nil {
-			return fmt.Errorf("restart guard: cannot read INFO: %w", err)
-		}
-		received := time.Now()
-		up, run, promoted, err := readRun(info)
+		up, run, promoted, err := readRun(ctx, n.rdb)
 		if err != nil {
 			return err
 		}
+		received := time.Now()
 		n.mu.Lock()
 		switch {
 		case !n.upSince.IsZero() && run == n.seen: // the run it read before
@@ -95,20 +89,21 @@ func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	return nil
 }
 
-// readInfo reads INFO's server and replication sections in one round
-// trip: Redis 6 takes one section per INFO.
-func readInfo(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+// readRun reads from INFO the node's least uptime, its run, and whether it
+// was promoted (or loaded from disk) since it started. It reads the server
+// and replication sections in one round trip: Redis 6 takes one per INFO.
+func readRun(ctx context.Context, rdb redis.UniversalClient) (up time.Duration, run nodeRun, promoted bool, err error) {
 	var server, replication *redis.StringCmd
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		server, replication = p.Info(ctx, "server"), p.Info(ctx, "replication")
 		return nil
 	})
-	return server.Val() + replication.Val(), err
-}
-
-// readRun reads from INFO the node's least uptime, its run, and whether it
-// was promoted (or loaded from disk) since it started.
-func readRun(info string) (up time.Duration, run nodeRun, promoted bool, err error) {
+	if isPermission(err) {
+		return 0, run, false, fmt.Errorf("%w: restart guard: cannot read INFO (grant +info): %w", ErrPermission, err)
+	} else if err != nil {
+		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: %w", err)
+	}
+	info := server.Val() + replication.Val()
 	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
 	if err != nil || seconds < 0 {
 		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
@@ -161,18 +156,14 @@ func onNodes[T any](ctx context.Context, nodes []*redlockNode, timeout time.Dura
 		}()
 	}
 	vals := make([]T, len(nodes))
-	errs := make([]error, len(nodes))
-	for i := range errs {
-		errs[i] = errNoAnswer
-	}
+	errs := slices.Repeat([]error{errNoAnswer}, len(nodes))
 	deadline := time.After(timeout)
-collect:
 	for range nodes {
 		select {
 		case a := <-answers:
 			vals[a.i], errs[a.i] = a.v, a.err
 		case <-deadline:
-			break collect
+			return vals, errs
 		}
 	}
 	return vals, errs
