@@ -35,8 +35,7 @@ const WakeAll = "*"
 // subscribeTimeout bounds Watch's wait for Redis to confirm a subscription.
 const subscribeTimeout = 2 * time.Second
 
-// DefaultLinger is how long a channel stays subscribed after its last
-// waiter left.
+// DefaultLinger is the default of Config.Linger.
 const DefaultLinger = 10 * time.Second
 
 // Config says how a Hub reaches Redis.
@@ -102,21 +101,27 @@ func (h *Hub) Watch(ctx context.Context, channel string) (*Waiter, error) {
 	}
 	select {
 	case <-ready: // already subscribed: the common case under contention, no timer
-		return w.unlessRefused()
 	default:
+		timeout := time.NewTimer(subscribeTimeout)
+		defer timeout.Stop()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			w.Close()
+			return nil, ctx.Err()
+		case <-timeout.C:
+			h.cfg.Logger.Debug("dlock: subscription not confirmed in time", "channel", channel)
+			return w, nil
+		}
 	}
-	timeout := time.NewTimer(subscribeTimeout)
-	defer timeout.Stop()
-	select {
-	case <-ready:
-		return w.unlessRefused()
-	case <-ctx.Done():
+	w.mu.Lock()
+	refused := w.refused
+	w.mu.Unlock()
+	if refused != nil {
 		w.Close()
-		return nil, ctx.Err()
-	case <-timeout.C:
-		h.cfg.Logger.Debug("dlock: subscription not confirmed in time", "channel", channel)
-		return w, nil
+		return nil, refused
 	}
+	return w, nil
 }
 
 // Close stops every subscriber goroutine and closes their connections;

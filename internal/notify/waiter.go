@@ -19,18 +19,6 @@ type Waiter struct {
 	refused error  // Redis refused the subscription it waited for (NOPERM)
 }
 
-// unlessRefused is w, or Redis's refusal of its subscription (w closed).
-func (w *Waiter) unlessRefused() (*Waiter, error) {
-	w.mu.Lock()
-	err := w.refused
-	w.mu.Unlock()
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	return w, nil
-}
-
 func newWaiterID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
