@@ -70,7 +70,7 @@ type Redis struct {
 	mu      sync.Mutex
 	op      *dlock.Client                   // see operator
 	hooks   map[*dlock.Client]*clientFaults // each Client's, for Disconnect
-	closers []func() error                  // each Client's, then its go-redis client's Close
+	closers []func() error                  // Close of each Client, then of its go-redis client; of the operator
 }
 
 // Start returns a Redis for t, stopped (or, for a real one, emptied of the
@@ -165,9 +165,6 @@ func (r *Redis) Close() error {
 	r.faults.set(func(f *faults) { f.stall, f.slow, f.down = 0, 0, false })
 	r.mu.Lock()
 	closers := r.closers
-	if r.op != nil {
-		closers = append(closers, r.op.Close)
-	}
 	r.closers, r.op = nil, nil
 	clear(r.hooks)
 	r.mu.Unlock()

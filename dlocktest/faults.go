@@ -74,12 +74,10 @@ func (r *Redis) Steal(ctx context.Context, name string) (*dlock.Lease, error) {
 	return taker.Take(ctx, family.Target{Client: op, Permits: info.Permits}, []string{name}, true)
 }
 
-// StallRenewals delays every renewal of every Client made by
-// [Redis.Client] by d before it is sent (and so [dlock.Lease.Extend] too):
-// a delay beyond a third of a lease's TTL makes the lease at risk
-// ([dlock.Lease.AtRisk]) once half its TTL has gone unconfirmed, then its
-// deadline pass before a renewal is confirmed, and the lease reports
-// itself lost. 0 ends the stall.
+// StallRenewals delays every renewal (and [dlock.Lease.Extend]) of every
+// Client made by [Redis.Client] by d before it is sent: beyond a third of
+// a lease's TTL, the lease goes at risk ([dlock.Lease.AtRisk]), then is
+// lost at its deadline. 0 ends the stall.
 func (r *Redis) StallRenewals(d time.Duration) { r.faults.set(func(f *faults) { f.stall = d }) }
 
 // Slow delays every command of every Client made by [Redis.Client] by d
@@ -124,6 +122,7 @@ func (r *Redis) operator() *dlock.Client {
 	defer r.mu.Unlock()
 	if r.op == nil {
 		r.op = mustNew(r.admin, dlock.WithPrefix(r.prefix))
+		r.closers = append(r.closers, r.op.Close)
 	}
 	return r.op
 }
