@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlockio/dlock/internal/clock"
+	"github.com/dlockio/dlock/internal/dialwatch"
 	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
@@ -46,7 +48,11 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 		if fcall.Routed(rdb) { // its connections are unseen by the restart guard's hook
 			return nil, invalidf("Redis client %d is a %T: a Redlock node must be one master's client (a Client or a failover client), whose reconnections the restart guard can count", i, rdb)
 		}
-		r.nodes = append(r.nodes, newRedlockNode(i, rdb))
+		n := &redlockNode{index: i, rdb: rdb, addr: strconv.Itoa(i), dials: dialwatch.Of(rdb)}
+		if c, ok := rdb.(*redis.Client); ok {
+			n.addr = c.Options().Addr
+		}
+		r.nodes = append(r.nodes, n)
 	}
 	if len(clients) < 3 || len(clients)%2 == 0 {
 		return nil, invalidf("a Redlock needs an odd number of masters, at least 3; got %d", len(clients))
@@ -168,9 +174,7 @@ func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 	}
 }
 
-// acquireOutcome is what a failed acquisition matches: ErrNotAcquired where
-// other owners' holds alone keep a majority out, ErrPermission where ACL
-// refusals do too, else ErrUnavailable.
+// acquireOutcome is the sentinel a failed acquisition's QuorumError matches.
 func (r *Redlock) acquireOutcome(errs []error) error {
 	held := countErrs(errs, errHeldThere)
 	switch {
@@ -259,10 +263,9 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
 }
 
-// preload loads dlock's library (where Functions are refused, the Mutex's
-// scripts) on each node once, for at most wait, before the vote's clock
-// starts: a load may outlast the node timeout and cost a cold node its
-// vote. A node that loses them later gets them within a vote.
+// preload loads dlock's scripts on each node once, within wait, before the
+// vote's clock starts: a load may outlast the node timeout and cost a cold
+// node its vote. A node that loses them later gets them within a vote.
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
 	var cold []*redlockNode
 	for _, n := range r.nodes {
@@ -348,8 +351,8 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 	return time.Duration(slices.Min(left)) * time.Millisecond
 }
 
-// abandonOn releases owner's hold on a node (errNotHeldThere: none) and
-// leaves the call's tombstone. Safe to resend.
+// abandonOn releases owner's hold on a node, leaving the call's tombstone.
+// Safe to resend.
 func (m *RedlockMutex) abandonOn(owner string) nodeCall {
 	return runOn(scripts.MutexAbandon, m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner)),
 		scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""})

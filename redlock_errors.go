@@ -53,8 +53,7 @@ func (e *QuorumError) Error() string {
 	}
 	for _, n := range e.Nodes {
 		if len(guarded) < 2 || !errors.Is(n.Err, errRecovering) {
-			b.WriteString("; ")
-			b.WriteString(n.Error())
+			fmt.Fprintf(&b, "; %v", n)
 		}
 	}
 	if len(guarded) > 1 {

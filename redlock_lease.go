@@ -54,9 +54,8 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 }
 
 // holdError is the error of an extension or release that no majority
-// confirmed in time. Where a majority refused, the lease is lost
-// (errRenewalRefused) and it matches ErrNotHeld; else ErrUnavailable, as
-// the silent nodes may hold it.
+// confirmed in time. Where a majority refused, the lease is lost; else
+// it matches ErrUnavailable, as the silent nodes may hold it.
 func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
 	qerr := m.quorumError(op, errs, ErrUnavailable)
 	if countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum {
@@ -66,11 +65,26 @@ func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
 	return nil, qerr
 }
 
-// quorumError is the error of op, which the nodes answered with errs.
+// quorumError is the error of op, which the nodes answered with errs,
+// naming each node that failed; a timeout while dials failed says why.
 func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *QuorumError {
 	granted := countErrs(errs, nil)
-	return &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, Nodes: nodeErrors(m.r.nodes, errs), outcome: outcome}
+	qerr := &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
+		Late: granted >= m.r.quorum, outcome: outcome}
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		n := m.r.nodes[i]
+		if dialErr := n.dials.Failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
+		}
+		if isPermission(err) && !errors.Is(err, ErrPermission) { // a release or renewal refused there
+			err = fmt.Errorf("%w: %w", ErrPermission, err)
+		}
+		qerr.Nodes = append(qerr.Nodes, &NodeError{Node: n.index, Addr: n.addr, Err: err})
+	}
+	return qerr
 }
 
 // errNotHeldThere is a node's answer that the hold is not there; not
@@ -118,8 +132,7 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	return nil, nil
 }
 
-// releaseOn releases owner's hold on a node (errNotHeldThere: none). Safe
-// to resend.
+// releaseOn releases owner's hold on a node. Safe to resend.
 func (m *RedlockMutex) releaseOn(owner string) nodeCall {
 	return runOn(scripts.MutexRelease, m.keys.callKeys(redlockReleaseLayout), scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"})
 }

@@ -17,8 +17,7 @@ import (
 	"github.com/dlockio/dlock/internal/fcall"
 )
 
-// redlockNode is one master of a Redlock, and what the restart guard knows
-// of it.
+// redlockNode is one master of a Redlock, and what the restart guard knows of it.
 type redlockNode struct {
 	index int
 	rdb   redis.UniversalClient
@@ -42,14 +41,6 @@ type redlockNode struct {
 type nodeRun struct{ runID, replID string }
 
 var errRecovering = errors.New("restart guard: started or failed over within the guard, so it may have lost locks: it does not vote yet")
-
-func newRedlockNode(index int, rdb redis.UniversalClient) *redlockNode {
-	n := &redlockNode{index: index, rdb: rdb, addr: strconv.Itoa(index), dials: dialwatch.Of(rdb)}
-	if c, ok := rdb.(*redis.Client); ok {
-		n.addr = c.Options().Addr
-	}
-	return n
-}
 
 // mayVote reports whether the node's grant counts toward a quorum: once it
 // has had its data for guard ([WithRestartGuard]). After a new connection
@@ -169,27 +160,7 @@ func onNodes[T any](ctx context.Context, nodes []*redlockNode, timeout time.Dura
 	return vals, errs
 }
 
-// nodeErrors names the nodes whose call failed; a timeout while dials
-// failed says why they did.
-func nodeErrors(nodes []*redlockNode, errs []error) []*NodeError {
-	var out []*NodeError
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		if dialErr := nodes[i].dials.Failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
-		}
-		if isPermission(err) && !errors.Is(err, ErrPermission) { // a release or renewal refused there
-			err = fmt.Errorf("%w: %w", ErrPermission, err)
-		}
-		out = append(out, &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
-	}
-	return out
-}
-
-// countErrs is how many of errs match target; countErrs(errs, nil): how
-// many succeeded.
+// countErrs is how many of errs match target (nil: how many succeeded).
 func countErrs(errs []error, target error) int {
 	n := 0
 	for _, err := range errs {
