@@ -39,26 +39,23 @@ func CommandOn(script *redis.Script, boxed []any, keys []string, more int) []any
 	return argv
 }
 
-var boxedIDs sync.Map // *redis.Script → [2]any{function name, SHA}, boxed once per process
-
 // Head is how a command of script starts: FCALL and its function, or
 // EVALSHA and its SHA for a script not in dlock's library.
 func Head(script *redis.Script) (name, id any) {
-	ids := boxedIDsOf(script)
-	if ids[0] == nil {
-		return "evalsha", ids[1]
-	}
-	return "fcall", ids[0]
+	head := headOf(script)
+	return head[0], head[1]
 }
 
-func boxedIDsOf(script *redis.Script) [2]any {
-	if v, ok := boxedIDs.Load(script); ok {
-		return v.([2]any)
+var heads sync.Map // *redis.Script → [3]any{Head's name and id, SHA}, boxed once per process
+
+func headOf(script *redis.Script) [3]any {
+	if v, ok := heads.Load(script); ok {
+		return v.([3]any)
 	}
-	ids := [2]any{nil, script.Hash()}
+	head := [3]any{"evalsha", script.Hash(), script.Hash()}
 	if fn := scripts.Function(script); fn != "" {
-		ids[0] = fn
+		head[0], head[1] = "fcall", fn
 	}
-	v, _ := boxedIDs.LoadOrStore(script, ids)
-	return v.([2]any)
+	v, _ := heads.LoadOrStore(script, head)
+	return v.([3]any)
 }

@@ -107,7 +107,7 @@ func asEvalsha(calls []Call) {
 	for i, call := range calls {
 		if call.Script != nil && call.Argv[0] == "fcall" {
 			argv := slices.Clone(call.Argv)
-			argv[0], argv[1] = "evalsha", boxedIDsOf(call.Script)[1]
+			argv[0], argv[1] = "evalsha", headOf(call.Script)[2]
 			calls[i].Argv = argv
 		}
 	}
@@ -157,8 +157,7 @@ func fullForLibrary(call Call) bool {
 		call.Cmd.Err() != nil && strings.HasPrefix(call.Cmd.Err().Error(), "OOM")
 }
 
-// refusedFunctions tells a call refused by a server that does not take
-// Redis Functions.
+// refusedFunctions tells a script's call that met refusesFunctions' error.
 func refusedFunctions(call Call) bool {
 	return call.Script != nil && call.Cmd != nil && refusesFunctions(call.Cmd.Err())
 }

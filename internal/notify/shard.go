@@ -85,8 +85,7 @@ func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	return w, ready
 }
 
-// isSubscribed reports whether channel's subscription is confirmed (and not
-// given up).
+// isSubscribed reports whether channel's subscription is confirmed, not given up.
 func (sh *shard) isSubscribed(channel string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
