@@ -55,19 +55,11 @@ var electionKind = &leaseKind{
 // a [Mutex] of the same name, which Describe and ForceUnlock see.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck})}
-	lay := newKeyLists(e.keys)
-	acquire, release := lay.add(scripts.LayoutOf(scripts.ElectionAcquire)), lay.add(scripts.LayoutOf(scripts.ElectionRelease))
-	abandon, extend := lay.add(electionAbandonLayout), lay.add(electionExtendLayout)
-	proclaim, leader := lay.add(scripts.LayoutOf(scripts.ElectionProclaim)), lay.add(electionLeaderLayout)
-	observers, own := lay.add(electionObserversLayout), lay.also(e.keys.own)
-	e.proclaimKeys, e.leaderKeys, e.leader = lay.list(proclaim)[0], lay.list(leader)[0], lay.list(observers)[0][0]
+	var more [][]string
+	e.spec, more = e.layOut(acquireSpec{op: "campaign", script: scripts.ElectionAcquire, publishes: true, lease: leaseSpec{kind: electionKind}},
+		electionAbandonLayout, electionExtendLayout, scripts.LayoutOf(scripts.ElectionProclaim), electionLeaderLayout, electionObserversLayout)
 	if e.err == nil {
-		e.spec = e.boxed(acquireSpec{
-			op: "campaign", script: scripts.ElectionAcquire, publishes: true, channels: lay.list(own)[0],
-			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
-			lease:       leaseSpec{kind: electionKind, keys: lay.list(extend)[0]},
-			releaseKeys: lay.list(release)[0],
-		})
+		e.proclaimKeys, e.leaderKeys, e.leader = more[0], more[1], more[2][0]
 	}
 	return e
 }

@@ -30,18 +30,7 @@ var fairKind = &leaseKind{
 // matching [ErrInvalid].
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	f := &FairMutex{handle: c.newHandle(name, opts, optionScope{"FairMutex", forMutex.takes})}
-	if f.err == nil {
-		lay := newKeyLists(f.keys)
-		acquire, release := lay.add(scripts.LayoutOf(scripts.FairAcquire)), lay.add(scripts.LayoutOf(scripts.FairRelease))
-		abandon, extend := lay.add(scripts.LayoutOf(scripts.FairAbandon)), lay.add(scripts.LayoutOf(fairKind.extend))
-		own := lay.also(f.keys.own)
-		f.spec = f.boxed(acquireSpec{
-			op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, channels: lay.list(own)[0],
-			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
-			lease:       leaseSpec{kind: fairKind, keys: lay.list(extend)[0]},
-			releaseKeys: lay.list(release)[0],
-		})
-	}
+	f.spec, _ = f.layOut(acquireSpec{op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, lease: leaseSpec{kind: fairKind}}, nil, nil)
 	return f
 }
 

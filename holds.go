@@ -47,25 +47,17 @@ func (c *Client) newHoldLock(name string, writeKind observe.Kind, opts []Option)
 	}
 	h := holdLock{handle: c.newHandle(name, opts, scope), writeKind: writeKind}
 	h.owner, h.heldKey = h.cfg.owner, heldKey(h.keys.lock)
-	lay := newKeyLists(h.keys)
-	acquire, release := lay.add(scripts.LayoutOf(scripts.RWAcquire)), lay.add(scripts.LayoutOf(scripts.RWRelease))
-	abandon, inspect := lay.add(scripts.LayoutOf(scripts.RWAbandon)), lay.add(scripts.LayoutOf(scripts.RWInspect))
-	extend := lay.add(scripts.RWLayout.Before("WWAIT")) // RWExtend's and RWTTL's KEYS
-	writers, readers := lay.add(scripts.RWLayout.Only("WCHAN")), lay.add(scripts.RWLayout.Only("RCHAN"))
-	h.inspectKeys = lay.list(inspect)[0]
+	var more [][]string
+	h.write, more = h.layOut(acquireSpec{op: "lock", script: scripts.RWAcquire, takenBy: takenBy, lease: leaseSpec{kind: rwKind}},
+		nil, scripts.RWLayout.Before("WWAIT"), scripts.LayoutOf(scripts.RWInspect), scripts.RWLayout.Only("WCHAN"), scripts.RWLayout.Only("RCHAN"))
 	if h.err != nil {
 		return h
 	}
-	h.write = h.boxed(acquireSpec{
-		op: "lock", script: scripts.RWAcquire, channels: lay.list(writers)[0], takenBy: takenBy,
-		keys: lay.list(acquire), abandonKeys: lay.list(abandon),
-		lease:       leaseSpec{kind: rwKind, keys: lay.list(extend)[0]},
-		releaseKeys: lay.list(release)[0],
-	})
-	h.write.lease.rules.heldKey = h.heldKey
+	h.inspectKeys = more[0]
+	h.write.channels, h.write.lease.rules.heldKey = more[1], h.heldKey
 	// Reads send what writes send; only the waiters' channel differs.
 	read := *h.write
-	read.op, read.channels, read.takenBy = "read lock", lay.list(readers)[0], ""
+	read.op, read.channels, read.takenBy = "read lock", more[2], ""
 	h.read = &read
 	return h
 }

@@ -46,9 +46,38 @@ func (k keys) appendKeys(keys []string, layout scripts.Layout, perCall ...string
 	return keys
 }
 
+// layOut lays out the KEYS of s's acquire script, of its lease kind's
+// release, of abandon and extend (the kind's when nil; extend's are TTL's
+// too) and of extra, and boxes s (see boxed). Its waiters listen on the
+// handle's own channel unless s says otherwise. It returns the KEYS of each
+// extra layout, nil when h is invalid.
+func (h *handle) layOut(s acquireSpec, abandon, extend scripts.Layout, extra ...scripts.Layout) (*acquireSpec, [][]string) {
+	lists := make([][]string, len(extra))
+	if h.err != nil {
+		return nil, lists
+	}
+	if abandon == nil {
+		abandon = scripts.LayoutOf(s.lease.kind.abandon)
+	}
+	if extend == nil {
+		extend = scripts.LayoutOf(s.lease.kind.extend)
+	}
+	lay := newKeyLists(h.keys)
+	acquire, release := lay.add(scripts.LayoutOf(s.script)), lay.add(scripts.LayoutOf(s.lease.kind.release))
+	abandonAt, extendAt, own := lay.add(abandon), lay.add(extend), lay.also(h.keys.own)
+	for i, layout := range extra {
+		lists[i] = lay.list(lay.add(layout))[0]
+	}
+	if s.channels == nil {
+		s.channels = lay.list(own)[0]
+	}
+	s.keys, s.abandonKeys, s.lease.keys, s.releaseKeys = lay.list(acquire), lay.list(abandonAt), lay.list(extendAt)[0], lay.list(release)[0]
+	return h.boxed(s), lists
+}
+
 // keyLists lays out the KEYS of a handle's scripts in one array, each
 // derived name made once: a handle is often made for one call. add and
-// also return each list's place, which list reads once every list is added.
+// also return each list's place, which list reads.
 type keyLists struct {
 	k     keys
 	names []string
@@ -101,8 +130,8 @@ func (l *keyLists) name(key scripts.Key) string {
 	return l.k.lock + key.Suffix
 }
 
-// list is the list at place p, once every list is added: the keys before
-// and after its per-call keys, which each call adds.
+// list is the list at place p: the keys before and after its per-call
+// keys, which each call adds.
 func (l *keyLists) list(p keyList) [2][]string {
 	return [2][]string{l.names[p.start:p.split:p.split], l.names[p.split:p.end:p.end]}
 }

@@ -28,18 +28,7 @@ var mutexKind = &leaseKind{
 // option is returned by the first TryLock or Lock, matching [ErrInvalid].
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m := &Mutex{handle: c.newHandle(name, opts, forMutex)}
-	if m.err == nil {
-		lay := newKeyLists(m.keys)
-		acquire, release := lay.add(scripts.LayoutOf(scripts.MutexAcquire)), lay.add(scripts.LayoutOf(scripts.MutexRelease))
-		abandon, extend := lay.add(scripts.LayoutOf(scripts.MutexAbandon)), lay.add(scripts.LayoutOf(scripts.MutexExtend))
-		own := lay.also(m.keys.own) // where its waiters listen
-		m.spec = m.boxed(acquireSpec{
-			op: "lock", script: scripts.MutexAcquire, channels: lay.list(own)[0],
-			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
-			lease:       leaseSpec{kind: mutexKind, keys: lay.list(extend)[0]}, // MutexTTL's too
-			releaseKeys: lay.list(release)[0],
-		})
-	}
+	m.spec, _ = m.layOut(acquireSpec{op: "lock", script: scripts.MutexAcquire, lease: leaseSpec{kind: mutexKind}}, nil, nil)
 	return m
 }
 

@@ -42,22 +42,12 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 	if c != nil && s.err == nil {
 		s.err = validPermits(name, permits)
 	}
-	if s.err == nil {
-		lay := newKeyLists(s.keys)
-		acquire, release := lay.add(scripts.LayoutOf(scripts.SemAcquire)), lay.add(scripts.LayoutOf(scripts.SemRelease))
-		abandon, setPermits := lay.add(scripts.LayoutOf(scripts.SemAbandon)), lay.add(scripts.LayoutOf(scripts.SemSetPermits))
-		// extend and TTL: the holders, their tokens and the number of
-		// permits, which expires with them
-		extend := lay.add(scripts.SemLayout.Before("WAITERS"))
-		own := lay.also(s.keys.own)
-		s.setPermitsKeys = lay.list(setPermits)[0]
-		s.spec = s.boxed(acquireSpec{
-			op: "acquire", script: scripts.SemAcquire, channels: lay.list(own)[0],
-			keys: lay.list(acquire), abandonKeys: lay.list(abandon),
-			lease:       leaseSpec{kind: semKind, keys: lay.list(extend)[0]},
-			releaseKeys: lay.list(release)[0],
-		})
-	}
+	// Extend and TTL take the holders, their tokens and the number of
+	// permits, which expires with them.
+	var more [][]string
+	s.spec, more = s.layOut(acquireSpec{op: "acquire", script: scripts.SemAcquire, lease: leaseSpec{kind: semKind}},
+		nil, scripts.SemLayout.Before("WAITERS"), scripts.LayoutOf(scripts.SemSetPermits))
+	s.setPermitsKeys = more[0]
 	return s
 }
 
