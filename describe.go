@@ -83,17 +83,17 @@ func parseSemaphoreInfo(reply []any) (admin.LockInfo, error) {
 // parseRWInfo reads describe.lua's reply for a read-write lock, or a name
 // nothing holds: rw_state's (rw_lib.lua).
 func parseRWInfo(reply []any) (admin.LockInfo, error) {
-	s, err := parseHoldState(reply)
+	s, reentrant, err := parseHoldState(reply)
 	if err != nil {
 		return admin.LockInfo{}, err
 	}
-	info := admin.LockInfo{Holders: s.holders, TTL: s.ttl, WritersWaiting: s.writersWaiting,
-		ReadersWaiting: s.readersWaiting, LastToken: s.lastToken}
+	info := admin.LockInfo{Holders: s.Holders, TTL: s.TTL, WritersWaiting: s.WritersWaiting,
+		ReadersWaiting: s.ReadersWaiting, LastToken: s.LastToken}
 	switch {
-	case len(s.holders) == 0:
-	case s.readHolds > 0:
+	case len(s.Holders) == 0:
+	case s.ReadHolds > 0:
 		info.Kind = observe.KindRead
-	case s.reentrant:
+	case reentrant:
 		info.Kind = observe.KindReentrant
 	default:
 		info.Kind = observe.KindWrite

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
-	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -90,11 +89,9 @@ type holdCall struct {
 // fresh draws a new hold id and tombstone. The hold's member is mode, hold
 // id, owner: the random hold id keeps it secret and each Lease its own.
 func (a *holdCall) fresh() {
-	var holdID string
+	holdID := newOwnerToken()
 	if a.newOwner {
-		holdID, a.ownerID = newOwnerTokenPair()
-	} else {
-		holdID = newOwnerToken()
+		a.ownerID = newOwnerToken()
 	}
 	a.owner = string(a.mode) + holdID + a.ownerID
 	a.tombstone = a.h.keys.tombstone(holdID)
@@ -116,42 +113,15 @@ func (a *holdCall) refused(res []int64, _ string) error {
 	return nil
 }
 
-// holdState is what rw_inspect.lua reports.
-type holdState struct {
-	writeHolds, readHolds, readers int
-	writerIsOwner                  bool
-	ownReads                       int
-	ttl                            time.Duration
-	writersWaiting, readersWaiting int
-	writeToken, lastToken          uint64
-	holders                        []admin.Holder
-	reentrant                      bool // a ReentrantMutex took the writer's latest hold (see newHoldLock)
-}
-
-// inspect runs rw_inspect.lua, as seen by the owner a call with ctx acts as.
-func (h *holdLock) inspect(ctx context.Context) (holdState, error) {
-	if err := h.check(ctx); err != nil {
-		return holdState{}, err
-	}
-	reply, err := fcall.Run(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, scripts.OwnerArgs{Owner: h.ownerFor(ctx)}).Slice()
-	if err == nil {
-		var s holdState
-		if s, err = parseHoldState(reply); err == nil {
-			return s, nil
-		}
-	}
-	return holdState{}, redisError("inspect", h.name, err)
-}
-
 // parseHoldState reads rw_state's reply (rw_lib.lua): ten numbers, then
-// five fields per holder.
-func parseHoldState(reply []any) (holdState, error) {
+// five fields per holder. reentrant: a ReentrantMutex took the writer's
+// latest hold (see newHoldLock).
+func parseHoldState(reply []any) (s RWState, reentrant bool, err error) {
 	r, err := int64s(reply, 10)
 	if err != nil || (len(reply)-10)%5 != 0 {
-		return holdState{}, errUnexpectedReply
+		return RWState{}, false, errUnexpectedReply
 	}
 	var holders []admin.Holder
-	var reentrant bool
 	for i := 10; i < len(reply); i += 5 {
 		owner, _ := reply[i].(string)
 		mode, _ := reply[i+1].(string)
@@ -162,14 +132,11 @@ func parseHoldState(reply []any) (holdState, error) {
 			reentrant = taken == reentrantMark
 		}
 	}
-	return holdState{
-		holders: holders, reentrant: reentrant,
-		writeHolds: int(r[0]), readHolds: int(r[1]), readers: int(r[2]),
-		writerIsOwner: r[3] == 1, ownReads: int(r[4]),
-		ttl:            time.Duration(r[5]) * time.Millisecond,
-		writersWaiting: int(r[6]), readersWaiting: int(r[7]),
-		writeToken: uint64(r[8]), lastToken: uint64(r[9]),
-	}, nil
+	return RWState{
+		Holders: holders, WriteHolds: int(r[0]), ReadHolds: int(r[1]), Readers: int(r[2]),
+		WriterIsOwner: r[3] == 1, OwnerReadHolds: int(r[4]), TTL: time.Duration(r[5]) * time.Millisecond,
+		WritersWaiting: int(r[6]), ReadersWaiting: int(r[7]), WriteToken: uint64(r[8]), LastToken: uint64(r[9]),
+	}, reentrant, nil
 }
 
 // int64s reads the first n elements of a script's reply as integers.

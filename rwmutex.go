@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/internal/fcall"
+	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
 
@@ -99,11 +101,15 @@ type RWState struct {
 // Inspect reports who holds the lock, how often, and who waits. The
 // owner's fields are about the owner a Lock with ctx would act as.
 func (h *holdLock) Inspect(ctx context.Context) (RWState, error) {
-	s, err := h.inspect(ctx)
-	return RWState{
-		WriteHolds: s.writeHolds, WriterIsOwner: s.writerIsOwner,
-		ReadHolds: s.readHolds, Readers: s.readers, OwnerReadHolds: s.ownReads,
-		TTL: s.ttl, WritersWaiting: s.writersWaiting, ReadersWaiting: s.readersWaiting,
-		WriteToken: s.writeToken, LastToken: s.lastToken, Holders: s.holders,
-	}, err
+	if err := h.check(ctx); err != nil {
+		return RWState{}, err
+	}
+	reply, err := fcall.Run(ctx, &h.c.fns, h.c.rdb, scripts.RWInspect, h.inspectKeys, scripts.OwnerArgs{Owner: h.ownerFor(ctx)}).Slice()
+	if err == nil {
+		var s RWState
+		if s, _, err = parseHoldState(reply); err == nil {
+			return s, nil
+		}
+	}
+	return RWState{}, redisError("inspect", h.name, err)
 }

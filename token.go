@@ -19,17 +19,6 @@ func newOwnerToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// newOwnerTokenPair returns two owner tokens in one allocation: a hold's id
-// and its new owner's.
-func newOwnerTokenPair() (string, string) {
-	var b [2 * ownerTokenBytes]byte
-	_, _ = rand.Read(b[:])
-	var digits [2 * scripts.OwnerTokenDigits]byte
-	hex.Encode(digits[:], b[:])
-	both := string(digits[:])
-	return both[:scripts.OwnerTokenDigits], both[scripts.OwnerTokenDigits:]
-}
-
 // newClientTag returns a random name for a Client's own channels, starting
 // with [scripts.ProtocolTag] and [scripts.ClientTagChars] long, as the
 // scripts read it.
