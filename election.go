@@ -32,7 +32,7 @@ type Election struct {
 	proclaimKeys, leaderKeys []string // the KEYS of Proclaim and Leader
 
 	mu    sync.Mutex
-	lease *Lease // the current leadership, if this candidate leads
+	lease *Lease // the latest leadership, ended or not
 }
 
 // Leader is a leadership as observers see it.
@@ -92,15 +92,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		return nil, err
 	}
 	e.mu.Lock()
-	e.lease = l
+	e.lease = l // current ignores it once it ended
 	e.mu.Unlock()
-	l.whenEnded(func(error) {
-		e.mu.Lock()
-		if e.lease == l {
-			e.lease = nil
-		}
-		e.mu.Unlock()
-	})
 	return l, nil
 }
 
@@ -218,8 +211,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	ttl, _ := e.cfg.holdTTL()
 	ticker := time.NewTicker(ttl / 3)
 	defer ticker.Stop()
-	for {
-		var ok bool
+	for ok := true; ok; {
 		select {
 		case <-ctx.Done():
 			return
@@ -236,22 +228,12 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 				// A current term's message may be older than a read's
 				// value: it only says the value changed; the read after the
 				// last one queued says to what.
-				switch l, parsed := parseLeader(m.Payload); {
-				case !parsed:
-					ok = true
-				case l.Term > last.Term:
+				if l, parsed := parseLeader(m.Payload); parsed && l.Term > last.Term {
 					ok = emit(l)
-				case len(messages) == 0:
+				} else if parsed && len(messages) == 0 {
 					ok = reread()
-				default:
-					ok = true
 				}
-			default:
-				ok = true
 			}
-		}
-		if !ok {
-			return
 		}
 	}
 }
