@@ -52,8 +52,7 @@ var (
 	ErrNoLeader = errors.New("dlock: no leader")
 
 	// ErrReplicaAck: fewer replicas confirmed than [WithReplicaAck] asks for.
-	// An acquisition's hold was released; an Extend's lease keeps its
-	// deadline (or the Extend's, if sooner); a renewal is tried again.
+	// An acquisition's hold was released; a renewal is tried again.
 	ErrReplicaAck = errors.New("dlock: too few replicas acknowledged the lock")
 
 	// ErrPermission: Redis refused a command, key or channel by ACL. The
@@ -64,18 +63,17 @@ var (
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrUnavailable: Redis could not serve the call for a reason that
-	// passes on its own (a slot migrating, a failover, a restart, no server
-	// at the address); the cause stays in the chain. An acquisition that
-	// fails so holds nothing. A waiting Lock tries again until its context
-	// ends, then returns this error with the context's, never
-	// [ErrNotAcquired]. Other calls return it at once.
+	// passes on its own (a failover, a restart…); the cause stays in the
+	// chain. An acquisition that fails so holds nothing. A waiting Lock
+	// tries again until its context ends, then returns this error with the
+	// context's, never [ErrNotAcquired].
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
 var errUnexpectedReply = errors.New("unexpected reply from Redis")
 
-// notAcquired is a refusal that names the lock and, where the attempt
-// learnt it, how long the hold in its way lasts at most.
+// notAcquired names the lock and, where known, how long the hold in its
+// way lasts at most.
 func notAcquired(name string, left time.Duration) error {
 	if left <= 0 {
 		return fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
@@ -100,8 +98,8 @@ func redisError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
-// transientReplies are the error replies of a Redis that will serve the
-// command once a slot moved, a failover ended or a dataset loaded.
+// transientReplies are the replies of a Redis that will serve the command
+// once a slot moved, a failover ended or a dataset loaded.
 var transientReplies = []string{"TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"}
 
 // isTransient recognises an error that passes on its own. A timeout is not
@@ -172,8 +170,8 @@ const (
 	LossForced LossReason = observe.LossForced
 
 	// LossUnreachable: no renewal was confirmed before the deadline, or an
-	// Unlock could not tell whether it released. Redis may still hold the
-	// key until its TTL runs out.
+	// Unlock could not tell whether it released; the key may stay until
+	// its TTL runs out.
 	LossUnreachable LossReason = observe.LossUnreachable
 
 	// LossUnknown is what an [observe.Observer] is told where none of the

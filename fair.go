@@ -43,8 +43,7 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 
 // Lock takes the lock in its turn, until ctx ends or the wait set by
 // [WithWait] runs out; then it leaves the queue and returns an error
-// matching both [ErrNotAcquired] and ctx's error. Unless [WithLeaseTime]
-// was given, the lease renews itself every TTL/3 until unlocked or lost.
+// matching both [ErrNotAcquired] and ctx's error.
 func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
 	return f.acquire(ctx, observe.KindFair, false, f.call)
 }

@@ -27,11 +27,7 @@ func (k keys) named(key scripts.Key) (string, bool) {
 // callKeys are the KEYS of a script on layout for one call on k's lock,
 // perCall giving its per-call keys in order.
 func (k keys) callKeys(layout scripts.Layout, perCall ...string) []string {
-	return k.appendKeys(make([]string, 0, len(layout)), layout, perCall...)
-}
-
-// appendKeys is callKeys appended to keys.
-func (k keys) appendKeys(keys []string, layout scripts.Layout, perCall ...string) []string {
+	keys := make([]string, 0, len(layout))
 	for _, key := range layout {
 		if key.PerCall {
 			keys, perCall = append(keys, perCall[0]), perCall[1:]

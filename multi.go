@@ -16,11 +16,10 @@ import (
 
 // MultiLock takes several exclusive locks together: all of them, or none.
 // Its lease is one [Lease], lost as soon as any lock is, with a token per
-// lock ([Lease.Tokens]). Each lock is the [Mutex] of its name. One script
-// takes the locks of each cluster slot (all, on one server), slot by slot
-// in one global order, so no two MultiLocks deadlock; a failed or cancelled
-// MultiLock releases what it took. While it waits it is registered with one lock in its way
-// at a time, so under constant contention it is not fair.
+// lock ([Lease.Tokens]). Each lock is the [Mutex] of its name. Locks are
+// taken in one global order, so no two MultiLocks deadlock; a failed or
+// cancelled MultiLock releases what it took. It waits on one lock in its
+// way at a time, so under constant contention it is not fair.
 type MultiLock struct {
 	h      handle // its name is the names joined
 	names  []string
@@ -65,22 +64,17 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	return m
 }
 
-// group is what the calls of the locks of names, taken by one script,
-// share: each key of scripts.MultiPartLayout for every lock in turn (see
-// multi_lib.lua), and their channels.
+// group is the spec of the locks of names, taken by one script: each key
+// of scripts.MultiPartLayout for every lock in turn (multi_lib.lua).
 func (h *handle) group(names []string) *acquireSpec {
-	parts := make([][]string, len(names))
-	channels := make([]string, len(names))
+	n := len(names)
+	keys, channels := make([]string, n*len(scripts.MultiPartLayout)), make([]string, n)
 	for i, name := range names {
 		k := keysFor(h.cfg.prefix, name)
-		parts[i] = k.appendKeys(nil, scripts.MultiPartLayout)
-		channels[i] = k.channel
-	}
-	keys := make([]string, 0, len(names)*len(scripts.MultiPartLayout))
-	for j := range scripts.MultiPartLayout {
-		for _, part := range parts {
-			keys = append(keys, part[j])
+		for j, key := range k.callKeys(scripts.MultiPartLayout) {
+			keys[j*n+i] = key
 		}
+		channels[i] = k.channel
 	}
 	return h.boxed(acquireSpec{
 		op: "lock", script: scripts.MultiAcquire, publishes: true, channels: channels,
@@ -120,8 +114,7 @@ func (c *Client) groupBySlot(names []string) [][]string {
 const clusterSlots = 16384
 
 // clusterSlot is the Redis Cluster hash slot of a lock's keys: CRC16
-// (XMODEM) of their hash tag, the lock's name, modulo 16384. A MultiLock
-// groups its locks by it without asking the cluster.
+// (XMODEM) of their hash tag, the lock's name, modulo 16384.
 func clusterSlot(tag string) int {
 	var crc uint16
 	for i := 0; i < len(tag); i++ {
@@ -150,9 +143,8 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) {
 // the wait set by [WithWait] runs out. A wait that ends that way returns an
 // error matching both [ErrNotAcquired] and ctx's error, holding nothing.
 // The lease is returned only once every lock is confirmed held with time
-// left, else Lock releases all and starts over. Unless [WithLeaseTime] was
-// given, it renews itself every TTL/3; with it, every lock's lease runs
-// from about the moment Lock returns.
+// left, else Lock releases all and starts over. With [WithLeaseTime], every
+// lock's lease runs from about the moment Lock returns.
 func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
@@ -182,9 +174,8 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 		if !(errors.Is(err, errPartLost) || errors.Is(err, ErrUnavailable)) || try || contextDone(ctx) != nil {
 			return nil, acquireError(ctx, err)
 		}
-		// A lock ran out while a later one was waited for, and may be
-		// someone else's by now, or Redis could not confirm it: start
-		// over, in the same global order (after a pause, for the latter).
+		// A lock ran out while a later one was waited for, or Redis could
+		// not confirm it: start over (after a pause, for the latter).
 		if errors.Is(err, ErrUnavailable) {
 			unavailable++
 			if err := m.h.c.pause(ctx, unavailable, nil); err != nil {
@@ -221,10 +212,9 @@ func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*
 var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", ErrNotAcquired)
 
 // confirmParts makes sure the groups taken before the last still hold: a
-// wait for a later group may have outlasted an earlier one's hold. A fixed
-// lease is extended to its lease time, so that each lock's lease runs from
-// the moment all are held; an auto-renewed one was renewed meanwhile,
-// unless it was lost. errPartLost when one is no longer ours.
+// wait for a later group may have outlasted them. A fixed lease is
+// extended to its lease time, so that each runs from the moment all are
+// held. errPartLost when one is no longer ours.
 func confirmParts(ctx context.Context, parts []*Lease) error {
 	for _, p := range parts {
 		var err error
@@ -255,7 +245,7 @@ func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	}
 }
 
-// multiCall takes one group of a MultiLock. It listens on the channel of
+// multiCall takes one group of a MultiLock, listening on the channel of
 // the lock that kept it out last. Its tombstone is the MultiLock call's,
 // shared by its groups, until it starts anew.
 type multiCall struct{ call }

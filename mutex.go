@@ -43,8 +43,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // or the wait set by [WithWait] runs out; then it returns an error matching
 // both [ErrNotAcquired] and ctx's error. A release hands the lock to one
 // waiting Lock; a newcomer does not barge in. [ErrUnavailable] does not end
-// the wait. Unless [WithLeaseTime] was given, the lease renews itself every
-// TTL/3 until unlocked or lost.
+// the wait.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }

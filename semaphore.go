@@ -74,8 +74,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 // Acquire takes a permit, waiting for one to be released while all are
 // held, until ctx ends or the wait set by [WithWait] runs out. A wait that
 // ends that way returns an error matching both [ErrNotAcquired] and ctx's
-// error. Unless [WithLeaseTime] was given, the permit's lease renews itself
-// every TTL/3 until it is unlocked or lost.
+// error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	return s.acquire(ctx, observe.KindSemaphore, false, s.call)
 }

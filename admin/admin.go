@@ -1,9 +1,8 @@
-// Package admin holds what dlock reports to operators and their tools:
-// who holds a lock ([LockInfo], from dlock.Client.Describe), who a holder
-// is ([HolderInfo], stored with dlock.WithHolderInfo), and what is wrong
-// with a Redis server ([Report], from dlock.Client.Check). It is to those
-// methods what package observe is to dlock.WithObserver: their vocabulary,
-// kept out of the lock API's way. The CLI, cmd/dlock, is built on it.
+// Package admin holds what dlock reports to operators and their tools
+// (cmd/dlock among them): who holds a lock ([LockInfo], from
+// dlock.Client.Describe), who a holder is ([HolderInfo], stored with
+// dlock.WithHolderInfo), and what is wrong with a Redis server ([Report],
+// from dlock.Client.Check).
 package admin
 
 import (
@@ -18,11 +17,9 @@ import (
 
 // LockInfo is what dlock.Client.Describe found under a lock name. Its Kind
 // is as far as Redis can tell: KindFair only with someone queued; for a
-// read-write lock, KindRead while anyone reads, else KindReentrant when
-// its owner's latest write hold a ReentrantMutex took, else KindWrite (an
-// RWMutex's write, or a hold an older dlock took). Describe never says
-// KindMulti or KindRedlock: a MultiLock's lock is a Mutex in Redis. Why
-// there is no type mark: docs/ARCHITECTURE.md.
+// read-write lock, KindRead while anyone reads, else KindReentrant when a
+// ReentrantMutex took the writer's latest hold, else KindWrite; never
+// KindMulti or KindRedlock, whose locks are Mutexes in Redis.
 type LockInfo struct {
 	Name           string
 	Kind           observe.Kind  // "" when nothing holds it; see above
@@ -50,20 +47,16 @@ type Holder struct {
 
 // OwnerHash is how dlock.Client.Describe shows the owner id of an RWMutex
 // or ReentrantMutex holder: 12 hex digits of its SHA-256. The id itself is
-// never shown: dlock.WithOwner(id) joins that owner's holds, exclusive
-// ones with their fencing token. A process finds its own holds by
-// OwnerHash of its id; people tell holders apart by [HolderInfo].
+// never shown, since dlock.WithOwner(id) joins that owner's holds.
 func OwnerHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:6])
 }
 
 // HolderInfo describes who holds a lock, for people: dlock.Client.Describe
-// and `dlock status` show it beside each holder. It is stored in Redis
-// with the hold, in plain text, for as long as the hold lasts (renewed
-// with it, gone with its release or expiry): put nothing secret in it.
-// Set it with dlock.WithHolderInfo; [ThisProcess] fills in the first three
-// fields.
+// shows it beside each holder. Set with dlock.WithHolderInfo, it is stored
+// in Redis with the hold, in plain text: put nothing secret in it.
+// [ThisProcess] fills in the first three fields.
 type HolderInfo struct {
 	Hostname string `json:"host,omitempty"`
 	PID      int    `json:"pid,omitempty"`
@@ -71,9 +64,8 @@ type HolderInfo struct {
 	User     string `json:"user,omitempty"` // free text: a person, a job id, a deploy…
 }
 
-// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes: enough
-// for a hostname, a program and a line of text, small against the hold
-// itself, and a fixed cost per holder whatever the caller passes.
+// MaxHolderInfo bounds a [HolderInfo] as stored (as JSON), in bytes: a
+// fixed cost per holder whatever the caller passes.
 const MaxHolderInfo = 512
 
 // ThisProcess is the HolderInfo of the running process: its hostname, pid

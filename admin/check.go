@@ -32,16 +32,12 @@ func (s Severity) String() string {
 // added.
 const (
 	// CheckInfo: the node's INFO could not be read (a network error, or an
-	// ACL without +info), so the checks that need it could not run. Locks
-	// work without +info (but a Redlock's restart guard needs it).
+	// ACL without +info), so the checks that need it could not run.
 	CheckInfo = "info"
 
-	// CheckMaxmemoryPolicy: the node may evict dlock's keys. Under
-	// allkeys-* policies Redis may delete any key once it reaches
-	// maxmemory, and under volatile-* any key with a TTL, which every held
-	// lock has: a held lock vanishes and another owner gets it while the
-	// first lease still counts itself valid. No lock on Redis is safe
-	// there; dlock needs maxmemory-policy noeviction.
+	// CheckMaxmemoryPolicy: the node may evict a held lock, and let
+	// another owner take it while the first lease counts itself valid.
+	// dlock needs maxmemory-policy noeviction (see docs/SAFETY.md).
 	CheckMaxmemoryPolicy = "maxmemory-policy"
 )
 

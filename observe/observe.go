@@ -1,13 +1,8 @@
 // Package observe holds the types with which a program watches dlock's
-// locks: an [Observer] of hooks and the events they are told. It is to
-// dlock what net/http/httptrace is to net/http: give an Observer to
-// dlock.WithObserver, and the lock types call its hooks as acquire calls
-// begin, wait and end, as leases renew, extend, end and lead. dlockotel
-// makes OpenTelemetry metrics and spans of it.
-//
-// [Kind] and [LossReason] are defined here, since events carry them, and
-// so does what dlock.Client.Describe finds (package admin's LockInfo);
-// package dlock names LossReason too (dlock.LossTaken…), as aliases.
+// locks: an [Observer] of hooks and the events they are told, as
+// net/http/httptrace is to net/http. Give an Observer to
+// dlock.WithObserver; dlockotel makes OpenTelemetry metrics and spans of
+// it. [Kind] and [LossReason] live here because events carry them.
 package observe
 
 import (
@@ -15,31 +10,25 @@ import (
 	"time"
 )
 
-// Observer is told what happens to locks: acquire calls and their outcome,
-// waits, renewals, extensions, releases, losses and leadership. Every field
-// is optional; unset, observation costs nothing. The functions run on the
-// goroutine doing the work, so they must be quick, must not block, and must
-// not call back into dlock; several may run at once. A panic in a hook goes
-// on to the caller only after the lease involved was released and the
-// waiter withdrawn. Events carry lock names and fencing tokens, never owner
-// tokens; map names to a few groups before they become metric attributes.
+// Observer is told what happens to locks. Every field is optional; unset,
+// it costs nothing. The hooks run on the goroutine doing the work: they
+// must be quick, must not block or call back into dlock; several may run
+// at once. A hook's panic reaches the caller once the lease involved was
+// released and the waiter withdrawn. Events carry lock names (group them
+// before they become metric attributes), never owner tokens.
 type Observer struct {
-	// Acquire is called when a TryLock, Lock, TryRLock, RLock, TryAcquire,
-	// Acquire or Campaign call begins, once its arguments were found valid
-	// (a call with bad arguments returns dlock.ErrInvalid unobserved). It
-	// returns the context the call goes on with: ctx, or one derived from
-	// it, carrying a span say. That context is the one the call's Wait
-	// events get, and the call's Redis commands are sent with. done, if
-	// not nil, is called once as the call returns.
+	// Acquire is called as an acquire call with valid arguments begins. It
+	// returns the context the call, its Wait events and its commands go on
+	// with (ctx or one derived from it); done, if not nil, is called once
+	// as the call returns.
 	Acquire func(ctx context.Context, call AcquireCall) (_ context.Context, done func(AcquireDone))
 
 	// Wait is called as a waiting call registers, is handed the lock, or
 	// tries again; ctx is the one Acquire returned (or derived from it).
 	Wait func(ctx context.Context, ev WaitEvent)
 
-	// Release is called when dlock.Lease.Unlock (or dlock.Election.Resign) begins;
-	// its context and done are as Acquire's. The lease's End comes before
-	// done.
+	// Release is called as dlock.Lease.Unlock (or Election.Resign) begins;
+	// its context and done are as Acquire's, done after the lease's End.
 	Release func(ctx context.Context, lease LeaseInfo) (_ context.Context, done func(error))
 
 	// Renewal is called with the outcome of each automatic renewal.
@@ -105,11 +94,8 @@ const (
 	WaitHandedOver WaitStep = "handed_over"
 	// WaitRetry: the call attempts again: woken by a release that did not
 	// hand it the lock, at its waiter refresh or the holder's expiry, or
-	// after an attempt that failed or a grant it gave back: unconfirmed,
-	// or handed to it while its subscription was lost (Err; with why, if
-	// the give-back failed and the hold runs out with its TTL). An attempt
-	// that failed in doubt, or a grant given back, may have held the lock
-	// for a while, for no lease.
+	// after a failed attempt or a grant it gave back (Err), either of which
+	// may have held the lock for a while, for no lease.
 	WaitRetry WaitStep = "retry"
 )
 
@@ -146,10 +132,9 @@ const (
 type RenewalEvent struct {
 	LeaseInfo
 	Result RenewalResult
-	// Margin is how long the lease had left when the renewal was
-	// confirmed (RenewalOK): the time to its deadline before the renewal
-	// moved it. Renewals run every TTL/3, so a healthy margin is about two
-	// thirds of the TTL; a margin falling toward zero warns of a loss.
+	// Margin is how long the lease had left when the renewal was confirmed
+	// (RenewalOK): about two thirds of the TTL when healthy; a margin
+	// falling toward zero warns of a loss.
 	Margin time.Duration
 	Err    error // for a failed renewal, why
 }
