@@ -55,23 +55,17 @@ var electionKind = &leaseKind{
 // a [Mutex] of the same name, which Describe and ForceUnlock see.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck})}
+	// The Mutex scripts it borrows take the keys up to the holder info it
+	// does not keep; more: Proclaim's, Leader's and the observers' channel.
 	var more [][]string
 	e.spec, more = e.layOut(acquireSpec{op: "campaign", script: scripts.ElectionAcquire, publishes: true, lease: leaseSpec{kind: electionKind}},
-		electionAbandonLayout, electionExtendLayout, scripts.LayoutOf(scripts.ElectionProclaim), electionLeaderLayout, electionObserversLayout)
+		scripts.LayoutOf(electionKind.abandon).Before("HOLDER"), scripts.LayoutOf(electionKind.extend).Before("HOLDER"),
+		scripts.ElectionProclaimLayout, scripts.ElectionProclaimLayout.Before("OBSERVERS"), scripts.ElectionProclaimLayout.Only("OBSERVERS"))
 	if e.err == nil {
 		e.proclaimKeys, e.leaderKeys, e.leader = more[0], more[1], more[2][0]
 	}
 	return e
 }
-
-// The KEYS of the Mutex scripts an Election borrows, up to the holder info
-// it does not keep; of ElectionLeader; and the observers' channel.
-var (
-	electionAbandonLayout   = scripts.LayoutOf(electionKind.abandon).Before("HOLDER")
-	electionExtendLayout    = scripts.LayoutOf(electionKind.extend).Before("HOLDER")
-	electionLeaderLayout    = scripts.LayoutOf(scripts.ElectionLeader).Before("OBSERVERS")
-	electionObserversLayout = scripts.LayoutOf(scripts.ElectionProclaim).Only("OBSERVERS")
-)
 
 // Campaign waits until this candidate leads, with value, until ctx ends or
 // the wait set by [WithWait] runs out. It returns the leadership as a
