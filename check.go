@@ -15,11 +15,10 @@ import (
 )
 
 // Check asks every master the Client reaches what in its configuration
-// weakens dlock's guarantees, and reports per node. A node that cannot be
-// asked is reported, not an error: Check fails only when the Client is
-// unusable, ctx ends, or a cluster's layout cannot be read. The Client
-// also checks each node once by itself, from its first use, and logs what
-// it finds to [WithLogger]'s logger ([slog.Default] without it).
+// weakens dlock's guarantees, and reports per node. It fails only when the
+// Client is unusable, ctx ends, or a cluster's layout cannot be read. The
+// Client also checks each node once by itself from its first use, and logs
+// what it finds ([WithLogger]).
 func (c *Client) Check(ctx context.Context) (*admin.Report, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err

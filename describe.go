@@ -12,11 +12,10 @@ import (
 )
 
 // Describe reports who holds the lock called name, whatever its type, how
-// long it has left and who waits, for operators and tools such as `dlock
-// status`. It is one round trip and changes nothing. It looks under the
-// Client's prefix, or opts' [WithPrefix]; any other option is refused with
-// [ErrInvalid]. A key of the name holding what dlock did not write fails
-// it with [ErrWrongType], naming the key.
+// long it has left and who waits, in one round trip that changes nothing.
+// It looks under the Client's prefix, or opts' [WithPrefix]; other options
+// fail with [ErrInvalid]. A key of the name holding what dlock did not
+// write fails it with [ErrWrongType], naming the key.
 func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (admin.LockInfo, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {
@@ -123,13 +122,11 @@ func permitHolders(infos []any) []admin.Holder {
 	return holders
 }
 
-// ForceUnlock removes the lock called name whatever holds it (any type, a
-// Semaphore's every permit) and wakes its waiters: the operator's escape
-// hatch for a holder known to be gone. It reports whether anything was
-// held. The holders' leases report the loss at their next renewal; until
-// then fencing covers them, as the counter is kept. A key that dlock did
-// not write fails it with [ErrWrongType], and nothing is removed. Options
-// are as [Client.Describe]'s.
+// ForceUnlock removes the lock called name whatever holds it (any type,
+// every permit) and wakes its waiters: the escape hatch for a holder known
+// to be gone. It reports whether anything was held. The holders' leases
+// learn of the loss at their next renewal; fencing covers them until then.
+// Options and foreign keys are as [Client.Describe]'s: nothing is removed.
 func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (bool, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {

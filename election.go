@@ -48,11 +48,9 @@ var electionKind = &leaseKind{
 	abandon: scripts.MutexAbandon,
 }
 
-// Election returns the candidate handle of the election called name.
-// Options override the Client's defaults; the TTL is how long a crashed
-// leader keeps the others waiting. Nothing is sent to Redis; a bad name or
-// option is returned by the first call, matching [ErrInvalid]. Its lock is
-// a [Mutex] of the same name, which Describe and ForceUnlock see.
+// Election returns the candidate handle of the election called name, with
+// options and bad input as [Client.Mutex]'s; the TTL is how long a crashed
+// leader keeps the others waiting. Its lock is a [Mutex] of the same name.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{handle: c.newHandle(name, opts, optionScope{"Election", optEveryLock | optWaiterRefresh | optReplicaAck})}
 	// The Mutex scripts it borrows take the keys up to the holder info it

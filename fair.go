@@ -24,10 +24,8 @@ var fairKind = &leaseKind{
 	abandon: scripts.FairAbandon,
 }
 
-// FairMutex returns the fair (first come, first served) lock called name.
-// Options override the Client's defaults for this lock. Nothing is sent to
-// Redis; a bad name or option is returned by the first TryLock or Lock,
-// matching [ErrInvalid].
+// FairMutex returns the fair (first come, first served) lock called name,
+// with options and bad input as [Client.Mutex]'s.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	f := &FairMutex{handle: c.newHandle(name, opts, optionScope{"FairMutex", forMutex.takes})}
 	f.spec, _ = f.layOut(acquireSpec{op: "lock", script: scripts.FairAcquire, publishes: true, queues: true, lease: leaseSpec{kind: fairKind}}, nil, nil)

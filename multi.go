@@ -33,11 +33,9 @@ var multiKind = &leaseKind{
 	abandon: scripts.MultiAbandon,
 }
 
-// MultiLock returns the locks of names, taken together. The order of names
-// does not matter, and a name given twice counts once. Options override the
-// Client's defaults; [WithWait] bounds the whole wait. Nothing is sent to
-// Redis; bad names or options (no names at all, an empty one…) are returned
-// by the first TryLock or Lock, matching [ErrInvalid].
+// MultiLock returns the locks of names, in any order, taken together; a
+// name given twice counts once. Options and bad input (no names, an empty
+// one…) are as [Client.Mutex]'s; [WithWait] bounds the whole wait.
 func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
 	m := &MultiLock{h: handle{c: c, name: strings.Join(sorted, ",")}, names: sorted}

@@ -25,7 +25,7 @@ var mutexKind = &leaseKind{
 
 // Mutex returns the exclusive lock called name. Options override the
 // Client's defaults for this lock. Nothing is sent to Redis; a bad name or
-// option is returned by the first TryLock or Lock, matching [ErrInvalid].
+// option is returned by the first call, matching [ErrInvalid].
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m := &Mutex{handle: c.newHandle(name, opts, forMutex)}
 	m.spec, _ = m.layOut(acquireSpec{op: "lock", script: scripts.MutexAcquire, lease: leaseSpec{kind: mutexKind}}, nil, nil)

@@ -18,9 +18,8 @@ import (
 // readers wait too. Every hold mints a token above every earlier one.
 type RWMutex struct{ holdLock }
 
-// RWMutex returns the read-write lock called name. Options override the
-// Client's defaults. Nothing is sent to Redis; a bad name or option is
-// returned by the first call that would, matching [ErrInvalid].
+// RWMutex returns the read-write lock called name, with options and bad
+// input as [Client.Mutex]'s.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	return &RWMutex{holdLock: c.newHoldLock(name, observe.KindWrite, opts)}
 }
@@ -56,15 +55,12 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 // ReentrantMutex is an exclusive lock its owner may take again while
 // holding it: the write side of the [RWMutex] of the same name. Each
 // acquisition is a hold with its own [Lease] and the same fencing token,
-// expiring on its own and released in any order. The owner is the call
-// chain: a Lock whose context carries a live hold of this lock
-// ([Lease.Context]) re-enters it. [WithOwner] makes every call through a
-// handle one owner.
+// released in any order. The owner is the call chain: a Lock whose context
+// carries a live hold ([Lease.Context]) re-enters; [WithOwner] names one.
 type ReentrantMutex struct{ holdLock }
 
-// ReentrantMutex returns the reentrant lock called name. Options override
-// the Client's defaults. Nothing is sent to Redis; a bad name or option is
-// returned by the first call that would, matching [ErrInvalid].
+// ReentrantMutex returns the reentrant lock called name, with options and
+// bad input as [Client.Mutex]'s.
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
 	return &ReentrantMutex{holdLock: c.newHoldLock(name, observe.KindReentrant, opts)}
 }

@@ -31,11 +31,9 @@ var semKind = &leaseKind{
 	abandon: scripts.SemAbandon,
 }
 
-// Semaphore returns the semaphore called name, with permits permits.
-// Options override the Client's defaults for it. Nothing is sent to Redis;
-// a bad name, option or number of permits (not 1 to 2^53-1) is returned by
-// the first acquisition, matching [ErrInvalid]. Another lock type of the
-// same name fails with [ErrWrongType].
+// Semaphore returns the semaphore called name, with permits permits (1 to
+// 2^53-1), options and bad input as [Client.Mutex]'s. Another lock type of
+// the same name fails with [ErrWrongType].
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
 	s := &Semaphore{handle: c.newHandle(name, opts, optionScope{"Semaphore", forMutex.takes})}
 	s.permits.Store(int64(permits))
