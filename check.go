@@ -111,7 +111,7 @@ func inspectNode(ctx context.Context, node redis.Cmdable) (problems []admin.Prob
 }
 
 // How the Client checks its nodes by itself: a round at most
-// nodeCheckTimeout long, and nodeRecheck later a round for masters not
+// nodeCheckTimeout long, and from nodeRecheck later a round for masters not
 // checked yet (a failover, a resharding).
 const (
 	nodeCheckTimeout = 10 * time.Second
@@ -122,10 +122,10 @@ const (
 // of the Client (see Client.usable), in a goroutine of its own so that no
 // lock waits for it. Its fields but seen are guarded by Client.mu.
 type nodeWatch struct {
-	due     bool               // a round starts at the next use
-	stop    context.CancelFunc // cancels the running round; nil: none ran
-	done    chan struct{}      // closed when the latest round has ended
-	recheck *time.Timer        // makes the next round due
+	due  bool               // a round starts at the next use
+	next time.Time          // as at every use from then (zero: none)
+	stop context.CancelFunc // cancels the running round; nil: none ran
+	done chan struct{}      // closed when the latest round has ended
 
 	mu   sync.Mutex
 	seen map[string]bool // nodes checked, and logged about, by address; made by New
@@ -135,7 +135,7 @@ type nodeWatch struct {
 // c.mu, with the Client open.
 func (c *Client) watchNodes() {
 	w := &c.watch
-	if !w.due {
+	if !w.due && (w.next.IsZero() || time.Now().Before(w.next)) {
 		return
 	}
 	if w.done != nil {
@@ -178,25 +178,15 @@ func (c *Client) checkNodes(ctx context.Context, cancel context.CancelFunc, done
 		}
 	})
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
-		w.recheck = time.AfterFunc(nodeRecheck, func() {
-			c.mu.Lock()
-			w.due = true
-			c.mu.Unlock()
-		})
-	}
+	w.next = time.Now().Add(nodeRecheck)
+	c.mu.Unlock()
 }
 
 // stopWatch ends the check of the nodes, once the Client is marked closed.
 func (c *Client) stopWatch(deadline time.Time) {
 	c.mu.Lock()
-	w := &c.watch
-	stop, done, recheck := w.stop, w.done, w.recheck
+	stop, done := c.watch.stop, c.watch.done
 	c.mu.Unlock()
-	if recheck != nil {
-		recheck.Stop()
-	}
 	if stop != nil {
 		stop()
 		waitUntil(done, deadline) // an INFO stuck on a stalled server, with no read timeout, ends later
