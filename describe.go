@@ -143,8 +143,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (
 	return n == 1, nil
 }
 
-// namedKeys are the keys of the lock called name for Describe and
-// ForceUnlock, checked before any I/O.
+// namedKeys are the keys of the lock called name, checked before any I/O.
 func (c *Client) namedKeys(ctx context.Context, name string, opts []Option) (keys, error) {
 	if err := c.usable(ctx); err != nil {
 		return keys{}, err

@@ -140,8 +140,7 @@ func isPublishRefused(err error) bool {
 	return fcall.ErrSays(err, "can't publish to the channel", "No permissions to access a channel")
 }
 
-// wrongTypeDetail is what Redis said after WRONGTYPE (which key holds
-// what), without where in which script.
+// wrongTypeDetail is what Redis said after WRONGTYPE, without the script.
 func wrongTypeDetail(err error) string {
 	_, detail, _ := strings.Cut(err.Error(), "WRONGTYPE ")
 	detail, _, _ = strings.Cut(detail, " script:")

@@ -66,8 +66,7 @@ func (a *fairCall) request(waiterID string, publish any) ([]any, string) {
 	return command(&a.call, entry, scripts.FairAcquireArgs{Acquire: a.shared(entry), Publish: publish, Info: a.spec.info}), entry
 }
 
-// entry is how a waiter queues (see fair_lib.lua): tagged with its Client,
-// then its holder info; "" stays "".
+// entry is how a waiter queues (fair_lib.lua); "" stays "".
 func (a *fairCall) entry(waiterID string) string {
 	if waiterID == "" {
 		return ""
@@ -84,9 +83,8 @@ func (a *fairCall) refused(res []int64, _ string) error {
 	return nil
 }
 
-// granted takes the lock a release handed over. A token above the counter
-// the last attempt read came after it, whose sending starts the lease; any
-// other is stale and gives nil.
+// granted takes the lock handed over with a token above the counter the
+// last attempt read, counting from its sending; any other is stale: nil.
 func (a *fairCall) granted(h handOver) *Lease {
 	if h.ref != "" || a.fenced < 0 || h.token <= uint64(a.fenced) {
 		return nil

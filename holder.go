@@ -40,8 +40,7 @@ func encodeHolderInfo(info admin.HolderInfo) (string, error) {
 	return string(b), nil
 }
 
-// decodeHolderInfo reads what a script returned of a holder's info: nil
-// for none, or for what is not a HolderInfo (written by a newer version).
+// decodeHolderInfo reads a holder's info: nil for none or not a HolderInfo.
 func decodeHolderInfo(stored string) *admin.HolderInfo {
 	if stored == "" {
 		return nil

@@ -86,8 +86,8 @@ type holdCall struct {
 	newOwner bool   // an owner of its own: each start draws its owner id too
 }
 
-// fresh draws a new hold id and tombstone. The hold's member is mode, hold
-// id, owner: the random hold id keeps it secret and each Lease its own.
+// fresh draws a new hold id and tombstone. The member is mode, hold id,
+// owner: the hold id keeps it secret and each Lease's own.
 func (a *holdCall) fresh() {
 	holdID := newOwnerToken()
 	if a.newOwner {

@@ -6,9 +6,6 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// The scripts' KEYS are made by their layouts (internal/scripts/layout.go):
-// no Go code counts a key's position.
-
 // named is the key of k's lock that key names in a layout, when k keeps it.
 func (k keys) named(key scripts.Key) (string, bool) {
 	switch key.Suffix {
@@ -24,8 +21,7 @@ func (k keys) named(key scripts.Key) (string, bool) {
 	return "", false
 }
 
-// callKeys are the KEYS of a script on layout for one call on k's lock,
-// perCall giving its per-call keys in order.
+// callKeys are the KEYS of a script on layout for one call, with perCall.
 func (k keys) callKeys(layout scripts.Layout, perCall ...string) []string {
 	keys := make([]string, 0, len(layout))
 	for _, key := range layout {
@@ -83,8 +79,7 @@ type keyLists struct {
 // per-call key's place (or end), its end.
 type keyList struct{ start, split, end int }
 
-// newKeyLists returns empty lists of k's keys, with room for a FairMutex's
-// 22 names (more cost an allocation).
+// newKeyLists returns empty lists with room for a FairMutex's 22 names.
 func newKeyLists(k keys) keyLists { return keyLists{k: k, names: make([]string, 0, 24)} }
 
 // add lays out the KEYS of a script on layout, but for its per-call keys

@@ -62,8 +62,7 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	return m
 }
 
-// group is the spec of the locks of names, taken by one script: each key
-// of scripts.MultiPartLayout for every lock in turn (multi_lib.lua).
+// group is the spec of the locks of names, taken by one script.
 func (h *handle) group(names []string) *acquireSpec {
 	n := len(names)
 	keys, channels := make([]string, n*len(scripts.MultiPartLayout)), make([]string, n)
@@ -205,8 +204,7 @@ func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*
 	return held, nil
 }
 
-// errPartLost: a group taken before the last ran out before the last was
-// taken.
+// errPartLost: a group ran out before the last was taken.
 var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", ErrNotAcquired)
 
 // confirmParts makes sure the groups taken before the last still hold: a
@@ -279,8 +277,7 @@ func (a *multiCall) valid(res []int64) bool {
 	return false
 }
 
-// refused notes the lock in the way, whose channel the waiter listens on
-// next (see waitFor).
+// refused notes the lock in the way, whose channel waitFor listens on next.
 func (a *multiCall) refused(res []int64, _ string) error {
 	a.busy = int(res[2]) - 1
 	return nil

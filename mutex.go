@@ -48,8 +48,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }
 
-// mutexCall is one TryLock or Lock call. It numbers its registrations to
-// tell a hand-over for its latest from a stale one.
+// mutexCall is one TryLock or Lock call, numbering its registrations.
 type mutexCall struct {
 	call
 	attempts   int
@@ -62,8 +61,7 @@ func (m *Mutex) call(context.Context) *call {
 	return a.begin(&m.handle, m.spec, a)
 }
 
-// request registers a waiter with what a release needs to hand it the lock
-// (see hand_next.lua).
+// request registers a waiter as hand_next.lua reads it.
 func (a *mutexCall) request(waiterID string, _ any) ([]any, string) {
 	a.attempts++
 	entry := ""
@@ -81,8 +79,8 @@ func (a *mutexCall) refused(_ []int64, entry string) error {
 	return nil
 }
 
-// granted takes the lock a release handed over for the attempt h names,
-// whose sending starts the lease; nil for a stale one.
+// granted takes the lock handed over to the latest registration, else nil.
+// The lease counts from the sending of the attempt that registered.
 func (a *mutexCall) granted(h handOver) *Lease {
 	if h.ref != strconv.Itoa(a.attempts) || a.registered == "" {
 		return nil
@@ -94,8 +92,7 @@ func (a *mutexCall) granted(h handOver) *Lease {
 // entry is "": leave withdraws the call's last registration (abandonArgs).
 func (a *mutexCall) entry(string) string { return "" }
 
-// abandonArgs withdraw the failed attempt's registration (entry) and the
-// one before it, or else the last one.
+// abandonArgs withdraw entry and the registration before it, or the last.
 func (a *mutexCall) abandonArgs(entry string) scripts.AbandonArgs {
 	if entry == "" {
 		return scripts.AbandonArgs{Waiter: a.registered, Also: ""}

@@ -20,8 +20,7 @@ func WithObserver(o *observe.Observer) Option {
 // pointer first, so an unobserved Lock and Unlock allocate nothing more.
 type hooks observe.Observer
 
-// observedCall is one acquire call being observed. It travels in the
-// call's context, where the waiting loop finds it.
+// observedCall is one acquire call being observed, in the call's context.
 type observedCall struct {
 	o          *hooks
 	kind       observe.Kind
@@ -31,8 +30,7 @@ type observedCall struct {
 
 type callKey struct{}
 
-// acquire runs one acquire call observed by o: Acquire before, done
-// after, and the lease it returns watched until it ends.
+// acquire runs one acquire call observed by o, and watches its lease.
 func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try bool, acquire func(context.Context) (*Lease, error)) (*Lease, error) {
 	call := &observedCall{o: o, kind: kind, name: name}
 	var done func(observe.AcquireDone)
@@ -125,8 +123,7 @@ type leaseObs struct {
 	part     bool
 }
 
-// watch makes l, just acquired, report to o from now on. A lease that was
-// lost on the way reports its end at once.
+// watch makes l, just acquired, report to o; if lost already, its end.
 func (o *hooks) watch(l *Lease, kind observe.Kind) {
 	ob := &leaseObs{o: o, info: observe.LeaseInfo{Kind: kind, Name: l.name, Token: l.token}, acquired: time.Now()}
 	if kind == observe.KindElection && o.Leader != nil {

@@ -11,9 +11,6 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// Who owns a hold of a ReentrantMutex or RWMutex: their docs say why the
-// call chain is, told by its context.
-
 // heldKey is the context key of a hold of a read-write lock: the lock's key
 // (prefix and name), so that every handle of the lock, of any Client of
 // the same Redis, finds it, and a hold of another lock does not. The key
@@ -34,14 +31,12 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 	return ""
 }
 
-// sameRedis reports whether a and b take their locks in the same Redis
-// (see redisIdentity); one whose Redis cannot be told is only its own.
+// sameRedis reports whether a and b lock in the same Redis (redisIdentity).
 func sameRedis(a, b *Client) bool {
 	return a == b || a.redis != "" && a.redis == b.redis
 }
 
-// redisIdentity names the Redis rdb talks to: its kind, its addresses and
-// its database; "" when that cannot be told.
+// redisIdentity names the Redis rdb talks to; "" when that cannot be told.
 func redisIdentity(rdb redis.UniversalClient) string {
 	switch r := rdb.(type) {
 	case *redis.Client:
@@ -67,6 +62,5 @@ func redisIdentity(rdb redis.UniversalClient) string {
 	return ""
 }
 
-// holdOwner is the owner in a hold's member: mode, hold id, owner (see
-// holdCall.fresh and parse in rw_lib.lua).
+// holdOwner is the owner in a hold's member (see holdCall.fresh).
 func holdOwner(member string) string { return member[1+scripts.OwnerTokenDigits:] }

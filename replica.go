@@ -36,8 +36,7 @@ func (ack replicaAck) judge(acks *redis.Cmd) error {
 	return nil
 }
 
-// acquireAcknowledged runs an acquire command (argv) with WAIT after it on
-// the master of its first key.
+// acquireAcknowledged runs an acquire with WAIT, on its first key's master.
 func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script *redis.Script, argv []any) (*redis.Cmd, error) {
 	master, err := fcall.MasterFor(ctx, c.rdb, argv[3].(string))
 	if err != nil {

@@ -40,8 +40,7 @@ type withRights[A scripts.Args] struct {
 
 func (w withRights[A]) Append(argv []any) []any { return append(w.args.Append(argv), w.flag) }
 
-// passed records that an acquire of script, sent with the check, was
-// answered: the check passed.
+// passed records that an acquire of script passed the check.
 func (r *rightsSeen) passed(script *redis.Script) {
 	r.known.Store(script, struct{}{})
 }

@@ -102,8 +102,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	return nil
 }
 
-// semCall is one TryAcquire or Acquire call, all its attempts under one
-// owner token.
+// semCall is one TryAcquire or Acquire call.
 type semCall struct {
 	call
 	s *Semaphore
