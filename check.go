@@ -96,18 +96,18 @@ func inspectNode(ctx context.Context, node redis.Cmdable) (problems []admin.Prob
 	}
 	policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
 	const evicts = "Redis may evict held locks and let a second owner in; set maxmemory-policy noeviction"
+	p := admin.Problem{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
+		Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": " + evicts}
 	switch {
 	case policy == "":
-		return []admin.Problem{{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
-			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"}}, true
+		p = admin.Problem{Check: admin.CheckInfo, Severity: admin.SeverityWarning,
+			Reason: "INFO memory gives no maxmemory_policy; maxmemory-policy not checked"}
 	case policy == "noeviction":
 		return nil, true
 	case maxmemory == "0":
-		return []admin.Problem{{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityWarning,
-			Reason: "maxmemory-policy " + policy + ": no maxmemory is set now, but once one is, " + evicts}}, true
+		p.Severity, p.Reason = admin.SeverityWarning, "maxmemory-policy "+policy+": no maxmemory is set now, but once one is, "+evicts
 	}
-	return []admin.Problem{{Check: admin.CheckMaxmemoryPolicy, Severity: admin.SeverityError,
-		Reason: "maxmemory-policy " + policy + " with maxmemory " + maxmemory + ": " + evicts}}, true
+	return []admin.Problem{p}, true
 }
 
 // How the Client checks its nodes by itself: a round at most

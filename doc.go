@@ -52,10 +52,9 @@
 // # Reentrancy follows the context
 //
 // Go has no goroutine id: the owner of a [ReentrantMutex]'s or [RWMutex]'s
-// hold is the call chain, told by the context. Share one handle between
-// goroutines as you would a sync.RWMutex: a Lock whose context carries no
-// live hold of the lock is a new owner and waits its turn. To re-enter, pass
-// on the lease's context:
+// hold is the call chain, told by the context. A Lock whose context carries
+// no live hold of the lock is a new owner and waits its turn. To re-enter,
+// pass on the lease's context:
 //
 //	lease, err := rw.Lock(ctx)
 //	if err != nil {
@@ -69,11 +68,9 @@
 //
 // # More
 //
-// [WithObserver] sets an [observe.Observer], told of each acquire, wait,
-// renewal and loss; the module github.com/dlockio/dlock/dlockotel makes
-// OpenTelemetry of it. [Client.Describe], [Client.ForceUnlock] and
-// [Client.Check] are for operators; package admin holds their answers and
-// the [admin.HolderInfo] that [WithHolderInfo] stores. In the repository,
-// README.md tours the family, docs/SAFETY.md says what dlock promises under
-// faults and which test shows it, and docs/ARCHITECTURE.md how it works.
+// [WithObserver] sets an [observe.Observer] (dlockotel makes OpenTelemetry
+// of it). [Client.Describe], [Client.ForceUnlock] and [Client.Check] are for
+// operators; package admin holds their answers. In the repository,
+// docs/SAFETY.md says what dlock promises under faults and which test shows
+// it, and docs/ARCHITECTURE.md how it works.
 package dlock

@@ -11,16 +11,14 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// heldKey is the context key of a hold of a read-write lock: the lock's key
-// (prefix and name), so that every handle of the lock, of any Client of
-// the same Redis, finds it, and a hold of another lock does not. The key
-// alone does not tell the Redis: ownerFor checks that too.
+// heldKey is the context key of a hold of a read-write lock: the lock's key,
+// which every handle of the lock finds and no other lock's; ownerFor checks
+// the Redis too.
 type heldKey string
 
 // ownerFor is the owner a call on h with ctx acts as: WithOwner's id; else
-// the owner of the hold of this lock, on this Redis, that ctx carries while
-// its lease is held (a caller that only kept the context of an ended lease
-// joins nothing); else "", a new owner.
+// that of the live hold of this lock, on this Redis, that ctx carries (an
+// ended lease's context joins nothing); else "", a new owner.
 func (h *holdLock) ownerFor(ctx context.Context) string {
 	if h.owner != "" {
 		return h.owner
