@@ -41,12 +41,7 @@ type Leader struct {
 	Term  uint64 // strictly increasing with each new leadership
 }
 
-var electionKind = &leaseKind{
-	extend:  scripts.MutexExtend,
-	release: scripts.ElectionRelease,
-	ttl:     scripts.MutexTTL,
-	abandon: scripts.MutexAbandon,
-}
+var electionKind = mutexKind.releasedBy(scripts.ElectionRelease, scripts.MutexAbandon)
 
 // Election returns the candidate handle of the election called name, with
 // options and bad input as [Client.Mutex]'s; the TTL is how long a crashed

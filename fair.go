@@ -17,12 +17,7 @@ type FairMutex struct {
 	spec *acquireSpec
 }
 
-var fairKind = &leaseKind{
-	extend:  scripts.MutexExtend,
-	release: scripts.FairRelease,
-	ttl:     scripts.MutexTTL,
-	abandon: scripts.FairAbandon,
-}
+var fairKind = mutexKind.releasedBy(scripts.FairRelease, scripts.FairAbandon)
 
 // FairMutex returns the fair (first come, first served) lock called name,
 // with options and bad input as [Client.Mutex]'s.

@@ -38,11 +38,10 @@ func (k keys) callKeys(layout scripts.Layout, perCall ...string) []string {
 	return keys
 }
 
-// layOut lays out the KEYS of s's acquire script, of its lease kind's
-// release, of abandon and extend (the kind's when nil; extend's are TTL's
-// too) and of extra, and boxes s (see boxed). Its waiters listen on the
-// handle's own channel unless s says otherwise. It returns the KEYS of each
-// extra layout, nil when h is invalid.
+// layOut lays out the KEYS of s's acquire, of its kind's release, of
+// abandon and extend (the kind's when nil; extend's are TTL's too) and of
+// extra, and boxes s; waiters listen on the handle's own channel unless s
+// says otherwise. It returns the KEYS of each extra layout (nil: h invalid).
 func (h *handle) layOut(s acquireSpec, abandon, extend scripts.Layout, extra ...scripts.Layout) (*acquireSpec, [][]string) {
 	lists := make([][]string, len(extra))
 	if h.err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -21,6 +23,13 @@ var mutexKind = &leaseKind{
 	release: scripts.MutexRelease,
 	ttl:     scripts.MutexTTL,
 	abandon: scripts.MutexAbandon,
+}
+
+// releasedBy is a Mutex hold released and abandoned by other scripts: a
+// FairMutex's or an Election's, which Mutex scripts renew and inspect.
+func (k leaseKind) releasedBy(release, abandon *redis.Script) *leaseKind {
+	k.release, k.abandon = release, abandon
+	return &k
 }
 
 // Mutex returns the exclusive lock called name. Options override the

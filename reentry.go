@@ -23,15 +23,12 @@ func (h *holdLock) ownerFor(ctx context.Context) string {
 	if h.owner != "" {
 		return h.owner
 	}
-	if held, ok := ctx.Value(h.heldKey).(*clientHold); ok && sameRedis(held.c, h.c) && held.lease.heldLocally() == nil {
-		return holdOwner(held.owner)
+	held, ok := ctx.Value(h.heldKey).(*clientHold)
+	sameRedis := ok && (held.c == h.c || h.c.redis != "" && held.c.redis == h.c.redis) // see redisIdentity
+	if sameRedis && held.lease.heldLocally() == nil {
+		return held.owner[1+scripts.OwnerTokenDigits:] // a member is mode, hold id, owner (holdCall.fresh)
 	}
 	return ""
-}
-
-// sameRedis reports whether a and b lock in the same Redis (redisIdentity).
-func sameRedis(a, b *Client) bool {
-	return a == b || a.redis != "" && a.redis == b.redis
 }
 
 // redisIdentity names the Redis rdb talks to; "" when that cannot be told.
@@ -59,6 +56,3 @@ func redisIdentity(rdb redis.UniversalClient) string {
 	}
 	return ""
 }
-
-// holdOwner is the owner in a hold's member (see holdCall.fresh).
-func holdOwner(member string) string { return member[1+scripts.OwnerTokenDigits:] }

@@ -37,13 +37,12 @@ type Observer struct {
 	// Extend is called with the outcome of each dlock.Lease.Extend.
 	Extend func(ev ExtendEvent)
 
-	// End is called once per lease returned to a caller, when it ends:
-	// released (before dlock.Lease.Done is closed, on the goroutine of the
-	// Unlock), or lost (after Done is closed, on a goroutine of its own:
-	// no observer can delay the holder's loss signal).
+	// End is called once per lease returned to a caller, as it ends:
+	// released (on the Unlock's goroutine, before dlock.Lease.Done closes)
+	// or lost (after, on a goroutine of its own: it cannot delay the loss).
 	End func(ev LeaseEnd)
 
-	// Leader is called when an dlock.Election candidate of this process
+	// Leader is called when a dlock.Election candidate of this process
 	// starts to lead (Campaign returns) and when that leadership ends.
 	Leader func(ev LeaderEvent)
 }
