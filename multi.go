@@ -156,7 +156,7 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 // take is acquire's work: one wait, WithWait's, for all the groups.
 func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 	for unavailable := 0; ; {
-		held, err := m.takeGroups(ctx, m.h.cfg, try)
+		held, err := m.takeGroups(ctx, try)
 		if err != nil {
 			return nil, err
 		}
@@ -183,18 +183,15 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 }
 
 // takeGroups takes each group in turn: all of them, or none.
-func (m *MultiLock) takeGroups(ctx context.Context, cfg settings, try bool) ([]*Lease, error) {
+func (m *MultiLock) takeGroups(ctx context.Context, try bool) ([]*Lease, error) {
+	take := tryOnce
+	if !try {
+		take = func(ctx context.Context, a *call) (*Lease, error) { return m.h.c.waitFor(ctx, m.h.cfg, a) }
+	}
 	held := make([]*Lease, 0, len(m.groups))
 	token := newOwnerToken() // names the call's tombstones
 	for _, g := range m.groups {
-		a := m.call(g, token)
-		var l *Lease
-		var err error
-		if try {
-			l, err = tryOnce(ctx, a)
-		} else {
-			l, err = m.h.c.waitFor(ctx, cfg, a)
-		}
+		l, err := take(ctx, m.call(g, token))
 		if err != nil {
 			m.rollBack(ctx, held)
 			return nil, err

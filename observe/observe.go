@@ -62,8 +62,7 @@ const (
 	// OutcomeAcquired: the call returned a lease.
 	OutcomeAcquired Outcome = "acquired"
 	// OutcomeNotAcquired: the lock was held for as long as the call would
-	// try: a TryLock refused, or a wait whose deadline or dlock.WithWait ran
-	// out (the error matches dlock.ErrNotAcquired).
+	// try (the error matches dlock.ErrNotAcquired).
 	OutcomeNotAcquired Outcome = "not_acquired"
 	// OutcomeCanceled: the caller's context was cancelled.
 	OutcomeCanceled Outcome = "canceled"
