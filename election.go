@@ -166,12 +166,11 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 
 func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	defer close(out)
-	var ps *redis.PubSub
+	subscribe := e.c.rdb.Subscribe
 	if publish, err := e.c.publishCommand(ctx); err == nil && publish == "SPUBLISH" {
-		ps = e.c.rdb.SSubscribe(ctx, e.leader)
-	} else {
-		ps = e.c.rdb.Subscribe(ctx, e.leader)
+		subscribe = e.c.rdb.SSubscribe
 	}
+	ps := subscribe(ctx, e.leader)
 	defer ps.Close()
 	messages := ps.ChannelWithSubscriptions()
 

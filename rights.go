@@ -9,10 +9,9 @@ import (
 )
 
 // rightsSeen records the acquire scripts whose rights check (rights_refused
-// in common.lua) passed for this Client's user; later acquires skip it, but
-// those that register a waiter and an RWMutex's where its lock is not clean
-// (rw_acquire.lua). A right taken away later is a refused command: the
-// attempt gives back what it took, and checks resume.
+// in common.lua) passed for this Client's user; later acquires skip it but
+// for registrations and an unclean RWMutex (rw_acquire.lua). A right taken
+// away later is a refused command: the attempt gives back what it took.
 type rightsSeen struct {
 	known sync.Map // *redis.Script → struct{}
 }

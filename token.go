@@ -19,9 +19,8 @@ func newOwnerToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// newClientTag returns a random name for a Client's own channels, starting
-// with [scripts.ProtocolTag] and [scripts.ClientTagChars] long, as the
-// scripts read it.
+// newClientTag returns a random name for a Client's own channels, of the
+// form the scripts read ([scripts.ProtocolTag], [scripts.ClientTagChars]).
 func newClientTag() string {
 	var b [scripts.ClientTagChars / 2]byte
 	_, _ = rand.Read(b[:])
