@@ -13,10 +13,10 @@
 --
 -- Returns for a string lock key {'mutex', held (1), ms left (-1: no TTL),
 -- live waiters registered, the last fencing token minted, the holder's
--- info ('' none), 'election' (the holder leads an Election: its leader
--- record names it), the kind a key beside it tells (ANY.tells: 'fair' for
--- a FairMutex's queue) or '', and
--- an Election leader's value ('' otherwise)}; the holder's owner token is
+-- info ('' none), its kind: 'election' where the holder leads an Election
+-- (its leader record names it), else the kind a key beside it tells
+-- (ANY.tells: 'fair' for a FairMutex's queue), else ''; and an Election
+-- leader's value ('' otherwise)}; the holder's owner token is
 -- a secret and is not returned. A FairMutex with nobody queued, and a
 -- MultiLock's lock, look like a Mutex: nothing beside the key tells them
 -- (why none can be added: docs/ARCHITECTURE.md).
