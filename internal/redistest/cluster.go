@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -38,7 +39,7 @@ func StartCluster(t T, args ...string) *Cluster {
 // replicas at once (syncAtOnce).
 func StartReplicatedCluster(t T, args ...string) *Cluster {
 	t.Helper()
-	return startCluster(t, true, append(syncAtOnce(), args...))
+	return startCluster(t, true, slices.Concat(syncAtOnce, args))
 }
 
 func startCluster(t T, replicated bool, args []string) *Cluster {
@@ -87,10 +88,7 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 // startNode starts one cluster-enabled server with no slots.
 func (c *Cluster) startNode() *Server {
 	c.t.Helper()
-	port, err := freePort()
-	if err != nil {
-		c.t.Fatalf("redistest: finding a free port: %v", err)
-	}
+	port := freePort(c.t)
 	c.busPorts = append(c.busPorts, port)
 	return Start(c.t, append([]string{
 		"--cluster-enabled", "yes",
@@ -171,10 +169,8 @@ func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error 
 	if err := c.promoted(ctx, i, 10*time.Millisecond); err != nil {
 		return fmt.Errorf("redistest: no CLUSTER FAILOVER %s of master %d: %w", mode, i, err)
 	}
-	for _, param := range []string{"masteruser", "masterauth"} {
-		if err := rdb.ConfigSet(ctx, param, "").Err(); err != nil {
-			return fmt.Errorf("redistest: giving the promoted replica its link back: %w", err)
-		}
+	if err := rdb.Do(ctx, "CONFIG", "SET", "masteruser", "", "masterauth", "").Err(); err != nil {
+		return fmt.Errorf("redistest: giving the promoted replica its link back: %w", err)
 	}
 	return c.Settle(ctx)
 }
@@ -194,10 +190,8 @@ func (c *Cluster) promoted(ctx context.Context, i int, pause time.Duration) erro
 // never gets what the master applies from now on.
 func (c *Cluster) CutReplica(ctx context.Context, i int) error {
 	rdb := c.Replicas[i].Client()
-	for _, kv := range [][2]string{{"masteruser", "redistest-cut-off"}, {"masterauth", "cut-off"}} {
-		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			return fmt.Errorf("redistest: cutting replica %d off: %w", i, err)
-		}
+	if err := rdb.Do(ctx, "CONFIG", "SET", "masteruser", "redistest-cut-off", "masterauth", "cut-off").Err(); err != nil {
+		return fmt.Errorf("redistest: cutting replica %d off: %w", i, err)
 	}
 	if err := rdb.ClientKillByFilter(ctx, "TYPE", "master").Err(); err != nil {
 		return fmt.Errorf("redistest: closing replica %d's link: %w", i, err)
@@ -235,12 +229,9 @@ func (c *Cluster) MigrateSlot(ctx context.Context, slot, to int, between func())
 		return err
 	}
 	src, dst := c.Nodes[from].Client(), c.Nodes[to].Client()
-	srcID, err := src.ClusterMyID(ctx).Result()
-	if err != nil {
-		return err
-	}
-	dstID, err := dst.ClusterMyID(ctx).Result()
-	if err != nil {
+	srcID, srcErr := src.ClusterMyID(ctx).Result()
+	dstID, dstErr := dst.ClusterMyID(ctx).Result()
+	if err := errors.Join(srcErr, dstErr); err != nil {
 		return err
 	}
 	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,7 @@ type Failover struct {
 }
 
 // StartFailover starts the three and returns once the replica is in sync
-// and the Sentinel knows it.
+// and the Sentinel sees it up.
 func StartFailover(t T) *Failover {
 	t.Helper()
 	f := &Failover{Master: Start(t, replication...)}
@@ -31,41 +32,33 @@ func StartFailover(t T) *Failover {
 	f.Replica = Start(t, append([]string{"--replicaof", host, port}, replication...)...)
 
 	f.Sentinel = newServer(t)
-	f.Sentinel.conf = filepath.Join(f.Sentinel.dir, "sentinel.conf")
-	conf := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
+	conf := filepath.Join(f.Sentinel.dir, "sentinel.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor %s %s %s 1\n"+
 		"sentinel down-after-milliseconds %s 1000\n"+
-		"sentinel failover-timeout %s 10000\n", MasterName, host, port, MasterName, MasterName)
-	if err := os.WriteFile(f.Sentinel.conf, []byte(conf), 0o600); err != nil {
+		"sentinel failover-timeout %s 10000\n", MasterName, host, port, MasterName, MasterName), 0o600); err != nil {
 		t.Fatalf("redistest: writing the sentinel's configuration: %v", err)
 	}
+	f.Sentinel.bin = append(f.Sentinel.bin, conf, "--sentinel")
 	f.Sentinel.startFresh()
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	sentinel := f.sentinel()
-	defer sentinel.Close()
-	if until(ctx, 50*time.Millisecond, func() bool {
-		replicas, _ := sentinel.Replicas(ctx, MasterName).Result()
-		return f.Replica.replication(ctx, "master_link_status:up") && len(replicas) == 1 && acknowledges(ctx, f.Master.Client())
-	}) != nil {
-		t.Fatalf("redistest: the replica did not sync, or the sentinel did not find it, within %v", startTimeout)
+	if err := f.synced(ctx); err != nil {
+		t.Fatalf("redistest: %v within %v", err, startTimeout)
 	}
 	return f
 }
 
-// replication is the configuration of a Failover's nodes, each a master
-// or a replica in turn: a master syncs a new replica at once
-// (syncAtOnce); a replica logs in to its master as replicationUser, which
-// CutReplica turns off.
-var replication = append(append(syncAtOnce(),
-	"--masteruser", replicationUser, "--masterauth", replicationPassword),
-	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"})...)
+// replication is the configuration of a Failover's nodes, each a master or
+// a replica in turn: a replica logs in to its master as replicationUser,
+// whom CutReplica turns off.
+var replication = slices.Concat(syncAtOnce,
+	[]string{"--masteruser", replicationUser, "--masterauth", replicationPassword},
+	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"}))
 
-// syncAtOnce is the configuration of a master whose replicas the tests
-// start: it syncs a new replica at once, not after waiting 5 s for more to
-// come (Redis 7's default), at the start and when a failed-over master
-// rejoins as a replica.
-func syncAtOnce() []string { return []string{"--repl-diskless-sync-delay", "0"} }
+// syncAtOnce has a master sync a new replica (at the start, or a failed-over
+// master rejoining) at once, not after waiting 5 s for more (Redis 7's default).
+var syncAtOnce = []string{"--repl-diskless-sync-delay", "0"}
 
 // replicationUser is the user a Failover's replica logs in to its master as.
 const replicationUser, replicationPassword = "replication", "replication-secret"
@@ -150,12 +143,18 @@ func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 		return err
 	}
 	f.Master, f.Replica = promoted, old
+	return f.synced(ctx)
+}
+
+// synced returns once the replica is in sync and the Sentinel sees it up.
+func (f *Failover) synced(ctx context.Context) error {
 	sentinel := f.sentinel()
 	defer sentinel.Close()
-	if until(ctx, 50*time.Millisecond, func() bool {
-		return old.replication(ctx, "master_link_status:up") && sentinelSeesUp(ctx, sentinel, old.Addr()) && acknowledges(ctx, promoted.Client())
-	}) != nil {
-		return fmt.Errorf("the old master did not sync as a replica, or the sentinel did not see it up: %w", ctx.Err())
+	if err := until(ctx, 50*time.Millisecond, func() bool {
+		return f.Replica.replication(ctx, "master_link_status:up") &&
+			sentinelSeesUp(ctx, sentinel, f.Replica.Addr()) && acknowledges(ctx, f.Master.Client())
+	}); err != nil {
+		return fmt.Errorf("the replica did not sync, or the sentinel did not see it up: %w", err)
 	}
 	return nil
 }

@@ -1,8 +1,7 @@
-// Package redistest starts real redis-server processes for tests: a
-// standalone server, several independent masters, or a 3-master Redis
-// Cluster. Each listens on a free port on 127.0.0.1 only, keeps its files in
-// a temporary directory, and is stopped by t.Cleanup. Nothing here touches a
-// server the test did not start.
+// Package redistest starts real redis-server processes for tests: standalone
+// servers, Redis Clusters, Sentinel failover groups, TLS. Each listens on a
+// free port on 127.0.0.1 only, keeps its files in a temporary directory, and
+// is stopped by t.Cleanup. Nothing here touches a server the test did not start.
 package redistest
 
 import (
@@ -13,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,10 +38,9 @@ const startTimeout = 20 * time.Second
 // Server is one redis-server process.
 type Server struct {
 	t    T
-	bin  []string // the command line before the arguments
+	bin  []string // the command line before the arguments; a Sentinel's names its configuration
 	dir  string
 	args []string // extra configuration, as command-line arguments
-	conf string   // a Sentinel's configuration file; "" for a server
 	tls  *TLS     // set: the server speaks TLS only, password required
 
 	mu     sync.Mutex
@@ -86,12 +85,11 @@ func newServer(t T, args ...string) *Server {
 func serverCommand() ([]string, error) {
 	words := strings.Fields(os.Getenv(ServerEnv))
 	if len(words) == 0 {
-		if _, err := exec.LookPath("redis-server"); err != nil {
+		words = []string{"redis-server"}
+		if _, err := exec.LookPath(words[0]); err != nil {
 			return nil, errors.New(InstallHint)
 		}
-		return []string{"redis-server"}, nil
-	}
-	if _, err := exec.LookPath(words[0]); err != nil {
+	} else if _, err := exec.LookPath(words[0]); err != nil {
 		return nil, fmt.Errorf("redistest: %s=%q: %w", ServerEnv, os.Getenv(ServerEnv), err)
 	}
 	return words, nil
@@ -103,11 +101,7 @@ func (s *Server) startFresh() {
 	s.t.Helper()
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			s.t.Fatalf("redistest: finding a free port: %v", err)
-		}
-		if lastErr = s.startOn(port); lastErr == nil {
+		if lastErr = s.startOn(freePort(s.t)); lastErr == nil {
 			return
 		}
 	}
@@ -123,20 +117,17 @@ func (s *Server) startOn(port int) error {
 		"--daemonize", "no",
 		"--dir", s.dir,
 		"--logfile", logFile,
+		"--save", "",
+		"--appendonly", "no",
 	}
-	if s.conf != "" {
-		args = append([]string{s.conf, "--sentinel"}, args...)
-	} else if s.tls != nil {
+	if s.tls != nil {
 		args[1] = "0" // no plain port
 		args = append(args, "--tls-port", strconv.Itoa(port),
 			"--tls-cert-file", s.tls.certFile, "--tls-key-file", s.tls.keyFile,
 			"--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", "no",
-			"--requirepass", s.tls.Password, "--save", "", "--appendonly", "no")
-	} else {
-		args = append(args, "--save", "", "--appendonly", "no")
+			"--requirepass", s.tls.Password)
 	}
-	args = append(args, s.args...)
-	cmd := exec.Command(s.bin[0], append(s.bin[1:len(s.bin):len(s.bin)], args...)...)
+	cmd := exec.Command(s.bin[0], slices.Concat(s.bin[1:], args, s.args)...)
 	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		return err
@@ -204,9 +195,8 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
 
-// Pid is the server's process id, for what the OS tells of it (as
-// /proc/<pid>/schedstat); 0 when it is not running: killed, or between a
-// Restart's kill and start. A restart gives a new one.
+// Pid is the server's process id (for /proc/<pid>/schedstat, say), new at
+// each restart; 0 when it is not running.
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,9 +211,9 @@ func (s *Server) Pid() int {
 	}
 }
 
-// Client returns the server's go-redis client, the same for every call
-// (a soak calls it per run, and would run out of file descriptors), closed
-// by Close or at the test's end. For a TLS server it trusts the test CA.
+// Client returns the server's go-redis client, one for every call (a soak
+// calls it per run), closed by Close or at the test's end. For a TLS server
+// it trusts the test CA.
 func (s *Server) Client() *redis.Client {
 	opts := s.options()
 	s.mu.Lock()
@@ -318,11 +308,11 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // freePort asks the kernel for a port that is free on 127.0.0.1 now.
-func freePort() (int, error) {
+func freePort(t T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		t.Fatalf("redistest: finding a free port: %v", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l.Addr().(*net.TCPAddr).Port
 }
