@@ -46,8 +46,8 @@ type Server struct {
 	mu     sync.Mutex
 	port   int
 	cmd    *exec.Cmd
-	exit   chan struct{} // closed when cmd has exited
-	client *redis.Client // Client's, made on first use
+	exited context.Context // done once cmd has exited
+	client *redis.Client   // Client's, made on first use
 }
 
 // Start starts a standalone redis-server that keeps nothing on disk.
@@ -132,16 +132,16 @@ func (s *Server) startOn(port int) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	exit := make(chan struct{})
+	exited, exit := context.WithCancel(context.Background())
 	go func() {
 		_ = cmd.Wait()
-		close(exit)
+		exit()
 	}()
 	s.mu.Lock()
-	s.port, s.cmd, s.exit = port, cmd, exit
+	s.port, s.cmd, s.exited = port, cmd, exited
 	s.mu.Unlock()
 
-	if err := waitReady(s.options(), cmd.Process.Pid, exit); err != nil {
+	if err := waitReady(s.options(), cmd.Process.Pid, exited); err != nil {
 		s.Kill()
 		log, _ := os.ReadFile(logFile)
 		lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
@@ -153,31 +153,27 @@ func (s *Server) startOn(port int) error {
 // waitReady polls until the server answers or exits. The answer must come
 // from our own process: should another test's server win the race for the
 // port, ours exits and we must not mistake theirs for it.
-func waitReady(opts *redis.Options, pid int, exit <-chan struct{}) error {
+func waitReady(opts *redis.Options, pid int, exited context.Context) error {
 	opts.MaxRetries, opts.DialTimeout = -1, time.Second
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	deadline := time.Now().Add(startTimeout)
-	for pause := time.Millisecond; ; pause = min(pause*2, 50*time.Millisecond) {
-		select {
-		case <-exit:
+	ctx, cancel := context.WithTimeout(exited, startTimeout)
+	defer cancel()
+	var info string
+	var err error
+	if until(ctx, 5*time.Millisecond, func() bool {
+		info, err = rdb.Info(ctx, "server").Result()
+		return err == nil
+	}) != nil {
+		if exited.Err() != nil {
 			return errors.New("redis-server exited during start")
-		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := rdb.Info(ctx, "server").Result()
-		cancel()
-		if err == nil {
-			if !strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
-				return errors.New("another server answers on the port")
-			}
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server did not answer PING within %v: %w", startTimeout, err)
-		}
-		time.Sleep(pause) // an external process: there is nothing to wait on but its port
+		return fmt.Errorf("redis-server did not answer PING within %v: %w", startTimeout, err)
 	}
+	if !strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
+		return errors.New("another server answers on the port")
+	}
+	return nil
 }
 
 func (s *Server) options() *redis.Options {
@@ -200,15 +196,10 @@ func (s *Server) Addr() string {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.cmd == nil || s.exited.Err() != nil {
 		return 0
 	}
-	select {
-	case <-s.exit:
-		return 0
-	default:
-		return s.cmd.Process.Pid
-	}
+	return s.cmd.Process.Pid
 }
 
 // Client returns the server's go-redis client, one for every call (a soak
@@ -242,13 +233,13 @@ func (s *Server) Close() {
 // Killing a stopped server does nothing.
 func (s *Server) Kill() {
 	s.mu.Lock()
-	cmd, exit := s.cmd, s.exit
+	cmd, exited := s.cmd, s.exited
 	s.mu.Unlock()
 	if cmd == nil {
 		return
 	}
 	_ = cmd.Process.Kill()
-	<-exit
+	<-exited.Done()
 }
 
 // Restart kills the server and starts it again on the same port with the
