@@ -23,20 +23,17 @@ type Cluster struct {
 	args     []string  // every node's extra configuration
 }
 
-// StartCluster starts a 3-master cluster and returns once every node reports
-// cluster_state:ok and knows all the slots' owners. Extra arguments are
-// every node's redis-server configuration (an ACL user, say), restarts
-// included.
+// StartCluster starts a 3-master cluster and returns once it has settled
+// (Settle). Extra arguments are every node's configuration (an ACL user,
+// say), restarts included.
 func StartCluster(t T, args ...string) *Cluster {
 	t.Helper()
 	return startCluster(t, false, args)
 }
 
-// StartReplicatedCluster starts a 3-master cluster with one replica per
-// master, and returns once every replica is in sync and every node sees
-// the whole cluster. A master killed is replaced by its replica within a
-// few node timeouts (cluster-node-timeout is 1 s). Every node syncs its
-// replicas at once (syncAtOnce).
+// StartReplicatedCluster is StartCluster with one replica per master,
+// synced at once (syncAtOnce). A master killed is replaced by its replica
+// within a few node timeouts (cluster-node-timeout is 1 s).
 func StartReplicatedCluster(t T, args ...string) *Cluster {
 	t.Helper()
 	return startCluster(t, true, slices.Concat(syncAtOnce, args))
@@ -137,10 +134,9 @@ func (c *Cluster) settled(ctx context.Context) bool {
 	return true
 }
 
-// FailOver kills master i (SIGKILL) and returns once its replica serves
-// its slots as the new master and every node agrees. The old master is
-// then started again, empty, and rejoins as the new master's replica: the
-// two swap places in Nodes and Replicas.
+// FailOver kills master i (SIGKILL) and returns once its replica serves its
+// slots and every node agrees. The old master restarts, empty, as the new
+// one's replica: the two swap places in Nodes and Replicas.
 func (c *Cluster) FailOver(ctx context.Context, i int) error {
 	c.Nodes[i].Kill()
 	if err := c.promoted(ctx, i, 50*time.Millisecond); err != nil { // the election runs on the nodes' own timers
@@ -153,10 +149,9 @@ func (c *Cluster) FailOver(ctx context.Context, i int) error {
 }
 
 // ManualFailOver has master i's replica take its place with CLUSTER
-// FAILOVER, mode "" (graceful, nothing lost), "FORCE" or "TAKEOVER". It
-// returns once every node agrees and the old master is the new one's
-// replica, in sync: the two swap places in Nodes and Replicas. A replica
-// cut off by CutReplica gets its link back once promoted.
+// FAILOVER, mode "" (graceful, nothing lost), "FORCE" or "TAKEOVER", and
+// returns once the cluster has settled, the two swapped as by FailOver. A
+// replica cut off by CutReplica gets its link back once promoted.
 func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error {
 	args := []any{"CLUSTER", "FAILOVER"}
 	if mode != "" {
@@ -217,12 +212,10 @@ func (c *Cluster) SlotOwner(ctx context.Context, slot int) (int, error) {
 	return 0, fmt.Errorf("redistest: no node serves slot %d", slot)
 }
 
-// MigrateSlot moves slot, with its keys, to node to, the way
-// redis-cli --cluster reshard does: the target imports, the owner
-// migrates, keys move in batches (clients meanwhile get ASK redirections,
-// or TRYAGAIN for commands whose keys are split), then every node is told
-// the new owner. between, when set, runs after the first batch has moved:
-// the moment a slot is split between two nodes.
+// MigrateSlot moves slot, with its keys, to node to, as redis-cli --cluster
+// reshard does: keys move in batches (meanwhile clients get ASK, or TRYAGAIN
+// for keys split), then every node is told the new owner. between, when
+// set, runs after the first batch: while the slot is split.
 func (c *Cluster) MigrateSlot(ctx context.Context, slot, to int, between func()) error {
 	from, err := c.SlotOwner(ctx, slot)
 	if err != nil || from == to {

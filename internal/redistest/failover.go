@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -63,11 +64,10 @@ var syncAtOnce = []string{"--repl-diskless-sync-delay", "0"}
 // replicationUser is the user a Failover's replica logs in to its master as.
 const replicationUser, replicationPassword = "replication", "replication-secret"
 
-// CutReplica cuts the replica off the master until the master dies: its
-// link closes, and the master refuses it when it comes back (it turns its
-// replication user off), as a network between them that fails would. The
-// replica keeps what it had received and stays up, for the Sentinel to
-// promote; what the master applies from now on, it never gets.
+// CutReplica cuts the replica off the master until the master dies, as a
+// failed network would: the master closes its link and turns its
+// replication user off. The replica keeps what it had, for the Sentinel to
+// promote, and never gets what the master applies from now on.
 func (f *Failover) CutReplica(ctx context.Context) error {
 	master := f.Master.Client()
 	if err := master.Do(ctx, "ACL", "SETUSER", replicationUser, "off").Err(); err != nil {
@@ -94,22 +94,19 @@ func (f *Failover) sentinel() *redis.SentinelClient {
 }
 
 // Promote has the Sentinel fail over to the replica, unless a failover it
-// began on its own (the master down past down-after) is under way, and
-// returns once the Sentinel names the replica master. While the Sentinel
-// finds no replica it would promote (NOGOODSLAVE: its last INFO of the
-// replica too old, say), it asks again, as an operator would.
+// began on its own is under way, and returns once it names the replica
+// master. While the Sentinel finds no replica to promote (NOGOODSLAVE: its
+// last INFO of it too old, say), it asks again, as an operator would.
 func (f *Failover) Promote(ctx context.Context) error {
 	sentinel := f.sentinel()
 	defer sentinel.Close()
 	var err error
-	if werr := until(ctx, 100*time.Millisecond, func() bool { // the Sentinel's next look at the replica
+	waitErr := until(ctx, 100*time.Millisecond, func() bool { // the Sentinel's next look at the replica
 		err = sentinel.Failover(ctx, MasterName).Err()
 		return err == nil || !strings.HasPrefix(err.Error(), "NOGOODSLAVE")
-	}); werr != nil {
-		return fmt.Errorf("SENTINEL FAILOVER: %w, until %w", err, werr)
-	}
+	})
 	if err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
-		return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+		return fmt.Errorf("SENTINEL FAILOVER: %w", errors.Join(err, waitErr))
 	}
 	return f.AwaitPromotion(ctx)
 }
@@ -128,10 +125,9 @@ func (f *Failover) AwaitPromotion(ctx context.Context) error {
 	return nil
 }
 
-// Rejoin starts the old master, killed and failed over from, again on its
-// port, empty, as a replica of the promoted one, with args as extra
-// configuration (ACL users); and swaps Master and Replica. A client that
-// still dials its address meets a replica. It returns once the replica is
+// Rejoin restarts the old master, killed and failed over from, on its port,
+// empty, as the promoted one's replica, with args as extra configuration
+// (ACL users), and swaps Master and Replica. It returns once the replica is
 // in sync and the Sentinel sees it up.
 func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	old, promoted := f.Master, f.Replica
@@ -170,10 +166,9 @@ func acknowledges(ctx context.Context, master *redis.Client) bool {
 	return err == nil && n == 1
 }
 
-// sentinelSeesUp reports whether the Sentinel would promote the replica
-// at addr now: it lists it as up and reachable, with a recent answer to
-// PING and INFO, as its choice of a replica requires (an INFO within 5 s
-// when the master is down; it asks a new replica at once).
+// sentinelSeesUp reports whether the Sentinel would promote the replica at
+// addr now: up, reachable, with a recent answer to PING and INFO (its
+// choice of a replica needs an INFO within 5 s when the master is down).
 func sentinelSeesUp(ctx context.Context, sentinel *redis.SentinelClient, addr string) bool {
 	replicas, err := sentinel.Replicas(ctx, MasterName).Result()
 	if err != nil {

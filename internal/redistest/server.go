@@ -80,8 +80,7 @@ func newServer(t T, args ...string) *Server {
 	return s
 }
 
-// serverCommand returns the command that starts a server: $DLOCK_REDIS_SERVER's
-// words, or redis-server.
+// serverCommand is $DLOCK_REDIS_SERVER's words, or redis-server.
 func serverCommand() ([]string, error) {
 	words := strings.Fields(os.Getenv(ServerEnv))
 	if len(words) == 0 {
@@ -203,8 +202,7 @@ func (s *Server) Pid() int {
 }
 
 // Client returns the server's go-redis client, one for every call (a soak
-// calls it per run), closed by Close or at the test's end. For a TLS server
-// it trusts the test CA.
+// calls it per run), closed by Close or at the test's end.
 func (s *Server) Client() *redis.Client {
 	opts := s.options()
 	s.mu.Lock()

@@ -62,11 +62,9 @@ func Field(ctx context.Context, rdb *redis.Client, section, field string) (float
 // CPU is the CPU time a standalone server has used, system and user, in
 // seconds.
 func CPU(ctx context.Context, rdb *redis.Client) (float64, error) {
-	sys, err := Field(ctx, rdb, "cpu", "used_cpu_sys")
-	if err != nil {
-		return 0, err
-	}
-	user, err := Field(ctx, rdb, "cpu", "used_cpu_user")
+	fields, err := info(ctx, rdb, "cpu")
+	sys, _ := strconv.ParseFloat(fields["used_cpu_sys"], 64)
+	user, _ := strconv.ParseFloat(fields["used_cpu_user"], 64)
 	return sys + user, err
 }
 
