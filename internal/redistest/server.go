@@ -230,14 +230,9 @@ func (s *Server) Close() {
 // Kill stops the server at once (SIGKILL), losing whatever it held in memory.
 // Killing a stopped server does nothing.
 func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil {
-		return
+	if exited := s.signal(syscall.SIGKILL); exited != nil {
+		<-exited.Done()
 	}
-	_ = cmd.Process.Kill()
-	<-exited.Done()
 }
 
 // Restart kills the server and starts it again on the same port with the
@@ -287,13 +282,16 @@ func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
 
-func (s *Server) signal(sig syscall.Signal) {
+// signal sends sig to the server's process, if it started, and returns
+// what is done once that process has exited (nil if none started).
+func (s *Server) signal(sig syscall.Signal) context.Context {
 	s.mu.Lock()
-	cmd := s.cmd
+	cmd, exited := s.cmd, s.exited
 	s.mu.Unlock()
 	if cmd != nil {
 		_ = cmd.Process.Signal(sig)
 	}
+	return exited
 }
 
 // freePort asks the kernel for a port that is free on 127.0.0.1 now.
