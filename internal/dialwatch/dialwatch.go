@@ -46,9 +46,6 @@ var watches sync.Map
 
 func sharedWatch[T any](client *T, rdb redis.UniversalClient) *Watch {
 	key := weak.Make(client)
-	if w, ok := watches.Load(key); ok {
-		return w.(*Watch)
-	}
 	w, loaded := watches.LoadOrStore(key, &Watch{})
 	if !loaded {
 		addWatch(rdb, w.(*Watch))
