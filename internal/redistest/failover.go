@@ -34,9 +34,10 @@ func StartFailover(t T) *Failover {
 
 	f.Sentinel = newServer(t)
 	conf := filepath.Join(f.Sentinel.dir, "sentinel.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "sentinel monitor %s %s %s 1\n"+
+	monitor := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
 		"sentinel down-after-milliseconds %s 1000\n"+
-		"sentinel failover-timeout %s 10000\n", MasterName, host, port, MasterName, MasterName), 0o600); err != nil {
+		"sentinel failover-timeout %s 10000\n", MasterName, host, port, MasterName, MasterName)
+	if err := os.WriteFile(conf, []byte(monitor), 0o600); err != nil {
 		t.Fatalf("redistest: writing the sentinel's configuration: %v", err)
 	}
 	f.Sentinel.bin = append(f.Sentinel.bin, conf, "--sentinel")

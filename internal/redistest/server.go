@@ -38,7 +38,7 @@ const startTimeout = 20 * time.Second
 // Server is one redis-server process.
 type Server struct {
 	t    T
-	bin  []string // the command line before the arguments; a Sentinel's names its configuration
+	bin  []string // the command line before the arguments (a Sentinel's ends "<conf> --sentinel")
 	dir  string
 	args []string // extra configuration, as command-line arguments
 	tls  *TLS     // set: the server speaks TLS only, password required
@@ -122,7 +122,7 @@ func (s *Server) startOn(port int) error {
 	if s.tls != nil {
 		args[1] = "0" // no plain port
 		args = append(args, "--tls-port", strconv.Itoa(port),
-			"--tls-cert-file", s.tls.certFile, "--tls-key-file", s.tls.keyFile,
+			"--tls-cert-file", s.tls.CAFile, "--tls-key-file", s.tls.keyFile,
 			"--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", "no",
 			"--requirepass", s.tls.Password)
 	}
