@@ -117,21 +117,13 @@ func (c *Cluster) settled(ctx context.Context) bool {
 			return false
 		}
 		slots, err := n.Client().ClusterSlots(ctx).Result()
-		if err != nil || len(slots) != len(c.Nodes) {
-			return false
-		}
-		for _, r := range slots {
-			if len(r.Nodes) != 1+min(1, len(c.Replicas)) {
-				return false
-			}
-		}
-	}
-	for _, r := range c.Replicas {
-		if !r.replication(ctx, "master_link_status:up") {
+		if err != nil || len(slots) != len(c.Nodes) || slices.ContainsFunc(slots, func(r redis.ClusterSlot) bool {
+			return len(r.Nodes) != 1+min(1, len(c.Replicas))
+		}) {
 			return false
 		}
 	}
-	return true
+	return !slices.ContainsFunc(c.Replicas, func(r *Server) bool { return !r.replication(ctx, "master_link_status:up") })
 }
 
 // FailOver kills master i (SIGKILL) and returns once its replica serves its
@@ -202,10 +194,8 @@ func (c *Cluster) SlotOwner(ctx context.Context, slot int) (int, error) {
 	}
 	for _, r := range slots {
 		if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
-			for i, n := range c.Nodes {
-				if n.Addr() == r.Nodes[0].Addr {
-					return i, nil
-				}
+			if i := slices.IndexFunc(c.Nodes, func(n *Server) bool { return n.Addr() == r.Nodes[0].Addr }); i >= 0 {
+				return i, nil
 			}
 		}
 	}
