@@ -3,10 +3,9 @@ package check
 import "sync"
 
 // Bounded stands for a resource that at most Limit holders may use at once,
-// under a semaphore. Holders call Enter with their permit's fencing token
-// when they start and Exit when they stop. Bounded counts entries that made
-// the holders more than Limit, and tokens shown twice (every permit granted
-// mints its own token, so a repeat means one grant was handed out twice).
+// under a semaphore: holders call Enter with their permit's fencing token
+// when they start and Exit when they stop. Every permit granted mints its
+// own token, so a token shown twice means a grant was handed out twice.
 type Bounded struct {
 	Limit int
 

@@ -7,13 +7,11 @@ import (
 	"time"
 )
 
-// Fenced stands for a resource protected by a lock and its fencing tokens.
-// Holders call Enter with their lease's token when their critical section
-// starts and Exit when it ends. Fenced counts critical sections that
-// overlapped, and entries whose token was not above every token seen before
-// (a real resource would reject those writes). It also measures handoffs:
-// the time from one holder's exit to the entry of another that was already
-// asking for the lock.
+// Fenced stands for a resource protected by a lock and its fencing tokens:
+// holders call Enter with their lease's token when their critical section
+// starts and Exit when it ends; Result counts what the lock must prevent.
+// Handoffs are the times from one holder's exit to the entry of another
+// already asking for the lock.
 type Fenced struct {
 	Handoffs Latencies
 

@@ -5,13 +5,11 @@ import (
 	"time"
 )
 
-// Shared stands for a resource read and written under a read-write lock.
-// Readers and writers call Enter and Exit around their critical sections.
-// Shared counts conflicts (a writer inside with anyone else, a reader inside
-// with a writer) and writes whose token was not above every write token
-// seen before. It also measures handoffs: from the moment the lock became
-// free for an entrant (all holders gone, for a writer; the writer gone, for
-// a reader) to its entry, when it was asking before that moment.
+// Shared stands for a resource read and written under a read-write lock:
+// readers and writers call Enter and Exit around their critical sections;
+// Result counts what the lock must prevent. Handoffs are the times from the
+// lock becoming free for an entrant (all holders gone, for a writer; the
+// writer gone, for a reader) to its entry, if it was asking before that.
 type Shared struct {
 	WriteHandoffs, ReadHandoffs Latencies
 
