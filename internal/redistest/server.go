@@ -160,7 +160,7 @@ func waitReady(opts *redis.Options, pid int, exited context.Context) error {
 	defer cancel()
 	var info string
 	var err error
-	if until(ctx, 5*time.Millisecond, func() bool {
+	if until(ctx, 10*time.Millisecond, func() bool {
 		info, err = rdb.Info(ctx, "server").Result()
 		return err == nil
 	}) != nil {
