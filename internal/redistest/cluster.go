@@ -17,10 +17,10 @@ import (
 // when started by StartReplicatedCluster, a replica of each.
 type Cluster struct {
 	t        T
-	Nodes    []*Server // the masters, in slot order
-	Replicas []*Server // Replicas[i] replicates Nodes[i]; none for StartCluster
-	busPorts []int     // each node's, Nodes then Replicas
-	args     []string  // every node's extra configuration
+	Nodes    []*Server       // the masters, in slot order
+	Replicas []*Server       // Replicas[i] replicates Nodes[i]; none for StartCluster
+	busPorts map[*Server]int // each node's cluster bus port
+	args     []string        // every node's extra configuration
 }
 
 // StartCluster starts a 3-master cluster and returns once it has settled
@@ -41,13 +41,11 @@ func StartReplicatedCluster(t T, args ...string) *Cluster {
 
 func startCluster(t T, replicated bool, args []string) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, args: args}
+	c := &Cluster{t: t, args: args, busPorts: map[*Server]int{}}
 	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 	for range ranges {
 		c.Nodes = append(c.Nodes, c.startNode())
-	}
-	if replicated {
-		for range ranges {
+		if replicated {
 			c.Replicas = append(c.Replicas, c.startNode())
 		}
 	}
@@ -59,9 +57,9 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 			t.Fatalf("redistest: assigning slots: %v", err)
 		}
 	}
-	for i, n := range c.all()[1:] {
+	for _, n := range c.all()[1:] {
 		host, port, _ := net.SplitHostPort(n.Addr())
-		if err := first.Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[i+1]).Err(); err != nil {
+		if err := first.Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[n]).Err(); err != nil {
 			t.Fatalf("redistest: joining the cluster: %v", err)
 		}
 	}
@@ -86,13 +84,14 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 func (c *Cluster) startNode() *Server {
 	c.t.Helper()
 	port := freePort(c.t)
-	c.busPorts = append(c.busPorts, port)
-	return Start(c.t, append([]string{
+	n := Start(c.t, append([]string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "1000",
 		"--cluster-port", strconv.Itoa(port),
 	}, c.args...)...)
+	c.busPorts[n] = port
+	return n
 }
 
 // all are the masters, then the replicas.
