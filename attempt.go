@@ -101,11 +101,9 @@ func (a *call) shared(entry string) scripts.Acquire {
 func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
 	var publish any
 	if a.spec.publishes {
-		command, err := a.h.c.publishCommand(ctx)
-		if err != nil {
+		if publish, err = a.h.c.publishArgFor(ctx); err != nil {
 			return nil, 0, err
 		}
-		publish = publishArg(command)
 	}
 	argv, entry := a.v.request(waiterID, publish)
 	a.sent = a.h.c.clock.Now()

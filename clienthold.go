@@ -195,12 +195,9 @@ func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
 
 func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	l := h.lease
-	// Bounded whatever ctx: the release's mark outlives every copy of it
-	// whose reply this Unlock could read (releaseMarkLife).
-	if ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	ctx, cancel := context.WithTimeout(ctx, releaseMarkLife)
+	// Whatever ctx, within releaseMarkLife (CleanupTimeout): the release's
+	// mark outlives every copy of it whose reply this Unlock could read.
+	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	// Named now, not kept from the grant: a held lease costs memory as long
 	// as it is held (BenchmarkLease_10000Held).

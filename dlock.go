@@ -39,26 +39,12 @@ type Client struct {
 	rights  rightsSeen       // which acquires' rights checks passed (rights.go)
 	dials   *dialwatch.Watch // why rdb's last dial failed: see waiting.noteOutage
 
-	// resendAfter is how long a command takes at least when the Redis
-	// client may have sent it twice (see clientHold.maybeCopied).
-	resendAfter time.Duration
+	resendAfter time.Duration // a command this slow may have been sent twice (see clientHold.maybeCopied)
+	tag         string        // names this Client's own wake-up channel of each lock (keys.own)
+	redis       string        // the Redis rdb talks to, "" if unknown: a hold in a context is ours only if equal (reentry.go)
 
-	// tag names this Client's own wake-up channel of each lock, so that a
-	// release handing the lock to a waiter tells its client alone.
-	tag string
-
-	// redis names the Redis rdb talks to: a hold a context carries is one
-	// of this Client's locks only if its Client's redis is the same
-	// (reentry.go). "" when rdb's kind does not say.
-	redis string
-
-	// attempted, set by tests alone before first use, hears of every
-	// attempt's reply before the attempt acts on it.
-	attempted func(attemptReport)
-
-	// clock is what the leases read the time from: nil, the machine's;
-	// fault tests set one they suspend, before first use.
-	clock *clock.Clock
+	attempted func(attemptReport) // set by tests before first use: hears each attempt's reply before it acts
+	clock     *clock.Clock        // the leases' time: nil, the machine's; fault tests set one they suspend
 
 	mu      sync.Mutex
 	hub     *notify.Hub
@@ -102,13 +88,11 @@ func (c *Client) mayHaveResent(sent time.Time) bool {
 	return time.Since(sent) >= c.resendAfter
 }
 
-// resendAfter is the read timeout of rdb's connections: go-redis sends a
-// command again only after a read timed out (or its connection failed,
-// which leaves no copy on the way), so a command answered sooner was sent
-// once. Without a read timeout nothing is resent; with a client of another
-// kind, any command may have been. made is false for a nil rdb, a nil
-// pointer in the interface, or a go-redis client not made by its
-// constructor (&redis.Client{}), whose Options are nil or panic.
+// resendAfter is rdb's read timeout: go-redis resends a command only after
+// a read timed out (a failed connection leaves no copy on the way), so one
+// answered sooner was sent once. No read timeout: nothing is resent; a
+// client of another kind: anything may be. made is false for a nil rdb (or
+// nil pointer), or one not made by its constructor (&redis.Client{}).
 func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
 	if rdb == nil {
 		return 0, false
@@ -176,23 +160,12 @@ type keys struct {
 	fence   string // fencing counter (see mint_token in internal/scripts/common.lua)
 	channel string // wake-ups (of writers, for an RWMutex)
 	waiters string // who waits to be woken, by registration expiry
-
-	// own is where a release tells this Client's waiters that it picked
-	// them (see wake_waiter in common.lua); set by Client.waitingKeys.
-	own string
+	own     string // where a release tells this Client's waiters it picked them (wake_waiter in common.lua)
 }
 
 func keysFor(prefix, name string) keys {
 	base := prefix + "{" + name + "}"
 	return keys{lock: base, fence: base + scripts.FenceSuffix, channel: base + scripts.ChannelSuffix, waiters: base + scripts.WaitersSuffix}
-}
-
-// waitingKeys are the keys of a lock whose waiters listen on their Client's
-// own channel.
-func (c *Client) waitingKeys(prefix, name string) keys {
-	k := keysFor(prefix, name)
-	k.own = k.channel + ":" + c.tag
-	return k
 }
 
 // tagged is how a waiter of this Client registers, so that a release tells
@@ -219,11 +192,10 @@ func secretKey(base, sep, token string) string {
 	return b.String()
 }
 
-// tombstone is where a call that gave up is marked void, call being the
-// token all its attempts carry. Abandons write it, as do releases of a
-// lease given up or maybe copied; an acquire that finds it does nothing.
-// It lasts [scripts.TombstoneLife]: many times a copy's time on the way,
-// not the TTL, which may be years.
+// tombstone marks void a call that gave up, call being its attempts' owner
+// token: abandons write it, and releases of a lease given up or maybe
+// copied; an acquire that finds it does nothing. It lasts
+// [scripts.TombstoneLife], many times a copy's time on the way.
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
@@ -342,13 +314,12 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, CleanupTimeout)
 }
 
-// abandon clears up after an acquire that gives up, whose outcome may be
-// unknown, or a waiter that stops waiting: the kind's abandon script
-// releases a hold that is there, leaves a tombstone that makes a late
-// attempt refuse itself, and unregisters the waiter. Like a release, it
-// outlives ctx, bounded by [CleanupTimeout]. It reports whether the call
-// may have held the lock: it gave a hold back, or go-redis may have sent it
-// twice (the reply read answers for the later copy), or err.
+// abandon clears up after an acquire that gives up or a waiter that stops
+// waiting, whatever ctx, within [CleanupTimeout]: the kind's abandon script
+// releases a hold that is there, leaves the tombstone and unregisters the
+// waiter. It reports whether the call may have held the lock: it gave a
+// hold back, or err, or it may have been sent twice (the reply read then
+// answers the later copy).
 func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, args scripts.AbandonArgs) (mayHaveHeld bool, err error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

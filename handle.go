@@ -25,7 +25,8 @@ func (c *Client) newHandle(name string, opts []Option, scope optionScope) handle
 		return handle{name: name, err: invalidf("nil dlock.Client")}
 	}
 	cfg := c.cfg.with(opts)
-	h := handle{c: c, name: name, cfg: cfg, keys: c.waitingKeys(cfg.prefix, name)}
+	h := handle{c: c, name: name, cfg: cfg, keys: keysFor(cfg.prefix, name)}
+	h.keys.own = h.keys.channel + ":" + c.tag
 	if h.err = validateName(name); h.err == nil {
 		h.err = cfg.validate(scope)
 	}
@@ -63,7 +64,7 @@ func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall 
 // acquireBy is every acquire call of every type: inside the observer's
 // bracket, take tries once or waits, bounded by [WithWait].
 func acquireBy(ctx context.Context, cfg settings, kind observe.Kind, name string, try bool, take func(ctx context.Context, try bool) (*Lease, error)) (*Lease, error) {
-	try = try || cfg.triesOnce()
+	try = try || (cfg.waitSet && cfg.wait == 0) // WithWait(0)
 	run := func(ctx context.Context) (*Lease, error) {
 		if !try && cfg.waitSet {
 			var cancel context.CancelFunc

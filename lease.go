@@ -26,8 +26,7 @@ type Lease struct {
 	unlockMu sync.Mutex // one Unlock at a time, so their outcomes are not crossed
 
 	// extendMu keeps one extension in flight, so the deadline follows the
-	// replies in order. Redis may apply them out of order: renewals only
-	// lengthen (see shortens).
+	// replies in order; Redis may apply them out of order (see shortens).
 	extendMu ctxMutex
 
 	mu       sync.Mutex
@@ -92,7 +91,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return nil
 	}
 	handedOver := state == leaseHandedOver
-	if !handedOver && l.grantLapsed() {
+	if !handedOver && l.heldLocally() != nil { // unshared: only its deadline can end it
 		return errGrantExpired
 	}
 	sent := l.clock.Now()
@@ -102,7 +101,7 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 		return errGrantExpired
 	case err != nil:
 		return err
-	case !handedOver && l.grantLapsed():
+	case !handedOver && l.heldLocally() != nil:
 		return errGrantExpired
 	}
 	l.mu.Lock()
@@ -115,13 +114,6 @@ func (l *Lease) confirmGrant(ctx context.Context) error {
 	}
 	l.start(sent, l.ttl)
 	return nil
-}
-
-// grantLapsed reports whether an unconfirmed grant's deadline has passed.
-func (l *Lease) grantLapsed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.leftAt(l.clock.Now()) <= 0
 }
 
 // shortens is the extend scripts' Shorten from Lease.Extend; renewals send

@@ -10,20 +10,18 @@ import (
 type leaseState uint8
 
 const (
-	// leaseUnconfirmed: the grant arrived late (see startLease): no
-	// deadline timer nor renewals until confirmGrant extends it.
+	// leaseUnconfirmed: a late grant (see startLease), with no timer nor
+	// renewals until confirmGrant extends it.
 	leaseUnconfirmed leaseState = iota
-	// leaseHandedOver: unconfirmed, and granted by a release's hand-over,
-	// its deadline counted from the waiter's last attempt, the hand-over's
-	// moment being unknown: confirmGrant does not judge it by it.
+	// leaseHandedOver: unconfirmed, from a release's hand-over: its deadline
+	// counts from the waiter's last attempt, so confirmGrant ignores it.
 	leaseHandedOver
 	leaseHeld      // running: its deadline timer, and its renewals if auto-renewed
 	leaseReleasing // an Unlock sent its release: renewals stop counting
 	leaseEnding    // end has begun: only its first call counts
 	leaseEnded     // released or lost: err says which
-	// leaseReleased: ended, and a release of ours succeeded (of a lease
-	// lost first too): another Unlock is refused, as the release's mark
-	// would make a second release look like a resent first one.
+	// leaseReleased: ended, and a release of ours succeeded (even after a
+	// loss): another Unlock is refused: the mark would take it for a resend.
 	leaseReleased
 )
 

@@ -317,9 +317,6 @@ func (s settings) validate(scope optionScope) error {
 	return nil
 }
 
-// triesOnce reports whether Lock is a single attempt ([WithWait](0)).
-func (s settings) triesOnce() bool { return s.waitSet && s.wait == 0 }
-
 // holdTTL is the TTL each acquisition asks for, and whether it renews.
 func (s settings) holdTTL() (ttl time.Duration, autoRenew bool) {
 	if s.leaseTime > 0 {

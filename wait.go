@@ -48,8 +48,8 @@ func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefres
 const noExpiryRetry = time.Second
 
 // unread is the time left a Mutex's acquire tells a first registration
-// behind other waiters. The call waits its own TTL instead: those ahead
-// may be dead, and then nobody else retries as the hold runs out.
+// behind other waiters; the call waits its own TTL instead, as those ahead
+// may be dead.
 const unread = -3 * time.Millisecond
 
 // tryOnce is TryLock: one attempt, never a wait.
@@ -68,6 +68,7 @@ func tryOnce(ctx context.Context, a *call) (*Lease, error) {
 		}
 		return nil, notAcquired(a.h.name, left)
 	}
+	l.noteCopies(wt.maybeCopied)
 	return keep(ctx, l)
 }
 
@@ -103,8 +104,15 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 // run is the wait; waitFor tells what ended it (see ended).
 func (wt *waiting) run() (*Lease, error) {
 	if !wt.c.subscribed(wt.channel) {
-		if l, err := wt.unsubscribed(); l != nil || err != nil {
-			return l, err
+		switch l, _, err := wt.attempt(); {
+		case l != nil:
+			if kept, err := wt.keep(l); kept != nil || err != nil {
+				return kept, err
+			}
+		case errors.Is(err, ErrUnavailable): // subscribe, then try again
+			wt.observed.wait(wt.ctx, observe.WaitRetry, err)
+		case err != nil:
+			return nil, acquireError(wt.ctx, err)
 		}
 	}
 	if err := wt.listen(); err != nil {
@@ -162,9 +170,6 @@ func (wt *waiting) attempt() (*Lease, time.Duration, error) {
 	l, retryIn, err := wt.a.attempt(wt.ctx, wt.waiterID)
 	wt.noteOutage(err)
 	wt.maybeCopied = wt.maybeCopied || wt.c.mayHaveResent(sent)
-	if l != nil {
-		l.noteCopies(wt.maybeCopied)
-	}
 	return l, retryIn, err
 }
 
@@ -185,9 +190,9 @@ func (wt *waiting) noteOutage(err error) {
 
 // keep is keep for a call that goes on: (nil, nil) when the grant expired
 // unconfirmed or Redis was unavailable. The call goes on under a new token:
-// a resent copy of the give-back would take the old one's next hold
-// (explorer soak seed 1795708793282322346).
+// a resent copy of the give-back would take the old one's next hold.
 func (wt *waiting) keep(l *Lease) (*Lease, error) {
+	l.noteCopies(wt.maybeCopied)
 	kept, err := keep(wt.ctx, l)
 	wt.noteOutage(err)
 	if errors.Is(err, errGrantExpired) || errors.Is(err, ErrUnavailable) {
@@ -200,20 +205,6 @@ func (wt *waiting) keep(l *Lease) (*Lease, error) {
 		return nil, nil
 	}
 	return kept, err
-}
-
-// unsubscribed makes the first attempt, without a subscription: (nil, nil)
-// when the call subscribes and goes on.
-func (wt *waiting) unsubscribed() (*Lease, error) {
-	switch l, _, err := wt.attempt(); {
-	case l != nil:
-		return wt.keep(l)
-	case errors.Is(err, ErrUnavailable): // subscribe, then try again
-		wt.observed.wait(wt.ctx, observe.WaitRetry, err)
-	case err != nil:
-		return nil, acquireError(wt.ctx, err)
-	}
-	return nil, nil
 }
 
 // listen subscribes, pausing while Redis is unavailable, to the channel of
@@ -430,7 +421,6 @@ func (wt *waiting) granted() *Lease {
 	if l != nil {
 		l.stepLocked(leaseHandedOver) // unless confirmed already
 		wt.observed.handedOver(wt.ctx, l)
-		l.noteCopies(wt.maybeCopied)
 	}
 	return l
 }
