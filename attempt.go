@@ -175,16 +175,30 @@ func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, er
 	return a.abandon(ctx, a.v.entry(waiterID))
 }
 
-// abandon gives up the call after an attempt that registered entry: its
-// registration, a hold nobody heard of, and late copies (the tombstone);
-// it reports whether the call may have held the lock. A Lock goes on anew.
+// abandon gives up the call after an attempt that registered entry,
+// whatever ctx, within [CleanupTimeout]: the kind's abandon script drops
+// the registration and a hold nobody heard of, and leaves the tombstone
+// for late copies. A Lock goes on anew, under a fresh owner. It reports
+// whether the call may have held the lock: it gave a hold back, or err, or
+// it may have been sent twice (the reply read then answers the later copy).
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
-	s := a.spec
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	s, c := a.spec, a.h.c
 	keys := make([]string, 0, len(s.abandonKeys[0])+1+len(s.abandonKeys[1]))
 	keys = append(append(append(keys, s.abandonKeys[0]...), a.tombstone), s.abandonKeys[1]...)
 	args := a.v.abandonArgs(entry)
 	args.Owner = a.owner
-	mayHaveHeld, err = a.h.c.abandon(ctx, s.lease.name, s.lease.kind.abandon, keys, a.h.cfg.logger, args)
+	sent := time.Now()
+	var released int64 // 1 when the script gave a hold back, else 0
+	if args.Publish, err = c.publishArgFor(ctx); err == nil {
+		script := s.lease.kind.abandon
+		released, err = c.flights.Send(ctx, script, fcall.Argv(script, keys, args)).Int64()
+	}
+	if err != nil {
+		a.h.cfg.logger.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", s.lease.name, "err", err)
+	}
+	mayHaveHeld = released == 1 || err != nil || c.mayHaveResent(sent)
 	a.v.fresh()
 	return mayHaveHeld, err
 }

@@ -58,10 +58,9 @@ type clientHold struct {
 	ack       replicaAck // what its extensions wait for: the deadline moves only with what replicas have
 	noInfo    bool       // taken without holder info (WithHolderInfo): its release has none to remove
 
-	// maybeCopied: an attempt of the call took long enough for the Redis
-	// client to have sent it twice (Client.resendAfter), so its release
-	// writes the call's tombstone. Set before the caller has the lease.
-	maybeCopied bool
+	// maybeCopied: an attempt of the call may have been sent twice
+	// (Client.resendAfter): its release writes the call's tombstone.
+	maybeCopied bool // set before the caller has the lease
 
 	nextRenew time.Time // the renewer's, under its lock
 	heapIndex int
@@ -99,9 +98,9 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
 		// A slow link, a cold dial or a suspension ate into the grant: keep
-		// confirms it first, so no lease is handed over lost, overdue for
-		// renewal, or with less left than its grant took to arrive. A fixed
-		// lease granted less than its lease time is extended to it.
+		// confirms it, so no lease is handed over lost, overdue for renewal
+		// or with less left than it took to arrive. A fixed lease granted
+		// less than its lease time is extended to it.
 		l.state = leaseUnconfirmed
 		return l
 	}
@@ -209,7 +208,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	// Without a tombstone, the hold's tokens tell a hold a late copy of its
 	// grant took anew (minted_anew in common.lua).
 	publish, err := h.c.publishArgFor(ctx)
-	ok := false
+	var released int64 // 1 when the script let go, else 0
 	if err == nil {
 		argv := fcall.CommandOn(h.kind.release, h.relKeys, last, 0)
 		if h.group == nil {
@@ -217,7 +216,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		} else {
 			argv = scripts.MultiReleaseArgs{Owner: h.owner, Publish: publish, Tokens: h.group.tokens}.Append(argv)
 		}
-		ok, err = h.c.releaseWithin(ctx, h.kind.release, argv)
+		released, err = h.c.flights.Send(ctx, h.kind.release, argv).Int64()
 	}
 	h.c.rights.refused(err)
 	if isPublishRefused(err) && h.group == nil {
@@ -229,7 +228,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 		// Whether Redis let go is unknown; it does within the TTL at the latest.
 		return errUnlockIncomplete, redisError("unlock", l.name, err)
 	}
-	if !ok {
+	if released != 1 {
 		return errRenewalRefused, fmt.Errorf("%w: %q expired or was taken before unlock", ErrNotHeld, l.name)
 	}
 	return nil, nil

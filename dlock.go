@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"math"
 	"reflect"
 	"strconv"
@@ -282,14 +281,6 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// releaseWithin runs a release or abandon command, and reports whether it
-// let go of a hold. ctx is a cleanupContext: the hold must go whatever the
-// caller's context.
-func (c *Client) releaseWithin(ctx context.Context, script *redis.Script, argv []any) (bool, error) {
-	n, err := c.flights.Send(ctx, script, argv).Int64()
-	return n == 1, err
-}
-
 // publishArgFor is publishCommand as a script's argument.
 func (c *Client) publishArgFor(ctx context.Context) (any, error) {
 	command, err := c.publishCommand(ctx)
@@ -312,25 +303,4 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 		ctx = context.WithoutCancel(ctx)
 	}
 	return context.WithTimeout(ctx, CleanupTimeout)
-}
-
-// abandon clears up after an acquire that gives up or a waiter that stops
-// waiting, whatever ctx, within [CleanupTimeout]: the kind's abandon script
-// releases a hold that is there, leaves the tombstone and unregisters the
-// waiter. It reports whether the call may have held the lock: it gave a
-// hold back, or err, or it may have been sent twice (the reply read then
-// answers the later copy).
-func (c *Client) abandon(ctx context.Context, name string, script *redis.Script, keys []string, log *slog.Logger, args scripts.AbandonArgs) (mayHaveHeld bool, err error) {
-	ctx, cancel := cleanupContext(ctx)
-	defer cancel()
-	sent := time.Now()
-	args.Publish, err = c.publishArgFor(ctx)
-	released := false
-	if err == nil {
-		released, err = c.releaseWithin(ctx, script, fcall.Argv(script, keys, args))
-	}
-	if err != nil {
-		log.Warn("dlock: could not clear up a failed attempt; it expires with its TTL", "lock", name, "err", err)
-	}
-	return released || err != nil || c.mayHaveResent(sent), err
 }

@@ -41,9 +41,8 @@ type Lease struct {
 	obs atomic.Pointer[leaseObs] // nil without an Observer (see hooks.watch)
 }
 
-// hold is where a lease's lock is held: a clientHold (clienthold.go), a
-// redlockHold (redlock_lease.go) or a MultiLock's partsHold
-// (multilease.go). The Lease runs one lifecycle over each.
+// hold is where a lease's lock is held: a clientHold, a redlockHold or a
+// MultiLock's partsHold. The Lease runs one lifecycle over each.
 type hold interface {
 	// extend asks once that the hold be kept ttl from now. An Extend (sent
 	// at extending) may shorten it, a renewal (zero extending) only
@@ -262,7 +261,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	loss, err := l.hold.extend(ctx, ttl, sent)
 	switch {
 	case loss != nil:
-		l.refusedWith(loss)
+		l.refusedWith(loss, renewalReport{})
 		return err
 	case err != nil:
 		return err // counted on for no more than it may have left (inDoubt)

@@ -72,17 +72,6 @@ type leaseRules struct {
 	heldKey any           // what Lease.Context carries the hold under (see ownerFor); nil but for a read-write lock
 }
 
-// renewalsStopped reports whether renewals stopped for good (the Client
-// was closed): a lease then runs out rather than fails.
-func (r *leaseRules) renewalsStopped() bool {
-	if r.renewer == nil {
-		return false
-	}
-	r.renewer.mu.Lock()
-	defer r.renewer.mu.Unlock()
-	return r.renewer.closed
-}
-
 // leaseSignals are what a lease tells, and to whom, under its mu: made on
 // first use, as most leases are unlocked with nobody waiting on them.
 type leaseSignals struct {

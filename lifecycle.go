@@ -23,12 +23,20 @@ var (
 )
 
 // deadlineLoss is the loss of a lease that reached its deadline:
-// unreachable if renewals were due, else expired.
+// unreachable if renewals were due, else expired (its Client's Close
+// stopped them for good: it ran out rather than failed).
 func (l *Lease) deadlineLoss() error {
-	if l.rules.renew && !l.rules.renewalsStopped() {
-		return errDeadlinePassed
+	if !l.rules.renew {
+		return errRanOut
 	}
-	return errRanOut
+	if r := l.rules.renewer; r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed {
+			return errRanOut
+		}
+	}
+	return errDeadlinePassed
 }
 
 // lostError is a lease's loss: it matches [ErrLeaseLost] and its [LossReason].
@@ -56,19 +64,16 @@ func refusal(reply int64) error {
 
 // refused ends the lease as lost after Redis said it is not ours, unless an
 // Unlock has begun: its own release may be what Redis saw.
-func (l *Lease) refused() { l.refusedWith(errRenewalRefused) }
+func (l *Lease) refused() { l.refusedWith(errRenewalRefused, renewalReport{}) }
 
-// refusedWith is refused with the loss Redis told.
-func (l *Lease) refusedWith(err error) {
-	if !l.releasing() {
-		l.end(err)
-	}
+// refusedWith is refused with the loss Redis told; it reports as endTelling.
+func (l *Lease) refusedWith(loss error, first renewalReport) bool {
+	return !l.releasing() && l.endTelling(loss, first)
 }
 
 // confirmed moves the deadline, in or out, after Redis confirmed an
-// extension to ttl sent at sent (the caller holds extendMu); the next
-// renewal is due ttl/3 after sent. A passed deadline stays: the lease was
-// reported lost.
+// extension to ttl sent at sent (the caller holds extendMu), and renews
+// ttl/3 after sent. A passed deadline stays: the lease was reported lost.
 func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	l.mu.Lock()
 	if l.finished() {
@@ -91,10 +96,9 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	return nil
 }
 
-// inDoubt handles an Extend to ttl, sent at sent, whose outcome is not
-// known; a hold calls it as it sends one. Redis may apply it at any time
-// before its reply arrives. A shorter ttl may cut the key's life: the lease
-// counts on no more than it leaves, and renews at ttl from now on.
+// inDoubt handles an Extend to ttl, sent at sent, as a hold sends it:
+// Redis may apply it any time before its reply. A shorter ttl may cut the
+// key's life: the lease counts on no more than it leaves, renewing at ttl.
 func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	if l.finished() || ttl >= l.ttl {
@@ -259,7 +263,7 @@ func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err err
 	switch {
 	case loss != nil:
 		report := ob.renewal(l.clock, due, observe.RenewalRefused, err)
-		if !l.releasing() && l.endTelling(loss, report) {
+		if l.refusedWith(loss, report) {
 			return renewalReport{}
 		}
 		return report

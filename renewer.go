@@ -14,9 +14,8 @@ import (
 )
 
 // renewer keeps every auto-renewed lease of a Client alive with one
-// goroutine over a heap ordered by due time. Leases due together go as one
-// pipeline per node, each on a goroutine of its own, so a stalled node
-// holds up only its own leases. The loop runs only while it has work.
+// goroutine over a heap ordered by due time, running only while it has
+// work. Leases due together go as one pipeline per node (see sendByNode).
 type renewer struct {
 	c *Client
 
@@ -82,12 +81,9 @@ func (r *renewer) remove(h *clientHold) {
 	}
 }
 
+// close stops the renewals for good; Client.Close calls it once.
 func (r *renewer) close(deadline time.Time) {
 	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
 	r.closed = true
 	r.mu.Unlock()
 	r.cancel()
@@ -203,8 +199,8 @@ func (r *renewer) sendByNode(due []*clientHold) {
 	}
 }
 
-// renew sends one node's batch and applies each answer (renewalAnswered),
-// leaving out a lease lockForRenewal refuses.
+// renew sends one node's batch, but for leases lockForRenewal refuses, and
+// applies each answer (renewalAnswered).
 func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	batch := due[:0]
 	for _, h := range due {
@@ -251,8 +247,8 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	}
 }
 
-// renewalLoss is the loss a renewal's error tells, or nil: refused, or a
-// foreign key where the lock was.
+// renewalLoss is the loss a renewal's error tells: refused, or a foreign
+// key where the lock was; else nil.
 func renewalLoss(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
