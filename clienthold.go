@@ -108,8 +108,7 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	return l
 }
 
-// noteCopies sets clientHold.maybeCopied: a Client's calls make only
-// Client leases.
+// noteCopies sets clientHold.maybeCopied (a Client's calls make only its leases).
 func (l *Lease) noteCopies(maybeCopied bool) { l.hold.(*clientHold).maybeCopied = maybeCopied }
 
 // infoArg tells a Mutex's or FairMutex's extend and release whether the

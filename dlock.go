@@ -281,18 +281,14 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// publishArgFor is publishCommand as a script's argument.
+// publishArgFor is publishCommand as a script's argument, boxed as a
+// constant, which allocates nothing.
 func (c *Client) publishArgFor(ctx context.Context) (any, error) {
 	command, err := c.publishCommand(ctx)
-	return publishArg(command), err
-}
-
-// publishArg is command boxed as a constant, which allocates nothing.
-func publishArg(command string) any {
 	if command == "SPUBLISH" {
-		return "SPUBLISH"
+		return "SPUBLISH", err
 	}
-	return "PUBLISH"
+	return "PUBLISH", err
 }
 
 // cleanupContext is the context of work that must go on after its caller

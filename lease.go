@@ -74,8 +74,7 @@ func (l *Lease) renewAt(at time.Time) {
 	}
 }
 
-// errGrantExpired: a late grant could not be confirmed in time; a waiting
-// Lock attempts again.
+// errGrantExpired: a late grant was not confirmed in time; Lock tries again.
 var errGrantExpired = fmt.Errorf("%w: the grant expired before it could be confirmed (a slow link?)", ErrNotAcquired)
 
 // confirmGrant extends an unconfirmed grant to its TTL and starts it. The
@@ -323,12 +322,6 @@ func (l *Lease) unlock(ctx context.Context, rule voidRule) error {
 		l.stepLocked(leaseReleased)
 	}
 	return err
-}
-
-func (l *Lease) ended() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.finished()
 }
 
 // heldLocally is nil while the lease may hold the lock as far as this

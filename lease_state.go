@@ -55,12 +55,17 @@ func (l *Lease) stepLocked(next leaseState) bool {
 
 func (l *Lease) finished() bool { return l.state >= leaseEnded }
 
-// releasing: an Unlock began or the lease is ending; renewals don't count.
-func (l *Lease) releasing() bool {
+// reached reports whether the lease is at s or past it, under l.mu.
+func (l *Lease) reached(s leaseState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state >= leaseReleasing
+	return l.state >= s
 }
+
+func (l *Lease) ended() bool { return l.reached(leaseEnded) }
+
+// releasing: an Unlock began or the lease is ending; renewals don't count.
+func (l *Lease) releasing() bool { return l.reached(leaseReleasing) }
 
 // leaseRules are what the leases of one handle (or RedlockMutex) share.
 type leaseRules struct {

@@ -95,8 +95,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: c, ctx: ctx, refresh: cfg.waiterRefresh, replicaAck: cfg.ack.n, a: a, observed: cfg.observer.callIn(ctx),
-		channel: a.spec.channels[0], answered: time.Now()}
+	wt := waiting{c: c, ctx: ctx, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
 	l, err := wt.run()
 	return l, wt.ended(err)
 }
@@ -150,8 +149,6 @@ type waiting struct {
 	ctx context.Context
 	a   *call
 
-	refresh     time.Duration // see WithWaiterRefresh
-	replicaAck  int           // see WithReplicaAck
 	observed    *observedCall // nil when nobody observes
 	hub         *notify.Hub
 	w           *notify.Waiter
@@ -346,7 +343,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		retryIn -= min(retryIn, max(0, wt.c.clock.Now().Sub(wt.a.sent)))
 	}
 	if wt.waiterID != "" {
-		retryIn = min(retryIn, wt.refresh)
+		retryIn = min(retryIn, wt.a.h.cfg.waiterRefresh)
 		wt.observed.wait(wt.ctx, observe.WaitRegistered, nil)
 	}
 	timer.Reset(retryIn)
@@ -414,7 +411,7 @@ var errClosedWaiting = fmt.Errorf("%w: %w", ErrNotAcquired, ErrClosed)
 // [WithReplicaAck]: the next attempt finds it ours and waits for replicas.
 func (wt *waiting) granted() *Lease {
 	h, ok := parseHandOver(wt.w.Grant()) // taken whatever follows: a grant is read once
-	if !ok || wt.a.grant == nil || wt.replicaAck > 0 {
+	if !ok || wt.a.grant == nil || wt.a.h.cfg.ack.n > 0 {
 		return nil
 	}
 	l := wt.a.grant.granted(h)
