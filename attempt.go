@@ -22,10 +22,8 @@ type call struct {
 	tombstone string  // see keys.tombstone
 	sent      time.Time
 
-	grant interface{ granted(handOver) *Lease } // reads a hand-over; nil where releases hand none
-	// watch and busy index the channel a waiter listens on and the one of
-	// the lock in its way (a MultiLock's; 0 for the others).
-	watch, busy int
+	grant       interface{ granted(handOver) *Lease } // reads a hand-over; nil where releases hand none
+	watch, busy int                                   // in spec.channels: where the waiter listens, and the lock in its way's (a MultiLock's; else 0)
 }
 
 // variant is what a type's call adds to the shared attempt; call's methods

@@ -14,15 +14,12 @@ import (
 // leaseKind is what differs between lock types: the scripts that renew,
 // release, inspect and give up one hold. Every kind's scripts of one
 // operation take the same ARGV (scripts.ExtendArgs, ReleaseArgs or a
-// MultiLock's MultiReleaseArgs, AbandonArgs, OwnerArgs). ttl returns the
-// milliseconds left, or -3 when not held; extend 1 or a refusal's code;
-// release and abandon 1 or 0. A release's last KEYS are its mark
-// (releaseMark) and, giving up, the call's tombstone.
+// MultiLock's MultiReleaseArgs, AbandonArgs, OwnerArgs).
 type leaseKind struct {
-	extend  *redis.Script
-	release *redis.Script
-	ttl     *redis.Script
-	abandon *redis.Script
+	extend  *redis.Script // 1, or a refusal's code (see refusal)
+	release *redis.Script // 1 or 0; its last KEYS are its mark (releaseMark) and, giving up, the call's tombstone
+	ttl     *redis.Script // the milliseconds left, or -3 when not held
+	abandon *redis.Script // 1 or 0
 }
 
 // leaseSpec is what a lock type knows about a hold it has just been granted.
