@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlockio/dlock"
+	"github.com/dlockio/dlock/internal/scripts"
 )
 
 // appACL is the README's rights with the keys moved to a WithPrefix("app:")
@@ -96,4 +99,32 @@ func TestACL_ARefusedPublishAfterAHandOverIsErrPermissionNotALoss(t *testing.T) 
 		t.Errorf("Unlock refused its PUBLISH: the lease reports %v, the log %q; want it released, no loss", lost, log.String())
 	}
 	expectAcquired(t, waiting, 30*time.Second, "the waiter handed the lock did not get it")
+}
+
+// A waiting Lock whose first attempt was refused so slowly that go-redis
+// may have sent it twice, and whose SUBSCRIBE is then refused, leaves its
+// tombstone as it fails: the other copy, arriving once the lock is free,
+// takes nothing (docs/SAFETY.md, "No orphaned holds").
+func TestACL_ARefusedChannelAfterASlowRefusalLeavesTheTombstone(t *testing.T) {
+	srv := startServer(t)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Client()
+	name := lockName(t)
+	holder, err := newClient(t, admin, dlock.WithPrefix("app:")).Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aclUser(t, ctx, admin, "app", appACL()...)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "app", Password: "secret-app", ReadTimeout: readTimeout})
+	t.Cleanup(func() { _ = rdb.Close() })
+	copies := &copier{script: scripts.MutexAcquire, slowReply: readTimeout * 3 / 2, slowStatus: 0}
+	rdb.AddHook(copies)
+	if _, err := newClient(t, rdb, dlock.WithPrefix("app:")).Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrPermission) {
+		t.Fatalf("a Lock whose subscription is refused: %v; want ErrPermission", err)
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copies.resendFirst(t, ctx, admin, 1)
+	expectNothingLeft(t, ctx, admin, name, "a late copy of the slow refusal once the lock is free")
 }

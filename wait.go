@@ -102,6 +102,7 @@ func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, er
 
 // run is the wait; waitFor tells what ended it (see ended).
 func (wt *waiting) run() (*Lease, error) {
+	refusedCopy := false // the first attempt was refused, and may have been sent twice
 	if !wt.c.subscribed(wt.channel) {
 		switch l, _, err := wt.attempt(); {
 		case l != nil:
@@ -112,9 +113,14 @@ func (wt *waiting) run() (*Lease, error) {
 			wt.observed.wait(wt.ctx, observe.WaitRetry, err)
 		case err != nil:
 			return nil, acquireError(wt.ctx, err)
+		default:
+			refusedCopy = wt.maybeCopied
 		}
 	}
 	if err := wt.listen(); err != nil {
+		if refusedCopy { // an errored attempt abandoned itself
+			wt.a.leave(wt.ctx, "")
+		}
 		return nil, err
 	}
 	defer func() { wt.w.Close() }()
@@ -123,9 +129,7 @@ func (wt *waiting) run() (*Lease, error) {
 		// behind would be handed the lock, held for nobody.
 		defer func() {
 			if r := recover(); r != nil {
-				if wt.waiterID != "" {
-					wt.a.leave(context.WithoutCancel(wt.ctx), wt.waiterID)
-				}
+				wt.leave(context.WithoutCancel(wt.ctx))
 				panic(r)
 			}
 		}()
@@ -271,6 +275,7 @@ func (wt *waiting) loop() (*Lease, error) {
 		}
 		if ch, moved := wt.a.rewatch(); moved { // listen where the lock in the way is
 			if err := wt.watch(ch); err != nil {
+				wt.leave(wt.ctx)
 				return nil, err
 			}
 			continue
@@ -305,6 +310,14 @@ func (wt *waiting) register() error {
 }
 
 var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost may have been held, and was given back")
+
+// leave gives up a call that ends refused: its registration, and the
+// tombstone for a copy of an attempt that may be on its way.
+func (wt *waiting) leave(ctx context.Context) {
+	if wt.waiterID != "" || wt.maybeCopied {
+		wt.a.leave(ctx, wt.waiterID)
+	}
+}
 
 // pause waits after an attempt that found Redis unavailable.
 func (wt *waiting) pause(err error) error {
@@ -367,9 +380,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		}
 	}
 	if stop != nil {
-		if wt.waiterID != "" || wt.maybeCopied { // a copy of an attempt may be on its way: the tombstone
-			wt.a.leave(wt.ctx, wt.waiterID)
-		}
+		wt.leave(wt.ctx)
 		return nil, stop
 	}
 	wt.observed.wait(wt.ctx, observe.WaitRetry, nil)
