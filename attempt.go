@@ -145,12 +145,14 @@ type attemptReport struct {
 }
 
 // send runs an attempt: through the coalescer, or, with [WithReplicaAck],
-// with WAIT after it (see acquireAcknowledged).
+// with WAIT after it (see Client.sendAcknowledged).
 func (a *call) send(ctx context.Context, argv []any) (*redis.Cmd, error) {
 	if a.h.cfg.ack.n == 0 {
 		return a.h.c.flights.Send(ctx, a.spec.script, argv), nil
 	}
-	return a.h.c.acquireAcknowledged(ctx, a.h.cfg.ack, a.spec.script, argv)
+	calls := []fcall.Call{{Script: a.spec.script, Argv: argv}}
+	acks := a.h.c.sendAcknowledged(ctx, a.h.cfg.ack, calls)
+	return calls[0].Cmd, acks[0]
 }
 
 // lease starts the lease of a hold granted with token for validity (0: the

@@ -126,7 +126,7 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 	}
 	calls := []fcall.Call{{Script: h.kind.extend, Argv: fcall.Argv(h.kind.extend, h.keys, args)}}
 	var ackErr error
-	if acks := h.sendExtensions(ctx, h.c.rdb, calls); acks != nil {
+	if acks := h.c.sendAcknowledged(ctx, h.ack, calls); acks != nil {
 		ackErr = acks[0]
 	}
 	n, err := calls[0].Cmd.Int64()
@@ -140,39 +140,6 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 		return nil, fmt.Errorf("dlock: extend %q: %w", l.name, ackErr)
 	}
 	return nil, nil
-}
-
-// sendExtensions sends calls, extensions of holds on one master, to rdb.
-// With [WithReplicaAck] it sends them to the master with WAIT after them
-// and returns each call's shortfall of acknowledgements: a deadline moves
-// only with an extension a failover would keep. A call the master
-// redirects goes again, alone, where it is sent (sendAcknowledged).
-func (h *clientHold) sendExtensions(ctx context.Context, rdb redis.UniversalClient, calls []fcall.Call) []error {
-	if h.ack.n == 0 {
-		fcall.Send(ctx, &h.c.fns, rdb, calls)
-		return nil
-	}
-	acks := make([]error, len(calls))
-	master, err := fcall.MasterFor(ctx, h.c.rdb, h.keys[0])
-	if err != nil {
-		for i := range calls {
-			calls[i].Cmd = redis.NewCmd(ctx)
-			calls[i].Cmd.SetErr(err)
-		}
-		return acks
-	}
-	batch := h.ack.judge(fcall.SendWaited(ctx, &h.c.fns, master, calls, h.ack.n, h.ack.timeout))
-	for i, call := range calls {
-		acks[i] = batch
-		addr, ask, redirected := fcall.Redirection(call.Cmd.Err())
-		if !redirected {
-			continue
-		}
-		if next, err := fcall.ClusterNode(ctx, h.c.rdb, addr, !ask); err == nil {
-			calls[i].Cmd, acks[i] = h.c.sendAcknowledged(ctx, h.ack, next, ask, call.Script, call.Argv)
-		}
-	}
-	return acks
 }
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {

@@ -224,7 +224,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
 	sent := r.c.clock.Now()
-	acks := batch[0].sendExtensions(ctx, r.c.rdb, calls) // one node, one rule (see sendByNode)
+	acks := r.c.sendAcknowledged(ctx, batch[0].ack, calls) // one node, one rule (see sendByNode)
 	var reports []renewalReport
 	for i, call := range calls {
 		n, err := call.Cmd.Int64()

@@ -36,23 +36,19 @@ func (ack replicaAck) judge(acks *redis.Cmd) error {
 	return nil
 }
 
-// acquireAcknowledged runs an acquire with WAIT, on its first key's master.
-func (c *Client) acquireAcknowledged(ctx context.Context, ack replicaAck, script *redis.Script, argv []any) (*redis.Cmd, error) {
-	master, err := fcall.MasterFor(ctx, c.rdb, argv[3].(string))
-	if err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd, nil
-	}
-	return c.sendAcknowledged(ctx, ack, master, false, script, argv)
-}
-
-// sendAcknowledged runs one script's command with WAIT after it on master,
-// following a cluster's MOVED and ASK (asking: after an ASK), and returns
-// a shortfall of acknowledgements as an error matching [ErrReplicaAck],
+// sendAcknowledged sends calls, for keys of one master, to c's Redis;
+// with ack.n > 0 to the master with WAIT after them, following MOVED and
+// ASK (fcall.SendAcknowledged). It returns each call's shortfall of
+// acknowledgements (nil without WAIT), an error matching [ErrReplicaAck],
 // for the caller to judge once it knows the script wrote something.
-func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, master redis.UniversalClient, asking bool,
-	script *redis.Script, argv []any) (*redis.Cmd, error) {
-	cmd, acks := fcall.SendAcknowledged(ctx, &c.fns, c.rdb, master, asking, ack.n, ack.timeout, script, argv)
-	return cmd, ack.judge(acks)
+func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, calls []fcall.Call) []error {
+	if ack.n == 0 {
+		fcall.Send(ctx, &c.fns, c.rdb, calls)
+		return nil
+	}
+	acks := make([]error, len(calls))
+	for i, wait := range fcall.SendAcknowledged(ctx, &c.fns, c.rdb, calls, ack.n, ack.timeout) {
+		acks[i] = ack.judge(wait)
+	}
+	return acks
 }

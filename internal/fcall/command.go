@@ -39,6 +39,16 @@ func CommandOn(script *redis.Script, boxed []any, keys []string, more int) []any
 	return argv
 }
 
+// firstKey is the first key of a command CommandOn started; ok is false
+// for a command without keys.
+func firstKey(argv []any) (key string, ok bool) {
+	if len(argv) < 4 || argv[2] == 0 {
+		return "", false
+	}
+	key, _ = argv[3].(string) // after the command's name, its function (or SHA) and the number of keys
+	return key, true
+}
+
 // Head is how a command of script starts: FCALL and its function, or
 // EVALSHA and its SHA for a script not in dlock's library.
 func Head(script *redis.Script) (name, id any) {

@@ -273,10 +273,10 @@ func (nodes keyNodes) loadForCalls(ctx context.Context, calls []Call, load [][]a
 	var firstErr error
 	done := map[string]bool{}
 	for _, call := range calls {
-		if !missingScript(call) || len(call.Argv) < 4 || call.Argv[2] == 0 {
+		key, ok := firstKey(call.Argv)
+		if !missingScript(call) || !ok {
 			continue
 		}
-		key, _ := call.Argv[3].(string) // after FCALL and the function (EVALSHA and the SHA), the number of keys
 		node, err := nodes.forKey(ctx, key)
 		if err == nil && !done[node.Options().Addr] {
 			done[node.Options().Addr] = true

@@ -42,12 +42,12 @@ func TestRedirection_ReadsMovedAndAsk(t *testing.T) {
 		{"ERR MOVED 3999 127.0.0.1:7001", "", false, false},
 		{"CLUSTERDOWN The cluster is down", "", false, false},
 	} {
-		addr, ask, ok := Redirection(errors.New(c.msg))
+		addr, ask, ok := redirection(errors.New(c.msg))
 		if addr != c.addr || ask != c.ask || ok != c.ok {
-			t.Errorf("Redirection(%q) = %q, %v, %v", c.msg, addr, ask, ok)
+			t.Errorf("redirection(%q) = %q, %v, %v", c.msg, addr, ask, ok)
 		}
 	}
-	if _, _, ok := Redirection(nil); ok {
+	if _, _, ok := redirection(nil); ok {
 		t.Error("no error read as a redirection")
 	}
 }
