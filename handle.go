@@ -57,7 +57,7 @@ func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall 
 		if try {
 			return tryOnce(ctx, newCall(ctx))
 		}
-		return h.c.waitFor(ctx, h.cfg, newCall(ctx))
+		return h.c.waitFor(ctx, newCall(ctx))
 	})
 }
 

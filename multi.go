@@ -186,7 +186,7 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 func (m *MultiLock) takeGroups(ctx context.Context, try bool) ([]*Lease, error) {
 	take := tryOnce
 	if !try {
-		take = func(ctx context.Context, a *call) (*Lease, error) { return m.h.c.waitFor(ctx, m.h.cfg, a) }
+		take = m.h.c.waitFor
 	}
 	held := make([]*Lease, 0, len(m.groups))
 	token := newOwnerToken() // names the call's tombstones

@@ -91,11 +91,11 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 // waiter subscribes before the attempt that registers it, so no release
 // misses it. The first attempt goes unsubscribed: an uncontended Lock is
 // one round trip. Unavailable Redis makes it pause and retry until ctx ends.
-func (c *Client) waitFor(ctx context.Context, cfg settings, a *call) (*Lease, error) {
+func (c *Client) waitFor(ctx context.Context, a *call) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: c, ctx: ctx, a: a, observed: cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
+	wt := waiting{c: c, ctx: ctx, a: a, observed: a.h.cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
 	l, err := wt.run()
 	return l, wt.ended(err)
 }
