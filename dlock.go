@@ -194,7 +194,8 @@ func secretKey(base, sep, token string) string {
 // tombstone marks void a call that gave up, call being its attempts' owner
 // token: abandons write it, and releases of a lease given up or maybe
 // copied; an acquire that finds it does nothing. It lasts
-// [scripts.TombstoneLife], many times a copy's time on the way.
+// [scripts.TombstoneLife], many times a copy's time on the way, not the
+// TTL, which may be years.
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for

@@ -52,7 +52,8 @@ var (
 	ErrNoLeader = errors.New("dlock: no leader")
 
 	// ErrReplicaAck: fewer replicas confirmed than [WithReplicaAck] asks for.
-	// An acquisition's hold was released; a renewal is tried again.
+	// An acquisition's hold was released; an Extend's lease keeps its
+	// deadline (or the Extend's, if sooner); a renewal is tried again.
 	ErrReplicaAck = errors.New("dlock: too few replicas acknowledged the lock")
 
 	// ErrPermission: Redis refused a command, key or channel by ACL. The
@@ -63,10 +64,11 @@ var (
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrUnavailable: Redis could not serve the call for a reason that
-	// passes on its own (a failover, a restart…); the cause stays in the
-	// chain. An acquisition that fails so holds nothing. A waiting Lock
-	// tries again until its context ends, then returns this error with the
-	// context's, never [ErrNotAcquired].
+	// passes on its own (a slot migrating, a failover, a restart, no server
+	// at the address); the cause stays in the chain. An acquisition that
+	// fails so holds nothing. A waiting Lock tries again until its context
+	// ends, then returns this error with the context's, never
+	// [ErrNotAcquired]. Other calls return it at once.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 

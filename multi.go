@@ -172,7 +172,8 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 			return nil, acquireError(ctx, err)
 		}
 		// A lock ran out while a later one was waited for, or Redis could
-		// not confirm it: start over (after a pause, for the latter).
+		// not confirm it: start over, in the same global order (after a
+		// pause, for the latter).
 		if errors.Is(err, ErrUnavailable) {
 			unavailable++
 			if err := m.h.c.pause(ctx, unavailable, nil); err != nil {

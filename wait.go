@@ -48,8 +48,8 @@ func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefres
 const noExpiryRetry = time.Second
 
 // unread is the time left a Mutex's acquire tells a first registration
-// behind other waiters; the call waits its own TTL instead, as those ahead
-// may be dead.
+// behind other waiters. The call waits its own TTL instead: those ahead
+// may be dead, and then nobody else retries as the hold runs out.
 const unread = -3 * time.Millisecond
 
 // tryOnce is TryLock: one attempt, never a wait.

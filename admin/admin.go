@@ -47,7 +47,8 @@ type Holder struct {
 
 // OwnerHash is how dlock.Client.Describe shows the owner id of an RWMutex
 // or ReentrantMutex holder: 12 hex digits of its SHA-256. The id itself is
-// never shown, since dlock.WithOwner(id) joins that owner's holds.
+// never shown, since dlock.WithOwner(id) joins that owner's holds,
+// exclusive ones with their fencing token.
 func OwnerHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:6])

@@ -17,7 +17,8 @@ import (
 // released and the waiter withdrawn. Events carry lock names (group them
 // before they become metric attributes), never owner tokens.
 type Observer struct {
-	// Acquire is called as an acquire call with valid arguments begins. It
+	// Acquire is called as an acquire call with valid arguments begins (a
+	// call with bad arguments returns dlock.ErrInvalid unobserved). It
 	// returns the context the call, its Wait events and its commands go on
 	// with (ctx or one derived from it); done, if not nil, is called once
 	// as the call returns.
@@ -92,8 +93,9 @@ const (
 	WaitHandedOver WaitStep = "handed_over"
 	// WaitRetry: the call attempts again: woken by a release that did not
 	// hand it the lock, at its waiter refresh or the holder's expiry, or
-	// after a failed attempt or a grant it gave back (Err), either of which
-	// may have held the lock for a while, for no lease.
+	// after a failed attempt or a grant it gave back (Err): unconfirmed, or
+	// handed to it while its subscription was lost. Either may have held
+	// the lock for a while, for no lease.
 	WaitRetry WaitStep = "retry"
 )
 
