@@ -111,7 +111,7 @@ func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn 
 		tell(attemptReport{script: a.spec.script, reply: res, entry: entry, err: err})
 	}
 	if err == nil && !a.v.valid(res) {
-		err = errUnexpectedReply // -1 answers only an attempt already abandoned
+		err = fcall.ErrUnexpectedReply // -1 answers only an attempt already abandoned
 	}
 	if err == nil && argv[len(argv)-1] == rightsCheck {
 		a.h.c.rights.passed(a.spec.script)

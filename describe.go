@@ -2,11 +2,10 @@ package dlock
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/dlockio/dlock/admin"
 	"github.com/dlockio/dlock/internal/fcall"
+	"github.com/dlockio/dlock/internal/inspect"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -26,9 +25,9 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (adm
 	if err == nil {
 		switch kind, _ := reply[0].(string); kind {
 		case "mutex":
-			info, err = parseMutexInfo(reply[1:])
+			info, err = inspect.MutexInfo(reply[1:])
 		case "semaphore":
-			info, err = parseSemaphoreInfo(reply[1:])
+			info, err = inspect.SemaphoreInfo(reply[1:])
 		default:
 			info, err = parseRWInfo(reply)
 		}
@@ -37,45 +36,6 @@ func (c *Client) Describe(ctx context.Context, name string, opts ...Option) (adm
 		return admin.LockInfo{}, redisError("describe", name, err)
 	}
 	info.Name = name
-	return info, nil
-}
-
-// parseMutexInfo reads describe.lua's reply for a string lock key.
-func parseMutexInfo(reply []any) (admin.LockInfo, error) {
-	r, err := int64s(reply, 4)
-	if err == nil && len(reply) < 7 {
-		err = errUnexpectedReply
-	}
-	if err != nil {
-		return admin.LockInfo{}, err
-	}
-	holderInfo, _ := reply[4].(string)
-	info := admin.LockInfo{Kind: observe.KindMutex, Holders: []admin.Holder{{Write: true, Holds: 1, Info: decodeHolderInfo(holderInfo)}},
-		TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]), LastToken: uint64(r[3])}
-	// The kind a key beside the lock tells (scripts.Key's Tells), if any.
-	if sort, _ := reply[5].(string); sort != "" {
-		info.Kind = observe.Kind(sort)
-	}
-	if info.Kind == observe.KindElection {
-		info.LeaderValue = fmt.Sprint(reply[6])
-	}
-	if r[1] < 0 {
-		info.TTL = -1
-	}
-	return info, nil
-}
-
-// parseSemaphoreInfo reads describe.lua's reply for a Semaphore.
-func parseSemaphoreInfo(reply []any) (admin.LockInfo, error) {
-	r, err := int64s(reply, 5)
-	if err != nil {
-		return admin.LockInfo{}, err
-	}
-	info := admin.LockInfo{TTL: time.Duration(r[1]) * time.Millisecond, WritersWaiting: int(r[2]),
-		LastToken: uint64(r[3]), Permits: int(r[4])}
-	if r[0] > 0 {
-		info.Kind, info.Holders = observe.KindSemaphore, permitHolders(reply[5:])
-	}
 	return info, nil
 }
 
@@ -98,28 +58,6 @@ func parseRWInfo(reply []any) (admin.LockInfo, error) {
 		info.Kind = observe.KindWrite
 	}
 	return info, nil
-}
-
-// permitHolders are a Semaphore's holders from the holder info of each
-// permit held: one admin.Holder per distinct info, counting its permits,
-// those without info first and together.
-func permitHolders(infos []any) []admin.Holder {
-	holders := []admin.Holder{{}}
-	at := map[string]int{"": 0}
-	for _, reply := range infos {
-		stored, _ := reply.(string)
-		i, ok := at[stored]
-		if !ok {
-			i = len(holders)
-			at[stored] = i
-			holders = append(holders, admin.Holder{Info: decodeHolderInfo(stored)})
-		}
-		holders[i].Holds++
-	}
-	if holders[0].Holds == 0 {
-		holders = holders[1:]
-	}
-	return holders
 }
 
 // ForceUnlock removes the lock called name whatever holds it (any type,

@@ -17,6 +17,7 @@ import (
 	"github.com/dlockio/dlock/internal/clock"
 	"github.com/dlockio/dlock/internal/dialwatch"
 	"github.com/dlockio/dlock/internal/fcall"
+	"github.com/dlockio/dlock/internal/inspect"
 	"github.com/dlockio/dlock/internal/notify"
 	"github.com/dlockio/dlock/internal/scripts"
 )
@@ -49,8 +50,8 @@ type Client struct {
 	hub     *notify.Hub
 	publish string // "PUBLISH" or "SPUBLISH", once known
 	closed  bool
-	done    chan struct{} // closed by Close: waiting Locks give up
-	watch   nodeWatch     // the Client's own check of its nodes (check.go)
+	done    chan struct{}  // closed by Close: waiting Locks give up
+	watch   *inspect.Watch // the Client's own check of its nodes
 }
 
 // New returns a Client that takes locks through rdb. Options set defaults for
@@ -70,7 +71,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.renewer = newRenewer(c)
 	c.flights = fcall.NewCoalescer(rdb, &c.fns)
 	c.dials = dialwatch.Of(rdb)
-	c.watch.due, c.watch.seen = true, make(map[string]bool) // a round at the first use
+	c.watch = inspect.NewWatch(rdb, cfg.logger)
 	c.redis = redisIdentity(rdb)
 	return c, nil
 }
@@ -144,7 +145,7 @@ func (c *Client) Close() error {
 
 	deadline := time.Now().Add(CleanupTimeout)
 	c.renewer.close(deadline)
-	c.stopWatch(deadline)
+	waitUntil(c.watch.Stop(), deadline) // an INFO stuck on a stalled server, with no read timeout, ends later
 	if hub != nil {
 		return hub.Close()
 	}
@@ -224,7 +225,7 @@ func (c *Client) usable(ctx context.Context) error {
 		return ErrClosed
 	}
 	if ctx.Err() == nil { // a call that sends nothing starts no check either
-		c.watchNodes()
+		c.watch.Use()
 	}
 	return nil
 }
@@ -245,7 +246,7 @@ func (c *Client) publishCommand(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
 		}
-		major, _, _ := strings.Cut(infoField(info, "redis_version"), ".")
+		major, _, _ := strings.Cut(inspect.InfoField(info, "redis_version"), ".")
 		if n, _ := strconv.Atoi(major); n >= 7 {
 			command = "SPUBLISH"
 		}

@@ -72,8 +72,6 @@ var (
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
-var errUnexpectedReply = errors.New("unexpected reply from Redis")
-
 // notAcquired names the lock and, where known, how long the hold in its
 // way lasts at most.
 func notAcquired(name string, left time.Duration) error {
@@ -92,7 +90,7 @@ func redisError(op, name string, err error) error {
 	switch {
 	case isWrongType(err):
 		return fmt.Errorf("%w: lock %q: %s", ErrWrongType, name, wrongTypeDetail(err))
-	case isPermission(err):
+	case fcall.IsPermission(err):
 		return fmt.Errorf("%w: %s %q: %w", ErrPermission, op, name, err)
 	case isTransient(err):
 		return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, name, err)
@@ -129,12 +127,6 @@ func unavailable(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
-}
-
-// isPermission recognises an ACL refusal, of a command or of one a script
-// ran, in the words of Redis 7.0, Redis 8 and Valkey.
-func isPermission(err error) bool {
-	return fcall.ErrSays(err, "NOPERM", "executing the script can't", "ACL failure in script", "No permissions to access")
 }
 
 // isPublishRefused recognises a script's PUBLISH refused by an ACL.

@@ -36,15 +36,3 @@ func encodeHolderInfo(info admin.HolderInfo) (string, error) {
 	}
 	return string(b), nil
 }
-
-// decodeHolderInfo reads a holder's info: nil for none or not a HolderInfo.
-func decodeHolderInfo(stored string) *admin.HolderInfo {
-	if stored == "" {
-		return nil
-	}
-	var info admin.HolderInfo
-	if json.Unmarshal([]byte(stored), &info) != nil {
-		return nil
-	}
-	return &info
-}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dlockio/dlock/admin"
+	"github.com/dlockio/dlock/internal/fcall"
+	"github.com/dlockio/dlock/internal/inspect"
 	"github.com/dlockio/dlock/internal/scripts"
 	"github.com/dlockio/dlock/observe"
 )
@@ -117,9 +119,9 @@ func (a *holdCall) refused(res []int64, _ string) error {
 // five fields per holder. reentrant: a ReentrantMutex took the writer's
 // latest hold (see newHoldLock).
 func parseHoldState(reply []any) (s RWState, reentrant bool, err error) {
-	r, err := int64s(reply, 10)
+	r, err := fcall.Int64s(reply, 10)
 	if err != nil || (len(reply)-10)%5 != 0 {
-		return RWState{}, false, errUnexpectedReply
+		return RWState{}, false, fcall.ErrUnexpectedReply
 	}
 	var holders []admin.Holder
 	for i := 10; i < len(reply); i += 5 {
@@ -127,7 +129,7 @@ func parseHoldState(reply []any) (s RWState, reentrant bool, err error) {
 		mode, _ := reply[i+1].(string)
 		holds, _ := reply[i+2].(int64)
 		info, _ := reply[i+3].(string)
-		holders = append(holders, admin.Holder{Owner: admin.OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: decodeHolderInfo(info)})
+		holders = append(holders, admin.Holder{Owner: admin.OwnerHash(owner), Write: mode == "w", Holds: int(holds), Info: inspect.HolderInfo(info)})
 		if taken, _ := reply[i+4].(string); mode == "w" {
 			reentrant = taken == reentrantMark
 		}
@@ -137,20 +139,4 @@ func parseHoldState(reply []any) (s RWState, reentrant bool, err error) {
 		WriterIsOwner: r[3] == 1, OwnerReadHolds: int(r[4]), TTL: time.Duration(r[5]) * time.Millisecond,
 		WritersWaiting: int(r[6]), ReadersWaiting: int(r[7]), WriteToken: uint64(r[8]), LastToken: uint64(r[9]),
 	}, reentrant, nil
-}
-
-// int64s reads the first n elements of a script's reply as integers.
-func int64s(reply []any, n int) ([]int64, error) {
-	if len(reply) < n {
-		return nil, errUnexpectedReply
-	}
-	r := make([]int64, n)
-	for i := range r {
-		v, ok := reply[i].(int64)
-		if !ok {
-			return nil, errUnexpectedReply
-		}
-		r[i] = v
-	}
-	return r, nil
 }

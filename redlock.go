@@ -298,7 +298,7 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 	res, err := scripts.AcquireReply(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
 		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}))
 	if err == nil && (len(res) != 2 || res[0] == -1) {
-		err = errUnexpectedReply
+		err = fcall.ErrUnexpectedReply
 	}
 	if err == nil && rights == rightsCheck {
 		n.rights.passed(scripts.MutexAcquire)
@@ -307,7 +307,7 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 	switch {
 	case isWrongType(err):
 		return vote{answered: true}, fmt.Errorf("%w: lock %q: %s", ErrWrongType, m.name, wrongTypeDetail(err))
-	case isPermission(err): // an answer: its give-back is waited for, as a refusal may come after a write
+	case fcall.IsPermission(err): // an answer: its give-back is waited for, as a refusal may come after a write
 		return vote{answered: true}, fmt.Errorf("%w: %w", ErrPermission, err)
 	case err != nil:
 		return vote{}, err

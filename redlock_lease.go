@@ -79,7 +79,7 @@ func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *Quor
 		if dialErr := n.dials.Failure(time.Time{}); dialErr != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (connecting failed: %w)", err, dialErr)
 		}
-		if isPermission(err) && !errors.Is(err, ErrPermission) { // a release or renewal refused there
+		if fcall.IsPermission(err) && !errors.Is(err, ErrPermission) { // a release or renewal refused there
 			err = fmt.Errorf("%w: %w", ErrPermission, err)
 		}
 		qerr.Nodes = append(qerr.Nodes, &NodeError{Node: n.index, Addr: n.addr, Err: err})

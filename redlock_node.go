@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dlockio/dlock/internal/dialwatch"
 	"github.com/dlockio/dlock/internal/fcall"
+	"github.com/dlockio/dlock/internal/inspect"
 )
 
 // redlockNode is one master of a Redlock, and what the restart guard knows of it.
@@ -89,40 +89,30 @@ func readRun(ctx context.Context, rdb redis.UniversalClient) (up time.Duration, 
 		server, replication = p.Info(ctx, "server"), p.Info(ctx, "replication")
 		return nil
 	})
-	if isPermission(err) {
+	if fcall.IsPermission(err) {
 		return 0, run, false, fmt.Errorf("%w: restart guard: cannot read INFO (grant +info): %w", ErrPermission, err)
 	} else if err != nil {
 		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: %w", err)
 	}
 	info := server.Val() + replication.Val()
-	seconds, err := strconv.ParseInt(infoField(info, "uptime_in_seconds"), 10, 64)
+	seconds, err := strconv.ParseInt(inspect.InfoField(info, "uptime_in_seconds"), 10, 64)
 	if err != nil || seconds < 0 {
-		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", errUnexpectedReply)
+		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no uptime_in_seconds: %w", fcall.ErrUnexpectedReply)
 	}
 	// uptime_in_seconds rounds both ends down, so the truth can be a second
 	// shorter; server_time_usec, where given, narrows that.
 	up = time.Duration(seconds-1) * time.Second
-	if usec, err := strconv.ParseInt(infoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
+	if usec, err := strconv.ParseInt(inspect.InfoField(info, "server_time_usec"), 10, 64); err == nil && usec > 0 {
 		up += time.Duration(usec%1e6) * time.Microsecond
 	}
-	if role := infoField(info, "role"); role != "master" {
+	if role := inspect.InfoField(info, "role"); role != "master" {
 		return 0, run, false, fmt.Errorf("restart guard: role %q, not a master: it does not vote", role)
 	}
-	run = nodeRun{infoField(info, "run_id"), infoField(info, "master_replid")}
+	run = nodeRun{inspect.InfoField(info, "run_id"), inspect.InfoField(info, "master_replid")}
 	if run.runID == "" || run.replID == "" {
-		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no run_id or master_replid: %w", errUnexpectedReply)
+		return 0, run, false, fmt.Errorf("restart guard: cannot read INFO: no run_id or master_replid: %w", fcall.ErrUnexpectedReply)
 	}
-	return max(up, 0), run, infoField(info, "second_repl_offset") != "-1", nil
-}
-
-// infoField is field's value in INFO's reply; "" where it has none.
-func infoField(info, field string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
+	return max(up, 0), run, inspect.InfoField(info, "second_repl_offset") != "-1", nil
 }
 
 var errNoAnswer = fmt.Errorf("no answer within the node timeout: %w", context.DeadlineExceeded)

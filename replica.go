@@ -26,7 +26,7 @@ func (ack replicaAck) judge(acks *redis.Cmd) error {
 	}
 	got, err := acks.Int64()
 	switch {
-	case isPermission(acks.Err()):
+	case fcall.IsPermission(acks.Err()):
 		return fmt.Errorf("%w: WAIT: %w", ErrPermission, err)
 	case acks.Err() != nil:
 		return fmt.Errorf("%w: WAIT: %w", ErrReplicaAck, err)

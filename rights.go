@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
@@ -47,7 +48,7 @@ func (r *rightsSeen) passed(script *redis.Script) {
 // refused forgets every script's check when err is a refusal (ACL): the
 // user's rights changed, or differ on this node.
 func (r *rightsSeen) refused(err error) {
-	if isPermission(err) {
+	if fcall.IsPermission(err) {
 		r.known.Clear()
 	}
 }

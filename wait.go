@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlockio/dlock/internal/fcall"
 	"github.com/dlockio/dlock/internal/notify"
 	"github.com/dlockio/dlock/observe"
 )
@@ -237,7 +238,7 @@ func (wt *waiting) listen() error {
 // watchError is what a waiter whose Watch failed returns: a subscription
 // refused by ACL is [ErrPermission], not a wait on every hold's TTL.
 func (wt *waiting) watchError(err error) error {
-	if isPermission(err) {
+	if fcall.IsPermission(err) {
 		return redisError("subscribe", wt.a.spec.lease.name, err)
 	}
 	return err

@@ -2,6 +2,7 @@ package fcall
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -323,4 +324,29 @@ func isNoScript(err error) bool {
 // are told apart by their text.
 func ErrSays(err error, words ...string) bool {
 	return err != nil && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(err.Error(), w) })
+}
+
+// IsPermission recognises an ACL refusal, of a command or of one a script
+// ran, in the words of Redis 7.0, Redis 8 and Valkey.
+func IsPermission(err error) bool {
+	return ErrSays(err, "NOPERM", "executing the script can't", "ACL failure in script", "No permissions to access")
+}
+
+// ErrUnexpectedReply: a reply not of the shape its script promises.
+var ErrUnexpectedReply = errors.New("unexpected reply from Redis")
+
+// Int64s reads the first n elements of a script's reply as integers.
+func Int64s(reply []any, n int) ([]int64, error) {
+	if len(reply) < n {
+		return nil, ErrUnexpectedReply
+	}
+	r := make([]int64, n)
+	for i := range r {
+		v, ok := reply[i].(int64)
+		if !ok {
+			return nil, ErrUnexpectedReply
+		}
+		r[i] = v
+	}
+	return r, nil
 }
