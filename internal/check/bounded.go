@@ -1,7 +1,5 @@
 package check
 
-import "sync"
-
 // Bounded stands for a resource that at most Limit holders may use at once,
 // under a semaphore: holders call Enter with their permit's fencing token
 // when they start and Exit when they stop. Every permit granted mints its
@@ -9,10 +7,9 @@ import "sync"
 type Bounded struct {
 	Limit int
 
-	mu     sync.Mutex
+	counts[BoundedResult]
 	inside int
 	seen   map[uint64]bool
-	r      BoundedResult
 }
 
 // Enter records a holder starting, with its permit's token.
@@ -47,11 +44,4 @@ type BoundedResult struct {
 	Most      int // the most holders inside at once
 	Over      int // entries that made the holders more than Limit
 	Repeated  int // entries with a token already shown
-}
-
-// Result returns the counts so far.
-func (b *Bounded) Result() BoundedResult {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.r
 }

@@ -15,9 +15,8 @@ import (
 type Fenced struct {
 	Handoffs Latencies
 
-	mu        sync.Mutex
+	counts[Result]
 	inside    int
-	r         Result
 	lastExit  time.Time
 	lastOwner int
 }
@@ -56,11 +55,17 @@ type Result struct {
 	Highest   uint64 // the highest token seen
 }
 
+// counts is a checker's lock and the counts its Result returns.
+type counts[R any] struct {
+	mu sync.Mutex
+	r  R
+}
+
 // Result returns the counts so far.
-func (f *Fenced) Result() Result {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.r
+func (c *counts[R]) Result() R {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.r
 }
 
 // seeToken is a fenced resource shown token: one not above the highest so

@@ -1,9 +1,6 @@
 package check
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // Shared stands for a resource read and written under a read-write lock:
 // readers and writers call Enter and Exit around their critical sections;
@@ -13,9 +10,8 @@ import (
 type Shared struct {
 	WriteHandoffs, ReadHandoffs Latencies
 
-	mu               sync.Mutex
+	counts[SharedResult]
 	readers, writers int
-	r                SharedResult
 	allFree          time.Time // the last moment nobody was inside
 	writerFree       time.Time // the last moment a writer left
 }
@@ -82,11 +78,4 @@ type SharedResult struct {
 	Conflicts     int    // entries that broke many-readers-or-one-writer
 	Stale         int    // writes whose token was not above all earlier ones
 	Highest       uint64 // the highest write token seen
-}
-
-// Result returns the counts so far.
-func (s *Shared) Result() SharedResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.r
 }
