@@ -1,6 +1,7 @@
 package fcall
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -182,11 +183,11 @@ func libraryLoaded(err error) bool {
 // holds up no call another serves (its load goes on, bounded by ctx).
 // Calls still NOSCRIPT at the end get the first load's error.
 func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalClient, calls []Call, load [][]any, loadErr error) {
-	ended, all := make(chan error), make(chan error, 1)
-	stop := make(chan struct{})
+	ended, stop := make(chan error), make(chan struct{})
 	defer close(stop)
+	var allErr error
 	go func() {
-		all <- nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
+		allErr = nodes.forEach(ctx, func(ctx context.Context, node *redis.Client) error {
 			err := send(ctx, node, load, nil)
 			select {
 			case ended <- err:
@@ -194,24 +195,15 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 			}
 			return err
 		})
+		close(ended) // allErr is read only once ended is closed
 	}()
-	for {
-		select {
-		case err := <-ended:
-			if loadErr == nil {
-				loadErr = err
-			}
-			if !resendNoScript(ctx, rdb, nil, calls, nil) {
-				return
-			}
-		case err := <-all: // every load ended, and was received above
-			if loadErr == nil {
-				loadErr = err
-			}
-			resendNoScript(ctx, rdb, nil, calls, loadErr)
+	for err := range ended {
+		loadErr = cmp.Or(loadErr, err)
+		if !resendNoScript(ctx, rdb, nil, calls, nil) {
 			return
 		}
 	}
+	resendNoScript(ctx, rdb, nil, calls, cmp.Or(loadErr, allErr))
 }
 
 // resendNoScript sends the calls that met NOSCRIPT again after load, and
@@ -219,9 +211,7 @@ func (nodes keyNodes) loadEverywhere(ctx context.Context, rdb redis.UniversalCli
 // elsewhere fails a load, not the calls.
 func resendNoScript(ctx context.Context, rdb redis.UniversalClient, load [][]any, calls []Call, loadErr error) (again bool) {
 	resendSome(calls, missingScript, func(resend []Call) {
-		if err := send(ctx, rdb, load, resend); loadErr == nil {
-			loadErr = err
-		}
+		loadErr = cmp.Or(loadErr, send(ctx, rdb, load, resend))
 	})
 	for i := range calls { // those not resent did not miss their script
 		if missingScript(calls[i]) {
@@ -283,9 +273,7 @@ func (nodes keyNodes) loadForCalls(ctx context.Context, calls []Call, load [][]a
 			done[node.Options().Addr] = true
 			err = send(ctx, node, load, nil)
 		}
-		if firstErr == nil {
-			firstErr = err
-		}
+		firstErr = cmp.Or(firstErr, err)
 	}
 	return firstErr
 }
