@@ -81,7 +81,7 @@ func (sh *shard) add(channel string) (*Waiter, <-chan struct{}) {
 	tp.wanted, tp.ready = true, make(chan struct{})
 	tp.pending++
 	ready := tp.ready
-	sh.send(true, channel)
+	sh.send(sh.subscribe, channel)
 	return w, ready
 }
 
@@ -120,20 +120,16 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 	tp.idle = nil
 	tp.wanted = false
 	tp.pending++
-	sh.send(false, channel)
+	sh.send(sh.unsubscribe, channel)
 }
 
-// send writes (S)SUBSCRIBE or (S)UNSUBSCRIBE, called with sh.mu held,
+// send sends op, sh.subscribe or sh.unsubscribe, called with sh.mu held,
 // which it releases once sendMu keeps the order decided under it. It
 // sends on the hub's context: a waiter's cancellation must never cut the
 // shared connection.
-func (sh *shard) send(subscribe bool, channel string) {
+func (sh *shard) send(op func(ctx context.Context, channels ...string) error, channel string) {
 	sh.sendMu.Lock()
 	sh.mu.Unlock()
-	op := sh.unsubscribe
-	if subscribe {
-		op = sh.subscribe
-	}
 	ctx, cancel := context.WithTimeout(sh.hub.ctx, subscribeTimeout)
 	err := op(ctx, channel)
 	cancel()
