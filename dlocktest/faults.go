@@ -258,16 +258,13 @@ func (h *clientFaults) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 var renewals = family.ScriptSet(func(s family.Scripts) *redis.Script { return s.Extend })
 
 func anyRenewal(cmds []redis.Cmder) bool {
-	for _, cmd := range cmds {
+	return slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool {
 		args := cmd.Args()
 		if len(args) < 2 {
-			continue
+			return false
 		}
 		name, _ := args[0].(string)
 		id, _ := args[1].(string) // a function's name (FCALL) or a SHA (EVALSHA)
-		if (strings.EqualFold(name, "fcall") || strings.EqualFold(name, "evalsha")) && slices.Contains(renewals, scripts.Of(id)) {
-			return true
-		}
-	}
-	return false
+		return (strings.EqualFold(name, "fcall") || strings.EqualFold(name, "evalsha")) && slices.Contains(renewals, scripts.Of(id))
+	})
 }
