@@ -198,8 +198,7 @@ func (sh *shard) read() {
 // Either way messages may have been lost, so every waiter retries.
 func (sh *shard) failed(err error) {
 	sh.hub.cfg.Logger.Debug("dlock: subscriber error", "addr", sh.addr, "err", err)
-	var replyErr redis.Error
-	serverReply := errors.As(err, &replyErr)
+	_, serverReply := errors.AsType[redis.Error](err)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	refused := serverReply && strings.HasPrefix(err.Error(), "NOPERM")
