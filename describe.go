@@ -63,8 +63,9 @@ func parseRWInfo(reply []any) (admin.LockInfo, error) {
 // ForceUnlock removes the lock called name whatever holds it (any type,
 // every permit) and wakes its waiters: the escape hatch for a holder known
 // to be gone. It reports whether anything was held. The holders' leases
-// learn of the loss at their next renewal; fencing covers them until then.
-// Options and foreign keys are as [Client.Describe]'s: nothing is removed.
+// learn of the loss at their next renewal; fencing covers them until then,
+// as the counter is kept. A key dlock did not write fails it with
+// [ErrWrongType], and nothing is removed. Options are as [Client.Describe]'s.
 func (c *Client) ForceUnlock(ctx context.Context, name string, opts ...Option) (bool, error) {
 	k, err := c.namedKeys(ctx, name, opts)
 	if err != nil {
