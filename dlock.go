@@ -88,8 +88,8 @@ func (c *Client) mayHaveResent(sent time.Time) bool {
 	return time.Since(sent) >= c.resendAfter
 }
 
-// resendAfter is rdb's read timeout: go-redis resends a command only after
-// a read timed out (a failed connection leaves no copy on the way), so one
+// resendAfter is rdb's read timeout. go-redis resends a command only after
+// a read timed out; a failed connection leaves no copy on the way. So one
 // answered sooner was sent once. No read timeout: nothing is resent; a
 // client of another kind: anything may be. made is false for a nil rdb (or
 // nil pointer), or one not made by its constructor (&redis.Client{}).

@@ -1,8 +1,7 @@
-// Package admin holds what dlock reports to operators and their tools
-// (cmd/dlock among them): who holds a lock ([LockInfo], from
-// dlock.Client.Describe), who a holder is ([HolderInfo], stored with
-// dlock.WithHolderInfo), and what is wrong with a Redis server ([Report],
-// from dlock.Client.Check).
+// Package admin holds what dlock reports to operators and their tools,
+// cmd/dlock among them. [LockInfo] (from dlock.Client.Describe) says who
+// holds a lock; [HolderInfo] (stored with dlock.WithHolderInfo) who a
+// holder is; [Report] (from dlock.Client.Check) what is wrong with a server.
 package admin
 
 import (

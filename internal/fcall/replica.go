@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// SendAcknowledged sends calls, for keys of one master, to the master of
-// the first call's key with WAIT for replicas after them, in one pipeline
-// on one connection: WAIT confirms only its connection's writes. A call
+// SendAcknowledged sends calls for keys of one master to the first call's
+// key's master. WAIT for replicas follows them in one pipeline on one
+// connection, as WAIT confirms only its connection's writes. A call
 // redirected (MOVED, ASK) goes again, alone with its own WAIT, up to
 // maxRedirects times: go-redis's cluster client would route WAIT apart.
 // It returns the WAIT reply that counts for each call, nil if it failed.

@@ -265,8 +265,8 @@ func argLocals(args any) string {
 }
 
 // Arg is the ARGV named lua (a tag above) in cmd, an FCALL or EVALSHA of a
-// script here, for what reads commands sent (tests, the explorer); nil
-// when cmd has none.
+// script here; nil when cmd has none. Tests and the explorer read commands
+// sent with it.
 func Arg(cmd []any, lua string) any {
 	if len(cmd) < 3 {
 		return nil

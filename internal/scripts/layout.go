@@ -216,7 +216,7 @@ func (l Layout) anyLockLocals() string {
 // MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
 // (values: a table made per call costs); and LOCK_FROM, LOCK_TO (and so on
 // for each key of the part), the range of KEYS of the parts' LOCK. The keys
-// come key by key, every part's first, then every part's second..., so a
+// come key by key: every part's first, then every part's second... So a
 // command on one key of each part takes unpack(KEYS, LOCK_FROM, LOCK_TO).
 // The tail is shorter than a part, so N is exact.
 func partLocals(part, tail Layout) string {

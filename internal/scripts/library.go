@@ -83,9 +83,9 @@ func makeLibrary() (src, name string) {
 }
 
 // globalNames are the globals the scripts read. A function's read of one
-// goes through a metatable (about 160 instructions), so the library reads
-// them once, at its first call (at load Redis offers only
-// register_function and log), into locals of the same names.
+// goes through a metatable (about 160 instructions). So the library reads
+// them once, into locals of the same names, at its first call: at load,
+// Redis offers only register_function and log.
 const globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
@@ -116,11 +116,11 @@ func topHelpers() map[string]bool {
 	return top
 }
 
-// function is the Lua that registers a script as the function name, in a
-// block of its own that defines its helpers once (a closure made per call
-// cost about 560 instructions). What they read of one call (KEYS, ARGV,
-// names the script declares at its top) are the block's upvalues, which
-// each call assigns, and a helper's per-call state is reset.
+// function is the Lua that registers a script as the function name. Its
+// block defines its helpers once: a closure made per call cost about 560
+// instructions. What they read of one call (KEYS, ARGV, the script's
+// top-level names) are the block's upvalues. Each call assigns them, and
+// resets a helper's per-call state.
 func function(name string, a assembly, top map[string]bool) string {
 	var helpers, body, reset strings.Builder
 	defined := make(map[string]bool) // the helpers it defines

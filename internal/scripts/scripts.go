@@ -63,9 +63,9 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
 	lua("common") + lua("foreign")
 
-// script makes a script of parts on the KEYS of layout, named by keys
-// (Lua), and the ARGV of args (an args.go struct), after the prelude, with
-// only the helpers it calls. An acquire checks the rights of others'
+// script makes a script of parts, after the prelude, with only the helpers
+// it calls. Its KEYS are layout's, named by keys (Lua); its ARGV are the
+// fields of args (an args.go struct). An acquire checks the rights of others'
 // commands too: its type's scripts its leases run later (see rightsFor).
 func script(layout Layout, keys string, args any, others []*redis.Script, parts ...string) *redis.Script {
 	segs := assembleSegments(append([]string{prelude, keys + argLocals(args)}, parts...))
