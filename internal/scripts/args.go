@@ -10,18 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The ARGV of each script are the fields of one struct below, in order: Go
-// sends them with Append, the script names them by their tags (argLocals).
-// A script is not sent the nil fields that end its ARGV (an acquire's are
-// as Acquire says). Callers box the values and keep those sent often.
-
-// Args is what every struct below is: Append appends its ARGV to argv.
+// Args is a script's ARGV: the fields of one struct below, in order. Append
+// appends them to argv but for the nil ones that end them (an acquire's: see
+// Acquire); the script names them by their tags (argLocals). Callers box the
+// values and keep those sent often.
 type Args interface{ Append(argv []any) []any }
 
-// Acquire is the ARGV every acquire script takes, after its type's fields
-// that are always sent. The empty ("" or nil) fields after HOLD_TTL that
-// end an acquire's ARGV are not sent, and read as empty strings: Redis
-// grows the ARGV table at its 5th element. The rights flag comes last.
+// Acquire is every acquire's ARGV after its type's fields always sent, then
+// the rights flag. Empty ("" or nil) fields after HOLD_TTL that end ARGV are
+// not sent (Redis grows ARGV at its 5th element) and read as "".
 type Acquire struct {
 	Owner     any `lua:"OWNER"`      // the call's owner token (a read-write hold's member)
 	TTL       any `lua:"HOLD_TTL"`   // in milliseconds
@@ -29,18 +26,13 @@ type Acquire struct {
 	WaiterTTL any `lua:"WAITER_TTL"` // how long a registration lasts, in milliseconds
 }
 
-// waiting is a, its WAITER_TTL empty where it registers nothing: only an
-// RWMutex's refusal reads it then (its retry hint).
-func (a Acquire) waiting() Acquire {
-	if empty(a.Waiter) {
+// appendAcquire appends a's fields, then more (its type's others), without
+// the empty ones that end them. WAITER_TTL is empty without a WAITER but for
+// hint: an RWMutex's refusal reads it then (its retry hint).
+func appendAcquire(argv []any, a Acquire, hint bool, more ...any) []any {
+	if empty(a.Waiter) && !hint {
 		a.WaiterTTL = ""
 	}
-	return a
-}
-
-// appendAcquire appends a's fields, then more (its type's others), without
-// the empty ones that end them.
-func appendAcquire(argv []any, a Acquire, more ...any) []any {
 	floor := len(argv) + 2 // OWNER and HOLD_TTL are always sent
 	argv = append(append(argv, a.Owner, a.TTL, a.Waiter, a.WaiterTTL), more...)
 	for len(argv) > floor && empty(argv[len(argv)-1]) {
@@ -56,15 +48,11 @@ func empty(v any) bool { return v == nil || v == "" }
 // sent as the token alone (a table costs the server about 4,500
 // instructions more). A null reply reads as empty: no acquire sends one.
 func AcquireReply(cmd *redis.Cmd) ([]int64, error) {
-	switch v := cmd.Val().(type) {
-	case int64:
-		if cmd.Err() == nil {
-			return []int64{1, v}, nil
-		}
-	case nil:
-		if cmd.Err() == redis.Nil {
-			return nil, nil
-		}
+	if v, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
+		return []int64{1, v}, nil
+	}
+	if cmd.Val() == nil && cmd.Err() == redis.Nil {
+		return nil, nil
 	}
 	return cmd.Int64Slice()
 }
@@ -77,7 +65,7 @@ type MutexAcquireArgs struct {
 }
 
 func (a MutexAcquireArgs) Append(argv []any) []any {
-	return appendAcquire(argv, a.Acquire.waiting(), a.Previous, a.Info)
+	return appendAcquire(argv, a.Acquire, false, a.Previous, a.Info)
 }
 
 // FairAcquireArgs are fair_acquire.lua's.
@@ -88,7 +76,7 @@ type FairAcquireArgs struct {
 }
 
 func (a FairAcquireArgs) Append(argv []any) []any {
-	return appendAcquire(append(argv, a.Publish), a.Acquire.waiting(), a.Info)
+	return appendAcquire(append(argv, a.Publish), a.Acquire, false, a.Info)
 }
 
 // RWAcquireArgs are rw_acquire.lua's.
@@ -99,7 +87,7 @@ type RWAcquireArgs struct {
 }
 
 func (a RWAcquireArgs) Append(argv []any) []any {
-	return appendAcquire(append(argv, a.TakenBy), a.Acquire, a.Info)
+	return appendAcquire(append(argv, a.TakenBy), a.Acquire, true, a.Info)
 }
 
 // MultiAcquireArgs are multi_acquire.lua's.
@@ -110,11 +98,10 @@ type MultiAcquireArgs struct {
 }
 
 func (a MultiAcquireArgs) Append(argv []any) []any {
-	watch := a.Watch
 	if empty(a.Waiter) {
-		watch = "" // a waiter's
+		a.Watch = "" // a waiter's
 	}
-	return appendAcquire(append(argv, a.Publish), a.Acquire.waiting(), watch)
+	return appendAcquire(append(argv, a.Publish), a.Acquire, false, a.Watch)
 }
 
 // ElectionAcquireArgs are election_acquire.lua's.
@@ -125,7 +112,7 @@ type ElectionAcquireArgs struct {
 }
 
 func (a ElectionAcquireArgs) Append(argv []any) []any {
-	return appendAcquire(append(argv, a.Value, a.Publish), a.Acquire.waiting())
+	return appendAcquire(append(argv, a.Value, a.Publish), a.Acquire, false)
 }
 
 // ExtendArgs are every extend script's; those of a type without holder
@@ -177,14 +164,14 @@ func (a MultiReleaseArgs) Append(argv []any) []any {
 	return argv
 }
 
-// AbandonArgs are every abandon script's.
+// AbandonArgs are every abandon script's. Also is the type's own: a Mutex's
+// registration before Waiter, or a MultiLock's lock (1-based) the waiter
+// registered on.
 type AbandonArgs struct {
 	Owner   any `lua:"OWNER"` // of the attempt in doubt; "" when none is
 	Publish any `lua:"PUBLISH"`
 	Waiter  any `lua:"WAITER"` // registration to withdraw; "" when none
-	// Also is the type's own: a Mutex's registration before Waiter, or a
-	// MultiLock's lock (1-based) the waiter registered on.
-	Also any `lua:"ALSO"`
+	Also    any `lua:"ALSO"`
 }
 
 func (a AbandonArgs) Append(argv []any) []any {
@@ -265,8 +252,7 @@ func argLocals(args any) string {
 }
 
 // Arg is the ARGV named lua (a tag above) in cmd, an FCALL or EVALSHA of a
-// script here; nil when cmd has none. Tests and the explorer read commands
-// sent with it.
+// script here, for tests and the explorer; nil when cmd has none.
 func Arg(cmd []any, lua string) any {
 	if len(cmd) < 3 {
 		return nil

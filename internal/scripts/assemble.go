@@ -99,10 +99,9 @@ func joined(segs []helper) string {
 	return b.String()
 }
 
-// assembleSegments are parts, keeping of each library only the helpers the
-// script calls, directly or through other helpers, in their order: one
-// pass from the end, each part adding what it mentions to what is needed
-// before it.
+// assembleSegments are parts, of each library only the helpers the script
+// calls, directly or through others, in order: one pass from the end, each
+// part adding what it mentions to what is needed before it.
 func assembleSegments(parts []string) []helper {
 	var segs []helper // from the end
 	needed := make(map[string]bool)

@@ -6,9 +6,8 @@ import (
 	"strings"
 )
 
-// Layout is the order of the KEYS a script takes, written once for Go and
-// Lua: Go makes a lock's keys from it, and the script names them by it
-// (Layout.locals), so no side counts positions.
+// Layout is the order of a script's KEYS, written once: Go makes a lock's
+// keys from it, the script names them by it (locals), so none counts places.
 type Layout []Key
 
 // Key is one key of a Layout: its Lua name, and the suffix that follows the
@@ -21,11 +20,10 @@ type Key struct {
 	Tells       string // for Describe: the kind (observe.Kind) of a lock holding an owner token with this key beside it
 }
 
-// Form is what dlock writes under a key: its name is the field of
-// anyLockLocals' table that lists keys of the form.
+// Form is what dlock writes under a key, which foreign_lock (foreign.lua)
+// checks: its name is the field of anyLockLocals' table listing its keys.
 type Form string
 
-// The forms of a lock's keys; foreign_lock (foreign.lua) checks each.
 const (
 	FormLock    Form = "lock"    // the lock's key: an owner token, a read-write state, a Semaphore's holders
 	FormZset    Form = "zsets"   // a sorted set beside the lock, with a TTL
@@ -38,8 +36,7 @@ const (
 	FormChannel Form = "channel" // a channel, which stores nothing
 )
 
-// checkedForms are the forms foreign_lock checks beside the lock's key,
-// in its order.
+// checkedForms are the forms beside the lock's key, in foreign_lock's order.
 var checkedForms = []Form{FormZset, FormHash, FormFence, FormNumber, FormLeader, FormHolder, FormForced}
 
 // What follows a lock's key in the names of its other keys.
@@ -74,8 +71,7 @@ func (l Layout) Keys(lock string) []string {
 	return keys
 }
 
-// Index is the position of the key named lua; it panics for a name not in
-// the layout.
+// Index is the position of the key named lua; it panics for one not there.
 func (l Layout) Index(lua string) int {
 	if i := slices.IndexFunc(l, func(k Key) bool { return k.Lua == lua }); i >= 0 {
 		return i
@@ -100,9 +96,8 @@ func (l Layout) Then(keys ...Key) Layout {
 	return append(l[:len(l):len(l)], keys...)
 }
 
-// locals is the Lua that names the layout's keys, the i-th at KEYS[offset
-// .. i] (offset is Lua, "2 * N + " say): KEYS beyond those a script is
-// given are nil, as KEYS[i] would be.
+// locals is the Lua that names the keys, the i-th KEYS[offset .. i] (offset
+// is Lua, "2 * N + " say): those beyond a script's KEYS are nil.
 func (l Layout) locals(offset string) string {
 	names := make([]string, len(l))
 	keys := make([]string, len(l))
@@ -161,29 +156,26 @@ var RWLayout = Layout{
 	{Lua: "RCHAN", Suffix: RChannelSuffix, Form: FormChannel}, keyFence,
 }
 
-// AnyLockLayout is the KEYS of the scripts for a lock of any type
-// (describe.lua, force_unlock.lua): RWLayout's, then the keys of the lock
-// types' scripts whose suffix it lacks, in their order. A suffix's keys
+// AnyLockLayout is the KEYS of describe.lua and force_unlock.lua: RWLayout's,
+// then the lock types' keys whose suffix it lacks, in order. A suffix's keys
 // agree on their form but for a channel, which may share a key's name (an
 // Election's leader).
 var AnyLockLayout = func() Layout {
 	l := RWLayout.Then()
-	for _, set := range lockTypeScripts {
-		for _, s := range set {
-			for _, k := range assembled[s].layout {
-				i := slices.IndexFunc(l, func(in Key) bool { return in.Suffix == k.Suffix })
-				switch {
-				case k.PerCall:
-				case k.Form == "":
-					panic("scripts: key " + k.Lua + " has no form")
-				case i < 0:
-					l = append(l, k)
-				case l[i].Form != k.Form && k.Form != FormChannel && l[i].Form != FormChannel,
-					l[i].Held != k.Held, l[i].Tells != k.Tells && k.Form != FormChannel:
-					panic("scripts: keys " + k.Lua + " and " + l[i].Lua + " disagree")
-				case l[i].Form == FormChannel:
-					l[i] = k
-				}
+	for _, s := range slices.Concat(lockTypeScripts...) {
+		for _, k := range assembled[s].layout {
+			i := slices.IndexFunc(l, func(in Key) bool { return in.Suffix == k.Suffix })
+			switch {
+			case k.PerCall:
+			case k.Form == "":
+				panic("scripts: key " + k.Lua + " has no form")
+			case i < 0:
+				l = append(l, k)
+			case l[i].Form != k.Form && k.Form != FormChannel && l[i].Form != FormChannel,
+				l[i].Held != k.Held, l[i].Tells != k.Tells && k.Form != FormChannel:
+				panic("scripts: keys " + k.Lua + " and " + l[i].Lua + " disagree")
+			case l[i].Form == FormChannel:
+				l[i] = k
 			}
 		}
 	}
@@ -212,12 +204,10 @@ func (l Layout) anyLockLocals() string {
 	return "local ANY = {" + strings.Join(fields, ", ") + "}\n"
 }
 
-// partLocals is the Lua that names the keys of a script on parts (a
-// MultiLock's), then tail: N, the number of parts; part(i), the i-th's keys
-// (values: a table made per call costs); and LOCK_FROM, LOCK_TO (and so on
-// for each key of the part), the range of KEYS of the parts' LOCK. The keys
-// come key by key: every part's first, then every part's second... So a
-// command on one key of each part takes unpack(KEYS, LOCK_FROM, LOCK_TO).
+// partLocals names the keys of a script on parts (a MultiLock's), key by
+// key (every part's first, then every second...), then tail: N, the parts;
+// part(i), the i-th's keys (values: a table per call costs); LOCK_FROM,
+// LOCK_TO (and so on), the KEYS of the parts' LOCK, for unpack(KEYS, ...).
 // The tail is shorter than a part, so N is exact.
 func partLocals(part, tail Layout) string {
 	if len(tail) >= len(part) {

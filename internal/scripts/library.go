@@ -17,8 +17,7 @@ import (
 // its text, so two versions of dlock each call their own during an upgrade.
 var Library, LibraryName = makeLibrary()
 
-// The scripts' function names in Library, and the scripts by their SHA
-// or function name.
+// The scripts' function names, and the scripts by SHA or function name.
 var (
 	functionNames = make(map[*redis.Script]string)
 	byName        = make(map[string]*redis.Script)
@@ -26,22 +25,17 @@ var (
 
 // Function is s's function name in Library: FCALL's first argument where
 // EVALSHA's is s's SHA. A script not made here has none ("").
-func Function(s *redis.Script) string {
-	return functionNames[s]
-}
+func Function(s *redis.Script) string { return functionNames[s] }
 
 // Of is the script an EVALSHA's SHA or an FCALL's function names; nil for
 // one not made here.
-func Of(name string) *redis.Script {
-	return byName[name]
-}
+func Of(name string) *redis.Script { return byName[name] }
 
-// perCallState is a helper that keeps one call's state: a table (m[1]),
-// or values (m[2]), nil at its start.
+// perCallState is a helper keeping a call's state: a table (m[1]) or values
+// (m[2]), nil at its start.
 var perCallState = regexp.MustCompile(`^local (?:([A-Za-z_]\w*) = \{\}|([A-Za-z_][\w, ]*?) = nil(?:, nil)*)\n$`)
 
-// perCallReset is the Lua that gives a helper of perCallState its value at
-// a call's start; "" for others.
+// perCallReset is the Lua resetting a perCallState helper; "" for others.
 func perCallReset(code string) string {
 	switch m := perCallState.FindStringSubmatch(code); {
 	case m == nil:
@@ -65,12 +59,10 @@ func makeLibrary() (src, name string) {
 			b.WriteString(h.code)
 		}
 	}
-	for _, set := range typeScripts {
-		for _, s := range set {
-			if functionNames[s] == "" {
-				functionNames[s] = "dlock_" + libraryHash + "_" + s.Hash()[:16]
-				b.WriteString(function(functionNames[s], assembled[s], top))
-			}
+	for _, s := range slices.Concat(typeScripts...) {
+		if functionNames[s] == "" {
+			functionNames[s] = "dlock_" + libraryHash + "_" + s.Hash()[:16]
+			b.WriteString(function(functionNames[s], assembled[s], top))
 		}
 	}
 	sum := sha1.Sum([]byte(b.String()))
@@ -83,23 +75,23 @@ func makeLibrary() (src, name string) {
 }
 
 // globalNames are the globals the scripts read. A function's read of one
-// goes through a metatable (about 160 instructions). So the library reads
-// them once, into locals of the same names, at its first call: at load,
-// Redis offers only register_function and log.
+// goes through a metatable (about 160 instructions), so the library copies
+// them to locals of the same names at its first call: at load, Redis offers
+// only register_function and log.
 const globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
-// that shadow the names, returns what they are when it runs; bind gives
-// them to the locals, at a function's first call. A function names only
-// redis and bind: Lua 5.1 allows a function 60 upvalues.
+// that shadow the names, returns them when it runs; bind, at a function's
+// first call, gives them to the locals. A function names only redis and
+// bind: Lua 5.1 allows a function 60 upvalues.
 const runTimeGlobals = "local register = redis.register_function\n" +
 	"local function globals() return " + globalNames + " end\n" +
 	"local " + globalNames + "\n" +
 	"local function bind() " + globalNames + " = globals() end\n"
 
 // topHelpers tells the prelude's helpers the library defines at its top:
-// all but rights_refused, whose list is each script's own, and its callers
-// (a helper calls those defined before it).
+// all but rights_refused (its list is each script's) and its callers (a
+// helper calls those defined before it).
 func topHelpers() map[string]bool {
 	top := make(map[string]bool)
 	for _, h := range libraries[prelude] {
@@ -116,11 +108,10 @@ func topHelpers() map[string]bool {
 	return top
 }
 
-// function is the Lua that registers a script as the function name. Its
-// block defines its helpers once: a closure made per call cost about 560
-// instructions. What they read of one call (KEYS, ARGV, the script's
-// top-level names) are the block's upvalues. Each call assigns them, and
-// resets a helper's per-call state.
+// function is the Lua registering a script as the function name. Its block
+// defines its helpers once (a closure per call costs ~560 instructions);
+// what they read of a call (KEYS, ARGV, the script's top-level names) are
+// the block's upvalues, which each call assigns, resetting per-call state.
 func function(name string, a assembly, top map[string]bool) string {
 	var helpers, body, reset strings.Builder
 	defined := make(map[string]bool) // the helpers it defines
@@ -167,8 +158,8 @@ func function(name string, a assembly, top map[string]bool) string {
 		"if redis == nil then bind() end\n" + reset.String() + declaredShared(body.String(), shared) + "end}\nend\n"
 }
 
-// topDeclaration is a line that declares names at a script's top: local,
-// maybe function, the names, and what follows them.
+// topDeclaration is a line declaring names at a script's top: local, maybe
+// function, the names, and what follows them.
 var topDeclaration = regexp.MustCompile(`^local (function )?([A-Za-z_][\w, ]*?)\s*(=|\(|$)(.*)$`)
 
 // sharedDeclarations are the names a script declares at its top that read
@@ -195,8 +186,7 @@ func sharedDeclarations(body string, read map[string]bool) map[string]bool {
 	return shared
 }
 
-// declaredShared is code with its declarations of shared names made
-// assignments.
+// declaredShared is code, its declarations of shared names made assignments.
 func declaredShared(code string, shared map[string]bool) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(strings.TrimSuffix(code, "\n"), "\n") {
@@ -216,8 +206,7 @@ func declaredShared(code string, shared map[string]bool) string {
 	return b.String()
 }
 
-// uncommentedLines is code without its comment lines: every server keeps
-// the library's text.
+// uncommentedLines is code without comment lines: servers keep its text.
 func uncommentedLines(code string) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(code, "\n") {

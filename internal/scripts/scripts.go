@@ -1,10 +1,9 @@
-// Package scripts holds the Lua scripts dlock runs in Redis, one file per
-// operation, each with a header stating its KEYS, ARGV and replies. A
-// script's KEYS are named by its Layout (layout.go), its ARGV by its struct
-// (args.go), alike in Go and Lua. Each gets the prelude and only the
-// helpers it calls (assemble.go), and is a function of one Redis Functions
-// library (library.go), called by FCALL, or by EVALSHA where Functions are
-// refused (internal/fcall).
+// Package scripts holds the Lua scripts dlock runs in Redis, a file per
+// operation whose header states its KEYS, ARGV and replies. Go and Lua name
+// a script's KEYS by its Layout (layout.go), its ARGV by its struct (args.go).
+// Each gets the prelude and only the helpers it calls (assemble.go), and is
+// a function of one Functions library (library.go), called by FCALL, or by
+// EVALSHA where Functions are refused (internal/fcall).
 package scripts
 
 import (
@@ -63,10 +62,9 @@ var prelude = fmt.Sprintf("local OWNER_TOKEN = '^%s$'\n", strings.Repeat("[0-9a-
 	"local CHANNEL_SUFFIX = '" + ChannelSuffix + "'\n" +
 	lua("common") + lua("foreign")
 
-// script makes a script of parts, after the prelude, with only the helpers
-// it calls. Its KEYS are layout's, named by keys (Lua); its ARGV are the
-// fields of args (an args.go struct). An acquire checks the rights of others'
-// commands too: its type's scripts its leases run later (see rightsFor).
+// script makes a script of the prelude and parts, with only the helpers it
+// calls, on layout's KEYS named by keys (Lua) and args' ARGV. An acquire
+// checks the rights of others' commands too (see rightsFor).
 func script(layout Layout, keys string, args any, others []*redis.Script, parts ...string) *redis.Script {
 	segs := assembleSegments(append([]string{prelude, keys + argLocals(args)}, parts...))
 	rights := rightsFor(joined(segs), others)
@@ -76,8 +74,8 @@ func script(layout Layout, keys string, args any, others []*redis.Script, parts 
 	return s
 }
 
-// scriptOn makes a script on layout's KEYS (see script); others are an
-// acquire's, nil for other scripts.
+// scriptOn makes a script on layout's KEYS; others are an acquire's (see
+// assembly).
 func scriptOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
 	return script(layout, layout.locals(""), args, others, parts...)
 }
@@ -112,8 +110,8 @@ var readCommands = map[string]bool{
 	"hmget": true, "mget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
-// rightsList is the list of commands rights_refused (common.lua) checks,
-// as written there, for rightsFor to fill.
+// rightsList is rights_refused's (common.lua) list of commands, for
+// rightsFor to fill.
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
 // scriptCommand finds a command a script runs on keys, in redis.call,
@@ -122,9 +120,9 @@ const rightsList = "local SCRIPT_COMMANDS = {}"
 var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,\n]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
-// commands src and others (its type's later scripts) run on keys. Redis
-// does not undo a script's writes when a later command is refused, so the
-// acquire refuses the lock before anything is written.
+// commands src and others run on keys. Redis does not undo a script's
+// writes when a later command is refused, so the acquire refuses the lock
+// before it writes.
 func rightsFor(src string, others []*redis.Script) string {
 	if !strings.Contains(src, rightsList) {
 		return rightsList
@@ -138,8 +136,7 @@ func rightsFor(src string, others []*redis.Script) string {
 	return "local SCRIPT_COMMANDS = {'" + strings.Join(names, "', '") + "'}"
 }
 
-// commandsRun are the commands src runs on keys, in lowercase, as ACL
-// names them.
+// commandsRun are the commands src runs on keys, in lowercase as in ACLs.
 func commandsRun(src string) []string {
 	var names []string
 	for _, m := range scriptCommand.FindAllStringSubmatch(withoutComments(src), -1) {
@@ -148,25 +145,22 @@ func commandsRun(src string) []string {
 	return names
 }
 
-// assembled is what script keeps of each script.
+// assembled is each script as script made it.
 var assembled = make(map[*redis.Script]assembly)
 
-// An assembly is a script as script made it.
 type assembly struct {
 	src    string // for SCRIPT LOAD in a pipeline: a [redis.Script] keeps its own to itself
 	layout Layout // for LayoutOf
 	args   any    // its ARGV struct (args.go), for Arg
 	segs   []helper
 	rights string          // rights_refused's list (see rightsFor)
-	others []*redis.Script // an acquire's: its type's later scripts
+	others []*redis.Script // an acquire's: its type's scripts its leases run later
 	reads  bool            // it writes nothing (readsOnly)
 }
 
-// LayoutOf is the layout of the KEYS s takes; for a script on parts (a
-// MultiLock's), a group of one lock's. A script not made here has none.
-func LayoutOf(s *redis.Script) Layout {
-	return assembled[s].layout
-}
+// LayoutOf is the layout of s's KEYS, a group of one lock's for a MultiLock
+// script; none for a script not made here.
+func LayoutOf(s *redis.Script) Layout { return assembled[s].layout }
 
 // Mutex scripts, a Redlock's too: its set has RedlockFence.
 var (
@@ -225,9 +219,8 @@ var (
 )
 
 // The scripts of each lock type, loaded together (a server missing one
-// likely misses all): its acquire, then the scripts its leases run later,
-// its own and those it borrows. Companions gives a script the first set
-// that lists it; AnyLockLayout is their keys.
+// likely misses all): its acquire, then its others. Companions gives a
+// script the first set that lists it; AnyLockLayout is their keys.
 var lockTypeScripts = func() (sets [][]*redis.Script) {
 	for _, acquire := range []*redis.Script{MutexAcquire, FairAcquire, SemAcquire, MultiAcquire, ElectionAcquire, RWAcquire} {
 		sets = append(sets, append([]*redis.Script{acquire}, assembled[acquire].others...))
@@ -258,8 +251,7 @@ func Companions(s *redis.Script) []string {
 const RightsKnown = "rights-known"
 
 // ReleaseMarkLife is how long a release's mark lasts (MARK_TTL), and
-// TombstoneLife a tombstone (VOID_TTL): constants, not ARGV sent with
-// every release.
+// TombstoneLife a tombstone (VOID_TTL): constants, not ARGV of each release.
 const (
 	ReleaseMarkLife = 5 * time.Second
 	TombstoneLife   = time.Minute

@@ -24,7 +24,7 @@ type SemAcquireArgs struct {
 }
 
 func (a SemAcquireArgs) Append(argv []any) []any {
-	return appendAcquire(append(argv, a.Permits), a.Acquire.waiting(), a.Info)
+	return appendAcquire(append(argv, a.Permits), a.Acquire, false, a.Info)
 }
 
 // SetPermitsArgs are sem_set_permits.lua's.
