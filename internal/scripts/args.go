@@ -43,10 +43,9 @@ func appendAcquire(argv []any, a Acquire, hint bool, more ...any) []any {
 
 func empty(v any) bool { return v == nil || v == "" }
 
-// AcquireReply reads an acquire's reply as the array its header gives
-// ({1, token}: acquired; {0, ms}: refused; ...), also a grant of one token
-// sent as the token alone (a table costs the server about 4,500
-// instructions more). A null reply reads as empty: no acquire sends one.
+// AcquireReply reads an acquire's reply as its header's array ({1, token}:
+// acquired; {0, ms}: refused; ...), a grant sent as the token alone too (a
+// table costs ~4,500 instructions more); a null one, sent by none, as empty.
 func AcquireReply(cmd *redis.Cmd) ([]int64, error) {
 	if v, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
 		return []int64{1, v}, nil
@@ -115,8 +114,7 @@ func (a ElectionAcquireArgs) Append(argv []any) []any {
 	return appendAcquire(append(argv, a.Value, a.Publish), a.Acquire, false)
 }
 
-// ExtendArgs are every extend script's; those of a type without holder
-// info ignore Info.
+// ExtendArgs are every extend script's (Info ignored without holder info).
 type ExtendArgs struct {
 	Owner   any `lua:"OWNER"`
 	TTL     any `lua:"HOLD_TTL"`
@@ -128,8 +126,7 @@ func (a ExtendArgs) Append(argv []any) []any {
 	return appendSome(argv, a.Owner, a.TTL, a.Shorten, a.Info)
 }
 
-// OwnerArgs are the ARGV of a script that takes an owner alone: the TTL
-// scripts, RWInspect and Describe (its asker).
+// OwnerArgs are the TTL scripts', RWInspect's and Describe's (its asker).
 type OwnerArgs struct {
 	Owner any `lua:"OWNER"`
 }

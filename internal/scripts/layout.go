@@ -132,8 +132,7 @@ var (
 var FairLayout = Layout{keyLock, keyFence, {Lua: "QUEUE", Suffix: QueueSuffix, Form: FormZset, Tells: "fair"},
 	{Lua: "REG", Suffix: WaitersSuffix, Form: FormZset}, keyChannel, keyHolder}
 
-// MultiPartLayout is the KEYS a MultiLock script takes for each lock of its
-// group (see partLocals).
+// MultiPartLayout is a MultiLock script's KEYS per lock (see partLocals).
 var MultiPartLayout = Layout{keyLock, keyFence, keyWaiters, keyChannel}
 
 // The KEYS of the Election scripts (their headers say what each holds).
@@ -156,10 +155,9 @@ var RWLayout = Layout{
 	{Lua: "RCHAN", Suffix: RChannelSuffix, Form: FormChannel}, keyFence,
 }
 
-// AnyLockLayout is the KEYS of describe.lua and force_unlock.lua: RWLayout's,
-// then the lock types' keys whose suffix it lacks, in order. A suffix's keys
-// agree on their form but for a channel, which may share a key's name (an
-// Election's leader).
+// AnyLockLayout is describe.lua's and force_unlock.lua's KEYS: RWLayout's,
+// then, in order, the lock types' keys whose suffix it lacks. A suffix's keys
+// agree on their form but for a channel, which may share a name (a leader's).
 var AnyLockLayout = func() Layout {
 	l := RWLayout.Then()
 	for _, s := range slices.Concat(lockTypeScripts...) {

@@ -27,8 +27,7 @@ var (
 // EVALSHA's is s's SHA. A script not made here has none ("").
 func Function(s *redis.Script) string { return functionNames[s] }
 
-// Of is the script an EVALSHA's SHA or an FCALL's function names; nil for
-// one not made here.
+// Of is the script an EVALSHA's SHA or an FCALL's function names, or nil.
 func Of(name string) *redis.Script { return byName[name] }
 
 // perCallState is a helper keeping a call's state: a table (m[1]) or values
@@ -166,18 +165,15 @@ var topDeclaration = regexp.MustCompile(`^local (function )?([A-Za-z_][\w, ]*?)\
 // mentions, and every name declared on a line with one of them.
 func sharedDeclarations(body string, read map[string]bool) map[string]bool {
 	shared := make(map[string]bool)
+	mentioned := func(n string) bool { return read[n] || shared[n] }
 	for grown := true; grown; {
 		grown = false
 		for line := range strings.SplitSeq(body, "\n") {
 			m := topDeclaration.FindStringSubmatch(line)
-			if m == nil {
+			if m == nil || !slices.ContainsFunc(nameList(m[2]), mentioned) {
 				continue
 			}
-			names := nameList(m[2])
-			if !slices.ContainsFunc(names, func(n string) bool { return read[n] || shared[n] }) {
-				continue
-			}
-			for _, n := range names {
+			for _, n := range nameList(m[2]) {
 				grown = grown || !shared[n]
 				shared[n] = true
 			}

@@ -74,8 +74,7 @@ func script(layout Layout, keys string, args any, others []*redis.Script, parts 
 	return s
 }
 
-// scriptOn makes a script on layout's KEYS; others are an acquire's (see
-// assembly).
+// scriptOn makes a script on layout's KEYS; others are an acquire's.
 func scriptOn(layout Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
 	return script(layout, layout.locals(""), args, others, parts...)
 }
@@ -89,15 +88,8 @@ func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ..
 // readsOnly tells a script that writes nothing: its function is flagged
 // no-writes, sparing it a write's checks (READONLY, a failing save).
 func readsOnly(src string) bool {
-	if variableCommand.MatchString(withoutComments(src)) {
-		return false
-	}
-	for _, name := range commandsRun(src) {
-		if !readCommands[name] {
-			return false
-		}
-	}
-	return true
+	writes := func(name string) bool { return !readCommands[name] }
+	return !variableCommand.MatchString(withoutComments(src)) && !slices.ContainsFunc(commandsRun(src), writes)
 }
 
 // variableCommand finds a command named by a variable (PUBLISH's, which
@@ -110,13 +102,11 @@ var readCommands = map[string]bool{
 	"hmget": true, "mget": true, "time": true, "type": true, "zcard": true, "zcount": true, "zrange": true, "zrangebyscore": true, "zscore": true,
 }
 
-// rightsList is rights_refused's (common.lua) list of commands, for
-// rightsFor to fill.
+// rightsList is rights_refused's list (common.lua), for rightsFor to fill.
 const rightsList = "local SCRIPT_COMMANDS = {}"
 
-// scriptCommand finds a command a script runs on keys, in redis.call,
-// call_or_wrongtype, call_on or their text_ forms (PUBLISH, by a variable,
-// is on a channel).
+// scriptCommand finds a command run on keys by redis.(p)call, call_on or
+// (call|text)_or_wrongtype; PUBLISH, named by a variable, is on a channel.
 var scriptCommand = regexp.MustCompile(`(?:redis\.p?call\(|(?:call|text)_or_wrongtype\(|call_on\([^,\n]+, )'([A-Z]+)'`)
 
 // rightsFor is rights_refused's list filled for src, where src has it: the
