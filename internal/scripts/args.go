@@ -10,10 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Args is a script's ARGV: the fields of one struct below, in order. Append
-// appends them to argv but for the nil ones that end them (an acquire's: see
-// Acquire); the script names them by their tags (argLocals). Callers box the
-// values and keep those sent often.
+// Args is a script's ARGV: a struct's fields in order, named in Lua by their
+// tags (argLocals). Append sends them but for the nil ones that end them (see
+// Acquire for an acquire's). Callers box values, keeping those sent often.
 type Args interface{ Append(argv []any) []any }
 
 // Acquire is every acquire's ARGV after its type's fields always sent, then

@@ -105,13 +105,12 @@ func joined(segs []helper) string {
 func assembleSegments(parts []string) []helper {
 	var segs []helper // from the end
 	needed := make(map[string]bool)
-	for i := len(parts) - 1; i >= 0; i-- {
-		helpers, isLibrary := libraries[parts[i]]
+	for _, part := range slices.Backward(parts) {
+		helpers, isLibrary := libraries[part]
 		if !isLibrary {
-			helpers = []helper{{code: parts[i], uses: identifiers(parts[i])}}
+			helpers = []helper{{code: part, uses: identifiers(part)}}
 		}
-		for j := len(helpers) - 1; j >= 0; j-- {
-			h := helpers[j]
+		for _, h := range slices.Backward(helpers) {
 			if isLibrary && !slices.ContainsFunc(h.names, func(name string) bool { return needed[name] }) {
 				continue
 			}

@@ -7,7 +7,7 @@ import (
 )
 
 // Layout is the order of a script's KEYS, written once: Go makes a lock's
-// keys from it, the script names them by it (locals), so none counts places.
+// keys from it, the script names them by it (locals); neither counts places.
 type Layout []Key
 
 // Key is one key of a Layout: its Lua name, and the suffix that follows the
@@ -61,8 +61,7 @@ var (
 	ReleaseMark = Key{Lua: "RELEASE_MARK", Suffix: ":released:", PerCall: true}
 )
 
-// Keys are the KEYS of the lock whose key is lock, for a layout of the
-// lock's keys alone (none PerCall).
+// Keys are the KEYS of the lock whose key is lock; no key may be PerCall.
 func (l Layout) Keys(lock string) []string {
 	keys := make([]string, len(l))
 	for i, k := range l {
@@ -99,10 +98,9 @@ func (l Layout) Then(keys ...Key) Layout {
 // locals is the Lua that names the keys, the i-th KEYS[offset .. i] (offset
 // is Lua, "2 * N + " say): those beyond a script's KEYS are nil.
 func (l Layout) locals(offset string) string {
-	names := make([]string, len(l))
-	keys := make([]string, len(l))
+	var names, keys []string
 	for i, k := range l {
-		names[i], keys[i] = k.Lua, "KEYS["+offset+strconv.Itoa(i+1)+"]"
+		names, keys = append(names, k.Lua), append(keys, "KEYS["+offset+strconv.Itoa(i+1)+"]")
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(keys, ", ") + "\n"
 }

@@ -73,10 +73,9 @@ func makeLibrary() (src, name string) {
 	return strings.ReplaceAll(b.String(), libraryHash, hash), "dlock_" + hash
 }
 
-// globalNames are the globals the scripts read. A function's read of one
-// goes through a metatable (about 160 instructions), so the library copies
-// them to locals of the same names at its first call: at load, Redis offers
-// only register_function and log.
+// globalNames are the globals the scripts read: a read costs a metatable
+// lookup (~160 instructions), so the library copies them to same-named
+// locals at its first call (load offers only register_function and log).
 const globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
@@ -202,7 +201,7 @@ func declaredShared(code string, shared map[string]bool) string {
 	return b.String()
 }
 
-// uncommentedLines is code without comment lines: servers keep its text.
+// uncommentedLines is code without comment lines: each server keeps Library.
 func uncommentedLines(code string) string {
 	var b strings.Builder
 	for line := range strings.SplitSeq(code, "\n") {

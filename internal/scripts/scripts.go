@@ -79,8 +79,7 @@ func scriptOn(layout Layout, args any, others []*redis.Script, parts ...string) 
 	return script(layout, layout.locals(""), args, others, parts...)
 }
 
-// scriptOnParts makes a script on the KEYS of a MultiLock group: a part
-// per lock, key by key, then tail (see partLocals).
+// scriptOnParts makes a script on a MultiLock group's KEYS (see partLocals).
 func scriptOnParts(part, tail Layout, args any, others []*redis.Script, parts ...string) *redis.Script {
 	return script(part.Then(tail...), partLocals(part, tail), args, others, parts...)
 }
@@ -198,7 +197,6 @@ var (
 )
 
 // RWMutex scripts, also those of ReentrantMutex: its holds are write holds.
-// A release takes its mark in the fencing counter's place.
 var (
 	RWAcquire = scriptOn(RWLayout.Then(Tombstone), RWAcquireArgs{}, []*redis.Script{RWRelease, RWExtend, RWTTL, RWAbandon, RWInspect}, lua("rw_lib"), lua("rw_acquire"))
 	RWRelease = scriptOn(RWLayout.Before("FENCE").Then(ReleaseMark, Tombstone), ReleaseArgs{}, nil, lua("rw_lib"), lua("rw_release"))
