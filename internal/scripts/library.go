@@ -30,8 +30,8 @@ func Function(s *redis.Script) string { return functionNames[s] }
 // Of is the script an EVALSHA's SHA or an FCALL's function names, or nil.
 func Of(name string) *redis.Script { return byName[name] }
 
-// perCallState is a helper keeping a call's state: a table (m[1]) or values
-// (m[2]), nil at its start.
+// perCallState is a helper that keeps one call's state: a table (m[1]),
+// or values (m[2]), nil at its start.
 var perCallState = regexp.MustCompile(`^local (?:([A-Za-z_]\w*) = \{\}|([A-Za-z_][\w, ]*?) = nil(?:, nil)*)\n$`)
 
 // perCallReset is the Lua resetting a perCallState helper; "" for others.
@@ -79,17 +79,17 @@ func makeLibrary() (src, name string) {
 const globalNames = "redis, type, tonumber, tostring, string, math, table, ipairs, unpack, pcall, error, select"
 
 // runTimeGlobals starts the library: globals, defined before the locals
-// that shadow the names, returns them when it runs; bind, at a function's
-// first call, gives them to the locals. A function names only redis and
-// bind: Lua 5.1 allows a function 60 upvalues.
+// that shadow the names, returns what they are when it runs; bind gives
+// them to the locals, at a function's first call. A function names only
+// redis and bind: Lua 5.1 allows a function 60 upvalues.
 const runTimeGlobals = "local register = redis.register_function\n" +
 	"local function globals() return " + globalNames + " end\n" +
 	"local " + globalNames + "\n" +
 	"local function bind() " + globalNames + " = globals() end\n"
 
 // topHelpers tells the prelude's helpers the library defines at its top:
-// all but rights_refused (its list is each script's) and its callers (a
-// helper calls those defined before it).
+// all but rights_refused, whose list is each script's own, and its callers
+// (a helper calls those defined before it).
 func topHelpers() map[string]bool {
 	top := make(map[string]bool)
 	for _, h := range libraries[prelude] {
@@ -156,8 +156,8 @@ func function(name string, a assembly, top map[string]bool) string {
 		"if redis == nil then bind() end\n" + reset.String() + declaredShared(body.String(), shared) + "end}\nend\n"
 }
 
-// topDeclaration is a line declaring names at a script's top: local, maybe
-// function, the names, and what follows them.
+// topDeclaration is a line that declares names at a script's top: local,
+// maybe function, the names, and what follows them.
 var topDeclaration = regexp.MustCompile(`^local (function )?([A-Za-z_][\w, ]*?)\s*(=|\(|$)(.*)$`)
 
 // sharedDeclarations are the names a script declares at its top that read
