@@ -52,14 +52,13 @@ func StartTLS(t T) (*Server, *TLS) {
 	}
 	certDER, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
 	must(err)
-	cert, err := x509.ParseCertificate(certDER)
-	must(err)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	must(err)
 	c := &TLS{CAFile: filepath.Join(s.dir, "cert.pem"), keyFile: filepath.Join(s.dir, "cert.key"),
 		Password: "test-password", ca: x509.NewCertPool()}
-	c.ca.AddCert(cert)
-	must(os.WriteFile(c.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}), 0o600))
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER})
+	c.ca.AppendCertsFromPEM(certPEM)
+	must(os.WriteFile(c.CAFile, certPEM, 0o600))
 	must(os.WriteFile(c.keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
 	s.tls = c
 	s.startFresh()
