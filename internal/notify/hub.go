@@ -3,15 +3,13 @@
 //
 // A Hub keeps one subscriber connection per shard (per master on a Redis 7
 // cluster) and hands each message to this process's waiters on that
-// channel: a waiter's id wakes that waiter, keeping what follows a colon
-// for it ([Waiter.Grant]); "*" wakes them all.
+// channel, as [WakeAll] says.
 //
 // Wake-ups are lossless: [Hub.Watch] returns only once Redis has confirmed
 // the subscription, so a waiter that watches, then tries the lock and
-// fails, cannot miss the release that follows its try. Where the
-// subscription cannot be had or breaks, Watch still returns, and the
-// waiter bounds its waits by the holder's TTL, as it does anyway: nothing
-// here blocks a waiter for good.
+// fails, cannot miss the release that follows. Where the subscription
+// cannot be had or breaks, Watch still returns: the waiter bounds its waits
+// by the holder's TTL, as it does anyway, and is never blocked for good.
 package notify
 
 import (
@@ -29,7 +27,7 @@ import (
 
 // WakeAll is the payload that wakes every waiter on a channel (a writer
 // left: all readers may enter). Any other payload is the id of the waiter
-// to wake, with anything for it after a colon.
+// to wake, with anything for it after a colon ([Waiter.Grant]).
 const WakeAll = "*"
 
 // subscribeTimeout bounds Watch's wait for Redis to confirm a subscription.

@@ -117,8 +117,7 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 		sh.mu.Unlock()
 		return
 	}
-	tp.idle = nil
-	tp.wanted = false
+	tp.idle, tp.wanted = nil, false
 	tp.pending++
 	sh.send(sh.unsubscribe, channel)
 }
@@ -150,8 +149,7 @@ func (sh *shard) reset(channel string) {
 	if tp == nil {
 		return
 	}
-	tp.wanted = false
-	tp.pending = 0
+	tp.wanted, tp.pending = false, 0
 	tp.stopIdle()
 	tp.markReady()
 	tp.wakeAll()
