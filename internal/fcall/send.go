@@ -121,12 +121,11 @@ func loadsFor(calls []Call) [][]any {
 	var library bool
 	var sources []string
 	for _, call := range calls {
-		if !missingScript(call) {
-			continue
-		}
-		if call.Argv[0] == "fcall" {
+		switch {
+		case !missingScript(call):
+		case call.Argv[0] == "fcall":
 			library = true
-		} else {
+		default:
 			sources = append(sources, scripts.Companions(call.Script)...)
 		}
 	}
