@@ -23,18 +23,16 @@
 //		<-lease.Done() // the worker under test must stop here
 //	}
 //
-// Faults are made where a real one would happen, outside dlock: in Redis
-// (a hold removed, another owner's hold written) or on the connection (a
-// go-redis hook that delays or refuses commands), so the code under test
-// sees them through dlock's own paths: its renewals are refused, or come
-// too late, and its leases report the loss through Done, Err and Context,
-// with the reason a real event gives. [Redis.Disconnect] cuts one Client
-// off while the others go on.
+// Faults are made outside dlock, where real ones happen: in Redis (a hold
+// removed, another owner's hold written) or on the connection (a go-redis
+// hook that delays or refuses commands). The code under test meets them
+// through dlock's own paths, its renewals refused or late, and its leases
+// report the loss through Done, Err and Context with a real event's
+// reason. [Redis.Disconnect] cuts one Client off while the others go on.
 //
-// dlocktest does not work inside a testing/synctest bubble: dlock talks to
-// Redis over a socket, embedded or not, and a goroutine blocked on a socket
-// is not durably blocked, so the bubble's clock would stand still while a
-// waiter listens for a release.
+// dlocktest does not work inside a testing/synctest bubble: a goroutine
+// blocked on a socket (dlock's to Redis, embedded or not) is not durably
+// blocked, so the bubble's clock would stand still while a waiter listens.
 package dlocktest
 
 import (
