@@ -1,9 +1,7 @@
-// Package fcall sends dlock's scripts to Redis: as FCALL of dlock's
-// function library, or by EVALSHA where a server refuses Functions; it
-// loads the library (or the scripts) where a server lacks them, on the
-// node of a cluster or Ring that needs them. It also batches concurrent
-// calls into pipelines ([Coalescer]) and sends calls with WAIT after
-// them, following a cluster's redirections ([SendAcknowledged]).
+// Package fcall sends dlock's scripts to Redis, as FCALL or EVALSHA
+// ([Functions]), loading them on the nodes that lack them ([Send]). It
+// also batches concurrent calls into pipelines ([Coalescer]) and sends
+// calls with WAIT after them ([SendAcknowledged]).
 //
 // What a reply means is the caller's to judge: this package knows
 // commands and servers, not locks.
