@@ -58,12 +58,11 @@ var replication = slices.Concat(syncAtOnce,
 	[]string{"--masteruser", replicationUser, "--masterauth", replicationPassword},
 	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"}))
 
+const replicationUser, replicationPassword = "replication", "replication-secret"
+
 // syncAtOnce has a master sync a new replica (at the start, or a failed-over
 // master rejoining) at once, not after waiting 5 s for more (Redis 7's default).
 var syncAtOnce = []string{"--repl-diskless-sync-delay", "0"}
-
-// replicationUser is the user a Failover's replica logs in to its master as.
-const replicationUser, replicationPassword = "replication", "replication-secret"
 
 // CutReplica cuts the replica off the master until the master dies, as a
 // failed network would: the master closes its link and turns its
@@ -127,9 +126,8 @@ func (f *Failover) AwaitPromotion(ctx context.Context) error {
 }
 
 // Rejoin restarts the old master, killed and failed over from, on its port,
-// empty, as the promoted one's replica, with args as extra configuration
-// (ACL users), and swaps Master and Replica. It returns once the replica is
-// in sync and the Sentinel sees it up.
+// empty, as the promoted one's replica with args as extra configuration
+// (ACL users), swaps Master and Replica, and returns as StartFailover does.
 func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	old, promoted := f.Master, f.Replica
 	host, port, _ := net.SplitHostPort(promoted.Addr())
