@@ -51,7 +51,6 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	first := c.Nodes[0].Client()
 	for i, n := range c.Nodes {
 		if err := n.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]).Err(); err != nil {
 			t.Fatalf("redistest: assigning slots: %v", err)
@@ -59,7 +58,7 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 	}
 	for _, n := range c.all()[1:] {
 		host, port, _ := net.SplitHostPort(n.Addr())
-		if err := first.Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[n]).Err(); err != nil {
+		if err := c.Nodes[0].Client().Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[n]).Err(); err != nil {
 			t.Fatalf("redistest: joining the cluster: %v", err)
 		}
 	}
