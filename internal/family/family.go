@@ -134,8 +134,7 @@ func (k Kind) Handle(t Target, names []string, opts ...dlock.Option) Taker {
 	return k.handle(t, names, opts)
 }
 
-// Take takes a hold of k on names with a handle of its own: one attempt
-// when try, else a wait.
+// Take takes a hold of k on names with a new handle's Taker.
 func (k Kind) Take(ctx context.Context, t Target, names []string, try bool, opts ...dlock.Option) (*dlock.Lease, error) {
 	return k.handle(t, names, opts)(ctx, try)
 }
