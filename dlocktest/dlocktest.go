@@ -147,8 +147,7 @@ func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 }
 
 // Redis returns a go-redis client of this Redis that the faults do not
-// touch, for a test that looks at what dlock wrote. Lock keys start with
-// [Redis.Prefix].
+// touch, for a test that looks at what dlock wrote under [Redis.Prefix].
 func (r *Redis) Redis() redis.UniversalClient { return r.admin }
 
 // Prefix returns the key prefix the test's locks live under.

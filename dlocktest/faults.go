@@ -33,8 +33,7 @@ func (r *Redis) Expire(ctx context.Context, name string) error {
 
 // expire removes every hold of name, with no mark of a forced removal: a
 // renewal then finds the hold gone, as after an expiry. Renewals must be
-// held back (see faults.holdRenewals), or one between the two steps would
-// find the mark.
+// held back (holdRenewals): one between the two steps would find the mark.
 func (r *Redis) expire(ctx context.Context, name string) error {
 	held, err := r.operator().ForceUnlock(ctx, name)
 	if err != nil {

@@ -26,10 +26,9 @@ type fencedValue struct {
 	token uint64
 }
 
-// Put writes value at key with the writer's fencing token (a
-// [github.com/dlockio/dlock.Lease]'s Token). It returns an error matching
-// [ErrStaleToken], and changes nothing, if a higher token has written
-// there.
+// Put writes value at key with token, the writer's fencing token
+// ([github.com/dlockio/dlock.Lease.Token]). It returns an error matching
+// [ErrStaleToken], and changes nothing, if a higher token wrote there.
 func (s *FencedStore) Put(key string, token uint64, value string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
