@@ -75,9 +75,8 @@ func InfoField(info, field string) string {
 	return ""
 }
 
-// How a Watch checks its nodes: a round at most nodeCheckTimeout long, and
-// from nodeRecheck later a round for masters not checked yet (a failover,
-// a resharding).
+// A Watch's round lasts at most nodeCheckTimeout; from nodeRecheck later,
+// a round checks masters not checked yet (a failover, a resharding).
 const (
 	nodeCheckTimeout = 10 * time.Second
 	nodeRecheck      = time.Minute

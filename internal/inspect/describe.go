@@ -47,9 +47,8 @@ func SemaphoreInfo(reply []any) (admin.LockInfo, error) {
 	return info, nil
 }
 
-// permitHolders are a Semaphore's holders from the holder info of each
-// permit held: one admin.Holder per distinct info, counting its permits,
-// those without info first and together.
+// permitHolders are a Semaphore's holders, as admin.LockInfo.Holders says,
+// from the holder info of each permit held.
 func permitHolders(infos []any) []admin.Holder {
 	holders := []admin.Holder{{}}
 	at := map[string]int{"": 0}
