@@ -181,9 +181,8 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 	return sh, nil
 }
 
-// nodeFor names the shard a channel's messages are published on, and the
-// client that subscribes there; on a cluster without Sharded, which
-// broadcasts, any node.
+// nodeFor names the shard a channel's messages are published on, any node
+// of a cluster without Sharded (which broadcasts), and its client.
 func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
 	var node *redis.Client
 	var err error

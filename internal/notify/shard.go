@@ -122,10 +122,9 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 	sh.send(sh.unsubscribe, channel)
 }
 
-// send sends op, sh.subscribe or sh.unsubscribe, called with sh.mu held,
-// which it releases once sendMu keeps the order decided under it. It
-// sends on the hub's context: a waiter's cancellation must never cut the
-// shared connection.
+// send sends op (sh.subscribe or sh.unsubscribe) on the hub's context, so
+// no waiter's cancellation cuts the shared connection. Called with sh.mu
+// held, it releases it once sendMu keeps the order decided under it.
 func (sh *shard) send(op func(ctx context.Context, channels ...string) error, channel string) {
 	sh.sendMu.Lock()
 	sh.mu.Unlock()
@@ -238,9 +237,8 @@ func (sh *shard) deliver(channel, payload string) {
 	}
 }
 
-// confirmed handles a subscription's confirmation, and reports whether it
-// was go-redis's own after a reconnect, when the node may have changed
-// roles (dropMoved).
+// confirmed handles a subscription's confirmation; resubscribed: it was
+// go-redis's own after a reconnect, when the node may have changed roles.
 func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
