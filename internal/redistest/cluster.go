@@ -23,9 +23,8 @@ type Cluster struct {
 	args     []string        // every node's extra configuration
 }
 
-// StartCluster starts a 3-master cluster and returns once it has settled
-// (Settle). Extra arguments are every node's configuration (an ACL user,
-// say), restarts included.
+// StartCluster starts a 3-master cluster and returns once it has settled.
+// Extra arguments configure every node, restarts included (an ACL user).
 func StartCluster(t T, args ...string) *Cluster {
 	t.Helper()
 	return startCluster(t, false, args)
