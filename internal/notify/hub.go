@@ -33,9 +33,6 @@ const WakeAll = "*"
 // subscribeTimeout bounds Watch's wait for Redis to confirm a subscription.
 const subscribeTimeout = 2 * time.Second
 
-// DefaultLinger is the default of Config.Linger.
-const DefaultLinger = 10 * time.Second
-
 // Config says how a Hub reaches Redis.
 type Config struct {
 	Client redis.UniversalClient
@@ -44,7 +41,7 @@ type Config struct {
 	Sharded bool
 	Logger  *slog.Logger
 	// Linger is how long a channel stays subscribed after its last waiter
-	// left (default DefaultLinger): a contended lock is waited on again and
+	// left (default 10 s): a contended lock is waited on again and
 	// again, and a subscription kept saves a round trip.
 	Linger time.Duration
 }
@@ -68,7 +65,7 @@ func New(cfg Config) *Hub {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Linger <= 0 {
-		cfg.Linger = DefaultLinger
+		cfg.Linger = 10 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{cfg: cfg, ctx: ctx, cancel: cancel, shards: make(map[string]*shard)}
