@@ -132,13 +132,12 @@ func NewRedis(url string) (*Redis, error) {
 // out of the test's reach: leave it out. Options [dlock.New] refuses are a
 // mistake in the test: Client panics with New's error.
 func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
-	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
 	o := *r.opts
 	o.ContextTimeoutEnabled, o.MaxRetries = true, -1 // a fault is seen once, as the code under test would see it
 	rdb := redis.NewClient(&o)
 	hook := &clientFaults{all: r.faults}
 	rdb.AddHook(hook)
-	c := mustNew(rdb, opts...)
+	c := mustNew(rdb, append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)...)
 	r.mu.Lock()
 	r.hooks[c] = hook
 	r.closers = append(r.closers, c.Close, rdb.Close)
