@@ -59,8 +59,7 @@ func (c *Clock) Now() time.Time {
 	return time.Now().Add(-c.lag).In(c.zone)
 }
 
-// Until is t.Sub(c.Now()): how long the process's monotonic clock takes to
-// reach t.
+// Until is t.Sub(c.Now()): how long c's monotonic clock takes to reach t.
 func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
 // Since is c.Now().Sub(t).
