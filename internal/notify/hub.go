@@ -172,7 +172,14 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 	if sh := h.shards[addr]; sh != nil {
 		return sh, nil
 	}
-	sh := newShard(h, addr, node)
+	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", node: node, topics: make(map[string]*topic)}
+	if sh.sharded {
+		sh.ps = node.SSubscribe(h.ctx)
+		sh.subscribe, sh.unsubscribe = sh.ps.SSubscribe, sh.ps.SUnsubscribe
+	} else {
+		sh.ps = node.Subscribe(h.ctx)
+		sh.subscribe, sh.unsubscribe = sh.ps.Subscribe, sh.ps.Unsubscribe
+	}
 	h.shards[addr] = sh
 	h.wg.Go(sh.read)
 	return sh, nil

@@ -43,18 +43,6 @@ type topic struct {
 	idle  *time.Timer   // unsubscribes once it had no waiter for Linger
 }
 
-func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
-	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", node: node, topics: make(map[string]*topic)}
-	if sh.sharded {
-		sh.ps = node.SSubscribe(h.ctx)
-		sh.subscribe, sh.unsubscribe = sh.ps.SSubscribe, sh.ps.SUnsubscribe
-	} else {
-		sh.ps = node.Subscribe(h.ctx)
-		sh.subscribe, sh.unsubscribe = sh.ps.Subscribe, sh.ps.Unsubscribe
-	}
-	return sh
-}
-
 // add registers a new waiter on channel, subscribing when it is the first,
 // and returns a channel closed once the subscription is confirmed or given
 // up. A retired shard takes no waiter (nil): ask the hub again.
