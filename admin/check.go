@@ -59,8 +59,7 @@ type Report struct {
 	Nodes []NodeReport
 }
 
-// Worst returns the highest severity among the report's problems, or 0
-// when there is none.
+// Worst returns the highest severity of the report's problems; 0 for none.
 func (r *Report) Worst() Severity {
 	var worst Severity
 	for _, n := range r.Nodes {

@@ -56,8 +56,7 @@ import (
 // Redis: redis://[user:password@]host:port[/db], or rediss:// for TLS.
 const EnvRedisURL = "DLOCK_TEST_REDIS_URL"
 
-// Redis is a Redis for one test, with faults to make on demand. Its methods
-// are safe for concurrent use.
+// Redis is one test's Redis, with faults on demand, safe for concurrent use.
 type Redis struct {
 	opts   *redis.Options
 	prefix string // every lock of the test lives under it

@@ -127,8 +127,7 @@ func (c *Clock) Resume() time.Duration {
 }
 
 // Jump moves the process's wall clock ahead by d, its monotonic clock
-// staying where it is: as a machine that resumed after a suspension of d
-// finds them, without the wait.
+// staying put: as after a suspension of d, without the wait.
 func (c *Clock) Jump(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

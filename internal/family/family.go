@@ -166,8 +166,7 @@ func Kinds() []string {
 	return names
 }
 
-// Types are the Go types of the kinds on a Client's server, each once, in
-// All's order.
+// Types are the Go types of a Client's kinds, each once, in All's order.
 func Types() []string {
 	var types []string
 	for _, k := range All {

@@ -51,9 +51,8 @@ func StartFailover(t T) *Failover {
 	return f
 }
 
-// replication is the configuration of a Failover's nodes, each a master or
-// a replica in turn: a replica logs in to its master as replicationUser,
-// whom CutReplica turns off.
+// replication configures a Failover's nodes, each master or replica in
+// turn, a replica logging in as replicationUser, whom CutReplica turns off.
 var replication = slices.Concat(syncAtOnce,
 	[]string{"--masteruser", replicationUser, "--masterauth", replicationPassword},
 	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"}))
