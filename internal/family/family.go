@@ -128,8 +128,7 @@ func pick(try, wait func(context.Context) (*dlock.Lease, error)) Taker {
 // Label is what a tool calls k: its type, and an RWMutex's side.
 func (k Kind) Label() string { return strings.TrimSpace(k.Type + " " + k.Side) }
 
-// Handle makes a handle of k on names (one but for a Group) at t, and
-// returns its Taker.
+// Handle makes a handle of k on names (one unless a Group) at t: its Taker.
 func (k Kind) Handle(t Target, names []string, opts ...dlock.Option) Taker {
 	return k.handle(t, names, opts)
 }

@@ -37,8 +37,7 @@ func CommandOn(script *redis.Script, boxed []any, keys []string, more int) []any
 	return argv
 }
 
-// firstKey is the first key of a command CommandOn started; ok is false
-// for a command without keys.
+// firstKey is the first key of a command CommandOn started, if it has one.
 func firstKey(argv []any) (key string, ok bool) {
 	if len(argv) < 4 || argv[2] == 0 {
 		return "", false

@@ -97,8 +97,7 @@ type Watch struct {
 	seen map[string]bool    // nodes checked, and logged about, by address
 }
 
-// NewWatch returns a Watch of rdb's nodes that logs to log, with a round
-// due at the first use.
+// NewWatch returns a Watch of rdb's nodes logging to log, due at first use.
 func NewWatch(rdb redis.UniversalClient, log *slog.Logger) *Watch {
 	done := make(chan struct{})
 	close(done) // no round runs

@@ -151,8 +151,7 @@ func (h *Hub) Ready(channel string) bool {
 	return slices.ContainsFunc(shards, func(sh *shard) bool { return sh.isSubscribed(channel) })
 }
 
-// Goroutines reports how many subscriber goroutines run (one retiring may
-// still be ending).
+// Goroutines counts the subscriber goroutines (one retiring may be ending).
 func (h *Hub) Goroutines() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -159,8 +159,7 @@ func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error 
 	return c.Settle(ctx)
 }
 
-// promoted returns once master i's replica says it is a master, and swaps
-// the two in Nodes and Replicas.
+// promoted returns once master i's replica is a master, swapping the two.
 func (c *Cluster) promoted(ctx context.Context, i int, pause time.Duration) error {
 	if err := until(ctx, pause, func() bool { return c.Replicas[i].replication(ctx, "role:master") }); err != nil {
 		return err
