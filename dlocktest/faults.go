@@ -133,10 +133,9 @@ type faults struct {
 	slow  time.Duration
 	down  bool
 
-	// held is not nil while renewals are held back (holdRenewals), and
-	// closed when they may go on; renewing counts those sent and not yet
-	// answered. It is added to only while held is nil, so never while
-	// holdRenewals waits for it.
+	// held is set while renewals are held back (holdRenewals), closed when
+	// they may go on; renewing counts those sent, not yet answered, and is
+	// added to only while held is nil: never while holdRenewals waits on it.
 	held     chan struct{}
 	renewing sync.WaitGroup
 	holdMu   sync.Mutex // one holdRenewals at a time
