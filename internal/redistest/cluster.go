@@ -82,12 +82,8 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 func (c *Cluster) startNode() *Server {
 	c.t.Helper()
 	port := freePort(c.t)
-	n := Start(c.t, append([]string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "1000",
-		"--cluster-port", strconv.Itoa(port),
-	}, c.args...)...)
+	n := Start(c.t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "1000", "--cluster-port", strconv.Itoa(port)}, c.args...)...)
 	c.busPorts[n] = port
 	return n
 }
