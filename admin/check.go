@@ -28,8 +28,7 @@ func (s Severity) String() string {
 }
 
 // The names of the checks dlock.Client.Check runs, as [Problem.Check]
-// gives them. They are stable: a program may match on them. Checks may be
-// added.
+// gives them: stable, a program may match on them; more may be added.
 const (
 	// CheckInfo: the node's INFO could not be read (a network error, or an
 	// ACL without +info), so the checks that need it could not run.
@@ -60,8 +59,7 @@ type Report struct {
 	Nodes []NodeReport
 }
 
-// Worst returns the highest severity among the report's problems, or 0
-// when there is none.
+// Worst returns the highest severity of the report's problems; 0 for none.
 func (r *Report) Worst() Severity {
 	var worst Severity
 	for _, n := range r.Nodes {

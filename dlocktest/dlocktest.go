@@ -23,18 +23,16 @@
 //		<-lease.Done() // the worker under test must stop here
 //	}
 //
-// Faults are made where a real one would happen, outside dlock: in Redis
-// (a hold removed, another owner's hold written) or on the connection (a
-// go-redis hook that delays or refuses commands), so the code under test
-// sees them through dlock's own paths: its renewals are refused, or come
-// too late, and its leases report the loss through Done, Err and Context,
-// with the reason a real event gives. [Redis.Disconnect] cuts one Client
-// off while the others go on.
+// Faults are made outside dlock, where real ones happen: in Redis (a hold
+// removed, another owner's hold written) or on the connection (a go-redis
+// hook that delays or refuses commands). The code under test meets them
+// through dlock's own paths, its renewals refused or late, and its leases
+// report the loss through Done, Err and Context with a real event's
+// reason. [Redis.Disconnect] cuts one Client off while the others go on.
 //
-// dlocktest does not work inside a testing/synctest bubble: dlock talks to
-// Redis over a socket, embedded or not, and a goroutine blocked on a socket
-// is not durably blocked, so the bubble's clock would stand still while a
-// waiter listens for a release.
+// dlocktest does not work inside a testing/synctest bubble: a goroutine
+// blocked on a socket (dlock's to Redis, embedded or not) is not durably
+// blocked, so the bubble's clock would stand still while a waiter listens.
 package dlocktest
 
 import (
@@ -58,8 +56,7 @@ import (
 // Redis: redis://[user:password@]host:port[/db], or rediss:// for TLS.
 const EnvRedisURL = "DLOCK_TEST_REDIS_URL"
 
-// Redis is a Redis for one test, with faults to make on demand. Its methods
-// are safe for concurrent use.
+// Redis is one test's Redis, with faults on demand, safe for concurrent use.
 type Redis struct {
 	opts   *redis.Options
 	prefix string // every lock of the test lives under it
@@ -134,13 +131,12 @@ func NewRedis(url string) (*Redis, error) {
 // out of the test's reach: leave it out. Options [dlock.New] refuses are a
 // mistake in the test: Client panics with New's error.
 func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
-	opts = append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)
 	o := *r.opts
 	o.ContextTimeoutEnabled, o.MaxRetries = true, -1 // a fault is seen once, as the code under test would see it
 	rdb := redis.NewClient(&o)
 	hook := &clientFaults{all: r.faults}
 	rdb.AddHook(hook)
-	c := mustNew(rdb, opts...)
+	c := mustNew(rdb, append([]dlock.Option{dlock.WithPrefix(r.prefix)}, opts...)...)
 	r.mu.Lock()
 	r.hooks[c] = hook
 	r.closers = append(r.closers, c.Close, rdb.Close)
@@ -149,8 +145,7 @@ func (r *Redis) Client(opts ...dlock.Option) *dlock.Client {
 }
 
 // Redis returns a go-redis client of this Redis that the faults do not
-// touch, for a test that looks at what dlock wrote. Lock keys start with
-// [Redis.Prefix].
+// touch, for a test that looks at what dlock wrote under [Redis.Prefix].
 func (r *Redis) Redis() redis.UniversalClient { return r.admin }
 
 // Prefix returns the key prefix the test's locks live under.

@@ -33,8 +33,7 @@ func (r *Redis) Expire(ctx context.Context, name string) error {
 
 // expire removes every hold of name, with no mark of a forced removal: a
 // renewal then finds the hold gone, as after an expiry. Renewals must be
-// held back (see faults.holdRenewals), or one between the two steps would
-// find the mark.
+// held back (holdRenewals): one between the two steps would find the mark.
 func (r *Redis) expire(ctx context.Context, name string) error {
 	held, err := r.operator().ForceUnlock(ctx, name)
 	if err != nil {
@@ -134,10 +133,9 @@ type faults struct {
 	slow  time.Duration
 	down  bool
 
-	// held is not nil while renewals are held back (holdRenewals), and
-	// closed when they may go on; renewing counts those sent and not yet
-	// answered. It is added to only while held is nil, so never while
-	// holdRenewals waits for it.
+	// held is set while renewals are held back (holdRenewals), closed when
+	// they may go on; renewing counts those sent, not yet answered, and is
+	// added to only while held is nil: never while holdRenewals waits on it.
 	held     chan struct{}
 	renewing sync.WaitGroup
 	holdMu   sync.Mutex // one holdRenewals at a time

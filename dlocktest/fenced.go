@@ -12,11 +12,10 @@ import (
 var ErrStaleToken = errors.New("dlocktest: stale fencing token")
 
 // FencedStore is a tiny in-memory resource that trusts fencing tokens, as
-// the store a lock protects should: it refuses a write whose token is lower
-// than the highest it has accepted for that key. Writes with the highest
-// token are accepted again, since one holder may write many times. Use it in
-// tests and examples to show that a stale holder cannot do harm. The zero
-// value is ready; it is safe for concurrent use.
+// the store a lock protects should: it refuses a write whose token is below
+// the highest accepted for that key, not one equal to it, since one holder
+// may write many times. Tests and examples show with it that a stale
+// holder cannot do harm. Its zero value is ready, safe for concurrent use.
 type FencedStore struct {
 	mu   sync.Mutex
 	data map[string]fencedValue
@@ -27,10 +26,9 @@ type fencedValue struct {
 	token uint64
 }
 
-// Put writes value at key with the writer's fencing token (a
-// [github.com/dlockio/dlock.Lease]'s Token). It returns an error matching
-// [ErrStaleToken], and changes nothing, if a higher token has written
-// there.
+// Put writes value at key with token, the writer's fencing token
+// ([github.com/dlockio/dlock.Lease.Token]). It returns an error matching
+// [ErrStaleToken], and changes nothing, if a higher token wrote there.
 func (s *FencedStore) Put(key string, token uint64, value string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -21,9 +21,8 @@ type Fenced struct {
 	lastOwner int
 }
 
-// Enter records the start of a critical section by holder, with token;
-// asked is when holder began asking for the lock. If another holder left
-// after that, holder was waiting for it: a handoff.
+// Enter records the start of holder's critical section, with token; asked
+// is when holder began asking for the lock (see Handoffs).
 func (f *Fenced) Enter(holder int, token uint64, asked time.Time) {
 	now := time.Now()
 	f.mu.Lock()

@@ -33,8 +33,7 @@ func (l *Latencies) Percentile(p float64) time.Duration {
 	if len(l.samples) == 0 {
 		return 0
 	}
-	sorted := slices.Clone(l.samples)
-	slices.Sort(sorted)
+	sorted := slices.Sorted(slices.Values(l.samples))
 	i := int(float64(len(sorted))*p/100+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }

@@ -45,8 +45,7 @@ func (s *Shared) ExitWrite() {
 	}
 }
 
-// EnterRead records the start of a read; asked is when the reader began
-// asking for the lock.
+// EnterRead records the start of a read whose reader began asking at asked.
 func (s *Shared) EnterRead(asked time.Time) {
 	now := time.Now()
 	s.mu.Lock()

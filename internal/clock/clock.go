@@ -1,9 +1,7 @@
 // Package clock is the time a dlock Client's (or Redlock's) leases read:
 // the machine's own (a nil *Clock), or, in fault tests, that of a process
 // whose machine can be suspended (Suspend, Resume), as a laptop's lid is
-// closed: meanwhile its readings stand still and its code waits (Wait);
-// once resumed, its monotonic readings lag real time, its wall readings do
-// not, as on Linux. Jump moves its wall clock alone.
+// closed, or its wall clock moved alone (Jump).
 //
 // A time.Time cannot hold a lagging monotonic and a current wall reading,
 // so a Clock's reading is the machine's time less the lag, with how far
@@ -61,8 +59,7 @@ func (c *Clock) Now() time.Time {
 	return time.Now().Add(-c.lag).In(c.zone)
 }
 
-// Until is t.Sub(c.Now()): how long the process's monotonic clock takes to
-// reach t.
+// Until is t.Sub(c.Now()): how long c's monotonic clock takes to reach t.
 func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
 // Since is c.Now().Sub(t).
@@ -113,8 +110,8 @@ func (c *Clock) Suspend() {
 }
 
 // Resume ends a suspension: from now on readings lag real time by its
-// length more, and wall readings do not. It returns how long the process
-// was suspended (0 when it was not).
+// length more, and wall readings do not, as on Linux. It returns how long
+// the process was suspended (0 when it was not).
 func (c *Clock) Resume() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -130,8 +127,7 @@ func (c *Clock) Resume() time.Duration {
 }
 
 // Jump moves the process's wall clock ahead by d, its monotonic clock
-// staying where it is: as a machine that resumed after a suspension of d
-// finds them, without the wait.
+// staying put: as after a suspension of d, without the wait.
 func (c *Clock) Jump(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

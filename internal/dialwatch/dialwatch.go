@@ -15,8 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Watch is a go-redis hook that counts a client's dials and keeps why the
-// last failed (nil once one succeeded).
+// Watch is the go-redis hook; a dial that succeeds clears its last failure.
 type Watch struct {
 	Opened atomic.Int64 // dials that succeeded
 	failed atomic.Pointer[dialFailure]
@@ -70,7 +69,6 @@ func (w *Watch) Failure(since time.Time) error {
 	return nil
 }
 
-// DialHook counts the dials that succeed and keeps why the last failed.
 func (w *Watch) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)

@@ -126,18 +126,14 @@ func pick(try, wait func(context.Context) (*dlock.Lease, error)) Taker {
 }
 
 // Label is what a tool calls k: its type, and an RWMutex's side.
-func (k Kind) Label() string {
-	return strings.TrimSpace(k.Type + " " + k.Side)
-}
+func (k Kind) Label() string { return strings.TrimSpace(k.Type + " " + k.Side) }
 
-// Handle makes a handle of k on names (one but for a Group) at t, and
-// returns its Taker.
+// Handle makes a handle of k on names (one unless a Group) at t: its Taker.
 func (k Kind) Handle(t Target, names []string, opts ...dlock.Option) Taker {
 	return k.handle(t, names, opts)
 }
 
-// Take takes a hold of k on names with a handle of its own: one attempt
-// when try, else a wait.
+// Take takes a hold of k on names with a new handle's Taker.
 func (k Kind) Take(ctx context.Context, t Target, names []string, try bool, opts ...dlock.Option) (*dlock.Lease, error) {
 	return k.handle(t, names, opts)(ctx, try)
 }
@@ -169,8 +165,7 @@ func Kinds() []string {
 	return names
 }
 
-// Types are the Go types of the kinds on a Client's server, each once, in
-// All's order.
+// Types are the Go types of a Client's kinds, each once, in All's order.
 func Types() []string {
 	var types []string
 	for _, k := range All {

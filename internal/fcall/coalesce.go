@@ -7,10 +7,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coalescer sends the acquires and releases of concurrent callers of one
-// Client in shared pipelines, saving system calls: while coalesceFlights
-// round trips are in flight, callers queue for the next. With nothing in
-// flight a call goes straight out.
+// Coalescer sends concurrent acquires and releases of one Client in shared
+// pipelines, saving system calls: while coalesceFlights round trips are in
+// flight, callers queue for the next; with none, a call goes straight out.
 type Coalescer struct {
 	rdb redis.UniversalClient
 	fns *Functions

@@ -1,9 +1,7 @@
-// Package fcall sends dlock's scripts to Redis: as FCALL of dlock's
-// function library, or by EVALSHA where a server refuses Functions; it
-// loads the library (or the scripts) where a server lacks them, on the
-// node of a cluster or Ring that needs them. It also batches concurrent
-// calls into pipelines ([Coalescer]) and sends calls with WAIT after
-// them, following a cluster's redirections ([SendAcknowledged]).
+// Package fcall sends dlock's scripts to Redis, as FCALL or EVALSHA
+// ([Functions]), loading them on the nodes that lack them ([Send]). It
+// also batches concurrent calls into pipelines ([Coalescer]) and sends
+// calls with WAIT after them ([SendAcknowledged]).
 //
 // What a reply means is the caller's to judge: this package knows
 // commands and servers, not locks.
@@ -39,8 +37,7 @@ func CommandOn(script *redis.Script, boxed []any, keys []string, more int) []any
 	return argv
 }
 
-// firstKey is the first key of a command CommandOn started; ok is false
-// for a command without keys.
+// firstKey is the first key of a command CommandOn started, if it has one.
 func firstKey(argv []any) (key string, ok bool) {
 	if len(argv) < 4 || argv[2] == 0 {
 		return "", false

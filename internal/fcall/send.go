@@ -52,8 +52,7 @@ func sendScript(ctx context.Context, fns *Functions, rdb redis.UniversalClient, 
 // met a server without its scripts goes again after the load, in one
 // pipeline; on a cluster or Ring the load goes to the call's node first,
 // and to every node only if the call misses again, so a stalled node
-// delays no other. A call whose load failed fails with its error. Where
-// Functions are refused, fns sends EVALSHA from then on.
+// delays no other. A call whose load failed fails with its error.
 func Send(ctx context.Context, fns *Functions, rdb redis.UniversalClient, calls []Call) {
 	if fns.refused.Load() {
 		asEvalsha(calls)
@@ -121,12 +120,11 @@ func loadsFor(calls []Call) [][]any {
 	var library bool
 	var sources []string
 	for _, call := range calls {
-		if !missingScript(call) {
-			continue
-		}
-		if call.Argv[0] == "fcall" {
+		switch {
+		case !missingScript(call):
+		case call.Argv[0] == "fcall":
 			library = true
-		} else {
+		default:
 			sources = append(sources, scripts.Companions(call.Script)...)
 		}
 	}

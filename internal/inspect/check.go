@@ -75,9 +75,8 @@ func InfoField(info, field string) string {
 	return ""
 }
 
-// How a Watch checks its nodes: a round at most nodeCheckTimeout long, and
-// from nodeRecheck later a round for masters not checked yet (a failover,
-// a resharding).
+// A Watch's round lasts at most nodeCheckTimeout; from nodeRecheck later,
+// a round checks masters not checked yet (a failover, a resharding).
 const (
 	nodeCheckTimeout = 10 * time.Second
 	nodeRecheck      = time.Minute
@@ -98,8 +97,7 @@ type Watch struct {
 	seen map[string]bool    // nodes checked, and logged about, by address
 }
 
-// NewWatch returns a Watch of rdb's nodes that logs to log, with a round
-// due at the first use.
+// NewWatch returns a Watch of rdb's nodes logging to log, due at first use.
 func NewWatch(rdb redis.UniversalClient, log *slog.Logger) *Watch {
 	done := make(chan struct{})
 	close(done) // no round runs

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -13,11 +14,8 @@ import (
 // MutexInfo reads describe.lua's reply for a string lock key.
 func MutexInfo(reply []any) (admin.LockInfo, error) {
 	r, err := fcall.Int64s(reply, 4)
-	if err == nil && len(reply) < 7 {
-		err = fcall.ErrUnexpectedReply
-	}
-	if err != nil {
-		return admin.LockInfo{}, err
+	if err != nil || len(reply) < 7 {
+		return admin.LockInfo{}, cmp.Or(err, fcall.ErrUnexpectedReply)
 	}
 	holderInfo, _ := reply[4].(string)
 	info := admin.LockInfo{Kind: observe.KindMutex, Holders: []admin.Holder{{Write: true, Holds: 1, Info: HolderInfo(holderInfo)}},
@@ -49,9 +47,8 @@ func SemaphoreInfo(reply []any) (admin.LockInfo, error) {
 	return info, nil
 }
 
-// permitHolders are a Semaphore's holders from the holder info of each
-// permit held: one admin.Holder per distinct info, counting its permits,
-// those without info first and together.
+// permitHolders are a Semaphore's holders, as admin.LockInfo.Holders says,
+// from the holder info of each permit held.
 func permitHolders(infos []any) []admin.Holder {
 	holders := []admin.Holder{{}}
 	at := map[string]int{"": 0}

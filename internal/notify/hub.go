@@ -3,15 +3,13 @@
 //
 // A Hub keeps one subscriber connection per shard (per master on a Redis 7
 // cluster) and hands each message to this process's waiters on that
-// channel: a waiter's id wakes that waiter, keeping what follows a colon
-// for it ([Waiter.Grant]); "*" wakes them all.
+// channel, as [WakeAll] says.
 //
 // Wake-ups are lossless: [Hub.Watch] returns only once Redis has confirmed
 // the subscription, so a waiter that watches, then tries the lock and
-// fails, cannot miss the release that follows its try. Where the
-// subscription cannot be had or breaks, Watch still returns, and the
-// waiter bounds its waits by the holder's TTL, as it does anyway: nothing
-// here blocks a waiter for good.
+// fails, cannot miss the release that follows. Where the subscription
+// cannot be had or breaks, Watch still returns: the waiter bounds its waits
+// by the holder's TTL, as it does anyway, and is never blocked for good.
 package notify
 
 import (
@@ -29,14 +27,11 @@ import (
 
 // WakeAll is the payload that wakes every waiter on a channel (a writer
 // left: all readers may enter). Any other payload is the id of the waiter
-// to wake, with anything for it after a colon.
+// to wake, with anything for it after a colon ([Waiter.Grant]).
 const WakeAll = "*"
 
 // subscribeTimeout bounds Watch's wait for Redis to confirm a subscription.
 const subscribeTimeout = 2 * time.Second
-
-// DefaultLinger is the default of Config.Linger.
-const DefaultLinger = 10 * time.Second
 
 // Config says how a Hub reaches Redis.
 type Config struct {
@@ -46,7 +41,7 @@ type Config struct {
 	Sharded bool
 	Logger  *slog.Logger
 	// Linger is how long a channel stays subscribed after its last waiter
-	// left (default DefaultLinger): a contended lock is waited on again and
+	// left (default 10 s): a contended lock is waited on again and
 	// again, and a subscription kept saves a round trip.
 	Linger time.Duration
 }
@@ -70,7 +65,7 @@ func New(cfg Config) *Hub {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Linger <= 0 {
-		cfg.Linger = DefaultLinger
+		cfg.Linger = 10 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{cfg: cfg, ctx: ctx, cancel: cancel, shards: make(map[string]*shard)}
@@ -156,8 +151,7 @@ func (h *Hub) Ready(channel string) bool {
 	return slices.ContainsFunc(shards, func(sh *shard) bool { return sh.isSubscribed(channel) })
 }
 
-// Goroutines reports how many subscriber goroutines run (one retiring may
-// still be ending).
+// Goroutines counts the subscriber goroutines (one retiring may be ending).
 func (h *Hub) Goroutines() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -177,15 +171,21 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*shard, error) {
 	if sh := h.shards[addr]; sh != nil {
 		return sh, nil
 	}
-	sh := newShard(h, addr, node)
+	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", node: node, topics: make(map[string]*topic)}
+	if sh.sharded {
+		sh.ps = node.SSubscribe(h.ctx)
+		sh.subscribe, sh.unsubscribe = sh.ps.SSubscribe, sh.ps.SUnsubscribe
+	} else {
+		sh.ps = node.Subscribe(h.ctx)
+		sh.subscribe, sh.unsubscribe = sh.ps.Subscribe, sh.ps.Unsubscribe
+	}
 	h.shards[addr] = sh
 	h.wg.Go(sh.read)
 	return sh, nil
 }
 
-// nodeFor names the shard a channel's messages are published on, and the
-// client that subscribes there; on a cluster without Sharded, which
-// broadcasts, any node.
+// nodeFor names the shard a channel's messages are published on, any node
+// of a cluster without Sharded (which broadcasts), and its client.
 func (h *Hub) nodeFor(ctx context.Context, channel string) (string, redis.UniversalClient, error) {
 	var node *redis.Client
 	var err error

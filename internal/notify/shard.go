@@ -43,18 +43,6 @@ type topic struct {
 	idle  *time.Timer   // unsubscribes once it had no waiter for Linger
 }
 
-func newShard(h *Hub, addr string, node redis.UniversalClient) *shard {
-	sh := &shard{hub: h, addr: addr, sharded: h.cfg.Sharded && addr != "", node: node, topics: make(map[string]*topic)}
-	if sh.sharded {
-		sh.ps = node.SSubscribe(h.ctx)
-		sh.subscribe, sh.unsubscribe = sh.ps.SSubscribe, sh.ps.SUnsubscribe
-	} else {
-		sh.ps = node.Subscribe(h.ctx)
-		sh.subscribe, sh.unsubscribe = sh.ps.Subscribe, sh.ps.Unsubscribe
-	}
-	return sh
-}
-
 // add registers a new waiter on channel, subscribing when it is the first,
 // and returns a channel closed once the subscription is confirmed or given
 // up. A retired shard takes no waiter (nil): ask the hub again.
@@ -117,16 +105,14 @@ func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
 		sh.mu.Unlock()
 		return
 	}
-	tp.idle = nil
-	tp.wanted = false
+	tp.idle, tp.wanted = nil, false
 	tp.pending++
 	sh.send(sh.unsubscribe, channel)
 }
 
-// send sends op, sh.subscribe or sh.unsubscribe, called with sh.mu held,
-// which it releases once sendMu keeps the order decided under it. It
-// sends on the hub's context: a waiter's cancellation must never cut the
-// shared connection.
+// send sends op (sh.subscribe or sh.unsubscribe) on the hub's context, so
+// no waiter's cancellation cuts the shared connection. Called with sh.mu
+// held, it releases it once sendMu keeps the order decided under it.
 func (sh *shard) send(op func(ctx context.Context, channels ...string) error, channel string) {
 	sh.sendMu.Lock()
 	sh.mu.Unlock()
@@ -150,8 +136,7 @@ func (sh *shard) reset(channel string) {
 	if tp == nil {
 		return
 	}
-	tp.wanted = false
-	tp.pending = 0
+	tp.wanted, tp.pending = false, 0
 	tp.stopIdle()
 	tp.markReady()
 	tp.wakeAll()
@@ -240,9 +225,8 @@ func (sh *shard) deliver(channel, payload string) {
 	}
 }
 
-// confirmed handles a subscription's confirmation, and reports whether it
-// was go-redis's own after a reconnect, when the node may have changed
-// roles (dropMoved).
+// confirmed handles a subscription's confirmation; resubscribed: it was
+// go-redis's own after a reconnect, when the node may have changed roles.
 func (sh *shard) confirmed(m *redis.Subscription) (resubscribed bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -15,8 +15,7 @@ var DlockACL = []string{
 	"+publish", "+subscribe", "+unsubscribe", "+ping", "+hello",
 }
 
-// EvalshaACL is DlockACL without Redis Functions: dlock's rights before it
-// called them.
+// EvalshaACL is DlockACL without Functions: dlock's rights before them.
 var EvalshaACL = slices.DeleteFunc(slices.Clone(DlockACL), func(r string) bool { return r == "+fcall" || r == "+function|load" })
 
 // RedlockACL is DlockACL with what a Redlock's restart guard adds.

@@ -23,9 +23,8 @@ type Cluster struct {
 	args     []string        // every node's extra configuration
 }
 
-// StartCluster starts a 3-master cluster and returns once it has settled
-// (Settle). Extra arguments are every node's configuration (an ACL user,
-// say), restarts included.
+// StartCluster starts a 3-master cluster and returns once it has settled.
+// Extra arguments configure every node, restarts included (an ACL user).
 func StartCluster(t T, args ...string) *Cluster {
 	t.Helper()
 	return startCluster(t, false, args)
@@ -51,7 +50,6 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	first := c.Nodes[0].Client()
 	for i, n := range c.Nodes {
 		if err := n.Client().Do(ctx, "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]).Err(); err != nil {
 			t.Fatalf("redistest: assigning slots: %v", err)
@@ -59,7 +57,7 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 	}
 	for _, n := range c.all()[1:] {
 		host, port, _ := net.SplitHostPort(n.Addr())
-		if err := first.Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[n]).Err(); err != nil {
+		if err := c.Nodes[0].Client().Do(ctx, "CLUSTER", "MEET", host, port, c.busPorts[n]).Err(); err != nil {
 			t.Fatalf("redistest: joining the cluster: %v", err)
 		}
 	}
@@ -84,12 +82,8 @@ func startCluster(t T, replicated bool, args []string) *Cluster {
 func (c *Cluster) startNode() *Server {
 	c.t.Helper()
 	port := freePort(c.t)
-	n := Start(c.t, append([]string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "1000",
-		"--cluster-port", strconv.Itoa(port),
-	}, c.args...)...)
+	n := Start(c.t, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "1000", "--cluster-port", strconv.Itoa(port)}, c.args...)...)
 	c.busPorts[n] = port
 	return n
 }
@@ -161,8 +155,7 @@ func (c *Cluster) ManualFailOver(ctx context.Context, i int, mode string) error 
 	return c.Settle(ctx)
 }
 
-// promoted returns once master i's replica says it is a master, and swaps
-// the two in Nodes and Replicas.
+// promoted returns once master i's replica is a master, swapping the two.
 func (c *Cluster) promoted(ctx context.Context, i int, pause time.Duration) error {
 	if err := until(ctx, pause, func() bool { return c.Replicas[i].replication(ctx, "role:master") }); err != nil {
 		return err

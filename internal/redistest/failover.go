@@ -51,19 +51,17 @@ func StartFailover(t T) *Failover {
 	return f
 }
 
-// replication is the configuration of a Failover's nodes, each a master or
-// a replica in turn: a replica logs in to its master as replicationUser,
-// whom CutReplica turns off.
+// replication configures a Failover's nodes, each master or replica in
+// turn, a replica logging in as replicationUser, whom CutReplica turns off.
 var replication = slices.Concat(syncAtOnce,
 	[]string{"--masteruser", replicationUser, "--masterauth", replicationPassword},
 	UserArgs(replicationUser, replicationPassword, []string{"+psync", "+replconf", "+ping"}))
 
+const replicationUser, replicationPassword = "replication", "replication-secret"
+
 // syncAtOnce has a master sync a new replica (at the start, or a failed-over
 // master rejoining) at once, not after waiting 5 s for more (Redis 7's default).
 var syncAtOnce = []string{"--repl-diskless-sync-delay", "0"}
-
-// replicationUser is the user a Failover's replica logs in to its master as.
-const replicationUser, replicationPassword = "replication", "replication-secret"
 
 // CutReplica cuts the replica off the master until the master dies, as a
 // failed network would: the master closes its link and turns its
@@ -88,10 +86,14 @@ func (f *Failover) Client() *redis.Client {
 	return rdb
 }
 
-// sentinel is a new client of the Sentinel, for the caller to close: one
-// kept would stay open until the test's end (a soak starts a Failover a run).
-func (f *Failover) sentinel() *redis.SentinelClient {
-	return redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+// askSentinel asks ok, with a new client of the Sentinel, every pause
+// until it holds or ctx ends. The client is closed then: one kept would stay
+// open until the test's end (a soak starts a Failover a run).
+func (f *Failover) askSentinel(ctx context.Context, pause time.Duration,
+	ok func(*redis.SentinelClient) bool) error {
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: f.Sentinel.Addr()})
+	defer sentinel.Close()
+	return until(ctx, pause, func() bool { return ok(sentinel) })
 }
 
 // Promote has the Sentinel fail over to the replica, unless a failover it
@@ -99,11 +101,9 @@ func (f *Failover) sentinel() *redis.SentinelClient {
 // master. While the Sentinel finds no replica to promote (NOGOODSLAVE: its
 // last INFO of it too old, say), it asks again, as an operator would.
 func (f *Failover) Promote(ctx context.Context) error {
-	sentinel := f.sentinel()
-	defer sentinel.Close()
 	var err error
-	waitErr := until(ctx, 100*time.Millisecond, func() bool { // the Sentinel's next look at the replica
-		err = sentinel.Failover(ctx, MasterName).Err()
+	waitErr := f.askSentinel(ctx, 100*time.Millisecond, func(sentinel *redis.SentinelClient) bool {
+		err = sentinel.Failover(ctx, MasterName).Err() // again at the Sentinel's next look at the replica
 		return err == nil || !strings.HasPrefix(err.Error(), "NOGOODSLAVE")
 	})
 	if err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
@@ -115,9 +115,7 @@ func (f *Failover) Promote(ctx context.Context) error {
 // AwaitPromotion returns once the Sentinel names the replica master, by a
 // failover it began on its own or was told to make.
 func (f *Failover) AwaitPromotion(ctx context.Context) error {
-	sentinel := f.sentinel()
-	defer sentinel.Close()
-	if err := until(ctx, 50*time.Millisecond, func() bool {
+	if err := f.askSentinel(ctx, 50*time.Millisecond, func(sentinel *redis.SentinelClient) bool {
 		addr, err := sentinel.GetMasterAddrByName(ctx, MasterName).Result()
 		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == f.Replica.Addr()
 	}); err != nil {
@@ -127,15 +125,12 @@ func (f *Failover) AwaitPromotion(ctx context.Context) error {
 }
 
 // Rejoin restarts the old master, killed and failed over from, on its port,
-// empty, as the promoted one's replica, with args as extra configuration
-// (ACL users), and swaps Master and Replica. It returns once the replica is
-// in sync and the Sentinel sees it up.
+// empty, as the promoted one's replica with args as extra configuration
+// (ACL users), swaps Master and Replica, and returns as StartFailover does.
 func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 	old, promoted := f.Master, f.Replica
 	host, port, _ := net.SplitHostPort(promoted.Addr())
-	old.mu.Lock()
 	old.args = append(append([]string{"--replicaof", host, port}, replication...), args...)
-	old.mu.Unlock()
 	if err := old.restart(); err != nil {
 		return err
 	}
@@ -145,9 +140,7 @@ func (f *Failover) Rejoin(ctx context.Context, args ...string) error {
 
 // synced returns once the replica is in sync and the Sentinel sees it up.
 func (f *Failover) synced(ctx context.Context) error {
-	sentinel := f.sentinel()
-	defer sentinel.Close()
-	if err := until(ctx, 50*time.Millisecond, func() bool {
+	if err := f.askSentinel(ctx, 50*time.Millisecond, func(sentinel *redis.SentinelClient) bool {
 		return f.Replica.replication(ctx, "master_link_status:up") &&
 			sentinelSeesUp(ctx, sentinel, f.Replica.Addr()) && acknowledges(ctx, f.Master.Client())
 	}); err != nil {

@@ -109,16 +109,9 @@ func (s *Server) startFresh() {
 
 func (s *Server) startOn(port int) error {
 	logFile := filepath.Join(s.dir, "redis.log")
-	args := []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--protected-mode", "no",
-		"--daemonize", "no",
-		"--dir", s.dir,
-		"--logfile", logFile,
-		"--save", "",
-		"--appendonly", "no",
-	}
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
+		"--daemonize", "no", "--dir", s.dir, "--logfile", logFile,
+		"--save", "", "--appendonly", "no"}
 	if s.tls != nil {
 		args[1] = "0" // no plain port
 		args = append(args, "--tls-port", strconv.Itoa(port),

@@ -16,8 +16,7 @@ import (
 )
 
 // TLS is what a TLS server of a test was started with: a self-signed
-// certificate for 127.0.0.1, made for the test, and the password clients
-// must give.
+// certificate for 127.0.0.1, made for the test, and the clients' password.
 type TLS struct {
 	CAFile   string // the certificate, PEM, for clients to trust (SSL_CERT_FILE for a subprocess)
 	Password string
@@ -30,9 +29,8 @@ func (c *TLS) ClientConfig() *tls.Config {
 	return &tls.Config{RootCAs: c.ca, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 }
 
-// StartTLS starts a standalone server that accepts only TLS connections
-// and requires a password: a certificate made by the test, nothing from the
-// machine.
+// StartTLS starts a standalone server that takes only TLS, with a password
+// and a certificate made by the test, nothing from the machine.
 func StartTLS(t T) (*Server, *TLS) {
 	t.Helper()
 	s := newServer(t)
@@ -52,14 +50,13 @@ func StartTLS(t T) (*Server, *TLS) {
 	}
 	certDER, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
 	must(err)
-	cert, err := x509.ParseCertificate(certDER)
-	must(err)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	must(err)
 	c := &TLS{CAFile: filepath.Join(s.dir, "cert.pem"), keyFile: filepath.Join(s.dir, "cert.key"),
 		Password: "test-password", ca: x509.NewCertPool()}
-	c.ca.AddCert(cert)
-	must(os.WriteFile(c.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}), 0o600))
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER})
+	c.ca.AppendCertsFromPEM(certPEM)
+	must(os.WriteFile(c.CAFile, certPEM, 0o600))
 	must(os.WriteFile(c.keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
 	s.tls = c
 	s.startFresh()

@@ -11,9 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Commands sums the calls of every command the servers behind rdb have run
-// (every master of a cluster), counting commands run inside scripts and
-// leaving out INFO itself, from INFO commandstats.
+// Commands sums [Calls] on the servers behind rdb (a cluster's masters).
 func Commands(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 	if cluster, ok := rdb.(*redis.ClusterClient); ok {
 		var total atomic.Int64
@@ -56,8 +54,7 @@ func Field(ctx context.Context, rdb *redis.Client, section, field string) (float
 	return 0, err
 }
 
-// CPU is the CPU time a standalone server has used, system and user, in
-// seconds.
+// CPU is a standalone server's CPU time used, system and user, in seconds.
 func CPU(ctx context.Context, rdb *redis.Client) (float64, error) {
 	fields, err := info(ctx, rdb, "cpu")
 	sys, _ := strconv.ParseFloat(fields["used_cpu_sys"], 64)
