@@ -241,7 +241,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 		return m.drift(ttl)+max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start))) < ttl
 	}
 	op := "lock"
-	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
+	foreign := countErrs(errs, ErrWrongType) > 0
 	if countErrs(errs, nil) >= r.quorum && valid() && !foreign {
 		token, fenced := m.agreeOnToken(ctx, votes, errs)
 		if countErrs(fenced, nil) < r.quorum { // report the nodes that missed the token
@@ -267,15 +267,11 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 // vote's clock starts: a load may outlast the node timeout and cost a cold
 // node its vote. A node that loses them later gets them within a vote.
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
-	var cold []*redlockNode
-	for _, n := range r.nodes {
-		if n.preloaded.CompareAndSwap(false, true) {
-			cold = append(cold, n)
-		}
-	}
-	if len(cold) > 0 {
-		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-			n.fns.Preload(ctx, n.rdb, scripts.MutexAcquire)
+	if slices.ContainsFunc(r.nodes, func(n *redlockNode) bool { return !n.preloaded.Load() }) {
+		onNodes(ctx, r.nodes, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+			if n.preloaded.CompareAndSwap(false, true) {
+				n.fns.Preload(ctx, n.rdb, scripts.MutexAcquire)
+			}
 			return struct{}{}, nil
 		})
 	}
@@ -313,12 +309,10 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 		return vote{}, err
 	case res[0] != 1:
 		return vote{answered: true, held: res[1]}, errHeldThere
+	case guard > 0:
+		return vote{answered: true, token: res[1]}, n.mayVote(ctx, guard)
 	}
-	v := vote{answered: true, token: res[1]}
-	if guard > 0 {
-		return v, n.mayVote(ctx, guard)
-	}
-	return v, nil
+	return vote{answered: true, token: res[1]}, nil
 }
 
 // agreeOnToken is the highest counter of the nodes that granted. It raises
@@ -365,34 +359,26 @@ func (m *RedlockMutex) abandonOn(owner string) nodeCall {
 // nothing held for its TTL; if that fails too, warning is logged.
 func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give nodeCall, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	var waitFor, later []*redlockNode
+	failed := func(err error) bool { return err != nil && !errors.Is(err, errNotHeldThere) }
+	inBackground := func(n *redlockNode) {
+		_, errs := onNodes(ctx, []*redlockNode{n}, CleanupTimeout, give)
+		if failed(errs[0]) {
+			m.cfg.logger.Warn(warning, "lock", m.name, "err", &NodeError{Node: n.index, Addr: n.addr, Err: errs[0]})
+		}
+	}
+	var waitFor []*redlockNode
 	for i, n := range m.r.nodes {
 		if votes == nil || votes[i].answered {
 			waitFor = append(waitFor, n)
 		} else {
-			later = append(later, n)
+			go inBackground(n)
 		}
-	}
-	inBackground := func(nodes []*redlockNode) {
-		_, errs := onNodes(ctx, nodes, CleanupTimeout, give)
-		for i, err := range errs {
-			if err != nil && !errors.Is(err, errNotHeldThere) {
-				m.cfg.logger.Warn(warning, "lock", m.name, "err", &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
-			}
-		}
-	}
-	if len(later) > 0 {
-		go inBackground(later)
 	}
 	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, give)
-	var missed []*redlockNode
 	for i, err := range errs {
-		if err != nil && !errors.Is(err, errNotHeldThere) {
-			missed = append(missed, waitFor[i])
+		if failed(err) {
+			go inBackground(waitFor[i])
 		}
-	}
-	if len(missed) > 0 {
-		go inBackground(missed)
 	}
 	return errs
 }

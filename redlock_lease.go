@@ -117,7 +117,9 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 // Redlock cannot tell an attempt sent twice (a known gap, docs/SAFETY.md).
 func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	m := h.m
-	give, warning := m.releaseOn(h.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
+	give := runOn(scripts.MutexRelease, m.keys.callKeys(redlockReleaseLayout), // safe to resend
+		scripts.ReleaseArgs{Owner: h.owner, Publish: "PUBLISH"})
+	warning := "dlock: could not release a Redlock lease on a node; it expires with its TTL"
 	if rule == voidAlways {
 		give, warning = m.abandonOn(h.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
@@ -132,19 +134,11 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	return nil, nil
 }
 
-// releaseOn releases owner's hold on a node. Safe to resend.
-func (m *RedlockMutex) releaseOn(owner string) nodeCall {
-	return runOn(scripts.MutexRelease, m.keys.callKeys(redlockReleaseLayout), scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"})
-}
-
 func (h *redlockHold) renewAt(at time.Time) {
-	l := h.lease
-	switch {
-	case at.IsZero():
+	if at.IsZero() {
 		h.timer.Stop()
-	case l.releasing():
-	default:
-		h.timer.Reset(l.clock.Until(at))
+	} else if !h.lease.releasing() {
+		h.timer.Reset(h.lease.clock.Until(at))
 	}
 }
 
