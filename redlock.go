@@ -174,18 +174,6 @@ func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 	}
 }
 
-// acquireOutcome is the sentinel a failed acquisition's QuorumError matches.
-func (r *Redlock) acquireOutcome(errs []error) error {
-	held := countErrs(errs, errHeldThere)
-	switch {
-	case len(errs)-held < r.quorum:
-		return ErrNotAcquired
-	case len(errs)-held-countErrs(errs, ErrPermission) < r.quorum:
-		return ErrPermission
-	}
-	return ErrUnavailable
-}
-
 // errHeldThere is a node's refusal of an attempt.
 var errHeldThere = errors.New("held by another owner")
 
@@ -219,22 +207,17 @@ var (
 )
 
 // attempt takes the lock on a majority, or gives back what it took and
-// returns a *QuorumError and when the holder's hold runs out (negative:
-// unknown).
+// returns a *QuorumError and when others' holds run out (negative: unknown).
 func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	r := m.r
 	owner := newOwnerToken()
 	ttl, _ := m.cfg.holdTTL()
 	longest := r.ttlInUse(ttl)
-	var guard time.Duration // 0: off
-	if m.cfg.restartGuard > 0 {
-		guard = max(m.cfg.restartGuard, longest)
-	}
 	keys := m.keys.callKeys(redlockAcquireLayout, m.keys.tombstone(owner))
 	r.preload(ctx, max(m.nodeTimeout, redlockPreloadWait))
 	start := r.clock.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
-		return m.askNode(ctx, n, keys, owner, ttl, guard)
+		return m.askNode(ctx, n, keys, owner, ttl, longest)
 	})
 	valid := func() bool { // by whichever clock went further: a suspension stops only the monotonic one
 		now := r.clock.Now()
@@ -252,7 +235,14 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	}
 	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 
-	quorumErr := m.quorumError(op, errs, r.acquireOutcome(errs))
+	quorumErr := m.quorumError(op, errs)
+	held := countErrs(errs, errHeldThere)
+	switch {
+	case len(errs)-held < r.quorum:
+		quorumErr.outcome = ErrNotAcquired
+	case len(errs)-held-countErrs(errs, ErrPermission) < r.quorum:
+		quorumErr.outcome = ErrPermission
+	}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		quorumErr.Late = false
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
@@ -288,8 +278,9 @@ type vote struct {
 }
 
 // askNode asks node n for the lock and, with a restart guard, whether it
-// may vote (redlockNode.mayVote).
-func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
+// may vote (redlockNode.mayVote) for a guard of at least the longest TTL.
+func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string,
+	ttl, longest time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
 	res, err := scripts.AcquireReply(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
 		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}))
@@ -309,8 +300,8 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 		return vote{}, err
 	case res[0] != 1:
 		return vote{answered: true, held: res[1]}, errHeldThere
-	case guard > 0:
-		return vote{answered: true, token: res[1]}, n.mayVote(ctx, guard)
+	case m.cfg.restartGuard > 0:
+		return vote{answered: true, token: res[1]}, n.mayVote(ctx, max(m.cfg.restartGuard, longest))
 	}
 	return vote{answered: true, token: res[1]}, nil
 }

@@ -57,7 +57,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 // confirmed in time. Where a majority refused, the lease is lost; else
 // it matches ErrUnavailable, as the silent nodes may hold it.
 func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
-	qerr := m.quorumError(op, errs, ErrUnavailable)
+	qerr := m.quorumError(op, errs)
 	if countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum {
 		qerr.outcome = ErrNotHeld
 		return errRenewalRefused, qerr
@@ -67,10 +67,11 @@ func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
 
 // quorumError is the error of op, which the nodes answered with errs,
 // naming each node that failed; a timeout while dials failed says why.
-func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *QuorumError {
+// It matches ErrUnavailable until its caller says otherwise.
+func (m *RedlockMutex) quorumError(op string, errs []error) *QuorumError {
 	granted := countErrs(errs, nil)
 	qerr := &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, outcome: outcome}
+		Late: granted >= m.r.quorum, outcome: ErrUnavailable}
 	for i, err := range errs {
 		if err == nil {
 			continue
