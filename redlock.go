@@ -36,9 +36,8 @@ type Redlock struct {
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
-// number, at least 3, none a Ring or ClusterClient. Options set defaults
-// for its locks. Nothing is sent to Redis; bad arguments fail it with
-// [ErrInvalid].
+// number, at least 3, none a Ring or ClusterClient. Options set its locks'
+// defaults. It sends Redis nothing; bad arguments fail with [ErrInvalid].
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
 	for i, rdb := range clients {
@@ -86,12 +85,10 @@ type RedlockMutex struct {
 	rules       leaseRules // what its leases share
 }
 
-// redlockSlack is the fixed part of a Redlock's drift allowance: Redis
-// expires keys to the millisecond.
+// redlockSlack is given up besides TTL × drift: Redis expires to the ms.
 const redlockSlack = 2 * time.Millisecond
 
-// Mutex returns the lock called name over the Redlock's nodes. Options
-// override the Redlock's defaults.
+// Mutex returns the lock called name; options override the Redlock's.
 func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 	if r == nil || r.nodes == nil {
 		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
@@ -162,12 +159,8 @@ func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 		if last == nil || contextDone(ctx) == nil { // an attempt ctx cut short tells nothing of the nodes
 			last = err
 		}
-		delay := redlockRetryMin + rand.N(redlockRetrySpread)
-		if retryIn > 0 {
-			delay = min(delay, retryIn)
-		}
 		select {
-		case <-time.After(delay):
+		case <-time.After(retryIn):
 			observed.wait(ctx, observe.WaitRetry, err)
 		case <-ctx.Done():
 		}
@@ -176,13 +169,6 @@ func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 
 // errHeldThere is a node's refusal of an attempt.
 var errHeldThere = errors.New("held by another owner")
-
-// A waiting RedlockMutex tries again after redlockRetryMin plus up to
-// redlockRetrySpread, or when the holder's hold runs out if sooner.
-const (
-	redlockRetryMin    = 10 * time.Millisecond
-	redlockRetrySpread = 40 * time.Millisecond
-)
 
 // ttlInUse records ttl for the restart guard and returns the longest so far.
 func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
@@ -207,7 +193,7 @@ var (
 )
 
 // attempt takes the lock on a majority, or gives back what it took and
-// returns a *QuorumError and when others' holds run out (negative: unknown).
+// returns a *QuorumError and when to try again.
 func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	r := m.r
 	owner := newOwnerToken()
@@ -250,7 +236,7 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	if quorumErr.Late { // a quorum, but its validity ran out: as a Client's grant that expired unconfirmed
 		quorumErr.outcome = ErrNotAcquired
 	}
-	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
+	return nil, retryDelay(votes, r.quorum), quorumErr
 }
 
 // preload loads dlock's scripts on each node once, within wait, before the
@@ -321,9 +307,16 @@ func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []er
 	return uint64(token), fenced
 }
 
-// majorityHoldLeft is when to try again: the shortest time left of other
-// owners' holds once a quorum refused; negative when too few did.
-func majorityHoldLeft(votes []vote, quorum int) time.Duration {
+const (
+	redlockRetryMin    = 10 * time.Millisecond
+	redlockRetrySpread = 40 * time.Millisecond
+)
+
+// retryDelay is how long a waiting RedlockMutex waits to try again:
+// redlockRetryMin plus up to redlockRetrySpread, or until other owners'
+// holds on a quorum run out if sooner.
+func retryDelay(votes []vote, quorum int) time.Duration {
+	delay := redlockRetryMin + rand.N(redlockRetrySpread)
 	var left []int64
 	for _, v := range votes {
 		if v.held > 0 {
@@ -331,13 +324,12 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 		}
 	}
 	if len(left) < quorum {
-		return -1
+		return delay
 	}
-	return time.Duration(slices.Min(left)) * time.Millisecond
+	return min(delay, time.Duration(slices.Min(left))*time.Millisecond)
 }
 
-// abandonOn releases owner's hold on a node, leaving the call's tombstone.
-// Safe to resend.
+// abandonOn (safe to resend) releases owner's hold, leaving its tombstone.
 func (m *RedlockMutex) abandonOn(owner string) nodeCall {
 	return runOn(scripts.MutexAbandon, m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner)),
 		scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""})

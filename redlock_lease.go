@@ -65,9 +65,8 @@ func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
 	return nil, qerr
 }
 
-// quorumError is the error of op, which the nodes answered with errs,
-// naming each node that failed; a timeout while dials failed says why.
-// It matches ErrUnavailable until its caller says otherwise.
+// quorumError is op's error from errs, matching ErrUnavailable unless its
+// caller says otherwise; a timeout while dials failed says why.
 func (m *RedlockMutex) quorumError(op string, errs []error) *QuorumError {
 	granted := countErrs(errs, nil)
 	qerr := &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
@@ -95,8 +94,7 @@ var errNotHeldThere = errors.New("not held there: expired or taken")
 // nodeCall is one node's part of an operation, for onNodes.
 type nodeCall = func(context.Context, *redlockNode) (struct{}, error)
 
-// runOn runs a script that answers 1 done, 0 not held there
-// (errNotHeldThere), on a node.
+// runOn runs on a node a script answering 1 done, 0 errNotHeldThere.
 func runOn[A scripts.Args](script *redis.Script, keys []string, args A) nodeCall {
 	return func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		ok, err := fcall.Run(ctx, &n.fns, n.rdb, script, keys, args).Int64()
