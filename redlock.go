@@ -108,12 +108,11 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // Name returns the lock's name.
 func (m *RedlockMutex) Name() string { return m.name }
 
-// TryLock makes one attempt on every node and never waits. It returns a
-// [*QuorumError] when no majority granted in time, naming each node that
-// did not and why (it matches [ErrNotAcquired] only where other owners'
-// holds keep a majority out). A failed attempt, or one won once ctx ended,
-// is given back as Unlock gives back a hold, with the call's tombstone;
-// the latter returns ctx's error, matching [ErrNotAcquired].
+// TryLock makes one attempt on every node and never waits. When no majority
+// granted in time, it returns a [*QuorumError] naming each node that did
+// not and why. A failed attempt, or one won once ctx ended, is given back
+// as Unlock gives back a hold, with the call's tombstone; the latter returns
+// ctx's error, matching [ErrNotAcquired].
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, true)
 }
@@ -212,11 +211,20 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	op := "lock"
 	foreign := countErrs(errs, ErrWrongType) > 0
 	if countErrs(errs, nil) >= r.quorum && valid() && !foreign {
-		token, fenced := m.agreeOnToken(ctx, votes, errs)
+		// The token is the highest counter granted, raised to on every node
+		// (redlock_fence.lua); it holds once a majority have it.
+		var token int64
+		for i, err := range errs {
+			if err == nil {
+				token = max(token, votes[i].token)
+			}
+		}
+		_, fenced := onNodes(ctx, r.nodes, m.nodeTimeout, runOn(scripts.RedlockFence,
+			m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}))
 		if countErrs(fenced, nil) < r.quorum { // report the nodes that missed the token
 			op, errs = "lock (fencing token)", fenced
 		} else if valid() {
-			return m.newLease(owner, token, start, ttl), 0, nil
+			return m.newLease(owner, uint64(token), start, ttl), 0, nil
 		}
 	}
 	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
@@ -290,21 +298,6 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 		return vote{answered: true, token: res[1]}, n.mayVote(ctx, max(m.cfg.restartGuard, longest))
 	}
 	return vote{answered: true, token: res[1]}, nil
-}
-
-// agreeOnToken is the highest counter of the nodes that granted. It raises
-// every node's counter to it (redlock_fence.lua) and reports how each did:
-// the token holds once a majority have it.
-func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []error) (uint64, []error) {
-	var token int64
-	for i, err := range errs {
-		if err == nil {
-			token = max(token, votes[i].token)
-		}
-	}
-	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout,
-		runOn(scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}))
-	return uint64(token), fenced
 }
 
 const (
