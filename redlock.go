@@ -36,9 +36,8 @@ type Redlock struct {
 }
 
 // NewRedlock returns a Redlock over the masters clients reach: an odd
-// number, at least 3, none a Ring or ClusterClient. Options set defaults
-// for its locks. Nothing is sent to Redis; bad arguments fail it with
-// [ErrInvalid].
+// number, at least 3, none a Ring or ClusterClient. Options set its locks'
+// defaults. It sends Redis nothing; bad arguments fail with [ErrInvalid].
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
 	for i, rdb := range clients {
@@ -86,12 +85,10 @@ type RedlockMutex struct {
 	rules       leaseRules // what its leases share
 }
 
-// redlockSlack is the fixed part of a Redlock's drift allowance: Redis
-// expires keys to the millisecond.
+// redlockSlack is given up besides TTL × drift: Redis expires to the ms.
 const redlockSlack = 2 * time.Millisecond
 
-// Mutex returns the lock called name over the Redlock's nodes. Options
-// override the Redlock's defaults.
+// Mutex returns the lock called name; options override the Redlock's.
 func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 	if r == nil || r.nodes == nil {
 		return &RedlockMutex{name: name, err: invalidf("a Redlock not made by NewRedlock")}
@@ -111,12 +108,11 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // Name returns the lock's name.
 func (m *RedlockMutex) Name() string { return m.name }
 
-// TryLock makes one attempt on every node and never waits. It returns a
-// [*QuorumError] when no majority granted in time, naming each node that
-// did not and why (it matches [ErrNotAcquired] only where other owners'
-// holds keep a majority out). A failed attempt, or one won once ctx ended,
-// is given back as Unlock gives back a hold, with the call's tombstone;
-// the latter returns ctx's error, matching [ErrNotAcquired].
+// TryLock makes one attempt on every node and never waits. When no majority
+// granted in time, it returns a [*QuorumError] naming each node that did
+// not and why. A failed attempt, or one won once ctx ended, is given back
+// as Unlock gives back a hold, with the call's tombstone; the latter returns
+// ctx's error, matching [ErrNotAcquired].
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, true)
 }
@@ -162,39 +158,16 @@ func (m *RedlockMutex) take(ctx context.Context, try bool) (*Lease, error) {
 		if last == nil || contextDone(ctx) == nil { // an attempt ctx cut short tells nothing of the nodes
 			last = err
 		}
-		delay := redlockRetryMin + rand.N(redlockRetrySpread)
-		if retryIn > 0 {
-			delay = min(delay, retryIn)
-		}
 		select {
-		case <-time.After(delay):
+		case <-time.After(retryIn):
 			observed.wait(ctx, observe.WaitRetry, err)
 		case <-ctx.Done():
 		}
 	}
 }
 
-// acquireOutcome is the sentinel a failed acquisition's QuorumError matches.
-func (r *Redlock) acquireOutcome(errs []error) error {
-	held := countErrs(errs, errHeldThere)
-	switch {
-	case len(errs)-held < r.quorum:
-		return ErrNotAcquired
-	case len(errs)-held-countErrs(errs, ErrPermission) < r.quorum:
-		return ErrPermission
-	}
-	return ErrUnavailable
-}
-
 // errHeldThere is a node's refusal of an attempt.
 var errHeldThere = errors.New("held by another owner")
-
-// A waiting RedlockMutex tries again after redlockRetryMin plus up to
-// redlockRetrySpread, or when the holder's hold runs out if sooner.
-const (
-	redlockRetryMin    = 10 * time.Millisecond
-	redlockRetrySpread = 40 * time.Millisecond
-)
 
 // ttlInUse records ttl for the restart guard and returns the longest so far.
 func (r *Redlock) ttlInUse(ttl time.Duration) time.Duration {
@@ -219,40 +192,51 @@ var (
 )
 
 // attempt takes the lock on a majority, or gives back what it took and
-// returns a *QuorumError and when the holder's hold runs out (negative:
-// unknown).
+// returns a *QuorumError and when to try again.
 func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, error) {
 	r := m.r
 	owner := newOwnerToken()
 	ttl, _ := m.cfg.holdTTL()
 	longest := r.ttlInUse(ttl)
-	var guard time.Duration // 0: off
-	if m.cfg.restartGuard > 0 {
-		guard = max(m.cfg.restartGuard, longest)
-	}
 	keys := m.keys.callKeys(redlockAcquireLayout, m.keys.tombstone(owner))
 	r.preload(ctx, max(m.nodeTimeout, redlockPreloadWait))
 	start := r.clock.Now()
 	votes, errs := onNodes(ctx, r.nodes, m.nodeTimeout, func(ctx context.Context, n *redlockNode) (vote, error) {
-		return m.askNode(ctx, n, keys, owner, ttl, guard)
+		return m.askNode(ctx, n, keys, owner, ttl, longest)
 	})
 	valid := func() bool { // by whichever clock went further: a suspension stops only the monotonic one
 		now := r.clock.Now()
 		return m.drift(ttl)+max(now.Sub(start), r.clock.Wall(now).Sub(r.clock.Wall(start))) < ttl
 	}
 	op := "lock"
-	foreign := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrWrongType) })
+	foreign := countErrs(errs, ErrWrongType) > 0
 	if countErrs(errs, nil) >= r.quorum && valid() && !foreign {
-		token, fenced := m.agreeOnToken(ctx, votes, errs)
+		// The token is the highest counter granted, raised to on every node
+		// (redlock_fence.lua); it holds once a majority have it.
+		var token int64
+		for i, err := range errs {
+			if err == nil {
+				token = max(token, votes[i].token)
+			}
+		}
+		_, fenced := onNodes(ctx, r.nodes, m.nodeTimeout, runOn(scripts.RedlockFence,
+			m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}))
 		if countErrs(fenced, nil) < r.quorum { // report the nodes that missed the token
 			op, errs = "lock (fencing token)", fenced
 		} else if valid() {
-			return m.newLease(owner, token, start, ttl), 0, nil
+			return m.newLease(owner, uint64(token), start, ttl), 0, nil
 		}
 	}
 	m.giveBack(ctx, votes, m.abandonOn(owner), "dlock: could not clear up a failed Redlock attempt; it expires with its TTL")
 
-	quorumErr := m.quorumError(op, errs, r.acquireOutcome(errs))
+	quorumErr := m.quorumError(op, errs)
+	held := countErrs(errs, errHeldThere)
+	switch {
+	case len(errs)-held < r.quorum:
+		quorumErr.outcome = ErrNotAcquired
+	case len(errs)-held-countErrs(errs, ErrPermission) < r.quorum:
+		quorumErr.outcome = ErrPermission
+	}
 	if foreign { // someone else's key under the name: fail on any node, don't wait
 		quorumErr.Late = false
 		return nil, 0, fmt.Errorf("%w: %w", ErrWrongType, quorumErr)
@@ -260,22 +244,18 @@ func (m *RedlockMutex) attempt(ctx context.Context) (*Lease, time.Duration, erro
 	if quorumErr.Late { // a quorum, but its validity ran out: as a Client's grant that expired unconfirmed
 		quorumErr.outcome = ErrNotAcquired
 	}
-	return nil, majorityHoldLeft(votes, r.quorum), quorumErr
+	return nil, retryDelay(votes, r.quorum), quorumErr
 }
 
 // preload loads dlock's scripts on each node once, within wait, before the
 // vote's clock starts: a load may outlast the node timeout and cost a cold
 // node its vote. A node that loses them later gets them within a vote.
 func (r *Redlock) preload(ctx context.Context, wait time.Duration) {
-	var cold []*redlockNode
-	for _, n := range r.nodes {
-		if n.preloaded.CompareAndSwap(false, true) {
-			cold = append(cold, n)
-		}
-	}
-	if len(cold) > 0 {
-		onNodes(ctx, cold, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
-			n.fns.Preload(ctx, n.rdb, scripts.MutexAcquire)
+	if slices.ContainsFunc(r.nodes, func(n *redlockNode) bool { return !n.preloaded.Load() }) {
+		onNodes(ctx, r.nodes, wait, func(ctx context.Context, n *redlockNode) (struct{}, error) {
+			if n.preloaded.CompareAndSwap(false, true) {
+				n.fns.Preload(ctx, n.rdb, scripts.MutexAcquire)
+			}
 			return struct{}{}, nil
 		})
 	}
@@ -292,8 +272,9 @@ type vote struct {
 }
 
 // askNode asks node n for the lock and, with a restart guard, whether it
-// may vote (redlockNode.mayVote).
-func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string, ttl, guard time.Duration) (vote, error) {
+// may vote (redlockNode.mayVote) for a guard of at least the longest TTL.
+func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []string, owner string,
+	ttl, longest time.Duration) (vote, error) {
 	rights := n.rights.arg(scripts.MutexAcquire)
 	res, err := scripts.AcquireReply(fcall.Run(ctx, &n.fns, n.rdb, scripts.MutexAcquire, keys, withRights[scripts.MutexAcquireArgs]{
 		scripts.MutexAcquireArgs{Acquire: scripts.Acquire{Owner: owner, TTL: ttl.Milliseconds(), Waiter: "", WaiterTTL: 0}, Previous: "", Info: ""}, rights}))
@@ -313,32 +294,22 @@ func (m *RedlockMutex) askNode(ctx context.Context, n *redlockNode, keys []strin
 		return vote{}, err
 	case res[0] != 1:
 		return vote{answered: true, held: res[1]}, errHeldThere
+	case m.cfg.restartGuard > 0:
+		return vote{answered: true, token: res[1]}, n.mayVote(ctx, max(m.cfg.restartGuard, longest))
 	}
-	v := vote{answered: true, token: res[1]}
-	if guard > 0 {
-		return v, n.mayVote(ctx, guard)
-	}
-	return v, nil
+	return vote{answered: true, token: res[1]}, nil
 }
 
-// agreeOnToken is the highest counter of the nodes that granted. It raises
-// every node's counter to it (redlock_fence.lua) and reports how each did:
-// the token holds once a majority have it.
-func (m *RedlockMutex) agreeOnToken(ctx context.Context, votes []vote, errs []error) (uint64, []error) {
-	var token int64
-	for i, err := range errs {
-		if err == nil {
-			token = max(token, votes[i].token)
-		}
-	}
-	_, fenced := onNodes(ctx, m.r.nodes, m.nodeTimeout,
-		runOn(scripts.RedlockFence, m.keys.callKeys(scripts.LayoutOf(scripts.RedlockFence)), scripts.FenceArgs{Token: token}))
-	return uint64(token), fenced
-}
+const (
+	redlockRetryMin    = 10 * time.Millisecond
+	redlockRetrySpread = 40 * time.Millisecond
+)
 
-// majorityHoldLeft is when to try again: the shortest time left of other
-// owners' holds once a quorum refused; negative when too few did.
-func majorityHoldLeft(votes []vote, quorum int) time.Duration {
+// retryDelay is how long a waiting RedlockMutex waits to try again:
+// redlockRetryMin plus up to redlockRetrySpread, or until other owners'
+// holds on a quorum run out if sooner.
+func retryDelay(votes []vote, quorum int) time.Duration {
+	delay := redlockRetryMin + rand.N(redlockRetrySpread)
 	var left []int64
 	for _, v := range votes {
 		if v.held > 0 {
@@ -346,13 +317,12 @@ func majorityHoldLeft(votes []vote, quorum int) time.Duration {
 		}
 	}
 	if len(left) < quorum {
-		return -1
+		return delay
 	}
-	return time.Duration(slices.Min(left)) * time.Millisecond
+	return min(delay, time.Duration(slices.Min(left))*time.Millisecond)
 }
 
-// abandonOn releases owner's hold on a node, leaving the call's tombstone.
-// Safe to resend.
+// abandonOn (safe to resend) releases owner's hold, leaving its tombstone.
 func (m *RedlockMutex) abandonOn(owner string) nodeCall {
 	return runOn(scripts.MutexAbandon, m.keys.callKeys(redlockAbandonLayout, m.keys.tombstone(owner)),
 		scripts.AbandonArgs{Owner: owner, Publish: "PUBLISH", Waiter: "", Also: ""})
@@ -365,34 +335,26 @@ func (m *RedlockMutex) abandonOn(owner string) nodeCall {
 // nothing held for its TTL; if that fails too, warning is logged.
 func (m *RedlockMutex) giveBack(ctx context.Context, votes []vote, give nodeCall, warning string) []error {
 	ctx = context.WithoutCancel(ctx) // each node's call is bounded by onNodes
-	var waitFor, later []*redlockNode
+	failed := func(err error) bool { return err != nil && !errors.Is(err, errNotHeldThere) }
+	inBackground := func(n *redlockNode) {
+		_, errs := onNodes(ctx, []*redlockNode{n}, CleanupTimeout, give)
+		if failed(errs[0]) {
+			m.cfg.logger.Warn(warning, "lock", m.name, "err", &NodeError{Node: n.index, Addr: n.addr, Err: errs[0]})
+		}
+	}
+	var waitFor []*redlockNode
 	for i, n := range m.r.nodes {
 		if votes == nil || votes[i].answered {
 			waitFor = append(waitFor, n)
 		} else {
-			later = append(later, n)
+			go inBackground(n)
 		}
-	}
-	inBackground := func(nodes []*redlockNode) {
-		_, errs := onNodes(ctx, nodes, CleanupTimeout, give)
-		for i, err := range errs {
-			if err != nil && !errors.Is(err, errNotHeldThere) {
-				m.cfg.logger.Warn(warning, "lock", m.name, "err", &NodeError{Node: nodes[i].index, Addr: nodes[i].addr, Err: err})
-			}
-		}
-	}
-	if len(later) > 0 {
-		go inBackground(later)
 	}
 	_, errs := onNodes(ctx, waitFor, m.nodeTimeout, give)
-	var missed []*redlockNode
 	for i, err := range errs {
-		if err != nil && !errors.Is(err, errNotHeldThere) {
-			missed = append(missed, waitFor[i])
+		if failed(err) {
+			go inBackground(waitFor[i])
 		}
-	}
-	if len(missed) > 0 {
-		go inBackground(missed)
 	}
 	return errs
 }

@@ -57,7 +57,7 @@ func (h *redlockHold) extend(ctx context.Context, ttl time.Duration, extending t
 // confirmed in time. Where a majority refused, the lease is lost; else
 // it matches ErrUnavailable, as the silent nodes may hold it.
 func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
-	qerr := m.quorumError(op, errs, ErrUnavailable)
+	qerr := m.quorumError(op, errs)
 	if countErrs(errs, errNotHeldThere) > len(m.r.nodes)-m.r.quorum {
 		qerr.outcome = ErrNotHeld
 		return errRenewalRefused, qerr
@@ -65,12 +65,12 @@ func (m *RedlockMutex) holdError(op string, errs []error) (loss, err error) {
 	return nil, qerr
 }
 
-// quorumError is the error of op, which the nodes answered with errs,
-// naming each node that failed; a timeout while dials failed says why.
-func (m *RedlockMutex) quorumError(op string, errs []error, outcome error) *QuorumError {
+// quorumError is op's error from errs, matching ErrUnavailable unless its
+// caller says otherwise; a timeout while dials failed says why.
+func (m *RedlockMutex) quorumError(op string, errs []error) *QuorumError {
 	granted := countErrs(errs, nil)
 	qerr := &QuorumError{Op: op, Name: m.name, Quorum: m.r.quorum, Granted: granted,
-		Late: granted >= m.r.quorum, outcome: outcome}
+		Late: granted >= m.r.quorum, outcome: ErrUnavailable}
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -94,8 +94,7 @@ var errNotHeldThere = errors.New("not held there: expired or taken")
 // nodeCall is one node's part of an operation, for onNodes.
 type nodeCall = func(context.Context, *redlockNode) (struct{}, error)
 
-// runOn runs a script that answers 1 done, 0 not held there
-// (errNotHeldThere), on a node.
+// runOn runs on a node a script answering 1 done, 0 errNotHeldThere.
 func runOn[A scripts.Args](script *redis.Script, keys []string, args A) nodeCall {
 	return func(ctx context.Context, n *redlockNode) (struct{}, error) {
 		ok, err := fcall.Run(ctx, &n.fns, n.rdb, script, keys, args).Int64()
@@ -117,7 +116,9 @@ func (h *redlockHold) ttl(context.Context) (time.Duration, error) {
 // Redlock cannot tell an attempt sent twice (a known gap, docs/SAFETY.md).
 func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err error) {
 	m := h.m
-	give, warning := m.releaseOn(h.owner), "dlock: could not release a Redlock lease on a node; it expires with its TTL"
+	give := runOn(scripts.MutexRelease, m.keys.callKeys(redlockReleaseLayout), // safe to resend
+		scripts.ReleaseArgs{Owner: h.owner, Publish: "PUBLISH"})
+	warning := "dlock: could not release a Redlock lease on a node; it expires with its TTL"
 	if rule == voidAlways {
 		give, warning = m.abandonOn(h.owner), "dlock: could not give back a Redlock lease its call did not return; it expires with its TTL"
 	}
@@ -132,19 +133,11 @@ func (h *redlockHold) release(ctx context.Context, rule voidRule) (loss, err err
 	return nil, nil
 }
 
-// releaseOn releases owner's hold on a node. Safe to resend.
-func (m *RedlockMutex) releaseOn(owner string) nodeCall {
-	return runOn(scripts.MutexRelease, m.keys.callKeys(redlockReleaseLayout), scripts.ReleaseArgs{Owner: owner, Publish: "PUBLISH"})
-}
-
 func (h *redlockHold) renewAt(at time.Time) {
-	l := h.lease
-	switch {
-	case at.IsZero():
+	if at.IsZero() {
 		h.timer.Stop()
-	case l.releasing():
-	default:
-		h.timer.Reset(l.clock.Until(at))
+	} else if !h.lease.releasing() {
+		h.timer.Reset(h.lease.clock.Until(at))
 	}
 }
 

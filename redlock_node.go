@@ -45,8 +45,7 @@ var errRecovering = errors.New("restart guard: started or failed over within the
 // mayVote reports whether the node's grant counts toward a quorum: once it
 // has had its data for guard ([WithRestartGuard]). After a new connection
 // it reads INFO: uptime, and which run of which master it is. Another run
-// than before, or a promoted master, counts from when it is seen. A node
-// it cannot read, or no master, does not vote.
+// than before, or a promoted master, counts from when it is seen.
 func (n *redlockNode) mayVote(ctx context.Context, guard time.Duration) error {
 	dials := n.dials.Opened.Load()
 	n.mu.Lock()
