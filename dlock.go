@@ -48,7 +48,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	hub     *notify.Hub
-	publish string // "PUBLISH" or "SPUBLISH", once known
+	publish any // "PUBLISH" or "SPUBLISH", once known
 	closed  bool
 	done    chan struct{}  // closed by Close: waiting Locks give up
 	watch   *inspect.Watch // the Client's own check of its nodes
@@ -216,19 +216,20 @@ func (c *Client) usable(ctx context.Context) error {
 }
 
 // publishCommand is what release scripts publish wake-ups with: SPUBLISH on
-// a Redis 7 cluster (a message stays on the slot's shard), else PUBLISH.
-func (c *Client) publishCommand(ctx context.Context) (string, error) {
+// a Redis 7 cluster (a message stays on the slot's shard), else PUBLISH. As
+// a boxed constant, it costs a script's argument no allocation.
+func (c *Client) publishCommand(ctx context.Context) (any, error) {
 	c.mu.Lock()
 	known := c.publish
 	c.mu.Unlock()
-	if known != "" {
+	if known != nil {
 		return known, nil
 	}
-	command := "PUBLISH"
+	var command any = "PUBLISH"
 	if _, isCluster := c.rdb.(*redis.ClusterClient); isCluster {
 		info, err := c.rdb.Info(ctx, "server").Result()
 		if err != nil {
-			return "", fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
+			return nil, fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
 		}
 		major, _, _ := strings.Cut(inspect.InfoField(info, "redis_version"), ".")
 		if n, _ := strconv.Atoi(major); n >= 7 {
@@ -267,19 +268,8 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// publishArgFor is publishCommand as a script's argument, boxed as a
-// constant, which allocates nothing.
-func (c *Client) publishArgFor(ctx context.Context) (any, error) {
-	command, err := c.publishCommand(ctx)
-	if command == "SPUBLISH" {
-		return "SPUBLISH", err
-	}
-	return "PUBLISH", err
-}
-
-// cleanupContext is the context of work that must go on after its caller
-// has given up (a release, an abandon): free of ctx's cancellation, and
-// bounded by CleanupTimeout, so a frozen server cannot hold an Unlock.
+// cleanupContext is ctx freed of its cancellation, for a release or an
+// abandon, and bounded by CleanupTimeout: a frozen server cannot hold Unlock.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil { // nothing to strip from Background: one allocation less
 		ctx = context.WithoutCancel(ctx)
