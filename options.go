@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"strings"
@@ -20,22 +21,17 @@ const (
 	// DefaultDriftFactor is the share of each TTL given up to clock drift.
 	DefaultDriftFactor = 0.01
 
-	// MinTTL is the shortest TTL or lease time accepted.
+	// MinTTL and MaxTTL bound the TTL or lease time accepted. Up to MaxTTL,
+	// expiries in µs stay exact as Lua numbers (below 2⁵³).
 	MinTTL = 100 * time.Millisecond
-
-	// MaxTTL is the longest TTL or lease time accepted: expiries in µs stay
-	// exact as Lua numbers (below 2⁵³).
 	MaxTTL = 10 * 365 * 24 * time.Hour
 
-	// DefaultWaiterRefresh is how often a waiting Lock tries again.
+	// DefaultWaiterRefresh is how often a waiting Lock tries again; the
+	// refresh accepted is at least MinWaiterRefresh, and at most
+	// MaxWaiterRefresh: a registration lasts three refreshes, within [MaxTTL].
 	DefaultWaiterRefresh = time.Second
-
-	// MinWaiterRefresh is the shortest waiter refresh accepted.
-	MinWaiterRefresh = 10 * time.Millisecond
-
-	// MaxWaiterRefresh is the longest waiter refresh accepted: a
-	// registration lasts three refreshes, within [MaxTTL].
-	MaxWaiterRefresh = MaxTTL / waiterLeaseRefreshes
+	MinWaiterRefresh     = 10 * time.Millisecond
+	MaxWaiterRefresh     = MaxTTL / waiterLeaseRefreshes
 
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
@@ -188,12 +184,7 @@ func WithLogger(l *slog.Logger) Option {
 // (locks are unsafe) to next, or to slog.Default()'s handler of the moment.
 type errorsToDefault struct{ next slog.Handler }
 
-func (h errorsToDefault) handler() slog.Handler {
-	if h.next != nil {
-		return h.next
-	}
-	return slog.Default().Handler()
-}
+func (h errorsToDefault) handler() slog.Handler { return cmp.Or(h.next, slog.Default().Handler()) }
 
 func (h errorsToDefault) Enabled(ctx context.Context, level slog.Level) bool {
 	return level >= slog.LevelError && h.handler().Enabled(ctx, level)
