@@ -14,9 +14,8 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// Sentinel errors. Match them with [errors.Is]: the errors dlock returns wrap
-// them with detail, and a wait that ends with its context also matches
-// [context.Canceled] or [context.DeadlineExceeded].
+// Sentinel errors: dlock's errors wrap them with detail; match them with
+// [errors.Is]. A wait ended by its context also matches the context's error.
 var (
 	// ErrNotAcquired: the lock is held by someone else, and the call did not
 	// (or was not allowed to) wait for it.
@@ -26,9 +25,8 @@ var (
 	// released, expired, deleted, or held by another owner.
 	ErrNotHeld = errors.New("dlock: not held")
 
-	// ErrLeaseLost: a lease ended without being released: Redis refused to
-	// renew it, or its deadline passed first. Another owner may now hold the
-	// lock. The error also matches a [LossReason] saying how.
+	// ErrLeaseLost: a lease ended unreleased (a renewal refused, its deadline
+	// passed): another owner may hold the lock. It matches a [LossReason] too.
 	ErrLeaseLost = errors.New("dlock: lease lost")
 
 	// ErrWrongType: a key of the lock holds what another lock type or
@@ -157,8 +155,7 @@ const (
 	LossForced LossReason = observe.LossForced
 
 	// LossUnreachable: no renewal was confirmed before the deadline, or an
-	// Unlock could not tell whether it released; the key may stay until
-	// its TTL runs out.
+	// Unlock could not tell if it released; the key may live out its TTL.
 	LossUnreachable LossReason = observe.LossUnreachable
 
 	// LossUnknown is what an [observe.Observer] is told where none of the

@@ -10,9 +10,8 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// WithObserver sets the [observe.Observer] told about the locks (of a
-// Client, or of one lock). A later WithObserver replaces an earlier one;
-// WithObserver(nil) turns observation off.
+// WithObserver sets the [observe.Observer] of a Client's locks, or of one
+// lock, replacing any earlier; WithObserver(nil) turns observation off.
 func WithObserver(o *observe.Observer) Option {
 	return func(s *settings) { s.observer, s.given = (*hooks)(o), s.given|optObserver }
 }
