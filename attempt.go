@@ -99,7 +99,7 @@ func (a *call) shared(entry string) scripts.Acquire {
 func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
 	var publish any
 	if a.spec.publishes {
-		if publish, err = a.h.c.publishArgFor(ctx); err != nil {
+		if publish, err = a.h.c.publishCommand(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -191,7 +191,7 @@ func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err
 	args.Owner = a.owner
 	sent := time.Now()
 	var released int64 // 1 when the script gave a hold back, else 0
-	if args.Publish, err = c.publishArgFor(ctx); err == nil {
+	if args.Publish, err = c.publishCommand(ctx); err == nil {
 		script := s.lease.kind.abandon
 		released, err = c.flights.Send(ctx, script, fcall.Argv(script, keys, args)).Int64()
 	}

@@ -170,7 +170,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	}
 	// Without a tombstone, the hold's tokens tell a hold a late copy of its
 	// grant took anew (minted_anew in common.lua).
-	publish, err := h.c.publishArgFor(ctx)
+	publish, err := h.c.publishCommand(ctx)
 	var released int64 // 1 when the script let go, else 0
 	if err == nil {
 		argv := fcall.CommandOn(h.kind.release, h.relKeys, last, 0)

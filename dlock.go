@@ -48,7 +48,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	hub     *notify.Hub
-	publish string // "PUBLISH" or "SPUBLISH", once known
+	publish any // "PUBLISH" or "SPUBLISH", once known
 	closed  bool
 	done    chan struct{}  // closed by Close: waiting Locks give up
 	watch   *inspect.Watch // the Client's own check of its nodes
@@ -76,23 +76,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// unmadeClient reports whether rdb would panic at first use (see resendAfter).
-func unmadeClient(rdb redis.UniversalClient) bool {
-	_, made := resendAfter(rdb)
-	return !made
-}
-
 // mayHaveResent reports whether a command sent at sent, and answered now,
 // may have been sent twice by the Redis client (see resendAfter).
 func (c *Client) mayHaveResent(sent time.Time) bool {
 	return time.Since(sent) >= c.resendAfter
 }
 
-// resendAfter is rdb's read timeout. go-redis resends a command only after
-// a read timed out; a failed connection leaves no copy on the way. So one
-// answered sooner was sent once. No read timeout: nothing is resent; a
-// client of another kind: anything may be. made is false for a nil rdb (or
-// nil pointer), or one not made by its constructor (&redis.Client{}).
+// resendAfter is rdb's read timeout: go-redis resends a command only after
+// a read timed out (a failed connection leaves no copy), so one answered
+// sooner was sent once; another kind of client may resend anything. made
+// is false for a nil rdb or pointer, or one not made by its constructor.
 func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
 	if rdb == nil {
 		return 0, false
@@ -108,7 +101,7 @@ func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
 	var read time.Duration
 	switch r := rdb.(type) {
 	case *redis.Client:
-		read = r.Options().ReadTimeout // 0 or -1 once defaulted: no timeout
+		read = r.Options().ReadTimeout // 0 or -1 once defaulted: no timeout, nothing is resent
 	case *redis.ClusterClient:
 		read = r.Options().ReadTimeout
 	case *redis.Ring:
@@ -124,11 +117,10 @@ func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {
 	return read, true
 }
 
-// Close stops the Client's background work: renewal, subscriptions and its
-// check of the nodes, waiting for work under way at most [CleanupTimeout].
-// Locks still waiting return [ErrClosed]. Leases still held are no longer
-// renewed and end as lost at their deadline; unlock them first. Close does
-// not close rdb.
+// Close stops the Client's background work (renewal, subscriptions, its
+// check of the nodes), waiting for work under way at most [CleanupTimeout].
+// Locks still waiting return [ErrClosed]; leases still held, no longer
+// renewed, end as lost at their deadline: unlock them first. rdb stays open.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
@@ -152,9 +144,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// keys are the Redis names of one lock: its key and a suffix from
-// internal/scripts/layout.go. All share the hash tag {name}, so each script
-// touches one cluster slot.
+// keys are one lock's Redis names: its key and suffixes from
+// internal/scripts/layout.go, in one slot (hash tag {name}) for the scripts.
 type keys struct {
 	lock    string // the lock's state
 	fence   string // fencing counter (see mint_token in internal/scripts/common.lua)
@@ -184,19 +175,13 @@ func secretKey(base, sep, token string) string {
 	sum := sha256.Sum256([]byte(token))
 	var digits [32]byte
 	hex.Encode(digits[:], sum[:16])
-	var b strings.Builder
-	b.Grow(len(base) + len(sep) + len(digits))
-	b.WriteString(base)
-	b.WriteString(sep)
-	b.Write(digits[:])
-	return b.String()
+	return base + sep + string(digits[:]) // a conversion in a sum is not copied
 }
 
-// tombstone marks void a call that gave up, call being its attempts' owner
-// token: abandons write it, and releases of a lease given up or maybe
-// copied; an acquire that finds it does nothing. It lasts
-// [scripts.TombstoneLife], many times a copy's time on the way, not the
-// TTL, which may be years.
+// tombstone marks void a call that gave up (call: its attempts' owner
+// token). Abandons write it, and releases of a lease given up or maybe
+// copied; an acquire finding it does nothing. [scripts.TombstoneLife], its
+// life, is many times a copy's time on the way, not the TTL (maybe years).
 func (k keys) tombstone(call string) string { return secretKey(k.lock, scripts.Tombstone.Suffix, call) }
 
 // releaseMark is where a release that let go of owner's hold says so, for
@@ -231,20 +216,20 @@ func (c *Client) usable(ctx context.Context) error {
 }
 
 // publishCommand is what release scripts publish wake-ups with: SPUBLISH on
-// a Redis 7 cluster (a message stays on the slot's shard), else PUBLISH. It
-// asks a cluster's version once.
-func (c *Client) publishCommand(ctx context.Context) (string, error) {
+// a Redis 7 cluster (a message stays on the slot's shard), else PUBLISH. As
+// a boxed constant, it costs a script's argument no allocation.
+func (c *Client) publishCommand(ctx context.Context) (any, error) {
 	c.mu.Lock()
 	known := c.publish
 	c.mu.Unlock()
-	if known != "" {
+	if known != nil {
 		return known, nil
 	}
-	command := "PUBLISH"
+	var command any = "PUBLISH"
 	if _, isCluster := c.rdb.(*redis.ClusterClient); isCluster {
 		info, err := c.rdb.Info(ctx, "server").Result()
 		if err != nil {
-			return "", fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
+			return nil, fmt.Errorf("dlock: reading the cluster's version: %w", unavailable(err))
 		}
 		major, _, _ := strings.Cut(inspect.InfoField(info, "redis_version"), ".")
 		if n, _ := strconv.Atoi(major); n >= 7 {
@@ -283,19 +268,8 @@ func (c *Client) subscribed(channel string) bool {
 	return hub != nil && hub.Ready(channel)
 }
 
-// publishArgFor is publishCommand as a script's argument, boxed as a
-// constant, which allocates nothing.
-func (c *Client) publishArgFor(ctx context.Context) (any, error) {
-	command, err := c.publishCommand(ctx)
-	if command == "SPUBLISH" {
-		return "SPUBLISH", err
-	}
-	return "PUBLISH", err
-}
-
-// cleanupContext is the context of work that must go on after its caller
-// has given up (a release, an abandon): free of ctx's cancellation, and
-// bounded by CleanupTimeout, so a frozen server cannot hold an Unlock.
+// cleanupContext is ctx freed of its cancellation, for a release or an
+// abandon, and bounded by CleanupTimeout: a frozen server cannot hold Unlock.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() != nil { // nothing to strip from Background: one allocation less
 		ctx = context.WithoutCancel(ctx)

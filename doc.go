@@ -41,20 +41,18 @@
 //
 // # The types
 //
-// [Mutex] (exclusive), [ReentrantMutex] (exclusive, re-entered by its
-// owner), [RWMutex] (many readers or one writer, reentrant), [FairMutex]
-// (first come, first served), [Semaphore] (N holders), [MultiLock] (several
-// locks, all or none) and [Election] (one leader). A [Redlock] holds a Mutex
-// on a majority of independent masters; [WithReplicaAck] makes any
-// acquisition wait for replicas. A waiting Lock does not poll: a release
+// [Mutex], [ReentrantMutex], [RWMutex], [FairMutex] (first come, first
+// served), [Semaphore], [MultiLock] (all or none) and [Election]. A [Redlock]
+// holds a Mutex on a majority of independent masters; [WithReplicaAck] makes
+// any acquisition wait for replicas. A waiting Lock does not poll: a release
 // wakes a waiter by pub/sub, or hands it the lock.
 //
 // # Reentrancy follows the context
 //
-// Go has no goroutine id: the owner of a [ReentrantMutex]'s or [RWMutex]'s
-// hold is the call chain, told by the context. A Lock whose context carries
-// no live hold of the lock is a new owner and waits its turn. To re-enter,
-// pass on the lease's context:
+// Go has no goroutine id: a [ReentrantMutex] or [RWMutex] hold is owned by
+// the call chain, told by the context ([WithOwner] names an owner instead).
+// A Lock whose context carries no live hold of the lock is a new owner and
+// waits its turn. To re-enter, pass on the lease's context:
 //
 //	lease, err := rw.Lock(ctx)
 //	if err != nil {
@@ -62,9 +60,6 @@
 //	}
 //	defer lease.Unlock(ctx)
 //	return update(lease.Context(ctx)) // update's own rw.Lock re-enters
-//
-// [WithOwner] names an owner explicitly instead, for holds shared across
-// processes.
 //
 // # More
 //

@@ -14,9 +14,8 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// Sentinel errors. Match them with [errors.Is]: the errors dlock returns wrap
-// them with detail, and a wait that ends with its context also matches
-// [context.Canceled] or [context.DeadlineExceeded].
+// Sentinel errors: dlock's errors wrap them with detail; match them with
+// [errors.Is]. A wait ended by its context also matches the context's error.
 var (
 	// ErrNotAcquired: the lock is held by someone else, and the call did not
 	// (or was not allowed to) wait for it.
@@ -26,14 +25,12 @@ var (
 	// released, expired, deleted, or held by another owner.
 	ErrNotHeld = errors.New("dlock: not held")
 
-	// ErrLeaseLost: a lease ended without being released: Redis refused to
-	// renew it, or its deadline passed first. Another owner may now hold the
-	// lock. The error also matches a [LossReason] saying how.
+	// ErrLeaseLost: a lease ended unreleased (a renewal refused, its deadline
+	// passed): another owner may hold the lock. It matches a [LossReason] too.
 	ErrLeaseLost = errors.New("dlock: lease lost")
 
-	// ErrWrongType: a key of the lock holds what this kind of lock did not
-	// write (another lock type's, another program's). The error names the
-	// key; dlock leaves it untouched.
+	// ErrWrongType: a key of the lock holds what another lock type or
+	// program wrote. The error names the key; dlock leaves it untouched.
 	ErrWrongType = errors.New("dlock: key holds the wrong type of value")
 
 	// ErrInvalid: bad input (an empty name, a TTL below [MinTTL]…). Returned
@@ -64,16 +61,14 @@ var (
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrUnavailable: Redis could not serve the call for a reason that
-	// passes on its own (a slot migrating, a failover, a restart, no server
-	// at the address); the cause stays in the chain. An acquisition that
-	// fails so holds nothing. A waiting Lock tries again until its context
-	// ends, then returns this error with the context's, never
-	// [ErrNotAcquired]. Other calls return it at once.
+	// passes (a slot migrating, a failover, a restart, no server at the
+	// address); the cause stays in the chain. An acquisition failing so holds
+	// nothing. A waiting Lock retries until its context ends, then returns
+	// this error with the context's, never [ErrNotAcquired]; others at once.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 
-// notAcquired names the lock and, where known, how long the hold in its
-// way lasts at most.
+// notAcquired names the lock and, if known, the most its holder has left.
 func notAcquired(name string, left time.Duration) error {
 	if left <= 0 {
 		return fmt.Errorf("%w: %q is held", ErrNotAcquired, name)
@@ -115,11 +110,8 @@ func isTransient(err error) bool {
 	}
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		strings.Contains(err.Error(), ringShardsDown)
+		strings.Contains(err.Error(), "redis: all ring shards are down") // a Ring's, with no sentinel
 }
-
-// ringShardsDown is a Ring's error with every shard down (no sentinel).
-const ringShardsDown = "redis: all ring shards are down"
 
 // unavailable marks err with ErrUnavailable when it is transient.
 func unavailable(err error) error {
@@ -163,8 +155,7 @@ const (
 	LossForced LossReason = observe.LossForced
 
 	// LossUnreachable: no renewal was confirmed before the deadline, or an
-	// Unlock could not tell whether it released; the key may stay until
-	// its TTL runs out.
+	// Unlock could not tell if it released; the key may live out its TTL.
 	LossUnreachable LossReason = observe.LossUnreachable
 
 	// LossUnknown is what an [observe.Observer] is told where none of the

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -9,9 +10,8 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// WithObserver sets the [observe.Observer] told about the locks (of a
-// Client, or of one lock). A later WithObserver replaces an earlier one;
-// WithObserver(nil) turns observation off.
+// WithObserver sets the [observe.Observer] of a Client's locks, or of one
+// lock, replacing any earlier; WithObserver(nil) turns observation off.
 func WithObserver(o *observe.Observer) Option {
 	return func(s *settings) { s.observer, s.given = (*hooks)(o), s.given|optObserver }
 }
@@ -36,9 +36,8 @@ func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try
 	var done func(observe.AcquireDone)
 	if o.Acquire != nil {
 		var callCtx context.Context
-		if callCtx, done = o.Acquire(ctx, observe.AcquireCall{Kind: kind, Name: name, Try: try}); callCtx != nil {
-			ctx = callCtx
-		}
+		callCtx, done = o.Acquire(ctx, observe.AcquireCall{Kind: kind, Name: name, Try: try})
+		ctx = cmp.Or(callCtx, ctx)
 	}
 	l, err := acquire(context.WithValue(ctx, callKey{}, call))
 	defer releaseOnPanic(ctx, l) // done and watch run while l is not yet the caller's
@@ -55,10 +54,9 @@ func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try
 	return l, err
 }
 
-// releaseOnPanic, deferred around a hook called while l is held but not
-// in its caller's hands, gives l up when the hook panics, and lets the
-// panic go on: a caller that recovers (net/http does) has no lease to
-// unlock, and renewals would keep the hold for ever.
+// releaseOnPanic, deferred around a hook run while l is not yet its
+// caller's, gives l up if the hook panics: a caller that recovers (net/http
+// does) would have no lease to unlock, renewed for ever. The panic goes on.
 func releaseOnPanic(ctx context.Context, l *Lease) {
 	if l == nil {
 		return
@@ -182,13 +180,7 @@ func (ob *leaseObs) ended(err error) {
 
 // unlock is Unlock, observed.
 func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
-	var done func(error)
-	if ob.o.Release != nil {
-		var callCtx context.Context
-		if callCtx, done = ob.releasing(ctx, l); callCtx != nil {
-			ctx = callCtx
-		}
-	}
+	ctx, done := ob.releasing(ctx, l)
 	err := l.unlock(ctx, voidIfCopied)
 	if done != nil {
 		done(err)
@@ -196,15 +188,19 @@ func (ob *leaseObs) unlock(ctx context.Context, l *Lease) error {
 	return err
 }
 
-// releasing calls the Release hook; a panicking hook releases l first.
+// releasing calls the Release hook, if set; a panicking hook releases l first.
 func (ob *leaseObs) releasing(ctx context.Context, l *Lease) (context.Context, func(error)) {
+	if ob.o.Release == nil {
+		return ctx, nil
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			_ = l.unlock(ctx, voidIfCopied)
 			panic(r)
 		}
 	}()
-	return ob.o.Release(ctx, ob.info)
+	callCtx, done := ob.o.Release(ctx, ob.info)
+	return cmp.Or(callCtx, ctx), done
 }
 
 // renewal is the report of a renewal's answer, due being the deadline

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"strings"
@@ -14,53 +15,41 @@ const (
 	// DefaultPrefix starts every key and channel dlock writes.
 	DefaultPrefix = "dlock:"
 
-	// DefaultTTL is how long a lock outlives a holder that stopped renewing
-	// (crashed, partitioned). Auto-renewed locks are renewed every TTL/3.
+	// DefaultTTL is how long a lock outlives a holder that stopped renewing.
 	DefaultTTL = 30 * time.Second
 
-	// DefaultDriftFactor is the share of each TTL a lease gives up to clock
-	// rate differences: it counts itself lost at TTL × (1 − drift).
+	// DefaultDriftFactor is the share of each TTL given up to clock drift.
 	DefaultDriftFactor = 0.01
 
-	// MinTTL is the shortest TTL or lease time accepted.
+	// MinTTL and MaxTTL bound the TTL or lease time accepted. Up to MaxTTL,
+	// expiries in µs stay exact as Lua numbers (below 2⁵³).
 	MinTTL = 100 * time.Millisecond
-
-	// MaxTTL is the longest TTL or lease time accepted: expiries in µs stay
-	// exact as Lua numbers (below 2⁵³).
 	MaxTTL = 10 * 365 * 24 * time.Hour
 
-	// DefaultWaiterRefresh is how often a waiting Lock tries again, renewing
-	// its registration: a dead waiter stops being picked within a few.
+	// DefaultWaiterRefresh is how often a waiting Lock tries again; the
+	// refresh accepted is at least MinWaiterRefresh, and at most
+	// MaxWaiterRefresh: a registration lasts three refreshes, within [MaxTTL].
 	DefaultWaiterRefresh = time.Second
-
-	// MinWaiterRefresh is the shortest waiter refresh accepted.
-	MinWaiterRefresh = 10 * time.Millisecond
-
-	// MaxWaiterRefresh is the longest waiter refresh accepted: a
-	// registration lasts three refreshes, within [MaxTTL].
-	MaxWaiterRefresh = MaxTTL / waiterLeaseRefreshes
+	MinWaiterRefresh     = 10 * time.Millisecond
+	MaxWaiterRefresh     = MaxTTL / waiterLeaseRefreshes
 
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
 
-	// DefaultRestartGuard is how long a [Redlock] node must have been up
-	// before it votes (see [WithRestartGuard]).
+	// DefaultRestartGuard is a [Redlock] node's default [WithRestartGuard].
 	DefaultRestartGuard = DefaultTTL
 
-	// CleanupTimeout bounds the work dlock does after its caller has given
-	// up, whatever the context: the abandon after a failed acquire, and
-	// Unlock, which releases even with a cancelled context.
+	// CleanupTimeout bounds the work that outlives a cancelled context:
+	// Unlock, and the abandon after a failed acquire.
 	CleanupTimeout = 5 * time.Second
 )
 
-// Option configures a Client (as defaults for every lock it makes) or one
-// lock (overriding the Client's). An option that does not apply where it is
-// given (each option's doc says where it applies) is refused like a bad
-// value: the first call returns an error matching [ErrInvalid].
+// Option configures a Client (defaults for its locks) or one lock
+// (overriding them). An option given where its doc says it does not apply
+// is refused like a bad value: the first call's error matches [ErrInvalid].
 type Option func(*settings)
 
-// optionSet names the options that not everything takes (WithPrefix, which
-// everything takes, has no bit).
+// optionSet names the options not everything takes (WithPrefix has no bit).
 type optionSet uint16
 
 const (
@@ -179,10 +168,9 @@ func WithWait(d time.Duration) Option {
 	return func(s *settings) { s.wait, s.waitSet, s.given = d, true, s.given|optWait }
 }
 
-// WithLogger sets where dlock logs renewals that failed, leases that were
-// lost and subscriptions that broke. Owner tokens never appear there.
-// Default: only what is logged at error level, a Redis node that can evict
-// held locks, goes to [slog.Default]; WithLogger(nil) logs nothing.
+// WithLogger sets where dlock logs failed renewals, lost leases and broken
+// subscriptions, never owner tokens; WithLogger(nil) logs nothing. Default:
+// only error records (a node that can evict held locks), to [slog.Default].
 func WithLogger(l *slog.Logger) Option {
 	return func(s *settings) {
 		if l == nil {
@@ -192,17 +180,11 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// errorsToDefault is the default logger's handler: it passes error records
-// (locks are unsafe) to next, or to slog.Default()'s handler, read at each
-// record, and drops the rest.
+// errorsToDefault, the default logger's handler, passes only error records
+// (locks are unsafe) to next, or to slog.Default()'s handler of the moment.
 type errorsToDefault struct{ next slog.Handler }
 
-func (h errorsToDefault) handler() slog.Handler {
-	if h.next != nil {
-		return h.next
-	}
-	return slog.Default().Handler()
-}
+func (h errorsToDefault) handler() slog.Handler { return cmp.Or(h.next, slog.Default().Handler()) }
 
 func (h errorsToDefault) Enabled(ctx context.Context, level slog.Level) bool {
 	return level >= slog.LevelError && h.handler().Enabled(ctx, level)
@@ -221,20 +203,18 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 }
 
 // WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle (or
-// a Client's default): every call through any handle with the id, in any
-// process, is one owner, for holds shared across processes. Without it the
-// owner is the call chain (see [Lease.Context]). Whoever knows the id joins
-// its holds, so [Client.Describe] shows only its [admin.OwnerHash]. It must
-// be printable UTF-8, not empty, and at most [MaxNameLen] bytes.
+// a Client's default): all calls with the id, in any process, are one owner.
+// Without it the owner is the call chain (see [Lease.Context]). Whoever
+// knows the id joins its holds, so [Client.Describe] shows only its
+// [admin.OwnerHash]. It must be printable UTF-8 of 1 to [MaxNameLen] bytes.
 func WithOwner(id string) Option {
 	return func(s *settings) { s.owner, s.ownerSet, s.given = id, true, s.given|optOwner }
 }
 
-// WithWaiterRefresh sets how often a waiting Lock tries again and renews its
-// place among the waiters (default [DefaultWaiterRefresh]). A dead waiter
-// is dropped within three refreshes; until then a wake-up or a hand-over to
-// it holds the others up. A [Redlock] refuses it: its waiters do not
-// register.
+// WithWaiterRefresh sets how often a waiting Lock tries again and renews
+// its place among the waiters (default [DefaultWaiterRefresh]). A dead
+// waiter woken or handed the lock holds the others up, for three refreshes
+// at most. A [Redlock] refuses it: its waiters do not register.
 func WithWaiterRefresh(d time.Duration) Option {
 	return func(s *settings) { s.waiterRefresh, s.given = d, s.given|optWaiterRefresh }
 }
@@ -336,8 +316,7 @@ func validTTL(what string, d time.Duration) error {
 	return nil
 }
 
-// printableText says whether s is valid UTF-8 of printable runes only,
-// spaces included (no control character, no bidi override).
+// printableText: valid UTF-8, printable runes and spaces (no bidi override).
 func printableText(s string) bool {
 	return utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0
 }

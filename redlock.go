@@ -41,7 +41,7 @@ type Redlock struct {
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	r := &Redlock{cfg: defaultSettings().with(opts), quorum: len(clients)/2 + 1}
 	for i, rdb := range clients {
-		if unmadeClient(rdb) {
+		if _, made := resendAfter(rdb); !made {
 			return nil, invalidf("Redis client %d is nil", i)
 		}
 		if fcall.Routed(rdb) { // its connections are unseen by the restart guard's hook
