@@ -48,11 +48,10 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, true, m.call)
 }
 
-// Lock takes the lock, waiting while someone else holds it, until ctx ends
-// or the wait set by [WithWait] runs out; then it returns an error matching
-// both [ErrNotAcquired] and ctx's error. A release hands the lock to one
-// waiting Lock; a newcomer does not barge in. [ErrUnavailable] does not end
-// the wait.
+// Lock takes the lock, waiting while someone else holds it, until ctx ends or
+// the wait set by [WithWait] runs out; then it returns an error matching both
+// [ErrNotAcquired] and ctx's error. A release hands the lock to one waiting
+// Lock; a newcomer does not barge in. [ErrUnavailable] does not end the wait.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, observe.KindMutex, false, m.call)
 }
