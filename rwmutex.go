@@ -115,9 +115,8 @@ func (h *holdLock) Inspect(ctx context.Context) (RWState, error) {
 	return RWState{}, redisError("inspect", h.name, err)
 }
 
-// heldKey is the context key of a hold of a read-write lock: the lock's key,
-// which every handle of the lock finds and no other lock's; ownerFor checks
-// the Redis too.
+// heldKey is the context key of a read-write lock's hold: the lock's key,
+// which its handles alone find (ownerFor checks the Redis too).
 type heldKey string
 
 // ownerFor is the owner a call on h with ctx acts as: WithOwner's id; else
