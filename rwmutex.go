@@ -145,9 +145,7 @@ func redisIdentity(rdb redis.UniversalClient) string {
 		}
 		return fmt.Sprintf("standalone %s %s db %d", o.Network, o.Addr, o.DB)
 	case *redis.ClusterClient:
-		addrs := slices.Clone(r.Options().Addrs)
-		slices.Sort(addrs)
-		return "cluster " + strings.Join(addrs, " ")
+		return "cluster " + strings.Join(slices.Sorted(slices.Values(r.Options().Addrs)), " ")
 	case *redis.Ring:
 		o := r.Options()
 		var shards []string
