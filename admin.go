@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -33,10 +34,7 @@ func (c *Client) Check(ctx context.Context) (*admin.Report, error) {
 		defer mu.Unlock()
 		report.Nodes = append(report.Nodes, admin.NodeReport{Addr: addr, Problems: problems})
 	})
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
+	if err = cmp.Or(err, ctx.Err()); err != nil {
 		return nil, fmt.Errorf("dlock: check: %w", err)
 	}
 	slices.SortFunc(report.Nodes, func(a, b admin.NodeReport) int { return strings.Compare(a.Addr, b.Addr) })
@@ -142,12 +140,10 @@ func (c *Client) namedKeys(ctx context.Context, name string, opts []Option) (key
 	if err := c.usable(ctx); err != nil {
 		return keys{}, err
 	}
-	if err := validateName(name); err != nil {
-		return keys{}, err
-	}
 	cfg := c.cfg.with(opts)
-	if err := cfg.validate(forDescribe); err != nil {
-		return keys{}, err
+	err := validateName(name)
+	if err == nil {
+		err = cfg.validate(forDescribe)
 	}
-	return keysFor(cfg.prefix, name), nil
+	return keysFor(cfg.prefix, name), err
 }
