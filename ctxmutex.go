@@ -40,11 +40,9 @@ func (m *ctxMutex) Lock(ctx context.Context) error {
 func (m *ctxMutex) TryLock() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.held {
-		return false
-	}
+	took := !m.held
 	m.held = true
-	return true
+	return took
 }
 
 // Unlock unlocks m and lets every waiting Lock try again.

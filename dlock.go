@@ -41,7 +41,7 @@ type Client struct {
 
 	resendAfter time.Duration // a command this slow may have been sent twice (see clientHold.maybeCopied)
 	tag         string        // names this Client's own wake-up channel of each lock (keys.own)
-	redis       string        // the Redis rdb talks to, "" if unknown: a hold in a context is ours only if equal (reentry.go)
+	redis       string        // the Redis rdb talks to, "" if unknown: a hold in a context is ours only if equal (see ownerFor)
 
 	attempted func(attemptReport) // set by tests before first use: hears each attempt's reply before it acts
 	clock     *clock.Clock        // the leases' time: nil, the machine's; fault tests set one they suspend

@@ -17,7 +17,7 @@ import (
 // internal/scripts/rw_lib.lua describes the state in Redis.
 type holdLock struct {
 	handle
-	owner string // WithOwner's id; "" when the context says who the owner is (reentry.go)
+	owner string // WithOwner's id; "" when the context says who the owner is (see ownerFor)
 
 	heldKey   any          // the context key of a hold of this lock (see ownerFor), boxed once
 	writeKind observe.Kind // what observers are told the write side is: KindWrite or KindReentrant

@@ -36,11 +36,10 @@ func (ack replicaAck) judge(acks *redis.Cmd) error {
 	return nil
 }
 
-// sendAcknowledged sends calls, for keys of one master, to c's Redis;
-// with ack.n > 0 to the master with WAIT after them, following MOVED and
-// ASK (fcall.SendAcknowledged). It returns each call's shortfall of
-// acknowledgements (nil without WAIT), an error matching [ErrReplicaAck],
-// for the caller to judge once it knows the script wrote something.
+// sendAcknowledged sends calls, for keys of one master, to c's Redis, with
+// WAIT after them if ack.n > 0 (fcall.SendAcknowledged follows MOVED and
+// ASK). It returns each call's WAIT as judge reads it (nil without WAIT),
+// for the caller to heed once it knows the script wrote something.
 func (c *Client) sendAcknowledged(ctx context.Context, ack replicaAck, calls []fcall.Call) []error {
 	if ack.n == 0 {
 		fcall.Send(ctx, &c.fns, c.rdb, calls)

@@ -13,18 +13,12 @@ import (
 // in common.lua) passed for this Client's user; later acquires skip it but
 // for registrations and an unclean RWMutex (rw_acquire.lua). A right taken
 // away later is a refused command: the attempt gives back what it took.
-type rightsSeen struct {
-	known sync.Map // *redis.Script → struct{}
-}
+type rightsSeen struct{ known sync.Map }
 
-// The last ARGV of an acquire, boxed once.
-var (
-	rightsKnown any = scripts.RightsKnown
-	rightsCheck any = ""
-)
+var rightsKnown, rightsCheck any = scripts.RightsKnown, ""
 
-// arg is the last ARGV of an acquire of script: scripts.RightsKnown once
-// its check has passed, else "" (check).
+// arg is the last ARGV of an acquire of script, boxed once:
+// scripts.RightsKnown once its check has passed, else "" (check).
 func (r *rightsSeen) arg(script *redis.Script) any {
 	if _, ok := r.known.Load(script); ok {
 		return rightsKnown

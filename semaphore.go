@@ -69,10 +69,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
 	return s.acquire(ctx, observe.KindSemaphore, true, s.call)
 }
 
-// Acquire takes a permit, waiting for one to be released while all are
-// held, until ctx ends or the wait set by [WithWait] runs out. A wait that
-// ends that way returns an error matching both [ErrNotAcquired] and ctx's
-// error.
+// Acquire takes a permit, waiting for one to be released while all are held,
+// until ctx ends or the wait set by [WithWait] runs out. A wait that ends
+// that way returns an error matching both [ErrNotAcquired] and ctx's error.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
 	return s.acquire(ctx, observe.KindSemaphore, false, s.call)
 }

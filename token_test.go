@@ -32,7 +32,7 @@ func TestOwnerTokens_AMillionAreDistinct(t *testing.T) {
 // from a few samples, which would let anyone forge a holder's proof. (The
 // jitter of Redlock's retries may use math/rand; tokens may not.)
 func TestOwnerTokens_ComeFromCryptoRand(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "token.go", nil, parser.ImportsOnly)
+	f, err := parser.ParseFile(token.NewFileSet(), "holder.go", nil, parser.ImportsOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +42,6 @@ func TestOwnerTokens_ComeFromCryptoRand(t *testing.T) {
 		imports[path] = true
 	}
 	if !imports["crypto/rand"] || imports["math/rand"] || imports["math/rand/v2"] {
-		t.Fatalf("token.go imports %v; want crypto/rand and no math/rand", imports)
+		t.Fatalf("holder.go imports %v; want crypto/rand and no math/rand", imports)
 	}
 }
