@@ -224,7 +224,7 @@ func (f *commandFaults) process(ctx context.Context, cmds []redis.Cmder, next fu
 		// not yet promoted (or, on a cluster, one that failed while its
 		// shard failed over), left what it was to clean up: a waiter's
 		// place, handed the lock by the next release, holds it for its
-		// remainder, as a dead waiter's does (FairMutex).
+		// remainder, as a dead waiter's does (fair.go).
 		called := time.Now()
 		defer func() {
 			if err != nil && (f.failover.mayHaveFailed(called, time.Now()) || f.cfail.mayHaveFailed(called, time.Now())) {
