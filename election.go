@@ -60,10 +60,9 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 	return e
 }
 
-// Campaign waits until this candidate leads, with value, until ctx ends or
-// the wait set by [WithWait] runs out. It returns the leadership as a
-// lease, whose Token is the term. A candidate that already leads proclaims
-// value and returns the same lease.
+// Campaign waits until this candidate leads with value, until ctx ends or
+// [WithWait]'s wait runs out; the lease returned has the term as Token. A
+// candidate already leading proclaims value and returns the same lease.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	if err := e.check(ctx, value); err != nil {
 		return nil, err
@@ -74,7 +73,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call { return e.candidate(value) })
+	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call {
+		a := &candidate{value: value}
+		return a.begin(&e.handle, e.spec, a)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -84,10 +86,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	return l, nil
 }
 
-// Resign gives up this candidate's leadership and wakes the next candidate,
-// which leads at once, in a new term. It returns [ErrNotHeld] when this
-// candidate does not lead. Like Unlock, it resigns even when ctx is
-// cancelled.
+// Resign gives up this candidate's leadership: the next candidate leads at
+// once, in a new term. It returns [ErrNotHeld] when this candidate does not
+// lead. Like Unlock, it resigns even when ctx is cancelled.
 func (e *Election) Resign(ctx context.Context) error {
 	l, err := e.leading(ctx, "")
 	if err != nil {
@@ -211,9 +212,8 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			case *redis.Subscription: // subscribed, or again after a reconnect
 				ok = reread()
 			case *redis.Message:
-				// A current term's message may be older than a read's
-				// value: it only says the value changed; the read after the
-				// last one queued says to what.
+				// A current term's message may be older than a read's value:
+				// it only prompts a read, after the last one queued.
 				if l, parsed := parseLeader(m.Payload); parsed && l.Term > last.Term {
 					ok = emit(l)
 				} else if parsed && len(messages) == 0 {
@@ -256,11 +256,6 @@ func (e *Election) current() *Lease {
 type candidate struct {
 	call
 	value any // boxed once for all attempts
-}
-
-func (e *Election) candidate(value string) *call {
-	a := &candidate{value: value}
-	return a.begin(&e.handle, e.spec, a)
 }
 
 func (a *candidate) request(waiterID string, publish any) ([]any, string) {
