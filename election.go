@@ -108,9 +108,8 @@ func (e *Election) leading(ctx context.Context, value string) (*Lease, error) {
 	return nil, fmt.Errorf("%w: %q: this candidate does not lead", ErrNotHeld, e.name)
 }
 
-// Proclaim changes the value of this candidate's leadership without giving
-// it up, and tells the observers. It returns [ErrNotHeld] when this
-// candidate does not lead.
+// Proclaim changes the value of this candidate's leadership, keeping it,
+// and tells the observers. It returns [ErrNotHeld] if it does not lead.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	l, err := e.leading(ctx, value)
 	if err != nil {
@@ -132,8 +131,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	return nil
 }
 
-// Leader returns who leads now, or an error matching [ErrNoLeader] when
-// nobody does.
+// Leader returns who leads now, or an error matching [ErrNoLeader] if none.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
@@ -150,11 +148,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Term: uint64(term)}, nil
 }
 
-// Observe returns a channel of the election's leaders: the current one
-// first (if any), then each new leadership and proclamation. Values never
-// go back; a slow reader skips to the latest. A term that passes while the
-// subscription is down is not seen, but the leader is read again when it
-// comes back and every TTL/3. The channel is closed when ctx ends.
+// Observe returns a channel of leaders: the current one (if any), then each
+// new leadership and proclamation, never going back; a slow reader skips to
+// the latest. A term passed while disconnected is missed; the leader is
+// reread on reconnecting and every TTL/3. The channel closes when ctx ends.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	if e.check(ctx, "") != nil {

@@ -141,8 +141,7 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	return acquireBy(ctx, m.h.cfg, observe.KindMulti, m.h.name, try, m.take)
 }
 
-// take is acquire's work: one wait, WithWait's, for all the groups, taken
-// in turn: all of them, or none.
+// take takes all the groups in turn, or none, within one WithWait wait.
 func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 	takeGroup := tryOnce
 	if !try {
@@ -215,9 +214,8 @@ func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	}
 }
 
-// multiCall takes one group of a MultiLock, listening on the channel of
-// the lock that kept it out last. Its tombstone is the MultiLock call's,
-// shared by its groups, until it starts anew.
+// multiCall takes a MultiLock's group, listening on the channel of the lock
+// that kept it out last; until it starts anew, its tombstone is the call's.
 type multiCall struct{ call }
 
 func (m *MultiLock) call(g *acquireSpec, callToken string) *call {
@@ -240,11 +238,10 @@ func (a *multiCall) request(waiterID string, publish any) ([]any, string) {
 func (a *multiCall) entry(waiterID string) string { return waiterID }
 
 func (a *multiCall) valid(res []int64) bool {
-	n := len(a.spec.lease.names)
 	if len(res) > 0 && res[0] == 1 {
-		return len(res) == n+1
+		return len(res) == len(a.spec.lease.names)+1
 	}
-	return len(res) == 3 && res[0] == 0 && res[2] >= 1 && int(res[2]) <= n
+	return len(res) == 3 && res[0] == 0 && res[2] >= 1 && int(res[2]) <= len(a.spec.lease.names)
 }
 
 // refused notes the lock in the way, whose channel waitFor listens on next.
