@@ -109,7 +109,7 @@ func (e *Election) leading(ctx context.Context, value string) (*Lease, error) {
 }
 
 // Proclaim changes the value of this candidate's leadership, keeping it,
-// and tells the observers. It returns [ErrNotHeld] if it does not lead.
+// and tells the observers. It returns [ErrNotHeld] when not leading.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	l, err := e.leading(ctx, value)
 	if err != nil {

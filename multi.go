@@ -15,10 +15,10 @@ import (
 )
 
 // MultiLock takes several exclusive locks, each the [Mutex] of its name:
-// all of them, or none. Its one [Lease], with a token per lock
-// ([Lease.Tokens]), is lost as soon as any lock is. Taken in one global
-// order, no two MultiLocks deadlock; a failed or cancelled one releases
-// what it took. It waits on one lock at a time: unfair under contention.
+// all or none. Its one [Lease], with a token per lock ([Lease.Tokens]),
+// is lost as soon as any lock is. Taken in one global order, MultiLocks
+// never deadlock; a failed or cancelled one releases what it took. It
+// waits on one lock at a time: unfair under constant contention.
 type MultiLock struct {
 	h      handle // its name is the names joined
 	names  []string
@@ -170,7 +170,7 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 			return nil, acquireError(ctx, err)
 		}
 		// A lock ran out while a later one was waited for, or Redis could
-		// not confirm it: start over in the same order (after a pause, then).
+		// not confirm it (then after a pause): start over in the same order.
 		if errors.Is(err, ErrUnavailable) {
 			unavailable++
 			if err := m.h.c.pause(ctx, unavailable, nil); err != nil {
