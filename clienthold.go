@@ -11,10 +11,9 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// leaseKind is what differs between lock types: the scripts that renew,
-// release, inspect and give up one hold. Every kind's scripts of one
-// operation take the same ARGV (scripts.ExtendArgs, ReleaseArgs or a
-// MultiLock's MultiReleaseArgs, AbandonArgs, OwnerArgs).
+// leaseKind is a lock type's scripts that renew, release, inspect and give
+// up one hold; those of one operation take the same ARGV in every kind:
+// scripts.ExtendArgs, ReleaseArgs or MultiReleaseArgs, AbandonArgs, OwnerArgs.
 type leaseKind struct {
 	extend  *redis.Script // 1, or a refusal's code (see refusal)
 	release *redis.Script // 1 or 0; its last KEYS are its mark (releaseMark) and, giving up, the call's tombstone
@@ -95,9 +94,8 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
 		// A slow link, a cold dial or a suspension ate into the grant: keep
-		// confirms it, so no lease is handed over lost, overdue for renewal
-		// or with less left than it took to arrive. A fixed lease granted
-		// less than its lease time is extended to it.
+		// confirms it, so none is handed over lost, overdue for renewal or
+		// with less left than it took to arrive; keep extends a short fixed one.
 		l.state = leaseUnconfirmed
 		return l
 	}
@@ -125,10 +123,7 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 		l.inDoubt(extending, ttl)
 	}
 	calls := []fcall.Call{{Script: h.kind.extend, Argv: fcall.Argv(h.kind.extend, h.keys, args)}}
-	var ackErr error
-	if acks := h.c.sendAcknowledged(ctx, h.ack, calls); acks != nil {
-		ackErr = acks[0]
-	}
+	acks := h.c.sendAcknowledged(ctx, h.ack, calls) // nil without WAIT
 	n, err := calls[0].Cmd.Int64()
 	switch {
 	case err != nil:
@@ -136,21 +131,20 @@ func (h *clientHold) extend(ctx context.Context, ttl time.Duration, extending ti
 		return nil, redisError("extend", l.name, err)
 	case n != 1:
 		return refusal(n), fmt.Errorf("%w: extend of %q refused: the lock expired or was taken", ErrNotHeld, l.name)
-	case ackErr != nil: // applied on the master, which may fail over to a replica without it
-		return nil, fmt.Errorf("dlock: extend %q: %w", l.name, ackErr)
+	case acks != nil && acks[0] != nil: // applied on the master, which may fail over to a replica without it
+		return nil, fmt.Errorf("dlock: extend %q: %w", l.name, acks[0])
 	}
 	return nil, nil
 }
 
 func (h *clientHold) ttl(ctx context.Context) (time.Duration, error) {
-	l := h.lease
 	ms, err := fcall.Run(ctx, &h.c.fns, h.c.rdb, h.kind.ttl, h.keys, scripts.OwnerArgs{Owner: h.owner}).Int64()
 	if err != nil {
-		return 0, redisError("ttl", l.name, err)
+		return 0, redisError("ttl", h.lease.name, err)
 	}
 	if ms == -3 {
-		l.refused()
-		return 0, fmt.Errorf("%w: %q expired or was taken", ErrNotHeld, l.name)
+		h.lease.refused()
+		return 0, fmt.Errorf("%w: %q expired or was taken", ErrNotHeld, h.lease.name)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -161,8 +155,7 @@ func (h *clientHold) release(ctx context.Context, rule voidRule) (loss, err erro
 	// mark outlives every copy of it whose reply this Unlock could read.
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	// Named now, not kept from the grant: a held lease costs memory as long
-	// as it is held (BenchmarkLease_10000Held).
+	// Named now, not kept from the grant, to keep held leases small.
 	last := append(make([]string, 0, 2), releaseMark(h.keys[0], h.owner)) // room for a tombstone
 	void := rule == voidAlways || (rule == voidIfCopied && h.maybeCopied)
 	if void && h.tombstone != "" {

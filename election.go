@@ -60,10 +60,9 @@ func (c *Client) Election(name string, opts ...Option) *Election {
 	return e
 }
 
-// Campaign waits until this candidate leads, with value, until ctx ends or
-// the wait set by [WithWait] runs out. It returns the leadership as a
-// lease, whose Token is the term. A candidate that already leads proclaims
-// value and returns the same lease.
+// Campaign waits until this candidate leads with value, until ctx ends or
+// [WithWait]'s wait runs out; the lease returned has the term as Token. A
+// candidate already leading proclaims value and returns the same lease.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	if err := e.check(ctx, value); err != nil {
 		return nil, err
@@ -74,7 +73,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call { return e.candidate(value) })
+	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call {
+		a := &candidate{value: value}
+		return a.begin(&e.handle, e.spec, a)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -84,10 +86,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	return l, nil
 }
 
-// Resign gives up this candidate's leadership and wakes the next candidate,
-// which leads at once, in a new term. It returns [ErrNotHeld] when this
-// candidate does not lead. Like Unlock, it resigns even when ctx is
-// cancelled.
+// Resign gives up this candidate's leadership: the next candidate leads at
+// once, in a new term. It returns [ErrNotHeld] when this candidate does not
+// lead. Like Unlock, it resigns even when ctx is cancelled.
 func (e *Election) Resign(ctx context.Context) error {
 	l, err := e.leading(ctx, "")
 	if err != nil {
@@ -107,9 +108,8 @@ func (e *Election) leading(ctx context.Context, value string) (*Lease, error) {
 	return nil, fmt.Errorf("%w: %q: this candidate does not lead", ErrNotHeld, e.name)
 }
 
-// Proclaim changes the value of this candidate's leadership without giving
-// it up, and tells the observers. It returns [ErrNotHeld] when this
-// candidate does not lead.
+// Proclaim changes the value of this candidate's leadership, keeping it,
+// and tells the observers. It returns [ErrNotHeld] when not leading.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	l, err := e.leading(ctx, value)
 	if err != nil {
@@ -131,8 +131,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	return nil
 }
 
-// Leader returns who leads now, or an error matching [ErrNoLeader] when
-// nobody does.
+// Leader returns who leads now, or an error matching [ErrNoLeader] if none.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx, ""); err != nil {
 		return Leader{}, err
@@ -149,11 +148,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: value, Term: uint64(term)}, nil
 }
 
-// Observe returns a channel of the election's leaders: the current one
-// first (if any), then each new leadership and proclamation. Values never
-// go back; a slow reader skips to the latest. A term that passes while the
-// subscription is down is not seen, but the leader is read again when it
-// comes back and every TTL/3. The channel is closed when ctx ends.
+// Observe returns a channel of leaders: the current one (if any), then each
+// new leadership and proclamation, never going back; a slow reader skips to
+// the latest. A term passed while disconnected is missed; the leader is
+// reread on reconnecting and every TTL/3. The channel closes when ctx ends.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader)
 	if e.check(ctx, "") != nil {
@@ -211,9 +209,8 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 			case *redis.Subscription: // subscribed, or again after a reconnect
 				ok = reread()
 			case *redis.Message:
-				// A current term's message may be older than a read's
-				// value: it only says the value changed; the read after the
-				// last one queued says to what.
+				// A current term's message may be older than a read's value:
+				// it only prompts a read, after the last one queued.
 				if l, parsed := parseLeader(m.Payload); parsed && l.Term > last.Term {
 					ok = emit(l)
 				} else if parsed && len(messages) == 0 {
@@ -256,11 +253,6 @@ func (e *Election) current() *Lease {
 type candidate struct {
 	call
 	value any // boxed once for all attempts
-}
-
-func (e *Election) candidate(value string) *call {
-	a := &candidate{value: value}
-	return a.begin(&e.handle, e.spec, a)
 }
 
 func (a *candidate) request(waiterID string, publish any) ([]any, string) {

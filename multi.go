@@ -14,12 +14,11 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// MultiLock takes several exclusive locks together: all of them, or none.
-// Its lease is one [Lease], lost as soon as any lock is, with a token per
-// lock ([Lease.Tokens]). Each lock is the [Mutex] of its name. Locks are
-// taken in one global order, so no two MultiLocks deadlock; a failed or
-// cancelled MultiLock releases what it took. It waits on one lock in its
-// way at a time, so under constant contention it is not fair.
+// MultiLock takes several exclusive locks, each the [Mutex] of its name:
+// all or none. Its one [Lease], with a token per lock ([Lease.Tokens]),
+// is lost as soon as any lock is. Taken in one global order, MultiLocks
+// never deadlock; a failed or cancelled one releases what it took. It
+// waits on one lock at a time: unfair under constant contention.
 type MultiLock struct {
 	h      handle // its name is the names joined
 	names  []string
@@ -53,11 +52,10 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 			return m
 		}
 	}
-	if m.h.err = m.h.cfg.validate(optionScope{"MultiLock", optEveryLock | optWaiterRefresh | optReplicaAck}); m.h.err != nil {
-		return m
-	}
-	for _, names := range c.groupBySlot(sorted) {
-		m.groups = append(m.groups, m.h.group(names))
+	if m.h.err = m.h.cfg.validate(optionScope{"MultiLock", optEveryLock | optWaiterRefresh | optReplicaAck}); m.h.err == nil {
+		for _, names := range c.groupBySlot(sorted) {
+			m.groups = append(m.groups, m.h.group(names))
+		}
 	}
 	return m
 }
@@ -75,10 +73,8 @@ func (h *handle) group(names []string) *acquireSpec {
 	}
 	return h.boxed(acquireSpec{
 		op: "lock", script: scripts.MultiAcquire, publishes: true, channels: channels,
-		keys:        [2][]string{keys},
-		abandonKeys: [2][]string{keys},
-		lease:       leaseSpec{name: strings.Join(names, ","), kind: multiKind, keys: keys, names: names},
-		releaseKeys: keys,
+		keys: [2][]string{keys}, abandonKeys: [2][]string{keys}, releaseKeys: keys,
+		lease: leaseSpec{name: strings.Join(names, ","), kind: multiKind, keys: keys, names: names},
 	})
 }
 
@@ -98,17 +94,10 @@ func (c *Client) groupBySlot(names []string) [][]string {
 		}
 		return groups
 	case *redis.Ring:
-		groups := make([][]string, len(names))
-		for i, name := range names {
-			groups[i] = []string{name}
-		}
-		return groups
+		return slices.Collect(slices.Chunk(names, 1))
 	}
 	return [][]string{names}
 }
-
-// clusterSlots is the number of hash slots of a Redis Cluster.
-const clusterSlots = 16384
 
 // clusterSlot is the Redis Cluster hash slot of a lock's keys: CRC16
 // (XMODEM) of their hash tag, the lock's name, modulo 16384.
@@ -124,7 +113,7 @@ func clusterSlot(tag string) int {
 			}
 		}
 	}
-	return int(crc) % clusterSlots
+	return int(crc) % 16384
 }
 
 // Names returns the names of the locks, sorted, without repeats.
@@ -137,11 +126,10 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) {
 }
 
 // Lock takes all the locks, waiting while any is held, until ctx ends or
-// the wait set by [WithWait] runs out. A wait that ends that way returns an
-// error matching both [ErrNotAcquired] and ctx's error, holding nothing.
-// The lease is returned only once every lock is confirmed held with time
-// left, else Lock releases all and starts over. With [WithLeaseTime], every
-// lock's lease runs from about the moment Lock returns.
+// [WithWait]'s wait runs out: then its error matches both [ErrNotAcquired]
+// and ctx's, holding nothing. The lease comes only once every lock is
+// confirmed held with time left; else Lock releases all and starts over.
+// With [WithLeaseTime], every lock's lease runs from about when Lock returns.
 func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
 }
@@ -153,17 +141,27 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 	return acquireBy(ctx, m.h.cfg, observe.KindMulti, m.h.name, try, m.take)
 }
 
-// take is acquire's work: one wait, WithWait's, for all the groups.
+// take takes all the groups in turn, or none, within one WithWait wait.
 func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
+	takeGroup := tryOnce
+	if !try {
+		takeGroup = m.h.c.waitFor
+	}
 	for unavailable := 0; ; {
-		held, err := m.takeGroups(ctx, try)
-		if err != nil {
-			return nil, err
+		held := make([]*Lease, 0, len(m.groups))
+		token := newOwnerToken() // names the call's tombstones
+		for _, g := range m.groups {
+			l, err := takeGroup(ctx, m.call(g, token))
+			if err != nil {
+				m.rollBack(ctx, held)
+				return nil, err
+			}
+			held = append(held, l)
 		}
 		if len(held) == 1 {
 			return held[0], nil
 		}
-		err = confirmParts(ctx, held[:len(held)-1])
+		err := confirmParts(ctx, held[:len(held)-1])
 		if err == nil {
 			return m.h.c.combineLeases(m.h.name, held), nil
 		}
@@ -172,8 +170,7 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 			return nil, acquireError(ctx, err)
 		}
 		// A lock ran out while a later one was waited for, or Redis could
-		// not confirm it: start over, in the same global order (after a
-		// pause, for the latter).
+		// not confirm it (then after a pause): start over in the same order.
 		if errors.Is(err, ErrUnavailable) {
 			unavailable++
 			if err := m.h.c.pause(ctx, unavailable, nil); err != nil {
@@ -183,32 +180,11 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 	}
 }
 
-// takeGroups takes each group in turn: all of them, or none.
-func (m *MultiLock) takeGroups(ctx context.Context, try bool) ([]*Lease, error) {
-	take := tryOnce
-	if !try {
-		take = m.h.c.waitFor
-	}
-	held := make([]*Lease, 0, len(m.groups))
-	token := newOwnerToken() // names the call's tombstones
-	for _, g := range m.groups {
-		l, err := take(ctx, m.call(g, token))
-		if err != nil {
-			m.rollBack(ctx, held)
-			return nil, err
-		}
-		held = append(held, l)
-	}
-	return held, nil
-}
-
-// errPartLost: a group ran out before the last was taken.
 var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", ErrNotAcquired)
 
-// confirmParts makes sure the groups taken before the last still hold: a
-// wait for a later group may have outlasted them. A fixed lease is
-// extended to its lease time, so that each runs from the moment all are
-// held. errPartLost when one is no longer ours.
+// confirmParts checks that the groups before the last still hold, as a
+// wait for a later one may outlast them, extending a fixed lease to its
+// lease time so all run from when all are held. errPartLost if one is not.
 func confirmParts(ctx context.Context, parts []*Lease) error {
 	for _, p := range parts {
 		var err error
@@ -227,9 +203,8 @@ func confirmParts(ctx context.Context, parts []*Lease) error {
 	return nil
 }
 
-// rollBack releases the groups taken before one failed, leaving their
-// calls' tombstones (see Lease.giveUp), whatever ctx; where it cannot, the
-// holds expire with their TTL.
+// rollBack releases the groups taken, leaving their calls' tombstones
+// (Lease.giveUp), whatever ctx; what it cannot release expires with the TTL.
 func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	for _, l := range held {
 		if err := l.giveUp(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
@@ -239,9 +214,8 @@ func (m *MultiLock) rollBack(ctx context.Context, held []*Lease) {
 	}
 }
 
-// multiCall takes one group of a MultiLock, listening on the channel of
-// the lock that kept it out last. Its tombstone is the MultiLock call's,
-// shared by its groups, until it starts anew.
+// multiCall takes a MultiLock's group, listening on the channel of the lock
+// that kept it out last; until it starts anew, its tombstone is the call's.
 type multiCall struct{ call }
 
 func (m *MultiLock) call(g *acquireSpec, callToken string) *call {
@@ -264,15 +238,10 @@ func (a *multiCall) request(waiterID string, publish any) ([]any, string) {
 func (a *multiCall) entry(waiterID string) string { return waiterID }
 
 func (a *multiCall) valid(res []int64) bool {
-	switch {
-	case len(res) == 0:
-		return false
-	case res[0] == 1:
+	if len(res) > 0 && res[0] == 1 {
 		return len(res) == len(a.spec.lease.names)+1
-	case res[0] == 0:
-		return len(res) == 3 && res[2] >= 1 && int(res[2]) <= len(a.spec.lease.names)
 	}
-	return false
+	return len(res) == 3 && res[0] == 0 && res[2] >= 1 && int(res[2]) <= len(a.spec.lease.names)
 }
 
 // refused notes the lock in the way, whose channel waitFor listens on next.

@@ -7,10 +7,9 @@ import (
 	"time"
 )
 
-// partsHold is the hold of a MultiLock whose groups span several cluster
-// slots: the groups' leases (parts), each renewed on its own slot. The
-// whole renews nothing and has no timer: its deadline is the earliest of
-// its parts', and it is at risk or lost as soon as a part is.
+// partsHold is a MultiLock's hold of several groups: their leases (parts),
+// each renewed on its own. The whole has no timer: its deadline is its
+// parts' earliest, and it is at risk or lost as soon as a part is.
 type partsHold struct {
 	lease *Lease
 	parts []*Lease
@@ -40,9 +39,8 @@ func (c *Client) combineLeases(name string, parts []*Lease) *Lease {
 	return l
 }
 
-// partMoved sets the whole's deadline to the earliest of its parts'. The
-// whole's lock is held while the parts' are read, so that the last part to
-// move writes what all of them say.
+// partMoved sets the whole's deadline to its parts' earliest, read under
+// the whole's lock so that the last part to move writes what all say.
 func (h *partsHold) partMoved() {
 	l := h.lease
 	l.mu.Lock()
@@ -84,11 +82,9 @@ func (h *partsHold) ttl(ctx context.Context) (time.Duration, error) {
 
 // release releases every part, also when one fails.
 func (h *partsHold) release(ctx context.Context, _ voidRule) (loss, err error) {
-	var errs []error
+	var errs []error // Join drops the nils
 	for _, p := range h.parts {
-		if err := p.Unlock(ctx); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, p.Unlock(ctx))
 	}
 	if err := errors.Join(errs...); err != nil {
 		cause := error(errUnlockIncomplete) // or how the first part lost was lost
