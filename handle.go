@@ -54,10 +54,7 @@ func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCa
 // take has newCall's call try once, or wait for the lock (see acquireBy).
 func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
-		if try {
-			return tryOnce(ctx, newCall(ctx))
-		}
-		return h.c.waitFor(ctx, newCall(ctx))
+		return acquireCall(ctx, newCall(ctx), try)
 	})
 }
 

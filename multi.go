@@ -185,14 +185,10 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 
 // takeGroups takes each group in turn: all of them, or none.
 func (m *MultiLock) takeGroups(ctx context.Context, try bool) ([]*Lease, error) {
-	take := tryOnce
-	if !try {
-		take = m.h.c.waitFor
-	}
 	held := make([]*Lease, 0, len(m.groups))
 	token := newOwnerToken() // names the call's tombstones
 	for _, g := range m.groups {
-		l, err := take(ctx, m.call(g, token))
+		l, err := acquireCall(ctx, m.call(g, token), try)
 		if err != nil {
 			m.rollBack(ctx, held)
 			return nil, err

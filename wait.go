@@ -53,24 +53,33 @@ const noExpiryRetry = time.Second
 // may be dead, and then nobody else retries as the hold runs out.
 const unread = -3 * time.Millisecond
 
-// tryOnce is TryLock: one attempt, never a wait.
-func tryOnce(ctx context.Context, a *call) (*Lease, error) {
+// acquireCall is a's TryLock (try) or Lock.
+func acquireCall(ctx context.Context, a *call, try bool) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: a.h.c, ctx: ctx, a: a, answered: time.Now()}
+	wt := waiting{c: a.h.c, ctx: ctx, a: a, observed: a.h.cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
+	if try {
+		return wt.tryOnce()
+	}
+	l, err := wt.run()
+	return l, wt.ended(err)
+}
+
+// tryOnce is TryLock: one attempt, never a wait.
+func (wt *waiting) tryOnce() (*Lease, error) {
 	l, left, err := wt.attempt()
 	if err != nil {
-		return nil, wt.ended(acquireError(ctx, err))
+		return nil, wt.ended(acquireError(wt.ctx, err))
 	}
 	if l == nil {
 		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
-			a.leave(ctx, "")
+			wt.a.leave(wt.ctx, "")
 		}
-		return nil, notAcquired(a.h.name, left)
+		return nil, notAcquired(wt.a.h.name, left)
 	}
 	l.noteCopies(wt.maybeCopied)
-	return keep(ctx, l)
+	return keep(wt.ctx, l)
 }
 
 // keep hands a granted lease to the caller, confirming a late grant first.
@@ -87,21 +96,12 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	return nil, acquireError(ctx, err)
 }
 
-// waitFor is Lock: attempt; while the lock is held, wait for a release's
-// wake-up, the hold's TTL or the waiter refresh, then attempt again. A
-// waiter subscribes before the attempt that registers it, so no release
-// misses it. The first attempt goes unsubscribed: an uncontended Lock is
-// one round trip. Unavailable Redis makes it pause and retry until ctx ends.
-func (c *Client) waitFor(ctx context.Context, a *call) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, acquireError(ctx, err)
-	}
-	wt := waiting{c: c, ctx: ctx, a: a, observed: a.h.cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
-	l, err := wt.run()
-	return l, wt.ended(err)
-}
-
-// run is the wait; waitFor tells what ended it (see ended).
+// run is Lock but for what ended it (see ended): attempt; while the lock
+// is held, wait for a release's wake-up, the hold's TTL or the waiter
+// refresh, then attempt again. A waiter subscribes before the attempt that
+// registers it, so no release misses it. The first attempt goes
+// unsubscribed: an uncontended Lock is one round trip. Unavailable Redis
+// makes it pause and retry until ctx ends.
 func (wt *waiting) run() (*Lease, error) {
 	refusedCopy := false // the first attempt was refused, and may have been sent twice
 	if !wt.c.subscribed(wt.channel) {
@@ -227,21 +227,11 @@ func (wt *waiting) listen() error {
 		wt.channel = ch
 	}
 	wt.hub = hub
-	wt.w, err = hub.Watch(wt.ctx, wt.channel)
-	if err != nil {
+	if err := wt.watch(wt.channel); err != nil {
 		wt.noteOutage(err)
-		return acquireError(wt.ctx, wt.watchError(err))
+		return err
 	}
 	return nil
-}
-
-// watchError is what a waiter whose Watch failed returns: a subscription
-// refused by ACL is [ErrPermission], not a wait on every hold's TTL.
-func (wt *waiting) watchError(err error) error {
-	if fcall.IsPermission(err) {
-		return redisError("subscribe", wt.a.spec.lease.name, err)
-	}
-	return err
 }
 
 func (wt *waiting) loop() (*Lease, error) {
@@ -333,12 +323,19 @@ func (wt *waiting) pause(err error) error {
 	return nil
 }
 
-// watch drops the waiter's subscription for a new, unregistered one on ch.
+// watch drops the waiter's subscription, if any, for a new, unregistered
+// one on ch. A subscription refused by ACL is [ErrPermission], not a wait
+// on every hold's TTL.
 func (wt *waiting) watch(ch string) error {
-	wt.w.Close()
+	if wt.w != nil {
+		wt.w.Close()
+	}
 	next, err := wt.hub.Watch(wt.ctx, ch)
+	if fcall.IsPermission(err) {
+		err = redisError("subscribe", wt.a.spec.lease.name, err)
+	}
 	if err != nil {
-		return acquireError(wt.ctx, wt.watchError(err))
+		return acquireError(wt.ctx, err)
 	}
 	wt.w, wt.channel, wt.waiterID = next, ch, ""
 	return nil
