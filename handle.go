@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -123,10 +124,8 @@ type boxer struct {
 }
 
 func (b *boxer) box(name string) any {
-	for i := range b.n {
-		if b.names[i] == name {
-			return b.boxes[i]
-		}
+	if i := slices.Index(b.names[:b.n], name); i >= 0 {
+		return b.boxes[i]
 	}
 	v := any(name)
 	if b.n < len(b.names) {

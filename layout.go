@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/dlockio/dlock/internal/scripts"
@@ -84,20 +85,17 @@ func newKeyLists(k keys) keyLists { return keyLists{k: k, names: make([]string, 
 // add lays out the KEYS of a script on layout, but for its per-call keys
 // (see list), and returns the list's place.
 func (l *keyLists) add(layout scripts.Layout) keyList {
-	start, split := len(l.names), -1
+	start := len(l.names)
 	for _, key := range layout {
-		if key.PerCall {
-			if split < 0 {
-				split = len(l.names)
-			}
-			continue
+		if !key.PerCall {
+			l.names = append(l.names, l.name(key))
 		}
-		l.names = append(l.names, l.name(key))
 	}
+	split := slices.IndexFunc(layout, func(key scripts.Key) bool { return key.PerCall })
 	if split < 0 {
-		split = len(l.names)
+		split = len(l.names) - start
 	}
-	return keyList{start, split, len(l.names)}
+	return keyList{start, start + split, len(l.names)}
 }
 
 // also lays out a list of names: a handle's own channel.

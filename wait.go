@@ -53,33 +53,26 @@ const noExpiryRetry = time.Second
 // may be dead, and then nobody else retries as the hold runs out.
 const unread = -3 * time.Millisecond
 
-// acquireCall is a's TryLock (try) or Lock.
+// acquireCall is a's TryLock (try: one attempt, never a wait) or Lock.
 func acquireCall(ctx context.Context, a *call, try bool) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
 	wt := waiting{c: a.h.c, ctx: ctx, a: a, observed: a.h.cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
-	if try {
-		return wt.tryOnce()
+	if !try {
+		l, err := wt.run()
+		return l, wt.ended(err)
 	}
-	l, err := wt.run()
-	return l, wt.ended(err)
-}
-
-// tryOnce is TryLock: one attempt, never a wait.
-func (wt *waiting) tryOnce() (*Lease, error) {
 	l, left, err := wt.attempt()
 	if err != nil {
-		return nil, wt.ended(acquireError(wt.ctx, err))
+		return nil, wt.ended(acquireError(ctx, err))
 	}
 	if l == nil {
-		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
-			wt.a.leave(wt.ctx, "")
-		}
-		return nil, notAcquired(wt.a.h.name, left)
+		wt.leave(ctx) // if a copy of the attempt may be on its way, to take the lock once free
+		return nil, notAcquired(a.h.name, left)
 	}
 	l.noteCopies(wt.maybeCopied)
-	return keep(wt.ctx, l)
+	return keep(ctx, l)
 }
 
 // keep hands a granted lease to the caller, confirming a late grant first.
@@ -96,12 +89,11 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	return nil, acquireError(ctx, err)
 }
 
-// run is Lock but for what ended it (see ended): attempt; while the lock
-// is held, wait for a release's wake-up, the hold's TTL or the waiter
-// refresh, then attempt again. A waiter subscribes before the attempt that
-// registers it, so no release misses it. The first attempt goes
-// unsubscribed: an uncontended Lock is one round trip. Unavailable Redis
-// makes it pause and retry until ctx ends.
+// run is Lock but for what ended it (see ended): attempt, and while the
+// lock is held wait for a wake-up, the hold's TTL or the waiter refresh.
+// A waiter subscribes before the attempt that registers it, so no release
+// misses it; the first attempt goes unsubscribed: an uncontended Lock is
+// one round trip. Unavailable Redis: pause and retry until ctx ends.
 func (wt *waiting) run() (*Lease, error) {
 	refusedCopy := false // the first attempt was refused, and may have been sent twice
 	if !wt.c.subscribed(wt.channel) {
@@ -148,7 +140,7 @@ func (wt *waiting) ended(err error) error {
 	return fmt.Errorf("%w: %w", wt.outage, ctxErr)
 }
 
-// waiting is one waitFor: its call, and where it listens.
+// waiting is one acquireCall: its call, and where it listens.
 type waiting struct {
 	c   *Client
 	ctx context.Context
@@ -223,11 +215,9 @@ func (wt *waiting) listen() error {
 	if err != nil {
 		return acquireError(wt.ctx, err)
 	}
-	if ch, moved := wt.a.rewatch(); moved {
-		wt.channel = ch
-	}
+	ch, _ := wt.a.rewatch()
 	wt.hub = hub
-	if err := wt.watch(wt.channel); err != nil {
+	if err := wt.watch(ch); err != nil {
 		wt.noteOutage(err)
 		return err
 	}
@@ -385,21 +375,15 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	return nil, nil
 }
 
-// Backoff of a waiting Lock while Redis is unavailable: doubling per
-// failure in a row, from min to max.
-const (
-	unavailableRetryMin = 20 * time.Millisecond
-	unavailableRetryMax = time.Second
-)
-
-// pause waits after the failures-th unavailable attempt in a row, a random
-// time in the upper half of the backoff so waiters spread out; wake ends it
-// early. A cluster client reloads its layout, which a failover changed.
+// pause waits after the failures-th unavailable attempt in a row: a random
+// time in the upper half of a backoff doubling from 20ms to 1s, so waiters
+// spread out; wake ends it early. A cluster client reloads its layout,
+// which a failover changed.
 func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) error {
 	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
 		cluster.ReloadState(ctx)
 	}
-	d := min(unavailableRetryMin<<min(failures-1, 16), unavailableRetryMax)
+	d := min(20*time.Millisecond<<min(failures-1, 16), time.Second)
 	timer := time.NewTimer(d/2 + rand.N(d/2+1))
 	defer timer.Stop()
 	select {
