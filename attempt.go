@@ -87,10 +87,9 @@ func (a *call) shared(entry string) scripts.Acquire {
 	return scripts.Acquire{Owner: a.owner, TTL: a.spec.ttl, Waiter: entry, WaiterTTL: a.spec.registration}
 }
 
-// attempt makes one try at the lock: the lease when granted, else retryIn,
-// the current hold's time left at most (negative: unknown). A waiterID
-// registers the caller in the step that refuses it. An attempt that fails
-// with an error has cleaned up after itself.
+// attempt makes one try at the lock: the lease, else retryIn, at most the
+// hold's time left (negative: unknown). A waiterID registers the caller in
+// the step that refuses it. An attempt that errs cleaned up after itself.
 func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
 	var publish any
 	if a.spec.publishes {

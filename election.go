@@ -74,7 +74,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call { return e.candidate(value) })
+	l, err := acquireBy(ctx, e.cfg, observe.KindElection, e.name, false, func(ctx context.Context, try bool) (*Lease, error) {
+		return acquireCall(ctx, e.candidate(value), try)
+	})
 	if err != nil {
 		return nil, err
 	}

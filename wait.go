@@ -201,8 +201,7 @@ func (wt *waiting) keep(l *Lease) (*Lease, error) {
 	return kept, err
 }
 
-// listen subscribes, pausing while Redis is unavailable, to the channel of
-// whichever lock kept the call out last.
+// listen subscribes to the channel of the lock in the way, through outages.
 func (wt *waiting) listen() error {
 	hub, err := wt.c.notifier(wt.ctx)
 	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
@@ -234,8 +233,24 @@ func (wt *waiting) loop() (*Lease, error) {
 			}
 			wt.tooLate = nil
 		}
-		if err := wt.register(); err != nil {
-			return nil, err
+		// The waiter registers once a release can reach it (a call that
+		// queues, at once). A subscription gone for good (failover, slot
+		// move) leaves first, giving back a hand-over it did not hear.
+		queues := wt.a.spec.queues
+		if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
+			if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
+				unheard := errHandOverUnheard
+				if err != nil {
+					unheard = fmt.Errorf("%w: %w", errHandOverUnheard, err)
+				}
+				wt.observed.wait(wt.ctx, observe.WaitRetry, unheard)
+			}
+			if err := wt.watch(wt.channel); err != nil {
+				return nil, err
+			}
+		}
+		if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
+			wt.waiterID = wt.w.ID()
 		}
 		l, retryIn, err := wt.attempt()
 		if l != nil {
@@ -267,29 +282,6 @@ func (wt *waiting) loop() (*Lease, error) {
 	}
 }
 
-// register sets the waiter's id once a release can reach it (a call that
-// queues, at once). A subscription gone for good (failover, slot move)
-// leaves first, giving back a hand-over it did not hear, and listens anew.
-func (wt *waiting) register() error {
-	queues := wt.a.spec.queues
-	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
-		if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
-			unheard := errHandOverUnheard
-			if err != nil {
-				unheard = fmt.Errorf("%w: %w", errHandOverUnheard, err)
-			}
-			wt.observed.wait(wt.ctx, observe.WaitRetry, unheard)
-		}
-		if err := wt.watch(wt.channel); err != nil {
-			return err
-		}
-	}
-	if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
-		wt.waiterID = wt.w.ID()
-	}
-	return nil
-}
-
 var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost may have been held, and was given back")
 
 // leave gives up a call that ends refused: its registration, and the
@@ -313,9 +305,8 @@ func (wt *waiting) pause(err error) error {
 	return nil
 }
 
-// watch drops the waiter's subscription, if any, for a new, unregistered
-// one on ch. A subscription refused by ACL is [ErrPermission], not a wait
-// on every hold's TTL.
+// watch swaps the waiter's subscription, if any, for an unregistered one on
+// ch. One refused by ACL is [ErrPermission], not a wait on every hold's TTL.
 func (wt *waiting) watch(ch string) error {
 	if wt.w != nil {
 		wt.w.Close()
@@ -375,10 +366,9 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	return nil, nil
 }
 
-// pause waits after the failures-th unavailable attempt in a row: a random
-// time in the upper half of a backoff doubling from 20ms to 1s, so waiters
-// spread out; wake ends it early. A cluster client reloads its layout,
-// which a failover changed.
+// pause waits after the failures-th unavailable attempt in a row, a random
+// time in the upper half of a backoff doubling from 20ms to 1s (waiters
+// spread out); wake ends it early. A cluster reloads a failover's layout.
 func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) error {
 	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
 		cluster.ReloadState(ctx)
