@@ -26,11 +26,9 @@ type call struct {
 	watch, busy int                                   // in spec.channels: where the waiter listens, and the lock in its way's (a MultiLock's; else 0)
 }
 
-// variant is what a type's call adds to the shared attempt; call's methods
-// are the defaults.
+// variant is a type's part of the attempt; call's methods are the defaults.
 type variant interface {
-	// request is the next attempt's command (see command) and the
-	// registration it sends for waiterID ("" for none).
+	// request is the attempt's command and the entry it registers ("" none).
 	request(waiterID string, publish any) (argv []any, entry string)
 	entry(waiterID string) string                 // the registration leave gives back
 	valid(res []int64) bool                       // the reply has the script's form

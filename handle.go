@@ -44,7 +44,7 @@ func (h *handle) check(ctx context.Context) error {
 	return h.c.usable(ctx)
 }
 
-// acquire is TryLock (try) or Lock of any type: the checks, then newCall's call.
+// acquire is TryLock (try) or Lock of any type, by the call newCall makes.
 func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err

@@ -45,9 +45,6 @@ const waiterLeaseRefreshes = 3
 
 func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefreshes * refresh }
 
-// noExpiryRetry bounds a wait on a hold someone else made persistent.
-const noExpiryRetry = time.Second
-
 // unread is the time left a Mutex's acquire tells a first registration
 // behind other waiters. The call waits its own TTL instead: those ahead
 // may be dead, and then nobody else retries as the hold runs out.
@@ -329,7 +326,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		retryIn, _ = wt.a.h.cfg.holdTTL()
 	}
 	if retryIn < 0 {
-		retryIn = noExpiryRetry
+		retryIn = time.Second // a hold someone else made persistent
 	} else {
 		// A reply read late used some of the hold's time left.
 		retryIn -= min(retryIn, max(0, wt.c.clock.Now().Sub(wt.a.sent)))
