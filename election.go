@@ -74,9 +74,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := acquireBy(ctx, e.cfg, observe.KindElection, e.name, false, func(ctx context.Context, try bool) (*Lease, error) {
+	campaign := func(ctx context.Context, try bool) (*Lease, error) {
 		return acquireCall(ctx, e.candidate(value), try)
-	})
+	}
+	l, err := acquireBy(ctx, e.cfg, observe.KindElection, e.name, false, campaign)
 	if err != nil {
 		return nil, err
 	}
