@@ -26,11 +26,9 @@ type call struct {
 	watch, busy int                                   // in spec.channels: where the waiter listens, and the lock in its way's (a MultiLock's; else 0)
 }
 
-// variant is what a type's call adds to the shared attempt; call's methods
-// are the defaults.
+// variant is a type's part of the attempt; call's methods are the defaults.
 type variant interface {
-	// request is the next attempt's command (see command) and the
-	// registration it sends for waiterID ("" for none).
+	// request is the attempt's command and the entry it registers ("" none).
 	request(waiterID string, publish any) (argv []any, entry string)
 	entry(waiterID string) string                 // the registration leave gives back
 	valid(res []int64) bool                       // the reply has the script's form
@@ -39,8 +37,7 @@ type variant interface {
 	fresh()                                       // a new owner and tombstone
 }
 
-// begin makes a, embedded in v, a new call of h with spec, under its first
-// owner and tombstone.
+// begin makes a, embedded in v, a new call of h with spec.
 func (a *call) begin(h *handle, spec *acquireSpec, v variant) *call {
 	a.h, a.spec, a.v = h, spec, v
 	v.fresh()
@@ -62,17 +59,14 @@ func (a *call) abandonArgs(entry string) scripts.AbandonArgs {
 // rewatch reports the channel to wait on after the last refusal, and
 // whether it moved: then the waiter listens there first, and tries again.
 func (a *call) rewatch() (channel string, moved bool) {
-	if a.busy == a.watch {
-		return "", false
-	}
+	moved = a.busy != a.watch
 	a.watch = a.busy
-	return a.spec.channels[a.watch], true
+	return a.spec.channels[a.watch], moved
 }
 
-// command builds an attempt's command: keys around the call's tombstone,
-// args (a.shared's among them), and the rights flag (rights.go). An
-// attempt that registers always checks rights: a registration refused
-// part-way could leave a set of waiters without TTL.
+// command is an attempt's command: keys around the call's tombstone, args
+// and the rights flag (rights.go). An attempt that registers always checks
+// rights: one refused part-way could leave a set of waiters without TTL.
 func command[A scripts.Args](a *call, entry string, args A) []any {
 	s := a.spec
 	argv := make([]any, 0, len(s.head)+1+len(s.rest)+fcall.ArgRoom)
@@ -86,16 +80,14 @@ func command[A scripts.Args](a *call, entry string, args A) []any {
 	return append(argv, a.h.c.rights.arg(s.script))
 }
 
-// shared are the ARGV every acquire starts with, for an attempt that
-// registers entry ("" none).
+// shared are the ARGV every acquire starts with, registering entry ("" none).
 func (a *call) shared(entry string) scripts.Acquire {
 	return scripts.Acquire{Owner: a.owner, TTL: a.spec.ttl, Waiter: entry, WaiterTTL: a.spec.registration}
 }
 
-// attempt makes one try at the lock: the lease when granted, else retryIn,
-// the current hold's time left at most (negative: unknown). A waiterID
-// registers the caller in the step that refuses it. An attempt that fails
-// with an error has cleaned up after itself.
+// attempt makes one try at the lock: the lease, else retryIn, at most the
+// hold's time left (negative: unknown). A waiterID registers the caller in
+// the step that refuses it. An attempt that errs cleaned up after itself.
 func (a *call) attempt(ctx context.Context, waiterID string) (l *Lease, retryIn time.Duration, err error) {
 	var publish any
 	if a.spec.publishes {
@@ -176,11 +168,10 @@ func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, er
 }
 
 // abandon gives up the call after an attempt that registered entry,
-// whatever ctx, within [CleanupTimeout]: the kind's abandon script drops
-// the registration and a hold nobody heard of, and leaves the tombstone
-// for late copies. A Lock goes on anew, under a fresh owner. It reports
-// whether the call may have held the lock: it gave a hold back, or err, or
-// it may have been sent twice (the reply read then answers the later copy).
+// whatever ctx, within [CleanupTimeout]: it drops the registration and a
+// hold nobody heard of, and leaves the tombstone for late copies; a Lock
+// goes on under a fresh owner. mayHaveHeld: it gave a hold back, err, or it
+// may have been sent twice (the reply read then answers the later copy).
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()

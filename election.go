@@ -73,10 +73,11 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 		}
 		return l, nil
 	}
-	l, err := e.take(ctx, observe.KindElection, false, func(context.Context) *call {
+	campaign := func(ctx context.Context, try bool) (*Lease, error) {
 		a := &candidate{value: value}
-		return a.begin(&e.handle, e.spec, a)
-	})
+		return acquireCall(ctx, a.begin(&e.handle, e.spec, a), try)
+	}
+	l, err := acquireBy(ctx, e.cfg, observe.KindElection, e.name, false, campaign)
 	if err != nil {
 		return nil, err
 	}

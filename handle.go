@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,21 +44,13 @@ func (h *handle) check(ctx context.Context) error {
 	return h.c.usable(ctx)
 }
 
-// acquire is TryLock (try) or Lock of any type: the checks, then take.
+// acquire is TryLock (try) or Lock of any type, by the call newCall makes.
 func (h *handle) acquire(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
-	return h.take(ctx, kind, try, newCall)
-}
-
-// take has newCall's call try once, or wait for the lock (see acquireBy).
-func (h *handle) take(ctx context.Context, kind observe.Kind, try bool, newCall func(context.Context) *call) (*Lease, error) {
 	return acquireBy(ctx, h.cfg, kind, h.name, try, func(ctx context.Context, try bool) (*Lease, error) {
-		if try {
-			return tryOnce(ctx, newCall(ctx))
-		}
-		return h.c.waitFor(ctx, newCall(ctx))
+		return acquireCall(ctx, newCall(ctx), try)
 	})
 }
 
@@ -98,8 +91,7 @@ type acquireSpec struct {
 	takenBy                 any   // the read-write scripts': the type a write hold is taken by
 }
 
-// boxed finishes s for h: its command's parts and its lease's release
-// command up to the release mark (see clientHold.release), boxed once.
+// boxed finishes s for h: its command and its lease's release, boxed once.
 func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	ttl, renew := h.cfg.holdTTL()
 	var b boxer
@@ -117,8 +109,7 @@ func (h *handle) boxed(s acquireSpec) *acquireSpec {
 	return &s
 }
 
-// boxer boxes the key names of a handle's commands, each once: a handle is
-// often made for one call.
+// boxer boxes each key name of a handle's commands once (see keyLists).
 type boxer struct {
 	names [12]string
 	boxes [12]any
@@ -126,10 +117,8 @@ type boxer struct {
 }
 
 func (b *boxer) box(name string) any {
-	for i := range b.n {
-		if b.names[i] == name {
-			return b.boxes[i]
-		}
+	if i := slices.Index(b.names[:b.n], name); i >= 0 {
+		return b.boxes[i]
 	}
 	v := any(name)
 	if b.n < len(b.names) {

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/dlockio/dlock/internal/scripts"
@@ -38,10 +39,9 @@ func (k keys) callKeys(layout scripts.Layout, perCall ...string) []string {
 	return keys
 }
 
-// layOut lays out the KEYS of s's acquire, of its kind's release, of
-// abandon and extend (the kind's when nil; extend's are TTL's too) and of
-// extra, and boxes s; waiters listen on the handle's own channel unless s
-// says otherwise. It returns the KEYS of each extra layout (nil: h invalid).
+// layOut lays out the KEYS of s's acquire, its kind's release, abandon and
+// extend (the kind's when nil; extend's are TTL's too) and extra, boxes s
+// (nil: h invalid) and returns extra's KEYS. Waiters listen on h's channel.
 func (h *handle) layOut(s acquireSpec, abandon, extend scripts.Layout, extra ...scripts.Layout) (*acquireSpec, [][]string) {
 	lists := make([][]string, len(extra))
 	if h.err != nil {
@@ -59,16 +59,13 @@ func (h *handle) layOut(s acquireSpec, abandon, extend scripts.Layout, extra ...
 	for i, layout := range extra {
 		lists[i] = lay.list(lay.add(layout))[0]
 	}
-	if s.channels == nil {
-		s.channels = lay.list(own)[0]
-	}
+	s.channels = lay.list(own)[0]
 	s.keys, s.abandonKeys, s.lease.keys, s.releaseKeys = lay.list(acquire), lay.list(abandonAt), lay.list(extendAt)[0], lay.list(release)[0]
 	return h.boxed(s), lists
 }
 
-// keyLists lays out the KEYS of a handle's scripts in one array, each
-// derived name made once: a handle is often made for one call. add and
-// also return each list's place, which list reads.
+// keyLists lays out a handle's KEYS in one array, derived names made once
+// (a handle is often made for one call); list reads add's and also's places.
 type keyLists struct {
 	k     keys
 	names []string
@@ -81,23 +78,19 @@ type keyList struct{ start, split, end int }
 // newKeyLists returns empty lists with room for a FairMutex's 22 names.
 func newKeyLists(k keys) keyLists { return keyLists{k: k, names: make([]string, 0, 24)} }
 
-// add lays out the KEYS of a script on layout, but for its per-call keys
-// (see list), and returns the list's place.
+// add lays out a script's KEYS on layout, but for per-call ones (see list).
 func (l *keyLists) add(layout scripts.Layout) keyList {
-	start, split := len(l.names), -1
+	start := len(l.names)
 	for _, key := range layout {
-		if key.PerCall {
-			if split < 0 {
-				split = len(l.names)
-			}
-			continue
+		if !key.PerCall {
+			l.names = append(l.names, l.name(key))
 		}
-		l.names = append(l.names, l.name(key))
 	}
+	split := slices.IndexFunc(layout, func(key scripts.Key) bool { return key.PerCall })
 	if split < 0 {
-		split = len(l.names)
+		split = len(l.names) - start
 	}
-	return keyList{start, split, len(l.names)}
+	return keyList{start, start + split, len(l.names)}
 }
 
 // also lays out a list of names: a handle's own channel.
@@ -120,8 +113,7 @@ func (l *keyLists) name(key scripts.Key) string {
 	return l.k.lock + key.Suffix
 }
 
-// list is the list at place p: the keys before and after its per-call
-// keys, which each call adds.
+// list is the list at p: its keys before and after those each call adds.
 func (l *keyLists) list(p keyList) [2][]string {
 	return [2][]string{l.names[p.start:p.split:p.split], l.names[p.split:p.end:p.end]}
 }

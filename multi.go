@@ -143,15 +143,11 @@ func (m *MultiLock) acquire(ctx context.Context, try bool) (*Lease, error) {
 
 // take takes all the groups in turn, or none, within one WithWait wait.
 func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
-	takeGroup := tryOnce
-	if !try {
-		takeGroup = m.h.c.waitFor
-	}
 	for unavailable := 0; ; {
 		held := make([]*Lease, 0, len(m.groups))
 		token := newOwnerToken() // names the call's tombstones
 		for _, g := range m.groups {
-			l, err := takeGroup(ctx, m.call(g, token))
+			l, err := acquireCall(ctx, m.call(g, token), try)
 			if err != nil {
 				m.rollBack(ctx, held)
 				return nil, err

@@ -45,28 +45,27 @@ const waiterLeaseRefreshes = 3
 
 func waiterLease(refresh time.Duration) time.Duration { return waiterLeaseRefreshes * refresh }
 
-// noExpiryRetry bounds a wait on a hold someone else made persistent.
-const noExpiryRetry = time.Second
-
 // unread is the time left a Mutex's acquire tells a first registration
 // behind other waiters. The call waits its own TTL instead: those ahead
 // may be dead, and then nobody else retries as the hold runs out.
 const unread = -3 * time.Millisecond
 
-// tryOnce is TryLock: one attempt, never a wait.
-func tryOnce(ctx context.Context, a *call) (*Lease, error) {
+// acquireCall is a's TryLock (try: one attempt, never a wait) or Lock.
+func acquireCall(ctx context.Context, a *call, try bool) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, acquireError(ctx, err)
 	}
-	wt := waiting{c: a.h.c, ctx: ctx, a: a, answered: time.Now()}
+	wt := waiting{c: a.h.c, ctx: ctx, a: a, observed: a.h.cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
+	if !try {
+		l, err := wt.run()
+		return l, wt.ended(err)
+	}
 	l, left, err := wt.attempt()
 	if err != nil {
 		return nil, wt.ended(acquireError(ctx, err))
 	}
 	if l == nil {
-		if wt.maybeCopied { // a copy of the attempt may be on its way, to take the lock once free
-			a.leave(ctx, "")
-		}
+		wt.leave(ctx) // if a copy of the attempt may be on its way, to take the lock once free
 		return nil, notAcquired(a.h.name, left)
 	}
 	l.noteCopies(wt.maybeCopied)
@@ -87,21 +86,11 @@ func keep(ctx context.Context, l *Lease) (*Lease, error) {
 	return nil, acquireError(ctx, err)
 }
 
-// waitFor is Lock: attempt; while the lock is held, wait for a release's
-// wake-up, the hold's TTL or the waiter refresh, then attempt again. A
-// waiter subscribes before the attempt that registers it, so no release
-// misses it. The first attempt goes unsubscribed: an uncontended Lock is
-// one round trip. Unavailable Redis makes it pause and retry until ctx ends.
-func (c *Client) waitFor(ctx context.Context, a *call) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, acquireError(ctx, err)
-	}
-	wt := waiting{c: c, ctx: ctx, a: a, observed: a.h.cfg.observer.callIn(ctx), channel: a.spec.channels[0], answered: time.Now()}
-	l, err := wt.run()
-	return l, wt.ended(err)
-}
-
-// run is the wait; waitFor tells what ended it (see ended).
+// run is Lock but for what ended it (see ended): attempt, and while the
+// lock is held wait for a wake-up, the hold's TTL or the waiter refresh.
+// A waiter subscribes before the attempt that registers it, so no release
+// misses it; the first attempt goes unsubscribed: an uncontended Lock is
+// one round trip. Unavailable Redis: pause and retry until ctx ends.
 func (wt *waiting) run() (*Lease, error) {
 	refusedCopy := false // the first attempt was refused, and may have been sent twice
 	if !wt.c.subscribed(wt.channel) {
@@ -148,7 +137,7 @@ func (wt *waiting) ended(err error) error {
 	return fmt.Errorf("%w: %w", wt.outage, ctxErr)
 }
 
-// waiting is one waitFor: its call, and where it listens.
+// waiting is one acquireCall: its call, and where it listens.
 type waiting struct {
 	c   *Client
 	ctx context.Context
@@ -209,8 +198,7 @@ func (wt *waiting) keep(l *Lease) (*Lease, error) {
 	return kept, err
 }
 
-// listen subscribes, pausing while Redis is unavailable, to the channel of
-// whichever lock kept the call out last.
+// listen subscribes to the channel of the lock in the way, through outages.
 func (wt *waiting) listen() error {
 	hub, err := wt.c.notifier(wt.ctx)
 	for failures := 1; errors.Is(err, ErrUnavailable); failures++ {
@@ -223,25 +211,13 @@ func (wt *waiting) listen() error {
 	if err != nil {
 		return acquireError(wt.ctx, err)
 	}
-	if ch, moved := wt.a.rewatch(); moved {
-		wt.channel = ch
-	}
+	ch, _ := wt.a.rewatch()
 	wt.hub = hub
-	wt.w, err = hub.Watch(wt.ctx, wt.channel)
-	if err != nil {
+	if err := wt.watch(ch); err != nil {
 		wt.noteOutage(err)
-		return acquireError(wt.ctx, wt.watchError(err))
+		return err
 	}
 	return nil
-}
-
-// watchError is what a waiter whose Watch failed returns: a subscription
-// refused by ACL is [ErrPermission], not a wait on every hold's TTL.
-func (wt *waiting) watchError(err error) error {
-	if fcall.IsPermission(err) {
-		return redisError("subscribe", wt.a.spec.lease.name, err)
-	}
-	return err
 }
 
 func (wt *waiting) loop() (*Lease, error) {
@@ -254,8 +230,24 @@ func (wt *waiting) loop() (*Lease, error) {
 			}
 			wt.tooLate = nil
 		}
-		if err := wt.register(); err != nil {
-			return nil, err
+		// The waiter registers once a release can reach it (a call that
+		// queues, at once). A subscription gone for good (failover, slot
+		// move) leaves first, giving back a hand-over it did not hear.
+		queues := wt.a.spec.queues
+		if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
+			if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
+				unheard := errHandOverUnheard
+				if err != nil {
+					unheard = fmt.Errorf("%w: %w", errHandOverUnheard, err)
+				}
+				wt.observed.wait(wt.ctx, observe.WaitRetry, unheard)
+			}
+			if err := wt.watch(wt.channel); err != nil {
+				return nil, err
+			}
+		}
+		if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
+			wt.waiterID = wt.w.ID()
 		}
 		l, retryIn, err := wt.attempt()
 		if l != nil {
@@ -287,29 +279,6 @@ func (wt *waiting) loop() (*Lease, error) {
 	}
 }
 
-// register sets the waiter's id once a release can reach it (a call that
-// queues, at once). A subscription gone for good (failover, slot move)
-// leaves first, giving back a hand-over it did not hear, and listens anew.
-func (wt *waiting) register() error {
-	queues := wt.a.spec.queues
-	if wt.waiterID != "" && !wt.w.Subscribed() && !queues {
-		if held, err := wt.a.leave(wt.ctx, wt.waiterID); held {
-			unheard := errHandOverUnheard
-			if err != nil {
-				unheard = fmt.Errorf("%w: %w", errHandOverUnheard, err)
-			}
-			wt.observed.wait(wt.ctx, observe.WaitRetry, unheard)
-		}
-		if err := wt.watch(wt.channel); err != nil {
-			return err
-		}
-	}
-	if wt.waiterID == "" && (wt.w.Subscribed() || queues) {
-		wt.waiterID = wt.w.ID()
-	}
-	return nil
-}
-
 var errHandOverUnheard = errors.New("dlock: a lock handed over while the waiter's subscription was lost may have been held, and was given back")
 
 // leave gives up a call that ends refused: its registration, and the
@@ -333,12 +302,18 @@ func (wt *waiting) pause(err error) error {
 	return nil
 }
 
-// watch drops the waiter's subscription for a new, unregistered one on ch.
+// watch swaps the waiter's subscription, if any, for an unregistered one on
+// ch. One refused by ACL is [ErrPermission], not a wait on every hold's TTL.
 func (wt *waiting) watch(ch string) error {
-	wt.w.Close()
+	if wt.w != nil {
+		wt.w.Close()
+	}
 	next, err := wt.hub.Watch(wt.ctx, ch)
+	if fcall.IsPermission(err) {
+		err = redisError("subscribe", wt.a.spec.lease.name, err)
+	}
 	if err != nil {
-		return acquireError(wt.ctx, wt.watchError(err))
+		return acquireError(wt.ctx, err)
 	}
 	wt.w, wt.channel, wt.waiterID = next, ch, ""
 	return nil
@@ -351,7 +326,7 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 		retryIn, _ = wt.a.h.cfg.holdTTL()
 	}
 	if retryIn < 0 {
-		retryIn = noExpiryRetry
+		retryIn = time.Second // a hold someone else made persistent
 	} else {
 		// A reply read late used some of the hold's time left.
 		retryIn -= min(retryIn, max(0, wt.c.clock.Now().Sub(wt.a.sent)))
@@ -388,21 +363,14 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	return nil, nil
 }
 
-// Backoff of a waiting Lock while Redis is unavailable: doubling per
-// failure in a row, from min to max.
-const (
-	unavailableRetryMin = 20 * time.Millisecond
-	unavailableRetryMax = time.Second
-)
-
 // pause waits after the failures-th unavailable attempt in a row, a random
-// time in the upper half of the backoff so waiters spread out; wake ends it
-// early. A cluster client reloads its layout, which a failover changed.
+// time in the upper half of a backoff doubling from 20ms to 1s (waiters
+// spread out); wake ends it early. A cluster reloads a failover's layout.
 func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) error {
 	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
 		cluster.ReloadState(ctx)
 	}
-	d := min(unavailableRetryMin<<min(failures-1, 16), unavailableRetryMax)
+	d := min(20*time.Millisecond<<min(failures-1, 16), time.Second)
 	timer := time.NewTimer(d/2 + rand.N(d/2+1))
 	defer timer.Stop()
 	select {
