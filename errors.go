@@ -60,11 +60,11 @@ var (
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
-	// ErrUnavailable: Redis could not serve the call for a reason that
-	// passes (a slot migrating, a failover, a restart, no server at the
-	// address); the cause stays in the chain. An acquisition failing so holds
-	// nothing. A waiting Lock retries until its context ends, then returns
-	// this error with the context's, never [ErrNotAcquired]; others at once.
+	// ErrUnavailable: Redis could not serve the call for a passing reason
+	// (a slot migrating, a failover, a restart, no server at the address);
+	// the cause stays in the chain. An acquisition failing so holds nothing.
+	// A waiting Lock retries until its context ends, then returns this error
+	// with the context's, never [ErrNotAcquired]; other calls return at once.
 	ErrUnavailable = errors.New("dlock: Redis temporarily unavailable")
 )
 

@@ -21,17 +21,16 @@ const (
 	// DefaultDriftFactor is the share of each TTL given up to clock drift.
 	DefaultDriftFactor = 0.01
 
-	// MinTTL and MaxTTL bound the TTL or lease time accepted. Up to MaxTTL,
-	// expiries in µs stay exact as Lua numbers (below 2⁵³).
-	MinTTL = 100 * time.Millisecond
-	MaxTTL = 10 * 365 * 24 * time.Hour
+	// The TTL or lease time accepted. Up to MaxTTL, expiries in µs stay
+	// exact as Lua numbers (below 2⁵³).
+	MinTTL = 100 * time.Millisecond    // the shortest
+	MaxTTL = 10 * 365 * 24 * time.Hour // the longest
 
-	// DefaultWaiterRefresh is how often a waiting Lock tries again; the
-	// refresh accepted is at least MinWaiterRefresh, and at most
-	// MaxWaiterRefresh: a registration lasts three refreshes, within [MaxTTL].
+	// DefaultWaiterRefresh is how often a waiting Lock tries again and
+	// renews its registration: a dead waiter stops being picked within three.
 	DefaultWaiterRefresh = time.Second
-	MinWaiterRefresh     = 10 * time.Millisecond
-	MaxWaiterRefresh     = MaxTTL / waiterLeaseRefreshes
+	MinWaiterRefresh     = 10 * time.Millisecond         // the shortest accepted
+	MaxWaiterRefresh     = MaxTTL / waiterLeaseRefreshes // the longest: three refreshes within [MaxTTL]
 
 	// MaxNameLen is the longest lock name accepted, in bytes.
 	MaxNameLen = 1024
