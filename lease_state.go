@@ -46,7 +46,6 @@ func (l *Lease) step(next leaseState) bool {
 	return true
 }
 
-// stepLocked is step under l.mu.
 func (l *Lease) stepLocked(next leaseState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -61,8 +60,6 @@ func (l *Lease) reached(s leaseState) bool {
 	defer l.mu.Unlock()
 	return l.state >= s
 }
-
-func (l *Lease) ended() bool { return l.reached(leaseEnded) }
 
 // releasing: an Unlock began or the lease is ending; renewals don't count.
 func (l *Lease) releasing() bool { return l.reached(leaseReleasing) }

@@ -22,9 +22,8 @@ var (
 	errLostForced       = &lostError{LossForced, "the lock was removed by force"}
 )
 
-// deadlineLoss is the loss of a lease that reached its deadline:
-// unreachable if renewals were due, else expired (its Client's Close
-// stopped them for good: it ran out rather than failed).
+// deadlineLoss is a lease's loss at its deadline: unreachable if renewals
+// were due, else expired (a fixed lease, or its Client's Close stopped them).
 func (l *Lease) deadlineLoss() error {
 	if !l.rules.renew {
 		return errRanOut
@@ -108,7 +107,7 @@ func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.ttl = ttl
 	if d := validUntil(sent, ttl, l.rules.drift).Add(-l.rules.slack); d.Before(l.deadline) {
 		l.deadline = d
-		if mid := halfWay(sent, d); mid.Before(l.riskAt) {
+		if mid := sent.Add(d.Sub(sent) / 2); mid.Before(l.riskAt) {
 			l.riskAt = mid
 		}
 		l.deadlineMoved()
@@ -183,11 +182,8 @@ func (l *Lease) checkDeadline() {
 // half way; l.mu must be held, or the lease not yet shared.
 func (l *Lease) setDeadline(sent time.Time, validity time.Duration) {
 	l.deadline = validUntil(sent, validity, l.rules.drift).Add(-l.rules.slack)
-	l.riskAt = halfWay(sent, l.deadline)
+	l.riskAt = sent.Add(l.deadline.Sub(sent) / 2)
 }
-
-// halfWay is the moment half way from sent to deadline.
-func halfWay(sent, deadline time.Time) time.Time { return sent.Add(deadline.Sub(sent) / 2) }
 
 // nextCheck is how long the timer waits: to the risk point while an
 // auto-renewed lease is not at risk, else to the deadline; l.mu held.
