@@ -10,8 +10,7 @@ import (
 type leaseState uint8
 
 const (
-	// leaseUnconfirmed: a late grant (see startLease), with no timer nor
-	// renewals until confirmGrant extends it.
+	// leaseUnconfirmed: a late grant (see startLease), idle until confirmGrant.
 	leaseUnconfirmed leaseState = iota
 	// leaseHandedOver: unconfirmed, from a release's hand-over: its deadline
 	// counts from the waiter's last attempt, so confirmGrant ignores it.

@@ -8,8 +8,7 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// How a lease lives, written once for every hold: its deadline on two
-// clocks, the timer, the risk point, renewals and loss.
+// How a lease lives, for every hold: deadline, timer, risk, renewals, loss.
 
 var (
 	errDeadlinePassed   = &lostError{LossUnreachable, "no renewal confirmed before its deadline"}
@@ -25,15 +24,9 @@ var (
 // deadlineLoss is a lease's loss at its deadline: unreachable if renewals
 // were due, else expired (a fixed lease, or its Client's Close stopped them).
 func (l *Lease) deadlineLoss() error {
-	if !l.rules.renew {
+	r := l.rules.renewer
+	if !l.rules.renew || r != nil && r.ctx.Err() != nil {
 		return errRanOut
-	}
-	if r := l.rules.renewer; r != nil {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.closed {
-			return errRanOut
-		}
 	}
 	return errDeadlinePassed
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,14 +23,13 @@ type renewer struct {
 	mu        sync.Mutex
 	due       leaseHeap
 	running   bool
-	closed    bool
 	kick      chan struct{} // a lease became due before wakeAt
 	wakeAt    time.Time     // when the sleeping loop wakes by itself (zero: awake)
 	idleSince time.Time     // when the loop last found nothing to renew (zero: busy)
-	inFlight  int           // batches sent and not yet answered
+	inFlight  atomic.Int32  // batches sent and not yet answered
 	wg        sync.WaitGroup
 
-	ctx    context.Context // cancelled by close: stops the loop and its I/O
+	ctx    context.Context // cancelled by close, under mu: stops the loop and its I/O
 	cancel context.CancelFunc
 }
 
@@ -50,7 +50,7 @@ func newRenewer(c *Client) *renewer {
 func (r *renewer) schedule(h *clientHold, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || h.lease.releasing() { // released, or ended
+	if r.ctx.Err() != nil || h.lease.releasing() { // closed; released, or ended
 		return
 	}
 	h.nextRenew = at
@@ -84,9 +84,8 @@ func (r *renewer) remove(h *clientHold) {
 // close stops the renewals for good; Client.Close calls it once.
 func (r *renewer) close(deadline time.Time) {
 	r.mu.Lock()
-	r.closed = true
+	r.cancel() // under mu: no schedule starts a loop after it
 	r.mu.Unlock()
-	r.cancel()
 	// A batch on a stalled server (no read timeout) may miss the cancel.
 	stopped := make(chan struct{})
 	go func() {
@@ -140,7 +139,7 @@ func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Durati
 	defer r.mu.Unlock()
 	r.wakeAt = time.Time{}
 	if len(r.due) == 0 {
-		if r.inFlight > 0 { // their leases come back when answered
+		if r.inFlight.Load() > 0 { // their leases come back when answered
 			r.idleSince = time.Time{}
 			r.wakeAt = now.Add(renewerLinger)
 			return nil, renewerLinger, false
@@ -184,17 +183,13 @@ func (r *renewer) sendByNode(due []*clientHold) {
 		key := batchKey{node, h.ack}
 		byNode[key] = append(byNode[key], h)
 	}
-	r.mu.Lock()
-	r.inFlight += len(byNode)
-	r.mu.Unlock()
+	r.inFlight.Add(int32(len(byNode)))
 	r.wg.Add(len(byNode)) // the loop's own count keeps close's Wait from returning first
 	for _, batch := range byNode {
 		go func() {
 			defer r.wg.Done()
 			r.renew(r.ctx, batch)
-			r.mu.Lock()
-			r.inFlight--
-			r.mu.Unlock()
+			r.inFlight.Add(-1)
 		}()
 	}
 }
@@ -247,8 +242,7 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	}
 }
 
-// renewalLoss is the loss a renewal's error tells: refused, or a foreign
-// key where the lock was; else nil.
+// renewalLoss is a renewal error's loss: refused, or a foreign key; else nil.
 func renewalLoss(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
