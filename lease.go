@@ -342,8 +342,7 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 	l.mu.Unlock()
 	if err != nil {
 		l.rules.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
-	}
-	if ob != nil && err == nil { // a release: told before Done closes, on the caller's goroutine
+	} else if ob != nil { // a release: told before Done closes, on the caller's goroutine
 		ob.ended(nil)
 	}
 
@@ -370,8 +369,7 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 		(*cb)(cmp.Or(err, context.Canceled))
 	}
 	if ob != nil && err != nil {
-		// Told on a goroutine of its own: no observer delays Done or renewals.
-		go func() {
+		go func() { // on a goroutine of its own: no observer delays Done or renewals
 			first.tell()
 			ob.ended(err)
 		}()

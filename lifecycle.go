@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -21,8 +22,7 @@ var (
 	errLostForced       = &lostError{LossForced, "the lock was removed by force"}
 )
 
-// deadlineLoss is a lease's loss at its deadline: unreachable if renewals
-// were due, else expired (a fixed lease, or its Client's Close stopped them).
+// deadlineLoss is the loss at the deadline: expired if no renewal was due.
 func (l *Lease) deadlineLoss() error {
 	r := l.rules.renewer
 	if !l.rules.renew || r != nil && r.ctx.Err() != nil {
@@ -42,8 +42,7 @@ func (e *lostError) Error() string {
 }
 func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.reason} }
 
-// refusal is the loss an extend script's reply other than 1 tells: 0 gone,
-// -1 another owner holds the lock, -2 removed by force.
+// refusal is the loss an extend script's reply other than 1 tells.
 func refusal(reply int64) error {
 	switch reply {
 	case -1:
@@ -71,10 +70,7 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	if l.finished() {
 		err := l.err
 		l.mu.Unlock()
-		if err == nil {
-			return fmt.Errorf("%w: %q was released meanwhile", ErrNotHeld, l.name)
-		}
-		return err
+		return cmp.Or(err, fmt.Errorf("%w: %q was released meanwhile", ErrNotHeld, l.name))
 	}
 	if l.leftAt(l.clock.Now()) <= 0 {
 		l.mu.Unlock()
@@ -221,18 +217,14 @@ func (l *Lease) markRisky() {
 	}
 }
 
-// extendBusyRetry is how soon a renewal skipped for an Extend retries.
-const extendBusyRetry = 5 * time.Millisecond
-
 // lockForRenewal takes extendMu for a renewal, unless an Extend is in
 // flight (the renewal is put back) or the lease has ended.
 func (l *Lease) lockForRenewal() bool {
 	switch {
 	case !l.extendMu.TryLock():
-		l.hold.renewAt(l.clock.Now().Add(extendBusyRetry))
+		l.hold.renewAt(l.clock.Now().Add(5 * time.Millisecond))
 		return false
-	case l.heldLocally() != nil:
-		// A timer late after a suspension: it is lost here.
+	case l.heldLocally() != nil: // a timer late after a suspension: it is lost here
 		l.extendMu.Unlock()
 		l.expireIfPast()
 		return false
@@ -245,10 +237,7 @@ func (l *Lease) lockForRenewal() bool {
 // before the deadline. Its report is told after extendMu is released.
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
 	ob := l.observer()
-	var due time.Time
-	if ob != nil {
-		due = l.Deadline()
-	}
+	due := l.Deadline() // the Margin's end, read before the answer moves it
 	switch {
 	case loss != nil:
 		report := ob.renewal(l.clock, due, observe.RenewalRefused, err)
