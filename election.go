@@ -244,7 +244,7 @@ func (e *Election) current() *Lease {
 	e.mu.Lock()
 	l := e.lease
 	e.mu.Unlock()
-	if l == nil || l.ended() {
+	if l == nil || l.reached(leaseEnded) {
 		return nil
 	}
 	return l

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -10,12 +11,11 @@ import (
 	"github.com/dlockio/dlock/internal/clock"
 )
 
-// Lease is one acquisition of a lock: the proof of holding it, its fencing
-// token, and the way to learn that the hold has ended. It is safe for
-// concurrent use. A lease ends when released ([Lease.Unlock]) or lost, no
-// later than Redis could give the lock to someone else: at the last
-// confirmed sending plus TTL × (1 − drift), by the monotonic or the wall
-// clock, whichever ends first. [Lease.AtRisk] warns half way there.
+// Lease is one acquisition of a lock: its proof, its fencing token and its
+// end. It is safe for concurrent use. It ends when released ([Lease.Unlock])
+// or lost, no later than Redis could give the lock to someone else: the last
+// confirmed sending plus TTL × (1 − drift), by the monotonic or wall clock,
+// whichever ends first. [Lease.AtRisk] warns half way there.
 type Lease struct {
 	name  string
 	token uint64
@@ -44,9 +44,9 @@ type Lease struct {
 // hold is where a lease's lock is held: a clientHold, a redlockHold or a
 // MultiLock's partsHold. The Lease runs one lifecycle over each.
 type hold interface {
-	// extend asks once that the hold be kept ttl from now. An Extend (sent
-	// at extending) may shorten it, a renewal (zero extending) only
-	// lengthens. loss ends the lease; err alone: the outcome is unknown.
+	// extend asks once to keep the hold ttl from now: an Extend (sent at
+	// extending) may shorten it, a renewal (zero extending) only lengthens.
+	// loss ends the lease; err alone: the outcome is unknown.
 	extend(ctx context.Context, ttl time.Duration, extending time.Time) (loss, err error)
 	ttl(ctx context.Context) (time.Duration, error) // Lease.TTL, once heldLocally
 	// release gives the hold back, with the call's tombstone as rule says;
@@ -58,8 +58,7 @@ type hold interface {
 	addTokens(tokens map[string]uint64)
 }
 
-// start runs the lease from a grant or extension sent at sent, for validity:
-// the deadline timer, and an auto-renewed lease's first renewal at a third.
+// start runs the deadline timer, and renewals from sent + validity/3.
 func (l *Lease) start(sent time.Time, validity time.Duration) {
 	l.mu.Lock() // checkDeadline may run before AfterFunc returns
 	l.timer = time.AfterFunc(l.nextCheck(l.clock.Now()), l.checkDeadline)
@@ -149,9 +148,8 @@ func (l *Lease) Done() <-chan struct{} {
 	return made(&l.signal().done, l.finished())
 }
 
-// Err returns nil while the lease is held and after it was released; an error
-// matching [ErrLeaseLost] once it is lost, including the moment its deadline
-// has passed even if Done has not been closed yet.
+// Err is nil while the lease is held and once released, and matches
+// [ErrLeaseLost] once lost or past its deadline, even before Done closes.
 func (l *Lease) Err() error {
 	l.expireIfPast()
 	l.mu.Lock()
@@ -212,7 +210,7 @@ func (l *Lease) whenEnded(f func(error)) *func(error) {
 	if l.finished() {
 		err := l.err
 		l.mu.Unlock()
-		f(cancelCause(err))
+		f(cmp.Or(err, context.Canceled))
 		return nil
 	}
 	sig := l.signal()
@@ -238,17 +236,11 @@ func (l *Lease) GoString() string { return l.String() }
 // moment it is sent. A lock that has gone is not re-created: Extend returns
 // [ErrNotHeld] and the lease is lost. A reply after the lease's deadline
 // returns an error matching [ErrLeaseLost]; the lease stays lost.
-func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	err := validTTL("TTL", ttl)
-	if err == nil {
-		err = l.extend(ctx, ttl)
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) (err error) {
+	defer func() { l.extended(ttl, err) }() // after extendMu: a slow hook delays no renewal
+	if err := validTTL("TTL", ttl); err != nil {
+		return err
 	}
-	l.extended(ttl, err)
-	return err
-}
-
-// extend is Extend of a valid ttl.
-func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.heldLocally(); err != nil {
 		return err
 	}
@@ -268,10 +260,9 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	return l.confirmed(sent, ttl)
 }
 
-// TTL returns how long Redis will keep this hold if it is not renewed.
-// A hold that is no longer ours gives [ErrNotHeld] and the lease is lost.
-// For a [Redlock]'s lease, held on several nodes, it is the validity left:
-// the time until [Lease.Deadline], asking no node.
+// TTL returns how long Redis will keep this hold if it is not renewed. A
+// hold no longer ours gives [ErrNotHeld] and the lease is lost. A [Redlock]'s,
+// held on several nodes, is the time until [Lease.Deadline], asking no node.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.heldLocally(); err != nil {
 		return 0, err
@@ -351,8 +342,7 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 	l.mu.Unlock()
 	if err != nil {
 		l.rules.log.Warn("dlock: lease lost", "lock", l.name, "token", l.token, "err", err)
-	}
-	if ob != nil && err == nil { // a release: told before Done closes, on the caller's goroutine
+	} else if ob != nil { // a release: told before Done closes, on the caller's goroutine
 		ob.ended(nil)
 	}
 
@@ -376,21 +366,13 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 
 	l.renewAt(time.Time{})
 	for cb := range callbacks {
-		(*cb)(cancelCause(err))
+		(*cb)(cmp.Or(err, context.Canceled))
 	}
 	if ob != nil && err != nil {
-		// Told on a goroutine of its own: no observer delays Done or renewals.
-		go func() {
+		go func() { // on a goroutine of its own: no observer delays Done or renewals
 			first.tell()
 			ob.ended(err)
 		}()
 	}
 	return true
-}
-
-func cancelCause(err error) error {
-	if err == nil {
-		return context.Canceled
-	}
-	return err
 }

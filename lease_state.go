@@ -10,8 +10,7 @@ import (
 type leaseState uint8
 
 const (
-	// leaseUnconfirmed: a late grant (see startLease), with no timer nor
-	// renewals until confirmGrant extends it.
+	// leaseUnconfirmed: a late grant (see startLease), idle until confirmGrant.
 	leaseUnconfirmed leaseState = iota
 	// leaseHandedOver: unconfirmed, from a release's hand-over: its deadline
 	// counts from the waiter's last attempt, so confirmGrant ignores it.
@@ -46,7 +45,6 @@ func (l *Lease) step(next leaseState) bool {
 	return true
 }
 
-// stepLocked is step under l.mu.
 func (l *Lease) stepLocked(next leaseState) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -61,8 +59,6 @@ func (l *Lease) reached(s leaseState) bool {
 	defer l.mu.Unlock()
 	return l.state >= s
 }
-
-func (l *Lease) ended() bool { return l.reached(leaseEnded) }
 
 // releasing: an Unlock began or the lease is ending; renewals don't count.
 func (l *Lease) releasing() bool { return l.reached(leaseReleasing) }

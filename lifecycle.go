@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -8,8 +9,7 @@ import (
 	"github.com/dlockio/dlock/observe"
 )
 
-// How a lease lives, written once for every hold: its deadline on two
-// clocks, the timer, the risk point, renewals and loss.
+// How a lease lives, for every hold: deadline, timer, risk, renewals, loss.
 
 var (
 	errDeadlinePassed   = &lostError{LossUnreachable, "no renewal confirmed before its deadline"}
@@ -22,19 +22,11 @@ var (
 	errLostForced       = &lostError{LossForced, "the lock was removed by force"}
 )
 
-// deadlineLoss is the loss of a lease that reached its deadline:
-// unreachable if renewals were due, else expired (its Client's Close
-// stopped them for good: it ran out rather than failed).
+// deadlineLoss is the loss at the deadline: expired if no renewal was due.
 func (l *Lease) deadlineLoss() error {
-	if !l.rules.renew {
+	r := l.rules.renewer
+	if !l.rules.renew || r != nil && r.ctx.Err() != nil {
 		return errRanOut
-	}
-	if r := l.rules.renewer; r != nil {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.closed {
-			return errRanOut
-		}
 	}
 	return errDeadlinePassed
 }
@@ -50,8 +42,7 @@ func (e *lostError) Error() string {
 }
 func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.reason} }
 
-// refusal is the loss an extend script's reply other than 1 tells: 0 gone,
-// -1 another owner holds the lock, -2 removed by force.
+// refusal is the loss an extend script's reply other than 1 tells.
 func refusal(reply int64) error {
 	switch reply {
 	case -1:
@@ -79,10 +70,7 @@ func (l *Lease) confirmed(sent time.Time, ttl time.Duration) error {
 	if l.finished() {
 		err := l.err
 		l.mu.Unlock()
-		if err == nil {
-			return fmt.Errorf("%w: %q was released meanwhile", ErrNotHeld, l.name)
-		}
-		return err
+		return cmp.Or(err, fmt.Errorf("%w: %q was released meanwhile", ErrNotHeld, l.name))
 	}
 	if l.leftAt(l.clock.Now()) <= 0 {
 		l.mu.Unlock()
@@ -108,7 +96,7 @@ func (l *Lease) inDoubt(sent time.Time, ttl time.Duration) {
 	l.ttl = ttl
 	if d := validUntil(sent, ttl, l.rules.drift).Add(-l.rules.slack); d.Before(l.deadline) {
 		l.deadline = d
-		if mid := halfWay(sent, d); mid.Before(l.riskAt) {
+		if mid := sent.Add(d.Sub(sent) / 2); mid.Before(l.riskAt) {
 			l.riskAt = mid
 		}
 		l.deadlineMoved()
@@ -183,11 +171,8 @@ func (l *Lease) checkDeadline() {
 // half way; l.mu must be held, or the lease not yet shared.
 func (l *Lease) setDeadline(sent time.Time, validity time.Duration) {
 	l.deadline = validUntil(sent, validity, l.rules.drift).Add(-l.rules.slack)
-	l.riskAt = halfWay(sent, l.deadline)
+	l.riskAt = sent.Add(l.deadline.Sub(sent) / 2)
 }
-
-// halfWay is the moment half way from sent to deadline.
-func halfWay(sent, deadline time.Time) time.Time { return sent.Add(deadline.Sub(sent) / 2) }
 
 // nextCheck is how long the timer waits: to the risk point while an
 // auto-renewed lease is not at risk, else to the deadline; l.mu held.
@@ -232,18 +217,14 @@ func (l *Lease) markRisky() {
 	}
 }
 
-// extendBusyRetry is how soon a renewal skipped for an Extend retries.
-const extendBusyRetry = 5 * time.Millisecond
-
 // lockForRenewal takes extendMu for a renewal, unless an Extend is in
 // flight (the renewal is put back) or the lease has ended.
 func (l *Lease) lockForRenewal() bool {
 	switch {
 	case !l.extendMu.TryLock():
-		l.hold.renewAt(l.clock.Now().Add(extendBusyRetry))
+		l.hold.renewAt(l.clock.Now().Add(5 * time.Millisecond))
 		return false
-	case l.heldLocally() != nil:
-		// A timer late after a suspension: it is lost here.
+	case l.heldLocally() != nil: // a timer late after a suspension: it is lost here
 		l.extendMu.Unlock()
 		l.expireIfPast()
 		return false
@@ -256,10 +237,7 @@ func (l *Lease) lockForRenewal() bool {
 // before the deadline. Its report is told after extendMu is released.
 func (l *Lease) renewalAnswered(sent time.Time, ttl time.Duration, loss, err error) renewalReport {
 	ob := l.observer()
-	var due time.Time
-	if ob != nil {
-		due = l.Deadline()
-	}
+	due := l.Deadline() // the Margin's end, read before the answer moves it
 	switch {
 	case loss != nil:
 		report := ob.renewal(l.clock, due, observe.RenewalRefused, err)

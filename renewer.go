@@ -4,7 +4,9 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,23 +24,21 @@ type renewer struct {
 	mu        sync.Mutex
 	due       leaseHeap
 	running   bool
-	closed    bool
 	kick      chan struct{} // a lease became due before wakeAt
 	wakeAt    time.Time     // when the sleeping loop wakes by itself (zero: awake)
 	idleSince time.Time     // when the loop last found nothing to renew (zero: busy)
-	inFlight  int           // batches sent and not yet answered
+	inFlight  atomic.Int32  // batches sent and not yet answered
 	wg        sync.WaitGroup
 
-	ctx    context.Context // cancelled by close: stops the loop and its I/O
+	ctx    context.Context // cancelled by close, under mu: stops the loop and its I/O
 	cancel context.CancelFunc
 }
 
-// renewerLinger is how long the loop outlives its last lease, so a Lock and
-// Unlock in a row do not start a goroutine each time.
+// renewerLinger is how long an idle loop lives on: no goroutine per Lock.
 const renewerLinger = 2 * time.Second
 
 // renewSlack lets a lease due a little later join a batch sent now.
-func renewSlack(ttl time.Duration) time.Duration { return min(ttl/12, 50*time.Millisecond) }
+func renewSlack(l *Lease) time.Duration { return min(l.currentTTL()/12, 50*time.Millisecond) }
 
 func newRenewer(c *Client) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -50,7 +50,7 @@ func newRenewer(c *Client) *renewer {
 func (r *renewer) schedule(h *clientHold, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || h.lease.releasing() { // released, or ended
+	if r.ctx.Err() != nil || h.lease.releasing() { // closed; released, or ended
 		return
 	}
 	h.nextRenew = at
@@ -84,16 +84,14 @@ func (r *renewer) remove(h *clientHold) {
 // close stops the renewals for good; Client.Close calls it once.
 func (r *renewer) close(deadline time.Time) {
 	r.mu.Lock()
-	r.closed = true
+	r.cancel() // under mu: no schedule starts a loop after it
 	r.mu.Unlock()
-	r.cancel()
-	// A batch on a stalled server (no read timeout) may miss the cancel.
 	stopped := make(chan struct{})
 	go func() {
 		r.wg.Wait()
 		close(stopped)
 	}()
-	waitUntil(stopped, deadline)
+	waitUntil(stopped, deadline) // a batch on a stalled server (no read timeout) may miss the cancel
 }
 
 // waitUntil returns when done is closed or deadline has passed.
@@ -138,33 +136,29 @@ func (r *renewer) loop() {
 func (r *renewer) takeDue(now time.Time) (batch []*clientHold, sleep time.Duration, idle bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.wakeAt = time.Time{}
-	if len(r.due) == 0 {
-		if r.inFlight > 0 { // their leases come back when answered
-			r.idleSince = time.Time{}
-			r.wakeAt = now.Add(renewerLinger)
-			return nil, renewerLinger, false
+	idleSince := r.idleSince
+	if idleSince.IsZero() {
+		idleSince = now
+	}
+	r.idleSince, r.wakeAt = time.Time{}, time.Time{}
+	switch {
+	case len(r.due) > 0:
+		for len(r.due) > 0 && !r.due[0].nextRenew.After(now.Add(renewSlack(r.due[0].lease))) {
+			batch = append(batch, heap.Pop(&r.due).(*clientHold))
 		}
-		if r.idleSince.IsZero() {
-			r.idleSince = now
+		if len(batch) > 0 {
+			return batch, 0, false
 		}
-		if left := r.idleSince.Add(renewerLinger).Sub(now); left > 0 {
-			r.wakeAt = now.Add(left)
-			return nil, left, false
-		}
+		r.wakeAt = r.due[0].nextRenew
+	case r.inFlight.Load() > 0: // their leases come back when answered
+		r.wakeAt = now.Add(renewerLinger)
+	case now.Before(idleSince.Add(renewerLinger)):
+		r.idleSince, r.wakeAt = idleSince, idleSince.Add(renewerLinger)
+	default:
 		r.running = false
-		r.idleSince = time.Time{}
 		return nil, 0, true
 	}
-	r.idleSince = time.Time{}
-	for len(r.due) > 0 && !r.due[0].nextRenew.After(now.Add(renewSlack(r.due[0].lease.currentTTL()))) {
-		batch = append(batch, heap.Pop(&r.due).(*clientHold))
-	}
-	if len(batch) == 0 {
-		r.wakeAt = r.due[0].nextRenew
-		return nil, r.wakeAt.Sub(now), false
-	}
-	return batch, 0, false
+	return nil, r.wakeAt.Sub(now), false
 }
 
 // sendByNode sends the due leases' renewals as one batch per master and
@@ -184,23 +178,18 @@ func (r *renewer) sendByNode(due []*clientHold) {
 		key := batchKey{node, h.ack}
 		byNode[key] = append(byNode[key], h)
 	}
-	r.mu.Lock()
-	r.inFlight += len(byNode)
-	r.mu.Unlock()
+	r.inFlight.Add(int32(len(byNode)))
 	r.wg.Add(len(byNode)) // the loop's own count keeps close's Wait from returning first
 	for _, batch := range byNode {
 		go func() {
 			defer r.wg.Done()
 			r.renew(r.ctx, batch)
-			r.mu.Lock()
-			r.inFlight--
-			r.mu.Unlock()
+			r.inFlight.Add(-1)
 		}()
 	}
 }
 
-// renew sends one node's batch, but for leases lockForRenewal refuses, and
-// applies each answer (renewalAnswered).
+// renew sends one node's batch, less leases lockForRenewal refuses.
 func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	batch := due[:0]
 	for _, h := range due {
@@ -213,13 +202,11 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 	}
 	ttls := make([]time.Duration, len(batch))
 	calls := make([]fcall.Call, len(batch)) // one extend per lease, in one pipeline
-	var timeout time.Duration               // waiting past the earliest deadline would help no one
+	timeout := time.Duration(math.MaxInt64) // waiting past the earliest deadline would help no one
 	for i, h := range batch {
 		ttls[i] = h.lease.currentTTL()
 		calls[i] = fcall.Call{Script: h.kind.extend, Argv: fcall.Argv(h.kind.extend, h.keys, scripts.ExtendArgs{Owner: h.owner, TTL: ttls[i].Milliseconds(), Shorten: lengthens, Info: h.infoArg()})}
-		if left := r.c.clock.Until(h.lease.Deadline()); i == 0 || left < timeout {
-			timeout = left
-		}
+		timeout = min(timeout, r.c.clock.Until(h.lease.Deadline()))
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinTTL/4))
 	defer cancel()
@@ -237,18 +224,14 @@ func (r *renewer) renew(ctx context.Context, due []*clientHold) {
 		if report := batch[i].lease.renewalAnswered(sent, ttls[i], renewalLoss(err), err); report.hook != nil {
 			reports = append(reports, report)
 		}
+		batch[i].lease.extendMu.Unlock()
 	}
-	// Observers are told last: a slow hook delays no lease.
-	for _, h := range batch {
-		h.lease.extendMu.Unlock()
-	}
-	for _, report := range reports {
+	for _, report := range reports { // told last: a slow hook delays no lease
 		report.tell()
 	}
 }
 
-// renewalLoss is the loss a renewal's error tells: refused, or a foreign
-// key where the lock was; else nil.
+// renewalLoss is a renewal error's loss: refused, or a foreign key; else nil.
 func renewalLoss(err error) error {
 	switch {
 	case errors.Is(err, ErrLeaseLost):
