@@ -14,9 +14,10 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// renewalGate is a go-redis hook that holds every pipeline running script
-// (a renewal batch: the renewer pipelines its extends) until open is
-// called, and tells held how many of script's commands each holds.
+// renewalGate is a go-redis hook that holds every command or pipeline
+// running script (a renewal batch: the renewer pipelines its extends, and
+// sends a batch of one alone) until open is called, and tells held how
+// many of script's commands each holds.
 type renewalGate struct {
 	script   *redis.Script
 	held     chan int
@@ -30,24 +31,38 @@ func newRenewalGate(script *redis.Script) *renewalGate {
 
 func (g *renewalGate) open() { g.openOnce.Do(func() { close(g.opened) }) }
 
-func (g *renewalGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (g *renewalGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+// hold holds cmds until open if any runs the script.
+func (g *renewalGate) hold(cmds ...redis.Cmder) {
+	n := 0
+	for _, cmd := range cmds {
+		if runs(cmd, g.script) {
+			n++
+		}
+	}
+	if n > 0 {
+		select {
+		case <-g.opened:
+		default:
+			g.held <- n
+			<-g.opened
+		}
+	}
+}
+
+func (g *renewalGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook holds a batch of one: parts granted over 50 ms apart (a
+// loaded machine) are renewed in batches of their own.
+func (g *renewalGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g.hold(cmd)
+		return next(ctx, cmd)
+	}
+}
+
 func (g *renewalGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		n := 0
-		for _, cmd := range cmds {
-			if runs(cmd, g.script) {
-				n++
-			}
-		}
-		if n > 0 {
-			select {
-			case <-g.opened:
-			default:
-				g.held <- n
-				<-g.opened
-			}
-		}
+		g.hold(cmds...)
 		return next(ctx, cmds)
 	}
 }
