@@ -175,7 +175,7 @@ func secretKey(base, sep, token string) string {
 	sum := sha256.Sum256([]byte(token))
 	var digits [32]byte
 	hex.Encode(digits[:], sum[:16])
-	return base + sep + string(digits[:]) // a conversion in a sum is not copied
+	return base + sep + string(digits[:]) // digits stay on the stack
 }
 
 // tombstone marks void a call that gave up (call: its attempts' owner

@@ -41,12 +41,13 @@
 //
 // # The types
 //
-// [Mutex] (exclusive), [ReentrantMutex], [RWMutex] (readers or one writer),
-// [FairMutex] (first come, first served), [Semaphore] (N holders),
-// [MultiLock] (all or none) and [Election] (one leader). A [Redlock] holds a
-// Mutex on a majority of independent masters; [WithReplicaAck] makes
-// any acquisition wait for replicas. A waiting Lock does not poll: a release
-// wakes a waiter by pub/sub, or hands it the lock.
+// [Mutex] (exclusive), [ReentrantMutex] (exclusive, reentrant), [RWMutex]
+// (readers or one writer, reentrant), [FairMutex] (first come, first
+// served), [Semaphore] (N holders), [MultiLock] (all or none) and
+// [Election] (one leader). A [Redlock] holds a Mutex on a majority of
+// independent masters; [WithReplicaAck] makes any acquisition wait for
+// replicas. A waiting Lock does not poll: a release wakes a waiter by
+// pub/sub, or hands it the lock.
 //
 // # Reentrancy follows the context
 //

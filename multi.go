@@ -16,8 +16,8 @@ import (
 
 // MultiLock takes several exclusive locks, each the [Mutex] of its name:
 // all or none. Its one [Lease], with a token per lock ([Lease.Tokens]),
-// is lost as soon as any lock is. Taken in one global order, MultiLocks
-// never deadlock; a failed or cancelled one releases what it took. It
+// is lost as soon as any lock is. Taken in one global order, no two
+// MultiLocks deadlock; a failed or cancelled one releases what it took. It
 // waits on one lock at a time: unfair under constant contention.
 type MultiLock struct {
 	h      handle // its name is the names joined
@@ -240,7 +240,7 @@ func (a *multiCall) valid(res []int64) bool {
 	return len(res) == 3 && res[0] == 0 && res[2] >= 1 && int(res[2]) <= len(a.spec.lease.names)
 }
 
-// refused notes the lock in the way, whose channel waitFor listens on next.
+// refused notes the lock in the way, whose channel the wait listens on next.
 func (a *multiCall) refused(res []int64, _ string) error {
 	a.busy = int(res[2]) - 1
 	return nil

@@ -202,7 +202,8 @@ func (h errorsToDefault) WithGroup(name string) slog.Handler {
 }
 
 // WithOwner sets the owner id of a [ReentrantMutex] or [RWMutex] handle (or
-// a Client's default): all calls with the id, in any process, are one owner.
+// a Client's default): all calls with the id, in any process, are one owner,
+// for holds shared across processes.
 // Without it the owner is the call chain (see [Lease.Context]). Whoever
 // knows the id joins its holds, so [Client.Describe] shows only its
 // [admin.OwnerHash]. It must be printable UTF-8 of 1 to [MaxNameLen] bytes.

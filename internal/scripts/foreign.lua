@@ -6,7 +6,7 @@
 -- What dlock writes:
 --   a Mutex's lock key (also a FairMutex's, a MultiLock's, an Election's):
 --     a string, the holder's owner token (OWNER_TOKEN, made in scripts.go
---     from token.go's length)
+--     from holder.go's length)
 --   a read-write lock's state: a hash with the field STATE_MARK set to
 --     STATE_KIND, written with its first hold
 --   a Semaphore's holders: a sorted set, never without its tokens hash
