@@ -214,7 +214,7 @@ func TestReplicaAck_RenewalsAndExtendFollowASlotThatMoves(t *testing.T) {
 	// A Semaphore: a Mutex's renewals meet TRYAGAIN while its slot
 	// migrates, with or without acks (its extend names keys that are not
 	// there).
-	sem := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond), observed).Semaphore(lockName(t), 2) // a Mutex's renewals meet TRYAGAIN while its slot migrates, with or without acks (its extend names keys that are not there)
+	sem := newClient(t, rdb, dlock.WithTTL(ttl), dlock.WithReplicaAck(1, 200*time.Millisecond), observed).Semaphore(lockName(t), 2)
 	lease, err := sem.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
