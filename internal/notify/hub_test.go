@@ -166,6 +166,26 @@ func TestHub_SubscriptionLingersAfterTheLastWaiter(t *testing.T) {
 	expectWoken(t, w)
 }
 
+// A linger timer that fired while a waiter came and went is stale: the
+// timer started as that waiter left decides when to unsubscribe.
+func TestHub_AStaleLingerTimerLeavesTheSubscription(t *testing.T) {
+	ctx, _, hub := setup(t, time.Hour)
+	watch(t, ctx, hub, "ch").Close() // starts the first linger timer
+	sh, err := hub.shardFor(ctx, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.mu.Lock()
+	tp, first := sh.topics["ch"], sh.topics["ch"].idle
+	sh.mu.Unlock()
+	watch(t, ctx, hub, "ch").Close() // stops it, too late had it fired, and starts another
+	sh.mu.Lock()
+	sh.unsubscribeIdle("ch", tp, first) // the first timer's callback, run late
+	if !hub.Ready("ch") {
+		t.Fatal("a stale linger timer dropped the subscription before its successor's time")
+	}
+}
+
 func TestHub_CloseStopsItsGoroutines(t *testing.T) {
 	ctx, _, hub := setup(t, 0)
 	watch(t, ctx, hub, "a")

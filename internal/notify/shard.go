@@ -91,17 +91,22 @@ func (sh *shard) remove(w *Waiter) {
 	switch {
 	case len(tp.waiters) > 0:
 	case tp.wanted:
-		channel := w.channel
-		tp.idle = time.AfterFunc(sh.hub.cfg.Linger, func() { sh.unsubscribeIdle(channel, tp) })
+		channel, timer := w.channel, (*time.Timer)(nil)
+		timer = time.AfterFunc(sh.hub.cfg.Linger, func() {
+			sh.mu.Lock() // before reading timer, set under it
+			sh.unsubscribeIdle(channel, tp, timer)
+		})
+		tp.idle = timer
 	case tp.pending == 0:
 		sh.drop(w.channel)
 	}
 }
 
-// unsubscribeIdle drops channel's subscription if it is still unused.
-func (sh *shard) unsubscribeIdle(channel string, tp *topic) {
-	sh.mu.Lock()
-	if sh.topics[channel] != tp || len(tp.waiters) > 0 || !tp.wanted || tp.idle == nil {
+// unsubscribeIdle drops channel's subscription if it is still unused and
+// timer still its linger timer: one stopped after it fired is stale.
+// Called with sh.mu held, it releases it.
+func (sh *shard) unsubscribeIdle(channel string, tp *topic, timer *time.Timer) {
+	if sh.topics[channel] != tp || len(tp.waiters) > 0 || !tp.wanted || tp.idle != timer {
 		sh.mu.Unlock()
 		return
 	}
