@@ -154,11 +154,11 @@ func (l *Lease) Err() error {
 	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.finished() {
+	if leaseEnding <= l.state {
 		return l.err
 	}
-	if l.leftAt(l.clock.Now()) <= 0 { // ending meanwhile
-		return errDeadlinePassed
+	if l.leftAt(l.clock.Now()) <= 0 { // ending meanwhile, on its timer
+		return l.deadlineLoss()
 	}
 	return nil
 }
@@ -338,6 +338,7 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 		l.mu.Unlock()
 		return false
 	}
+	l.err = err        // what Err tells from now on
 	ob := l.obs.Load() // under mu: see hooks.watch
 	l.mu.Unlock()
 	if err != nil {
@@ -347,7 +348,6 @@ func (l *Lease) endTelling(err error, first renewalReport) bool {
 	}
 
 	l.mu.Lock()
-	l.err = err
 	l.step(leaseEnded)
 	if err != nil {
 		l.setRisky() // before Done: AtRisk tells of every loss

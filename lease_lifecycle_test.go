@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -583,5 +584,50 @@ func TestClient_CloseBehindAStuckRenewalReturnsWithinTheCleanupTimeout(t *testin
 	case <-time.After(dlock.CleanupTimeout + 3*time.Second): // the promised bound, and slack for a loaded machine
 		t.Fatalf("Close still waiting %v after it began, behind a stuck renewal; want at most CleanupTimeout (%v)",
 			dlock.CleanupTimeout+3*time.Second, dlock.CleanupTimeout)
+	}
+}
+
+// blockedLog holds the log record of a lease's loss until released: the
+// lease is ending, not yet ended, meanwhile.
+type blockedLog struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (h *blockedLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *blockedLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *blockedLog) WithGroup(string) slog.Handler            { return h }
+func (h *blockedLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "dlock: lease lost" {
+		h.once.Do(func() { close(h.entered) })
+		<-h.release
+	}
+	return nil
+}
+
+// A lease's Err while another goroutine ends it gives the loss it ends
+// with: a fixed lease past its deadline ran out (LossExpired); no renewal
+// went unconfirmed (LossUnreachable).
+func TestLease_ErrWhileTheLeaseEndsGivesTheLossItEndsWith(t *testing.T) {
+	ctx := ctxFor(t, 30*time.Second)
+	logs := &blockedLog{entered: make(chan struct{}), release: make(chan struct{})}
+	c := newClient(t, backends[0].newRedis(t), dlock.WithLeaseTime(time.Minute), dlock.WithLogger(slog.New(logs)))
+	clk := dlock.UseClock(c)
+	lease, err := c.Mutex(lockName(t)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Jump(2 * time.Minute)
+	ending := make(chan error, 1)
+	go func() { ending <- lease.Err() }() // ends the lease, held up in its log
+	waitDone(t, logs.entered, 10*time.Second, "the loss logged")
+	during := lease.Err()
+	close(logs.release)
+	final := <-ending
+	if !errors.Is(final, dlock.LossExpired) {
+		t.Fatalf("a fixed lease past its deadline ended with %v; want LossExpired", final)
+	}
+	if !errors.Is(during, dlock.LossExpired) {
+		t.Fatalf("Err while the lease was ending: %v; it ends with %v", during, final)
 	}
 }

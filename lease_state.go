@@ -17,7 +17,7 @@ const (
 	leaseHandedOver
 	leaseHeld      // running: its deadline timer, and its renewals if auto-renewed
 	leaseReleasing // an Unlock sent its release: renewals stop counting
-	leaseEnding    // end has begun: only its first call counts
+	leaseEnding    // end has begun, err set: only its first call counts
 	leaseEnded     // released or lost: err says which
 	// leaseReleased: ended, and a release of ours succeeded (even after a
 	// loss): another Unlock is refused: the mark would take it for a resend.
