@@ -35,7 +35,7 @@ type Lease struct {
 	deadline time.Time     // moves only on a confirmed renewal; its monotonic and wall readings both count (see leftAt)
 	riskAt   time.Time     // half way from the last confirmed sending to deadline (see AtRisk)
 	timer    *time.Timer   // fires at riskAt, then at deadline, by the monotonic clock (see nextCheck); none for a MultiLock's whole
-	err      error         // set once finished: nil when released, else wraps ErrLeaseLost
+	err      error         // set as the end begins: nil for a release, else wraps ErrLeaseLost
 	signals  *leaseSignals // made on first use (see leaseSignals)
 
 	obs atomic.Pointer[leaseObs] // nil without an Observer (see hooks.watch)

@@ -606,28 +606,50 @@ func (h *blockedLog) Handle(_ context.Context, r slog.Record) error {
 }
 
 // A lease's Err while another goroutine ends it gives the loss it ends
-// with: a fixed lease past its deadline ran out (LossExpired); no renewal
-// went unconfirmed (LossUnreachable).
+// with: a fixed lease past its deadline ran out (LossExpired, where Err
+// said LossUnreachable), and a renewal found the hold gone (LossExpired,
+// where Err said nil: held).
 func TestLease_ErrWhileTheLeaseEndsGivesTheLossItEndsWith(t *testing.T) {
-	ctx := ctxFor(t, 30*time.Second)
-	logs := &blockedLog{entered: make(chan struct{}), release: make(chan struct{})}
-	c := newClient(t, backends[0].newRedis(t), dlock.WithLeaseTime(time.Minute), dlock.WithLogger(slog.New(logs)))
-	clk := dlock.UseClock(c)
-	lease, err := c.Mutex(lockName(t)).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk.Jump(2 * time.Minute)
-	ending := make(chan error, 1)
-	go func() { ending <- lease.Err() }() // ends the lease, held up in its log
-	waitDone(t, logs.entered, 10*time.Second, "the loss logged")
-	during := lease.Err()
-	close(logs.release)
-	final := <-ending
-	if !errors.Is(final, dlock.LossExpired) {
-		t.Fatalf("a fixed lease past its deadline ended with %v; want LossExpired", final)
-	}
-	if !errors.Is(during, dlock.LossExpired) {
-		t.Fatalf("Err while the lease was ending: %v; it ends with %v", during, final)
+	for _, tc := range []struct {
+		name string
+		ttl  dlock.Option
+		end  func(ctx context.Context, t *testing.T, rdb redis.UniversalClient, name string, clk *clock.Clock, lease *dlock.Lease)
+	}{
+		{"fixed lease past its deadline", dlock.WithLeaseTime(time.Minute),
+			func(_ context.Context, _ *testing.T, _ redis.UniversalClient, _ string, clk *clock.Clock, lease *dlock.Lease) {
+				clk.Jump(2 * time.Minute)
+				go lease.Err() // ends the lease, held up in its log
+			}},
+		{"renewal refused", dlock.WithTTL(6 * time.Second),
+			func(ctx context.Context, t *testing.T, rdb redis.UniversalClient, name string, _ *clock.Clock, _ *dlock.Lease) {
+				if err := rdb.Del(ctx, lockKey(name)).Err(); err != nil { // the renewal at 2 s finds it gone
+					t.Fatal(err)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, 30*time.Second)
+			logs := &blockedLog{entered: make(chan struct{}), release: make(chan struct{})}
+			rdb := backends[0].newRedis(t)
+			c := newClient(t, rdb, tc.ttl, dlock.WithLogger(slog.New(logs)))
+			clk := dlock.UseClock(c)
+			name := lockName(t)
+			lease, err := c.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.end(ctx, t, rdb, name, clk, lease)
+			waitDone(t, logs.entered, 10*time.Second, "the loss logged")
+			during := lease.Err()
+			close(logs.release)
+			waitDone(t, lease.Done(), 10*time.Second, "the lease ended")
+			final := lease.Err()
+			if !errors.Is(final, dlock.LossExpired) {
+				t.Fatalf("the lease ended with %v; want LossExpired", final)
+			}
+			if !errors.Is(during, dlock.LossExpired) {
+				t.Fatalf("Err while the lease was ending: %v; it ends with %v", during, final)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,12 +15,15 @@ import (
 	"github.com/dlockio/dlock/internal/scripts"
 )
 
-// renewalGate is a go-redis hook that holds every command or pipeline
-// running script (a renewal batch: the renewer pipelines its extends, and
-// sends a batch of one alone) until open is called, and tells held how
-// many of script's commands each holds.
+// renewalGate is a go-redis hook that, once armed, holds every command or
+// pipeline running script (a renewal batch: the renewer pipelines its
+// extends, and sends a batch of one alone) until open is called or its
+// context ends, and tells held how many of script's commands each holds.
+// Armed after Lock returns, it leaves alone Lock's own confirmation of a
+// grant read late, which runs the same script.
 type renewalGate struct {
 	script   *redis.Script
+	armed    atomic.Bool
 	held     chan int
 	opened   chan struct{}
 	openOnce sync.Once
@@ -31,20 +35,24 @@ func newRenewalGate(script *redis.Script) *renewalGate {
 
 func (g *renewalGate) open() { g.openOnce.Do(func() { close(g.opened) }) }
 
-// hold holds cmds until open if any runs the script.
-func (g *renewalGate) hold(cmds ...redis.Cmder) {
+// hold holds cmds until open, or ctx's end, if armed and any runs the script.
+func (g *renewalGate) hold(ctx context.Context, cmds ...redis.Cmder) {
 	n := 0
 	for _, cmd := range cmds {
 		if runs(cmd, g.script) {
 			n++
 		}
 	}
-	if n > 0 {
+	if n == 0 || !g.armed.Load() {
+		return
+	}
+	select {
+	case <-g.opened:
+	default:
+		g.held <- n
 		select {
 		case <-g.opened:
-		default:
-			g.held <- n
-			<-g.opened
+		case <-ctx.Done():
 		}
 	}
 }
@@ -55,14 +63,14 @@ func (g *renewalGate) DialHook(next redis.DialHook) redis.DialHook { return next
 // loaded machine) are renewed in batches of their own.
 func (g *renewalGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		g.hold(cmd)
+		g.hold(ctx, cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (g *renewalGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		g.hold(cmds...)
+		g.hold(ctx, cmds...)
 		return next(ctx, cmds)
 	}
 }
@@ -87,6 +95,7 @@ func TestMultiLock_ExtendThatSentNothingKeepsTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gate.armed.Store(true)
 	for held := 0; held < 2; { // both parts' first renewals, in one batch or two
 		select {
 		case n := <-gate.held:
