@@ -231,8 +231,8 @@ func WithNodeTimeout(d time.Duration) Option {
 // in, so a node votes only once it has had its data (since its start, or a
 // failover this process sees) for d, or the longest TTL the Redlock used.
 // A node that is no master, or whose INFO cannot be read (+info), does not
-// vote. Give d the longest TTL any process uses. 0 turns it off: only for
-// nodes that persist every write and are never failed over.
+// vote. Give d the longest TTL any process uses, at most [MaxTTL]. 0 turns
+// it off: only for nodes that persist every write and are never failed over.
 func WithRestartGuard(d time.Duration) Option {
 	return func(s *settings) { s.restartGuard, s.given = d, s.given|optRestartGuard }
 }

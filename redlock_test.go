@@ -292,6 +292,9 @@ func TestRedlock_BadInput(t *testing.T) {
 		(&dlock.Redlock{}).Mutex("x"),
 		r.Mutex(""),
 		r.Mutex("x", dlock.WithTTL(time.Second), dlock.WithNodeTimeout(time.Second)),
+		r.Mutex("x", dlock.WithNodeTimeout(-time.Millisecond)),
+		r.Mutex("x", dlock.WithRestartGuard(-time.Millisecond)),
+		r.Mutex("x", dlock.WithRestartGuard(dlock.MaxTTL+time.Millisecond)),
 		(*dlock.Redlock)(nil).Mutex("x"),
 	} {
 		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrInvalid) {
