@@ -168,8 +168,8 @@ func (a *call) leave(ctx context.Context, waiterID string) (mayHaveHeld bool, er
 }
 
 // abandon gives up the call after an attempt that registered entry,
-// whatever ctx, within [CleanupTimeout]: it drops the registration and a
-// hold nobody heard of, and leaves the tombstone for late copies; a Lock
+// whatever ctx, within [CleanupTimeout]. It drops the registration and a
+// hold nobody heard of, and leaves the tombstone for late copies. A Lock
 // goes on under a fresh owner. mayHaveHeld: it gave a hold back, err, or it
 // may have been sent twice (the reply read then answers the later copy).
 func (a *call) abandon(ctx context.Context, entry string) (mayHaveHeld bool, err error) {

@@ -82,8 +82,8 @@ func (c *Client) mayHaveResent(sent time.Time) bool {
 	return time.Since(sent) >= c.resendAfter
 }
 
-// resendAfter is rdb's read timeout: go-redis resends a command only after
-// a read timed out (a failed connection leaves no copy), so one answered
+// resendAfter is rdb's read timeout. go-redis resends a command only after
+// a read timed out; a failed connection leaves no copy. So one answered
 // sooner was sent once; another kind of client may resend anything. made
 // is false for a nil rdb or pointer, or one not made by its constructor.
 func resendAfter(rdb redis.UniversalClient) (after time.Duration, made bool) {

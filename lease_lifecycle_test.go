@@ -606,9 +606,9 @@ func (h *blockedLog) Handle(_ context.Context, r slog.Record) error {
 }
 
 // A lease's Err while another goroutine ends it gives the loss it ends
-// with: a fixed lease past its deadline ran out (LossExpired, where Err
-// said LossUnreachable), and a renewal found the hold gone (LossExpired,
-// where Err said nil: held).
+// with. A fixed lease past its deadline ran out (LossExpired, where Err
+// said LossUnreachable); a renewal found the hold gone (LossExpired, where
+// Err said nil: held).
 func TestLease_ErrWhileTheLeaseEndsGivesTheLossItEndsWith(t *testing.T) {
 	for _, tc := range []struct {
 		name string

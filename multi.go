@@ -178,9 +178,9 @@ func (m *MultiLock) take(ctx context.Context, try bool) (*Lease, error) {
 
 var errPartLost = fmt.Errorf("%w: a lock ran out before the others were taken", ErrNotAcquired)
 
-// confirmParts checks that the groups before the last still hold, as a
-// wait for a later one may outlast them, extending a fixed lease to its
-// lease time so all run from when all are held. errPartLost if one is not.
+// confirmParts checks that the groups before the last still hold: a wait
+// for a later one may outlast them. It extends a fixed lease to its lease
+// time, so all run from when all are held. errPartLost if one is not.
 func confirmParts(ctx context.Context, parts []*Lease) error {
 	for _, p := range parts {
 		var err error

@@ -16,11 +16,11 @@ import (
 )
 
 // renewalGate is a go-redis hook that, once armed, holds every command or
-// pipeline running script (a renewal batch: the renewer pipelines its
-// extends, and sends a batch of one alone) until open is called or its
-// context ends, and tells held how many of script's commands each holds.
-// Armed after Lock returns, it leaves alone Lock's own confirmation of a
-// grant read late, which runs the same script.
+// pipeline running script until open is called or its context ends. held
+// tells how many of script's commands each holds. A renewal batch is one:
+// the renewer pipelines its extends, and sends a batch of one alone. Armed
+// after Lock returns, it leaves alone Lock's own confirmation of a grant
+// read late, which runs the same script.
 type renewalGate struct {
 	script   *redis.Script
 	armed    atomic.Bool

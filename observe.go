@@ -55,7 +55,7 @@ func (o *hooks) acquire(ctx context.Context, kind observe.Kind, name string, try
 }
 
 // releaseOnPanic, deferred around a hook run while l is not yet its
-// caller's, gives l up if the hook panics: a caller that recovers (net/http
+// caller's, gives l up if the hook panics. A caller that recovers (net/http
 // does) would have no lease to unlock, renewed for ever. The panic goes on.
 func releaseOnPanic(ctx context.Context, l *Lease) {
 	if l == nil {
