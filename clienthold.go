@@ -93,9 +93,10 @@ func (c *Client) startLease(spec leaseSpec) *Lease {
 	now := l.clock.Now()
 	left := l.leftAt(now) // by both clocks: a reply read after a suspension has a wall clock that ran on
 	if left < validity/3 || left < now.Sub(spec.sent) || (validity < ttl && !autoRenew) {
-		// A slow link, a cold dial or a suspension ate into the grant: keep
+		// A slow link, a cold dial or a suspension ate into the grant. keep
 		// confirms it, so none is handed over lost, overdue for renewal or
-		// with less left than it took to arrive; keep extends a short fixed one.
+		// with less left than it took to arrive. keep extends a short fixed
+		// one.
 		l.state = leaseUnconfirmed
 		return l
 	}

@@ -13,9 +13,10 @@ import (
 
 // Lease is one acquisition of a lock: its proof, its fencing token and its
 // end. It is safe for concurrent use. It ends when released ([Lease.Unlock])
-// or lost, no later than Redis could give the lock to someone else: the last
-// confirmed sending plus TTL × (1 − drift), by the monotonic or wall clock,
-// whichever ends first. [Lease.AtRisk] warns half way there.
+// or lost. It counts itself lost no later than Redis could give the lock to
+// someone else: the last confirmed sending plus TTL × (1 − drift), by the
+// monotonic or wall clock, whichever ends first. [Lease.AtRisk] warns half way
+// there.
 type Lease struct {
 	name  string
 	token uint64

@@ -363,9 +363,10 @@ func (wt *waiting) wait(timer *time.Timer, retryIn time.Duration) (*Lease, error
 	return nil, nil
 }
 
-// pause waits after the failures-th unavailable attempt in a row, a random
-// time in the upper half of a backoff doubling from 20ms to 1s (waiters
-// spread out); wake ends it early. A cluster reloads a failover's layout.
+// pause waits after the failures-th unavailable attempt in a row. It waits a
+// random time in the upper half of a backoff doubling from 20ms to 1s, so
+// waiters spread out; wake ends it early. A cluster reloads a failover's
+// layout.
 func (c *Client) pause(ctx context.Context, failures int, wake <-chan struct{}) error {
 	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
 		cluster.ReloadState(ctx)

@@ -133,8 +133,8 @@ type faults struct {
 	slow  time.Duration
 	down  bool
 
-	// held is set while renewals are held back (holdRenewals), closed when
-	// they may go on; renewing counts those sent, not yet answered, and is
+	// held is set while renewals are held back (holdRenewals), and closed when
+	// they may go on. renewing counts those sent, not yet answered. It is
 	// added to only while held is nil: never while holdRenewals waits on it.
 	held     chan struct{}
 	renewing sync.WaitGroup

@@ -11,11 +11,11 @@ import (
 // lost, and someone else has held the lock since.
 var ErrStaleToken = errors.New("dlocktest: stale fencing token")
 
-// FencedStore is a tiny in-memory resource that trusts fencing tokens, as
-// the store a lock protects should: it refuses a write whose token is below
-// the highest accepted for that key, not one equal to it, since one holder
-// may write many times. Tests and examples show with it that a stale
-// holder cannot do harm. Its zero value is ready, safe for concurrent use.
+// FencedStore is a tiny in-memory resource that trusts fencing tokens, as the
+// store a lock protects should. It refuses a write whose token is below the
+// highest accepted for that key, not one equal to it: one holder may write
+// many times. Tests and examples show with it that a stale holder cannot do
+// harm. Its zero value is ready, safe for concurrent use.
 type FencedStore struct {
 	mu   sync.Mutex
 	data map[string]fencedValue

@@ -91,11 +91,11 @@ const (
 	// WaitHandedOver: a release handed the lock to the call, which holds
 	// it without asking again (Mutex, FairMutex).
 	WaitHandedOver WaitStep = "handed_over"
-	// WaitRetry: the call attempts again: woken by a release that did not
-	// hand it the lock, at its waiter refresh or the holder's expiry, or
-	// after a failed attempt or a grant it gave back (Err): unconfirmed, or
-	// handed to it while its subscription was lost. Either may have held
-	// the lock for a while, for no lease.
+	// WaitRetry: the call attempts again. A release that did not hand it the
+	// lock woke it, or it reached its waiter refresh or the holder's expiry,
+	// or an attempt failed, or it gave back a grant (Err). Such a grant was
+	// unconfirmed, or handed over while its subscription was lost: either may
+	// have held the lock a while, for no lease.
 	WaitRetry WaitStep = "retry"
 )
 

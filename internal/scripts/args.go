@@ -43,8 +43,9 @@ func appendAcquire(argv []any, a Acquire, hint bool, more ...any) []any {
 func empty(v any) bool { return v == nil || v == "" }
 
 // AcquireReply reads an acquire's reply as its header's array ({1, token}:
-// acquired; {0, ms}: refused; ...), a grant sent as the token alone too (a
-// table costs ~4,500 instructions more); a null one, sent by none, as empty.
+// acquired; {0, ms}: refused; ...). It takes a grant sent as the token alone
+// too (a table costs ~4,500 instructions more), and a null one, sent by none,
+// as empty.
 func AcquireReply(cmd *redis.Cmd) ([]int64, error) {
 	if v, ok := cmd.Val().(int64); ok && cmd.Err() == nil {
 		return []int64{1, v}, nil
